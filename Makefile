@@ -1,0 +1,30 @@
+# The two quick-start commands: `make demo` and `make test` (each sets everything up first).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test opencl lint
+
+$(BIN)/accy: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[pocl,test,dev]'
+	touch $@
+
+# An OpenCL CPU driver. The PyPI PoCL (extra `pocl`) is built on LLVM 14, which cannot compile
+# for CPUs newer than it knows (e.g. AMD Zen 5); Debian's pocl-opencl-icd (LLVM 15) can.
+opencl:
+	@if [ ! -e /etc/OpenCL/vendors/pocl.icd ] && command -v apt-get >/dev/null; then \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive \
+			apt-get install -y -qq pocl-opencl-icd >/dev/null; \
+	fi
+
+demo: $(BIN)/accy opencl
+	$(BIN)/accy demo
+
+test: $(BIN)/accy opencl
+	$(BIN)/python -m pytest
+
+lint: $(BIN)/accy
+	$(BIN)/ruff check accy rewrites experiments tests

@@ -1,0 +1,37 @@
+"""accy: an e-graph-based optimizing compiler research framework for tensor programs.
+
+Build a program (``Builder`` or ``@accy.function``), ``prepare`` it through the six stages
+(contract, tensor, dispatch, memory, kernel, target) and run the kernels through OpenCL::
+
+    import accy, numpy as np
+
+    @accy.function
+    def chain(a: accy.f32[1024], b: accy.f32[1024]):
+        return accy.maximum((a + b) * b - b, b)
+
+    job = accy.prepare(chain)
+    (out,) = job.run(np.ones(1024, np.float32), np.ones(1024, np.float32))
+
+Op functions beyond operators and methods live in :mod:`accy.builder` (einsum, select,
+gather, ...); the IR in :mod:`accy.ir`; passes in :mod:`accy.passes`.
+"""
+
+from accy.builder import Builder, f16, f32, f64, function, i32, i64, maximum, minimum
+from accy.errors import AccyError
+from accy.ir.interpret import interpret
+from accy.ir.parser import parse_program
+from accy.ir.printer import print_program
+from accy.ir.program import Program, Stage
+from accy.ir.types import DType, TensorType
+from accy.ir.verify import verify
+from accy.job import PreparedJob, prepare
+from accy.passes.spec import parse_pipeline
+from accy.target import TargetProfile
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AccyError", "Builder", "DType", "PreparedJob", "Program", "Stage", "TargetProfile",
+    "TensorType", "f16", "f32", "f64", "function", "i32", "i64", "interpret", "maximum",
+    "minimum", "parse_pipeline", "parse_program", "prepare", "print_program", "verify",
+]

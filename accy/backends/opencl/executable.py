@@ -1,0 +1,93 @@
+"""Running a prepared function through OpenCL: buffers per slot, kernels in schedule order."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from accy.backends.opencl.runtime import Runtime, select_device
+from accy.errors import InterpretError
+from accy.ir.ops import Op
+from accy.plans import SlotRole
+from accy.target import status_error
+
+if TYPE_CHECKING:
+    from accy.job import PreparedJob
+
+
+class Executable:
+    """One function of a prepared job, ready to run: ``outputs = exe(*inputs)``.
+
+    Kernels are built (cached) when the executable is made; device buffers are reused across
+    calls. ``last_kernel_ns`` holds each kernel's time (OpenCL profiling events) of the last call.
+    """
+
+    def __init__(self, job: PreparedJob, function: str | None = None,
+                 device: str | Runtime | None = None) -> None:
+        product = job.product
+        self.function = product.program.function(function)
+        self.fi = product.program.functions.index(self.function)
+        legality = product.require("legality", "running", "backend-legalization")
+        self.runtime = device if isinstance(device, Runtime) else select_device(device)
+        self.buffers = product.buffers
+        self.steps = []
+        for index, kernel in enumerate(job.kernels):
+            item = product.schedule.item(kernel.work_item)
+            if item.function != self.fi:
+                continue
+            verdict = legality.kernels[index]
+            error = status_error(verdict.status)
+            if error is not None:
+                raise error(f"kernel {index} ({kernel.entry}) is {verdict.status.value}: "
+                            f"{verdict.detail}")
+            cl_kernel = self.runtime.kernel(job.kernel_source(index), kernel.entry)
+            self.steps.append((kernel, cl_kernel))
+        self.key = (job.product.fingerprint(), self.fi)
+        self.last_kernel_ns: list[int] = []
+        self._constants_written = False
+
+    def _buffer(self, slot: int) -> object:
+        return self.runtime.buffer((*self.key, slot), self.buffers.slots[slot].nbytes)
+
+    def _check(self, inputs: tuple) -> list[np.ndarray]:
+        fn = self.function
+        if len(inputs) != len(fn.params):
+            raise InterpretError(f"function {fn.name} takes {len(fn.params)} inputs "
+                                 f"({', '.join(fn.param_names)}), {len(inputs)} given")
+        arrays = []
+        for name, p, x in zip(fn.param_names, fn.params, inputs, strict=True):
+            arr = np.asarray(x)
+            t = p.type
+            if arr.shape != t.shape or arr.dtype != t.dtype.numpy:
+                raise InterpretError(f"function {fn.name}: input {name} must be {t}, got "
+                                     f"{arr.dtype}{list(arr.shape)}")
+            arrays.append(np.ascontiguousarray(arr))
+        return arrays
+
+    def __call__(self, *inputs: np.ndarray) -> tuple[np.ndarray, ...]:
+        arrays = self._check(inputs)
+        slots = [s for s in self.buffers.slots if s.function == self.fi]
+        for s in slots:
+            if s.role is SlotRole.input:
+                self.runtime.write(self._buffer(s.id), arrays[s.values[0].attr("index")])
+            elif s.role is SlotRole.constant and not self._constants_written:
+                self.runtime.write(self._buffer(s.id), s.values[0].value)
+        self._constants_written = True
+        events = []
+        for kernel, cl_kernel in self.steps:
+            args = [self._buffer(a.slot) for a in kernel.args]
+            events.append(self.runtime.launch(cl_kernel, kernel.geometry.global_size,
+                                              kernel.geometry.local_size, args))
+        self.last_kernel_ns = [self.runtime.elapsed_ns(e) for e in events]
+        results = []
+        for node in self.function.results:
+            if node.op is Op.PARAM:
+                results.append(arrays[node.attr("index")].copy())
+            elif node.op is Op.CONSTANT:
+                results.append(node.value.copy())
+            else:
+                slot = self.buffers.slot_of(self.fi, node)
+                out = np.empty(node.type.shape, node.type.dtype.numpy)
+                results.append(self.runtime.read(self._buffer(slot.id), out))
+        return tuple(results)

@@ -1,0 +1,393 @@
+"""The pyopencl runtime: device discovery and selection, cached builds, pooled buffers, launches.
+
+``select_device(selector)`` picks a device and returns its ``Runtime`` (one per device and per
+selector string in a process). Every candidate device is probed by building and running a tiny
+kernel first, because a platform can be listed yet unable to compile anything (the PoCL bundled
+with the PyPI wheel uses an LLVM too old for some newer CPUs: "unknown target CPU 'generic'").
+Devices that fail the probe are skipped, and the reason is kept for error messages.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyopencl as cl
+
+from accy.errors import DeviceError, KernelBuildError
+
+ENV_VAR = "ACCY_DEVICE"
+DEFAULT_SELECTOR = "pocl"
+
+INSTALL_HINT = (
+    "Install an OpenCL platform:\n"
+    "  - PoCL (CPU) from PyPI: pip install 'accy[pocl]'\n"
+    "    (its LLVM is too old for some newer CPUs; if builds fail with\n"
+    '    "unknown target CPU", use the distribution package instead)\n'
+    "  - PoCL (CPU) on Debian/Ubuntu: apt-get install pocl-opencl-icd\n"
+    "  - NVIDIA GPUs: install the NVIDIA driver, which ships the OpenCL ICD"
+)
+
+_PROBE_SOURCE = "__kernel void accy_probe(__global int *out) { out[get_global_id(0)] = 42; }\n"
+
+_LOCK = threading.RLock()
+_PROGRAMS: dict[tuple[str, str], cl.Program] = {}  # (device key, digest) -> built program
+_PROBES: dict[str, Runtime | str] = {}  # device key -> working runtime or failure reason
+_SELECTED: dict[str, Runtime] = {}  # selector string -> runtime
+
+# Error locations in build logs: clang/PoCL "file:3:5: error" or "error: file:3:5: ...",
+# NVIDIA "<kernel>:3:5: error:" and "<kernel>(3): error".
+_LINE_COL = re.compile(r"(?:^|[\s'\"])(?:<[^<>\s]*>|[^\s:()<>'\"]+):(\d+):(\d+)")
+_LINE_ONLY = re.compile(r"\((\d+)\)\s*:\s*(?:catastrophic\s+)?error", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """What accy needs to know about one OpenCL device (plain data, safe to record)."""
+
+    platform: str
+    name: str
+    vendor: str
+    driver_version: str
+    opencl_version: str
+    max_work_group_size: int
+    local_mem_size: int
+    compute_units: int
+    global_mem_size: int
+    extensions: tuple[str, ...]
+    fp16: bool
+    fp64: bool
+    preferred_vector_width_float: int
+
+    @property
+    def key(self) -> str:
+        """``platform:device:driver``, the identity used in cache keys and records."""
+        return f"{self.platform}:{self.name}:{self.driver_version}"
+
+    @classmethod
+    def of(cls, device: cl.Device) -> DeviceInfo:
+        """Read the info of a pyopencl device."""
+        extensions = tuple(sorted(device.extensions.split()))
+        try:
+            double_config = int(device.double_fp_config)
+        except cl.Error:
+            double_config = 0
+        return cls(
+            platform=device.platform.name.strip(),
+            name=device.name.strip(),
+            vendor=device.vendor.strip(),
+            driver_version=device.driver_version.strip(),
+            opencl_version=device.version.strip(),
+            max_work_group_size=int(device.max_work_group_size),
+            local_mem_size=int(device.local_mem_size),
+            compute_units=int(device.max_compute_units),
+            global_mem_size=int(device.global_mem_size),
+            extensions=extensions,
+            fp16="cl_khr_fp16" in extensions,
+            fp64="cl_khr_fp64" in extensions or double_config != 0,
+            preferred_vector_width_float=int(device.preferred_vector_width_float),
+        )
+
+
+def _platforms() -> list[cl.Platform]:
+    """Every OpenCL platform, or ``[]`` when no ICD is installed."""
+    try:
+        return list(cl.get_platforms())
+    except cl.Error:  # PLATFORM_NOT_FOUND_KHR when the ICD loader finds nothing
+        return []
+
+
+def _devices() -> list[tuple[int, int, cl.Device]]:
+    """``(platform index, device index, device)`` for every device of every platform."""
+    found: list[tuple[int, int, cl.Device]] = []
+    for p_index, platform in enumerate(_platforms()):
+        try:
+            devices = platform.get_devices()
+        except cl.Error:  # DEVICE_NOT_FOUND: a platform with no devices
+            continue
+        found.extend((p_index, d_index, device) for d_index, device in enumerate(devices))
+    return found
+
+
+def list_devices() -> list[DeviceInfo]:
+    """Every device of every platform, in platform order, without probing them."""
+    return [DeviceInfo.of(device) for _, _, device in _devices()]
+
+
+def _first_error_line(text: str) -> str:
+    """The most telling line of a failure: the first that mentions an error, else the first."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    for line in lines:
+        if "error" in line.lower() and "clBuildProgram failed" not in line:
+            return line
+    return lines[0] if lines else "unknown failure"
+
+
+def _probe(device: cl.Device) -> Runtime | str:
+    """The device's runtime if it builds and runs a tiny kernel, else why it does not."""
+    info = DeviceInfo.of(device)
+    with _LOCK:
+        if info.key not in _PROBES:
+            try:
+                runtime = Runtime(device)
+                kernel = runtime.kernel(_PROBE_SOURCE, "accy_probe")
+                out = np.zeros(4, dtype=np.int32)
+                buf = runtime.buffer(("accy_probe", 0), out.nbytes)
+                runtime.launch(kernel, (4,), None, [buf])
+                if not (runtime.read(buf, out) == 42).all():
+                    raise DeviceError("probe kernel ran but produced wrong results")
+                _PROBES[info.key] = runtime
+            except (cl.Error, KernelBuildError, DeviceError) as exc:
+                _PROBES[info.key] = _first_error_line(str(exc))
+        return _PROBES[info.key]
+
+
+def _is_pocl(device: cl.Device) -> bool:
+    text = f"{device.platform.name} {device.platform.vendor}".lower()
+    return "portable computing language" in text or "pocl" in text
+
+
+def _is_nvidia(device: cl.Device) -> bool:
+    return "nvidia" in f"{device.platform.name} {device.platform.vendor}".lower()
+
+
+def _part_matches(part: str, index: int, texts: Sequence[str]) -> bool:
+    """A selector part matches by index, by case-insensitive substring, or when empty."""
+    part = part.strip().lower()
+    if not part:
+        return True
+    if part.isdigit():
+        return int(part) == index
+    return any(part in text.lower() for text in texts)
+
+
+def _matches(selector: str, p_index: int, d_index: int, device: cl.Device) -> bool:
+    """Whether a device is a candidate for the selector (before probing)."""
+    sel = selector.strip().lower()
+    if sel == "pocl":
+        return _is_pocl(device)
+    if sel == "nvidia":
+        return _is_nvidia(device)
+    if sel in ("cpu", "gpu"):
+        wanted = cl.device_type.CPU if sel == "cpu" else cl.device_type.GPU
+        return bool(device.type & wanted)
+    platform = device.platform
+    platform_texts = (platform.name, platform.vendor, platform.version)
+    device_texts = (device.name, device.vendor)
+    if ":" in sel:
+        p_part, d_part = sel.split(":", 1)
+        return _part_matches(p_part, p_index, platform_texts) and _part_matches(
+            d_part, d_index, device_texts
+        )
+    return _part_matches(sel, -1, platform_texts + device_texts)  # bare substring, any part
+
+
+def _no_match_message(selector: str, devices: list[tuple[int, int, cl.Device]]) -> str:
+    lines = [f"no usable OpenCL device matches selector {selector!r}; devices:"]
+    for p_index, d_index, device in devices:
+        entry = (
+            f"  {p_index}:{d_index}: {device.platform.name.strip()} / {device.name.strip()}"
+            f" (driver {device.driver_version.strip()})"
+        )
+        reason = _PROBES.get(DeviceInfo.of(device).key)
+        if isinstance(reason, str):
+            entry += f" -- skipped: {reason}"
+        lines.append(entry)
+    lines.append(
+        "selectors: pocl, nvidia, cpu, gpu, or PLATFORM:DEVICE (index or substring, "
+        f"either may be empty); set {ENV_VAR} to choose a default"
+    )
+    return "\n".join(lines)
+
+
+def select_device(selector: str | None = None) -> Runtime:
+    """The runtime of the first device that matches ``selector`` and passes the probe.
+
+    ``None`` means ``$ACCY_DEVICE``, else ``"pocl"``. Selectors: ``pocl``, ``nvidia``, ``cpu``,
+    ``gpu``, or ``PLATFORM:DEVICE`` where each part is an index or a case-insensitive substring
+    (empty means any); a bare other word is a substring of platform, vendor or device name.
+    The same selector string returns the same ``Runtime`` within a process.
+    """
+    if selector is None:
+        selector = os.environ.get(ENV_VAR, "").strip() or DEFAULT_SELECTOR
+    with _LOCK:
+        if selector in _SELECTED:
+            return _SELECTED[selector]
+        devices = _devices()
+        if not devices:
+            raise DeviceError(f"no OpenCL platform or device found.\n{INSTALL_HINT}")
+        for p_index, d_index, device in devices:
+            if _matches(selector, p_index, d_index, device):
+                found = _probe(device)
+                if isinstance(found, Runtime):
+                    _SELECTED[selector] = found
+                    return found
+        raise DeviceError(_no_match_message(selector, devices))
+
+
+def _digest(source: str, options: tuple[str, ...]) -> str:
+    return hashlib.sha256("\0".join((source, *options)).encode()).hexdigest()
+
+
+def _error_sites(log: str, source: str) -> str:
+    """Each error location the log names, quoted from ``source`` with a caret under the column."""
+    lines = source.splitlines()
+    sites: list[tuple[int, int | None]] = []
+    for log_line in log.splitlines():
+        if "error" not in log_line.lower():
+            continue
+        found: list[tuple[int, int | None]] = [
+            (int(m[1]), int(m[2])) for m in _LINE_COL.finditer(log_line)
+        ]
+        found += [(int(m[1]), None) for m in _LINE_ONLY.finditer(log_line)]
+        sites += [site for site in found if site not in sites]
+    quoted: list[str] = []
+    for line_no, col in sites[:20]:
+        if not 1 <= line_no <= len(lines):
+            continue
+        text = lines[line_no - 1]
+        where = f"line {line_no}" + (f", column {col}" if col is not None else "")
+        quoted.append(f"  at {where}:\n    {line_no:>4} | {text}")
+        if col is not None:
+            pad = "".join("\t" if ch == "\t" else " " for ch in text[: max(col - 1, 0)])
+            quoted.append(f"         | {pad}^")
+    return "\n".join(quoted)
+
+
+class Runtime:
+    """One OpenCL device with its context, a profiling queue, and build and buffer caches."""
+
+    def __init__(self, device: cl.Device) -> None:
+        self.device = device
+        self.info = DeviceInfo.of(device)
+        self.context = cl.Context([device])
+        self.queue = cl.CommandQueue(
+            self.context, device, properties=cl.command_queue_properties.PROFILING_ENABLE
+        )
+        self._builds = 0
+        self._kernels: dict[tuple[str, str], cl.Kernel] = {}
+        self._buffers: dict[object, tuple[int, cl.Buffer]] = {}
+
+    def __repr__(self) -> str:
+        return f"Runtime({self.info.key!r})"
+
+    def build(self, source: str, options: tuple[str, ...] = ()) -> cl.Program:
+        """The program built from ``source``; a cached build is reused without recompiling."""
+        options = tuple(options)
+        cache_key = (self.info.key, _digest(source, options))
+        with _LOCK:
+            program = _PROGRAMS.get(cache_key)
+            if program is not None and program.context == self.context:
+                return program
+            try:
+                program = cl.Program(self.context, source).build(options=list(options))
+            except cl.Error as exc:
+                log = re.sub(r"(clBuildProgram failed: \w+)( - \1)+", r"\1", str(exc))
+                raise self._build_error(source, options, log) from None
+            self._builds += 1
+            _PROGRAMS[cache_key] = program  # only ever a fully built program
+            return program
+
+    def _build_error(self, source: str, options: tuple[str, ...], log: str) -> KernelBuildError:
+        parts = [f"OpenCL build failed on {self.info.key}"]
+        if options:
+            parts.append(f"options: {' '.join(options)}")
+        sites = _error_sites(log, source)
+        if sites:
+            parts.append(f"error sites:\n{sites}")
+        parts.append("build log:\n" + "\n".join(f"  {line}" for line in log.splitlines()))
+        return KernelBuildError("\n".join(parts))
+
+    def kernel(self, source: str, entry: str, options: tuple[str, ...] = ()) -> cl.Kernel:
+        """The kernel ``entry`` of ``source``; the same object for the same arguments."""
+        options = tuple(options)
+        key = (_digest(source, options), entry)
+        with _LOCK:
+            if key not in self._kernels:
+                program = self.build(source, options)
+                names = sorted(n for n in program.kernel_names.split(";") if n)
+                if entry not in names:
+                    raise KernelBuildError(
+                        f"kernel {entry!r} is not defined by the source on {self.info.key}; "
+                        f"it defines: {', '.join(names) or '(no kernels)'}"
+                    )
+                self._kernels[key] = cl.Kernel(program, entry)
+            return self._kernels[key]
+
+    def buffer(self, key: object, nbytes: int) -> cl.Buffer:
+        """A device buffer pooled under ``key``: reused while the size stays the same."""
+        if nbytes < 0:
+            raise DeviceError(f"buffer {key!r}: negative size {nbytes}")
+        with _LOCK:
+            pooled = self._buffers.get(key)
+            if pooled is not None and pooled[0] == nbytes:
+                return pooled[1]
+            buf = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, size=max(nbytes, 1))
+            self._buffers[key] = (nbytes, buf)
+            return buf
+
+    def write(self, buf: cl.Buffer, array: np.ndarray) -> None:
+        """Copy ``array`` to ``buf`` (blocking)."""
+        host = np.ascontiguousarray(array)
+        self._check_fits(buf, host)
+        if host.nbytes:
+            cl.enqueue_copy(self.queue, buf, host, is_blocking=True)
+
+    def read(self, buf: cl.Buffer, out: np.ndarray) -> np.ndarray:
+        """Fill ``out`` from ``buf`` (blocking) and return ``out``."""
+        contiguous = out.flags.c_contiguous and out.flags.writeable
+        host = out if contiguous else np.empty(out.shape, dtype=out.dtype)
+        self._check_fits(buf, host)
+        if host.nbytes:
+            cl.enqueue_copy(self.queue, host, buf, is_blocking=True)
+        if host is not out:
+            out[...] = host
+        return out
+
+    def _check_fits(self, buf: cl.Buffer, host: np.ndarray) -> None:
+        if host.nbytes > buf.size:
+            raise DeviceError(
+                f"array of {host.nbytes} bytes ({host.dtype}{list(host.shape)}) does not fit "
+                f"a device buffer of {buf.size} bytes on {self.info.key}"
+            )
+
+    def launch(
+        self,
+        kernel: cl.Kernel,
+        global_size: tuple[int, ...],
+        local_size: tuple[int, ...] | None,
+        args: Sequence[cl.Buffer | np.generic],
+    ) -> cl.Event:
+        """Set the kernel's arguments and enqueue it over an NDRange; return its event."""
+        try:
+            kernel.set_args(*args)
+            return cl.enqueue_nd_range_kernel(
+                self.queue,
+                kernel,
+                tuple(global_size),
+                None if local_size is None else tuple(local_size),
+            )
+        except (cl.Error, TypeError) as exc:  # TypeError: wrong number of args
+            raise DeviceError(
+                f"launching kernel {kernel.function_name!r} on {self.info.key} with "
+                f"global size {tuple(global_size)}, local size {local_size} and "
+                f"{len(args)} args failed: {exc}"
+            ) from exc
+
+    def elapsed_ns(self, event: cl.Event) -> int:
+        """Wait for ``event`` and return its profiled run time (end - start) in nanoseconds."""
+        event.wait()
+        return int(event.profile.end) - int(event.profile.start)
+
+    def finish(self) -> None:
+        """Wait for everything enqueued so far."""
+        self.queue.finish()
+
+    def build_count(self) -> int:
+        """How many real (uncached) builds this runtime has done."""
+        return self._builds

@@ -1,0 +1,371 @@
+"""Building programs: an explicit builder, and tracing sugar on top of it.
+
+Explicit, in the seed's spirit::
+
+    b = Builder()
+    t = b.tensor(DType.f32, (4,))
+    f = b.begin_function("add", [t, t])
+    f.return_(f.add(f.param(0), f.param(1)))
+    program = b.finish()
+
+Tracing: ``@accy.function`` runs a Python function on traced values (operators and methods
+build ops) over annotated (``a: accy.f32[4]``) or example-shaped inputs. Shape and dtype errors
+are raised when an op is built, naming the op and its operand types.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from accy.errors import ShapeError
+from accy.ir.node import Node
+from accy.ir.ops import Op
+from accy.ir.program import Function, Program
+from accy.ir.shapes import infer
+from accy.ir.types import DType, TensorType
+
+Operand = "Value | float | int | bool | np.ndarray"
+
+
+class Value:
+    """A traced tensor value inside a :class:`FunctionBuilder`; operators build ops."""
+
+    __slots__ = ("fb", "node")
+    __array_priority__ = 1000  # numpy arrays on the left defer to our operators
+
+    def __init__(self, fb: FunctionBuilder, node: Node) -> None:
+        self.fb = fb
+        self.node = node
+
+    @property
+    def type(self) -> TensorType:
+        return self.node.type
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.node.type.shape
+
+    @property
+    def dtype(self) -> DType:
+        return self.node.type.dtype
+
+    def __repr__(self) -> str:
+        return f"Value({self.node.op.value} : {self.type})"
+
+    def _bin(self, op: Op, other: Any, swap: bool = False) -> Value:
+        other = self.fb.lift(other, like=self)
+        return self.fb.op(op, other, self) if swap else self.fb.op(op, self, other)
+
+    def __add__(self, o): return self._bin(Op.ADD, o)
+    def __radd__(self, o): return self._bin(Op.ADD, o, swap=True)
+    def __sub__(self, o): return self._bin(Op.SUB, o)
+    def __rsub__(self, o): return self._bin(Op.SUB, o, swap=True)
+    def __mul__(self, o): return self._bin(Op.MUL, o)
+    def __rmul__(self, o): return self._bin(Op.MUL, o, swap=True)
+    def __truediv__(self, o): return self._bin(Op.DIV, o)
+    def __rtruediv__(self, o): return self._bin(Op.DIV, o, swap=True)
+    def __pow__(self, o): return self._bin(Op.POW, o)
+    def __rpow__(self, o): return self._bin(Op.POW, o, swap=True)
+    def __lt__(self, o): return self._bin(Op.LT, o)
+    def __le__(self, o): return self._bin(Op.LE, o)
+    def __gt__(self, o): return self._bin(Op.GT, o)
+    def __ge__(self, o): return self._bin(Op.GE, o)
+    def __and__(self, o): return self._bin(Op.AND, o)
+    def __or__(self, o): return self._bin(Op.OR, o)
+    def __neg__(self): return self.fb.op(Op.NEG, self)
+    def __abs__(self): return self.fb.op(Op.ABS, self)
+    def __invert__(self): return self.fb.op(Op.NOT, self)
+
+    def __matmul__(self, o: Value) -> Value:
+        """Matrix product of equal-rank operands (leading dimensions are batch dimensions)."""
+        r = self.type.rank
+        if r < 2 or o.type.rank != r:
+            raise ShapeError(f"matmul({self.type}, {o.type}): needs two operands of one rank >= 2")
+        batch = "abcdefgh"[: r - 2]
+        return self.fb.op(Op.EINSUM, self, o, spec=f"{batch}ij,{batch}jk->{batch}ik")
+
+    def __bool__(self) -> bool:
+        raise TypeError("a traced Value has no truth value; use select(cond, a, b)")
+
+    def __getitem__(self, key: Any) -> Value:
+        key = key if isinstance(key, tuple) else (key,)
+        if len(key) > self.type.rank or any(not isinstance(k, slice) for k in key):
+            raise ShapeError(f"slice({self.type}): only basic slices (a:b:c) per dimension "
+                             f"are supported, got {key!r}")
+        key = key + (slice(None),) * (self.type.rank - len(key))
+        starts, stops, steps = [], [], []
+        for k, d in zip(key, self.shape, strict=True):
+            a, b, s = k.indices(d)
+            starts.append(a), stops.append(b), steps.append(s)
+        return self.fb.op(Op.SLICE, self, starts=starts, stops=stops, steps=steps)
+
+    # methods for every unary op and the common shaped ops
+    def exp(self): return self.fb.op(Op.EXP, self)
+    def log(self): return self.fb.op(Op.LOG, self)
+    def sqrt(self): return self.fb.op(Op.SQRT, self)
+    def rsqrt(self): return self.fb.op(Op.RSQRT, self)
+    def sin(self): return self.fb.op(Op.SIN, self)
+    def cos(self): return self.fb.op(Op.COS, self)
+    def reciprocal(self): return self.fb.op(Op.RECIPROCAL, self)
+    def floor(self): return self.fb.op(Op.FLOOR, self)
+    def ceil(self): return self.fb.op(Op.CEIL, self)
+    def relu(self): return self.fb.op(Op.RELU, self)
+    def gelu(self): return self.fb.op(Op.GELU, self)
+    def sigmoid(self): return self.fb.op(Op.SIGMOID, self)
+    def tanh(self): return self.fb.op(Op.TANH, self)
+    def astype(self, dtype: DType): return self.fb.op(Op.CAST, self, dtype=dtype)
+
+    def sum(self, axes=None, keepdims=False):
+        return self.fb.reduce(Op.REDUCE_SUM, self, axes, keepdims)
+
+    def max(self, axes=None, keepdims=False):
+        return self.fb.reduce(Op.REDUCE_MAX, self, axes, keepdims)
+
+    def mean(self, axes=None, keepdims=False):
+        return self.fb.reduce(Op.REDUCE_MEAN, self, axes, keepdims)
+
+    def reshape(self, *shape): return self.fb.op(Op.RESHAPE, self, shape=_dims(shape))
+    def transpose(self, *perm):
+        perm = _dims(perm) if perm else tuple(reversed(range(self.type.rank)))
+        return self.fb.op(Op.TRANSPOSE, self, perm=perm)
+    @property
+    def T(self): return self.transpose()
+    def broadcast_to(self, *shape): return self.fb.op(Op.BROADCAST, self, shape=_dims(shape))
+    def softmax(self, axis=-1): return self.fb.op(Op.SOFTMAX, self, axis=axis)
+    def log_softmax(self, axis=-1): return self.fb.op(Op.LOG_SOFTMAX, self, axis=axis)
+
+
+def _dims(shape: tuple) -> tuple[int, ...]:
+    return tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], tuple | list) else shape
+
+
+class FunctionBuilder:
+    """Builds one function: parameters, ops, then ``return_``."""
+
+    def __init__(self, builder: Builder, name: str, params: Sequence[TensorType],
+                 param_names: Sequence[str] | None, results: Sequence[TensorType] | None) -> None:
+        names = list(param_names) if param_names is not None else [
+            f"arg{i}" for i in range(len(params))]
+        if len(names) != len(params):
+            raise ValueError(f"function {name}: {len(params)} params but {len(names)} names")
+        for n in names:
+            if not n.isidentifier():
+                raise ValueError(f"function {name}: parameter name {n!r} is not an identifier")
+        if len(set(names)) != len(names):
+            raise ValueError(f"function {name}: parameter names repeat: {names}")
+        self.builder = builder
+        self.name = name
+        self.param_names = tuple(names)
+        self.params = tuple(Node(Op.PARAM, t, (), {"index": i}) for i, t in enumerate(params))
+        self.expected_results = tuple(results) if results is not None else None
+        self.results: tuple[Node, ...] | None = None
+
+    def param(self, index: int) -> Value:
+        if not 0 <= index < len(self.params):
+            raise IndexError(f"function {self.name} has {len(self.params)} parameters, "
+                             f"no parameter {index}")
+        return Value(self, self.params[index])
+
+    parameter = param
+
+    def constant(self, value: Any, dtype: DType | None = None) -> Value:
+        """A constant; Python floats default to f32, other values keep numpy's dtype."""
+        arr = np.asarray(value)
+        if dtype is None:
+            plain_float = arr.dtype == np.float64 and not isinstance(value, np.ndarray)
+            dtype = DType.f32 if plain_float else DType.from_numpy(arr.dtype)
+        arr = np.array(arr, dtype=dtype.numpy, order="C")
+        return Value(self, Node(Op.CONSTANT, TensorType(arr.shape, dtype), (),
+                                {"value": arr.tobytes()}))
+
+    def lift(self, x: Any, like: Value) -> Value:
+        """``x`` as a Value: Values pass through, scalars become constants of like's dtype."""
+        if isinstance(x, Value):
+            if x.fb is not self:
+                raise ValueError("a Value from another function was used")
+            return x
+        return self.constant(x, like.dtype)
+
+    def op(self, op: Op, *srcs: Value, **attrs: Any) -> Value:
+        """Build ``op`` over ``srcs``; raises ShapeError naming the op and operand types."""
+        for s in srcs:
+            if not isinstance(s, Value):
+                raise TypeError(f"{op.value}: operand {s!r} is not a Value")
+            if s.fb is not self:
+                raise ValueError(f"{op.value}: an operand comes from another function")
+        t, attrs = infer(op, tuple(s.type for s in srcs), attrs)
+        return Value(self, Node(op, t, tuple(s.node for s in srcs), attrs))
+
+    def reduce(self, op: Op, x: Value, axes=None, keepdims: bool = False) -> Value:
+        axes = tuple(range(x.type.rank)) if axes is None else (
+            (axes,) if isinstance(axes, int) else tuple(axes))
+        return self.op(op, x, axes=axes, keepdims=keepdims)
+
+    # explicit spellings of the binary ops, as in the seed's builder
+    def add(self, a, b): return self.op(Op.ADD, a, self.lift(b, a))
+    def sub(self, a, b): return self.op(Op.SUB, a, self.lift(b, a))
+    def mul(self, a, b): return self.op(Op.MUL, a, self.lift(b, a))
+    def div(self, a, b): return self.op(Op.DIV, a, self.lift(b, a))
+    def max(self, a, b): return self.op(Op.MAX, a, self.lift(b, a))
+    def min(self, a, b): return self.op(Op.MIN, a, self.lift(b, a))
+
+    def return_(self, *values: Value) -> None:
+        if self.results is not None:
+            raise ValueError(f"function {self.name} already returned")
+        if not values:
+            raise ValueError(f"function {self.name} must return at least one value")
+        for v in values:
+            if not isinstance(v, Value) or v.fb is not self:
+                raise TypeError(f"function {self.name} returns {v!r}, not a Value of its own")
+        got = tuple(v.type for v in values)
+        if self.expected_results is not None and got != self.expected_results:
+            raise ShapeError(f"function {self.name} declared results "
+                             f"({', '.join(map(str, self.expected_results))}) but returns "
+                             f"({', '.join(map(str, got))})")
+        self.results = tuple(v.node for v in values)
+
+    def finish(self) -> Function:
+        if self.results is None:
+            raise ValueError(f"function {self.name} has no return_")
+        fn = Function(self.name, self.params, self.param_names, self.results)
+        self.builder._add(fn)
+        return fn
+
+
+class Builder:
+    """Builds a :class:`Program` of one or more functions."""
+
+    def __init__(self) -> None:
+        self._functions: list[Function] = []
+
+    @staticmethod
+    def tensor(dtype: DType, shape: Sequence[int]) -> TensorType:
+        return TensorType(tuple(shape), dtype)
+
+    def begin_function(self, name: str, params: Sequence[TensorType],
+                       param_names: Sequence[str] | None = None,
+                       results: Sequence[TensorType] | None = None) -> FunctionBuilder:
+        if not name.isidentifier():
+            raise ValueError(f"function name {name!r} is not an identifier")
+        return FunctionBuilder(self, name, params, param_names, results)
+
+    def _add(self, fn: Function) -> None:
+        if any(f.name == fn.name for f in self._functions):
+            raise ValueError(f"function {fn.name!r} is already defined")
+        self._functions.append(fn)
+
+    def finish(self) -> Program:
+        return Program(tuple(self._functions))
+
+
+# free functions over traced Values (operands: Values or Python scalars)
+
+def _fb(*xs: Any) -> FunctionBuilder:
+    for x in xs:
+        if isinstance(x, Value):
+            return x.fb
+    raise TypeError("at least one operand must be a traced Value")
+
+
+def maximum(a, b) -> Value:
+    fb = _fb(a, b)
+    like = a if isinstance(a, Value) else b
+    return fb.op(Op.MAX, fb.lift(a, like), fb.lift(b, like))
+
+
+def minimum(a, b) -> Value:
+    fb = _fb(a, b)
+    like = a if isinstance(a, Value) else b
+    return fb.op(Op.MIN, fb.lift(a, like), fb.lift(b, like))
+
+
+def select(cond: Value, a, b) -> Value:
+    fb = _fb(cond)
+    like = a if isinstance(a, Value) else b
+    return fb.op(Op.SELECT, cond, fb.lift(a, like), fb.lift(b, like))
+
+
+def einsum(spec: str, *operands: Value) -> Value:
+    return _fb(*operands).op(Op.EINSUM, *operands, spec=spec)
+
+
+def concat(values: Sequence[Value], axis: int = 0) -> Value:
+    return _fb(*values).op(Op.CONCAT, *values, axis=axis)
+
+
+def gather(x: Value, indices: Value, axis: int = 0) -> Value:
+    return _fb(x).op(Op.GATHER, x, indices, axis=axis)
+
+
+def scatter_add(x: Value, indices: Value, updates: Value, axis: int = 0) -> Value:
+    return _fb(x).op(Op.SCATTER_ADD, x, indices, updates, axis=axis)
+
+
+def cross_entropy(logits: Value, labels: Value) -> Value:
+    return _fb(logits).op(Op.CROSS_ENTROPY, logits, labels)
+
+
+def _example_type(x: Any) -> TensorType:
+    if isinstance(x, TensorType):
+        return x
+    arr = np.asarray(x)
+    return TensorType(arr.shape, DType.from_numpy(arr.dtype))
+
+
+def trace(fn: Callable[..., Any], *examples: Any, name: str | None = None) -> Program:
+    """Trace ``fn`` into a one-function program; parameter types come from ``examples`` (arrays
+    or TensorTypes) or, with none given, from the parameters' annotations."""
+    sig = inspect.signature(fn)
+    names = list(sig.parameters)
+    if examples:
+        if len(examples) != len(names):
+            raise ValueError(f"{fn.__name__} takes {len(names)} inputs, "
+                             f"{len(examples)} examples given")
+        types = [_example_type(x) for x in examples]
+    else:
+        hints = {k: p.annotation for k, p in sig.parameters.items()}
+        bad = [k for k, t in hints.items() if not isinstance(t, TensorType)]
+        if bad:
+            raise ValueError(f"{fn.__name__}: parameters {bad} need a TensorType annotation "
+                             f"(e.g. accy.f32[4, 8]) or pass example inputs")
+        types = [hints[k] for k in names]
+    b = Builder()
+    f = b.begin_function(name or fn.__name__, types, names)
+    out = fn(*(f.param(i) for i in range(len(types))))
+    outs = out if isinstance(out, tuple) else (out,)
+    f.return_(*outs)
+    f.finish()
+    return b.finish()
+
+
+def function(fn: Callable[..., Any] | None = None, *examples: Any) -> Any:
+    """Decorator: ``@accy.function`` (annotated) or ``@accy.function(example, ...)``.
+
+    Returns the traced :class:`Program` of one function named after ``fn``.
+    """
+    if fn is not None and callable(fn) and not isinstance(fn, np.ndarray | TensorType):
+        return trace(fn, *examples)
+    first = () if fn is None else (fn,)
+    return lambda f: trace(f, *first, *examples)
+
+
+class _TypeMaker:
+    """``accy.f32[4, 8]`` -> TensorType((4, 8), f32); ``accy.f32[()]`` is a scalar."""
+
+    def __init__(self, dtype: DType) -> None:
+        self.dtype = dtype
+
+    def __getitem__(self, shape: Any) -> TensorType:
+        shape = shape if isinstance(shape, tuple) else (shape,)
+        return TensorType(shape, self.dtype)
+
+    def __repr__(self) -> str:
+        return f"accy.{self.dtype.value}"
+
+
+f16, f32, f64 = _TypeMaker(DType.f16), _TypeMaker(DType.f32), _TypeMaker(DType.f64)
+i32, i64, bool_ = _TypeMaker(DType.i32), _TypeMaker(DType.i64), _TypeMaker(DType.bool)

@@ -1,0 +1,51 @@
+"""The exceptions accy raises. Every error names what was wrong and where."""
+
+from __future__ import annotations
+
+
+class AccyError(Exception):
+    """Base class of every error accy raises on purpose."""
+
+
+class ShapeError(AccyError):
+    """An op was built with operands whose shapes or dtypes it cannot take."""
+
+
+class IRParseError(AccyError):
+    """The IR text form could not be read; the message gives line and column."""
+
+
+class VerifyError(AccyError):
+    """A product is malformed for its stage (bad type, op not allowed, broken plan)."""
+
+
+class InterpretError(AccyError):
+    """The reference interpreter was given inputs that do not fit the function."""
+
+
+class PipelineError(AccyError):
+    """Pipeline text could not be read, or names an unknown pass, option or value."""
+
+
+class PassFailure(AccyError):
+    """A pass raised while running; the message names the pass and its spec."""
+
+
+class CapabilityMismatchError(AccyError):
+    """A kernel needs something the target profile does not offer (dtype, op, limits)."""
+
+
+class KernelLookupError(AccyError, IndexError):
+    """A prepared job was asked for a kernel index that does not exist."""
+
+
+class WorkItemLookupError(AccyError, KeyError):
+    """A prepared job was asked for a work item that no kernel implements."""
+
+
+class DeviceError(AccyError):
+    """No usable OpenCL platform or device, or a device selector matched nothing."""
+
+
+class KernelBuildError(AccyError):
+    """OpenCL rejected generated source; the message holds the build log and the bad line."""

@@ -1,0 +1,172 @@
+"""The op set of accy's tensor IR, in commented groups.
+
+Each op has a text name (used by the printer, parser, kernel entry names and rule names),
+a kind that passes dispatch on, and an arity (``None`` for variadic ops).
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from accy.ir.types import DType
+
+
+class OpKind(Enum):
+    SOURCE = "source"  # parameters and constants
+    UNARY = "unary"  # elementwise, one operand, same dtype out (activations included)
+    BINARY = "binary"  # elementwise, two operands, broadcasting, same dtype out
+    COMPARE = "compare"  # elementwise, two operands, bool out
+    LOGICAL = "logical"  # elementwise on bools
+    SELECT = "select"  # elementwise select(cond, a, b)
+    CAST = "cast"  # elementwise dtype conversion
+    REDUCE = "reduce"  # reductions over axes
+    EINSUM = "einsum"  # N-ary contraction given by a spec
+    MOVEMENT = "movement"  # reshape, transpose, broadcast, slice, concat
+    INDEXING = "indexing"  # gather, scatter-add along an axis
+    ROWWISE = "rowwise"  # softmax, log-softmax along an axis
+    LOSS = "loss"  # cross-entropy over integer labels
+
+
+ELEMENTWISE_KINDS = frozenset(
+    {OpKind.UNARY, OpKind.BINARY, OpKind.COMPARE, OpKind.LOGICAL, OpKind.SELECT, OpKind.CAST}
+)
+
+
+class Op(Enum):
+    """Every op of the IR. ``Op.ADD.value == "add"`` is its text name."""
+
+    # sources
+    PARAM = "param"
+    CONSTANT = "constant"
+    # elementwise unary math
+    NEG = "neg"
+    ABS = "abs"
+    EXP = "exp"
+    LOG = "log"
+    SQRT = "sqrt"
+    RSQRT = "rsqrt"
+    SIN = "sin"
+    COS = "cos"
+    RECIPROCAL = "reciprocal"
+    FLOOR = "floor"
+    CEIL = "ceil"
+    # elementwise activations
+    RELU = "relu"
+    GELU = "gelu"  # exact form: x * Phi(x) with the error function
+    SIGMOID = "sigmoid"
+    TANH = "tanh"
+    # elementwise binary math (numpy broadcasting)
+    ADD = "add"
+    SUB = "sub"
+    MUL = "mul"
+    DIV = "div"
+    MAX = "max"
+    MIN = "min"
+    POW = "pow"
+    # comparisons (bool result)
+    EQ = "eq"
+    NE = "ne"
+    LT = "lt"
+    LE = "le"
+    GT = "gt"
+    GE = "ge"
+    # logical
+    NOT = "not"
+    AND = "and"
+    OR = "or"
+    # select and cast
+    SELECT = "select"
+    CAST = "cast"
+    # reductions over axes (attrs: axes, keepdims)
+    REDUCE_SUM = "reduce_sum"
+    REDUCE_MAX = "reduce_max"
+    REDUCE_MEAN = "reduce_mean"
+    # contraction (attr: spec, e.g. "ij,jk->ik")
+    EINSUM = "einsum"
+    # movement
+    RESHAPE = "reshape"  # attr: shape
+    TRANSPOSE = "transpose"  # attr: perm
+    BROADCAST = "broadcast"  # attr: shape (numpy broadcast_to)
+    SLICE = "slice"  # attrs: starts, stops, steps
+    CONCAT = "concat"  # attr: axis
+    # indexing (numpy take / add.at semantics along attr axis)
+    GATHER = "gather"  # (x, indices) -> take(x, indices, axis)
+    SCATTER_ADD = "scatter_add"  # (x, indices, updates) -> x with updates added at indices
+    # rowwise activations (attr: axis)
+    SOFTMAX = "softmax"
+    LOG_SOFTMAX = "log_softmax"
+    # losses
+    CROSS_ENTROPY = "cross_entropy"  # (logits[..., C], labels[...] int) -> mean NLL, scalar
+
+    @property
+    def kind(self) -> OpKind:
+        return _KIND[self]
+
+    @property
+    def arity(self) -> int | None:
+        return _ARITY.get(self.kind, _ARITY_BY_OP.get(self))
+
+    @property
+    def is_elementwise(self) -> bool:
+        return self.kind in ELEMENTWISE_KINDS
+
+    @classmethod
+    def parse(cls, text: str) -> Op:
+        try:
+            return cls(text)
+        except ValueError:
+            valid = ", ".join(o.value for o in cls)
+            raise ValueError(f"unknown op {text!r}; valid ops: {valid}") from None
+
+
+_GROUPS: dict[OpKind, tuple[Op, ...]] = {
+    OpKind.SOURCE: (Op.PARAM, Op.CONSTANT),
+    OpKind.UNARY: (
+        Op.NEG, Op.ABS, Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.SIN, Op.COS, Op.RECIPROCAL,
+        Op.FLOOR, Op.CEIL, Op.RELU, Op.GELU, Op.SIGMOID, Op.TANH,
+    ),
+    OpKind.BINARY: (Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.MAX, Op.MIN, Op.POW),
+    OpKind.COMPARE: (Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE),
+    OpKind.LOGICAL: (Op.NOT, Op.AND, Op.OR),
+    OpKind.SELECT: (Op.SELECT,),
+    OpKind.CAST: (Op.CAST,),
+    OpKind.REDUCE: (Op.REDUCE_SUM, Op.REDUCE_MAX, Op.REDUCE_MEAN),
+    OpKind.EINSUM: (Op.EINSUM,),
+    OpKind.MOVEMENT: (Op.RESHAPE, Op.TRANSPOSE, Op.BROADCAST, Op.SLICE, Op.CONCAT),
+    OpKind.INDEXING: (Op.GATHER, Op.SCATTER_ADD),
+    OpKind.ROWWISE: (Op.SOFTMAX, Op.LOG_SOFTMAX),
+    OpKind.LOSS: (Op.CROSS_ENTROPY,),
+}
+_KIND = {op: kind for kind, ops in _GROUPS.items() for op in ops}
+_ARITY = {
+    OpKind.UNARY: 1, OpKind.BINARY: 2, OpKind.COMPARE: 2, OpKind.SELECT: 3, OpKind.CAST: 1,
+    OpKind.REDUCE: 1, OpKind.ROWWISE: 1, OpKind.LOSS: 2,
+}
+_ARITY_BY_OP = {
+    Op.PARAM: 0, Op.CONSTANT: 0, Op.NOT: 1, Op.AND: 2, Op.OR: 2,
+    Op.EINSUM: None, Op.CONCAT: None,
+    Op.RESHAPE: 1, Op.TRANSPOSE: 1, Op.BROADCAST: 1, Op.SLICE: 1,
+    Op.GATHER: 2, Op.SCATTER_ADD: 3,
+}
+
+# The attributes each op carries, with their Python types (checked when a node is made).
+ATTRS: dict[Op, dict[str, type]] = {
+    Op.PARAM: {"index": int},
+    Op.CONSTANT: {"value": bytes},
+    Op.CAST: {"dtype": DType},
+    Op.REDUCE_SUM: {"axes": tuple, "keepdims": bool},
+    Op.REDUCE_MAX: {"axes": tuple, "keepdims": bool},
+    Op.REDUCE_MEAN: {"axes": tuple, "keepdims": bool},
+    Op.EINSUM: {"spec": str},
+    Op.RESHAPE: {"shape": tuple},
+    Op.TRANSPOSE: {"perm": tuple},
+    Op.BROADCAST: {"shape": tuple},
+    Op.SLICE: {"starts": tuple, "stops": tuple, "steps": tuple},
+    Op.CONCAT: {"axis": int},
+    Op.GATHER: {"axis": int},
+    Op.SCATTER_ADD: {"axis": int},
+    Op.SOFTMAX: {"axis": int},
+    Op.LOG_SOFTMAX: {"axis": int},
+}
+
+assert set(_KIND) == set(Op), "every op belongs to exactly one group"

@@ -1,0 +1,207 @@
+"""Preparing programs: ``prepare`` runs the pipeline; a :class:`PreparedJob` answers questions
+about the result (records, stamps, kernels, sources) and runs it through OpenCL."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from accy.backends.opencl.render import render
+from accy.errors import KernelLookupError, WorkItemLookupError
+from accy.ir.node import Node
+from accy.ir.ops import Op
+from accy.ir.program import Function, Program, Stage
+from accy.kernel_ir import Kernel
+from accy.passes.manager import Instrument, PassManager, StageRecord
+from accy.passes.spec import Pipeline, parse_pipeline
+from accy.plans import LaunchGeometry, ScheduleKind
+from accy.product import Product
+from accy.target import KernelStatus, TargetProfile
+
+
+@dataclass(frozen=True)
+class KernelSummary:
+    """What a prepared kernel is: entry, arguments, body fingerprint, schedule, launch."""
+
+    index: int
+    entry: str
+    argument_count: int
+    body_fingerprint: str
+    schedule_kind: ScheduleKind
+    geometry: LaunchGeometry
+    work_item: int
+    function: str
+    ops: tuple[str, ...]
+    status: KernelStatus | None  # None until backend-legalization ran
+
+
+class PreparedJob:
+    """The products of every stage run so far, their records, and the kernels."""
+
+    def __init__(self, products: dict[Stage, Product], records: tuple[StageRecord, ...],
+                 pipeline: Pipeline) -> None:
+        self.products = dict(products)
+        self.records = records
+        self.pipeline = pipeline
+        self._sources: dict[int, str] = {}
+
+    @property
+    def product(self) -> Product:
+        return self.products[self.stage]
+
+    @property
+    def stage(self) -> Stage:
+        return max(self.products, key=lambda s: s.index)
+
+    @property
+    def program(self) -> Program:
+        return self.product.program
+
+    @property
+    def target(self) -> TargetProfile | None:
+        return self.product.target
+
+    def record(self, stage: Stage | str) -> StageRecord:
+        stage = Stage.parse(stage) if isinstance(stage, str) else stage
+        for r in self.records:
+            if r.stage is stage:
+                return r
+        raise KeyError(f"no record for stage {stage.value}; recorded: "
+                       f"{[r.stage.value for r in self.records]}")
+
+    def stamps(self) -> dict[str, str]:
+        """Product name -> fingerprint for every stage product held."""
+        return {s.value: p.fingerprint() for s, p in sorted(self.products.items(),
+                                                             key=lambda kv: kv[0].index)}
+
+    # kernels -----------------------------------------------------------------------------
+    @property
+    def kernels(self) -> tuple[Kernel, ...]:
+        return self.product.require("kernels", "this question", "the kernel stage")
+
+    @property
+    def kernel_count(self) -> int:
+        return len(self.kernels)
+
+    def _kernel(self, index: int) -> Kernel:
+        if not isinstance(index, int) or not 0 <= index < self.kernel_count:
+            raise KernelLookupError(f"no kernel {index!r}; this job has {self.kernel_count} "
+                                    f"kernels (0..{self.kernel_count - 1})")
+        return self.kernels[index]
+
+    def _index_for_work(self, work_item: int) -> int:
+        for i, k in enumerate(self.kernels):
+            if k.work_item == work_item:
+                return i
+        raise WorkItemLookupError(f"no kernel implements work item {work_item!r}; work items: "
+                                  f"{[k.work_item for k in self.kernels]}")
+
+    def kernel_summary(self, index: int) -> KernelSummary:
+        k = self._kernel(index)
+        item = self.product.schedule.item(k.work_item)
+        legality = self.product.legality
+        return KernelSummary(
+            index=index, entry=k.entry, argument_count=k.argument_count,
+            body_fingerprint=k.body_fingerprint(), schedule_kind=k.schedule_kind,
+            geometry=k.geometry, work_item=k.work_item,
+            function=self.program.functions[item.function].name,
+            ops=tuple(op.value for op in k.ops),
+            status=legality.kernels[index].status if legality else None,
+        )
+
+    def kernel_summaries(self) -> tuple[KernelSummary, ...]:
+        return tuple(self.kernel_summary(i) for i in range(self.kernel_count))
+
+    def summary_for_work(self, work_item: int) -> KernelSummary:
+        return self.kernel_summary(self._index_for_work(work_item))
+
+    def kernel_source(self, index: int) -> str:
+        """The OpenCL C source of kernel ``index``."""
+        k = self._kernel(index)
+        if index not in self._sources:
+            self._sources[index] = render(k)
+        return self._sources[index]
+
+    def source_for_work(self, work_item: int) -> str:
+        return self.kernel_source(self._index_for_work(work_item))
+
+    def kernel_program(self, index: int) -> Program:
+        """The tensor ops of kernel ``index`` as a program of their own (inputs as params)."""
+        k = self._kernel(index)
+        item = self.product.schedule.item(k.work_item)
+        group = self.product.fusion.groups[item.group]
+        memo: dict[Node, Node] = {}
+        params = []
+        for n in group.inputs:
+            if n.op is Op.CONSTANT:
+                memo[n] = n
+            else:
+                memo[n] = Node(Op.PARAM, n.type, (), {"index": len(params)})
+                params.append(memo[n])
+        for n in group.nodes:
+            memo[n] = Node(n.op, n.type, tuple(memo[s] for s in n.srcs), dict(n.attrs))
+        fn = Function(k.entry, tuple(params), tuple(f"in{i}" for i in range(len(params))),
+                      tuple(memo[n] for n in group.outputs))
+        return Program((fn,))
+
+    def program_for_work(self, work_item: int) -> Program:
+        return self.kernel_program(self._index_for_work(work_item))
+
+    # running -----------------------------------------------------------------------------
+    def executable(self, function: str | None = None, device=None):
+        """An :class:`~accy.backends.opencl.executable.Executable` for one function."""
+        from accy.backends.opencl.executable import Executable
+
+        return Executable(self, function, device)
+
+    def run(self, *inputs: np.ndarray, function: str | None = None, device=None
+            ) -> tuple[np.ndarray, ...]:
+        """Run one function on ``device`` (default: ``ACCY_DEVICE`` or PoCL) with numpy inputs."""
+        return self.executable(function, device)(*inputs)
+
+
+def prepare(
+    source: Program | PreparedJob,
+    pipeline: str | Pipeline = "accy-default",
+    *,
+    target: TargetProfile | None = None,
+    device: str | None = None,
+    until: Stage | str = Stage.target,
+    verify_each: bool = True,
+    instruments: Sequence[Instrument] = (),
+) -> PreparedJob:
+    """Run ``pipeline`` over a program, stage by stage, up to ``until``.
+
+    ``source`` may be a :class:`PreparedJob` stopped at an earlier stage: preparation continues
+    from its last product and keeps its records. The target profile is ``target``, else the
+    profile of ``device`` (an OpenCL device selector, see :func:`accy.select_device`), else a
+    generic OpenCL profile.
+
+    >>> job = prepare(program)                  # doctest: +SKIP
+    >>> job.kernel_count, job.kernel_source(0)  # doctest: +SKIP
+    """
+    until = Stage.parse(until) if isinstance(until, str) else until
+    pipe = parse_pipeline(pipeline) if isinstance(pipeline, str) else pipeline
+    if target is None and device is not None:
+        from accy.backends.opencl.runtime import select_device
+
+        target = TargetProfile.from_device(select_device(device).info)
+    if isinstance(source, PreparedJob):
+        products, records, start = dict(source.products), source.records, source.product
+        if target is not None and start.target != target:
+            start = start.replace(target=target)
+        remaining = Pipeline(tuple(p for p in pipe.passes if p.stage.index > start.stage.index))
+    elif isinstance(source, Program):
+        start = Product(Stage.semantic, source, target=target or TargetProfile())
+        start.verify()
+        products, records, remaining = {Stage.semantic: start}, (), pipe
+    else:
+        raise TypeError(f"prepare takes a Program or a PreparedJob, not {type(source).__name__}")
+    manager = PassManager(remaining, verify_each=verify_each, instruments=instruments)
+    new_records = []
+    for product, record in manager.run_stages(start, until):
+        products[product.stage] = product
+        new_records.append(record)
+    return PreparedJob(products, tuple(records) + tuple(new_records), pipe)

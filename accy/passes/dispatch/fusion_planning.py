@@ -1,0 +1,126 @@
+"""fusion-planning: group elementwise chains into kernels, recording why each group ends."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from accy.ir.node import Node
+from accy.ir.ops import Op, OpKind
+from accy.ir.program import Stage
+from accy.passes.analysis import analysis
+from accy.passes.base import Pass, option
+from accy.passes.registry import register
+from accy.plans import FusionGroup, FusionPlan, ScheduleKind
+from accy.product import Product
+
+KIND_OF = {
+    OpKind.REDUCE: ScheduleKind.reduction, OpKind.EINSUM: ScheduleKind.contraction,
+    OpKind.INDEXING: ScheduleKind.indexed, OpKind.ROWWISE: ScheduleKind.rowwise,
+    OpKind.LOSS: ScheduleKind.rowwise, OpKind.MOVEMENT: ScheduleKind.movement,
+}
+
+
+@dataclass(frozen=True)
+class Uses:
+    users: dict[Node, list[Node]]  # users within the function
+    results: set[Node]
+
+
+@analysis("uses")
+def uses(product: Product) -> tuple[Uses, ...]:
+    """Per function: the users of every node and the set of result nodes."""
+    out = []
+    for fn in product.program.functions:
+        users: dict[Node, list[Node]] = {n: [] for n in fn.nodes()}
+        for n in users:
+            for s in n.srcs:
+                if n not in users[s]:
+                    users[s].append(n)
+        out.append(Uses(users, set(fn.results)))
+    return tuple(out)
+
+
+@register
+@dataclass(frozen=True)
+class FusionPlanning(Pass):
+    """Fuse elementwise producers into their consumers; one group per kernel."""
+
+    name = "fusion-planning"
+    stage = Stage.dispatch
+    preserves = frozenset({"uses"})
+
+    policy: Literal["single-output", "multi-output"] = option(
+        "single-output",
+        "single-output: a value used twice or returned is written by its own kernel (the "
+        "seed's policy); multi-output: it may be written by the kernel of its consumers",
+    )
+
+    def run(self, ctx, product):
+        groups: list[FusionGroup] = []
+        for fi, fn in enumerate(product.program.functions):
+            groups.extend(self._plan(fi, fn.nodes(), ctx.analysis("uses", product)[fi]))
+        ctx.stat("groups", len(groups))
+        return product.replace(fusion=FusionPlan(self.policy, tuple(groups)))
+
+    def _plan(self, fi: int, nodes: list[Node], u: Uses) -> list[FusionGroup]:
+        group_of: dict[Node, int] = {}
+        members: list[list[Node]] = []
+        outputs: list[list[Node]] = []
+        reasons: list[str] = []
+        for node in reversed(nodes):
+            if not node.srcs:
+                continue
+            target, why = self._join(node, u, group_of, outputs)
+            if target is None:
+                group_of[node] = len(members)
+                members.append([node])
+                outputs.append([node])
+                reasons.append(why)
+            else:
+                group_of[node] = target
+                members[target].append(node)
+                if node in u.results:
+                    outputs[target].append(node)
+        groups = []
+        for g, nodes_rev in enumerate(members):
+            inside = set(nodes_rev)
+            ordered = [n for n in nodes if n in inside]
+            inputs = []
+            for n in ordered:
+                for s in n.srcs:
+                    if s not in inside and s not in inputs:
+                        inputs.append(s)
+            root = outputs[g][0]
+            kind = ScheduleKind.flat if root.op.is_elementwise else KIND_OF[root.op.kind]
+            groups.append(FusionGroup(fi, tuple(ordered), tuple(reversed(outputs[g])),
+                                      tuple(inputs), kind, reasons[g]))
+        groups.reverse()  # producers first
+        return [g for g in groups]
+
+    def _join(self, node: Node, u: Uses, group_of: dict[Node, int],
+              outputs: list[list[Node]]) -> tuple[int | None, str]:
+        """The group ``node`` joins, or None and the reason it starts its own."""
+        users = u.users[node]
+        if not node.op.is_elementwise:
+            return None, f"{node.op.value} is not elementwise"
+        if not users:
+            return None, "function result"
+        if any(not x.op.is_elementwise for x in users):
+            return None, "consumed by a non-elementwise op"
+        targets = {group_of[x] for x in users}
+        if len(targets) > 1:
+            return None, "consumed by several kernels"
+        (target,) = targets
+        domain = outputs[target][0].type.shape
+        if self.policy == "single-output":
+            if node in u.results:
+                return None, "function result (single-output policy)"
+            return target, ""
+        if node.type.shape != domain and (node in u.results or len(users) > 1):
+            return None, "shape differs from its consumers' domain"
+        return target, ""
+
+
+def op_name(node: Node) -> str:
+    return node.op.value if node.op is not Op.CAST else f"cast_{node.attr('dtype').value}"

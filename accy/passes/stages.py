@@ -1,0 +1,7 @@
+"""Importing this module registers every built-in pass (one module per pass)."""
+
+from accy.passes.contract import constant_fold  # noqa: F401
+from accy.passes.dispatch import fusion_planning, schedule_planning  # noqa: F401
+from accy.passes.kernel import kernel_outlining_planning, kernelization  # noqa: F401
+from accy.passes.memory import bufferization_planning, layout_planning  # noqa: F401
+from accy.passes.target import backend_legalization  # noqa: F401

@@ -1,0 +1,69 @@
+"""backend-legalization: check every kernel against the target profile before any launch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from accy.backends.opencl.render import supported
+from accy.ir.program import Stage
+from accy.kernel_ir import Compute, Kernel
+from accy.passes.analysis import analysis
+from accy.passes.base import Pass
+from accy.passes.registry import register
+from accy.plans import KernelLegality, LegalityReport
+from accy.product import Product
+from accy.target import OPENCL_C, KernelStatus, TargetProfile
+
+
+@analysis("kernel-requirements")
+def kernel_requirements(product: Product) -> tuple[tuple[frozenset, tuple, int], ...]:
+    """Per kernel: the dtypes it touches, its (op, dtype) pairs, its work-group size."""
+    return tuple(
+        (k.dtypes, tuple((s.op, s.operand_dtype) for s in k.body if isinstance(s, Compute)),
+         k.geometry.local_size[0])
+        for k in product.kernels
+    )
+
+
+def check(kernel: Kernel, reqs: tuple, target: TargetProfile) -> KernelLegality:
+    dtypes, ops, local = reqs
+    if target.backend != "opencl" or OPENCL_C not in target.artifact_formats:
+        return KernelLegality(0, KernelStatus.unsupported_artifact,
+                              f"target {target.backend} takes none of the formats accy emits "
+                              f"({OPENCL_C})")
+    missing = sorted(d.value for d in dtypes - target.dtypes)
+    if missing:
+        return KernelLegality(0, KernelStatus.unsupported_dtype,
+                              f"{kernel.entry} uses {', '.join(missing)}, which "
+                              f"{target.device} lacks")
+    bad = sorted({f"{op.value}:{dt.value}" for op, dt in ops if not supported(op, dt)})
+    if bad:
+        return KernelLegality(0, KernelStatus.unsupported_op,
+                              f"{kernel.entry}: no OpenCL form for {', '.join(bad)}")
+    if local > target.max_work_group_size:
+        return KernelLegality(0, KernelStatus.exceeds_limits,
+                              f"{kernel.entry}: work-group of {local} exceeds the target's "
+                              f"{target.max_work_group_size}")
+    return KernelLegality(0, KernelStatus.legal, "")
+
+
+@register
+@dataclass(frozen=True)
+class BackendLegalization(Pass):
+    """Mark each kernel legal, or why not (dtype, op, artifact, limits), for the target profile."""
+
+    name = "backend-legalization"
+    stage = Stage.target
+    preserves = frozenset({"uses", "liveness", "slot-map", "kernel-requirements"})
+
+    def run(self, ctx, product):
+        kernels = product.require("kernels", self.name, "kernelization")
+        target = product.target or TargetProfile()
+        reqs = ctx.analysis("kernel-requirements", product)
+        verdicts = []
+        for i, (k, r) in enumerate(zip(kernels, reqs, strict=True)):
+            v = check(k, r, target)
+            verdicts.append(KernelLegality(i, v.status, v.detail))
+        report = LegalityReport(target.fingerprint(), tuple(verdicts))
+        ctx.stat("illegal", sum(v.status is not KernelStatus.legal for v in verdicts))
+        return product.replace(target=target, legality=report)

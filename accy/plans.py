@@ -1,0 +1,196 @@
+"""The plans later stages attach to a product: immutable, pointing back at program nodes.
+
+dispatch: :class:`FusionPlan`, :class:`SchedulePlan`; memory: :class:`BufferPlan`,
+:class:`LayoutPlan`; kernel: :class:`OutlinePlan` and the kernels (:mod:`accy.kernel_ir`);
+target: :class:`LegalityReport`. Fingerprints use node digests and indices, never names.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from enum import Enum
+
+from accy.ir.node import Node
+from accy.ir.ops import Op
+from accy.target import KernelStatus
+
+
+def digest_of(*parts: object) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    for p in parts:
+        h.update(p.digest if isinstance(p, Node) else repr(p).encode())
+        h.update(b"|")
+    return h.hexdigest()
+
+
+def is_inlined(node: Node) -> bool:
+    """Single-element constants are written into kernel source, not passed in a buffer."""
+    return node.op is Op.CONSTANT and node.type.size == 1
+
+
+class ScheduleKind(Enum):
+    flat = "flat"  # one work-item per output element, elementwise
+    reduction = "reduction"
+    contraction = "contraction"
+    indexed = "indexed"
+    rowwise = "rowwise"
+    movement = "movement"
+
+
+@dataclass(frozen=True)
+class FusionGroup:
+    """Nodes computed together in one kernel; ``outputs`` are the ones written to memory."""
+
+    function: int
+    nodes: tuple[Node, ...]  # operands before users
+    outputs: tuple[Node, ...]
+    inputs: tuple[Node, ...]  # values read from memory: params, constants, other groups' outputs
+    kind: ScheduleKind
+    boundary: str  # why the group ends at its outputs
+
+    @property
+    def domain(self) -> tuple[int, ...]:
+        return self.outputs[0].type.shape
+
+    def fingerprint(self) -> str:
+        return digest_of(self.function, *self.nodes, "out", *self.outputs, "in", *self.inputs,
+                         self.kind.value)
+
+
+@dataclass(frozen=True)
+class FusionPlan:
+    policy: str
+    groups: tuple[FusionGroup, ...]
+
+    def fingerprint(self) -> str:
+        return digest_of(self.policy, *(g.fingerprint() for g in self.groups))
+
+
+@dataclass(frozen=True)
+class WorkItem:
+    """One unit of scheduled work: a fusion group over its iteration domain."""
+
+    id: int
+    function: int
+    group: int
+    kind: ScheduleKind
+    domain: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class SchedulePlan:
+    items: tuple[WorkItem, ...]  # in execution order
+
+    def fingerprint(self) -> str:
+        return digest_of(*(vars(i) for i in self.items))
+
+    def item(self, work_item: int) -> WorkItem:
+        for it in self.items:
+            if it.id == work_item:
+                return it
+        raise KeyError(work_item)
+
+
+class SlotRole(Enum):
+    input = "input"
+    constant = "constant"
+    output = "output"
+    intermediate = "intermediate"
+
+
+@dataclass(frozen=True)
+class BufferSlot:
+    id: int
+    function: int
+    role: SlotRole
+    nbytes: int
+    values: tuple[Node, ...]  # every value that lives in this slot over time
+
+
+@dataclass(frozen=True)
+class BufferPlan:
+    """Buffer slots per function; intermediates share slots when their lifetimes do not overlap."""
+
+    slots: tuple[BufferSlot, ...]
+    peak_bytes: int
+    bytes_moved: int  # bytes read plus written by every work item
+
+    def slot_of(self, function: int, node: Node) -> BufferSlot:
+        for s in self.slots:
+            if s.function == function and any(v is node for v in s.values):
+                return s
+        raise KeyError(f"no buffer slot holds {node!r}")
+
+    def fingerprint(self) -> str:
+        return digest_of(*((s.id, s.function, s.role.value, s.nbytes, *s.values)
+                           for s in self.slots))
+
+    def __len__(self) -> int:
+        return len(self.slots)
+
+
+@dataclass(frozen=True)
+class SlotLayout:
+    slot: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]  # in elements, row-major
+    alignment: int  # bytes
+
+
+@dataclass(frozen=True)
+class LayoutPlan:
+    layouts: tuple[SlotLayout, ...]
+
+    def fingerprint(self) -> str:
+        return digest_of(*self.layouts)
+
+
+@dataclass(frozen=True)
+class LaunchGeometry:
+    global_size: tuple[int, ...]
+    local_size: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class KernelOutline:
+    """Where a work item becomes a kernel: its entry name, arguments (slots) and launch."""
+
+    work_item: int
+    entry: str
+    input_slots: tuple[int, ...]
+    output_slots: tuple[int, ...]
+    geometry: LaunchGeometry
+
+
+@dataclass(frozen=True)
+class OutlinePlan:
+    outlines: tuple[KernelOutline, ...]
+
+    def fingerprint(self) -> str:
+        return digest_of(*self.outlines)
+
+
+@dataclass(frozen=True)
+class KernelLegality:
+    kernel: int
+    status: KernelStatus
+    detail: str
+
+
+@dataclass(frozen=True)
+class LegalityReport:
+    """Per-kernel legality against the product's target profile."""
+
+    target_fingerprint: str
+    kernels: tuple[KernelLegality, ...]
+
+    @property
+    def is_legal(self) -> bool:
+        return all(k.status is KernelStatus.legal for k in self.kernels)
+
+    def first_illegal(self) -> KernelLegality | None:
+        return next((k for k in self.kernels if k.status is not KernelStatus.legal), None)
+
+    def fingerprint(self) -> str:
+        return digest_of(self.target_fingerprint, *self.kernels)

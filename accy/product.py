@@ -1,0 +1,94 @@
+"""Products: what each stage hands to the next — the program plus the plans attached so far."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from accy.errors import VerifyError
+from accy.ir.program import Program, Stage
+from accy.ir.verify import verify
+from accy.kernel_ir import Kernel
+from accy.plans import (
+    BufferPlan,
+    FusionPlan,
+    LayoutPlan,
+    LegalityReport,
+    OutlinePlan,
+    SchedulePlan,
+)
+from accy.target import TargetProfile
+
+PLAN_FIELDS = ("fusion", "schedule", "buffers", "layout", "outline", "kernels", "target",
+               "legality")
+
+
+@dataclass(frozen=True)
+class Product:
+    """The program at ``stage`` with every plan attached by the passes so far."""
+
+    stage: Stage
+    program: Program
+    fusion: FusionPlan | None = None
+    schedule: SchedulePlan | None = None
+    buffers: BufferPlan | None = None
+    layout: LayoutPlan | None = None
+    outline: OutlinePlan | None = None
+    kernels: tuple[Kernel, ...] | None = None
+    target: TargetProfile | None = None
+    legality: LegalityReport | None = None
+
+    def fingerprint(self) -> str:
+        """Hash of the program and every attached plan; names play no part."""
+        h = hashlib.blake2b(digest_size=16)
+        h.update(self.program.fingerprint().encode())
+        for name in PLAN_FIELDS:
+            plan = getattr(self, name)
+            if plan is None:
+                continue
+            h.update(name.encode())
+            if name == "kernels":
+                for k in plan:
+                    h.update(k.fingerprint().encode())
+            else:
+                h.update(plan.fingerprint().encode())
+        return h.hexdigest()
+
+    def stamp(self) -> tuple[str, str]:
+        """(product name, fingerprint), as recorded per stage."""
+        return self.stage.value, self.fingerprint()
+
+    def replace(self, **changes: Any) -> Product:
+        return dataclasses.replace(self, **changes)
+
+    def require(self, plan: str, needed_by: str, made_by: str) -> Any:
+        """The attached plan called ``plan``, or an error saying which pass makes it."""
+        value = getattr(self, plan)
+        if value is None:
+            raise VerifyError(f"{needed_by} needs the {plan} plan; run {made_by} before it")
+        return value
+
+    def verify(self) -> None:
+        """Check the program for the product's stage and that the plans fit together."""
+        verify(self.program, self.stage)
+        _verify_plans(self)
+
+
+def _verify_plans(p: Product) -> None:
+    if p.fusion is not None:
+        for fi, fn in enumerate(p.program.functions):
+            computed = [n for g in p.fusion.groups if g.function == fi for n in g.nodes]
+            needed = [n for n in fn.nodes() if n.srcs]
+            if {id(n) for n in computed} != {id(n) for n in needed}:
+                raise VerifyError(f"fusion plan of function {fn.name} does not cover its ops")
+    if p.schedule is not None and p.fusion is not None:
+        if sorted(i.group for i in p.schedule.items) != list(range(len(p.fusion.groups))):
+            raise VerifyError("schedule does not order every fusion group exactly once")
+    if p.kernels is not None and p.schedule is not None:
+        if len(p.kernels) != len(p.schedule.items):
+            raise VerifyError(f"{len(p.kernels)} kernels for {len(p.schedule.items)} work items")
+    if p.legality is not None and p.kernels is not None:
+        if len(p.legality.kernels) != len(p.kernels):
+            raise VerifyError("legality report does not cover every kernel")
