@@ -16,7 +16,18 @@ Op functions beyond operators and methods live in :mod:`accy.builder` (einsum, s
 gather, ...); the IR in :mod:`accy.ir`; passes in :mod:`accy.passes`.
 """
 
-from accy.builder import Builder, f16, f32, f64, function, i32, i64, maximum, minimum
+from accy.builder import (
+    Builder,
+    bool_,
+    f16,
+    f32,
+    f64,
+    function,
+    i32,
+    i64,
+    maximum,
+    minimum,
+)
 from accy.errors import AccyError
 from accy.ir.interpret import interpret
 from accy.ir.parser import parse_program
@@ -31,7 +42,7 @@ from accy.target import TargetProfile
 __version__ = "0.1.0"
 
 __all__ = [
-    "AccyError", "Builder", "DType", "PreparedJob", "Program", "Stage", "TargetProfile",
+    "AccyError", "Builder", "bool_", "DType", "PreparedJob", "Program", "Stage", "TargetProfile",
     "TensorType", "f16", "f32", "f64", "function", "i32", "i64", "interpret", "maximum",
     "minimum", "parse_pipeline", "parse_program", "prepare", "print_program", "verify",
 ]

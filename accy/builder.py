@@ -176,19 +176,37 @@ class FunctionBuilder:
         """A constant; Python floats default to f32, other values keep numpy's dtype."""
         arr = np.asarray(value)
         if dtype is None:
-            plain_float = arr.dtype == np.float64 and not isinstance(value, np.ndarray)
+            plain_float = type(value) is float
             dtype = DType.f32 if plain_float else DType.from_numpy(arr.dtype)
         arr = np.array(arr, dtype=dtype.numpy, order="C")
         return Value(self, Node(Op.CONSTANT, TensorType(arr.shape, dtype), (),
                                 {"value": arr.tobytes()}))
 
     def lift(self, x: Any, like: Value) -> Value:
-        """``x`` as a Value: Values pass through, scalars become constants of like's dtype."""
+        """``x`` as a Value: Values pass through, scalars become constants of like's dtype.
+
+        A scalar that like's dtype cannot hold exactly in kind (0.5 into i32, 2**40 into i32)
+        and arrays of another dtype are errors: cast explicitly instead.
+        """
         if isinstance(x, Value):
             if x.fb is not self:
                 raise ValueError("a Value from another function was used")
             return x
-        return self.constant(x, like.dtype)
+        arr = np.asarray(x)
+        dtype = like.dtype
+        if isinstance(x, np.ndarray) and arr.dtype != dtype.numpy:
+            raise ShapeError(f"operand array of dtype {arr.dtype} next to a {like.type} value; "
+                             f"convert it to {dtype.numpy} first")
+        if arr.dtype.kind in "iub" and not dtype.is_float:
+            info = np.iinfo(dtype.numpy) if dtype.is_int else None
+            if info is not None and not (info.min <= arr.min(initial=0) and
+                                         arr.max(initial=0) <= info.max):
+                raise ShapeError(f"constant {x!r} does not fit {dtype.value}")
+        elif arr.dtype.kind == "f" and not dtype.is_float:
+            if not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
+                raise ShapeError(f"constant {x!r} is not a whole number; it cannot be lifted to "
+                                 f"{dtype.value} (cast the tensor to a float dtype first)")
+        return self.constant(x, dtype)
 
     def op(self, op: Op, *srcs: Value, **attrs: Any) -> Value:
         """Build ``op`` over ``srcs``; raises ShapeError naming the op and operand types."""
@@ -285,6 +303,9 @@ def minimum(a, b) -> Value:
 
 def select(cond: Value, a, b) -> Value:
     fb = _fb(cond)
+    if not isinstance(a, Value) and not isinstance(b, Value):
+        raise TypeError("select: at least one branch must be a Value (give constants a dtype "
+                        "with FunctionBuilder.constant)")
     like = a if isinstance(a, Value) else b
     return fb.op(Op.SELECT, cond, fb.lift(a, like), fb.lift(b, like))
 
@@ -319,7 +340,7 @@ def _example_type(x: Any) -> TensorType:
 def trace(fn: Callable[..., Any], *examples: Any, name: str | None = None) -> Program:
     """Trace ``fn`` into a one-function program; parameter types come from ``examples`` (arrays
     or TensorTypes) or, with none given, from the parameters' annotations."""
-    sig = inspect.signature(fn)
+    sig = inspect.signature(fn, eval_str=True)
     names = list(sig.parameters)
     if examples:
         if len(examples) != len(names):

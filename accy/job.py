@@ -86,10 +86,11 @@ class PreparedJob:
         return len(self.kernels)
 
     def _kernel(self, index: int) -> Kernel:
-        if not isinstance(index, int) or not 0 <= index < self.kernel_count:
+        if (isinstance(index, bool) or not isinstance(index, int | np.integer)
+                or not 0 <= index < self.kernel_count):
             raise KernelLookupError(f"no kernel {index!r}; this job has {self.kernel_count} "
                                     f"kernels (0..{self.kernel_count - 1})")
-        return self.kernels[index]
+        return self.kernels[int(index)]
 
     def _index_for_work(self, work_item: int) -> int:
         for i, k in enumerate(self.kernels):
@@ -100,6 +101,7 @@ class PreparedJob:
 
     def kernel_summary(self, index: int) -> KernelSummary:
         k = self._kernel(index)
+        index = int(index)
         item = self.product.schedule.item(k.work_item)
         legality = self.product.legality
         return KernelSummary(
@@ -120,6 +122,7 @@ class PreparedJob:
     def kernel_source(self, index: int) -> str:
         """The OpenCL C source of kernel ``index``."""
         k = self._kernel(index)
+        index = int(index)
         if index not in self._sources:
             self._sources[index] = render(k)
         return self._sources[index]

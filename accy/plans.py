@@ -113,7 +113,7 @@ class BufferPlan:
     """Buffer slots per function; intermediates share slots when their lifetimes do not overlap."""
 
     slots: tuple[BufferSlot, ...]
-    peak_bytes: int
+    peak_bytes: int  # bytes of all slots: what running the plan allocates at once
     bytes_moved: int  # bytes read plus written by every work item
 
     def slot_of(self, function: int, node: Node) -> BufferSlot:

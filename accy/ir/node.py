@@ -107,14 +107,19 @@ class Node:
     def digest(self) -> bytes:
         """A stable 16-byte hash of this node's structure (names play no part)."""
         if self._digest is None:
-            h = hashlib.blake2b(digest_size=16)
-            h.update(f"{self.op.value}:{self.type}".encode())
-            for k, v in self.attrs:
-                h.update(f"|{k}={attr_text(v)}".encode())
-            for s in self.srcs:
-                h.update(s.digest)
-            object.__setattr__(self, "_digest", h.digest())
+            for node in topological((self,)):  # operands first, so no deep recursion
+                if node._digest is None:
+                    object.__setattr__(node, "_digest", node._hash())
         return self._digest
+
+    def _hash(self) -> bytes:
+        h = hashlib.blake2b(digest_size=16)
+        h.update(f"{self.op.value}:{self.type}".encode())
+        for k, v in self.attrs:
+            h.update(f"|{k}={attr_text(v)}".encode())
+        for s in self.srcs:
+            h.update(s._digest)
+        return h.digest()
 
     def __repr__(self) -> str:
         attrs = "".join(f" {k}={attr_text(v)}" for k, v in self.attrs if k != "value")
@@ -134,6 +139,8 @@ def _check_attrs(op: Op, attrs: tuple[tuple[str, AttrValue], ...]) -> None:
         )
     for k, v in attrs:
         want = expected[k]
+        if want is tuple and any(isinstance(x, bool) or not isinstance(x, int) for x in v):
+            raise ValueError(f"{op.value} attribute {k}={v!r} must be a list of integers")
         if not isinstance(v, want) or (want is int and isinstance(v, bool)):
             raise ValueError(f"{op.value} attribute {k}={v!r} must be {want.__name__}")
 

@@ -51,6 +51,8 @@ class Function:
         if len(self.params) != len(self.param_names):
             raise ValueError(f"function {self.name}: {len(self.params)} params but "
                              f"{len(self.param_names)} names")
+        if len(set(self.param_names)) != len(self.param_names):
+            raise ValueError(f"function {self.name}: parameter names repeat: {self.param_names}")
         for i, p in enumerate(self.params):
             if p.op is not Op.PARAM or p.attr("index") != i:
                 raise ValueError(f"function {self.name}: parameter {i} is not param #{i}")

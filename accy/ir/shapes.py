@@ -37,9 +37,9 @@ def broadcast_shapes(op: Op, srcs: tuple[TensorType, ...]) -> tuple[int, ...]:
 
 
 def _axis(op: Op, srcs: tuple[TensorType, ...], axis: int, rank: int) -> int:
-    if not -rank <= axis < max(rank, 1):
+    if not -rank <= axis < rank:
         raise _fail(op, srcs, f"axis {axis} is out of range for rank {rank}")
-    return axis % rank if rank else 0
+    return axis % rank
 
 
 def parse_einsum(spec: str, ranks: list[int]) -> tuple[list[str], str]:
@@ -52,7 +52,7 @@ def parse_einsum(spec: str, ranks: list[int]) -> tuple[list[str], str]:
     if len(terms) != len(ranks):
         raise ValueError(f"spec has {len(terms)} operand terms for {len(ranks)} operands")
     for t in [*terms, out]:
-        bad = [c for c in t if not c.isalpha()]
+        bad = [c for c in t if not (c.isascii() and c.isalpha())]
         if bad:
             raise ValueError(f"term {t!r} has characters that are not letters: {bad}")
     for i, (t, r) in enumerate(zip(terms, ranks, strict=True)):
@@ -160,6 +160,8 @@ def _einsum(op, srcs, attrs):
 def _reshape(op, srcs, attrs):
     (x,) = srcs
     shape = list(attrs["shape"])
+    if any(d < -1 for d in shape):
+        raise _fail(op, srcs, f"shape {shape} has a negative dimension")
     if shape.count(-1) > 1:
         raise _fail(op, srcs, f"shape {shape} has more than one -1")
     if -1 in shape:
@@ -187,6 +189,8 @@ def _transpose(op, srcs, attrs):
 def _broadcast(op, srcs, attrs):
     (x,) = srcs
     shape = tuple(attrs["shape"])
+    if any(d < 0 for d in shape):
+        raise _fail(op, srcs, f"target shape {list(shape)} has a negative dimension")
     if len(shape) < x.rank:
         raise _fail(op, srcs, f"target shape {list(shape)} has lower rank than the operand")
     for d, s in zip(reversed(x.shape), reversed(shape), strict=False):

@@ -36,9 +36,11 @@ def format_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, tuple):
+        if len(value) == 1 and value[0] == "":
+            return '""'
         return ",".join(format_value(v) for v in value)
     text = repr(value) if isinstance(value, float) else str(value)
-    if text == "" or any(c in text for c in ' ,{}="'):
+    if text == "" or any(c.isspace() or c in ',{}="' for c in text):
         return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
     return text
 
@@ -79,23 +81,32 @@ class _Reader:
             raise self.error(f"expected {what}, found {found}")
         return self.text[start:self.pos], start
 
-    def value(self) -> tuple[str, int]:
+    def value(self) -> tuple[list[tuple[str, bool]], int]:
+        """Comma-separated items, each bare or double-quoted: [(text, was_quoted)]."""
         start = self.pos
-        if self.peek() == '"':
-            self.pos += 1
-            out = []
-            while self.pos < len(self.text) and self.text[self.pos] != '"':
-                if self.text[self.pos] == "\\" and self.pos + 1 < len(self.text):
-                    self.pos += 1
-                out.append(self.text[self.pos])
+        items = []
+        while True:
+            if self.peek() == '"':
+                at = self.pos
                 self.pos += 1
-            if self.peek() != '"':
-                raise self.error("unterminated quoted value", start)
+                out = []
+                while self.peek() and self.peek() != '"':
+                    if self.peek() == "\\" and self.pos + 1 < len(self.text):
+                        self.pos += 1
+                    out.append(self.peek())
+                    self.pos += 1
+                if self.peek() != '"':
+                    raise self.error("unterminated quoted value", at)
+                self.pos += 1
+                items.append(("".join(out), True))
+            else:
+                at = self.pos
+                while self.peek() and not self.peek().isspace() and self.peek() not in '{},"':
+                    self.pos += 1
+                items.append((self.text[at:self.pos], False))
+            if self.peek() != ",":
+                return items, start
             self.pos += 1
-            return "".join(out), start
-        while self.peek() and not self.peek().isspace() and self.peek() not in "{}":
-            self.pos += 1
-        return self.text[start:self.pos], start
 
 
 def parse_pipeline(text: str) -> Pipeline:
@@ -162,15 +173,18 @@ def _options(r: _Reader, cls: type[Pass]) -> dict[str, Any]:
             raise r.error(f"option {key} of {cls.name}: {e}", vat) from None
 
 
-def convert(info: OptionInfo, raw: str) -> Any:
-    """Turn option text into the option's Python value; ValueError says what was allowed."""
+def convert(info: OptionInfo, items: list[tuple[str, bool]]) -> Any:
+    """Turn option items into the option's Python value; ValueError says what was allowed."""
     if info.is_list:
-        items = [] if raw == "" else raw.split(",")
-        return tuple(_scalar(info, info.element_type, item) for item in items)
-    return _scalar(info, info.type, raw)
+        if items == [("", False)]:
+            return ()
+        return tuple(_scalar(info.element_type, text) for text, _ in items)
+    if len(items) > 1:
+        raise ValueError(f"expected one {info.type_text} value, got a list")
+    return _scalar(info.type, items[0][0])
 
 
-def _scalar(info: OptionInfo, t: Any, raw: str) -> Any:
+def _scalar(t: Any, raw: str) -> Any:
     if typing.get_origin(t) is typing.Literal:
         choices = typing.get_args(t)
         for c in choices:

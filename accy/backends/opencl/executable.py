@@ -29,20 +29,17 @@ class Executable:
         self.function = product.program.function(function)
         self.fi = product.program.functions.index(self.function)
         legality = product.require("legality", "running", "backend-legalization")
-        self.runtime = device if isinstance(device, Runtime) else select_device(device)
-        self.buffers = product.buffers
-        self.steps = []
-        for index, kernel in enumerate(job.kernels):
-            item = product.schedule.item(kernel.work_item)
-            if item.function != self.fi:
-                continue
+        mine = [(i, k) for i, k in enumerate(job.kernels)
+                if product.schedule.item(k.work_item).function == self.fi]
+        for index, kernel in mine:  # before any device work: legality needs no device
             verdict = legality.kernels[index]
             error = status_error(verdict.status)
             if error is not None:
                 raise error(f"kernel {index} ({kernel.entry}) is {verdict.status.value}: "
                             f"{verdict.detail}")
-            cl_kernel = self.runtime.kernel(job.kernel_source(index), kernel.entry)
-            self.steps.append((kernel, cl_kernel))
+        self.runtime = device if isinstance(device, Runtime) else select_device(device)
+        self.buffers = product.buffers
+        self.steps = [(k, self.runtime.kernel(job.kernel_source(i), k.entry)) for i, k in mine]
         self.key = (job.product.fingerprint(), self.fi)
         self.last_kernel_ns: list[int] = []
         self._constants_written = False

@@ -14,12 +14,16 @@ from accy.target import TargetProfile
 
 
 def entry_name(ops: list[str], max_ops: int) -> str:
-    """``add_mul_sub_max``: the distinct op names in order, capped at ``max_ops``."""
+    """``add_mul_sub_max``: the distinct op names in order, capped at ``max_ops``.
+
+    A kernel of one op gets ``_kernel`` appended: op names such as ``exp`` or ``max`` are
+    OpenCL built-in functions and may not name a kernel.
+    """
     distinct = list(dict.fromkeys(ops))
     name = "_".join(distinct[:max_ops])
     if len(distinct) > max_ops:
         name += f"_and_{len(distinct) - max_ops}_more"
-    return name
+    return name if len(distinct) > 1 else f"{name}_kernel"
 
 
 @register
