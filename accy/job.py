@@ -13,7 +13,7 @@ from accy.errors import KernelLookupError, WorkItemLookupError
 from accy.ir.node import Node
 from accy.ir.ops import Op
 from accy.ir.program import Function, Program, Stage
-from accy.kernel_ir import Kernel
+from accy.kernels.ir import Kernel
 from accy.passes.manager import Instrument, PassManager, StageRecord
 from accy.passes.spec import Pipeline, parse_pipeline
 from accy.plans import LaunchGeometry, ScheduleKind
@@ -109,7 +109,7 @@ class PreparedJob:
             body_fingerprint=k.body_fingerprint(), schedule_kind=k.schedule_kind,
             geometry=k.geometry, work_item=k.work_item,
             function=self.program.functions[item.function].name,
-            ops=tuple(op.value for op in k.ops),
+            ops=tuple(op.value for op, _ in k.ops),
             status=legality.kernels[index].status if legality else None,
         )
 

@@ -1,7 +1,7 @@
 """The plans later stages attach to a product: immutable, pointing back at program nodes.
 
 dispatch: :class:`FusionPlan`, :class:`SchedulePlan`; memory: :class:`BufferPlan`,
-:class:`LayoutPlan`; kernel: :class:`OutlinePlan` and the kernels (:mod:`accy.kernel_ir`);
+:class:`LayoutPlan`; kernel: :class:`OutlinePlan` and the kernels (:mod:`accy.kernels.ir`);
 target: :class:`LegalityReport`. Fingerprints use node digests and indices, never names.
 """
 

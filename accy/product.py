@@ -10,7 +10,7 @@ from typing import Any
 from accy.errors import VerifyError
 from accy.ir.program import Program, Stage
 from accy.ir.verify import verify
-from accy.kernel_ir import Kernel
+from accy.kernels.ir import Kernel
 from accy.plans import (
     BufferPlan,
     FusionPlan,

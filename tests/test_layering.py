@@ -10,11 +10,11 @@ ALLOWED = {
     "accy.ir": ("accy.errors",),
     "accy.target": ("accy.errors", "accy.ir"),
     "accy.plans": ("accy.errors", "accy.ir", "accy.target"),
-    "accy.kernel_ir": ("accy.ir", "accy.plans", "accy.target"),
-    "accy.backends": ("accy.errors", "accy.ir", "accy.kernel_ir", "accy.plans", "accy.target",
+    "accy.kernels": ("accy.errors", "accy.ir", "accy.plans", "accy.target"),
+    "accy.backends": ("accy.errors", "accy.ir", "accy.kernels", "accy.plans", "accy.target",
                       "accy.job"),
-    "accy.product": ("accy.errors", "accy.ir", "accy.kernel_ir", "accy.plans", "accy.target"),
-    "accy.passes": ("accy.errors", "accy.ir", "accy.kernel_ir", "accy.plans", "accy.target",
+    "accy.product": ("accy.errors", "accy.ir", "accy.kernels", "accy.plans", "accy.target"),
+    "accy.passes": ("accy.errors", "accy.ir", "accy.kernels", "accy.plans", "accy.target",
                     "accy.product", "accy.backends.opencl.render"),
 }
 

@@ -126,7 +126,7 @@ def test_row4_single_output_policy_matches_seed() -> None:
     assert len(job.product.schedule.items) == 2
     assert job.kernel_count == 2
     assert len(job.product.buffers) == 5
-    assert [k.ops for k in job.kernels] == [(Op.ADD,), (Op.MUL,)]
+    assert [tuple(op for op, _ in k.ops) for k in job.kernels] == [(Op.ADD,), (Op.MUL,)]
 
 
 def test_row4_multi_output_policy_fuses_into_one_kernel() -> None:

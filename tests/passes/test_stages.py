@@ -4,12 +4,14 @@ import numpy as np
 import pytest
 
 import accy
+from accy.backends.opencl.render import expr
 from accy.builder import Builder
 from accy.errors import PassFailure
 from accy.ir.interpret import interpret
 from accy.ir.ops import Op
 from accy.ir.program import Stage
 from accy.ir.types import DType
+from accy.kernels.ir import For, Let, Load, walk_stmts
 from accy.passes.kernel.kernel_outlining_planning import entry_name
 from accy.plans import ScheduleKind, SlotRole
 from accy.target import KernelStatus, TargetProfile
@@ -153,12 +155,28 @@ def test_non_elementwise_boundaries() -> None:
     def red(a: accy.f32[4, 8]):
         return (a * 2.0).sum(1) + 1.0
 
+    # a reduction takes its elementwise prologue and epilogue into its kernel
     plan = fusion_of(red, "single-output")
-    boundaries = [g.boundary for g in plan.groups]
-    assert boundaries == ["consumed by a non-elementwise op", "reduce_sum is not elementwise",
-                          "function result"]
-    assert [g.kind for g in plan.groups] == [ScheduleKind.flat, ScheduleKind.reduction,
-                                             ScheduleKind.flat]
+    assert [g.boundary for g in plan.groups] == ["function result"]
+    assert [g.kind for g in plan.groups] == [ScheduleKind.reduction]
+    assert [n.op for n in plan.groups[0].nodes] == [Op.MUL, Op.REDUCE_SUM, Op.ADD]
+
+    @accy.function
+    def twice(a: accy.f32[4, 8]):
+        return a.sum(1).sum(0)
+
+    plan = fusion_of(twice, "single-output")
+    assert [g.kind for g in plan.groups] == [ScheduleKind.reduction, ScheduleKind.reduction]
+    assert "need separate kernels" in plan.groups[0].boundary
+
+    @accy.function
+    def matmul(a: accy.f32[4, 8], b: accy.f32[8, 2]):
+        return ((a * 2.0) @ b).relu()
+
+    plan = fusion_of(matmul, "single-output")
+    assert [g.kind for g in plan.groups] == [ScheduleKind.flat, ScheduleKind.contraction]
+    assert "contraction kernels read their operands from memory" in plan.groups[0].boundary
+    assert [n.op for n in plan.groups[1].nodes] == [Op.EINSUM, Op.RELU]  # epilogue fused
 
 
 def test_broadcasting_operands_fuse() -> None:
@@ -172,8 +190,10 @@ def test_broadcasting_operands_fuse() -> None:
         assert [n.op for n in group.nodes] == [Op.MUL, Op.ADD, Op.MUL]
     job = accy.prepare(bc)
     (k,) = job.kernels
-    loads = [s for s in k.body if type(s).__name__ == "Load"]
-    assert sorted(ld.strides for ld in loads) == [(0, 1), (1, 0), (8, 1)]
+    loads = {s.expr.buf: expr(s.expr.index) for s in walk_stmts(k.body)
+             if isinstance(s, Let) and isinstance(s.expr, Load)}
+    # a[4,8] at the flat id, b[8] at the column, c[4,1] at the row: broadcasts copy nothing
+    assert loads == {"in0": "c3", "in1": "gid1", "in2": "c2"}
 
 
 def test_multi_output_keeps_smaller_result_apart() -> None:
@@ -398,26 +418,25 @@ def test_outline_rejects_non_positive_work_group() -> None:
 def test_kernelization_builds_loads_computes_stores() -> None:
     job = accy.prepare(chain)
     k = job.kernels[1]  # t - 1.0
-    assert [type(s).__name__ for s in k.body] == ["Load", "Const", "Compute", "Store"]
+    assert [type(s).__name__ for s in k.body] == ["Let", "Let", "Let", "Store"]
+    assert isinstance(k.body[1].expr, Load) and k.body[2].expr.op == "-"
     assert [a.name for a in k.args] == ["in0", "out0"]
     assert [a.is_output for a in k.args] == [False, True]
-    assert k.ops == (Op.SUB,)
+    assert k.ops == ((Op.SUB, DType.f32),)
     assert k.domain == (64,) and k.schedule_kind is ScheduleKind.flat
     slots = job.product.outline.outlines[1]
     assert [a.slot for a in k.args] == [*slots.input_slots, *slots.output_slots]
 
 
-def test_kernelization_rejects_non_elementwise_ops() -> None:
+def test_kernelization_loops_over_reduced_axes() -> None:
     @accy.function
     def red(a: accy.f32[4, 8]):
         return a.sum(1)
 
-    with pytest.raises(PassFailure) as info:
-        accy.prepare(red)
-    message = str(info.value)
-    assert "kernelization" in message and "reduce_sum" in message
-    job = accy.prepare(red, until="memory")  # earlier stages plan it fine
-    assert job.product.schedule.items[0].kind is ScheduleKind.reduction
+    (k,) = accy.prepare(red).kernels
+    assert k.schedule_kind is ScheduleKind.reduction and k.domain == (4,)
+    (loop,) = [s for s in walk_stmts(k.body) if isinstance(s, For)]
+    assert expr(loop.stop) == "8L"
 
 
 # backend-legalization ---------------------------------------------------------------------

@@ -67,21 +67,25 @@ class FusionPlanning(Pass):
         group_of: dict[Node, int] = {}
         members: list[list[Node]] = []
         outputs: list[list[Node]] = []
+        kinds: list[ScheduleKind] = []
         reasons: list[str] = []
         for node in reversed(nodes):
             if not node.srcs:
                 continue
-            target, why = self._join(node, u, group_of, outputs)
+            target, why = self._join(node, u, group_of, outputs, kinds)
             if target is None:
                 group_of[node] = len(members)
                 members.append([node])
                 outputs.append([node])
+                kinds.append(kind_of(node))
                 reasons.append(why)
-            else:
-                group_of[node] = target
-                members[target].append(node)
-                if node in u.results:
-                    outputs[target].append(node)
+                continue
+            group_of[node] = target
+            members[target].append(node)
+            if node in u.results:
+                outputs[target].append(node)
+            if not is_light(node):
+                kinds[target] = kind_of(node)
         groups = []
         for g, nodes_rev in enumerate(members):
             inside = set(nodes_rev)
@@ -91,28 +95,30 @@ class FusionPlanning(Pass):
                 for s in n.srcs:
                     if s not in inside and s not in inputs:
                         inputs.append(s)
-            root = outputs[g][0]
-            kind = ScheduleKind.flat if root.op.is_elementwise else KIND_OF[root.op.kind]
             groups.append(FusionGroup(fi, tuple(ordered), tuple(reversed(outputs[g])),
-                                      tuple(inputs), kind, reasons[g]))
+                                      tuple(inputs), kinds[g], reasons[g]))
         groups.reverse()  # producers first
-        return [g for g in groups]
+        return groups
 
     def _join(self, node: Node, u: Uses, group_of: dict[Node, int],
-              outputs: list[list[Node]]) -> tuple[int | None, str]:
+              outputs: list[list[Node]], kinds: list[ScheduleKind]) -> tuple[int | None, str]:
         """The group ``node`` joins, or None and the reason it starts its own."""
         users = u.users[node]
-        if not node.op.is_elementwise:
-            return None, f"{node.op.value} is not elementwise"
         if not users:
             return None, "function result"
-        if any(not x.op.is_elementwise for x in users):
-            return None, "consumed by a non-elementwise op"
         targets = {group_of[x] for x in users}
         if len(targets) > 1:
             return None, "consumed by several kernels"
         (target,) = targets
         domain = outputs[target][0].type.shape
+        if kinds[target] is ScheduleKind.contraction:
+            return None, "contraction kernels read their operands from memory"
+        if not is_light(node):
+            # one heavy op per kernel, computed once per point of an elementwise epilogue
+            if kinds[target] is not ScheduleKind.flat:
+                return None, f"{node.op.value} and a {kinds[target].value} need separate kernels"
+            if node.type.shape != domain or any(not x.op.is_elementwise for x in users):
+                return None, f"{node.op.value} feeds its consumers at another shape"
         if self.policy == "single-output":
             if node in u.results:
                 return None, "function result (single-output policy)"
@@ -120,6 +126,15 @@ class FusionPlanning(Pass):
         if node.type.shape != domain and (node in u.results or len(users) > 1):
             return None, "shape differs from its consumers' domain"
         return target, ""
+
+
+def is_light(node: Node) -> bool:
+    """Elementwise and movement ops: fused into any consumer as index arithmetic and math."""
+    return node.op.is_elementwise or node.op.kind is OpKind.MOVEMENT
+
+
+def kind_of(node: Node) -> ScheduleKind:
+    return ScheduleKind.flat if is_light(node) else KIND_OF[node.op.kind]
 
 
 def op_name(node: Node) -> str:

@@ -5,17 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from accy.ir.program import Stage
+from accy.kernels.ir import row_major
 from accy.passes.base import Pass, option
 from accy.passes.registry import register
 from accy.plans import LayoutPlan, SlotLayout
-
-
-def row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides, acc = [], 1
-    for d in reversed(shape):
-        strides.append(acc)
-        acc *= max(d, 1)
-    return tuple(reversed(strides))
 
 
 @register

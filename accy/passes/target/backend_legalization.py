@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from accy.backends.opencl.render import supported
 from accy.ir.program import Stage
-from accy.kernel_ir import Compute, Kernel
+from accy.kernels.exprs import supported
+from accy.kernels.ir import Kernel
 from accy.passes.analysis import analysis
 from accy.passes.base import Pass
 from accy.passes.registry import register
@@ -19,8 +19,7 @@ from accy.target import OPENCL_C, KernelStatus, TargetProfile
 def kernel_requirements(product: Product) -> tuple[tuple[frozenset, tuple, int], ...]:
     """Per kernel: the dtypes it touches, its (op, dtype) pairs, its work-group size."""
     return tuple(
-        (k.dtypes, tuple((s.op, s.operand_dtype) for s in k.body if isinstance(s, Compute)),
-         k.geometry.local_size[0])
+        (k.dtypes, k.ops, k.geometry.local_size[0])
         for k in product.kernels
     )
 
@@ -36,7 +35,8 @@ def check(kernel: Kernel, reqs: tuple, target: TargetProfile) -> KernelLegality:
         return KernelLegality(0, KernelStatus.unsupported_dtype,
                               f"{kernel.entry} uses {', '.join(missing)}, which "
                               f"{target.device} lacks")
-    bad = sorted({f"{op.value}:{dt.value}" for op, dt in ops if not supported(op, dt)})
+    bad = sorted({f"{op.value}:{dt.value}" for op, dt in ops
+                  if op.is_elementwise and not supported(op, dt)})
     if bad:
         return KernelLegality(0, KernelStatus.unsupported_op,
                               f"{kernel.entry}: no OpenCL form for {', '.join(bad)}")

@@ -1,0 +1,285 @@
+"""The kernel IR: index expressions, loads, stores, arithmetic, accumulators, loops, barriers,
+local memory. Generators build it; :mod:`accy.backends.opencl.render` prints it as OpenCL C.
+
+Every node is a frozen dataclass, so equal kernels compare and hash equal and a kernel's
+fingerprint is a hash of its structure.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+from accy.ir.ops import Op
+from accy.ir.types import DType
+from accy.plans import LaunchGeometry, ScheduleKind
+
+INDEX = DType.i64  # the dtype of index arithmetic (OpenCL long)
+
+
+# expressions ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Var:
+    name: str
+
+
+@dataclass(frozen=True)
+class Lit:
+    value: int | float | bool
+    dtype: DType
+
+
+@dataclass(frozen=True)
+class Bin:
+    op: str  # a C operator: + - * / % < <= > >= == != && ||
+    a: Expr
+    b: Expr
+
+
+@dataclass(frozen=True)
+class Un:
+    op: str  # - !
+    a: Expr
+
+
+@dataclass(frozen=True)
+class Call:
+    fn: str  # an OpenCL built-in function
+    args: tuple[Expr, ...]
+
+
+@dataclass(frozen=True)
+class Cond:
+    c: Expr
+    a: Expr
+    b: Expr
+
+
+@dataclass(frozen=True)
+class Cast:
+    dtype: DType
+    a: Expr
+
+
+@dataclass(frozen=True)
+class Load:
+    buf: str  # a kernel argument or a local array
+    index: Expr
+
+
+@dataclass(frozen=True)
+class Id:
+    fn: str  # get_global_id, get_local_id, get_group_id
+    dim: int = 0
+
+
+Expr = Var | Lit | Bin | Un | Call | Cond | Cast | Load | Id
+
+
+# statements -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Let:
+    """``const T var = expr;`` (``mutable`` drops the const: an accumulator)."""
+
+    var: str
+    dtype: DType
+    expr: Expr
+    mutable: bool = False
+
+
+@dataclass(frozen=True)
+class Assign:
+    var: str
+    expr: Expr
+
+
+@dataclass(frozen=True)
+class Store:
+    buf: str
+    index: Expr
+    value: Expr
+
+
+@dataclass(frozen=True)
+class For:
+    var: str  # an index variable (long)
+    start: Expr
+    stop: Expr
+    body: tuple[Stmt, ...]
+    step: int = 1
+
+
+@dataclass(frozen=True)
+class If:
+    cond: Expr
+    then: tuple[Stmt, ...]
+    orelse: tuple[Stmt, ...] = ()
+
+
+@dataclass(frozen=True)
+class Return:
+    pass
+
+
+@dataclass(frozen=True)
+class Barrier:
+    pass
+
+
+@dataclass(frozen=True)
+class LocalArray:
+    name: str
+    dtype: DType
+    size: int
+
+
+Stmt = Let | Assign | Store | For | If | Return | Barrier | LocalArray
+
+
+# kernels ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class KernelArg:
+    name: str  # in0, in1, out0 ...
+    dtype: DType
+    is_output: bool
+    slot: int
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One OpenCL kernel: arguments (buffer slots), a body, a launch geometry.
+
+    ``ops`` lists the tensor ops the body implements with their operand dtypes (what
+    legalization checks); ``domain`` is the iteration space the work item covers.
+    """
+
+    entry: str
+    work_item: int
+    schedule_kind: ScheduleKind
+    domain: tuple[int, ...]
+    args: tuple[KernelArg, ...]
+    body: tuple[Stmt, ...]
+    geometry: LaunchGeometry
+    ops: tuple[tuple[Op, DType], ...] = field(default=())
+
+    @property
+    def argument_count(self) -> int:
+        return len(self.args)
+
+    @property
+    def dtypes(self) -> frozenset[DType]:
+        """Every dtype the kernel stores, loads or computes in (index arithmetic excluded)."""
+        out = {a.dtype for a in self.args}
+        for s in walk_stmts(self.body):
+            if isinstance(s, Let) and s.dtype is not INDEX:
+                out.add(s.dtype)
+            elif isinstance(s, LocalArray):
+                out.add(s.dtype)
+        return frozenset(out)
+
+    def body_fingerprint(self) -> str:
+        """Hash of what the kernel computes: argument types and body (not its name)."""
+        text = repr((self.schedule_kind.value, self.domain,
+                     [(a.dtype.value, a.is_output) for a in self.args], self.body))
+        return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+    def fingerprint(self) -> str:
+        return hashlib.blake2b(
+            repr((self.entry, self.work_item, self.body_fingerprint(), self.geometry,
+                  [a.slot for a in self.args])).encode(), digest_size=16).hexdigest()
+
+
+def walk_stmts(body: tuple[Stmt, ...]):
+    """Every statement of ``body``, nested ones included."""
+    for s in body:
+        yield s
+        if isinstance(s, For):
+            yield from walk_stmts(s.body)
+        elif isinstance(s, If):
+            yield from walk_stmts(s.then)
+            yield from walk_stmts(s.orelse)
+
+
+def free_vars(e: Expr) -> frozenset[str]:
+    """The variable names an expression reads."""
+    if isinstance(e, Var):
+        return frozenset({e.name})
+    if isinstance(e, Lit | Id):
+        return frozenset()
+    if isinstance(e, Bin):
+        return free_vars(e.a) | free_vars(e.b)
+    if isinstance(e, Un | Cast):
+        return free_vars(e.a)
+    if isinstance(e, Call):
+        return frozenset().union(*(free_vars(a) for a in e.args))
+    if isinstance(e, Cond):
+        return free_vars(e.c) | free_vars(e.a) | free_vars(e.b)
+    if isinstance(e, Load):
+        return free_vars(e.index)
+    raise TypeError(f"not an expression: {e!r}")
+
+
+# index arithmetic helpers that fold constants (keeps generated source readable)
+def idx(value: int) -> Lit:
+    return Lit(int(value), INDEX)
+
+
+def add(a: Expr, b: Expr) -> Expr:
+    if isinstance(a, Lit) and a.value == 0:
+        return b
+    if isinstance(b, Lit) and b.value == 0:
+        return a
+    if isinstance(a, Lit) and isinstance(b, Lit):
+        return idx(a.value + b.value)
+    return Bin("+", a, b)
+
+
+def mul(a: Expr, b: Expr) -> Expr:
+    if isinstance(a, Lit) and isinstance(b, Lit):
+        return idx(a.value * b.value)
+    for x, y in ((a, b), (b, a)):
+        if isinstance(x, Lit) and x.value == 1:
+            return y
+        if isinstance(x, Lit) and x.value == 0:
+            return idx(0)
+    return Bin("*", a, b)
+
+
+def div(a: Expr, n: int) -> Expr:
+    if n == 1:
+        return a
+    if isinstance(a, Lit):
+        return idx(a.value // n)
+    return Bin("/", a, idx(n))
+
+
+def mod(a: Expr, n: int) -> Expr:
+    if n == 1:
+        return idx(0)
+    if isinstance(a, Lit):
+        return idx(a.value % n)
+    return Bin("%", a, idx(n))
+
+
+def linear(coords: tuple[Expr, ...], strides: tuple[int, ...], offset: int = 0) -> Expr:
+    """``offset + sum(coord * stride)``."""
+    out: Expr = idx(offset)
+    for c, s in zip(coords, strides, strict=True):
+        if s:
+            out = add(out, mul(c, idx(s)))
+    return out
+
+
+def row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Element strides of a contiguous row-major tensor of ``shape``."""
+    strides, acc = [], 1
+    for d in reversed(shape):
+        strides.append(acc)
+        acc *= max(d, 1)
+    return tuple(reversed(strides))
+
+
+def delinearize(flat: Expr, shape: tuple[int, ...]) -> tuple[Expr, ...]:
+    """Row-major coordinates of element ``flat`` in ``shape`` (no modulo on the outermost)."""
+    return tuple(div(flat, s) if i == 0 else mod(div(flat, s), max(d, 1))
+                 for i, (s, d) in enumerate(zip(row_major(shape), shape, strict=True)))

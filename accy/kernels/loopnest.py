@@ -1,0 +1,397 @@
+"""The generic kernel generator: any fusion group as a loop nest, one work-item per output
+element. Every op has a form here (movement ops become index arithmetic, reductions and
+contractions become loops with accumulators), so every program can run; the specialised
+generators are faster for the shapes they take.
+
+Values are generated at symbolic coordinates: ``value(node, coords)``. Each computed value is
+bound once to a ``const`` variable, in the outermost loop scope its inputs allow, so a row
+maximum inside a softmax is computed once per work-item, not once per loop iteration.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import numpy as np
+
+from accy.ir.node import Node
+from accy.ir.ops import Op, OpKind
+from accy.ir.shapes import parse_einsum
+from accy.ir.types import DType
+from accy.kernels import exprs
+from accy.kernels.ir import (
+    INDEX,
+    Assign,
+    Bin,
+    Call,
+    Cast,
+    Cond,
+    Expr,
+    For,
+    Id,
+    If,
+    Kernel,
+    KernelArg,
+    Let,
+    Lit,
+    Load,
+    Return,
+    Stmt,
+    Store,
+    Var,
+    add,
+    delinearize,
+    free_vars,
+    idx,
+    linear,
+    mul,
+    row_major,
+)
+from accy.plans import FusionGroup, KernelOutline, ScheduleKind, is_inlined
+
+
+def broadcast_coords(coords: tuple[Expr, ...], shape: tuple[int, ...]) -> tuple[Expr, ...]:
+    """Coordinates into ``shape`` of an element broadcast to a result indexed by ``coords``."""
+    lead = len(coords) - len(shape)
+    return tuple(idx(0) if d == 1 else coords[lead + i] for i, d in enumerate(shape))
+
+
+class _Scope:
+    def __init__(self, defined: frozenset[str]) -> None:
+        self.body: list[Stmt] = []
+        self.defined = defined
+        self.memo: dict[tuple, Var] = {}
+
+
+class Emitter:
+    """Statements in nested scopes, with loop-invariant values placed in outer scopes."""
+
+    def __init__(self) -> None:
+        self.scopes = [_Scope(frozenset())]
+        self.counter = 0
+
+    def fresh(self, prefix: str) -> str:
+        self.counter += 1
+        return f"{prefix}{self.counter}"
+
+    def _home(self, e: Expr) -> _Scope:
+        need = free_vars(e)
+        for scope in reversed(self.scopes):
+            if need & scope.defined:
+                return scope
+        return self.scopes[0]
+
+    def lookup(self, key: tuple) -> Var | None:
+        for scope in reversed(self.scopes):
+            if key in scope.memo:
+                return scope.memo[key]
+        return None
+
+    def bind(self, e: Expr, dtype: DType, key: tuple | None = None, prefix: str = "v") -> Expr:
+        """``e`` as a variable (literals and variables stay as they are)."""
+        if isinstance(e, Lit | Var):
+            return e
+        home = self._home(e)
+        var = self.fresh(prefix)
+        home.body.append(Let(var, dtype, e))
+        home.defined = home.defined | {var}
+        if key is not None:
+            home.memo[key] = Var(var)
+        return Var(var)
+
+    def emit(self, s: Stmt) -> None:
+        self.scopes[-1].body.append(s)
+
+    def accumulator(self, dtype: DType, init: Expr) -> str:
+        var = self.fresh("acc")
+        self.scopes[-1].body.append(Let(var, dtype, init, mutable=True))
+        self.scopes[-1].defined = self.scopes[-1].defined | {var}
+        return var
+
+    @contextmanager
+    def loop(self, extent: int) -> Iterator[Var]:
+        var = self.fresh("k")
+        outer = self.scopes[-1]
+        self.scopes.append(_Scope(frozenset({var})))
+        yield Var(var)
+        inner = self.scopes.pop()
+        outer.body.append(For(var, idx(0), idx(extent), tuple(inner.body)))
+
+    def loops(self, extents: tuple[int, ...]) -> _LoopNest:
+        return _LoopNest(self, extents)
+
+
+class _LoopNest:
+    def __init__(self, em: Emitter, extents: tuple[int, ...]) -> None:
+        self.em, self.extents, self.stack = em, extents, []
+
+    def __enter__(self) -> tuple[Var, ...]:
+        out = []
+        for e in self.extents:
+            cm = self.em.loop(e)
+            out.append(cm.__enter__())
+            self.stack.append(cm)
+        return tuple(out)
+
+    def __exit__(self, *exc) -> None:
+        for cm in reversed(self.stack):
+            cm.__exit__(None, None, None)
+
+
+class LoopNestBuilder:
+    """Generate one kernel for a fusion group."""
+
+    def __init__(self, group: FusionGroup, outline: KernelOutline) -> None:
+        self.group = group
+        self.inside = set(group.nodes)
+        self.em = Emitter()
+        self.args: list[KernelArg] = []
+        self.arg_of: dict[Node, str] = {}
+        slots = iter(outline.input_slots)
+        for n in group.inputs:
+            if not is_inlined(n):
+                name = f"in{len(self.args)}"
+                self.args.append(KernelArg(name, n.type.dtype, False, next(slots)))
+                self.arg_of[n] = name
+        self.outline = outline
+        self.flat_id: Expr = idx(0)
+        self.coords: tuple[Expr, ...] = ()
+
+    # values ---------------------------------------------------------------------------
+    def value(self, node: Node, coords: tuple[Expr, ...]) -> Expr:
+        key = (node, coords)
+        hit = self.em.lookup(key)
+        if hit is not None:
+            return hit
+        if node not in self.inside:
+            if is_inlined(node):
+                return exprs.const(node.value.reshape(-1)[0].item(), node.type.dtype)
+            at = (self.flat_id if coords == self.coords and node.type.shape == self.group.domain
+                  else linear(coords, row_major(node.type.shape)))
+            load = Load(self.arg_of[node], at)
+            return self.em.bind(load, node.type.dtype, key)
+        e = self._compute(node, coords)
+        return self.em.bind(e, node.type.dtype, key)
+
+    def _compute(self, node: Node, coords: tuple[Expr, ...]) -> Expr:
+        op = node.op
+        if op.is_elementwise:
+            args = [self.value(s, broadcast_coords(coords, s.type.shape)) for s in node.srcs]
+            operand = node.srcs[1] if op is Op.SELECT else node.srcs[0]
+            return exprs.elementwise(op, args, operand.type.dtype, node.type.dtype)
+        handler = _HANDLERS.get(op)
+        if handler is None:
+            raise ValueError(f"no loop-nest form for {op.value}")
+        return handler(self, node, coords)
+
+    def index_value(self, node: Node, coords: tuple[Expr, ...]) -> Expr:
+        """An integer tensor element as an index, clamped into ``[0, size)``."""
+        return Cast(INDEX, self.value(node, coords))
+
+    def reduce(self, kind: Op, dtype: DType, extents: tuple[int, ...],
+               body: Callable[[tuple[Var, ...]], Expr]) -> Expr:
+        """Sum or max of ``body(loop vars)`` over loops of ``extents``."""
+        if kind is Op.REDUCE_MAX:
+            init = exprs.const(-np.inf, dtype) if dtype.is_float else Lit(
+                int(np.iinfo(dtype.numpy).min), dtype)
+        else:
+            init = exprs.const(0, dtype)
+        acc = self.em.accumulator(dtype, init)
+        with self.em.loops(extents) as ks:
+            v = body(ks)
+            op = Op.MAX if kind is Op.REDUCE_MAX else Op.ADD
+            self.em.emit(Assign(acc, exprs.elementwise(op, [Var(acc), v], dtype, dtype)))
+        return Var(acc)
+
+    # kernel ---------------------------------------------------------------------------
+    def build(self, kind: ScheduleKind) -> Kernel:
+        domain = self.group.domain
+        size = math.prod(domain)
+        gid = self.em.bind(Id("get_global_id", 0), INDEX, prefix="gid")
+        if math.prod(self.outline.geometry.global_size) > size:
+            self.em.emit(If(Bin(">=", gid, idx(size)), (Return(),)))
+        coords = tuple(self.em.bind(c, INDEX, prefix="c") for c in delinearize(gid, domain))
+        self.flat_id, self.coords = gid, coords
+        outs = []
+        for i, (n, slot) in enumerate(zip(self.group.outputs, self.outline.output_slots,
+                                          strict=True)):
+            name = f"out{i}"
+            outs.append(KernelArg(name, n.type.dtype, True, slot))
+            self.em.emit(Store(name, gid, self.value(n, coords)))
+        return Kernel(self.outline.entry, self.outline.work_item, kind, domain,
+                      tuple(self.args + outs), tuple(self.em.scopes[0].body),
+                      self.outline.geometry, implemented_ops(self.group))
+
+
+# handlers for the ops that are not elementwise ------------------------------------------
+def _reduce(b: LoopNestBuilder, node: Node, coords: tuple[Expr, ...]) -> Expr:
+    (x,) = node.srcs
+    axes, keep = node.attr("axes"), node.attr("keepdims")
+    kept = [c for i, c in enumerate(coords) if i not in axes] if keep else list(coords)
+    dtype = x.type.dtype
+
+    def body(ks: tuple[Var, ...]) -> Expr:
+        loop, outer = iter(ks), iter(kept)
+        return b.value(x, tuple(next(loop) if i in axes else next(outer)
+                                for i in range(x.type.rank)))
+
+    kind = Op.REDUCE_MAX if node.op is Op.REDUCE_MAX else Op.REDUCE_SUM
+    total = b.reduce(kind, dtype, tuple(x.type.shape[a] for a in axes), body)
+    if node.op is Op.REDUCE_MEAN:
+        count = math.prod(x.type.shape[a] for a in axes)
+        return Bin("/", total, exprs.const(count, dtype))
+    return total
+
+
+def _einsum(b: LoopNestBuilder, node: Node, coords: tuple[Expr, ...]) -> Expr:
+    terms, out = parse_einsum(node.attr("spec"), [s.type.rank for s in node.srcs])
+    sizes = {c: d for t, s in zip(terms, node.srcs, strict=True) for c, d in zip(t, s.type.shape,
+                                                                                strict=True)}
+    summed = sorted({c for t in terms for c in t} - set(out))
+    at = dict(zip(out, coords, strict=True))
+    dtype = node.type.dtype
+
+    def product(ks: tuple[Var, ...]) -> Expr:
+        where = {**at, **dict(zip(summed, ks, strict=True))}
+        vals = [b.value(s, tuple(where[c] for c in t)) for t, s in zip(terms, node.srcs,
+                                                                        strict=True)]
+        e = vals[0]
+        for v in vals[1:]:
+            e = Bin("*", e, v)
+        return e
+
+    if not summed:
+        return product(())
+    return b.reduce(Op.REDUCE_SUM, dtype, tuple(sizes[c] for c in summed), product)
+
+
+def _transpose(b, node, coords):
+    perm = node.attr("perm")
+    src = [idx(0)] * len(perm)
+    for i, p in enumerate(perm):
+        src[p] = coords[i]
+    return b.value(node.srcs[0], tuple(src))
+
+
+def _broadcast(b, node, coords):
+    x = node.srcs[0]
+    return b.value(x, broadcast_coords(coords, x.type.shape))
+
+
+def _slice(b, node, coords):
+    starts, steps = node.attr("starts"), node.attr("steps")
+    src = tuple(add(idx(s), mul(c, idx(st))) for c, s, st in zip(coords, starts, steps,
+                                                                  strict=True))
+    return b.value(node.srcs[0], src)
+
+
+def _reshape(b, node, coords):
+    x = node.srcs[0]
+    flat = b.em.bind(linear(coords, row_major(node.type.shape)), INDEX, prefix="f")
+    src = tuple(b.em.bind(c, INDEX, prefix="c") for c in delinearize(flat, x.type.shape))
+    return b.value(x, src)
+
+
+def _concat(b, node, coords):
+    axis = node.attr("axis")
+    pieces = []
+    offset = 0
+    for s in node.srcs:
+        n = s.type.shape[axis]
+        if n:
+            local = Call("clamp", (Bin("-", coords[axis], idx(offset)), idx(0), idx(n - 1)))
+            src = coords[:axis] + (b.em.bind(local, INDEX, prefix="c"),) + coords[axis + 1:]
+            pieces.append((offset + n, b.value(s, src)))
+        offset += n
+    e = pieces[-1][1]
+    for end, v in reversed(pieces[:-1]):
+        e = Cond(Bin("<", coords[axis], idx(end)), v, e)
+    return e
+
+
+def _gather(b, node, coords):
+    x, indices = node.srcs
+    axis, r = node.attr("axis"), indices.type.rank
+    i = b.index_value(indices, coords[axis:axis + r])
+    i = b.em.bind(Call("clamp", (i, idx(0), idx(max(x.type.shape[axis] - 1, 0)))), INDEX,
+                  prefix="i")
+    return b.value(x, coords[:axis] + (i,) + coords[axis + r:])
+
+
+def _scatter_add(b, node, coords):
+    x, indices, updates = node.srcs
+    axis = node.attr("axis")
+    dtype = node.type.dtype
+
+    def contribution(ks: tuple[Var, ...]) -> Expr:
+        hit = Bin("==", b.index_value(indices, ks), coords[axis])
+        upd = b.value(updates, coords[:axis] + ks + coords[axis + 1:])
+        return Cond(hit, upd, exprs.const(0, dtype))
+
+    total = b.reduce(Op.REDUCE_SUM, dtype, indices.type.shape, contribution)
+    return Bin("+", b.value(x, coords), total)
+
+
+def _row(b: LoopNestBuilder, x: Node, coords: tuple[Expr, ...], axis: int
+         ) -> tuple[Expr, Expr, Callable[[Expr], tuple[Expr, ...]]]:
+    """Max and sum of exp(x - max) along ``axis`` of the row through ``coords``."""
+    n, dtype = x.type.shape[axis], x.type.dtype
+
+    def at(k: Expr) -> tuple[Expr, ...]:
+        return coords[:axis] + (k,) + coords[axis + 1:]
+
+    m = b.em.bind(b.reduce(Op.REDUCE_MAX, dtype, (n,), lambda ks: b.value(x, at(ks[0]))), dtype)
+    s = b.reduce(Op.REDUCE_SUM, dtype, (n,),
+                 lambda ks: Call("exp", (Bin("-", b.value(x, at(ks[0])), m),)))
+    return m, b.em.bind(s, dtype), at
+
+
+def _softmax(b, node, coords):
+    x = node.srcs[0]
+    m, s, _ = _row(b, x, coords, node.attr("axis"))
+    shifted = Bin("-", b.value(x, coords), m)
+    if node.op is Op.LOG_SOFTMAX:
+        return Bin("-", shifted, Call("log", (s,)))
+    return Bin("/", Call("exp", (shifted,)), s)
+
+
+def _cross_entropy(b, node, coords):
+    logits, labels = node.srcs
+    dtype = node.type.dtype
+    classes = logits.type.rank - 1
+    count = max(math.prod(labels.type.shape), 1)
+
+    def nll(ks: tuple[Var, ...]) -> Expr:
+        row = ks + (idx(0),)
+        m, s, at = _row(b, logits, row, classes)
+        label = b.em.bind(Call("clamp", (b.index_value(labels, ks), idx(0),
+                                         idx(logits.type.shape[-1] - 1))), INDEX, prefix="i")
+        picked = b.value(logits, at(label))
+        return Bin("-", Bin("+", m, Call("log", (s,))), picked)
+
+    total = b.reduce(Op.REDUCE_SUM, dtype, labels.type.shape, nll)
+    return Bin("/", total, exprs.const(count, dtype))
+
+
+_HANDLERS: dict[Op, Callable[[LoopNestBuilder, Node, tuple[Expr, ...]], Expr]] = {
+    Op.REDUCE_SUM: _reduce, Op.REDUCE_MAX: _reduce, Op.REDUCE_MEAN: _reduce,
+    Op.EINSUM: _einsum, Op.TRANSPOSE: _transpose, Op.BROADCAST: _broadcast,
+    Op.SLICE: _slice, Op.RESHAPE: _reshape, Op.CONCAT: _concat,
+    Op.GATHER: _gather, Op.SCATTER_ADD: _scatter_add,
+    Op.SOFTMAX: _softmax, Op.LOG_SOFTMAX: _softmax, Op.CROSS_ENTROPY: _cross_entropy,
+}
+
+assert all(op in _HANDLERS or op.is_elementwise or op.kind is OpKind.SOURCE for op in Op)
+
+
+def implemented_ops(group: FusionGroup) -> tuple[tuple[Op, DType], ...]:
+    """(op, operand dtype) of every node a group's kernel computes, in program order."""
+    return tuple(dict.fromkeys(
+        (n.op, (n.srcs[1] if n.op is Op.SELECT else n.srcs[0]).type.dtype) for n in group.nodes))
+
+
+def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind) -> Kernel:
+    """The loop-nest kernel of ``group`` (any ops)."""
+    return LoopNestBuilder(group, outline).build(kind)
