@@ -87,8 +87,10 @@ def _verify_plans(p: Product) -> None:
         if sorted(i.group for i in p.schedule.items) != list(range(len(p.fusion.groups))):
             raise VerifyError("schedule does not order every fusion group exactly once")
     if p.kernels is not None and p.schedule is not None:
-        if len(p.kernels) != len(p.schedule.items):
-            raise VerifyError(f"{len(p.kernels)} kernels for {len(p.schedule.items)} work items")
+        order = [k.work_item for k in p.kernels]
+        if sorted(set(order)) != sorted(i.id for i in p.schedule.items) or order != sorted(
+                order, key=[i.id for i in p.schedule.items].index):
+            raise VerifyError("kernels must implement every work item, in schedule order")
     if p.legality is not None and p.kernels is not None:
         if len(p.legality.kernels) != len(p.kernels):
             raise VerifyError("legality report does not cover every kernel")

@@ -139,10 +139,23 @@ Stmt = Let | Assign | Store | For | If | Return | Barrier | LocalArray
 # kernels ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class KernelArg:
-    name: str  # in0, in1, out0 ...
+    """A buffer argument: a buffer slot of the plan, or scratch memory of the work item.
+
+    Scratch (``scratch_elems > 0``, ``slot == -1``) is allocated by the runtime once per work
+    item and argument name, zero-filled when allocated, and shared by the work item's kernels
+    (e.g. the partial sums of a two-pass reduction). A kernel that uses scratch as a counter
+    must leave it as it found it.
+    """
+
+    name: str  # in0, in1, out0, scratch0 ...
     dtype: DType
     is_output: bool
     slot: int
+    scratch_elems: int = 0
+
+    @property
+    def is_scratch(self) -> bool:
+        return self.scratch_elems > 0
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,8 @@ def non_default(info) -> object:
     if t is str:
         return default + " x,{y}"
     if info.is_list:
-        return () if default else (info.choices or (1,))[:1]
+        sample = {str: ("a b",), int: (1,), float: (0.5,), bool: (True,)}
+        return () if default else (info.choices or sample[info.element_type])[:1]
     raise AssertionError(f"no non-default value for option type {t}")
 
 

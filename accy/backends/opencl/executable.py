@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -43,9 +44,20 @@ class Executable:
         self.key = (job.product.fingerprint(), self.fi)
         self.last_kernel_ns: list[int] = []
         self._constants_written = False
+        self._zeroed: set[tuple] = set()
 
     def _buffer(self, slot: int) -> object:
         return self.runtime.buffer((*self.key, slot), self.buffers.slots[slot].nbytes)
+
+    def _scratch(self, work_item: int, arg) -> object:
+        key = (*self.key, "scratch", work_item, arg.name)
+        nbytes = arg.scratch_elems * arg.dtype.itemsize
+        fresh = key not in self._zeroed
+        buf = self.runtime.buffer(key, nbytes)
+        if fresh:
+            self.runtime.write(buf, np.zeros(arg.scratch_elems, arg.dtype.numpy))
+            self._zeroed.add(key)
+        return buf
 
     def _check(self, inputs: tuple) -> list[np.ndarray]:
         fn = self.function
@@ -73,7 +85,10 @@ class Executable:
         self._constants_written = True
         events = []
         for kernel, cl_kernel in self.steps:
-            args = [self._buffer(a.slot) for a in kernel.args]
+            if not math.prod(kernel.geometry.global_size):
+                continue  # an empty domain: nothing to compute
+            args = [self._scratch(kernel.work_item, a) if a.is_scratch
+                    else self._buffer(a.slot) for a in kernel.args]
             events.append(self.runtime.launch(cl_kernel, kernel.geometry.global_size,
                                               kernel.geometry.local_size, args))
         self.last_kernel_ns = [self.runtime.elapsed_ns(e) for e in events]

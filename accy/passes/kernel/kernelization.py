@@ -1,29 +1,43 @@
-"""kernelization: turn each outlined work item into a kernel (accy.kernels.ir)."""
+"""kernelization: turn each outlined work item into kernels (accy.kernels.ir)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from accy.ir.program import Stage
-from accy.kernels import loopnest
-from accy.passes.base import Pass
+from accy.kernels.generators import GENERATORS, choose
+from accy.passes.base import Pass, option
 from accy.passes.registry import register
+from accy.target import TargetProfile
 
 
 @register
 @dataclass(frozen=True)
 class Kernelization(Pass):
-    """Build each work item's kernel body: loads, math, loops and stores."""
+    """Build each work item's kernels with the best generator that takes its group."""
 
     name = "kernelization"
     stage = Stage.kernel
     preserves = frozenset({"uses", "liveness", "slot-map"})
 
+    disable: tuple[str, ...] = option((), "kernel generators not to use (the loop nest stays)")
+
     def run(self, ctx, product):
         fusion = product.require("fusion", self.name, "fusion-planning")
         schedule = product.require("schedule", self.name, "schedule-planning")
         outline = product.require("outline", self.name, "kernel-outlining-planning")
+        unknown = sorted(set(self.disable) - set(GENERATORS))
+        if unknown:
+            raise ValueError(f"unknown kernel generators {unknown}; known: "
+                             f"{', '.join(GENERATORS)}")
+        target = product.target or TargetProfile()
         kernels = []
+        used: dict[str, int] = {}
         for item, out in zip(schedule.items, outline.outlines, strict=True):
-            kernels.append(loopnest.build(fusion.groups[item.group], out, item.kind))
+            group = fusion.groups[item.group]
+            gen = choose(group, target, frozenset(self.disable))
+            used[gen.name] = used.get(gen.name, 0) + 1
+            kernels.extend(gen.build(group, out, item.kind, target))
+        for name, count in used.items():
+            ctx.stat(f"generator {name}", count)
         return product.replace(kernels=tuple(kernels))

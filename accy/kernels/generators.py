@@ -1,0 +1,53 @@
+"""The registry of kernel generators kernelization chooses from.
+
+A generator turns one fusion group into one or more kernels (several when it needs more than
+one launch, e.g. a two-pass reduction; they share scratch arguments by name). Specialised
+generators say which groups they take (``accepts``); the loop-nest generator takes every
+group and is the fallback. ``kernelization{disable=NAME,...}`` switches generators off, so
+their effect can be measured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from accy.kernels import loopnest
+from accy.kernels.ir import Kernel
+from accy.plans import FusionGroup, KernelOutline, ScheduleKind
+from accy.target import TargetProfile
+
+Build = Callable[[FusionGroup, KernelOutline, ScheduleKind, TargetProfile], tuple[Kernel, ...]]
+
+
+@dataclass(frozen=True)
+class Generator:
+    name: str
+    summary: str
+    accepts: Callable[[FusionGroup, TargetProfile], bool]
+    build: Build
+
+
+GENERATORS: dict[str, Generator] = {}
+
+
+def register_generator(gen: Generator) -> Generator:
+    if gen.name in GENERATORS:
+        raise ValueError(f"kernel generator {gen.name!r} is already registered")
+    GENERATORS[gen.name] = gen
+    return gen
+
+
+def choose(group: FusionGroup, target: TargetProfile, disabled: frozenset[str]) -> Generator:
+    """The first enabled specialised generator that accepts ``group``, else the loop nest."""
+    for gen in GENERATORS.values():
+        if gen.name != "loop-nest" and gen.name not in disabled and gen.accepts(group, target):
+            return gen
+    return GENERATORS["loop-nest"]
+
+
+register_generator(Generator(
+    "loop-nest", "any group: one work-item per output element, loops for reductions",
+    lambda group, target: True,
+    lambda group, outline, kind, target: (loopnest.build(group, outline, kind),),
+))
