@@ -113,6 +113,7 @@ class Value:
     def reciprocal(self): return self.fb.op(Op.RECIPROCAL, self)
     def floor(self): return self.fb.op(Op.FLOOR, self)
     def ceil(self): return self.fb.op(Op.CEIL, self)
+    def erf(self): return self.fb.op(Op.ERF, self)
     def relu(self): return self.fb.op(Op.RELU, self)
     def gelu(self): return self.fb.op(Op.GELU, self)
     def sigmoid(self): return self.fb.op(Op.SIGMOID, self)

@@ -194,6 +194,10 @@ def _gelu(x: np.ndarray) -> np.ndarray:
     return np.where(np.isneginf(x64), 0.0, out).astype(x.dtype)
 
 
+def _erf(x: np.ndarray) -> np.ndarray:
+    return np.asarray(_ERF(x.astype(np.float64)), dtype=np.float64).astype(x.dtype)
+
+
 def _sigmoid(x: np.ndarray) -> np.ndarray:
     z = np.exp(-np.abs(x))  # in (0, 1]: never overflows
     one = x.dtype.type(1)
@@ -310,6 +314,7 @@ _IMPLS: dict[Op, _Impl] = {
     Op.FLOOR: _unary(np.floor),
     Op.CEIL: _unary(np.ceil),
     Op.RELU: _unary(lambda x: np.maximum(x, x.dtype.type(0))),
+    Op.ERF: _unary(_erf),
     Op.GELU: _unary(_gelu),
     Op.SIGMOID: _unary(_sigmoid),
     Op.TANH: _unary(np.tanh),

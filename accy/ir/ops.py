@@ -50,6 +50,7 @@ class Op(Enum):
     RECIPROCAL = "reciprocal"
     FLOOR = "floor"
     CEIL = "ceil"
+    ERF = "erf"  # the error function (what exact gelu lowers to)
     # elementwise activations
     RELU = "relu"
     GELU = "gelu"  # exact form: x * Phi(x) with the error function
@@ -123,7 +124,7 @@ _GROUPS: dict[OpKind, tuple[Op, ...]] = {
     OpKind.SOURCE: (Op.PARAM, Op.CONSTANT),
     OpKind.UNARY: (
         Op.NEG, Op.ABS, Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.SIN, Op.COS, Op.RECIPROCAL,
-        Op.FLOOR, Op.CEIL, Op.RELU, Op.GELU, Op.SIGMOID, Op.TANH,
+        Op.FLOOR, Op.CEIL, Op.ERF, Op.RELU, Op.GELU, Op.SIGMOID, Op.TANH,
     ),
     OpKind.BINARY: (Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.MAX, Op.MIN, Op.POW),
     OpKind.COMPARE: (Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE),

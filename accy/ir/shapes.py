@@ -13,7 +13,7 @@ from accy.ir.ops import Op, OpKind
 from accy.ir.types import DType, TensorType
 
 FLOAT_ONLY = frozenset({
-    Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.SIN, Op.COS, Op.RECIPROCAL, Op.FLOOR, Op.CEIL,
+    Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.SIN, Op.COS, Op.RECIPROCAL, Op.FLOOR, Op.CEIL, Op.ERF,
     Op.GELU, Op.SIGMOID, Op.TANH, Op.POW,
 })
 

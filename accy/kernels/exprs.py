@@ -11,6 +11,7 @@ from accy.kernels.ir import Bin, Call, Cast, Cond, Expr, Lit, Un
 _FLOAT_CALL = {
     Op.ABS: "fabs", Op.EXP: "exp", Op.LOG: "log", Op.SQRT: "sqrt", Op.RSQRT: "rsqrt",
     Op.SIN: "sin", Op.COS: "cos", Op.FLOOR: "floor", Op.CEIL: "ceil", Op.TANH: "tanh",
+    Op.ERF: "erf",
     Op.POW: "pow",
 }
 _ARITH = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*", Op.DIV: "/"}

@@ -73,7 +73,7 @@ def erf(x):
 UNARY = {
     Op.NEG: np.negative, Op.ABS: np.abs, Op.EXP: np.exp, Op.LOG: np.log, Op.SQRT: np.sqrt,
     Op.RSQRT: lambda x: 1 / np.sqrt(x), Op.SIN: np.sin, Op.COS: np.cos,
-    Op.RECIPROCAL: lambda x: 1 / x, Op.FLOOR: np.floor, Op.CEIL: np.ceil,
+    Op.RECIPROCAL: lambda x: 1 / x, Op.FLOOR: np.floor, Op.CEIL: np.ceil, Op.ERF: erf,
     Op.RELU: lambda x: np.maximum(x, 0), Op.GELU: lambda x: 0.5 * x * (1 + erf(x / np.sqrt(2))),
     Op.SIGMOID: lambda x: 1 / (1 + np.exp(-x)), Op.TANH: np.tanh,
 }

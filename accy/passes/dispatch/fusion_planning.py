@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -114,11 +115,12 @@ class FusionPlanning(Pass):
         if kinds[target] is ScheduleKind.contraction:
             return None, "contraction kernels read their operands from memory"
         if not is_light(node):
-            # one heavy op per kernel, computed once per point of an elementwise epilogue
+            # one heavy op per kernel, evaluated at most once per element: its consumers are
+            # elementwise or movement ops and the kernel's domain is no larger than it
             if kinds[target] is not ScheduleKind.flat:
                 return None, f"{node.op.value} and a {kinds[target].value} need separate kernels"
-            if node.type.shape != domain or any(not x.op.is_elementwise for x in users):
-                return None, f"{node.op.value} feeds its consumers at another shape"
+            if math.prod(domain) > node.type.size or not all(is_light(x) for x in users):
+                return None, f"{node.op.value} would be recomputed by its consumers"
         if self.policy == "single-output":
             if node in u.results:
                 return None, "function result (single-output policy)"

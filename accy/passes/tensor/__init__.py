@@ -1,0 +1,1 @@
+"""Passes of the tensor stage."""

@@ -1,0 +1,69 @@
+"""activation-lowering: activations as primitive ops, in numerically stable forms."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from accy.ir.node import Node
+from accy.ir.ops import Op
+from accy.ir.program import Stage
+from accy.passes.base import Pass, option
+from accy.passes.rebuild import constant, make, rebuild
+from accy.passes.registry import register
+
+LOWERABLE = ("relu", "gelu", "sigmoid", "softmax", "log_softmax")
+
+
+def lower(node: Node, x: Node) -> Node:
+    """The primitive form of activation ``node`` applied to ``x``."""
+    dtype = x.type.dtype
+    one, half = constant(1.0, dtype), constant(0.5, dtype)
+    if node.op is Op.RELU:
+        return make(Op.MAX, x, constant(0, dtype))
+    if node.op is Op.GELU:  # exact: x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2))
+        inner = make(Op.ERF, make(Op.MUL, x, constant(0.7071067811865476, dtype)))
+        return make(Op.MUL, make(Op.MUL, half, x), make(Op.ADD, one, inner))
+    if node.op is Op.SIGMOID:  # exp(-|x|) never overflows; pick the branch by sign
+        z = make(Op.EXP, make(Op.NEG, make(Op.ABS, x)))
+        positive = make(Op.DIV, one, make(Op.ADD, one, z))
+        negative = make(Op.DIV, z, make(Op.ADD, one, z))
+        return make(Op.SELECT, make(Op.GE, x, constant(0, dtype)), positive, negative)
+    axis = node.attr("axis")  # softmax family: subtract the row maximum first
+    shifted = make(Op.SUB, x, make(Op.REDUCE_MAX, x, axes=(axis,), keepdims=True))
+    total = make(Op.REDUCE_SUM, make(Op.EXP, shifted), axes=(axis,), keepdims=True)
+    if node.op is Op.LOG_SOFTMAX:
+        return make(Op.SUB, shifted, make(Op.LOG, total))
+    return make(Op.DIV, make(Op.EXP, shifted), total)
+
+
+@register
+@dataclass(frozen=True)
+class ActivationLowering(Pass):
+    """Lower activations to primitive ops (stable forms: max-subtraction, sign-split sigmoid)."""
+
+    name = "activation-lowering"
+    stage = Stage.tensor
+
+    ops: tuple[str, ...] = option(
+        ("gelu", "sigmoid"),
+        "activations to lower, of relu, gelu, sigmoid, softmax, log_softmax (softmax and "
+        "log_softmax are off by default: one row kernel beats their three lowered kernels)",
+    )
+
+    def run(self, ctx, product):
+        unknown = sorted(set(self.ops) - set(LOWERABLE))
+        if unknown:
+            raise ValueError(f"cannot lower {unknown}; lowerable: {', '.join(LOWERABLE)}")
+        chosen = {Op(name) for name in self.ops}
+        lowered = 0
+
+        def rewrite(node: Node, srcs: tuple[Node, ...]) -> Node:
+            nonlocal lowered
+            if node.op in chosen:
+                lowered += 1
+                return lower(node, srcs[0])
+            return node if not srcs else Node(node.op, node.type, srcs, dict(node.attrs))
+
+        program = rebuild(product.program, rewrite)
+        ctx.stat("lowered", lowered)
+        return product.replace(program=program)

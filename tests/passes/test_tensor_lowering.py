@@ -1,0 +1,96 @@
+"""Tensor-stage lowering passes: what they remove, and that `interpret` agrees before/after."""
+
+import numpy as np
+import pytest
+
+import accy
+from accy.builder import cross_entropy, trace
+from accy.errors import PassFailure
+from accy.ir.ops import Op
+from accy.ir.program import Program, Stage
+
+RNG = np.random.default_rng(7)
+
+
+def lowered(program: Program, pipeline: str) -> Program:
+    return accy.prepare(program, pipeline, until=Stage.tensor).products[Stage.tensor].program
+
+
+def ops_of(program: Program) -> list[Op]:
+    return [n.op for n in program.nodes()]
+
+
+def assert_same_meaning(before: Program, after: Program, inputs, rtol=1e-5, atol=1e-6):
+    for want, got in zip(accy.interpret(before, inputs), accy.interpret(after, inputs),
+                         strict=True):
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("name", ["relu", "gelu", "sigmoid", "softmax", "log_softmax"])
+def test_activation_lowering_removes_the_activation(name):
+    method = name if name != "log_softmax" else "log_softmax"
+    program = trace(lambda x: getattr(x, method)(), accy.f32[4, 9], name="act")
+    after = lowered(program, f"activation-lowering{{ops={name}}}")
+    assert Op(name) not in ops_of(after)
+    x = RNG.standard_normal((4, 9)).astype(np.float32) * 30  # large: stability matters
+    assert_same_meaning(program, after, [x])
+
+
+def test_lowered_softmax_is_stable_for_huge_inputs():
+    program = trace(lambda x: x.softmax(-1), accy.f32[2, 3], name="sm")
+    after = lowered(program, "activation-lowering{ops=softmax}")
+    x = np.array([[1000.0, 1001.0, 1002.0], [-1000.0, 0.0, 1000.0]], np.float32)
+    (got,) = accy.interpret(after, [x])
+    assert np.all(np.isfinite(got))
+    assert_same_meaning(program, after, [x])
+
+
+def test_default_keeps_rowwise_activations():
+    program = trace(lambda x: x.softmax(-1) + x.gelu(), accy.f32[4, 8], name="mix")
+    after = lowered(program, "accy-tensor")
+    assert Op.SOFTMAX in ops_of(after) and Op.GELU not in ops_of(after)
+    assert Op.ERF in ops_of(after)
+
+
+def test_unknown_activation_is_an_error():
+    program = trace(lambda x: x.relu(), accy.f32[4], name="r")
+    with pytest.raises(PassFailure, match="cannot lower.*lowerable"):
+        lowered(program, "activation-lowering{ops=swish}")
+
+
+def test_loss_lowering_uses_parallel_ops():
+    program = trace(cross_entropy, accy.f32[6, 5], accy.i32[6], name="xent")
+    after = lowered(program, "loss-lowering")
+    assert Op.CROSS_ENTROPY not in ops_of(after) and Op.LOG_SOFTMAX in ops_of(after)
+    logits = RNG.standard_normal((6, 5)).astype(np.float32)
+    labels = RNG.integers(0, 5, 6).astype(np.int32)
+    assert_same_meaning(program, after, [logits, labels])
+
+
+def test_loss_lowering_batched_labels():
+    program = trace(cross_entropy, accy.f32[2, 3, 4], accy.i64[2, 3], name="xent")
+    after = lowered(program, "loss-lowering")
+    logits = RNG.standard_normal((2, 3, 4)).astype(np.float32)
+    labels = RNG.integers(0, 4, (2, 3)).astype(np.int64)
+    assert_same_meaning(program, after, [logits, labels])
+
+
+def test_shape_layout_propagation_folds_chains():
+    def chain(x):
+        y = x.transpose(1, 0).transpose(1, 0)  # identity
+        z = y.reshape(6, 4).reshape(24).reshape(4, 6)  # identity overall
+        return (z + 1.0).broadcast_to(4, 6)[0:4, 0:6]
+
+    program = trace(chain, accy.f32[4, 6], name="moves")
+    after = lowered(program, "shape-layout-propagation")
+    assert ops_of(after).count(Op.TRANSPOSE) == 0 and ops_of(after).count(Op.RESHAPE) == 0
+    assert Op.BROADCAST not in ops_of(after) and Op.SLICE not in ops_of(after)
+    assert_same_meaning(program, after, [RNG.standard_normal((4, 6)).astype(np.float32)])
+
+
+def test_shape_layout_propagation_composes_transposes():
+    program = trace(lambda x: x.transpose(1, 2, 0).transpose(2, 0, 1).transpose(0, 2, 1),
+                    accy.f32[2, 3, 4], name="t")
+    after = lowered(program, "shape-layout-propagation")
+    assert ops_of(after).count(Op.TRANSPOSE) == 1
+    assert_same_meaning(program, after, [RNG.standard_normal((2, 3, 4)).astype(np.float32)])
