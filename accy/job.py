@@ -153,11 +153,28 @@ class PreparedJob:
         return self.kernel_program(self._index_for_work(work_item))
 
     # running -----------------------------------------------------------------------------
-    def executable(self, function: str | None = None, device=None):
-        """An :class:`~accy.backends.opencl.executable.Executable` for one function."""
+    def executable(self, function: str | None = None, device=None, max_threads: int = 1):
+        """An :class:`~accy.backends.opencl.executable.Executable` for one function.
+
+        Its kernels' programs build up to ``max_threads`` at once; the executable is the same
+        as a serial build's (kernels in schedule order, same sources, same outputs).
+        """
         from accy.backends.opencl.executable import Executable
 
-        return Executable(self, function, device)
+        return Executable(self, function, device, max_threads=max_threads)
+
+    def build(self, device=None, max_threads: int = 1):
+        """Build every legal kernel's OpenCL program on ``device`` (``ACCY_DEVICE`` or PoCL by
+        default), up to ``max_threads`` at once, and return its runtime. Builds are cached per
+        device, so executables made afterwards only look them up."""
+        from accy.backends.opencl.runtime import Runtime, select_device
+
+        runtime = device if isinstance(device, Runtime) else select_device(device)
+        legality = self.product.legality
+        sources = [self.kernel_source(i) for i in range(self.kernel_count)
+                   if legality is None or legality.kernels[i].status is KernelStatus.legal]
+        runtime.build_many(sources, max_threads=max_threads)
+        return runtime
 
     def run(self, *inputs: np.ndarray, function: str | None = None, device=None
             ) -> tuple[np.ndarray, ...]:
@@ -174,13 +191,17 @@ def prepare(
     until: Stage | str = Stage.target,
     verify_each: bool = True,
     instruments: Sequence[Instrument] = (),
+    build: bool = False,
+    max_threads: int = 1,
 ) -> PreparedJob:
     """Run ``pipeline`` over a program, stage by stage, up to ``until``.
 
     ``source`` may be a :class:`PreparedJob` stopped at an earlier stage: preparation continues
     from its last product and keeps its records. The target profile is ``target``, else the
     profile of ``device`` (an OpenCL device selector, see :func:`accy.select_device`), else a
-    generic OpenCL profile.
+    generic OpenCL profile. ``build=True`` (needs the kernel stage) also builds every legal
+    kernel on ``device`` (default ``ACCY_DEVICE`` or PoCL), ``max_threads`` programs at once,
+    so the first run only looks the builds up (see :meth:`PreparedJob.build`).
 
     >>> job = prepare(program)                  # doctest: +SKIP
     >>> job.kernel_count, job.kernel_source(0)  # doctest: +SKIP
@@ -207,4 +228,7 @@ def prepare(
     for product, record in manager.run_stages(start, until):
         products[product.stage] = product
         new_records.append(record)
-    return PreparedJob(products, tuple(records) + tuple(new_records), pipe)
+    job = PreparedJob(products, tuple(records) + tuple(new_records), pipe)
+    if build:
+        job.build(device, max_threads=max_threads)
+    return job

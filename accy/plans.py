@@ -1,8 +1,9 @@
 """The plans later stages attach to a product: immutable, pointing back at program nodes.
 
 dispatch: :class:`FusionPlan`, :class:`SchedulePlan`; memory: :class:`BufferPlan`,
-:class:`LayoutPlan`; kernel: :class:`OutlinePlan` and the kernels (:mod:`accy.kernels.ir`);
-target: :class:`LegalityReport`. Fingerprints use node digests and indices, never names.
+:class:`MemorySpacePlan`, :class:`LayoutPlan`; kernel: :class:`OutlinePlan` and the kernels
+(:mod:`accy.kernels.ir`); target: :class:`LegalityReport`. Fingerprints use node digests and
+indices, never names.
 """
 
 from __future__ import annotations
@@ -110,11 +111,19 @@ class BufferSlot:
 
 @dataclass(frozen=True)
 class BufferPlan:
-    """Buffer slots per function; intermediates share slots when their lifetimes do not overlap."""
+    """Buffer slots per function; intermediates share slots when their lifetimes do not overlap.
+
+    ``allocated_bytes`` is what holding every slot at once costs (what the executable does);
+    ``peak_bytes`` is the most bytes live at one point of the schedule of any function, where
+    inputs and constants live throughout, an output from its write on, and an intermediate slot
+    from the write of one of its values to that value's last read.
+    """
 
     slots: tuple[BufferSlot, ...]
-    peak_bytes: int  # bytes of all slots: what running the plan allocates at once
+    peak_bytes: int
     bytes_moved: int  # bytes read plus written by every work item
+    allocated_bytes: int = 0
+    in_place: int = 0  # outputs written over an input of their own kernel
 
     def slot_of(self, function: int, node: Node) -> BufferSlot:
         for s in self.slots:
@@ -130,12 +139,44 @@ class BufferPlan:
         return len(self.slots)
 
 
+MEMORY_SPACES = ("global", "constant")
+
+
+@dataclass(frozen=True)
+class SlotSpace:
+    """The OpenCL address space kernels see one buffer slot in, and why."""
+
+    slot: int
+    space: str  # one of MEMORY_SPACES
+    reason: str
+
+
+@dataclass(frozen=True)
+class MemorySpacePlan:
+    """Per buffer slot its memory space: ``global`` unless a read-only slot fits ``constant``."""
+
+    spaces: tuple[SlotSpace, ...]
+
+    def space_of(self, slot: int) -> str:
+        for s in self.spaces:
+            if s.slot == slot:
+                return s.space
+        return "global"
+
+    def fingerprint(self) -> str:
+        return digest_of(*((s.slot, s.space) for s in self.spaces))
+
+    def __len__(self) -> int:
+        return len(self.spaces)
+
+
 @dataclass(frozen=True)
 class SlotLayout:
     slot: int
     shape: tuple[int, ...]
     strides: tuple[int, ...]  # in elements, row-major
     alignment: int  # bytes
+    vector_width: int = 1  # widest of 1, 2, 4, 8, 16 the innermost extent and alignment allow
 
 
 @dataclass(frozen=True)

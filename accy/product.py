@@ -16,13 +16,14 @@ from accy.plans import (
     FusionPlan,
     LayoutPlan,
     LegalityReport,
+    MemorySpacePlan,
     OutlinePlan,
     SchedulePlan,
 )
 from accy.target import TargetProfile
 
-PLAN_FIELDS = ("fusion", "schedule", "buffers", "layout", "outline", "kernels", "target",
-               "legality")
+PLAN_FIELDS = ("fusion", "schedule", "buffers", "spaces", "layout", "outline", "kernels",
+               "target", "legality")
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,7 @@ class Product:
     fusion: FusionPlan | None = None
     schedule: SchedulePlan | None = None
     buffers: BufferPlan | None = None
+    spaces: MemorySpacePlan | None = None
     layout: LayoutPlan | None = None
     outline: OutlinePlan | None = None
     kernels: tuple[Kernel, ...] | None = None

@@ -34,6 +34,10 @@ class TargetProfile:
     max_work_group_size: int = 256
     local_mem_bytes: int = 32 * 1024
     compute_units: int = 1
+    constant_mem_bytes: int = 64 * 1024  # __constant bytes one kernel may take in all
+    max_constant_args: int = 8  # __constant arguments per kernel
+    device_type: str = "gpu"  # "cpu", "gpu" or "accelerator": which kernel shapes suit it
+    native_vector_bytes: int = 16  # the SIMD width the device prefers (float lanes * 4)
 
     @classmethod
     def from_device(cls, info: DeviceInfo) -> TargetProfile:
@@ -49,12 +53,17 @@ class TargetProfile:
             max_work_group_size=info.max_work_group_size,
             local_mem_bytes=info.local_mem_size,
             compute_units=info.compute_units,
+            constant_mem_bytes=info.max_constant_buffer_size,
+            max_constant_args=info.max_constant_args,
+            device_type=info.device_type,
+            native_vector_bytes=4 * max(1, info.preferred_vector_width_float),
         )
 
     def fingerprint(self) -> str:
         text = repr((self.backend, self.device, sorted(d.value for d in self.dtypes),
                      sorted(self.artifact_formats), self.math_tier, self.max_work_group_size,
-                     self.local_mem_bytes, self.compute_units))
+                     self.local_mem_bytes, self.compute_units, self.constant_mem_bytes,
+                     self.max_constant_args, self.device_type, self.native_vector_bytes))
         return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
     def describe(self) -> str:
@@ -62,7 +71,9 @@ class TargetProfile:
         return (f"{self.backend} on {self.device}: dtypes {dts}; formats "
                 f"{','.join(sorted(self.artifact_formats))}; math {self.math_tier}; "
                 f"max work-group {self.max_work_group_size}; local memory "
-                f"{self.local_mem_bytes} B; {self.compute_units} compute units")
+                f"{self.local_mem_bytes} B; constant memory {self.constant_mem_bytes} B in "
+                f"{self.max_constant_args} args; {self.compute_units} compute units "
+                f"({self.device_type}, {self.native_vector_bytes}-byte vectors)")
 
 
 class KernelStatus(Enum):

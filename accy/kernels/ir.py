@@ -73,18 +73,53 @@ class Id:
     dim: int = 0
 
 
-Expr = Var | Lit | Bin | Un | Call | Cond | Cast | Load | Id
+@dataclass(frozen=True)
+class VectorLoad:
+    """``lanes`` consecutive elements of ``buf`` from element ``index * lanes`` (``vloadN``).
+
+    A vector value: bind it with ``Let(..., lanes=N)`` and read its lanes with :class:`Lane`.
+    """
+
+    buf: str
+    index: Expr  # in units of whole vectors
+    lanes: int
+
+
+@dataclass(frozen=True)
+class Lane:
+    """Lane ``lane`` of a vector value (``v.s0`` ... ``v.sf``)."""
+
+    vec: Expr
+    lane: int
+
+
+@dataclass(frozen=True)
+class Splat:
+    """A vector of ``lanes`` copies of the scalar ``value`` of ``dtype`` (``(float4)(x)``)."""
+
+    dtype: DType
+    lanes: int
+    value: Expr
+
+
+Expr = Var | Lit | Bin | Un | Call | Cond | Cast | Load | Id | VectorLoad | Lane | Splat
+
+VECTOR_LANES = (2, 3, 4, 8, 16)  # the vector widths OpenCL C has
 
 
 # statements -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Let:
-    """``const T var = expr;`` (``mutable`` drops the const: an accumulator)."""
+    """``const T var = expr;`` (``mutable`` drops the const: an accumulator).
+
+    ``lanes > 1`` declares a vector variable (``float4``), e.g. of a :class:`VectorLoad`.
+    """
 
     var: str
     dtype: DType
     expr: Expr
     mutable: bool = False
+    lanes: int = 1
 
 
 @dataclass(frozen=True)
@@ -98,6 +133,17 @@ class Store:
     buf: str
     index: Expr
     value: Expr
+
+
+@dataclass(frozen=True)
+class VectorStore:
+    """Store ``values`` (one per lane, of ``dtype``) to ``len(values)`` consecutive elements of
+    ``buf`` from element ``index * len(values)`` (``vstoreN``)."""
+
+    buf: str
+    index: Expr  # in units of whole vectors
+    dtype: DType
+    values: tuple[Expr, ...]
 
 
 @dataclass(frozen=True)
@@ -128,12 +174,16 @@ class Barrier:
 
 @dataclass(frozen=True)
 class LocalArray:
+    """``__local T name[size];`` shared by a work-group; ``align`` (bytes, 0: the type's own)
+    lets vector loads of it be aligned ones."""
+
     name: str
     dtype: DType
     size: int
+    align: int = 0
 
 
-Stmt = Let | Assign | Store | For | If | Return | Barrier | LocalArray
+Stmt = Let | Assign | Store | VectorStore | For | If | Return | Barrier | LocalArray
 
 
 # kernels ----------------------------------------------------------------------------------
@@ -145,6 +195,10 @@ class KernelArg:
     item and argument name, zero-filled when allocated, and shared by the work item's kernels
     (e.g. the partial sums of a two-pass reduction). A kernel that uses scratch as a counter
     must leave it as it found it.
+
+    ``space`` is the OpenCL address space the kernel sees the buffer in: ``global``, or
+    ``constant`` for a read-only slot that memory-space-planning placed in constant memory
+    (kernelization fills it from the plan; generators leave the default).
     """
 
     name: str  # in0, in1, out0, scratch0 ...
@@ -152,6 +206,7 @@ class KernelArg:
     is_output: bool
     slot: int
     scratch_elems: int = 0
+    space: str = "global"
 
     @property
     def is_scratch(self) -> bool:
@@ -174,6 +229,7 @@ class Kernel:
     body: tuple[Stmt, ...]
     geometry: LaunchGeometry
     ops: tuple[tuple[Op, DType], ...] = field(default=())
+    fixed_local_size: bool = False  # built for exactly geometry.local_size (reqd_work_group_size)
 
     @property
     def argument_count(self) -> int:
@@ -193,13 +249,15 @@ class Kernel:
     def body_fingerprint(self) -> str:
         """Hash of what the kernel computes: argument types and body (not its name)."""
         text = repr((self.schedule_kind.value, self.domain,
-                     [(a.dtype.value, a.is_output) for a in self.args], self.body))
+                     [(a.dtype.value, a.is_output, a.space) for a in self.args], self.body))
         return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
     def fingerprint(self) -> str:
         return hashlib.blake2b(
             repr((self.entry, self.work_item, self.body_fingerprint(), self.geometry,
-                  [a.slot for a in self.args])).encode(), digest_size=16).hexdigest()
+                  [a.slot for a in self.args])
+                 + (("fixed_local_size",) if self.fixed_local_size else ())).encode(),
+            digest_size=16).hexdigest()
 
 
 def walk_stmts(body: tuple[Stmt, ...]):
@@ -227,8 +285,12 @@ def free_vars(e: Expr) -> frozenset[str]:
         return frozenset().union(*(free_vars(a) for a in e.args))
     if isinstance(e, Cond):
         return free_vars(e.c) | free_vars(e.a) | free_vars(e.b)
-    if isinstance(e, Load):
+    if isinstance(e, Load | VectorLoad):
         return free_vars(e.index)
+    if isinstance(e, Lane):
+        return free_vars(e.vec)
+    if isinstance(e, Splat):
+        return free_vars(e.value)
     raise TypeError(f"not an expression: {e!r}")
 
 

@@ -20,12 +20,13 @@ if TYPE_CHECKING:
 class Executable:
     """One function of a prepared job, ready to run: ``outputs = exe(*inputs)``.
 
-    Kernels are built (cached) when the executable is made; device buffers are reused across
+    Kernels are built (cached) when the executable is made, up to ``max_threads`` programs at
+    once (the kernels are the same as a serial build's); device buffers are reused across
     calls. ``last_kernel_ns`` holds each kernel's time (OpenCL profiling events) of the last call.
     """
 
     def __init__(self, job: PreparedJob, function: str | None = None,
-                 device: str | Runtime | None = None) -> None:
+                 device: str | Runtime | None = None, max_threads: int = 1) -> None:
         product = job.product
         self.function = product.program.function(function)
         self.fi = product.program.functions.index(self.function)
@@ -40,7 +41,10 @@ class Executable:
                             f"{verdict.detail}")
         self.runtime = device if isinstance(device, Runtime) else select_device(device)
         self.buffers = product.buffers
-        self.steps = [(k, self.runtime.kernel(job.kernel_source(i), k.entry)) for i, k in mine]
+        sources = [job.kernel_source(i) for i, _ in mine]
+        self.runtime.build_many(sources, max_threads=max_threads)
+        self.steps = [(k, self.runtime.kernel(src, k.entry))
+                      for (_, k), src in zip(mine, sources, strict=True)]
         self.key = (job.product.fingerprint(), self.fi)
         self.last_kernel_ns: list[int] = []
         self._constants_written = False

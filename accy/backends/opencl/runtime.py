@@ -14,11 +14,13 @@ import os
 import re
 import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 import pyopencl as cl
 
+from accy.backends.opencl.icd import IcdDecision, register_nvidia_icd
 from accy.errors import DeviceError, KernelBuildError
 
 ENV_VAR = "ACCY_DEVICE"
@@ -39,6 +41,9 @@ _LOCK = threading.RLock()
 _PROGRAMS: dict[tuple[str, str], cl.Program] = {}  # (device key, digest) -> built program
 _PROBES: dict[str, Runtime | str] = {}  # device key -> working runtime or failure reason
 _SELECTED: dict[str, Runtime] = {}  # selector string -> runtime
+_BUILDING: dict[tuple[str, str], threading.Lock] = {}  # one build per (device, digest) at once
+_ICD_CHECKED = False  # whether register_nvidia_icd ran (once, before the first platform query)
+_ICD_DECISION: IcdDecision | None = None  # what it decided, for error messages
 
 # Error locations in build logs: clang/PoCL "file:3:5: error" or "error: file:3:5: ...",
 # NVIDIA "<kernel>:3:5: error:" and "<kernel>(3): error".
@@ -63,6 +68,9 @@ class DeviceInfo:
     fp16: bool
     fp64: bool
     preferred_vector_width_float: int
+    max_constant_buffer_size: int = 64 * 1024
+    max_constant_args: int = 8
+    device_type: str = "gpu"  # "cpu", "gpu" or "accelerator" (from CL_DEVICE_TYPE)
 
     @property
     def key(self) -> str:
@@ -91,11 +99,20 @@ class DeviceInfo:
             fp16="cl_khr_fp16" in extensions,
             fp64="cl_khr_fp64" in extensions or double_config != 0,
             preferred_vector_width_float=int(device.preferred_vector_width_float),
+            max_constant_buffer_size=int(device.max_constant_buffer_size),
+            max_constant_args=int(device.max_constant_args),
+            device_type=("cpu" if device.type & cl.device_type.CPU else
+                         "gpu" if device.type & cl.device_type.GPU else "accelerator"),
         )
 
 
 def _platforms() -> list[cl.Platform]:
     """Every OpenCL platform, or ``[]`` when no ICD is installed."""
+    global _ICD_CHECKED, _ICD_DECISION
+    with _LOCK:
+        if not _ICD_CHECKED:  # before the loader reads its vendor list (see icd.py)
+            _ICD_CHECKED = True
+            _ICD_DECISION = register_nvidia_icd()
     try:
         return list(cl.get_platforms())
     except cl.Error:  # PLATFORM_NOT_FOUND_KHR when the ICD loader finds nothing
@@ -198,6 +215,8 @@ def _no_match_message(selector: str, devices: list[tuple[int, int, cl.Device]]) 
         if isinstance(reason, str):
             entry += f" -- skipped: {reason}"
         lines.append(entry)
+    if "nvidia" in selector.lower() and _ICD_DECISION is not None:
+        lines.append(f"NVIDIA OpenCL driver registration: {_ICD_DECISION.reason}")
     lines.append(
         "selectors: pocl, nvidia, cpu, gpu, or PLATFORM:DEVICE (index or substring, "
         f"either may be empty); set {ENV_VAR} to choose a default"
@@ -277,21 +296,55 @@ class Runtime:
         return f"Runtime({self.info.key!r})"
 
     def build(self, source: str, options: tuple[str, ...] = ()) -> cl.Program:
-        """The program built from ``source``; a cached build is reused without recompiling."""
+        """The program built from ``source``; a cached build is reused without recompiling.
+
+        Thread-safe; the compile runs outside the global lock (pyopencl releases the GIL in
+        ``clBuildProgram``), so different sources build in parallel and one source once.
+        """
         options = tuple(options)
         cache_key = (self.info.key, _digest(source, options))
         with _LOCK:
-            program = _PROGRAMS.get(cache_key)
-            if program is not None and program.context == self.context:
+            program = self._cached(cache_key)
+            if program is not None:
                 return program
+            one_at_a_time = _BUILDING.setdefault(cache_key, threading.Lock())
+        with one_at_a_time:
+            with _LOCK:
+                program = self._cached(cache_key)
+                if program is not None:
+                    return program
             try:
                 program = cl.Program(self.context, source).build(options=list(options))
             except cl.Error as exc:
                 log = re.sub(r"(clBuildProgram failed: \w+)( - \1)+", r"\1", str(exc))
                 raise self._build_error(source, options, log) from None
-            self._builds += 1
-            _PROGRAMS[cache_key] = program  # only ever a fully built program
+            with _LOCK:
+                self._builds += 1
+                _PROGRAMS[cache_key] = program  # only ever a fully built program
             return program
+
+    def _cached(self, cache_key: tuple[str, str]) -> cl.Program | None:
+        program = _PROGRAMS.get(cache_key)
+        return program if program is not None and program.context == self.context else None
+
+    def build_many(self, sources: Sequence[str], options: tuple[str, ...] = (),
+                   max_threads: int = 1) -> list[cl.Program]:
+        """The programs of ``sources`` in order, distinct sources built ``max_threads`` at once.
+
+        The programs are the ones serial :meth:`build` calls would give; a failure raises the
+        build error of the first failing source in order.
+        """
+        if isinstance(max_threads, bool) or not isinstance(max_threads, int) or max_threads < 1:
+            raise ValueError(f"max_threads must be a positive int, got {max_threads!r}")
+        distinct = list(dict.fromkeys(sources))
+        if max_threads == 1 or len(distinct) <= 1:
+            built = {s: self.build(s, options) for s in distinct}
+        else:
+            with ThreadPoolExecutor(min(max_threads, len(distinct)),
+                                    thread_name_prefix="accy-build") as pool:
+                futures = {s: pool.submit(self.build, s, options) for s in distinct}
+            built = {s: f.result() for s, f in futures.items()}
+        return [built[s] for s in sources]
 
     def _build_error(self, source: str, options: tuple[str, ...], log: str) -> KernelBuildError:
         parts = [f"OpenCL build failed on {self.info.key}"]
@@ -308,8 +361,12 @@ class Runtime:
         options = tuple(options)
         key = (_digest(source, options), entry)
         with _LOCK:
+            found = self._kernels.get(key)
+        if found is not None:
+            return found
+        program = self.build(source, options)  # not under the lock: builds may run in parallel
+        with _LOCK:
             if key not in self._kernels:
-                program = self.build(source, options)
                 names = sorted(n for n in program.kernel_names.split(";") if n)
                 if entry not in names:
                     raise KernelBuildError(

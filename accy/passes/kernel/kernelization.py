@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from accy.ir.program import Stage
 from accy.kernels.generators import GENERATORS, choose
+from accy.kernels.ir import Kernel
 from accy.passes.base import Pass, option
 from accy.passes.registry import register
+from accy.plans import MemorySpacePlan
 from accy.target import TargetProfile
 
 
@@ -40,4 +43,14 @@ class Kernelization(Pass):
             kernels.extend(gen.build(group, out, item.kind, target))
         for name, count in used.items():
             ctx.stat(f"generator {name}", count)
+        if product.spaces is not None:
+            kernels = [with_spaces(k, product.spaces) for k in kernels]
         return product.replace(kernels=tuple(kernels))
+
+
+def with_spaces(kernel: Kernel, spaces: MemorySpacePlan) -> Kernel:
+    """``kernel`` with each input argument in its slot's memory space (outputs and scratch
+    stay global)."""
+    args = tuple(a if a.is_output or a.is_scratch else
+                 dataclasses.replace(a, space=spaces.space_of(a.slot)) for a in kernel.args)
+    return kernel if args == kernel.args else dataclasses.replace(kernel, args=args)

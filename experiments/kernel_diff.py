@@ -1,0 +1,194 @@
+"""Kernel-diff gate: the generated OpenCL source of a fixed program set, for review.
+
+    python experiments/kernel_diff.py                 # print every kernel's source
+    python experiments/kernel_diff.py --check [FILE]  # compare with the snapshot; exit 1 + diff
+    python experiments/kernel_diff.py --update [FILE] # rewrite the snapshot
+
+Like tinygrad's process replay: a change that alters generated kernels shows up as a diff of
+``experiments/kernels.snapshot.txt`` in review. The programs (the seed's, a reduction, a
+softmax, a matmul, a gather/scatter, a cross-entropy, a broadcasted chain) are prepared with
+``accy-default`` for the generic :class:`~accy.target.TargetProfile`, so the text does not
+depend on the machine; it needs no OpenCL device. A program that fails to prepare prints its
+error in place of its kernels, so a fix or a regression shows up in the diff too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+import accy
+from accy.builder import Builder, cross_entropy, einsum, gather, scatter_add, trace
+from accy.ir.types import DType
+from accy.target import TargetProfile
+
+SNAPSHOT = Path(__file__).with_name("kernels.snapshot.txt")
+PIPELINE = "accy-default"
+f32, i32 = accy.f32, accy.i32
+
+
+def traced(name: str, fn: Callable, *types: accy.TensorType) -> accy.Program:
+    return trace(fn, *types, name=name)
+
+
+def seed_add() -> accy.Program:
+    """Seed row 3: ``a + b`` on f32[4]."""
+    return traced("add", lambda a, b: a + b, f32[4], f32[4])
+
+
+def seed_two_results() -> accy.Program:
+    """Seed row 4: ``(a+b, (a+b)*c)`` on f32[4]."""
+    def add_mul(a, b, c):
+        s = a + b
+        return s, s * c
+
+    return traced("add_mul", add_mul, f32[4], f32[4], f32[4])
+
+
+def seed_max_chain() -> accy.Program:
+    """Seed row 5: ``max(((a+b)*b)-b, b)`` on f32[16]."""
+    return traced("max_chain", lambda a, b: accy.maximum(((a + b) * b) - b, b),
+                  f32[16], f32[16])
+
+
+def seed_outer_einsum() -> accy.Program:
+    """Seed row 6: einsum ``ab,cd->ac``."""
+    return traced("outer", lambda x, y: einsum("ab,cd->ac", x, y), f32[3, 4], f32[5, 6])
+
+
+def seed_attention_einsum() -> accy.Program:
+    """Seed row 7: einsum ``bqd,bkd,bkv->bqv``."""
+    return traced("attention", lambda q, k, v: einsum("bqd,bkd,bkv->bqv", q, k, v),
+                  f32[2, 3, 4], f32[2, 5, 4], f32[2, 5, 6])
+
+
+def seed_constants() -> accy.Program:
+    """Seed row 8: two constants added, then multiplied into a parameter."""
+    b = Builder()
+    f = b.begin_function("consts", [b.tensor(DType.f32, (3,))], ["x"])
+    c1 = f.constant(np.array([1, 2, 3], np.float32))
+    c2 = f.constant(np.array([10, 20, 30], np.float32))
+    f.return_(f.add(c1, c2), f.mul(f.param(0), f.add(c1, c2)))
+    f.finish()
+    return b.finish()
+
+
+def reduction() -> accy.Program:
+    """Row sums and a full mean of an f32[64, 32]."""
+    return traced("sums", lambda x: (x.sum(axes=(1,)), x.mean()), f32[64, 32])
+
+
+def softmax() -> accy.Program:
+    """Row softmax of f32[16, 128]."""
+    return traced("softmax", lambda x: x.softmax(axis=-1), f32[16, 128])
+
+
+def matmul() -> accy.Program:
+    """f32[32, 64] @ f32[64, 16]."""
+    return traced("matmul", lambda a, b: a @ b, f32[32, 64], f32[64, 16])
+
+
+def gather_scatter() -> accy.Program:
+    """Rows gathered by index, then scatter-added back into a table."""
+    def gs(table, idx, upd):
+        return gather(table, idx, axis=0), scatter_add(table, idx, upd, axis=0)
+
+    return traced("gather_scatter", gs, f32[10, 8], i32[6], f32[6, 8])
+
+
+def cross_entropy_loss() -> accy.Program:
+    """Mean cross-entropy of f32[8, 10] logits against i32[8] labels."""
+    return traced("loss", lambda logits, labels: cross_entropy(logits, labels),
+                  f32[8, 10], i32[8])
+
+
+def broadcast_chain() -> accy.Program:
+    """A bias and a scale broadcast along rows, a gelu and a clamp: one fused kernel."""
+    def chain(x, bias, scale):
+        return accy.minimum(((x + bias) * scale).gelu(), 6.0)
+
+    return traced("chain", chain, f32[32, 64], f32[64], f32[32, 1])
+
+
+PROGRAMS: tuple[tuple[str, Callable[[], accy.Program]], ...] = (
+    ("seed-add", seed_add), ("seed-two-results", seed_two_results),
+    ("seed-max-chain", seed_max_chain), ("seed-outer-einsum", seed_outer_einsum),
+    ("seed-attention-einsum", seed_attention_einsum), ("seed-constants", seed_constants),
+    ("reduction", reduction), ("softmax", softmax), ("matmul", matmul),
+    ("gather-scatter", gather_scatter), ("cross-entropy", cross_entropy_loss),
+    ("broadcast-chain", broadcast_chain),
+)
+
+
+def render_program(name: str, make: Callable[[], accy.Program]) -> list[str]:
+    """The section of one program: a header, then each kernel's summary line and source."""
+    lines = [f"=== {name}: {(make.__doc__ or '').strip()}"]
+    try:
+        job = accy.prepare(make(), PIPELINE, target=TargetProfile())
+        kernels = job.kernel_summaries()
+    except accy.AccyError as exc:  # shown, not raised: a failure is a diff like any other
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return [*lines, f"!!! {type(exc).__name__}: {first}", ""]
+    for k in kernels:
+        g = k.geometry
+        lines.append(f"--- kernel {k.index}: {k.entry} (work item {k.work_item}, "
+                     f"{k.schedule_kind.value}, global {list(g.global_size)}, "
+                     f"local {list(g.local_size)}, {k.status.value if k.status else '-'})")
+        lines.extend(job.kernel_source(k.index).rstrip("\n").splitlines())
+    lines.append("")
+    return lines
+
+
+def generate() -> str:
+    """The whole snapshot text (deterministic: same accy, same text)."""
+    lines = [f"# accy kernel-diff snapshot: {len(PROGRAMS)} programs, pipeline {PIPELINE}, "
+             f"target {TargetProfile().device}", ""]
+    for name, make in PROGRAMS:
+        lines.extend(render_program(name, make))
+    return "\n".join(lines)
+
+
+def check(path: Path = SNAPSHOT, text: str | None = None) -> tuple[bool, str]:
+    """Whether ``path`` holds exactly the generated text, and the unified diff when not."""
+    text = generate() if text is None else text
+    old = path.read_text() if path.exists() else ""
+    if old == text:
+        return True, ""
+    diff = difflib.unified_diff(old.splitlines(keepends=True), text.splitlines(keepends=True),
+                                fromfile=str(path), tofile="generated")
+    return False, "".join(diff)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--check", nargs="?", const=str(SNAPSHOT), metavar="FILE",
+                      help="compare with a snapshot (default: %(const)s); exit 1 with a diff")
+    mode.add_argument("--update", nargs="?", const=str(SNAPSHOT), metavar="FILE",
+                      help="rewrite a snapshot (default: %(const)s)")
+    args = parser.parse_args(argv)
+    text = generate()
+    if args.check:
+        same, diff = check(Path(args.check), text)
+        if same:
+            print(f"kernels unchanged ({args.check})")
+            return 0
+        sys.stdout.write(diff)
+        print(f"\ngenerated kernels differ from {args.check}; review the diff, then run "
+              f"experiments/kernel_diff.py --update")
+        return 1
+    if args.update:
+        Path(args.update).write_text(text)
+        print(f"wrote {args.update}")
+        return 0
+    sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

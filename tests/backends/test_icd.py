@@ -1,0 +1,173 @@
+"""Registering an NVIDIA OpenCL driver that has no ICD file: the decision, with no NVIDIA here."""
+
+from __future__ import annotations
+
+import ctypes
+import warnings
+from pathlib import Path
+
+import pytest
+
+from accy.backends.opencl import icd
+
+LIB = icd.NVIDIA_LIBRARY
+
+
+def never() -> str | None:
+    raise AssertionError("the library must not be looked for in this case")
+
+
+def vendors(tmp_path: Path, **files: str) -> Path:
+    folder = tmp_path / "vendors"
+    folder.mkdir()
+    for name, text in files.items():
+        (folder / f"{name}.icd").write_text(text)
+    return folder
+
+
+def test_user_setting_is_never_overridden(tmp_path: Path) -> None:
+    env = {icd.VENDORS_ENV: "/opt/my/vendors"}
+    d = icd.decide(env, vendors(tmp_path), never)
+    assert not d.register and "set by the user" in d.reason
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert not icd.register_nvidia_icd(env, tmp_path / "vendors", never).register
+    assert env == {icd.VENDORS_ENV: "/opt/my/vendors"}
+
+
+@pytest.mark.parametrize("text", [LIB + "\n", "/usr/lib/x86_64-linux-gnu/libnvidia-opencl.so.1",
+                                  "libnvidia-opencl.so.580.159.03\n"])
+def test_existing_nvidia_icd_file_means_nothing_to_do(tmp_path: Path, text: str) -> None:
+    d = icd.decide({}, vendors(tmp_path, pocl="libpocl.so.2\n", nv=text), never)
+    assert not d.register and "nv.icd names the NVIDIA driver" in d.reason
+
+
+def test_icd_filenames_naming_nvidia_means_nothing_to_do(tmp_path: Path) -> None:
+    env = {"OCL_ICD_FILENAMES": "/usr/lib/libnvidia-opencl.so.1"}
+    assert not icd.decide(env, vendors(tmp_path), never).register
+
+
+def test_no_library_means_nothing_to_do(tmp_path: Path) -> None:
+    d = icd.decide({}, vendors(tmp_path, pocl="libpocl.so.2\n"), lambda: None)
+    assert not d.register and "not installed" in d.reason
+
+
+def test_loadable_library_without_icd_is_registered(tmp_path: Path) -> None:
+    folder = vendors(tmp_path, pocl="libpocl.so.2\n", intel="/opt/intel/libigdrcl.so\n")
+    d = icd.decide({}, folder, lambda: LIB)
+    assert d.register
+    assert d.entries == (("intel.icd", "/opt/intel/libigdrcl.so\n"),
+                         ("pocl.icd", "libpocl.so.2\n"), ("nvidia.icd", LIB + "\n"))
+
+
+def test_registration_keeps_a_foreign_nvidia_icd_name(tmp_path: Path) -> None:
+    d = icd.decide({}, vendors(tmp_path, nvidia="libsomething-else.so\n"), lambda: LIB)
+    assert d.register and d.entries[-1] == ("accy-nvidia.icd", LIB + "\n")
+    assert ("nvidia.icd", "libsomething-else.so\n") in d.entries
+
+
+def test_missing_vendor_dir_registers_nvidia_alone(tmp_path: Path) -> None:
+    d = icd.decide({}, tmp_path / "absent", lambda: LIB)
+    assert d.register and d.entries == (("nvidia.icd", LIB + "\n"),)
+
+
+def test_opencl_vendor_path_is_the_system_dir(tmp_path: Path) -> None:
+    folder = vendors(tmp_path, nv=LIB)
+    assert icd.system_vendor_dir({"OPENCL_VENDOR_PATH": str(folder)}) == folder
+    assert icd.system_vendor_dir({}) == icd.SYSTEM_VENDORS
+
+
+def test_register_writes_vendor_dir_sets_env_and_warns_once(tmp_path: Path) -> None:
+    system = vendors(tmp_path, pocl="libpocl.so.2\n")
+    env: dict[str, str] = {}
+    with pytest.warns(icd.IcdRegistrationWarning, match="OCL_ICD_VENDORS=") as caught:
+        d = icd.register_nvidia_icd(env, system, lambda: LIB, root=tmp_path / "cache")
+    assert d.register and len(caught) == 1
+    message = str(caught[0].message)
+    assert LIB in message and str(system) in message and "nvidia.icd" in message
+    made = Path(env[icd.VENDORS_ENV])
+    assert made.is_relative_to(tmp_path / "cache")
+    assert sorted(p.name for p in made.iterdir()) == ["nvidia.icd", "pocl.icd"]
+    assert (made / "nvidia.icd").read_text() == LIB + "\n"
+    assert (made / "pocl.icd").read_text() == "libpocl.so.2\n"
+    assert sorted(p.name for p in system.iterdir()) == ["pocl.icd"]  # system dir untouched
+    with warnings.catch_warnings():  # now the variable is set: nothing more, no warning
+        warnings.simplefilter("error")
+        again = icd.register_nvidia_icd(env, system, never, root=tmp_path / "cache")
+    assert not again.register and env[icd.VENDORS_ENV] == str(made)
+
+
+def test_vendor_dir_is_shared_by_equal_entries(tmp_path: Path) -> None:
+    entries = (("pocl.icd", "libpocl.so.2\n"), ("nvidia.icd", LIB + "\n"))
+    first = icd.write_vendor_dir(entries, tmp_path)
+    assert icd.write_vendor_dir(entries, tmp_path) == first
+    other = icd.write_vendor_dir(entries[1:], tmp_path)
+    assert other != first and [p.name for p in other.iterdir()] == ["nvidia.icd"]
+
+
+def test_cache_root_follows_xdg(tmp_path: Path) -> None:
+    assert icd.cache_root({"XDG_CACHE_HOME": str(tmp_path)}) == tmp_path / "accy"
+
+
+def test_library_found_by_bare_name_first() -> None:
+    tried: list[str] = []
+
+    def loads(name: str) -> bool:
+        tried.append(name)
+        return True
+
+    assert icd.find_nvidia_library({}, loads, never) == LIB and tried == [LIB]
+
+
+def test_library_found_by_path_when_off_the_search_path() -> None:
+    mounted = f"/usr/local/nvidia/lib64/{LIB}"
+    tried: list[str] = []
+
+    def loads(name: str) -> bool:
+        tried.append(name)
+        return name == mounted
+
+    env = {"LD_LIBRARY_PATH": "/opt/a::/opt/b"}
+    assert icd.find_nvidia_library(env, loads, lambda p: p != f"/opt/b/{LIB}") == mounted
+    assert tried == [LIB, f"/opt/a/{LIB}", mounted]  # /opt/b has no copy: not loaded
+    assert icd.find_nvidia_library({}, lambda name: False, lambda p: True) is None
+
+
+def test_registered_path_is_what_the_icd_file_names(tmp_path: Path) -> None:
+    mounted = f"/usr/local/nvidia/lib64/{LIB}"
+    env: dict[str, str] = {}
+    with pytest.warns(icd.IcdRegistrationWarning, match=f"echo {mounted} >"):
+        d = icd.register_nvidia_icd(env, tmp_path / "none", lambda: mounted, root=tmp_path)
+    assert d.entries == (("nvidia.icd", mounted + "\n"),)
+    assert (Path(env[icd.VENDORS_ENV]) / "nvidia.icd").read_text() == mounted + "\n"
+
+
+def test_dlopen_failure_means_not_loadable(monkeypatch: pytest.MonkeyPatch) -> None:
+    def failing(name: str) -> object:
+        raise OSError(f"{name}: cannot open shared object file")
+
+    monkeypatch.setattr(ctypes, "CDLL", failing)
+    assert icd.find_nvidia_library({"LD_LIBRARY_PATH": ""}, exists=lambda p: True) is None
+
+
+def test_runtime_registers_once_before_the_first_platform_query(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("pyopencl")
+    from accy.backends.opencl import runtime as rt
+
+    calls: list[str] = []
+    monkeypatch.setattr(rt, "_ICD_CHECKED", False)
+    monkeypatch.setattr(rt, "register_nvidia_icd", lambda: calls.append("icd"))
+    monkeypatch.setattr(rt.cl, "get_platforms", lambda: calls.append("platforms") or [])
+    assert rt._platforms() == [] and rt._platforms() == []
+    assert calls == ["icd", "platforms", "platforms"]
+
+
+def test_no_nvidia_device_error_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("pyopencl")
+    from accy.backends.opencl import runtime as rt
+
+    decision = icd.IcdDecision(False, f"{LIB} is not installed (no copy loads)")
+    monkeypatch.setattr(rt, "_ICD_DECISION", decision)
+    assert decision.reason in rt._no_match_message("nvidia", [])
+    assert decision.reason not in rt._no_match_message("pocl", [])

@@ -1,0 +1,73 @@
+"""The kernel-diff gate script: deterministic output, check and update against a snapshot.
+
+Kernels change often while the backend is built, so this test compares the generated text with
+itself (twice in a row must be identical) and with snapshots it writes; only the script's
+``--check`` compares against the stored ``experiments/kernels.snapshot.txt``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def kernel_diff():
+    path = ROOT / "experiments" / "kernel_diff.py"
+    spec = importlib.util.spec_from_file_location("kernel_diff", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("kernel_diff", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def text(kernel_diff) -> str:
+    return kernel_diff.generate()
+
+
+def test_generation_is_deterministic(kernel_diff, text: str) -> None:
+    assert kernel_diff.generate() == text
+
+
+def test_every_program_has_a_section(kernel_diff, text: str) -> None:
+    sections = [line for line in text.splitlines() if line.startswith("=== ")]
+    assert [s.split(":")[0][4:] for s in sections] == [n for n, _ in kernel_diff.PROGRAMS]
+    names = {"seed-add", "reduction", "softmax", "matmul", "gather-scatter", "cross-entropy",
+             "broadcast-chain"}
+    assert names <= {n for n, _ in kernel_diff.PROGRAMS}
+    assert "__kernel void" in text
+
+
+def test_check_passes_on_its_own_snapshot_and_shows_a_diff_otherwise(
+        kernel_diff, text: str, tmp_path: Path) -> None:
+    snap = tmp_path / "kernels.snapshot.txt"
+    snap.write_text(text)
+    assert kernel_diff.check(snap, text) == (True, "")
+    changed = text.replace("get_global_id(0)", "get_global_id(1)", 1)
+    snap.write_text(changed)
+    same, diff = kernel_diff.check(snap, text)
+    assert not same
+    assert diff.startswith(f"--- {snap}\n+++ generated\n")
+    assert "-" in diff and "+" in diff and "get_global_id(1)" in diff
+    assert not kernel_diff.check(tmp_path / "missing.txt", text)[0]
+
+
+def test_main_update_then_check(kernel_diff, text: str, tmp_path: Path, capsys) -> None:
+    snap = tmp_path / "snap.txt"
+    assert kernel_diff.main(["--update", str(snap)]) == 0
+    assert snap.read_text() == text
+    assert kernel_diff.main(["--check", str(snap)]) == 0
+    snap.write_text(text + "stale line\n")
+    capsys.readouterr()
+    assert kernel_diff.main(["--check", str(snap)]) == 1
+    out = capsys.readouterr().out
+    assert "-stale line" in out and "--update" in out
+    assert kernel_diff.main([]) == 0
+    assert capsys.readouterr().out == text
