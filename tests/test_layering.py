@@ -14,8 +14,11 @@ ALLOWED = {
     "accy.backends": ("accy.errors", "accy.ir", "accy.kernels", "accy.plans", "accy.target",
                       "accy.job"),
     "accy.product": ("accy.errors", "accy.ir", "accy.kernels", "accy.plans", "accy.target"),
+    "accy.egraph": ("accy.errors", "accy.ir"),
+    "accy.contraction": ("accy.errors",),
     "accy.passes": ("accy.errors", "accy.ir", "accy.kernels", "accy.plans", "accy.target",
-                    "accy.product", "accy.backends.opencl.render"),
+                    "accy.product", "accy.backends.opencl.render", "accy.egraph",
+                    "accy.contraction"),
 }
 
 

@@ -1,0 +1,310 @@
+"""IR <-> e-graph: programs go in as tensor terms, the cheapest terms come out as IR nodes.
+
+``to_egraph(program)`` adds every node of the program to an e-graph exactly once, operands
+first, and binds it to an entry of the handle table ``accy.handle(i)``; a node's users refer
+to it through its handle, so a node shared by many users (hash-consing makes every common
+subexpression one node) is one e-class, never spelled out twice. A single handle table rather
+than one egglog ``let`` per shared node, because egglog copies every table on ``push``, which
+the driver does every iteration. The handles of the functions' results are the roots.
+
+``from_egraph(peg, cost_model)`` (or ``extract`` for the cost as well) reads the e-graph's
+rows, picks the cheapest term of every root with ``cost.extract_best`` and rebuilds IR nodes
+bottom-up. Nodes are hash-consed, so a class chosen once is one node however many users it
+has; every node is re-checked with ``accy.ir.shapes.infer`` against the type its term
+carries, so an ill-typed rule raises ``EGraphError`` instead of producing a wrong program.
+Without rules, ``from_egraph(to_egraph(p)) == p``: the same nodes, the same sharing.
+
+``term(node)`` gives the plain egglog term of a node (no handles) for tests and rules.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from egglog import EGraph, function, i64Like, set_
+from egglog.bindings import Value
+
+from accy.egraph.cost import (
+    DEFAULT_COST_MODEL,
+    CostModel,
+    EClassGraph,
+    ENode,
+    cost_model,
+    extract_best,
+    program_cost,
+)
+from accy.egraph.sorts import (
+    FULL_EGG_NAME,
+    LIST_CONS_EGG_NAME,
+    LIST_NIL_EGG_NAME,
+    SIGNATURES,
+    TYPE_RULES,
+    EGraphError,
+    Tensor,
+    decode_attr,
+    encode_attr,
+    new_egraph,
+    parse_type,
+    signature,
+    tensor_list,
+)
+from accy.errors import ShapeError
+from accy.ir.node import Node, topological
+from accy.ir.ops import Op
+from accy.ir.program import Function, Program
+from accy.ir.shapes import infer
+from accy.ir.types import DType, TensorType
+
+__all__ = ["Extraction", "ProgramEGraph", "extract", "from_egraph", "handle", "read_egraph",
+           "term", "to_egraph"]
+
+HANDLE_EGG_NAME = "accy.handle"
+
+
+@function(egg_fn=HANDLE_EGG_NAME, merge=lambda old, new: old)
+def handle(i: i64Like) -> Tensor:
+    """The e-class of the ``i``-th node added by ``to_egraph`` (a lookup table, not a term)."""
+
+
+@dataclass
+class ProgramEGraph:
+    """A program inside an e-graph: the e-graph and the handle of every node of the program."""
+
+    program: Program
+    egraph: EGraph
+    handles: dict[Node, int]
+
+    def roots(self) -> list[int]:
+        """Handles of every function's results, in order."""
+        return [self.handles[r] for f in self.program.functions for r in f.results]
+
+
+# ---- IR -> e-graph ----------------------------------------------------------------------------
+
+
+def _fill(value: float, t: TensorType) -> bytes:
+    if t.dtype is DType.bool:
+        return np.full(t.shape, bool(value), dtype=np.bool_).tobytes()
+    scalar = int(value) if t.dtype.is_int else value
+    return np.full(t.shape, scalar, dtype=t.dtype.numpy).tobytes()
+
+
+def _full_value(node: Node) -> float | None:
+    """The one value of a constant whose bytes ``Tensor.full`` reproduces exactly, if any."""
+    t, data = node.type, node.attr("value")
+    if t.size == 0 or len(data) != t.nbytes:
+        return None
+    first = np.frombuffer(data[: t.dtype.itemsize], dtype=t.dtype.numpy)[0]
+    if t.dtype.is_int and abs(int(first)) > 2**53:
+        return None
+    value = float(first)
+    if math.isnan(value) or (value == 0.0 and math.copysign(1.0, value) < 0):
+        return None  # egglog's f64 equates -0.0 with 0.0 and every NaN with every other
+    return value if _fill(value, t) == data else None
+
+
+def _term(node: Node, operand: Callable[[Node], Tensor]) -> Tensor:
+    ty = str(node.type)
+    if node.op is Op.CONSTANT:
+        value = _full_value(node)
+        if value is not None:
+            return Tensor.full(value, ty)
+        return Tensor.constant(encode_attr("bytes", node.attr("value")), ty)
+    sig = signature(node.op)
+    operands: list[Any] = [operand(s) for s in node.srcs]
+    if sig.operands is None:
+        operands = [tensor_list(*operands)]
+    attrs = [encode_attr(kind, node.attr(name)) for name, kind in sig.attrs]
+    return getattr(Tensor, sig.method)(*operands, *attrs, ty)
+
+
+def term(node: Node) -> Tensor:
+    """The egglog term of ``node`` (shared operands are shared Python objects)."""
+    memo: dict[Node, Tensor] = {}
+    for n in topological((node,)):
+        memo[n] = _term(n, memo.__getitem__)
+    return memo[node]
+
+
+def to_egraph(program: Program | Function, egraph: EGraph | None = None) -> ProgramEGraph:
+    """Add every node of ``program`` to ``egraph`` (a new one by default), each exactly once."""
+    if isinstance(program, Function):
+        program = Program((program,))
+    eg = egraph if egraph is not None else new_egraph()
+    base = eg.function_size(handle)  # several programs may share one e-graph
+    handles: dict[Node, int] = {}
+    actions = []
+    for node in program.nodes():
+        actions.append(set_(handle(base + len(handles))).to(
+            _term(node, lambda s: handle(handles[s]))))
+        handles[node] = base + len(handles)
+    eg.register(*actions)
+    eg.run(TYPE_RULES)
+    return ProgramEGraph(program, eg, handles)
+
+
+# ---- e-graph -> IR ----------------------------------------------------------------------------
+
+
+class _Reader:
+    """Decodes egglog's raw rows: e-class values to dense ids, primitives to Python values."""
+
+    def __init__(self, egraph: EGraph) -> None:
+        # The bindings-level e-graph: its freeze() returns raw rows in milliseconds, where the
+        # high-level EGraph.freeze() builds a Python expression per row (seconds at 100k rows).
+        self.raw = egraph._egraph
+        self.ids: dict[Value, int] = {}
+        self.cache: dict[tuple[str, Value], Any] = {}
+
+    def eclass(self, v: Value) -> int:
+        return self.ids.setdefault(v, len(self.ids))
+
+    def prim(self, kind: str, v: Value) -> Any:
+        key = (kind, v)
+        if key not in self.cache:
+            if kind == "int":
+                self.cache[key] = self.raw.value_to_i64(v)
+            elif kind == "bool":
+                self.cache[key] = self.raw.value_to_bool(v)
+            elif kind == "f64":
+                self.cache[key] = self.raw.value_to_f64(v)
+            else:
+                self.cache[key] = self.raw.value_to_string(v)
+        return self.cache[key]
+
+    def type(self, v: Value) -> TensorType:
+        return parse_type(self.prim("text", v))
+
+    def attrs(self, kinds: Iterable[tuple[str, Any]], values: list[Value]
+              ) -> tuple[tuple[str, Any], ...]:
+        return tuple(sorted((name, decode_attr(kind, self.prim(kind, v)))
+                            for (name, kind), v in zip(kinds, values, strict=True)))
+
+
+_SIG_BY_EGG_NAME = {sig.egg_name: sig for sig in SIGNATURES.values()}
+
+
+def read_egraph(egraph: EGraph) -> tuple[EClassGraph, dict[int, int]]:
+    """The e-graph's tensor e-nodes by e-class, and the e-class of every handle."""
+    r = _Reader(egraph)
+    graph = EClassGraph()
+    handles: dict[int, int] = {}
+    for name, fn in r.raw.freeze().functions.items():
+        if name == HANDLE_EGG_NAME:
+            for row in fn.rows:
+                handles[r.prim("int", row.inputs[0])] = r.eclass(row.output)
+            continue
+        decode = _decoder(name)
+        if decode is None:
+            continue
+        for row in fn.rows:
+            node = decode(r, row.inputs)
+            if row.subsumed:
+                graph.subsumed.add((r.eclass(row.output), node.op, node.type, node.attrs))
+            else:
+                graph.add(r.eclass(row.output), node)
+    return graph, handles
+
+
+def _decoder(egg_name: str) -> Callable[[_Reader, list[Value]], ENode] | None:
+    if egg_name == LIST_NIL_EGG_NAME:
+        return lambda r, xs: ENode(None, ())
+    if egg_name == LIST_CONS_EGG_NAME:
+        return lambda r, xs: ENode(None, (r.eclass(xs[0]), r.eclass(xs[1])))
+    if egg_name == FULL_EGG_NAME:
+        def full(r: _Reader, xs: list[Value]) -> ENode:
+            t = r.type(xs[1])
+            return ENode(Op.CONSTANT, (), (("value", _fill(r.prim("f64", xs[0]), t)),), t)
+        return full
+    sig = _SIG_BY_EGG_NAME.get(egg_name)
+    if sig is None:
+        return None
+    k = 1 if sig.operands is None else sig.operands
+
+    def decode(r: _Reader, xs: list[Value]) -> ENode:
+        return ENode(sig.op, tuple(r.eclass(x) for x in xs[:k]),
+                     r.attrs(sig.attrs, xs[k:-1]), r.type(xs[-1]))
+    return decode
+
+
+@dataclass(frozen=True)
+class Extraction:
+    """An extracted program and its cost under the model (each distinct node counted once)."""
+
+    program: Program
+    cost: int
+    cost_model: str
+
+
+def extract(peg: ProgramEGraph, model: str | CostModel = DEFAULT_COST_MODEL) -> Extraction:
+    """The cheapest program equal to ``peg.program`` in the e-graph, under ``model``."""
+    m = cost_model(model)
+    graph, handle_classes = read_egraph(peg.egraph)
+    roots = [handle_classes[h] for h in peg.roots()]
+    choices = extract_best(graph, roots, m)
+    memo: dict[int, Node] = {}
+
+    def operands(c: int) -> tuple[int, ...]:
+        n = choices[c].node
+        assert n.op is not None
+        return n.children if n.op.arity is not None else choices[n.children[0]].elements
+
+    for root in roots:  # post-order without recursion: programs may be thousands deep
+        stack = [(root, False)]
+        while stack:
+            c, ready = stack.pop()
+            if c in memo:
+                continue
+            if ready:
+                memo[c] = _node(choices[c].node, tuple(memo[o] for o in operands(c)))
+            else:
+                stack.append((c, True))
+                stack.extend((o, False) for o in operands(c) if o not in memo)
+    results = iter([memo[c] for c in roots])
+    program = Program(tuple(
+        Function(f.name, f.params, f.param_names, tuple(next(results) for _ in f.results))
+        for f in peg.program.functions))
+    cost = program_cost(program, m)
+    # Tree extraction counts a shared subterm once per use, so it can trade the input's
+    # sharing for a term that is cheaper as a tree but dearer as a program; the input is in
+    # the e-graph too, so the cheaper of the two wins (ties go to the extracted form).
+    original = program_cost(peg.program, m)
+    if original < cost and not _uses_subsumed(peg, graph, handle_classes):
+        return Extraction(peg.program, original, m.name)
+    return Extraction(program, cost, m.name)
+
+
+def _uses_subsumed(peg: ProgramEGraph, graph: EClassGraph, handle_classes: dict[int, int]
+                   ) -> bool:
+    """Whether a rule subsumed (barred from extraction) one of the input program's nodes."""
+    if not graph.subsumed:
+        return False
+    return any((handle_classes[h], n.op, n.type, n.attrs) in graph.subsumed
+               for n, h in peg.handles.items())
+
+
+def from_egraph(peg: ProgramEGraph, model: str | CostModel = DEFAULT_COST_MODEL) -> Program:
+    """The cheapest program in the e-graph (``extract(peg, model).program``)."""
+    return extract(peg, model).program
+
+
+def _node(n: ENode, srcs: tuple[Node, ...]) -> Node:
+    assert n.op is not None and n.type is not None
+    attrs = dict(n.attrs)
+    if n.op in (Op.PARAM, Op.CONSTANT):
+        if n.op is Op.CONSTANT and len(attrs["value"]) != n.type.nbytes:
+            raise EGraphError(f"constant of type {n.type} holds {len(attrs['value'])} bytes")
+        return Node(n.op, n.type, (), attrs)
+    try:
+        t, norm = infer(n.op, tuple(s.type for s in srcs), attrs)
+    except ShapeError as e:
+        raise EGraphError(f"the e-graph holds an ill-typed term (a rule built it): {e}") from None
+    if t != n.type or norm != attrs:
+        raise EGraphError(
+            f"the e-graph holds an ill-typed {n.op.value} term (a rule built it): its type "
+            f"argument says {n.type} with {attrs}, its operands give {t} with {norm}")
+    return Node(n.op, t, srcs, attrs)

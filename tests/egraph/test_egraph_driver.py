@@ -1,0 +1,133 @@
+"""Budgeted saturation: every stop reason, rollback, run reports, rule selection."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from egraph_support import F32, T, chain, factor_programs, func, mk, prog, toy_rules
+
+from accy.egraph.convert import extract, from_egraph, term, to_egraph
+from accy.egraph.driver import egraph_size, equivalent, saturate, select_rules
+from accy.egraph.sorts import EGraphError, RuleSet, Tensor, tensors, types
+from accy.ir.ops import Op
+
+
+def test_toy_rules_prove_factoring_and_report_matches():
+    spread, factored = factor_programs(1024)
+    proved, report = equivalent(term(spread.function().results[0]),
+                                term(factored.function().results[0]), toy_rules())
+    assert proved and report.stop_reason == "saturated"
+    matches = report.matches()
+    assert set(matches) == {"add-commute", "mul-commute", "add-assoc", "factor"}
+    assert matches["factor"] >= 1 and matches["add-commute"] >= 1
+    json.dumps(report.to_dict())  # JSON-ready for stage records and result files
+    assert "factor" in report.format()
+
+
+def test_disabled_rule_proves_nothing():
+    spread, factored = factor_programs(8)
+    proved, report = equivalent(term(spread.function().results[0]),
+                                term(factored.function().results[0]), toy_rules(),
+                                disable=["factor"])
+    assert not proved
+    assert "factor" not in report.matches()
+
+
+def test_saturated_report_per_iteration():
+    spread, _ = factor_programs(8)
+    peg = to_egraph(spread)
+    report = saturate(peg, toy_rules())
+    assert report.stop_reason == "saturated" and not report.rolled_back
+    assert report.initial_e_nodes == len(spread.nodes())
+    assert [it.index for it in report.iterations] == list(range(1, len(report.iterations) + 1))
+    assert all(it.kept for it in report.iterations)
+    assert report.e_nodes == report.iterations[-1].e_nodes
+    assert (report.e_nodes, report.e_classes) == egraph_size(peg.egraph)
+    assert sum(report.matches().values()) == sum(it.matches for it in report.iterations)
+
+
+def test_iteration_limit():
+    peg = to_egraph(chain(8))
+    report = saturate(peg, toy_rules(), iterations=2)
+    assert report.stop_reason == "iteration_limit"
+    assert len(report.iterations) == 2 and report.kept_iterations == 2
+
+
+def test_node_limit_rolls_back_the_step_that_overshot():
+    peg = to_egraph(chain(8))
+    start = egraph_size(peg.egraph)
+    limit = start[0] + 3  # the first step adds more than three e-nodes
+    report = saturate(peg, toy_rules(), node_limit=limit)
+    assert report.stop_reason == "node_limit" and report.rolled_back and not report.predicted
+    assert report.iterations[-1].e_nodes > limit and not report.iterations[-1].kept
+    assert egraph_size(peg.egraph) == start == (report.e_nodes, report.e_classes)
+    assert report.e_nodes <= limit
+    assert from_egraph(peg) == peg.program  # the e-graph is whole after the rollback
+
+
+def test_node_limit_later_keeps_earlier_steps():
+    peg = to_egraph(chain(10))
+    report = saturate(peg, toy_rules(), node_limit=2_000)
+    assert report.stop_reason == "node_limit"
+    assert report.kept_iterations >= 1
+    assert egraph_size(peg.egraph)[0] == report.e_nodes <= 2_000
+
+
+def test_input_over_the_node_limit_stops_before_any_step():
+    report = saturate(to_egraph(chain(4)), toy_rules(), node_limit=2)
+    assert report.stop_reason == "node_limit" and report.predicted and not report.iterations
+
+
+def test_time_limit_rolls_back():
+    peg = to_egraph(chain(8))
+    start = egraph_size(peg.egraph)
+    report = saturate(peg, toy_rules(), time_limit_s=1e-9)
+    assert report.stop_reason == "time_limit" and report.rolled_back
+    assert egraph_size(peg.egraph) == start
+
+
+def test_rules_option_selects_and_unknown_names_list_valid_ones():
+    rs = toy_rules()
+    assert [r.name for r in select_rules([rs], rules=["factor", "add-commute"])] == [
+        "add-commute", "factor"]
+    assert [r.name for r in select_rules([rs], disable=["toy"])] == []
+    with pytest.raises(KeyError, match="valid names: toy, add-assoc"):
+        select_rules([rs], disable=["distribute"])
+    with pytest.raises(KeyError, match="unknown rule set 'nope'"):
+        select_rules(["nope"])
+
+
+def test_match_limit_backoff_runs():
+    report = saturate(to_egraph(chain(6)), toy_rules(), match_limit=5, iterations=6)
+    assert report.stop_reason in ("saturated", "iteration_limit")
+    assert report.kept_iterations >= 1
+
+
+@pytest.mark.parametrize("kw", [{"iterations": -1}, {"node_limit": 0}, {"time_limit_s": 0},
+                                {"match_limit": 0}])
+def test_bad_limits(kw):
+    with pytest.raises(ValueError):
+        saturate(to_egraph(chain(2)), toy_rules(), **kw)
+
+
+def test_rule_that_unites_different_types_is_reported_and_undone():
+    (x,) = tensors("x")
+    (t,) = types("t")
+    bad = RuleSet("bad", "unsound", register=False)
+    bad.rewrite("neg-to-sum", Tensor.neg(x, t), Tensor.reduce_sum(x, "[0]", False, "f32[]"))
+    p = prog(func("f", [T(F32, 4)], lambda a: mk(Op.NEG, a)))
+    peg = to_egraph(p)
+    with pytest.raises(EGraphError, match="different types"):
+        saturate(peg, bad)
+    assert from_egraph(peg) == p  # popped back to the last good e-graph
+
+
+def test_saturation_is_deterministic():
+    runs = []
+    for _ in range(2):
+        peg = to_egraph(chain(7))
+        report = saturate(peg, toy_rules(), node_limit=5_000)
+        runs.append(([(i.e_nodes, i.e_classes, i.matches, i.kept) for i in report.iterations],
+                     report.matches(), report.stop_reason, extract(peg).program))
+    assert runs[0] == runs[1]
