@@ -75,7 +75,7 @@ class Executable:
             if arr.shape != t.shape or arr.dtype != t.dtype.numpy:
                 raise InterpretError(f"function {fn.name}: input {name} must be {t}, got "
                                      f"{arr.dtype}{list(arr.shape)}")
-            arrays.append(np.ascontiguousarray(arr))
+            arrays.append(np.asarray(arr, order="C"))  # (ascontiguousarray makes 0-d 1-d)
         return arrays
 
     def __call__(self, *inputs: np.ndarray) -> tuple[np.ndarray, ...]:

@@ -1,0 +1,409 @@
+"""tiled-contraction: classification, tile heuristic, generated structure, numerics on OpenCL.
+
+Numerical tests run on the default device (``ACCY_DEVICE``, else PoCL) with both the CPU tiles
+of its real profile and GPU-style tiles (a profile saying ``device_type="gpu"``), so the kernels
+the H200 runs are checked here too; results are compared with numpy in float64.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import accy
+from accy.backends.opencl.render import render
+from accy.builder import einsum
+from accy.errors import DeviceError
+from accy.ir.node import Node
+from accy.ir.ops import Op
+from accy.ir.types import DType, TensorType
+from accy.job import PreparedJob
+from accy.kernels import contraction
+from accy.kernels.contraction import Tiles, choose_tiles, classify
+from accy.kernels.ir import (
+    Barrier,
+    Call,
+    Kernel,
+    KernelArg,
+    Lane,
+    Let,
+    Lit,
+    LocalArray,
+    Splat,
+    Var,
+    VectorLoad,
+    VectorStore,
+    idx,
+)
+from accy.plans import LaunchGeometry, ScheduleKind
+from accy.target import TargetProfile
+
+H200 = TargetProfile(device="H200-like", device_type="gpu", compute_units=132,
+                     max_work_group_size=1024, local_mem_bytes=48 * 1024,
+                     dtypes=frozenset({DType.f32, DType.f64}))
+AVX512 = TargetProfile(device="avx512-like", device_type="cpu", compute_units=2,
+                       max_work_group_size=4096, local_mem_bytes=1 << 20, native_vector_bytes=64)
+AVX2 = dataclasses.replace(AVX512, native_vector_bytes=32)
+
+
+def einsum_node(spec: str, *shapes: tuple[int, ...], dtype: DType = DType.f32) -> Node:
+    b = accy.Builder()
+    f = b.begin_function("f", [TensorType(s, dtype) for s in shapes])
+    out = einsum(spec, *(f.param(i) for i in range(len(shapes))))
+    return out.node
+
+
+def program(spec: str, shapes: list[tuple[int, ...]], dtype: DType = DType.f32,
+            epilogue=None, extra: list[tuple[int, ...]] = ()) -> accy.Program:
+    b = accy.Builder()
+    f = b.begin_function("f", [TensorType(s, dtype) for s in [*shapes, *extra]])
+    xs = [f.param(i) for i in range(len(shapes) + len(extra))]
+    out = einsum(spec, xs[0], xs[1])
+    results = epilogue(out, *xs[2:]) if epilogue else out
+    f.return_(*(results if isinstance(results, tuple) else (results,)))
+    f.finish()
+    return b.finish()
+
+
+# classification ---------------------------------------------------------------------------
+def test_plain_matmul_classifies_with_row_major_strides():
+    c = classify(einsum_node("ik,kj->ij", (5, 7), (7, 9)))
+    assert not isinstance(c, str)
+    assert (c.x, c.batch) == (0, ())
+    assert (c.m.size, c.m.x, c.m.out) == (5, 7, 9)
+    assert (c.n.size, c.n.y, c.n.out) == (9, 1, 1)
+    assert (c.k.size, c.k.x, c.k.y) == (7, 1, 9)
+
+
+def test_transposed_operands_are_absorbed_by_strides():
+    c = classify(einsum_node("ki,jk->ij", (7, 5), (9, 7)))
+    assert (c.m.x, c.k.x) == (1, 5)  # X is K x M in memory
+    assert (c.n.y, c.k.y) == (7, 1)  # Y is N x K in memory
+
+
+def test_output_innermost_letter_decides_which_operand_is_x():
+    c = classify(einsum_node("ik,kj->ji", (5, 7), (7, 9)))
+    assert c.x == 1 and c.m.size == 9 and c.n.size == 5 and c.n.out == 1
+
+
+def test_letters_of_a_class_flatten_when_strides_chain():
+    c = classify(einsum_node("bij,jk->bik", (2, 3, 4), (4, 5)))
+    assert c.batch == () and (c.m.size, c.m.x, c.m.out) == (6, 4, 5)
+    c = classify(einsum_node("ikl,klj->ij", (3, 4, 5), (4, 5, 6)))
+    assert (c.k.size, c.k.x, c.k.y) == (20, 1, 6)
+
+
+def test_unchained_free_letters_become_batch_dimensions_with_stride_zero():
+    c = classify(einsum_node("ij,bjk->bik", (3, 4), (2, 4, 5)))
+    assert len(c.batch) == 1
+    assert (c.batch[0].size, c.batch[0].x, c.batch[0].y, c.batch[0].out) == (2, 0, 20, 15)
+    assert c.coords == (("b", 0, 1, 2), ("m", 0, 1, 3), ("n", 0, 1, 5))
+
+
+@pytest.mark.parametrize("spec, shapes, why", [
+    ("ii,ij->j", [(3, 3), (3, 4)], "repeats a letter"),
+    ("ij,jk->i", [(3, 4), (4, 5)], "one operand only"),
+    ("ikl,lkj->ij", [(3, 4, 5), (5, 4, 6)], "do not flatten"),
+    ("i,j->ij", [(3,), (4,)], "outer product"),
+    ("bik,bjk->bij", [(2, 3, 1), (2, 4, 1)], "outer product"),  # K of size 1
+])
+def test_declines_what_the_loop_nest_should_take(spec, shapes, why):
+    assert why in classify(einsum_node(spec, *shapes))
+
+
+def test_declines_single_operand_and_integer_einsums():
+    assert "two-operand" in classify(einsum_node("ij->ji", (3, 4)))
+    assert "dtype" in classify(einsum_node("ij,jk->ik", (3, 4), (4, 5), dtype=DType.i32))
+
+
+def test_groups_with_epilogues_are_accepted_and_marked_in_the_job():
+    prog = program("ik,kj->ij", [(8, 8), (8, 8)], epilogue=lambda y, b: (y + b).relu(),
+                   extra=[(8,)])
+    job = accy.prepare(prog, target=H200)
+    (kernel,) = job.kernels
+    assert kernel.fixed_local_size and {op for op, _ in kernel.ops} == {Op.EINSUM, Op.ADD,
+                                                                        Op.RELU}
+    off = accy.prepare(prog, "accy-contract,accy-tensor,accy-dispatch,accy-memory,"
+                             "kernel-outlining-planning,kernelization{disable=tiled-contraction}"
+                             ",accy-target", target=H200)
+    assert not off.kernels[0].fixed_local_size  # the loop nest took it
+
+
+# tile heuristic ---------------------------------------------------------------------------
+def tiles_for(spec: str, shapes, target: TargetProfile, dtype: DType = DType.f32) -> Tiles:
+    return choose_tiles(classify(einsum_node(spec, *shapes, dtype=dtype)), target)
+
+
+def test_gpu_tiles_for_a_large_matmul_are_128_square_with_8x8_per_work_item():
+    t = tiles_for("ik,kj->ij", [(4096, 4096), (4096, 4096)], H200)
+    assert t == Tiles(16, 16, 4, 2, 4, 2, 16, 16, True, 4, 4, 8)
+    assert (t.bm, t.bn, t.threads, t.local_bytes(4)) == (128, 128, 256, 16 * 264 * 4)
+
+
+def test_gpu_tiles_shrink_until_the_device_is_filled():
+    assert tiles_for("ik,kj->ij", [(1024, 1024), (1024, 1024)], H200).bm == 64
+    small = tiles_for("ik,kj->ij", [(100, 64), (64, 100)], H200)
+    assert (small.bm, small.bn, small.threads) == (32, 32, 64)
+    batched = tiles_for("bik,bkj->bij", [(64, 512, 512), (64, 512, 512)], H200)
+    assert batched.bm == 128  # 64 batches x 16 tiles fill the device with large tiles
+
+
+def test_gpu_tiles_for_f64_use_two_lane_vectors_and_fewer_outputs():
+    t = tiles_for("ik,kj->ij", [(4096, 4096), (4096, 4096)], H200, DType.f64)
+    assert (t.vm, t.vn, t.bm * t.bn // t.threads) == (2, 2, 16)
+
+
+def test_gpu_tiles_respect_the_work_group_and_local_memory_limits():
+    tiny = dataclasses.replace(H200, max_work_group_size=64, local_mem_bytes=4096)
+    t = tiles_for("ik,kj->ij", [(4096, 4096), (4096, 4096)], tiny)
+    assert t.threads <= 64 and t.local_bytes(4) <= 4096
+
+
+def test_cpu_tiles_use_the_native_vector_width_and_waste_least():
+    t = tiles_for("ik,kj->ij", [(1024, 1024), (1024, 1024)], AVX512)
+    assert (t.vn, t.vm, t.sm, t.sn, t.wx, t.wy, t.bk, t.prefetch) == (16, 8, 1, 3, 1, 4, 64,
+                                                                       False)
+    t = tiles_for("ik,kj->ij", [(64, 64), (64, 64)], AVX512)
+    assert (t.vm * t.sm, t.sn) == (6, 4)  # 8x48 would pad 64 columns to 96
+    t = tiles_for("ik,kj->ij", [(1024, 1024), (1024, 1024)], AVX2)
+    assert t.vn == 8 and (t.vm * t.sm) * t.sn == 12  # 12 accumulators for 16 registers
+    matvec = tiles_for("ik,k->i", [(64, 32), (32,)], AVX512)  # i is N: M = 1
+    assert (matvec.vm * matvec.sm, matvec.sn, matvec.vn) == (1, 4, 16)
+    assert tiles_for("k,k->", [(32,), (32,)], AVX512).vn == 1  # N = 1: scalar lanes
+
+
+# generated structure ----------------------------------------------------------------------
+def source(prog: accy.Program, target: TargetProfile) -> str:
+    job = accy.prepare(prog, target=target)
+    assert job.kernel_count == 1
+    return job.kernel_source(0)
+
+
+def test_gpu_kernel_structure_for_an_aligned_matmul():
+    src = source(program("ik,kj->ij", [(2048, 256), (256, 2048)]), H200)
+    assert "reqd_work_group_size(256, 1, 1)" in src
+    assert "__local float x_tile[" in src and "aligned(16)" in src
+    assert src.count("barrier(CLK_LOCAL_MEM_FENCE);") == 2
+    assert "vload4(" in src and "vstore4(" in src and "fma(" in src
+    assert "? " not in src  # sizes divide the tiles: no guards anywhere
+    assert src.count("acc_") >= 16 * 3  # 16 float4 accumulators: declared, updated, stored
+
+
+def test_edges_get_guards_only_where_tiles_overhang():
+    src = source(program("ik,kj->ij", [(130, 256), (256, 384)]), H200)  # M overhangs
+    lines = src.splitlines()
+    assert all("< 130L) ? vload4" in line for line in lines if "x_tile_r0 =" in line)
+    assert not any("?" in line for line in lines if "y_tile_r0 =" in line)
+    assert "if ((row0 < 130L))" in src and "(col0 <" not in src
+    src = source(program("ik,kj->ij", [(128, 250), (250, 384)]), H200)  # K overhangs
+    assert "x_tile_k0) < 250L) ? vload2" in src  # gcd(250, 16): two-lane vectors along K
+    assert "y_tile_k0) < 250L) ? vload4" in src
+    assert "(row0 <" not in src and "(col0 <" not in src
+
+
+def test_generated_source_is_deterministic():
+    prog = program("bik,bjk->bij", [(3, 50, 20), (3, 40, 20)])
+    assert source(prog, H200) == source(prog, H200)
+    assert source(prog, AVX512) == source(prog, AVX512)
+
+
+# rendering of the kernel IR nodes the generator added -------------------------------------
+def test_render_vector_nodes_golden():
+    body = (
+        LocalArray("t", DType.f32, 64, align=16),
+        Let("v", DType.f32, VectorLoad("t", idx(2), 4), lanes=4),
+        Let("acc", DType.f32, Splat(DType.f32, 4, Lit(0.0, DType.f32)), mutable=True, lanes=4),
+        Let("s", DType.f32, Call("fma", (Splat(DType.f32, 4, Lane(Var("v"), 3)), Var("v"),
+                                         Var("acc"))), lanes=4),
+        Barrier(),
+        VectorStore("out0", idx(0), DType.f32, tuple(Lane(Var("s"), i) for i in range(4))),
+    )
+    kernel = Kernel("k", 0, ScheduleKind.contraction, (4,),
+                    (KernelArg("out0", DType.f32, True, 0),), body,
+                    LaunchGeometry((64,), (64,)), fixed_local_size=True)
+    assert render(kernel) == (
+        "#pragma OPENCL FP_CONTRACT OFF\n"
+        "__kernel __attribute__((reqd_work_group_size(64, 1, 1))) void k("
+        "__global float* restrict out0) {\n"
+        "  __local float t[64] __attribute__((aligned(16)));\n"
+        "  const float4 v = vload4(2L, t);\n"
+        "  float4 acc = ((float4)(0.0f));\n"
+        "  const float4 s = fma(((float4)(v.s3)), v, acc);\n"
+        "  barrier(CLK_LOCAL_MEM_FENCE);\n"
+        "  vstore4((float4)(s.s0, s.s1, s.s2, s.s3), 0L, out0);\n"
+        "}\n")
+    plain = dataclasses.replace(kernel, fixed_local_size=False)
+    assert "__kernel void k(" in render(plain)
+    assert plain.fingerprint() != kernel.fingerprint()
+
+
+# numerics on the device -------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def runtime():
+    from accy.backends.opencl.runtime import select_device
+
+    try:
+        return select_device()
+    except DeviceError as exc:
+        pytest.skip(f"no usable OpenCL device: {exc}")
+
+
+@pytest.fixture(scope="module")
+def profiles(runtime) -> dict[str, TargetProfile]:
+    real = TargetProfile.from_device(runtime.info)
+    gpu_like = dataclasses.replace(real, device_type="gpu", compute_units=4,
+                                   max_work_group_size=min(256, real.max_work_group_size))
+    return {"device": real, "gpu-tiles": gpu_like}
+
+
+def check(runtime, prog: accy.Program, target: TargetProfile, reference, seed: int = 0
+          ) -> None:
+    job = accy.prepare(prog, target=target)
+    assert any(k.fixed_local_size for k in job.kernels), "tiled-contraction was not chosen"
+    fn = prog.functions[0]
+    rng = np.random.default_rng(seed)
+    inputs = [rng.standard_normal(p.type.shape).astype(p.type.dtype.numpy) for p in fn.params]
+    outs = job.run(*inputs, device=runtime)
+    refs = reference(*(x.astype(np.float64) for x in inputs))
+    refs = refs if isinstance(refs, tuple) else (refs,)
+    tol = 1e-5 if fn.params[0].type.dtype is DType.f32 else 1e-12
+    for out, ref in zip(outs, refs, strict=True):
+        assert out.shape == ref.shape and out.dtype == fn.params[0].type.dtype.numpy
+        scale = max(1.0, float(np.abs(ref).max()))
+        np.testing.assert_allclose(out, ref, rtol=tol, atol=tol * scale * 8)
+
+
+CASES = [
+    ("ik,kj->ij", [(64, 48), (48, 96)]),  # tiles divide
+    ("ik,kj->ij", [(67, 45), (45, 129)]),  # every edge overhangs
+    ("ik,kj->ij", [(1, 7), (7, 1)]),  # a dot product as a 1x1 matmul
+    ("ik,jk->ij", [(33, 20), (50, 20)]),  # Y is K-contiguous: transposing copy
+    ("ki,kj->ij", [(17, 40), (17, 24)]),  # X is M-contiguous
+    ("ki,jk->ij", [(9, 31), (23, 9)]),
+    ("ik,kj->ji", [(30, 12), (12, 20)]),  # output transposed: operands swap roles
+    ("bik,bkj->bij", [(3, 20, 24), (3, 24, 36)]),
+    ("bik,bjk->bij", [(2, 64, 32), (2, 48, 32)]),  # attention scores
+    ("bij,jk->bik", [(3, 5, 16), (16, 12)]),  # b and i flatten into M
+    ("ij,bjk->bik", [(20, 16), (3, 16, 24)]),  # b: batch with stride 0 in X
+    ("bqd,bkd->bqk", [(2, 7, 5), (2, 9, 5)]),
+    ("ikl,klj->ij", [(12, 3, 5), (3, 5, 10)]),  # two summed letters flatten
+    ("ak,bk->ab", [(3, 5), (1, 5)]),  # N = 1: 3 work-items share copies that do not divide
+    ("ik,k->i", [(40, 64), (64,)]),  # matrix-vector: i is N, M = 1
+    ("abik,abkj->abij", [(2, 3, 9, 7), (2, 3, 7, 11)]),  # two batch letters
+]
+
+
+@pytest.mark.parametrize("kind", ["device", "gpu-tiles"])
+@pytest.mark.parametrize("spec, shapes", CASES, ids=[f"{s}:{x}" for s, x in CASES])
+def test_matches_numpy_f32(runtime, profiles, kind, spec, shapes):
+    check(runtime, program(spec, shapes), profiles[kind],
+          lambda x, y: np.einsum(spec, x, y))
+
+
+@pytest.mark.parametrize("kind", ["device", "gpu-tiles"])
+@pytest.mark.parametrize("spec, shapes", [CASES[1], CASES[3], CASES[8], CASES[10]])
+def test_matches_numpy_f64(runtime, profiles, kind, spec, shapes):
+    if DType.f64 not in profiles["device"].dtypes:
+        pytest.skip("the device has no fp64")
+    check(runtime, program(spec, shapes, DType.f64), profiles[kind],
+          lambda x, y: np.einsum(spec, x, y))
+
+
+@pytest.mark.parametrize("kind", ["device", "gpu-tiles"])
+def test_bias_add_relu_epilogue(runtime, profiles, kind):
+    prog = program("ik,kj->ij", [(37, 20), (20, 50)], epilogue=lambda y, b: (y + b).relu(),
+                   extra=[(50,)])
+    check(runtime, prog, profiles[kind], lambda x, w, b: np.maximum(x @ w + b, 0))
+
+
+@pytest.mark.parametrize("kind", ["device", "gpu-tiles"])
+def test_epilogue_with_batch_and_row_operands(runtime, profiles, kind):
+    prog = program("bik,bkj->bij", [(2, 9, 8), (2, 8, 21)],
+                   epilogue=lambda y, r, s: (y * r - s).sigmoid(), extra=[(2, 9, 1), (21,)])
+    check(runtime, prog, profiles[kind],
+          lambda x, w, r, s: 1 / (1 + np.exp(-(np.einsum("bik,bkj->bij", x, w) * r - s))))
+
+
+def test_results_of_the_einsum_and_its_epilogue_both_written(runtime, profiles):
+    prog = program("ik,kj->ij", [(10, 6), (6, 12)], epilogue=lambda y: (y, y * 2.0))
+    job = accy.prepare(prog, "accy-contract,accy-tensor,fusion-planning{policy=multi-output},"
+                             "schedule-planning,accy-memory,accy-kernel,accy-target",
+                       target=profiles["device"])
+    (kernel,) = job.kernels  # one tiled kernel writes both
+    assert kernel.fixed_local_size and [a.name for a in kernel.args if a.is_output] == [
+        "out0", "out1"]
+    rng = np.random.default_rng(3)
+    x, w = rng.standard_normal((10, 6), np.float32), rng.standard_normal((6, 12), np.float32)
+    y, y2 = job.run(x, w, device=runtime)
+    np.testing.assert_allclose(y, x @ w, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(y2, 2 * (x @ w), rtol=1e-5, atol=1e-5)
+
+
+GPU_TILES = [
+    Tiles(16, 16, 4, 2, 4, 2, 16, 16, True, 4, 4, 8),  # the H200's choice for large problems
+    Tiles(16, 16, 4, 2, 4, 2, 8, 8, False, 0, 4, 0),  # no prefetch, no padding, no swizzle
+    Tiles(8, 16, 4, 2, 4, 4, 8, 8, True, 4, 4, 2),  # 8x16 per work-item, swizzled
+    Tiles(4, 2, 2, 3, 8, 1, 12, 4, False, 0, 2, 0),  # odd sub-blocks, partly unrolled K
+    Tiles(3, 5, 2, 1, 2, 2, 8, 8, True, 2, 2, 3),  # 15 work-items: copies do not divide
+]
+
+
+@pytest.mark.parametrize("tiles", GPU_TILES, ids=lambda t: f"{t.bm}x{t.bn}x{t.bk}")
+@pytest.mark.parametrize("spec, shapes", [("ik,kj->ij", [(200, 70), (70, 260)]),
+                                          ("ki,jk->ij", [(33, 130), (129, 33)]),
+                                          ("bik,bkj->bij", [(2, 64, 16), (2, 16, 128)])])
+def test_explicit_tiles_with_edges(runtime, profiles, tiles, spec, shapes):
+    target = dataclasses.replace(profiles["device"], max_work_group_size=4096)
+    job = accy.prepare(program(spec, shapes), target=target)
+    group = job.product.fusion.groups[0]
+    outline = job.product.outline.outlines[0]
+    (kernel,) = contraction.build(group, outline, ScheduleKind.contraction, target, tiles)
+    kernel = dataclasses.replace(kernel, args=job.kernels[0].args)
+    job = PreparedJob({**job.products, job.stage: job.product.replace(
+        kernels=(kernel,))}, job.records, job.pipeline)
+    rng = np.random.default_rng(5)
+    x, y = (rng.standard_normal(s).astype(np.float32) for s in shapes)
+    (out,) = job.run(x, y, device=runtime)
+    np.testing.assert_allclose(out, np.einsum(spec, x, y), rtol=1e-4, atol=1e-4)
+
+
+@st.composite
+def contractions(draw):
+    """Random two-operand einsums with every letter in two of (x, y, out), random sizes."""
+    letters = iter("abcdefgh")
+    classes = {"b": draw(st.integers(0, 2)), "m": draw(st.integers(0, 2)),
+               "n": draw(st.integers(0, 2)), "k": draw(st.integers(0, 2))}
+    where = {"b": "xyo", "m": "xo", "n": "yo", "k": "xy"}
+    terms = {"x": [], "y": [], "o": []}
+    sizes = {}
+    for cls, count in classes.items():
+        for _ in range(count):
+            c = next(letters)
+            sizes[c] = draw(st.integers(1, 19))
+            for t in where[cls]:
+                terms[t].append(c)
+    for t in terms.values():
+        draw(st.randoms()).shuffle(t)
+    if not terms["x"] or not terms["y"]:
+        terms["x"].append("z"), terms["y"].append("z")
+        sizes["z"] = draw(st.integers(1, 9))
+    spec = f"{''.join(terms['x'])},{''.join(terms['y'])}->{''.join(terms['o'])}"
+    return spec, [tuple(sizes[c] for c in terms[t]) for t in "xy"]
+
+
+@settings(max_examples=12)
+@given(case=contractions(), gpu=st.booleans())
+def test_random_contractions_match_numpy(runtime, profiles, case, gpu):
+    spec, shapes = case
+    prog = program(spec, shapes)
+    target = profiles["gpu-tiles" if gpu else "device"]
+    job = accy.prepare(prog, target=target)
+    rng = np.random.default_rng(7)
+    x, y = (rng.standard_normal(s).astype(np.float32) for s in shapes)
+    (out,) = job.run(x, y, device=runtime)
+    ref = np.einsum(spec, x.astype(np.float64), y.astype(np.float64))
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * max(1.0, np.abs(ref).max()))
