@@ -51,3 +51,5 @@ register_generator(Generator(
     lambda group, target: True,
     lambda group, outline, kind, target: (loopnest.build(group, outline, kind),),
 ))
+from accy.kernels import flat, reduction, rowwise  # noqa: E402, F401, I001  (register themselves)
+from accy.kernels import contraction  # noqa: E402, F401  (registers itself)

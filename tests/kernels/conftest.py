@@ -1,0 +1,89 @@
+"""Shared fixtures of the kernel-generator tests: the OpenCL device and a differential check."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import pytest
+
+import accy
+from accy.ir.interpret import interpret
+from accy.target import TargetProfile
+
+
+def pipeline(kernelization: str = "", tensor: str = "accy-tensor") -> str:
+    """accy-default with ``kernelization{...}`` options, and another tensor stage if given
+    (``""``: none, so cross-entropy reaches the kernels unlowered)."""
+    kernel = f"kernelization{{{kernelization}}}" if kernelization else "kernelization"
+    stages = ["accy-contract", tensor, "accy-dispatch", "accy-memory",
+              "kernel-outlining-planning", kernel, "accy-target"]
+    return ",".join(s for s in stages if s)
+
+
+def generators(job: accy.PreparedJob) -> dict[str, int]:
+    """Generator name -> work items it built (kernelization's statistics)."""
+    stats = dict(job.record("kernel").passes[-1].stats)
+    return {k.removeprefix("generator "): v for k, v in stats.items()
+            if k.startswith("generator ")}
+
+
+@pytest.fixture(scope="session")
+def used() -> Callable[[accy.PreparedJob], dict[str, int]]:
+    """:func:`generators` for the test modules."""
+    return generators
+
+
+@pytest.fixture(scope="session")
+def pipe() -> Callable[..., str]:
+    """:func:`pipeline` for the test modules."""
+    return pipeline
+
+
+@pytest.fixture(scope="session")
+def device():
+    """The OpenCL runtime, or a skip when there is none."""
+    try:
+        from accy.backends.opencl.runtime import select_device
+        from accy.errors import DeviceError
+    except ImportError as exc:  # pyopencl missing
+        pytest.skip(f"no OpenCL: {exc}")
+    try:
+        return select_device()
+    except DeviceError as exc:
+        pytest.skip(f"no usable OpenCL device: {exc}")
+
+
+Check = Callable[..., accy.PreparedJob]
+
+
+@pytest.fixture
+def check(device) -> Check:
+    """``check(program, inputs, generator=..., ...)``: prepare, run twice, compare with the
+    interpreter (NaNs equal), require bit-equal repeated runs and the expected generator."""
+
+    def run(program: accy.Program, inputs: Sequence[np.ndarray], *, generator: str | None = None,
+            pipeline: str = "accy-default", target: TargetProfile | None = None,
+            rtol: float = 1e-5, atol: float = 1e-6) -> accy.PreparedJob:
+        job = accy.prepare(program, pipeline, target=target)
+        if generator is not None:
+            assert generator in generators(job), generators(job)
+        exe = job.executable(device=device)
+        first = exe(*inputs)
+        again = exe(*inputs)
+        want = interpret(program, list(inputs))
+        for got, same, ref in zip(first, again, want, strict=True):
+            assert got.shape == ref.shape and got.dtype == ref.dtype
+            np.testing.assert_array_equal(got, same)  # scratch and counters left clean
+            if got.dtype.kind in "fc":
+                np.testing.assert_allclose(got, ref, rtol=rtol, atol=atol, equal_nan=True)
+            else:
+                np.testing.assert_array_equal(got, ref)
+        return job
+
+    return run
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(0)

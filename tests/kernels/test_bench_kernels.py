@@ -1,0 +1,46 @@
+"""Smoke test: the kernel benchmark runs at tiny sizes and writes sane JSON."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load_bench():
+    path = ROOT / "experiments" / "bench_kernels.py"
+    spec = importlib.util.spec_from_file_location("bench_kernels", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("bench_kernels", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_kernels_smoke(device, tmp_path: Path) -> None:
+    bench = _load_bench()
+    out = tmp_path / "k.json"
+    result = bench.main(["--elements", "4096", "--repeat", "2", "--baseline", "--out", str(out)])
+    data = json.loads(out.read_text())
+    assert data == json.loads(json.dumps(result))
+    for key in ("versions", "device", "git_commit", "command", "timestamp", "copy", "rows"):
+        assert key in data
+    assert set(data["versions"]) == {"accy", "numpy", "pyopencl", "python"}
+    assert data["device"]["key"] == device.info.key and data["elements"] == 4096
+    assert data["copy"]["bytes"] == 4 * 4096 and data["copy"]["GBps"] > 0
+    names = [r["name"] for r in data["rows"]]
+    assert names == ["chain", "chain (loop nest)", "softmax", "sum"]
+    for row in data["rows"]:
+        assert row["matches"], row
+        assert row["kernel_ms"] > 0 and row["GBps"] > 0 and row["fraction_of_copy"] > 0
+        assert row["target_fraction"] in (0.9, 0.7) and isinstance(row["target_met"], bool)
+        assert row["kernels"] and row["generators"]
+    by_name = {r["name"]: r for r in data["rows"]}
+    assert by_name["softmax"]["generators"] == {"row-softmax": 1}
+    assert by_name["sum"]["generators"] == {"tree-reduction": 1}
+    assert by_name["chain (loop nest)"]["generators"] == {"loop-nest": 1}
+    if data["device"]["cpu"]:  # numpy's time is measured against a CPU device
+        assert all(r["numpy_ms"] > 0 for r in data["rows"] if "loop nest" not in r["name"])

@@ -1,0 +1,139 @@
+"""row-softmax: softmax, log-softmax and cross-entropy rows, both forms, on PoCL."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import accy
+from accy.builder import cross_entropy, trace
+from accy.ir.types import DType
+from accy.kernels import rowwise
+from accy.kernels.ir import Barrier, For, walk_stmts
+from accy.target import TargetProfile
+
+f32 = accy.f32
+GPU = TargetProfile(max_work_group_size=1024, compute_units=132)
+
+
+def row_program(op: str, shape: tuple[int, ...], axis: int = -1) -> accy.Program:
+    return trace(lambda x: getattr(x, op)(axis=axis), f32[shape], name="f")
+
+
+def data(rng: np.random.Generator, shape: tuple[int, ...], scale: float = 3.0) -> np.ndarray:
+    return (scale * rng.standard_normal(shape)).astype(np.float32)
+
+
+def shape_of(job: accy.PreparedJob) -> rowwise.Rows:
+    group = job.product.fusion.groups[job.product.schedule.items[-1].group]
+    found = rowwise.analyse(group, job.target)
+    assert found is not None
+    return found
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("shape, form", [
+    ((8, 128), "held"),
+    ((3, 5, 1001), "held"),  # odd rows: scalar reads, guarded slots
+    ((7, 4096), "held"),
+    ((3, 20000), "online"),
+    ((2, 30001), "online"),  # odd and long
+    ((33, 10), "held"),  # short rows share work-groups
+    ((5, 1), "held"),
+    ((4096,), "held"),
+])
+def test_shapes_and_forms(check, rng, op, shape, form) -> None:
+    job = check(row_program(op, shape), [data(rng, shape)], generator="row-softmax")
+    assert (shape_of(job).held > 0) == (form == "held")
+    assert job.kernel_count == 1
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("n", [1000, 20000])
+def test_infinities_and_nans_match_the_interpreter(check, rng, op, n) -> None:
+    x = data(rng, (6, n))
+    x[1, 5] = np.inf  # a +inf: the shift is 0
+    x[2, :] = -np.inf  # all -inf: 0/0
+    x[3, 7] = np.nan
+    x[4] += 100.0  # exp would overflow unshifted
+    x[5, 3] = -np.inf
+    check(row_program(op, (6, n)), [x], generator="row-softmax")
+
+
+def test_local_reductions_of_both_forms(check, rng) -> None:
+    x = data(rng, (4, 16384))
+    prog = row_program("softmax", (4, 16384))
+    job = check(prog, [x], generator="row-softmax", target=GPU)
+    body = list(walk_stmts(job.kernels[0].body))
+    assert shape_of(job).held == 0  # 256 work-items: 64 values each is too many to hold
+    assert sum(isinstance(s, Barrier) for s in body) == 2  # one (max, sum) pair: 256 -> 8
+    assert sum(isinstance(s, For) and s.step == 256 for s in body) == 2  # two passes
+    cpu = TargetProfile(device_type="cpu", max_work_group_size=4096)
+    job = check(prog, [x], generator="row-softmax", target=cpu)
+    body = list(walk_stmts(job.kernels[0].body))
+    assert shape_of(job).held == 4  # 1024 work-items hold 4 vectors each
+    assert sum(isinstance(s, Barrier) for s in body) == 6  # max, then sum: 1024 -> 32 -> 1
+    assert not any(isinstance(s, For) and s.step == 1024 for s in body)  # one read
+
+
+def test_prologue_and_epilogue_fuse(check, rng, used) -> None:
+    def fn(x, b):
+        return (x * 2.0 + b).softmax() * 3.0 - 1.0
+
+    prog = trace(fn, f32[9, 256], f32[256], name="f")
+    job = check(prog, [data(rng, (9, 256)), data(rng, (256,))], generator="row-softmax")
+    assert used(job) == {"row-softmax": 1} and job.kernel_count == 1
+    src = job.kernel_source(0)
+    assert "vload4" in src and "vstore4" in src
+
+
+def test_epilogue_inputs_and_scalar_reads(check, rng) -> None:
+    def fn(x, y):
+        return x.log_softmax() + y
+
+    prog = trace(fn, f32[7, 333], f32[7, 333], name="f")
+    check(prog, [data(rng, (7, 333)), data(rng, (7, 333))], generator="row-softmax")
+
+
+@pytest.mark.parametrize("shape", [(37, 5), (6, 3000), (2, 3, 30000)])
+def test_cross_entropy_rows_then_mean(check, rng, used, pipe, shape) -> None:
+    def fn(logits, labels):
+        return cross_entropy(logits * 0.5, labels) + 1.0
+
+    prog = trace(fn, f32[shape], accy.i32[shape[:-1]], name="f")
+    labels = rng.integers(0, shape[-1], shape[:-1]).astype(np.int32)
+    for target in (None, GPU):
+        job = check(prog, [data(rng, shape), labels], generator="row-softmax",
+                    pipeline=pipe(tensor=""), target=target)
+        assert [k.entry.rsplit("_", 1)[-1] for k in job.kernels] == ["rows", "combine"]
+        assert used(job) == {"row-softmax": 1}
+
+
+def test_lowered_cross_entropy_uses_row_softmax_and_reductions(check, rng, used) -> None:
+    prog = trace(lambda x, y: cross_entropy(x, y), f32[37, 5], accy.i32[37], name="f")
+    labels = rng.integers(0, 5, 37).astype(np.int32)
+    job = check(prog, [data(rng, (37, 5)), labels])
+    assert used(job) == {"row-softmax": 1, "tree-reduction": 2}
+
+
+def test_declines_other_axes_and_disable(used, pipe) -> None:
+    assert used(accy.prepare(row_program("softmax", (8, 16), axis=0))) == {"loop-nest": 1}
+    assert used(accy.prepare(row_program("softmax", (8, 16)),
+                             pipe("disable=row-softmax"))) == {"loop-nest": 1}
+
+
+def test_cpu_targets_take_wider_rows() -> None:
+    cpu = TargetProfile(device_type="cpu", max_work_group_size=4096)
+    prog = row_program("softmax", (4, 16384))
+    wide = accy.prepare(prog, target=cpu).kernels[0].geometry.local_size
+    assert wide == (rowwise.CPU_ROW_THREADS,)
+    assert accy.prepare(prog, target=GPU).kernels[0].geometry.local_size == (rowwise.ROW_THREADS,)
+
+
+def test_f64_rows(check, device, rng) -> None:
+    target = TargetProfile.from_device(device.info)
+    if DType.f64 not in target.dtypes:
+        pytest.skip("device without f64")
+    prog = trace(lambda x: x.softmax(), accy.f64[5, 999], name="f")
+    check(prog, [rng.standard_normal((5, 999))], generator="row-softmax", target=target,
+          rtol=1e-12, atol=1e-14)
