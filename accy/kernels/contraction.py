@@ -30,13 +30,12 @@ device prefers, in the register-block shape that pads least.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from accy.ir.node import Node
-from accy.ir.ops import Op
-from accy.ir.shapes import parse_einsum
 from accy.ir.types import DType
 from accy.kernels import loopnest
+from accy.kernels.contraction_plan import Contraction, Tiles, analyse, choose_tiles
 from accy.kernels.generators import Generator, register_generator
 from accy.kernels.ir import (
     INDEX,
@@ -67,228 +66,11 @@ from accy.kernels.ir import (
     idx,
     mod,
     mul,
-    row_major,
 )
-from accy.plans import FusionGroup, KernelOutline, LaunchGeometry, ScheduleKind, is_inlined
+from accy.plans import FusionGroup, KernelOutline, LaunchGeometry, ScheduleKind
 from accy.target import TargetProfile
 
-FLOATS = (DType.f32, DType.f64)
 
-
-# classification ---------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Dim:
-    """One index of the product: its extent and its element stride in X, Y and the output."""
-
-    size: int
-    x: int
-    y: int
-    out: int
-
-
-@dataclass(frozen=True)
-class Contraction:
-    """An einsum as ``C[b, m, n] = sum_k X[b, m, k] Y[b, k, n]`` over strided operands.
-
-    ``x`` is the einsum operand (0 or 1) that plays X. ``coords`` gives, per output letter,
-    where its coordinate comes from: ``("b", i, 1, size)`` batch dimension ``i``,
-    ``("m", 0, d, size)`` is ``(m // d) % size``, likewise ``"n"``; ``("1", 0, 1, 1)`` is 0.
-    """
-
-    dtype: DType
-    x: int
-    batch: tuple[Dim, ...]
-    m: Dim
-    n: Dim
-    k: Dim
-    coords: tuple[tuple[str, int, int, int], ...]
-
-    @property
-    def batch_size(self) -> int:
-        return math.prod(d.size for d in self.batch)
-
-
-def _chain(letters: list[str], size: dict[str, int], strides: tuple[dict[str, int], ...]
-           ) -> tuple[list[str], list[str]]:
-    """The longest suffix of ``letters`` (size-1 letters dropped) whose strides chain in every
-    stride map, so that it flattens into one index; and the letters before it."""
-    order = [c for c in letters if size[c] > 1]
-    start = len(order) - 1 if order else 0
-    while start > 0 and all(s[order[start - 1]] == s[order[start]] * size[order[start]]
-                            for s in strides):
-        start -= 1
-    return order[start:], order[:start]
-
-
-def _flat(chain: list[str], size: dict[str, int], strides: tuple[dict[str, int], ...]
-          ) -> tuple[int, ...]:
-    """Extent and per-map stride of a flattened chain (extent 1, strides 0 when empty)."""
-    if not chain:
-        return (1, *(0 for _ in strides))
-    return (math.prod(size[c] for c in chain), *(s[chain[-1]] for s in strides))
-
-
-def classify(node: Node) -> Contraction | str:
-    """The batched-matrix-product form of an einsum node, or why it has none."""
-    if node.op is not Op.EINSUM or len(node.srcs) != 2:
-        return "not a two-operand einsum"
-    dtype = node.type.dtype
-    if dtype not in FLOATS:
-        return f"dtype {dtype.value} (tiled contractions are f32 or f64)"
-    terms, out = parse_einsum(node.attr("spec"), [s.type.rank for s in node.srcs])
-    for t in terms:
-        if len(set(t)) != len(t):
-            return f"operand term {t!r} repeats a letter"
-    size: dict[str, int] = {}
-    for t, s in zip(terms, node.srcs, strict=True):
-        size.update(zip(t, s.type.shape, strict=True))
-    if 0 in size.values():
-        return "an empty dimension"
-    for c in size:
-        if sum((c in terms[0], c in terms[1], c in out)) < 2:
-            return f"letter {c!r} appears in one operand only"
-    # X is the operand whose letters do not include the output's innermost one, so that the
-    # N index (vector lanes, coalesced stores) runs along the output's rows.
-    xi = 1 if out and out[-1] in terms[0] and out[-1] not in terms[1] else 0
-    tx, ty = terms[xi], terms[1 - xi]
-    sx = dict(zip(tx, row_major(node.srcs[xi].type.shape), strict=True))
-    sy = dict(zip(ty, row_major(node.srcs[1 - xi].type.shape), strict=True))
-    so = dict(zip(out, row_major(node.type.shape), strict=True))
-    m_chain, m_rest = _chain([c for c in out if c in tx and c not in ty], size, (sx, so))
-    n_chain, n_rest = _chain([c for c in out if c in ty and c not in tx], size, (sy, so))
-    k_chain, k_rest = _chain([c for c in tx if c not in out], size, (sx, sy))
-    if k_rest:
-        return f"summed letters {''.join(k_rest + k_chain)!r} do not flatten into one index"
-    if not k_chain:
-        return "no summed index (an outer product): the loop nest computes it directly"
-    m_size, mx, mo = _flat(m_chain, size, (sx, so))
-    n_size, ny, no = _flat(n_chain, size, (sy, so))
-    k_size, kx, ky = _flat(k_chain, size, (sx, sy))
-    batch_letters = [c for c in out if size[c] > 1 and c not in m_chain and c not in n_chain]
-    batch = tuple(Dim(size[c], sx.get(c, 0), sy.get(c, 0), so[c]) for c in batch_letters)
-    coords = []
-    for c in out:
-        if c in batch_letters:
-            coords.append(("b", batch_letters.index(c), 1, size[c]))
-        elif c in m_chain or c in n_chain:
-            chain = m_chain if c in m_chain else n_chain
-            inner = math.prod(size[d] for d in chain[chain.index(c) + 1:])
-            coords.append(("m" if c in m_chain else "n", 0, inner, size[c]))
-        else:
-            coords.append(("1", 0, 1, 1))
-    assert not (set(m_rest) | set(n_rest)) - set(batch_letters)
-    return Contraction(dtype, xi, batch, Dim(m_size, mx, 0, mo), Dim(n_size, 0, ny, no),
-                       Dim(k_size, kx, ky, 0), tuple(coords))
-
-
-def analyse(group: FusionGroup) -> tuple[Node, Contraction] | str:
-    """The einsum of a contraction group and its product form, or why the group is declined."""
-    if group.kind is not ScheduleKind.contraction:
-        return f"a {group.kind.value} group"
-    einsums = [n for n in group.nodes if n.op is Op.EINSUM]
-    if len(einsums) != 1:
-        return f"{len(einsums)} einsums in one group"
-    (e,) = einsums
-    inside = set(group.nodes)
-    if any(s in inside or is_inlined(s) for s in e.srcs):
-        return "an operand is not read from a buffer"
-    form = classify(e)
-    if isinstance(form, str):
-        return form
-    after = {e}
-    for n in group.nodes:
-        if n is not e and any(s in after for s in n.srcs):
-            if not n.op.is_elementwise:
-                return f"{n.op.value} after the einsum is not elementwise"
-            after.add(n)
-    if any(o not in after or o.type.shape != e.type.shape for o in group.outputs):
-        return "an output is not an elementwise function of the einsum at its shape"
-    return e, form
-
-
-# tiles ------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Tiles:
-    """A work-group computes ``bm x bn`` outputs with ``wx * wy`` work-items; each work-item
-    ``sm`` groups of ``vm`` rows (strided by ``wy * vm``) times ``sn`` vectors of ``vn`` columns
-    (strided by ``wx * vn``); K advances ``bk`` at a time, ``unroll`` steps per inner loop."""
-
-    wx: int
-    wy: int
-    vm: int
-    sm: int
-    vn: int
-    sn: int
-    bk: int
-    unroll: int
-    prefetch: bool = False  # load the next K tile into registers while computing this one
-    pad: int = 0  # extra elements per local row of an operand copied with a transpose
-    vector: int = 4  # widest global-memory vector load, in elements
-    swizzle: int = 0  # tile rows walked together for cache reuse (0: row-major order)
-
-    @property
-    def bm(self) -> int:
-        return self.wy * self.vm * self.sm
-
-    @property
-    def bn(self) -> int:
-        return self.wx * self.vn * self.sn
-
-    @property
-    def threads(self) -> int:
-        return self.wx * self.wy
-
-    def local_bytes(self, itemsize: int) -> int:
-        return self.bk * (self.bm + self.bn + 2 * self.pad) * itemsize
-
-
-def _padded(c: Contraction, bm: int, bn: int) -> int:
-    return -(-c.m.size // bm) * bm * -(-c.n.size // bn) * bn
-
-
-def _pow2_at_most(n: int, cap: int) -> int:
-    return min(cap, 1 << max(0, n.bit_length() - 1))
-
-
-def choose_tiles(c: Contraction, target: TargetProfile) -> Tiles:
-    """Tile sizes for ``c`` on ``target``: from its device type, limits and the problem shape."""
-    item = c.dtype.itemsize
-    if target.device_type == "cpu":
-        lanes = _pow2_at_most(max(1, target.native_vector_bytes // item), 16)
-        lanes = min(lanes, 1 << max(0, (c.n.size - 1).bit_length()))  # narrow N: fewer lanes
-        # 24 vector accumulators where the ISA has 32 SIMD registers (AVX-512), else 12;
-        # the first shape that wastes at most 5% more than the least wasteful one
-        budget = 24 if target.native_vector_bytes >= 64 else 12
-        preferred = [(8, 3), (12, 2), (6, 4)] if budget == 24 else [(4, 3), (6, 2), (3, 4)]
-        columns = -(-c.n.size // lanes)
-        shapes = [(tm, min(sn, columns)) for tm, sn in
-                  preferred + [(m, budget // m) for m in (4, 2, 1)]]  # the last: few rows
-        least = min(_padded(c, tm, sn * lanes) for tm, sn in shapes)
-        tm, sn = next(s for s in shapes if _padded(c, s[0], s[1] * lanes) <= 1.05 * least)
-        vm = math.gcd(tm, 16) if math.gcd(tm, 16) in (2, 4, 8, 16) else 1
-        bk = min(64, -(-c.k.size // 4) * 4)
-        wy = max(1, min(4, c.m.size // tm))  # work-items of a group share the Y tile copy
-        return Tiles(1, wy, vm, tm // vm, lanes, sn, bk, 4, vector=lanes)
-    lanes = max(1, 16 // item)  # 16-byte vectors
-    per = 8 // lanes if item == 4 else 2  # 8x8 f32 or 4x4 f64 outputs per work-item
-    candidates = [Tiles(16, 16, lanes, per, lanes, per, 16, 16, True, lanes, lanes, 8),
-                  Tiles(16, 16, lanes, 1, lanes, 1, 16, 16, True, lanes, lanes),
-                  Tiles(8, 8, lanes, 1, lanes, 1, 16, 16, True, lanes, lanes)]
-    fits = [t for t in candidates if t.threads <= target.max_work_group_size
-            and t.local_bytes(item) <= target.local_mem_bytes] or [
-        Tiles(1, 1, 1, 1, 1, 1, 4, 4, vector=1)]
-    actual = c.m.size * c.n.size
-    chosen = fits[-1]
-    for t in fits:
-        groups = c.batch_size * _padded(c, t.bm, t.bn) // (t.bm * t.bn)
-        if groups >= target.compute_units and _padded(c, t.bm, t.bn) <= 1.25 * actual:
-            chosen = t
-            break
-    bk = min(chosen.bk, -(-c.k.size // 4) * 4)
-    return replace(chosen, bk=bk, unroll=bk)
-
-
-# kernel -----------------------------------------------------------------------------------
 class _Epilogue(loopnest.LoopNestBuilder):
     """The loop-nest value machinery with the einsum's value given (one accumulator lane)."""
 

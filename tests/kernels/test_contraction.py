@@ -23,7 +23,7 @@ from accy.ir.ops import Op
 from accy.ir.types import DType, TensorType
 from accy.job import PreparedJob
 from accy.kernels import contraction
-from accy.kernels.contraction import Tiles, choose_tiles, classify
+from accy.kernels.contraction_plan import Tiles, choose_tiles, classify
 from accy.kernels.ir import (
     Barrier,
     Call,
