@@ -1,0 +1,41 @@
+"""Contraction paths: which pairs of operands an einsum contracts, in which order.
+
+Strategies (``exact``, ``beam``, ``greedy``, ``auto``) live in :data:`STRATEGIES`; costs are
+in accy's own units (:mod:`accy.contraction.cost`). Importing :mod:`accy` also registers the
+strategies into opt_einsum as ``accy-exact``, ``accy-beam``, ``accy-greedy``, ``accy-auto``::
+
+    from accy.contraction import find_path
+    find_path("ij,jk,kl->il", [(2, 3), (3, 4), (4, 5)]).path   # [(0, 1), (0, 1)]
+
+This package imports nothing from accy but :mod:`accy.errors`.
+"""
+
+from accy.contraction.cost import (
+    ContractionError,
+    Objective,
+    PathCost,
+    linear_to_ssa,
+    naive_path,
+    parse_spec,
+    path_cost,
+    sizes_from_shapes,
+    ssa_to_linear,
+)
+from accy.contraction.paths import (
+    STRATEGIES,
+    ExactStateLimitError,
+    PathOptions,
+    PathResult,
+    Strategy,
+    find_path,
+    get_strategy,
+    register_strategy,
+    search_path,
+)
+
+__all__ = [
+    "STRATEGIES", "ContractionError", "ExactStateLimitError", "Objective", "PathCost",
+    "PathOptions", "PathResult", "Strategy", "find_path", "get_strategy", "linear_to_ssa",
+    "naive_path", "parse_spec", "path_cost", "register_strategy", "search_path",
+    "sizes_from_shapes", "ssa_to_linear",
+]

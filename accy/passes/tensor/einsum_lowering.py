@@ -1,0 +1,177 @@
+"""einsum-lowering: N-operand einsums become local reductions and pairwise einsums.
+
+Each ``einsum`` node becomes, in order:
+
+1. per operand, a single-operand ``einsum`` taking the diagonal when its term repeats a letter
+   (``iij->ij``: nothing summed, letters in order of first appearance);
+2. per operand, a ``reduce_sum`` over the letters found in no other operand and not in the
+   output (``ab,cd->ac`` sums ``b`` and ``d`` first: two reductions and an outer product);
+3. pairwise ``einsum`` nodes along the path the chosen strategy finds
+   (:mod:`accy.contraction`). An intermediate lists its letters in batched-matmul order
+   (shared, then the left operand's, then the right's) with the letters its consumer will sum
+   last, in the order the consumer's other operand has them, so that summed letters are
+   contiguous and alike in both operands of a contraction; the last step writes the output's
+   order directly, so no transpose follows it;
+4. for a single operand, a ``transpose`` when the remaining letters are out of output order.
+
+What remains afterwards: ``einsum`` nodes with two operands, none of which holds a letter
+that could have been summed inside it, and single-operand ``einsum`` nodes that only take a
+diagonal or copy (``ij->ij``). The record of the pass (``ctx.stat``) has ``lowered`` (how
+many einsums) and, per einsum in program order, ``einsum-<k>``: the spec, strategy, chosen
+path (linear form) and its cost next to the naive left-to-right path's cost, in the units of
+:mod:`accy.contraction.cost`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from accy.contraction import PathCost, PathOptions, PathResult, linear_to_ssa, search_path
+from accy.ir.node import Node
+from accy.ir.ops import Op
+from accy.ir.program import Stage
+from accy.ir.shapes import infer, parse_einsum
+from accy.passes.base import Pass, option
+from accy.passes.rebuild import rebuild
+from accy.passes.registry import register
+
+if TYPE_CHECKING:
+    from accy.passes.manager import PassContext
+    from accy.product import Product
+
+_DEFAULTS = PathOptions()
+
+
+def make(op: Op, srcs: tuple[Node, ...], **attrs: Any) -> Node:
+    """A node of ``op`` over ``srcs`` with its type and attributes from :func:`infer`."""
+    t, norm = infer(op, tuple(s.type for s in srcs), attrs)
+    return Node(op, t, srcs, norm)
+
+
+@register
+@dataclass(frozen=True)
+class EinsumLowering(Pass):
+    """Lower N-operand einsums to local reductions and pairwise einsums along a searched path."""
+
+    name = "einsum-lowering"
+    stage = Stage.tensor
+
+    strategy: Literal["auto", "exact", "beam", "greedy"] = option(
+        "auto", "path strategy of accy.contraction (auto: exact within the state limit, else beam)")
+    exact_state_limit: int = option(
+        _DEFAULTS.exact_state_limit, "most dynamic-programming states the exact search may need")
+    beam_width: int = option(_DEFAULTS.beam_width, "partial paths the beam search keeps per step")
+    auto_beam_width: int = option(
+        _DEFAULTS.auto_beam_width, "beam width for small einsums (0: never widen)")
+    objective: Literal["flops", "size", "write"] = option(
+        "flops", "what the path minimizes: FLOPs, largest intermediate or elements written")
+
+    def __post_init__(self) -> None:
+        self.path_options()  # bad values fail when the pipeline is read
+
+    def path_options(self) -> PathOptions:
+        return PathOptions(objective=self.objective, exact_state_limit=self.exact_state_limit,
+                           beam_width=self.beam_width, auto_beam_width=self.auto_beam_width)
+
+    def run(self, ctx: PassContext, product: Product) -> Product:
+        records: list[dict[str, Any]] = []
+
+        def rewrite(node: Node, srcs: tuple[Node, ...]) -> Node:
+            if node.op is Op.EINSUM:
+                lowered, record = self.lower(node.attr("spec"), srcs)
+                if record is not None:
+                    records.append(record)
+                return lowered
+            if node.op in (Op.PARAM, Op.CONSTANT):
+                return node
+            return Node(node.op, node.type, srcs, dict(node.attrs))
+
+        program = rebuild(product.program, rewrite)
+        ctx.stat("lowered", len(records))
+        for k, record in enumerate(records):
+            ctx.stat(f"einsum-{k}", record)
+        return product.replace(program=program)
+
+    def lower(self, spec: str, srcs: tuple[Node, ...]) -> tuple[Node, dict[str, Any] | None]:
+        """The nodes replacing ``einsum(spec, *srcs)`` and the record of its path (None for a
+        copy, which is left as it is)."""
+        terms, out = parse_einsum(spec, [s.type.rank for s in srcs])
+        if len(srcs) == 1 and len(set(terms[0])) == len(terms[0]) and terms[0] == out:
+            return make(Op.EINSUM, srcs, spec=spec), None  # a copy: nothing to lower
+        letters = [set(t) for t in terms]
+        operands = []
+        for i, (node, term) in enumerate(zip(srcs, terms, strict=True)):
+            elsewhere = set(out).union(*(letters[:i] + letters[i + 1:]))
+            operands.append(_prepare(node, term, elsewhere))
+        sizes = {c: d for s, t in zip(srcs, terms, strict=True) for c, d in zip(t, s.type.shape,
+                                                                                 strict=True)}
+        chosen = search_path(terms, out, sizes, self.strategy, self.path_options())
+        if len(operands) == 1:
+            node, have = operands[0]
+            if have != out:
+                node = make(Op.TRANSPOSE, (node,), perm=tuple(have.index(c) for c in out))
+            return node, self.record(spec, chosen)
+        nodes = {i: node for i, (node, _) in enumerate(operands)}
+        orders = {i: have for i, (_, have) in enumerate(operands)}
+        for x, a, b, result in _steps(chosen.path, [set(h) for _, h in operands], out, orders):
+            spec_ab = f"{orders[a]},{orders[b]}->{result}"
+            nodes[x], orders[x] = make(Op.EINSUM, (nodes[a], nodes[b]), spec=spec_ab), result
+        return nodes[max(nodes)], self.record(spec, chosen)
+
+    def record(self, spec: str, chosen: PathResult) -> dict[str, Any]:
+        """What the pass reports about one einsum (``ctx.stat("einsum-<k>", ...)``)."""
+        return {
+            "spec": spec, "strategy": self.strategy, "objective": self.objective,
+            "path": tuple(chosen.path), "cost": _figures(chosen.cost),
+            "naive_cost": _figures(chosen.naive_cost),
+        }
+
+
+def _prepare(node: Node, term: str, elsewhere: set[str]) -> tuple[Node, str]:
+    """Take the diagonal of repeated letters, then sum letters found nowhere else."""
+    have = "".join(dict.fromkeys(term))
+    if have != term:
+        node = make(Op.EINSUM, (node,), spec=f"{term}->{have}")
+    local = tuple(k for k, c in enumerate(have) if c not in elsewhere)
+    if local:
+        node = make(Op.REDUCE_SUM, (node,), axes=local, keepdims=False)
+        have = "".join(c for c in have if c in elsewhere)
+    return node, have
+
+
+def _steps(path: list[tuple[int, ...]], letters: list[set[str]], out: str,
+           orders: dict[int, str]) -> Iterator[tuple[int, int, int, str]]:
+    """Yield ``(result id, left id, right id, result letters)`` per step of ``path`` (SSA ids).
+
+    ``orders`` holds the letter order of every operand made so far (the caller adds each
+    result before asking for the next step). Letters are ordered as the module docstring
+    says; the tail follows the consumer's other operand, alphabetical while it is not made.
+    """
+    n = len(letters)
+    ssa = linear_to_ssa(path, n)
+    alive, sets, partner, lost = list(range(n)), dict(enumerate(letters)), {}, {}
+    for t, (a, b) in enumerate(ssa):
+        alive = [k for k in alive if k not in (a, b)]
+        keep = set(out).union(*(sets[k] for k in alive))
+        sets[n + t] = (sets[a] | sets[b]) & keep
+        lost[a] = sets[a] - sets[n + t]
+        lost[b] = sets[b] - sets[n + t]
+        partner[a], partner[b] = b, a
+        alive.append(n + t)
+    for t, (a, b) in enumerate(ssa):
+        x = n + t
+        if t == len(ssa) - 1:
+            yield x, a, b, out
+            continue
+        la, lb = orders[a], orders[b]
+        first = [c for c in la if c in lb] + [c for c in la + lb if c not in lb or c not in la]
+        tail = lost[x]
+        other = orders.get(partner[x])
+        last = [c for c in other if c in tail] if other is not None else sorted(tail)
+        yield x, a, b, "".join(c for c in first if c in sets[x] and c not in tail) + "".join(last)
+
+
+def _figures(cost: PathCost) -> dict[str, int]:
+    return {"flops": cost.flops, "size": cost.size, "write": cost.write}

@@ -1,0 +1,453 @@
+"""Benchmark: accy's contraction path strategies against opt_einsum on random tensor networks.
+
+    python experiments/bench_paths.py [--sizes 4,6,8,...] [--repeats 3] [--seed 0]
+        [--dp-cap-s 10] [--out results/bench_paths.json]
+
+Instances (seeded): random regular graphs of degree 3 and 4, rings, 2-D lattices and random
+trees (bond sizes 2..8, a few open legs), and matrix chains with random sizes 2..64, from 4
+to 40 operands. For each instance and each method -- accy ``exact``, ``beam`` (default
+width), ``greedy``, ``auto`` and opt_einsum ``dp`` (skipped past ``--dp-max-n`` operands or a
+time cap), ``greedy``, ``auto``, ``branch-2`` -- it records the path cost (FLOPs in accy's
+units, see ``accy.contraction.cost``; every path is evaluated by ``path_cost``) and the
+search time. Summary lines check the targets of issue 4:
+
+* exact equals dp wherever both finish;
+* beam is not worse than opt_einsum greedy on >= 95% of instances and within 1.10x of the
+  best known cost in geometric mean;
+* auto is never worse than opt_einsum auto, and searches 24-operand networks in < 50 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import opt_einsum
+from opt_einsum.parser import get_symbol
+
+import accy
+from accy.contraction import STRATEGIES, ContractionError, PathOptions, path_cost
+
+Problem = tuple[list[str], str, dict[str, int]]
+FAMILIES = ("regular3", "regular4", "ring", "lattice", "tree", "chain")
+ACCY_METHODS = ("exact", "exact-connected", "beam", "greedy", "auto")
+OE_METHODS = ("dp", "greedy", "auto", "branch-2")
+AUTO_TARGET_MS = 50.0
+
+
+# ---- instances ------------------------------------------------------------------------------
+
+
+def regular_edges(n: int, degree: int, rng: random.Random) -> list[tuple[int, int]]:
+    """A random simple ``degree``-regular graph on ``n`` nodes (configuration model)."""
+    if n * degree % 2 or degree >= n:
+        raise ValueError(f"no simple {degree}-regular graph on {n} nodes")
+    for _ in range(10_000):
+        stubs = [i for i in range(n) for _ in range(degree)]
+        rng.shuffle(stubs)
+        edges = {(min(a, b), max(a, b)) for a, b in zip(stubs[::2], stubs[1::2], strict=True)}
+        if len(edges) == len(stubs) // 2 and all(a != b for a, b in edges):
+            return sorted(edges)
+    raise RuntimeError(f"could not draw a {degree}-regular graph on {n} nodes")
+
+
+def ring_edges(n: int) -> list[tuple[int, int]]:
+    return [(i, (i + 1) % n) for i in range(n)]
+
+
+def lattice_edges(n: int) -> list[tuple[int, int]]:
+    """A rows x cols grid with rows * cols == n, as square as possible."""
+    rows = max(r for r in range(1, math.isqrt(n) + 1) if n % r == 0)
+    cols = n // rows
+    edges = []
+    for r in range(rows):
+        for c in range(cols):
+            i = r * cols + c
+            if c + 1 < cols:
+                edges.append((i, i + 1))
+            if r + 1 < rows:
+                edges.append((i, i + cols))
+    return edges
+
+
+def tree_edges(n: int, rng: random.Random) -> list[tuple[int, int]]:
+    return [(rng.randrange(i), i) for i in range(1, n)]
+
+
+def graph_problem(n: int, edges: list[tuple[int, int]], rng: random.Random,
+                  open_legs: float = 0.1) -> Problem:
+    """One operand per node, one summed letter per edge (size 2..8), open legs in the output."""
+    terms: list[list[str]] = [[] for _ in range(n)]
+    sizes: dict[str, int] = {}
+    output = []
+    for a, b in edges:
+        c = get_symbol(len(sizes))
+        sizes[c] = rng.randint(2, 8)
+        terms[a].append(c)
+        terms[b].append(c)
+    for i in range(n):
+        if rng.random() < open_legs:
+            c = get_symbol(len(sizes))
+            sizes[c] = rng.randint(2, 8)
+            terms[i].append(c)
+            output.append(c)
+    return ["".join(t) for t in terms], "".join(output), sizes
+
+
+def chain_problem(n: int, rng: random.Random) -> Problem:
+    """A product of ``n`` matrices with random sizes 2..64."""
+    letters = [get_symbol(i) for i in range(n + 1)]
+    sizes = {c: rng.randint(2, 64) for c in letters}
+    return [letters[i] + letters[i + 1] for i in range(n)], letters[0] + letters[n], sizes
+
+
+def make_problem(family: str, n: int, rng: random.Random) -> Problem:
+    if family == "regular3":
+        return graph_problem(n, regular_edges(n, 3, rng), rng)
+    if family == "regular4":
+        return graph_problem(n, regular_edges(n, 4, rng), rng)
+    if family == "ring":
+        return graph_problem(n, ring_edges(n), rng, open_legs=0.5)
+    if family == "lattice":
+        return graph_problem(n, lattice_edges(n), rng)
+    if family == "tree":
+        return graph_problem(n, tree_edges(n, rng), rng, open_legs=0.3)
+    if family == "chain":
+        return chain_problem(n, rng)
+    raise ValueError(f"unknown family {family!r}; valid: {', '.join(FAMILIES)}")
+
+
+def family_sizes(family: str, sizes: list[int]) -> list[int]:
+    """The operand counts a family is drawn at (chains 4..20, odd n skipped for degree 3)."""
+    if family == "chain":
+        return [n for n in sizes if n <= 20]
+    if family == "regular3":
+        return [n for n in sizes if n % 2 == 0]
+    return sizes
+
+
+def instances(sizes: list[int], repeats: int, seed: int, families: tuple[str, ...]
+              ) -> list[dict[str, Any]]:
+    """Every (family, n, repeat) instance, each drawn from its own seeded generator."""
+    out = []
+    for family in families:
+        for n in family_sizes(family, sizes):
+            if family == "regular4" and n < 6:
+                continue
+            for rep in range(repeats):
+                rng = random.Random(f"{seed}-{family}-{n}-{rep}")
+                inputs, output, size_dict = make_problem(family, n, rng)
+                out.append({"family": family, "n": n, "repeat": rep, "inputs": inputs,
+                            "output": output, "sizes": size_dict})
+    return out
+
+
+# ---- running methods ------------------------------------------------------------------------
+
+
+def search(kind: str, method: str, inputs: list[str], output: str, sizes: dict[str, int],
+           exact_state_limit: int) -> list[tuple[int, ...]]:
+    """The path of one method (``kind`` is ``accy`` or ``opt_einsum``)."""
+    if kind == "accy" and method.startswith("exact"):
+        # exact-connected: exact in dp's own space (no intermediate outer products at all)
+        options = PathOptions(exact_state_limit=exact_state_limit)
+        if method == "exact-connected":
+            options = PathOptions(exact_state_limit=exact_state_limit, exact_outer_limit=0)
+        return STRATEGIES["exact"](inputs, output, sizes, options)
+    if kind == "accy":
+        return STRATEGIES[method](inputs, output, sizes)
+    fn = opt_einsum.paths.get_path_fn(method)
+    return [tuple(p) for p in fn([frozenset(t) for t in inputs], frozenset(output), sizes, None)]
+
+
+def _worker(conn: Any) -> None:  # runs in a child process: one task at a time
+    while True:
+        task = conn.recv()
+        if task is None:
+            return
+        start = time.perf_counter()
+        try:
+            path = search(*task)
+            conn.send(("ok", path, (time.perf_counter() - start) * 1e3))
+        except ContractionError as e:
+            conn.send(("state-limit", str(e).splitlines()[0], None))
+
+
+class CappedRunner:
+    """Runs slow searches (exact, dp, branch-2) in a child process with a wall-clock cap;
+    a search past the cap is killed and reported as ``timeout``."""
+
+    def __init__(self, cap_s: float) -> None:
+        import multiprocessing
+
+        self.cap_s = cap_s
+        self.ctx = multiprocessing.get_context("spawn")
+        self.proc: Any = None
+        self.conn: Any = None
+
+    def _start(self) -> None:
+        parent, child = self.ctx.Pipe()
+        self.proc = self.ctx.Process(target=_worker, args=(child,), daemon=True)
+        self.proc.start()
+        self.conn = parent
+
+    def run(self, *task: Any) -> tuple[str, Any, float | None]:
+        if self.proc is None or not self.proc.is_alive():
+            self._start()
+        self.conn.send(task)
+        if self.conn.poll(self.cap_s):
+            return self.conn.recv()
+        self.proc.kill()
+        self.proc.join()
+        self.proc = None
+        return "timeout", None, None
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.is_alive():
+            self.conn.send(None)
+            self.proc.join(5)
+
+
+def timed(runs: int, fn: Callable[[], Any]) -> tuple[Any, float, float]:
+    """``fn()``'s result, its median wall time and its median CPU time (this process only)
+    over ``runs`` runs, in ms. Other load on the machine (its load average is in the JSON)
+    inflates wall time; CPU time shows the search's own cost."""
+    wall, cpu, result = [], [], None
+    for _ in range(runs):
+        start, start_cpu = time.perf_counter(), time.process_time()
+        result = fn()
+        cpu.append((time.process_time() - start_cpu) * 1e3)
+        wall.append((time.perf_counter() - start) * 1e3)
+    return result, statistics.median(wall), statistics.median(cpu)
+
+
+def run_instance(inst: dict[str, Any], args: argparse.Namespace,
+                 runner: CappedRunner | None) -> dict[str, Any]:
+    problem = (inst["inputs"], inst["output"], inst["sizes"])
+    rows: dict[str, Any] = {}
+    methods = [("accy", m) for m in ACCY_METHODS] + [("opt_einsum", m) for m in OE_METHODS]
+    for kind, method in methods:
+        key = f"{kind}:{method}"
+        slow = method.startswith("exact") or (kind, method) in (("opt_einsum", "dp"),
+                                                                  ("opt_einsum", "branch-2"))
+        if kind == "opt_einsum" and method == "dp" and inst["n"] > args.dp_max_n:
+            rows[key] = {"status": "skipped"}
+            continue
+        if slow and runner is not None:
+            status, path, ms = runner.run(kind, method, *problem, args.exact_state_limit)
+            cpu_ms = ms
+        else:
+            try:
+                path, ms, cpu_ms = timed(args.timing_runs if not slow else 1,
+                                         lambda k=kind, m=method: search(k, m, *problem,
+                                                                         args.exact_state_limit))
+                status = "ok"
+            except ContractionError:
+                status, path, ms = "state-limit", None, None
+        if status != "ok":
+            rows[key] = {"status": status}
+            continue
+        flops = path_cost(*problem, path).flops
+        rows[key] = {"status": "ok", "flops": flops, "log10": math.log10(max(flops, 1)),
+                     "ms": ms, "cpu_ms": cpu_ms, "path": [list(p) for p in path]}
+    return rows
+
+
+# ---- summary --------------------------------------------------------------------------------
+
+
+def _flops(row: dict[str, Any], key: str) -> int | None:
+    cell = row["results"].get(key, {})
+    return cell.get("flops") if cell.get("status") == "ok" else None
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The issue's targets over all instances."""
+    def pairs(key: str) -> list[tuple[int, int]]:
+        found = [(_flops(r, key), _flops(r, "opt_einsum:dp")) for r in rows]
+        return [(e, d) for e, d in found if e is not None and d is not None]
+
+    both, same_space = pairs("accy:exact"), pairs("accy:exact-connected")
+    beam_vs_greedy, ratios, auto_worse, auto24 = [], [], [], []
+    for r in rows:
+        known = [c["flops"] for c in r["results"].values() if c.get("status") == "ok"]
+        best = min(known)
+        beam, greedy = _flops(r, "accy:beam"), _flops(r, "opt_einsum:greedy")
+        beam_vs_greedy.append(beam <= greedy)
+        ratios.append(beam / best if best else 1.0)
+        auto, oe_auto = _flops(r, "accy:auto"), _flops(r, "opt_einsum:auto")
+        if auto > oe_auto:
+            auto_worse.append(f"{r['family']}-{r['n']}-{r['repeat']}")
+        if r["n"] == 24:
+            auto24.append((r["results"]["accy:auto"]["ms"], r["results"]["accy:auto"]["cpu_ms"]))
+    geomean = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+    share = sum(beam_vs_greedy) / len(beam_vs_greedy)
+    return {
+        "instances": len(rows),
+        "exact_vs_dp": {  # dp's space: trees without intermediate outer products
+            "same_space": {"both_finished": len(same_space),
+                           "equal": sum(e == d for e, d in same_space)},
+            "both_finished": len(both), "equal": sum(e == d for e, d in both),
+            "exact_cheaper": sum(e < d for e, d in both),
+            "exact_dearer": sum(e > d for e, d in both),
+            "target": "exact-connected == dp everywhere; exact never dearer than dp",
+            "target_met": all(e == d for e, d in same_space) and all(e <= d for e, d in both),
+        },
+        "beam_vs_greedy": {"not_worse_share": share, "target": ">= 0.95",
+                           "target_met": share >= 0.95},
+        "beam_vs_best": {"geomean_ratio": geomean, "worst_ratio": max(ratios),
+                         "target": "<= 1.10", "target_met": geomean <= 1.10},
+        "auto_vs_opt_einsum_auto": {"worse_on": auto_worse, "target_met": not auto_worse},
+        "auto_24_operands_ms": {  # over instances, of each instance's median time
+            "instances": len(auto24),
+            "wall_median": statistics.median(w for w, _ in auto24) if auto24 else None,
+            "wall_max": max(w for w, _ in auto24) if auto24 else None,
+            "cpu_median": statistics.median(c for _, c in auto24) if auto24 else None,
+            "cpu_max": max(c for _, c in auto24) if auto24 else None,
+            "target": f"CPU time < {AUTO_TARGET_MS} ms on every instance",
+            "target_met": bool(auto24) and max(c for _, c in auto24) < AUTO_TARGET_MS,
+        },
+    }
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    keys = [f"accy:{m}" for m in ACCY_METHODS] + [f"opt_einsum:{m}" for m in OE_METHODS]
+    names = [k.replace("opt_einsum:", "oe ").replace("accy:", "") for k in keys]
+    print("\n== path cost log10(FLOPs) / search wall ms (median of runs), mean over repeats "
+          "(-: timeout, state limit or skipped) ==")
+    print(f"{'family':<9}{'n':>3} " + "".join(f"{n:>16}" for n in names))
+    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["family"], r["n"]), []).append(r)
+    for (family, n), group in groups.items():
+        cells = []
+        for k in keys:
+            ok = [r["results"][k] for r in group if r["results"][k]["status"] == "ok"]
+            if len(ok) < len(group):
+                cells.append(f"{'-':>16}")
+                continue
+            log10 = statistics.mean(c["log10"] for c in ok)
+            ms = statistics.mean(c["ms"] for c in ok)
+            cells.append(f"{f'{log10:.3f}/{ms:.1f}':>16}")
+        print(f"{family:<9}{n:>3} " + "".join(cells))
+
+
+def print_summary(s: dict[str, Any]) -> None:
+    e, bg, bb = s["exact_vs_dp"], s["beam_vs_greedy"], s["beam_vs_best"]
+    au, t24 = s["auto_vs_opt_einsum_auto"], s["auto_24_operands_ms"]
+
+    def met(flag: bool) -> str:
+        return "met" if flag else "NOT met"
+
+    print(f"\n{s['instances']} instances")
+    same = e["same_space"]
+    print(f"exact == dp wherever both finish: in dp's space (exact-connected) "
+          f"{same['equal']}/{same['both_finished']} equal; default exact (outer products up to "
+          f"{PathOptions().exact_outer_limit} operands) {e['equal']}/{e['both_finished']} equal, "
+          f"{e['exact_cheaper']} cheaper, {e['exact_dearer']} dearer -- {met(e['target_met'])}")
+    print(f"beam (default width) not worse than opt_einsum greedy: "
+          f"{100 * bg['not_worse_share']:.1f}% (target >= 95%) -- {met(bg['target_met'])}")
+    print(f"beam / best known cost: geomean {bb['geomean_ratio']:.4f}, worst "
+          f"{bb['worst_ratio']:.3f} (target geomean <= 1.10) -- {met(bb['target_met'])}")
+    print(f"auto never worse than opt_einsum auto: worse on {len(au['worse_on'])} "
+          f"{au['worse_on'] or ''} -- {met(au['target_met'])}")
+    if t24["instances"]:
+        print(f"auto on {t24['instances']} 24-operand networks (median of runs): CPU median "
+              f"{t24['cpu_median']:.1f} ms, max {t24['cpu_max']:.1f} ms; wall median "
+              f"{t24['wall_median']:.1f} ms, max {t24['wall_max']:.1f} ms (target: CPU < "
+              f"{AUTO_TARGET_MS:.0f} ms) -- {met(t24['target_met'])}")
+
+
+# ---- main -----------------------------------------------------------------------------------
+
+
+def git_commit() -> str:
+    try:
+        done = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                              cwd=Path(__file__).resolve().parent, check=True, timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True,
+                               cwd=Path(__file__).resolve().parent, check=True, timeout=10)
+        return done.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    p.add_argument("--sizes", default="4,6,8,10,12,14,16,20,24,30,40",
+                   help="comma-separated operand counts")
+    p.add_argument("--families", default=",".join(FAMILIES))
+    p.add_argument("--repeats", type=int, default=3, help="instances per family and size")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--cap-s", type=float, default=10.0,
+                   help="time cap of exact, dp and branch-2 (0: no cap, run in this process)")
+    p.add_argument("--dp-max-n", type=int, default=24, help="skip opt_einsum dp past this")
+    p.add_argument("--exact-state-limit", type=int, default=1_000_000,
+                   help="exact_state_limit of the accy exact column (auto uses the default)")
+    p.add_argument("--timing-runs", type=int, default=5, help="median of this many runs")
+    p.add_argument("--out", default="results/bench_paths.json")
+    args = p.parse_args(argv)
+    args.sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    args.families = tuple(f for f in args.families.split(",") if f)
+    unknown = set(args.families) - set(FAMILIES)
+    if unknown or not args.sizes or min(args.sizes) < 3 or args.repeats < 1:
+        p.error(f"families from {FAMILIES}, sizes >= 3 and repeats >= 1 please")
+    return args
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    runner = CappedRunner(args.cap_s) if args.cap_s > 0 else None
+    rows = []
+    try:
+        for inst in instances(args.sizes, args.repeats, args.seed, args.families):
+            inst["results"] = run_instance(inst, args, runner)
+            rows.append(inst)
+            done = inst["results"]
+            print(f"{inst['family']:<9}{inst['n']:>3} #{inst['repeat']}: " + " ".join(
+                f"{k.split(':')[1]}={v.get('log10', float('nan')):.2f}" for k, v in done.items()),
+                flush=True)
+    finally:
+        if runner is not None:
+            runner.close()
+    print_table(rows)
+    summary = summarize(rows)
+    print_summary(summary)
+    result = {
+        "summary": summary,
+        "instances": rows,
+        "defaults": {k: v for k, v in vars(PathOptions()).items()},
+        "args": {k: v for k, v in vars(args).items()},
+        "command": [sys.argv[0] if argv is None else "main",
+                    *(sys.argv[1:] if argv is None else argv)],
+        "seed": args.seed,
+        "versions": {"accy": accy.__version__, "numpy": np.__version__,
+                     "opt_einsum": opt_einsum.__version__, "python": platform.python_version()},
+        "git_commit": git_commit(),
+        "machine": {"processor": platform.processor(), "machine": platform.machine(),
+                    "system": platform.platform(), "cpu_count": os.cpu_count(),
+                    "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None},
+        "timestamp": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"\nwrote {out}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
