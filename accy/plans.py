@@ -12,6 +12,8 @@ import hashlib
 from dataclasses import dataclass
 from enum import Enum
 
+import numpy as np
+
 from accy.ir.node import Node
 from accy.ir.ops import Op
 from accy.target import KernelStatus
@@ -26,8 +28,14 @@ def digest_of(*parts: object) -> str:
 
 
 def is_inlined(node: Node) -> bool:
-    """Single-element constants are written into kernel source, not passed in a buffer."""
-    return node.op is Op.CONSTANT and node.type.size == 1
+    """Finite single-element constants are written into kernel source, not passed in a buffer.
+
+    Non-finite ones stay in buffers: PoCL 3.1 (LLVM 15) folds e.g. ``floor(x + NAN)`` to
+    garbage at compile time, while the same value read from memory computes correctly.
+    """
+    if node.op is not Op.CONSTANT or node.type.size != 1:
+        return False
+    return not node.type.dtype.is_float or bool(np.isfinite(node.value).all())
 
 
 class ScheduleKind(Enum):

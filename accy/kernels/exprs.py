@@ -69,8 +69,8 @@ def elementwise(op: Op, args: list[Expr], operand: DType, result: DType) -> Expr
     if op in (Op.MAX, Op.MIN):
         nan = Bin("||", Call("isnan", (a,)), Call("isnan", (b,)))
         return Cond(nan, Bin("+", a, b), Call("fmax" if op is Op.MAX else "fmin", (a, b)))
-    if op is Op.RELU:
-        return Call("fmax", (a, zero))
+    if op is Op.RELU:  # NaN stays NaN, as numpy's maximum(x, 0) (fmax would give 0)
+        return Cond(Call("isnan", (a,)), a, Call("fmax", (a, zero)))
     if op is Op.RECIPROCAL:
         return Bin("/", one, a)
     if op is Op.SIGMOID:
