@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test opencl lint
+.PHONY: demo test opencl lint paper
 
 $(BIN)/accy: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,3 +28,9 @@ test: $(BIN)/accy opencl
 
 lint: $(BIN)/accy
 	$(BIN)/ruff check accy rewrites experiments tests
+
+# Regenerate papers/ (ablation and contraction studies at the `paper` suite size, ~6 min on
+# two cores): results, figures and the generated blocks of papers/*.md.
+paper: $(BIN)/accy opencl
+	$(BIN)/pip install --quiet -e '.[viz]'
+	$(BIN)/accy experiment paper

@@ -28,6 +28,7 @@ from accy.builder import (
     maximum,
     minimum,
 )
+from accy.contraction import opt_einsum_bridge  # noqa: F401  (registers accy-* in opt_einsum)
 from accy.errors import AccyError
 from accy.ir.interpret import interpret
 from accy.ir.parser import parse_program

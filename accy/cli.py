@@ -65,6 +65,38 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_fuzz(args: argparse.Namespace) -> int:
+    from accy.fuzz import run_campaign
+
+    summary = run_campaign(args.minutes, args.seed, args.out, max_nodes=args.max_nodes,
+                           device=args.device, pipeline=args.pipeline)
+    return 1 if summary.failures else 0
+
+
+def _cmd_rules(args: argparse.Namespace) -> int:
+    import rewrites
+
+    try:
+        sets = rewrites.load(args.rulesets or None)
+    except KeyError as e:
+        print(f"accy rules: error: {e.args[0]}", file=sys.stderr)
+        return 2
+    for rs in sets:
+        shown = [r for r in rs.rules
+                 if args.policy is None or rewrites.rule_info(r.name).policy == args.policy]
+        if not shown:
+            continue
+        count = f"{len(shown)} of {len(rs.rules)}" if args.policy else str(len(rs.rules))
+        print(f"{rs.name}  ({count} rules)  {rs.doc}")
+        for r in shown:
+            info = rewrites.rule_info(r.name)
+            print(f"    {r.name:<32} {info.policy:<12} {info.doc}")
+    print("\npolicies (saturate, canonicalize: fast-math=true, finite-math=true):")
+    for tag, meaning in rewrites.POLICIES.items():
+        print(f"    {tag:<12} {meaning}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="accy", description="accy: e-graph-based optimizing compiler research framework "
@@ -92,6 +124,23 @@ def build_parser() -> argparse.ArgumentParser:
     prep.add_argument("--no-verify", action="store_true", help="skip verification after passes")
     prep.add_argument("--emit-source", action="store_true", help="print the OpenCL kernels")
     prep.set_defaults(run=_cmd_prepare)
+    fuzz = sub.add_parser("fuzz", help="check random programs pass by pass and on OpenCL; "
+                          "write failing ones (shrunk) to a folder")
+    fuzz.add_argument("--minutes", type=float, required=True, help="how long to run")
+    fuzz.add_argument("--seed", type=int, default=0, help="seed of the campaign")
+    fuzz.add_argument("--out", required=True, help="folder for failing programs and summary")
+    fuzz.add_argument("--max-nodes", type=int, default=8, help="most ops per function")
+    fuzz.add_argument("--device", help="OpenCL device selector (default: ACCY_DEVICE or pocl)")
+    fuzz.add_argument("--pipeline", default="accy-default", help="pipeline under test")
+    fuzz.set_defaults(run=_cmd_fuzz)
+    rules = sub.add_parser("rules", help="list rewrite rule sets and rules with policy tags")
+    rules.add_argument("rulesets", nargs="*", help="rule sets to list (default: all)")
+    rules.add_argument("--policy", choices=["exact", "stable", "finite-math", "fast-math"],
+                       help="only rules with this floating-point policy tag")
+    rules.set_defaults(run=_cmd_rules)
+    from accy.experiments.cli import add_commands
+
+    add_commands(sub)  # experiment, report
     return parser
 
 

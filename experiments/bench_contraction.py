@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -33,6 +31,7 @@ import numpy as np
 
 import accy
 from accy.builder import einsum
+from accy.experiments.records import git_commit, timestamp
 from accy.ir.shapes import parse_einsum
 from accy.job import PreparedJob
 from accy.kernels import contraction
@@ -245,20 +244,6 @@ def blas_info() -> list[dict[str, Any]] | None:
     return [{k: lib.get(k) for k in keys} for lib in threadpool_info()]
 
 
-def git_commit() -> str:
-    """HEAD's hash, ``+dirty`` when the tree has changes; "unknown" outside a git checkout."""
-    here = Path(__file__).resolve().parent
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                              cwd=here, check=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, cwd=here, check=True,
-                               timeout=10).stdout.strip()
-        return head + ("+dirty" if dirty else "") if head else "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
 def print_size(res: dict[str, Any]) -> None:
     s = res["size"]
     batch = f" (batch {s['batch']} per batch letter)" if res["batched"] else ""
@@ -340,7 +325,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "numpy_blas": blas,
         "git_commit": git_commit(), "processor": platform.processor(),
         "cpu_count": os.cpu_count(),
-        "timestamp": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "timestamp": timestamp(),
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -21,11 +21,8 @@ every specialised generator disabled (the loop nest).
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import platform
-import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -38,6 +35,8 @@ import pyopencl as cl
 import accy
 from accy.backends.opencl.runtime import Runtime, select_device
 from accy.builder import Value, trace
+from accy.experiments.kernels import copy_bandwidth
+from accy.experiments.records import git_commit, median_ms, timestamp
 from accy.target import TargetProfile
 
 TARGETS = {"chain": 0.90, "softmax": 0.70, "sum": 0.70}  # fraction of copy bandwidth (H200)
@@ -87,27 +86,6 @@ def error(name: str, got: np.ndarray, want: np.ndarray, xs: list[np.ndarray]) ->
     scale = float(np.abs(xs[0]).astype(np.float64).sum()) or 1.0
     err = abs(float(got) - float(want)) / scale  # relative to the sum of magnitudes
     return err, err < 1e-5
-
-
-def median_ms(samples_ns: list[int]) -> float:
-    return statistics.median(samples_ns) / 1e6
-
-
-def copy_bandwidth(runtime: Runtime, nbytes: int, repeat: int) -> dict[str, Any]:
-    """Device-to-device ``enqueue_copy`` of ``nbytes``: median time, bytes read + written / s."""
-    src = cl.Buffer(runtime.context, cl.mem_flags.READ_WRITE, size=nbytes)
-    dst = cl.Buffer(runtime.context, cl.mem_flags.READ_WRITE, size=nbytes)
-    cl.enqueue_fill_buffer(runtime.queue, src, np.float32(1.0), 0, nbytes)
-    samples = []
-    for i in range(repeat + 2):
-        event = cl.enqueue_copy(runtime.queue, dst, src)
-        ns = runtime.elapsed_ns(event)
-        if i >= 2:  # warm-up
-            samples.append(ns)
-    src.release()
-    dst.release()
-    ms = median_ms(samples)
-    return {"bytes": nbytes, "ms": ms, "GBps": 2 * nbytes / (ms * 1e6)}
 
 
 def generators(job: accy.PreparedJob) -> dict[str, int]:
@@ -160,15 +138,6 @@ def bench_one(name: str, program: accy.Program, shapes: tuple[tuple[int, ...], .
         row["numpy_ms"] = median_ms(times)
         row["speedup_vs_numpy"] = row["numpy_ms"] / ms
     return row
-
-
-def git_commit() -> str:
-    try:
-        done = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                              cwd=Path(__file__).resolve().parent, check=True, timeout=10)
-        return done.stdout.strip() or "uncommitted"
-    except (OSError, subprocess.SubprocessError):
-        return "uncommitted"
 
 
 def print_table(result: dict[str, Any]) -> None:
@@ -228,7 +197,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "versions": {"accy": accy.__version__, "numpy": np.__version__,
                      "pyopencl": cl.VERSION_TEXT, "python": platform.python_version()},
         "git_commit": git_commit(),
-        "timestamp": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "timestamp": timestamp(),
     }
     print_table(result)
     out = Path(args.out)

@@ -11,12 +11,9 @@
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import platform
-import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -29,6 +26,7 @@ import pyopencl
 import accy
 from accy.builder import FunctionBuilder, Value, trace
 from accy.errors import DeviceError
+from accy.experiments.records import git_commit, median_ms, timestamp
 from accy.target import TargetProfile
 
 PREPARE_TARGET_MS_PER_OP = 2.0  # at the largest size
@@ -64,10 +62,6 @@ def _apply(f: FunctionBuilder, name: str, x: Value, y: Value) -> Value:
         return abs(x)
     method: Callable[[Value, Value], Value] = getattr(f, name)
     return method(x, y)
-
-
-def median_ms(samples_ns: list[int]) -> float:
-    return statistics.median(samples_ns) / 1e6
 
 
 def bench_pipeline(sizes: list[int], repeat: int) -> dict[str, Any]:
@@ -148,15 +142,6 @@ def bench_chain(elements: int, repeat: int, device: str | None) -> dict[str, Any
     }
 
 
-def git_commit() -> str:
-    try:
-        done = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                              cwd=Path(__file__).resolve().parent, check=True, timeout=10)
-        return done.stdout.strip() or "uncommitted"
-    except (OSError, subprocess.SubprocessError):
-        return "uncommitted"
-
-
 def print_pipeline(res: dict[str, Any]) -> None:
     stages = list(res["rows"][0]["stage_ms"])
     head = f"{'ops':>6} {'prep ms':>9} {'ms/op':>7} {'kern':>5} {'slots':>5} "
@@ -216,7 +201,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                      "pyopencl": pyopencl.VERSION_TEXT, "python": platform.python_version()},
         "device": chain["device"] if chain else None, "git_commit": git_commit(),
         "processor": platform.processor(), "cpu_count": os.cpu_count(),
-        "timestamp": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "timestamp": timestamp(),
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

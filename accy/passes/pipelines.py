@@ -25,11 +25,13 @@ def _named(*items: NamedPipeline) -> dict[str, NamedPipeline]:
 
 
 PIPELINES = _named(
-    NamedPipeline("accy-contract", Stage.contract, "constant-fold",
-                  "canonicalization: fold constants"),
+    NamedPipeline("accy-contract", Stage.contract, "constant-fold,canonicalize",
+                  "canonicalization: constant folding, then egglog's canonical rules"),
     NamedPipeline("accy-tensor", Stage.tensor,
-                  "shape-layout-propagation,activation-lowering,loss-lowering",
-                  "movement folding and the lowering of activations and losses"),
+                  "saturate,shape-layout-propagation,activation-lowering,einsum-lowering,"
+                  "loss-lowering",
+                  "equality saturation, movement folding and the lowering of activations, "
+                  "einsums and losses"),
     NamedPipeline("accy-dispatch", Stage.dispatch, "fusion-planning,schedule-planning",
                   "fusion and schedule planning"),
     NamedPipeline("accy-memory", Stage.memory,

@@ -1,6 +1,6 @@
 """Importing this module registers every built-in pass (one module per pass)."""
 
-from accy.passes.contract import constant_fold  # noqa: F401
+from accy.passes.contract import canonicalize, constant_fold  # noqa: F401
 from accy.passes.dispatch import fusion_planning, schedule_planning  # noqa: F401
 from accy.passes.kernel import kernel_outlining_planning, kernelization  # noqa: F401
 from accy.passes.memory import (  # noqa: F401
@@ -11,6 +11,8 @@ from accy.passes.memory import (  # noqa: F401
 from accy.passes.target import backend_legalization  # noqa: F401
 from accy.passes.tensor import (  # noqa: F401
     activation_lowering,
+    einsum_lowering,
     loss_lowering,
+    saturate,
     shape_layout_propagation,
 )

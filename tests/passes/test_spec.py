@@ -175,8 +175,9 @@ def test_default_pipeline_expands_in_stage_order() -> None:
 
 def test_named_pipelines_mix_with_passes() -> None:
     p = parse_pipeline("accy-contract,fusion-planning{policy=multi-output},schedule-planning")
-    assert [x.name for x in p.passes] == ["constant-fold", "fusion-planning", "schedule-planning"]
-    assert p.passes[1].policy == "multi-output"
+    assert [x.name for x in p.passes] == ["constant-fold", "canonicalize", "fusion-planning",
+                                          "schedule-planning"]
+    assert p.passes[2].policy == "multi-output"
 
 
 # errors -----------------------------------------------------------------------------------

@@ -1,4 +1,21 @@
-"""constant-fold: evaluate ops whose operands are all constants."""
+"""constant-fold: fold constant subterms, splats in egglog and the rest by evaluation.
+
+Two steps:
+
+1. **egglog** (rule set ``fold``): every elementwise op and cast whose operands are splat
+   constants (``Tensor.full``), movement and ``reduce_max`` of splats, and ``select`` on a
+   splat condition, saturated and extracted like any other rule set. The rules compute each
+   folded element with the interpreter's numpy semantics in the op's dtype.
+2. **Evaluation**: what the rules leave, evaluated by the reference interpreter bottom-up:
+   ops over non-splat constants (``[1, 2, 3] + [10, 20, 30]``), reductions, contractions,
+   concatenations, gathers and row ops of constants, and splat results that ``Tensor.full``
+   cannot hold (NaN, infinities, -0.0). Folding these in egglog would mean carrying whole
+   arrays through rules as text, one rule per pair of constant constructors; the interpreter
+   already is the definition of every op.
+
+``max-elements`` caps both: a folded constant may not have more elements (egglog's folds are
+priced out of extraction above it; evaluation skips such nodes).
+"""
 
 from __future__ import annotations
 
@@ -22,29 +39,49 @@ def fold(node: Node) -> Node:
     return Node(Op.CONSTANT, node.type, (), {"value": value.tobytes()})
 
 
+def _ops(program: Program) -> int:
+    return sum(n.op not in (Op.PARAM, Op.CONSTANT) for n in program.nodes())
+
+
 @register
 @dataclass(frozen=True)
 class ConstantFold(Pass):
-    """Evaluate every op whose operands are all constants (with the reference interpreter)."""
+    """Fold constant subterms: splats with the egglog rule set ``fold``, the rest by evaluation."""
 
     name = "constant-fold"
     stage = Stage.contract
 
     max_elements: int = option(1 << 16, "largest result (in elements) to fold into a constant")
+    disable: tuple[str, ...] = option((), "fold rules not to use, e.g. fold-exp (or: fold)")
+    iterations: int = option(32, "most saturation iterations (one per level of folding)")
+    node_limit: int = option(10_000, "most e-nodes the e-graph may grow to")
+    time_limit: float = option(1.0, "most seconds of saturation")
 
     def run(self, ctx, product):
-        folded = 0
+        from accy.passes import rewriting
+
+        program = product.program
+        names = rewriting.select(("fold",), (), self.disable)
+        outcome = rewriting.rewrite_program(
+            program, ("fold",), names, iterations=self.iterations, node_limit=self.node_limit,
+            time_limit_s=self.time_limit,
+            cost=rewriting.capped("flops-bytes", program, self.max_elements))
+        rewriting.record(ctx, outcome, prefix="rules: ")
+        by_rules = _ops(program) - _ops(outcome.program)
+        evaluated = 0
 
         def rewrite(node: Node, srcs: tuple[Node, ...]) -> Node:
-            nonlocal folded
+            nonlocal evaluated
             if node.op in (Op.PARAM, Op.CONSTANT):
                 return node
             new = Node(node.op, node.type, srcs, dict(node.attrs))
             if all(s.op is Op.CONSTANT for s in srcs) and node.type.size <= self.max_elements:
-                folded += 1
+                evaluated += 1
                 return fold(new)
             return new
 
-        program = rebuild(product.program, rewrite)
-        ctx.stat("folded", folded)
+        program = rebuild(outcome.program, rewrite)
+        ctx.stat("folded", by_rules + evaluated)
+        ctx.stat("folded-by-rules", by_rules)
+        ctx.stat("folded-by-evaluation", evaluated)
         return product.replace(program=program)

@@ -1,0 +1,1 @@
+"""Experiments: the benchmark suite, sweeps over an executor, result records, reports."""

@@ -1,0 +1,144 @@
+"""``accy experiment NAME ...`` and ``accy report RESULTS... --out DIR``.
+
+    accy experiment ablation --suite ci                  # table + figure in results/...
+    accy experiment contraction --suite paper --workers 2
+    accy experiment kernels --suite paper --device nvidia
+    accy experiment benefit --suite ci --seeds 0,1
+    accy experiment paper                                # regenerate papers/
+    accy experiment ablation --executor dask --scheduler tcp://host:8786
+    accy report results/experiments/ci/ablation.json --out report/
+
+Each experiment writes ``<experiment>.json`` and ``<experiment>.csv`` into ``--out`` (default
+``results/experiments/<suite>``) and, unless ``--no-report``, ``<experiment>.md`` and its
+figures made from the written file. The exit status is 1 when any task failed (the failures
+are in the results, with their errors).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+EXPERIMENTS = ("ablation", "contraction", "kernels", "benefit", "paper")
+
+
+def _csv(text: str | None) -> tuple[str, ...] | None:
+    return tuple(x for x in text.split(",") if x) if text else None
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(",") if x.strip())
+
+
+def add_commands(sub: Any) -> None:
+    """Register ``experiment`` and ``report`` on the ``accy`` command's subparsers."""
+    exp = sub.add_parser("experiment", help="run an experiment sweep: ablation, contraction, "
+                         "kernels, benefit, or paper (regenerate papers/)")
+    exp.add_argument("name", choices=EXPERIMENTS)
+    exp.add_argument("--suite", default=None, choices=("ci", "paper", "full"),
+                     help="program sizes (default: ci; paper for `paper`)")
+    exp.add_argument("--programs", help="comma-separated suite programs (default: all)")
+    exp.add_argument("--seeds", default="0", help="comma-separated seeds (default: 0)")
+    exp.add_argument("--out", help="output folder (default: results/experiments/SUITE; "
+                     "papers for `paper`)")
+    exp.add_argument("--device", help="OpenCL device selector (default: ACCY_DEVICE or pocl)")
+    exp.add_argument("--repeats", type=int, default=None,
+                     help="timed calls per measurement (default: 5; 10 for `paper`)")
+    exp.add_argument("--no-run", action="store_true", help="compile only: no kernel timing")
+    exp.add_argument("--executor", default="local", choices=("local", "dask"))
+    exp.add_argument("--scheduler", help="Dask scheduler address (default: a local cluster)")
+    exp.add_argument("--workers", type=int, default=None,
+                     help="local processes (0: this process) or local Dask workers "
+                     "(default: CPU count; 1 for `paper`)")
+    exp.add_argument("--retries", type=int, default=2, help="retries of a failed task")
+    exp.add_argument("--no-report", action="store_true", help="write results only")
+    exp.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                     help="progress bars (default: when stderr is a terminal)")
+    abl = exp.add_argument_group("ablation")
+    abl.add_argument("--rulesets", help="rule sets for the -R and only:R configurations")
+    abl.add_argument("--rules", help="limit the per-rule sweep to these rules")
+    abl.add_argument("--no-per-rule", action="store_true", help="skip the per-rule sweep")
+    abl.add_argument("--policy", default="default",
+                     choices=("default", "finite-math", "fast-math"),
+                     help="floating-point policy of the rules")
+    con = exp.add_argument_group("contraction")
+    con.add_argument("--families", help="network families (default: all)")
+    con.add_argument("--sizes", help="operand counts (default: by suite)")
+    con.add_argument("--instances", type=int, help="instances per family and size")
+    exp.set_defaults(run=run_experiment_command)
+    rep = sub.add_parser("report", help="Markdown tables and figures from result files")
+    rep.add_argument("results", nargs="+", help="result JSON files")
+    rep.add_argument("--out", required=True, help="folder for the report")
+    rep.set_defaults(run=report_command)
+
+
+def options_from(args: argparse.Namespace, suite: str) -> Any:
+    from accy.experiments.runner import SweepOptions
+
+    return SweepOptions(suite=suite, programs=_csv(args.programs), seeds=_ints(args.seeds),
+                        device=args.device,
+                        repeats=args.repeats or (10 if args.name == "paper" else 5),
+                        run=not args.no_run,
+                        executor=args.executor, workers=args.workers, retries=args.retries,
+                        scheduler=args.scheduler, show_progress=args.progress)
+
+
+def run_experiment(name: str, args: argparse.Namespace, options: Any) -> dict[str, Any]:
+    """Run one experiment by name with the CLI's options."""
+    if name == "ablation":
+        from accy.experiments import ablation
+
+        return ablation.run(options, rulesets=_csv(args.rulesets),
+                            per_rule=not args.no_per_rule, rules=_csv(args.rules),
+                            policy=args.policy)
+    if name == "contraction":
+        from accy.experiments import contraction
+        from accy.experiments.networks import FAMILIES
+
+        return contraction.run(options, families=_csv(args.families) or FAMILIES,
+                               sizes=_ints(args.sizes) if args.sizes else None,
+                               repeats=args.instances)
+    if name == "kernels":
+        from accy.experiments import kernels
+
+        return kernels.run(options)
+    from accy.experiments import benefit
+
+    return benefit.run(options)
+
+
+def run_experiment_command(args: argparse.Namespace) -> int:
+    from accy.experiments.records import write_results
+    from accy.experiments.report import tables, write_report
+
+    if args.name == "paper":
+        from accy.experiments.paper import regenerate
+
+        if args.workers is None:
+            args.workers = 1
+        failed = regenerate(Path(args.out or "papers"), args.suite or "paper",
+                            options_from(args, args.suite or "paper"), args)
+        return 1 if failed else 0
+    suite = args.suite or "ci"
+    out = Path(args.out or f"results/experiments/{suite}")
+    result = run_experiment(args.name, args, options_from(args, suite))
+    paths = list(write_results(result, out))
+    if not args.no_report:
+        paths += write_report(paths[0], out)
+    print(tables(result))
+    for f in result["failed"]:
+        print(f"FAILED {f['key']} after {f['attempts']} attempts: "
+              f"{f['error'].strip().splitlines()[-1]}", file=sys.stderr)
+    print("wrote " + ", ".join(str(p) for p in paths))
+    return 1 if result["failed"] else 0
+
+
+def report_command(args: argparse.Namespace) -> int:
+    from accy.experiments.report import write_report
+
+    for path in args.results:
+        for p in write_report(path, args.out):
+            print(f"wrote {p}")
+    return 0

@@ -1,0 +1,219 @@
+"""Result records: provenance (versions, device, commit, machine, time) and JSON/CSV files.
+
+Every experiment row carries what reproducing it needs: the program's name and fingerprint,
+the pipeline text, the seed, per-stage fingerprints (from the experiment), and a
+``provenance`` block made here -- versions of accy, egglog, numpy, pyopencl and opt_einsum
+(plus any optional package the experiment used), the OpenCL device and driver, the git commit
+(``+dirty`` when the working tree differs from it), the machine and a UTC timestamp. The
+scripts in ``experiments/`` use the same helpers.
+
+Files: ``write_results(result, out_dir)`` writes ``<experiment>.json`` (the whole result:
+rows -- one line each --, failures, summary, provenance) and ``<experiment>.csv`` (one line per row, nested
+fields flattened to dotted column names, so a spreadsheet or pandas reads it directly).
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import functools
+import importlib
+import json
+import os
+import platform
+import statistics
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "REQUIRED_VERSIONS", "device_record", "flatten", "git_commit", "machine", "median_ms",
+    "provenance", "read_results", "stage_fingerprints", "timestamp", "versions",
+    "write_results",
+]
+
+REQUIRED_VERSIONS = ("accy", "egglog", "numpy", "pyopencl", "opt_einsum", "python")
+"""Packages every record names the version of."""
+
+_DIST_NAMES = {"opt_einsum": "opt-einsum", "dask": "dask", "distributed": "distributed"}
+
+
+def _version(module: str) -> str | None:
+    """The installed version of ``module`` (None when it is not installed)."""
+    if module == "python":
+        return platform.python_version()
+    from importlib import metadata
+
+    try:
+        return metadata.version(_DIST_NAMES.get(module, module))
+    except metadata.PackageNotFoundError:
+        pass
+    try:
+        mod = importlib.import_module(module)
+    except ImportError:
+        return None
+    return str(getattr(mod, "__version__", getattr(mod, "VERSION_TEXT", "unknown")))
+
+
+@functools.cache
+def versions(extra: tuple[str, ...] = ()) -> dict[str, str | None]:
+    """Versions of :data:`REQUIRED_VERSIONS` and of ``extra`` packages (None: not installed)."""
+    return {name: _version(name) for name in (*REQUIRED_VERSIONS, *extra)}
+
+
+COMMIT_ENV = "ACCY_GIT_COMMIT"
+"""Names the commit where the code runs outside its git checkout (a copied tree)."""
+
+
+@functools.cache
+def git_commit(where: str | None = None) -> str:
+    """``HEAD``'s commit of the repository holding ``where`` (default: this package), with
+    ``+dirty`` when tracked or untracked files differ from it; outside git, the value of
+    ``ACCY_GIT_COMMIT`` (for a copy of a checkout run elsewhere), else ``unknown``."""
+    cwd = where or str(Path(__file__).resolve().parent)
+    fallback = os.environ.get(COMMIT_ENV) or "unknown"
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                              cwd=cwd, check=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True,
+                               cwd=cwd, check=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return fallback
+    return (head + ("+dirty" if dirty else "")) if head else fallback
+
+
+def timestamp() -> str:
+    """Now, UTC, ISO 8601 to the second."""
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+@functools.cache
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``; ``platform.processor()`` elsewhere)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def machine() -> dict[str, Any]:
+    """The host: CPU model, architecture, OS, CPU count, load average, host name."""
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    return {"cpu": cpu_model(), "processor": platform.processor(),
+            "machine": platform.machine(), "system": platform.platform(),
+            "cpu_count": os.cpu_count(), "load": [round(x, 2) for x in load] if load else None,
+            "host": platform.node()}
+
+
+@functools.cache
+def device_record(selector: str | None = None) -> dict[str, Any]:
+    """The OpenCL device ``selector`` picks (``ACCY_DEVICE`` or PoCL by default): platform,
+    name, driver and OpenCL versions; ``{"error": ...}`` when there is none."""
+    from accy.errors import DeviceError
+
+    try:
+        from accy.backends.opencl.runtime import select_device
+
+        info = select_device(selector).info
+    except DeviceError as e:
+        return {"selector": selector, "error": str(e).splitlines()[0]}
+    return {"selector": selector, "platform": info.platform, "name": info.name,
+            "vendor": info.vendor, "driver": info.driver_version,
+            "opencl": info.opencl_version, "key": info.key}
+
+
+def provenance(device: str | None | bool = None, extra_versions: Sequence[str] = (),
+               command: Sequence[str] | None = None) -> dict[str, Any]:
+    """The provenance block of a record. ``device=False`` records no device (experiments that
+    run nothing on OpenCL); otherwise the device of that selector."""
+    out: dict[str, Any] = {
+        "versions": versions(tuple(extra_versions)),
+        "device": None if device is False else device_record(device or None),
+        "git_commit": git_commit(),
+        "machine": machine(),
+        "timestamp": timestamp(),
+    }
+    if command is not None:
+        out["command"] = list(command)
+    return out
+
+
+def median_ms(samples_ns: Iterable[int | float]) -> float:
+    """Median of nanosecond samples, in milliseconds."""
+    return statistics.median(samples_ns) / 1e6
+
+
+def stage_fingerprints(job: Any) -> dict[str, str]:
+    """Stage name -> fingerprint of a :class:`~accy.job.PreparedJob`'s products."""
+    return dict(job.stamps())
+
+
+# ---- files -----------------------------------------------------------------------------------
+
+
+def flatten(row: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested dicts as dotted keys; lists and tuples as JSON text (one CSV cell each)."""
+    out: dict[str, Any] = {}
+    for k, v in row.items():
+        name = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.update(flatten(v, name + "."))
+        elif isinstance(v, list | tuple):
+            out[name] = json.dumps(v, sort_keys=True)
+        else:
+            out[name] = v
+    return out
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, Mapping):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_jsonable(v) for v in x]
+    if hasattr(x, "item") and callable(x.item):  # numpy scalars
+        return x.item()
+    return x
+
+
+def _json_text(data: Mapping[str, Any]) -> str:
+    """JSON with one line per row (compact files, readable diffs); the rest indented."""
+    parts = [f"{json.dumps(k)}: {json.dumps(v, indent=1)}" for k, v in data.items()
+             if k != "rows"]
+    rows = ",\n".join(json.dumps(r, separators=(",", ":")) for r in data.get("rows", []))
+    parts.append(f'"rows": [\n{rows}\n]')
+    return "{\n" + ",\n".join(parts) + "\n}\n"
+
+
+def write_results(result: Mapping[str, Any], out_dir: str | Path,
+                  name: str | None = None) -> tuple[Path, Path]:
+    """Write ``<name>.json`` (everything) and ``<name>.csv`` (the rows, flattened) into
+    ``out_dir``; ``name`` defaults to the result's ``experiment``. Returns both paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    name = name or str(result["experiment"])
+    data = _jsonable(result)
+    json_path = out / f"{name}.json"
+    json_path.write_text(_json_text(data))
+    rows = [flatten(r) for r in data.get("rows", [])]
+    columns: list[str] = []
+    for r in rows:
+        columns += [c for c in r if c not in columns]
+    csv_path = out / f"{name}.csv"
+    with csv_path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=columns, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    return json_path, csv_path
+
+
+def read_results(path: str | Path) -> dict[str, Any]:
+    """A result written by :func:`write_results` (the JSON file, or a folder and experiment
+    given as ``folder/experiment``)."""
+    p = Path(path)
+    if p.suffix != ".json":
+        p = p.with_suffix(".json")
+    return json.loads(p.read_text())

@@ -1,0 +1,87 @@
+"""What every experiment shares: the sweep options, running tasks, the result document.
+
+A result document (``write_results`` turns it into ``<experiment>.json`` and ``.csv``)::
+
+    {"experiment": "ablation", "suite": "ci", "seeds": [0], "options": {...},
+     "executor": {"executor": "local", "workers": 2, "retries": 2},
+     "provenance": {"versions": ..., "device": ..., "git_commit": ..., "machine": ...,
+                    "timestamp": ..., "command": [...]},
+     "rows": [...],          # one per task that succeeded, sorted by task key
+     "failed": [...],        # one per task that failed every attempt, with its error
+     "summary": {...}}       # the experiment's own summary of the rows
+
+Rows carry their own provenance (the worker's versions, device, commit and time), since on
+a cluster each may come from another machine.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from accy.experiments import records
+from accy.experiments.executor import Executor, Task, make_executor
+
+__all__ = ["DETERMINISTIC_EXCLUDE", "SweepOptions", "deterministic", "run_tasks"]
+
+DETERMINISTIC_EXCLUDE = ("measured", "provenance")
+"""Row fields that vary run to run (times) or machine to machine (provenance)."""
+
+
+@dataclass
+class SweepOptions:
+    """Options every experiment takes (the CLI's common flags)."""
+
+    suite: str = "ci"
+    programs: tuple[str, ...] | None = None  # None: the whole suite
+    seeds: tuple[int, ...] = (0,)
+    device: str | None = None  # OpenCL selector; None: ACCY_DEVICE or PoCL
+    repeats: int = 5  # timed calls per measurement (after one warm-up call)
+    run: bool = True  # build and run kernels (False: compile-side fields only)
+    executor: str = "local"  # local | dask
+    workers: int | None = None  # local: processes (0: in this process); dask: local cluster
+    retries: int = 2
+    scheduler: str | None = None  # dask scheduler address; None: a local cluster
+    show_progress: bool | None = None  # None: when stderr is a terminal
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["programs"] = list(self.programs) if self.programs else None
+        out["seeds"] = list(self.seeds)
+        return out
+
+
+def deterministic(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` without the fields that vary between runs and machines."""
+    return {k: v for k, v in row.items() if k not in DETERMINISTIC_EXCLUDE}
+
+
+def run_tasks(experiment: str, tasks: Sequence[Task], options: SweepOptions,
+              executor: Executor | None = None, desc: str = "",
+              extra_versions: Sequence[str] = (), device: bool = True) -> dict[str, Any]:
+    """Run ``tasks`` on ``executor`` (made from ``options`` when None, and closed after) and
+    return the result document without its summary."""
+    own = executor is None
+    ex = executor or make_executor(options.executor, workers=options.workers,
+                                   retries=options.retries, scheduler=options.scheduler,
+                                   show_progress=options.show_progress)
+    try:
+        results = ex.map(list(tasks), desc or experiment)
+        described = ex.describe() if hasattr(ex, "describe") else {"executor": ex.name}
+    finally:
+        if own:
+            ex.close()
+    return {
+        "experiment": experiment,
+        "suite": options.suite,
+        "seeds": list(options.seeds),
+        "options": options.to_dict(),
+        "executor": described,
+        "provenance": records.provenance(options.device if device else False, extra_versions,
+                                         command=sys.argv),
+        "rows": [r.value for r in results if r.ok],
+        "failed": [r.failure() for r in results if not r.ok],
+    }

@@ -1,0 +1,44 @@
+"""canonicalize: equality saturation with the ``canonical`` rules (identities, movement
+folding, implicit broadcasting, oriented constants), keeping the result when it is cheaper.
+
+Folding is ``constant-fold``'s (which runs first in ``accy-contract``) and ``saturate``'s (whose
+rule sets include ``fold``): one rule set per contract pass keeps ablations simple."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from accy.ir.program import Stage
+from accy.passes.base import Pass, option
+from accy.passes.registry import register
+
+RULESETS = ("canonical",)
+
+
+@register
+@dataclass(frozen=True)
+class Canonicalize(Pass):
+    """Simplify with egglog's canonical rules (x*1, -(-x), movement chains, implicit broadcasts)."""
+
+    name = "canonicalize"
+    stage = Stage.contract
+
+    disable: tuple[str, ...] = option((), "rules (or rule sets) not to use, e.g. mul-one")
+    iterations: int = option(8, "most saturation iterations")
+    node_limit: int = option(10_000, "most e-nodes the e-graph may grow to")
+    time_limit: float = option(1.0, "most seconds of saturation (a step past it is undone)")
+    finite_math: bool = option(False, "also use finite-math rules (x*0 -> 0, x-x -> 0, x+0)")
+    fast_math: bool = option(False, "also use fast-math and finite-math rules")
+    max_elements: int = option(1 << 16, "largest constant a fold may create (in elements)")
+
+    def run(self, ctx, product):
+        from accy.passes import rewriting
+
+        names = rewriting.select(RULESETS, (), self.disable, finite_math=self.finite_math,
+                                 fast_math=self.fast_math)
+        outcome = rewriting.rewrite_program(
+            product.program, RULESETS, names, iterations=self.iterations,
+            node_limit=self.node_limit, time_limit_s=self.time_limit,
+            cost=rewriting.capped("flops-bytes", product.program, self.max_elements))
+        rewriting.record(ctx, outcome)
+        return product.replace(program=outcome.program) if outcome.changed else product

@@ -1,0 +1,412 @@
+"""Running named rewrite rules over a program: what ``canonicalize``, ``constant-fold`` and
+``saturate`` share. (It imports egglog: pass modules import it when they run, not before.)
+
+1. **Selection** (:func:`select`): rule sets, then ``rules=``/``disable=`` (rule or rule-set
+   names), then the floating-point policy (:mod:`rewrites`): rules tagged ``finite-math`` or
+   ``fast-math`` are dropped unless the pass enables them; naming such a rule in ``rules=``
+   without enabling its policy is an error rather than a silent no-op.
+2. **Prefilter** (:func:`could_fire`): every rule's left-hand side is matched against the IR
+   nodes, as egglog would match it in the fresh e-graph, where every e-class is one IR node:
+   a repeated variable must bind one node, literal attributes must agree, and the conditions
+   the rule recorded (``rewrites.has_type``/``holds``) are evaluated. It over-approximates
+   (operands of commutative ops and einsum operand lists match in any order; unrecorded
+   conditions count as true), so if no rule can match, saturation could not change anything
+   and no e-graph is built. Rules that only reorder operands (``permutes``: commutativity,
+   einsum operand swaps) do not count: matching in any order already covers what they
+   enable, and they never lower a cost alone. ``tests/rewrite_rules/test_prefilter.py``
+   checks the over-approximation against egglog on random programs.
+3. **Saturation and extraction** (:func:`rewrite_program`): ``accy.egraph`` builds the
+   e-graph, saturates within the budget and extracts under the cost model. The result
+   replaces the program only when its cost is strictly lower, so a pass never reorders a
+   program for nothing (commuted operands cost the same) and equal inputs give equal
+   outputs.
+4. **Statistics** (:func:`record`): stop reason, e-graph growth per iteration, rules that
+   fired, costs before and after, via ``ctx.stat`` (``accy prepare --statistics``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+from egglog import EGraph
+from egglog.deconstruct import (
+    get_callable_args,
+    get_callable_fn,
+    get_literal_value,
+    get_var_name,
+)
+
+import rewrites
+from accy.egraph.convert import extract, to_egraph
+from accy.egraph.cost import CostModel, cost_model, program_cost
+from accy.egraph.driver import SaturationReport, saturate, select_rules
+from accy.egraph.sorts import RULESETS, SIGNATURES, encode_attr, new_egraph, signature
+from accy.ir.node import Node
+from accy.ir.ops import Op
+from accy.ir.program import Program
+from accy.ir.types import TensorType
+
+if TYPE_CHECKING:
+    from accy.passes.manager import PassContext
+
+_COMMUTATIVE = frozenset({Op.ADD, Op.MUL, Op.MAX, Op.MIN, Op.EQ, Op.NE, Op.AND, Op.OR})
+_MAX_PERMUTED = 6  # einsum/concat lists longer than this match any pattern (over-approximate)
+_PENALTY = 1 << 60  # cost of a constant above the size cap: never extracted when avoidable
+_WARM_EGRAPHS = 8  # rule selections kept declared per thread
+
+
+class PolicyError(ValueError):
+    """A rule was named whose floating-point policy the pass does not enable."""
+
+
+# ---- selection -------------------------------------------------------------------------------
+
+
+def select(rulesets: Sequence[str], rules: Sequence[str] = (), disable: Sequence[str] = (),
+           *, finite_math: bool = False, fast_math: bool = False) -> tuple[str, ...]:
+    """Names of the selected rules that the policy flags enable (module docstring, step 1).
+
+    ``rules`` empty means every rule of ``rulesets``. Unknown names raise ``KeyError``
+    listing the valid ones; a rule named in ``rules`` whose policy is off raises
+    :class:`PolicyError`.
+    """
+    rewrites.load(rulesets)
+    chosen = select_rules(rulesets, list(rules) if rules else None, disable)
+    allowed = rewrites.allowed_policies(finite_math=finite_math, fast_math=fast_math)
+    named = {n for n in rules if n not in RULESETS}
+    blocked = [r.name for r in chosen if r.name in named
+               and rewrites.rule_info(r.name).policy not in allowed]
+    if blocked:
+        need = {rewrites.rule_info(n).policy for n in blocked}
+        flag = "fast-math=true" if "fast-math" in need else "finite-math=true"
+        raise PolicyError(f"rules {', '.join(blocked)} are tagged "
+                          f"{'/'.join(sorted(need))}: enable them with {flag}")
+    return tuple(r.name for r in chosen if rewrites.rule_info(r.name).policy in allowed)
+
+
+# ---- prefilter ---------------------------------------------------------------------------------
+
+Term = tuple[str, Any] | None  # ("lit", value), ("var", name), or None (anything)
+Env = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Skeleton:
+    """A left-hand side as the matcher sees it: ops, variables, literal attributes."""
+
+    kind: str  # "var" (a Tensor variable), "any", "op", "full", "list"
+    name: str = ""  # of a variable
+    op: Op | None = None
+    children: tuple[Skeleton, ...] = ()
+    attrs: tuple[tuple[str, Term], ...] = ()  # (attribute, term), attributes egglog-encoded
+    type: Term = None  # the type text
+    value: Term = None  # a splat's value
+    open: bool = False  # a list pattern with a tail variable (matches longer lists)
+
+
+_ANY = Skeleton("any")
+
+
+def skeleton(expr: Any) -> Skeleton:
+    """The skeleton of an egglog pattern (unknown constructs match anything)."""
+    name = get_var_name(expr)
+    if name is not None:
+        return Skeleton("var", name)
+    fn, args = get_callable_fn(expr), get_callable_args(expr)
+    fname = str(fn) if fn is not None else ""
+    if fname == "Tensor.full":
+        return Skeleton("full", value=_term(args[0]), type=_term(args[1]))
+    if fname == "Tensor.constant":
+        return Skeleton("op", op=Op.CONSTANT, attrs=(("value", _term(args[0])),),
+                        type=_term(args[1]))
+    if fname in ("TensorList.nil", "TensorList.cons"):
+        items: list[Skeleton] = []
+        while fname == "TensorList.cons":
+            items.append(skeleton(args[0]))
+            fn, args = get_callable_fn(args[1]), get_callable_args(args[1])
+            fname = str(fn) if fn is not None else ""
+        return Skeleton("list", children=tuple(items), open=fname != "TensorList.nil")
+    sig = _BY_METHOD.get(fname)
+    if sig is None or args is None:
+        return _ANY
+    k = 1 if sig.operands is None else sig.operands
+    attrs = tuple((attr, _term(a)) for (attr, _), a in zip(sig.attrs, args[k:-1], strict=True))
+    return Skeleton("op", op=sig.op, children=tuple(skeleton(a) for a in args[:k]),
+                    attrs=attrs, type=_term(args[-1]))
+
+
+_BY_METHOD = {f"Tensor.{sig.method}": sig for sig in SIGNATURES.values()}
+
+
+def _term(expr: Any) -> Term:
+    name = get_var_name(expr)
+    if name is not None:
+        return ("var", name)
+    try:
+        value = get_literal_value(expr)
+    except Exception:  # noqa: BLE001 - a computed value, not a literal
+        return None
+    return None if value is None else ("lit", value)
+
+
+def _bind(env: Env, term: Term, value: Any) -> Env | None:
+    if term is None:
+        return env
+    kind, x = term
+    if kind == "lit":
+        return env if x == value else None
+    if x in env:
+        return env if env[x] is value or env[x] == value else None
+    return {**env, x: value}
+
+
+def _splat(node: Node) -> float | None:
+    data, size = node.attr("value"), node.type.size
+    item = node.type.dtype.itemsize
+    if size == 0 or data != data[:item] * size:
+        return None
+    return float(node.value.reshape(-1)[0])
+
+
+def _match(sk: Skeleton, node: Node, env: Env) -> Iterator[Env]:
+    """Every binding under which ``node`` is an instance of ``sk``, given ``env``."""
+    if sk.kind == "any":
+        yield env
+        return
+    if sk.kind == "var":
+        out = _bind(env, ("var", sk.name), node)
+        if out is not None:
+            yield out
+        return
+    if sk.kind == "full":
+        value = _splat(node) if node.op is Op.CONSTANT else None
+        out = None if value is None else _bind(env, sk.type, str(node.type))
+        out = None if out is None else _bind(out, sk.value, value)
+        if out is not None:
+            yield out
+        return
+    if sk.op is not node.op:
+        return
+    out = _bind(env, sk.type, str(node.type))
+    if out is not None and sk.attrs:
+        kinds = dict(signature(node.op).attrs)
+        for attr, term in sk.attrs:
+            if out is not None and term is not None:
+                out = _bind(out, term, encode_attr(kinds[attr], node.attr(attr)))
+    if out is None:
+        return
+    if node.op.arity is None:
+        yield from _match_list(sk.children[0], node.srcs, out)
+    elif node.op in _COMMUTATIVE and len(sk.children) == 2:
+        yield from _match_all(sk.children, node.srcs, out)
+        yield from _match_all(sk.children, node.srcs[::-1], out)
+    else:
+        yield from _match_all(sk.children, node.srcs, out)
+
+
+def _match_all(sks: Sequence[Skeleton], nodes: Sequence[Node], env: Env) -> Iterator[Env]:
+    if not sks:
+        yield env
+        return
+    for out in _match(sks[0], nodes[0], env):
+        yield from _match_all(sks[1:], nodes[1:], out)
+
+
+def _match_list(sk: Skeleton, srcs: tuple[Node, ...], env: Env) -> Iterator[Env]:
+    if sk.kind != "list":
+        yield env
+        return
+    n = len(sk.children)
+    if len(srcs) < n or (not sk.open and len(srcs) != n):
+        return
+    if len(srcs) > _MAX_PERMUTED:
+        yield env
+        return
+    for pick in itertools.permutations(srcs, n):
+        yield from _match_all(sk.children, pick, env)
+
+
+def _holds(conditions: Sequence[rewrites.Condition], env: Env) -> bool:
+    """Whether the recorded conditions may hold under ``env`` (unknown values: they may)."""
+    for cond in conditions:
+        if cond.kind == "type":
+            node = env.get(cond.var)
+            if not isinstance(node, Node):
+                continue
+            out = _bind(env, ("var", cond.type_var), str(node.type))
+            if out is None:
+                return False
+            env = out
+            continue
+        args = []
+        for kind, x in cond.args:
+            if kind == "lit":
+                args.append(x)
+            elif kind in ("var", "f64") and x in env and not isinstance(env[x], Node):
+                args.append(repr(env[x]) if kind == "f64" else env[x])
+            else:
+                break
+        else:
+            assert cond.fn is not None
+            if not cond.fn(*args):
+                return False
+    return True
+
+
+@dataclass(frozen=True)
+class _Pattern:
+    skeleton: Skeleton
+    conditions: tuple[rewrites.Condition, ...]
+
+
+@cache
+def _patterns(name: str) -> tuple[_Pattern, ...]:
+    info = rewrites.rule_info(name)
+    return tuple(_Pattern(skeleton(p), info.conditions) for p in info.patterns)
+
+
+def could_fire(program: Program, names: Iterable[str]) -> bool:
+    """Whether any of the named rules (``permutes`` rules aside) may match ``program``."""
+    by_root: dict[Op | None, list[_Pattern]] = {}
+    for name in names:
+        if not rewrites.rule_info(name).permutes:
+            for pat in _patterns(name):
+                sk = pat.skeleton
+                by_root.setdefault(sk.op if sk.kind == "op" else None, []).append(pat)
+    anywhere = by_root.get(None, [])
+    return any(_holds(pat.conditions, env)
+               for n in program.nodes() for pat in (*by_root.get(n.op, ()), *anywhere)
+               for env in _match(pat.skeleton, n, {}))
+
+
+# ---- saturation and extraction ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CappedConstants:
+    """A cost model that prices constants above ``max_elements`` (unless the input has them)
+    out of extraction: how folding passes honour their size cap."""
+
+    base: CostModel
+    max_elements: int
+    allowed: frozenset[tuple[TensorType, bytes]]
+
+    @property
+    def name(self) -> str:
+        return self.base.name
+
+    @property
+    def description(self) -> str:
+        return f"{self.base.description}; new constants above {self.max_elements} elements barred"
+
+    def node_cost(self, op: Op, type: TensorType, operands: tuple[TensorType, ...],
+                  attrs: dict[str, Any]) -> int:
+        if (op is Op.CONSTANT and type.size > self.max_elements
+                and (type, attrs["value"]) not in self.allowed):
+            return _PENALTY
+        return self.base.node_cost(op, type, operands, attrs)
+
+
+def capped(model: str, program: Program, max_elements: int) -> CappedConstants:
+    """``model`` with new constants above ``max_elements`` elements barred."""
+    allowed = frozenset((n.type, n.attr("value")) for n in program.nodes()
+                        if n.op is Op.CONSTANT)
+    return CappedConstants(cost_model(model), max_elements, allowed)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one rewriting run did."""
+
+    program: Program  # the result: the extracted program, or the input when not cheaper
+    changed: bool
+    report: SaturationReport | None  # None when skipped
+    skipped: str  # why no e-graph was built ("" when one was)
+    cost_model: str
+    cost_before: int
+    cost_after: int
+
+
+class _WarmEGraphs(threading.local):
+    """Per thread: e-graphs in which rule selections are already declared to egglog.
+
+    Declaring ~200 rules costs egglog more than saturating a small program with them, so each
+    run borrows an e-graph that has them: ``push``, add the program, saturate, extract, then
+    ``pop`` back to the empty e-graph (the driver leaves one push per kept iteration). A cache
+    of declarations, not of results: what a run computes does not depend on earlier runs
+    (extraction ignores e-class ids).
+    """
+
+    def __init__(self) -> None:
+        self.egraphs: OrderedDict[tuple[tuple[str, ...], tuple[str, ...]], EGraph] = (
+            OrderedDict())
+
+    def take(self, rulesets: Sequence[str], names: Sequence[str]) -> EGraph:
+        key = (tuple(rulesets), tuple(names))
+        eg = self.egraphs.pop(key, None)
+        if eg is None:
+            eg = new_egraph()
+            saturate(eg, rulesets, rules=names, iterations=1)  # declares the rules and types
+        return eg
+
+    def give_back(self, rulesets: Sequence[str], names: Sequence[str], eg: EGraph) -> None:
+        self.egraphs[(tuple(rulesets), tuple(names))] = eg
+        while len(self.egraphs) > _WARM_EGRAPHS:
+            self.egraphs.popitem(last=False)
+
+
+_WARM = _WarmEGraphs()
+
+
+def rewrite_program(program: Program, rulesets: Sequence[str], names: Sequence[str], *,
+                    iterations: int, node_limit: int, time_limit_s: float,
+                    cost: str | CostModel) -> Outcome:
+    """Saturate ``program`` with the named rules and keep the extraction if it is cheaper."""
+    model = cost_model(cost)
+    before = program_cost(program, model)
+    skipped = ("no rules selected" if not names else
+               "" if could_fire(program, names) else "no rule matches the program")
+    if skipped:
+        return Outcome(program, False, None, skipped, model.name, before, before)
+    eg = _WARM.take(rulesets, names)
+    eg.push()
+    peg = to_egraph(program, eg)  # on failure the e-graph is dropped, not given back
+    report = saturate(peg, rulesets, rules=names, iterations=iterations,
+                      node_limit=node_limit, time_limit_s=time_limit_s)
+    out = extract(peg, model)
+    for _ in range(report.kept_iterations + 1):
+        eg.pop()
+    _WARM.give_back(rulesets, names, eg)
+    if out.cost < before and out.program != program:
+        return Outcome(out.program, True, report, "", model.name, before, out.cost)
+    return Outcome(program, False, report, "", model.name, before, before)
+
+
+def record(ctx: PassContext, outcome: Outcome, prefix: str = "") -> None:
+    """Statistics of ``outcome`` on the running pass (``prefix`` for a pass with several)."""
+    stat = lambda key, value: ctx.stat(prefix + key, value)  # noqa: E731
+    r = outcome.report
+    stat("stop-reason", r.stop_reason if r else f"skipped: {outcome.skipped}")
+    stat("changed", outcome.changed)
+    stat("cost-model", outcome.cost_model)
+    stat("cost-before", outcome.cost_before)
+    stat("cost-after", outcome.cost_after)
+    if r is None:
+        return
+    stat("iterations", r.kept_iterations)
+    stat("e-nodes", f"{r.initial_e_nodes} -> {r.e_nodes}")
+    stat("e-classes", f"{r.initial_e_classes} -> {r.e_classes}")
+    stat("seconds", round(r.seconds, 4))
+    stat("per-iteration", [
+        {"e-nodes": it.e_nodes, "e-classes": it.e_classes, "matches": it.matches,
+         "seconds": round(it.seconds, 4), "kept": it.kept} for it in r.iterations])
+    fired = {x.name: x.matches for x in r.rules if x.matches}
+    stat("rules-fired", fired)
+    stat("rule-seconds", {x.name: round(x.seconds, 4) for x in r.rules if x.matches})
+    stat("report", r.format())

@@ -1,0 +1,54 @@
+"""saturate: equality saturation of the tensor program with the named rule sets of
+``rewrites``, then extraction of the cheapest program under a shape-aware cost model.
+
+Every rule can be switched from pipeline text: ``saturate{disable=factor-mul-add}`` drops
+one rule, ``saturate{rules=einsum}`` keeps one rule set, ``saturate{fast-math=true}`` admits
+the rules that round differently (reassociation, distributivity; see ``rewrites``'s float
+policy, ``accy rules`` lists every rule with its tag). The budget (iterations, e-nodes,
+seconds) bounds each run; its report (stop reason, e-graph size per iteration, matches and
+time per rule) goes to the pass's statistics (``accy prepare --statistics``). The program
+changes only when the extracted one is strictly cheaper.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from accy.ir.program import Stage
+from accy.passes.base import Pass, option
+from accy.passes.registry import register
+
+DEFAULT_RULESETS = ("canonical", "fold", "algebra", "einsum", "activation", "layout")
+
+
+@register
+@dataclass(frozen=True)
+class Saturate(Pass):
+    """Equality saturation with egglog rule sets, then cost-based extraction."""
+
+    name = "saturate"
+    stage = Stage.tensor
+
+    rulesets: tuple[str, ...] = option(DEFAULT_RULESETS, "rule sets to saturate with")
+    rules: tuple[str, ...] = option(
+        (), "only these rules or rule sets of the rule sets (default: all of them)")
+    disable: tuple[str, ...] = option((), "rules or rule sets not to use (ablation)")
+    iterations: int = option(12, "most saturation iterations")
+    node_limit: int = option(20_000, "most e-nodes the e-graph may grow to")
+    time_limit: float = option(2.0, "most seconds of saturation (a step past it is undone)")
+    cost: str = option("flops-bytes", "extraction cost model (accy.egraph.cost.COST_MODELS)")
+    fast_math: bool = option(False, "also use fast-math and finite-math rules")
+    finite_math: bool = option(False, "also use finite-math rules (x*0 -> 0, x-x -> 0)")
+    max_elements: int = option(1 << 16, "largest constant a fold may create (in elements)")
+
+    def run(self, ctx, product):
+        from accy.passes import rewriting
+
+        names = rewriting.select(self.rulesets, self.rules, self.disable,
+                                 finite_math=self.finite_math, fast_math=self.fast_math)
+        outcome = rewriting.rewrite_program(
+            product.program, self.rulesets, names, iterations=self.iterations,
+            node_limit=self.node_limit, time_limit_s=self.time_limit,
+            cost=rewriting.capped(self.cost, product.program, self.max_elements))
+        rewriting.record(ctx, outcome)
+        return product.replace(program=outcome.program) if outcome.changed else product

@@ -1,0 +1,32 @@
+"""Hypothesis profiles for the whole suite, chosen by ``HYPOTHESIS_PROFILE``.
+
+* ``ci``: derandomized (the same examples every run), bounded so that tests/differential takes
+  well under five minutes on a 2-core machine; no example database.
+* ``dev`` (default without ``CI`` set): fewer examples, random, failures replayed from the
+  example database in ``~/.cache/accy/hypothesis`` (outside the repository).
+* ``fuzz``: long runs (``HYPOTHESIS_PROFILE=fuzz pytest tests/differential``).
+
+``deadline=None`` everywhere: examples that compile OpenCL kernels vary a lot in time.
+Tests scale their example counts from the profile's ``max_examples`` (see
+``tests/differential/conftest.py``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from hypothesis import HealthCheck, settings
+from hypothesis.database import DirectoryBasedExampleDatabase
+
+_DATABASE = DirectoryBasedExampleDatabase(Path.home() / ".cache" / "accy" / "hypothesis")
+_SLOW = [HealthCheck.too_slow, HealthCheck.data_too_large]
+
+settings.register_profile("ci", derandomize=True, database=None, deadline=None,
+                          max_examples=100, print_blob=True, suppress_health_check=_SLOW)
+settings.register_profile("dev", deadline=None, max_examples=25, database=_DATABASE,
+                          suppress_health_check=_SLOW)
+settings.register_profile("fuzz", deadline=None, max_examples=5000, database=_DATABASE,
+                          suppress_health_check=_SLOW)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE")
+                      or ("ci" if os.environ.get("CI") else "dev"))

@@ -1,0 +1,29 @@
+"""The differential suite's OpenCL device fixture and its summary of programs checked."""
+
+from __future__ import annotations
+
+import pytest
+from diff_support import TALLY
+
+from accy.errors import DeviceError
+from accy.ir.types import DType
+
+
+@pytest.fixture(scope="session")
+def device_dtypes() -> list[DType]:
+    """The dtypes of the default OpenCL device (skips the test when there is none)."""
+    from accy.backends.opencl.runtime import select_device
+    from accy.target import TargetProfile
+
+    try:
+        runtime = select_device()
+    except DeviceError as e:
+        pytest.skip(f"no OpenCL device: {str(e).splitlines()[0]}")
+    return sorted(TargetProfile.from_device(runtime.info).dtypes, key=lambda d: d.value)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if TALLY:
+        terminalreporter.section("differential programs")
+        for key, count in sorted(TALLY.items()):
+            terminalreporter.write_line(f"{count:6d}  {key}")

@@ -1,0 +1,74 @@
+"""Bugs the differential suite found, pinned with their shrunk programs (xfail until fixed;
+the fixed ones stay as plain regression tests).
+
+When a bug is fixed its test XPASSes and, being strict, fails: remove the marker then, and the
+bug's entry in diff_support.NONFINITE_BUG_OPS with it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from accy.ir.parser import parse_program
+from accy.ir.types import DType
+from accy.testing import DifferentialFailure, check_end_to_end, check_passes
+
+pytestmark = pytest.mark.filterwarnings("ignore::pyopencl.CompilerWarning")
+
+
+def bug(reason: str) -> pytest.MarkDecorator:
+    return pytest.mark.xfail(strict=True, raises=DifferentialFailure, reason="BUG: " + reason)
+
+
+def test_relu_of_nan_is_nan(device_dtypes: list[DType]) -> None:
+    program = parse_program("""
+        func @f(%a: f32[]) -> (f32[]) {
+          %0 = relu(%a) : f32[]
+          return %0
+        }""")
+    check_end_to_end(program, [np.float32(np.nan)])
+
+
+CROSS_ENTROPY = """
+    func @f(%a: f32[2], %b: i32[]) -> (f32[]) {
+      %0 = cross_entropy(%a, %b) : f32[]
+      return %0
+    }"""
+
+
+@bug("loss-lowering changes cross_entropy from inf to nan when the label's logit is finite "
+     "and another logit is +inf (the exact loss is inf, as interpret says)")
+def test_loss_lowering_keeps_cross_entropy_of_infinite_logits() -> None:
+    check_passes(parse_program(CROSS_ENTROPY), [np.float32([np.inf, 0]), np.int32(1)])
+
+
+@bug("the same cross_entropy over +inf logits gives nan on OpenCL, inf in interpret")
+def test_cross_entropy_of_infinite_logits_on_opencl(device_dtypes: list[DType]) -> None:
+    check_end_to_end(parse_program(CROSS_ENTROPY), [np.float32([np.inf, 0]), np.int32(1)])
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+@bug("softmax/log_softmax along a leading axis with +inf in the row gives nan for every "
+     "element on OpenCL; interpret gives 0 / -inf for the finite ones (last axis agrees)")
+def test_rowwise_along_a_leading_axis_with_infinity(op: str, device_dtypes: list[DType]
+                                                    ) -> None:
+    program = parse_program(f"""
+        func @f(%a: f32[2,1]) -> (f32[2,1]) {{
+          %0 = {op}(%a) {{axis=0}} : f32[2,1]
+          return %0
+        }}""")
+    check_end_to_end(program, [np.float32([[0], [np.inf]])])
+
+
+def test_nan_constant_in_a_fused_kernel(device_dtypes: list[DType]) -> None:
+    chain = """
+        func @{op}(%a: f32[64]) -> (f32[64]) {{
+          %0 = constant() {{value=dense<[nan]>}} : f32[]
+          %1 = add(%a, %0) : f32[64]
+          %2 = {op}(%1) : f32[64]
+          return %2
+        }}"""
+    program = parse_program("".join(chain.format(op=op) for op in ("floor", "ceil", "exp")))
+    x = (np.zeros(64, np.float32),)
+    check_end_to_end(program, {"floor": x, "ceil": x, "exp": x})

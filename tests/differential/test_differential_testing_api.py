@@ -1,0 +1,171 @@
+"""accy.testing itself: strategies are valid by construction, inputs fit, tolerances judge
+terms, unstable elements are skipped, and the documented examples hold."""
+
+from __future__ import annotations
+
+import doctest
+
+import numpy as np
+import pytest
+from diff_support import examples
+from hypothesis import given
+from hypothesis import strategies as st
+
+import accy
+import accy.testing
+from accy.error_bounds import error_bounds
+from accy.errors import PassFailure
+from accy.ir.interpret import interpret
+from accy.ir.ops import Op
+from accy.ir.parser import parse_program
+from accy.ir.program import Stage
+from accy.ir.verify import verify
+from accy.testing import (
+    TOLERANCES,
+    DifferentialFailure,
+    assert_close,
+    index_bounds,
+    programs,
+    programs_with,
+    programs_with_inputs,
+    random_inputs,
+    unsupported_reason,
+)
+
+
+@examples(1.0)
+@given(programs_with_inputs(functions=(1, 3), max_nodes=10, max_rank=4))
+def test_programs_are_valid_and_inputs_fit(case) -> None:
+    program, inputs = case
+    verify(program, Stage.semantic)
+    for (name, i), bound in index_bounds(program).items():
+        assert ((inputs[name][i] >= 0) & (inputs[name][i] < bound)).all()
+    for fn in program.functions:
+        interpret(program, inputs[fn.name], function=fn.name)  # in range, right types
+        floats = [a for a in inputs[fn.name] if a.dtype.kind == "f"]
+        assert all(np.isfinite(a).all() for a in floats)
+
+
+@examples(0.5)
+@given(programs(dtypes=["f32"], ops=[Op.ADD, Op.EXP, Op.GATHER, Op.CROSS_ENTROPY]))
+def test_options_restrict_data_dtypes_and_ops(program) -> None:
+    for n in program.nodes():
+        assert n.op in (Op.PARAM, Op.CONSTANT, Op.ADD, Op.EXP, Op.ABS, Op.GATHER,
+                        Op.CROSS_ENTROPY)
+        if n.op is not Op.PARAM or not n.type.dtype.is_int:  # indices and labels are ints
+            assert n.type.dtype is accy.DType.f32
+
+
+@examples(0.5)
+@given(programs_with(Op.EINSUM, max_nodes=4))
+def test_programs_with_an_op_contain_it(program) -> None:
+    assert any(n.op is Op.EINSUM for n in program.nodes())
+
+
+@examples(0.5)
+@given(programs_with(lambda x, y: (x * y) + (x * y), max_nodes=4))
+def test_programs_with_a_builder_pattern_contain_it(program) -> None:
+    adds = [n for n in program.nodes() if n.op is Op.ADD and n.srcs[0] is n.srcs[1]]
+    assert any(a.srcs[0].op is Op.MUL for a in adds)
+
+
+def test_random_inputs_follow_the_same_rules() -> None:
+    program = parse_program("""
+        func @f(%x: f32[3], %i: i64[5], %l: i32[2]) -> (f32[5], f32[]) {
+          %0 = gather(%x, %i) {axis=0} : f32[5]
+          %1 = broadcast(%x) {shape=[2,3]} : f32[2,3]
+          %2 = cross_entropy(%1, %l) : f32[]
+          return %0, %2
+        }""")
+    inputs = random_inputs(program, np.random.default_rng(0))["f"]
+    assert index_bounds(program) == {("f", 1): 3, ("f", 2): 3}
+    assert [a.dtype for a in inputs] == [np.float32, np.int64, np.int32]
+    interpret(program, inputs)
+
+
+SUM = """
+    func @f(%a: f32[3]) -> (f32[]) {
+      %0 = reduce_sum(%a) {axes=[0], keepdims=false} : f32[]
+      return %0
+    }"""
+
+
+def test_reductions_are_judged_against_the_magnitude_of_their_terms() -> None:
+    program = parse_program(SUM)
+    x = np.float32([1e8, 1.0, -1e8])
+    # a sum in another order may lose the 1 entirely: within rtol of sum(|terms|)
+    assert assert_close([np.float32(0.0)], [np.float32(1.0)], program, [x]) == (1, 0)
+    with pytest.raises(DifferentialFailure, match="differ"):  # dropping a term is not
+        assert_close([np.float32(1e8)], [np.float32(1.0)], program, [x])
+    small = np.float32([0.5, 0.25, 0.25])
+    with pytest.raises(DifferentialFailure):
+        assert_close([np.float32(1.001)], [np.float32(1.0)], program, [small])
+
+
+def test_comparisons_within_rounding_of_their_threshold_are_skipped() -> None:
+    program = parse_program("""
+        func @f(%a: f32[2]) -> (bool[2]) {
+          %0 = exp(%a) : f32[2]
+          %1 = constant() {value=dense<[1.0]>} : f32[]
+          %2 = gt(%0, %1) : bool[2]
+          return %2
+        }""")
+    x = np.float32([1e-9, 1.0])  # exp(1e-9) rounds to 1 or just above: either is right
+    rtol = {d: t.rtol for d, t in TOLERANCES.items()}
+    (bound,) = error_bounds(program, [x], rtol)
+    assert bound.unstable.tolist() == [True, False]
+    assert assert_close([np.array([False, True])], [np.array([True, True])], program, [x]) == (
+        1, 1)
+
+
+def test_nan_matches_nan_and_infinities_match_exactly() -> None:
+    program = parse_program("""
+        func @f(%a: f32[3]) -> (f32[3]) {
+          %0 = log(%a) : f32[3]
+          return %0
+        }""")
+    x = np.float32([-1, 0, 2])
+    want = interpret(program, [x])[0]
+    assert assert_close([want.copy()], [want], program, [x]) == (3, 0)
+    with pytest.raises(DifferentialFailure, match="nan"):
+        assert_close([np.float32([0, -np.inf, np.log(2)])], [want], program, [x])
+
+
+def test_unsupported_means_kernelization_has_no_lowering() -> None:
+    text = "pass kernelization failed: work item 0: no kernel lowering for einsum yet"
+    assert unsupported_reason(PassFailure(text)) == text
+    assert unsupported_reason(PassFailure("pass kernelization failed: index error")) is None
+    assert unsupported_reason(ValueError("no kernel lowering")) is None
+
+
+def test_documented_examples() -> None:
+    result = doctest.testmod(accy.testing, extraglobs={"accy": accy, "np": np},
+                             optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0 and result.attempted >= 4
+
+
+@given(st.just(0))
+def test_profile_is_deadline_free(_: int) -> None:
+    from hypothesis import settings
+
+    assert settings.default.deadline is None
+
+
+def test_ops_without_an_error_rule_are_bounded_by_perturbing_operands(monkeypatch) -> None:
+    import accy.error_bounds as bounds
+
+    program = parse_program("""
+        func @f(%a: f32[3]) -> (f32[3], bool[3]) {
+          %0 = exp(%a) : f32[3]
+          %1 = tanh(%0) : f32[3]
+          %2 = constant() {value=dense<[1.0]>} : f32[]
+          %3 = gt(%0, %2) : bool[3]
+          return %1, %3
+        }""")
+    x = np.float32([-1.0, 1e-9, 0.25])
+    rtol = {d: t.rtol for d, t in TOLERANCES.items()}
+    ruled = error_bounds(program, [x], rtol)
+    monkeypatch.delitem(bounds._RULES, Op.TANH)
+    guessed = error_bounds(program, [x], rtol)
+    assert np.allclose(guessed[0].error, ruled[0].error, rtol=0.5)
+    assert guessed[1].unstable.tolist() == ruled[1].unstable.tolist() == [False, True, False]

@@ -1,0 +1,129 @@
+"""The executor interface: results sorted by key whatever the completion order, retries,
+failures reported (a task that raises, a task that kills its process), and the same sweep on
+a local Dask cluster giving the same results as the local executor."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from accy.experiments import ablation, contraction
+from accy.experiments.executor import LocalExecutor, Task, make_executor, sort_key
+from accy.experiments.runner import SweepOptions, deterministic
+
+PROBE = "accy.experiments.executor:probe"
+
+
+def probes(n: int, **params: object) -> list[Task]:
+    # later tasks finish first: completion order is the reverse of the key order
+    return [Task(("p", i), PROBE, {"value": i, "sleep": 0.05 * (n - i), **params})
+            for i in range(n)]
+
+
+def test_sort_key_orders_ints_before_strings() -> None:
+    keys = [("b", 10), ("a", 9), ("a", "x"), ("a", 2)]
+    assert sorted(keys, key=sort_key) == [("a", 2), ("a", 9), ("a", "x"), ("b", 10)]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_results_are_sorted_by_key_whatever_the_completion_order(workers: int) -> None:
+    tasks = probes(5)
+    with LocalExecutor(workers, retries=0) as ex:
+        results = ex.map(list(reversed(tasks)))
+    assert [r.key for r in results] == [t.key for t in tasks]
+    assert all(r.ok and r.attempts == 1 for r in results)
+    assert [r.value["square"] for r in results] == [i * i for i in range(5)]
+
+
+def test_duplicate_keys_are_an_error() -> None:
+    with pytest.raises(ValueError, match="two tasks have the key"):
+        LocalExecutor(0).map([Task((1,), PROBE, {"value": 1})] * 2)
+
+
+def test_failures_are_retried_then_reported_never_lost(tmp_path: Path) -> None:
+    tasks = [Task(("a", i), PROBE, {"value": i}) for i in range(4)]
+    tasks += [Task(("b", "raises"), PROBE, {"value": 5, "fail": "raise"}),
+              Task(("b", "exits"), PROBE, {"value": 6, "fail": "exit"}),
+              Task(("b", "exits-once"), PROBE,
+                   {"value": 7, "fail": f"exit-once:{tmp_path / 'marker'}"}),
+              Task(("b", "raises-once"), PROBE,
+                   {"value": 8, "fail": f"raise-once:{tmp_path / 'marker2'}"})]
+    with LocalExecutor(2, retries=1) as ex:
+        results = {r.key: r for r in ex.map(tasks)}
+    assert len(results) == len(tasks)
+    assert all(results[("a", i)].ok for i in range(4))
+    raised, exited = results[("b", "raises")], results[("b", "exits")]
+    assert raised.status == "failed" and raised.attempts == 2
+    assert "probe 5 was asked to fail" in raised.error
+    assert exited.status == "failed" and exited.attempts == 2
+    assert "worker process died" in exited.error
+    # a crash while other tasks ran is not charged to anyone (the suspects rerun alone)
+    assert results[("b", "exits-once")].ok and results[("b", "exits-once")].attempts in (1, 2)
+    assert results[("b", "raises-once")].ok and results[("b", "raises-once")].attempts == 2
+    assert exited.failure()["key"] == ["b", "exits"]
+
+
+def test_unknown_executor_is_an_error() -> None:
+    with pytest.raises(ValueError, match="valid: local, dask"):
+        make_executor("ray")
+
+
+# ---- Dask ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def dask_executor():
+    pytest.importorskip("distributed")
+    import dask
+
+    from accy.experiments.executor import DaskExecutor
+
+    # Dask reschedules a task whose worker died once more, then fails it (KilledWorker); the
+    # executor's own retry counts that as one attempt
+    with dask.config.set({"distributed.scheduler.allowed-failures": 1,
+                          "distributed.logging.distributed": "critical"}):
+        ex = DaskExecutor(None, workers=2, retries=1)
+        yield ex
+        ex.close()
+
+
+def sweep_options() -> SweepOptions:
+    return SweepOptions(suite="ci", programs=("attention", "embedding"), seeds=(0, 1),
+                        run=False, show_progress=False)
+
+
+def test_dask_failures_are_retried_then_reported(dask_executor, tmp_path: Path) -> None:
+    raising = probes(3) + [Task(("q", "raises"), PROBE, {"value": 5, "fail": "raise"})]
+    results = {r.key: r for r in dask_executor.map(raising)}
+    assert list(results) == sorted(results, key=sort_key) and len(results) == len(raising)
+    assert all(results[("p", i)].ok for i in range(3))
+    assert results[("q", "raises")].status == "failed"
+    assert results[("q", "raises")].attempts == 2
+    assert "probe 5 was asked to fail" in results[("q", "raises")].error
+    crashing = probes(3) + [
+        Task(("q", "exits"), PROBE, {"value": 6, "fail": "exit"}),
+        Task(("q", "exits-once"), PROBE, {"value": 7, "fail": f"exit-once:{tmp_path / 'm'}"})]
+    results = {r.key: r for r in dask_executor.map(crashing)}
+    assert len(results) == len(crashing)
+    assert results[("q", "exits")].status == "failed"
+    assert "worker lost: KilledWorker" in results[("q", "exits")].error
+    assert results[("q", "exits-once")].ok
+
+
+def test_same_sweep_on_dask_gives_the_same_results(dask_executor) -> None:
+    options = sweep_options()
+    kwargs = {"rulesets": ("einsum",), "per_rule": True}
+    local = ablation.run(options, executor=LocalExecutor(2, retries=0), **kwargs)
+    remote = ablation.run(options, executor=dask_executor, **kwargs)
+    assert local["failed"] == remote["failed"] == []
+    assert len(local["rows"]) > 8
+    assert [deterministic(r) for r in local["rows"]] == [deterministic(r)
+                                                         for r in remote["rows"]]
+    assert remote["executor"]["executor"] == "dask"
+    # and the contraction study, whose rows hold paths and costs
+    small = SweepOptions(suite="ci", seeds=(0,), show_progress=False)
+    runs = [contraction.run(small, families=("chain", "ring"), sizes=[4, 6], executor=ex)
+            for ex in (LocalExecutor(2, retries=0), dask_executor)]
+    assert [deterministic(r) for r in runs[0]["rows"]] == [deterministic(r)
+                                                           for r in runs[1]["rows"]]

@@ -1,0 +1,28 @@
+"""accy.experiments sits on top: nothing else in accy imports it but the command line."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parents[2] / "accy"
+
+
+def _imports(path: pathlib.Path) -> set[str]:
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.add(node.module)
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+    return out
+
+
+def test_only_the_command_line_imports_experiments() -> None:
+    bad = []
+    for path in ROOT.rglob("*.py"):
+        rel = path.relative_to(ROOT.parent).with_suffix("").parts
+        if rel[:2] == ("accy", "experiments") or rel == ("accy", "cli"):
+            continue
+        bad += [f"{path}: {m}" for m in _imports(path) if m.startswith("accy.experiments")]
+    assert not bad, "\n".join(bad)
