@@ -13,9 +13,11 @@ exact arithmetic) and carries, op by op, two things next to every value:
   in any order or reassociate and still stay inside the bound, while dropping a term does not.
 * ``unstable``: elements where a correct implementation may legitimately give a *different*
   answer: a comparison, ``floor``/``ceil``, or a cast to int or bool whose operand lies within
-  its error of the discontinuity; a ``log``/``div``/``rsqrt``/``reciprocal``/``pow`` whose
-  operand's error is comparable to the operand (the slope bound no longer holds); a value
-  within its error of the dtype's overflow; and everything computed from such elements.
+  its error of the discontinuity; an ``einsum`` output with a non-finite term (the IR leaves
+  the order and pairing of its products open, and that decides inf or nan); a ``log``,
+  ``div``, ``rsqrt``, ``reciprocal`` or ``pow`` whose operand's error is comparable to the
+  operand (the slope bound no longer holds); a value within its error of the dtype's overflow;
+  and everything computed from such elements.
 
 An op without a rule here (one added to the IR later) gets its error by evaluating it with
 its operands moved by their bounds, which is sound for elementwise ops.
@@ -316,9 +318,12 @@ def _einsum(c: _Ctx) -> tuple[Any, Any]:
     exact = np.einsum(spec, *mags)
     widened = np.einsum(spec, *(m + e for m, e in zip(mags, c.es, strict=True)))
     e = widened - exact + c.rounding(math.sqrt(max(count, 1)) * exact)
+    # The IR leaves the order and pairing of a contraction's products and sums open, so a
+    # non-finite term makes inf-or-nan a matter of that order: such outputs are unstable.
     ones = [np.ones(m.shape) for m in mags]
     u = np.zeros(c.out.shape, bool)
-    for i, mask in enumerate(c.us):
+    for i, (mask, m) in enumerate(zip(c.us, mags, strict=True)):
+        mask = mask | ~np.isfinite(m)
         if mask.any():
             u |= np.einsum(spec, *ones[:i], mask.astype(F64), *ones[i + 1:]) > 0
     return e, u

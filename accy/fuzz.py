@@ -98,9 +98,12 @@ class _Campaign:
               f"{self.pipeline}, writing to {self.out}", file=self.stream)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            while time.monotonic() < self.deadline:
-                self.round(self.summary.rounds)
-                self.summary.rounds += 1
+            try:
+                while time.monotonic() < self.deadline:
+                    self.round(self.summary.rounds)
+                    self.summary.rounds += 1
+            except KeyboardInterrupt:  # stop early, but keep what was found
+                print("interrupted", file=self.stream)
         self.tick(force=True)
         self.write_summary()
         return self.summary

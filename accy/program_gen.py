@@ -377,14 +377,19 @@ class FunctionGenerator:
         self.made.append(node)
         return node
 
-    def function(self, name: str, keep: Node | None = None) -> Function:
-        """Finish: the last op's result, maybe others, and ``keep`` if nothing uses it."""
-        last = self.made[-1]
-        extra = self.draw(st.lists(st.sampled_from(self.made), unique=True,
-                                   max_size=min(2, len(self.made) - 1)))
-        results = [last] + [n for n in extra if n is not last]
-        if keep is not None and keep not in set(topological(results)):
-            results.append(keep)
+    def function(self, name: str) -> Function:
+        """Finish: results are the last op, every other op no later op uses (so no drawn op
+        is dead code), and maybe a few inner values."""
+        results = [self.made[-1]]
+        reached = set(topological(results))
+        for n in reversed(self.made):
+            if n not in reached:
+                results.append(n)
+                reached.update(topological((n,)))
+        inner = [n for n in self.made if n not in results]
+        if inner:
+            extra = self.draw(st.lists(st.sampled_from(inner), unique=True, max_size=2))
+            results.extend(extra)
         names = tuple(_param_name(i) for i in range(len(self.params)))
         return Function(name, tuple(self.params), names, tuple(results))
 
@@ -436,13 +441,12 @@ def generate_function(draw: Draw, options: Options, name: str,
     def go_on(weight: int) -> bool:  # shrinks toward stopping
         return len(gen.made) < options.max_nodes and draw(st.integers(0, weight)) != 0
 
-    keep = None
     if pattern is not None:
         while go_on(2):
             draw(_spanned(gen, random_step))
-        keep = draw(_spanned(gen, lambda: gen.embed(pattern, pattern_types)))
+        draw(_spanned(gen, lambda: gen.embed(pattern, pattern_types)))
     else:
         draw(_spanned(gen, random_step))
     while go_on(4):
         draw(_spanned(gen, random_step))
-    return gen.function(name, keep)
+    return gen.function(name)

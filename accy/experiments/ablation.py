@@ -19,9 +19,10 @@ time, stop reason, the rules that fired, and the measured kernel time on the dev
 changes the extracted cost, the kernel count or the bytes moved; it *changes the program*
 when a stage fingerprint differs (e.g. commuted operands) without any of those. Kernel times
 are paired: each configuration's kernels are timed interleaved with ``all``'s in the same
-task, and their ratio is what the summary reports; configurations whose kernels are identical
-to ``all``'s (equal target-stage fingerprints) are not timed twice, and the spread of their
-separate timings against ``all``'s is reported as the noise floor of unpaired comparisons.
+task, and the summary reports the median of the call-by-call ratios (with quartiles);
+configurations whose kernels are identical to ``all``'s (equal target-stage fingerprints) are
+not timed twice, and the spread of their separate timings against ``all``'s is reported as
+the noise floor of unpaired comparisons.
 
 ``policy`` picks the floating-point policy of the rules (``default``: exact and stable rules;
 ``finite-math``; ``fast-math``: also reassociation, distributivity, einsum re-pathing).
@@ -229,8 +230,9 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Per program and configuration: cost, kernels, bytes and kernel time relative to
     ``all``, the effect of each configuration, and per rule (set) the programs it matters
     for. Kernel time is the best of the ``repeats`` calls (interference from other processes
-    only ever adds time), averaged over seeds; its ratio to ``all`` is the paired ratio
-    (timed interleaved with ``all``'s kernels in the same task) where there is one. The noise
+    only ever adds time), averaged over seeds; its ratio to ``all`` is the paired ratio (the
+    median of the call-by-call ratios, timed interleaved with ``all``'s kernels in one task)
+    where there is one. The noise
     floor compares the separately timed runs of configurations whose kernels are identical
     to ``all``'s: what an unpaired comparison would mistake for an effect."""
     programs: dict[str, dict[str, Any]] = {}
@@ -246,6 +248,8 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         kernel_ms = _mean([g["measured"]["kernel_ms_min"] for g in group])
         base_ms = _mean([g["measured"]["kernel_ms_min"] for g in base_group])
         paired = _mean([g["measured"].get("paired_ratio") for g in group])
+        spread = [_mean([g["measured"].get(f"paired_ratio_{q}") for g in group])
+                  for q in ("q1", "q3")]
         effect = _effect(first, base)
         same = first["stages"].get("target") == base["stages"].get("target")
         entry = {
@@ -258,6 +262,7 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "e_nodes": first["e_nodes"], "stop_reason": first["stop_reason"],
             "kernel_ms": kernel_ms,
             "kernel_ms_ratio": paired if paired is not None else _ratio(kernel_ms, base_ms),
+            "kernel_ms_ratio_quartiles": spread if None not in spread else None,
             "saturation_s": _mean([g["measured"]["saturation_s"] for g in group]),
             "correct": all(g["correct"] is not False for g in group),
             "effect": effect,

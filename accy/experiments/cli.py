@@ -45,7 +45,7 @@ def add_commands(sub: Any) -> None:
                      "papers for `paper`)")
     exp.add_argument("--device", help="OpenCL device selector (default: ACCY_DEVICE or pocl)")
     exp.add_argument("--repeats", type=int, default=None,
-                     help="timed calls per measurement (default: 5; 10 for `paper`)")
+                     help="timed calls per measurement (default: 5; 20 for `paper`)")
     exp.add_argument("--no-run", action="store_true", help="compile only: no kernel timing")
     exp.add_argument("--executor", default="local", choices=("local", "dask"))
     exp.add_argument("--scheduler", help="Dask scheduler address (default: a local cluster)")
@@ -79,7 +79,7 @@ def options_from(args: argparse.Namespace, suite: str) -> Any:
 
     return SweepOptions(suite=suite, programs=_csv(args.programs), seeds=_ints(args.seeds),
                         device=args.device,
-                        repeats=args.repeats or (10 if args.name == "paper" else 5),
+                        repeats=args.repeats or (20 if args.name == "paper" else 5),
                         run=not args.no_run,
                         executor=args.executor, workers=args.workers, retries=args.retries,
                         scheduler=args.scheduler, show_progress=args.progress)

@@ -305,7 +305,7 @@ class DaskExecutor:
             # one task per worker process at a time, so a crash is charged to its own task
             with dask.config.set({"distributed.scheduler.worker-saturation": 1.0}):
                 self._cluster = LocalCluster(n_workers=workers, threads_per_worker=1,
-                                             processes=True, dashboard_address=None)
+                                             processes=True, dashboard_address=":0")
             self.client = Client(self._cluster)
         else:
             self.client = Client(scheduler)

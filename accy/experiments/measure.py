@@ -128,8 +128,10 @@ def measure_program(program: str, size: str, seed: int, pipeline: str, *,
 
     ``paired``: a baseline pipeline whose kernels are timed interleaved with these (one call
     of each in turn), so that slow changes of the machine's load hit both alike;
-    ``measured.paired_ratio`` is then this pipeline's best kernel time over the baseline's
-    (``measured.paired`` says ``"identical"`` when both give the same kernels: nothing to
+    ``measured.paired_ratio`` is then the median of the call-by-call ratios of this
+    pipeline's kernel time to the baseline's, ``paired_ratio_q1``/``q3`` their quartiles
+    (``paired_ratio_of_best``: best over best, which one lucky call can skew), and
+    ``measured.paired`` says ``"identical"`` when both give the same kernels (nothing to
     time twice). With ``run=False`` or without a usable OpenCL device, nothing is built or
     run: the row has the compile-side fields and ``measured.kernel_ms`` is None.
     """
@@ -217,6 +219,18 @@ def _run(job: Any, runtime: Any, inputs: Sequence[np.ndarray], repeats: int,
            "kernel_ms": records.median_ms(kernel_ns), "kernel_ms_min": min(kernel_ns) / 1e6,
            "wall_ms": records.median_ms(wall_ns), "outputs": outputs}
     if base_ns:
+        ratios = sorted(k / max(b, 1) for k, b in zip(kernel_ns, base_ns, strict=True))
         out.update(paired="timed", paired_kernel_ms_min=min(base_ns) / 1e6,
-                   paired_ratio=min(kernel_ns) / max(min(base_ns), 1))
+                   paired_ratio=_quantile(ratios, 0.5),
+                   paired_ratio_q1=_quantile(ratios, 0.25),
+                   paired_ratio_q3=_quantile(ratios, 0.75),
+                   paired_ratio_of_best=min(kernel_ns) / max(min(base_ns), 1))
     return out
+
+
+def _quantile(sorted_values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile of sorted values (linear interpolation)."""
+    pos = q * (len(sorted_values) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)

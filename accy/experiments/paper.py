@@ -68,8 +68,10 @@ def ablation_findings(result: dict[str, Any]) -> str:
         elif none["effect"] == "none" or none["cost_ratio"] == 1.0 and none["effect"] != "matters":
             headline = "no rule changes the extracted program's cost"
         else:
+            q = none.get("kernel_ms_ratio_quartiles")
             time_ratio = ("identical kernels" if none["same_kernels"]
-                          else f"kernel time {_fraction(none['kernel_ms_ratio'])}")
+                          else f"kernel time {_fraction(none['kernel_ms_ratio'])}"
+                          + (f" [{q[0]:.2f}, {q[1]:.2f}]" if q else ""))
             headline = (f"without any rules: cost {_fraction(none['cost_ratio'])}, kernels "
                         f"{none['kernels']} vs {base['kernels']}, {time_ratio}")
         parts = [headline] if headline else []

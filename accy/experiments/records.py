@@ -8,8 +8,8 @@ the pipeline text, the seed, per-stage fingerprints (from the experiment), and a
 scripts in ``experiments/`` use the same helpers.
 
 Files: ``write_results(result, out_dir)`` writes ``<experiment>.json`` (the whole result:
-rows -- one line each --, failures, summary, provenance) and ``<experiment>.csv`` (one line per row, nested
-fields flattened to dotted column names, so a spreadsheet or pandas reads it directly).
+rows, one line each; failures, summary, provenance) and ``<experiment>.csv`` (one line per
+row, nested fields flattened to dotted column names, so a spreadsheet or pandas reads it).
 """
 
 from __future__ import annotations

@@ -40,6 +40,15 @@ def _ratio(x: float | None) -> str:
     return text if text == "1.00" else f"**{text}**"
 
 
+def _time_ratio(entry: dict[str, Any]) -> str:
+    """A paired kernel-time ratio with the quartiles of its call-by-call ratios, or "="."""
+    if entry.get("same_kernels"):
+        return "="
+    q = entry.get("kernel_ms_ratio_quartiles")
+    text = _fmt(entry.get("kernel_ms_ratio"))
+    return f"{text} [{q[0]:.2f}, {q[1]:.2f}]" if q else text
+
+
 def _table(head: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
@@ -83,7 +92,8 @@ def _ablation_tables(result: dict[str, Any]) -> list[str]:
                   [[p, *(_ratio(c.get(f"only:{r}", {}).get("cost_ratio")) for r in sets)]
                    for p, c in s.items() if "all" in c]),
            "\n**Kernels and measured kernel time** (best of the timed calls, mean over seeds; "
-           "none/all: paired ratio; =: the kernels are identical to those of all rules).\n",
+           "none/all: median [quartiles] of the call-by-call ratios, timed interleaved; =: the "
+           "kernels are identical to those of all rules).\n",
            _table(["program", "kernels all/none", "bytes moved all/none", "kernel ms all",
                    "kernel ms none", "none/all", "stop reason", "e-nodes", "saturation s",
                    "correct"],
@@ -91,8 +101,7 @@ def _ablation_tables(result: dict[str, Any]) -> list[str]:
                     f"{_fmt(c['all']['bytes_moved'])}/"
                     f"{_fmt(c.get('none', {}).get('bytes_moved'))}",
                     _fmt(c["all"]["kernel_ms"], 3), _fmt(c.get("none", {}).get("kernel_ms"), 3),
-                    "=" if c.get("none", {}).get("same_kernels") else
-                    _fmt(c.get("none", {}).get("kernel_ms_ratio")), c["all"]["stop_reason"],
+                    _time_ratio(c.get("none", {})), c["all"]["stop_reason"],
                     _fmt(c["all"]["e_nodes"]), _fmt(c["all"]["saturation_s"], 3),
                     _fmt(all(x["correct"] for x in c.values()))]
                    for p, c in s.items() if "all" in c])]
@@ -105,14 +114,14 @@ def _ablation_tables(result: dict[str, Any]) -> list[str]:
             if e["effect"] == "matters":
                 rule_rows.append([p, f"`{e['target']}`", _ratio(e["cost_ratio"]),
                                   f"{base['kernels']} → {e['kernels']}",
-                                  _ratio(e["bytes_ratio"]),
-                                  "=" if e["same_kernels"] else _fmt(e["kernel_ms_ratio"])])
+                                  _ratio(e["bytes_ratio"]), _time_ratio(e)])
     fired = {p: [e["target"] for e in c.values() if e["kind"] == "without-rule"]
              for p, c in s.items()}
     if any(fired.values()):
         out += ["\n**Rules that matter**: removing the rule alone changes the extracted cost, "
-                "the kernel count or the bytes moved (kernel time: without / with, timed "
-                "interleaved in one task; =: identical kernels).\n",
+                "the kernel count or the bytes moved (kernel time: without / with, the median "
+                "[and quartiles] of the call-by-call ratios, the two timed interleaved in one "
+                "task; =: identical kernels).\n",
                 _table(["program", "rule", "cost", "kernels", "bytes", "kernel time"],
                        rule_rows) if rule_rows else "(none)"]
         quiet = [[p, len(v), ", ".join(f"`{r}`" for r in sorted(v) if s[p][f"-rule:{r}"]

@@ -1,7 +1,8 @@
 """A deliberately broken pass is caught by ``check_passes``, named, and shrunk to a tiny program.
 
-``dropping-fold`` folds a binary op over constants by keeping its first operand: it drops a
-term. It runs ahead of accy-default (never registered: the pipeline is built here).
+``dropping-fold`` is a constant simplification gone wrong: ``add(x, c)`` with a constant ``c``
+becomes ``x`` whatever ``c`` is (an ``x + 0 -> x`` that forgot to look at the constant), so it
+drops a term. It runs ahead of accy-default (never registered: the pipeline is built here).
 """
 
 from __future__ import annotations
@@ -9,11 +10,12 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, find, settings
 
 from accy.ir.node import Node
-from accy.ir.ops import Op, OpKind
+from accy.ir.ops import Op
 from accy.ir.parser import parse_program
 from accy.ir.program import Stage
 from accy.passes.base import Pass
@@ -24,7 +26,7 @@ from accy.testing import DifferentialFailure, check_passes, programs_with_inputs
 
 @dataclass(frozen=True)
 class DroppingFold(Pass):
-    """Broken on purpose: ``op(c1, c2)`` over constants becomes ``c1``."""
+    """Broken on purpose: ``add(x, c)`` with a constant ``c`` becomes ``x``."""
 
     name = "dropping-fold"
     stage = Stage.contract
@@ -33,8 +35,7 @@ class DroppingFold(Pass):
         def rewrite(node: Node, srcs: tuple[Node, ...]) -> Node:
             if not srcs:
                 return node
-            if (node.op.kind is OpKind.BINARY and all(s.op is Op.CONSTANT for s in srcs)
-                    and srcs[0].type == node.type):
+            if node.op is Op.ADD and srcs[1].op is Op.CONSTANT and srcs[0].type == node.type:
                 return srcs[0]
             return Node(node.op, node.type, srcs, dict(node.attrs))
 
@@ -47,17 +48,15 @@ BROKEN = Pipeline((DroppingFold(), *parse_pipeline("accy-default").passes))
 def test_broken_pass_is_named_with_the_program_before_and_after() -> None:
     program = parse_program("""
         func @f(%a: f32[2]) -> (f32[2]) {
-          %0 = constant() {value=dense<[1.0]>} : f32[]
-          %1 = constant() {value=dense<[2.0]>} : f32[]
-          %2 = add(%0, %1) : f32[]
-          %3 = mul(%a, %2) : f32[2]
-          return %3
+          %0 = constant() {value=dense<[2.0]>} : f32[]
+          %1 = add(%a, %0) : f32[2]
+          return %1
         }""")
     with pytest.raises(DifferentialFailure) as caught:
-        check_passes(program, {"f": (pytest.importorskip("numpy").float32([1, 2]),)}, BROKEN)
+        check_passes(program, {"f": (np.float32([1, 2]),)}, BROKEN)
     text = str(caught.value)
     assert text.startswith("pass dropping-fold (stage contract) changed the meaning")
-    assert "--- program before:" in text and "add(%0, %1)" in text
+    assert "--- program before:" in text and "add(%a, %0)" in text
     assert "--- program after:" in text
 
 
@@ -71,8 +70,8 @@ def test_hypothesis_finds_and_shrinks_the_broken_pass() -> None:
 
     program, inputs = find(
         programs_with_inputs(max_nodes=6), breaks, random=random.Random(0),
-        settings=settings(max_examples=3000, database=None, deadline=None,
+        settings=settings(max_examples=2000, database=None, deadline=None,
                           suppress_health_check=list(HealthCheck)))
     ops = [n for n in program.nodes() if n.srcs]
-    assert len(ops) <= 2, program  # the folded op (and at most one op around it)
-    assert all(s.op is Op.CONSTANT for s in ops[0].srcs)
+    assert len(ops) <= 4, program  # the add, and a few ops around it at most
+    assert any(n.op is Op.ADD and n.srcs[1].op is Op.CONSTANT for n in ops)
