@@ -54,6 +54,8 @@ def add_commands(sub: Any) -> None:
                      "(default: CPU count; 1 for `paper`)")
     exp.add_argument("--retries", type=int, default=2, help="retries of a failed task")
     exp.add_argument("--no-report", action="store_true", help="write results only")
+    exp.add_argument("--render-only", action="store_true",
+                     help="paper: rewrite papers/ from papers/data without running")
     exp.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                      help="progress bars (default: when stderr is a terminal)")
     abl = exp.add_argument_group("ablation")
@@ -114,7 +116,11 @@ def run_experiment_command(args: argparse.Namespace) -> int:
     from accy.experiments.report import tables, write_report
 
     if args.name == "paper":
-        from accy.experiments.paper import regenerate
+        from accy.experiments.paper import regenerate, render
+
+        if args.render_only:
+            render(Path(args.out or "papers"))
+            return 0
 
         if args.workers is None:
             args.workers = 1

@@ -7,7 +7,8 @@ size, writes their results to ``papers/data/`` (JSON and CSV), their figures to
 and ``papers/contraction.md`` between ``<!-- generated: NAME -->`` and
 ``<!-- end generated: NAME -->`` (provenance, tables, findings, figures). Everything outside
 the blocks is prose and is kept; a missing write-up is created from a skeleton. Timing runs
-use one worker by default, so measurements do not compete for the CPU.
+use one worker by default, so measurements do not compete for the CPU. ``--render-only``
+rewrites the blocks and figures from ``papers/data/`` without running anything.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def replace_block(text: str, name: str, body: str) -> str:
 
 
 def _fraction(x: float | None) -> str:
-    return "–" if x is None else f"{x:.2f}×"
+    return "–" if x is None else f"{x:.2f}×" if x < 1000 else f"{x:.1e}×"
 
 
 def ablation_findings(result: dict[str, Any]) -> str:
@@ -156,7 +157,6 @@ def regenerate(root: Path, suite: str, options: Any, args: argparse.Namespace | 
             command += f" --{flag} {shlex.quote(str(get(flag)))}"
     if get("no_per_rule"):
         command += " --no-per-rule"
-    results_dir, figs_dir = root / "data", root / "figures"
     rulesets = split(get("rulesets"))
     abl = ablation.run(options, rulesets=rulesets, rules=split(get("rules")),
                        per_rule=not get("no_per_rule", False))
@@ -165,9 +165,23 @@ def regenerate(root: Path, suite: str, options: Any, args: argparse.Namespace | 
     con = contraction.run(options, **({"families": families} if families else {}),
                           sizes=[int(x) for x in split(get("sizes")) or ()] or None,
                           repeats=get("instances"))
-    records.write_results(abl, results_dir)
-    records.write_results(fast, results_dir, "ablation-fast-math")
-    records.write_results(con, results_dir)
+    data = root / "data"
+    abl["paper_command"] = command
+    records.write_results(abl, data)
+    records.write_results(fast, data, "ablation-fast-math")
+    records.write_results(con, data)
+    render(root)
+    return abl["failed"] + fast["failed"] + con["failed"]
+
+
+def render(root: Path) -> None:
+    """Rewrite the generated blocks and figures of ``root``'s write-ups from ``root/data``
+    (what ``accy experiment paper --render-only`` does, without running anything)."""
+    data, figs_dir = root / "data", root / "figures"
+    abl = records.read_results(data / "ablation.json")
+    command = abl.get("paper_command", "accy experiment paper")
+    fast = records.read_results(data / "ablation-fast-math.json")
+    con = records.read_results(data / "contraction.json")
     doc = root / "ablation.md"
     _update(doc, "Rule ablation", abl, figures(abl, figs_dir), ablation_findings(abl),
             command, root)
@@ -179,4 +193,3 @@ def regenerate(root: Path, suite: str, options: Any, args: argparse.Namespace | 
     doc.write_text(text)
     _update(root / "contraction.md", "Contraction path search", con, figures(con, figs_dir),
             contraction_findings(con), command, root)
-    return abl["failed"] + fast["failed"] + con["failed"]

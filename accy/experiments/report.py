@@ -36,7 +36,7 @@ def _fmt(x: Any, digits: int = 2) -> str:
 def _ratio(x: float | None) -> str:
     if x is None:
         return "–"
-    text = f"{x:.2f}"
+    text = f"{x:.2f}" if x < 1000 else f"{x:.1e}"
     return text if text == "1.00" else f"**{text}**"
 
 
@@ -159,8 +159,8 @@ def _heatmap(ax: Any, values: list[list[float | str | None]], rows: list[str], c
     for i, r in enumerate(values):
         for j, v in enumerate(r):
             if v is not None:
-                ax.text(j, i, v if isinstance(v, str) else f"{v:.2f}", ha="center",
-                        va="center", fontsize=5.5)
+                text = v if isinstance(v, str) else f"{v:.2f}" if v < 100 else f"{v:.0e}"
+                ax.text(j, i, text, ha="center", va="center", fontsize=5.5)
 
 
 def _cell(entry: dict[str, Any], key: str) -> float | str | None:

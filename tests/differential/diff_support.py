@@ -15,10 +15,6 @@ TALLY: Counter[str] = Counter()  # check -> programs, "<check> unsupported: <why
 # test_differential_regressions.py. The nan/inf tests leave them out until the bug is fixed
 # (then the regression test XPASSes, fails, and this entry and the xfail marker go together).
 NONFINITE_BUG_OPS = (Op.SOFTMAX, Op.LOG_SOFTMAX, Op.CROSS_ENTROPY)
-# Not bugs but the float policy: einsum-lowering reorders a contraction (local reductions
-# first, pairs along a path), which like numpy's optimized einsum is exact for finite values
-# only (sum(a)*sum(b) is inf where the unreordered sum of products is nan).
-NONFINITE_POLICY_OPS = (Op.EINSUM,)
 
 
 def examples(share: float) -> settings:

@@ -7,7 +7,7 @@ Programs over ops without a kernel lowering yet come back ``unsupported`` and ar
 from __future__ import annotations
 
 import pytest
-from diff_support import NONFINITE_BUG_OPS, NONFINITE_POLICY_OPS, examples, record
+from diff_support import NONFINITE_BUG_OPS, examples, record
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -45,7 +45,7 @@ def test_programs_over_every_op(device_dtypes: list[DType], data: st.DataObject)
 def test_nan_and_infinity_inputs(device_dtypes: list[DType], data: st.DataObject) -> None:
     """nan/inf inputs and constants (ops with known nan/inf bugs or policies left out)."""
     floats = [d for d in device_dtypes if d.is_float]
-    ops = [o for o in ALL_OPS if o not in NONFINITE_BUG_OPS + NONFINITE_POLICY_OPS]
+    ops = [o for o in ALL_OPS if o not in NONFINITE_BUG_OPS]
     program, inputs = data.draw(programs_with_inputs(ops=ops, dtypes=floats, allow_nan=True,
                                                      max_nodes=4))
     record("end-to-end nan/inf", check_end_to_end(program, inputs))

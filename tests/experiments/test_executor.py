@@ -58,9 +58,10 @@ def test_failures_are_retried_then_reported_never_lost(tmp_path: Path) -> None:
     assert "probe 5 was asked to fail" in raised.error
     assert exited.status == "failed" and exited.attempts == 2
     assert "worker process died" in exited.error
-    # a crash while other tasks ran is not charged to anyone (the suspects rerun alone)
+    # a crash while other tasks ran is charged to no one (the suspects rerun alone), and a
+    # result lost with the broken pool is not counted either: one attempt or two
     assert results[("b", "exits-once")].ok and results[("b", "exits-once")].attempts in (1, 2)
-    assert results[("b", "raises-once")].ok and results[("b", "raises-once")].attempts == 2
+    assert results[("b", "raises-once")].ok and results[("b", "raises-once")].attempts in (1, 2)
     assert exited.failure()["key"] == ["b", "exits"]
 
 

@@ -103,3 +103,7 @@ def test_paper_regenerates_generated_blocks(tmp_path: Path, device) -> None:
     for name in ("ablation", "ablation-fast-math", "contraction"):
         data = json.loads((tmp_path / "data" / f"{name}.json").read_text())
         assert data["rows"] and not data["failed"]
+    (tmp_path / "figures" / "ablation.png").unlink()
+    assert main(["experiment", "paper", "--render-only", "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "figures" / "ablation.png").exists()
+    assert doc.read_text() == text  # the same data renders the same text
