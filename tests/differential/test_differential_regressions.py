@@ -21,6 +21,15 @@ def bug(reason: str) -> pytest.MarkDecorator:
     return pytest.mark.xfail(strict=True, raises=DifferentialFailure, reason="BUG: " + reason)
 
 
+def test_scalar_parameter_result_keeps_its_shape(device_dtypes: list[DType]) -> None:
+    program = parse_program("""
+        func @f(%a: f32[]) -> (f32[]) {
+          %0 = transpose(%a) {perm=[]} : f32[]
+          return %0
+        }""")  # shape-layout-propagation makes the result %a itself (was returned as f32[1])
+    check_end_to_end(program, [np.float32(0)])
+
+
 def test_relu_of_nan_is_nan(device_dtypes: list[DType]) -> None:
     program = parse_program("""
         func @f(%a: f32[]) -> (f32[]) {
