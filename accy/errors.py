@@ -27,6 +27,10 @@ class PipelineError(AccyError):
     """Pipeline text could not be read, or names an unknown pass, option or value."""
 
 
+class EGraphError(AccyError):
+    """The e-graph holds something unsound (an ill-typed term, a union of different types)."""
+
+
 class PassFailure(AccyError):
     """A pass raised while running; the message names the pass and its spec."""
 

@@ -19,40 +19,41 @@ over ``programs_with_inputs(programs_with(lambda x: x * 1.0))``.
 
 A failing example is shown as IR text (``example_text``), and shrinks to a small program.
 Requires ``hypothesis`` (the ``test`` extra). The generator's engine is
-:mod:`accy.program_gen`; the error model behind the tolerances is :mod:`accy.error_bounds`.
+:mod:`accy.program_gen`; tolerances and checks live in :mod:`accy.differential` (the error
+model behind the tolerances is :mod:`accy.error_bounds`).
 """
 
 from __future__ import annotations
 
 import inspect
-import json
-import os
-import subprocess
-import sys
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from hypothesis import currently_in_test_context, note
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from accy.error_bounds import Comparison, error_bounds
-from accy.errors import AccyError, PassFailure
-from accy.ir.interpret import interpret
+from accy.differential import (
+    TOLERANCES,
+    CheckResult,
+    DifferentialFailure,
+    ProgramInputs,
+    Tolerance,
+    assert_close,
+    check_determinism,
+    check_end_to_end,
+    check_passes,
+    example_text,
+    inputs_text,
+    unsupported_reason,
+)
 from accy.ir.ops import Op, OpKind
-from accy.ir.printer import print_program
 from accy.ir.program import Function, Program
 from accy.ir.types import DType, TensorType
-from accy.job import prepare
-from accy.passes.base import Pass
-from accy.passes.manager import Instrument, PassRecord
 from accy.passes.registry import all_passes
-from accy.passes.spec import Pipeline, parse_pipeline
-from accy.product import Product
+from accy.passes.spec import Pipeline
 from accy.program_gen import Options, Pattern, generate_function, make_options
-from accy.target import KernelStatus, TargetProfile
 
 __all__ = [
     "ALL_OPS", "ELEMENTWISE_OPS", "TOLERANCES", "CheckResult", "DifferentialFailure",
@@ -63,7 +64,6 @@ __all__ = [
 ]
 
 
-ProgramInputs = dict[str, tuple[np.ndarray, ...]]  # function name -> one array per parameter
 ALL_OPS: tuple[Op, ...] = tuple(o for o in Op if o.kind is not OpKind.SOURCE)
 ELEMENTWISE_OPS: tuple[Op, ...] = tuple(o for o in ALL_OPS if o.is_elementwise)
 
@@ -273,7 +273,7 @@ def _cases(draw: Any, programs_: st.SearchStrategy[Program], allow_nan: bool
     program = draw(programs_)
     inputs = draw(inputs_for(program, allow_nan=allow_nan))
     if currently_in_test_context():
-        note(_inputs_text(program, inputs))
+        note(inputs_text(program, inputs))
     return program, inputs
 
 
@@ -319,304 +319,3 @@ def _pipelines(draw: Any, max_passes: int) -> Pipeline:
 def pipelines(max_passes: int = 8) -> st.SearchStrategy[Pipeline]:
     """Pipelines of registered passes (in stage order) with random option values."""
     return _pipelines(max_passes)
-
-
-# ---- tolerances (stated once) ---------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    """How much a correct implementation may round, per float dtype.
-
-    ``rtol``: rounding allowed per op, relative to the magnitude of the op's terms (``|a|+|b|``
-    for an add, ``sum(|x|)·sqrt(n)`` for a reduction or contraction of ``n`` terms, the result
-    for the rest); errors of operands propagate by each op's slope (:mod:`accy.error_bounds`).
-    ``atol``: absolute slack per element (underflow, values near zero).
-    """
-
-    rtol: float
-    atol: float
-
-
-TOLERANCES: dict[DType, Tolerance] = {
-    DType.f16: Tolerance(rtol=4e-3, atol=1e-3),
-    DType.f32: Tolerance(rtol=1e-5, atol=1e-6),  # ~170 ulp per op: OpenCL's exp/pow/erf ulps
-    DType.f64: Tolerance(rtol=1e-12, atol=1e-12),
-}
-# int and bool results compare exactly; every dtype skips elements the bounds mark unstable
-
-
-class DifferentialFailure(AssertionError):
-    """A check found that a program's meaning changed; the message shows the program text."""
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    """What a check did: ``ok``, or ``unsupported`` (with why) when no kernel exists yet."""
-
-    status: Literal["ok", "unsupported"]
-    detail: str = ""
-    compared: int = 0  # elements compared
-    skipped: int = 0  # unstable elements skipped
-    passes_changed: tuple[str, ...] = ()  # check_passes: passes that changed the program
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok"
-
-
-def example_text(program: Program, inputs: ProgramInputs | None = None) -> str:
-    """The IR text of ``program`` (and its inputs, when given), as failing examples show it.
-
-    >>> print(example_text(accy.parse_program("func @f(%a: f32[]) -> (f32[]) { return %a }")))
-    func @f(%a: f32[]) -> (f32[]) {
-      return %a
-    }
-    <BLANKLINE>
-    """
-    return print_program(program) + ("" if inputs is None else _inputs_text(program, inputs))
-
-
-def _inputs_text(program: Program, inputs: ProgramInputs | Sequence[Any]) -> str:
-    lines = []
-    for fn in program.functions:
-        arrays = _by_function(program, inputs).get(fn.name, ())
-        for pname, a in zip(fn.param_names, arrays, strict=False):
-            lines.append(f"// {fn.name} %{pname} = {np.asarray(a).tolist()!r}\n")
-    return "".join(lines)
-
-
-def _by_function(program: Program, inputs: ProgramInputs | Sequence[Any]
-                 ) -> dict[str, tuple[np.ndarray, ...]]:
-    """Inputs keyed by function name (a plain sequence is the only function's inputs)."""
-    if isinstance(inputs, Mapping):
-        return {f.name: tuple(inputs[f.name]) for f in program.functions}
-    return {program.function().name: tuple(inputs)}
-
-
-# ---- comparison -----------------------------------------------------------------------------
-
-
-def _compare(program: Program, function: str, got: Sequence[Any], want: Sequence[np.ndarray],
-             inputs: Sequence[np.ndarray], out: Comparison) -> None:
-    rtol = {d: t.rtol for d, t in TOLERANCES.items()}
-    bounds = error_bounds(program, inputs, rtol, function)
-    if len(got) != len(want):
-        out.problems.append(f"function {function}: {len(got)} results, want {len(want)}")
-        return
-    for i, (g, w, b) in enumerate(zip(got, want, bounds, strict=True)):
-        tol = TOLERANCES.get(DType.from_numpy(np.asarray(w).dtype))
-        out.judge(f"function {function} result {i}", g, w, b, tol.atol if tol else 0.0)
-
-
-def assert_close(got: Sequence[Any], want: Sequence[np.ndarray], program: Program,
-                 inputs: Sequence[Any], function: str | None = None) -> tuple[int, int]:
-    """Assert that ``got`` and ``want`` (results of ``function`` on ``inputs``) agree.
-
-    Floats may differ by both sides' error bounds (:data:`TOLERANCES`, scaled by the magnitude
-    of the terms) plus ``atol``; ``nan`` matches ``nan`` and infinities match exactly; ints and
-    bools are exact; elements the bounds mark unstable are skipped. Returns (compared,
-    skipped); raises :class:`DifferentialFailure` listing the first differing element.
-
-    >>> p = accy.parse_program("func @f(%a: f32[2]) -> (f32[2]) {\\n"
-    ...     "  %0 = exp(%a) : f32[2]\\n  return %0\\n}")
-    >>> assert_close([np.float32([1, 2.7182817])], [np.float32([1, 2.718282])], p,
-    ...              [np.float32([0, 1])])
-    (2, 0)
-    """
-    fn = program.function(function)
-    out = Comparison()
-    _compare(program, fn.name, got, want, inputs, out)
-    if out.problems:
-        raise DifferentialFailure("results differ:\n  " + "\n  ".join(out.problems) + "\n"
-                                  + example_text(program, {fn.name: tuple(inputs)}))
-    return out.compared, out.skipped
-
-
-# ---- checks ---------------------------------------------------------------------------------
-
-
-def unsupported_reason(error: BaseException) -> str | None:
-    """Why ``error`` means "no kernel for this op yet" (kernelization's "no kernel lowering"),
-    or None when it is a real failure."""
-    text = str(error)
-    if isinstance(error, PassFailure) and "kernelization" in text and (
-            "no kernel lowering" in text):
-        return text.splitlines()[0]
-    return None
-
-
-def _pipeline(pipeline: str | Pipeline) -> Pipeline:
-    return parse_pipeline(pipeline) if isinstance(pipeline, str) else pipeline
-
-
-def check_end_to_end(program: Program, inputs: ProgramInputs | Sequence[Any],
-                     device: str | None = None, pipeline: str | Pipeline = "accy-default"
-                     ) -> CheckResult:
-    """Prepare ``program`` for ``device`` (default ``ACCY_DEVICE`` or PoCL), run every function
-    on OpenCL, and compare with :func:`accy.interpret` (see :func:`assert_close`).
-
-    Returns ``unsupported`` when kernelization has no kernel lowering for an op yet, or a kernel
-    is illegal for the device (e.g. f16 without ``cl_khr_fp16``); any other error raises
-    :class:`DifferentialFailure`. ``DeviceError`` (no OpenCL) passes through.
-    """
-    from accy.backends.opencl.runtime import select_device
-
-    runtime = select_device(device)
-    target = TargetProfile.from_device(runtime.info)
-    pipe = _pipeline(pipeline)
-    by_fn = _by_function(program, inputs)
-    try:
-        job = prepare(program, pipe, target=target)
-    except PassFailure as e:
-        reason = unsupported_reason(e)
-        if reason is not None:
-            return CheckResult("unsupported", reason)
-        raise _failure(f"end-to-end ({pipe.text()}): preparing failed: {e}", program,
-                       by_fn) from e
-    illegal = [f"{s.entry}: {s.status.value}" for s in job.kernel_summaries()
-               if s.status is not KernelStatus.legal]
-    if illegal:
-        return CheckResult("unsupported", "illegal for the target: " + "; ".join(illegal))
-    out = Comparison()
-    for fn in program.functions:
-        want = interpret(program, by_fn[fn.name], function=fn.name)
-        try:
-            got = job.run(*by_fn[fn.name], function=fn.name, device=runtime)
-        except AccyError as e:
-            raise _failure(f"end-to-end: running {fn.name} failed: {e}", program, by_fn) from e
-        _compare(program, fn.name, got, want, by_fn[fn.name], out)
-    if out.problems:
-        raise _failure(f"end-to-end ({pipe.text()}) on {runtime.info.name}: OpenCL results "
-                       f"differ from interpret:\n  " + "\n  ".join(out.problems), program, by_fn)
-    return CheckResult("ok", compared=out.compared, skipped=out.skipped)
-
-
-def _failure(message: str, program: Program, inputs: ProgramInputs,
-             after: Program | None = None) -> DifferentialFailure:
-    text = message + "\n--- program" + (" before" if after is not None else "") + ":\n"
-    text += example_text(program, inputs)
-    if after is not None:
-        text += "--- program after:\n" + print_program(after)
-    return DifferentialFailure(text)
-
-
-class _MeaningCheck(Instrument):
-    """After every pass that changes the program, compare ``interpret`` before and after."""
-
-    def __init__(self, inputs: ProgramInputs) -> None:
-        self.inputs = inputs
-        self.before: Program | None = None
-        self.changed: list[str] = []
-        self.result = Comparison()
-
-    def before_pass(self, p: Pass, product: Product) -> None:
-        self.before = product.program
-
-    def after_pass(self, p: Pass, product: Product, record: PassRecord) -> None:
-        before, after = self.before, product.program
-        if before is None or after == before:
-            return
-        self.changed.append(p.spec())
-        what = f"pass {p.spec()} (stage {p.stage.value}) changed the meaning of the program"
-        names = [f.name for f in before.functions]
-        if [f.name for f in after.functions] != names or any(
-                f.params != g.params for f, g in zip(before.functions, after.functions,
-                                                      strict=True)):
-            raise _failure(f"{what}: its functions or parameters changed", before, self.inputs,
-                           after)
-        out = Comparison()
-        for name in names:
-            args = self.inputs[name]
-            want = interpret(before, args, function=name)
-            try:
-                got = interpret(after, args, function=name)
-            except AccyError as e:
-                raise _failure(f"{what}: interpreting the result failed: {e}", before,
-                               self.inputs, after) from e
-            _compare(before, name, got, want, args, out)
-        if out.problems:
-            raise _failure(f"{what}:\n  " + "\n  ".join(out.problems), before, self.inputs,
-                           after)
-        self.result.compared += out.compared
-        self.result.skipped += out.skipped
-
-
-def check_passes(program: Program, inputs: ProgramInputs | Sequence[Any],
-                 pipeline: str | Pipeline = "accy-default", *,
-                 target: TargetProfile | None = None) -> CheckResult:
-    """Run ``pipeline`` and check that every pass that changes the program keeps its meaning.
-
-    After each such pass, :func:`accy.interpret` of the program after it must agree with the
-    program before it (within :func:`assert_close`'s tolerances, judged on the program before).
-    The :class:`DifferentialFailure` names the first pass that changed the meaning and prints
-    the program before and after it. A pass that fails raises too, except kernelization's "no
-    kernel lowering" (``unsupported``: the passes before it were checked).
-    """
-    by_fn = _by_function(program, inputs)
-    check = _MeaningCheck(by_fn)
-    pipe = _pipeline(pipeline)
-    try:
-        prepare(program, pipe, target=target, instruments=[check])
-    except PassFailure as e:
-        reason = unsupported_reason(e)
-        if reason is None:
-            raise _failure(f"passes ({pipe.text()}): {e}", program, by_fn) from e
-        return CheckResult("unsupported", reason, check.result.compared, check.result.skipped,
-                           tuple(check.changed))
-    return CheckResult("ok", "", check.result.compared, check.result.skipped,
-                       tuple(check.changed))
-
-
-def fingerprints(program: Program, pipeline: str | Pipeline = "accy-default") -> dict[str, Any]:
-    """Stage stamps and kernel sources of preparing ``program`` (up to the memory stage with
-    ``unsupported`` set when no kernel lowering exists yet)."""
-    pipe = _pipeline(pipeline)
-    try:
-        job = prepare(program, pipe)
-    except PassFailure as e:
-        if unsupported_reason(e) is None:
-            raise
-        return {"stamps": prepare(program, pipe, until="memory").stamps(), "unsupported": True}
-    return {"stamps": job.stamps(), "unsupported": False,
-            "sources": [job.kernel_source(i) for i in range(job.kernel_count)]}
-
-
-def check_determinism(programs: Program | Sequence[Program],
-                      pipeline: str | Pipeline = "accy-default", *,
-                      fresh_process: bool = True) -> CheckResult:
-    """Prepare each program twice (and, with ``fresh_process``, once more in a new Python
-    process with another hash seed): stamps and kernel sources must be identical."""
-    batch = [programs] if isinstance(programs, Program) else list(programs)
-    text = _pipeline(pipeline).text()
-    first = [fingerprints(p, text) for p in batch]
-    runs = [("again", [fingerprints(p, text) for p in batch])]
-    if fresh_process:
-        runs.append(("in a new process", _fingerprints_elsewhere(batch, text)))
-    for how, other in runs:
-        for p, a, b in zip(batch, first, other, strict=True):
-            if a != b:
-                raise _failure(f"determinism: preparing {how} gave different results:\n"
-                               f"  first:  {a}\n  second: {b}", p, {})
-    unsupported = sum(f["unsupported"] for f in first)
-    return CheckResult("unsupported" if unsupported == len(batch) else "ok",
-                       f"{unsupported} of {len(batch)} unsupported")
-
-
-def _fingerprints_elsewhere(batch: list[Program], pipeline: str) -> list[dict[str, Any]]:
-    payload = json.dumps({"pipeline": pipeline, "programs": [print_program(p) for p in batch]})
-    env = dict(os.environ, PYTHONHASHSEED=str(12345 + len(batch)))
-    done = subprocess.run([sys.executable, "-c", "import accy.testing as t; t._fingerprint_main()"],
-                          input=payload, capture_output=True, text=True, env=env, check=False)
-    if done.returncode != 0:
-        raise DifferentialFailure(f"determinism: the fresh process failed:\n{done.stderr}")
-    return json.loads(done.stdout)
-
-
-def _fingerprint_main() -> None:
-    """Entry point of the fresh process of :func:`check_determinism` (JSON on stdin/stdout)."""
-    from accy.ir.parser import parse_program
-
-    job = json.load(sys.stdin)
-    out = [fingerprints(parse_program(t), job["pipeline"]) for t in job["programs"]]
-    json.dump(out, sys.stdout)

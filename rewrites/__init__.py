@@ -49,7 +49,8 @@ is associative and ``i - i == 0``, so those variants are ``exact`` (``add-zero-i
 
 Writing rules
 -------------
-A theme module imports only :mod:`accy.egraph.sorts`, egglog and this package; it makes a
+A theme module imports only :mod:`accy.egraph.sorts`, :mod:`accy.egraph.rules`, egglog and
+this package; it makes a
 :class:`Theme` (a registered ``RuleSet`` plus tags) and adds rules with ``rewrite`` or
 ``birewrite``, each with a kebab-case name, a ``policy`` and a one-line ``doc``::
 
@@ -66,7 +67,7 @@ the passes' prefilter can evaluate them on the IR before building an e-graph (a 
 pattern occurs nowhere, or whose conditions fail everywhere, cannot fire). Plain ``eq``/
 ``py_test`` facts work too; the prefilter then assumes they might hold.
 
-Python computes what egglog's primitives cannot: ``py_text`` (from ``sorts``), and here
+Python computes what egglog's primitives cannot: ``py_text`` (from ``accy.egraph.rules``), and here
 :func:`py_f64` (a float, e.g. a folded constant) and :func:`py_int` (an int, e.g. an axis).
 Their functions must be module-level (picklable) and total: an exception inside a rule aborts
 the saturation, so guard with :func:`holds` first.
@@ -83,7 +84,8 @@ from typing import Any, Literal
 from egglog import BigInt, BigRat, Fact, String, eq, f64, i64
 from egglog.deconstruct import get_callable_args, get_callable_fn, get_literal_value, get_var_name
 
-from accy.egraph.sorts import RULESETS, RuleSet, Tensor, py_test, py_text
+from accy.egraph.rules import RULESETS, RuleSet, py_test, py_text
+from accy.egraph.sorts import Tensor
 
 __all__ = [
     "POLICIES", "RULE_INFO", "THEMES", "Condition", "Policy", "RuleInfo", "Theme",
@@ -226,7 +228,7 @@ def _all_equal(*xs: str) -> bool:
 
 
 def same_types(*type_vars: String) -> Fact:
-    """The bound type texts are all equal (``sorts.same_type``, recorded)."""
+    """The bound type texts are all equal (``rules.same_type``, recorded)."""
     return holds(_all_equal, *type_vars)
 
 

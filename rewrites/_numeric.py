@@ -4,7 +4,7 @@ Splat arithmetic evaluates one element of an elementwise op with numpy in the op
 exactly as ``accy.ir.interpret`` evaluates every element (same ufuncs, same rounding, same
 integer wrap-around and C-style integer division), so a folded constant equals what the
 interpreter computes. ``tests/rewrites/test_fold.py`` checks every op against the interpreter.
-(Rule modules import only ``accy.egraph.sorts``; hence the few lines that mirror the
+(Rule modules import only ``accy.egraph.sorts`` and ``rules``; hence the few lines that mirror the
 interpreter here rather than a call into it.)
 
 Every function is total: rules call them inside egglog, where an exception would abort the

@@ -14,7 +14,8 @@ import math
 import numpy as np
 from egglog import Bool, f64, var
 
-from accy.egraph.sorts import Tensor, infer_type, parse_type, py_text, tensors, types
+from accy.egraph.rules import infer_type, py_text
+from accy.egraph.sorts import Tensor, parse_type, tensors, types
 from rewrites import Theme, has_type, holds, py_f64
 from rewrites._numeric import is_float, parse_ints, shape_text
 

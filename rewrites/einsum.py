@@ -20,15 +20,8 @@ from functools import lru_cache
 
 from egglog import var
 
-from accy.egraph.sorts import (
-    Tensor,
-    TensorList,
-    infer_type,
-    parse_type,
-    py_text,
-    tensors,
-    types,
-)
+from accy.egraph.rules import infer_type, py_text
+from accy.egraph.sorts import Tensor, TensorList, parse_type, tensors, types
 from rewrites import Theme, has_type, holds, same_types
 from rewrites._numeric import ints_text, parse_ints
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from egglog import eq
 
-from accy.egraph.sorts import Tensor, infer_type, tensors, types
+from accy.egraph.rules import infer_type
+from accy.egraph.sorts import Tensor, tensors, types
 from rewrites import Theme, has_type, same_types
 
 layout = Theme("layout", "transpose/reshape/broadcast motion through elementwise ops")

@@ -1,8 +1,10 @@
 """Contraction paths: which pairs of operands an einsum contracts, in which order.
 
-Strategies (``exact``, ``beam``, ``greedy``, ``auto``) live in :data:`STRATEGIES`; costs are
-in accy's own units (:mod:`accy.contraction.cost`). Importing :mod:`accy` also registers the
-strategies into opt_einsum as ``accy-exact``, ``accy-beam``, ``accy-greedy``, ``accy-auto``::
+Strategies (``exact``, ``beam``, ``greedy``, ``auto``) live in :data:`STRATEGIES`
+(:mod:`accy.contraction.paths`, which describes them; one module each, sharing
+:mod:`accy.contraction.search`); costs are in accy's own units (:mod:`accy.contraction.cost`).
+Importing :mod:`accy` also registers the strategies into opt_einsum as ``accy-exact``,
+``accy-beam``, ``accy-greedy``, ``accy-auto``::
 
     from accy.contraction import find_path
     find_path("ij,jk,kl->il", [(2, 3), (3, 4), (4, 5)]).path   # [(0, 1), (0, 1)]
@@ -23,8 +25,6 @@ from accy.contraction.cost import (
 )
 from accy.contraction.paths import (
     STRATEGIES,
-    ExactStateLimitError,
-    PathOptions,
     PathResult,
     Strategy,
     find_path,
@@ -32,6 +32,7 @@ from accy.contraction.paths import (
     register_strategy,
     search_path,
 )
+from accy.contraction.search import ExactStateLimitError, PathOptions
 
 __all__ = [
     "STRATEGIES", "ContractionError", "ExactStateLimitError", "Objective", "PathCost",

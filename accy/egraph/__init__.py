@@ -1,5 +1,6 @@
 """The egglog bridge: tensor sorts and named rules, IR conversion, saturation, extraction cost.
 
-``sorts`` (what rule modules import), ``convert`` (IR <-> e-graph), ``driver`` (budgeted
+``sorts`` (the ``Tensor`` sort rule modules import), ``rules`` (the named-rule registry and
+the Python helpers rules call), ``convert`` (IR <-> e-graph), ``driver`` (budgeted
 saturation and run reports), ``cost`` (shape-aware cost models and extraction).
 """

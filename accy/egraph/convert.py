@@ -43,7 +43,6 @@ from accy.egraph.sorts import (
     LIST_NIL_EGG_NAME,
     SIGNATURES,
     TYPE_RULES,
-    EGraphError,
     Tensor,
     decode_attr,
     encode_attr,
@@ -52,7 +51,7 @@ from accy.egraph.sorts import (
     signature,
     tensor_list,
 )
-from accy.errors import ShapeError
+from accy.errors import EGraphError, ShapeError
 from accy.ir.node import Node, topological
 from accy.ir.ops import Op
 from accy.ir.program import Function, Program

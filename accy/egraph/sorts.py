@@ -1,5 +1,4 @@
-"""egglog sorts for accy's tensor terms, and named rules over them: what ``rewrites/*.py`` import.
-
+"""egglog sorts for accy's tensor terms: what rule patterns are made of.
 Terms
 -----
 ``Tensor`` has one constructor per IR op (``Tensor.add``, ``Tensor.reduce_sum``, ...; the ops
@@ -34,40 +33,9 @@ The analysis ``x.ty`` (egglog function ``tensor.type``) is filled from the type 
 ``TYPE_RULES`` (one rule per constructor), which the driver runs after every rule step. It has
 no merge function: a rule that unions tensors of different types makes egglog panic ("Illegal
 merge attempted for function tensor.type"), which the driver reports as an unsound rule.
-egglog forbids looking ``x.ty`` up in actions, so rules bind it in their conditions::
 
-    a, b, c = tensors("a b c")
-    t, tb, tc = types("t tb tc")
-    algebra.rewrite(                      # operands of the result's type: reuse t
-        "factor-mul-add",
-        Tensor.add(Tensor.mul(a, b, t), Tensor.mul(a, c, t), t),
-        Tensor.mul(a, Tensor.add(b, c, t), t),
-        eq(b.ty).to(t), eq(c.ty).to(t),
-    )
-    algebra.rewrite(                      # broadcasting operands: ask shapes.infer
-        "factor-mul-add-broadcast",
-        Tensor.add(Tensor.mul(a, b, t), Tensor.mul(a, c, t), t),
-        Tensor.mul(a, Tensor.add(b, c, infer_type("add", tb, tc)), t),
-        eq(tb).to(b.ty), eq(tc).to(c.ty),
-    )
-
-A right-hand side gives every new node its type. Where that is none of the bound types,
-``infer_type("add", tb, tc)`` computes it with ``accy.ir.shapes.infer`` inside egglog (a
-``PyObject`` call); ``py_text`` and ``py_test`` do the same for any Python function of strings
-and ints (einsum spec rewriting, constant folding with numpy semantics).
-
-Performance: compare a ``.ty`` with a type variable of the pattern (``eq(b.ty).to(t)``), or
-two looked-up types with ``same_type(tb, tc)`` (a filter). Joining two lookups on one fresh
-variable (``eq(tb).to(b.ty), eq(tb).to(c.ty)``) makes egglog's planner scan the type table:
-thirty times slower on a 10k-node e-graph.
-
-Named rules
------------
-Every rule has a stable kebab-case name; ``RuleSet(name, doc)`` registers itself in
-``RULESETS`` and its rules in ``RULES`` (duplicate names, and a rule named like a rule set,
-are errors). The name is the egglog rule name, so it is what run reports carry;
-``driver.select_rules`` picks rules by rule set, ``rules=`` and ``disable=``, naming rules
-or rule sets.
+Rules bind and compute types as :mod:`accy.egraph.rules` describes; named rules and rule sets
+live there too.
 """
 
 from __future__ import annotations
@@ -76,7 +44,7 @@ import keyword
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache, partial
+from functools import lru_cache
 from typing import Any, Literal
 
 from egglog import (
@@ -84,7 +52,6 @@ from egglog import (
     BoolLike,
     EGraph,
     Expr,
-    Fact,
     Ruleset,
     String,
     StringLike,
@@ -97,29 +64,18 @@ from egglog import (
     rule,
     ruleset,
     set_,
-    subsume,
-    union,
     var,
 )
-from egglog import PyObject as _PyObject
-from egglog.egraph import RewriteOrRule
 
-from accy.errors import AccyError
 from accy.ir.node import AttrValue, attr_text
 from accy.ir.ops import ATTRS, Op
-from accy.ir.shapes import infer
 from accy.ir.types import DType, TensorType
 
 __all__ = [
-    "EGraphError", "MISSING_OPS", "RULES", "RULESETS", "SIGNATURES", "TYPE_RULES",
-    "NamedRule", "RuleSet", "Signature", "Tensor", "TensorList", "decode_attr",
-    "encode_attr", "infer_type", "new_egraph", "parse_type", "py_test", "py_text",
-    "same_type", "signature", "tensor_list", "tensors", "types",
+    "MISSING_OPS", "SIGNATURES", "TYPE_RULES", "Signature", "Tensor", "TensorList",
+    "decode_attr", "encode_attr", "new_egraph", "parse_type", "signature", "tensor_list",
+    "tensors", "types",
 ]
-
-
-class EGraphError(AccyError):
-    """The e-graph holds something unsound (an ill-typed term, a union of different types)."""
 
 
 # ---- types and attributes as egglog primitives ------------------------------------------------
@@ -438,170 +394,6 @@ def _type_rules() -> Ruleset:
 
 TYPE_RULES: Ruleset = _type_rules()
 """Fills ``x.ty`` for every tensor e-class from its constructors' type argument."""
-
-# ---- Python inside rules ----------------------------------------------------------------------
-
-
-def _pyobject(arg: Any) -> _PyObject:
-    if isinstance(arg, bool) or not isinstance(arg, str | int | String | i64 | _PyObject):
-        raise TypeError(f"a Python call in a rule takes Strings, i64s, str or int, got {arg!r}")
-    if isinstance(arg, String):
-        return _PyObject.from_string(arg)
-    if isinstance(arg, i64):
-        return _PyObject.from_int(arg)
-    return arg if isinstance(arg, _PyObject) else _PyObject(arg)
-
-
-def py_text(fn: Callable[..., str], *args: Any) -> String:
-    """A String computed by ``fn(*args)`` when the rule fires (args: Strings, i64s, str, int).
-
-    ``fn`` must be picklable (a module-level function, or a ``functools.partial`` of one).
-    """
-    return _PyObject(fn)(*(_pyobject(a) for a in args)).to_string()
-
-
-def py_test(fn: Callable[..., bool], *args: Any) -> Fact:
-    """A rule condition that holds where ``fn(*args)`` is true (args as for :func:`py_text`)."""
-    return eq(_PyObject(fn)(*(_pyobject(a) for a in args)).to_bool()).to(Bool(True))
-
-
-def _all_equal(*xs: Any) -> bool:
-    return all(x == xs[0] for x in xs)
-
-
-def same_type(*type_texts: Any) -> Fact:
-    """A rule condition that holds where the given type texts (Strings) are all equal."""
-    return py_test(_all_equal, *type_texts)
-
-
-def _infer_text(op_value: str, dynamic: tuple[str, ...], static: tuple[tuple[str, Any], ...],
-                *args: Any) -> str:
-    op = Op(op_value)
-    kinds = dict(signature(op).attrs)
-    n = len(args) - len(dynamic)
-    operand_types = tuple(parse_type(a) for a in args[:n])
-    attrs = dict(static) | {k: decode_attr(kinds[k], v) for k, v in zip(dynamic, args[n:],
-                                                                          strict=True)}
-    result, _ = infer(op, operand_types, attrs)
-    return str(result)
-
-
-def infer_type(op: Op | str, *operand_types: Any, **attrs: Any) -> String:
-    """The type text of ``op`` (an Op or its name) over operands of the given type texts.
-
-    ``accy.ir.shapes.infer`` computes it when the rule fires (and raises there on operands it
-    rejects). Attributes are given in their egglog form (``axes="[0]"``, ``axis=1``, a String
-    variable) or, for bools, as a Python ``bool``: ``infer_type("reduce_sum", t, axes=ax,
-    keepdims=False)``.
-    """
-    op = Op.parse(op) if isinstance(op, str) else op
-    kinds = dict(signature(op).attrs)
-    if set(attrs) != set(kinds):
-        raise TypeError(f"infer_type({op.value}) takes attributes {sorted(kinds)}, "
-                        f"got {sorted(attrs)}")
-    static = tuple((k, v) for k, v in attrs.items() if isinstance(v, bool))
-    dynamic = tuple(k for k in attrs if not isinstance(attrs[k], bool))
-    fn = partial(_infer_text, op.value, dynamic, static)
-    return py_text(fn, *operand_types, *(attrs[k] for k in dynamic))
-
-
-# ---- named rules ------------------------------------------------------------------------------
-
-_NAME_RE = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)*")
-RULESETS: dict[str, RuleSet] = {}
-RULES: dict[str, NamedRule] = {}
-
-
-def _check_name(what: str, name: str) -> None:
-    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
-        raise ValueError(f"{what} name {name!r} must be kebab-case (e.g. 'factor-mul-add')")
-
-
-@dataclass(frozen=True)
-class NamedRule:
-    """One named rule: its egglog rules (two for a birewrite), and the rule set it is in."""
-
-    name: str
-    ruleset: str
-    doc: str
-    egg_rules: tuple[RewriteOrRule, ...]
-    egg_names: tuple[str, ...]  # the egglog rule names, as run reports carry them
-
-
-class _RuleThen:
-    def __init__(self, rs: RuleSet, name: str, facts: tuple[Any, ...], doc: str) -> None:
-        self._rs, self._name, self._facts, self._doc = rs, name, facts, doc
-
-    def then(self, *actions: Any) -> NamedRule:
-        egg = rule(*self._facts, name=self._name).then(*actions)
-        return self._rs._add(self._name, self._doc, (egg,), (self._name,))
-
-
-class RuleSet:
-    """A named set of named rules, registered in ``RULESETS`` unless ``register=False``.
-
-    ``RuleSet("algebra", "distributivity and friends")`` then ``rs.rewrite(...)``,
-    ``rs.birewrite(...)`` or ``rs.rule(name, *facts).then(*actions)``. Unregistered sets
-    (tests, experiments) are passed to the driver as objects; their rule names need only be
-    unique within the set.
-    """
-
-    def __init__(self, name: str, doc: str, *, register: bool = True) -> None:
-        _check_name("rule set", name)
-        if register and (name in RULESETS or name in RULES):
-            what = "rule set" if name in RULESETS else "rule"
-            raise ValueError(f"rule set {name!r} is already registered (as a {what})")
-        self.name, self.doc, self.registered = name, doc, register
-        self._rules: dict[str, NamedRule] = {}
-        if register:
-            RULESETS[name] = self
-
-    @property
-    def rules(self) -> tuple[NamedRule, ...]:
-        """The rules in the order they were added."""
-        return tuple(self._rules.values())
-
-    def __repr__(self) -> str:
-        return f"RuleSet({self.name!r}, {len(self._rules)} rules)"
-
-    def rewrite(self, name: str, lhs: Tensor | TensorList, rhs: Tensor | TensorList,
-                *when: Any, doc: str = "", subsume_lhs: bool = False) -> NamedRule:
-        """``lhs`` -> ``rhs`` where the conditions ``when`` hold (``subsume_lhs``: hide lhs)."""
-        return self._add(name, doc, (_rewrite(name, lhs, rhs, when, subsume_lhs),), (name,))
-
-    def birewrite(self, name: str, lhs: Tensor | TensorList, rhs: Tensor | TensorList,
-                  *when: Any, doc: str = "") -> NamedRule:
-        """``lhs`` <-> ``rhs``: one name for both directions (reverse egglog name ``name<-``)."""
-        back = name + "<-"
-        rules = (_rewrite(name, lhs, rhs, when, False), _rewrite(back, rhs, lhs, when, False))
-        return self._add(name, doc, rules, (name, back))
-
-    def rule(self, name: str, *facts: Any, doc: str = "") -> _RuleThen:
-        """A general rule: ``rs.rule("name", eq(x).to(...), ...).then(union(x).with_(...))``."""
-        return _RuleThen(self, name, facts, doc)
-
-    def _add(self, name: str, doc: str, egg_rules: tuple[RewriteOrRule, ...],
-             egg_names: tuple[str, ...]) -> NamedRule:
-        _check_name("rule", name)
-        if name in self._rules or (self.registered and (name in RULES or name in RULESETS)):
-            other = RULES[name].ruleset if name in RULES else self.name
-            raise ValueError(f"rule {name!r} is already registered (in rule set {other!r})")
-        named = NamedRule(name, self.name, doc, egg_rules, egg_names)
-        self._rules[name] = named
-        if self.registered:
-            RULES[name] = named
-        return named
-
-
-def _rewrite(egg_name: str, lhs: Any, rhs: Any, when: tuple[Any, ...],
-             subsume_lhs: bool) -> RewriteOrRule:
-    # a rewrite as a named rule, so its name reaches egglog's run reports
-    sort = TensorList if isinstance(lhs, TensorList) else Tensor
-    root = var("lhs_root_", sort)
-    actions = [union(root).with_(rhs)]
-    if subsume_lhs:
-        actions.append(subsume(lhs))
-    return rule(eq(root).to(lhs), *when, name=egg_name).then(*actions)
 
 
 def new_egraph() -> EGraph:

@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import accy
+import accy.differential
 import accy.testing
 from accy.error_bounds import error_bounds
 from accy.errors import PassFailure
@@ -19,7 +20,9 @@ from accy.ir.interpret import interpret
 from accy.ir.ops import Op
 from accy.ir.parser import parse_program
 from accy.ir.program import Stage
+from accy.ir.types import DType
 from accy.ir.verify import verify
+from accy.target import TargetProfile
 from accy.testing import (
     TOLERANCES,
     DifferentialFailure,
@@ -131,17 +134,24 @@ def test_nan_matches_nan_and_infinities_match_exactly() -> None:
         assert_close([np.float32([0, -np.inf, np.log(2)])], [want], program, [x])
 
 
-def test_unsupported_means_kernelization_has_no_lowering() -> None:
+def test_unsupported_means_no_lowering_or_a_refused_capability() -> None:
     text = "pass kernelization failed: work item 0: no kernel lowering for einsum yet"
     assert unsupported_reason(PassFailure(text)) == text
     assert unsupported_reason(PassFailure("pass kernelization failed: index error")) is None
     assert unsupported_reason(ValueError("no kernel lowering")) is None
+    program = parse_program("func @f(%a: f64[2]) -> (f64[2]) {\n  %0 = neg(%a) : f64[2]\n"
+                            "  return %0\n}")
+    no_f64 = TargetProfile(dtypes=frozenset({DType.f32}))
+    with pytest.raises(PassFailure) as refused:
+        accy.prepare(program, "dtype-legalization{f64=error}", target=no_f64)
+    assert "f64" in unsupported_reason(refused.value)
 
 
 def test_documented_examples() -> None:
-    result = doctest.testmod(accy.testing, extraglobs={"accy": accy, "np": np},
-                             optionflags=doctest.ELLIPSIS)
-    assert result.failed == 0 and result.attempted >= 4
+    for module, least in ((accy.testing, 1), (accy.differential, 3)):
+        result = doctest.testmod(module, extraglobs={"accy": accy, "np": np},
+                                 optionflags=doctest.ELLIPSIS)
+        assert result.failed == 0 and result.attempted >= least, module.__name__
 
 
 @given(st.just(0))

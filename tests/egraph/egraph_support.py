@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 from egglog import eq
 
-from accy.egraph.sorts import RuleSet, Tensor, tensors, types
+from accy.egraph.rules import RuleSet
+from accy.egraph.sorts import Tensor, tensors, types
 from accy.ir.node import Node
 from accy.ir.ops import Op, OpKind
 from accy.ir.program import Function, Program

@@ -10,7 +10,9 @@ from hypothesis import given, settings
 
 from accy.egraph.convert import extract, from_egraph, handle, read_egraph, term, to_egraph
 from accy.egraph.driver import saturate
-from accy.egraph.sorts import EGraphError, RuleSet, Tensor, tensors, types
+from accy.egraph.rules import RuleSet
+from accy.egraph.sorts import Tensor, tensors, types
+from accy.errors import EGraphError
 from accy.ir.node import Node
 from accy.ir.ops import Op
 from accy.ir.printer import print_program

@@ -8,21 +8,16 @@ from egraph_support import F32, T, func, mk, prog
 
 from accy.egraph.convert import extract, from_egraph, to_egraph
 from accy.egraph.driver import saturate
+from accy.egraph.rules import RULES, RULESETS, RuleSet, infer_type, py_test, same_type
 from accy.egraph.sorts import (
     MISSING_OPS,
-    RULES,
-    RULESETS,
     SIGNATURES,
     TYPE_RULES,
-    RuleSet,
     Tensor,
     decode_attr,
     encode_attr,
-    infer_type,
     new_egraph,
     parse_type,
-    py_test,
-    same_type,
     tensors,
     types,
 )

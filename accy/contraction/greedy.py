@@ -1,0 +1,99 @@
+"""The ``greedy`` path strategy (described in :mod:`accy.contraction.paths`)."""
+
+from __future__ import annotations
+
+import heapq
+
+from accy.contraction.cost import (
+    ContractionError,
+    Network,
+    bits,
+    linear_to_ssa,
+    naive_path,
+    ssa_cost,
+)
+from accy.contraction.search import PathOptions, Ssa, no_path
+
+
+def try_greedy(net: Network, opts: PathOptions, lazy: bool = True) -> Ssa | None:
+    """The greedy path, or None where it breaks the memory limit (a bound for other searches)."""
+    try:
+        return greedy_ssa(net, opts, lazy)
+    except ContractionError:  # the memory limit: leave it to the search at hand
+        return None
+
+
+def _naive_ssa(n: int) -> Ssa:
+    return linear_to_ssa(naive_path(n), n)
+
+
+def _better(net: Network, opts: PathOptions, path: Ssa, other: Ssa) -> Ssa:
+    """``other`` when it fits the memory limit and beats ``path``, else ``path``."""
+    mine, theirs = ssa_cost(net, path), ssa_cost(net, other)
+    if opts.memory_limit is not None and theirs.size > opts.memory_limit:
+        return path
+    return other if theirs.key(opts.objective) < mine.key(opts.objective) else path
+
+
+def greedy_ssa(net: Network, opts: PathOptions, lazy: bool = True) -> Ssa:
+    """Greedy by elements removed (see :mod:`accy.contraction.paths`; ``lazy=False`` queues every
+    partner of an operand, not only its best)."""
+    size, out, limit = net.size, net.output, opts.memory_limit
+    alive: dict[int, int] = dict(enumerate(net.reduced))
+    holders: dict[int, set[int]] = {}
+    for i, m in alive.items():
+        for bit in bits(m & ~out):
+            holders.setdefault(bit, set()).add(i)
+
+    def candidate(a: int, b: int) -> tuple[int, int, int, int, int] | None:
+        ma, mb = alive[a], alive[b]
+        summed = sum(1 << bit for bit in bits(ma & mb & ~out) if len(holders[bit]) == 2)
+        u = ma | mb
+        result = size[u & ~summed]
+        if limit is not None and result > limit:
+            return None
+        return result - size[ma] - size[mb], size[u] << 1 if summed else size[u], a, b, summed
+
+    heap: list[tuple[int, int, int, int, int]] = []
+
+    def push_best_partner(i: int, later_only: bool = False) -> None:
+        partners: set[int] = set()
+        for bit in bits(alive[i] & ~out):
+            partners |= holders[bit]
+        found = [c for j in sorted(partners - {i}) if not later_only or j > i
+                 for c in [candidate(min(i, j), max(i, j))] if c is not None]
+        for c in [min(found)] if lazy and found else found:
+            heapq.heappush(heap, c)
+
+    for i in list(alive):
+        push_best_partner(i, later_only=True)
+    path: Ssa = []
+    while heap:
+        c = heapq.heappop(heap)
+        a, b = c[2], c[3]
+        if a not in alive or b not in alive:
+            continue
+        now = candidate(a, b)  # letter counts may have changed since it was pushed
+        if now != c:
+            if now is not None:
+                heapq.heappush(heap, now)
+            continue
+        fresh = len(net.reduced) + len(path)
+        for i in (a, b):
+            for bit in bits(alive[i] & ~out):
+                holders[bit].discard(i)
+        alive[fresh] = (alive.pop(a) | alive.pop(b)) & ~c[4]
+        for bit in bits(alive[fresh] & ~out):
+            holders[bit].add(fresh)
+        path.append((a, b))
+        push_best_partner(fresh)
+    rest = sorted((size[m], i) for i, m in alive.items())
+    while len(rest) > 1:
+        (_, a), (_, b) = heapq.heappop(rest), heapq.heappop(rest)
+        fresh = len(net.reduced) + len(path)
+        alive[fresh] = alive.pop(a) | alive.pop(b)
+        if limit is not None and size[alive[fresh]] > limit:
+            raise no_path(opts)
+        path.append((min(a, b), max(a, b)))
+        heapq.heappush(rest, (size[alive[fresh]], fresh))
+    return _better(net, opts, path, _naive_ssa(len(net.reduced)))
