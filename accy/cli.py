@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from accy.errors import AccyError
+from accy.ir.printer import print_program
+from accy.ir.program import Program
+from accy.passes.base import Pass
+from accy.passes.manager import Instrument, PassRecord
+from accy.product import Product
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -41,13 +48,18 @@ def _cmd_pipeline(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_prepare(args: argparse.Namespace) -> int:
+def _read_program(path: str) -> Program:
     from accy.ir.parser import parse_program
+
+    with open(path) as fh:
+        return parse_program(fh.read())
+
+
+def _cmd_prepare(args: argparse.Namespace) -> int:
     from accy.job import prepare
     from accy.passes.instrument import PrintIRAfterAll, Statistics, TimingReport
 
-    with open(args.file) as fh:
-        program = parse_program(fh.read())
+    program = _read_program(args.file)
     timing, stats = TimingReport(), Statistics()
     instruments = [timing, stats] + ([PrintIRAfterAll()] if args.print_ir_after_all else [])
     job = prepare(program, args.pipeline, device=args.device, until=args.until,
@@ -62,6 +74,76 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
     if job.product.kernels is not None and args.emit_source:
         for i in range(job.kernel_count):
             print(job.kernel_source(i))
+    return 0
+
+
+class _RewriteLog(Instrument):
+    """What each egglog run did (the passes whose statistics carry a ``stop-reason``;
+    constant-fold's under ``rules: ``), one JSON-ready dict per run, for ``accy explain``."""
+
+    def __init__(self) -> None:
+        self.runs: list[dict[str, Any]] = []
+
+    def after_pass(self, p: Pass, product: Product, record: PassRecord) -> None:
+        stats = dict(record.stats)
+        prefix = next((k[: -len("stop-reason")] for k in stats if k.endswith("stop-reason")),
+                      None)
+        if prefix is None:
+            return
+        get = lambda key, default=None: stats.get(prefix + key, default)  # noqa: E731
+        seconds = get("rule-seconds", {})
+        rules = [{"name": name, "matches": matches, "seconds": seconds.get(name, 0.0)}
+                 for name, matches in get("rules-fired", {}).items()]
+        rules.sort(key=lambda r: (-r["matches"], r["name"]))
+        self.runs.append({
+            "pass": record.spec, "stage": p.stage.value, "stop_reason": get("stop-reason"),
+            "changed": get("changed"), "iterations": get("iterations", 0),
+            "seconds": get("seconds", 0.0), "e_nodes": get("e-nodes"),
+            "e_classes": get("e-classes"),
+            "per_iteration": [{k.replace("-", "_"): v for k, v in it.items()}
+                              for it in get("per-iteration", [])],
+            "rules": rules, "cost_model": get("cost-model"), "cost_before": get("cost-before"),
+            "cost_after": get("cost-after"), "program": print_program(product.program),
+        })
+
+
+def _format_run(run: dict[str, Any]) -> str:
+    before, after = run["cost_before"], run["cost_after"]
+    gain = f" ({100 * (after - before) / before:+.1f}%)" if before else ""
+    lines = [f"== {run['pass']} [{run['stage']}] ==", f"stop reason: {run['stop_reason']}"]
+    if run["e_nodes"] is not None:  # an e-graph was built
+        lines[-1] += f" after {run['iterations']} iterations, {run['seconds']:.3f} s"
+        lines.append(f"e-graph: {run['e_nodes']} e-nodes, {run['e_classes']} e-classes")
+    lines.append(f"cost ({run['cost_model']}): {before} -> {after}{gain}, "
+                 f"{'program replaced' if run['changed'] else 'program kept'}")
+    if run["per_iteration"]:
+        lines.append("  iteration  e-nodes  e-classes  matches  seconds")
+        lines += [f"  {i:>9}  {it['e_nodes']:>7}  {it['e_classes']:>9}  {it['matches']:>7}  "
+                  f"{it['seconds']:>7.3f}{'' if it['kept'] else '  rolled back'}"
+                  for i, it in enumerate(run["per_iteration"], 1)]
+    if run["rules"]:
+        lines.append("rules that fired (by matches):")
+        lines += [f"  {r['name']:<32} {r['matches']:>8} matches  {r['seconds']:.4f} s"
+                  for r in run["rules"]]
+    lines.append("program after the pass:")
+    lines += ["  " + line for line in run["program"].splitlines()]
+    return "\n".join(lines)
+
+
+def _cmd_explain(args: argparse.Namespace) -> int:
+    from accy.job import prepare
+
+    program = _read_program(args.file)
+    log = _RewriteLog()
+    prepare(program, args.pipeline, until=args.until, instruments=[log])
+    runs = log.runs
+    if args.json:
+        print(json.dumps({"file": args.file, "pipeline": args.pipeline, "until": args.until,
+                          "runs": runs}, indent=2))
+    elif not runs:
+        print(f"no rewrite pass ran ({args.pipeline}, until {args.until})")
+    else:
+        print("\n\n".join(_format_run(r) for r in runs))
     return 0
 
 
@@ -124,6 +206,14 @@ def build_parser() -> argparse.ArgumentParser:
     prep.add_argument("--no-verify", action="store_true", help="skip verification after passes")
     prep.add_argument("--emit-source", action="store_true", help="print the OpenCL kernels")
     prep.set_defaults(run=_cmd_prepare)
+    explain = sub.add_parser(
+        "explain", help="show what each rewrite pass (constant-fold, canonicalize, saturate) "
+        "did to a program: stop reason, e-graph growth, rules that fired, costs, result")
+    explain.add_argument("file", help="program in the IR text form (as for prepare)")
+    explain.add_argument("--pipeline", default="accy-default")
+    explain.add_argument("--until", default="tensor", help="last stage to run")
+    explain.add_argument("--json", action="store_true", help="machine-readable output")
+    explain.set_defaults(run=_cmd_explain)
     fuzz = sub.add_parser("fuzz", help="check random programs pass by pass and on OpenCL; "
                           "write failing ones (shrunk) to a folder")
     fuzz.add_argument("--minutes", type=float, required=True, help="how long to run")
@@ -148,7 +238,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
-    except AccyError as e:
+    except (AccyError, OSError) as e:  # OSError: a file that cannot be read or written
         print(f"accy {args.command}: error: {e}", file=sys.stderr)
         return 2
 

@@ -81,7 +81,7 @@ class _Campaign:
         pipeline = parse_pipeline(pipeline).text()  # a PipelineError before anything runs
         self.runtime = select_device(device)
         self.device = device
-        self.dtypes = sorted(TargetProfile.from_device(self.runtime.info).dtypes,
+        self.dtypes = sorted(TargetProfile.from_device(self.runtime.info).usable_dtypes,
                              key=lambda d: d.value)
         self.deadline = time.monotonic() + 60 * minutes
         self.start = time.monotonic()

@@ -1,7 +1,8 @@
 """Benchmark: equality saturation on programs of 10 to 1000 nodes, and the showcase programs.
 
     python experiments/bench_saturation.py [--sizes 10,30,100,300,1000] [--seeds 2]
-        [--iterations 12] [--node-limit 20000] [--time-limit 2.0] [--no-fast-math]
+        [--iterations 12] [--node-limit 20000] [--time-limit 2.0] [--match-limit N]
+        [--no-fast-math]
         [--out results/bench_saturation.json]
 
 1. Random programs: elementwise and einsum mixes over f32[16,16] matrices and f32[16]
@@ -10,8 +11,9 @@
    broadcasts). Each is saturated with every rule set (``saturate``'s defaults, fast-math on
    unless ``--no-fast-math``) within the budget, then extracted under ``flops-bytes``.
    Reported: saturation time and total time (e-graph, saturation, extraction), e-graph size
-   (e-nodes, e-classes), stop reason, extracted cost before and after, and whether the run
-   stayed within its budget (time at most 10% over the limit, e-nodes within the limit).
+   (e-nodes, e-classes), stop reason, extracted cost before and after, the share of the time
+   limit used, and whether the run stayed within its budget (time at most 10% over the limit,
+   e-nodes within the limit).
 2. The showcase: the programs the saturation tests must improve, with their costs.
 
 Prints a table and writes JSON with versions, the git commit, the arguments and every row.
@@ -144,13 +146,13 @@ SHOWCASE = {
 
 
 def measure(program: accy.Program, *, fast_math: bool, iterations: int, node_limit: int,
-            time_limit: float) -> dict[str, Any]:
+            time_limit: float, match_limit: int | None = None) -> dict[str, Any]:
     """Saturate with every rule set and extract, as the saturate pass does, and report."""
     names = rewriting.select(DEFAULT_RULESETS, fast_math=fast_math)
     start = time.perf_counter()
     out = rewriting.rewrite_program(program, DEFAULT_RULESETS, names, iterations=iterations,
                                     node_limit=node_limit, time_limit_s=time_limit,
-                                    cost="flops-bytes")
+                                    cost="flops-bytes", match_limit=match_limit)
     total = time.perf_counter() - start
     r = out.report
     row: dict[str, Any] = {
@@ -163,13 +165,15 @@ def measure(program: accy.Program, *, fast_math: bool, iterations: int, node_lim
     if r is None:
         return {**row, "saturation_s": 0.0, "e_nodes": 0, "e_classes": 0,
                 "initial_e_nodes": 0, "iterations": 0, "stop_reason": "skipped",
-                "predicted_stop": False, "rolled_back": False, "within_budget": True,
+                "predicted_stop": False, "rolled_back": False, "time_share": 0.0,
+                "within_budget": True,
                 "rules_fired": {}}
     return {
         **row, "saturation_s": round(r.seconds, 4),
         "e_nodes": r.e_nodes, "e_classes": r.e_classes, "initial_e_nodes": r.initial_e_nodes,
         "iterations": r.kept_iterations, "stop_reason": r.stop_reason,
         "predicted_stop": r.predicted, "rolled_back": r.rolled_back,
+        "time_share": round(r.seconds / time_limit, 3),  # of the time limit
         "within_budget": r.seconds <= BUDGET_SLACK * time_limit and r.e_nodes <= node_limit,
         "rules_fired": {x.name: x.matches for x in r.rules if x.matches},
     }
@@ -201,12 +205,12 @@ def versions() -> dict[str, str]:
 def _print_table(rows: list[dict[str, Any]], label: str) -> None:
     print(f"{label:<18} {'nodes':>5} {'e-nodes':>15} {'e-classes':>9} {'it':>3} "
           f"{'stop':<15} {'sat s':>7} {'total s':>7} {'cost before':>12} {'after':>12} "
-          f"{'gain':>6}  budget")
+          f"{'gain':>6} {'t/limit':>7}  budget")
     for r in rows:
         print(f"{r['name']:<18} {r['nodes']:>5} {r['initial_e_nodes']:>6} -> {r['e_nodes']:>6} "
               f"{r['e_classes']:>9} {r['iterations']:>3} {r['stop_reason']:<15} "
               f"{r['saturation_s']:>7.3f} {r['total_s']:>7.3f} {r['cost_before']:>12} "
-              f"{r['cost_after']:>12} {100 * r['improvement']:>5.1f}%  "
+              f"{r['cost_after']:>12} {100 * r['improvement']:>5.1f}% {r['time_share']:>7.2f}  "
               f"{'ok' if r['within_budget'] else 'OVER'}")
 
 
@@ -218,13 +222,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--iterations", type=int, default=12)
     parser.add_argument("--node-limit", type=int, default=20_000)
     parser.add_argument("--time-limit", type=float, default=2.0, help="seconds per run")
+    parser.add_argument("--match-limit", type=int, default=None,
+                        help="egglog backoff: most matches of a rule per step (default: off)")
     parser.add_argument("--no-fast-math", action="store_true",
                         help="only exact and stable rules (saturate's default)")
     parser.add_argument("--no-showcase", action="store_true")
     parser.add_argument("--out", default="results/bench_saturation.json")
     args = parser.parse_args(argv)
     budget = {"iterations": args.iterations, "node_limit": args.node_limit,
-              "time_limit": args.time_limit}
+              "time_limit": args.time_limit, "match_limit": args.match_limit}
     fast = not args.no_fast_math
     rewrites.load()
     measure(random_program(10, 99), fast_math=fast, **budget)  # warm imports outside timings

@@ -1,4 +1,6 @@
-"""The `accy` command: demo, passes, pipeline, prepare."""
+"""The `accy` command: demo, passes, pipeline, prepare, explain."""
+
+import json
 
 import pytest
 
@@ -76,3 +78,61 @@ def test_demo_runs_on_the_default_device(capsys):
     out = capsys.readouterr().out
     assert "add_mul_sub_max" in out
     assert "worst relative error over all programs: 0" in out
+
+
+TRANSPOSE_TWICE = """\
+func @tt(%x: f32[8,4]) -> (f32[8,4]) {
+  %0 = transpose(%x) {perm=[1, 0]} : f32[4,8]
+  %1 = transpose(%0) {perm=[1, 0]} : f32[8,4]
+  %2 = exp(%1) : f32[8,4]
+  return %2
+}
+"""
+
+
+def test_explain_shows_each_rewrite_pass(tmp_path, capsys):
+    path = tmp_path / "tt.accy"
+    path.write_text(TRANSPOSE_TWICE)
+    assert main(["explain", str(path)]) == 0
+    out = capsys.readouterr().out
+    sections = out.split("\n\n")
+    assert [s.splitlines()[0] for s in sections] == [
+        "== constant-fold [contract] ==", "== canonicalize [contract] ==",
+        "== saturate [tensor] =="]
+    canon = sections[1]
+    assert "stop reason: saturated after" in canon and "program replaced" in canon
+    assert "iteration  e-nodes  e-classes  matches  seconds" in canon
+    fired = canon.split("rules that fired (by matches):\n")[1].split("program after")[0]
+    assert fired.splitlines()[0].split()[0] == "transpose-transpose"
+    assert "%0 = exp(%x) : f32[8,4]" in canon and "transpose(" not in canon.split("after")[-1]
+    assert "skipped: no rule matches the program" in sections[0]
+
+
+def test_explain_json_with_a_pipeline(tmp_path, capsys):
+    path = tmp_path / "tt.accy"
+    path.write_text(TRANSPOSE_TWICE)
+    assert main(["explain", str(path), "--pipeline", "canonicalize{iterations=1}", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    (run,) = doc["runs"]
+    assert run["pass"] == "canonicalize{iterations=1}" and run["stage"] == "contract"
+    assert run["stop_reason"] == "iteration_limit" and run["iterations"] == 1
+    assert [set(it) for it in run["per_iteration"]] == [
+        {"e_nodes", "e_classes", "matches", "seconds", "kept"}]
+    assert [r["name"] for r in run["rules"]] == ["transpose-transpose"]
+    assert run["rules"][0]["matches"] >= 1
+    assert run["cost_after"] < run["cost_before"] and run["changed"]
+    # one iteration: the two transposes composed into one; transpose-identity needs another
+    assert run["program"].splitlines()[1:3] == ["  %0 = transpose(%x) {perm=[0, 1]} : f32[8,4]",
+                                                "  %1 = exp(%0) : f32[8,4]"]
+
+
+def test_explain_reports_bad_input(tmp_path, capsys):
+    path = tmp_path / "tt.accy"
+    path.write_text(TRANSPOSE_TWICE)
+    assert main(["explain", str(path), "--pipeline", "saturate{rulesets=nope}"]) == 2
+    assert "valid rule sets" in capsys.readouterr().err
+    path.write_text(TRANSPOSE_TWICE.replace("exp(", "exq("))
+    assert main(["explain", str(path)]) == 2
+    assert "exq" in capsys.readouterr().err
+    assert main(["explain", str(tmp_path / "missing.accy")]) == 2
+    assert "No such file" in capsys.readouterr().err

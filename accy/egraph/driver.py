@@ -1,22 +1,29 @@
 """Budgeted equality saturation: iteration, e-node and time limits, rollback, run reports.
 
-egglog has neither a node nor a time limit, so ``saturate`` runs one iteration at a time:
-``push`` the e-graph, run one step of the selected rules followed by ``TYPE_RULES`` (so every
-new e-class has its type before the next step), then count e-nodes (rows of the tensor and
-operand-list constructors) and e-classes (rows of ``tensor.type``: one per tensor e-class)
-and read the time. An iteration that ends above the node limit or past the time limit is
-rolled back (``pop``) and saturation stops. The stop reason is one of
+egglog has neither a node nor a time limit, so ``saturate`` runs one iteration at a time: one
+step of the selected rules followed by ``TYPE_RULES`` (so every new e-class has its type
+before the next step), then it counts e-nodes (rows of the tensor and operand-list
+constructors) and e-classes (rows of ``tensor.type``: one per tensor e-class; both from one
+size command) and reads the time. The e-graph is checkpointed (``push``) before the first
+step and before every step that starts within a sixteenth of the node limit (a push copies
+the whole e-graph, rules included: ~15 ms even for a tiny one, so not before every step); a
+step that ends above the node limit is rolled back (``pop``) to the last checkpoint, with the
+iterations after it, and saturation stops. The stop reason is one of
 
 ``saturated``        a step changed nothing: every selected rule is exhausted;
 ``iteration_limit``  ``iterations`` steps ran and were kept;
-``node_limit``       the last step grew the e-graph past ``node_limit`` e-nodes, or the next
-                     step was predicted to end above twice the limit (e-nodes times the last
-                     step's growth factor), or the input alone reaches the limit;
-``time_limit``       the last step ended past ``time_limit_s``, or the next step was predicted
-                     to (the last step's time scaled by its growth in e-nodes); egglog cannot
-                     be interrupted, so not starting such a step is how runs stay in budget.
+``node_limit``       the last step grew the e-graph past ``node_limit`` e-nodes (rolled back),
+                     or the next step was predicted to end above twice the limit (e-nodes
+                     times the last step's growth factor), or the input alone reaches it;
+``time_limit``       the last step ended past ``time_limit_s`` (it is kept: its time is spent
+                     either way), or the next step was predicted to (the last step's time
+                     scaled by the larger of its growth in e-nodes and its growth in time over
+                     the step before, at most 16x). egglog cannot be interrupted, so not
+                     starting such a step is how runs stay in budget; a step far dearer than
+                     its trend (rules that start feeding each other) can still end past the
+                     limit, and ``match_limit`` bounds what one step applies.
 
-``report.predicted`` tells a stop before a step (nothing to roll back) from a rollback.
+``report.predicted`` tells a stop before a step from a stop after one.
 
 The report has e-nodes and e-classes after every iteration and, for every selected rule, its
 matches and search-and-apply time (from egglog's run reports, by the rule's name) summed
@@ -27,9 +34,9 @@ Determinism: with equal inputs and no time-limit stop, the same rules fire in th
 so the e-graph is the same and so is the program ``convert.extract`` takes from it (whose tie
 breaks ignore e-class ids). Runs stopped by time depend on the machine's speed.
 
-Memory: egglog has no "commit", so each kept iteration leaves its snapshot on egglog's push
-stack until the e-graph is dropped: the sum of the e-graph's sizes over the iterations,
-bounded by ``iterations * node_limit`` rows.
+Memory: egglog has no "commit", so each checkpoint stays on egglog's push stack until the
+caller pops it (``report.checkpoints`` of them) or drops the e-graph: bounded by
+``iterations * node_limit`` rows, and small below a sixteenth of the limit.
 
 The defaults (20 iterations, 50 000 e-nodes, 5 s) keep saturating and extracting a
 1000-node program under 10 s on a two-core machine.
@@ -39,25 +46,26 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
-from egglog import EGraph, Ruleset, Schedule, back_off, eq, ruleset, run
+from egglog import EGraph, Ruleset, Schedule, back_off, bindings, eq, ruleset, run
+from egglog.egraph_state import span
 
 from accy.egraph.convert import ProgramEGraph
+from accy.egraph.rules import RULES, RULESETS, NamedRule, RuleSet
 from accy.egraph.sorts import (
-    RULES,
-    RULESETS,
+    FULL_EGG_NAME,
+    LIST_CONS_EGG_NAME,
+    LIST_NIL_EGG_NAME,
     SIGNATURES,
+    TYPE_EGG_NAME,
     TYPE_RULES,
-    EGraphError,
-    NamedRule,
-    RuleSet,
     Tensor,
-    TensorList,
     new_egraph,
 )
+from accy.errors import EGraphError
 
 __all__ = [
     "DEFAULT_ITERATIONS", "DEFAULT_NODE_LIMIT", "DEFAULT_TIME_LIMIT_S", "IterationStats",
@@ -69,8 +77,9 @@ StopReason = Literal["saturated", "iteration_limit", "node_limit", "time_limit"]
 DEFAULT_ITERATIONS = 20
 DEFAULT_NODE_LIMIT = 50_000
 DEFAULT_TIME_LIMIT_S = 5.0
-_MAX_PREDICTED_GROWTH = 4.0  # cap on the growth factor used to predict the next step's time
+_MAX_PREDICTED_GROWTH = 16.0  # cap on the growth factor used to predict the next step's time
 _NODE_OVERSHOOT = 2.0  # skip a step predicted to end above this many times the node limit
+_CHECKPOINT_GROWTH = 16  # checkpoint before a step once e-nodes x this exceeds the node limit
 
 
 @dataclass(frozen=True)
@@ -82,7 +91,7 @@ class IterationStats:
     e_classes: int
     matches: int
     seconds: float
-    kept: bool  # False: it overshot a limit and was rolled back
+    kept: bool  # False: rolled back (it, or a step after it, overshot the node limit)
 
 
 @dataclass(frozen=True)
@@ -111,10 +120,15 @@ class SaturationReport:
     node_limit: int
     time_limit_s: float
     predicted: bool = False  # True: stopped before a step predicted to overshoot a limit
+    checkpoints: int = 1  # pushes the run left on the e-graph (pop them to drop the run)
 
     @property
     def rolled_back(self) -> bool:
         return any(not it.kept for it in self.iterations)
+
+    @property
+    def rolled_back_iterations(self) -> int:
+        return sum(not it.kept for it in self.iterations)
 
     @property
     def kept_iterations(self) -> int:
@@ -131,7 +145,7 @@ class SaturationReport:
         """A human-readable summary: stop reason, e-graph growth, rules that fired."""
         lines = [
             f"saturation: {self.stop_reason} after {self.kept_iterations} iterations"
-            f"{' (last one rolled back)' if self.rolled_back else ''}"
+            f"{f' (last {self.rolled_back_iterations} rolled back)' if self.rolled_back else ''}"
             f"{' (next one predicted to overshoot)' if self.predicted else ''}, "
             f"{self.initial_e_nodes} -> {self.e_nodes} e-nodes, "
             f"{self.initial_e_classes} -> {self.e_classes} e-classes, {self.seconds:.3f} s "
@@ -149,10 +163,8 @@ class SaturationReport:
         return "\n".join(lines)
 
 
-_CONSTRUCTORS: list[Callable[..., Any]] = [
-    Tensor.full, TensorList.nil, TensorList.cons,
-    *(getattr(Tensor, sig.method) for sig in SIGNATURES.values()),
-]
+_CONSTRUCTORS = frozenset({FULL_EGG_NAME, LIST_NIL_EGG_NAME, LIST_CONS_EGG_NAME,
+                           *(sig.egg_name for sig in SIGNATURES.values())})
 
 
 def select_rules(rulesets: Iterable[str | RuleSet], rules: Iterable[str] | None = None,
@@ -217,8 +229,11 @@ def egglog_ruleset(rules: Sequence[NamedRule]) -> Ruleset:
 
 def egraph_size(egraph: EGraph) -> tuple[int, int]:
     """(e-nodes, tensor e-classes) of an e-graph whose types are up to date."""
-    nodes = sum(egraph.function_size(f) for f in _CONSTRUCTORS)
-    return nodes, egraph.function_size(Tensor.ty)
+    # One size command for every table: asking table by table (``EGraph.function_size``)
+    # costs ~0.1 ms of Python per table, 55 tables, every iteration.
+    (out,) = egraph._state.run_program(bindings.PrintSize(span(1), None))
+    sizes = dict(out.sizes)
+    return sum(sizes.get(name, 0) for name in _CONSTRUCTORS), sizes.get(TYPE_EGG_NAME, 0)
 
 
 def _check_limits(iterations: int, node_limit: int, time_limit_s: float,
@@ -243,7 +258,7 @@ def _run_step(eg: EGraph, step: Schedule) -> Any:
     try:
         return eg.run(step)
     except BaseException as e:
-        eg.pop()  # back to the last good e-graph, then say what went wrong
+        eg.pop()  # back to the last checkpoint, then say what went wrong
         if "Illegal merge attempted for function tensor.type" in str(e):
             raise EGraphError("a rule united tensors of different types (its right-hand side "
                               "carries a wrong type argument)") from e
@@ -277,7 +292,9 @@ def saturate(
     eg.run(TYPE_RULES)  # terms registered by hand get their types too
     nodes0, classes0 = nodes, classes = egraph_size(eg)
     history: list[IterationStats] = []
-    totals = {r.name: [0, 0.0] for r in selected}
+    fired: list[dict[str, list[float]]] = []  # per iteration: [matches, seconds] per rule
+    eg.push()  # the first checkpoint: the input
+    checkpoints = [(0, nodes, classes)]  # (iterations before it, e-nodes, e-classes)
     reason: StopReason = "iteration_limit"
     previous_nodes = nodes
     predicted = False
@@ -290,35 +307,40 @@ def saturate(
             if nodes * growth > _NODE_OVERSHOOT * node_limit:
                 reason, predicted = "node_limit", True
                 break
-            if _predicted_end(history[-1], growth, start) > time_limit_s:
+            if _predicted_end(history, growth, start) > time_limit_s:
                 reason, predicted = "time_limit", True
                 break
         t0 = time.perf_counter()
-        eg.push()
+        if checkpoints[-1][0] < len(history) and nodes * _CHECKPOINT_GROWTH > node_limit:
+            eg.push()
+            checkpoints.append((len(history), nodes, classes))
         report = _run_step(eg, step)
         after_nodes, after_classes = egraph_size(eg)
         now = time.perf_counter()
-        per_rule = _per_rule(report, rule_of)
-        done = not report.updated and report.can_stop  # nothing changed: nothing to undo
-        over: StopReason | None = None
-        if not done and after_nodes > node_limit:
-            over = "node_limit"
-        elif not done and now - start > time_limit_s:
-            over = "time_limit"
+        fired.append(_per_rule(report, rule_of))
         history.append(IterationStats(len(history) + 1, after_nodes, after_classes,
-                                      int(sum(v[0] for v in per_rule.values())), now - t0,
-                                      kept=over is None))
-        if over is not None:
-            eg.pop()
-            reason = over
+                                      int(sum(v[0] for v in fired[-1].values())), now - t0,
+                                      kept=True))
+        done = not report.updated and report.can_stop  # nothing changed
+        if not done and after_nodes > node_limit:
+            eg.pop()  # back to the last checkpoint
+            kept, nodes, classes = checkpoints.pop()
+            history[kept:] = [replace(it, kept=False) for it in history[kept:]]
+            reason = "node_limit"
             break
-        for name, (count, secs) in per_rule.items():
-            totals[name][0] += int(count)
-            totals[name][1] += secs
         previous_nodes, nodes, classes = nodes, after_nodes, after_classes
         if done:
             reason = "saturated"
             break
+        if now - start > time_limit_s:
+            reason = "time_limit"
+            break
+    totals = {r.name: [0, 0.0] for r in selected}
+    for it, per_rule in zip(history, fired, strict=True):
+        for name, (count, secs) in per_rule.items():
+            if it.kept:
+                totals[name][0] += int(count)
+                totals[name][1] += secs
     return SaturationReport(
         stop_reason=reason,
         iterations=tuple(history),
@@ -327,7 +349,7 @@ def saturate(
         initial_e_nodes=nodes0, initial_e_classes=classes0, e_nodes=nodes, e_classes=classes,
         seconds=time.perf_counter() - start,
         iteration_limit=iterations, node_limit=node_limit, time_limit_s=time_limit_s,
-        predicted=predicted,
+        predicted=predicted, checkpoints=len(checkpoints),
     )
 
 
@@ -344,9 +366,14 @@ def _per_rule(report: Any, rule_of: dict[str, NamedRule]) -> dict[str, list[floa
     return out
 
 
-def _predicted_end(last: IterationStats, growth: float, start: float) -> float:
-    growth = min(max(growth, 1.0), _MAX_PREDICTED_GROWTH)
-    return time.perf_counter() - start + last.seconds * growth
+def _predicted_end(history: Sequence[IterationStats], growth: float, start: float) -> float:
+    """When the next step would end: the last step's time scaled by the larger of its growth
+    in e-nodes and its growth in time over the step before (between 1 and the cap)."""
+    last = history[-1]
+    factor = max(1.0, growth)
+    if len(history) > 1 and history[-2].seconds > 0:
+        factor = max(factor, last.seconds / history[-2].seconds)
+    return time.perf_counter() - start + last.seconds * min(factor, _MAX_PREDICTED_GROWTH)
 
 
 def equivalent(lhs: Tensor, rhs: Tensor, rulesets: RuleSet | str | Iterable[RuleSet | str],

@@ -46,7 +46,8 @@ import rewrites
 from accy.egraph.convert import extract, to_egraph
 from accy.egraph.cost import CostModel, cost_model, program_cost
 from accy.egraph.driver import SaturationReport, saturate, select_rules
-from accy.egraph.sorts import RULESETS, SIGNATURES, encode_attr, new_egraph, signature
+from accy.egraph.rules import RULESETS
+from accy.egraph.sorts import SIGNATURES, encode_attr, new_egraph, signature
 from accy.ir.node import Node
 from accy.ir.ops import Op
 from accy.ir.program import Program
@@ -338,7 +339,7 @@ class _WarmEGraphs(threading.local):
 
     Declaring ~200 rules costs egglog more than saturating a small program with them, so each
     run borrows an e-graph that has them: ``push``, add the program, saturate, extract, then
-    ``pop`` back to the empty e-graph (the driver leaves one push per kept iteration). A cache
+    ``pop`` back to the empty e-graph (and the driver's checkpoints). A cache
     of declarations, not of results: what a run computes does not depend on earlier runs
     (extraction ignores e-class ids).
     """
@@ -366,7 +367,7 @@ _WARM = _WarmEGraphs()
 
 def rewrite_program(program: Program, rulesets: Sequence[str], names: Sequence[str], *,
                     iterations: int, node_limit: int, time_limit_s: float,
-                    cost: str | CostModel) -> Outcome:
+                    cost: str | CostModel, match_limit: int | None = None) -> Outcome:
     """Saturate ``program`` with the named rules and keep the extraction if it is cheaper."""
     model = cost_model(cost)
     before = program_cost(program, model)
@@ -378,9 +379,10 @@ def rewrite_program(program: Program, rulesets: Sequence[str], names: Sequence[s
     eg.push()
     peg = to_egraph(program, eg)  # on failure the e-graph is dropped, not given back
     report = saturate(peg, rulesets, rules=names, iterations=iterations,
-                      node_limit=node_limit, time_limit_s=time_limit_s)
+                      node_limit=node_limit, time_limit_s=time_limit_s,
+                      match_limit=match_limit)
     out = extract(peg, model)
-    for _ in range(report.kept_iterations + 1):
+    for _ in range(report.checkpoints + 1):  # the driver's checkpoints, then ours
         eg.pop()
     _WARM.give_back(rulesets, names, eg)
     if out.cost < before and out.program != program:

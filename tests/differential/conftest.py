@@ -19,7 +19,7 @@ def device_dtypes() -> list[DType]:
         runtime = select_device()
     except DeviceError as e:
         pytest.skip(f"no OpenCL device: {str(e).splitlines()[0]}")
-    return sorted(TargetProfile.from_device(runtime.info).dtypes, key=lambda d: d.value)
+    return sorted(TargetProfile.from_device(runtime.info).usable_dtypes, key=lambda d: d.value)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

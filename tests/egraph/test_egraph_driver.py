@@ -3,13 +3,26 @@
 from __future__ import annotations
 
 import json
+import time
 
+import numpy as np
 import pytest
 from egraph_support import F32, T, chain, factor_programs, func, mk, prog, toy_rules
 
+from accy.egraph import driver
 from accy.egraph.convert import extract, from_egraph, term, to_egraph
-from accy.egraph.driver import egraph_size, equivalent, saturate, select_rules
-from accy.egraph.sorts import EGraphError, RuleSet, Tensor, tensors, types
+from accy.egraph.driver import (
+    IterationStats,
+    _predicted_end,
+    egraph_size,
+    equivalent,
+    saturate,
+    select_rules,
+)
+from accy.egraph.rules import RuleSet
+from accy.egraph.sorts import Tensor, tensors, types
+from accy.errors import EGraphError
+from accy.ir.interpret import interpret
 from accy.ir.ops import Op
 
 
@@ -79,12 +92,51 @@ def test_input_over_the_node_limit_stops_before_any_step():
     assert report.stop_reason == "node_limit" and report.predicted and not report.iterations
 
 
-def test_time_limit_rolls_back():
+def test_time_limit_keeps_the_step_that_ended_past_it():
     peg = to_egraph(chain(8))
     start = egraph_size(peg.egraph)
     report = saturate(peg, toy_rules(), time_limit_s=1e-9)
-    assert report.stop_reason == "time_limit" and report.rolled_back
-    assert egraph_size(peg.egraph) == start
+    assert report.stop_reason == "time_limit" and not report.rolled_back
+    assert report.kept_iterations == 1 and not report.predicted
+    assert egraph_size(peg.egraph) == (report.e_nodes, report.e_classes) != start
+
+
+def test_next_step_predicted_past_the_time_limit_does_not_start():
+    def it(seconds: float) -> IterationStats:
+        return IterationStats(1, 10, 10, 1, seconds, kept=True)
+
+    now = time.perf_counter()
+    # the last step took 8x the one before: the next is predicted to take 8x again
+    assert 0.64 <= _predicted_end([it(0.01), it(0.08)], 1.0, now) < 0.7
+    assert 0.4 <= _predicted_end([it(0.1)], 4.0, now) < 0.45  # growth in e-nodes
+    assert 1.6 <= _predicted_end([it(0.001), it(0.1)], 1.0, now) < 1.65  # capped at 16x
+
+
+def test_checkpoints_only_near_the_node_limit():
+    far = saturate(to_egraph(chain(6)), toy_rules(), node_limit=100_000)
+    assert far.stop_reason == "saturated" and far.kept_iterations > 3
+    assert far.checkpoints == 1  # the input only: no step started near the limit
+    peg = to_egraph(chain(8))
+    near = saturate(peg, toy_rules(), node_limit=1_000)
+    assert near.stop_reason == "node_limit" and near.rolled_back_iterations == 1
+    assert near.checkpoints == 2  # the input, then before the steps from 96 e-nodes on
+    assert egraph_size(peg.egraph) == (near.e_nodes, near.e_classes)
+    for _ in range(near.checkpoints):
+        peg.egraph.pop()
+    assert egraph_size(peg.egraph)[0] == near.initial_e_nodes
+
+
+def test_rollback_returns_to_the_last_checkpoint(monkeypatch):
+    monkeypatch.setattr(driver, "_CHECKPOINT_GROWTH", 1)  # no checkpoint but the input
+    peg = to_egraph(chain(8))
+    start = egraph_size(peg.egraph)
+    report = saturate(peg, toy_rules(), node_limit=1_000)
+    assert report.stop_reason == "node_limit" and report.checkpoints == 0
+    assert report.rolled_back_iterations == len(report.iterations) > 1
+    assert report.kept_iterations == 0 and sum(report.matches().values()) == 0
+    assert egraph_size(peg.egraph) == start == (report.e_nodes, report.e_classes)
+    assert f"(last {len(report.iterations)} rolled back)" in report.format()
+    assert from_egraph(peg) == peg.program
 
 
 def test_rules_option_selects_and_unknown_names_list_valid_ones():
@@ -98,10 +150,16 @@ def test_rules_option_selects_and_unknown_names_list_valid_ones():
         select_rules(["nope"])
 
 
-def test_match_limit_backoff_runs():
-    report = saturate(to_egraph(chain(6)), toy_rules(), match_limit=5, iterations=6)
+@pytest.mark.parametrize("match_limit", [1, 3, 50])
+def test_match_limit_backoff_saturates_and_extracts(match_limit):
+    program = chain(6)
+    peg = to_egraph(program)
+    report = saturate(peg, toy_rules(), match_limit=match_limit, iterations=10)
     assert report.stop_reason in ("saturated", "iteration_limit")
-    assert report.kept_iterations >= 1
+    assert (report.e_nodes, report.e_classes) == egraph_size(peg.egraph)
+    out = extract(peg)
+    x = [np.full(8, i + 1, np.float32) for i in range(6)]
+    np.testing.assert_array_equal(interpret(out.program, x)[0], interpret(program, x)[0])
 
 
 @pytest.mark.parametrize("kw", [{"iterations": -1}, {"node_limit": 0}, {"time_limit_s": 0},

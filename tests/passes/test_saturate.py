@@ -8,7 +8,7 @@ import pytest
 
 import accy
 from accy.cli import main
-from accy.egraph.sorts import RULESETS
+from accy.egraph.rules import RULESETS
 from accy.errors import PassFailure
 from accy.ir.ops import Op
 from accy.ir.printer import print_program
@@ -189,3 +189,19 @@ def test_prepare_statistics_show_the_saturation_report(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "stop-reason: saturated" in out and "rules-fired" in out
     assert "transpose-through-exp" in out and "iteration  e-nodes  e-classes" in out
+
+
+@pytest.mark.parametrize("limit", [1, 4, 1000])
+def test_match_limit_from_pipeline_text_saturates_and_extracts(limit):
+    job, stats = saturated(chain, f"saturate{{fast-math=true match-limit={limit} iterations=8}}")
+    assert stats["stop-reason"] in ("saturated", "iteration_limit")
+    assert stats["cost-after"] <= stats["cost-before"]
+    x = [np.full(p.type.shape, i + 1, np.float32) for i, p in enumerate(chain.function().params)]
+    np.testing.assert_allclose(accy.interpret(job.program, x)[0],
+                               accy.interpret(chain, x)[0], rtol=1e-5)
+
+
+def test_match_limit_must_be_positive():
+    with pytest.raises(PassFailure, match="match_limit must be a positive int"):
+        accy.prepare(factor, f"{CONTRACT},saturate{{fast-math=true match-limit=-1}}",
+                     until="tensor")

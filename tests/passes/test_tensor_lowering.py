@@ -5,7 +5,7 @@ import pytest
 
 import accy
 from accy.builder import cross_entropy, trace
-from accy.errors import PassFailure
+from accy.errors import InterpretError, PassFailure
 from accy.ir.ops import Op
 from accy.ir.program import Program, Stage
 
@@ -62,6 +62,7 @@ def test_loss_lowering_uses_parallel_ops():
     program = trace(cross_entropy, accy.f32[6, 5], accy.i32[6], name="xent")
     after = lowered(program, "loss-lowering")
     assert Op.CROSS_ENTROPY not in ops_of(after) and Op.LOG_SOFTMAX in ops_of(after)
+    assert Op.GATHER in ops_of(after) and Op.EQ not in ops_of(after)  # no one-hot mask
     logits = RNG.standard_normal((6, 5)).astype(np.float32)
     labels = RNG.integers(0, 5, 6).astype(np.int32)
     assert_same_meaning(program, after, [logits, labels])
@@ -73,6 +74,42 @@ def test_loss_lowering_batched_labels():
     logits = RNG.standard_normal((2, 3, 4)).astype(np.float32)
     labels = RNG.integers(0, 4, (2, 3)).astype(np.int64)
     assert_same_meaning(program, after, [logits, labels])
+
+
+def test_loss_lowering_keeps_infinite_losses():
+    # a one-hot mask gave 0 * -inf = nan for the +inf logit's entry; the gather never reads it
+    program = trace(cross_entropy, accy.f32[3, 3], accy.i32[3], name="xent")
+    after = lowered(program, "loss-lowering")
+    logits = np.float32([[np.inf, 0, 1], [0, 1, 2], [-np.inf, 3, 0]])
+    labels = np.int32([1, 2, 0])
+    (want,) = accy.interpret(program, [logits, labels])
+    (got,) = accy.interpret(after, [logits, labels])
+    assert want == np.inf and got == np.inf
+    labels = np.int32([0, 2, 1])  # the +inf logit's own label: log-softmax there is nan
+    assert np.isnan(accy.interpret(program, [logits, labels])[0])
+    assert np.isnan(accy.interpret(after, [logits, labels])[0])
+
+
+def test_loss_lowering_clamps_labels_into_their_row():
+    program = trace(cross_entropy, accy.f32[2, 3], accy.i64[2], name="xent")
+    after = lowered(program, "loss-lowering")
+    logits = RNG.standard_normal((2, 3)).astype(np.float32)
+    with pytest.raises(InterpretError, match="label 3"):  # invalid input before lowering
+        accy.interpret(program, [logits, np.int64([3, -1])])
+    (got,) = accy.interpret(after, [logits, np.int64([3, -1])])
+    (want,) = accy.interpret(program, [logits, np.int64([2, 0])])
+    assert got == want  # each label clamped into [0, classes), never read from another row
+
+
+def test_loss_lowering_of_scalar_and_empty_labels():
+    program = trace(cross_entropy, accy.f32[4], accy.i32[()], name="xent")
+    after = lowered(program, "loss-lowering")
+    logits = RNG.standard_normal(4).astype(np.float32)
+    assert_same_meaning(program, after, [logits, np.int32(3)])
+    empty = trace(cross_entropy, accy.f32[0, 5], accy.i32[0], name="xent")
+    (got,) = accy.interpret(lowered(empty, "loss-lowering"),
+                            [np.zeros((0, 5), np.float32), np.zeros(0, np.int32)])
+    assert got.shape == () and np.isnan(got)
 
 
 def test_shape_layout_propagation_folds_chains():

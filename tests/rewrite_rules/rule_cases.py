@@ -12,10 +12,11 @@ import numpy as np
 
 from accy.builder import Builder, FunctionBuilder, Value, einsum, select
 from accy.ir.interpret import interpret
+from accy.ir.node import Node
 from accy.ir.ops import Op
 from accy.ir.program import Program
 from accy.ir.types import DType
-from accy.passes.tensor.loss_lowering import lower as lower_cross_entropy
+from accy.passes.rebuild import constant, make
 
 Body = Callable[..., Value]
 
@@ -253,8 +254,20 @@ case("log-softmax-from-shifted", (F34,),
      lambda f, x: _shifted(x) - _shifted(x).exp().sum(axes=(1,), keepdims=True).log(),
      lambda f, x: x.log_softmax(1))
 case("cross-entropy-from-one-hot", (F34, "i32[3]"),
-     lambda f, x, y: Value(f, lower_cross_entropy(x.node, _labels(f, y).node)),
+     lambda f, x, y: Value(f, _one_hot_cross_entropy(x.node, _labels(f, y).node)),
      lambda f, x, y: f.op(Op.CROSS_ENTROPY, x, _labels(f, y)))
+
+
+def _one_hot_cross_entropy(logits: Node, labels: Node) -> Node:
+    """``-mean(sum(log_softmax(logits) * onehot(labels), classes))``, as tracers emit it."""
+    axis = logits.type.rank - 1
+    logp = make(Op.LOG_SOFTMAX, logits, axis=axis)
+    column = make(Op.RESHAPE, labels, shape=(*labels.type.shape, 1))
+    iota = constant(np.arange(logits.type.shape[-1]), labels.type.dtype)
+    onehot = make(Op.CAST, make(Op.EQ, column, iota), dtype=logits.type.dtype)
+    picked = make(Op.REDUCE_SUM, make(Op.MUL, logp, onehot), axes=(axis,), keepdims=False)
+    return make(Op.NEG, make(Op.REDUCE_MEAN, picked, axes=tuple(range(labels.type.rank)),
+                             keepdims=False))
 
 
 def _labels(f: FunctionBuilder, y: Value) -> Value:

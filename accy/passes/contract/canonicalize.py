@@ -26,7 +26,8 @@ class Canonicalize(Pass):
     disable: tuple[str, ...] = option((), "rules (or rule sets) not to use, e.g. mul-one")
     iterations: int = option(8, "most saturation iterations")
     node_limit: int = option(10_000, "most e-nodes the e-graph may grow to")
-    time_limit: float = option(1.0, "most seconds of saturation (a step past it is undone)")
+    time_limit: float = option(
+        1.0, "most seconds of saturation (no step starts that is predicted to end past it)")
     finite_math: bool = option(False, "also use finite-math rules (x*0 -> 0, x-x -> 0, x+0)")
     fast_math: bool = option(False, "also use fast-math and finite-math rules")
     max_elements: int = option(1 << 16, "largest constant a fold may create (in elements)")

@@ -1,4 +1,4 @@
-"""loss-lowering: cross-entropy as log-softmax, a one-hot pick of the labels, and a mean."""
+"""loss-lowering: cross-entropy as log-softmax, a gather of the labels' entries, and a mean."""
 
 from __future__ import annotations
 
@@ -9,32 +9,49 @@ import numpy as np
 from accy.ir.node import Node
 from accy.ir.ops import Op
 from accy.ir.program import Stage
+from accy.ir.types import DType
 from accy.passes.base import Pass
 from accy.passes.rebuild import constant, make, rebuild
 from accy.passes.registry import register
+from accy.passes.tensor.indexing_lowering import lower as indexed
+
+
+def flat(x: Node) -> Node:
+    """``x`` as a 1-d tensor."""
+    return x if x.type.rank == 1 else make(Op.RESHAPE, x, shape=(x.type.size,))
 
 
 def lower(logits: Node, labels: Node) -> Node:
-    """``mean(-sum(log_softmax(logits) * onehot(labels), classes))``.
+    """``-mean(flat(log_softmax(logits))[arange(rows) * classes + clamp(labels)])``.
 
-    The label pick is a one-hot mask (labels == arange(classes)) rather than a gather: it is
-    elementwise, fuses into the row reduction, and needs no index arithmetic.
+    ``logits[..., classes]`` has one row per label (``rows`` in all). The label's entry of each
+    row is gathered from the flattened log-probabilities, so no other entry enters the sum: a
+    one-hot mask would multiply the other entries by 0, and ``0 * -inf`` (the log-probability
+    of a finite logit next to a ``+inf`` one) is NaN where the loss is ``inf``.
+
+    Labels outside ``[0, classes)`` are invalid input (``interpret`` raises on them); the
+    lowered form clamps each label into ``[0, classes)`` first, as the cross-entropy kernels
+    do, so such a label picks an entry of its own row, never of another. Indices are computed
+    in the labels' dtype (i64 when the logits have more than 2**31 - 1 elements).
     """
-    classes = logits.type.shape[-1]
-    axis = logits.type.rank - 1
-    logp = make(Op.LOG_SOFTMAX, logits, axis=axis)
-    iota = constant(np.arange(classes), labels.type.dtype)
-    column = make(Op.RESHAPE, labels, shape=(*labels.type.shape, 1))
-    onehot = make(Op.CAST, make(Op.EQ, column, iota), dtype=logits.type.dtype)
-    picked = make(Op.REDUCE_SUM, make(Op.MUL, logp, onehot), axes=(axis,), keepdims=False)
-    return make(Op.NEG, make(Op.REDUCE_MEAN, picked, axes=tuple(range(labels.type.rank)),
-                             keepdims=False))
+    classes, size = logits.type.shape[-1], logits.type.size
+    index_dtype = labels.type.dtype if size <= np.iinfo(np.int32).max else DType.i64
+    picks = flat(labels)
+    if picks.type.dtype is not index_dtype:
+        picks = make(Op.CAST, picks, dtype=index_dtype)
+    picks = make(Op.MIN, make(Op.MAX, picks, constant(0, index_dtype)),
+                 constant(max(classes - 1, 0), index_dtype))
+    starts = constant(np.arange(labels.type.size) * classes, index_dtype)
+    logp = flat(make(Op.LOG_SOFTMAX, logits, axis=logits.type.rank - 1))
+    gather = make(Op.GATHER, logp, make(Op.ADD, starts, picks), axis=0)
+    picked = indexed(gather, gather.srcs)  # for the indexed kernel (indexing-lowering ran)
+    return make(Op.NEG, make(Op.REDUCE_MEAN, picked, axes=(0,), keepdims=False))
 
 
 @register
 @dataclass(frozen=True)
 class LossLowering(Pass):
-    """Lower cross-entropy to log-softmax, a one-hot label pick and a mean (all parallel ops)."""
+    """Lower cross-entropy to log-softmax, a gather of each row's label entry and a mean."""
 
     name = "loss-lowering"
     stage = Stage.tensor

@@ -5,9 +5,11 @@ Every rule can be switched from pipeline text: ``saturate{disable=factor-mul-add
 one rule, ``saturate{rules=einsum}`` keeps one rule set, ``saturate{fast-math=true}`` admits
 the rules that round differently (reassociation, distributivity; see ``rewrites``'s float
 policy, ``accy rules`` lists every rule with its tag). The budget (iterations, e-nodes,
-seconds) bounds each run; its report (stop reason, e-graph size per iteration, matches and
-time per rule) goes to the pass's statistics (``accy prepare --statistics``). The program
-changes only when the extracted one is strictly cheaper.
+seconds) bounds each run (``match-limit`` turns on egglog's backoff scheduler, which bounds
+what one step applies: a way to keep tight time limits); its report (stop reason, e-graph
+size per iteration, matches and time per rule) goes to the pass's statistics (``accy prepare
+--statistics``, ``accy explain``). The program changes only when the extracted one is
+strictly cheaper.
 """
 
 from __future__ import annotations
@@ -35,7 +37,10 @@ class Saturate(Pass):
     disable: tuple[str, ...] = option((), "rules or rule sets not to use (ablation)")
     iterations: int = option(12, "most saturation iterations")
     node_limit: int = option(20_000, "most e-nodes the e-graph may grow to")
-    time_limit: float = option(2.0, "most seconds of saturation (a step past it is undone)")
+    time_limit: float = option(
+        2.0, "most seconds of saturation (no step starts that is predicted to end past it)")
+    match_limit: int = option(
+        0, "egglog's backoff: a rule matching more than this in a step sits out a few (0: off)")
     cost: str = option("flops-bytes", "extraction cost model (accy.egraph.cost.COST_MODELS)")
     fast_math: bool = option(False, "also use fast-math and finite-math rules")
     finite_math: bool = option(False, "also use finite-math rules (x*0 -> 0, x-x -> 0)")
@@ -49,6 +54,7 @@ class Saturate(Pass):
         outcome = rewriting.rewrite_program(
             product.program, self.rulesets, names, iterations=self.iterations,
             node_limit=self.node_limit, time_limit_s=self.time_limit,
-            cost=rewriting.capped(self.cost, product.program, self.max_elements))
+            cost=rewriting.capped(self.cost, product.program, self.max_elements),
+            match_limit=self.match_limit or None)
         rewriting.record(ctx, outcome)
         return product.replace(program=outcome.program) if outcome.changed else product

@@ -1,0 +1,179 @@
+"""dtype-legalization: compute in dtypes the target supports (f16 in f32, f64/i64 on request).
+
+The target is ``product.target`` (the generic :class:`~accy.target.TargetProfile` when none is
+attached). Only dtypes the program uses and ``target.dtypes`` lacks are touched; with nothing
+to do the product is returned as it is (same program, same fingerprint). Per dtype, an option
+says what happens:
+
+* ``f16`` (``promote`` by default): every f16 value is computed in f32.
+* ``f64`` (``keep`` by default, or ``demote``): every f64 value is computed in f32. Values
+  round to f32 and those beyond its range become infinities.
+* ``i64`` (``keep`` by default, or ``demote``): every i64 value is computed in i32. Values
+  must fit in i32 (integer arithmetic wraps around in i32, where i64 would not); an i64
+  constant that does not fit is an error.
+* ``keep`` leaves the dtype alone: ``backend-legalization`` marks every kernel that uses it
+  ``unsupported_dtype`` (the pipeline does not fail; running such a kernel raises
+  :class:`~accy.errors.CapabilityMismatchError`). ``error`` raises that error here instead,
+  naming the first node of the dtype, its function and the target.
+
+Converting a dtype (promoting or demoting) means: parameters of it are cast to the substitute
+where they are used, constants of it are stored in the substitute, casts to it cast to the
+substitute (and disappear when their operand already has it), every op computes in what its
+operands now have, and results of it are cast back at the end, so the function signature is
+unchanged (a parameter returned as it is stays uncast). A conversion whose substitute the
+target lacks too is not made (the dtype is kept, or ``error`` raises).
+
+f16 in f32 agrees with ``interpret``'s f16 arithmetic op by op for add, sub, mul, div and
+sqrt (rounding to 24 bits and then to 11 gives the correctly rounded f16 result); along a
+chain of ops, f32 intermediates are not rounded to f16, so the results are closer to exact
+and can differ from interpret by f16 rounding per op, and where an f16 intermediate would
+overflow to infinity (or underflow to 0) the f32 one need not. A cast to f16 inside the
+program no longer rounds.
+
+Bool needs no rule: the IR computes nothing in bool but comparisons, logical ops, select
+conditions and casts (:mod:`accy.ir.shapes` rejects bool arithmetic, reductions and
+einsums), so there is nothing to compute wider. f32 and i32 have no substitute.
+
+The boundary casts still read and write the original dtype, so on a device without it the
+kernels holding them stay illegal until the backend stores that dtype itself.
+
+Statistics: ``promoted`` (f16 nodes now computed in f32), ``demoted`` (f64 and i64 nodes now
+computed in f32 and i32) and ``kept`` (nodes left in a dtype the target lacks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from accy.errors import CapabilityMismatchError
+from accy.ir.node import Node
+from accy.ir.ops import Op
+from accy.ir.printer import format_name
+from accy.ir.program import Function, Program, Stage
+from accy.ir.types import DType
+from accy.passes.base import Pass, option
+from accy.passes.rebuild import constant, make, rebuild
+from accy.passes.registry import register
+from accy.target import TargetProfile
+
+SUBSTITUTE = {DType.f16: DType.f32, DType.f64: DType.f32, DType.i64: DType.i32}
+
+
+def locate(program: Program, found: Callable[[Node], bool]) -> str:
+    """Where the first node with ``found(node)`` is, named as the printer names it."""
+    for fn in program.functions:
+        names = {p: format_name("%", n) for p, n in zip(fn.params, fn.param_names, strict=True)}
+        counter = 0
+        for node in fn.nodes():
+            if node.op is not Op.PARAM:
+                names[node] = f"%{counter}"
+                counter += 1
+            if found(node):
+                what = "parameter" if node.op is Op.PARAM else node.op.value
+                return (f"function {format_name('@', fn.name)}, {names[node]} ({what} : "
+                        f"{node.type})")
+    raise ValueError("no node matches")  # callers only look for nodes they saw
+
+
+def refusal(program: Program, dtype: DType, target: TargetProfile) -> CapabilityMismatchError:
+    """The error for ``error``: the first node of ``dtype``, the target, the way out."""
+    fix = "promote" if dtype is DType.f16 else "demote"
+    return CapabilityMismatchError(
+        f"dtype-legalization: {locate(program, lambda n: n.type.dtype is dtype)} computes in "
+        f"{dtype.value}, which the target ({target.device}) lacks; {dtype.value}={fix} "
+        f"computes it in {SUBSTITUTE[dtype].value} instead")
+
+
+def narrowed(program: Program, node: Node, dtype: DType) -> np.ndarray:
+    """The value of constant ``node`` in ``dtype``; an error when an integer does not fit."""
+    value = node.value
+    out = value.astype(dtype.numpy)
+    if dtype.is_int and np.any(out != value):
+        bad = value[out != value][0]
+        raise CapabilityMismatchError(
+            f"dtype-legalization: {locate(program, lambda n: n is node)} holds {bad}, which "
+            f"{dtype.value} cannot hold (i64=demote needs values that fit)")
+    return out
+
+
+@register
+@dataclass(frozen=True)
+class DtypeLegalization(Pass):
+    """Compute f16 in f32 (and f64/i64 in f32/i32 on request) where the target lacks them."""
+
+    name = "dtype-legalization"
+    stage = Stage.tensor
+
+    f16: Literal["promote", "keep", "error"] = option(
+        "promote", "a target without f16: compute f16 values in f32, keep them for "
+        "backend-legalization to mark illegal, or raise")
+    f64: Literal["keep", "demote", "error"] = option(
+        "keep", "a target without f64: keep f64 for backend-legalization to mark illegal, "
+        "compute it in f32 (rounding), or raise")
+    i64: Literal["keep", "demote", "error"] = option(
+        "keep", "a target without i64: keep i64 for backend-legalization to mark illegal, "
+        "compute it in i32 (values must fit), or raise")
+
+    def run(self, ctx, product):
+        target = product.target or TargetProfile()
+        program = product.program
+        used = {n.type.dtype for n in program.nodes()}
+        lacking = [d for d in SUBSTITUTE if d in used and d not in target.dtypes]
+        mapping: dict[DType, DType] = {}
+        for d in lacking:
+            policy = getattr(self, d.value)
+            if policy == "error":
+                raise refusal(program, d, target)
+            if policy != "keep" and SUBSTITUTE[d] in target.dtypes:
+                mapping[d] = SUBSTITUTE[d]
+        converted = {d: 0 for d in mapping}
+
+        def rewrite(node: Node, srcs: tuple[Node, ...]) -> Node:
+            out = self.convert(program, node, srcs, mapping)
+            if out.type.dtype is not node.type.dtype:
+                converted[node.type.dtype] += 1
+            return out
+
+        if mapping:
+            program = self.restore_results(program, rebuild(program, rewrite))
+        kept = set(lacking) - set(mapping)
+        ctx.stat("promoted", converted.get(DType.f16, 0))
+        ctx.stat("demoted", converted.get(DType.f64, 0) + converted.get(DType.i64, 0))
+        ctx.stat("kept", sum(n.type.dtype in kept for n in program.nodes()))
+        return product.replace(program=program) if mapping else product
+
+    @staticmethod
+    def convert(program: Program, node: Node, srcs: tuple[Node, ...],
+                mapping: dict[DType, DType]) -> Node:
+        """``node`` over the converted operands ``srcs``, computing in ``mapping``'s dtypes."""
+        dtype = node.type.dtype
+        if node.op is Op.PARAM:
+            return make(Op.CAST, node, dtype=mapping[dtype]) if dtype in mapping else node
+        if node.op is Op.CONSTANT:
+            if dtype not in mapping:
+                return node
+            return constant(narrowed(program, node, mapping[dtype]), mapping[dtype])
+        if node.op is Op.CAST:
+            want = mapping.get(node.attr("dtype"), node.attr("dtype"))
+            (x,) = srcs
+            return x if x.type.dtype is want else make(Op.CAST, x, dtype=want)
+        if srcs == node.srcs:
+            return node
+        return make(node.op, *srcs, **dict(node.attrs))
+
+    @staticmethod
+    def restore_results(before: Program, after: Program) -> Program:
+        """``after`` with every result cast back to its type in ``before``."""
+        functions = []
+        for old, new in zip(before.functions, after.functions, strict=True):
+            results = tuple(
+                want if want.op is Op.PARAM  # a parameter returned as it is: no round trip
+                else got if got.type.dtype is want.type.dtype
+                else make(Op.CAST, got, dtype=want.type.dtype)
+                for want, got in zip(old.results, new.results, strict=True))
+            functions.append(Function(new.name, new.params, new.param_names, results))
+        return Program(tuple(functions))

@@ -1,0 +1,109 @@
+"""indexing-lowering: gather and scatter-add in the indexed form the indexed kernels take.
+
+A ``gather(x, indices, axis)`` of any rank becomes
+
+    reshape(gather(reshape(x, [outer, n, inner]), reshape(indices, [m]), axis=1), shape)
+
+with ``outer`` the product of the dims before ``axis``, ``n`` the gathered dim, ``inner`` the
+product of the dims after it and ``m`` the number of indices; ``scatter_add(x, indices,
+updates, axis)`` becomes the same with ``updates`` reshaped to ``[outer, m, inner]``. Reshapes
+of row-major tensors move no data: the indexed generators (:mod:`accy.kernels.indexed`) read
+a reshape of a buffer at the same flat offset, so the kernels see one shape of gather and one
+of scatter-add whatever the program wrote. Reshapes of reshapes are composed; ops already in
+the indexed form are left as they are.
+
+Where the choices go. A tensor-stage pass can hand the kernel stage nothing but the program:
+node attributes are fixed per op (``accy.ir.ops.ATTRS``: gather and scatter-add carry only
+``axis``) and a :class:`~accy.product.Product` has no plan for the tensor stage. So the
+choices are recorded in the program's form itself: the indexed generators take only ops in
+the indexed form (rank-3 operand, ``axis=1``, 1-d indices), and this pass decides which ops
+get it. ``kernel-library=disabled`` lowers nothing, leaving every gather and scatter-add to the
+generic loop nest; ``scatter=conflict-free`` lowers gathers only, so scatter-adds keep the
+deterministic loop nest (each output element sums its own updates in index order);
+``scatter=auto`` lowers them too, and the atomic scatter kernel takes those whose dtype the
+target can add atomically (f32, i32), the loop nest the rest. An op the program already wrote
+in the indexed form is the indexed kernels' either way; ``kernelization{disable=...}``
+switches those generators off outright.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from accy.ir.node import Node
+from accy.ir.ops import Op
+from accy.ir.program import Stage
+from accy.kernels.indexed import is_indexed_form
+from accy.passes.base import Pass, option
+from accy.passes.rebuild import make, rebuild
+from accy.passes.registry import register
+
+
+def reshaped(node: Node, shape: tuple[int, ...]) -> Node:
+    """``node`` as ``shape`` (itself when it has that shape; a reshape's source reshaped)."""
+    if node.type.shape == shape:
+        return node
+    if node.op is Op.RESHAPE:
+        return reshaped(node.srcs[0], shape)
+    return make(Op.RESHAPE, node, shape=shape)
+
+
+def lower(node: Node, srcs: tuple[Node, ...]) -> Node:
+    """The indexed form of gather or scatter-add ``node`` over ``srcs``."""
+    x, indices = srcs[:2]
+    axis = node.attr("axis")
+    outer = math.prod(x.type.shape[:axis])
+    n = x.type.shape[axis]
+    inner = math.prod(x.type.shape[axis + 1:])
+    m = indices.type.size
+    table = reshaped(x, (outer, n, inner))
+    flat = reshaped(indices, (m,))
+    if node.op is Op.GATHER:
+        result = make(Op.GATHER, table, flat, axis=1)
+    else:
+        updates = reshaped(srcs[2], (outer, m, inner))
+        result = make(Op.SCATTER_ADD, table, flat, updates, axis=1)
+    return reshaped(result, node.type.shape)
+
+
+@register
+@dataclass(frozen=True)
+class IndexingLowering(Pass):
+    """Put gathers and scatter-adds in the indexed form ([outer, n, inner], 1-d indices)."""
+
+    name = "indexing-lowering"
+    stage = Stage.tensor
+
+    kernel_library: Literal["enabled", "disabled"] = option(
+        "enabled", "enabled: lower to the indexed form the indexed kernels take; disabled: "
+        "leave gathers and scatter-adds to the loop nest")
+    scatter: Literal["auto", "conflict-free"] = option(
+        "auto", "auto: scatter-adds go to the atomic kernel where the target adds their dtype "
+        "atomically (f32 results then depend on the order of updates); conflict-free: the "
+        "deterministic loop nest")
+
+    def run(self, ctx, product):
+        lowered = {Op.GATHER: 0, Op.SCATTER_ADD: 0}
+        chosen = set()
+        if self.kernel_library == "enabled":
+            chosen.add(Op.GATHER)
+            if self.scatter == "auto":
+                chosen.add(Op.SCATTER_ADD)
+
+        def rewrite(node: Node, srcs: tuple[Node, ...]) -> Node:
+            if not srcs:
+                return node
+            if node.op in chosen:
+                rebuilt = Node(node.op, node.type, srcs, dict(node.attrs))
+                if is_indexed_form(rebuilt):
+                    return rebuilt
+                lowered[node.op] += 1
+                return lower(node, srcs)
+            return Node(node.op, node.type, srcs, dict(node.attrs))
+
+        program = rebuild(product.program, rewrite)
+        ctx.stat("gathers", lowered[Op.GATHER])
+        ctx.stat("scatter-adds", lowered[Op.SCATTER_ADD])
+        return product.replace(program=program)
