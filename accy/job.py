@@ -176,10 +176,11 @@ class PreparedJob:
         runtime.build_many(sources, max_threads=max_threads)
         return runtime
 
-    def run(self, *inputs: np.ndarray, function: str | None = None, device=None
+    def run(self, *inputs: np.ndarray, function: str | None = None, device=None, out=None
             ) -> tuple[np.ndarray, ...]:
-        """Run one function on ``device`` (default: ``ACCY_DEVICE`` or PoCL) with numpy inputs."""
-        return self.executable(function, device)(*inputs)
+        """Run one function on ``device`` (default: ``ACCY_DEVICE`` or PoCL) with numpy inputs;
+        ``out``: arrays to write the results into (see :class:`Executable`)."""
+        return self.executable(function, device)(*inputs, out=out)
 
 
 def prepare(

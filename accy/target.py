@@ -59,6 +59,14 @@ class TargetProfile:
             native_vector_bytes=4 * max(1, info.preferred_vector_width_float),
         )
 
+    @property
+    def usable_dtypes(self) -> frozenset[DType]:
+        """The dtypes kernels may use here: ``dtypes``, and f16 wherever f32 is. OpenCL C stores
+        f16 without ``cl_khr_fp16`` (``vload_half``/``vstore_half``), and accy's kernels compute
+        f16 in float, rounding every f16 value, so ``dtypes`` lists f16 only for devices that
+        compute it natively (what ``dtype-legalization`` asks)."""
+        return self.dtypes | ({DType.f16} if DType.f32 in self.dtypes else frozenset())
+
     def fingerprint(self) -> str:
         text = repr((self.backend, self.device, sorted(d.value for d in self.dtypes),
                      sorted(self.artifact_formats), self.math_tier, self.max_work_group_size,

@@ -1,7 +1,7 @@
 """Benchmark: accy's kernels for the three op kinds against the device's copy bandwidth.
 
     python experiments/bench_kernels.py [--device SELECTOR] [--elements 268435456]
-        [--repeat 10] [--out results/bench_kernels.json] [--baseline]
+        [--repeat 10] [--out results/bench_kernels.json] [--baseline] [--front lowering]
 
 On ``--elements`` f32 values (2^28 = 1 GiB by default; fewer on a CPU):
 
@@ -15,7 +15,9 @@ profiling events of one call, median over ``--repeat`` calls after a warm-up. Ef
 bandwidth counts the bytes above; the reference is a device-to-device ``enqueue_copy`` of a
 buffer of the same size on the same queue (read + write). Results are checked against numpy,
 and on a CPU device numpy's own time is measured too. ``--baseline`` also times the chain with
-every specialised generator disabled (the loop nest).
+every specialised generator disabled (the loop nest). ``--front lowering`` replaces the egglog
+passes of the contract and tensor stages by the tensor stage's lowerings alone, for machines
+without egglog (these three programs get the same kernels either way).
 """
 
 from __future__ import annotations
@@ -42,6 +44,9 @@ from accy.target import TargetProfile
 TARGETS = {"chain": 0.90, "softmax": 0.70, "sum": 0.70}  # fraction of copy bandwidth (H200)
 SPECIALISED = ("vector-flat", "tree-reduction", "row-softmax")
 SOFTMAX_COLS = 1 << 14
+# the passes before the dispatch stage: the default's, or its lowerings without egglog
+FRONTS = {"egglog": "accy-contract,accy-tensor",
+          "lowering": "shape-layout-propagation,activation-lowering,einsum-lowering,loss-lowering"}
 
 
 def _chain(a: Value, b: Value) -> Value:
@@ -96,12 +101,12 @@ def generators(job: accy.PreparedJob) -> dict[str, int]:
 
 def bench_one(name: str, program: accy.Program, shapes: tuple[tuple[int, ...], ...],
               nbytes: int, runtime: Runtime, repeat: int, copy_gbps: float,
-              with_numpy: bool, disable: tuple[str, ...] = ()) -> dict[str, Any]:
-    pipeline = "accy-default"
+              with_numpy: bool, front: str = "egglog", disable: tuple[str, ...] = ()
+              ) -> dict[str, Any]:
+    kernel = "accy-kernel"
     if disable:
-        pipeline = (f"accy-contract,accy-tensor,accy-dispatch,accy-memory,"
-                    f"kernel-outlining-planning,kernelization{{disable={','.join(disable)}}},"
-                    "accy-target")
+        kernel = f"kernel-outlining-planning,kernelization{{disable={','.join(disable)}}}"
+    pipeline = f"{FRONTS[front]},accy-dispatch,accy-memory,{kernel},accy-target"
     job = accy.prepare(program, pipeline, target=TargetProfile.from_device(runtime.info))
     rng = np.random.default_rng(0)
     xs = [rng.standard_normal(s, dtype=np.float32) for s in shapes]
@@ -167,6 +172,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", default="results/bench_kernels.json")
     p.add_argument("--baseline", action="store_true",
                    help="also time the chain with the loop-nest generator only")
+    p.add_argument("--front", choices=sorted(FRONTS), default="egglog",
+                   help="passes before dispatch: egglog's (default) or the lowerings alone")
     args = p.parse_args(argv)
     if args.repeat < 1 or (args.elements is not None and args.elements < 1):
         p.error("--repeat and --elements must be positive")
@@ -183,12 +190,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     rows = []
     for name, (program, shapes, nbytes) in programs(elements).items():
         rows.append(bench_one(name, program, shapes, nbytes, runtime, args.repeat,
-                              copy["GBps"], is_cpu))
+                              copy["GBps"], is_cpu, args.front))
         if args.baseline and name == "chain":
             rows.append(bench_one(name, program, shapes, nbytes, runtime, args.repeat,
-                                  copy["GBps"], False, SPECIALISED))
+                                  copy["GBps"], False, args.front, SPECIALISED))
     result: dict[str, Any] = {
         "rows": rows, "copy": copy, "elements": elements, "repeat": args.repeat,
+        "front": args.front,
         "device": {"key": info.key, "platform": info.platform, "name": info.name,
                    "driver": info.driver_version, "compute_units": info.compute_units,
                    "cpu": is_cpu},

@@ -16,15 +16,20 @@ transposing on the way in when an operand is K-contiguous), then each work-item 
 ``tm x tn`` register block of outer products, ``tn`` as vectors. Sizes that tiles do not divide
 are handled by guards (zero fill, masked stores) that are only emitted where needed. The
 elementwise epilogue of the group (bias, activation, ...) is applied to each accumulator before
-its store, through the loop-nest generator's value machinery.
+its store, through the loop-nest generator's value machinery; an output that reshapes the
+einsum or its epilogue (attention's head split ``(s, m) -> (s, h, d)``) is stored at the same
+flat index, as reshapes keep row-major order.
 
 Tile sizes come from :func:`choose_tiles` (chosen by sweeps of ``experiments/
 bench_contraction.py --tiles`` on an H200 and on PoCL): GPUs get 128x128 tiles of 256
 work-items with 8x8 f32 (4x4 f64) outputs each, ``bk`` 16, the next K step prefetched into
 registers, tile rows swizzled by 8; 64x64 and 32x32 tiles when larger ones would leave compute
-units idle or pad more than 25%. CPUs get groups of up to 4 work-items that share the Y tile
-copy, each with 24 vector accumulators (12 without AVX-512-wide registers) as wide as the
-device prefers, in the register-block shape that pads least.
+units idle or pad more than 25%. A tile filled by a transposing copy has its rows padded
+against local-memory bank conflicts (:func:`~accy.kernels.contraction_plan.bank_padding`:
+4 f32 or 2 f64 elements on GPUs, none on CPUs), which layout-planning reports. CPUs get
+groups of up to 4 work-items that share the Y tile copy, each with 24 vector accumulators
+(12 without AVX-512-wide registers) as wide as the device prefers, in the register-block
+shape that pads least.
 """
 
 from __future__ import annotations
@@ -35,7 +40,14 @@ from dataclasses import dataclass
 from accy.ir.node import Node
 from accy.ir.types import DType
 from accy.kernels import loopnest
-from accy.kernels.contraction_plan import Contraction, Tiles, analyse, choose_tiles
+from accy.kernels.contraction_plan import (
+    Contraction,
+    Tiles,
+    analyse,
+    choose_tiles,
+    stored_value,
+    transposing,
+)
 from accy.kernels.generators import Generator, register_generator
 from accy.kernels.ir import (
     INDEX,
@@ -143,8 +155,7 @@ class _Builder:
                 lanes //= 2
             return lanes
 
-        # copy along the more contiguous index (stride 0 counts as none): coalesced reads
-        k_major = (ks or math.inf) < (fs or math.inf)
+        k_major = transposing(c, which)  # copy along the more contiguous index: coalesced
         lanes = 1
         if (ks if k_major else fs) == 1:
             span = math.gcd(c.k.size, t.bk) if k_major else math.gcd(extent, tile)
@@ -317,7 +328,8 @@ class _Builder:
         self.out_args = [KernelArg(f"out{i}", n.type.dtype, True, slot) for i, (n, slot) in
                          enumerate(zip(self.group.outputs, self.outline.output_slots,
                                        strict=True))]
-        plain = self.group.outputs == (self.epi.einsum,)
+        values = [stored_value(o) for o in self.group.outputs]
+        plain = all(v is self.epi.einsum for v in values)
         vector = (t.vn > 1 and c.n.out == 1 and c.n.size % t.vn == 0 and c.m.out % t.vn == 0
                   and all(d.out % t.vn == 0 for d in c.batch))
         cols = [self.let(f"col{w}", add(n0, add(idx(w * t.wx * t.vn), mul(tx, idx(t.vn)))))
@@ -339,7 +351,7 @@ class _Builder:
                         col = add(cols[w], idx(lane))
                         self.epi.result = acc[i][w] if t.vn == 1 else Lane(acc[i][w], lane)
                         coords = self.coords(bcoords, row, col) if not plain else ()
-                        for o, node in enumerate(self.group.outputs):
+                        for o, node in enumerate(values):
                             lanes[o].append(self.epi.value(node, coords))
                     counter = em.counter
                     body: list[Stmt] = list(em.scopes[0].body)

@@ -15,6 +15,8 @@ from accy.plans import FusionGroup, ScheduleKind, is_inlined
 from accy.target import TargetProfile
 
 FLOATS = (DType.f32, DType.f64)
+LOCAL_BANKS = 32  # local-memory banks of the GPUs accy targets (NVIDIA, AMD), ...
+BANK_BYTES = 4  # ... each 4 bytes wide
 
 
 # classification ---------------------------------------------------------------------------
@@ -137,15 +139,30 @@ def analyse(group: FusionGroup) -> tuple[Node, Contraction] | str:
     form = classify(e)
     if isinstance(form, str):
         return form
-    after = {e}
+    after = {e}  # elementwise functions of the einsum, at its shape
+    views = set()  # reshapes of those: the same values at the same flat (row-major) places
     for n in group.nodes:
-        if n is not e and any(s in after for s in n.srcs):
-            if not n.op.is_elementwise:
-                return f"{n.op.value} after the einsum is not elementwise"
+        if n is e or not any(s in after or s in views for s in n.srcs):
+            continue
+        if any(s in views for s in n.srcs):
+            return f"{n.op.value} after a reshape of the einsum"
+        if n.op is Op.RESHAPE:
+            views.add(n)
+        elif not n.op.is_elementwise:
+            return f"{n.op.value} after the einsum is not elementwise"
+        else:
             after.add(n)
-    if any(o not in after or o.type.shape != e.type.shape for o in group.outputs):
-        return "an output is not an elementwise function of the einsum at its shape"
+    if any(o not in views and (o not in after or o.type.shape != e.type.shape)
+           for o in group.outputs):
+        return ("an output is not an elementwise function of the einsum at its shape (or a "
+                "reshape of one)")
     return e, form
+
+
+def stored_value(output: Node) -> Node:
+    """The value an accepted group's output holds at the einsum's coordinates: a reshape
+    output is stored as its source, at the same flat index."""
+    return output.srcs[0] if output.op is Op.RESHAPE else output
 
 
 # tiles ------------------------------------------------------------------------------------
@@ -165,6 +182,7 @@ class Tiles:
     unroll: int
     prefetch: bool = False  # load the next K tile into registers while computing this one
     pad: int = 0  # extra elements per local row of an operand copied with a transpose
+    # (choose_tiles: bank_padding of the tile rows; kept for sweeps that override it)
     vector: int = 4  # widest global-memory vector load, in elements
     swizzle: int = 0  # tile rows walked together for cache reuse (0: row-major order)
 
@@ -182,6 +200,27 @@ class Tiles:
 
     def local_bytes(self, itemsize: int) -> int:
         return self.bk * (self.bm + self.bn + 2 * self.pad) * itemsize
+
+
+def transposing(c: Contraction, side: str) -> bool:
+    """Whether operand ``side`` ("x" or "y") is copied to its local tile along K (its K stride
+    is the smaller; stride 0 counts as none), i.e. work-items of a copy walk across tile rows."""
+    free, k = (c.m.x, c.k.x) if side == "x" else (c.n.y, c.k.y)
+    return (k or math.inf) < (free or math.inf)
+
+
+def bank_padding(row: int, itemsize: int, vector: int, target: TargetProfile) -> int:
+    """Elements to add to each ``row``-element row of a local tile whose rows work-items walk
+    across, against bank conflicts: on GPUs, the smallest multiple of ``vector`` (so vector
+    reads along rows stay aligned) that minimises ``gcd(row words, LOCAL_BANKS)``, how many
+    work-items stepping a row apart meet in one bank; 0 elsewhere (CPUs have no banks)."""
+    if target.device_type != "gpu":
+        return 0
+
+    def ways(pad: int) -> int:
+        return math.gcd((row + pad) * itemsize // BANK_BYTES, LOCAL_BANKS)
+
+    return min(range(0, LOCAL_BANKS * vector, vector), key=ways)  # the first of the least
 
 
 def _padded(c: Contraction, bm: int, bn: int) -> int:
@@ -213,9 +252,10 @@ def choose_tiles(c: Contraction, target: TargetProfile) -> Tiles:
         return Tiles(1, wy, vm, tm // vm, lanes, sn, bk, 4, vector=lanes)
     lanes = max(1, 16 // item)  # 16-byte vectors
     per = 8 // lanes if item == 4 else 2  # 8x8 f32 or 4x4 f64 outputs per work-item
-    candidates = [Tiles(16, 16, lanes, per, lanes, per, 16, 16, True, lanes, lanes, 8),
-                  Tiles(16, 16, lanes, 1, lanes, 1, 16, 16, True, lanes, lanes),
-                  Tiles(8, 8, lanes, 1, lanes, 1, 16, 16, True, lanes, lanes)]
+    shapes = [Tiles(16, 16, lanes, per, lanes, per, 16, 16, True, 0, lanes, 8),
+              Tiles(16, 16, lanes, 1, lanes, 1, 16, 16, True, 0, lanes),
+              Tiles(8, 8, lanes, 1, lanes, 1, 16, 16, True, 0, lanes)]  # bm == bn
+    candidates = [replace(t, pad=bank_padding(t.bm, item, lanes, target)) for t in shapes]
     fits = [t for t in candidates if t.threads <= target.max_work_group_size
             and t.local_bytes(item) <= target.local_mem_bytes] or [
         Tiles(1, 1, 1, 1, 1, 1, 4, 4, vector=1)]

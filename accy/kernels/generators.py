@@ -53,3 +53,4 @@ register_generator(Generator(
 ))
 from accy.kernels import flat, reduction, rowwise  # noqa: E402, F401, I001  (register themselves)
 from accy.kernels import contraction  # noqa: E402, F401  (registers itself)
+from accy.kernels import indexed  # noqa: E402, F401  (registers itself)

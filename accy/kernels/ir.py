@@ -147,6 +147,18 @@ class VectorStore:
 
 
 @dataclass(frozen=True)
+class AtomicAdd:
+    """Add ``value`` to element ``index`` of global buffer ``buf`` of ``dtype`` atomically
+    (i32: ``atomic_add``; f32: a compare-and-exchange loop on the value's bits, since OpenCL
+    1.2 has no float atomics; the order of concurrent adds, hence f32 rounding, is not fixed)."""
+
+    buf: str
+    index: Expr
+    value: Expr
+    dtype: DType
+
+
+@dataclass(frozen=True)
 class For:
     var: str  # an index variable (long)
     start: Expr
@@ -183,7 +195,7 @@ class LocalArray:
     align: int = 0
 
 
-Stmt = Let | Assign | Store | VectorStore | For | If | Return | Barrier | LocalArray
+Stmt = Let | Assign | Store | VectorStore | AtomicAdd | For | If | Return | Barrier | LocalArray
 
 
 # kernels ----------------------------------------------------------------------------------

@@ -312,21 +312,25 @@ def _concat(b, node, coords):
 
 
 def _gather(b, node, coords):
+    from accy.kernels.indexed import clamp_index  # the bounds policy (imports this module)
+
     x, indices = node.srcs
     axis, r = node.attr("axis"), indices.type.rank
-    i = b.index_value(indices, coords[axis:axis + r])
-    i = b.em.bind(Call("clamp", (i, idx(0), idx(max(x.type.shape[axis] - 1, 0)))), INDEX,
-                  prefix="i")
+    i = b.em.bind(clamp_index(b.value(indices, coords[axis:axis + r]), x.type.shape[axis]),
+                  INDEX, prefix="i")
     return b.value(x, coords[:axis] + (i,) + coords[axis + r:])
 
 
 def _scatter_add(b, node, coords):
+    from accy.kernels.indexed import clamp_index  # the bounds policy (imports this module)
+
     x, indices, updates = node.srcs
     axis = node.attr("axis")
     dtype = node.type.dtype
 
     def contribution(ks: tuple[Var, ...]) -> Expr:
-        hit = Bin("==", b.index_value(indices, ks), coords[axis])
+        at = b.em.bind(clamp_index(b.value(indices, ks), x.type.shape[axis]), INDEX, prefix="i")
+        hit = Bin("==", at, coords[axis])
         upd = b.value(updates, coords[:axis] + ks + coords[axis + 1:])
         return Cond(hit, upd, exprs.const(0, dtype))
 
@@ -336,22 +340,27 @@ def _scatter_add(b, node, coords):
 
 def _row(b: LoopNestBuilder, x: Node, coords: tuple[Expr, ...], axis: int
          ) -> tuple[Expr, Expr, Callable[[Expr], tuple[Expr, ...]]]:
-    """Max and sum of exp(x - max) along ``axis`` of the row through ``coords``."""
+    """Shift and sum of exp(x - shift) along ``axis`` of the row through ``coords``.
+
+    The shift is the row maximum when it is finite, else 0 (the interpreter's), so a row
+    with +inf gives nan where the infinity is and 0 (or -inf) elsewhere, as numpy does."""
     n, dtype = x.type.shape[axis], x.type.dtype
 
     def at(k: Expr) -> tuple[Expr, ...]:
         return coords[:axis] + (k,) + coords[axis + 1:]
 
     m = b.em.bind(b.reduce(Op.REDUCE_MAX, dtype, (n,), lambda ks: b.value(x, at(ks[0]))), dtype)
+    shift = b.em.bind(Cond(Call("isfinite", (m,)), m, exprs.const(0.0, dtype)), dtype,
+                      prefix="shift")
     s = b.reduce(Op.REDUCE_SUM, dtype, (n,),
-                 lambda ks: Call("exp", (Bin("-", b.value(x, at(ks[0])), m),)))
-    return m, b.em.bind(s, dtype), at
+                 lambda ks: Call("exp", (Bin("-", b.value(x, at(ks[0])), shift),)))
+    return shift, b.em.bind(s, dtype), at
 
 
 def _softmax(b, node, coords):
     x = node.srcs[0]
-    m, s, _ = _row(b, x, coords, node.attr("axis"))
-    shifted = Bin("-", b.value(x, coords), m)
+    shift, s, _ = _row(b, x, coords, node.attr("axis"))
+    shifted = Bin("-", b.value(x, coords), shift)
     if node.op is Op.LOG_SOFTMAX:
         return Bin("-", shifted, Call("log", (s,)))
     return Bin("/", Call("exp", (shifted,)), s)
@@ -365,11 +374,11 @@ def _cross_entropy(b, node, coords):
 
     def nll(ks: tuple[Var, ...]) -> Expr:
         row = ks + (idx(0),)
-        m, s, at = _row(b, logits, row, classes)
+        shift, s, at = _row(b, logits, row, classes)
         label = b.em.bind(Call("clamp", (b.index_value(labels, ks), idx(0),
                                          idx(logits.type.shape[-1] - 1))), INDEX, prefix="i")
         picked = b.value(logits, at(label))
-        return Bin("-", Bin("+", m, Call("log", (s,))), picked)
+        return Bin("-", Call("log", (s,)), Bin("-", picked, shift))
 
     total = b.reduce(Op.REDUCE_SUM, dtype, labels.type.shape, nll)
     return Bin("/", total, exprs.const(count, dtype))

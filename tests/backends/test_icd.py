@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import os
 import warnings
 from pathlib import Path
 
@@ -38,13 +39,52 @@ def test_user_setting_is_never_overridden(tmp_path: Path) -> None:
 @pytest.mark.parametrize("text", [LIB + "\n", "/usr/lib/x86_64-linux-gnu/libnvidia-opencl.so.1",
                                   "libnvidia-opencl.so.580.159.03\n"])
 def test_existing_nvidia_icd_file_means_nothing_to_do(tmp_path: Path, text: str) -> None:
-    d = icd.decide({}, vendors(tmp_path, pocl="libpocl.so.2\n", nv=text), never)
+    tried: list[str] = []
+    d = icd.decide({}, vendors(tmp_path, pocl="libpocl.so.2\n", nv=text), never,
+                   lambda name: tried.append(name) or True)
     assert not d.register and "nv.icd names the NVIDIA driver" in d.reason
+    assert tried == [text.strip()]  # only the NVIDIA library is tried
 
 
 def test_icd_filenames_naming_nvidia_means_nothing_to_do(tmp_path: Path) -> None:
-    env = {"OCL_ICD_FILENAMES": "/usr/lib/libnvidia-opencl.so.1"}
-    assert not icd.decide(env, vendors(tmp_path), never).register
+    env = {"OCL_ICD_FILENAMES": "/opt/x/libpocl.so:/usr/lib/libnvidia-opencl.so.1"}
+    d = icd.decide(env, vendors(tmp_path), never, lambda name: "nvidia" in name)
+    assert not d.register and "(/usr/lib/libnvidia-opencl.so.1)" in d.reason
+
+
+BROKEN = "/usr/lib/x86_64-linux-gnu/libnvidia-opencl.so.550.54.15"
+WORKING = f"/usr/lib64/{LIB}"
+
+
+def test_icd_filenames_naming_a_library_that_does_not_load_is_registered(
+        tmp_path: Path) -> None:
+    """The H200 case: OCL_ICD_FILENAMES names a driver path that is not there."""
+    env = {"OCL_ICD_FILENAMES": BROKEN}
+    system = vendors(tmp_path, pocl="libpocl.so.2\n")
+    with pytest.warns(icd.IcdRegistrationWarning) as caught:
+        d = icd.register_nvidia_icd(env, system, lambda: WORKING, root=tmp_path / "cache",
+                                    loads=lambda name: name == WORKING)
+    assert d.register and d.entries[-1] == ("nvidia.icd", WORKING + "\n")
+    message = str(caught[0].message)
+    assert f"OCL_ICD_FILENAMES entry {BROKEN}, which does not load" in message
+    assert WORKING in message and f"OCL_ICD_VENDORS={env[icd.VENDORS_ENV]}" in message
+    assert (Path(env[icd.VENDORS_ENV]) / "nvidia.icd").read_text() == WORKING + "\n"
+    assert env["OCL_ICD_FILENAMES"] == BROKEN  # left alone: loaders skip what fails to load
+
+
+def test_icd_file_naming_a_library_that_does_not_load_is_registered(tmp_path: Path) -> None:
+    system = vendors(tmp_path, nvidia=BROKEN + "\n")
+    d = icd.decide({}, system, lambda: WORKING, lambda name: False)
+    assert d.register and d.entries == (("nvidia.icd", BROKEN + "\n"),
+                                        ("accy-nvidia.icd", WORKING + "\n"))
+    assert f"{system / 'nvidia.icd'} ({BROKEN}), which does not load" in d.reason
+
+
+def test_broken_names_and_no_working_copy_says_both(tmp_path: Path) -> None:
+    env = {"OCL_ICD_FILENAMES": BROKEN}
+    d = icd.decide(env, vendors(tmp_path, nv=BROKEN), lambda: None, lambda name: False)
+    assert not d.register and "not installed" in d.reason
+    assert "OCL_ICD_FILENAMES entry" in d.reason and "which do not load" in d.reason
 
 
 def test_no_library_means_nothing_to_do(tmp_path: Path) -> None:
@@ -109,28 +149,51 @@ def test_cache_root_follows_xdg(tmp_path: Path) -> None:
     assert icd.cache_root({"XDG_CACHE_HOME": str(tmp_path)}) == tmp_path / "accy"
 
 
-def test_library_found_by_bare_name_first() -> None:
+LDCONFIG = f"""\
+1200 libs found in cache `/etc/ld.so.cache'
+\tlibnvidia-opencl.so.1 (libc6) => /usr/lib/i386-linux-gnu/{LIB}
+\tlibnvidia-opencl.so.1 (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/{LIB}
+\tlibnvidia-opencl.so (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libnvidia-opencl.so
+\tlibOpenCL.so.1 (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libOpenCL.so.1
+"""
+
+
+def test_ldconfig_listing_is_parsed_for_the_exact_name() -> None:
+    assert icd.ldconfig_paths(LIB, LDCONFIG) == [f"/usr/lib/i386-linux-gnu/{LIB}",
+                                                 f"/usr/lib/x86_64-linux-gnu/{LIB}"]
+    assert icd.ldconfig_paths(LIB, "") == []
+
+
+def test_library_found_where_the_dynamic_linker_looks() -> None:
+    """LD_LIBRARY_PATH, then the linker cache (a 32-bit copy fails to load), by absolute path."""
     tried: list[str] = []
 
     def loads(name: str) -> bool:
         tried.append(name)
-        return True
-
-    assert icd.find_nvidia_library({}, loads, never) == LIB and tried == [LIB]
-
-
-def test_library_found_by_path_when_off_the_search_path() -> None:
-    mounted = f"/usr/local/nvidia/lib64/{LIB}"
-    tried: list[str] = []
-
-    def loads(name: str) -> bool:
-        tried.append(name)
-        return name == mounted
+        return name == f"/usr/lib/x86_64-linux-gnu/{LIB}"
 
     env = {"LD_LIBRARY_PATH": "/opt/a::/opt/b"}
-    assert icd.find_nvidia_library(env, loads, lambda p: p != f"/opt/b/{LIB}") == mounted
-    assert tried == [LIB, f"/opt/a/{LIB}", mounted]  # /opt/b has no copy: not loaded
-    assert icd.find_nvidia_library({}, lambda name: False, lambda p: True) is None
+    found = icd.find_nvidia_library(env, loads, lambda p: p != f"/opt/b/{LIB}", lambda: LDCONFIG)
+    assert found == f"/usr/lib/x86_64-linux-gnu/{LIB}"
+    assert tried == [f"/opt/a/{LIB}", f"/usr/lib/i386-linux-gnu/{LIB}", found]
+
+
+def test_library_found_in_driver_folders_off_the_search_path() -> None:
+    mounted = f"/usr/local/nvidia/lib64/{LIB}"
+    assert icd.find_nvidia_library({}, lambda name: name == mounted, lambda p: True,
+                                   lambda: "") == mounted
+
+
+def test_bare_name_only_when_no_path_has_a_loading_copy() -> None:
+    assert icd.find_nvidia_library({}, lambda name: name == LIB, lambda p: False,
+                                   lambda: LDCONFIG) == LIB
+    assert icd.find_nvidia_library({}, lambda name: False, lambda p: True, lambda: LDCONFIG) is None
+
+
+def test_ldconfig_runs_here() -> None:
+    listing = icd._ldconfig_listing()  # the real one: text, or "" where there is no ldconfig
+    assert isinstance(listing, str)
+    assert all(os.path.isabs(p) for p in icd.ldconfig_paths("libc.so.6", listing))
 
 
 def test_registered_path_is_what_the_icd_file_names(tmp_path: Path) -> None:
@@ -147,7 +210,32 @@ def test_dlopen_failure_means_not_loadable(monkeypatch: pytest.MonkeyPatch) -> N
         raise OSError(f"{name}: cannot open shared object file")
 
     monkeypatch.setattr(ctypes, "CDLL", failing)
-    assert icd.find_nvidia_library({"LD_LIBRARY_PATH": ""}, exists=lambda p: True) is None
+    assert icd.find_nvidia_library({"LD_LIBRARY_PATH": ""}, exists=lambda p: True,
+                                   listing=lambda: LDCONFIG) is None
+
+
+def test_registration_finds_the_library_by_itself(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """No injected locator: a broken OCL_ICD_FILENAMES, the library found through ldconfig."""
+    (tmp_path / "lib").mkdir()
+    good = str(tmp_path / "lib" / LIB)
+    Path(good).write_text("")
+    opened: list[str] = []
+
+    def cdll(name: str) -> object:
+        opened.append(name)
+        if name != good:
+            raise OSError(f"{name}: cannot open shared object file")
+        return object()
+
+    monkeypatch.setattr(ctypes, "CDLL", cdll)
+    monkeypatch.setattr(icd, "_ldconfig_listing",
+                        lambda: LDCONFIG.replace(f"/usr/lib/x86_64-linux-gnu/{LIB}", good))
+    env = {"OCL_ICD_FILENAMES": BROKEN}
+    with pytest.warns(icd.IcdRegistrationWarning, match=f"echo {good} >"):
+        d = icd.register_nvidia_icd(env, tmp_path / "none", root=tmp_path / "cache")
+    assert d.register and d.entries == (("nvidia.icd", good + "\n"),)
+    assert opened[0] == BROKEN and opened[-1] == good
 
 
 def test_runtime_registers_once_before_the_first_platform_query(

@@ -7,8 +7,10 @@ import pytest
 
 pytest.importorskip("pyopencl")
 
+import accy  # noqa: E402
 from accy.backends.opencl import runtime as rt  # noqa: E402
 from accy.errors import AccyError, DeviceError, KernelBuildError  # noqa: E402
+from accy.ir.types import DType  # noqa: E402
 
 VADD = """
 __kernel void vadd(__global const float *a, __global const float *b, __global float *c,
@@ -101,6 +103,47 @@ def test_buffer_pooling(runtime: rt.Runtime) -> None:
     assert runtime.buffer("empty", 0) is empty
     runtime.write(empty, np.zeros(0, dtype=np.float32))
     assert runtime.read(empty, np.zeros(0, dtype=np.float32)).shape == (0,)
+
+
+def test_buffer_pool_forgets_least_recently_used(runtime: rt.Runtime,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runtime, "pool_bytes", 256)
+    first = runtime.buffer("lru-a", 128)
+    runtime.buffer("lru-b", 128)
+    assert runtime.buffer("lru-a", 128) is first  # used again: now the most recent
+    runtime.buffer("lru-c", 128)  # over 256 bytes: "lru-b" goes
+    assert runtime.buffer("lru-a", 128) is first
+    assert runtime._pooled_bytes <= 256 + 128
+    huge = runtime.buffer("lru-huge", 1024)  # bigger than the pool: kept while newest
+    assert runtime.buffer("lru-huge", 1024) is huge
+    assert runtime.buffer("lru-a", 128) is not first
+
+
+def test_executable_keeps_its_buffers_when_the_pool_forgets_them(
+        runtime: rt.Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
+    b = accy.Builder()
+    f = b.begin_function("scaled", [b.tensor(DType.f32, (64,))])
+    f.return_(f.param(0) * f.constant(np.arange(64, dtype=np.float32)) + 1.0)
+    f.finish()
+    exe = accy.prepare(b.finish()).executable(device=runtime)
+    a = np.ones(64, np.float32)
+    want = exe(a)[0]
+    monkeypatch.setattr(runtime, "pool_bytes", 0)
+    for i in range(4):  # other programs' buffers push this one's out of the pool
+        runtime.buffer(("other", i), 1024)
+    np.testing.assert_array_equal(exe(a)[0], want)  # constants written once, still there
+
+
+def test_program_cache_is_bounded(runtime: rt.Runtime, monkeypatch: pytest.MonkeyPatch
+                                  ) -> None:
+    monkeypatch.setattr(rt, "PROGRAM_CACHE_SIZE", 2)
+    sources = [f"__kernel void k(__global int *o) {{ o[0] = {i}; }}\n" for i in range(3)]
+    for src in sources:
+        runtime.kernel(src, "k")
+    assert len(rt._PROGRAMS) <= 2 and len(runtime._kernels) <= 2
+    built = runtime.build_count()
+    runtime.kernel(sources[-1], "k")  # the most recent one is still cached
+    assert runtime.build_count() == built
 
 
 def test_noncontiguous_copies(runtime: rt.Runtime) -> None:

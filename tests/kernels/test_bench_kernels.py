@@ -26,7 +26,8 @@ def test_bench_kernels_smoke(device, tmp_path: Path) -> None:
     result = bench.main(["--elements", "4096", "--repeat", "2", "--baseline", "--out", str(out)])
     data = json.loads(out.read_text())
     assert data == json.loads(json.dumps(result))
-    for key in ("versions", "device", "git_commit", "command", "timestamp", "copy", "rows"):
+    for key in ("versions", "device", "git_commit", "command", "timestamp", "copy", "rows",
+                "front"):
         assert key in data
     assert set(data["versions"]) == {"accy", "numpy", "pyopencl", "python"}
     assert data["device"]["key"] == device.info.key and data["elements"] == 4096
@@ -44,3 +45,14 @@ def test_bench_kernels_smoke(device, tmp_path: Path) -> None:
     assert by_name["chain (loop nest)"]["generators"] == {"loop-nest": 1}
     if data["device"]["cpu"]:  # numpy's time is measured against a CPU device
         assert all(r["numpy_ms"] > 0 for r in data["rows"] if "loop nest" not in r["name"])
+
+
+def test_bench_kernels_front_without_egglog(device, tmp_path: Path) -> None:
+    bench = _load_bench()
+    result = bench.main(["--elements", "4096", "--repeat", "1", "--front", "lowering",
+                         "--out", str(tmp_path / "k.json")])
+    assert result["front"] == "lowering"
+    for row in result["rows"]:
+        assert row["matches"], row
+        assert row["pipeline"].startswith(bench.FRONTS["lowering"] + ",accy-dispatch")
+        assert "saturate" not in row["pipeline"] and "accy-contract" not in row["pipeline"]

@@ -23,7 +23,13 @@ from accy.ir.ops import Op
 from accy.ir.types import DType, TensorType
 from accy.job import PreparedJob
 from accy.kernels import contraction
-from accy.kernels.contraction_plan import Tiles, choose_tiles, classify
+from accy.kernels.contraction_plan import (
+    Tiles,
+    bank_padding,
+    choose_tiles,
+    classify,
+    transposing,
+)
 from accy.kernels.ir import (
     Barrier,
     Call,
@@ -133,6 +139,17 @@ def test_groups_with_epilogues_are_accepted_and_marked_in_the_job():
     assert not off.kernels[0].fixed_local_size  # the loop nest took it
 
 
+def test_reshape_outputs_are_accepted_but_not_ops_after_them():
+    def reshaped(epilogue) -> list[Kernel]:
+        prog = program("ik,jk->ij", [(8, 16), (12, 16)], epilogue=epilogue, extra=[(12,)])
+        return list(accy.prepare(prog, target=H200).kernels)
+
+    (kernel,) = reshaped(lambda y, b: (y + b).relu().reshape(8, 3, 4))  # a head split
+    assert kernel.fixed_local_size and Op.RESHAPE in {op for op, _ in kernel.ops}
+    after = reshaped(lambda y, b: y.reshape(8, 3, 4) * b.reshape(1, 3, 4))
+    assert not any(k.fixed_local_size for k in after)  # the loop nest takes it
+
+
 # tile heuristic ---------------------------------------------------------------------------
 def tiles_for(spec: str, shapes, target: TargetProfile, dtype: DType = DType.f32) -> Tiles:
     return choose_tiles(classify(einsum_node(spec, *shapes, dtype=dtype)), target)
@@ -174,6 +191,42 @@ def test_cpu_tiles_use_the_native_vector_width_and_waste_least():
     matvec = tiles_for("ik,k->i", [(64, 32), (32,)], AVX512)  # i is N: M = 1
     assert (matvec.vm * matvec.sm, matvec.sn, matvec.vn) == (1, 4, 16)
     assert tiles_for("k,k->", [(32,), (32,)], AVX512).vn == 1  # N = 1: scalar lanes
+
+
+@pytest.mark.parametrize(("row", "itemsize", "vector", "pad"), [
+    (128, 4, 4, 4),  # 128 words: every row starts in bank 0; +4 keeps float4 reads aligned
+    (64, 4, 4, 4), (32, 4, 4, 4),
+    (128, 4, 1, 1),  # scalar reads: the classic +1
+    (100, 4, 4, 0),  # 100 words: rows already start 4 banks apart
+    (64, 8, 2, 2), (16, 8, 2, 2),  # f64: two banks per element
+])
+def test_bank_padding_on_gpus(row, itemsize, vector, pad):
+    assert bank_padding(row, itemsize, vector, H200) == pad
+    assert bank_padding(row, itemsize, vector, AVX512) == 0  # no banks on CPUs
+
+
+def test_gpu_tiles_pad_by_bank_padding_cpu_tiles_not_at_all():
+    for shapes, dtype in [([(4096, 4096)] * 2, DType.f32), ([(100, 64), (100, 64)], DType.f32),
+                          ([(4096, 4096)] * 2, DType.f64)]:
+        t = tiles_for("ik,jk->ij", shapes, H200, dtype)
+        assert t.pad == bank_padding(t.bm, dtype.itemsize, t.vm, H200) > 0
+    assert tiles_for("ik,jk->ij", [(1024, 1024)] * 2, AVX512).pad == 0
+
+
+def test_transposing_sides():
+    form = classify(einsum_node("ik,jk->ij", (8, 4), (6, 4)))
+    assert (transposing(form, "x"), transposing(form, "y")) == (True, True)
+    form = classify(einsum_node("ik,kj->ij", (8, 4), (4, 6)))
+    assert (transposing(form, "x"), transposing(form, "y")) == (True, False)
+    form = classify(einsum_node("ki,kj->ij", (4, 8), (4, 6)))
+    assert (transposing(form, "x"), transposing(form, "y")) == (False, False)
+
+
+def test_only_transposing_copies_get_padded_local_rows():
+    src = source(program("ik,kj->ij", [(2048, 256), (256, 2048)]), H200)
+    assert "x_tile[2112]" in src and "y_tile[2048]" in src  # X copied along K: 16 x 132
+    src = source(program("ki,kj->ij", [(256, 2048), (256, 2048)]), H200)
+    assert "x_tile[2048]" in src and "y_tile[2048]" in src
 
 
 # generated structure ----------------------------------------------------------------------
@@ -326,6 +379,18 @@ def test_epilogue_with_batch_and_row_operands(runtime, profiles, kind):
                    epilogue=lambda y, r, s: (y * r - s).sigmoid(), extra=[(2, 9, 1), (21,)])
     check(runtime, prog, profiles[kind],
           lambda x, w, r, s: 1 / (1 + np.exp(-(np.einsum("bik,bkj->bij", x, w) * r - s))))
+
+
+@pytest.mark.parametrize("kind", ["device", "gpu-tiles"])
+def test_reshaped_results_are_stored_at_the_einsum_places(runtime, profiles, kind):
+    prog = program("ik,jk->ij", [(24, 16), (32, 16)], extra=[(32,)],
+                   epilogue=lambda y, b: (y + b).relu().reshape(24, 4, 8))
+    check(runtime, prog, profiles[kind],
+          lambda x, w, b: np.maximum(x @ w.T + b, 0).reshape(24, 4, 8))
+    attention_pv = program("hqk,khd->qhd", [(2, 5, 7), (7, 2, 3)],
+                           epilogue=lambda y: y.reshape(5, 6))
+    check(runtime, attention_pv, profiles[kind],
+          lambda p, v: np.einsum("hqk,khd->qhd", p, v).reshape(5, 6))
 
 
 def test_results_of_the_einsum_and_its_epilogue_both_written(runtime, profiles):

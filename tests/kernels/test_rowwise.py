@@ -49,25 +49,31 @@ def test_shapes_and_forms(check, rng, op, shape, form) -> None:
 
 
 @pytest.mark.parametrize("op", ["softmax", "log_softmax"])
-@pytest.mark.parametrize("n", [1000, 20000])
-def test_infinities_and_nans_match_the_interpreter(check, rng, op, n) -> None:
+@pytest.mark.parametrize("n, target", [(1000, None), (20000, None), (20000, GPU)])
+def test_infinities_and_nans_match_the_interpreter(check, rng, op, n, target) -> None:
     x = data(rng, (6, n))
     x[1, 5] = np.inf  # a +inf: the shift is 0
     x[2, :] = -np.inf  # all -inf: 0/0
     x[3, 7] = np.nan
     x[4] += 100.0  # exp would overflow unshifted
     x[5, 3] = -np.inf
-    check(row_program(op, (6, n)), [x], generator="row-softmax")
+    job = check(row_program(op, (6, n)), [x], generator="row-softmax", target=target)
+    assert (shape_of(job).held > 0) == (n == 1000 or target is GPU)  # both forms
 
 
 def test_local_reductions_of_both_forms(check, rng) -> None:
     x = data(rng, (4, 16384))
     prog = row_program("softmax", (4, 16384))
-    job = check(prog, [x], generator="row-softmax", target=GPU)
+    job = check(prog, [x], generator="row-softmax", target=TargetProfile())
     body = list(walk_stmts(job.kernels[0].body))
-    assert shape_of(job).held == 0  # 256 work-items: 64 values each is too many to hold
+    assert shape_of(job).held == 0  # 256 work-items at most: 64 values each is too many
     assert sum(isinstance(s, Barrier) for s in body) == 2  # one (max, sum) pair: 256 -> 8
     assert sum(isinstance(s, For) and s.step == 256 for s in body) == 2  # two passes
+    job = check(prog, [x], generator="row-softmax", target=GPU)
+    body = list(walk_stmts(job.kernels[0].body))
+    assert shape_of(job).held == 32 and shape_of(job).lanes == 1  # 512 work-items hold it
+    assert sum(isinstance(s, Barrier) for s in body) == 6  # max, then sum: 512 -> 16 -> 1
+    assert not any(isinstance(s, For) and s.step == 512 for s in body)  # one read
     cpu = TargetProfile(device_type="cpu", max_work_group_size=4096)
     job = check(prog, [x], generator="row-softmax", target=cpu)
     body = list(walk_stmts(job.kernels[0].body))
@@ -81,10 +87,14 @@ def test_prologue_and_epilogue_fuse(check, rng, used) -> None:
         return (x * 2.0 + b).softmax() * 3.0 - 1.0
 
     prog = trace(fn, f32[9, 256], f32[256], name="f")
-    job = check(prog, [data(rng, (9, 256)), data(rng, (256,))], generator="row-softmax")
+    inputs = [data(rng, (9, 256)), data(rng, (256,))]
+    cpu = TargetProfile(device_type="cpu", max_work_group_size=4096)
+    job = check(prog, inputs, generator="row-softmax", target=cpu)
     assert used(job) == {"row-softmax": 1} and job.kernel_count == 1
     src = job.kernel_source(0)
     assert "vload4" in src and "vstore4" in src
+    job = check(prog, inputs, generator="row-softmax", target=GPU)  # held: coalesced scalars
+    assert used(job) == {"row-softmax": 1} and "vload" not in job.kernel_source(0)
 
 
 def test_epilogue_inputs_and_scalar_reads(check, rng) -> None:
@@ -109,11 +119,37 @@ def test_cross_entropy_rows_then_mean(check, rng, used, pipe, shape) -> None:
         assert used(job) == {"row-softmax": 1}
 
 
-def test_lowered_cross_entropy_uses_row_softmax_and_reductions(check, rng, used) -> None:
+def test_lowered_cross_entropy_uses_row_softmax(check, rng, used) -> None:
     prog = trace(lambda x, y: cross_entropy(x, y), f32[37, 5], accy.i32[37], name="f")
     labels = rng.integers(0, 5, 37).astype(np.int32)
     job = check(prog, [data(rng, (37, 5)), labels])
-    assert used(job) == {"row-softmax": 1, "tree-reduction": 2}
+    assert used(job)["row-softmax"] == 1  # the log-softmax; the pick and mean are not ours
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+def test_loop_nest_rows_with_infinities_match_the_interpreter(check, used, pipe, rng, op
+                                                             ) -> None:
+    x = data(rng, (5, 6))
+    x[1, 2] = np.inf  # the column's shift is 0: nan there, 0 (or -inf) elsewhere
+    x[:, 3] = -np.inf  # all -inf: 0/0
+    x[4, 4] = np.nan
+    x[:, 5] += 100.0  # exp would overflow unshifted
+    job = check(row_program(op, (5, 6), axis=0), [x])
+    assert used(job) == {"loop-nest": 1}
+    job = check(row_program(op, (5, 6)), [x], pipeline=pipe("disable=row-softmax"))
+    assert used(job) == {"loop-nest": 1}
+
+
+@pytest.mark.parametrize("inf_at", [(1, 2), (1, 0)])  # the label's logit finite, then +inf
+def test_loop_nest_cross_entropy_with_infinity_matches_the_interpreter(check, used, pipe, rng,
+                                                                      inf_at) -> None:
+    prog = trace(lambda x, y: cross_entropy(x, y), f32[3, 4], accy.i32[3], name="f")
+    x = data(rng, (3, 4))
+    x[inf_at] = np.inf
+    x[2, :] += 100.0
+    labels = np.int32([1, 0, 3])
+    job = check(prog, [x, labels], pipeline=pipe("disable=row-softmax", tensor=""))
+    assert used(job) == {"loop-nest": 1}
 
 
 def test_declines_other_axes_and_disable(used, pipe) -> None:
@@ -127,7 +163,21 @@ def test_cpu_targets_take_wider_rows() -> None:
     prog = row_program("softmax", (4, 16384))
     wide = accy.prepare(prog, target=cpu).kernels[0].geometry.local_size
     assert wide == (rowwise.CPU_ROW_THREADS,)
-    assert accy.prepare(prog, target=GPU).kernels[0].geometry.local_size == (rowwise.ROW_THREADS,)
+    assert accy.prepare(prog, target=TargetProfile()).kernels[0].geometry.local_size == (
+        rowwise.ROW_THREADS,)
+
+
+@pytest.mark.parametrize("n, threads, held", [
+    (4096, 256, 16),
+    (16384, 512, 32),
+    (32768, 1024, 32),  # the most a 1024-item work-group holds
+    (32769, 256, 0),  # online, at ROW_THREADS
+])
+def test_gpu_rows_take_work_items_to_be_held(n, threads, held) -> None:
+    job = accy.prepare(row_program("softmax", (2, n)), target=GPU)
+    assert job.kernels[0].geometry.local_size == (threads,)
+    assert shape_of(job).held == held
+    assert shape_of(job).lanes == 1 or not held  # held rows: coalesced scalar loads
 
 
 def test_f64_rows(check, device, rng) -> None:

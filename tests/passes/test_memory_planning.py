@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 import accy
 from accy.backends.opencl.render import render
+from accy.builder import einsum
 from accy.ir.interpret import interpret
 from accy.passes.memory.layout_planning import vector_width
 from accy.plans import SlotRole
@@ -346,3 +349,23 @@ def test_layout_records_vector_widths() -> None:
     assert widths == [2, 2, 2, 2, 2]  # f32 rows of 6 -> 2; f64 rows of 8 at 16 B -> 2
     stats = dict(job.record("memory").passes[2].stats)
     assert stats == {"vector width 2": 5}
+
+
+GPU = TargetProfile(device="gpu-like", device_type="gpu", compute_units=132,
+                    max_work_group_size=1024, local_mem_bytes=48 * 1024)
+
+
+@pytest.mark.parametrize(("spec", "target", "stats"), [
+    ("ik,jk->ij", GPU, {"local tile rows padded by 4": 2}),  # both copied along K: padded
+    ("ki,jk->ij", GPU, {"local tile rows padded by 4": 1}),  # only Y transposes
+    ("ki,kj->ij", GPU, {}),  # both tiles copied along their rows
+    ("ik,jk->ij", dataclasses.replace(GPU, device_type="cpu"), {}),  # no banks on CPUs
+])
+def test_layout_reports_bank_padding_of_local_tiles(spec, target, stats) -> None:
+    @accy.function
+    def mm(a: f32[256, 256], b: f32[256, 256]):
+        return einsum(spec, a, b)
+
+    job = accy.prepare(mm, target=target, until="memory")
+    got = dict(job.record("memory").passes[2].stats)
+    assert {k: v for k, v in got.items() if k.startswith("local")} == stats

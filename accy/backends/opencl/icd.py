@@ -2,10 +2,16 @@
 
 Some installations ship ``libnvidia-opencl.so.1`` but no ICD file naming it (containers started
 with the NVIDIA container runtime mount the driver's libraries but not
-``/etc/OpenCL/vendors/nvidia.icd``), so the ICD loader lists no NVIDIA platform. Before the
-first platform query, :func:`register_nvidia_icd` checks for that case. When the library loads,
-it writes a vendor directory of accy's own (``nvidia.icd`` plus copies of the system's ICD
-files, so nothing listed before disappears), points ``OCL_ICD_VENDORS`` at it and warns once.
+``/etc/OpenCL/vendors/nvidia.icd``), or name it where it does not load (an ICD file or
+``OCL_ICD_FILENAMES`` pointing at a path that is missing or of another driver version), so the
+ICD loader lists no NVIDIA platform. Before the first platform query,
+:func:`register_nvidia_icd` checks for that case: every NVIDIA library an ICD file or
+``OCL_ICD_FILENAMES`` names is tried with ``dlopen``. When none loads but a copy of the library
+does (found like the dynamic linker would: ``LD_LIBRARY_PATH``, ``ldconfig -p``, the usual
+driver folders), it writes a vendor directory of accy's own (``nvidia.icd`` naming that copy by
+absolute path, plus copies of the system's ICD files, so nothing listed before disappears),
+points ``OCL_ICD_VENDORS`` at it and warns once. (ICD loaders skip libraries that fail to load,
+so a broken ``OCL_ICD_FILENAMES`` entry may stay.)
 
 It never overrides an ``OCL_ICD_VENDORS`` the user set. It must run before the process's first
 OpenCL call: ICD loaders read the vendor list once.
@@ -16,6 +22,8 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import shutil
+import subprocess
 import tempfile
 import warnings
 from collections.abc import Callable, MutableMapping
@@ -27,6 +35,7 @@ VENDORS_ENV = "OCL_ICD_VENDORS"  # read by ocl-icd and by the Khronos ICD loader
 SYSTEM_VENDORS = Path("/etc/OpenCL/vendors")
 LIBRARY_DIRS = ("/usr/local/nvidia/lib64", "/usr/local/nvidia/lib", "/usr/lib/x86_64-linux-gnu",
                 "/usr/lib64", "/usr/lib/aarch64-linux-gnu", "/usr/lib")
+FILENAMES_ENV = "OCL_ICD_FILENAMES"  # ICD libraries to load, ':'-separated (ocl-icd, Khronos)
 
 
 class IcdRegistrationWarning(UserWarning):
@@ -70,45 +79,87 @@ def _loads(name: str) -> bool:
     return True
 
 
+def ldconfig_paths(name: str, listing: str) -> list[str]:
+    """Absolute paths of library ``name`` in ``ldconfig -p`` output, in its order."""
+    found = []
+    for line in listing.splitlines():
+        soname, sep, path = line.strip().partition(" => ")
+        if sep and soname.split(" (")[0] == name and os.path.isabs(path.strip()):
+            found.append(path.strip())
+    return found
+
+
+def _ldconfig_listing() -> str:
+    """``ldconfig -p`` (the dynamic linker's cache); empty when it cannot be run."""
+    program = shutil.which("ldconfig") or next(
+        (p for p in ("/sbin/ldconfig", "/usr/sbin/ldconfig") if os.path.exists(p)), None)
+    if program is None:
+        return ""
+    try:
+        done = subprocess.run([program, "-p"], capture_output=True, text=True, timeout=10,
+                              check=False)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return done.stdout
+
+
 def find_nvidia_library(environ: MutableMapping[str, str] | None = None,
                         loads: Callable[[str], bool] = _loads,
-                        exists: Callable[[str], bool] = os.path.exists) -> str | None:
-    """What an ICD file should name for the NVIDIA OpenCL library, or None when none loads.
+                        exists: Callable[[str], bool] = os.path.exists,
+                        listing: Callable[[], str] | None = None) -> str | None:
+    """The absolute path of a copy of the NVIDIA OpenCL library that loads, or None.
 
-    The bare name when ``dlopen`` finds it (what an ICD loader then does too); else the absolute
-    path of a copy that loads in ``LD_LIBRARY_PATH`` or a usual driver folder (containers mount
-    the driver under ``/usr/local/nvidia``, often off the loader's search path).
+    Looked for where the dynamic linker looks: ``LD_LIBRARY_PATH``, then its cache (``ldconfig
+    -p``), then the usual driver folders (containers mount the driver under
+    ``/usr/local/nvidia``, often off the linker's search path); copies of another architecture
+    fail to load and are passed over. The bare name, when only ``dlopen`` finds it (an rpath).
+    ``listing`` gives the ``ldconfig -p`` text (default: runs it).
     """
-    if loads(NVIDIA_LIBRARY):
-        return NVIDIA_LIBRARY
     environ = os.environ if environ is None else environ
-    dirs = [d for d in environ.get("LD_LIBRARY_PATH", "").split(":") if d] + list(LIBRARY_DIRS)
-    for folder in dict.fromkeys(dirs):
-        path = os.path.join(folder, NVIDIA_LIBRARY)
+    listing = _ldconfig_listing if listing is None else listing
+    dirs = [d for d in environ.get("LD_LIBRARY_PATH", "").split(":") if d]
+    paths = ([os.path.join(d, NVIDIA_LIBRARY) for d in dirs]
+             + ldconfig_paths(NVIDIA_LIBRARY, listing())
+             + [os.path.join(d, NVIDIA_LIBRARY) for d in LIBRARY_DIRS])
+    for path in dict.fromkeys(paths):
         if exists(path) and loads(path):
             return path
-    return None
+    return NVIDIA_LIBRARY if loads(NVIDIA_LIBRARY) else None
+
+
+def _is_nvidia(library: str) -> bool:
+    return "libnvidia-opencl" in library
 
 
 def decide(environ: MutableMapping[str, str], vendor_dir: Path,
-           locate: Callable[[], str | None] | None = None) -> IcdDecision:
-    """Whether the NVIDIA driver needs registering; no side effects but ``locate()``, which
-    defaults to :func:`find_nvidia_library` and runs only when no ICD file names the driver."""
+           locate: Callable[[], str | None] | None = None,
+           loads: Callable[[str], bool] = _loads) -> IcdDecision:
+    """Whether the NVIDIA driver needs registering; no side effects but ``loads(library)`` on
+    the NVIDIA libraries already named and ``locate()`` (default :func:`find_nvidia_library`),
+    which runs only when none of those loads."""
     if environ.get(VENDORS_ENV):
         return IcdDecision(False, f"{VENDORS_ENV} is set by the user ({environ[VENDORS_ENV]})")
-    if "libnvidia-opencl" in environ.get("OCL_ICD_FILENAMES", ""):
-        return IcdDecision(False, "OCL_ICD_FILENAMES names the NVIDIA driver")
+    listed = [n.strip() for n in environ.get(FILENAMES_ENV, "").split(":") if _is_nvidia(n)]
+    for name in listed:
+        if loads(name):
+            return IcdDecision(False, f"{FILENAMES_ENV} names the NVIDIA driver ({name})")
     entries = icd_entries(vendor_dir)
-    named = [name for name, text in entries if "libnvidia-opencl" in text]
-    if named:
-        return IcdDecision(False, f"{vendor_dir / named[0]} names the NVIDIA driver")
-    library = locate() if locate is not None else find_nvidia_library(environ)
+    named = [(file, text.strip()) for file, text in entries if _is_nvidia(text)]
+    for file, library in named:
+        if loads(library):
+            return IcdDecision(False, f"{vendor_dir / file} names the NVIDIA driver")
+    library = locate() if locate is not None else find_nvidia_library(environ, loads)
+    broken = ([f"{FILENAMES_ENV} entry {n}" for n in listed]
+              + [f"{vendor_dir / file} ({text})" for file, text in named])
+    verb = "does" if len(broken) == 1 else "do"
+    why = f" (named by {', '.join(broken)}, which {verb} not load)" if broken else ""
     if library is None:
-        return IcdDecision(False, f"{NVIDIA_LIBRARY} is not installed (no copy loads)")
+        return IcdDecision(False, f"{NVIDIA_LIBRARY} is not installed (no copy loads){why}")
     taken = {name for name, _ in entries}
     name = "nvidia.icd" if "nvidia.icd" not in taken else "accy-nvidia.icd"
+    what = "names it" if not broken else "names a copy that loads"
     return IcdDecision(
-        True, f"{library} loads but no ICD file in {vendor_dir} names it",
+        True, f"{library} loads but no ICD file in {vendor_dir} {what}{why}",
         entries + ((name, library + "\n"),))
 
 
@@ -147,15 +198,17 @@ def write_vendor_dir(entries: tuple[tuple[str, str], ...], root: Path) -> Path:
 def register_nvidia_icd(environ: MutableMapping[str, str] | None = None,
                         vendor_dir: Path | None = None,
                         locate: Callable[[], str | None] | None = None,
-                        root: Path | None = None) -> IcdDecision:
-    """Register the NVIDIA driver for this process when it lacks an ICD file (see module doc).
+                        root: Path | None = None,
+                        loads: Callable[[str], bool] = _loads) -> IcdDecision:
+    """Register the NVIDIA driver for this process when no ICD file names a copy that loads
+    (see module doc).
 
     Sets ``OCL_ICD_VENDORS`` in ``environ`` (default ``os.environ``) and warns with an
-    :class:`IcdRegistrationWarning` saying what was done and how to make it permanent.
+    :class:`IcdRegistrationWarning` saying why, what was done and how to make it permanent.
     """
     environ = os.environ if environ is None else environ
     vendor_dir = system_vendor_dir(environ) if vendor_dir is None else vendor_dir
-    decision = decide(environ, vendor_dir, locate)
+    decision = decide(environ, vendor_dir, locate, loads)
     if not decision.register:
         return decision
     try:
@@ -166,9 +219,8 @@ def register_nvidia_icd(environ: MutableMapping[str, str] | None = None,
     copied = len(decision.entries) - 1
     library = decision.entries[-1][1].strip()
     warnings.warn(
-        f"accy: the NVIDIA OpenCL driver ({library}) is installed but no ICD file in "
-        f"{vendor_dir} names it, so OpenCL would not list it. accy set {VENDORS_ENV}={folder} "
-        f"for this process ({decision.entries[-1][0]} plus copies of {copied} ICD file(s) "
-        f"from {vendor_dir}). To register it for good: echo {library} > "
-        f"{vendor_dir}/nvidia.icd", IcdRegistrationWarning, stacklevel=3)
+        f"accy: the NVIDIA OpenCL driver {decision.reason}, so OpenCL would not list it. "
+        f"accy set {VENDORS_ENV}={folder} for this process ({decision.entries[-1][0]} plus "
+        f"copies of {copied} ICD file(s) from {vendor_dir}). To register it for good: "
+        f"echo {library} > {vendor_dir}/nvidia.icd", IcdRegistrationWarning, stacklevel=3)
     return decision

@@ -1,14 +1,24 @@
-"""Render a kernel (:mod:`accy.kernels.ir`) as OpenCL C. A pure function of the kernel."""
+"""Render a kernel (:mod:`accy.kernels.ir`) as OpenCL C. A pure function of the kernel.
+
+f16 needs no ``cl_khr_fp16``: f16 buffers are read and written with ``vload_half``/
+``vstore_half`` (core OpenCL C since 1.0), f16 values live in ``float`` registers, and every
+value the kernel binds or stores as f16 (a ``let``, an assignment, a cast to f16, a store) is
+rounded to f16 on the way (round to nearest even). One f16 op on f16 operands therefore gives
+the correctly rounded f16 result, as numpy's and ``interpret``'s f16 arithmetic do; an
+expression the generator nests without binding keeps float precision in between.
+"""
 
 from __future__ import annotations
 
 import math
+import struct
 
 from accy.ir.types import DType
 from accy.kernels.ir import (
     INDEX,
     VECTOR_LANES,
     Assign,
+    AtomicAdd,
     Barrier,
     Bin,
     Call,
@@ -32,10 +42,11 @@ from accy.kernels.ir import (
     Var,
     VectorLoad,
     VectorStore,
+    walk_stmts,
 )
 
-C_TYPE = {
-    DType.f16: "half", DType.f32: "float", DType.f64: "double",
+C_TYPE = {  # register (and local-memory) types; f16 buffers are ``half*`` (see the docstring)
+    DType.f16: "float", DType.f32: "float", DType.f64: "double",
     DType.i32: "int", DType.i64: "long", DType.bool: "uchar",
 }
 
@@ -48,6 +59,9 @@ def literal(value: float | int | bool, dtype: DType) -> str:
     if dtype.is_int:
         return f"(({C_TYPE[dtype]}){int(value)})"
     v = float(value)
+    if dtype is DType.f16:  # the nearest f16, held as a float
+        v = _nearest_half(v)
+        dtype = DType.f32
     if math.isnan(v):
         text = "NAN"
     elif math.isinf(v):
@@ -57,6 +71,13 @@ def literal(value: float | int | bool, dtype: DType) -> str:
     else:
         text = repr(v) + "f"
     return text if dtype is DType.f32 and text[0] != "(" else f"(({C_TYPE[dtype]}){text})"
+
+
+def _nearest_half(v: float) -> float:
+    try:
+        return struct.unpack("e", struct.pack("e", v))[0]
+    except OverflowError:  # beyond the largest f16 (65504, rounding up from 65520)
+        return math.copysign(math.inf, v)
 
 
 def _lanes(lanes: int) -> int:
@@ -70,67 +91,159 @@ def vector_type(dtype: DType, lanes: int = 1) -> str:
     return C_TYPE[dtype] if lanes == 1 else f"{C_TYPE[dtype]}{_lanes(lanes)}"
 
 
-def expr(e: Expr) -> str:
+ATOMIC_ADD = {  # what an AtomicAdd of each dtype calls
+    DType.i32: "atomic_add",
+    DType.f32: "accy_atomic_add_f32",
+}
+# float atomics from 32-bit compare-and-exchange (compared as bits: a NaN sum still ends)
+_ATOMIC_ADD_F32 = (
+    "static inline void accy_atomic_add_f32(volatile __global float* p, float v) { "
+    "volatile __global int* q = (volatile __global int*)p; int seen = *q, want; "
+    "do { want = seen; seen = atomic_cmpxchg(q, want, as_int(as_float(want) + v)); } "
+    "while (seen != want); }")
+
+
+class _Half:
+    """What rendering f16 needs: the f16 buffers and variables, and the rounding helpers used."""
+
+    def __init__(self, buffers: frozenset[str]) -> None:
+        self.buffers = buffers  # f16 kernel arguments (``half*``)
+        self.local: set[str] = set()  # f16 local arrays (``float``, holding f16 values)
+        self.variables: set[str] = set()  # f16 variables (``float``, holding f16 values)
+        self.rounding: set[int] = set()  # lane counts whose rounding helper the kernel calls
+
+    def round(self, text: str, lanes: int = 1) -> str:
+        self.rounding.add(lanes)
+        return f"accy_half{_suffix(lanes)}({text})"
+
+    def helpers(self) -> list[str]:
+        """``accy_halfN``: round N floats to f16 and back, through a private half buffer."""
+        out = []
+        for lanes in sorted(self.rounding):
+            n, t = _suffix(lanes), vector_type(DType.f32, lanes)
+            out.append(f"static inline {t} accy_half{n}({t} x) {{ ushort b[{lanes}]; "
+                       f"vstore_half{n}(x, 0, (__private half*)b); "
+                       f"return vload_half{n}(0, (__private const half*)b); }}")
+        return out
+
+
+def _suffix(lanes: int) -> str:
+    return "" if lanes == 1 else str(_lanes(lanes))
+
+
+def _exact_half(e: Expr, half: _Half) -> bool:
+    """Whether ``e`` holds an f16 value already: a load of f16 memory, a cast to f16, an f16
+    literal or variable (or a lane or splat of one)."""
+    match e:
+        case Load(buf, _) | VectorLoad(buf, _, _):
+            return buf in half.buffers or buf in half.local
+        case Cast(dtype, _) | Lit(_, dtype):
+            return dtype is DType.f16
+        case Lane(Var(name), _) | Var(name):
+            return name in half.variables
+        case Splat(_, _, value):
+            return _exact_half(value, half)
+    return False
+
+
+def expr(e: Expr, half: _Half | None = None) -> str:
+    """OpenCL C of ``e``; ``half`` tells which buffers and variables hold f16 (none if None)."""
+    half = half or _Half(frozenset())
+
+    def x(a: Expr) -> str:
+        return expr(a, half)
+
     match e:
         case Var(name):
             return name
         case Lit(value, dtype):
             return literal(value, dtype)
         case Bin(op, a, b):
-            return f"({expr(a)} {op} {expr(b)})"
+            return f"({x(a)} {op} {x(b)})"
         case Un(op, a):
-            return f"({op}{expr(a)})"
+            return f"({op}{x(a)})"
         case Call(fn, args):
-            return f"{fn}({', '.join(expr(a) for a in args)})"
+            return f"{fn}({', '.join(x(a) for a in args)})"
         case Cond(c, a, b):
-            return f"({expr(c)} ? {expr(a)} : {expr(b)})"
+            return f"({x(c)} ? {x(a)} : {x(b)})"
+        case Cast(DType.f16, a):
+            return half.round(f"((float){x(a)})")
         case Cast(dtype, a):
-            return f"(({C_TYPE[dtype]}){expr(a)})"
+            return f"(({C_TYPE[dtype]}){x(a)})"
+        case Load(buf, index) if buf in half.buffers:
+            return f"vload_half({x(index)}, {buf})"
         case Load(buf, index):
-            return f"{buf}[{expr(index)}]"
+            return f"{buf}[{x(index)}]"
         case Id(fn, dim):
             return f"(long){fn}({dim})"
+        case VectorLoad(buf, index, lanes) if buf in half.buffers:
+            return f"vload_half{_lanes(lanes)}({x(index)}, {buf})"
         case VectorLoad(buf, index, lanes):
-            return f"vload{_lanes(lanes)}({expr(index)}, {buf})"
+            return f"vload{_lanes(lanes)}({x(index)}, {buf})"
         case Lane(vec, lane):
-            base = expr(vec) if isinstance(vec, Var) else f"({expr(vec)})"
+            base = x(vec) if isinstance(vec, Var) else f"({x(vec)})"
             return f"{base}.s{lane:x}"
         case Splat(dtype, lanes, value):
-            return f"(({vector_type(dtype, lanes)})({expr(value)}))"
+            return f"(({vector_type(dtype, lanes)})({x(value)}))"
     raise TypeError(f"cannot render expression {e!r}")
 
 
-def stmts(body: tuple[Stmt, ...], indent: str) -> list[str]:
+def _value(e: Expr, dtype: DType, half: _Half, lanes: int = 1) -> str:
+    """``e`` as the value of a binding of ``dtype``: rounded to f16 unless it is one already."""
+    text = expr(e, half)
+    return half.round(text, lanes) if dtype is DType.f16 and not _exact_half(e, half) else text
+
+
+def stmts(body: tuple[Stmt, ...], indent: str, half: _Half | None = None) -> list[str]:
+    half = half or _Half(frozenset())
     out = []
     for s in body:
         match s:
             case Let(var, dtype, value, mutable, lanes):
+                if dtype is DType.f16:
+                    half.variables.add(var)
                 const = "" if mutable else "const "
-                out.append(f"{indent}{const}{vector_type(dtype, lanes)} {var} = {expr(value)};")
+                out.append(f"{indent}{const}{vector_type(dtype, lanes)} {var} = "
+                           f"{_value(value, dtype, half, lanes)};")
             case Assign(var, value):
-                out.append(f"{indent}{var} = {expr(value)};")
+                dtype = DType.f16 if var in half.variables else DType.f32
+                out.append(f"{indent}{var} = {_value(value, dtype, half)};")
+            case Store(buf, index, value) if buf in half.buffers:
+                out.append(f"{indent}vstore_half({expr(value, half)}, {expr(index, half)}, {buf});")
             case Store(buf, index, value):
-                out.append(f"{indent}{buf}[{expr(index)}] = {expr(value)};")
+                dtype = DType.f16 if buf in half.local else DType.f32
+                out.append(f"{indent}{buf}[{expr(index, half)}] = {_value(value, dtype, half)};")
             case VectorStore(buf, index, dtype, values):
-                vec = f"({vector_type(dtype, len(values))})({', '.join(expr(v) for v in values)})"
-                out.append(f"{indent}vstore{_lanes(len(values))}({vec}, {expr(index)}, {buf});")
+                vec = (f"({vector_type(dtype, len(values))})"
+                       f"({', '.join(expr(v, half) for v in values)})")
+                fn = "vstore_half" if buf in half.buffers else "vstore"
+                out.append(f"{indent}{fn}{_lanes(len(values))}({vec}, {expr(index, half)}, "
+                           f"{buf});")
+            case AtomicAdd(buf, index, value, dtype):
+                if dtype not in ATOMIC_ADD:
+                    raise TypeError(f"no atomic add of {dtype.value} (only "
+                                    f"{', '.join(d.value for d in ATOMIC_ADD)})")
+                out.append(f"{indent}{ATOMIC_ADD[dtype]}(&{buf}[{expr(index, half)}], "
+                           f"{expr(value, half)});")
             case For(var, start, stop, body_, step):
-                out.append(f"{indent}for (long {var} = {expr(start)}; {var} < {expr(stop)}; "
-                           f"{var} += {step}) {{")
-                out.extend(stmts(body_, indent + "  "))
+                out.append(f"{indent}for (long {var} = {expr(start, half)}; {var} < "
+                           f"{expr(stop, half)}; {var} += {step}) {{")
+                out.extend(stmts(body_, indent + "  ", half))
                 out.append(f"{indent}}}")
             case If(cond, then, orelse):
-                out.append(f"{indent}if ({expr(cond)}) {{")
-                out.extend(stmts(then, indent + "  "))
+                out.append(f"{indent}if ({expr(cond, half)}) {{")
+                out.extend(stmts(then, indent + "  ", half))
                 if orelse:
                     out.append(f"{indent}}} else {{")
-                    out.extend(stmts(orelse, indent + "  "))
+                    out.extend(stmts(orelse, indent + "  ", half))
                 out.append(f"{indent}}}")
             case Return():
                 out.append(f"{indent}return;")
             case Barrier():
                 out.append(f"{indent}barrier(CLK_LOCAL_MEM_FENCE);")
             case LocalArray(name, dtype, size, align):
+                if dtype is DType.f16:
+                    half.local.add(name)
                 attr = f" __attribute__((aligned({align})))" if align else ""
                 out.append(f"{indent}__local {C_TYPE[dtype]} {name}[{size}]{attr};")
             case _:
@@ -140,12 +253,10 @@ def stmts(body: tuple[Stmt, ...], indent: str) -> list[str]:
 
 def render(kernel: Kernel) -> str:
     """OpenCL C source of ``kernel``."""
-    dtypes = kernel.dtypes
     lines = ["#pragma OPENCL FP_CONTRACT OFF"]
-    if DType.f16 in dtypes:
-        lines.append("#pragma OPENCL EXTENSION cl_khr_fp16 : enable")
-    if DType.f64 in dtypes:
+    if DType.f64 in kernel.dtypes:
         lines.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
+    half = _Half(frozenset(a.name for a in kernel.args if a.dtype is DType.f16))
     params = []
     slots = [a.slot for a in kernel.args if not a.is_scratch]
     for a in kernel.args:
@@ -156,12 +267,17 @@ def render(kernel: Kernel) -> str:
         # an output written in place over an input aliases it: no restrict on either
         alias = not a.is_scratch and slots.count(a.slot) > 1
         restrict = "" if alias else " restrict"
-        params.append(f"{qual}{C_TYPE[a.dtype]}*{restrict} {a.name}")
+        ctype = "half" if a.dtype is DType.f16 else C_TYPE[a.dtype]
+        params.append(f"{qual}{ctype}*{restrict} {a.name}")
     attrs = ""
     if kernel.fixed_local_size:
         dims = (*kernel.geometry.local_size, 1, 1)[:3]
         attrs = f"__attribute__((reqd_work_group_size({dims[0]}, {dims[1]}, {dims[2]}))) "
+    body = stmts(kernel.body, "  ", half)
+    lines.extend(half.helpers())
+    if any(isinstance(s, AtomicAdd) and s.dtype is DType.f32 for s in walk_stmts(kernel.body)):
+        lines.append(_ATOMIC_ADD_F32)
     lines.append(f"__kernel {attrs}void {kernel.entry}({', '.join(params)}) {{")
-    lines.extend(stmts(kernel.body, "  "))
+    lines.extend(body)
     lines.append("}")
     return "\n".join(lines) + "\n"

@@ -13,6 +13,7 @@ import hashlib
 import os
 import re
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -38,7 +39,11 @@ INSTALL_HINT = (
 _PROBE_SOURCE = "__kernel void accy_probe(__global int *out) { out[get_global_id(0)] = 42; }\n"
 
 _LOCK = threading.RLock()
-_PROGRAMS: dict[tuple[str, str], cl.Program] = {}  # (device key, digest) -> built program
+# (device key, digest) -> built program, least recently used first; at most PROGRAM_CACHE_SIZE
+# (executables hold their kernels, so evicting a program only means rebuilding it when a new
+# executable needs it again)
+_PROGRAMS: OrderedDict[tuple[str, str], cl.Program] = OrderedDict()
+PROGRAM_CACHE_SIZE = 512
 _PROBES: dict[str, Runtime | str] = {}  # device key -> working runtime or failure reason
 _SELECTED: dict[str, Runtime] = {}  # selector string -> runtime
 _BUILDING: dict[tuple[str, str], threading.Lock] = {}  # one build per (device, digest) at once
@@ -71,6 +76,7 @@ class DeviceInfo:
     max_constant_buffer_size: int = 64 * 1024
     max_constant_args: int = 8
     device_type: str = "gpu"  # "cpu", "gpu" or "accelerator" (from CL_DEVICE_TYPE)
+    host_unified_memory: bool = False  # device and host share memory (CPU devices, iGPUs)
 
     @property
     def key(self) -> str:
@@ -103,7 +109,16 @@ class DeviceInfo:
             max_constant_args=int(device.max_constant_args),
             device_type=("cpu" if device.type & cl.device_type.CPU else
                          "gpu" if device.type & cl.device_type.GPU else "accelerator"),
+            host_unified_memory=_host_unified(device),
         )
+
+
+def _host_unified(device: cl.Device) -> bool:
+    """CL_DEVICE_HOST_UNIFIED_MEMORY (deprecated in OpenCL 2.0: False where it is not known)."""
+    try:
+        return bool(device.host_unified_memory)
+    except (cl.Error, AttributeError):
+        return False
 
 
 def _platforms() -> list[cl.Platform]:
@@ -289,8 +304,12 @@ class Runtime:
             self.context, device, properties=cl.command_queue_properties.PROFILING_ENABLE
         )
         self._builds = 0
-        self._kernels: dict[tuple[str, str], cl.Kernel] = {}
-        self._buffers: dict[object, tuple[int, cl.Buffer]] = {}
+        self._kernels: OrderedDict[tuple[str, str], cl.Kernel] = OrderedDict()
+        self._buffers: OrderedDict[object, tuple[int, cl.Buffer]] = OrderedDict()
+        self._pooled_bytes = 0
+        # the buffer pool keeps at most this many bytes (a quarter of the device's memory)
+        # beyond the buffer just handed out; see :meth:`buffer`
+        self.pool_bytes = device.global_mem_size // 4
 
     def __repr__(self) -> str:
         return f"Runtime({self.info.key!r})"
@@ -321,11 +340,17 @@ class Runtime:
             with _LOCK:
                 self._builds += 1
                 _PROGRAMS[cache_key] = program  # only ever a fully built program
+                _BUILDING.pop(cache_key, None)
+                while len(_PROGRAMS) > PROGRAM_CACHE_SIZE:
+                    _PROGRAMS.popitem(last=False)
             return program
 
     def _cached(self, cache_key: tuple[str, str]) -> cl.Program | None:
         program = _PROGRAMS.get(cache_key)
-        return program if program is not None and program.context == self.context else None
+        if program is None or program.context != self.context:
+            return None
+        _PROGRAMS.move_to_end(cache_key)
+        return program
 
     def build_many(self, sources: Sequence[str], options: tuple[str, ...] = (),
                    max_threads: int = 1) -> list[cl.Program]:
@@ -362,8 +387,9 @@ class Runtime:
         key = (_digest(source, options), entry)
         with _LOCK:
             found = self._kernels.get(key)
-        if found is not None:
-            return found
+            if found is not None:
+                self._kernels.move_to_end(key)
+                return found
         program = self.build(source, options)  # not under the lock: builds may run in parallel
         with _LOCK:
             if key not in self._kernels:
@@ -374,19 +400,54 @@ class Runtime:
                         f"it defines: {', '.join(names) or '(no kernels)'}"
                     )
                 self._kernels[key] = cl.Kernel(program, entry)
+                while len(self._kernels) > PROGRAM_CACHE_SIZE:
+                    self._kernels.popitem(last=False)
             return self._kernels[key]
 
     def buffer(self, key: object, nbytes: int) -> cl.Buffer:
-        """A device buffer pooled under ``key``: reused while the size stays the same."""
+        """A device buffer pooled under ``key``: reused while the size stays the same.
+
+        The pool forgets the least recently used buffers once it holds more than
+        ``pool_bytes`` besides the newest (a long sweep of programs would otherwise keep every
+        program's buffers); whoever still holds a forgotten buffer keeps it, and the next
+        request for its key gets a new one.
+        """
         if nbytes < 0:
             raise DeviceError(f"buffer {key!r}: negative size {nbytes}")
         with _LOCK:
-            pooled = self._buffers.get(key)
-            if pooled is not None and pooled[0] == nbytes:
-                return pooled[1]
-            buf = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, size=max(nbytes, 1))
-            self._buffers[key] = (nbytes, buf)
-            return buf
+            pooled = self._buffers.pop(key, None)
+            if pooled is not None:
+                self._pooled_bytes -= pooled[0]
+                if pooled[0] != nbytes:
+                    pooled = None
+            if pooled is None:
+                pooled = (nbytes, cl.Buffer(self.context, cl.mem_flags.READ_WRITE,
+                                            size=max(nbytes, 1)))
+            while self._buffers and self._pooled_bytes + nbytes > self.pool_bytes:
+                self._pooled_bytes -= self._buffers.popitem(last=False)[1][0]
+            self._buffers[key] = pooled
+            self._pooled_bytes += nbytes
+            return pooled[1]
+
+    def host_buffer(self, array: np.ndarray, writable: bool) -> cl.Buffer:
+        """A buffer over ``array``'s own memory (``CL_MEM_USE_HOST_PTR``), for this call only.
+
+        On a device with host-unified memory kernels then read and write the array in place,
+        with no copy; :meth:`sync` makes their writes visible before the host reads them.
+        ``array`` must be C-contiguous and not empty, and stay alive while the buffer is used.
+        """
+        if not array.flags.c_contiguous or not array.nbytes:
+            raise DeviceError(f"host buffer over a non-contiguous or empty array "
+                              f"({array.dtype}{list(array.shape)}) on {self.info.key}")
+        access = cl.mem_flags.READ_WRITE if writable else cl.mem_flags.READ_ONLY
+        return cl.Buffer(self.context, access | cl.mem_flags.USE_HOST_PTR, hostbuf=array)
+
+    def sync(self, buf: cl.Buffer, array: np.ndarray) -> None:
+        """Make kernel writes to a :meth:`host_buffer` over ``array`` visible to the host: map
+        and unmap it (no copy where memory is unified; OpenCL requires the map)."""
+        mapped, _ = cl.enqueue_map_buffer(self.queue, buf, cl.map_flags.READ, 0, array.shape,
+                                          array.dtype, is_blocking=True)
+        mapped.base.release(self.queue)
 
     def write(self, buf: cl.Buffer, array: np.ndarray) -> None:
         """Copy ``array`` to ``buf`` (blocking)."""

@@ -1,14 +1,17 @@
-"""layout-planning: strides, alignment and vector width of every buffer slot."""
+"""layout-planning: strides, alignment and vector width of every buffer slot; the bank padding
+of local-memory tiles."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from accy.ir.program import Stage
+from accy.kernels.contraction_plan import analyse, choose_tiles, transposing
 from accy.kernels.ir import row_major
 from accy.passes.base import Pass, option
 from accy.passes.registry import register
-from accy.plans import LayoutPlan, SlotLayout
+from accy.plans import FusionPlan, LayoutPlan, SlotLayout
+from accy.target import TargetProfile
 
 VECTOR_WIDTHS = (16, 8, 4, 2, 1)  # OpenCL vector types
 
@@ -30,8 +33,12 @@ class LayoutPlanning(Pass):
     """Give every buffer slot contiguous row-major strides, an alignment and a vector width.
 
     The vector width is recorded for kernel generators to use (vector loads and stores). No
-    padding: kernels index buffers as dense row-major arrays, so padded strides would need
-    every generator to honour them.
+    padding of buffers: kernels index them as dense row-major arrays, so padded strides would
+    need every generator to honour them. Local memory is padded where work-items walk across
+    the rows of a tile: the tiled contraction's transposing tile copies, whose rows get
+    :func:`~accy.kernels.contraction_plan.bank_padding` for the target (on GPUs); the
+    statistics ``local tile rows padded by P`` count them. (Work-group reductions read their
+    local arrays along rows only and need none.)
     """
 
     name = "layout-planning"
@@ -55,4 +62,24 @@ class LayoutPlanning(Pass):
             widths[lay.vector_width] = widths.get(lay.vector_width, 0) + 1
         for w in sorted(widths):
             ctx.stat(f"vector width {w}", widths[w])
+        if product.fusion is not None:
+            pads = local_padding(product.fusion, product.target or TargetProfile())
+            for pad in sorted(pads):
+                ctx.stat(f"local tile rows padded by {pad}", pads[pad])
         return product.replace(layout=LayoutPlan(tuple(layouts)))
+
+
+def local_padding(fusion: FusionPlan, target: TargetProfile) -> dict[int, int]:
+    """How many local tiles of the groups' tiled contractions get rows padded by how many
+    elements (tiles copied along their rows are not counted)."""
+    pads: dict[int, int] = {}
+    for group in fusion.groups:
+        found = analyse(group)
+        if isinstance(found, str):
+            continue
+        form = found[1]
+        tiles = choose_tiles(form, target)
+        for side in ("x", "y"):
+            if transposing(form, side) and tiles.pad:
+                pads[tiles.pad] = pads.get(tiles.pad, 0) + 1
+    return pads

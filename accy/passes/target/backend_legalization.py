@@ -30,7 +30,7 @@ def check(kernel: Kernel, reqs: tuple, target: TargetProfile) -> KernelLegality:
         return KernelLegality(0, KernelStatus.unsupported_artifact,
                               f"target {target.backend} takes none of the formats accy emits "
                               f"({OPENCL_C})")
-    missing = sorted(d.value for d in dtypes - target.dtypes)
+    missing = sorted(d.value for d in dtypes - target.usable_dtypes)
     if missing:
         return KernelLegality(0, KernelStatus.unsupported_dtype,
                               f"{kernel.entry} uses {', '.join(missing)}, which "

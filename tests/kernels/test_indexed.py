@@ -1,0 +1,145 @@
+"""indexed-gather and indexed-scatter on PoCL against numpy: every axis, f32/i32, repeated
+and edge indices, prologues and epilogues, the bounds policy, the deterministic fallback."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import accy
+from accy.builder import gather, scatter_add, trace
+from accy.errors import InterpretError
+from accy.kernels.ir import For, idx, walk_stmts
+from accy.target import TargetProfile
+
+SHAPES = [((9,), 0), ((6, 5), 0), ((6, 5), 1), ((3, 4, 5), 0), ((3, 4, 5), 1), ((3, 4, 5), 2),
+          ((2, 3, 2, 4), 2)]
+
+
+def table(rng: np.random.Generator, shape, dtype: str) -> np.ndarray:
+    if dtype == "f32":
+        return rng.standard_normal(shape).astype(np.float32)
+    return rng.integers(-1000, 1000, shape).astype(np.int32)
+
+
+def edge_indices(rng: np.random.Generator, n: int, shape) -> np.ndarray:
+    """Random indices with the first and last row and repeats among them."""
+    i = rng.integers(0, n, shape).reshape(-1)
+    i[:2] = [0, n - 1][: i.size]
+    if i.size > 3:
+        i[3] = i[2]
+    return i.reshape(shape).astype(np.int32)
+
+
+def numpy_scatter(x, i, u, axis):
+    out = x.copy()
+    np.add.at(out, (slice(None),) * axis + (i,), u)
+    return out
+
+
+@pytest.mark.parametrize("dtype", ["f32", "i32"])
+@pytest.mark.parametrize("shape, axis", SHAPES)
+@pytest.mark.parametrize("ishape", [(7,), (2, 3)])
+def test_gather(check, rng, dtype, shape, axis, ishape) -> None:
+    program = trace(lambda x, i: gather(x, i, axis=axis), getattr(accy, dtype)[shape],
+                    accy.i32[ishape], name="g")
+    x, i = table(rng, shape, dtype), edge_indices(rng, shape[axis], ishape)
+    job = check(program, [x, i], generator="indexed-gather")
+    assert job.kernel_count == 1
+    np.testing.assert_array_equal(job.run(x, i)[0], np.take(x, i, axis=axis))
+
+
+@pytest.mark.parametrize("dtype", ["f32", "i32"])
+@pytest.mark.parametrize("shape, axis", SHAPES)
+@pytest.mark.parametrize("ishape", [(5,), (2, 4)])
+def test_scatter_add(check, rng, dtype, shape, axis, ishape) -> None:
+    ushape = shape[:axis] + ishape + shape[axis + 1:]
+    t = getattr(accy, dtype)
+    program = trace(lambda x, i, u: scatter_add(x, i, u, axis=axis), t[shape],
+                    accy.i32[ishape], t[ushape], name="s")
+    # small integers (as f32 too): every order of adding them gives the same sums, so the
+    # repeated runs `check` compares bit for bit agree even with atomics
+    x = rng.integers(-100, 100, shape).astype(np.float32 if dtype == "f32" else np.int32)
+    u = rng.integers(-100, 100, ushape).astype(x.dtype)
+    i = edge_indices(rng, shape[axis], ishape)
+    job = check(program, [x, i, u], generator="indexed-scatter")
+    assert job.kernel_count == 2  # copy, then atomic adds: no epilogue kernel
+    np.testing.assert_array_equal(job.run(x, i, u)[0], numpy_scatter(x, i, u, axis))
+    add = job.kernel_source(1)
+    assert ("atomic_cmpxchg" if dtype == "f32" else "atomic_add") in add
+    loops = [s for s in walk_stmts(job.kernels[1].body) if isinstance(s, For)]
+    assert all(s.stop == idx(1) for s in loops)  # O(updates): at most the f32 retry loop
+
+
+def test_f32_scatter_of_random_values_matches_within_rounding(device, used, rng) -> None:
+    """Many updates on few rows: the atomic sums' order varies, the sums stay close."""
+    program = trace(lambda x, i, u: scatter_add(x, i, u), accy.f32[4, 16], accy.i32[3000],
+                    accy.f32[3000, 16], name="s")
+    x, u = rng.standard_normal((4, 16)), rng.standard_normal((3000, 16))
+    x, u = x.astype(np.float32), u.astype(np.float32)
+    i = rng.integers(0, 4, 3000).astype(np.int32)
+    job = accy.prepare(program)
+    assert used(job) == {"indexed-scatter": 1}
+    (got,) = job.executable(device=device)(x, i, u)
+    want = numpy_scatter(x.astype(np.float64), i, u.astype(np.float64), 0)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+
+
+def test_prologue_and_epilogue(check, used, rng) -> None:
+    """x * 2 gathered, plus one; a step w - 0.5 * scatter_add(w, ids, -grad)."""
+
+    def fn(w, ids, grad):
+        rows = gather(w * 2.0, ids, axis=0) + 1.0
+        return rows, w - 0.5 * scatter_add(w, ids, -grad, axis=0)
+
+    program = trace(fn, accy.f32[12, 8], accy.i32[10], accy.f32[10, 8], name="sgd")
+    w = rng.integers(-8, 8, (12, 8)).astype(np.float32)
+    ids = edge_indices(rng, 12, (10,))
+    grad = rng.integers(-8, 8, (10, 8)).astype(np.float32)
+    job = check(program, [w, ids, grad])
+    assert used(job) == {"indexed-gather": 1, "indexed-scatter": 1}
+    assert job.kernel_count == 4  # gather; copy, atomic adds, epilogue from scratch
+    assert any(a.is_scratch for k in job.kernels for a in k.args)
+
+
+@pytest.mark.parametrize("generators", ["", "disable=indexed-gather,indexed-scatter"])
+def test_out_of_range_indices_are_clamped_by_every_kernel(device, pipe, generators) -> None:
+    """The bounds policy: the interpreter raises, the kernels (indexed and loop nest alike)
+    clamp each index into [0, n - 1]."""
+    program = trace(lambda x, i, u: (gather(x, i, axis=1), scatter_add(x, i, u, axis=1)),
+                    accy.i32[2, 5], accy.i32[4], accy.i32[2, 4], name="oob")
+    x = np.arange(10, dtype=np.int32).reshape(2, 5)
+    i = np.array([-3, 7, 4, 0], np.int32)
+    u = np.array([[1, 10, 100, 1000], [2, 20, 200, 2000]], np.int32)
+    with pytest.raises(InterpretError, match="out of range"):
+        accy.interpret(program, [x, i, u])
+    job = accy.prepare(program, pipe(generators))
+    got_rows, got_sums = job.executable(device=device)(x, i, u)
+    clamped = np.clip(i, 0, 4)
+    np.testing.assert_array_equal(got_rows, np.take(x, clamped, axis=1))
+    np.testing.assert_array_equal(got_sums, numpy_scatter(x, clamped, u, 1))
+
+
+@pytest.mark.parametrize("pipeline, kernelization", [
+    ("accy-tensor", "disable=indexed-scatter"),
+    ("saturate,shape-layout-propagation,indexing-lowering{scatter=conflict-free}", ""),
+])
+def test_deterministic_scatter_is_the_loop_nest(check, used, pipe, rng, pipeline,
+                                                kernelization) -> None:
+    program = trace(lambda x, i, u: scatter_add(x, i, u), accy.f32[6, 3], accy.i32[40],
+                    accy.f32[40, 3], name="s")
+    x, u = rng.standard_normal((6, 3)), rng.standard_normal((40, 3))
+    i = rng.integers(0, 6, 40).astype(np.int32)
+    job = check(program, [x.astype(np.float32), i, u.astype(np.float32)],
+                pipeline=pipe(kernelization, pipeline))
+    assert used(job) == {"loop-nest": 1}
+
+
+def test_64_bit_scatter_falls_back_to_the_loop_nest(check, used, rng) -> None:
+    """TargetProfile does not record 64-bit atomics, so i64 scatter-adds stay conflict-free."""
+    program = trace(lambda x, i, u: scatter_add(x, i, u), accy.i64[5, 2], accy.i32[9],
+                    accy.i64[9, 2], name="s")
+    x, u = rng.integers(-9, 9, (5, 2)), rng.integers(-9, 9, (9, 2))
+    job = check(program, [x, rng.integers(0, 5, 9).astype(np.int32), u],
+                target=TargetProfile())
+    assert used(job) == {"loop-nest": 1}
