@@ -1,15 +1,15 @@
 """Benchmark: accy's contraction path strategies against opt_einsum on random tensor networks.
 
     python experiments/bench_paths.py [--sizes 4,6,8,...] [--repeats 3] [--seed 0]
-        [--dp-cap-s 10] [--out results/bench_paths.json]
+        [--cap-s 10] [--out results/bench_paths.json]
 
-Instances (seeded): random regular graphs of degree 3 and 4, rings, 2-D lattices and random
-trees (bond sizes 2..8, a few open legs), and matrix chains with random sizes 2..64, from 4
-to 40 operands. For each instance and each method -- accy ``exact``, ``beam`` (default
-width), ``greedy``, ``auto`` and opt_einsum ``dp`` (skipped past ``--dp-max-n`` operands or a
-time cap), ``greedy``, ``auto``, ``branch-2`` -- it records the path cost (FLOPs in accy's
-units, see ``accy.contraction.cost``; every path is evaluated by ``path_cost``) and the
-search time. Summary lines check the targets of issue 4:
+Instances (seeded, drawn by ``accy.experiments.networks``): random regular graphs of degree 3
+and 4, rings, 2-D lattices and random trees (bond sizes 2..8, a few open legs), and matrix
+chains with random sizes 2..64, from 4 to 40 operands. For each instance and each method --
+accy ``exact``, ``beam`` (default width), ``greedy``, ``auto`` and opt_einsum ``dp`` (skipped
+past ``--dp-max-n`` operands or a time cap), ``greedy``, ``auto``, ``branch-2`` -- it
+records the path cost (FLOPs in accy's units, see ``accy.contraction.cost``; every path is
+evaluated by ``path_cost``) and the search time. Summary lines check the targets of issue 4:
 
 * exact equals dp wherever both finish;
 * beam is not worse than opt_einsum greedy on >= 95% of instances and within 1.10x of the
@@ -25,7 +25,6 @@ import json
 import math
 import os
 import platform
-import random
 import statistics
 import subprocess
 import sys
@@ -36,123 +35,14 @@ from typing import Any
 
 import numpy as np
 import opt_einsum
-from opt_einsum.parser import get_symbol
 
 import accy
 from accy.contraction import STRATEGIES, ContractionError, PathOptions, path_cost
+from accy.experiments.networks import FAMILIES, instances
 
-Problem = tuple[list[str], str, dict[str, int]]
-FAMILIES = ("regular3", "regular4", "ring", "lattice", "tree", "chain")
 ACCY_METHODS = ("exact", "exact-connected", "beam", "greedy", "auto")
 OE_METHODS = ("dp", "greedy", "auto", "branch-2")
 AUTO_TARGET_MS = 50.0
-
-
-# ---- instances ------------------------------------------------------------------------------
-
-
-def regular_edges(n: int, degree: int, rng: random.Random) -> list[tuple[int, int]]:
-    """A random simple ``degree``-regular graph on ``n`` nodes (configuration model)."""
-    if n * degree % 2 or degree >= n:
-        raise ValueError(f"no simple {degree}-regular graph on {n} nodes")
-    for _ in range(10_000):
-        stubs = [i for i in range(n) for _ in range(degree)]
-        rng.shuffle(stubs)
-        edges = {(min(a, b), max(a, b)) for a, b in zip(stubs[::2], stubs[1::2], strict=True)}
-        if len(edges) == len(stubs) // 2 and all(a != b for a, b in edges):
-            return sorted(edges)
-    raise RuntimeError(f"could not draw a {degree}-regular graph on {n} nodes")
-
-
-def ring_edges(n: int) -> list[tuple[int, int]]:
-    return [(i, (i + 1) % n) for i in range(n)]
-
-
-def lattice_edges(n: int) -> list[tuple[int, int]]:
-    """A rows x cols grid with rows * cols == n, as square as possible."""
-    rows = max(r for r in range(1, math.isqrt(n) + 1) if n % r == 0)
-    cols = n // rows
-    edges = []
-    for r in range(rows):
-        for c in range(cols):
-            i = r * cols + c
-            if c + 1 < cols:
-                edges.append((i, i + 1))
-            if r + 1 < rows:
-                edges.append((i, i + cols))
-    return edges
-
-
-def tree_edges(n: int, rng: random.Random) -> list[tuple[int, int]]:
-    return [(rng.randrange(i), i) for i in range(1, n)]
-
-
-def graph_problem(n: int, edges: list[tuple[int, int]], rng: random.Random,
-                  open_legs: float = 0.1) -> Problem:
-    """One operand per node, one summed letter per edge (size 2..8), open legs in the output."""
-    terms: list[list[str]] = [[] for _ in range(n)]
-    sizes: dict[str, int] = {}
-    output = []
-    for a, b in edges:
-        c = get_symbol(len(sizes))
-        sizes[c] = rng.randint(2, 8)
-        terms[a].append(c)
-        terms[b].append(c)
-    for i in range(n):
-        if rng.random() < open_legs:
-            c = get_symbol(len(sizes))
-            sizes[c] = rng.randint(2, 8)
-            terms[i].append(c)
-            output.append(c)
-    return ["".join(t) for t in terms], "".join(output), sizes
-
-
-def chain_problem(n: int, rng: random.Random) -> Problem:
-    """A product of ``n`` matrices with random sizes 2..64."""
-    letters = [get_symbol(i) for i in range(n + 1)]
-    sizes = {c: rng.randint(2, 64) for c in letters}
-    return [letters[i] + letters[i + 1] for i in range(n)], letters[0] + letters[n], sizes
-
-
-def make_problem(family: str, n: int, rng: random.Random) -> Problem:
-    if family == "regular3":
-        return graph_problem(n, regular_edges(n, 3, rng), rng)
-    if family == "regular4":
-        return graph_problem(n, regular_edges(n, 4, rng), rng)
-    if family == "ring":
-        return graph_problem(n, ring_edges(n), rng, open_legs=0.5)
-    if family == "lattice":
-        return graph_problem(n, lattice_edges(n), rng)
-    if family == "tree":
-        return graph_problem(n, tree_edges(n, rng), rng, open_legs=0.3)
-    if family == "chain":
-        return chain_problem(n, rng)
-    raise ValueError(f"unknown family {family!r}; valid: {', '.join(FAMILIES)}")
-
-
-def family_sizes(family: str, sizes: list[int]) -> list[int]:
-    """The operand counts a family is drawn at (chains 4..20, odd n skipped for degree 3)."""
-    if family == "chain":
-        return [n for n in sizes if n <= 20]
-    if family == "regular3":
-        return [n for n in sizes if n % 2 == 0]
-    return sizes
-
-
-def instances(sizes: list[int], repeats: int, seed: int, families: tuple[str, ...]
-              ) -> list[dict[str, Any]]:
-    """Every (family, n, repeat) instance, each drawn from its own seeded generator."""
-    out = []
-    for family in families:
-        for n in family_sizes(family, sizes):
-            if family == "regular4" and n < 6:
-                continue
-            for rep in range(repeats):
-                rng = random.Random(f"{seed}-{family}-{n}-{rep}")
-                inputs, output, size_dict = make_problem(family, n, rng)
-                out.append({"family": family, "n": n, "repeat": rep, "inputs": inputs,
-                            "output": output, "sizes": size_dict})
-    return out
 
 
 # ---- running methods ------------------------------------------------------------------------

@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from accy.experiments import measure
-from accy.experiments.executor import Executor, Task, make_executor
-from accy.experiments.runner import SweepOptions, run_tasks
+from accy.experiments.executor import Executor, Task
+from accy.experiments.runner import SweepOptions, executor_for, run_tasks
 from accy.experiments.suite import benchmarks
 from accy.passes.base import Pass
 
@@ -178,9 +178,7 @@ def run(options: SweepOptions, *, rulesets: Sequence[str] | None = None,
     sweep for rules that fired, limited to ``rules`` when given.
     """
     programs = [b.name for b in benchmarks(options.programs)]
-    ex = executor or make_executor(options.executor, workers=options.workers,
-                                   retries=options.retries, scheduler=options.scheduler,
-                                   show_progress=options.show_progress)
+    ex = executor or executor_for(options)
     try:
         result = run_tasks("ablation", _tasks(options, configurations(rulesets), policy,
                                               programs), options, ex, "ablation: rule sets")

@@ -10,8 +10,9 @@
 
 Each experiment writes ``<experiment>.json`` and ``<experiment>.csv`` into ``--out`` (default
 ``results/experiments/<suite>``) and, unless ``--no-report``, ``<experiment>.md`` and its
-figures made from the written file. The exit status is 1 when any task failed (the failures
-are in the results, with their errors).
+figures made from the written file. The exit status is 1 when any task failed, crashed or
+timed out (``--timeout S``); each is in the results' ``failed`` list with its status,
+parameters and error.
 """
 
 from __future__ import annotations
@@ -30,6 +31,20 @@ def _csv(text: str | None) -> tuple[str, ...] | None:
 
 def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.split(",") if x.strip())
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
 
 
 def add_commands(sub: Any) -> None:
@@ -52,7 +67,12 @@ def add_commands(sub: Any) -> None:
     exp.add_argument("--workers", type=int, default=None,
                      help="local processes (0: this process) or local Dask workers "
                      "(default: CPU count; 1 for `paper`)")
-    exp.add_argument("--retries", type=int, default=2, help="retries of a failed task")
+    exp.add_argument("--retries", type=_count, default=2,
+                     help="retries of a task that raised or whose worker process died "
+                     "(default: 2)")
+    exp.add_argument("--timeout", type=_seconds, default=None, metavar="S",
+                     help="kill a task running longer than S seconds and report it as "
+                     "timeout (default: no limit; needs --workers >= 1)")
     exp.add_argument("--no-report", action="store_true", help="write results only")
     exp.add_argument("--render-only", action="store_true",
                      help="paper: rewrite papers/ from papers/data without running")
@@ -84,7 +104,8 @@ def options_from(args: argparse.Namespace, suite: str) -> Any:
                         repeats=args.repeats or (20 if args.name == "paper" else 5),
                         run=not args.no_run,
                         executor=args.executor, workers=args.workers, retries=args.retries,
-                        scheduler=args.scheduler, show_progress=args.progress)
+                        timeout=args.timeout, scheduler=args.scheduler,
+                        show_progress=args.progress)
 
 
 def run_experiment(name: str, args: argparse.Namespace, options: Any) -> dict[str, Any]:
@@ -115,6 +136,10 @@ def run_experiment_command(args: argparse.Namespace) -> int:
     from accy.experiments.records import write_results
     from accy.experiments.report import tables, write_report
 
+    if args.timeout is not None and args.workers == 0 and args.executor == "local":
+        print("accy experiment: error: --timeout needs worker processes (--workers >= 1): "
+              "a task running in this process cannot be killed", file=sys.stderr)
+        return 2
     if args.name == "paper":
         from accy.experiments.paper import regenerate, render
 
@@ -135,7 +160,7 @@ def run_experiment_command(args: argparse.Namespace) -> int:
         paths += write_report(paths[0], out)
     print(tables(result))
     for f in result["failed"]:
-        print(f"FAILED {f['key']} after {f['attempts']} attempts: "
+        print(f"{f['status'].upper()} {f['key']} after {f['attempts']} attempt(s): "
               f"{f['error'].strip().splitlines()[-1]}", file=sys.stderr)
     print("wrote " + ", ".join(str(p) for p in paths))
     return 1 if result["failed"] else 0

@@ -6,22 +6,36 @@ any worker that can import accy can run it. ``executor.map(tasks)`` returns one
 :class:`TaskResult` per task, **sorted by task key** -- the merge is deterministic whatever
 the order in which tasks finish, on whichever worker.
 
-Failures are never lost: a task that raises is retried up to ``retries`` times, then reported
-``failed`` with its traceback; a task whose worker process dies (a segfault in a driver,
-``os._exit``, the OOM killer) is retried the same way and then reported ``failed`` with why.
+Failures are never lost; every task ends in one of four statuses:
 
-``LocalExecutor`` (the default) runs tasks in ``workers`` processes of a
-``concurrent.futures.ProcessPoolExecutor`` (spawned, so OpenCL and egglog state is never
-forked), at most one task per process at a time. When a process dies, the pool breaks and
-every task then running is a suspect: each is rerun alone in a fresh one-process pool, so the
-crash is charged to the task that caused it and the others finish normally. ``workers=0``
-runs tasks in this process (no isolation: for debugging and profiling).
+* ``ok``: the function returned;
+* ``failed``: it raised, on every one of its ``1 + retries`` attempts (the last traceback is
+  kept);
+* ``crashed``: its worker process died under it (a segfault in a driver, ``os._exit``, the
+  OOM killer) on every attempt;
+* ``timeout``: it ran longer than ``timeout`` seconds (counted from its start on a worker,
+  not from when it was queued) and its worker process was killed. A timeout is not retried:
+  a hung configuration would hang again.
+
+A task that is not ``ok`` is reported by :meth:`TaskResult.failure` with its key, status,
+parameters (the configuration and seed it ran with), error, attempts and worker.
+
+``LocalExecutor`` (the default) runs tasks in ``workers`` processes of a pebble
+``ProcessPool`` (spawned, so OpenCL and egglog state is never forked), one task per process
+at a time. Pebble charges a dead process to the task it was running and starts a fresh one,
+and kills the process of a task past its timeout. ``workers=0`` runs tasks in this process
+(no isolation and no timeout: for debugging and profiling).
 
 ``DaskExecutor`` submits the same tasks to a ``distributed`` cluster: ``scheduler`` is the
 address of a running one (``tcp://host:8786``), or None for a local cluster of ``workers``
-processes (tests). A worker that dies is rescheduled by Dask until the scheduler's
+processes (tests). Retries are this module's, not Dask's ``submit(retries=)``, which covers
+only exceptions: a worker that dies is rescheduled by Dask until the scheduler's
 ``distributed.scheduler.allowed-failures`` is exhausted (``KilledWorker``), which counts as
-one failed attempt here.
+one crashed attempt here. A task past its timeout is cancelled and its worker restarted
+through its nanny (workers started by ``dask worker`` have one). Its clock starts when the
+scheduler hands it to a worker, so give the scheduler ``distributed.scheduler.
+worker-saturation: 1.0`` (the local cluster's setting): then a worker holds only the task it
+runs, and a crash or timeout is charged to that task alone.
 
 Progress bars (tqdm) are shown only when stderr is a terminal and tqdm is installed.
 """
@@ -37,10 +51,11 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
+
+from pebble import ProcessExpired, ProcessPool
 
 __all__ = [
     "DaskExecutor", "Executor", "LocalExecutor", "Task", "TaskResult", "make_executor",
@@ -48,6 +63,7 @@ __all__ = [
 ]
 
 Key = tuple[str | int, ...]
+Status = Literal["ok", "failed", "crashed", "timeout"]
 
 
 @dataclass(frozen=True)
@@ -61,23 +77,26 @@ class Task:
 
 @dataclass(frozen=True)
 class TaskResult:
-    """What became of a task: ``ok`` with the function's ``value``, or ``failed`` with why."""
+    """What became of a task: ``ok`` with the function's ``value``, or ``failed``,
+    ``crashed`` or ``timeout`` with why (``error``)."""
 
     key: Key
-    status: Literal["ok", "failed"]
+    status: Status
     value: Any = None
     error: str = ""
     attempts: int = 1
     worker: str = ""
+    params: Mapping[str, Any] = field(default_factory=dict)  # the task's
 
     @property
     def ok(self) -> bool:
         return self.status == "ok"
 
     def failure(self) -> dict[str, Any]:
-        """The JSON-ready record of a failed task."""
-        return {"key": list(self.key), "error": self.error, "attempts": self.attempts,
-                "worker": self.worker}
+        """The JSON-ready record of a task that is not ``ok``: what it ran (key and
+        parameters: configuration, seed, ...) and what became of it."""
+        return {"key": list(self.key), "status": self.status, "params": dict(self.params),
+                "error": self.error, "attempts": self.attempts, "worker": self.worker}
 
 
 def sort_key(key: Key) -> tuple[tuple[int, Any], ...]:
@@ -92,8 +111,8 @@ def _resolve(fn: str) -> Callable[..., Any]:
     return getattr(importlib.import_module(module), name)
 
 
-def _worker_name() -> str:
-    return f"{platform.node()}:{os.getpid()}"
+def _worker_name(pid: int | None = None) -> str:
+    return f"{platform.node()}:{os.getpid() if pid is None else pid}"
 
 
 def run_task(task: Task) -> tuple[str, Any, str]:
@@ -111,7 +130,8 @@ def probe(value: int, fail: str = "", sleep: float = 0.0) -> dict[str, Any]:
 
     ``fail``: ``"raise"`` raises, ``"exit"`` kills the worker process (``os._exit``), and
     ``"exit-once:PATH"`` / ``"raise-once:PATH"`` do so only while the file ``PATH`` does not
-    exist yet (creating it first), so a retry succeeds.
+    exist yet (creating it first), so a retry succeeds. A ``sleep`` past the executor's
+    timeout makes a hung task.
     """
     mode, _, marker = fail.partition(":")
     if marker:
@@ -135,6 +155,17 @@ class Executor(Protocol):
     def map(self, tasks: Sequence[Task], desc: str = "") -> list[TaskResult]: ...
 
     def close(self) -> None: ...
+
+
+def _check_options(retries: int, timeout: float | None) -> None:
+    if retries < 0:
+        raise ValueError(f"retries must be >= 0, got {retries}")
+    if timeout is not None and not timeout > 0:
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout}")
+
+
+def _timeout_error(timeout: float) -> str:
+    return f"timed out after {timeout:g} s; its worker process was killed and replaced"
 
 
 def _check_keys(tasks: Sequence[Task]) -> None:
@@ -176,25 +207,28 @@ def progress(total: int, desc: str = "", enabled: bool | None = None) -> Iterato
 
 
 class LocalExecutor:
-    """Tasks in local processes (``concurrent.futures``), retried on error or crash."""
+    """Tasks in local processes (a pebble ``ProcessPool``), retried on error or crash,
+    killed past ``timeout`` seconds (None: no limit)."""
 
     name = "local"
 
     def __init__(self, workers: int | None = None, retries: int = 2,
-                 show_progress: bool | None = None) -> None:
+                 show_progress: bool | None = None, timeout: float | None = None) -> None:
         self.workers = (os.cpu_count() or 1) if workers is None else workers
-        if self.workers < 0 or retries < 0:
-            raise ValueError("workers and retries must be >= 0")
+        if self.workers < 0:
+            raise ValueError(f"workers must be >= 0, got {self.workers}")
+        _check_options(retries, timeout)
+        if timeout is not None and self.workers == 0:
+            raise ValueError("a timeout needs worker processes (workers >= 1): a task running "
+                             "in this process cannot be killed")
         self.retries = retries
+        self.timeout = timeout
         self.show_progress = show_progress
-        self._context = multiprocessing.get_context("spawn")
-        self._pool: cf.ProcessPoolExecutor | None = None
+        self._pool: ProcessPool | None = None
 
     def describe(self) -> dict[str, Any]:
-        return {"executor": self.name, "workers": self.workers, "retries": self.retries}
-
-    def _fresh_pool(self, workers: int) -> cf.ProcessPoolExecutor:
-        return cf.ProcessPoolExecutor(max_workers=workers, mp_context=self._context)
+        return {"executor": self.name, "workers": self.workers, "retries": self.retries,
+                "timeout": self.timeout}
 
     def map(self, tasks: Sequence[Task], desc: str = "") -> list[TaskResult]:
         _check_keys(tasks)
@@ -206,52 +240,49 @@ class LocalExecutor:
                         pass
                     bar.update()
             else:
-                self._map_pool(list(tasks), state, bar)
+                self._map_pool(tasks, state, bar)
         return _sorted(state.results)
 
-    def _map_pool(self, pending: list[Task], state: _Attempts, bar: Any) -> None:
-        pending.reverse()  # pop() from the end takes tasks in the order given
-        while pending:
-            pool = self._pool = self._pool or self._fresh_pool(self.workers)
-            running: dict[cf.Future, Task] = {}
-            broken = False
-            while (pending or running) and not broken:
-                while pending and len(running) < self.workers:
-                    task = pending.pop()
-                    running[pool.submit(run_task, task)] = task
+    def _map_pool(self, tasks: Sequence[Task], state: _Attempts, bar: Any) -> None:
+        if self._pool is None:
+            self._pool = ProcessPool(max_workers=self.workers,
+                                     context=multiprocessing.get_context("spawn"))
+        pool = self._pool
+
+        def submit(task: Task) -> cf.Future:
+            return pool.schedule(run_task, (task,), timeout=self.timeout)
+
+        running = {submit(task): task for task in tasks}
+        try:
+            while running:
                 done, _ = cf.wait(running, return_when=cf.FIRST_COMPLETED)
                 for future in done:
-                    try:
-                        outcome = future.result()
-                    except BrokenProcessPool:
-                        broken = True
-                        continue
                     task = running.pop(future)
-                    if state.settle(task, *outcome):
+                    if state.settle(task, *self._outcome(future)):
                         bar.update()
                     else:
-                        pending.append(task)
-            if broken:
-                pool.shutdown(wait=True, cancel_futures=True)
-                self._pool = None
-                self._recover(list(running.values()), state, bar)
+                        running[submit(task)] = task
+        except BaseException:  # Ctrl-C and the like: kill the workers rather than wait
+            pool.stop()
+            pool.join()
+            self._pool = None
+            raise
 
-    def _recover(self, suspects: list[Task], state: _Attempts, bar: Any) -> None:
-        """Rerun each task that was running when a process died, alone, until it settles."""
-        for task in sorted(suspects, key=lambda t: sort_key(t.key)):
-            settled = False
-            while not settled:
-                with self._fresh_pool(1) as solo:
-                    try:
-                        outcome = solo.submit(run_task, task).result()
-                    except BrokenProcessPool as e:
-                        outcome = ("crash", f"worker process died: {e}", "")
-                settled = state.settle(task, *outcome)
-            bar.update()
+    def _outcome(self, future: cf.Future) -> tuple[str, Any, str]:
+        try:
+            return future.result()
+        except TimeoutError:
+            return "timeout", _timeout_error(self.timeout or 0), ""
+        except ProcessExpired as e:
+            return ("crash", f"worker process died (exit code {e.exitcode})",
+                    _worker_name(e.pid))
+        except Exception as e:  # noqa: BLE001 -- e.g. a value that does not pickle
+            return "error", f"{type(e).__name__}: {e}", ""
 
     def close(self) -> None:
         if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool.close()
+            self._pool.join()
             self._pool = None
 
     def __enter__(self) -> LocalExecutor:
@@ -262,21 +293,29 @@ class LocalExecutor:
 
 
 class _Attempts:
-    """Counts attempts per task and decides: settled (ok, or out of retries) or retry."""
+    """Counts attempts per task and decides: settled (ok, timed out, or out of retries) or
+    retry. ``settle`` takes an outcome: ``ok`` with the value, or ``error``, ``crash`` or
+    ``timeout`` with a message."""
+
+    STATUS: Mapping[str, Status] = {"ok": "ok", "error": "failed", "crash": "crashed",
+                                    "timeout": "timeout"}
 
     def __init__(self, retries: int) -> None:
         self.retries = retries
         self.count: dict[Key, int] = {}
         self.results: dict[Key, TaskResult] = {}
 
-    def settle(self, task: Task, status: str, value: Any, worker: str) -> bool:
+    def settle(self, task: Task, outcome: str, value: Any, worker: str) -> bool:
         n = self.count[task.key] = self.count.get(task.key, 0) + 1
+        status = self.STATUS[outcome]
         if status == "ok":
-            self.results[task.key] = TaskResult(task.key, "ok", value, "", n, worker)
+            self.results[task.key] = TaskResult(task.key, "ok", value, "", n, worker,
+                                                task.params)
             return True
-        if n <= self.retries:
+        if status != "timeout" and n <= self.retries:
             return False
-        self.results[task.key] = TaskResult(task.key, "failed", None, str(value), n, worker)
+        self.results[task.key] = TaskResult(task.key, status, None, str(value), n, worker,
+                                            task.params)
         return True
 
 
@@ -284,18 +323,23 @@ class _Attempts:
 
 
 class DaskExecutor:
-    """Tasks on a Dask ``distributed`` cluster (an address, or a local cluster for tests)."""
+    """Tasks on a Dask ``distributed`` cluster (an address, or a local cluster for tests),
+    retried on error or crash, cancelled and their worker restarted past ``timeout``
+    seconds (None: no limit)."""
 
     name = "dask"
+    poll_s = 0.2  # how often running tasks are checked against the timeout
 
     def __init__(self, scheduler: str | None = None, workers: int = 2, retries: int = 2,
-                 show_progress: bool | None = None) -> None:
+                 show_progress: bool | None = None, timeout: float | None = None) -> None:
         try:
             from distributed import Client, LocalCluster
         except ImportError as e:
             raise ImportError("the Dask executor needs dask[distributed]: "
                               "pip install 'accy[dist]'") from e
+        _check_options(retries, timeout)
         self.retries = retries
+        self.timeout = timeout
         self.show_progress = show_progress
         self.scheduler = scheduler
         self._cluster = None
@@ -313,7 +357,8 @@ class DaskExecutor:
     def describe(self) -> dict[str, Any]:
         info = self.client.scheduler_info()
         return {"executor": self.name, "scheduler": self.scheduler or "local",
-                "workers": len(info.get("workers", {})), "retries": self.retries}
+                "workers": len(info.get("workers", {})), "retries": self.retries,
+                "timeout": self.timeout}
 
     def map(self, tasks: Sequence[Task], desc: str = "") -> list[TaskResult]:
         from distributed import as_completed
@@ -322,29 +367,61 @@ class DaskExecutor:
         state = _Attempts(self.retries)
         stamp = f"{time.time_ns():x}"
         tries: dict[Key, int] = {}
+        live: dict[str, tuple[Task, Any]] = {}  # Dask key -> (task, future) not settled yet
+        started: dict[str, tuple[float, str]] = {}  # Dask key -> (start, worker address)
 
         def submit(task: Task) -> Any:
             n = tries[task.key] = tries.get(task.key, 0) + 1
             name = "accy-" + "-".join(map(str, task.key)) + f"-{stamp}-{n}"
             future = self.client.submit(run_task, task, key=name, pure=False)
-            owner[future.key] = task
+            live[future.key] = (task, future)
             return future
 
-        owner: dict[str, Task] = {}
         with progress(len(tasks), desc, self.show_progress) as bar:
             pending = as_completed([submit(t) for t in tasks])
-            for future in pending:
-                task = owner[future.key]
-                try:
-                    outcome = future.result()
-                except Exception as e:  # noqa: BLE001 -- KilledWorker, lost worker, cancelled
-                    outcome = ("crash", f"worker lost: {type(e).__name__}: {e}", "")
+
+            def settle(task: Task, outcome: tuple[str, Any, str]) -> None:
                 if state.settle(task, *outcome):
                     bar.update()
                 else:
                     pending.add(submit(task))
-                future.release()
+
+            while not pending.is_empty():
+                batch = pending.next_batch(block=self.timeout is None)
+                for future in batch:
+                    if future.key not in live:  # cancelled at its timeout, settled then
+                        continue
+                    task, _ = live.pop(future.key)
+                    try:
+                        outcome = future.result()
+                    except Exception as e:  # noqa: BLE001 -- KilledWorker, lost worker
+                        outcome = ("crash", f"worker lost: {type(e).__name__}: {e}", "")
+                    settle(task, outcome)
+                    future.release()
+                if self.timeout is not None:
+                    for key, worker in self._expired(live, started, self.timeout):
+                        task, future = live.pop(key)
+                        future.cancel()
+                        restart = self.client.restart_workers([worker], raise_for_error=False)
+                        error = _timeout_error(self.timeout)
+                        if restart.get(worker) != "OK":  # no nanny: the worker stays hung
+                            error += f" (restarting it: {restart.get(worker)})"
+                        settle(task, ("timeout", error, worker))
+                    if not batch:
+                        time.sleep(self.poll_s)
         return _sorted(state.results)
+
+    def _expired(self, live: Mapping[str, Any], started: dict[str, tuple[float, str]],
+                 timeout: float) -> list[tuple[str, str]]:
+        """Keys of ``live`` running longer than ``timeout``, with their workers. A task's
+        clock starts when it is first seen processing on a worker."""
+        now = time.monotonic()
+        for worker, keys in self.client.processing().items():
+            for key in keys:
+                if key in live:
+                    started.setdefault(key, (now, worker))
+        return [(key, worker) for key, (t0, worker) in started.items()
+                if key in live and now - t0 > timeout]
 
     def close(self) -> None:
         self.client.close()
@@ -359,11 +436,12 @@ class DaskExecutor:
 
 
 def make_executor(kind: str = "local", *, workers: int | None = None, retries: int = 2,
-                  scheduler: str | None = None, show_progress: bool | None = None
-                  ) -> LocalExecutor | DaskExecutor:
-    """``local`` (processes) or ``dask`` (``scheduler`` address, or a local cluster)."""
+                  scheduler: str | None = None, show_progress: bool | None = None,
+                  timeout: float | None = None) -> LocalExecutor | DaskExecutor:
+    """``local`` (processes) or ``dask`` (``scheduler`` address, or a local cluster); tasks
+    are retried ``retries`` times on error or crash and killed past ``timeout`` seconds."""
     if kind == "local":
-        return LocalExecutor(workers, retries, show_progress)
+        return LocalExecutor(workers, retries, show_progress, timeout)
     if kind == "dask":
-        return DaskExecutor(scheduler, workers or 2, retries, show_progress)
+        return DaskExecutor(scheduler, workers or 2, retries, show_progress, timeout)
     raise ValueError(f"unknown executor {kind!r}; valid: local, dask")

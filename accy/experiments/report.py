@@ -352,8 +352,9 @@ def markdown(result: dict[str, Any], figures: Sequence[Path] = ()) -> str:
     text += [f"![{f.stem}]({f.name})\n" for f in figures]
     if result.get("failed"):
         text.append("\n**Failed tasks**\n\n" + _table(
-            ["key", "attempts", "error (last line)"],
-            [[str(f["key"]), f["attempts"], f["error"].strip().splitlines()[-1][:120]]
+            ["key", "status", "attempts", "error (last line)"],
+            [[str(f["key"]), f.get("status", "failed"), f["attempts"],
+              f["error"].strip().splitlines()[-1][:120]]
              for f in result["failed"]]))
     return "\n".join(text)
 

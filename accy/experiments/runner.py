@@ -3,11 +3,12 @@
 A result document (``write_results`` turns it into ``<experiment>.json`` and ``.csv``)::
 
     {"experiment": "ablation", "suite": "ci", "seeds": [0], "options": {...},
-     "executor": {"executor": "local", "workers": 2, "retries": 2},
+     "executor": {"executor": "local", "workers": 2, "retries": 2, "timeout": None},
      "provenance": {"versions": ..., "device": ..., "git_commit": ..., "machine": ...,
                     "timestamp": ..., "command": [...]},
      "rows": [...],          # one per task that succeeded, sorted by task key
-     "failed": [...],        # one per task that failed every attempt, with its error
+     "failed": [...],        # one per task not ok: failed, crashed or timeout (key, status,
+                             # params, error, attempts, worker; see executor.TaskResult)
      "summary": {...}}       # the experiment's own summary of the rows
 
 Rows carry their own provenance (the worker's versions, device, commit and time), since on
@@ -24,7 +25,8 @@ from typing import Any
 from accy.experiments import records
 from accy.experiments.executor import Executor, Task, make_executor
 
-__all__ = ["DETERMINISTIC_EXCLUDE", "SweepOptions", "deterministic", "run_tasks"]
+__all__ = ["DETERMINISTIC_EXCLUDE", "SweepOptions", "deterministic", "executor_for",
+           "run_tasks"]
 
 DETERMINISTIC_EXCLUDE = ("measured", "provenance")
 """Row fields that vary run to run (times) or machine to machine (provenance)."""
@@ -42,7 +44,8 @@ class SweepOptions:
     run: bool = True  # build and run kernels (False: compile-side fields only)
     executor: str = "local"  # local | dask
     workers: int | None = None  # local: processes (0: in this process); dask: local cluster
-    retries: int = 2
+    retries: int = 2  # of a task that raised or whose worker died
+    timeout: float | None = None  # seconds a task may run before it is killed; None: no limit
     scheduler: str | None = None  # dask scheduler address; None: a local cluster
     show_progress: bool | None = None  # None: when stderr is a terminal
     extra: dict[str, Any] = field(default_factory=dict)
@@ -52,6 +55,13 @@ class SweepOptions:
         out["programs"] = list(self.programs) if self.programs else None
         out["seeds"] = list(self.seeds)
         return out
+
+
+def executor_for(options: SweepOptions) -> Executor:
+    """The executor ``options`` ask for (kind, workers, retries, timeout, scheduler)."""
+    return make_executor(options.executor, workers=options.workers, retries=options.retries,
+                         scheduler=options.scheduler, show_progress=options.show_progress,
+                         timeout=options.timeout)
 
 
 def deterministic(row: dict[str, Any]) -> dict[str, Any]:
@@ -65,9 +75,7 @@ def run_tasks(experiment: str, tasks: Sequence[Task], options: SweepOptions,
     """Run ``tasks`` on ``executor`` (made from ``options`` when None, and closed after) and
     return the result document without its summary."""
     own = executor is None
-    ex = executor or make_executor(options.executor, workers=options.workers,
-                                   retries=options.retries, scheduler=options.scheduler,
-                                   show_progress=options.show_progress)
+    ex = executor or executor_for(options)
     try:
         results = ex.map(list(tasks), desc or experiment)
         described = ex.describe() if hasattr(ex, "describe") else {"executor": ex.name}

@@ -57,13 +57,14 @@ def test_ablation_ci_writes_results_table_and_figure(tmp_path: Path, device, cap
     pytest.importorskip("matplotlib")
     status = main(["experiment", "ablation", "--suite", "ci",
                    "--programs", "attention,softmax_xent", "--rulesets", "einsum,activation",
-                   "--repeats", "2", "--out", str(tmp_path)])
+                   "--repeats", "2", "--timeout", "600", "--out", str(tmp_path)])
     assert status == 0
     names = {p.name for p in tmp_path.iterdir()}
     assert {"ablation.json", "ablation.csv", "ablation.md", "ablation.png",
             "ablation_rules.png"} <= names
     data = json.loads((tmp_path / "ablation.json").read_text())
     assert data["failed"] == []
+    assert data["executor"]["timeout"] == data["options"]["timeout"] == 600.0
     rows = data["rows"]
     configs = {r["config"] for r in rows}
     assert {"all", "none", "-einsum", "only:activation", "-rule:einsum-absorb-transpose",

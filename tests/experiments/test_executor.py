@@ -1,9 +1,11 @@
 """The executor interface: results sorted by key whatever the completion order, retries,
-failures reported (a task that raises, a task that kills its process), and the same sweep on
-a local Dask cluster giving the same results as the local executor."""
+failures reported (a task that raises, a task that kills its process, a task that hangs past
+its timeout), and the same sweep on a local Dask cluster giving the same results as the
+local executor."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -52,17 +54,54 @@ def test_failures_are_retried_then_reported_never_lost(tmp_path: Path) -> None:
     with LocalExecutor(2, retries=1) as ex:
         results = {r.key: r for r in ex.map(tasks)}
     assert len(results) == len(tasks)
-    assert all(results[("a", i)].ok for i in range(4))
+    assert all(results[("a", i)].ok and results[("a", i)].attempts == 1 for i in range(4))
     raised, exited = results[("b", "raises")], results[("b", "exits")]
     assert raised.status == "failed" and raised.attempts == 2
     assert "probe 5 was asked to fail" in raised.error
-    assert exited.status == "failed" and exited.attempts == 2
-    assert "worker process died" in exited.error
-    # a crash while other tasks ran is charged to no one (the suspects rerun alone), and a
-    # result lost with the broken pool is not counted either: one attempt or two
-    assert results[("b", "exits-once")].ok and results[("b", "exits-once")].attempts in (1, 2)
-    assert results[("b", "raises-once")].ok and results[("b", "raises-once")].attempts in (1, 2)
-    assert exited.failure()["key"] == ["b", "exits"]
+    # a dead process is charged to the task it ran, and to no other
+    assert exited.status == "crashed" and exited.attempts == 2
+    assert "worker process died (exit code 3)" in exited.error
+    assert results[("b", "exits-once")].ok and results[("b", "exits-once")].attempts == 2
+    assert results[("b", "raises-once")].ok and results[("b", "raises-once")].attempts == 2
+    assert exited.failure() == {"key": ["b", "exits"], "status": "crashed",
+                                "params": {"value": 6, "fail": "exit"},
+                                "error": exited.error, "attempts": 2, "worker": exited.worker}
+
+
+def test_a_hung_task_is_killed_at_its_timeout_and_reported() -> None:
+    hung = Task(("h", "sleeps"), PROBE, {"value": 9, "sleep": 60})
+    start = time.monotonic()
+    with LocalExecutor(2, retries=2, timeout=2.0) as ex:
+        results = {r.key: r for r in ex.map([*probes(3), hung])}
+        # the pool goes on with a fresh process in place of the killed one
+        assert all(r.ok for r in ex.map(probes(3)))
+    assert time.monotonic() - start < 30
+    assert all(results[("p", i)].ok for i in range(3))
+    record = results[("h", "sleeps")].failure()
+    assert record["status"] == "timeout" and record["attempts"] == 1  # a hang is not retried
+    assert record["params"] == {"value": 9, "sleep": 60}  # what it ran: configuration, seed
+    assert "timed out after 2 s" in record["error"]
+
+
+def test_bad_executor_options_are_errors() -> None:
+    with pytest.raises(ValueError, match="a timeout needs worker processes"):
+        LocalExecutor(0, timeout=5)
+    with pytest.raises(ValueError, match="timeout must be a positive number"):
+        LocalExecutor(1, timeout=0)
+    with pytest.raises(ValueError, match="retries must be >= 0, got -1"):
+        LocalExecutor(1, retries=-1)
+
+
+def test_cli_rejects_bad_timeout_and_retries(capsys) -> None:
+    from accy.cli import main
+
+    for bad, message in ((["--timeout", "0"], "--timeout: must be a positive number"),
+                         (["--retries", "-1"], "--retries: must be >= 0, got -1")):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["experiment", "ablation", *bad])
+        assert exit_info.value.code == 2 and message in capsys.readouterr().err
+    assert main(["experiment", "ablation", "--workers", "0", "--timeout", "5"]) == 2
+    assert "--timeout needs worker processes" in capsys.readouterr().err
 
 
 def test_unknown_executor_is_an_error() -> None:
@@ -107,24 +146,52 @@ def test_dask_failures_are_retried_then_reported(dask_executor, tmp_path: Path) 
         Task(("q", "exits-once"), PROBE, {"value": 7, "fail": f"exit-once:{tmp_path / 'm'}"})]
     results = {r.key: r for r in dask_executor.map(crashing)}
     assert len(results) == len(crashing)
-    assert results[("q", "exits")].status == "failed"
+    assert results[("q", "exits")].status == "crashed"
     assert "worker lost: KilledWorker" in results[("q", "exits")].error
     assert results[("q", "exits-once")].ok
 
 
+def test_dask_hung_task_is_cancelled_at_its_timeout_and_reported(dask_executor) -> None:
+    hung = Task(("h", "sleeps"), PROBE, {"value": 9, "sleep": 60})
+    dask_executor.timeout = 2.0
+    try:
+        start = time.monotonic()
+        results = {r.key: r for r in dask_executor.map([*probes(3), hung])}
+        assert time.monotonic() - start < 40
+        # the restarted worker takes tasks again
+        assert all(r.ok for r in dask_executor.map(probes(4)))
+    finally:
+        dask_executor.timeout = None
+    assert all(results[("p", i)].ok for i in range(3))
+    record = results[("h", "sleeps")].failure()
+    # the hung worker was restarted: a new process at a new address
+    assert record["worker"] not in dask_executor.client.scheduler_info()["workers"]
+    assert record["status"] == "timeout" and record["attempts"] == 1
+    assert record["params"] == {"value": 9, "sleep": 60}
+    assert "timed out after 2 s" in record["error"]
+
+
 def test_same_sweep_on_dask_gives_the_same_results(dask_executor) -> None:
+    # with a (never reached) timeout, so the polling paths run too
     options = sweep_options()
     kwargs = {"rulesets": ("einsum",), "per_rule": True}
-    local = ablation.run(options, executor=LocalExecutor(2, retries=0), **kwargs)
-    remote = ablation.run(options, executor=dask_executor, **kwargs)
-    assert local["failed"] == remote["failed"] == []
-    assert len(local["rows"]) > 8
-    assert [deterministic(r) for r in local["rows"]] == [deterministic(r)
-                                                         for r in remote["rows"]]
-    assert remote["executor"]["executor"] == "dask"
-    # and the contraction study, whose rows hold paths and costs
-    small = SweepOptions(suite="ci", seeds=(0,), show_progress=False)
-    runs = [contraction.run(small, families=("chain", "ring"), sizes=[4, 6], executor=ex)
-            for ex in (LocalExecutor(2, retries=0), dask_executor)]
+    dask_executor.timeout = 600.0
+    try:
+        with LocalExecutor(2, retries=0, timeout=600.0) as ex:
+            local = ablation.run(options, executor=ex, **kwargs)
+        remote = ablation.run(options, executor=dask_executor, **kwargs)
+        assert local["failed"] == remote["failed"] == []
+        assert len(local["rows"]) > 8
+        assert [deterministic(r) for r in local["rows"]] == [deterministic(r)
+                                                             for r in remote["rows"]]
+        assert remote["executor"]["executor"] == "dask"
+        assert local["executor"]["timeout"] == remote["executor"]["timeout"] == 600.0
+        # and the contraction study, whose rows hold paths and costs
+        small = SweepOptions(suite="ci", seeds=(0,), show_progress=False)
+        with LocalExecutor(2, retries=0) as ex:
+            runs = [contraction.run(small, families=("chain", "ring"), sizes=[4, 6],
+                                    executor=e) for e in (ex, dask_executor)]
+    finally:
+        dask_executor.timeout = None
     assert [deterministic(r) for r in runs[0]["rows"]] == [deterministic(r)
                                                            for r in runs[1]["rows"]]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 import pytest
@@ -226,6 +227,26 @@ def test_einsum(spec, shapes):
     ns = [rand(I32, *s, lo=-4, hi=4) for s in shapes]
     out = run(Op.EINSUM, ns, spec=spec)
     assert out.dtype == np.int32 and np.array_equal(out, np.einsum(spec, *ns))
+
+
+def test_einsum_of_a_large_network_contracts_pairwise():
+    # the overlap of two periodic matrix-product states: np.einsum(optimize=True) caps
+    # intermediates at the largest operand and so loops over all 12 letters at once (~1e13
+    # multiply-adds, hours); a pairwise order needs ~1e6
+    spec = "aib,bjc,ckd,dla,eif,fjg,gkh,hle->"
+    xs = [rand(F32, 16, 4, 16, lo=-1, hi=1) for _ in range(8)]
+    start = time.perf_counter()
+    native = run(Op.EINSUM, xs, spec=spec)
+    wide = run(Op.EINSUM, xs, "float64", spec=spec)
+    assert time.perf_counter() - start < 10
+    # reference: the transfer matrices of the two rings, multiplied around the ring
+    p, q = [x.astype(np.float64) for x in xs[:4]], [x.astype(np.float64) for x in xs[4:]]
+    ring = np.eye(16 * 16)
+    for a, b in zip(p, q, strict=True):
+        ring = ring @ np.einsum("aib,eif->aebf", a, b).reshape(256, 256)
+    want = np.trace(ring)
+    check(wide, want, np.dtype(np.float64), 1e-10)
+    check(native, want, np.dtype(np.float32), 1e-4)
 
 
 def test_movement():
