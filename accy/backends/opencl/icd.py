@@ -5,13 +5,16 @@ with the NVIDIA container runtime mount the driver's libraries but not
 ``/etc/OpenCL/vendors/nvidia.icd``), or name it where it does not load (an ICD file or
 ``OCL_ICD_FILENAMES`` pointing at a path that is missing or of another driver version), so the
 ICD loader lists no NVIDIA platform. Before the first platform query,
-:func:`register_nvidia_icd` checks for that case: every NVIDIA library an ICD file or
-``OCL_ICD_FILENAMES`` names is tried with ``dlopen``. When none loads but a copy of the library
+:func:`register_nvidia_icd` checks for that case: every NVIDIA library an ICD file of the
+vendor directory names is tried with ``dlopen``. When none loads but a copy of the library
 does (found like the dynamic linker would: ``LD_LIBRARY_PATH``, ``ldconfig -p``, the usual
 driver folders), it writes a vendor directory of accy's own (``nvidia.icd`` naming that copy by
 absolute path, plus copies of the system's ICD files, so nothing listed before disappears),
-points ``OCL_ICD_VENDORS`` at it and warns once. (ICD loaders skip libraries that fail to load,
-so a broken ``OCL_ICD_FILENAMES`` entry may stay.)
+points ``OCL_ICD_VENDORS`` at it and warns once.
+
+``OCL_ICD_FILENAMES`` does not count: the ICD loader in pyopencl's wheels ignores it (on the
+H200 machine it names ``libpocl.so.2:libnvidia-opencl.so.1``, both load, and neither platform
+is listed unless a vendor directory names it), so it is left as it is.
 
 It never overrides an ``OCL_ICD_VENDORS`` the user set. It must run before the process's first
 OpenCL call: ICD loaders read the vendor list once.
@@ -135,24 +138,21 @@ def decide(environ: MutableMapping[str, str], vendor_dir: Path,
            locate: Callable[[], str | None] | None = None,
            loads: Callable[[str], bool] = _loads) -> IcdDecision:
     """Whether the NVIDIA driver needs registering; no side effects but ``loads(library)`` on
-    the NVIDIA libraries already named and ``locate()`` (default :func:`find_nvidia_library`),
-    which runs only when none of those loads."""
+    the NVIDIA libraries the vendor directory names and ``locate()`` (default
+    :func:`find_nvidia_library`), which runs only when none of those loads."""
     if environ.get(VENDORS_ENV):
         return IcdDecision(False, f"{VENDORS_ENV} is set by the user ({environ[VENDORS_ENV]})")
-    listed = [n.strip() for n in environ.get(FILENAMES_ENV, "").split(":") if _is_nvidia(n)]
-    for name in listed:
-        if loads(name):
-            return IcdDecision(False, f"{FILENAMES_ENV} names the NVIDIA driver ({name})")
     entries = icd_entries(vendor_dir)
     named = [(file, text.strip()) for file, text in entries if _is_nvidia(text)]
     for file, library in named:
         if loads(library):
             return IcdDecision(False, f"{vendor_dir / file} names the NVIDIA driver")
     library = locate() if locate is not None else find_nvidia_library(environ, loads)
-    broken = ([f"{FILENAMES_ENV} entry {n}" for n in listed]
-              + [f"{vendor_dir / file} ({text})" for file, text in named])
+    broken = [f"{vendor_dir / file} ({text})" for file, text in named]
     verb = "does" if len(broken) == 1 else "do"
     why = f" (named by {', '.join(broken)}, which {verb} not load)" if broken else ""
+    if any(_is_nvidia(n) for n in environ.get(FILENAMES_ENV, "").split(":")):
+        why += f"; {FILENAMES_ENV} names it, but pyopencl's ICD loader ignores that variable"
     if library is None:
         return IcdDecision(False, f"{NVIDIA_LIBRARY} is not installed (no copy loads){why}")
     taken = {name for name, _ in entries}
