@@ -38,6 +38,7 @@ class TargetProfile:
     max_constant_args: int = 8  # __constant arguments per kernel
     device_type: str = "gpu"  # "cpu", "gpu" or "accelerator": which kernel shapes suit it
     native_vector_bytes: int = 16  # the SIMD width the device prefers (float lanes * 4)
+    atomics64: bool = False  # 64-bit global atomics (cl_khr_int64_base_atomics)
 
     @classmethod
     def from_device(cls, info: DeviceInfo) -> TargetProfile:
@@ -57,6 +58,7 @@ class TargetProfile:
             max_constant_args=info.max_constant_args,
             device_type=info.device_type,
             native_vector_bytes=4 * max(1, info.preferred_vector_width_float),
+            atomics64="cl_khr_int64_base_atomics" in info.extensions,
         )
 
     @property
@@ -71,7 +73,8 @@ class TargetProfile:
         text = repr((self.backend, self.device, sorted(d.value for d in self.dtypes),
                      sorted(self.artifact_formats), self.math_tier, self.max_work_group_size,
                      self.local_mem_bytes, self.compute_units, self.constant_mem_bytes,
-                     self.max_constant_args, self.device_type, self.native_vector_bytes))
+                     self.max_constant_args, self.device_type, self.native_vector_bytes,
+                     self.atomics64))
         return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
     def describe(self) -> str:
@@ -81,7 +84,8 @@ class TargetProfile:
                 f"max work-group {self.max_work_group_size}; local memory "
                 f"{self.local_mem_bytes} B; constant memory {self.constant_mem_bytes} B in "
                 f"{self.max_constant_args} args; {self.compute_units} compute units "
-                f"({self.device_type}, {self.native_vector_bytes}-byte vectors)")
+                f"({self.device_type}, {self.native_vector_bytes}-byte vectors"
+                f"{', 64-bit atomics' if self.atomics64 else ''})")
 
 
 class KernelStatus(Enum):

@@ -29,8 +29,8 @@ whatever order the device runs them, so repeated indices give sums that may diff
 last bits from run to run (i32 sums are exact in any order). Programs that need bit-equal
 results use ``indexing-lowering{scatter=conflict-free}`` or ``kernelization{disable=
 indexed-scatter}``: the loop nest, where each output element adds its updates in index order.
-Scatter-adds of other dtypes go to the loop nest as well: 64-bit atomics are an extension
-(``cl_khr_int64_base_atomics``) that :class:`~accy.target.TargetProfile` does not record yet.
+f64 and i64 scatter-adds take the atomic kernel where the target has 64-bit atomics
+(``TargetProfile.atomics64``: ``cl_khr_int64_base_atomics``), the loop nest elsewhere.
 """
 
 from __future__ import annotations
@@ -68,6 +68,7 @@ from accy.plans import FusionGroup, KernelOutline, LaunchGeometry, ScheduleKind,
 from accy.target import TargetProfile
 
 ATOMIC_DTYPES = (DType.f32, DType.i32)  # what OpenCL 1.1 can add atomically (f32 via cmpxchg)
+ATOMIC64_DTYPES = (DType.f64, DType.i64)  # with cl_khr_int64_base_atomics (target.atomics64)
 
 
 def clamp_index(value: Expr, extent: int) -> Expr:
@@ -188,10 +189,11 @@ def build_gather(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
 
 
 def accepts_scatter(group: FusionGroup, target: TargetProfile) -> bool:
-    """Groups whose heavy op is an f32 or i32 scatter-add in the indexed form."""
-    del target  # 32-bit global atomics are core OpenCL 1.1
+    """Groups whose heavy op is a scatter-add in the indexed form of a dtype the target adds
+    atomically: f32 and i32 (core OpenCL 1.1), f64 and i64 with 64-bit atomics."""
     node = _heavy(group, Op.SCATTER_ADD)
-    return node is not None and node.type.dtype in ATOMIC_DTYPES
+    return node is not None and (node.type.dtype in ATOMIC_DTYPES or (
+        target.atomics64 and node.type.dtype in ATOMIC64_DTYPES))
 
 
 def build_scatter(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,

@@ -146,11 +146,15 @@ class VectorStore:
     values: tuple[Expr, ...]
 
 
+ATOMICS64 = frozenset({DType.i64, DType.f64})  # atomic adds that need cl_khr_int64_base_atomics
+
+
 @dataclass(frozen=True)
 class AtomicAdd:
     """Add ``value`` to element ``index`` of global buffer ``buf`` of ``dtype`` atomically
     (i32: ``atomic_add``; f32: a compare-and-exchange loop on the value's bits, since OpenCL
-    1.2 has no float atomics; the order of concurrent adds, hence f32 rounding, is not fixed)."""
+    1.2 has no float atomics; i64 and f64 likewise with ``cl_khr_int64_base_atomics``). The
+    order of concurrent adds, hence float rounding, is not fixed."""
 
     buf: str
     index: Expr

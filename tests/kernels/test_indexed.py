@@ -9,8 +9,9 @@ import pytest
 import accy
 from accy.builder import gather, scatter_add, trace
 from accy.errors import InterpretError
+from accy.ir.types import DType
 from accy.kernels.ir import For, idx, walk_stmts
-from accy.target import TargetProfile
+from accy.target import KernelStatus, TargetProfile
 
 SHAPES = [((9,), 0), ((6, 5), 0), ((6, 5), 1), ((3, 4, 5), 0), ((3, 4, 5), 1), ((3, 4, 5), 2),
           ((2, 3, 2, 4), 2)]
@@ -135,11 +136,34 @@ def test_deterministic_scatter_is_the_loop_nest(check, used, pipe, rng, pipeline
     assert used(job) == {"loop-nest": 1}
 
 
-def test_64_bit_scatter_falls_back_to_the_loop_nest(check, used, rng) -> None:
-    """TargetProfile does not record 64-bit atomics, so i64 scatter-adds stay conflict-free."""
-    program = trace(lambda x, i, u: scatter_add(x, i, u), accy.i64[5, 2], accy.i32[9],
-                    accy.i64[9, 2], name="s")
-    x, u = rng.integers(-9, 9, (5, 2)), rng.integers(-9, 9, (9, 2))
-    job = check(program, [x, rng.integers(0, 5, 9).astype(np.int32), u],
-                target=TargetProfile())
-    assert used(job) == {"loop-nest": 1}
+@pytest.mark.parametrize("dtype", ["i64", "f64"])
+@pytest.mark.parametrize("atomics64", [False, True])
+def test_64_bit_scatter_needs_64_bit_atomics(check, used, rng, device, dtype, atomics64
+                                             ) -> None:
+    """With 64-bit atomics the atomic kernel, else the conflict-free loop nest."""
+    if atomics64 and "cl_khr_int64_base_atomics" not in device.info.extensions:
+        pytest.skip("the device has no 64-bit atomics")
+    t = getattr(accy, dtype)
+    program = trace(lambda x, i, u: scatter_add(x, i, u), t[5, 2], accy.i32[9], t[9, 2],
+                    name="s")
+    x, u = (rng.integers(-9, 9, shape).astype(t.dtype.numpy) for shape in ((5, 2), (9, 2)))
+    target = TargetProfile(dtypes=frozenset({DType.f32, DType.f64, DType.i32, DType.i64}),
+                           atomics64=atomics64)
+    job = check(program, [x, rng.integers(0, 5, 9).astype(np.int32), u], target=target)
+    if atomics64:
+        assert used(job) == {"indexed-scatter": 1}
+        assert any("atom" in job.kernel_source(k) for k in range(job.kernel_count))
+    else:
+        assert used(job) == {"loop-nest": 1}
+
+
+def test_64_bit_atomics_are_illegal_without_the_extension() -> None:
+    program = trace(lambda x, i, u: scatter_add(x, i, u), accy.f64[5, 2], accy.i32[9],
+                    accy.f64[9, 2], name="s")
+    dtypes = frozenset({DType.f32, DType.f64, DType.i32})
+    job = accy.prepare(program, until="kernel",
+                       target=TargetProfile(dtypes=dtypes, atomics64=True))
+    elsewhere = accy.prepare(job, target=TargetProfile(dtypes=dtypes))
+    assert {k.status for k in elsewhere.product.legality.kernels} == {
+        KernelStatus.legal, KernelStatus.unsupported_op}
+    assert "64-bit atomics" in " ".join(k.detail for k in elsewhere.product.legality.kernels)

@@ -15,6 +15,7 @@ import struct
 
 from accy.ir.types import DType
 from accy.kernels.ir import (
+    ATOMICS64,
     INDEX,
     VECTOR_LANES,
     Assign,
@@ -93,14 +94,22 @@ def vector_type(dtype: DType, lanes: int = 1) -> str:
 
 ATOMIC_ADD = {  # what an AtomicAdd of each dtype calls
     DType.i32: "atomic_add",
+    DType.i64: "atom_add",  # cl_khr_int64_base_atomics
     DType.f32: "accy_atomic_add_f32",
+    DType.f64: "accy_atomic_add_f64",  # cl_khr_int64_base_atomics
 }
-# float atomics from 32-bit compare-and-exchange (compared as bits: a NaN sum still ends)
-_ATOMIC_ADD_F32 = (
-    "static inline void accy_atomic_add_f32(volatile __global float* p, float v) { "
-    "volatile __global int* q = (volatile __global int*)p; int seen = *q, want; "
-    "do { want = seen; seen = atomic_cmpxchg(q, want, as_int(as_float(want) + v)); } "
-    "while (seen != want); }")
+
+
+def _float_atomic_add(dtype: DType) -> str:
+    """Float atomic add from compare-and-exchange on the value's bits (compared as bits, so
+    a NaN sum still ends the loop)."""
+    f, i, cas, bits, back = (("float", "int", "atomic_cmpxchg", "as_int", "as_float")
+                             if dtype is DType.f32 else
+                             ("double", "long", "atom_cmpxchg", "as_long", "as_double"))
+    return (f"static inline void {ATOMIC_ADD[dtype]}(volatile __global {f}* p, {f} v) {{ "
+            f"volatile __global {i}* q = (volatile __global {i}*)p; {i} seen = *q, want; "
+            f"do {{ want = seen; seen = {cas}(q, want, {bits}({back}(want) + v)); }} "
+            f"while (seen != want); }}")
 
 
 class _Half:
@@ -256,6 +265,9 @@ def render(kernel: Kernel) -> str:
     lines = ["#pragma OPENCL FP_CONTRACT OFF"]
     if DType.f64 in kernel.dtypes:
         lines.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
+    atomics = {s.dtype for s in walk_stmts(kernel.body) if isinstance(s, AtomicAdd)}
+    if atomics & ATOMICS64:
+        lines.append("#pragma OPENCL EXTENSION cl_khr_int64_base_atomics : enable")
     half = _Half(frozenset(a.name for a in kernel.args if a.dtype is DType.f16))
     params = []
     slots = [a.slot for a in kernel.args if not a.is_scratch]
@@ -275,8 +287,7 @@ def render(kernel: Kernel) -> str:
         attrs = f"__attribute__((reqd_work_group_size({dims[0]}, {dims[1]}, {dims[2]}))) "
     body = stmts(kernel.body, "  ", half)
     lines.extend(half.helpers())
-    if any(isinstance(s, AtomicAdd) and s.dtype is DType.f32 for s in walk_stmts(kernel.body)):
-        lines.append(_ATOMIC_ADD_F32)
+    lines.extend(_float_atomic_add(d) for d in (DType.f32, DType.f64) if d in atomics)
     lines.append(f"__kernel {attrs}void {kernel.entry}({', '.join(params)}) {{")
     lines.extend(body)
     lines.append("}")

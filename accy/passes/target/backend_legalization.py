@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from accy.ir.program import Stage
 from accy.kernels.exprs import supported
-from accy.kernels.ir import Kernel
+from accy.kernels.ir import ATOMICS64, AtomicAdd, Kernel, walk_stmts
 from accy.passes.analysis import analysis
 from accy.passes.base import Pass
 from accy.passes.registry import register
@@ -16,16 +16,18 @@ from accy.target import OPENCL_C, KernelStatus, TargetProfile
 
 
 @analysis("kernel-requirements")
-def kernel_requirements(product: Product) -> tuple[tuple[frozenset, tuple, int], ...]:
-    """Per kernel: the dtypes it touches, its (op, dtype) pairs, its work-group size."""
+def kernel_requirements(product: Product) -> tuple[tuple[frozenset, tuple, int, bool], ...]:
+    """Per kernel: the dtypes it touches, its (op, dtype) pairs, its work-group size, and
+    whether it adds 64-bit values atomically."""
     return tuple(
-        (k.dtypes, k.ops, k.geometry.local_size[0])
+        (k.dtypes, k.ops, k.geometry.local_size[0],
+         any(isinstance(s, AtomicAdd) and s.dtype in ATOMICS64 for s in walk_stmts(k.body)))
         for k in product.kernels
     )
 
 
 def check(kernel: Kernel, reqs: tuple, target: TargetProfile) -> KernelLegality:
-    dtypes, ops, local = reqs
+    dtypes, ops, local, atomics64 = reqs
     if target.backend != "opencl" or OPENCL_C not in target.artifact_formats:
         return KernelLegality(0, KernelStatus.unsupported_artifact,
                               f"target {target.backend} takes none of the formats accy emits "
@@ -40,6 +42,10 @@ def check(kernel: Kernel, reqs: tuple, target: TargetProfile) -> KernelLegality:
     if bad:
         return KernelLegality(0, KernelStatus.unsupported_op,
                               f"{kernel.entry}: no OpenCL form for {', '.join(bad)}")
+    if atomics64 and not target.atomics64:
+        return KernelLegality(0, KernelStatus.unsupported_op,
+                              f"{kernel.entry}: 64-bit atomics, which {target.device} lacks "
+                              f"(cl_khr_int64_base_atomics)")
     if local > target.max_work_group_size:
         return KernelLegality(0, KernelStatus.exceeds_limits,
                               f"{kernel.entry}: work-group of {local} exceeds the target's "
