@@ -1,8 +1,9 @@
-"""Bugs the differential suite found, pinned with their shrunk programs (xfail until fixed;
-the fixed ones stay as plain regression tests).
+"""Bugs the differential suite and `accy fuzz` found, pinned with their shrunk programs.
 
-When a bug is fixed its test XPASSes and, being strict, fails: remove the marker then, and the
-bug's entry in diff_support.NONFINITE_BUG_OPS with it.
+An open bug's test is marked ``pytest.mark.xfail(strict=True, raises=DifferentialFailure,
+reason="BUG: ...")``; when the bug is fixed it XPASSes and, being strict, fails: remove the
+marker then (and the bug's entry in diff_support.NONFINITE_BUG_OPS, if it has one). Every test
+here is such a fixed bug now.
 """
 
 from __future__ import annotations
@@ -12,13 +13,9 @@ import pytest
 
 from accy.ir.parser import parse_program
 from accy.ir.types import DType
-from accy.testing import DifferentialFailure, check_end_to_end, check_passes
+from accy.testing import check_end_to_end, check_passes
 
 pytestmark = pytest.mark.filterwarnings("ignore::pyopencl.CompilerWarning")
-
-
-def bug(reason: str) -> pytest.MarkDecorator:
-    return pytest.mark.xfail(strict=True, raises=DifferentialFailure, reason="BUG: " + reason)
 
 
 def test_scalar_parameter_result_keeps_its_shape(device_dtypes: list[DType]) -> None:
@@ -64,6 +61,19 @@ def test_rowwise_along_a_leading_axis_with_infinity(op: str, device_dtypes: list
           return %0
         }}""")
     check_end_to_end(program, [np.float32([[0], [np.inf]])])
+
+
+def test_last_axis_softmax_of_rows_with_infinities_and_nan(device_dtypes: list[DType]
+                                                           ) -> None:
+    """Found by the one-hour `accy fuzz` run of 2026-11-30 (seed 20261130), shrunk by hand."""
+    program = parse_program("""
+        func @f(%a: f32[3,3]) -> (f32[9,1,1]) {
+          %0 = softmax(%a) {axis=1} : f32[3,3]
+          %1 = reshape(%0) {shape=[9, 1, 1]} : f32[9,1,1]
+          return %1
+        }""")
+    inf, nan = np.inf, np.nan
+    check_end_to_end(program, [np.float32([[inf, -inf, inf], [inf, nan, nan], [inf, inf, -0.0]])])
 
 
 def test_nan_constant_in_a_fused_kernel(device_dtypes: list[DType]) -> None:
