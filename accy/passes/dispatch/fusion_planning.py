@@ -45,7 +45,12 @@ def uses(product: Product) -> tuple[Uses, ...]:
 @register
 @dataclass(frozen=True)
 class FusionPlanning(Pass):
-    """Fuse elementwise producers into their consumers; one group per kernel."""
+    """Fuse elementwise producers into their consumers; one group per kernel.
+
+    Movement ops over values in memory that several kernels read are recomputed by each of
+    them rather than copied (:func:`share_movement`); the statistic ``recomputed movement``
+    counts them.
+    """
 
     name = "fusion-planning"
     stage = Stage.dispatch
@@ -59,12 +64,18 @@ class FusionPlanning(Pass):
 
     def run(self, ctx, product):
         groups: list[FusionGroup] = []
+        recomputed = 0
         for fi, fn in enumerate(product.program.functions):
-            groups.extend(self._plan(fi, fn.nodes(), ctx.analysis("uses", product)[fi]))
+            planned, shared = self._plan(fi, fn.nodes(), ctx.analysis("uses", product)[fi])
+            groups.extend(planned)
+            recomputed += shared
         ctx.stat("groups", len(groups))
+        ctx.stat("recomputed movement", recomputed)
         return product.replace(fusion=FusionPlan(self.policy, tuple(groups)))
 
-    def _plan(self, fi: int, nodes: list[Node], u: Uses) -> list[FusionGroup]:
+    def _plan(self, fi: int, nodes: list[Node], u: Uses) -> tuple[list[FusionGroup], int]:
+        """The function's groups, producers first, and how many movement ops
+        :func:`share_movement` moved into their consumers' kernels."""
         group_of: dict[Node, int] = {}
         members: list[list[Node]] = []
         outputs: list[list[Node]] = []
@@ -87,10 +98,12 @@ class FusionPlanning(Pass):
                 outputs[target].append(node)
             if not is_light(node):
                 kinds[target] = kind_of(node)
+        kept, shared = share_movement(members, kinds, u)
+        position = {n: i for i, n in enumerate(nodes)}
         groups = []
-        for g, nodes_rev in enumerate(members):
-            inside = set(nodes_rev)
-            ordered = [n for n in nodes if n in inside]
+        for g in kept:
+            ordered = sorted(members[g], key=position.__getitem__)
+            inside = set(ordered)
             inputs = []
             for n in ordered:
                 for s in n.srcs:
@@ -99,7 +112,7 @@ class FusionPlanning(Pass):
             groups.append(FusionGroup(fi, tuple(ordered), tuple(reversed(outputs[g])),
                                       tuple(inputs), kinds[g], reasons[g]))
         groups.reverse()  # producers first
-        return groups
+        return groups, shared
 
     def _join(self, node: Node, u: Uses, group_of: dict[Node, int],
               outputs: list[list[Node]], kinds: list[ScheduleKind]) -> tuple[int | None, str]:
@@ -128,6 +141,39 @@ class FusionPlanning(Pass):
         if node.type.shape != domain and (node in u.results or len(users) > 1):
             return None, "shape differs from its consumers' domain"
         return target, ""
+
+
+def share_movement(members: list[list[Node]], kinds: list[ScheduleKind],
+                   u: Uses) -> tuple[list[int], int]:
+    """Move pure movement groups into the kernels of their consumers.
+
+    A group of movement ops only (over params, constants or other groups' outputs, which are
+    in memory anyway) that writes no function result would copy a tensor for nothing: each
+    consumer's kernel reads its sources through the movement ops as index arithmetic instead,
+    so the ops are recomputed by every consumer and written by none. Contractions read their
+    operands from memory, so a group a contraction group reads stays. ``members`` of the
+    consumers grow in place; returns the groups kept, in order, and the number of movement
+    ops moved.
+    """
+    homes: dict[Node, list[int]] = {n: [g] for g, group in enumerate(members) for n in group}
+    kept = []
+    moved = 0
+    for g, group in enumerate(members):  # users are planned first: consumers come earlier
+        if any(n.op.kind is not OpKind.MOVEMENT or n in u.results for n in group):
+            kept.append(g)
+            continue
+        inside = set(group)
+        consumers = sorted({h for n in group for x in u.users[n] if x not in inside
+                            for h in homes[x]})
+        if any(kinds[h] is ScheduleKind.contraction for h in consumers):
+            kept.append(g)
+            continue
+        for h in consumers:
+            members[h].extend(group)
+        for n in group:
+            homes[n] = consumers
+        moved += len(group)
+    return kept, moved
 
 
 def is_light(node: Node) -> bool:
