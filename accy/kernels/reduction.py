@@ -10,26 +10,60 @@ the first kernel writes each group's partial result to scratch memory, a second 
 them, divides for a mean and applies the epilogue. When the reduced axes are the trailing
 ones and the prologue reads contiguous data, each step reads a whole vector
 (:class:`~accy.kernels.flat.LaneEvaluator`).
+
+CPU devices run a work-group as a loop on one core, so there the local-memory tree only costs:
+a reduction along contiguous memory whose prologue computes on whole vectors
+(:func:`cpu_lanes`) takes one work-item per work-group, each streaming a contiguous range of
+one output with ``native_vector_bytes`` loads into ``CPU_ACCUMULATORS`` independent vector
+accumulators (no add latency chain); few outputs are split into about ``CPU_GROUPS_PER_CU``
+ranges per compute unit, whose partials the combine kernel adds, and short outputs are taken
+several to a work-item. (On PoCL, 2 cores: a 2^24-element f32 sum 1.7 ms this way against
+13 ms as a work-group tree and 3-7 ms in numpy; the row sums of a 4096 x 4096 f32 1.7 ms
+against 11 ms.)
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from accy.ir.node import Node
 from accy.ir.ops import Op
+from accy.ir.types import DType
 from accy.kernels import exprs
 from accy.kernels.flat import LaneEvaluator, flat_leaves, vector_width, vectorizable
-from accy.kernels.ir import INDEX, Bin, Expr, Kernel, KernelArg, Var, add, idx, mul
+from accy.kernels.ir import (
+    INDEX,
+    Assign,
+    Bin,
+    Call,
+    Expr,
+    Id,
+    Kernel,
+    KernelArg,
+    Lane,
+    Let,
+    Load,
+    Splat,
+    Var,
+    VectorLoad,
+    add,
+    idx,
+    mul,
+)
 from accy.kernels.loopnest import implemented_ops
 from accy.kernels.workgroup import (
     GroupBuilder,
+    GroupEmitter,
+    Ids,
+    Split,
     combine_kernel,
     combiner,
     coords_of,
     heavy_node,
+    identity,
     ops_supported,
     read_at_output_only,
     reduce_phase,
@@ -37,11 +71,22 @@ from accy.kernels.workgroup import (
     store_outputs,
     store_partials,
     tree,
+    work_ids,
 )
-from accy.plans import FusionGroup, KernelOutline, ScheduleKind, is_inlined
+from accy.plans import FusionGroup, KernelOutline, LaunchGeometry, ScheduleKind, is_inlined
 from accy.target import TargetProfile
 
 REDUCTIONS = (Op.REDUCE_SUM, Op.REDUCE_MAX, Op.REDUCE_MEAN)
+CPU_ACCUMULATORS = 4  # independent vector accumulators per work-item on a CPU
+CPU_GROUPS_PER_CU = 4  # ranges per compute unit a CPU reduction of few outputs is split into
+CPU_MIN_UNITS = 1024  # vectors per range at least before a CPU reduction is split further
+# Elementwise ops whose kernel expression computes lane by lane on OpenCL vectors as written
+# (no casts, no comparisons), by operand kind
+_VECTOR_FLOAT = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.NEG, Op.ABS, Op.EXP, Op.LOG,
+                           Op.SQRT, Op.RSQRT, Op.SIN, Op.COS, Op.FLOOR, Op.CEIL, Op.TANH,
+                           Op.ERF, Op.POW, Op.MAX, Op.MIN, Op.RELU, Op.RECIPROCAL,
+                           Op.SIGMOID, Op.GELU})
+_VECTOR_INT = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.NEG, Op.MAX, Op.MIN, Op.RELU})
 
 
 @dataclass(frozen=True)
@@ -54,6 +99,7 @@ class Shape:
     trailing: bool  # the reduced axes follow the kept ones: input flat = output * size + r
     along_reduced: bool  # neighbouring reduced elements are neighbours in memory
     lanes: int  # elements per step (vector loads), 1 for scalar steps
+    cpu: int  # lanes of the CPU form's vectors (see the module), 0 when it does not apply
 
 
 def analyse(group: FusionGroup, target: TargetProfile) -> Shape | None:
@@ -82,7 +128,102 @@ def analyse(group: FusionGroup, target: TargetProfile) -> Shape | None:
                          + [x.type.dtype], target)
     if not (trailing and size % lanes == 0 and vectorizable([x], inside, lanes)):
         lanes = 1
-    return Shape(red, outputs, size, trailing, along or outputs == 1, lanes)
+    along = along or outputs == 1
+    cpu = cpu_lanes(x, inside, size, target) if trailing and along else 0
+    return Shape(red, outputs, size, trailing, along, lanes, cpu)
+
+
+def cpu_lanes(x: Node, inside: set[Node], size: int, target: TargetProfile) -> int:
+    """The vector width a CPU target reads ``x`` at, ``size`` contiguous elements per row
+    (the widest of ``native_vector_bytes`` down to 2 lanes dividing them), when every op
+    computing ``x`` in the group works on whole vectors (:class:`VectorEvaluator`); else 0.
+
+    Not for GPUs (their kernels stay the work-group trees) nor f16 (rounded lane by lane)."""
+    dtype = x.type.dtype
+    if target.device_type != "cpu" or dtype is DType.f16 or flat_leaves(x, inside) is None:
+        return 0
+    safe = _VECTOR_FLOAT if dtype.is_float else _VECTOR_INT if dtype.is_int else frozenset()
+    seen, stack = set(), [x]
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n.type.dtype is not dtype:
+            return 0
+        if n in inside:
+            if n.op not in safe and n.op not in (Op.RESHAPE, Op.BROADCAST):
+                return 0
+            stack.extend(n.srcs)
+    lanes = min(16, max(1, target.native_vector_bytes // dtype.itemsize))
+    while lanes >= 2:
+        if size % lanes == 0 and vectorizable([x], inside, lanes):
+            return lanes
+        lanes //= 2
+    return 0
+
+
+class VectorEvaluator:
+    """Whole vectors of a flat computation (see :func:`cpu_lanes`): ``value(node)``.
+
+    ``vindex`` is the vector index (in units of ``lanes`` elements) into the root's flat
+    shape; leaves tiling the root are read at ``vindex % (size / lanes)``, scalars splat.
+    """
+
+    def __init__(self, em: GroupEmitter, inside: set[Node], arg_of: dict[Node, str],
+                 root_size: int, lanes: int, vindex: Expr) -> None:
+        self.em, self.inside, self.arg_of = em, inside, arg_of
+        self.root_size, self.lanes, self.vindex = root_size, lanes, vindex
+        self.memo: dict[Node, Expr] = {}
+
+    def value(self, node: Node) -> Expr:
+        if node not in self.memo:
+            self.memo[node] = self._value(node)
+        return self.memo[node]
+
+    def _value(self, node: Node) -> Expr:
+        dtype = node.type.dtype
+        key = None
+        if node in self.inside and node.op in (Op.RESHAPE, Op.BROADCAST):
+            return self.value(node.srcs[0])
+        if node in self.inside:
+            e = exprs.elementwise(node.op, [self.value(s) for s in node.srcs], dtype, dtype)
+        elif node.type.size == 1:  # the same splat at every step: bound once
+            key = ("splat", node, self.lanes)
+            hit = self.em.lookup(key)
+            if hit is not None:
+                return hit
+            value = (exprs.const(node.value.reshape(-1)[0].item(), dtype) if is_inlined(node)
+                     else Load(self.arg_of[node], idx(0)))
+            e = Splat(dtype, self.lanes, value)
+        else:
+            size = node.type.size
+            at = self.vindex if size == self.root_size else Bin(
+                "%", self.vindex, idx(size // self.lanes))
+            e = VectorLoad(self.arg_of[node], at, self.lanes)
+        return self.em.bind(e, dtype, key, prefix="x", lanes=self.lanes)
+
+
+def vector_accumulators(em: GroupEmitter, dtype: DType, lanes: int, init: Expr,
+                        count: int) -> list[str]:
+    """``count`` mutable vectors of ``lanes`` copies of ``init``, in the current scope."""
+    names = []
+    for _ in range(count):
+        var = em.fresh("acc")
+        em.scopes[-1].body.append(Let(var, dtype, Splat(dtype, lanes, init), mutable=True,
+                                      lanes=lanes))
+        em.scopes[-1].defined = em.scopes[-1].defined | {var}
+        names.append(var)
+    return names
+
+
+def vector_fold(em: GroupEmitter, names: list[str], f: Callable[[Expr, Expr], Expr],
+                dtype: DType, lanes: int) -> Expr:
+    """``f`` over the accumulators ``names``, then over the lanes of the result."""
+    whole = tree([Var(n) for n in names], f, lambda e: em.bind(e, dtype, prefix="p",
+                                                                 lanes=lanes))
+    return tree([Lane(whole, i) for i in range(lanes)], f,
+                lambda e: em.bind(e, dtype, prefix="p"))
 
 
 def accepts(group: FusionGroup, target: TargetProfile) -> bool:
@@ -98,20 +239,103 @@ def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
     op = Op.REDUCE_MAX if red.op is Op.REDUCE_MAX else Op.REDUCE_SUM
     dtype = red.type.dtype
     divisor = shape.size if red.op is Op.REDUCE_MEAN else 1
-    s = split(shape.outputs, shape.size // shape.lanes, shape.along_reduced, target)
     builder = GroupBuilder(group, outline)
-    total, ids = reduce_phase(builder, s, op, dtype, _source(builder, group, shape))
+    if shape.cpu:
+        with _cpu_phase(builder, group, target, shape, op) as (s, geometry, total, ids):
+            outs = _store(builder, group, outline, shape, s.chunks, total, ids, divisor)
+    else:
+        s = split(shape.outputs, shape.size // shape.lanes, shape.along_reduced, target)
+        geometry = s.geometry
+        total, ids = reduce_phase(builder, s, op, dtype, _source(builder, group, shape))
+        outs = _store(builder, group, outline, shape, s.chunks, total, ids, divisor)
     ops = implemented_ops(group)
     if s.chunks == 1:
-        result = total if divisor == 1 else Bin("/", total, exprs.const(divisor, dtype))
-        outs = store_outputs(builder, group, outline.output_slots, red, result, ids)
         return (Kernel(outline.entry, outline.work_item, kind, group.domain,
-                       tuple([*builder.args, *outs]), builder.em.body(), s.geometry, ops),)
-    scratch = KernelArg("scratch0", dtype, True, -1, shape.outputs * s.chunks)
-    store_partials(builder, scratch, s.chunks, total, ids)
+                       tuple([*builder.args, *outs]), builder.em.body(), geometry, ops),)
     first = Kernel(f"{outline.entry}_partials", outline.work_item, kind, group.domain,
-                   tuple([*builder.args, scratch]), builder.em.body(), s.geometry, ops)
-    return first, combine_kernel(group, outline, kind, target, scratch, s, op, red, divisor)
+                   tuple([*builder.args, *outs]), builder.em.body(), geometry, ops)
+    return first, combine_kernel(group, outline, kind, target, outs[0], s, op, red, divisor)
+
+
+def _store(builder: GroupBuilder, group: FusionGroup, outline: KernelOutline, shape: Shape,
+           chunks: int, total: Expr, ids: Ids, divisor: int) -> list[KernelArg]:
+    """Emit the stores of ``total``: the outputs (through the epilogue), or with more than one
+    chunk the partials (in a scratch buffer, returned as the only argument)."""
+    red = shape.node
+    if chunks == 1:
+        result = total if divisor == 1 else Bin("/", total, exprs.const(divisor, red.type.dtype))
+        return store_outputs(builder, group, outline.output_slots, red, result, ids)
+    scratch = KernelArg("scratch0", red.type.dtype, True, -1, shape.outputs * chunks)
+    store_partials(builder, scratch, chunks, total, ids)
+    return [scratch]
+
+
+@contextmanager
+def _cpu_phase(builder: GroupBuilder, group: FusionGroup, target: TargetProfile,
+               shape: Shape, op: Op) -> Iterator[tuple[Split, LaunchGeometry, Expr, Ids]]:
+    """The CPU form (see the module): one work-item per work-group, taking a range of one
+    output or, for outputs shorter than ``CPU_MIN_UNITS`` vectors, several whole outputs in
+    a loop (stores emitted inside the ``with`` go into it). Yields the split, the launch, the
+    work-item's total and its indices."""
+    units = shape.size // shape.cpu
+    workers = CPU_GROUPS_PER_CU * target.compute_units
+    per_item = max(1, min(CPU_MIN_UNITS // units, shape.outputs // workers))
+    chunks = max(1, min(-(-workers // shape.outputs), units // CPU_MIN_UNITS))
+    chunk = -(-units // chunks)
+    chunk = -(-chunk // CPU_ACCUMULATORS) * CPU_ACCUMULATORS
+    s = Split(shape.outputs, units, 1, 1, -(-units // chunk), chunk, True)
+    em = builder.em
+    if per_item == 1:
+        ids = work_ids(em, s)
+        yield s, s.geometry, _cpu_total(builder, group, shape, s, ids, op), ids
+        return
+    items = -(-shape.outputs // per_item)
+    first = em.bind(mul(Id("get_group_id", 0), idx(per_item)), INDEX, prefix="first")
+    last: Expr = add(first, idx(per_item))
+    if items * per_item > shape.outputs:
+        last = em.bind(Call("min", (last, idx(shape.outputs))), INDEX, prefix="last")
+    with em.strided(first, last, 1) as o:
+        ids = Ids(idx(0), idx(0), idx(0), o, o, idx(0), None, True, 1)
+        yield s, LaunchGeometry((items,), (1,)), _cpu_total(builder, group, shape, s, ids,
+                                                            op), ids
+
+
+def _cpu_total(builder: GroupBuilder, group: FusionGroup, shape: Shape, s: Split, ids: Ids,
+               op: Op) -> Expr:
+    """Stream the work-item's range of output ``ids.clamped`` into vector accumulators;
+    their total."""
+    red, lanes, units = shape.node, shape.cpu, s.units
+    dtype = red.type.dtype
+    em = builder.em
+    f = combiner(op, dtype)
+    start: Expr = idx(0)
+    stop: Expr = idx(units)
+    if s.chunks > 1:
+        start = em.bind(mul(ids.chunk, idx(s.chunk)), INDEX, prefix="start")
+        end = add(start, idx(s.chunk))
+        stop = em.bind(Call("min", (end, idx(units))) if s.chunks * s.chunk > units else end,
+                       INDEX, prefix="stop")
+    base = em.bind(mul(ids.clamped, idx(units)), INDEX, prefix="base")
+    count = min(CPU_ACCUMULATORS, units)  # a multiple of every chunk but the last
+    accs = vector_accumulators(em, dtype, lanes, identity(op, dtype), count)
+    inside = set(group.nodes)
+
+    def accumulate(acc: str, u: Expr) -> None:
+        at = em.bind(add(base, u), INDEX, prefix="vi")
+        v = VectorEvaluator(em, inside, builder.arg_of, red.srcs[0].type.size, lanes, at)
+        em.emit(Assign(acc, f(Var(acc), v.value(red.srcs[0]))))
+
+    whole = idx(units // count * count) if s.chunks == 1 else stop
+    if s.chunks > 1 and units % count:
+        whole = em.bind(Bin("-", stop, Bin("%", Bin("-", stop, start), idx(count))), INDEX,
+                        prefix="whole")
+    with em.strided(start, whole, count) as k:
+        for j, acc in enumerate(accs):
+            accumulate(acc, add(k, idx(j)) if j else k)
+    if units % count:
+        with em.strided(whole, stop, 1) as k:
+            accumulate(accs[0], k)
+    return vector_fold(em, accs, f, dtype, lanes)
 
 
 def _source(builder: GroupBuilder, group: FusionGroup, shape: Shape

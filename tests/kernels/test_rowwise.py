@@ -75,11 +75,15 @@ def test_local_reductions_of_both_forms(check, rng) -> None:
     assert sum(isinstance(s, Barrier) for s in body) == 6  # max, then sum: 512 -> 16 -> 1
     assert not any(isinstance(s, For) and s.step == 512 for s in body)  # one read
     cpu = TargetProfile(device_type="cpu", max_work_group_size=4096)
-    job = check(prog, [x], generator="row-softmax", target=cpu)
+    odd = row_program("softmax", (4, 16383))  # no vectors: the CPU's work-group form
+    job = check(odd, [data(rng, (4, 16383))], generator="row-softmax", target=cpu)
     body = list(walk_stmts(job.kernels[0].body))
-    assert shape_of(job).held == 4  # 1024 work-items hold 4 vectors each
+    assert shape_of(job).held == 16  # 1024 work-items hold 16 elements each
     assert sum(isinstance(s, Barrier) for s in body) == 6  # max, then sum: 1024 -> 32 -> 1
     assert not any(isinstance(s, For) and s.step == 1024 for s in body)  # one read
+    job = check(prog, [x], generator="row-softmax", target=cpu)
+    body = list(walk_stmts(job.kernels[0].body))
+    assert shape_of(job).cpu and not any(isinstance(s, Barrier) for s in body)  # a row each
 
 
 def test_prologue_and_epilogue_fuse(check, rng, used) -> None:
@@ -161,7 +165,9 @@ def test_declines_other_axes_and_disable(used, pipe) -> None:
 def test_cpu_targets_take_wider_rows() -> None:
     cpu = TargetProfile(device_type="cpu", max_work_group_size=4096)
     prog = row_program("softmax", (4, 16384))
-    wide = accy.prepare(prog, target=cpu).kernels[0].geometry.local_size
+    assert accy.prepare(prog, target=cpu).kernels[0].geometry.local_size == (1,)  # vectors
+    odd = row_program("softmax", (4, 16383))
+    wide = accy.prepare(odd, target=cpu).kernels[0].geometry.local_size
     assert wide == (rowwise.CPU_ROW_THREADS,)
     assert accy.prepare(prog, target=TargetProfile()).kernels[0].geometry.local_size == (
         rowwise.ROW_THREADS,)
