@@ -68,11 +68,14 @@ COMMIT_ENV = "ACCY_GIT_COMMIT"
 
 @functools.cache
 def git_commit(where: str | None = None) -> str:
-    """``HEAD``'s commit of the repository holding ``where`` (default: this package), with
-    ``+dirty`` when tracked or untracked files differ from it; outside git, the value of
-    ``ACCY_GIT_COMMIT`` (for a copy of a checkout run elsewhere), else ``unknown``."""
+    """``ACCY_GIT_COMMIT`` when set (a copy of a checkout run elsewhere, whose ``.git`` may be
+    stale or missing); else ``HEAD``'s commit of the repository holding ``where`` (default:
+    this package), with ``+dirty`` when tracked or untracked files differ from it; else
+    ``unknown``."""
+    if os.environ.get(COMMIT_ENV):
+        return os.environ[COMMIT_ENV]
     cwd = where or str(Path(__file__).resolve().parent)
-    fallback = os.environ.get(COMMIT_ENV) or "unknown"
+    fallback = "unknown"
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
                               cwd=cwd, check=True, timeout=10).stdout.strip()

@@ -6,6 +6,8 @@ import csv
 import json
 from pathlib import Path
 
+import pytest
+
 from accy.experiments import records
 from accy.experiments.measure import max_rel_error, measure_program
 
@@ -21,6 +23,17 @@ def test_provenance_names_versions_device_commit_and_time() -> None:
     dev = p["device"]
     assert "error" in dev or {"platform", "name", "driver", "opencl"} <= set(dev)
     assert records.provenance(False)["device"] is None
+
+
+def test_commit_variable_wins_over_a_stale_checkout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tree copied elsewhere may carry an old .git: ACCY_GIT_COMMIT names the real one."""
+    records.git_commit.cache_clear()
+    monkeypatch.setenv(records.COMMIT_ENV, "0123abc (tree copied to the device)")
+    assert records.git_commit() == "0123abc (tree copied to the device)"
+    records.git_commit.cache_clear()
+    monkeypatch.delenv(records.COMMIT_ENV)
+    assert records.git_commit() != "0123abc (tree copied to the device)"
+    records.git_commit.cache_clear()
 
 
 def test_flatten_and_files_round_trip(tmp_path: Path) -> None:
