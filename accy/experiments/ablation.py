@@ -26,6 +26,10 @@ the noise floor of unpaired comparisons.
 
 ``policy`` picks the floating-point policy of the rules (``default``: exact and stable rules;
 ``finite-math``; ``fast-math``: also reassociation, distributivity, einsum re-pathing).
+
+Saturation budgets are the passes' iteration and e-node limits only: every rewrite pass gets
+``time-limit`` = :data:`TIME_LIMIT_S`, a guard against hangs rather than a budget, so what a
+configuration extracts does not depend on the speed (or load) of the machine running it.
 """
 
 from __future__ import annotations
@@ -97,6 +101,10 @@ def _flags(policy: Policy) -> dict[str, bool]:
             "fast_math": policy == "fast-math"}
 
 
+TIME_LIMIT_S = 300.0
+"""The rewrite passes' time limit in the studies' pipelines (see the module doc)."""
+
+
 def pipeline_for(config: Config, policy: Policy = "default",
                  base: str = "accy-default") -> str:
     """The pipeline text of ``config``: ``base`` with its rewrite passes' options changed."""
@@ -122,11 +130,12 @@ def pipeline_for(config: Config, policy: Policy = "default",
 
     def edit(p: Pass) -> Pass:
         if p.name == "saturate":
-            return measure.with_options(p, disable=off, **flags)
+            return measure.with_options(p, disable=off, time_limit=TIME_LIMIT_S, **flags)
         if p.name == "canonicalize":
-            return measure.with_options(p, disable=for_pass("canonical"), **flags)
+            return measure.with_options(p, disable=for_pass("canonical"),
+                                        time_limit=TIME_LIMIT_S, **flags)
         if p.name == "constant-fold":
-            return measure.with_options(p, disable=for_pass("fold"))
+            return measure.with_options(p, disable=for_pass("fold"), time_limit=TIME_LIMIT_S)
         return p
 
     return measure.edit_pipeline(base, edit).text()

@@ -32,7 +32,10 @@ def test_pipeline_text_switches_rules_in_every_rewrite_pass() -> None:
     every = ablation.saturate_rulesets()
     pipe = lambda name, kind, target="", policy="default": ablation.pipeline_for(  # noqa: E731
         ablation.Config(name, kind, target), policy)
-    assert pipe("all", "all") == parse_pipeline("accy-default").text()
+    every_pass = parse_pipeline(pipe("all", "all")).passes
+    assert [p.name for p in every_pass] == [p.name for p in parse_pipeline("accy-default").passes]
+    rewriting = [p for p in every_pass if hasattr(p, "time_limit")]
+    assert len(rewriting) == 3 and {p.time_limit for p in rewriting} == {ablation.TIME_LIMIT_S}
     none = pipe("none", "none")
     assert _options(none, "saturate")["disable"] == every
     assert _options(none, "canonicalize")["disable"] == ("canonical",)
