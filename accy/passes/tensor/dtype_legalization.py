@@ -5,13 +5,15 @@ attached). Only dtypes the program uses and ``target.dtypes`` lacks are touched;
 to do the product is returned as it is (same program, same fingerprint). Per dtype, an option
 says what happens:
 
-* ``f16`` (``promote`` by default): every f16 value is computed in f32.
+* ``f16`` (``promote`` by default): every f16 value is computed in f32. ``keep`` leaves f16
+  to the kernels, which compute it in float and round every f16 value they bind (the
+  renderer's f16 without ``cl_khr_fp16``; legal wherever f32 is).
 * ``f64`` (``keep`` by default, or ``demote``): every f64 value is computed in f32. Values
   round to f32 and those beyond its range become infinities.
 * ``i64`` (``keep`` by default, or ``demote``): every i64 value is computed in i32. Values
   must fit in i32 (integer arithmetic wraps around in i32, where i64 would not); an i64
   constant that does not fit is an error.
-* ``keep`` leaves the dtype alone: ``backend-legalization`` marks every kernel that uses it
+* ``keep`` leaves f64/i64 alone: ``backend-legalization`` marks every kernel that uses them
   ``unsupported_dtype`` (the pipeline does not fail; running such a kernel raises
   :class:`~accy.errors.CapabilityMismatchError`). ``error`` raises that error here instead,
   naming the first node of the dtype, its function and the target.
@@ -34,8 +36,9 @@ Bool needs no rule: the IR computes nothing in bool but comparisons, logical ops
 conditions and casts (:mod:`accy.ir.shapes` rejects bool arithmetic, reductions and
 einsums), so there is nothing to compute wider. f32 and i32 have no substitute.
 
-The boundary casts still read and write the original dtype, so on a device without it the
-kernels holding them stay illegal until the backend stores that dtype itself.
+The boundary casts still read and write the original dtype. Every device stores f16 (the
+renderer uses ``vload_half``/``vstore_half``), so promoted f16 programs run anywhere; f64/i64
+boundary casts keep their kernels illegal on a device without that dtype.
 
 Statistics: ``promoted`` (f16 nodes now computed in f32), ``demoted`` (f64 and i64 nodes now
 computed in f32 and i32) and ``kept`` (nodes left in a dtype the target lacks).
@@ -109,8 +112,8 @@ class DtypeLegalization(Pass):
     stage = Stage.tensor
 
     f16: Literal["promote", "keep", "error"] = option(
-        "promote", "a target without f16: compute f16 values in f32, keep them for "
-        "backend-legalization to mark illegal, or raise")
+        "promote", "a target without native f16: compute f16 values in f32, keep them (the "
+        "kernels then round every f16 value they compute, as interpret does), or raise")
     f64: Literal["keep", "demote", "error"] = option(
         "keep", "a target without f64: keep f64 for backend-legalization to mark illegal, "
         "compute it in f32 (rounding), or raise")
