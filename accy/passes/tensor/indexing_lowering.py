@@ -21,7 +21,8 @@ get it. ``kernel-library=disabled`` lowers nothing, leaving every gather and sca
 generic loop nest; ``scatter=conflict-free`` lowers gathers only, so scatter-adds keep the
 deterministic loop nest (each output element sums its own updates in index order);
 ``scatter=auto`` lowers them too, and the atomic scatter kernel takes those whose dtype the
-target can add atomically (f32, i32), the loop nest the rest. An op the program already wrote
+target can add atomically (f32, i32; f64, i64 with ``TargetProfile.atomics64``), the loop
+nest the rest. An op the program already wrote
 in the indexed form is the indexed kernels' either way; ``kernelization{disable=...}``
 switches those generators off outright.
 """
