@@ -13,7 +13,9 @@ printed by ``egg_literal``): ten times faster than egglog-python's expression la
 rows, picks the cheapest term of every root with ``cost.extract_best`` and rebuilds IR nodes
 bottom-up. Nodes are hash-consed, so a class chosen once is one node however many users it
 has; every node is re-checked with ``accy.ir.shapes.infer`` against the type its term
-carries, so an ill-typed rule raises ``EGraphError`` instead of producing a wrong program.
+carries (once per combination of op, types and attributes), so an ill-typed rule raises
+``EGraphError`` instead of producing a wrong program. The program's cost is read off the
+choices (each chosen e-node's own cost), not priced again.
 Without rules, ``from_egraph(to_egraph(p)) == p``: the same nodes, the same sharing.
 
 ``term(node)`` gives the plain egglog term of a node (no handles) for tests and rules.
@@ -33,6 +35,7 @@ from egglog.bindings import Value
 
 from accy.egraph.cost import (
     DEFAULT_COST_MODEL,
+    Choice,
     CostModel,
     EClassGraph,
     ENode,
@@ -221,6 +224,10 @@ class _Reader:
         self.raw = egraph._egraph
         self.ids: dict[Value, int] = {}
         self.cache: dict[tuple[str, Value], Any] = {}
+        # decoded attributes by (egglog function, raw attribute values; a splat's type too),
+        # and types by raw value: e-nodes mostly differ in their operands, not in these
+        self.attr_sets: dict[tuple[Any, ...], tuple[tuple[str, Any], ...]] = {}
+        self.types: dict[Value, TensorType] = {}
 
     def eclass(self, v: Value) -> int:
         return self.ids.setdefault(v, len(self.ids))
@@ -239,12 +246,20 @@ class _Reader:
         return self.cache[key]
 
     def type(self, v: Value) -> TensorType:
-        return parse_type(self.prim("text", v))
+        t = self.types.get(v)
+        if t is None:
+            t = self.types[v] = parse_type(self.raw.value_to_string(v))
+        return t
 
-    def attrs(self, kinds: Iterable[tuple[str, Any]], values: list[Value]
+    def attrs(self, egg_name: str, kinds: Iterable[tuple[str, Any]], values: list[Value]
               ) -> tuple[tuple[str, Any], ...]:
-        return tuple(sorted((name, decode_attr(kind, self.prim(kind, v)))
-                            for (name, kind), v in zip(kinds, values, strict=True)))
+        key = (egg_name, *values)
+        out = self.attr_sets.get(key)
+        if out is None:
+            out = self.attr_sets[key] = tuple(sorted([
+                (name, decode_attr(kind, self.prim(kind, v)))
+                for (name, kind), v in zip(kinds, values, strict=True)]))
+        return out
 
 
 _SIG_BY_EGG_NAME = {sig.egg_name: sig for sig in SIGNATURES.values()}
@@ -255,20 +270,23 @@ def read_egraph(egraph: EGraph) -> tuple[EClassGraph, dict[int, int]]:
     r = _Reader(egraph)
     graph = EClassGraph()
     handles: dict[int, int] = {}
+    ids = r.ids
     for name, fn in r.raw.freeze().functions.items():
         if name == HANDLE_EGG_NAME:
+            to_int = r.raw.value_to_i64
             for row in fn.rows:
-                handles[r.prim("int", row.inputs[0])] = r.eclass(row.output)
+                handles[to_int(row.inputs[0])] = r.eclass(row.output)
             continue
         decode = _decoder(name)
         if decode is None:
             continue
         for row in fn.rows:
             node = decode(r, row.inputs)
+            c = ids.setdefault(row.output, len(ids))
             if row.subsumed:
-                graph.subsumed.add((r.eclass(row.output), node.op, node.type, node.attrs))
+                graph.subsumed.add((c, node.op, node.type, node.attrs))
             else:
-                graph.add(r.eclass(row.output), node)
+                graph.add(c, node)
     return graph, handles
 
 
@@ -280,7 +298,10 @@ def _decoder(egg_name: str) -> Callable[[_Reader, list[Value]], ENode] | None:
     if egg_name == FULL_EGG_NAME:
         def full(r: _Reader, xs: list[Value]) -> ENode:
             t = r.type(xs[1])
-            return ENode(Op.CONSTANT, (), (("value", _fill(r.prim("f64", xs[0]), t)),), t)
+            key = (egg_name, *xs)
+            if (attrs := r.attr_sets.get(key)) is None:
+                attrs = r.attr_sets[key] = (("value", _fill(r.prim("f64", xs[0]), t)),)
+            return ENode(Op.CONSTANT, (), attrs, t)
         return full
     sig = _SIG_BY_EGG_NAME.get(egg_name)
     if sig is None:
@@ -288,8 +309,9 @@ def _decoder(egg_name: str) -> Callable[[_Reader, list[Value]], ENode] | None:
     k = 1 if sig.operands is None else sig.operands
 
     def decode(r: _Reader, xs: list[Value]) -> ENode:
-        return ENode(sig.op, tuple(r.eclass(x) for x in xs[:k]),
-                     r.attrs(sig.attrs, xs[k:-1]), r.type(xs[-1]))
+        ids = r.ids
+        children = tuple([ids.setdefault(x, len(ids)) for x in xs[:k]])
+        return ENode(sig.op, children, r.attrs(egg_name, sig.attrs, xs[k:-1]), r.type(xs[-1]))
     return decode
 
 
@@ -302,13 +324,34 @@ class Extraction:
     cost_model: str
 
 
-def extract(peg: ProgramEGraph, model: str | CostModel = DEFAULT_COST_MODEL) -> Extraction:
-    """The cheapest program equal to ``peg.program`` in the e-graph, under ``model``."""
+def extract(peg: ProgramEGraph, model: str | CostModel = DEFAULT_COST_MODEL, *,
+            input_cost: int | None = None) -> Extraction:
+    """The cheapest program equal to ``peg.program`` in the e-graph, under ``model``.
+
+    ``input_cost`` is ``program_cost(peg.program, model)`` where the caller has it already
+    (it is computed otherwise).
+    """
     m = cost_model(model)
     graph, handle_classes = read_egraph(peg.egraph)
     roots = [handle_classes[h] for h in peg.roots()]
-    choices = extract_best(graph, roots, m)
+    program, cost = _rebuild(peg.program, roots, extract_best(graph, roots, m), m)
+    # Tree extraction counts a shared subterm once per use, so it can trade the input's
+    # sharing for a term that is cheaper as a tree but dearer as a program; the input is in
+    # the e-graph too, so the cheaper of the two wins (ties go to the extracted form).
+    original = program_cost(peg.program, m) if input_cost is None else input_cost
+    if original < cost and not _uses_subsumed(peg, graph, handle_classes):
+        return Extraction(peg.program, original, m.name)
+    return Extraction(program, cost, m.name)
+
+
+def _rebuild(source: Program, roots: list[int], choices: dict[int, Choice], m: CostModel
+             ) -> tuple[Program, int]:
+    """The program of the chosen terms of ``roots`` (``source``'s functions and parameters),
+    and its ``program_cost``: each distinct node's cost is its chosen e-node's ``own``, the
+    model's price of the same op, type, operand types and attributes."""
     memo: dict[int, Node] = {}
+    costs: dict[Node, int] = {}  # every distinct node once, as program_cost counts them
+    checked: set[tuple[Any, ...]] = set()
 
     def operands(c: int) -> tuple[int, ...]:
         n = choices[c].node
@@ -322,22 +365,23 @@ def extract(peg: ProgramEGraph, model: str | CostModel = DEFAULT_COST_MODEL) -> 
             if c in memo:
                 continue
             if ready:
-                memo[c] = _node(choices[c].node, tuple(memo[o] for o in operands(c)))
+                choice, srcs = choices[c], operands(c)
+                node = _node(choice.node, tuple([memo[o] for o in srcs]),
+                             tuple([id(choices[o].node.type) for o in srcs]), checked)
+                memo[c] = node
+                costs.setdefault(node, choice.own)
             else:
                 stack.append((c, True))
                 stack.extend((o, False) for o in operands(c) if o not in memo)
     results = iter([memo[c] for c in roots])
     program = Program(tuple(
         Function(f.name, f.params, f.param_names, tuple(next(results) for _ in f.results))
-        for f in peg.program.functions))
-    cost = program_cost(program, m)
-    # Tree extraction counts a shared subterm once per use, so it can trade the input's
-    # sharing for a term that is cheaper as a tree but dearer as a program; the input is in
-    # the e-graph too, so the cheaper of the two wins (ties go to the extracted form).
-    original = program_cost(peg.program, m)
-    if original < cost and not _uses_subsumed(peg, graph, handle_classes):
-        return Extraction(peg.program, original, m.name)
-    return Extraction(program, cost, m.name)
+        for f in source.functions))
+    for f in program.functions:  # parameters no result uses are program nodes too
+        for p in f.params:
+            if p not in costs:
+                costs[p] = m.node_cost(p.op, p.type, (), dict(p.attrs))
+    return program, sum(costs.values())
 
 
 def _uses_subsumed(peg: ProgramEGraph, graph: EClassGraph, handle_classes: dict[int, int]
@@ -354,13 +398,20 @@ def from_egraph(peg: ProgramEGraph, model: str | CostModel = DEFAULT_COST_MODEL)
     return extract(peg, model).program
 
 
-def _node(n: ENode, srcs: tuple[Node, ...]) -> Node:
+def _node(n: ENode, srcs: tuple[Node, ...], src_type_ids: tuple[int, ...],
+          checked: set[tuple[Any, ...]]) -> Node:
+    """The IR node of ``n`` over ``srcs``, its type re-inferred: ``checked`` holds the (op,
+    type, operand types, attributes) combinations already found well-typed, by the ids of
+    the e-graph's interned types (``src_type_ids``), so each is inferred once."""
     assert n.op is not None and n.type is not None
     attrs = dict(n.attrs)
     if n.op in (Op.PARAM, Op.CONSTANT):
         if n.op is Op.CONSTANT and len(attrs["value"]) != n.type.nbytes:
             raise EGraphError(f"constant of type {n.type} holds {len(attrs['value'])} bytes")
         return Node(n.op, n.type, (), attrs)
+    key = (id(n.op), id(n.type), src_type_ids, n.attrs)
+    if key in checked:
+        return Node(n.op, n.type, srcs, attrs)
     try:
         t, norm = infer(n.op, tuple(s.type for s in srcs), attrs)
     except ShapeError as e:
@@ -369,4 +420,5 @@ def _node(n: ENode, srcs: tuple[Node, ...]) -> Node:
         raise EGraphError(
             f"the e-graph holds an ill-typed {n.op.value} term (a rule built it): its type "
             f"argument says {n.type} with {attrs}, its operands give {t} with {norm}")
+    checked.add(key)
     return Node(n.op, t, srcs, attrs)

@@ -48,13 +48,14 @@ import heapq
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from functools import lru_cache
+from typing import Any, NamedTuple, Protocol
 
 from accy.ir.node import AttrValue, attr_text
 from accy.ir.ops import Op, OpKind
 from accy.ir.program import Program
 from accy.ir.shapes import parse_einsum
-from accy.ir.types import TensorType
+from accy.ir.types import DType, TensorType
 
 __all__ = [
     "COST_MODELS", "DEFAULT_COST_MODEL", "Choice", "CostModel", "EClassGraph", "ENode",
@@ -78,7 +79,7 @@ def flops(op: Op, type: TensorType, operands: tuple[TensorType, ...],
     if kind is OpKind.REDUCE:
         return operands[0].size + (type.size if op is Op.REDUCE_MEAN else 0)
     if op is Op.EINSUM:
-        terms, out = parse_einsum(str(attrs["spec"]), [t.rank for t in operands])
+        terms = _einsum_terms(str(attrs["spec"]), tuple([t.rank for t in operands]))
         sizes: dict[str, int] = {}
         for term, t in zip(terms, operands, strict=True):
             sizes.update(zip(term, t.shape, strict=True))
@@ -92,14 +93,29 @@ def flops(op: Op, type: TensorType, operands: tuple[TensorType, ...],
     raise NotImplementedError(f"no FLOP count for op {op.value}")
 
 
+@lru_cache(maxsize=4096)
+def _einsum_terms(spec: str, ranks: tuple[int, ...]) -> tuple[str, ...]:
+    """The operand terms of an einsum spec: parsing it was most of pricing an einsum, and an
+    e-graph holds many einsums of a few specs (commuted or regrouped contractions)."""
+    return tuple(parse_einsum(spec, list(ranks))[0])
+
+
 def bytes_moved(op: Op, type: TensorType, operands: tuple[TensorType, ...],
                 attrs: Mapping[str, Any]) -> int:
     """Bytes read and written by one op: operands once, the result once."""
     if op.kind is OpKind.SOURCE:
         return 0
     if op is Op.GATHER:  # reads the gathered elements and the indices
-        return 2 * type.nbytes + operands[1].nbytes
-    return sum(t.nbytes for t in operands) + type.nbytes
+        return 2 * _nbytes(type) + _nbytes(operands[1])
+    return sum([_nbytes(t) for t in operands]) + _nbytes(type)
+
+
+_ITEMSIZE = {id(d): d.itemsize for d in DType}
+
+
+def _nbytes(t: TensorType) -> int:
+    """``t.nbytes`` without a numpy dtype lookup per call (an e-graph prices thousands)."""
+    return math.prod(t.shape) * _ITEMSIZE[id(t.dtype)]
 
 
 # ---- models and their registry -------------------------------------------------------------
@@ -177,21 +193,37 @@ register_cost_model(NodeCount())
 
 
 def program_cost(program: Program, model: str | CostModel = DEFAULT_COST_MODEL) -> int:
-    """Cost of a program: every distinct node once (shared subterms are computed once)."""
+    """Cost of a program: every distinct node once (shared subterms are computed once).
+
+    A model prices a node from its op, types and attributes alone, so nodes alike in those
+    (most of a program, typically) are priced once. The key spells types as shape and dtype
+    identity: hashing a ``TensorType`` (or an ``Op``) by value is a Python-level call.
+    """
     m = cost_model(model)
-    return sum(m.node_cost(n.op, n.type, tuple(s.type for s in n.srcs), dict(n.attrs))
-               for n in program.nodes())
+    prices: dict[tuple[Any, ...], int] = {}
+    total = 0
+    for n in program.nodes():
+        t, srcs = n.type, n.srcs
+        key = (id(n.op), t.shape, id(t.dtype),
+               tuple([(s.type.shape, id(s.type.dtype)) for s in srcs]), n.attrs)
+        own = prices.get(key)
+        if own is None:
+            own = prices[key] = m.node_cost(n.op, t, tuple([s.type for s in srcs]),
+                                            dict(n.attrs))
+        total += own
+    return total
 
 
 # ---- the decoded e-graph and extraction ------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class ENode:
+class ENode(NamedTuple):
     """One e-node: an IR op over operand e-classes, or an operand-list node (``op`` None).
 
     A variadic op (einsum, concat) has one child: its operand list's e-class. A list node is
-    ``nil`` (no children) or ``cons`` (head class, tail class).
+    ``nil`` (no children) or ``cons`` (head class, tail class). (Named tuples, like ``Choice``:
+    extraction makes one per row of the e-graph, and a tuple is made 2-3x faster than a
+    frozen dataclass.)
     """
 
     op: Op | None
@@ -217,11 +249,11 @@ class EClassGraph:
         return sum(len(ns) for ns in self.classes.values())
 
 
-@dataclass(frozen=True, slots=True)
-class Choice:
-    """The cheapest term of an e-class: its root e-node and the term's key."""
+class Choice(NamedTuple):
+    """The cheapest term of an e-class: its root e-node, the root's own cost and the term's key."""
 
     node: ENode
+    own: int  # the root e-node's cost alone (what ``program_cost`` counts for its node)
     cost: int
     size: int
     digest: bytes
@@ -271,6 +303,7 @@ def extract_best(graph: EClassGraph, roots: Iterable[int],
     own_costs: dict[tuple[Any, ...], int] = {}
     headers: dict[tuple[Any, ...], bytes] = {}
     variadic = {id(op) for op in Op if op.arity is None}
+    blake2b, heappush, heappop = hashlib.blake2b, heapq.heappush, heapq.heappop
 
     def price(i: int) -> None:
         _, n = entries[i]
@@ -292,18 +325,19 @@ def extract_best(graph: EClassGraph, roots: Iterable[int],
         header = headers.get(hkey)
         if header is None:
             header = headers[hkey] = _header(n)
-        h = hashlib.blake2b(header, digest_size=16)
+        h = blake2b(header, digest_size=16)
         for k in kids:
             h.update(k.digest)
+        cost = own + sum([k.cost for k in kids])
         size = (0 if op is None else 1) + sum([k.size for k in kids])
-        choice = Choice(n, own + sum([k.cost for k in kids]), size, h.digest(), elements)
-        heapq.heappush(heap, (choice.cost, choice.size, choice.digest, i, choice))
+        digest = h.digest()
+        heappush(heap, (cost, size, digest, i, Choice(n, own, cost, size, digest, elements)))
 
     for i, count in enumerate(waiting):
         if count == 0:
             price(i)
     while heap:
-        *_, i, choice = heapq.heappop(heap)
+        _, _, _, i, choice = heappop(heap)
         c = entries[i][0]
         if c in best:
             continue

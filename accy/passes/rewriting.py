@@ -381,7 +381,7 @@ def rewrite_program(program: Program, rulesets: Sequence[str], names: Sequence[s
     report = saturate(peg, rulesets, rules=names, iterations=iterations,
                       node_limit=node_limit, time_limit_s=time_limit_s,
                       match_limit=match_limit)
-    out = extract(peg, model)
+    out = extract(peg, model, input_cost=before)
     for _ in range(report.checkpoints + 1):  # the driver's checkpoints, then ours
         eg.pop()
     _WARM.give_back(rulesets, names, eg)

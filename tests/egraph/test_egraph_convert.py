@@ -120,6 +120,23 @@ def test_ill_typed_rule_is_caught_at_extraction():
         from_egraph(peg)
 
 
+def test_ill_typed_term_is_caught_beside_a_well_typed_one_of_the_same_op():
+    # extraction infers each (op, type, operand types, attributes) combination once: a bad
+    # reshape that differs from a good one only in its operand's type is still inferred
+    (x,) = tensors("x")
+    (t,) = types("t")
+    bad = RuleSet("bad", "an unsound rule", register=False)
+    bad.rewrite("slice-to-reshape", Tensor.slice(x, "[0, 0]", "[2, 2]", "[1, 1]", t),
+                Tensor.reshape(x, "[2, 2]", t))
+    p = prog(func("f", [T(F32, 4), T(F32, 2, 3)], lambda a, b: (
+        mk(Op.RESHAPE, a, shape=(2, 2)), mk(Op.SLICE, b, starts=(0, 0), stops=(2, 2),
+                                              steps=(1, 1)))))
+    peg = to_egraph(p)
+    saturate(peg, bad)
+    with pytest.raises(EGraphError, match="ill-typed term.*cannot reshape 6 elements"):
+        from_egraph(peg)
+
+
 def test_extraction_is_deterministic():
     p = op_case(Op.ADD)
     out = []

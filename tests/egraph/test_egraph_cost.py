@@ -6,6 +6,7 @@ import random
 
 import pytest
 from egraph_support import F32, T, factor_programs, func, mk, prog, toy_rules
+from hypothesis import given, settings
 
 from accy.egraph.convert import extract, to_egraph
 from accy.egraph.cost import (
@@ -21,6 +22,8 @@ from accy.egraph.driver import saturate
 from accy.ir.node import Node
 from accy.ir.ops import Op
 from accy.ir.program import Function, Program
+from accy.ir.types import DType, TensorType
+from accy.testing import programs
 
 
 def cost_of(node, model="flops-bytes"):
@@ -69,6 +72,14 @@ def test_flops_and_bytes_by_op_group():
     assert flops(tr.op, tr.type, (a.type,), dict(tr.attrs)) == 0  # movement: bytes only
     assert cost_of(tr) == 4 * (24 + 24)
     assert cost_of(a) == 0 and cost_of(tr, "nodes") == 1
+
+
+@pytest.mark.parametrize("dtype", list(DType), ids=lambda d: d.value)
+def test_bytes_moved_counts_each_dtypes_item_size(dtype):
+    x, s = TensorType((2, 3), dtype), TensorType((), dtype)
+    assert bytes_moved(Op.ADD, x, (x, s), {}) == 2 * x.nbytes + s.nbytes
+    i = TensorType((4,), DType.i64)
+    assert bytes_moved(Op.GATHER, s, (x, i), {"axis": 0}) == 2 * s.nbytes + i.nbytes
 
 
 def test_extraction_takes_the_factored_form():
@@ -123,3 +134,34 @@ def test_einsum_cost_sees_operand_shapes():
                     lambda a, b: mk(Op.EINSUM, a, b, spec="ij,jk->ik")))
     assert only(small).type == only(big).type
     assert extract(to_egraph(small)).cost < extract(to_egraph(big)).cost
+
+
+@settings(max_examples=25, deadline=None)
+@given(programs(max_nodes=10, functions=(1, 2)))
+def test_program_cost_prices_every_distinct_node_once(p):
+    # program_cost prices alike nodes once: the same sum as pricing each node by itself
+    for model in ("flops-bytes", "nodes"):
+        assert program_cost(p, model) == sum(cost_of(n, model) for n in p.nodes())
+
+
+@settings(max_examples=25, deadline=None)
+@given(programs(max_nodes=10, functions=(1, 2)))
+def test_extraction_cost_is_the_program_cost_of_what_it_extracts(p):
+    # the extracted program's cost is read off the chosen e-nodes, the input's may be passed
+    # in: both as program_cost gives them, unused parameters and shared nodes included
+    peg = to_egraph(p)
+    saturate(peg, toy_rules(), iterations=3)
+    for model in ("flops-bytes", "nodes", "bytes"):
+        out = extract(peg, model)
+        assert out.cost == program_cost(out.program, model) <= program_cost(p, model)
+        assert extract(peg, model, input_cost=program_cost(p, model)) == out
+
+
+def test_extraction_cost_counts_unused_parameters_and_shared_nodes_once():
+    # f's third parameter is used by nothing; g's parameter is f's first (the same node)
+    v = T(F32, 4)
+    p = prog(func("f", [v, v, v], lambda a, b, c: mk(Op.ADD, a, b)),
+             func("g", [v], lambda a: mk(Op.NEG, a)))
+    out = extract(to_egraph(p), "nodes")
+    assert out.program == p
+    assert out.cost == program_cost(p, "nodes") == 5  # three parameters, add, neg
