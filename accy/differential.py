@@ -72,6 +72,7 @@ class CheckResult:
     compared: int = 0  # elements compared
     skipped: int = 0  # unstable elements skipped
     passes_changed: tuple[str, ...] = ()  # check_passes: passes that changed the program
+    matches: int = 0  # check_rule: how often the rule matched while saturating (0: not fired)
 
     @property
     def ok(self) -> bool:
@@ -271,11 +272,17 @@ def check_passes(program: Program, inputs: ProgramInputs | Sequence[Any],
     the program before and after it. A pass that fails raises too, except kernelization's "no
     kernel lowering" (``unsupported``: the passes before it were checked).
     """
+    return _check_pipeline(program, inputs, _pipeline(pipeline), target, [])
+
+
+def _check_pipeline(program: Program, inputs: ProgramInputs | Sequence[Any], pipe: Pipeline,
+                    target: TargetProfile | None, instruments: Sequence[Instrument]
+                    ) -> CheckResult:
+    """:func:`check_passes` of ``pipe`` with more ``instruments`` (after the meaning check)."""
     by_fn = _by_function(program, inputs)
     check = _MeaningCheck(by_fn)
-    pipe = _pipeline(pipeline)
     try:
-        prepare(program, pipe, target=target, instruments=[check])
+        prepare(program, pipe, target=target, instruments=[check, *instruments])
     except PassFailure as e:
         reason = unsupported_reason(e)
         if reason is None:
@@ -284,6 +291,68 @@ def check_passes(program: Program, inputs: ProgramInputs | Sequence[Any],
                            tuple(check.changed))
     return CheckResult("ok", "", check.result.compared, check.result.skipped,
                        tuple(check.changed))
+
+
+class _PassStats(Instrument):
+    """Keeps the statistics of the last pass that ran."""
+
+    def __init__(self) -> None:
+        self.stats: dict[str, Any] = {}
+
+    def after_pass(self, p: Pass, product: Product, record: PassRecord) -> None:
+        self.stats = dict(record.stats)
+
+
+def _rule_pipeline(rule: str, **options: Any) -> Pipeline:
+    """The one-pass pipeline that applies the named rewrite ``rule`` alone: ``saturate`` with
+    its rule set, ``rules=<rule>``, and ``finite-math``/``fast-math`` on as the rule's policy
+    (``rewrites.rule_info(rule).policy``) needs. ``options`` are other ``saturate`` options
+    (e.g. ``cost="nodes"``, ``iterations=4``), in their pipeline-text spelling.
+
+    >>> _rule_pipeline("add-zero").text()
+    'saturate{rulesets=canonical rules=add-zero finite-math=true}'
+    """
+    import rewrites  # egglog: imported when a rule is checked, not with this module
+
+    rewrites.load()
+    info = rewrites.rule_info(rule)
+    flags = {"finite-math": {"finite-math": "true"}, "fast-math": {"fast-math": "true"}}
+    opts = {"rulesets": info.ruleset, "rules": rule, **flags.get(info.policy, {}),
+            **{k.replace("_", "-"): v for k, v in options.items()}}
+    text = " ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}"
+                    for k, v in opts.items())
+    return parse_pipeline(f"saturate{{{text}}}")
+
+
+def check_rule(program: Program, inputs: ProgramInputs | Sequence[Any], rule: str, *,
+               target: TargetProfile | None = None, **options: Any) -> CheckResult:
+    """Apply the named rewrite ``rule`` alone and check that ``interpret`` results keep their
+    meaning: ``saturate{rulesets=<its rule set> rules=<rule>}``, with ``finite-math=true`` or
+    ``fast-math=true`` where the rule's policy (``rewrites.rule_info(rule).policy``) needs it;
+    ``options`` are other ``saturate`` options (``cost="nodes"``, ``iterations=4``).
+
+    Like :func:`check_passes`, judged on the program before, within accy's tolerances; the
+    :class:`DifferentialFailure` starts with ``rule <name> (<policy>, rule set <set>)`` and
+    prints the program before and after. ``saturate`` keeps the extraction only when it is
+    strictly cheaper, so the program changes only where the rule pays off under the cost model
+    (``cost=`` in ``options`` picks another). A rule that does not match passes trivially: the
+    result's ``matches`` says how often it matched (0: it never fired, e.g. its pattern was
+    absent or the prefilter saw it cannot fire; rules that only reorder operands never run
+    alone), and ``passes_changed`` is non-empty when the program changed.
+    """
+    import rewrites
+
+    pipe = _rule_pipeline(rule, **options)
+    info = rewrites.rule_info(rule)
+    stats = _PassStats()
+    try:
+        result = _check_pipeline(program, inputs, pipe, target, [stats])
+    except DifferentialFailure as e:
+        raise DifferentialFailure(f"rule {rule} ({info.policy}, rule set {info.ruleset}): "
+                                  f"{e}") from e.__cause__
+    matches = stats.stats.get("rules-fired", {}).get(rule, 0)
+    return CheckResult(result.status, result.detail, result.compared, result.skipped,
+                       result.passes_changed, matches)
 
 
 def fingerprints(program: Program, pipeline: str | Pipeline = "accy-default") -> dict[str, Any]:

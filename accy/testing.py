@@ -13,9 +13,11 @@ public so that a researcher can test a rule, pass or kernel of their own the sam
         check_passes(program, inputs, pipeline="accy-contract,my-pass")  # meaning kept per pass
         check_end_to_end(program, inputs)             # prepare -> OpenCL == interpret
 
-Per rule: a rewrite rule is checked alone as a one-pass pipeline over programs that contain its
-pattern, e.g. ``check_passes(program, inputs, "saturate{rulesets=canonical rules=mul-one}")``
-over ``programs_with_inputs(programs_with(lambda x: x * 1.0))``.
+Per rule: ``check_rule(program, inputs, "mul-one")`` applies one named rewrite rule alone
+(``saturate`` with only that rule, its float policy enabled) and checks the program keeps its
+meaning; run it over programs that contain the rule's pattern,
+``programs_with_inputs(programs_with(lambda x: x * 1.0))``. Its result's ``matches`` says
+whether the rule fired (a rule that does not match passes trivially).
 
 A failing example is shown as IR text (``example_text``), and shrinks to a small program.
 Requires ``hypothesis`` (the ``test`` extra). The generator's engine is
@@ -44,6 +46,7 @@ from accy.differential import (
     check_determinism,
     check_end_to_end,
     check_passes,
+    check_rule,
     example_text,
     inputs_text,
     unsupported_reason,
@@ -58,8 +61,8 @@ from accy.program_gen import Options, Pattern, generate_function, make_options
 __all__ = [
     "ALL_OPS", "ELEMENTWISE_OPS", "TOLERANCES", "CheckResult", "DifferentialFailure",
     "ProgramInputs", "Tolerance", "assert_close", "check_determinism", "check_end_to_end",
-    "check_passes", "dtypes", "example_text", "index_bounds", "inputs_for", "pipelines",
-    "programs", "programs_with", "programs_with_inputs", "random_inputs", "shapes",
+    "check_passes", "check_rule", "dtypes", "example_text", "index_bounds", "inputs_for",
+    "pipelines", "programs", "programs_with", "programs_with_inputs", "random_inputs", "shapes",
     "tensor_types", "unsupported_reason",
 ]
 

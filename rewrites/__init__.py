@@ -31,6 +31,10 @@ computes at the program's precision):
     Equal in real arithmetic; the right-hand side rounds differently but is at least as
     accurate, and is the numerically stable form (``log(softmax(x))`` -> ``log_softmax(x)``,
     ``exp(x)/sum(exp(x))`` -> ``softmax(x)``, ``sum`` of n broadcast copies -> ``x * n``).
+    Where the left-hand side overflows or meets an infinity the stable form may give a finite
+    result (or an infinity) where it gave NaN: ``softmax-from-shifted``,
+    ``log-softmax-from-shifted`` and ``cross-entropy-from-one-hot`` on a row holding ``+inf``
+    (the random-program check, ``accy.testing.check_rule``, found these; they are intended).
     Enabled by default; rule sets and ``disable=`` switch them off.
 ``finite-math``
     Exact for finite inputs, but not for infinities, NaN or the sign of zero (``x * 0 -> 0``,
