@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 
@@ -30,3 +31,18 @@ settings.register_profile("fuzz", deadline=None, max_examples=5000, database=_DA
                           suppress_health_check=_SLOW)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE")
                       or ("ci" if os.environ.get("CI") else "dev"))
+
+
+@pytest.fixture(scope="session")
+def device():
+    """The default OpenCL runtime (``ACCY_DEVICE`` or PoCL); the test is skipped when there is
+    none (pyopencl missing, or no usable device)."""
+    try:
+        from accy.backends.opencl.runtime import select_device
+        from accy.errors import DeviceError
+    except ImportError as exc:  # pyopencl missing
+        pytest.skip(f"no OpenCL: {exc}")
+    try:
+        return select_device()
+    except DeviceError as exc:
+        pytest.skip(f"no usable OpenCL device: {exc}")

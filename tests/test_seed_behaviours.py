@@ -24,20 +24,6 @@ from accy.target import KernelStatus, TargetProfile, status_error
 STAGES = ["semantic", "contract", "tensor", "dispatch", "memory", "kernel", "target"]
 
 
-@pytest.fixture(scope="module")
-def device():
-    """The OpenCL runtime, or a skip when there is none."""
-    try:
-        from accy.backends.opencl.runtime import select_device
-        from accy.errors import DeviceError
-    except ImportError as exc:  # pyopencl missing
-        pytest.skip(f"no OpenCL: {exc}")
-    try:
-        return select_device()
-    except DeviceError as exc:
-        pytest.skip(f"no usable OpenCL device: {exc}")
-
-
 def multi(policy: str) -> str:
     return f"accy-contract,fusion-planning{{policy={policy}}},schedule-planning,accy-memory," \
            "accy-kernel,accy-target"

@@ -16,14 +16,6 @@ from accy.errors import DeviceError, InterpretError  # noqa: E402
 f32 = accy.f32
 
 
-@pytest.fixture(scope="module")
-def device() -> rt.Runtime:
-    try:
-        return rt.select_device()
-    except DeviceError as exc:
-        pytest.skip(f"no usable OpenCL device: {exc}")
-
-
 @pytest.fixture(params=["unified", "copies"])
 def runtime(request, device: rt.Runtime, monkeypatch: pytest.MonkeyPatch) -> rt.Runtime:
     """The device as it is, and with host-unified memory off: inputs and results copied."""

@@ -12,17 +12,9 @@ pytest.importorskip("pyopencl")
 
 import accy  # noqa: E402
 from accy.backends.opencl import runtime as rt  # noqa: E402
-from accy.errors import DeviceError, KernelBuildError  # noqa: E402
+from accy.errors import KernelBuildError  # noqa: E402
 
 f32 = accy.f32
-
-
-@pytest.fixture(scope="module")
-def device() -> rt.Runtime:
-    try:
-        return rt.select_device()
-    except DeviceError as exc:
-        pytest.skip(f"no usable OpenCL device: {exc}")
 
 
 def fresh(device: rt.Runtime) -> rt.Runtime:

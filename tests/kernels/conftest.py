@@ -1,4 +1,5 @@
-"""Shared fixtures of the kernel-generator tests: the OpenCL device and a differential check."""
+"""Shared fixtures of the kernel-generator tests: pipelines, generator statistics and a
+differential check (the OpenCL ``device`` fixture is in tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -38,20 +39,6 @@ def used() -> Callable[[accy.PreparedJob], dict[str, int]]:
 def pipe() -> Callable[..., str]:
     """:func:`pipeline` for the test modules."""
     return pipeline
-
-
-@pytest.fixture(scope="session")
-def device():
-    """The OpenCL runtime, or a skip when there is none."""
-    try:
-        from accy.backends.opencl.runtime import select_device
-        from accy.errors import DeviceError
-    except ImportError as exc:  # pyopencl missing
-        pytest.skip(f"no OpenCL: {exc}")
-    try:
-        return select_device()
-    except DeviceError as exc:
-        pytest.skip(f"no usable OpenCL device: {exc}")
 
 
 Check = Callable[..., accy.PreparedJob]

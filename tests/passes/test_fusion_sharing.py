@@ -14,20 +14,6 @@ f32, i32 = accy.f32, accy.i32
 POLICIES = ("single-output", "multi-output")
 
 
-@pytest.fixture(scope="module")
-def device():
-    """The OpenCL runtime, or a skip when there is none."""
-    try:
-        from accy.backends.opencl.runtime import select_device
-        from accy.errors import DeviceError
-    except ImportError as exc:  # pyopencl missing
-        pytest.skip(f"no OpenCL: {exc}")
-    try:
-        return select_device()
-    except DeviceError as exc:
-        pytest.skip(f"no usable OpenCL device: {exc}")
-
-
 def prepare(program: accy.Program, policy: str = "single-output") -> accy.PreparedJob:
     return accy.prepare(program, "accy-contract,accy-tensor,"
                                  f"fusion-planning{{policy={policy}}},schedule-planning,"

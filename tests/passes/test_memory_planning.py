@@ -18,20 +18,6 @@ from accy.target import TargetProfile
 f32 = accy.f32
 
 
-@pytest.fixture(scope="module")
-def device():
-    """The OpenCL runtime, or a skip when there is none."""
-    try:
-        from accy.backends.opencl.runtime import select_device
-        from accy.errors import DeviceError
-    except ImportError as exc:  # pyopencl missing
-        pytest.skip(f"no OpenCL: {exc}")
-    try:
-        return select_device()
-    except DeviceError as exc:
-        pytest.skip(f"no usable OpenCL device: {exc}")
-
-
 def pipeline(buffers: str = "", spaces: str = "", layout: str = "") -> str:
     """accy-default with options on the memory passes."""
     memory = (f"bufferization-planning{{{buffers}}},memory-space-planning{{{spaces}}},"

@@ -18,20 +18,6 @@ from accy.plans import ScheduleKind, SlotRole
 from accy.target import KernelStatus, TargetProfile
 
 
-@pytest.fixture(scope="module")
-def device():
-    """The OpenCL runtime, or a skip when there is none."""
-    try:
-        from accy.backends.opencl.runtime import select_device
-        from accy.errors import DeviceError
-    except ImportError as exc:  # pyopencl missing
-        pytest.skip(f"no OpenCL: {exc}")
-    try:
-        return select_device()
-    except DeviceError as exc:
-        pytest.skip(f"no usable OpenCL device: {exc}")
-
-
 def pipeline(**options: str) -> str:
     """accy-default with options set on its passes: pipeline(fusion="policy=multi-output")."""
     spelled = {

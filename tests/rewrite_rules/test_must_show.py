@@ -18,20 +18,6 @@ from accy.passes.spec import Pipeline, parse_pipeline
 from accy.passes.tensor.saturate import Saturate
 
 
-@pytest.fixture(scope="module")
-def device():
-    """The OpenCL runtime, or a skip when there is none."""
-    try:
-        from accy.backends.opencl.runtime import select_device
-        from accy.errors import DeviceError
-    except ImportError as exc:  # pyopencl missing
-        pytest.skip(f"no OpenCL: {exc}")
-    try:
-        return select_device()
-    except DeviceError as exc:
-        pytest.skip(f"no usable OpenCL device: {exc}")
-
-
 def default_with(saturate: Saturate) -> Pipeline:
     """accy-default with its saturate pass configured."""
     passes = parse_pipeline("accy-default").passes
