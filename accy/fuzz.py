@@ -8,6 +8,13 @@ r``, so a campaign is reproducible up to timing. A failing program is shrunk by 
 written to the output folder as IR text (``NNN-<check>.accy``), its inputs (``.npz``) and a
 JSON record (error, check, seeds, pipeline, device, versions); a failure whose signature (check,
 pass, ops computing the result that differed) was already written is only counted.
+``summary.json`` is rewritten after every round, so a campaign that dies keeps its counts.
+
+Limit on PoCL: PoCL keeps every kernel it has launched mapped (four memory mappings per
+kernel, released programs included), so one process runs out of mappings
+(``vm.max_map_count``, 65530 by default) after about 16 000 distinct kernels; a one-hour
+campaign on a 2-core machine came within a minute of that (11 700 programs). Longer
+campaigns: raise ``vm.max_map_count`` or run several shorter ones with different seeds.
 """
 
 from __future__ import annotations
@@ -102,6 +109,7 @@ class _Campaign:
                 while time.monotonic() < self.deadline:
                     self.round(self.summary.rounds)
                     self.summary.rounds += 1
+                    self.write_summary(final=False)
             except KeyboardInterrupt:  # stop early, but keep what was found
                 print("interrupted", file=self.stream)
         self.tick(force=True)
@@ -186,12 +194,17 @@ class _Campaign:
             self.last_print = now
             print(self.summary.line(), file=self.stream, flush=True)
 
-    def write_summary(self) -> None:
+    def write_summary(self, final: bool = True) -> None:
         s = self.summary
         data = {k: getattr(s, k) for k in ("seed", "pipeline", "device", "elapsed_s", "rounds",
                                            "programs", "unsupported", "repeats")}
         data["failures"] = [f["program"] for f in s.failures]
-        (self.out / "summary.json").write_text(json.dumps(data, indent=2) + "\n")
+        data["finished"] = final
+        tmp = self.out / "summary.json.tmp"
+        tmp.write_text(json.dumps(data, indent=2) + "\n")
+        tmp.replace(self.out / "summary.json")  # never half a file, even when the process dies
+        if not final:
+            return
         print(f"done: {s.programs} programs in {s.rounds} rounds, {len(s.failures)} failures "
               f"(+{s.repeats} repeats), {s.unsupported} unsupported; results in {self.out}",
               file=self.stream)

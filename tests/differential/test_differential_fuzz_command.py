@@ -47,7 +47,8 @@ def test_short_campaign_prints_progress_and_a_summary(tmp_path, capsys,
                  "--max-nodes", "4"])
     out = capsys.readouterr().out
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["programs"] > 0 and summary["seed"] == 3
+    assert summary["programs"] > 0 and summary["seed"] == 3 and summary["finished"]
+    assert not (tmp_path / "summary.json.tmp").exists()
     assert "/s)  failures" in out and "unsupported" in out and out.rstrip().splitlines()[-1]
     assert code == (1 if summary["failures"] else 0)
     assert len(list(tmp_path.glob("*.accy"))) == len(summary["failures"])
