@@ -18,20 +18,18 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import platform
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 import accy
 from accy.builder import einsum
-from accy.experiments.records import git_commit, timestamp
+from accy.experiments.records import git_commit, timestamp, write_json
 from accy.ir.shapes import parse_einsum
 from accy.job import PreparedJob
 from accy.kernels import contraction
@@ -327,10 +325,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "timestamp": timestamp(),
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"\nwrote {out}")
+    write_json(result, args.out)
     return result
 
 

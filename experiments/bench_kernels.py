@@ -23,12 +23,10 @@ without egglog (these three programs get the same kernels either way).
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -38,7 +36,7 @@ import accy
 from accy.backends.opencl.runtime import Runtime, select_device
 from accy.builder import Value, trace
 from accy.experiments.kernels import copy_bandwidth
-from accy.experiments.records import git_commit, median_ms, timestamp
+from accy.experiments.records import git_commit, median_ms, timestamp, write_json
 from accy.target import TargetProfile
 
 TARGETS = {"chain": 0.90, "softmax": 0.70, "sum": 0.70}  # fraction of copy bandwidth (H200)
@@ -208,10 +206,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "timestamp": timestamp(),
     }
     print_table(result)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"\nwrote {out}")
+    write_json(result, args.out)
     return result
 
 

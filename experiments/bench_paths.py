@@ -20,17 +20,13 @@ evaluated by ``path_cost``) and the search time. Summary lines check the targets
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import math
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -39,6 +35,7 @@ import opt_einsum
 import accy
 from accy.contraction import STRATEGIES, ContractionError, PathOptions, path_cost
 from accy.experiments.networks import FAMILIES, instances
+from accy.experiments.records import git_commit, timestamp, write_json
 
 ACCY_METHODS = ("exact", "exact-connected", "beam", "greedy", "auto")
 OE_METHODS = ("dp", "greedy", "auto", "branch-2")
@@ -264,17 +261,6 @@ def print_summary(s: dict[str, Any]) -> None:
 # ---- main -----------------------------------------------------------------------------------
 
 
-def git_commit() -> str:
-    try:
-        done = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                              cwd=Path(__file__).resolve().parent, check=True, timeout=10)
-        dirty = subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True,
-                               cwd=Path(__file__).resolve().parent, check=True, timeout=10)
-        return done.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("--sizes", default="4,6,8,10,12,14,16,20,24,30,40",
@@ -330,12 +316,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "machine": {"processor": platform.processor(), "machine": platform.machine(),
                     "system": platform.platform(), "cpu_count": os.cpu_count(),
                     "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None},
-        "timestamp": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "timestamp": timestamp(),
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"\nwrote {out}")
+    write_json(result, args.out)
     return result
 
 

@@ -11,13 +11,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,7 +24,7 @@ import pyopencl
 import accy
 from accy.builder import FunctionBuilder, Value, trace
 from accy.errors import DeviceError
-from accy.experiments.records import git_commit, median_ms, timestamp
+from accy.experiments.records import git_commit, median_ms, timestamp, write_json
 from accy.target import TargetProfile
 
 PREPARE_TARGET_MS_PER_OP = 2.0  # at the largest size
@@ -203,10 +201,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "processor": platform.processor(), "cpu_count": os.cpu_count(),
         "timestamp": timestamp(),
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"\nwrote {out}")
+    write_json(result, args.out)
     return result
 
 

@@ -22,15 +22,10 @@ Prints a table and writes JSON with versions, the git commit, the arguments and 
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import platform
-import subprocess
 import sys
 import time
 from collections.abc import Callable
-from importlib import metadata
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -38,6 +33,7 @@ import numpy as np
 import accy
 import rewrites
 from accy.builder import FunctionBuilder, Value, einsum
+from accy.experiments.records import git_commit, timestamp, versions, write_json
 from accy.passes import rewriting
 from accy.passes.tensor.saturate import DEFAULT_RULESETS
 
@@ -135,7 +131,7 @@ def showcase_sum_broadcast(x: accy.f32[256]):
     return x.broadcast_to(64, 256).sum(axes=(0,))
 
 
-SHOWCASE = {
+SHOWCASE = {  # also what tests/rewrite_rules/test_must_show.py checks
     "a*b + a*c": (showcase_factor, True), "(a@b)@c": (showcase_chain, True),
     "(x^T)^T": (showcase_transpose, False), "log(softmax(x))": (showcase_log_softmax, False),
     "sum(broadcast(x))": (showcase_sum_broadcast, False),
@@ -177,29 +173,6 @@ def measure(program: accy.Program, *, fast_math: bool, iterations: int, node_lim
         "within_budget": r.seconds <= BUDGET_SLACK * time_limit and r.e_nodes <= node_limit,
         "rules_fired": {x.name: x.matches for x in r.rules if x.matches},
     }
-
-
-def git_commit() -> str:
-    """HEAD's hash, ``+dirty`` when tracked files changed; "unknown" outside a checkout."""
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                              check=True, cwd=Path(__file__).parent).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, check=True,
-                               cwd=Path(__file__).parent).stdout.strip()
-        return head + ("+dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
-def versions() -> dict[str, str]:
-    out = {"python": platform.python_version()}
-    for dist in ("accy", "egglog", "numpy", "pyopencl"):
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            out[dist] = "missing"
-    return out
 
 
 def _print_table(rows: list[dict[str, Any]], label: str) -> None:
@@ -257,13 +230,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "benchmark": "saturation", "args": vars(args), "budget": budget, "fast_math": fast,
         "rulesets": list(DEFAULT_RULESETS), "versions": versions(), "git_commit": git_commit(),
         "platform": platform.platform(), "processor": platform.processor(),
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "date": timestamp(),
         "rows": rows, "showcase": showcase, "all_within_budget": not over,
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out}")
+    write_json(result, args.out)
     return result
 
 

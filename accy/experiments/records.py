@@ -30,7 +30,7 @@ from typing import Any
 __all__ = [
     "REQUIRED_VERSIONS", "device_record", "flatten", "git_commit", "machine", "median_ms",
     "provenance", "read_results", "stage_fingerprints", "timestamp", "versions",
-    "write_results",
+    "write_json", "write_results",
 ]
 
 REQUIRED_VERSIONS = ("accy", "egglog", "numpy", "pyopencl", "opt_einsum", "python")
@@ -211,6 +211,16 @@ def write_results(result: Mapping[str, Any], out_dir: str | Path,
         writer.writeheader()
         writer.writerows(rows)
     return json_path, csv_path
+
+
+def write_json(result: Mapping[str, Any], path: str | Path) -> Path:
+    """Write a benchmark script's ``result`` to ``path`` as indented JSON (making its folder),
+    and say where."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"\nwrote {path}")
+    return path
 
 
 def read_results(path: str | Path) -> dict[str, Any]:

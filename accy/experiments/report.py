@@ -145,6 +145,15 @@ def _ablation_tables(result: dict[str, Any]) -> list[str]:
     return out
 
 
+def _save(fig: Any, plt: Any, path: Path) -> Path:
+    """Lay ``fig`` out, write it to ``path`` (no timestamp metadata: reproducible bytes),
+    close it."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=80, metadata={"Software": None})
+    plt.close(fig)
+    return path
+
+
 def _heatmap(ax: Any, values: list[list[float | str | None]], rows: list[str], cols: list[str],
              title: str) -> None:
     """log2 of ratios, red above 1, blue below; "=" cells (identical kernels) count as 1."""
@@ -181,10 +190,7 @@ def _ablation_figures(result: dict[str, Any], out: Path, plt: Any, name: str) ->
                             "kernel time / all rules (=: identical kernels)")):
         _heatmap(ax, [[_cell(s[p].get(c, {}), key) for c in configs] for p in programs],
                  programs, configs, title)
-    fig.tight_layout()
-    paths = [out / f"{name}.png"]
-    fig.savefig(paths[0], dpi=80, metadata={"Software": None})
-    plt.close(fig)
+    paths = [_save(fig, plt, out / f"{name}.png")]
     bars = [(f"{p}: {e['target']}", e["cost_ratio"] or 1.0) for p in programs
             for e in s[p].values() if e["kind"] == "without-rule" and e["effect"] == "matters"]
     if bars:
@@ -194,10 +200,7 @@ def _ablation_figures(result: dict[str, Any], out: Path, plt: Any, name: str) ->
         ax.invert_yaxis()
         ax.set_xlabel("extracted cost without the rule / with all rules", fontsize=8)
         ax.tick_params(labelsize=7)
-        fig.tight_layout()
-        paths.append(out / f"{name}_rules.png")
-        fig.savefig(paths[-1], dpi=80, metadata={"Software": None})
-        plt.close(fig)
+        paths.append(_save(fig, plt, out / f"{name}_rules.png"))
     return paths
 
 
@@ -254,11 +257,7 @@ def _contraction_figures(result: dict[str, Any], out: Path, plt: Any, name: str)
     ax.set_ylabel("mean search ms", fontsize=8)
     for a in axes:
         a.tick_params(labelsize=7)
-    fig.tight_layout()
-    path = out / f"{name}.png"
-    fig.savefig(path, dpi=80, metadata={"Software": None})
-    plt.close(fig)
-    return [path]
+    return [_save(fig, plt, out / f"{name}.png")]
 
 
 # ---- kernels and benefit ---------------------------------------------------------------------
@@ -291,11 +290,7 @@ def _kernels_figures(result: dict[str, Any], out: Path, plt: Any, name: str) -> 
     ax.set_yscale("log")
     ax.tick_params(axis="x", labelrotation=45, labelsize=7)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    path = out / f"{name}.png"
-    fig.savefig(path, dpi=80, metadata={"Software": None})
-    plt.close(fig)
-    return [path]
+    return [_save(fig, plt, out / f"{name}.png")]
 
 
 def _benefit_tables(result: dict[str, Any]) -> list[str]:
@@ -327,11 +322,7 @@ def _benefit_figures(result: dict[str, Any], out: Path, plt: Any, name: str) -> 
     ax.set_xticks(range(len(names)), names, rotation=45, fontsize=7)
     ax.set_ylabel("kernel time speedup over unsaturated", fontsize=8)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    path = out / f"{name}.png"
-    fig.savefig(path, dpi=80, metadata={"Software": None})
-    plt.close(fig)
-    return [path]
+    return [_save(fig, plt, out / f"{name}.png")]
 
 
 _TABLES = {"ablation": _ablation_tables, "contraction": _contraction_tables,
