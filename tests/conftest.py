@@ -13,7 +13,10 @@ Tests scale their example counts from the profile's ``max_examples`` (see
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -46,3 +49,21 @@ def device():
         return select_device()
     except DeviceError as exc:
         pytest.skip(f"no usable OpenCL device: {exc}")
+
+
+@functools.cache
+def _experiment_script(name: str):
+    """``experiments/<name>.py`` imported as module ``name`` (once per session)."""
+    path = Path(__file__).resolve().parents[1] / "experiments" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses and pickling look the module up while it runs
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def experiment_script():
+    """Import a script of ``experiments/`` by name: ``experiment_script("bench_paths")``."""
+    return _experiment_script

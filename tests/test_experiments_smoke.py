@@ -2,26 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+import pytest
 
 
-def _load_bench():
-    path = ROOT / "experiments" / "bench_pipeline.py"
-    spec = importlib.util.spec_from_file_location("bench_pipeline", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("bench_pipeline", module)
-    spec.loader.exec_module(module)
-    return module
+@pytest.fixture(scope="module")
+def bench(experiment_script):
+    """experiments/bench_pipeline.py as a module."""
+    return experiment_script("bench_pipeline")
 
 
-def test_bench_pipeline_smoke(tmp_path: Path) -> None:
-    bench = _load_bench()
+def test_bench_pipeline_smoke(bench, tmp_path: Path) -> None:
     out = tmp_path / "b.json"
     result = bench.main(["--sizes", "5,10", "--elements", "4096", "--repeat", "1",
                          "--out", str(out)])

@@ -7,24 +7,14 @@ itself (twice in a row must be identical) and with snapshots it writes; only the
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 @pytest.fixture(scope="module")
-def kernel_diff():
-    path = ROOT / "experiments" / "kernel_diff.py"
-    spec = importlib.util.spec_from_file_location("kernel_diff", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("kernel_diff", module)
-    spec.loader.exec_module(module)
-    return module
+def kernel_diff(experiment_script):
+    return experiment_script("kernel_diff")
 
 
 @pytest.fixture(scope="module")

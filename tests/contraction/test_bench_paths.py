@@ -2,26 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+import pytest
 
 
-def _load_bench():
-    path = ROOT / "experiments" / "bench_paths.py"
-    spec = importlib.util.spec_from_file_location("bench_paths", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("bench_paths", module)
-    spec.loader.exec_module(module)
-    return module
+@pytest.fixture(scope="module")
+def bench(experiment_script):
+    """experiments/bench_paths.py as a module."""
+    return experiment_script("bench_paths")
 
 
-def test_bench_paths_smoke(tmp_path: Path, capsys) -> None:
-    bench = _load_bench()
+def test_bench_paths_smoke(bench, tmp_path: Path, capsys) -> None:
     out = tmp_path / "paths.json"
     result = bench.main(["--sizes", "4,6", "--repeats", "1", "--cap-s", "0",
                          "--timing-runs", "1", "--out", str(out)])
@@ -49,8 +42,7 @@ def test_bench_paths_smoke(tmp_path: Path, capsys) -> None:
     assert "exact == dp wherever both finish" in printed and "geomean" in printed
 
 
-def test_instances_are_reproducible() -> None:
-    bench = _load_bench()
+def test_instances_are_reproducible(bench) -> None:
     first = bench.instances([8], 2, seed=3, families=bench.FAMILIES)
     assert first == bench.instances([8], 2, seed=3, families=bench.FAMILIES)
     assert first != bench.instances([8], 2, seed=4, families=bench.FAMILIES)

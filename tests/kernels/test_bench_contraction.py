@@ -2,38 +2,28 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
 from accy.errors import DeviceError
 
-ROOT = Path(__file__).resolve().parents[2]
+
+@pytest.fixture(scope="module")
+def bench(experiment_script):
+    """experiments/bench_contraction.py as a module."""
+    return experiment_script("bench_contraction")
 
 
-def _load_bench():
-    path = ROOT / "experiments" / "bench_contraction.py"
-    spec = importlib.util.spec_from_file_location("bench_contraction", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("bench_contraction", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_operand_shapes_follow_the_letter_classes():
-    bench = _load_bench()
+def test_operand_shapes_follow_the_letter_classes(bench):
     assert bench.operand_shapes("ik,kj->ij", 2, 3, 4, 5) == [(2, 4), (4, 3)]
     assert bench.operand_shapes("bik,bjk->bij", 2, 3, 4, 5) == [(5, 2, 4), (5, 3, 4)]
     assert bench.parse_size("7") == (7, 7, 7) and bench.parse_size("2x3x4") == (2, 3, 4)
     assert bench.parse_tiles("wx=8,bk=4;sm=1") == [{"wx": 8, "bk": 4}, {"sm": 1}]
 
 
-def test_bench_contraction_smoke(tmp_path: Path) -> None:
-    bench = _load_bench()
+def test_bench_contraction_smoke(bench, tmp_path: Path) -> None:
     out = tmp_path / "c.json"
     try:
         result = bench.main(["--sizes", "24,17x9x33", "--repeat", "2", "--tiles", "wy=1",

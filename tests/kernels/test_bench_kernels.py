@@ -2,26 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+import pytest
 
 
-def _load_bench():
-    path = ROOT / "experiments" / "bench_kernels.py"
-    spec = importlib.util.spec_from_file_location("bench_kernels", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("bench_kernels", module)
-    spec.loader.exec_module(module)
-    return module
+@pytest.fixture(scope="module")
+def bench(experiment_script):
+    """experiments/bench_kernels.py as a module."""
+    return experiment_script("bench_kernels")
 
 
-def test_bench_kernels_smoke(device, tmp_path: Path) -> None:
-    bench = _load_bench()
+def test_bench_kernels_smoke(bench, device, tmp_path: Path) -> None:
     out = tmp_path / "k.json"
     result = bench.main(["--elements", "4096", "--repeat", "2", "--baseline", "--out", str(out)])
     data = json.loads(out.read_text())
@@ -47,8 +40,7 @@ def test_bench_kernels_smoke(device, tmp_path: Path) -> None:
         assert all(r["numpy_ms"] > 0 for r in data["rows"] if "loop nest" not in r["name"])
 
 
-def test_bench_kernels_front_without_egglog(device, tmp_path: Path) -> None:
-    bench = _load_bench()
+def test_bench_kernels_front_without_egglog(bench, device, tmp_path: Path) -> None:
     result = bench.main(["--elements", "4096", "--repeat", "1", "--front", "lowering",
                          "--out", str(tmp_path / "k.json")])
     assert result["front"] == "lowering"

@@ -2,34 +2,26 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+import pytest
 
 
-def _load_bench():
-    path = ROOT / "experiments" / "bench_saturation.py"
-    spec = importlib.util.spec_from_file_location("bench_saturation", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("bench_saturation", module)
-    spec.loader.exec_module(module)
-    return module
+@pytest.fixture(scope="module")
+def bench(experiment_script):
+    """experiments/bench_saturation.py as a module."""
+    return experiment_script("bench_saturation")
 
 
-def test_random_programs_have_about_the_asked_size():
-    bench = _load_bench()
+def test_random_programs_have_about_the_asked_size(bench):
     for nodes in (10, 50):
         program = bench.random_program(nodes, seed=3)
         assert nodes <= len(program.nodes()) <= 2 * nodes + 10
         assert bench.random_program(nodes, seed=3) == program  # seeded
 
 
-def test_bench_saturation_smoke(tmp_path: Path, capsys) -> None:
-    bench = _load_bench()
+def test_bench_saturation_smoke(bench, tmp_path: Path, capsys) -> None:
     out = tmp_path / "s.json"
     result = bench.main(["--sizes", "10,20", "--seeds", "1", "--time-limit", "1",
                          "--node-limit", "5000", "--no-showcase", "--out", str(out)])
