@@ -1,9 +1,9 @@
 """The plans later stages attach to a product: immutable, pointing back at program nodes.
 
-dispatch: :class:`FusionPlan`, :class:`SchedulePlan`; memory: :class:`BufferPlan`,
-:class:`MemorySpacePlan`, :class:`LayoutPlan`; kernel: :class:`OutlinePlan` and the kernels
-(:mod:`accy.kernels.ir`); target: :class:`LegalityReport`. Fingerprints use node digests and
-indices, never names.
+tensor: :class:`IndexingPlan`; dispatch: :class:`FusionPlan`, :class:`SchedulePlan`; memory:
+:class:`BufferPlan`, :class:`MemorySpacePlan`, :class:`LayoutPlan`; kernel:
+:class:`OutlinePlan` and the kernels (:mod:`accy.kernels.ir`); target:
+:class:`LegalityReport`. Fingerprints use node digests and indices, never names.
 """
 
 from __future__ import annotations
@@ -36,6 +36,31 @@ def is_inlined(node: Node) -> bool:
     if node.op is not Op.CONSTANT or node.type.size != 1:
         return False
     return not node.type.dtype.is_float or bool(np.isfinite(node.value).all())
+
+
+@dataclass(frozen=True)
+class IndexingPlan:
+    """Launch choices for the indexed kernels, made by ``indexing-lowering`` and applied by
+    ``kernel-outlining-planning``: how many work-groups ("thread blocks") the gather kernel and
+    the scatter-add's add kernel launch. 0 launches one work-item per element; N > 0 launches
+    N work-groups whose work-items walk the elements in a grid-stride loop."""
+
+    gather_thread_blocks: int = 0
+    scatter_thread_blocks: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("gather_thread_blocks", "scatter_thread_blocks"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name.replace('_', '-')} must be 0 (one work-item per "
+                                 f"element) or a positive count, got {getattr(self, name)}")
+
+    def thread_blocks(self, op: Op) -> int:
+        """The work-groups for the indexed kernel of ``op`` (0 for ops it does not cover)."""
+        return {Op.GATHER: self.gather_thread_blocks,
+                Op.SCATTER_ADD: self.scatter_thread_blocks}.get(op, 0)
+
+    def fingerprint(self) -> str:
+        return digest_of(self.gather_thread_blocks, self.scatter_thread_blocks)
 
 
 class ScheduleKind(Enum):
@@ -203,13 +228,18 @@ class LaunchGeometry:
 
 @dataclass(frozen=True)
 class KernelOutline:
-    """Where a work item becomes a kernel: its entry name, arguments (slots) and launch."""
+    """Where a work item becomes a kernel: its entry name, arguments (slots) and launch.
+
+    ``thread_blocks`` > 0 asks the indexed generators for that many work-groups walking the
+    elements in a grid-stride loop (:class:`IndexingPlan`); 0 is one work-item per element.
+    """
 
     work_item: int
     entry: str
     input_slots: tuple[int, ...]
     output_slots: tuple[int, ...]
     geometry: LaunchGeometry
+    thread_blocks: int = 0
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from accy.kernels.ir import Kernel
 from accy.plans import (
     BufferPlan,
     FusionPlan,
+    IndexingPlan,
     LayoutPlan,
     LegalityReport,
     MemorySpacePlan,
@@ -22,8 +23,8 @@ from accy.plans import (
 )
 from accy.target import TargetProfile
 
-PLAN_FIELDS = ("fusion", "schedule", "buffers", "spaces", "layout", "outline", "kernels",
-               "target", "legality")
+PLAN_FIELDS = ("indexing", "fusion", "schedule", "buffers", "spaces", "layout", "outline",
+               "kernels", "target", "legality")
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,7 @@ class Product:
 
     stage: Stage
     program: Program
+    indexing: IndexingPlan | None = None
     fusion: FusionPlan | None = None
     schedule: SchedulePlan | None = None
     buffers: BufferPlan | None = None

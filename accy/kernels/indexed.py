@@ -17,6 +17,11 @@ and the result deterministic; valid programs never see it.
 read neighbouring elements of a row (coalesced along ``inner``); the index is loaded and
 clamped once per element.
 
+**Launch**: ``outline.thread_blocks`` (``indexing-lowering{gather-thread-blocks=N
+scatter-thread-blocks=N}``) > 0 launches the gather kernel, or the scatter-add's add kernel,
+as that many work-groups walking the elements in a grid-stride loop; 0 is one work-item per
+element.
+
 **Scatter-add** in O(updates) instead of the loop nest's O(table x updates): a first kernel
 copies ``x`` (with its prologue) into the accumulator, a second runs one work-item per update
 element and adds it at its clamped index atomically (:class:`~accy.kernels.ir.AtomicAdd`:
@@ -132,24 +137,31 @@ class IndexedBuilder(GroupBuilder):
 
 def _per_element(builder: IndexedBuilder, group: FusionGroup, outline: KernelOutline,
                  kind: ScheduleKind, entry: str, domain: tuple[int, ...],
-                 args: list[KernelArg], body: Callable[[Var], None]) -> Kernel:
-    """A kernel of one work-item per element of ``domain``; ``body(gid)`` emits its work."""
+                 args: list[KernelArg], body: Callable[[Var], None],
+                 blocks: int = 0) -> Kernel:
+    """A kernel over the elements of ``domain``; ``body(e)`` emits the work of element ``e``.
+    ``blocks`` = 0: one work-item per element; N > 0: N work-groups whose work-items walk the
+    elements in a grid-stride loop."""
     size = math.prod(domain)
     local = min(outline.geometry.local_size[0], pow2ceil(size))
-    global_size = -(-size // local) * local
+    global_size = blocks * local if blocks else -(-size // local) * local
     gid = builder.em.bind(Id("get_global_id", 0), INDEX, prefix="gid")
     assert isinstance(gid, Var)
-    if global_size > size:
-        builder.em.emit(If(Bin(">=", gid, idx(size)), (Return(),)))
-    body(gid)
+    if blocks:
+        with builder.em.strided(gid, idx(size), global_size) as element:
+            body(element)
+    else:
+        if global_size > size:
+            builder.em.emit(If(Bin(">=", gid, idx(size)), (Return(),)))
+        body(gid)
     return Kernel(entry, outline.work_item, kind, domain, tuple(builder.args + args),
                   builder.em.body(), LaunchGeometry((global_size,), (local,)),
                   implemented_ops(group))
 
 
 def _store_outputs(builder: IndexedBuilder, group: FusionGroup, outline: KernelOutline,
-                   kind: ScheduleKind, entry: str) -> Kernel:
-    """The kernel writing every output of ``group``, one work-item per element."""
+                   kind: ScheduleKind, entry: str, blocks: int = 0) -> Kernel:
+    """The kernel writing every output of ``group`` (work-items as in :func:`_per_element`)."""
     outs = [KernelArg(f"out{i}", n.type.dtype, True, slot)
             for i, (n, slot) in enumerate(zip(group.outputs, outline.output_slots, strict=True))]
 
@@ -159,7 +171,7 @@ def _store_outputs(builder: IndexedBuilder, group: FusionGroup, outline: KernelO
         for arg, node in zip(outs, group.outputs, strict=True):
             builder.em.emit(Store(arg.name, gid, builder.value(node, coords)))
 
-    return _per_element(builder, group, outline, kind, entry, group.domain, outs, body)
+    return _per_element(builder, group, outline, kind, entry, group.domain, outs, body, blocks)
 
 
 def _heavy(group: FusionGroup, op: Op) -> Node | None:
@@ -183,9 +195,10 @@ def accepts_gather(group: FusionGroup, target: TargetProfile) -> bool:
 def build_gather(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
                  target: TargetProfile) -> tuple[Kernel, ...]:
     """One kernel, one work-item per output element (the loop nest's gather, clamped once,
-    with the lowering's reshapes read as flat offsets)."""
+    with the lowering's reshapes read as flat offsets), or ``outline.thread_blocks``
+    work-groups in a grid-stride loop."""
     return (_store_outputs(IndexedBuilder(group, outline), group, outline, kind,
-                           outline.entry),)
+                           outline.entry, outline.thread_blocks),)
 
 
 def accepts_scatter(group: FusionGroup, target: TargetProfile) -> bool:
@@ -232,7 +245,7 @@ def build_scatter(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind
         add.em.emit(AtomicAdd(acc.name, at, add.value(updates, coords), dtype))
 
     kernels.append(_per_element(add, group, outline, kind, f"{outline.entry}_add", shape,
-                                [acc], scatter))
+                                [acc], scatter, outline.thread_blocks))
     if not direct:
         builder = IndexedBuilder(group, outline, {node: acc.name})
         builder.args.append(acc)

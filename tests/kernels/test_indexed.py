@@ -11,6 +11,8 @@ from accy.builder import gather, scatter_add, trace
 from accy.errors import InterpretError
 from accy.ir.types import DType
 from accy.kernels.ir import For, idx, walk_stmts
+from accy.passes.pipelines import PIPELINES
+from accy.plans import IndexingPlan
 from accy.target import KernelStatus, TargetProfile
 
 SHAPES = [((9,), 0), ((6, 5), 0), ((6, 5), 1), ((3, 4, 5), 0), ((3, 4, 5), 1), ((3, 4, 5), 2),
@@ -167,3 +169,36 @@ def test_64_bit_atomics_are_illegal_without_the_extension() -> None:
     assert {k.status for k in elsewhere.product.legality.kernels} == {
         KernelStatus.legal, KernelStatus.unsupported_op}
     assert "64-bit atomics" in " ".join(k.detail for k in elsewhere.product.legality.kernels)
+
+
+@pytest.mark.parametrize("gather_blocks, scatter_blocks", [(1, 1), (2, 3), (0, 5), (64, 0)])
+def test_thread_blocks_launch_grid_stride_kernels(check, used, pipe, rng, gather_blocks,
+                                                  scatter_blocks) -> None:
+    """indexing-lowering{gather-thread-blocks=N scatter-thread-blocks=N}: N work-groups walk
+    the elements (many per work-item when N x local < elements), same results."""
+
+    def fn(w, ids, grad):
+        rows = gather(w * 2.0, ids, axis=0) + 1.0
+        return rows, scatter_add(w, ids, grad, axis=0)
+
+    program = trace(fn, accy.f32[300, 8], accy.i32[200], accy.f32[200, 8], name="emb")
+    w = rng.integers(-8, 8, (300, 8)).astype(np.float32)
+    ids = edge_indices(rng, 300, (200,))
+    grad = rng.integers(-8, 8, (200, 8)).astype(np.float32)
+    options = f"gather-thread-blocks={gather_blocks} scatter-thread-blocks={scatter_blocks}"
+    tensor = PIPELINES["accy-tensor"].text.replace("indexing-lowering",
+                                                   f"indexing-lowering{{{options}}}")
+    job = check(program, [w, ids, grad], pipeline=pipe(tensor=tensor))
+    assert used(job) == {"indexed-gather": 1, "indexed-scatter": 1}
+    assert job.product.indexing == IndexingPlan(gather_blocks, scatter_blocks)
+    gather_kernel, init_kernel, add_kernel = job.kernels  # gather; scatter: copy, adds
+    for kernel, blocks, elements in ((gather_kernel, gather_blocks, 1600),
+                                     (add_kernel, scatter_blocks, 1600)):
+        local = kernel.geometry.local_size[0]
+        strided = [s for s in walk_stmts(kernel.body) if isinstance(s, For) and s.step > 1]
+        if blocks:
+            assert kernel.geometry.global_size == (blocks * local,)
+            assert [s.step for s in strided] == [blocks * local]
+        else:
+            assert kernel.geometry.global_size[0] >= elements and not strided
+    assert init_kernel.geometry.global_size[0] >= 2400  # the copy: one work-item per element

@@ -124,6 +124,7 @@ def test_options_choose_which_ops_are_lowered():
     "indexing-lowering{kernel-library=disabled}",
     "indexing-lowering{scatter=conflict-free}",
     "indexing-lowering{kernel-library=disabled scatter=conflict-free}",
+    "indexing-lowering{gather-thread-blocks=4 scatter-thread-blocks=5}",
 ])
 def test_options_round_trip(text):
     pipeline = parse_pipeline(text)
@@ -134,7 +135,8 @@ def test_options_round_trip(text):
 @pytest.mark.parametrize("text, where", [
     ("indexing-lowering{kernel-library=on}", "kernel-library"),
     ("indexing-lowering{scatter=atomic}", "scatter"),
-    ("indexing-lowering{gather-thread-blocks=4}", "gather-thread-blocks"),
+    ("indexing-lowering{gather-thread-blocks=-1}", "gather-thread-blocks must be 0"),
+    ("indexing-lowering{scatter-thread-blocks=many}", "scatter-thread-blocks"),
 ])
 def test_bad_options_are_errors_naming_the_option(text, where):
     with pytest.raises(PipelineError, match=where):
@@ -148,5 +150,28 @@ def test_default_tensor_pipeline_lowers_indexing_and_accy_passes_lists_it(capsys
     assert main(["passes"]) == 0
     out = capsys.readouterr().out
     for words in ("indexing-lowering", "kernel-library", "enabled|disabled", "scatter",
-                  "auto|conflict-free"):
+                  "auto|conflict-free", "gather-thread-blocks", "scatter-thread-blocks"):
         assert words in out
+
+
+def test_thread_blocks_reach_the_indexed_groups_outlines_only():
+    """The plan rides on the product to kernel-outlining-planning, which gives each indexed
+    group its op's work-group count and every other group 0."""
+    def fn(table, ids, grad):
+        return gather(table, ids, axis=0) * 2.0, scatter_add(table, ids, grad, axis=0), table + 1
+
+    program = trace(fn, accy.f32[10, 4], accy.i32[6], accy.f32[6, 4], name="emb")
+    tensor = PIPELINES["accy-tensor"].text.replace(
+        "indexing-lowering", "indexing-lowering{gather-thread-blocks=3 scatter-thread-blocks=7}")
+    job = accy.prepare(program, f"accy-contract,{tensor},accy-dispatch,accy-memory,"
+                                "kernel-outlining-planning", until=Stage.kernel)
+    product = job.products[Stage.kernel]
+    blocks = {}
+    for item, outline in zip(product.schedule.items, product.outline.outlines, strict=True):
+        ops = {n.op for n in product.fusion.groups[item.group].nodes}
+        blocks[Op.GATHER if Op.GATHER in ops else Op.SCATTER_ADD if Op.SCATTER_ADD in ops
+               else Op.ADD] = outline.thread_blocks
+    assert blocks == {Op.GATHER: 3, Op.SCATTER_ADD: 7, Op.ADD: 0}
+    default = accy.prepare(program, until=Stage.kernel).products[Stage.kernel]
+    assert {o.thread_blocks for o in default.outline.outlines} == {0}
+    assert default.fingerprint() != product.fingerprint()

@@ -1,4 +1,5 @@
-"""kernel-outlining-planning: entry name, argument slots and launch geometry per work item."""
+"""kernel-outlining-planning: entry name, argument slots and launch geometry per work item
+(with the indexed kernels' work-group counts from the product's indexing plan)."""
 
 from __future__ import annotations
 
@@ -6,10 +7,19 @@ import math
 from dataclasses import dataclass
 
 from accy.ir.program import Stage
+from accy.kernels.workgroup import heavy_node
 from accy.passes.base import Pass, option
 from accy.passes.dispatch.fusion_planning import op_name
 from accy.passes.registry import register
-from accy.plans import KernelOutline, LaunchGeometry, OutlinePlan, is_inlined
+from accy.plans import (
+    FusionGroup,
+    IndexingPlan,
+    KernelOutline,
+    LaunchGeometry,
+    OutlinePlan,
+    ScheduleKind,
+    is_inlined,
+)
 from accy.target import TargetProfile
 
 
@@ -24,6 +34,15 @@ def entry_name(ops: list[str], max_ops: int) -> str:
     if len(distinct) > max_ops:
         name += f"_and_{len(distinct) - max_ops}_more"
     return name if len(distinct) > 1 else f"{name}_kernel"
+
+
+def thread_blocks(group: FusionGroup, plan: IndexingPlan | None) -> int:
+    """The work-groups ``indexing-lowering`` chose for an indexed group's kernel (0: one
+    work-item per element)."""
+    heavy = heavy_node(group)
+    if plan is None or group.kind is not ScheduleKind.indexed or heavy is None:
+        return 0
+    return plan.thread_blocks(heavy.op)
 
 
 @register
@@ -61,5 +80,6 @@ class KernelOutliningPlanning(Pass):
             local = min(cap, 1 << max(0, size - 1).bit_length())  # small domains: one group
             groups = max(1, -(-size // local))
             outlines.append(KernelOutline(item.id, entry, ins, outs,
-                                          LaunchGeometry((groups * local,), (local,))))
+                                          LaunchGeometry((groups * local,), (local,)),
+                                          thread_blocks(group, product.indexing)))
         return product.replace(outline=OutlinePlan(tuple(outlines)))

@@ -25,6 +25,15 @@ target can add atomically (f32, i32; f64, i64 with ``TargetProfile.atomics64``),
 nest the rest. An op the program already wrote
 in the indexed form is the indexed kernels' either way; ``kernelization{disable=...}``
 switches those generators off outright.
+
+Launch geometry is the one choice the program's form cannot carry: ``gather-thread-blocks``
+and ``scatter-thread-blocks`` (the seed's names; a thread block is an OpenCL work-group) go
+to the kernel stage as the product's :class:`~accy.plans.IndexingPlan`, and
+``kernel-outlining-planning`` gives them to the gather kernel and to the scatter-add's add
+kernel: N > 0 launches N work-groups whose work-items walk the elements in a grid-stride loop
+(fewer, longer-lived work-items: a knob for occupancy and atomic-contention studies); 0, the
+default, launches one work-item per element. They apply to indexed-form ops only: with
+``kernel-library=disabled`` (or where the loop nest takes an op) they change nothing.
 """
 
 from __future__ import annotations
@@ -40,6 +49,7 @@ from accy.kernels.indexed import is_indexed_form
 from accy.passes.base import Pass, option
 from accy.passes.rebuild import make, rebuild
 from accy.passes.registry import register
+from accy.plans import IndexingPlan
 
 
 def reshaped(node: Node, shape: tuple[int, ...]) -> Node:
@@ -84,6 +94,18 @@ class IndexingLowering(Pass):
         "auto", "auto: scatter-adds go to the atomic kernel where the target adds their dtype "
         "atomically (f32 results then depend on the order of updates); conflict-free: the "
         "deterministic loop nest")
+    gather_thread_blocks: int = option(
+        0, "work-groups the indexed gather kernel launches, walking the elements in a "
+        "grid-stride loop (0: one work-item per element)")
+    scatter_thread_blocks: int = option(
+        0, "work-groups the atomic scatter-add kernel launches, walking the updates in a "
+        "grid-stride loop (0: one work-item per update element)")
+
+    def __post_init__(self) -> None:
+        self.plan()  # bad values fail when the pipeline is read
+
+    def plan(self) -> IndexingPlan:
+        return IndexingPlan(self.gather_thread_blocks, self.scatter_thread_blocks)
 
     def run(self, ctx, product):
         lowered = {Op.GATHER: 0, Op.SCATTER_ADD: 0}
@@ -107,4 +129,4 @@ class IndexingLowering(Pass):
         program = rebuild(product.program, rewrite)
         ctx.stat("gathers", lowered[Op.GATHER])
         ctx.stat("scatter-adds", lowered[Op.SCATTER_ADD])
-        return product.replace(program=program)
+        return product.replace(program=program, indexing=self.plan())
