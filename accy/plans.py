@@ -42,8 +42,9 @@ def is_inlined(node: Node) -> bool:
 class IndexingPlan:
     """Launch choices for the indexed kernels, made by ``indexing-lowering`` and applied by
     ``kernel-outlining-planning``: how many work-groups ("thread blocks") the gather kernel and
-    the scatter-add's add kernel launch. 0 launches one work-item per element; N > 0 launches
-    N work-groups whose work-items walk the elements in a grid-stride loop."""
+    the scatter-add's add kernel launch. N > 0 launches N work-groups whose work-items walk the
+    elements in a grid-stride loop; 0 leaves it to the generator
+    (:func:`accy.kernels.indexed.auto_blocks`)."""
 
     gather_thread_blocks: int = 0
     scatter_thread_blocks: int = 0
@@ -51,8 +52,8 @@ class IndexingPlan:
     def __post_init__(self) -> None:
         for name in ("gather_thread_blocks", "scatter_thread_blocks"):
             if getattr(self, name) < 0:
-                raise ValueError(f"{name.replace('_', '-')} must be 0 (one work-item per "
-                                 f"element) or a positive count, got {getattr(self, name)}")
+                raise ValueError(f"{name.replace('_', '-')} must be 0 (the generator "
+                                 f"chooses) or a positive count, got {getattr(self, name)}")
 
     def thread_blocks(self, op: Op) -> int:
         """The work-groups for the indexed kernel of ``op`` (0 for ops it does not cover)."""
@@ -231,7 +232,7 @@ class KernelOutline:
     """Where a work item becomes a kernel: its entry name, arguments (slots) and launch.
 
     ``thread_blocks`` > 0 asks the indexed generators for that many work-groups walking the
-    elements in a grid-stride loop (:class:`IndexingPlan`); 0 is one work-item per element.
+    elements in a grid-stride loop (:class:`IndexingPlan`); 0 leaves the launch to them.
     """
 
     work_item: int

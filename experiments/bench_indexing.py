@@ -2,7 +2,8 @@
 ``gather-thread-blocks`` / ``scatter-thread-blocks`` (work-groups in a grid-stride loop).
 
     python experiments/bench_indexing.py [--device SELECTOR] [--rows V] [--cols D]
-        [--indices M] [--blocks 0,4,...] [--repeat 10] [--out results/bench_indexing.json]
+        [--indices M] [--blocks auto,element,4,...] [--repeat 10]
+        [--out results/bench_indexing.json]
 
 An embedding of ``[V, D]`` f32 rows (2^20 x 64 on a GPU, 2^16 x 64 on a CPU) and ``M``
 uniformly random row ids (2^22 on a GPU, 2^16 on a CPU):
@@ -11,8 +12,9 @@ uniformly random row ids (2^22 on a GPU, 2^16 on a CPU):
 * scatter-add: ``scatter_add(table, ids, grad)``: copies the table, then adds ``M x D``
   updates atomically (the add kernel is the one the option changes).
 
-For every ``--blocks`` value N (default: 0, i.e. one work-item per element, then 1, 2, 4, 8,
-16 and 32 work-groups per compute unit) both programs are prepared with
+For every ``--blocks`` value (default: ``auto``, the generator's choice, i.e. N = 0;
+``element``, one work-item per element, i.e. N = elements / 256; then 1, 2, 4, 8, 16 and 32
+work-groups per compute unit) both programs are prepared with
 ``indexing-lowering{gather-thread-blocks=N scatter-thread-blocks=N}`` for the device's own
 target profile; kernel time is the sum of one call's OpenCL profiling events, median over
 ``--repeat`` calls after a warm-up, checked against numpy. Effective bandwidth counts the
@@ -60,7 +62,10 @@ def programs(rows: int, cols: int, m: int) -> dict[str, tuple[accy.Program, int]
     }
 
 
-def bench_one(name: str, program: accy.Program, nbytes: int, blocks: int,
+LOCAL = 256  # kernel-outlining-planning's default work-group size
+
+
+def bench_one(name: str, program: accy.Program, nbytes: int, label: str, blocks: int,
               inputs: list[np.ndarray], runtime: Runtime, repeat: int,
               copy_gbps: float) -> dict[str, Any]:
     job = accy.prepare(program, pipeline(blocks), target=TargetProfile.from_device(runtime.info))
@@ -81,7 +86,7 @@ def bench_one(name: str, program: accy.Program, nbytes: int, blocks: int,
     ms = median_ms(samples)
     gbps = nbytes / (ms * 1e6)
     return {
-        "program": name, "thread_blocks": blocks, "kernel_ms": ms,
+        "program": name, "blocks": label, "thread_blocks": blocks, "kernel_ms": ms,
         "kernels": [k.entry for k in job.kernels],
         "kernel_ms_each": [median_ms(col) for col in zip(*per_kernel, strict=True)],
         "global_size": [k.geometry.global_size[0] for k in job.kernels],
@@ -99,8 +104,7 @@ def print_table(result: dict[str, Any]) -> None:
           "per kernel ms")
     for r in result["results"]:
         each = " ".join(f"{t:.3f}" for t in r["kernel_ms_each"])
-        blocks = r["thread_blocks"] or "auto"
-        print(f"{r['program']:<12} {blocks:>7} {r['kernel_ms']:>9.3f} {r['GBps']:>9.1f} "
+        print(f"{r['program']:<12} {r['blocks']:>7} {r['kernel_ms']:>9.3f} {r['GBps']:>9.1f} "
               f"{100 * r['fraction_of_copy']:>6.1f}% {'yes' if r['matches'] else 'NO':>3}  "
               f"{each}")
 
@@ -112,7 +116,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--cols", type=int, default=64, help="table columns D")
     p.add_argument("--indices", type=int, default=None, help="row ids M")
     p.add_argument("--blocks", default=None,
-                   help="comma-separated work-group counts (0: one work-item per element)")
+                   help="comma-separated work-group counts, 'auto' (the generator's choice) "
+                   "or 'element' (one work-item per element)")
     p.add_argument("--repeat", type=int, default=10)
     p.add_argument("--out", default="results/bench_indexing.json")
     args = p.parse_args(argv)
@@ -121,12 +126,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         if value is not None and value < 1:
             p.error(f"--{name} must be positive, got {value}")
     if args.blocks is not None:
-        try:
-            args.blocks = [int(b) for b in args.blocks.split(",")]
-        except ValueError:
-            p.error(f"--blocks must be comma-separated integers, got {args.blocks!r}")
-        if any(b < 0 for b in args.blocks):
-            p.error("--blocks values must be 0 or positive")
+        args.blocks = args.blocks.split(",")
+        for b in args.blocks:
+            if b not in ("auto", "element") and not (b.isdigit() and int(b) > 0):
+                p.error(f"--blocks takes auto, element or positive integers, got {b!r}")
     return args
 
 
@@ -138,17 +141,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     rows = args.rows or (1 << 16 if is_cpu else 1 << 20)
     m = args.indices or (1 << 16 if is_cpu else 1 << 22)
     units = info.compute_units
-    blocks = args.blocks or [0] + [k * units for k in (1, 2, 4, 8, 16, 32)]
+    labels = args.blocks or ["auto", "element"] + [str(k * units) for k in (1, 2, 4, 8, 16, 32)]
+    per_element = -(-m * args.cols // LOCAL)  # the gather's and the atomic adds' elements
+    named = {"auto": 0, "element": per_element}
+    blocks = {b: named[b] if b in named else int(b) for b in labels}
     rng = np.random.default_rng(0)
     table = rng.standard_normal((rows, args.cols), dtype=np.float32)
     ids = rng.integers(0, rows, m).astype(np.int32)
     grad = rng.standard_normal((m, args.cols), dtype=np.float32)
     inputs = {"gather": [table, ids], "scatter-add": [table, ids, grad]}
     copy = copy_bandwidth(runtime, 4 * m * args.cols, args.repeat)
-    results = [bench_one(name, program, nbytes, b, inputs[name], runtime, args.repeat,
+    results = [bench_one(name, program, nbytes, label, n, inputs[name], runtime, args.repeat,
                          copy["GBps"])
                for name, (program, nbytes) in programs(rows, args.cols, m).items()
-               for b in blocks]
+               for label, n in blocks.items()]
     command = [sys.argv[0] if argv is None else "main", *(sys.argv[1:] if argv is None else argv)]
     result: dict[str, Any] = {
         "results": results, "copy": copy, "rows": rows, "cols": args.cols, "indices": m,

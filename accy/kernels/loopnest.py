@@ -101,6 +101,10 @@ class Emitter:
             home.memo[key] = Var(var)
         return Var(var)
 
+    def remember(self, key: tuple, value: Var) -> None:
+        """Make ``lookup(key)`` answer ``value`` within the current scope."""
+        self.scopes[-1].memo[key] = value
+
     def emit(self, s: Stmt) -> None:
         self.scopes[-1].body.append(s)
 

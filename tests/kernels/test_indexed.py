@@ -202,3 +202,61 @@ def test_thread_blocks_launch_grid_stride_kernels(check, used, pipe, rng, gather
         else:
             assert kernel.geometry.global_size[0] >= elements and not strided
     assert init_kernel.geometry.global_size[0] >= 2400  # the copy: one work-item per element
+
+
+@pytest.mark.parametrize("units, device_type, elements, waves", [
+    (2, "gpu", 5000, True), (2, "gpu", 4096, False), (1, "gpu", 50_000, False),
+    (2, "cpu", 50_000, False)])
+def test_auto_launch_is_one_wave_on_gpus_with_known_compute_units(check, rng, units, device_type,
+                                                                  elements, waves) -> None:
+    """thread blocks 0: on a GPU profile with compute units, a grid-stride wave of 8 work-groups
+    per unit once there are more elements than it has work-items; else one per element. Every
+    kernel of the scatter-add (copy, adds, epilogue) follows it."""
+
+    def fn(w, ids, grad):
+        return gather(w, ids, axis=0) + 1.0, w * 0.5 + scatter_add(w, ids, grad, axis=0)
+
+    rows = elements // 10
+    program = trace(fn, accy.f32[rows, 10], accy.i32[rows], accy.f32[rows, 10], name="emb")
+    w = rng.integers(-8, 8, (rows, 10)).astype(np.float32)
+    ids = edge_indices(rng, rows, (rows,))
+    grad = rng.integers(-8, 8, (rows, 10)).astype(np.float32)
+    target = TargetProfile(compute_units=units, device_type=device_type)
+    job = check(program, [w, ids, grad], target=target)
+    assert len(job.kernels) == 4  # gather; copy, adds, epilogue
+    for kernel in job.kernels:
+        strided = [s for s in walk_stmts(kernel.body) if isinstance(s, For) and s.step > 1]
+        if waves:
+            assert kernel.geometry.global_size == (8 * units * 256,) and len(strided) == 1
+        else:  # one work-item per element (per row for the CPU gather)
+            assert not strided
+            assert kernel.geometry.global_size[0] >= elements or device_type == "cpu"
+
+
+@pytest.mark.parametrize("shape, axis, ishape", [
+    ((40, 8), 0, (7,)), ((3, 20, 16), 1, (2, 5)), ((30, 9), 0, (4, 3)), ((5, 6, 2, 4), 1, (3,))])
+def test_cpu_gathers_copy_whole_rows(check, rng, shape, axis, ishape) -> None:
+    """On a CPU profile a gather whose rows hold >= 8 elements takes one work-item per row and
+    a loop over the row, prologue and epilogue included (the epilogue reads another input at
+    the same flat offset). Shorter rows, and epilogues that broadcast, keep one work-item per
+    element."""
+
+    def fn(x, i, y, b):
+        return (gather(x * 2.0, i, axis=axis) + y).exp(), gather(x, i, axis=axis) * b
+
+    ushape = shape[:axis] + ishape + shape[axis + 1:]
+    program = trace(fn, accy.f32[shape], accy.i32[ishape], accy.f32[ushape],
+                    accy.f32[shape[-1]], name="g")
+    x, y, b = table(rng, shape, "f32"), table(rng, ushape, "f32"), table(rng, shape[-1], "f32")
+    job = check(program, [x, edge_indices(rng, shape[axis], ishape), y, b],
+                generator="indexed-gather", target=TargetProfile(device_type="cpu"))
+    rows_form, broadcast = job.kernels
+    inner = int(np.prod(shape[axis + 1:]))
+    loops = [s for s in walk_stmts(rows_form.body) if isinstance(s, For)]
+    rows = int(np.prod(shape[:axis])) * int(np.prod(ishape))
+    if inner >= 8:
+        assert [s.stop for s in loops] == [idx(inner)]
+        assert rows_form.geometry.global_size[0] >= rows > rows_form.geometry.global_size[0] // 2
+    else:
+        assert not loops
+    assert not any(isinstance(s, For) for s in walk_stmts(broadcast.body))

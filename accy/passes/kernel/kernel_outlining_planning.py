@@ -37,8 +37,8 @@ def entry_name(ops: list[str], max_ops: int) -> str:
 
 
 def thread_blocks(group: FusionGroup, plan: IndexingPlan | None) -> int:
-    """The work-groups ``indexing-lowering`` chose for an indexed group's kernel (0: one
-    work-item per element)."""
+    """The work-groups ``indexing-lowering`` chose for an indexed group's kernel (0: none, the
+    generator chooses)."""
     heavy = heavy_node(group)
     if plan is None or group.kind is not ScheduleKind.indexed or heavy is None:
         return 0

@@ -32,7 +32,8 @@ to the kernel stage as the product's :class:`~accy.plans.IndexingPlan`, and
 ``kernel-outlining-planning`` gives them to the gather kernel and to the scatter-add's add
 kernel: N > 0 launches N work-groups whose work-items walk the elements in a grid-stride loop
 (fewer, longer-lived work-items: a knob for occupancy and atomic-contention studies); 0, the
-default, launches one work-item per element. They apply to indexed-form ops only: with
+default, leaves it to the generator (:func:`accy.kernels.indexed.auto_blocks`: one full wave
+on GPUs, one work-item per element elsewhere). They apply to indexed-form ops only: with
 ``kernel-library=disabled`` (or where the loop nest takes an op) they change nothing.
 """
 
@@ -96,10 +97,10 @@ class IndexingLowering(Pass):
         "deterministic loop nest")
     gather_thread_blocks: int = option(
         0, "work-groups the indexed gather kernel launches, walking the elements in a "
-        "grid-stride loop (0: one work-item per element)")
+        "grid-stride loop (0: the generator chooses)")
     scatter_thread_blocks: int = option(
         0, "work-groups the atomic scatter-add kernel launches, walking the updates in a "
-        "grid-stride loop (0: one work-item per update element)")
+        "grid-stride loop (0: the generator chooses)")
 
     def __post_init__(self) -> None:
         self.plan()  # bad values fail when the pipeline is read
