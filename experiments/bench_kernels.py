@@ -1,4 +1,4 @@
-"""Benchmark: accy's kernels for the three op kinds against the device's copy bandwidth.
+"""Benchmark: accy's kernels for the main op kinds against the device's copy bandwidth.
 
     python experiments/bench_kernels.py [--device SELECTOR] [--elements 268435456]
         [--repeat 10] [--out results/bench_kernels.json] [--baseline] [--front lowering]
@@ -7,7 +7,8 @@ On ``--elements`` f32 values (2^28 = 1 GiB by default; fewer on a CPU):
 
 * chain: the seed's fused ``max(((a+b)*b)-b, b)``: 2 reads + 1 write per element;
 * softmax: row softmax of ``[elements / cols, cols]`` (cols = 2^14): read once + write once;
-* sum: the full sum: one read per element.
+* sum: the full sum: one read per element;
+* xent: cross-entropy of the softmax's logits against int32 labels: one read per element.
 
 Each is prepared for the device's own :class:`~accy.target.TargetProfile` and run through its
 :class:`~accy.backends.opencl.executable.Executable`; kernel time is the sum of the OpenCL
@@ -15,9 +16,10 @@ profiling events of one call, median over ``--repeat`` calls after a warm-up. Ef
 bandwidth counts the bytes above; the reference is a device-to-device ``enqueue_copy`` of a
 buffer of the same size on the same queue (read + write). Results are checked against numpy,
 and on a CPU device numpy's own time is measured too. ``--baseline`` also times the chain with
-every specialised generator disabled (the loop nest). ``--front lowering`` replaces the egglog
-passes of the contract and tensor stages by the tensor stage's lowerings alone, for machines
-without egglog (these three programs get the same kernels either way).
+every specialised generator disabled (the loop nest) and the cross-entropy lowered to
+log-softmax + gather + mean (``loss-lowering{kernel-library=disabled}``). ``--front lowering``
+replaces the egglog passes of the contract and tensor stages by the tensor stage's lowerings
+alone, for machines without egglog (these programs get the same kernels either way).
 """
 
 from __future__ import annotations
@@ -34,17 +36,20 @@ import pyopencl as cl
 
 import accy
 from accy.backends.opencl.runtime import Runtime, select_device
-from accy.builder import Value, trace
+from accy.builder import Value, cross_entropy, trace
 from accy.experiments.kernels import copy_bandwidth
 from accy.experiments.records import git_commit, median_ms, timestamp, write_json
+from accy.passes.pipelines import PIPELINES
 from accy.target import TargetProfile
 
-TARGETS = {"chain": 0.90, "softmax": 0.70, "sum": 0.70}  # fraction of copy bandwidth (H200)
+# fraction of copy bandwidth (H200)
+TARGETS = {"chain": 0.90, "softmax": 0.70, "sum": 0.70, "xent": 0.70}
 SPECIALISED = ("vector-flat", "tree-reduction", "row-softmax")
 SOFTMAX_COLS = 1 << 14
 # the passes before the dispatch stage: the default's, or its lowerings without egglog
 FRONTS = {"egglog": "accy-contract,accy-tensor",
           "lowering": "shape-layout-propagation,activation-lowering,einsum-lowering,loss-lowering"}
+LOWERED_LOSS = "loss-lowering{kernel-library=disabled}"
 
 
 def _chain(a: Value, b: Value) -> Value:
@@ -52,7 +57,8 @@ def _chain(a: Value, b: Value) -> Value:
 
 
 def programs(elements: int) -> dict[str, tuple[accy.Program, tuple[tuple[int, ...], ...], int]]:
-    """name -> (program, input shapes, bytes moved per call)."""
+    """name -> (program, input shapes, bytes moved per call); inputs are f32, but the last of
+    xent (int32 labels)."""
     cols = min(SOFTMAX_COLS, elements)
     rows = max(1, elements // cols)
     n = 4 * elements
@@ -63,7 +69,17 @@ def programs(elements: int) -> dict[str, tuple[accy.Program, tuple[tuple[int, ..
                     ((rows, cols),), 2 * 4 * rows * cols),
         "sum": (trace(lambda x: x.sum(), accy.f32[elements], name="full_sum"),
                 ((elements,),), n),
+        "xent": (trace(cross_entropy, accy.f32[rows, cols], accy.i32[rows], name="xent"),
+                 ((rows, cols), (rows,)), 4 * rows * cols + 4 * rows),
     }
+
+
+def inputs(name: str, shapes: tuple[tuple[int, ...], ...]) -> list[np.ndarray]:
+    rng = np.random.default_rng(0)
+    xs = [rng.standard_normal(s, dtype=np.float32) for s in shapes]
+    if name == "xent":
+        xs[1] = rng.integers(0, shapes[0][-1], shapes[1]).astype(np.int32)
+    return xs
 
 
 def reference(name: str, xs: list[np.ndarray]) -> np.ndarray:
@@ -75,6 +91,11 @@ def reference(name: str, xs: list[np.ndarray]) -> np.ndarray:
         x = xs[0]
         e = np.exp(x - x.max(axis=-1, keepdims=True))
         return e / e.sum(axis=-1, keepdims=True)
+    if name == "xent":
+        x, labels = xs[0].astype(np.float64), xs[1]
+        top = x.max(axis=-1)
+        lse = top + np.log(np.exp(x - top[:, None]).sum(axis=-1))
+        return np.asarray((lse - x[np.arange(len(labels)), labels]).mean())
     return np.asarray(xs[0].sum(dtype=np.float64))
 
 
@@ -83,7 +104,7 @@ def error(name: str, got: np.ndarray, want: np.ndarray, xs: list[np.ndarray]) ->
     if name == "chain":  # op-by-op rounding, FP_CONTRACT OFF: bit-equal
         err = float(np.max(np.abs(got - want)))
         return err, err == 0.0
-    if name == "softmax":
+    if name in ("softmax", "xent"):
         err = float(np.max(np.abs(got.astype(np.float64) - want)))
         return err, bool(np.allclose(got, want, rtol=1e-5, atol=1e-6))
     scale = float(np.abs(xs[0]).astype(np.float64).sum()) or 1.0
@@ -99,15 +120,18 @@ def generators(job: accy.PreparedJob) -> dict[str, int]:
 
 def bench_one(name: str, program: accy.Program, shapes: tuple[tuple[int, ...], ...],
               nbytes: int, runtime: Runtime, repeat: int, copy_gbps: float,
-              with_numpy: bool, front: str = "egglog", disable: tuple[str, ...] = ()
-              ) -> dict[str, Any]:
+              with_numpy: bool, front: str = "egglog", disable: tuple[str, ...] = (),
+              lowered_loss: bool = False) -> dict[str, Any]:
     kernel = "accy-kernel"
     if disable:
         kernel = f"kernel-outlining-planning,kernelization{{disable={','.join(disable)}}}"
-    pipeline = f"{FRONTS[front]},accy-dispatch,accy-memory,{kernel},accy-target"
+    head = FRONTS[front]
+    if lowered_loss:
+        head = head.replace("accy-tensor", PIPELINES["accy-tensor"].text).replace(
+            "loss-lowering", LOWERED_LOSS)
+    pipeline = f"{head},accy-dispatch,accy-memory,{kernel},accy-target"
     job = accy.prepare(program, pipeline, target=TargetProfile.from_device(runtime.info))
-    rng = np.random.default_rng(0)
-    xs = [rng.standard_normal(s, dtype=np.float32) for s in shapes]
+    xs = inputs(name, shapes)
     exe = job.executable(device=runtime)
     exe(*xs)  # warm-up: build, buffers, first launch
     samples, out = [], None
@@ -120,7 +144,8 @@ def bench_one(name: str, program: accy.Program, shapes: tuple[tuple[int, ...], .
     want = reference(name, xs)
     err, ok = error(name, out, want, xs)
     row: dict[str, Any] = {
-        "name": name if not disable else f"{name} (loop nest)", "shape": [list(s) for s in shapes],
+        "name": f"{name} (loop nest)" if disable else f"{name} (lowered)" if lowered_loss else name,
+        "shape": [list(s) for s in shapes],
         "pipeline": pipeline, "kernels": [k.entry for k in job.kernels],
         "generators": generators(job), "kernel_ms": ms, "bytes": nbytes, "GBps": gbps,
         "fraction_of_copy": gbps / copy_gbps, "target_fraction": TARGETS[name],
@@ -132,6 +157,7 @@ def bench_one(name: str, program: accy.Program, shapes: tuple[tuple[int, ...], .
             "chain": lambda: np.maximum((xs[0] + xs[1]) * xs[1] - xs[1], xs[1]),
             "softmax": lambda: reference("softmax", xs),
             "sum": lambda: xs[0].sum(),
+            "xent": lambda: reference("xent", xs),
         }[name]
         times = []
         for _ in range(max(3, min(repeat, 5))):
@@ -192,6 +218,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if args.baseline and name == "chain":
             rows.append(bench_one(name, program, shapes, nbytes, runtime, args.repeat,
                                   copy["GBps"], False, args.front, SPECIALISED))
+        if args.baseline and name == "xent":
+            rows.append(bench_one(name, program, shapes, nbytes, runtime, args.repeat,
+                                  copy["GBps"], False, args.front, lowered_loss=True))
     result: dict[str, Any] = {
         "rows": rows, "copy": copy, "elements": elements, "repeat": args.repeat,
         "front": args.front,

@@ -26,7 +26,7 @@ def test_bench_kernels_smoke(bench, device, tmp_path: Path) -> None:
     assert data["device"]["key"] == device.info.key and data["elements"] == 4096
     assert data["copy"]["bytes"] == 4 * 4096 and data["copy"]["GBps"] > 0
     names = [r["name"] for r in data["rows"]]
-    assert names == ["chain", "chain (loop nest)", "softmax", "sum"]
+    assert names == ["chain", "chain (loop nest)", "softmax", "sum", "xent", "xent (lowered)"]
     for row in data["rows"]:
         assert row["matches"], row
         assert row["kernel_ms"] > 0 and row["GBps"] > 0 and row["fraction_of_copy"] > 0
@@ -36,8 +36,12 @@ def test_bench_kernels_smoke(bench, device, tmp_path: Path) -> None:
     assert by_name["softmax"]["generators"] == {"row-softmax": 1}
     assert by_name["sum"]["generators"] == {"tree-reduction": 1}
     assert by_name["chain (loop nest)"]["generators"] == {"loop-nest": 1}
+    assert by_name["xent"]["kernels"] == ["cross_entropy_kernel_rows",
+                                          "cross_entropy_kernel_combine"]
+    assert "loss-lowering{kernel-library=disabled}" in by_name["xent (lowered)"]["pipeline"]
+    assert "cross_entropy_kernel_rows" not in by_name["xent (lowered)"]["kernels"]
     if data["device"]["cpu"]:  # numpy's time is measured against a CPU device
-        assert all(r["numpy_ms"] > 0 for r in data["rows"] if "loop nest" not in r["name"])
+        assert all(r["numpy_ms"] > 0 for r in data["rows"] if "(" not in r["name"])
 
 
 def test_bench_kernels_front_without_egglog(bench, device, tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from accy.builder import cross_entropy, trace
 from accy.errors import InterpretError, PassFailure
 from accy.ir.ops import Op
 from accy.ir.program import Program, Stage
+from accy.passes.pipelines import PIPELINES
 
 RNG = np.random.default_rng(7)
 
@@ -58,9 +59,31 @@ def test_unknown_activation_is_an_error():
         lowered(program, "activation-lowering{ops=swish}")
 
 
+LOWER_LOSS = "loss-lowering{kernel-library=disabled}"
+
+
+def test_loss_lowering_keeps_float_cross_entropy_for_the_row_kernel(device):
+    """kernel-library=enabled (the default): cross-entropy stays whole and the row-softmax
+    generator builds its row-loss and mean kernels; disabled lowers it."""
+    program = trace(cross_entropy, accy.f32[6, 5], accy.i32[6], name="xent")
+    assert Op.CROSS_ENTROPY in ops_of(lowered(program, "loss-lowering"))
+    assert Op.CROSS_ENTROPY not in ops_of(lowered(program, LOWER_LOSS))
+    logits = RNG.standard_normal((6, 5)).astype(np.float32)
+    labels = RNG.integers(0, 5, 6).astype(np.int32)
+    (want,) = accy.interpret(program, [logits, labels])
+    for option in ("", "{kernel-library=disabled}"):
+        tensor = PIPELINES["accy-tensor"].text.replace("loss-lowering", f"loss-lowering{option}")
+        job = accy.prepare(program, f"accy-contract,{tensor},accy-dispatch,accy-memory,"
+                                    "accy-kernel,accy-target")
+        kernels = [k.entry for k in job.kernels]
+        assert any(k.startswith("cross_entropy") for k in kernels) == (option == ""), kernels
+        (got,) = job.executable(device=device)(logits, labels)
+        np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
 def test_loss_lowering_uses_parallel_ops():
     program = trace(cross_entropy, accy.f32[6, 5], accy.i32[6], name="xent")
-    after = lowered(program, "loss-lowering")
+    after = lowered(program, LOWER_LOSS)
     assert Op.CROSS_ENTROPY not in ops_of(after) and Op.LOG_SOFTMAX in ops_of(after)
     assert Op.GATHER in ops_of(after) and Op.EQ not in ops_of(after)  # no one-hot mask
     logits = RNG.standard_normal((6, 5)).astype(np.float32)
@@ -70,7 +93,7 @@ def test_loss_lowering_uses_parallel_ops():
 
 def test_loss_lowering_batched_labels():
     program = trace(cross_entropy, accy.f32[2, 3, 4], accy.i64[2, 3], name="xent")
-    after = lowered(program, "loss-lowering")
+    after = lowered(program, LOWER_LOSS)
     logits = RNG.standard_normal((2, 3, 4)).astype(np.float32)
     labels = RNG.integers(0, 4, (2, 3)).astype(np.int64)
     assert_same_meaning(program, after, [logits, labels])
@@ -79,7 +102,7 @@ def test_loss_lowering_batched_labels():
 def test_loss_lowering_keeps_infinite_losses():
     # a one-hot mask gave 0 * -inf = nan for the +inf logit's entry; the gather never reads it
     program = trace(cross_entropy, accy.f32[3, 3], accy.i32[3], name="xent")
-    after = lowered(program, "loss-lowering")
+    after = lowered(program, LOWER_LOSS)
     logits = np.float32([[np.inf, 0, 1], [0, 1, 2], [-np.inf, 3, 0]])
     labels = np.int32([1, 2, 0])
     (want,) = accy.interpret(program, [logits, labels])
@@ -92,7 +115,7 @@ def test_loss_lowering_keeps_infinite_losses():
 
 def test_loss_lowering_clamps_labels_into_their_row():
     program = trace(cross_entropy, accy.f32[2, 3], accy.i64[2], name="xent")
-    after = lowered(program, "loss-lowering")
+    after = lowered(program, LOWER_LOSS)
     logits = RNG.standard_normal((2, 3)).astype(np.float32)
     with pytest.raises(InterpretError, match="label 3"):  # invalid input before lowering
         accy.interpret(program, [logits, np.int64([3, -1])])
@@ -103,11 +126,11 @@ def test_loss_lowering_clamps_labels_into_their_row():
 
 def test_loss_lowering_of_scalar_and_empty_labels():
     program = trace(cross_entropy, accy.f32[4], accy.i32[()], name="xent")
-    after = lowered(program, "loss-lowering")
+    after = lowered(program, LOWER_LOSS)
     logits = RNG.standard_normal(4).astype(np.float32)
     assert_same_meaning(program, after, [logits, np.int32(3)])
     empty = trace(cross_entropy, accy.f32[0, 5], accy.i32[0], name="xent")
-    (got,) = accy.interpret(lowered(empty, "loss-lowering"),
+    (got,) = accy.interpret(lowered(empty, LOWER_LOSS),
                             [np.zeros((0, 5), np.float32), np.zeros(0, np.int32)])
     assert got.shape == () and np.isnan(got)
 
