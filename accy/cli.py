@@ -151,8 +151,30 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
     from accy.fuzz import run_campaign
 
     summary = run_campaign(args.minutes, args.seed, args.out, max_nodes=args.max_nodes,
-                           device=args.device, pipeline=args.pipeline)
+                           device=args.device, pipeline=args.pipeline,
+                           rounds_per_worker=args.rounds_per_worker,
+                           round_timeout=args.round_timeout)
     return 1 if summary.failures else 0
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds (a number), got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text}")
+    return value
 
 
 def _cmd_rules(args: argparse.Namespace) -> int:
@@ -180,6 +202,8 @@ def _cmd_rules(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from accy.fuzz import ROUND_EXAMPLES, ROUND_TIMEOUT, ROUNDS_PER_WORKER
+
     parser = argparse.ArgumentParser(
         prog="accy", description="accy: e-graph-based optimizing compiler research framework "
         "for tensor programs")
@@ -215,13 +239,26 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--json", action="store_true", help="machine-readable output")
     explain.set_defaults(run=_cmd_explain)
     fuzz = sub.add_parser("fuzz", help="check random programs pass by pass and on OpenCL; "
-                          "write failing ones (shrunk) to a folder")
+                          "write failing ones (shrunk) to a folder",
+                          description="Check random programs pass by pass and end to end on "
+                          "OpenCL for a given time; write failing ones (shrunk) to a folder. "
+                          "Rounds run in a worker process that is replaced every "
+                          "--rounds-per-worker rounds; a round whose worker dies or that runs "
+                          "past --round-timeout is recorded as a crash or timeout and the "
+                          "campaign goes on with a fresh worker.")
     fuzz.add_argument("--minutes", type=float, required=True, help="how long to run")
     fuzz.add_argument("--seed", type=int, default=0, help="seed of the campaign")
     fuzz.add_argument("--out", required=True, help="folder for failing programs and summary")
     fuzz.add_argument("--max-nodes", type=int, default=8, help="most ops per function")
     fuzz.add_argument("--device", help="OpenCL device selector (default: ACCY_DEVICE or pocl)")
     fuzz.add_argument("--pipeline", default="accy-default", help="pipeline under test")
+    fuzz.add_argument("--rounds-per-worker", type=_positive_int, default=ROUNDS_PER_WORKER,
+                      help=f"rounds (of {ROUND_EXAMPLES} programs) a worker process runs "
+                      "before it is replaced; keeps the OpenCL driver's per-process state "
+                      f"bounded (default: {ROUNDS_PER_WORKER})")
+    fuzz.add_argument("--round-timeout", type=_positive_seconds, default=ROUND_TIMEOUT,
+                      help="seconds a round may run before its worker is killed and the round "
+                      f"recorded as a timeout (default: {ROUND_TIMEOUT:g})")
     fuzz.set_defaults(run=_cmd_fuzz)
     rules = sub.add_parser("rules", help="list rewrite rule sets and rules with policy tags")
     rules.add_argument("rulesets", nargs="*", help="rule sets to list (default: all)")

@@ -10,20 +10,36 @@ JSON record (error, check, seeds, pipeline, device, versions); a failure whose s
 pass, ops computing the result that differed) was already written is only counted.
 ``summary.json`` is rewritten after every round, so a campaign that dies keeps its counts.
 
-Limit on PoCL: PoCL keeps every kernel it has launched mapped (four memory mappings per
-kernel, released programs included), so one process runs out of mappings
-(``vm.max_map_count``, 65530 by default) after about 16 000 distinct kernels; a one-hour
-campaign on a 2-core machine came within a minute of that (11 700 programs). Longer
-campaigns: raise ``vm.max_map_count`` or run several shorter ones with different seeds.
+Rounds run one at a time in a worker process (a pebble ``ProcessPool`` of one spawned process)
+that selects its own OpenCL device and is replaced by a fresh one after ``rounds_per_worker``
+rounds. This keeps a campaign of any length within the process limits of the OpenCL driver:
+PoCL keeps every kernel a process has launched mapped (four memory mappings per kernel,
+released programs included), so one process runs out of mappings (``vm.max_map_count``, 65530
+by default) after about 16 000 distinct kernels; the default of 40 rounds (1000 programs) per
+worker stays far below that. The passes of the pipeline are sent to the workers by reference,
+so a pass registered at run time must be importable by its module and name.
+
+A worker that dies during a round (a crash in the driver, say) or a round that runs longer than
+``round_timeout`` seconds (the worker is then killed) is recorded like a failing program, with
+check ``crash`` or ``timeout``: a JSON record ``NNN-crash.json`` / ``NNN-timeout.json`` with the
+error, the round's seed and whether it drew nan/inf, but no program or inputs (nothing was
+shrunk). :func:`run_round` with the record's ``round_seed``, ``allow_nan``, ``max_nodes``,
+``dtypes`` and ``pipeline`` replays that round in the calling process. Repeats are counted by
+signature as for other failures, and the campaign goes on with a fresh worker.
 """
 
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
+import pickle
 import re
+import signal
 import sys
 import time
 import warnings
+from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -33,9 +49,12 @@ import numpy as np
 from accy.ir.node import topological
 from accy.ir.printer import print_program
 from accy.ir.program import Program
+from accy.ir.types import DType
 
 ROUND_EXAMPLES = 25
 NAN_EVERY = 4  # every NAN_EVERY-th round draws nan/inf inputs and constants
+ROUNDS_PER_WORKER = 40  # about 1000 programs per worker process
+ROUND_TIMEOUT = 600.0  # seconds a round may run before its worker is killed
 
 
 @dataclass
@@ -50,13 +69,39 @@ class CampaignSummary:
     programs: int = 0  # programs checked, shrinking included
     unsupported: int = 0  # programs some op of which has no kernel lowering yet
     repeats: int = 0  # failures whose signature was already written
+    workers: int = 0  # worker processes that ran rounds
+    crashes: int = 0  # rounds whose worker died (repeats included)
+    timeouts: int = 0  # rounds killed after the round timeout (repeats included)
     failures: list[dict[str, Any]] = field(default_factory=list)
 
     def line(self) -> str:
         rate = self.programs / self.elapsed_s if self.elapsed_s else 0.0
         return (f"[{self.elapsed_s:7.1f}s] programs {self.programs} ({rate:.1f}/s)  failures "
                 f"{len(self.failures)} (+{self.repeats} repeats)  unsupported "
-                f"{self.unsupported}")
+                f"{self.unsupported}  rounds {self.rounds}  workers {self.workers}")
+
+
+@dataclass(frozen=True)
+class RoundFailure:
+    """A failing program of a round, shrunk, as plain data (IR text and numpy inputs)."""
+
+    check: str  # "passes" or "end-to-end"
+    signature: str
+    error_type: str
+    error: str
+    program: str  # IR text (accy.ir.printer.print_program)
+    inputs: dict[str, Any]  # function name -> input arrays
+    fingerprint: str
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    """What one round did, sent from the worker to the campaign."""
+
+    pid: int  # the worker process that ran it
+    programs: int
+    unsupported: int
+    failure: RoundFailure | None = None
 
 
 @dataclass
@@ -78,135 +123,261 @@ def _signature(check: str, program: Program, error: BaseException) -> str:
     return f"{check} | {type(error).__name__} | {what} | {','.join(ops)}"
 
 
+def run_round(round_seed: int, *, allow_nan: bool, max_nodes: int, dtypes: list[DType | str],
+              pipeline: str, device: str | None, deadline: float | None = None,
+              passes: dict[str, type] | None = None) -> RoundResult:
+    """One round: ``ROUND_EXAMPLES`` programs of hypothesis seed ``round_seed``, each checked
+    pass by pass and end to end; the first failure is shrunk and returned as data.
+
+    The campaign runs it in a worker process; called directly it replays a round (of a crash
+    or timeout record, say) in this process. Past ``deadline`` (``time.monotonic()``) no new
+    program is checked. ``passes`` (name -> pass class) are added to the pass registry first:
+    passes registered at run time in the campaign's process.
+    """
+    from hypothesis import HealthCheck, Phase, Verbosity, given, settings
+    from hypothesis import seed as hypothesis_seed
+
+    from accy.backends.opencl.runtime import select_device
+    from accy.passes import registry
+    from accy.testing import check_end_to_end, check_passes, programs_with_inputs
+
+    if passes:
+        registry.all_passes()  # the built-in passes first, then the campaign's own
+        registry.PASSES.update(passes)
+    select_device(device)  # this process's own context (a DeviceError if there is none)
+    seen = _Seen()
+    counts = {"programs": 0, "unsupported": 0}
+    strategy = programs_with_inputs(max_nodes=max_nodes, dtypes=[DType(d) for d in dtypes],
+                                    allow_nan=allow_nan, functions=(1, 2))
+
+    @settings(max_examples=ROUND_EXAMPLES, database=None, deadline=None,
+              derandomize=False, verbosity=Verbosity.quiet, report_multiple_bugs=False,
+              phases=(Phase.generate, Phase.shrink), print_blob=False,
+              suppress_health_check=list(HealthCheck))
+    @hypothesis_seed(round_seed)
+    @given(strategy)
+    def body(case: tuple[Program, dict]) -> None:
+        if seen.error is None and deadline is not None and time.monotonic() > deadline:
+            return  # time is up: let the round finish quickly (never while shrinking)
+        program, inputs = case
+        counts["programs"] += 1
+        check = "passes"
+        try:
+            passed = check_passes(program, inputs, pipeline)
+            check = "end-to-end"
+            e2e = check_end_to_end(program, inputs, device, pipeline)
+        except Exception as e:
+            seen.case, seen.check, seen.error = case, check, e
+            raise
+        counts["unsupported"] += "unsupported" in (passed.status, e2e.status)
+
+    failure = None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            body()
+        except Exception:  # noqa: BLE001 (every failure is recorded, then the campaign goes on)
+            if seen.case is not None and seen.error is not None:
+                program, inputs = seen.case
+                error = seen.error
+                failure = RoundFailure(
+                    check=seen.check, signature=_signature(seen.check, program, error),
+                    error_type=type(error).__name__, error=str(error),
+                    program=print_program(program), inputs=inputs,
+                    fingerprint=program.fingerprint())
+    return RoundResult(os.getpid(), counts["programs"], counts["unsupported"], failure)
+
+
+def _init_worker() -> None:
+    # Ctrl-C reaches the whole process group: the campaign stops its worker itself
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _worker_passes(pipeline: str) -> dict[str, type]:
+    """The pipeline's pass classes, checked to be sendable to a worker (by reference)."""
+    from accy.errors import PipelineError
+    from accy.passes.spec import parse_pipeline
+
+    passes = {p.name: type(p) for p in parse_pipeline(pipeline).passes}
+    for name, cls in passes.items():
+        try:
+            pickle.dumps(cls)
+        except (pickle.PicklingError, AttributeError, TypeError) as e:
+            raise PipelineError(
+                f"pass {name!r} ({cls.__module__}.{cls.__qualname__}) cannot be sent to the "
+                f"fuzz worker processes; define it at module level: {e}") from None
+    return passes
+
+
+def _exit_text(exitcode: int | None) -> str:
+    if exitcode is not None and exitcode < 0:
+        try:
+            return f"killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"killed by signal {-exitcode}"
+    return f"exit code {exitcode}"
+
+
 class _Campaign:
     def __init__(self, minutes: float, seed: int, out: Path, max_nodes: int,
-                 device: str | None, pipeline: str, stream: TextIO) -> None:
+                 device: str | None, pipeline: str, stream: TextIO,
+                 rounds_per_worker: int, round_timeout: float | None) -> None:
         from accy.backends.opencl.runtime import select_device
         from accy.passes.spec import parse_pipeline
         from accy.target import TargetProfile
 
+        if rounds_per_worker < 1:
+            raise ValueError(f"rounds_per_worker must be >= 1, got {rounds_per_worker}")
+        if round_timeout is not None and not round_timeout > 0:
+            raise ValueError(f"round_timeout must be > 0 seconds, got {round_timeout}")
         pipeline = parse_pipeline(pipeline).text()  # a PipelineError before anything runs
-        self.runtime = select_device(device)
+        self.passes = _worker_passes(pipeline)
+        runtime = select_device(device)  # a DeviceError before anything runs
+        self.device_name, self.device_key = runtime.info.name, runtime.info.key
         self.device = device
-        self.dtypes = sorted(TargetProfile.from_device(self.runtime.info).usable_dtypes,
+        self.dtypes = sorted(TargetProfile.from_device(runtime.info).usable_dtypes,
                              key=lambda d: d.value)
         self.deadline = time.monotonic() + 60 * minutes
         self.start = time.monotonic()
         self.seed, self.out, self.max_nodes = seed, out, max_nodes
         self.pipeline, self.stream = pipeline, stream
-        self.summary = CampaignSummary(seed, pipeline, self.runtime.info.key)
+        self.rounds_per_worker, self.round_timeout = rounds_per_worker, round_timeout
+        self.summary = CampaignSummary(seed, pipeline, self.device_key)
         self.signatures: set[str] = set()
-        self.last_print = 0.0
+        self.worker_rounds = 0  # rounds the current worker has run; 0: the next one is fresh
 
     def run(self) -> CampaignSummary:
+        from pebble import ProcessPool
+
         self.out.mkdir(parents=True, exist_ok=True)
-        print(f"accy fuzz: seed {self.seed}, device {self.runtime.info.name}, dtypes "
+        print(f"accy fuzz: seed {self.seed}, device {self.device_name}, dtypes "
               f"{','.join(d.value for d in self.dtypes)}, max {self.max_nodes} ops, pipeline "
-              f"{self.pipeline}, writing to {self.out}", file=self.stream)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            try:
-                while time.monotonic() < self.deadline:
-                    self.round(self.summary.rounds)
-                    self.summary.rounds += 1
-                    self.write_summary(final=False)
-            except KeyboardInterrupt:  # stop early, but keep what was found
-                print("interrupted", file=self.stream)
-        self.tick(force=True)
+              f"{self.pipeline}, {self.rounds_per_worker} rounds per worker, writing to "
+              f"{self.out}", file=self.stream, flush=True)
+        # spawned, never forked: a fork of a process whose OpenCL driver has started its
+        # threads (PoCL's) hangs in the child
+        pool = ProcessPool(max_workers=1, max_tasks=self.rounds_per_worker,
+                           initializer=_init_worker, context=multiprocessing.get_context("spawn"))
+        try:
+            while time.monotonic() < self.deadline:
+                self.round(pool, self.summary.rounds)
+                self.summary.rounds += 1
+                self.tick()
+                self.write_summary(final=False)
+        except KeyboardInterrupt:  # stop early, but keep what was found
+            print("interrupted", file=self.stream)
+            self.tick()
+        finally:
+            pool.stop()  # kills a worker still running a round (interrupt, error)
+            pool.join()
+        self.summary.elapsed_s = time.monotonic() - self.start
         self.write_summary()
         return self.summary
 
-    def round(self, index: int) -> None:
-        from hypothesis import HealthCheck, Phase, Verbosity, given, settings
-        from hypothesis import seed as hypothesis_seed
+    def round(self, pool: Any, index: int) -> None:
+        from pebble import ProcessExpired
 
-        from accy.testing import programs_with_inputs
-
-        seen = _Seen()
         allow_nan = index % NAN_EVERY == NAN_EVERY - 1
-        strategy = programs_with_inputs(max_nodes=self.max_nodes, dtypes=self.dtypes,
-                                        allow_nan=allow_nan, functions=(1, 2))
         round_seed = self.seed * 1_000_003 + index
-
-        @settings(max_examples=ROUND_EXAMPLES, database=None, deadline=None,
-                  derandomize=False, verbosity=Verbosity.quiet, report_multiple_bugs=False,
-                  phases=(Phase.generate, Phase.shrink), print_blob=False,
-                  suppress_health_check=list(HealthCheck))
-        @hypothesis_seed(round_seed)
-        @given(strategy)
-        def body(case: tuple[Program, dict]) -> None:
-            if seen.error is None and time.monotonic() > self.deadline:
-                return  # time is up: let the round finish quickly (never while shrinking)
-            self.check(case, seen)
-
+        if self.worker_rounds == 0:
+            self.summary.workers += 1
+        future = pool.schedule(run_round, args=(round_seed,), kwargs=dict(
+            allow_nan=allow_nan, max_nodes=self.max_nodes, dtypes=self.dtypes,
+            pipeline=self.pipeline, device=self.device, deadline=self.deadline,
+            passes=self.passes), timeout=self.round_timeout)
         try:
-            body()
-        except Exception:  # noqa: BLE001 (every failure is recorded, then the campaign goes on)
-            if seen.case is not None and seen.error is not None:
-                self.record(seen, round_seed, allow_nan)
+            result: RoundResult = future.result()
+        except ProcessExpired as e:  # the worker died: pebble starts a fresh one
+            self.worker_rounds = 0
+            self.summary.crashes += 1
+            how = _exit_text(e.exitcode)
+            self.record_round_loss(
+                "crash", f"crash | ProcessExpired | {how}", "ProcessExpired",
+                f"the worker process (pid {e.pid}) died during the round: {how} ({e})",
+                round_seed, allow_nan)
+            return
+        except FutureTimeoutError:  # pebble killed the worker
+            self.worker_rounds = 0
+            self.summary.timeouts += 1
+            self.record_round_loss(
+                "timeout", "timeout | TimeoutError | round timeout", "TimeoutError",
+                f"the round ran longer than {self.round_timeout:g} s; its worker was killed",
+                round_seed, allow_nan)
+            return
+        self.worker_rounds = (self.worker_rounds + 1) % self.rounds_per_worker
+        self.summary.programs += result.programs
+        self.summary.unsupported += result.unsupported
+        if result.failure is not None:
+            self.record_failure(result.failure, round_seed, allow_nan)
 
-    def check(self, case: tuple[Program, dict], seen: _Seen) -> None:
-        from accy.testing import check_end_to_end, check_passes
-
-        program, inputs = case
-        self.summary.programs += 1
-        check = "passes"
-        try:
-            passes = check_passes(program, inputs, self.pipeline)
-            check = "end-to-end"
-            e2e = check_end_to_end(program, inputs, self.device, self.pipeline)
-        except Exception as e:
-            seen.case, seen.check, seen.error = case, check, e
-            raise
-        self.summary.unsupported += "unsupported" in (passes.status, e2e.status)
-        self.tick()
-
-    def record(self, seen: _Seen, round_seed: int, allow_nan: bool) -> None:
-        import accy
-
-        program, inputs = seen.case
-        error = seen.error
-        signature = _signature(seen.check, program, error)
+    def new_stem(self, check: str, signature: str) -> str | None:
+        """The file stem of a new failure, or None for a repeat (only counted)."""
         if signature in self.signatures:
             self.summary.repeats += 1
-            return
+            return None
         self.signatures.add(signature)
-        stem = f"{len(self.summary.failures) + 1:03d}-{seen.check}"
-        (self.out / f"{stem}.accy").write_text(print_program(program))
-        np.savez(self.out / f"{stem}.npz", **{f"{fn}/{i}": a for fn, arrays in inputs.items()
+        return f"{len(self.summary.failures) + 1:03d}-{check}"
+
+    def record_failure(self, failure: RoundFailure, round_seed: int, allow_nan: bool) -> None:
+        stem = self.new_stem(failure.check, failure.signature)
+        if stem is None:
+            return
+        (self.out / f"{stem}.accy").write_text(failure.program)
+        np.savez(self.out / f"{stem}.npz", **{f"{fn}/{i}": a for fn, arrays in
+                                               failure.inputs.items()
                                                for i, a in enumerate(arrays)})
-        entry = {
-            "check": seen.check, "signature": signature, "error_type": type(error).__name__,
-            "error": str(error), "program": f"{stem}.accy", "inputs": f"{stem}.npz",
-            "fingerprint": program.fingerprint(), "seed": self.seed, "round_seed": round_seed,
-            "allow_nan": allow_nan, "max_nodes": self.max_nodes, "pipeline": self.pipeline,
-            "device": self.runtime.info.key, "versions": _versions(accy.__version__),
-        }
+        self.write_record(stem, {
+            "check": failure.check, "signature": failure.signature,
+            "error_type": failure.error_type, "error": failure.error,
+            "program": f"{stem}.accy", "inputs": f"{stem}.npz",
+            "fingerprint": failure.fingerprint}, round_seed, allow_nan)
+        print(f"FAILURE {stem}: {failure.signature}\n{failure.program}", file=self.stream)
+
+    def record_round_loss(self, check: str, signature: str, error_type: str, error: str,
+                          round_seed: int, allow_nan: bool) -> None:
+        """A round without a result (its worker crashed or was killed): no program to write."""
+        stem = self.new_stem(check, signature)
+        if stem is None:
+            return
+        self.write_record(stem, {
+            "check": check, "signature": signature, "error_type": error_type, "error": error,
+            "program": None, "inputs": None, "fingerprint": None}, round_seed, allow_nan)
+        print(f"FAILURE {stem}: {signature}\n{error} (round seed {round_seed})",
+              file=self.stream)
+
+    def write_record(self, stem: str, entry: dict[str, Any], round_seed: int,
+                     allow_nan: bool) -> None:
+        import accy
+
+        entry |= {"record": f"{stem}.json", "seed": self.seed, "round_seed": round_seed,
+                  "allow_nan": allow_nan, "max_nodes": self.max_nodes,
+                  "dtypes": [d.value for d in self.dtypes], "pipeline": self.pipeline,
+                  "device": self.device_key,
+                  "versions": _versions(accy.__version__)}
         (self.out / f"{stem}.json").write_text(json.dumps(entry, indent=2) + "\n")
         self.summary.failures.append(entry)
-        print(f"FAILURE {stem}: {signature}\n{print_program(program)}", file=self.stream)
-        self.tick(force=True)
 
-    def tick(self, force: bool = False) -> None:
-        now = time.monotonic()
-        self.summary.elapsed_s = now - self.start
-        if force or now - self.last_print >= 5.0:
-            self.last_print = now
-            print(self.summary.line(), file=self.stream, flush=True)
+    def tick(self) -> None:
+        self.summary.elapsed_s = time.monotonic() - self.start
+        print(self.summary.line(), file=self.stream, flush=True)
 
     def write_summary(self, final: bool = True) -> None:
         s = self.summary
         data = {k: getattr(s, k) for k in ("seed", "pipeline", "device", "elapsed_s", "rounds",
-                                           "programs", "unsupported", "repeats")}
-        data["failures"] = [f["program"] for f in s.failures]
+                                           "programs", "unsupported", "repeats", "workers",
+                                           "crashes", "timeouts")}
+        data["rounds_per_worker"] = self.rounds_per_worker
+        data["round_timeout"] = self.round_timeout
+        data["failures"] = [f["record"] for f in s.failures]
         data["finished"] = final
         tmp = self.out / "summary.json.tmp"
         tmp.write_text(json.dumps(data, indent=2) + "\n")
         tmp.replace(self.out / "summary.json")  # never half a file, even when the process dies
         if not final:
             return
-        print(f"done: {s.programs} programs in {s.rounds} rounds, {len(s.failures)} failures "
-              f"(+{s.repeats} repeats), {s.unsupported} unsupported; results in {self.out}",
+        print(f"done: {s.programs} programs in {s.rounds} rounds ({s.workers} workers), "
+              f"{len(s.failures)} failures (+{s.repeats} repeats; {s.crashes} crashes, "
+              f"{s.timeouts} timeouts), {s.unsupported} unsupported; results in {self.out}",
               file=self.stream)
 
 
@@ -220,8 +391,13 @@ def _versions(accy_version: str) -> dict[str, str]:
 
 def run_campaign(minutes: float, seed: int, out: str | Path, *, max_nodes: int = 8,
                  device: str | None = None, pipeline: str = "accy-default",
-                 stream: TextIO | None = None) -> CampaignSummary:
+                 stream: TextIO | None = None, rounds_per_worker: int = ROUNDS_PER_WORKER,
+                 round_timeout: float | None = ROUND_TIMEOUT) -> CampaignSummary:
     """Fuzz for ``minutes``; failing programs go to ``out``. Raises ``DeviceError`` without
-    OpenCL. Progress lines (programs/s, failures, unsupported) and a summary go to ``stream``."""
+    OpenCL. Progress lines (programs/s, failures, unsupported) and a summary go to ``stream``.
+
+    Rounds run in a worker process replaced after ``rounds_per_worker`` rounds; a round past
+    ``round_timeout`` seconds (None: no limit) is killed and recorded as a ``timeout``, one
+    whose worker dies as a ``crash``."""
     return _Campaign(minutes, seed, Path(out), max_nodes, device, pipeline,
-                     stream or sys.stdout).run()
+                     stream or sys.stdout, rounds_per_worker, round_timeout).run()

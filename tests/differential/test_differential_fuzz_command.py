@@ -1,10 +1,15 @@
 """``accy fuzz``: a short campaign runs and summarizes; a failing pipeline's programs are
-written shrunk, as IR text with a JSON record."""
+written shrunk, as IR text with a JSON record; rounds run in recycled worker processes, and a
+worker that dies or hangs is recorded as a crash or timeout while the campaign goes on."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -38,6 +43,42 @@ class OffByOne(Pass):
             Function(f.name, f.params, f.param_names, tuple(off(r) for r in f.results))
             for f in product.program.functions)))
 
+
+@dataclass(frozen=True)
+class RecordPid(Pass):
+    """Changes nothing; touches ``$ACCY_TEST_PID_DIR/<pid>`` (which processes ran it)."""
+
+    name = "test-record-pid"
+    stage = Stage.contract
+
+    def run(self, ctx, product):
+        (Path(os.environ["ACCY_TEST_PID_DIR"]) / str(os.getpid())).touch()
+        return product
+
+
+@dataclass(frozen=True)
+class Crash(Pass):
+    """Kills the process running it, like a segfault in a driver would."""
+
+    name = "test-crash"
+    stage = Stage.contract
+
+    def run(self, ctx, product):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+@dataclass(frozen=True)
+class Hang(Pass):
+    """Never finishes (within a test)."""
+
+    name = "test-hang"
+    stage = Stage.contract
+
+    def run(self, ctx, product):
+        time.sleep(60)
+        return product
+
+
 pytestmark = pytest.mark.filterwarnings("ignore::pyopencl.CompilerWarning")
 
 
@@ -67,3 +108,67 @@ def test_failing_programs_are_written_shrunk(tmp_path, capsys, monkeypatch,
     assert len([n for n in program.nodes() if n.srcs]) == 1
     assert (tmp_path / record["inputs"]).exists()
     assert "FAILURE 001-passes" in capsys.readouterr().out
+
+
+def test_workers_are_recycled(tmp_path, monkeypatch, device_dtypes: list[DType]) -> None:
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    monkeypatch.setenv("ACCY_TEST_PID_DIR", str(pids))
+    monkeypatch.setitem(registry.PASSES, RecordPid.name, RecordPid)
+    main(["fuzz", "--minutes", "0.1", "--seed", "2", "--out", str(tmp_path / "out"),
+          "--max-nodes", "4", "--pipeline", "test-record-pid,accy-default",
+          "--rounds-per-worker", "1"])
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["rounds"] >= 2 and summary["workers"] == summary["rounds"]
+    ran = {int(p.name) for p in pids.iterdir()}
+    assert len(ran) == summary["rounds"] and os.getpid() not in ran  # one process per round
+
+
+@pytest.mark.parametrize(("bad_pass", "check", "options"), [
+    (Crash, "crash", []), (Hang, "timeout", ["--round-timeout", "0.5"])])
+def test_a_dead_or_hung_worker_is_recorded_and_the_campaign_goes_on(
+        tmp_path, capsys, monkeypatch, bad_pass, check, options,
+        device_dtypes: list[DType]) -> None:
+    monkeypatch.setitem(registry.PASSES, bad_pass.name, bad_pass)
+    code = main(["fuzz", "--minutes", "0.05", "--seed", "4", "--out", str(tmp_path),
+                 "--max-nodes", "4", "--pipeline", f"{bad_pass.name},accy-default", *options])
+    assert code == 1
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["finished"] and summary["failures"] == [f"001-{check}.json"]
+    # every round is lost, but one that starts just before the deadline checks no program
+    lost = summary["crashes" if check == "crash" else "timeouts"]
+    assert 1 <= lost <= summary["rounds"] and summary["repeats"] == lost - 1
+    assert summary["programs"] == 0
+    record = json.loads((tmp_path / f"001-{check}.json").read_text())
+    assert record["check"] == check and record["program"] is None and record["inputs"] is None
+    assert record["round_seed"] == 4 * 1_000_003 and not record["allow_nan"]
+    assert ("SIGKILL" if check == "crash" else "0.5 s") in record["error"]
+    assert not list(tmp_path.glob("*.accy"))
+    assert f"FAILURE 001-{check}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("option", [
+    ["--rounds-per-worker", "0"], ["--rounds-per-worker", "2.5"], ["--round-timeout", "0"],
+    ["--round-timeout", "-3"], ["--round-timeout", "soon"]])
+def test_bad_worker_options_are_usage_errors(tmp_path, capsys, option) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["fuzz", "--minutes", "0.05", "--out", str(tmp_path), *option])
+    assert exit_.value.code == 2
+    assert option[0] in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_pass_workers_cannot_import_is_an_error(tmp_path, capsys, monkeypatch) -> None:
+    @dataclass(frozen=True)
+    class Local(Pass):
+        name = "test-local"
+        stage = Stage.contract
+
+        def run(self, ctx, product):
+            return product
+
+    monkeypatch.setitem(registry.PASSES, Local.name, Local)
+    code = main(["fuzz", "--minutes", "0.05", "--out", str(tmp_path / "out"),
+                 "--pipeline", "test-local,accy-default"])
+    assert code == 2 and "cannot be sent to the fuzz worker" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
