@@ -1,6 +1,6 @@
 """The plans later stages attach to a product: immutable, pointing back at program nodes.
 
-tensor: :class:`IndexingPlan`; dispatch: :class:`FusionPlan`, :class:`SchedulePlan`; memory:
+tensor: :class:`LaunchPlan`; dispatch: :class:`FusionPlan`, :class:`SchedulePlan`; memory:
 :class:`BufferPlan`, :class:`MemorySpacePlan`, :class:`LayoutPlan`; kernel:
 :class:`OutlinePlan` and the kernels (:mod:`accy.kernels.ir`); target:
 :class:`LegalityReport`. Fingerprints use node digests and indices, never names.
@@ -38,30 +38,39 @@ def is_inlined(node: Node) -> bool:
     return not node.type.dtype.is_float or bool(np.isfinite(node.value).all())
 
 
-@dataclass(frozen=True)
-class IndexingPlan:
-    """Launch choices for the indexed kernels, made by ``indexing-lowering`` and applied by
-    ``kernel-outlining-planning``: how many work-groups ("thread blocks") the gather kernel and
-    the scatter-add's add kernel launch. N > 0 launches N work-groups whose work-items walk the
-    elements in a grid-stride loop; 0 leaves it to the generator
-    (:func:`accy.kernels.indexed.auto_blocks`)."""
+def check_thread_blocks(option: str, value: int) -> int:
+    """``value`` of a thread-blocks option, or a ValueError naming ``option``."""
+    if value < 0:
+        raise ValueError(f"{option} must be 0 (the generator chooses) or a positive count, "
+                         f"got {value}")
+    return value
 
-    gather_thread_blocks: int = 0
-    scatter_thread_blocks: int = 0
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Work-groups ("thread blocks", the seed's word) the tensor stage asks of the kernels of
+    some ops, applied by ``kernel-outlining-planning`` to each group whose one heavy op is that
+    op: ``indexing-lowering``'s ``gather-thread-blocks`` (the gather kernel) and
+    ``scatter-thread-blocks`` (the scatter-add's atomic-add kernel), ``loss-lowering``'s
+    ``row-sparse-cross-entropy-thread-blocks`` (the cross-entropy row-loss kernel). N > 0
+    launches N work-groups walking the elements (rows) in a grid-stride loop; 0 leaves it to
+    the generator. Each pass sets its own fields and keeps the others."""
+
+    gather: int = 0
+    scatter_add: int = 0
+    cross_entropy: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("gather_thread_blocks", "scatter_thread_blocks"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name.replace('_', '-')} must be 0 (the generator "
-                                 f"chooses) or a positive count, got {getattr(self, name)}")
+        for name in ("gather", "scatter_add", "cross_entropy"):
+            check_thread_blocks(f"thread blocks of {name}", getattr(self, name))
 
     def thread_blocks(self, op: Op) -> int:
-        """The work-groups for the indexed kernel of ``op`` (0 for ops it does not cover)."""
-        return {Op.GATHER: self.gather_thread_blocks,
-                Op.SCATTER_ADD: self.scatter_thread_blocks}.get(op, 0)
+        """The work-groups asked of the kernel of ``op`` (0 for ops the plan does not cover)."""
+        return {Op.GATHER: self.gather, Op.SCATTER_ADD: self.scatter_add,
+                Op.CROSS_ENTROPY: self.cross_entropy}.get(op, 0)
 
     def fingerprint(self) -> str:
-        return digest_of(self.gather_thread_blocks, self.scatter_thread_blocks)
+        return digest_of(self.gather, self.scatter_add, self.cross_entropy)
 
 
 class ScheduleKind(Enum):
@@ -231,8 +240,8 @@ class LaunchGeometry:
 class KernelOutline:
     """Where a work item becomes a kernel: its entry name, arguments (slots) and launch.
 
-    ``thread_blocks`` > 0 asks the indexed generators for that many work-groups walking the
-    elements in a grid-stride loop (:class:`IndexingPlan`); 0 leaves the launch to them.
+    ``thread_blocks`` > 0 asks the generator for that many work-groups walking the elements
+    (rows) in a grid-stride loop (:class:`LaunchPlan`); 0 leaves the launch to it.
     """
 
     work_item: int

@@ -14,7 +14,7 @@ from accy.kernels.ir import Kernel
 from accy.plans import (
     BufferPlan,
     FusionPlan,
-    IndexingPlan,
+    LaunchPlan,
     LayoutPlan,
     LegalityReport,
     MemorySpacePlan,
@@ -23,7 +23,7 @@ from accy.plans import (
 )
 from accy.target import TargetProfile
 
-PLAN_FIELDS = ("indexing", "fusion", "schedule", "buffers", "spaces", "layout", "outline",
+PLAN_FIELDS = ("launch", "fusion", "schedule", "buffers", "spaces", "layout", "outline",
                "kernels", "target", "legality")
 
 
@@ -33,7 +33,7 @@ class Product:
 
     stage: Stage
     program: Program
-    indexing: IndexingPlan | None = None
+    launch: LaunchPlan | None = None
     fusion: FusionPlan | None = None
     schedule: SchedulePlan | None = None
     buffers: BufferPlan | None = None

@@ -22,13 +22,16 @@ times with ``native_vector_bytes`` loads into independent vector accumulators: t
 sum of ``exp(x - shift)``, the outputs (the row stays in cache between passes; a 1024 x 16384
 f32 softmax on PoCL, 2 cores: 11-17 ms, against 70-92 ms with work-groups of 1024 work-items
 per row and 40-55 ms in numpy). Cross-entropy writes each row's loss to scratch memory and a
-second kernel takes their mean in a fixed order.
+second kernel takes their mean in a fixed order; its row kernel takes ``outline.thread_blocks``
+(``loss-lowering{row-sparse-cross-entropy-thread-blocks=N}``): N work-groups walking the sets
+of rows in a grid-stride loop instead of one work-group per set.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,10 +44,12 @@ from accy.kernels.flat import LaneEvaluator, flat_leaves, vector_width, vectoriz
 from accy.kernels.ir import (
     INDEX,
     Assign,
+    Barrier,
     Bin,
     Call,
     Cond,
     Expr,
+    Id,
     If,
     Kernel,
     KernelArg,
@@ -77,7 +82,7 @@ from accy.kernels.workgroup import (
     tree,
     work_ids,
 )
-from accy.plans import FusionGroup, KernelOutline, ScheduleKind, is_inlined
+from accy.plans import FusionGroup, KernelOutline, LaunchGeometry, ScheduleKind, is_inlined
 from accy.target import TargetProfile
 
 ROW_THREADS = 256  # work-items per row at most on a GPU (capped by the target)
@@ -170,12 +175,19 @@ def accepts(group: FusionGroup, target: TargetProfile) -> bool:
 class _RowBuilder:
     """Statements of one row kernel: reads, row statistics, outputs."""
 
-    def __init__(self, group: FusionGroup, outline: KernelOutline, shape: Rows) -> None:
-        self.group, self.shape = group, shape
+    def __init__(self, group: FusionGroup, outline: KernelOutline, shape: Rows,
+                 blocks: int = 0) -> None:
+        self.group, self.shape, self.blocks = group, shape, blocks
         self.b = GroupBuilder(group, outline)
         self.em = self.b.em
         self.dtype = shape.x.type.dtype
-        self.ids: Ids = work_ids(self.em, shape.split)
+        self.loop = ExitStack()  # blocks > 0: the grid-stride loop over the launch's groups
+        index = None
+        if blocks:
+            first = self.em.bind(Id("get_group_id", 0), INDEX, prefix="grp")
+            index = self.loop.enter_context(
+                self.em.strided(first, idx(shape.split.groups), blocks))
+        self.ids: Ids = work_ids(self.em, shape.split, index)
         self.row = self.ids.clamped
         self.row_coords = coords_of(self.row, shape.x.type.shape[:-1], self.em)
         self.addf = combiner(Op.REDUCE_SUM, self.dtype)
@@ -188,6 +200,17 @@ class _RowBuilder:
 
     def bind(self, e: Expr, prefix: str = "r") -> Expr:
         return self.em.bind(e, self.dtype, prefix=prefix)
+
+    def geometry(self) -> LaunchGeometry:
+        """Close the grid-stride loop, if any (a barrier ends each trip, so no work-item
+        writes the next rows' partials into local memory still being read); the launch."""
+        split = self.shape.split
+        if not self.blocks:
+            return split.geometry
+        if split.local > 1:
+            self.em.emit(Barrier())
+        self.loop.close()
+        return LaunchGeometry((self.blocks * split.local,), (split.local,))
 
     def const(self, value: float) -> Expr:
         return exprs.const(value, self.dtype)
@@ -391,7 +414,8 @@ def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
     """One kernel for (log-)softmax; a row-loss kernel and a mean kernel for cross-entropy."""
     shape = analyse(group, target)
     assert shape is not None, "row-softmax built for a group it does not accept"
-    r = _RowBuilder(group, outline, shape)
+    blocks = outline.thread_blocks if shape.node.op is Op.CROSS_ENTROPY else 0
+    r = _RowBuilder(group, outline, shape, blocks)
     ops = implemented_ops(group)
     if shape.cpu:
         shift, total = r.vectors()
@@ -437,8 +461,9 @@ def _cross_entropy(r: _RowBuilder, group: FusionGroup, outline: KernelOutline,
     loss = r.bind(Bin("-", r.log_sum(total), Bin("-", picked, shift)), "loss")
     scratch = KernelArg("scratch0", r.dtype, True, -1, shape.rows)
     store_partials(r.b, scratch, 1, loss, r.ids)
+    geometry = r.geometry()
     first = Kernel(f"{outline.entry}_rows", outline.work_item, kind, group.domain,
-                   tuple([*r.b.args, scratch]), r.em.body(), shape.split.geometry, ops)
+                   tuple([*r.b.args, scratch]), r.em.body(), geometry, ops)
     losses = Split(1, shape.rows, 1, 1, shape.rows, 1, True)
     second = combine_kernel(group, outline, kind, target, scratch, losses, Op.REDUCE_SUM,
                             shape.node, shape.rows)

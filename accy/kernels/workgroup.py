@@ -370,9 +370,11 @@ def both(a: Expr | None, b: Expr | None) -> Expr | None:
     return Bin("&&", a, b)
 
 
-def work_ids(em: GroupEmitter, s: Split) -> Ids:
-    """Bind the indices of a work-item of launch ``s``."""
-    group = em.bind(Id("get_group_id", 0), INDEX, prefix="grp")
+def work_ids(em: GroupEmitter, s: Split, group: Expr | None = None) -> Ids:
+    """Bind the indices of a work-item of launch ``s``, in work-group ``group`` (default: the
+    work-item's own; a loop variable where work-groups walk the launch's groups)."""
+    if group is None:
+        group = em.bind(Id("get_group_id", 0), INDEX, prefix="grp")
     lid: Expr = idx(0)
     lx: Expr = idx(0)
     ly: Expr = idx(0)

@@ -12,7 +12,7 @@ from accy.errors import InterpretError
 from accy.ir.types import DType
 from accy.kernels.ir import For, idx, walk_stmts
 from accy.passes.pipelines import PIPELINES
-from accy.plans import IndexingPlan
+from accy.plans import LaunchPlan
 from accy.target import KernelStatus, TargetProfile
 
 SHAPES = [((9,), 0), ((6, 5), 0), ((6, 5), 1), ((3, 4, 5), 0), ((3, 4, 5), 1), ((3, 4, 5), 2),
@@ -190,7 +190,7 @@ def test_thread_blocks_launch_grid_stride_kernels(check, used, pipe, rng, gather
                                                    f"indexing-lowering{{{options}}}")
     job = check(program, [w, ids, grad], pipeline=pipe(tensor=tensor))
     assert used(job) == {"indexed-gather": 1, "indexed-scatter": 1}
-    assert job.product.indexing == IndexingPlan(gather_blocks, scatter_blocks)
+    assert job.product.launch == LaunchPlan(gather=gather_blocks, scatter_add=scatter_blocks)
     gather_kernel, init_kernel, add_kernel = job.kernels  # gather; scatter: copy, adds
     for kernel, blocks, elements in ((gather_kernel, gather_blocks, 1600),
                                      (add_kernel, scatter_blocks, 1600)):

@@ -5,10 +5,12 @@ import pytest
 
 import accy
 from accy.builder import cross_entropy, trace
-from accy.errors import InterpretError, PassFailure
+from accy.errors import InterpretError, PassFailure, PipelineError
 from accy.ir.ops import Op
 from accy.ir.program import Program, Stage
 from accy.passes.pipelines import PIPELINES
+from accy.passes.spec import parse_pipeline
+from accy.plans import LaunchPlan
 
 RNG = np.random.default_rng(7)
 
@@ -154,3 +156,19 @@ def test_shape_layout_propagation_composes_transposes():
     after = lowered(program, "shape-layout-propagation")
     assert ops_of(after).count(Op.TRANSPOSE) == 1
     assert_same_meaning(program, after, [RNG.standard_normal((2, 3, 4)).astype(np.float32)])
+
+
+def test_seed_tensor_lowering_options_round_trip_and_share_one_launch_plan():
+    """The seed's lowering options in MLIR syntax; indexing-lowering and loss-lowering each set
+    their fields of the product's launch plan and keep the other's."""
+    text = ("indexing-lowering{gather-thread-blocks=4 scatter-thread-blocks=5},"
+            "loss-lowering{row-sparse-cross-entropy-thread-blocks=4}")
+    assert parse_pipeline(text).text() == text
+    full = parse_pipeline("loss-lowering{kernel-library=enabled}").text(full=True)
+    assert "kernel-library=enabled" in full and "row-sparse-cross-entropy-thread-blocks=0" in full
+    with pytest.raises(PipelineError, match="row-sparse-cross-entropy-thread-blocks must be 0"):
+        parse_pipeline("loss-lowering{row-sparse-cross-entropy-thread-blocks=-2}")
+    program = trace(cross_entropy, accy.f32[6, 5], accy.i32[6], name="xent")
+    job = accy.prepare(program, text, until=Stage.tensor)
+    assert job.products[Stage.tensor].launch == LaunchPlan(gather=4, scatter_add=5,
+                                                           cross_entropy=4)

@@ -1,5 +1,5 @@
 """kernel-outlining-planning: entry name, argument slots and launch geometry per work item
-(with the indexed kernels' work-group counts from the product's indexing plan)."""
+(with the work-group counts of the product's launch plan)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,10 @@ from accy.passes.dispatch.fusion_planning import op_name
 from accy.passes.registry import register
 from accy.plans import (
     FusionGroup,
-    IndexingPlan,
     KernelOutline,
     LaunchGeometry,
+    LaunchPlan,
     OutlinePlan,
-    ScheduleKind,
     is_inlined,
 )
 from accy.target import TargetProfile
@@ -36,13 +35,11 @@ def entry_name(ops: list[str], max_ops: int) -> str:
     return name if len(distinct) > 1 else f"{name}_kernel"
 
 
-def thread_blocks(group: FusionGroup, plan: IndexingPlan | None) -> int:
-    """The work-groups ``indexing-lowering`` chose for an indexed group's kernel (0: none, the
-    generator chooses)."""
+def thread_blocks(group: FusionGroup, plan: LaunchPlan | None) -> int:
+    """The work-groups the tensor stage asked for the kernel of the group's one heavy op (0:
+    none, the generator chooses)."""
     heavy = heavy_node(group)
-    if plan is None or group.kind is not ScheduleKind.indexed or heavy is None:
-        return 0
-    return plan.thread_blocks(heavy.op)
+    return 0 if plan is None or heavy is None else plan.thread_blocks(heavy.op)
 
 
 @register
@@ -81,5 +78,5 @@ class KernelOutliningPlanning(Pass):
             groups = max(1, -(-size // local))
             outlines.append(KernelOutline(item.id, entry, ins, outs,
                                           LaunchGeometry((groups * local,), (local,)),
-                                          thread_blocks(group, product.indexing)))
+                                          thread_blocks(group, product.launch)))
         return product.replace(outline=OutlinePlan(tuple(outlines)))

@@ -28,7 +28,7 @@ switches those generators off outright.
 
 Launch geometry is the one choice the program's form cannot carry: ``gather-thread-blocks``
 and ``scatter-thread-blocks`` (the seed's names; a thread block is an OpenCL work-group) go
-to the kernel stage as the product's :class:`~accy.plans.IndexingPlan`, and
+to the kernel stage in the product's :class:`~accy.plans.LaunchPlan`, and
 ``kernel-outlining-planning`` gives them to the gather kernel and to the scatter-add's add
 kernel: N > 0 launches N work-groups whose work-items walk the elements in a grid-stride loop
 (fewer, longer-lived work-items: a knob for occupancy and atomic-contention studies); 0, the
@@ -39,6 +39,7 @@ on GPUs, one work-item per element elsewhere). They apply to indexed-form ops on
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Literal
@@ -50,7 +51,7 @@ from accy.kernels.indexed import is_indexed_form
 from accy.passes.base import Pass, option
 from accy.passes.rebuild import make, rebuild
 from accy.passes.registry import register
-from accy.plans import IndexingPlan
+from accy.plans import LaunchPlan, check_thread_blocks
 
 
 def reshaped(node: Node, shape: tuple[int, ...]) -> Node:
@@ -102,11 +103,9 @@ class IndexingLowering(Pass):
         0, "work-groups the atomic scatter-add kernel launches, walking the updates in a "
         "grid-stride loop (0: the generator chooses)")
 
-    def __post_init__(self) -> None:
-        self.plan()  # bad values fail when the pipeline is read
-
-    def plan(self) -> IndexingPlan:
-        return IndexingPlan(self.gather_thread_blocks, self.scatter_thread_blocks)
+    def __post_init__(self) -> None:  # bad values fail when the pipeline is read
+        check_thread_blocks("gather-thread-blocks", self.gather_thread_blocks)
+        check_thread_blocks("scatter-thread-blocks", self.scatter_thread_blocks)
 
     def run(self, ctx, product):
         lowered = {Op.GATHER: 0, Op.SCATTER_ADD: 0}
@@ -130,4 +129,7 @@ class IndexingLowering(Pass):
         program = rebuild(product.program, rewrite)
         ctx.stat("gathers", lowered[Op.GATHER])
         ctx.stat("scatter-adds", lowered[Op.SCATTER_ADD])
-        return product.replace(program=program, indexing=self.plan())
+        launch = dataclasses.replace(product.launch or LaunchPlan(),
+                                     gather=self.gather_thread_blocks,
+                                     scatter_add=self.scatter_thread_blocks)
+        return product.replace(program=program, launch=launch)

@@ -7,10 +7,16 @@ writing the log-probabilities out (PoCL, [4096, 1024] f32: 0.61 ms against 1.81 
 three kernels of the lowered form). ``kernel-library=disabled`` lowers every cross-entropy to
 primitive ops (:func:`lower`), which fuse with their neighbours and reach any generator: the
 form for ablations and for targets without the row kernels.
+
+``row-sparse-cross-entropy-thread-blocks=N`` (the seed's name: labels are sparse, one class per
+row) asks the row-loss kernel for N work-groups walking the rows in a grid-stride loop; 0, the
+default, is one work-group per set of rows. It travels to the kernel stage in the product's
+:class:`~accy.plans.LaunchPlan` and applies to cross-entropies kept whole.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
@@ -24,6 +30,7 @@ from accy.passes.base import Pass, option
 from accy.passes.rebuild import constant, make, rebuild
 from accy.passes.registry import register
 from accy.passes.tensor.indexing_lowering import lower as indexed
+from accy.plans import LaunchPlan, check_thread_blocks
 
 
 def flat(x: Node) -> Node:
@@ -69,6 +76,13 @@ class LossLowering(Pass):
     kernel_library: Literal["enabled", "disabled"] = option(
         "enabled", "enabled: cross-entropy of float logits stays whole for the row-loss kernel "
         "(one pass per row); disabled: lower every cross-entropy to log-softmax + gather + mean")
+    row_sparse_cross_entropy_thread_blocks: int = option(
+        0, "work-groups the cross-entropy row-loss kernel launches, walking the rows in a "
+        "grid-stride loop (0: one work-group per set of rows)")
+
+    def __post_init__(self) -> None:  # bad values fail when the pipeline is read
+        check_thread_blocks("row-sparse-cross-entropy-thread-blocks",
+                            self.row_sparse_cross_entropy_thread_blocks)
 
     def run(self, ctx, product):
         lowered = 0
@@ -83,4 +97,6 @@ class LossLowering(Pass):
 
         program = rebuild(product.program, rewrite)
         ctx.stat("lowered", lowered)
-        return product.replace(program=program)
+        launch = dataclasses.replace(product.launch or LaunchPlan(),
+                                     cross_entropy=self.row_sparse_cross_entropy_thread_blocks)
+        return product.replace(program=program, launch=launch)
