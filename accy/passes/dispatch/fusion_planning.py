@@ -134,6 +134,12 @@ class FusionPlanning(Pass):
                 return None, f"{node.op.value} and a {kinds[target].value} need separate kernels"
             if math.prod(domain) > node.type.size or not all(is_light(x) for x in users):
                 return None, f"{node.op.value} would be recomputed by its consumers"
+            if node.op is Op.EINSUM and not all(
+                    x.op is Op.RESHAPE or (x.op.is_elementwise and x.type.shape == node.type.shape)
+                    for x in users):
+                # the tiled contraction takes elementwise epilogues at the einsum's shape (and
+                # reshapes); fused behind e.g. a slice, the loop nest would compute it instead
+                return None, "einsum read by a consumer the tiled contraction cannot fuse"
         if self.policy == "single-output":
             if node in u.results:
                 return None, "function result (single-output policy)"
