@@ -89,12 +89,13 @@ from egglog import BigInt, BigRat, Fact, String, eq, f64, i64
 from egglog.deconstruct import get_callable_args, get_callable_fn, get_literal_value, get_var_name
 
 from accy.egraph.rules import RULESETS, RuleSet, py_test, py_text
+from accy.egraph.rules import unregister as unregister_ruleset
 from accy.egraph.sorts import Tensor
 
 __all__ = [
     "POLICIES", "RULE_INFO", "THEMES", "Condition", "Policy", "RuleInfo", "Theme",
     "allowed_policies", "has_type", "holds", "load", "py_f64", "py_int", "rule_info",
-    "same_types",
+    "same_types", "unregister",
 ]
 
 Policy = Literal["exact", "stable", "finite-math", "fast-math"]
@@ -107,7 +108,7 @@ POLICIES: dict[str, str] = {
     "fast-math": "rounds differently (reassociation, distributivity); fast-math=true",
 }
 
-THEMES: dict[str, str] = {
+THEMES: dict[str, str | None] = {
     "canonical": "rewrites.canonical",
     "fold": "rewrites.canonical",
     "algebra": "rewrites.algebra",
@@ -115,7 +116,8 @@ THEMES: dict[str, str] = {
     "activation": "rewrites.activation",
     "layout": "rewrites.layout",
 }
-"""Rule set name -> the module that registers it (imported by :func:`load`)."""
+"""Rule set name -> the module that registers it (imported by :func:`load`); None for rule
+sets defined at run time (:class:`Theme`)."""
 
 
 Arg = tuple[str, Any]  # ("var", name), ("f64", f64 variable name), ("lit", value), ("?", None)
@@ -151,13 +153,16 @@ RULE_INFO: dict[str, RuleInfo] = {}
 
 
 class Theme:
-    """A registered rule set whose rules carry a policy tag and a doc (module docstring)."""
+    """A registered rule set whose rules carry a policy tag and a doc (module docstring).
+
+    The built-in themes are listed in ``THEMES`` with their modules; any other name makes a
+    rule set defined at run time, by a script or a notebook (``THEMES[name]`` is None: there
+    is nothing to import), which :func:`unregister` removes again."""
 
     def __init__(self, name: str, doc: str) -> None:
-        if name not in THEMES:
-            raise ValueError(f"rule set {name!r} is not listed in rewrites.THEMES")
         self.ruleset = RuleSet(name, doc)
         self.name = name
+        THEMES.setdefault(name, None)
 
     def rewrite(self, name: str, lhs: Any, rhs: Any, *when: Any, policy: Policy, doc: str,
                 permutes: bool = False) -> None:
@@ -245,8 +250,25 @@ def load(rulesets: Iterable[str] | None = None) -> list[RuleSet]:
     for n in names:
         if n not in THEMES:
             raise KeyError(f"unknown rule set {n!r}; valid rule sets: {', '.join(THEMES)}")
-        importlib.import_module(THEMES[n])
+        module = THEMES[n]
+        if module is not None:
+            importlib.import_module(module)
     return [RULESETS[n] for n in names]
+
+
+def unregister(name: str) -> None:
+    """Remove the rule set ``name`` defined at run time (a :class:`Theme` of a script or a
+    notebook): its rules leave every registry, and every cache of the passes forgets them
+    (:func:`accy.egraph.rules.unregister`), so the set can be defined again under the same
+    names. Built-in themes cannot be removed: ``saturate{disable=...}`` switches rules off."""
+    if name not in THEMES:
+        raise KeyError(f"unknown rule set {name!r}; valid rule sets: {', '.join(THEMES)}")
+    if THEMES[name] is not None:
+        raise ValueError(f"rule set {name!r} is built in ({THEMES[name]}); switch its rules "
+                         "off with saturate{disable=...} instead")
+    for rule in unregister_ruleset(name).rules:
+        RULE_INFO.pop(rule.name, None)
+    del THEMES[name]
 
 
 def rule_info(name: str) -> RuleInfo:

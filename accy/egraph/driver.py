@@ -54,7 +54,7 @@ from egglog import EGraph, Ruleset, Schedule, back_off, bindings, eq, ruleset, r
 from egglog.egraph_state import span
 
 from accy.egraph.convert import ProgramEGraph
-from accy.egraph.rules import RULES, RULESETS, NamedRule, RuleSet
+from accy.egraph.rules import RULES, RULESETS, NamedRule, RuleSet, on_unregister
 from accy.egraph.sorts import (
     FULL_EGG_NAME,
     LIST_CONS_EGG_NAME,
@@ -208,6 +208,14 @@ def select_rules(rulesets: Iterable[str | RuleSet], rules: Iterable[str] | None 
 
 
 _EGG_RULESETS: dict[tuple[int, ...], tuple[tuple[NamedRule, ...], Ruleset]] = {}
+
+
+@on_unregister
+def _forget(rs: RuleSet) -> None:
+    """Drop the egglog rulesets holding rules of the unregistered set ``rs``."""
+    gone = {id(r) for r in rs.rules}
+    for key in [k for k, (rules, _) in _EGG_RULESETS.items() if gone & {id(r) for r in rules}]:
+        del _EGG_RULESETS[key]
 
 
 def egglog_ruleset(rules: Sequence[NamedRule]) -> Ruleset:

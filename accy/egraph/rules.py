@@ -36,7 +36,9 @@ Every rule has a stable kebab-case name; ``RuleSet(name, doc)`` registers itself
 ``RULESETS`` and its rules in ``RULES`` (duplicate names, and a rule named like a rule set,
 are errors). The name is the egglog rule name, so it is what run reports carry;
 ``driver.select_rules`` picks rules by rule set, ``rules=`` and ``disable=``, naming rules
-or rule sets.
+or rule sets. :func:`unregister` removes a set and its rules again, and has every module that
+caches something by rule name forget it (:func:`on_unregister`), so a notebook can redefine a
+rule set under the same names.
 """
 
 from __future__ import annotations
@@ -56,7 +58,8 @@ from accy.ir.ops import Op
 from accy.ir.shapes import infer
 
 __all__ = [
-    "RULES", "RULESETS", "NamedRule", "RuleSet", "infer_type", "py_test", "py_text", "same_type",
+    "RULES", "RULESETS", "NamedRule", "RuleSet", "generation", "infer_type", "on_unregister",
+    "py_test", "py_text", "same_type", "unregister",
 ]
 
 # ---- Python inside rules ----------------------------------------------------------------------
@@ -130,6 +133,36 @@ def infer_type(op: Op | str, *operand_types: Any, **attrs: Any) -> String:
 _NAME_RE = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)*")
 RULESETS: dict[str, RuleSet] = {}
 RULES: dict[str, NamedRule] = {}
+_FORGET: list[Callable[[RuleSet], None]] = []  # what caches rules runs when one set leaves
+_generation = 0  # bumped by every unregister: caches keyed by rule names include it
+
+
+def on_unregister(forget: Callable[[RuleSet], None]) -> Callable[[RuleSet], None]:
+    """Have ``forget(rule_set)`` called whenever a rule set is unregistered (for modules that
+    cache something per rule or rule-set name); returns ``forget``."""
+    _FORGET.append(forget)
+    return forget
+
+
+def generation() -> int:
+    """How many rule sets have been unregistered: a cache keyed by rule or rule-set names
+    adds it to its keys, so a name defined again never meets the old rules."""
+    return _generation
+
+
+def unregister(name: str) -> RuleSet:
+    """Remove the registered rule set ``name`` and its rules, and what modules cached about
+    them (:func:`on_unregister`), so a script or notebook can define it again; returns it."""
+    global _generation
+    if name not in RULESETS:
+        raise KeyError(f"unknown rule set {name!r}; registered: {', '.join(sorted(RULESETS))}")
+    rs = RULESETS.pop(name)
+    for r in rs.rules:
+        RULES.pop(r.name, None)
+    _generation += 1
+    for forget in _FORGET:
+        forget(rs)
+    return rs
 
 
 def _check_name(what: str, name: str) -> None:

@@ -46,7 +46,7 @@ import rewrites
 from accy.egraph.convert import extract, to_egraph
 from accy.egraph.cost import CostModel, cost_model, program_cost
 from accy.egraph.driver import SaturationReport, saturate, select_rules
-from accy.egraph.rules import RULESETS
+from accy.egraph.rules import RULESETS, generation, on_unregister
 from accy.egraph.sorts import SIGNATURES, encode_attr, new_egraph, signature
 from accy.ir.node import Node
 from accy.ir.ops import Op
@@ -272,6 +272,9 @@ def _patterns(name: str) -> tuple[_Pattern, ...]:
     return tuple(_Pattern(skeleton(p), info.conditions) for p in info.patterns)
 
 
+on_unregister(lambda rs: _patterns.cache_clear())  # a rule name may come back with new patterns
+
+
 def could_fire(program: Program, names: Iterable[str]) -> bool:
     """Whether any of the named rules (``permutes`` rules aside) may match ``program``."""
     by_root: dict[Op | None, list[_Pattern]] = {}
@@ -345,19 +348,24 @@ class _WarmEGraphs(threading.local):
     """
 
     def __init__(self) -> None:
-        self.egraphs: OrderedDict[tuple[tuple[str, ...], tuple[str, ...]], EGraph] = (
+        self.egraphs: OrderedDict[tuple[tuple[str, ...], tuple[str, ...], int], EGraph] = (
             OrderedDict())
 
+    @staticmethod
+    def key(rulesets: Sequence[str], names: Sequence[str]) -> tuple:
+        """Names, and the registry's generation: a rule set defined again under the same
+        names (after ``unregister``) never borrows an e-graph declaring the old rules."""
+        return tuple(rulesets), tuple(names), generation()
+
     def take(self, rulesets: Sequence[str], names: Sequence[str]) -> EGraph:
-        key = (tuple(rulesets), tuple(names))
-        eg = self.egraphs.pop(key, None)
+        eg = self.egraphs.pop(self.key(rulesets, names), None)
         if eg is None:
             eg = new_egraph()
             saturate(eg, rulesets, rules=names, iterations=1)  # declares the rules and types
         return eg
 
     def give_back(self, rulesets: Sequence[str], names: Sequence[str], eg: EGraph) -> None:
-        self.egraphs[(tuple(rulesets), tuple(names))] = eg
+        self.egraphs[self.key(rulesets, names)] = eg
         while len(self.egraphs) > _WARM_EGRAPHS:
             self.egraphs.popitem(last=False)
 

@@ -2,11 +2,11 @@
 program.
 
 ``drop-add-operand`` rewrites ``add(x, y)`` to ``x`` whatever ``y`` is (an ``x + 0 -> x`` that
-forgot to look at its operand), so it drops a term. It lives in a scratch rule set,
-registered for one test at a time by :func:`scratch_rule`: the rule registries are global, so
-the context manager removes the rule, its rule set and what the passes cached about them
-afterwards (the registries have no public ``unregister``), and
-``test_the_scratch_rule_leaves_no_trace`` checks that it does.
+forgot to look at its operand), so it drops a term. It lives in a scratch rule set defined at
+run time, as a research script would (:class:`rewrites.Theme`), for one test at a time:
+:func:`scratch_rule` removes it afterwards with :func:`rewrites.unregister`, and
+``test_the_scratch_rule_leaves_no_trace`` checks that nothing of it is left, and that the set
+defined again under the same names runs its new rules.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from contextlib import contextmanager
-from functools import cache
 
 import numpy as np
 import pytest
@@ -26,34 +25,26 @@ from accy.egraph.rules import RULES, RULESETS
 from accy.egraph.sorts import Tensor, tensors, types
 from accy.ir.ops import Op
 from accy.ir.parser import parse_program
-from accy.passes import rewriting
 from accy.testing import DifferentialFailure, check_rule, programs_with, programs_with_inputs
 
 SET, RULE = "scratch", "drop-add-operand"
 
 
 @contextmanager
-def scratch_rule() -> Iterator[None]:
-    """Register ``drop-add-operand`` in the rule set ``scratch`` (an ``exact`` rule, so
-    ``saturate`` needs no policy flag for it) while the block runs, then remove every trace:
-    the registry entries, and fresh copies of the caches the passes keep by rule (warm
-    e-graphs, prefilter patterns, egglog rulesets) put back to the originals."""
+def scratch_rule(broken: bool = True) -> Iterator[None]:
+    """Define ``drop-add-operand`` in the rule set ``scratch`` (an ``exact`` rule, so
+    ``saturate`` needs no policy flag for it) while the block runs, then unregister the set.
+    ``broken=False`` defines a correct rule under the same names (``add(x, y) -> add(y, x)``)."""
     rewrites.load()  # every theme first: only the scratch entries are new below
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setitem(rewrites.THEMES, SET, "rewrites")  # loading it imports nothing new
-        mp.setattr(rewriting, "_WARM", rewriting._WarmEGraphs())
-        mp.setattr(rewriting, "_patterns", cache(rewriting._patterns.__wrapped__))
-        mp.setattr(driver, "_EGG_RULESETS", dict(driver._EGG_RULESETS))
-        try:
-            theme = rewrites.Theme(SET, "broken rules for tests")
-            (x, y), (t,) = tensors("x y"), types("t")
-            theme.rewrite(RULE, Tensor.add(x, y, t), x, rewrites.has_type(x, t),
-                          policy="exact", doc="broken on purpose: add(x, y) -> x")
-            yield
-        finally:
-            RULESETS.pop(SET, None)
-            RULES.pop(RULE, None)
-            rewrites.RULE_INFO.pop(RULE, None)
+    theme = rewrites.Theme(SET, "broken rules for tests")
+    try:
+        (x, y), (t,) = tensors("x y"), types("t")
+        rhs = x if broken else Tensor.add(y, x, t)
+        theme.rewrite(RULE, Tensor.add(x, y, t), rhs, rewrites.has_type(x, t),
+                      policy="exact", doc="broken on purpose: add(x, y) -> x")
+        yield
+    finally:
+        rewrites.unregister(SET)
 
 
 @pytest.fixture
@@ -101,26 +92,36 @@ def test_hypothesis_finds_and_shrinks_the_broken_rule(broken_rule: str) -> None:
 
 def test_the_scratch_rule_leaves_no_trace() -> None:
     rewrites.load()
-    caches = (rewriting._WARM, rewriting._patterns, driver._EGG_RULESETS)
     sizes = {name: len(d) for name, d in (("themes", rewrites.THEMES), ("sets", RULESETS),
                                           ("rules", RULES), ("info", rewrites.RULE_INFO))}
+    program = parse_program("""
+        func @f(%a: i32[3], %b: i32[3]) -> (i32[3]) {
+          %0 = add(%a, %b) : i32[3]
+          return %0
+        }""")
+    inputs = [np.int32([1, 2, 3]), np.int32([4, 5, 6])]
     with scratch_rule():
         assert rewrites.rule_info(RULE).ruleset == SET
-        program = parse_program("""
-            func @f(%a: i32[3]) -> (i32[3]) {
-              %0 = add(%a, %a) : i32[3]
-              return %0
-            }""")
         with pytest.raises(DifferentialFailure):  # it ran: warm e-graph and caches filled
-            check_rule(program, [np.int32([1, 2, 3])], RULE)
+            check_rule(program, inputs, RULE)
     assert RULE not in RULES and RULE not in rewrites.RULE_INFO
     assert SET not in RULESETS and SET not in rewrites.THEMES
-    now = (rewriting._WARM, rewriting._patterns, driver._EGG_RULESETS)
-    assert all(a is b for a, b in zip(now, caches, strict=True))
     assert all(r.name != RULE for rs in RULESETS.values() for r in rs.rules)
     assert all(r.name != RULE for rules, _ in driver._EGG_RULESETS.values() for r in rules)
     assert sizes == {name: len(d) for name, d in (
         ("themes", rewrites.THEMES), ("sets", RULESETS), ("rules", RULES),
         ("info", rewrites.RULE_INFO))}
     with pytest.raises(KeyError, match="unknown rule"):
-        check_rule(program, [np.int32([1, 2, 3])], RULE)
+        check_rule(program, inputs, RULE)
+    with scratch_rule(broken=False):  # the same names, a correct rule: no stale e-graph
+        outcome = check_rule(program, inputs, RULE)
+        assert outcome.status == "ok"
+
+
+def test_built_in_rule_sets_cannot_be_unregistered() -> None:
+    rewrites.load()
+    with pytest.raises(ValueError, match="built in"):
+        rewrites.unregister("algebra")
+    with pytest.raises(KeyError, match="unknown rule set"):
+        rewrites.unregister("no-such-set")
+    assert "algebra" in RULESETS

@@ -86,3 +86,32 @@ def test_naming_a_rule_whose_policy_is_off_is_an_error():
     assert rewriting.select(("algebra",), ("factor-mul-add",), fast_math=True) == (
         "factor-mul-add",)
     assert "factor-mul-add" not in rewriting.select(("algebra",), ("algebra",))
+
+
+def test_a_rule_set_defined_at_run_time_runs_from_pipeline_text_and_unregisters() -> None:
+    """The README's recipe: a Theme of one's own, named in saturate{rulesets=...}."""
+    import numpy as np
+
+    import accy
+    from accy.builder import trace
+    from accy.egraph.sorts import Tensor, tensors, types
+    from accy.errors import PassFailure
+    from accy.ir.ops import Op
+
+    mine = rewrites.Theme("my-rules", "what I am trying out")
+    try:
+        (x,), (t,) = tensors("x"), types("t")
+        mine.rewrite("exp-neg-neg", Tensor.exp(Tensor.neg(Tensor.neg(x, t), t), t),
+                     Tensor.exp(x, t), policy="exact", doc="exp(-(-x)) -> exp(x)")
+        assert rewrites.THEMES["my-rules"] is None and "exp-neg-neg" in RULES
+        program = trace(lambda a: a.__neg__().__neg__().exp(), accy.f32[5], name="f")
+        job = accy.prepare(program, "saturate{rulesets=my-rules}", until="tensor")
+        after = job.products[accy.Stage.tensor].program
+        assert [n.op for n in after.nodes() if n.srcs] == [Op.EXP]
+        a = np.float32([0, 1, -2, 3, 4])
+        np.testing.assert_array_equal(accy.interpret(after, [a])[0], np.exp(a))
+    finally:
+        rewrites.unregister("my-rules")
+    assert "my-rules" not in RULESETS and "exp-neg-neg" not in rewrites.RULE_INFO
+    with pytest.raises(PassFailure, match="unknown rule set 'my-rules'"):
+        accy.prepare(program, "saturate{rulesets=my-rules}", until="tensor")
