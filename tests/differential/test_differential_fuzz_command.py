@@ -115,13 +115,15 @@ def test_workers_are_recycled(tmp_path, monkeypatch, device_dtypes: list[DType])
     pids.mkdir()
     monkeypatch.setenv("ACCY_TEST_PID_DIR", str(pids))
     monkeypatch.setitem(registry.PASSES, RecordPid.name, RecordPid)
-    main(["fuzz", "--minutes", "0.1", "--seed", "2", "--out", str(tmp_path / "out"),
+    main(["fuzz", "--minutes", "0.2", "--seed", "2", "--out", str(tmp_path / "out"),
           "--max-nodes", "4", "--pipeline", "test-record-pid,accy-default",
           "--rounds-per-worker", "1"])
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["rounds"] >= 2 and summary["workers"] == summary["rounds"]
+    # one process per round; a round started just before the deadline checks no program and
+    # so records no pid
     ran = {int(p.name) for p in pids.iterdir()}
-    assert len(ran) == summary["rounds"] and os.getpid() not in ran  # one process per round
+    assert 2 <= len(ran) <= summary["rounds"] and os.getpid() not in ran
 
 
 @pytest.mark.parametrize(("bad_pass", "check", "options"), [

@@ -347,6 +347,8 @@ CASES = [
     ("ak,bk->ab", [(3, 5), (1, 5)]),  # N = 1: 3 work-items share copies that do not divide
     ("ik,k->i", [(40, 64), (64,)]),  # matrix-vector: i is N, M = 1
     ("abik,abkj->abij", [(2, 3, 9, 7), (2, 3, 7, 11)]),  # two batch letters
+    ("ik,kj->ij", [(256, 96), (96, 256)]),  # gpu-tiles: 4 groups of 128x128 as one wave, bk 32
+    ("ik,kj->ij", [(250, 100), (100, 250)]),  # ... with every edge overhanging
 ]
 
 
@@ -358,7 +360,7 @@ def test_matches_numpy_f32(runtime, profiles, kind, spec, shapes):
 
 
 @pytest.mark.parametrize("kind", ["device", "gpu-tiles"])
-@pytest.mark.parametrize("spec, shapes", [CASES[1], CASES[3], CASES[8], CASES[10]])
+@pytest.mark.parametrize("spec, shapes", [CASES[1], CASES[3], CASES[8], CASES[10], CASES[-1]])
 def test_matches_numpy_f64(runtime, profiles, kind, spec, shapes):
     if DType.f64 not in profiles["device"].dtypes:
         pytest.skip("the device has no fp64")
@@ -472,3 +474,13 @@ def test_random_contractions_match_numpy(runtime, profiles, case, gpu):
     (out,) = job.run(x, y, device=runtime)
     ref = np.einsum(spec, x.astype(np.float64), y.astype(np.float64))
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * max(1.0, np.abs(ref).max()))
+
+
+def test_gpu_large_tiles_fill_most_units_and_run_one_wave_twice_as_deep():
+    """512x4096x1024 on 132 units: 128 groups of 128x128 (97%) beat 512 of 64x64, and as one
+    wave they take bk=32; 4x4-per-work-item tiles still need every unit (512x1024x4096)."""
+    wide = tiles_for("ik,kj->ij", [(512, 1024), (1024, 4096)], H200)
+    assert (wide.bm, wide.bn, wide.bk) == (128, 128, 32)
+    deep = tiles_for("ik,kj->ij", [(512, 4096), (4096, 1024)], H200)
+    assert (deep.bm, deep.bn, deep.bk) == (32, 32, 16)
+    assert tiles_for("ik,kj->ij", [(4096, 4096), (4096, 4096)], H200).bk == 16  # many waves
