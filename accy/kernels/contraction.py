@@ -26,9 +26,10 @@ work-items with 8x8 f32 (4x4 f64) outputs each, ``bk`` 16, the next K step prefe
 registers, tile rows swizzled by 8 (taken once they fill 90% of the compute units, and as a
 single wave with ``bk`` 32); 64x64 and 32x32 tiles when larger ones would leave compute units
 idle or pad more than 25%. Long-K products with few output tiles (512x1024x4096: 16.8 TFLOP/s
-on the H200 against torch's 35.9) would need K split over work-groups, which is not done. A tile filled by a transposing copy has its rows padded
-against local-memory bank conflicts (:func:`~accy.kernels.contraction_plan.bank_padding`:
-4 f32 or 2 f64 elements on GPUs, none on CPUs), which layout-planning reports. CPUs get
+on the H200 against torch's 35.9) would need K split over work-groups, which is not done. A
+tile filled by a transposing copy has its rows padded against local-memory bank conflicts
+(:func:`~accy.kernels.contraction_plan.bank_padding`: 4 f32 or 2 f64 elements on GPUs, none
+on CPUs), which layout-planning reports. CPUs get
 groups of up to 4 work-items that share the Y tile copy, each with 24 vector accumulators
 (12 without AVX-512-wide registers) as wide as the device prefers, in the register-block
 shape that pads least.
