@@ -33,6 +33,7 @@ from accy.experiments.records import git_commit, timestamp, write_json
 from accy.ir.shapes import parse_einsum
 from accy.job import PreparedJob
 from accy.kernels import contraction
+from accy.passes.kernel.kernelization import with_spaces
 from accy.target import TargetProfile
 
 DEFAULT_SPEC = "ik,kj->ij"
@@ -69,17 +70,21 @@ def build_job(spec: str, shapes: list[tuple[int, ...]], dtype: accy.DType,
 
 
 def with_tiles(job: PreparedJob, tiles: contraction.Tiles) -> PreparedJob:
-    """``job`` with its tiled-contraction kernels rebuilt from ``tiles``."""
+    """``job`` with its tiled-contraction kernels rebuilt from ``tiles`` (a work item's one
+    kernel, or its two with K split)."""
     p = job.product
     outlines = {o.work_item: o for o in p.outline.outlines}
-    kernels = []
+    kernels: list = []
+    done: set[int] = set()
     for k in p.kernels:
         item = p.schedule.item(k.work_item)
         group = p.fusion.groups[item.group]
-        if contraction.accepts(group, p.target):
-            (built,) = contraction.build(group, outlines[k.work_item], item.kind, p.target, tiles)
-            k = dataclasses.replace(built, args=k.args)  # keep the memory spaces
-        kernels.append(k)
+        if not contraction.accepts(group, p.target):
+            kernels.append(k)
+        elif k.work_item not in done:
+            done.add(k.work_item)
+            built = contraction.build(group, outlines[k.work_item], item.kind, p.target, tiles)
+            kernels += [with_spaces(b, p.spaces) for b in built]
     products = dict(job.products)
     products[job.stage] = p.replace(kernels=tuple(kernels))
     return PreparedJob(products, job.records, job.pipeline)

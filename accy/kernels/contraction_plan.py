@@ -185,6 +185,7 @@ class Tiles:
     # (choose_tiles: bank_padding of the tile rows; kept for sweeps that override it)
     vector: int = 4  # widest global-memory vector load, in elements
     swizzle: int = 0  # tile rows walked together for cache reuse (0: row-major order)
+    split: int = 1  # K split over this many work-groups per tile, partials summed by a 2nd kernel
 
     @property
     def bm(self) -> int:
@@ -236,7 +237,10 @@ def _pow2_at_most(n: int, cap: int) -> int:
 # groups of 128x128 on 132 units: 27.6 TFLOP/s, 31.4 with bk=32 (torch: 30.9), against 22.8
 # for 512 groups of 64x64. Smaller tiles (4x4 per work-item) need every unit filled: at
 # 512x1024x4096, 128 groups of 64x64 ran at 12.7 TFLOP/s (7.1 with bk=32), 512 of 32x32 at 17.
+# A large tile that still leaves units idle splits K (chunks of at least MIN_SPLIT_K) over
+# as many groups as fill them: 512x1024x4096, 32 tiles of 128x128 split in 4.
 FILL = 0.9
+MIN_SPLIT_K = 512
 
 
 def _large(t: Tiles) -> bool:
@@ -277,8 +281,11 @@ def choose_tiles(c: Contraction, target: TargetProfile) -> Tiles:
     for t in fits:
         groups = c.batch_size * _padded(c, t.bm, t.bn) // (t.bm * t.bn)
         need = (FILL if _large(t) else 1.0) * target.compute_units
-        if groups >= need and _padded(c, t.bm, t.bn) <= 1.25 * actual:
-            chosen = t
+        split = 1
+        while _large(t) and groups * split < need and c.k.size >= 2 * split * MIN_SPLIT_K:
+            split *= 2
+        if groups * split >= need and _padded(c, t.bm, t.bn) <= 1.25 * actual:
+            chosen, groups = replace(t, split=split), groups * split
             break
     bk = chosen.bk
     deep = replace(chosen, bk=2 * bk)

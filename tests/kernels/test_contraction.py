@@ -162,7 +162,9 @@ def test_gpu_tiles_for_a_large_matmul_are_128_square_with_8x8_per_work_item():
 
 
 def test_gpu_tiles_shrink_until_the_device_is_filled():
-    assert tiles_for("ik,kj->ij", [(1024, 1024), (1024, 1024)], H200).bm == 64
+    mid = tiles_for("ik,kj->ij", [(1024, 1024), (1024, 1024)], H200)
+    assert (mid.bm, mid.split) == (128, 2)  # 64 tiles, K in 2: H200 26.6 against 21.7 TFLOP/s
+    assert tiles_for("ik,kj->ij", [(1024, 600), (600, 1024)], H200).bm == 64  # K too short
     small = tiles_for("ik,kj->ij", [(100, 64), (64, 100)], H200)
     assert (small.bm, small.bn, small.threads) == (32, 32, 64)
     batched = tiles_for("bik,bkj->bij", [(64, 512, 512), (64, 512, 512)], H200)
@@ -349,6 +351,8 @@ CASES = [
     ("abik,abkj->abij", [(2, 3, 9, 7), (2, 3, 7, 11)]),  # two batch letters
     ("ik,kj->ij", [(256, 96), (96, 256)]),  # gpu-tiles: 4 groups of 128x128 as one wave, bk 32
     ("ik,kj->ij", [(250, 100), (100, 250)]),  # ... with every edge overhanging
+    ("ik,kj->ij", [(128, 2048), (2048, 128)]),  # gpu-tiles: one tile, K split in 4 chunks
+    ("bik,bkj->bij", [(2, 120, 1100), (2, 1100, 128)]),  # 2 tiles, K in 2 uneven chunks
 ]
 
 
@@ -360,7 +364,8 @@ def test_matches_numpy_f32(runtime, profiles, kind, spec, shapes):
 
 
 @pytest.mark.parametrize("kind", ["device", "gpu-tiles"])
-@pytest.mark.parametrize("spec, shapes", [CASES[1], CASES[3], CASES[8], CASES[10], CASES[-1]])
+@pytest.mark.parametrize("spec, shapes", [CASES[1], CASES[3], CASES[8], CASES[10], CASES[-3],
+                                          CASES[-1]])
 def test_matches_numpy_f64(runtime, profiles, kind, spec, shapes):
     if DType.f64 not in profiles["device"].dtypes:
         pytest.skip("the device has no fp64")
@@ -476,11 +481,34 @@ def test_random_contractions_match_numpy(runtime, profiles, case, gpu):
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * max(1.0, np.abs(ref).max()))
 
 
-def test_gpu_large_tiles_fill_most_units_and_run_one_wave_twice_as_deep():
+def test_gpu_large_tiles_fill_most_units_split_k_and_run_one_wave_twice_as_deep():
     """512x4096x1024 on 132 units: 128 groups of 128x128 (97%) beat 512 of 64x64, and as one
-    wave they take bk=32; 4x4-per-work-item tiles still need every unit (512x1024x4096)."""
+    wave they take bk=32; at 512x1024x4096 the 32 tiles of 128x128 split K in 4 instead of
+    falling back to 32x32 tiles; K chunks stay >= 512 long."""
     wide = tiles_for("ik,kj->ij", [(512, 1024), (1024, 4096)], H200)
-    assert (wide.bm, wide.bn, wide.bk) == (128, 128, 32)
+    assert (wide.bm, wide.bn, wide.bk, wide.split) == (128, 128, 32, 1)
     deep = tiles_for("ik,kj->ij", [(512, 4096), (4096, 1024)], H200)
-    assert (deep.bm, deep.bn, deep.bk) == (32, 32, 16)
-    assert tiles_for("ik,kj->ij", [(4096, 4096), (4096, 4096)], H200).bk == 16  # many waves
+    assert (deep.bm, deep.bn, deep.bk, deep.split) == (128, 128, 32, 4)
+    big = tiles_for("ik,kj->ij", [(4096, 4096), (4096, 4096)], H200)
+    assert (big.bk, big.split) == (16, 1)  # many waves
+    short = tiles_for("ik,kj->ij", [(512, 600), (600, 1024)], H200)  # K too short to split
+    assert short.split == 1 and short.bm < 128
+
+
+def test_split_k_sums_partials_in_a_second_kernel_with_the_epilogue(runtime, profiles):
+    """gpu-tiles, one 128x128 tile, K = 4100 in 4 chunks: a partials kernel writes each chunk's
+    sums to scratch, a second kernel adds them in chunk order (deterministic) and applies the
+    bias, relu and the reshape of the output."""
+    prog = program("ik,kj->ij", [(128, 4100), (4100, 128)],
+                   epilogue=lambda y, b: (y + b).relu().reshape(128, 16, 8), extra=[(128,)])
+    target = profiles["gpu-tiles"]
+    job = accy.prepare(prog, target=target)
+    first, second = job.kernels
+    assert first.entry.endswith("_partials") and not second.entry.endswith("_partials")
+    scratch = [a for a in first.args if a.is_scratch]
+    assert len(scratch) == 1 and scratch[0].scratch_elems == 4 * 128 * 128
+    check(runtime, prog, target, lambda x, w, b: np.maximum(x @ w + b, 0).reshape(128, 16, 8))
+    x, w, b = (np.random.default_rng(1).standard_normal(p.type.shape).astype(np.float32)
+               for p in prog.functions[0].params)
+    exe = job.executable(device=runtime)
+    np.testing.assert_array_equal(exe(x, w, b)[0], exe(x, w, b)[0])
