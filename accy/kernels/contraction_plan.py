@@ -277,16 +277,23 @@ def choose_tiles(c: Contraction, target: TargetProfile) -> Tiles:
             and t.local_bytes(item) <= target.local_mem_bytes] or [
         Tiles(1, 1, 1, 1, 1, 1, 4, 4, vector=1)]
     actual = c.m.size * c.n.size
-    chosen, groups = fits[-1], 0
+    # the first size that fills the device; else the most groups, the larger tile on a tie
+    # (256x256x8192: 128x128 in 16 chunks rather than 64 groups of 32x32 over all of K)
+    options = []  # (groups, tile area, tiles) of the sizes that pad little enough
     for t in fits:
         groups = c.batch_size * _padded(c, t.bm, t.bn) // (t.bm * t.bn)
         need = (FILL if _large(t) else 1.0) * target.compute_units
         split = 1
         while _large(t) and groups * split < need and c.k.size >= 2 * split * MIN_SPLIT_K:
             split *= 2
-        if groups * split >= need and _padded(c, t.bm, t.bn) <= 1.25 * actual:
-            chosen, groups = replace(t, split=split), groups * split
+        if _padded(c, t.bm, t.bn) > 1.25 * actual:
+            continue
+        options.append((groups * split, t.bm * t.bn, replace(t, split=split)))
+        if groups * split >= need:
             break
+    else:
+        options.sort(key=lambda o: (o[0], o[1]))
+    groups, _, chosen = options[-1] if options else (0, 0, fits[-1])
     bk = chosen.bk
     deep = replace(chosen, bk=2 * bk)
     if (_large(chosen) and 1 < groups <= target.compute_units and c.k.size >= 2 * deep.bk

@@ -493,6 +493,9 @@ def test_gpu_large_tiles_fill_most_units_split_k_and_run_one_wave_twice_as_deep(
     assert (big.bk, big.split) == (16, 1)  # many waves
     short = tiles_for("ik,kj->ij", [(512, 600), (600, 1024)], H200)  # K too short to split
     assert short.split == 1 and short.bm < 128
+    # no size fills the device: the most groups, large tiles on a tie (64 either way)
+    narrow = tiles_for("ik,kj->ij", [(256, 8192), (8192, 256)], H200)
+    assert (narrow.bm, narrow.split) == (128, 16)
 
 
 def test_split_k_sums_partials_in_a_second_kernel_with_the_epilogue(runtime, profiles):
