@@ -181,12 +181,16 @@ def _per_element(builder: IndexedBuilder, group: FusionGroup, outline: KernelOut
                   implemented_ops(group))
 
 
+def _output_args(group: FusionGroup, outline: KernelOutline) -> list[KernelArg]:
+    return [KernelArg(f"out{i}", n.type.dtype, True, slot)
+            for i, (n, slot) in enumerate(zip(group.outputs, outline.output_slots, strict=True))]
+
+
 def _store_outputs(builder: IndexedBuilder, group: FusionGroup, outline: KernelOutline,
                    kind: ScheduleKind, entry: str, target: TargetProfile,
                    blocks: int = 0) -> Kernel:
     """The kernel writing every output of ``group`` (work-items as in :func:`_per_element`)."""
-    outs = [KernelArg(f"out{i}", n.type.dtype, True, slot)
-            for i, (n, slot) in enumerate(zip(group.outputs, outline.output_slots, strict=True))]
+    outs = _output_args(group, outline)
 
     def body(gid: Var) -> None:
         coords = delinearize(gid, group.domain)
@@ -258,8 +262,7 @@ def _gather_rows(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
     outer, m, inner = node.type.shape
     builder = IndexedBuilder(group, outline)
     em = builder.em
-    outs = [KernelArg(f"out{i}", n.type.dtype, True, slot)
-            for i, (n, slot) in enumerate(zip(group.outputs, outline.output_slots, strict=True))]
+    outs = _output_args(group, outline)
 
     def body(row: Var) -> None:
         o = em.bind(Bin("/", row, idx(m)), INDEX, prefix="o") if outer > 1 else idx(0)
