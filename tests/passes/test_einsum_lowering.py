@@ -272,3 +272,44 @@ def test_exact_past_its_limit_names_the_pass():
         lower(before, "einsum-lowering{strategy=exact exact-state-limit=16}")
     after, _ = lower(before, "einsum-lowering{exact-state-limit=16}")  # auto falls back to beam
     assert_same_meaning(before, after)
+
+
+PRIMITIVE = "einsum-lowering{kernel-library=disabled}"
+
+
+@pytest.mark.parametrize("spec, shapes", SPECS)
+def test_kernel_library_disabled_leaves_no_pairwise_einsum(spec, shapes):
+    """Every pairwise step as transpose/reshape + broadcasting mul + reduce_sum: only
+    single-operand einsums (diagonals) remain, and the meaning is the same."""
+    before = program_of(spec, shapes)
+    after, _ = lower(before, PRIMITIVE)
+    assert all(len(n.srcs) == 1 for n in after.nodes() if n.op is Op.EINSUM)
+    assert_same_meaning(before, after)
+
+
+@settings(max_examples=40, deadline=None)
+@given(einsum_programs())
+def test_kernel_library_disabled_keeps_the_meaning_of_random_einsums(before):
+    after, _ = lower(before, PRIMITIVE)
+    assert all(len(n.srcs) == 1 for n in after.nodes() if n.op is Op.EINSUM)
+    assert_same_meaning(before, after)
+
+
+def test_kernel_library_disabled_computes_f16_in_f32():
+    before = program_of("ab,bc->ac", [(3, 40), (40, 2)], DType.f16)
+    after, _ = lower(before, PRIMITIVE)
+    assert {DType.f32} == {n.type.dtype for n in after.nodes() if n.op is Op.MUL}
+    xs = inputs_for(before)
+    np.testing.assert_allclose(accy.interpret(after, xs)[0].astype(np.float32),
+                               accy.interpret(before, xs)[0].astype(np.float32), rtol=2e-3)
+
+
+def test_kernel_library_disabled_runs_without_contraction_kernels(device):
+    before = program_of("ab,bc,cd->ad", [(30, 40), (40, 20), (20, 10)], DType.f32)
+    tensor = "shape-layout-propagation,einsum-lowering{kernel-library=disabled}"
+    job = accy.prepare(before, f"{tensor},accy-dispatch,accy-memory,accy-kernel,accy-target")
+    stats = dict(job.record("kernel").passes[-1].stats)
+    assert "generator tiled-contraction" not in stats
+    xs = inputs_for(before)
+    np.testing.assert_allclose(job.run(*xs, device=device)[0],
+                               accy.interpret(before, xs)[0], rtol=1e-4, atol=1e-4)

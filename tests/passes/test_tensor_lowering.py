@@ -55,6 +55,16 @@ def test_default_keeps_rowwise_activations():
     assert Op.ERF in ops_of(after)
 
 
+def test_activation_kernel_library_disabled_lowers_the_row_activations_too():
+    program = trace(lambda x: x.softmax(-1) + x.log_softmax(-1) + x.gelu(), accy.f32[4, 8],
+                    name="mix")
+    kept = ops_of(lowered(program, "activation-lowering{kernel-library=enabled}"))
+    assert Op.SOFTMAX in kept and Op.LOG_SOFTMAX in kept and Op.GELU not in kept
+    after = lowered(program, "activation-lowering{kernel-library=disabled}")
+    assert not {Op.SOFTMAX, Op.LOG_SOFTMAX, Op.GELU} & set(ops_of(after))
+    assert_same_meaning(program, after, [RNG.standard_normal((4, 8)).astype(np.float32)])
+
+
 def test_unknown_activation_is_an_error():
     program = trace(lambda x: x.relu(), accy.f32[4], name="r")
     with pytest.raises(PassFailure, match="cannot lower.*lowerable"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from accy.ir.node import Node
 from accy.ir.ops import Op
@@ -12,6 +13,7 @@ from accy.passes.rebuild import constant, make, rebuild
 from accy.passes.registry import register
 
 LOWERABLE = ("relu", "gelu", "sigmoid", "softmax", "log_softmax")
+LIBRARY = ("softmax", "log_softmax")  # what the kernel library (row-softmax) computes whole
 
 
 def lower(node: Node, x: Node) -> Node:
@@ -49,12 +51,16 @@ class ActivationLowering(Pass):
         "activations to lower, of relu, gelu, sigmoid, softmax, log_softmax (softmax and "
         "log_softmax are off by default: one row kernel beats their three lowered kernels)",
     )
+    kernel_library: Literal["enabled", "disabled"] = option(
+        "enabled", "enabled: lower the activations in ops; disabled: softmax and log_softmax, "
+        "which the row-softmax kernels compute whole, are lowered too")
 
     def run(self, ctx, product):
         unknown = sorted(set(self.ops) - set(LOWERABLE))
         if unknown:
             raise ValueError(f"cannot lower {unknown}; lowerable: {', '.join(LOWERABLE)}")
-        chosen = {Op(name) for name in self.ops}
+        names = set(self.ops) | (set(LIBRARY) if self.kernel_library == "disabled" else set())
+        chosen = {Op(name) for name in names}
         lowered = 0
 
         def rewrite(node: Node, srcs: tuple[Node, ...]) -> Node:

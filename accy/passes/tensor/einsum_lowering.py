@@ -16,10 +16,16 @@ Each ``einsum`` node becomes, in order:
 
 What remains afterwards: ``einsum`` nodes with two operands, none of which holds a letter
 that could have been summed inside it, and single-operand ``einsum`` nodes that only take a
-diagonal or copy (``ij->ij``). The record of the pass (``ctx.stat``) has ``lowered`` (how
-many einsums) and, per einsum in program order, ``einsum-<k>``: the spec, strategy, chosen
-path (linear form) and its cost next to the naive left-to-right path's cost, in the units of
-:mod:`accy.contraction.cost`.
+diagonal or copy (``ij->ij``). With ``kernel-library=disabled`` the pairwise steps are
+primitive ops instead of einsums, for the contraction kernels to be ablated from pipeline
+text: each operand transposed and reshaped onto the step's letters (output letters, then the
+summed ones), a broadcasting ``mul`` and a ``reduce_sum`` over the summed letters, which
+fusion turns into one reduction kernel reading both operands through index arithmetic (f16
+operands are multiplied and summed in f32, as the contraction kernels do).
+
+The record of the pass (``ctx.stat``) has ``lowered`` (how many einsums) and, per einsum in
+program order, ``einsum-<k>``: the spec, strategy, chosen path (linear form) and its cost next
+to the naive left-to-right path's cost, in the units of :mod:`accy.contraction.cost`.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from accy.ir.node import Node
 from accy.ir.ops import Op
 from accy.ir.program import Stage
 from accy.ir.shapes import infer, parse_einsum
+from accy.ir.types import DType
 from accy.passes.base import Pass, option
 from accy.passes.rebuild import rebuild
 from accy.passes.registry import register
@@ -67,6 +74,9 @@ class EinsumLowering(Pass):
         _DEFAULTS.auto_beam_width, "beam width for small einsums (0: never widen)")
     objective: Literal["flops", "size", "write"] = option(
         "flops", "what the path minimizes: FLOPs, largest intermediate or elements written")
+    kernel_library: Literal["enabled", "disabled"] = option(
+        "enabled", "enabled: pairwise einsums for the tiled contraction kernels; disabled: "
+        "each step as broadcast multiply + reduce_sum (primitive ops)")
 
     def __post_init__(self) -> None:
         self.path_options()  # bad values fail when the pipeline is read
@@ -116,8 +126,12 @@ class EinsumLowering(Pass):
         nodes = {i: node for i, (node, _) in enumerate(operands)}
         orders = {i: have for i, (_, have) in enumerate(operands)}
         for x, a, b, result in _steps(chosen.path, [set(h) for _, h in operands], out, orders):
-            spec_ab = f"{orders[a]},{orders[b]}->{result}"
-            nodes[x], orders[x] = make(Op.EINSUM, (nodes[a], nodes[b]), spec=spec_ab), result
+            if self.kernel_library == "disabled":
+                nodes[x] = _multiply_sum(nodes[a], orders[a], nodes[b], orders[b], result)
+            else:
+                spec_ab = f"{orders[a]},{orders[b]}->{result}"
+                nodes[x] = make(Op.EINSUM, (nodes[a], nodes[b]), spec=spec_ab)
+            orders[x] = result
         return nodes[max(nodes)], self.record(spec, chosen)
 
     def record(self, spec: str, chosen: PathResult) -> dict[str, Any]:
@@ -127,6 +141,31 @@ class EinsumLowering(Pass):
             "path": tuple(chosen.path), "cost": _figures(chosen.cost),
             "naive_cost": _figures(chosen.naive_cost),
         }
+
+
+def _multiply_sum(a: Node, la: str, b: Node, lb: str, result: str) -> Node:
+    """``einsum(la,lb->result)`` as primitive ops: both operands on the letters ``result`` +
+    summed (transposed, size-1 dims where a letter is missing), a broadcasting ``mul`` and a
+    ``reduce_sum`` over the summed letters; f16 computed in f32."""
+    full = result + "".join(c for c in dict.fromkeys(la + lb) if c not in result)
+    dtype = a.type.dtype
+
+    def spread(node: Node, have: str) -> Node:
+        order = "".join(c for c in full if c in have)
+        if order != have:
+            node = make(Op.TRANSPOSE, (node,), perm=tuple(have.index(c) for c in order))
+        shape = tuple(node.type.shape[order.index(c)] if c in order else 1 for c in full)
+        if shape != node.type.shape:
+            node = make(Op.RESHAPE, (node,), shape=shape)
+        if dtype is DType.f16:
+            node = make(Op.CAST, (node,), dtype=DType.f32)
+        return node
+
+    out = make(Op.MUL, (spread(a, la), spread(b, lb)))
+    if len(full) > len(result):
+        out = make(Op.REDUCE_SUM, (out,), axes=tuple(range(len(result), len(full))),
+                   keepdims=False)
+    return make(Op.CAST, (out,), dtype=dtype) if dtype is DType.f16 else out
 
 
 def _prepare(node: Node, term: str, elsewhere: set[str]) -> tuple[Node, str]:
