@@ -16,8 +16,10 @@ exact arithmetic) and carries, op by op, two things next to every value:
   its error of the discontinuity; an ``einsum`` output with a non-finite term (the IR leaves
   the order and pairing of its products open, and that decides inf or nan); a ``log``,
   ``div``, ``rsqrt``, ``reciprocal`` or ``pow`` whose operand's error is comparable to the
-  operand (the slope bound no longer holds); a value within its error of the dtype's overflow;
-  and everything computed from such elements.
+  operand (the slope bound no longer holds); a ``pow`` whose base is within its error of 1
+  under a non-finite exponent, or negative under an exponent within its error of an integer;
+  a value within its error of the dtype's overflow; and everything computed from such
+  elements.
 
 An op without a rule here (one added to the IR later) gets its error by evaluating it with
 its operands moved by their bounds, which is sound for elementwise ops.
@@ -258,10 +260,17 @@ def _max_min(c: _Ctx) -> tuple[Any, Any]:
 
 
 def _pow(c: _Ctx) -> tuple[Any, Any]:
+    """Also unstable: a base within its error of 1 under a non-finite exponent (``pow(1, y)``
+    is 1 for every y, nan included; just off 1 it is nan, 0 or inf), and a negative base under
+    an exponent within its error of an integer (finite there, nan elsewhere)."""
     a, (ea, eb) = c.mag(0), c.es
     rel = c.mag(1) * 2 * ea / a + np.abs(np.log(a)) * eb
     e = np.abs(c.out) * np.expm1(rel) + c.rounding(np.abs(c.out))
-    return e, c.joined() | _singular(a, ea)
+    base, power = c.vs[0].astype(F64), c.vs[1].astype(F64)
+    near_one = (ea > 0) & (np.abs(base - 1) <= ea) & ~np.isfinite(power)
+    integral = (base < 0) & (eb > 0) & (np.abs(power - np.round(power)) <= eb)
+    flips = np.broadcast_to(near_one | integral, c.out.shape)
+    return e, c.joined() | _singular(a, ea) | flips
 
 
 def _compare(c: _Ctx) -> tuple[Any, Any]:

@@ -13,6 +13,7 @@ import pytest
 
 from accy.ir.parser import parse_program
 from accy.ir.types import DType
+from accy.passes.pipelines import PIPELINES
 from accy.testing import check_end_to_end, check_passes
 
 pytestmark = pytest.mark.filterwarnings("ignore::pyopencl.CompilerWarning")
@@ -43,13 +44,40 @@ CROSS_ENTROPY = """
     }"""
 
 
-def test_loss_lowering_keeps_cross_entropy_of_infinite_logits() -> None:
+# the cross-entropy kept whole for the row kernel (the default) and lowered
+LOSS_PIPELINES = ["accy-default", ",".join((
+    "accy-contract", PIPELINES["accy-tensor"].text.replace(
+        "loss-lowering", "loss-lowering{kernel-library=disabled}"),
+    "accy-dispatch", "accy-memory", "accy-kernel", "accy-target"))]
+
+
+@pytest.mark.parametrize("pipeline", LOSS_PIPELINES)
+def test_loss_lowering_keeps_cross_entropy_of_infinite_logits(pipeline: str) -> None:
     # the one-hot lowering gave nan (0 * -inf) where the loss is inf; the gather gives inf
-    check_passes(parse_program(CROSS_ENTROPY), [np.float32([np.inf, 0]), np.int32(1)])
+    check_passes(parse_program(CROSS_ENTROPY), [np.float32([np.inf, 0]), np.int32(1)], pipeline)
 
 
-def test_cross_entropy_of_infinite_logits_on_opencl(device_dtypes: list[DType]) -> None:
-    check_end_to_end(parse_program(CROSS_ENTROPY), [np.float32([np.inf, 0]), np.int32(1)])
+@pytest.mark.parametrize("pipeline", LOSS_PIPELINES)
+def test_cross_entropy_of_infinite_logits_on_opencl(pipeline: str,
+                                                    device_dtypes: list[DType]) -> None:
+    check_end_to_end(parse_program(CROSS_ENTROPY), [np.float32([np.inf, 0]), np.int32(1)],
+                     pipeline=pipeline)
+
+
+def test_promoted_f16_pow_of_a_base_rounding_to_one_under_nan() -> None:
+    """accy fuzz (seed 20261201): f16 ``pow(|a| + 1, nan)`` with ``a`` = 6.1e-5 is 1 in f16
+    (the base rounds to 1, and pow(1, y) = 1 for every y) but nan once dtype-legalization
+    computes it in f32. Both are correct: the error bounds now call such elements unstable."""
+    program = parse_program("""
+        func @f(%a: f16[], %c: f16[]) -> (f16[]) {
+          %0 = abs(%a) : f16[]
+          %1 = constant() {value=dense<[1.0]>} : f16[]
+          %2 = add(%0, %1) : f16[]
+          %3 = pow(%2, %c) : f16[]
+          return %3
+        }""")
+    result = check_passes(program, [np.float16(6.104e-05), np.float16(np.nan)])
+    assert result.status == "ok"
 
 
 @pytest.mark.parametrize("op", ["softmax", "log_softmax"])
