@@ -171,6 +171,15 @@ def test_shape_layout_propagation_composes_transposes():
 def test_seed_tensor_lowering_options_round_trip_and_share_one_launch_plan():
     """The seed's lowering options in MLIR syntax; indexing-lowering and loss-lowering each set
     their fields of the product's launch plan and keep the other's."""
+    seed = ("activation-lowering{kernel-library=enabled},einsum-lowering{strategy=beam "
+            "exact-state-limit=64 beam-width=8 auto-beam-width=16 kernel-library=enabled},"
+            "indexing-lowering{kernel-library=enabled gather-thread-blocks=4 "
+            "scatter-thread-blocks=5},loss-lowering{kernel-library=enabled "
+            "row-sparse-cross-entropy-thread-blocks=4}")  # the seed's test, MLIR syntax
+    parsed = parse_pipeline(seed)
+    assert parse_pipeline(parsed.text(full=True)) == parsed == parse_pipeline(parsed.text())
+    for option in seed.replace("{", " ").replace("}", " ").replace(",", " ").split():
+        assert "=" not in option or option in parsed.text(full=True), option
     text = ("indexing-lowering{gather-thread-blocks=4 scatter-thread-blocks=5},"
             "loss-lowering{row-sparse-cross-entropy-thread-blocks=4}")
     assert parse_pipeline(text).text() == text
