@@ -30,6 +30,7 @@ import numpy as np
 import accy
 from accy.builder import einsum
 from accy.experiments.records import git_commit, timestamp, write_json
+from accy.ir.program import Stage
 from accy.ir.shapes import parse_einsum
 from accy.job import PreparedJob
 from accy.kernels import contraction
@@ -71,8 +72,8 @@ def build_job(spec: str, shapes: list[tuple[int, ...]], dtype: accy.DType,
 
 def with_tiles(job: PreparedJob, tiles: contraction.Tiles) -> PreparedJob:
     """``job`` with its tiled-contraction kernels rebuilt from ``tiles`` (a work item's one
-    kernel, or its two with K split)."""
-    p = job.product
+    kernel, or its two with K split), legalized again."""
+    p = job.products[Stage.kernel]
     outlines = {o.work_item: o for o in p.outline.outlines}
     kernels: list = []
     done: set[int] = set()
@@ -85,9 +86,11 @@ def with_tiles(job: PreparedJob, tiles: contraction.Tiles) -> PreparedJob:
             done.add(k.work_item)
             built = contraction.build(group, outlines[k.work_item], item.kind, p.target, tiles)
             kernels += [with_spaces(b, p.spaces) for b in built]
-    products = dict(job.products)
-    products[job.stage] = p.replace(kernels=tuple(kernels))
-    return PreparedJob(products, job.records, job.pipeline)
+    products = {s: q for s, q in job.products.items() if s.index < Stage.target.index}
+    products[Stage.kernel] = p.replace(kernels=tuple(kernels))
+    records = tuple(r for r in job.records if r.stage is not Stage.target)
+    kernel_stage = PreparedJob(products, records, job.pipeline)
+    return accy.prepare(kernel_stage, job.pipeline)
 
 
 def time_job(job: PreparedJob, inputs: list[np.ndarray], runtime, repeat: int

@@ -241,6 +241,12 @@ def _pow2_at_most(n: int, cap: int) -> int:
 # as many groups as fill them: 512x1024x4096, 32 tiles of 128x128 split in 4.
 FILL = 0.9
 MIN_SPLIT_K = 512
+# When no size fills the device even so, the chosen small tiles split a K of at least LONG_K
+# into chunks of at least MIN_SMALL_K: 128x64x1280 as 8 groups of 32x32 ran 0.058 ms, in 16
+# chunks 0.016 (torch 0.037); 128x128x2560 0.111 -> 0.023 ms (torch 0.039). Shorter K keeps
+# one kernel (a second launch costs more than a few K steps save).
+MIN_SMALL_K = 64
+LONG_K = 1024
 
 
 def _large(t: Tiles) -> bool:
@@ -294,6 +300,11 @@ def choose_tiles(c: Contraction, target: TargetProfile) -> Tiles:
     else:
         options.sort(key=lambda o: (o[0], o[1]))
     groups, _, chosen = options[-1] if options else (0, 0, fits[-1])
+    if not _large(chosen) and 0 < groups < target.compute_units and c.k.size >= LONG_K:
+        split = 1  # small tiles, idle units, long K: split it into chunks of >= MIN_SMALL_K
+        while groups * split < target.compute_units and c.k.size >= 2 * split * MIN_SMALL_K:
+            split *= 2
+        chosen, groups = replace(chosen, split=split), groups * split
     bk = chosen.bk
     deep = replace(chosen, bk=2 * bk)
     if (_large(chosen) and 1 < groups <= target.compute_units and c.k.size >= 2 * deep.bk

@@ -26,8 +26,8 @@ def test_operand_shapes_follow_the_letter_classes(bench):
 def test_bench_contraction_smoke(bench, tmp_path: Path) -> None:
     out = tmp_path / "c.json"
     try:
-        result = bench.main(["--sizes", "24,17x9x33", "--repeat", "2", "--tiles", "wy=1",
-                             "--baseline", "--out", str(out)])
+        result = bench.main(["--sizes", "24,17x9x33", "--repeat", "2", "--tiles",
+                             "wy=1;split=2", "--baseline", "--out", str(out)])
     except DeviceError as exc:
         pytest.skip(f"no usable OpenCL device: {exc}")
     data = json.loads(out.read_text())
@@ -38,10 +38,10 @@ def test_bench_contraction_smoke(bench, tmp_path: Path) -> None:
     assert [s["size"]["m"] for s in data["sizes"]] == [24, 17]
     for size in data["sizes"]:
         configs = [r["config"] for r in size["rows"]]
-        assert configs == ["heuristic", "wy=1", "loop-nest"]
+        assert configs == ["heuristic", "wy=1", "split=2", "loop-nest"]  # split: 2 kernels
         for row in size["rows"]:
             assert row["ms"] > 0 and row["tflops"] > 0 and row["rel_error"] < 1e-5
         assert size["rows"][0]["generator"] == "tiled-contraction"
-        assert size["rows"][2]["generator"] == "other"
-        assert size["rows"][1]["tiles"]["wy"] == 1
+        assert size["rows"][3]["generator"] == "other"
+        assert size["rows"][1]["tiles"]["wy"] == 1 and size["rows"][2]["tiles"]["split"] == 2
         assert size["numpy_ms"] > 0 and size["heuristic_over_numpy"] > 0

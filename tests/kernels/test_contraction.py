@@ -496,6 +496,10 @@ def test_gpu_large_tiles_fill_most_units_split_k_and_run_one_wave_twice_as_deep(
     # no size fills the device: the most groups, large tiles on a tie (64 either way)
     narrow = tiles_for("ik,kj->ij", [(256, 8192), (8192, 256)], H200)
     assert (narrow.bm, narrow.split) == (128, 16)
+    # ... and small tiles split a long K too: 8 groups of 32x32 in 16 chunks of 80
+    thin = tiles_for("ik,kj->ij", [(128, 1280), (1280, 64)], H200)
+    assert (thin.bm, thin.bn, thin.split) == (32, 32, 16)
+    assert tiles_for("ik,kj->ij", [(130, 256), (256, 384)], H200).split == 1  # K too short
 
 
 def test_split_k_sums_partials_in_a_second_kernel_with_the_epilogue(runtime, profiles):
