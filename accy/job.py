@@ -71,6 +71,16 @@ class PreparedJob:
         raise KeyError(f"no record for stage {stage.value}; recorded: "
                        f"{[r.stage.value for r in self.records]}")
 
+    def generators(self) -> dict[str, int]:
+        """Kernel generator name -> work items it built (kernelization's statistics); empty
+        before the kernel stage."""
+        for run in (r for r in self.records if r.stage is Stage.kernel):
+            for p in run.passes:
+                if p.spec.split("{")[0] == "kernelization":
+                    return {k.removeprefix("generator "): v for k, v in p.stats
+                            if k.startswith("generator ")}
+        return {}
+
     def stamps(self) -> dict[str, str]:
         """Product name -> fingerprint for every stage product held."""
         return {s.value: p.fingerprint() for s, p in sorted(self.products.items(),

@@ -39,7 +39,7 @@ from accy.backends.opencl.runtime import Runtime, select_device
 from accy.builder import Value, cross_entropy, trace
 from accy.experiments.kernels import copy_bandwidth
 from accy.experiments.records import git_commit, median_ms, timestamp, write_json
-from accy.passes.pipelines import PIPELINES
+from accy.passes.spec import parse_pipeline
 from accy.target import TargetProfile
 
 # fraction of copy bandwidth (H200)
@@ -112,12 +112,6 @@ def error(name: str, got: np.ndarray, want: np.ndarray, xs: list[np.ndarray]) ->
     return err, err < 1e-5
 
 
-def generators(job: accy.PreparedJob) -> dict[str, int]:
-    stats = dict(job.record("kernel").passes[-1].stats)
-    return {k.removeprefix("generator "): v for k, v in stats.items()
-            if k.startswith("generator ")}
-
-
 def bench_one(name: str, program: accy.Program, shapes: tuple[tuple[int, ...], ...],
               nbytes: int, runtime: Runtime, repeat: int, copy_gbps: float,
               with_numpy: bool, front: str = "egglog", disable: tuple[str, ...] = (),
@@ -125,11 +119,9 @@ def bench_one(name: str, program: accy.Program, shapes: tuple[tuple[int, ...], .
     kernel = "accy-kernel"
     if disable:
         kernel = f"kernel-outlining-planning,kernelization{{disable={','.join(disable)}}}"
-    head = FRONTS[front]
+    pipeline = f"{FRONTS[front]},accy-dispatch,accy-memory,{kernel},accy-target"
     if lowered_loss:
-        head = head.replace("accy-tensor", PIPELINES["accy-tensor"].text).replace(
-            "loss-lowering", LOWERED_LOSS)
-    pipeline = f"{head},accy-dispatch,accy-memory,{kernel},accy-target"
+        pipeline = parse_pipeline(pipeline).replacing(LOWERED_LOSS).text()
     job = accy.prepare(program, pipeline, target=TargetProfile.from_device(runtime.info))
     xs = inputs(name, shapes)
     exe = job.executable(device=runtime)
@@ -147,7 +139,7 @@ def bench_one(name: str, program: accy.Program, shapes: tuple[tuple[int, ...], .
         "name": f"{name} (loop nest)" if disable else f"{name} (lowered)" if lowered_loss else name,
         "shape": [list(s) for s in shapes],
         "pipeline": pipeline, "kernels": [k.entry for k in job.kernels],
-        "generators": generators(job), "kernel_ms": ms, "bytes": nbytes, "GBps": gbps,
+        "generators": job.generators(), "kernel_ms": ms, "bytes": nbytes, "GBps": gbps,
         "fraction_of_copy": gbps / copy_gbps, "target_fraction": TARGETS[name],
         "target_met": gbps / copy_gbps >= TARGETS[name], "max_error": err, "matches": ok,
         "numpy_ms": None, "speedup_vs_numpy": None,

@@ -25,6 +25,18 @@ class Pipeline:
         """Canonical pipeline text; ``full`` prints every option, defaults included."""
         return ",".join(format_pass(p, full=full) for p in self.passes)
 
+    def replacing(self, text: str) -> Pipeline:
+        """This pipeline with every pass named in ``text`` (pipeline text) in place of its
+        passes of that name: one pass's options changed in a named pipeline, as ablations
+        need (``parse_pipeline("accy-default").replacing("loss-lowering{kernel-library=
+        disabled}")``). A pass the pipeline does not run is a :class:`PipelineError`."""
+        new = {p.name: p for p in parse_pipeline(text).passes}
+        missing = sorted(set(new) - {p.name for p in self.passes})
+        if missing:
+            raise PipelineError(f"cannot replace {', '.join(missing)}: the pipeline runs no such "
+                                f"pass ({self.text()})")
+        return Pipeline(tuple(new.get(p.name, p) for p in self.passes))
+
     def __str__(self) -> str:
         return self.text()
 

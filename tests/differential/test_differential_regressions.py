@@ -13,7 +13,7 @@ import pytest
 
 from accy.ir.parser import parse_program
 from accy.ir.types import DType
-from accy.passes.pipelines import PIPELINES
+from accy.passes.spec import parse_pipeline
 from accy.testing import check_end_to_end, check_passes
 
 pytestmark = pytest.mark.filterwarnings("ignore::pyopencl.CompilerWarning")
@@ -45,10 +45,8 @@ CROSS_ENTROPY = """
 
 
 # the cross-entropy kept whole for the row kernel (the default) and lowered
-LOSS_PIPELINES = ["accy-default", ",".join((
-    "accy-contract", PIPELINES["accy-tensor"].text.replace(
-        "loss-lowering", "loss-lowering{kernel-library=disabled}"),
-    "accy-dispatch", "accy-memory", "accy-kernel", "accy-target"))]
+LOSS_PIPELINES = ["accy-default", parse_pipeline("accy-default").replacing(
+    "loss-lowering{kernel-library=disabled}").text()]
 
 
 @pytest.mark.parametrize("pipeline", LOSS_PIPELINES)

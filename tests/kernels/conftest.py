@@ -22,17 +22,10 @@ def pipeline(kernelization: str = "", tensor: str = "accy-tensor") -> str:
     return ",".join(s for s in stages if s)
 
 
-def generators(job: accy.PreparedJob) -> dict[str, int]:
-    """Generator name -> work items it built (kernelization's statistics)."""
-    stats = dict(job.record("kernel").passes[-1].stats)
-    return {k.removeprefix("generator "): v for k, v in stats.items()
-            if k.startswith("generator ")}
-
-
 @pytest.fixture(scope="session")
 def used() -> Callable[[accy.PreparedJob], dict[str, int]]:
-    """:func:`generators` for the test modules."""
-    return generators
+    """Generator name -> work items it built (:meth:`accy.PreparedJob.generators`)."""
+    return accy.PreparedJob.generators
 
 
 @pytest.fixture(scope="session")
@@ -54,7 +47,7 @@ def check(device) -> Check:
             rtol: float = 1e-5, atol: float = 1e-6) -> accy.PreparedJob:
         job = accy.prepare(program, pipeline, target=target)
         if generator is not None:
-            assert generator in generators(job), generators(job)
+            assert generator in job.generators(), job.generators()
         exe = job.executable(device=device)
         first = exe(*inputs)
         again = exe(*inputs)

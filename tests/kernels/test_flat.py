@@ -217,3 +217,15 @@ def test_in_place_outputs_read_before_they_write(check, rng) -> None:
 
     a, b = (rng.standard_normal(4096).astype(np.float32) for _ in range(2))
     check(trace(fn, f32[4096], f32[4096], name="f"), [a, b], generator="vector-flat")
+
+
+def test_job_generators_count_the_work_items_each_generator_built() -> None:
+    program = trace(lambda a, b: ((a + b) * 2.0, (a * b).sum()), accy.f32[64], accy.f32[64],
+                    name="f")
+    assert accy.prepare(program, until="dispatch").generators() == {}
+    job = accy.prepare(program)
+    assert sum(job.generators().values()) == len(job.product.schedule.items) == 2
+    loop_only = accy.prepare(program, "accy-contract,accy-tensor,accy-dispatch,accy-memory,"
+                             "kernel-outlining-planning,kernelization{disable=vector-flat,"
+                             "tree-reduction},accy-target")
+    assert loop_only.generators() == {"loop-nest": 2}

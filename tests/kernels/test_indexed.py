@@ -11,7 +11,7 @@ from accy.builder import gather, scatter_add, trace
 from accy.errors import InterpretError
 from accy.ir.types import DType
 from accy.kernels.ir import For, idx, walk_stmts
-from accy.passes.pipelines import PIPELINES
+from accy.passes.spec import parse_pipeline
 from accy.plans import LaunchPlan
 from accy.target import KernelStatus, TargetProfile
 
@@ -186,9 +186,8 @@ def test_thread_blocks_launch_grid_stride_kernels(check, used, pipe, rng, gather
     ids = edge_indices(rng, 300, (200,))
     grad = rng.integers(-8, 8, (200, 8)).astype(np.float32)
     options = f"gather-thread-blocks={gather_blocks} scatter-thread-blocks={scatter_blocks}"
-    tensor = PIPELINES["accy-tensor"].text.replace("indexing-lowering",
-                                                   f"indexing-lowering{{{options}}}")
-    job = check(program, [w, ids, grad], pipeline=pipe(tensor=tensor))
+    pipeline = parse_pipeline("accy-default").replacing(f"indexing-lowering{{{options}}}")
+    job = check(program, [w, ids, grad], pipeline=pipeline.text())
     assert used(job) == {"indexed-gather": 1, "indexed-scatter": 1}
     assert job.product.launch == LaunchPlan(gather=gather_blocks, scatter_add=scatter_blocks)
     gather_kernel, init_kernel, add_kernel = job.kernels  # gather; scatter: copy, adds

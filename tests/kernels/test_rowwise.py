@@ -10,7 +10,7 @@ from accy.builder import cross_entropy, trace
 from accy.ir.types import DType
 from accy.kernels import rowwise
 from accy.kernels.ir import Barrier, For, walk_stmts
-from accy.passes.pipelines import PIPELINES
+from accy.passes.spec import parse_pipeline
 from accy.target import TargetProfile
 
 f32 = accy.f32
@@ -124,16 +124,16 @@ def test_cross_entropy_rows_then_mean(check, rng, used, pipe, shape) -> None:
         assert used(job) == {"row-softmax": 1}
 
 
-def tensor_stage(loss_options: str) -> str:
-    """accy-tensor with ``loss-lowering{loss_options}``."""
-    return PIPELINES["accy-tensor"].text.replace("loss-lowering", f"loss-lowering{loss_options}")
+def with_loss(options: str) -> str:
+    """accy-default with ``loss-lowering{options}``."""
+    return parse_pipeline("accy-default").replacing(f"loss-lowering{options}").text()
 
 
-def test_lowered_cross_entropy_uses_row_softmax(check, rng, used, pipe) -> None:
+def test_lowered_cross_entropy_uses_row_softmax(check, rng, used) -> None:
     prog = trace(lambda x, y: cross_entropy(x, y), f32[37, 5], accy.i32[37], name="f")
     labels = rng.integers(0, 5, 37).astype(np.int32)
     job = check(prog, [data(rng, (37, 5)), labels],
-                pipeline=pipe(tensor=tensor_stage("{kernel-library=disabled}")))
+                pipeline=with_loss("{kernel-library=disabled}"))
     assert used(job)["row-softmax"] == 1  # the log-softmax; the pick and mean are not ours
 
 
@@ -141,8 +141,7 @@ def test_lowered_cross_entropy_uses_row_softmax(check, rng, used, pipe) -> None:
     ((37, 5), None), ((300, 70), GPU), ((5, 20000), GPU), ((40, 64), TargetProfile(
         device_type="cpu", native_vector_bytes=32))])
 @pytest.mark.parametrize("blocks", [1, 3])
-def test_cross_entropy_thread_blocks_walk_the_rows(check, rng, pipe, shape, target, blocks
-                                                   ) -> None:
+def test_cross_entropy_thread_blocks_walk_the_rows(check, rng, shape, target, blocks) -> None:
     """loss-lowering{row-sparse-cross-entropy-thread-blocks=N}: the row-loss kernel runs N
     work-groups in a grid-stride loop over the row sets (held, online and CPU forms), each trip
     ended by a barrier; the mean kernel is unchanged."""
@@ -151,7 +150,7 @@ def test_cross_entropy_thread_blocks_walk_the_rows(check, rng, pipe, shape, targ
     labels = rng.integers(0, shape[-1], shape[:-1]).astype(np.int32)
     options = f"{{row-sparse-cross-entropy-thread-blocks={blocks}}}"
     job = check(prog, [data(rng, shape), labels], generator="row-softmax",
-                pipeline=pipe(tensor=tensor_stage(options)), target=target)
+                pipeline=with_loss(options), target=target)
     rows, _ = job.kernels
     local = rows.geometry.local_size[0]
     assert rows.geometry.global_size == (blocks * local,)

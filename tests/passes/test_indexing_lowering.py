@@ -161,10 +161,9 @@ def test_thread_blocks_reach_the_indexed_groups_outlines_only():
         return gather(table, ids, axis=0) * 2.0, scatter_add(table, ids, grad, axis=0), table + 1
 
     program = trace(fn, accy.f32[10, 4], accy.i32[6], accy.f32[6, 4], name="emb")
-    tensor = PIPELINES["accy-tensor"].text.replace(
-        "indexing-lowering", "indexing-lowering{gather-thread-blocks=3 scatter-thread-blocks=7}")
-    job = accy.prepare(program, f"accy-contract,{tensor},accy-dispatch,accy-memory,"
-                                "kernel-outlining-planning", until=Stage.kernel)
+    pipeline = parse_pipeline("accy-default").replacing(
+        "indexing-lowering{gather-thread-blocks=3 scatter-thread-blocks=7}")
+    job = accy.prepare(program, pipeline, until=Stage.kernel)
     product = job.products[Stage.kernel]
     blocks = {}
     for item, outline in zip(product.schedule.items, product.outline.outlines, strict=True):

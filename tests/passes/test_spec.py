@@ -326,3 +326,16 @@ def test_parse_raises_only_pipelineerror(text: str) -> None:
     except PipelineError:
         return
     round_trips(p)
+
+
+def test_replacing_changes_one_pass_of_a_named_pipeline():
+    base = parse_pipeline("accy-default")
+    changed = base.replacing("loss-lowering{kernel-library=disabled},kernelization{disable="
+                             "loop-nest}")
+    assert len(changed) == len(base)
+    differ = [(a.name, b) for a, b in zip(base.passes, changed.passes, strict=True) if a != b]
+    assert [name for name, _ in differ] == ["loss-lowering", "kernelization"]
+    assert "loss-lowering{kernel-library=disabled}" in changed.text()
+    assert parse_pipeline(changed.text()) == changed
+    with pytest.raises(PipelineError, match="runs no such pass"):
+        parse_pipeline("accy-tensor").replacing("kernelization")

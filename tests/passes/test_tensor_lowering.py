@@ -8,7 +8,6 @@ from accy.builder import cross_entropy, trace
 from accy.errors import InterpretError, PassFailure, PipelineError
 from accy.ir.ops import Op
 from accy.ir.program import Program, Stage
-from accy.passes.pipelines import PIPELINES
 from accy.passes.spec import parse_pipeline
 from accy.plans import LaunchPlan
 
@@ -84,9 +83,8 @@ def test_loss_lowering_keeps_float_cross_entropy_for_the_row_kernel(device):
     labels = RNG.integers(0, 5, 6).astype(np.int32)
     (want,) = accy.interpret(program, [logits, labels])
     for option in ("", "{kernel-library=disabled}"):
-        tensor = PIPELINES["accy-tensor"].text.replace("loss-lowering", f"loss-lowering{option}")
-        job = accy.prepare(program, f"accy-contract,{tensor},accy-dispatch,accy-memory,"
-                                    "accy-kernel,accy-target")
+        job = accy.prepare(program, parse_pipeline("accy-default").replacing(
+            f"loss-lowering{option}"))
         kernels = [k.entry for k in job.kernels]
         assert any(k.startswith("cross_entropy") for k in kernels) == (option == ""), kernels
         (got,) = job.executable(device=device)(logits, labels)
