@@ -12,7 +12,8 @@ ALLOWED = {
     "accy.plans": ("accy.errors", "accy.ir", "accy.target"),
     "accy.kernels": ("accy.errors", "accy.ir", "accy.plans", "accy.target"),
     "accy.backends": ("accy.errors", "accy.ir", "accy.kernels", "accy.plans", "accy.target",
-                      "accy.job"),
+                      "accy.job", "accy.files"),
+    "accy.files": (),  # safe folders and atomic writes: the standard library only
     "accy.product": ("accy.errors", "accy.ir", "accy.kernels", "accy.plans", "accy.target"),
     "accy.egraph": ("accy.errors", "accy.ir"),
     "accy.egraph.sorts": ("accy.errors", "accy.ir"),  # below rules, convert, driver, cost

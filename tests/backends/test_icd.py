@@ -152,6 +152,8 @@ def test_vendor_dir_is_shared_by_equal_entries(tmp_path: Path) -> None:
 
 def test_cache_root_follows_xdg(tmp_path: Path) -> None:
     assert icd.cache_root({"XDG_CACHE_HOME": str(tmp_path)}) == tmp_path / "accy"
+    assert not (tmp_path / "accy").exists()  # made (private) only when something is written
+    assert icd.fallback_root().name == f"accy-{os.getuid()}"
 
 
 LDCONFIG = f"""\

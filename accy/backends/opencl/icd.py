@@ -10,7 +10,9 @@ vendor directory names is tried with ``dlopen``. When none loads but a copy of t
 does (found like the dynamic linker would: ``LD_LIBRARY_PATH``, ``ldconfig -p``, the usual
 driver folders), it writes a vendor directory of accy's own (``nvidia.icd`` naming that copy by
 absolute path, plus copies of the system's ICD files, so nothing listed before disappears),
-points ``OCL_ICD_VENDORS`` at it and warns once.
+points ``OCL_ICD_VENDORS`` at it and warns once. The folders are private and checked (0700,
+this user's, no symbolic links; see :mod:`accy.files`): another user able to add an ICD file
+there would make this process load a library of their choosing.
 
 ``OCL_ICD_FILENAMES`` does not count: the ICD loader in pyopencl's wheels ignores it (on the
 H200 machine it names ``libpocl.so.2:libnvidia-opencl.so.1``, both load, and neither platform
@@ -26,12 +28,15 @@ import ctypes
 import hashlib
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 import warnings
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from accy.files import atomic_write, private_dir
 
 NVIDIA_LIBRARY = "libnvidia-opencl.so.1"
 VENDORS_ENV = "OCL_ICD_VENDORS"  # read by ocl-icd and by the Khronos ICD loader
@@ -164,35 +169,63 @@ def decide(environ: MutableMapping[str, str], vendor_dir: Path,
 
 
 def cache_root(environ: MutableMapping[str, str]) -> Path:
-    """``$XDG_CACHE_HOME/accy`` (else ``~/.cache/accy``); a per-user temp dir if unwritable."""
-    base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    root = Path(base) / "accy"
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        if os.access(root, os.W_OK):
-            return root
-    except OSError:
-        pass
+    """``$XDG_CACHE_HOME/accy`` (an absolute one, as the XDG spec asks), else
+    ``~/.cache/accy``. Nothing is created here."""
+    base = environ.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(base):
+        base = os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "accy"
+
+
+def fallback_root() -> Path:
+    """The per-user temp folder, ``$TMPDIR/accy-<uid>``, for when the cache cannot be used."""
     return Path(tempfile.gettempdir()) / f"accy-{os.getuid()}"
+
+
+def _read_regular(path: Path) -> str | None:
+    """The text of ``path`` if it is a regular file (never through a link), else None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return None
+        try:
+            return f.read().decode()
+        except UnicodeDecodeError:
+            return None
 
 
 def write_vendor_dir(entries: tuple[tuple[str, str], ...], root: Path) -> Path:
     """A directory under ``root`` holding exactly ``entries``, named by their digest.
 
-    The same entries give the same directory, so processes share it; each file is written to
-    a temporary name and renamed, so a concurrent reader never sees half a file.
+    The same entries give the same directory, so processes share it. ``root``,
+    ``root/opencl-vendors`` and the directory are private (:func:`accy.files.private_dir`:
+    created 0700; an existing one that is a symbolic link, another user's, or writable by
+    group or others raises :class:`~accy.files.UnsafePathError`, since ``OCL_ICD_VENDORS``
+    will make this process load whatever library an ICD file there names). Each file is
+    written with :func:`accy.files.atomic_write`, so a concurrent reader never sees half a
+    file and a planted link is never written through.
     """
     digest = hashlib.blake2b(repr(entries).encode(), digest_size=8).hexdigest()
-    folder = root / "opencl-vendors" / digest
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = private_dir(private_dir(private_dir(root) / "opencl-vendors") / digest)
     for name, text in entries:
         path = folder / name
-        if path.exists() and path.read_text() == text:
-            continue
-        tmp = folder / f".{name}.{os.getpid()}.tmp"
-        tmp.write_text(text)
-        os.replace(tmp, path)
+        if _read_regular(path) != text:
+            atomic_write(path, text, mode=0o644)
     return folder
+
+
+def _write_somewhere(entries: tuple[tuple[str, str], ...], roots: list[Path]) -> Path:
+    """:func:`write_vendor_dir` under the first of ``roots`` where it succeeds."""
+    problems = []
+    for root in roots:
+        try:
+            return write_vendor_dir(entries, root)
+        except OSError as exc:  # UnsafePathError included: the next root, or give up
+            problems.append(str(exc))
+    raise OSError("; ".join(problems))
 
 
 def register_nvidia_icd(environ: MutableMapping[str, str] | None = None,
@@ -205,15 +238,20 @@ def register_nvidia_icd(environ: MutableMapping[str, str] | None = None,
 
     Sets ``OCL_ICD_VENDORS`` in ``environ`` (default ``os.environ``) and warns with an
     :class:`IcdRegistrationWarning` saying why, what was done and how to make it permanent.
+    The vendor directory goes under ``root`` if given, else under :func:`cache_root`, else
+    (that one unusable or unsafe, e.g. a symbolic link) under :func:`fallback_root`, which
+    must be safe too (:func:`write_vendor_dir`). When no root is safe nothing is written, the
+    variable is left unset and the decision says why (``register`` False).
     """
     environ = os.environ if environ is None else environ
     vendor_dir = system_vendor_dir(environ) if vendor_dir is None else vendor_dir
     decision = decide(environ, vendor_dir, locate, loads)
     if not decision.register:
         return decision
+    roots = [root] if root is not None else [cache_root(environ), fallback_root()]
     try:
-        folder = write_vendor_dir(decision.entries, root or cache_root(environ))
-    except OSError as exc:
+        folder = _write_somewhere(decision.entries, roots)
+    except OSError as exc:  # nothing written anywhere unsafe: OpenCL goes on without NVIDIA
         return IcdDecision(False, f"could not write a vendor directory: {exc}")
     environ[VENDORS_ENV] = str(folder)
     copied = len(decision.entries) - 1
