@@ -27,8 +27,10 @@ model behind the tolerances is :mod:`accy.error_bounds`).
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -36,6 +38,7 @@ from hypothesis import currently_in_test_context, note
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+import accy.differential as _differential
 from accy.differential import (
     TOLERANCES,
     CheckResult,
@@ -44,13 +47,11 @@ from accy.differential import (
     Tolerance,
     assert_close,
     check_determinism,
-    check_end_to_end,
-    check_passes,
-    check_rule,
     example_text,
     inputs_text,
     unsupported_reason,
 )
+from accy.ir.interpret import function_inputs
 from accy.ir.ops import Op, OpKind
 from accy.ir.program import Function, Program
 from accy.ir.types import DType, TensorType
@@ -62,8 +63,8 @@ __all__ = [
     "ALL_OPS", "ELEMENTWISE_OPS", "TOLERANCES", "CheckResult", "DifferentialFailure",
     "ProgramInputs", "Tolerance", "assert_close", "check_determinism", "check_end_to_end",
     "check_passes", "check_rule", "dtypes", "example_text", "index_bounds", "inputs_for",
-    "pipelines", "programs", "programs_with", "programs_with_inputs", "random_inputs", "shapes",
-    "tensor_types", "unsupported_reason",
+    "option_values", "pipelines", "program_inputs", "prerequisites", "programs", "programs_with",
+    "programs_with_inputs", "random_inputs", "shapes", "tensor_types", "unsupported_reason",
 ]
 
 
@@ -293,32 +294,218 @@ def programs_with_inputs(programs_: st.SearchStrategy[Program] | None = None, *,
     return _programs(opts, functions, None, st.just(()), with_inputs=True)
 
 
-def _option_values(info: Any) -> st.SearchStrategy:
-    def one(t: Any) -> st.SearchStrategy:
-        if info.choices is not None:
-            return st.sampled_from(info.choices)
-        return {bool: st.booleans(), int: st.integers(), str: st.text(),
-                float: st.floats(allow_nan=False)}[t]
+# ---- inputs in every accepted form -------------------------------------------------------
 
-    element = one(info.element_type)
+
+def program_inputs(program: Program, inputs: Sequence[Any] | Mapping[str, Any]
+                   ) -> ProgramInputs:
+    """``inputs`` as ``{function name: (array per parameter)}``, from any form that
+    :func:`accy.interpret` takes too (:func:`accy.ir.interpret.function_inputs`): a sequence
+    of the only function's arrays in parameter order, a mapping from its parameter names to
+    arrays, or a mapping from function names to either. The checks below take all three."""
+    names = {f.name for f in program.functions}
+    only = program.functions[0] if len(program.functions) == 1 else None
+    by_function = (isinstance(inputs, Mapping) and bool(inputs) and set(inputs) <= names
+                   and not (only is not None and set(inputs) == set(only.param_names)))
+    chosen = [f for f in program.functions if f.name in inputs] if by_function else [
+        program.function()]
+    out: ProgramInputs = {}
+    for fn in chosen:
+        given = function_inputs(program, inputs, fn.name)
+        if isinstance(given, Mapping):
+            if set(given) != set(fn.param_names):
+                raise ValueError(f"function {fn.name}: inputs by name must be exactly its "
+                                 f"parameters {list(fn.param_names)}, got {sorted(given)}")
+            given = [given[n] for n in fn.param_names]
+        out[fn.name] = tuple(given)
+    return out
+
+
+def _any_inputs(check: Callable[..., CheckResult]) -> Callable[..., CheckResult]:
+    @functools.wraps(check)
+    def wrapped(program: Program, inputs: Sequence[Any] | Mapping[str, Any], *args: Any,
+                **kwargs: Any) -> CheckResult:
+        return check(program, program_inputs(program, inputs), *args, **kwargs)
+
+    wrapped.__doc__ = (check.__doc__ or "") + (
+        "\n\n    ``inputs``: any form :func:`program_inputs` takes (positional sequence, "
+        "parameter name -> array, or function name -> either).")
+    return wrapped
+
+
+check_end_to_end = _any_inputs(_differential.check_end_to_end)
+check_passes = _any_inputs(_differential.check_passes)
+check_rule = _any_inputs(_differential.check_rule)
+
+
+# ---- pipelines --------------------------------------------------------------------------------
+
+# pass -> the passes that make the plans it needs (``Product.require`` in its ``run``). A pass of
+# one's own may say the same with a class attribute ``requires = ("fusion-planning", ...)``.
+PASS_PREREQUISITES: dict[str, tuple[str, ...]] = {
+    "schedule-planning": ("fusion-planning",),
+    "bufferization-planning": ("fusion-planning", "schedule-planning"),
+    "memory-space-planning": ("bufferization-planning",),
+    "layout-planning": ("bufferization-planning",),
+    "kernel-outlining-planning": ("schedule-planning", "bufferization-planning"),
+    "kernelization": ("kernel-outlining-planning",),
+    "backend-legalization": ("kernelization",),
+}
+RUN_REQUIRES = ("backend-legalization",)  # running a prepared job needs its legality report
+
+
+def prerequisites(name: str) -> tuple[str, ...]:
+    """The passes ``name`` needs earlier in a pipeline: its class's ``requires`` when it has
+    one, else :data:`PASS_PREREQUISITES` (none for an unknown pass)."""
+    declared = getattr(all_passes().get(name), "requires", None)
+    return tuple(declared) if declared is not None else PASS_PREREQUISITES.get(name, ())
+
+
+def _closure(names: Sequence[str]) -> list[str]:
+    out: dict[str, None] = {}
+    todo = list(names)
+    while todo:
+        name = todo.pop()
+        if name not in out:
+            out[name] = None
+            todo.extend(prerequisites(name))
+    return list(out)
+
+
+def _subsets(items: Sequence[str], min_size: int = 0) -> st.SearchStrategy[tuple[str, ...]]:
+    return st.lists(st.sampled_from(list(items)), min_size=min_size, max_size=len(items),
+                    unique=True).map(tuple)
+
+
+def _powers_of_two(lo: int, hi: int) -> st.SearchStrategy[int]:
+    return st.sampled_from([1 << k for k in range(lo.bit_length() - 1, hi.bit_length())])
+
+
+def _valid_values() -> dict[tuple[str, str], st.SearchStrategy]:
+    """(pass, option field) -> values the option accepts and every valid program runs with
+    (cheap ones: small saturation limits). ``error`` policies of dtype-legalization are left
+    out: they refuse programs by design."""
+    from accy.egraph.cost import COST_MODELS
+    from accy.passes.kernel.kernelization import GENERATORS
+    from accy.passes.tensor.activation_lowering import LOWERABLE
+    from accy.passes.tensor.einsum_lowering import _DEFAULTS
+    from accy.passes.tensor.saturate import DEFAULT_RULESETS
+
+    limits = {"iterations": st.integers(1, 12), "node_limit": st.integers(200, 20_000),
+              "time_limit": st.floats(0.05, 2.0), "max_elements": st.integers(0, 1 << 16)}
+    out: dict[tuple[str, str], st.SearchStrategy] = {}
+    for name in ("constant-fold", "canonicalize", "saturate"):
+        out.update({(name, k): v for k, v in limits.items()})
+    blocks = st.integers(0, 64)  # 0: the generator chooses
+    out.update({
+        ("constant-fold", "disable"): _subsets(["fold-exp", "fold-neg", "fold-add"]),
+        ("canonicalize", "disable"): _subsets(["mul-one", "neg-neg", "add-zero"]),
+        ("saturate", "rulesets"): _subsets(DEFAULT_RULESETS, min_size=1),
+        ("saturate", "rules"): st.just(()),
+        ("saturate", "disable"): st.just(()),  # valid names depend on the drawn rulesets
+        ("saturate", "match_limit"): st.integers(0, 1000),
+        ("saturate", "cost"): st.sampled_from(sorted(COST_MODELS)),
+        ("activation-lowering", "ops"): _subsets(LOWERABLE),
+        ("einsum-lowering", "exact_state_limit"): st.integers(
+            _DEFAULTS.exact_state_limit, 2 * _DEFAULTS.exact_state_limit),
+        ("einsum-lowering", "beam_width"): st.integers(1, 8),
+        ("einsum-lowering", "auto_beam_width"): st.integers(0, 8),
+        ("indexing-lowering", "gather_thread_blocks"): blocks,
+        ("indexing-lowering", "scatter_thread_blocks"): blocks,
+        ("loss-lowering", "row_sparse_cross_entropy_thread_blocks"): blocks,
+        ("dtype-legalization", "f16"): st.sampled_from(["promote", "keep"]),
+        ("dtype-legalization", "f64"): st.sampled_from(["keep", "demote"]),
+        ("dtype-legalization", "i64"): st.sampled_from(["keep", "demote"]),
+        ("kernel-outlining-planning", "work_group_size"): _powers_of_two(1, 1024),
+        ("kernel-outlining-planning", "max_name_ops"): st.integers(0, 8),
+        ("kernelization", "disable"): _subsets([g for g in GENERATORS if g != "loop-nest"]),
+        ("layout-planning", "alignment"): _powers_of_two(1, 256),
+    })
+    return out
+
+
+def _declared(cls: type, info: Any) -> st.SearchStrategy | None:
+    """Values from the option's own declaration: ``range`` = ``(low, high)`` (inclusive, either
+    end None for open) on the :class:`~accy.passes.base.OptionInfo` or in the dataclass field's
+    metadata, or ``choices`` (valid values, of a list's elements for a list option) in the
+    metadata. None when it declares neither."""
+    meta = next(f.metadata for f in dataclasses.fields(cls) if f.name == info.field)
+    choices = meta.get("choices")
+    if choices is not None:
+        return _subsets(choices) if info.is_list else st.sampled_from(list(choices))
+    bounds = getattr(info, "range", None) or meta.get("range")
+    if bounds is None or info.element_type not in (int, float):
+        return None
+    lo, hi = bounds
+    default = info.default if not info.is_list else None
+    if hi is None:  # open: up to a few times the default, which is cheap enough
+        base = default if isinstance(default, int | float) and default > 0 else 16
+        hi = max(lo if lo is not None else 0, 4 * base)
+    if info.element_type is int:
+        element = st.integers(lo, int(hi))
+    else:
+        element = st.floats(lo, hi, allow_nan=False, allow_infinity=False)
     return st.lists(element, max_size=3).map(tuple) if info.is_list else element
 
 
+def option_values(cls: type, info: Any, table: dict | None = None) -> st.SearchStrategy:
+    """Valid values of option ``info`` of pass class ``cls``: from its declaration
+    (:func:`_declared`), else :func:`_valid_values`, else every value of a ``bool`` or
+    ``Literal`` option, else only its default (a range accy cannot know)."""
+    declared = _declared(cls, info)
+    if declared is not None:
+        return declared
+    table = _valid_values() if table is None else table
+    if (cls.name, info.field) in table:
+        return table[(cls.name, info.field)]
+    if info.choices is not None and not info.is_list:
+        return st.sampled_from(list(info.choices))
+    if info.type is bool:
+        return st.booleans()
+    return st.just(info.default)
+
+
+def _ordered(names: list[str], registry: dict[str, type]) -> list[str]:
+    """Stage order; within a stage the order of ``accy-default`` (unknown passes after, in
+    the drawn order), moved later where a prerequisite would come after its user."""
+    from accy.passes.spec import parse_pipeline
+
+    canonical = [p.name for p in parse_pipeline("accy-default").passes]
+    rank = {n: (registry[n].stage.index, canonical.index(n) if n in canonical
+                else len(canonical) + i) for i, n in enumerate(names)}
+    out: list[str] = []
+    waiting = sorted(names, key=rank.__getitem__)
+    while waiting:  # the lowest-ranked pass whose prerequisites are all placed
+        ready = next((n for n in waiting if set(prerequisites(n)) <= set(out)), waiting[0])
+        out.append(ready)
+        waiting.remove(ready)
+    return out
+
+
 @st.composite
-def _pipelines(draw: Any, max_passes: int) -> Pipeline:
+def _pipelines(draw: Any, max_passes: int, runnable: bool) -> Pipeline:
     registry = all_passes()
+    table = _valid_values()
+    chosen = draw(st.lists(st.sampled_from(sorted(registry)), max_size=max_passes, unique=True))
+    names = _closure([*chosen, *(RUN_REQUIRES if runnable else ())])
     passes = []
-    for name in draw(st.lists(st.sampled_from(sorted(registry)), max_size=max_passes)):
+    for name in _ordered([n for n in names if n in registry], registry):
         cls = registry[name]
-        options = {o.field: draw(_option_values(o)) for o in cls.options()
+        options = {o.field: draw(option_values(cls, o, table)) for o in cls.options()
                    if draw(st.booleans())}
         try:
             passes.append(cls(**options))
-        except (TypeError, ValueError):  # a pass that checks its options: use the defaults
+        except (TypeError, ValueError):  # a user's pass refusing a value: its defaults
             passes.append(cls())
-    return Pipeline(tuple(sorted(passes, key=lambda p: p.stage.index)))
+    return Pipeline(tuple(passes))
 
 
-def pipelines(max_passes: int = 8) -> st.SearchStrategy[Pipeline]:
-    """Pipelines of registered passes (in stage order) with random option values."""
-    return _pipelines(max_passes)
+def pipelines(max_passes: int = 8, *, runnable: bool = True) -> st.SearchStrategy[Pipeline]:
+    """Pipelines that prepare every valid program: up to ``max_passes`` registered passes
+    (yours too) drawn with their prerequisites (:func:`prerequisites`), in stage order, with
+    option values in their valid ranges (:func:`option_values`). ``runnable`` (default) adds
+    what running needs (kernelization, backend-legalization and theirs), so
+    ``prepare(program, pipeline).run(*inputs)`` works wherever the target supports the
+    program's dtypes; without it, pipelines may stop short of kernels.
+    """
+    return _pipelines(max_passes, runnable)

@@ -50,7 +50,7 @@ from accy.ir.printer import format_name
 from accy.ir.program import Function, Program
 from accy.ir.types import DType, TensorType
 
-__all__ = ["interpret", "Precision"]
+__all__ = ["function_inputs", "interpret", "Precision"]
 
 Precision = Literal["native", "float64"]
 _Impl = Callable[[Node, list[np.ndarray]], np.ndarray]
@@ -65,7 +65,9 @@ def interpret(
 ) -> tuple[np.ndarray, ...]:
     """Evaluate ``function`` (default: the only one) of ``program`` on ``inputs``.
 
-    ``inputs`` are given in parameter order or by parameter name. Numpy arrays must match the
+    ``inputs`` take the forms ``accy.testing`` takes (:func:`function_inputs`): the
+    parameters' arrays in order, a mapping from parameter name to array, or a mapping from
+    function name to either (as ``accy.testing.inputs_for`` draws). Numpy arrays must match the
     parameter's shape and dtype exactly; Python scalars and (nested) lists are converted with
     ``np.asarray(x, dtype=param dtype)`` when their shape matches and the conversion keeps
     their kind (no floats for an int parameter). Returns one array per result (0-d arrays
@@ -78,7 +80,7 @@ def interpret(
     except KeyError as e:
         raise InterpretError(str(e.args[0])) from None
     wide = precision == "float64"
-    args = _check_inputs(fn, inputs)
+    args = _check_inputs(fn, function_inputs(program, inputs, fn.name))
     values: dict[Node, np.ndarray] = {}
     for p, arg in zip(fn.params, args, strict=True):
         values[p] = arg.astype(np.float64) if wide and p.type.dtype.is_float else arg
@@ -122,6 +124,30 @@ def _compute_dtype(t: TensorType, wide: bool) -> np.dtype:
 
 
 # ---- input checking ---------------------------------------------------------------------
+
+
+def function_inputs(program: Program, inputs: Sequence[Any] | Mapping[str, Any],
+                    function: str | None = None) -> Sequence[Any] | Mapping[str, Any]:
+    """The inputs of ``function`` (default: the only one) among ``inputs``, in one of the
+    forms every input-taking function of accy accepts:
+
+    * a sequence: the function's arrays in parameter order;
+    * a mapping from parameter name to array;
+    * a mapping from function name to either of the above (several functions at once).
+
+    A mapping whose keys are exactly the function's parameter names is by parameter (so a
+    parameter named like a function wins); else one whose keys all name functions is by
+    function. Nothing is converted or checked here beyond picking the function's entry.
+    """
+    fn = program.function(function)
+    if isinstance(inputs, Mapping) and set(inputs) != set(fn.param_names):
+        names = {f.name for f in program.functions}
+        if inputs and set(inputs) <= names:
+            if fn.name not in inputs:
+                raise InterpretError(f"inputs by function name have none for function "
+                                     f"{fn.name} (given: {sorted(inputs)})")
+            return inputs[fn.name]
+    return inputs
 
 
 def _check_inputs(fn: Function, inputs: Sequence[Any] | Mapping[str, Any]) -> list[np.ndarray]:

@@ -3,12 +3,14 @@ terms, unstable elements are skipped, and the documented examples hold."""
 
 from __future__ import annotations
 
+import dataclasses
 import doctest
+from typing import ClassVar
 
 import numpy as np
 import pytest
 from diff_support import examples
-from hypothesis import given
+from hypothesis import find, given
 from hypothesis import strategies as st
 
 import accy
@@ -22,6 +24,7 @@ from accy.ir.parser import parse_program
 from accy.ir.program import Stage
 from accy.ir.types import DType
 from accy.ir.verify import verify
+from accy.passes.base import Pass, option
 from accy.target import TargetProfile
 from accy.testing import (
     TOLERANCES,
@@ -179,3 +182,70 @@ def test_ops_without_an_error_rule_are_bounded_by_perturbing_operands(monkeypatc
     guessed = error_bounds(program, [x], rtol)
     assert np.allclose(guessed[0].error, ruled[0].error, rtol=0.5)
     assert guessed[1].unstable.tolist() == ruled[1].unstable.tolist() == [False, True, False]
+
+
+# ---- pipelines(): only runnable pipelines ---------------------------------------------------
+
+
+@accy.function
+def _small(a: accy.f32[4, 8], b: accy.f32[8, 3], i: accy.i32[5]):
+    from accy import builder as B
+
+    h = B.einsum("ij,jk->ik", a, b) * 1.0
+    return (h.softmax(axis=-1).sigmoid() + h.sum(axes=(1,), keepdims=True),
+            B.gather(a, i, axis=0).exp())
+
+
+_RNG = np.random.default_rng(0)
+_SMALL_INPUTS = (_RNG.uniform(-1, 1, (4, 8)).astype(np.float32),
+                 _RNG.uniform(-1, 1, (8, 3)).astype(np.float32),
+                 np.array([0, 3, 1, 1, 2], np.int32))
+
+
+@examples(0.3)
+@given(accy.testing.pipelines())
+def test_drawn_pipelines_prepare_and_run(device_dtypes, pipeline) -> None:
+    names = [p.name for p in pipeline.passes]
+    for i, name in enumerate(names):  # prerequisites come first, stages in order
+        assert set(accy.testing.prerequisites(name)) <= set(names[:i])
+    assert [p.stage.index for p in pipeline.passes] == sorted(
+        p.stage.index for p in pipeline.passes)
+    got = accy.prepare(_small, pipeline).run(*_SMALL_INPUTS)
+    for g, w in zip(got, interpret(_small, _SMALL_INPUTS), strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_each_pass_with_its_prerequisites_runs(device_dtypes) -> None:
+    """Every registered pass at its defaults, alone with what it needs: the prerequisite table
+    is complete (a missing entry fails here with 'needs the ... plan')."""
+    from accy.passes.registry import all_passes
+    from accy.passes.spec import Pipeline
+
+    registry = all_passes()
+    for name in sorted(registry):
+        names = accy.testing._ordered(
+            accy.testing._closure([name, *accy.testing.RUN_REQUIRES]), registry)
+        job = accy.prepare(_small, Pipeline(tuple(registry[n]() for n in names)))
+        assert len(job.run(*_SMALL_INPUTS)) == 2, name
+
+
+@dataclasses.dataclass(frozen=True)
+class _Mine(Pass):
+    """A pass of one's own whose options declare their ranges in field metadata."""
+
+    name: ClassVar[str] = "mine"
+    stage: ClassVar[Stage] = Stage.tensor
+    width: int = dataclasses.field(default=8, metadata={"doc": "", "range": (2, 5)})
+    tags: tuple[str, ...] = dataclasses.field(default=(), metadata={"doc": "",
+                                                                    "choices": ("a", "b")})
+    other: int = option(3, "no range: only the default")
+
+
+def test_option_values_read_declared_ranges() -> None:
+    """A range or choices in an option's field metadata wins over the built-in table."""
+    infos = {o.field: o for o in _Mine.options()}
+    values = accy.testing.option_values(_Mine, infos["width"])
+    assert find(values, lambda v: True) == 2 and find(values, lambda v: v >= 5) == 5
+    assert set(find(accy.testing.option_values(_Mine, infos["tags"]), lambda v: len(v) == 2)
+               ) == {"a", "b"}
+    assert find(accy.testing.option_values(_Mine, infos["other"]), lambda v: True) == 3
