@@ -55,7 +55,10 @@ def _int(what: str, x: Any) -> int:
 
 
 class Value:
-    """A traced tensor value inside a :class:`FunctionBuilder`; operators build ops."""
+    """A traced tensor value inside a :class:`FunctionBuilder`; operators build ops.
+
+    ``==``/``!=``/``<``/... are elementwise comparisons with bool results; a Value has no
+    truth value, hashes by identity, and is compared for identity with ``is``."""
 
     __slots__ = ("fb", "node")
     __array_priority__ = 1000  # numpy arrays on the left defer to our operators

@@ -46,10 +46,10 @@ def _int_list(at_least: int, what: str) -> Any:
             values = _ints(text)
         except ValueError:
             raise argparse.ArgumentTypeError(
-                f"expected comma-separated {what}, got {text!r}") from None
+                f"must be comma-separated {what}, got {text!r}") from None
         if not values or min(values) < at_least:
             raise argparse.ArgumentTypeError(
-                f"expected comma-separated {what} (each >= {at_least}), got {text!r}")
+                f"must be comma-separated {what}, each >= {at_least}, got {text!r}")
         return text  # options_from and run_experiment split it again
 
     parse.__name__ = what  # argparse names the type in some messages
@@ -63,7 +63,7 @@ def _names(what: str, valid: Any = None) -> Any:
     def parse(text: str) -> str:
         names = _csv(text)
         if not names:
-            raise argparse.ArgumentTypeError(f"expected comma-separated {what}, got {text!r}")
+            raise argparse.ArgumentTypeError(f"must be comma-separated {what}, got {text!r}")
         known = valid() if valid is not None else None
         unknown = [n for n in names if known is not None and n not in known]
         if unknown:
