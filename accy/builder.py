@@ -11,6 +11,12 @@ Explicit, in the seed's spirit::
 Tracing: ``@accy.function`` runs a Python function on traced values (operators and methods
 build ops) over annotated (``a: accy.f32[4]``) or example-shaped inputs. Shape and dtype errors
 are raised when an op is built, naming the op and its operand types.
+
+Comparisons are elementwise, as in numpy and torch: ``a == b``, ``a != b``, ``a < b`` ... build
+bool tensors (``(a == b).astype(DType.f32)`` turns them into numbers). So a traced value has no
+Python truth value (``if a == b:`` raises TypeError; use ``select``), and identity is ``is``:
+Values hash by identity and can be kept in sets and dict keys, but ``v in [w, ...]`` compares
+elementwise and raises.
 """
 
 from __future__ import annotations
@@ -21,18 +27,38 @@ from typing import Any
 
 import numpy as np
 
-from accy.errors import ShapeError
+from accy.errors import AccyError, ShapeError
 from accy.ir.node import Node
-from accy.ir.ops import Op
+from accy.ir.ops import ATTRS, Op
 from accy.ir.program import Function, Program
 from accy.ir.shapes import infer
 from accy.ir.types import DType, TensorType
 
 Operand = "Value | float | int | bool | np.ndarray"
 
+# What ``==`` and ``!=`` compare elementwise; anything else (None, strings, ...) is left to
+# Python (NotImplemented), so ``v == None`` is False as for numpy arrays.
+_COMPARABLE = (int, float, np.number, np.bool_, np.ndarray)
+
+
+class BuilderError(AccyError, ValueError):
+    """The builder was used out of order or given something it cannot take (a function never
+    finished, a non-integer axis or dimension). A ValueError too, as these were before."""
+
+
+def _int(what: str, x: Any) -> int:
+    """``x`` as a Python int if it is an integer (numpy integers too, bools not): an axis or
+    dimension given as 2.0 or "2" is a mistake the builder names instead of truncating."""
+    if isinstance(x, bool | np.bool_) or not isinstance(x, int | np.integer):
+        raise BuilderError(f"{what} must be an integer, got {x!r} ({type(x).__name__})")
+    return int(x)
+
 
 class Value:
-    """A traced tensor value inside a :class:`FunctionBuilder`; operators build ops."""
+    """A traced tensor value inside a :class:`FunctionBuilder`; operators build ops.
+
+    ``==``/``!=``/``<``/... are elementwise comparisons with bool results; a Value has no
+    truth value, hashes by identity, and is compared for identity with ``is``."""
 
     __slots__ = ("fb", "node")
     __array_priority__ = 1000  # numpy arrays on the left defer to our operators
@@ -70,6 +96,13 @@ class Value:
     def __rtruediv__(self, o): return self._bin(Op.DIV, o, swap=True)
     def __pow__(self, o): return self._bin(Op.POW, o)
     def __rpow__(self, o): return self._bin(Op.POW, o, swap=True)
+    # == and != are elementwise (bool results) like < and >; identity is `is`, and hashing
+    # stays by identity so Values work as set members and dict keys.
+    def __eq__(self, o):  # type: ignore[override]
+        return self._bin(Op.EQ, o) if _comparable(o) else NotImplemented
+    def __ne__(self, o):  # type: ignore[override]
+        return self._bin(Op.NE, o) if _comparable(o) else NotImplemented
+    __hash__ = object.__hash__
     def __lt__(self, o): return self._bin(Op.LT, o)
     def __le__(self, o): return self._bin(Op.LE, o)
     def __gt__(self, o): return self._bin(Op.GT, o)
@@ -89,7 +122,8 @@ class Value:
         return self.fb.op(Op.EINSUM, self, o, spec=f"{batch}ij,{batch}jk->{batch}ik")
 
     def __bool__(self) -> bool:
-        raise TypeError("a traced Value has no truth value; use select(cond, a, b)")
+        raise TypeError("a traced Value has no truth value (==, !=, < ... compare elementwise "
+                        "and `in` uses ==); use select(cond, a, b), or `is` for identity")
 
     def __getitem__(self, key: Any) -> Value:
         key = key if isinstance(key, tuple) else (key,)
@@ -99,6 +133,9 @@ class Value:
         key = key + (slice(None),) * (self.type.rank - len(key))
         starts, stops, steps = [], [], []
         for k, d in zip(key, self.shape, strict=True):
+            for part in (k.start, k.stop, k.step):
+                if part is not None:  # slice.indices would take True as 1
+                    _int(f"slice({self.type}): a bound of {k!r}", part)
             a, b, s = k.indices(d)
             starts.append(a), stops.append(b), steps.append(s)
         return self.fb.op(Op.SLICE, self, starts=starts, stops=stops, steps=steps)
@@ -118,7 +155,8 @@ class Value:
     def gelu(self): return self.fb.op(Op.GELU, self)
     def sigmoid(self): return self.fb.op(Op.SIGMOID, self)
     def tanh(self): return self.fb.op(Op.TANH, self)
-    def astype(self, dtype: DType): return self.fb.op(Op.CAST, self, dtype=dtype)
+    def astype(self, dtype: DType):
+        return self.fb.op(Op.CAST, self, dtype=_dtype("astype", dtype))
 
     def sum(self, axes=None, keepdims=False):
         return self.fb.reduce(Op.REDUCE_SUM, self, axes, keepdims)
@@ -140,8 +178,42 @@ class Value:
     def log_softmax(self, axis=-1): return self.fb.op(Op.LOG_SOFTMAX, self, axis=axis)
 
 
+def _dtype(where: str, dtype: Any) -> DType:
+    """``dtype`` if it is a DType; ``accy.f32`` (a type maker) gets a message saying so."""
+    if isinstance(dtype, _TypeMaker):
+        raise BuilderError(f"{where}: {dtype!r} makes tensor types ({dtype!r}[4, 8]); pass "
+                           f"the element type DType.{dtype.dtype.value}")
+    if not isinstance(dtype, DType):
+        raise BuilderError(f"{where}: the element type must be a DType (e.g. DType.f32), "
+                           f"got {dtype!r}")
+    return dtype
+
+
+def _comparable(o: Any) -> bool:
+    return isinstance(o, Value) or isinstance(o, _COMPARABLE)
+
+
 def _dims(shape: tuple) -> tuple[int, ...]:
     return tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], tuple | list) else shape
+
+
+def _check_attrs(op: Op, attrs: dict[str, Any]) -> None:
+    """Integer and bool attributes as given, checked before shape inference can truncate them
+    (``reshape(2.5, 2)``, ``sum(axes=1.0)``, ``keepdims="no"``), naming the op."""
+    for name, want in ATTRS.get(op, {}).items():
+        if name not in attrs:
+            continue  # infer names missing attributes
+        v = attrs[name]
+        what = f"{op.value}: {name}"
+        if want is int:
+            _int(what, v)
+        elif want is tuple:
+            if not isinstance(v, tuple | list):
+                raise BuilderError(f"{what} must be a list of integers, got {v!r}")
+            for x in v:
+                _int(f"{what} entry", x)
+        elif want is bool and not isinstance(v, bool | np.bool_):
+            raise BuilderError(f"{what} must be True or False, got {v!r}")
 
 
 class FunctionBuilder:
@@ -166,6 +238,7 @@ class FunctionBuilder:
         self.results: tuple[Node, ...] | None = None
 
     def param(self, index: int) -> Value:
+        index = _int(f"function {self.name}: parameter index", index)
         if not 0 <= index < len(self.params):
             raise IndexError(f"function {self.name} has {len(self.params)} parameters, "
                              f"no parameter {index}")
@@ -175,6 +248,8 @@ class FunctionBuilder:
 
     def constant(self, value: Any, dtype: DType | None = None) -> Value:
         """A constant; Python floats default to f32, other values keep numpy's dtype."""
+        if dtype is not None:
+            _dtype("constant", dtype)
         arr = np.asarray(value)
         if dtype is None:
             plain_float = type(value) is float
@@ -216,12 +291,17 @@ class FunctionBuilder:
                 raise TypeError(f"{op.value}: operand {s!r} is not a Value")
             if s.fb is not self:
                 raise ValueError(f"{op.value}: an operand comes from another function")
+        _check_attrs(op, attrs)
         t, attrs = infer(op, tuple(s.type for s in srcs), attrs)
         return Value(self, Node(op, t, tuple(s.node for s in srcs), attrs))
 
     def reduce(self, op: Op, x: Value, axes=None, keepdims: bool = False) -> Value:
-        axes = tuple(range(x.type.rank)) if axes is None else (
-            (axes,) if isinstance(axes, int) else tuple(axes))
+        if axes is None:
+            axes = tuple(range(x.type.rank))
+        elif isinstance(axes, tuple | list | range):
+            axes = tuple(axes)
+        else:
+            axes = (axes,)  # one axis; _check_attrs rejects a non-integer one
         return self.op(op, x, axes=axes, keepdims=keepdims)
 
     # explicit spellings of the binary ops, as in the seed's builder
@@ -251,6 +331,8 @@ class FunctionBuilder:
         if self.results is None:
             raise ValueError(f"function {self.name} has no return_")
         fn = Function(self.name, self.params, self.param_names, self.results)
+        # closed even when _add refuses a duplicate name: that mistake was already reported
+        self.builder._close(self)
         self.builder._add(fn)
         return fn
 
@@ -260,24 +342,47 @@ class Builder:
 
     def __init__(self) -> None:
         self._functions: list[Function] = []
+        # begun but not finished, so finish() can name a forgotten FunctionBuilder.finish()
+        self._open: list[FunctionBuilder] = []
 
     @staticmethod
     def tensor(dtype: DType, shape: Sequence[int]) -> TensorType:
+        _dtype("Builder.tensor", dtype)
+        if not isinstance(shape, Sequence) or isinstance(shape, str):
+            raise BuilderError(f"Builder.tensor: shape must be a sequence of integers, "
+                               f"got {shape!r}")
         return TensorType(tuple(shape), dtype)
 
     def begin_function(self, name: str, params: Sequence[TensorType],
                        param_names: Sequence[str] | None = None,
                        results: Sequence[TensorType] | None = None) -> FunctionBuilder:
-        if not name.isidentifier():
+        if not isinstance(name, str) or not name.isidentifier():
             raise ValueError(f"function name {name!r} is not an identifier")
-        return FunctionBuilder(self, name, params, param_names, results)
+        for what, types in (("parameter", params), ("result", results or ())):
+            for i, t in enumerate(types):
+                if not isinstance(t, TensorType):
+                    raise BuilderError(f"function {name}: {what} {i} is {t!r}, not a "
+                                       f"TensorType (e.g. accy.f32[4, 8])")
+        fb = FunctionBuilder(self, name, params, param_names, results)
+        self._open.append(fb)
+        return fb
 
     def _add(self, fn: Function) -> None:
         if any(f.name == fn.name for f in self._functions):
             raise ValueError(f"function {fn.name!r} is already defined")
         self._functions.append(fn)
 
+    def _close(self, fb: FunctionBuilder) -> None:
+        self._open = [f for f in self._open if f is not fb]
+
     def finish(self) -> Program:
+        if self._open:
+            names = ", ".join(repr(f.name) for f in self._open)
+            were = "was" if len(self._open) == 1 else "were"
+            s = "" if len(self._open) == 1 else "s"
+            raise BuilderError(f"function{s} {names} {were} begun but not finished: call "
+                               f"FunctionBuilder.finish() (after return_) before "
+                               f"Builder.finish()")
         return Program(tuple(self._functions))
 
 
@@ -383,6 +488,10 @@ class _TypeMaker:
 
     def __getitem__(self, shape: Any) -> TensorType:
         shape = shape if isinstance(shape, tuple) else (shape,)
+        for d in shape:  # TensorType checks too; here the message shows what was written
+            if isinstance(d, bool | np.bool_) or not isinstance(d, int | np.integer) or d < 0:
+                raise ShapeError(f"{self!r}[{', '.join(map(repr, shape))}]: dimensions must "
+                                 f"be non-negative integers, got {d!r}")
         return TensorType(shape, self.dtype)
 
     def __repr__(self) -> str:

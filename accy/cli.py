@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -48,11 +49,20 @@ def _cmd_pipeline(args: argparse.Namespace) -> int:
     return 0
 
 
+class InputFileError(AccyError):
+    """A program file that cannot be read as UTF-8 text (the message names the file)."""
+
+
 def _read_program(path: str) -> Program:
     from accy.ir.parser import parse_program
 
-    with open(path) as fh:
-        return parse_program(fh.read())
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except UnicodeDecodeError as e:
+        raise InputFileError(f"{path}: not a UTF-8 text file (byte {e.start}: {e.reason}); "
+                             f"expected a program in the IR text form") from None
+    return parse_program(text)
 
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
@@ -157,24 +167,59 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
     return 1 if summary.failures else 0
 
 
-def _positive_int(text: str) -> int:
+# Argument types: argparse turns their ArgumentTypeError into "accy CMD: error: argument
+# --NAME: MESSAGE" with exit status 2, so bad values never reach the commands.
+
+def positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
     if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
     return value
 
 
-def _positive_seconds(text: str) -> float:
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def positive_float(text: str, unit: str = "number") -> float:
+    """A finite number > 0 (nan, inf and negatives would make a run never end or never
+    start)."""
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds (a number), got {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text}")
+        raise argparse.ArgumentTypeError(f"must be a positive {unit}, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive {unit} (not nan or inf), "
+                                         f"got {text}")
     return value
+
+
+def positive_seconds(text: str) -> float:
+    return positive_float(text, "number of seconds")
+
+
+def positive_minutes(text: str) -> float:
+    return positive_float(text, "number of minutes")
+
+
+def stage_name(text: str) -> str:
+    from accy.ir.program import Stage
+
+    try:
+        return Stage.parse(text).value
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 
 
 def _cmd_rules(args: argparse.Namespace) -> int:
@@ -210,7 +255,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="prepare the seed's programs and run them on OpenCL")
     demo.add_argument("--device", help="OpenCL device selector (default: ACCY_DEVICE or pocl)")
-    demo.add_argument("--size", type=int, default=1 << 20, help="elements of the large chain")
+    demo.add_argument("--size", type=positive_int, default=1 << 20,
+                      help="elements of the large chain")
     demo.add_argument("--no-source", action="store_true", help="do not print OpenCL source")
     demo.set_defaults(run=_cmd_demo)
     passes = sub.add_parser("passes", help="list registered passes, options and pipelines")
@@ -223,7 +269,9 @@ def build_parser() -> argparse.ArgumentParser:
     prep.add_argument("file")
     prep.add_argument("--pipeline", default="accy-default")
     prep.add_argument("--device", help="take the target profile from this OpenCL device")
-    prep.add_argument("--until", default="target", help="last stage to run")
+    prep.add_argument("--until", type=stage_name, default="target",
+                      help="last stage to run (contract, tensor, dispatch, memory, kernel, "
+                      "target)")
     prep.add_argument("--print-ir-after-all", action="store_true")
     prep.add_argument("--timing", action="store_true", help="print the pass timing report")
     prep.add_argument("--statistics", action="store_true", help="print pass statistics")
@@ -235,7 +283,8 @@ def build_parser() -> argparse.ArgumentParser:
         "did to a program: stop reason, e-graph growth, rules that fired, costs, result")
     explain.add_argument("file", help="program in the IR text form (as for prepare)")
     explain.add_argument("--pipeline", default="accy-default")
-    explain.add_argument("--until", default="tensor", help="last stage to run")
+    explain.add_argument("--until", type=stage_name, default="tensor",
+                         help="last stage to run (as for prepare)")
     explain.add_argument("--json", action="store_true", help="machine-readable output")
     explain.set_defaults(run=_cmd_explain)
     fuzz = sub.add_parser("fuzz", help="check random programs pass by pass and on OpenCL; "
@@ -246,17 +295,19 @@ def build_parser() -> argparse.ArgumentParser:
                           "--rounds-per-worker rounds; a round whose worker dies or that runs "
                           "past --round-timeout is recorded as a crash or timeout and the "
                           "campaign goes on with a fresh worker.")
-    fuzz.add_argument("--minutes", type=float, required=True, help="how long to run")
-    fuzz.add_argument("--seed", type=int, default=0, help="seed of the campaign")
+    fuzz.add_argument("--minutes", type=positive_minutes, required=True,
+                      help="how long to run")
+    fuzz.add_argument("--seed", type=non_negative_int, default=0, help="seed of the campaign")
     fuzz.add_argument("--out", required=True, help="folder for failing programs and summary")
-    fuzz.add_argument("--max-nodes", type=int, default=8, help="most ops per function")
+    fuzz.add_argument("--max-nodes", type=positive_int, default=8,
+                      help="most ops per function")
     fuzz.add_argument("--device", help="OpenCL device selector (default: ACCY_DEVICE or pocl)")
     fuzz.add_argument("--pipeline", default="accy-default", help="pipeline under test")
-    fuzz.add_argument("--rounds-per-worker", type=_positive_int, default=ROUNDS_PER_WORKER,
+    fuzz.add_argument("--rounds-per-worker", type=positive_int, default=ROUNDS_PER_WORKER,
                       help=f"rounds (of {ROUND_EXAMPLES} programs) a worker process runs "
                       "before it is replaced; keeps the OpenCL driver's per-process state "
                       f"bounded (default: {ROUNDS_PER_WORKER})")
-    fuzz.add_argument("--round-timeout", type=_positive_seconds, default=ROUND_TIMEOUT,
+    fuzz.add_argument("--round-timeout", type=positive_seconds, default=ROUND_TIMEOUT,
                       help="seconds a round may run before its worker is killed and the round "
                       f"recorded as a timeout (default: {ROUND_TIMEOUT:g})")
     fuzz.set_defaults(run=_cmd_fuzz)
@@ -272,12 +323,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command. Mistakes in the input (AccyError: a bad program, pipeline, device;
+    OSError: a file that cannot be read or written; UnicodeDecodeError: a file that is not
+    text) end with one "accy CMD: error: ..." line and status 2; anything else is a bug in
+    accy and keeps its traceback."""
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
-    except (AccyError, OSError) as e:  # OSError: a file that cannot be read or written
-        print(f"accy {args.command}: error: {e}", file=sys.stderr)
+    except (AccyError, OSError, UnicodeDecodeError) as e:
+        print(f"accy {args.command}: error: {_describe_error(e)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"accy {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+def _describe_error(e: BaseException) -> str:
+    if isinstance(e, UnicodeDecodeError):
+        return f"a file is not UTF-8 text ({e.reason} at byte {e.start})"
+    if isinstance(e, OSError) and e.filename is not None and e.strerror:
+        return f"{e.filename}: {e.strerror}"  # not "[Errno 2] ..."
+    return str(e) or type(e).__name__
 
 
 if __name__ == "__main__":

@@ -460,3 +460,19 @@ def test_value_repr_and_properties() -> None:
     assert isinstance(x, Value)
     assert x.shape == (2, 3) and x.dtype is DType.i64 and x.type.rank == 2
     assert "i64[2,3]" in repr(x)
+
+
+def test_eq_and_ne_are_elementwise_in_the_explicit_builder() -> None:
+    b = Builder()
+    f = b.begin_function("cmp", [F4, F4])
+    x, y = f.param(0), f.param(1)
+    eq, ne = x == y, x != 2.0
+    assert (eq.node.op, ne.node.op) == (Op.EQ, Op.NE)
+    assert eq.type == TensorType((4,), DType.bool)
+    assert len({x, y, eq, x}) == 3  # hashing is by identity
+    f.return_(eq, ne)
+    f.finish()
+    a = np.float32([1, 2, 3, 4])
+    got = accy.interpret(b.finish(), [a, np.float32([1, 0, 3, 0])])
+    np.testing.assert_array_equal(got[0], [True, False, True, False])
+    np.testing.assert_array_equal(got[1], a != 2)

@@ -136,3 +136,29 @@ def test_explain_reports_bad_input(tmp_path, capsys):
     assert "exq" in capsys.readouterr().err
     assert main(["explain", str(tmp_path / "missing.accy")]) == 2
     assert "No such file" in capsys.readouterr().err
+
+
+def test_bugs_keep_their_traceback(monkeypatch, capsys):
+    # only mistakes in the input become one-line errors; an accy bug must stay visible
+    import accy.cli
+
+    def broken(args):
+        raise RuntimeError("a bug")
+
+    parser = accy.cli.build_parser()
+    monkeypatch.setattr(accy.cli, "build_parser", lambda: parser)
+    parser._subparsers._group_actions[0].choices["passes"].set_defaults(run=broken)
+    with pytest.raises(RuntimeError, match="a bug"):
+        main(["passes"])
+
+
+def test_bad_until_is_an_argument_error(tmp_path, capsys):
+    path = tmp_path / "add_mul.accy"
+    path.write_text(ADD_MUL)
+    with pytest.raises(SystemExit) as e:
+        main(["prepare", str(path), "--until", "kernels"])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "accy prepare: error: argument --until: unknown stage 'kernels'; valid stages: "
+        "semantic, contract, tensor, dispatch, memory, kernel, target")
+    assert main(["prepare", str(path), "--until", "dispatch"]) == 0

@@ -18,9 +18,13 @@ parameters and error.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Any
+
+from accy.cli import non_negative_int, positive_int, positive_seconds
+from accy.errors import AccyError
 
 EXPERIMENTS = ("ablation", "contraction", "kernels", "benefit", "paper")
 
@@ -33,18 +37,60 @@ def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.split(",") if x.strip())
 
 
-def _seconds(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
-    return value
+def _int_list(at_least: int, what: str) -> Any:
+    """An argparse type: comma-separated integers >= ``at_least`` (seeds, operand counts),
+    checked when the command line is read rather than when the sweep starts."""
+
+    def parse(text: str) -> str:
+        try:
+            values = _ints(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"must be comma-separated {what}, got {text!r}") from None
+        if not values or min(values) < at_least:
+            raise argparse.ArgumentTypeError(
+                f"must be comma-separated {what}, each >= {at_least}, got {text!r}")
+        return text  # options_from and run_experiment split it again
+
+    parse.__name__ = what  # argparse names the type in some messages
+    return parse
 
 
-def _count(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
+def _names(what: str, valid: Any = None) -> Any:
+    """An argparse type: a comma-separated list of at least one name, each among ``valid()``
+    when given (looked up only when the option is used: the suite imports accy's builder)."""
+
+    def parse(text: str) -> str:
+        names = _csv(text)
+        if not names:
+            raise argparse.ArgumentTypeError(f"must be comma-separated {what}, got {text!r}")
+        known = valid() if valid is not None else None
+        unknown = [n for n in names if known is not None and n not in known]
+        if unknown:
+            raise argparse.ArgumentTypeError(f"unknown {what} {', '.join(unknown)}; valid: "
+                                             f"{', '.join(known)}")
+        return text
+
+    parse.__name__ = what
+    return parse
+
+
+def _suite_programs() -> tuple[str, ...]:
+    from accy.experiments.suite import SUITE
+
+    return tuple(SUITE)
+
+
+def _network_families() -> tuple[str, ...]:
+    from accy.experiments.networks import FAMILIES
+
+    return tuple(FAMILIES)
+
+
+def _saturate_rulesets() -> tuple[str, ...]:
+    from accy.experiments.ablation import saturate_rulesets
+
+    return saturate_rulesets()
 
 
 def add_commands(sub: Any) -> None:
@@ -54,23 +100,25 @@ def add_commands(sub: Any) -> None:
     exp.add_argument("name", choices=EXPERIMENTS)
     exp.add_argument("--suite", default=None, choices=("ci", "paper", "full"),
                      help="program sizes (default: ci; paper for `paper`)")
-    exp.add_argument("--programs", help="comma-separated suite programs (default: all)")
-    exp.add_argument("--seeds", default="0", help="comma-separated seeds (default: 0)")
+    exp.add_argument("--programs", type=_names("suite programs", _suite_programs),
+                     help="comma-separated suite programs (default: all)")
+    exp.add_argument("--seeds", type=_int_list(0, "seeds"), default="0",
+                     help="comma-separated seeds (default: 0)")
     exp.add_argument("--out", help="output folder (default: results/experiments/SUITE; "
                      "papers for `paper`)")
     exp.add_argument("--device", help="OpenCL device selector (default: ACCY_DEVICE or pocl)")
-    exp.add_argument("--repeats", type=int, default=None,
+    exp.add_argument("--repeats", type=positive_int, default=None,
                      help="timed calls per measurement (default: 5; 20 for `paper`)")
     exp.add_argument("--no-run", action="store_true", help="compile only: no kernel timing")
     exp.add_argument("--executor", default="local", choices=("local", "dask"))
     exp.add_argument("--scheduler", help="Dask scheduler address (default: a local cluster)")
-    exp.add_argument("--workers", type=int, default=None,
+    exp.add_argument("--workers", type=non_negative_int, default=None,
                      help="local processes (0: this process) or local Dask workers "
                      "(default: CPU count; 1 for `paper`)")
-    exp.add_argument("--retries", type=_count, default=2,
+    exp.add_argument("--retries", type=non_negative_int, default=2,
                      help="retries of a task that raised or whose worker process died "
                      "(default: 2)")
-    exp.add_argument("--timeout", type=_seconds, default=None, metavar="S",
+    exp.add_argument("--timeout", type=positive_seconds, default=None, metavar="S",
                      help="kill a task running longer than S seconds and report it as "
                      "timeout (default: no limit; needs --workers >= 1)")
     exp.add_argument("--no-report", action="store_true", help="write results only")
@@ -79,16 +127,20 @@ def add_commands(sub: Any) -> None:
     exp.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                      help="progress bars (default: when stderr is a terminal)")
     abl = exp.add_argument_group("ablation")
-    abl.add_argument("--rulesets", help="rule sets for the -R and only:R configurations")
-    abl.add_argument("--rules", help="limit the per-rule sweep to these rules")
+    abl.add_argument("--rulesets", type=_names("rule sets", _saturate_rulesets),
+                     help="rule sets for the -R and only:R configurations")
+    abl.add_argument("--rules", type=_names("rules"),
+                     help="limit the per-rule sweep to these rules")
     abl.add_argument("--no-per-rule", action="store_true", help="skip the per-rule sweep")
     abl.add_argument("--policy", default="default",
                      choices=("default", "finite-math", "fast-math"),
                      help="floating-point policy of the rules")
     con = exp.add_argument_group("contraction")
-    con.add_argument("--families", help="network families (default: all)")
-    con.add_argument("--sizes", help="operand counts (default: by suite)")
-    con.add_argument("--instances", type=int, help="instances per family and size")
+    con.add_argument("--families", type=_names("network families", _network_families),
+                     help="network families (default: all)")
+    con.add_argument("--sizes", type=_int_list(1, "operand counts"),
+                     help="operand counts (default: by suite)")
+    con.add_argument("--instances", type=positive_int, help="instances per family and size")
     exp.set_defaults(run=run_experiment_command)
     rep = sub.add_parser("report", help="Markdown tables and figures from result files")
     rep.add_argument("results", nargs="+", help="result JSON files")
@@ -166,10 +218,35 @@ def run_experiment_command(args: argparse.Namespace) -> int:
     return 1 if result["failed"] else 0
 
 
+class ResultFileError(AccyError):
+    """A file given to ``accy report`` is not a result document (the message names it)."""
+
+
+# the top-level keys the report reads; a JSON file without them is some other file
+RESULT_KEYS = ("experiment", "suite", "provenance", "rows", "summary")
+
+
+def _load_result(path: str) -> dict[str, Any]:
+    """The result document at ``path``, or a ResultFileError naming the file and what is
+    wrong with it (missing files stay OSErrors, which name the file themselves)."""
+    from accy.experiments.records import read_results
+
+    try:
+        result = read_results(path)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ResultFileError(f"{path}: not a JSON result file ({e})") from None
+    missing = [k for k in RESULT_KEYS if not isinstance(result, dict) or k not in result]
+    if missing:
+        raise ResultFileError(f"{path}: not a result document of accy experiment (no "
+                              f"{', '.join(missing)})")
+    return result
+
+
 def report_command(args: argparse.Namespace) -> int:
     from accy.experiments.report import write_report
 
-    for path in args.results:
-        for p in write_report(path, args.out):
+    results = [_load_result(path) for path in args.results]  # all checked before writing
+    for result in results:
+        for p in write_report(result, args.out):
             print(f"wrote {p}")
     return 0

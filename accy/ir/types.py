@@ -7,6 +7,8 @@ from enum import Enum
 
 import numpy as np
 
+from accy.errors import ShapeError
+
 
 class DType(Enum):
     """Element types. The value is the name used in the text form."""
@@ -73,10 +75,21 @@ class TensorType:
     dtype: DType
 
     def __post_init__(self) -> None:
-        shape = tuple(int(d) for d in self.shape)
-        if any(d < 0 for d in shape):
-            raise ValueError(f"negative dimension in shape {shape}")
-        object.__setattr__(self, "shape", shape)
+        if not isinstance(self.dtype, DType):
+            raise ShapeError(f"tensor type of shape {self.shape!r}: the element type must be a "
+                             f"DType (e.g. DType.f32), got {self.dtype!r}")
+        if not isinstance(self.shape, tuple | list):
+            raise ShapeError(f"tensor shape must be a tuple of integers, got {self.shape!r}")
+        # Dimensions are taken exactly: numpy integers become ints, but 4.5, "4" and True are
+        # mistakes, not 4, 4 and 1.
+        for d in self.shape:
+            if type(d) is not int and (isinstance(d, bool | np.bool_)
+                                       or not isinstance(d, int | np.integer)):
+                raise ShapeError(f"tensor shape {self.shape!r}: dimension {d!r} "
+                                 f"({type(d).__name__}) is not an integer")
+            if d < 0:
+                raise ShapeError(f"negative dimension in shape {tuple(self.shape)}")
+        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
 
     @property
     def rank(self) -> int:
