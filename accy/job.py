@@ -3,6 +3,7 @@ about the result (records, stamps, kernels, sources) and runs it through OpenCL.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -19,6 +20,8 @@ from accy.passes.spec import Pipeline, parse_pipeline
 from accy.plans import LaunchGeometry, ScheduleKind
 from accy.product import Product
 from accy.target import KernelStatus, TargetProfile
+
+_RUNNERS_LOCK = threading.Lock()  # guards the executable cache of run(), held for lookups only
 
 
 @dataclass(frozen=True)
@@ -38,7 +41,12 @@ class KernelSummary:
 
 
 class PreparedJob:
-    """The products of every stage run so far, their records, and the kernels."""
+    """The products of every stage run so far, their records, and the kernels.
+
+    Running is thread-safe: :meth:`run` and the executables of :meth:`executable` may be
+    called from several threads at once, each call getting its own results (see
+    :class:`~accy.backends.opencl.executable.Executable`).
+    """
 
     def __init__(self, products: dict[Stage, Product], records: tuple[StageRecord, ...],
                  pipeline: Pipeline) -> None:
@@ -46,6 +54,12 @@ class PreparedJob:
         self.records = records
         self.pipeline = pipeline
         self._sources: dict[int, str] = {}
+        self._runners: dict[tuple[str, object], object] = {}  # run()'s executables
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_runners"] = {}  # executables hold device objects, which do not pickle
+        return state
 
     @property
     def product(self) -> Product:
@@ -189,8 +203,22 @@ class PreparedJob:
     def run(self, *inputs: np.ndarray, function: str | None = None, device=None, out=None
             ) -> tuple[np.ndarray, ...]:
         """Run one function on ``device`` (default: ``ACCY_DEVICE`` or PoCL) with numpy inputs;
-        ``out``: arrays to write the results into (see :class:`Executable`)."""
-        return self.executable(function, device)(*inputs, out=out)
+        ``out``: arrays to write the results into (see :class:`Executable`).
+
+        The first run of a function on a device makes its executable, which later runs reuse
+        (and the job holds, with its device buffers, while it lives). Thread-safe.
+        """
+        from accy.backends.opencl.runtime import Runtime, select_device
+
+        runtime = device if isinstance(device, Runtime) else select_device(device)
+        key = (self.program.function(function).name, runtime)
+        with _RUNNERS_LOCK:
+            exe = self._runners.get(key)
+        if exe is None:  # made outside the lock: building kernels may take long
+            made = self.executable(function, runtime)
+            with _RUNNERS_LOCK:  # two threads racing here: both run the one kept
+                exe = self._runners.setdefault(key, made)
+        return exe(*inputs, out=out)
 
 
 def prepare(

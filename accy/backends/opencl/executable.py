@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import threading
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -17,13 +19,35 @@ if TYPE_CHECKING:
     from accy.job import PreparedJob
 
 
+@dataclass
+class _Frame:
+    """The device memory one call works in: a buffer per slot it computes or copies (results,
+    intermediates, inputs where they are copied) and the zero-filled scratch of its work
+    items. One call at a time uses a frame; frames are reused across calls."""
+
+    buffers: dict[int, object] = field(default_factory=dict)  # slot -> buffer
+    scratch: dict[tuple[int, str], object] = field(default_factory=dict)  # (item, arg) -> buf
+
+
 class Executable:
     """One function of a prepared job, ready to run: ``outputs = exe(*inputs)``.
 
     Kernels are built (cached) when the executable is made, up to ``max_threads`` programs at
-    once (the kernels are the same as a serial build's); device buffers of intermediates are
-    reused across calls. ``last_kernel_ns`` holds each kernel's time (OpenCL profiling events)
-    of the last call.
+    once (the kernels are the same as a serial build's); constants are written to the device
+    then, once. Device buffers of intermediates are reused across calls.
+
+    Threads: calling one executable from several threads at once is safe, and so is running
+    several executables (of one program or of different ones) at once. Each call runs in a
+    frame of device buffers of its own, taken from the executable's free frames (a new one when
+    all are busy, so the executable holds as many frames as calls ever overlapped) and given
+    back when it returns; the buffers belong to the executable, never to another. Nothing is
+    locked while kernels run: calls only share the device queue (kernels from different
+    threads interleave on it) and, for the instant of setting arguments and enqueueing, a
+    kernel object (see :meth:`Runtime.launch`).
+
+    ``last_kernel_ns`` holds each launched kernel's time (OpenCL profiling events) of the last
+    call *made by the reading thread*: a call from another thread never changes what a thread
+    reads after its own call, and a thread that made no call reads ``[]``.
 
     ``exe(*inputs, out=arrays)`` writes the results into ``arrays`` (one per result, of its
     shape and dtype, C-contiguous and writeable) and returns them: reusing them across calls
@@ -56,28 +80,50 @@ class Executable:
         self.buffers = product.buffers
         sources = [job.kernel_source(i) for i, _ in mine]
         self.runtime.build_many(sources, max_threads=max_threads)
+        # the runtime's cached kernel objects, shared with other executables of the same
+        # sources: Runtime.launch sets their arguments and enqueues them as one locked step
         self.steps = [(k, self.runtime.kernel(src, k.entry))
                       for (_, k), src in zip(mine, sources, strict=True)]
-        self.key = (job.product.fingerprint(), self.fi)
-        self.last_kernel_ns: list[int] = []
-        self._constants_written = False
-        # the device buffers this executable uses, held here: the runtime's pool may forget
-        # them (see Runtime.buffer), and constants and zeroed scratch are written only once
-        self._held: dict[tuple, object] = {}
+        # read-only, so one buffer per constant serves every frame; written here, once, before
+        # any call can read it. Buffers are the executable's own, never pooled by program: two
+        # executables of one program sharing them returned each other's results (issue #12)
+        self._constants: dict[int, object] = {}  # slot -> buffer
+        for s in self.buffers.slots:
+            if s.function == self.fi and s.role is SlotRole.constant:
+                self._constants[s.id] = self.runtime.allocate(s.nbytes)
+                self.runtime.write(self._constants[s.id], s.values[0].value)
+        self._free: list[_Frame] = []  # frames no call is using, the latest given back last
+        self._frames_lock = threading.Lock()  # guards _free only, never held while running
+        self._times = threading.local()  # .ns: the kernel times of this thread's last call
 
-    def _buffer(self, slot: int) -> object:
-        key = (*self.key, slot)
-        if key not in self._held:
-            self._held[key] = self.runtime.buffer(key, self.buffers.slots[slot].nbytes)
-        return self._held[key]
+    @property
+    def last_kernel_ns(self) -> list[int]:
+        """Each launched kernel's time in ns in the reading thread's last call (see the class
+        doc); ``[]`` before that thread's first call."""
+        return getattr(self._times, "ns", [])
 
-    def _scratch(self, work_item: int, arg) -> object:
-        key = (*self.key, "scratch", work_item, arg.name)
-        if key not in self._held:
-            buf = self.runtime.buffer(key, arg.scratch_elems * arg.dtype.itemsize)
+    def _take_frame(self) -> _Frame:
+        with self._frames_lock:
+            return self._free.pop() if self._free else _Frame()
+
+    def _give_frame(self, frame: _Frame) -> None:
+        with self._frames_lock:
+            self._free.append(frame)
+
+    def _buffer(self, frame: _Frame, slot: int) -> object:
+        if slot in self._constants:
+            return self._constants[slot]
+        if slot not in frame.buffers:
+            frame.buffers[slot] = self.runtime.allocate(self.buffers.slots[slot].nbytes)
+        return frame.buffers[slot]
+
+    def _scratch(self, frame: _Frame, work_item: int, arg) -> object:
+        key = (work_item, arg.name)
+        if key not in frame.scratch:
+            buf = self.runtime.allocate(arg.scratch_elems * arg.dtype.itemsize)
             self.runtime.write(buf, np.zeros(arg.scratch_elems, arg.dtype.numpy))
-            self._held[key] = buf
-        return self._held[key]
+            frame.scratch[key] = buf
+        return frame.scratch[key]
 
     def _check(self, inputs: tuple) -> list[np.ndarray]:
         fn = self.function
@@ -124,9 +170,19 @@ class Executable:
     def __call__(self, *inputs: np.ndarray, out: tuple | list | np.ndarray | None = None
                  ) -> tuple[np.ndarray, ...]:
         """Run the function on ``inputs``; ``out``: arrays to write the results into (see the
-        class doc for the aliasing rule)."""
+        class doc for the aliasing rule and threads)."""
         arrays = self._check(inputs)
         results = self._outputs(out, arrays)
+        frame = self._take_frame()
+        # a failed call may leave scratch that kernels restore (counters) half-done: its frame
+        # is dropped rather than given back
+        done = self._run(frame, arrays, results, out is not None)
+        self._give_frame(frame)
+        return done
+
+    def _run(self, frame: _Frame, arrays: list[np.ndarray], results: list[np.ndarray],
+             into_out: bool) -> tuple[np.ndarray, ...]:
+        """One call in ``frame``, which no other call uses meanwhile."""
         unified = self.runtime.info.host_unified_memory
         bound = {}  # slot -> a buffer over a host array, for this call only
         for s in self.buffers.slots:
@@ -137,27 +193,24 @@ class Executable:
                 if unified and host.nbytes:
                     bound[s.id] = self.runtime.host_buffer(host, writable=False)
                 else:
-                    self.runtime.write(self._buffer(s.id), host)
-            elif s.role is SlotRole.constant and not self._constants_written:
-                self.runtime.write(self._buffer(s.id), s.values[0].value)
-        self._constants_written = True
+                    self.runtime.write(self._buffer(frame, s.id), host)
         written = {}  # result slot -> the array the kernels write it into
         for node, host in zip(self.function.results, results, strict=True):
             if node.op not in (Op.PARAM, Op.CONSTANT):
                 slot = self.buffers.slot_of(self.fi, node).id
-                if unified and out is not None and host.nbytes and slot not in written:
+                if unified and into_out and host.nbytes and slot not in written:
                     bound[slot] = self.runtime.host_buffer(host, writable=True)
                     written[slot] = host
         events = []
         for kernel, cl_kernel in self.steps:
             if not math.prod(kernel.geometry.global_size):
                 continue  # an empty domain: nothing to compute
-            args = [self._scratch(kernel.work_item, a) if a.is_scratch
-                    else bound[a.slot] if a.slot in bound else self._buffer(a.slot)
+            args = [self._scratch(frame, kernel.work_item, a) if a.is_scratch
+                    else bound[a.slot] if a.slot in bound else self._buffer(frame, a.slot)
                     for a in kernel.args]
             events.append(self.runtime.launch(cl_kernel, kernel.geometry.global_size,
                                               kernel.geometry.local_size, args))
-        self.last_kernel_ns = [self.runtime.elapsed_ns(e) for e in events]
+        self._times.ns = [self.runtime.elapsed_ns(e) for e in events]
         for slot, host in written.items():
             self.runtime.sync(bound[slot], host)
         for node, host in zip(self.function.results, results, strict=True):
@@ -170,5 +223,5 @@ class Executable:
                 if slot in written and written[slot] is not host:
                     np.copyto(host, written[slot])  # the same value returned twice
                 elif slot not in written:
-                    self.runtime.read(self._buffer(slot), host)
+                    self.runtime.read(self._buffer(frame, slot), host)
         return tuple(results)

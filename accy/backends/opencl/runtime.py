@@ -264,6 +264,18 @@ def select_device(selector: str | None = None) -> Runtime:
         raise DeviceError(_no_match_message(selector, devices))
 
 
+def _launch_lock(kernel: cl.Kernel) -> threading.Lock:
+    """The lock serialising ``kernel``'s set-arguments-and-enqueue steps, kept on the kernel
+    object itself (made on first use), so it lives and dies with the kernel."""
+    lock = getattr(kernel, "_accy_launch_lock", None)
+    if lock is None:
+        with _LOCK:  # two first launches at once must not make two locks
+            lock = getattr(kernel, "_accy_launch_lock", None)
+            if lock is None:
+                lock = kernel._accy_launch_lock = threading.Lock()
+    return lock
+
+
 def _digest(source: str, options: tuple[str, ...]) -> str:
     return hashlib.sha256("\0".join((source, *options)).encode()).hexdigest()
 
@@ -294,7 +306,12 @@ def _error_sites(log: str, source: str) -> str:
 
 
 class Runtime:
-    """One OpenCL device with its context, a profiling queue, and build and buffer caches."""
+    """One OpenCL device with its context, a profiling queue, and build and buffer caches.
+
+    Thread-safe: the caches are guarded by a lock held only to look up and insert (builds run
+    outside it, in parallel), the queue is an OpenCL command queue (thread-safe since OpenCL
+    1.1; commands of different threads interleave in it), and :meth:`launch` locks per kernel.
+    """
 
     def __init__(self, device: cl.Device) -> None:
         self.device = device
@@ -407,10 +424,12 @@ class Runtime:
     def buffer(self, key: object, nbytes: int) -> cl.Buffer:
         """A device buffer pooled under ``key``: reused while the size stays the same.
 
-        The pool forgets the least recently used buffers once it holds more than
-        ``pool_bytes`` besides the newest (a long sweep of programs would otherwise keep every
-        program's buffers); whoever still holds a forgotten buffer keeps it, and the next
-        request for its key gets a new one.
+        Every caller asking for one key gets the same buffer, so callers that may run at once
+        must use keys of their own (executables do not use the pool: they own their buffers,
+        see :meth:`allocate`). The pool forgets the least recently used buffers once it holds
+        more than ``pool_bytes`` besides the newest (a long sweep of programs would otherwise
+        keep every program's buffers); whoever still holds a forgotten buffer keeps it, and the
+        next request for its key gets a new one.
         """
         if nbytes < 0:
             raise DeviceError(f"buffer {key!r}: negative size {nbytes}")
@@ -428,6 +447,13 @@ class Runtime:
             self._buffers[key] = pooled
             self._pooled_bytes += nbytes
             return pooled[1]
+
+    def allocate(self, nbytes: int) -> cl.Buffer:
+        """A new device buffer of ``nbytes`` (at least 1) that only its holder uses; freed when
+        no one holds it."""
+        if nbytes < 0:
+            raise DeviceError(f"negative buffer size {nbytes} on {self.info.key}")
+        return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, size=max(nbytes, 1))
 
     def host_buffer(self, array: np.ndarray, writable: bool) -> cl.Buffer:
         """A buffer over ``array``'s own memory (``CL_MEM_USE_HOST_PTR``), for this call only.
@@ -481,15 +507,23 @@ class Runtime:
         local_size: tuple[int, ...] | None,
         args: Sequence[cl.Buffer | np.generic],
     ) -> cl.Event:
-        """Set the kernel's arguments and enqueue it over an NDRange; return its event."""
+        """Set the kernel's arguments and enqueue it over an NDRange; return its event.
+
+        Thread-safe for a kernel object shared between threads (:meth:`kernel` hands out one
+        per source and entry): OpenCL forbids setting one kernel's arguments from two threads
+        at once, and the enqueue must see the arguments this call set, so both run under the
+        kernel's own lock. OpenCL captures the arguments at the enqueue, so the lock is not
+        held while the kernel runs, and launches of different kernels never wait on it.
+        """
         try:
-            kernel.set_args(*args)
-            return cl.enqueue_nd_range_kernel(
-                self.queue,
-                kernel,
-                tuple(global_size),
-                None if local_size is None else tuple(local_size),
-            )
+            with _launch_lock(kernel):
+                kernel.set_args(*args)
+                return cl.enqueue_nd_range_kernel(
+                    self.queue,
+                    kernel,
+                    tuple(global_size),
+                    None if local_size is None else tuple(local_size),
+                )
         except (cl.Error, TypeError) as exc:  # TypeError: wrong number of args
             raise DeviceError(
                 f"launching kernel {kernel.function_name!r} on {self.info.key} with "
