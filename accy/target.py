@@ -71,7 +71,8 @@ class TargetProfile:
     native_vector_bytes: int = 16  # the SIMD width the device prefers (float lanes * 4)
     atomics64: bool = False  # 64-bit global atomics (cl_khr_int64_base_atomics)
     # limits of launches and buffers (the generic values suit any recent device)
-    max_work_item_sizes: tuple[int, ...] = (256, 256, 256)  # local size per dimension
+    # local size per dimension; () = max_work_group_size in each of 3 (hand-written profiles)
+    max_work_item_sizes: tuple[int, ...] = ()
     max_mem_alloc_size: int = 1 << 30  # bytes of one buffer (CL_DEVICE_MAX_MEM_ALLOC_SIZE)
     global_mem_size: int = 4 << 30  # bytes of all buffers at once (CL_DEVICE_GLOBAL_MEM_SIZE)
     address_bits: int = 64  # size_t of the device: global sizes stay below 2**address_bits
@@ -96,7 +97,7 @@ class TargetProfile:
             device_type=info.device_type,
             native_vector_bytes=4 * max(1, info.preferred_vector_width_float),
             atomics64="cl_khr_int64_base_atomics" in info.extensions,
-            max_work_item_sizes=tuple(info.max_work_item_sizes) or cls.max_work_item_sizes,
+            max_work_item_sizes=tuple(info.max_work_item_sizes),
             max_mem_alloc_size=info.max_mem_alloc_size or info.global_mem_size,
             global_mem_size=info.global_mem_size,
             address_bits=info.address_bits,
@@ -128,8 +129,14 @@ class TargetProfile:
                 f"{self.max_constant_args} args; {self.compute_units} compute units "
                 f"({self.device_type}, {self.native_vector_bytes}-byte vectors"
                 f"{', 64-bit atomics' if self.atomics64 else ''}); work-items per dimension "
-                f"{list(self.max_work_item_sizes)}; buffers up to {self.max_mem_alloc_size} B, "
+                f"{list(self.work_item_sizes)}; buffers up to {self.max_mem_alloc_size} B, "
                 f"{self.global_mem_size} B in all; {self.address_bits}-bit sizes")
+
+    @property
+    def work_item_sizes(self) -> tuple[int, ...]:
+        """The most work-items of a work-group per dimension (``max_work_item_sizes``, else
+        ``max_work_group_size`` in each of three dimensions)."""
+        return self.max_work_item_sizes or (self.max_work_group_size,) * 3
 
     @property
     def max_global_size(self) -> int:
@@ -141,15 +148,16 @@ class TargetProfile:
         """The limits a launch of this geometry exceeds (empty when it fits)."""
         gsize, lsize = tuple(global_size), tuple(local_size)
         out = []
-        if len(gsize) > len(self.max_work_item_sizes):
-            out.append(LimitExcess("dimensions", len(gsize), len(self.max_work_item_sizes)))
+        caps = self.work_item_sizes
+        if len(gsize) > len(caps):
+            out.append(LimitExcess("dimensions", len(gsize), len(caps)))
         for d, g in enumerate(gsize):
             if g > self.max_global_size:
                 out.append(LimitExcess(f"global size (dimension {d})", g, self.max_global_size))
             if d < len(lsize) and lsize[d] > 0 and -(-g // lsize[d]) > self.max_work_groups:
                 out.append(LimitExcess(f"work-groups (dimension {d})", -(-g // lsize[d]),
                                        self.max_work_groups))
-        for d, (lo, cap) in enumerate(zip(lsize, self.max_work_item_sizes, strict=False)):
+        for d, (lo, cap) in enumerate(zip(lsize, caps, strict=False)):
             if lo > cap:
                 out.append(LimitExcess(f"local size (dimension {d})", lo, cap))
         if math.prod(lsize) > self.max_work_group_size:
