@@ -294,14 +294,36 @@ def programs_with_inputs(programs_: st.SearchStrategy[Program] | None = None, *,
 
 
 def _option_values(info: Any) -> st.SearchStrategy:
+    """Values of one option within its declared range (``OptionInfo.check``)."""
+    low = info.minimum if info.minimum is not None else info.above
+    high = info.maximum
+
     def one(t: Any) -> st.SearchStrategy:
         if info.choices is not None:
             return st.sampled_from(info.choices)
-        return {bool: st.booleans(), int: st.integers(), str: st.text(),
-                float: st.floats(allow_nan=False)}[t]
+        if t is int and info.power_of_two:
+            top = int(high).bit_length() - 1 if high is not None else 62
+            return st.integers(0, top).map(lambda e: 2**e)  # filtered to the range below
+        if t is int:
+            return st.integers(None if low is None else int(low),
+                               None if high is None else int(high))
+        if t is float:
+            return st.floats(low, high, allow_nan=not info.finite,
+                             allow_infinity=not info.finite, exclude_min=info.above is not None)
+        return {bool: st.booleans(), str: st.text(min_size=int(info.nonempty))}[t]
 
     element = one(info.element_type)
-    return st.lists(element, max_size=3).map(tuple) if info.is_list else element
+    values = (st.lists(element, min_size=int(info.nonempty), max_size=3).map(tuple)
+              if info.is_list else element)
+    return values.filter(lambda v: _allowed(info, v))
+
+
+def _allowed(info: Any, value: Any) -> bool:
+    try:
+        info.check(value)
+    except ValueError:
+        return False
+    return True
 
 
 @st.composite
