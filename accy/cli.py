@@ -35,7 +35,8 @@ def _cmd_passes(args: argparse.Namespace) -> int:
     for cls in by_stage:
         print(f"{cls.name}  [{cls.stage.value}]  {cls.summary()}")
         for o in cls.options():
-            print(f"    {o.name}: {o.type_text} = {o.default!r}  -- {o.doc}")
+            allowed = f" [{o.range_text}]" if o.range_text else ""
+            print(f"    {o.name}: {o.type_text}{allowed} = {o.default!r}  -- {o.doc}")
     print("\npipelines:")
     for p in PIPELINES.values():
         print(f"{p.name}  {p.description}\n    = {p.text or '(no passes yet)'}")

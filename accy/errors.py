@@ -53,3 +53,19 @@ class DeviceError(AccyError):
 
 class KernelBuildError(AccyError):
     """OpenCL rejected generated source; the message holds the build log and the bad line."""
+
+
+class OptionError(PipelineError, ValueError):
+    """A pass option was given a value it does not allow (out of range, not finite, not one of
+    its choices, the wrong type); the message names the pass, the option, the value and what
+    is allowed. Raised when pipeline text is read and when a pass is constructed in Python."""
+
+
+class LimitExceededError(CapabilityMismatchError):
+    """A launch or buffer is larger than the target allows (global size, work-groups, local
+    size, bytes of one buffer or of all, host memory); raised before anything is launched or
+    allocated. ``limits`` holds each excess as (what, how big, the limit)."""
+
+    def __init__(self, message: str, limits: tuple[tuple[str, int, int], ...] = ()) -> None:
+        super().__init__(message)
+        self.limits = tuple(limits)

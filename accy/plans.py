@@ -16,7 +16,7 @@ import numpy as np
 
 from accy.ir.node import Node
 from accy.ir.ops import Op
-from accy.target import KernelStatus
+from accy.target import KernelStatus, LimitExcess
 
 
 def digest_of(*parts: object) -> str:
@@ -262,9 +262,12 @@ class OutlinePlan:
 
 @dataclass(frozen=True)
 class KernelLegality:
+    """One kernel's verdict; ``limits``: each limit it exceeds (``exceeds_limits``)."""
+
     kernel: int
     status: KernelStatus
     detail: str
+    limits: tuple[LimitExcess, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -1,23 +1,54 @@
 """Target profiles: what a backend device offers, recorded on every prepared job.
 
 A profile is built from a real OpenCL device (:meth:`TargetProfile.from_device`) or written by
-hand. ``backend-legalization`` checks every kernel against it before anything is launched.
+hand. ``backend-legalization`` checks every kernel against it before anything is launched:
+dtypes, ops, and the limits (:meth:`TargetProfile.launch_excess`,
+:meth:`TargetProfile.memory_excess`): global size per dimension (``size_t`` of the device's
+address bits), work-groups per dimension, local size per dimension and in all, bytes of each
+buffer (``max_mem_alloc_size``) and of all buffers of a function (``global_mem_size``). A kernel
+over a limit is ``exceeds_limits`` with each excess as a :class:`LimitExcess` (what, how big,
+the limit); running it raises :class:`~accy.errors.LimitExceededError`. The executable checks
+the device's own limits and the host's free memory again before building or allocating
+(:func:`launch_refusal`), so an oversized job fails with numbers instead of a driver crash.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
+import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from accy.errors import AccyError, CapabilityMismatchError
+from accy.errors import AccyError, CapabilityMismatchError, LimitExceededError
 from accy.ir.types import DType
 
 if TYPE_CHECKING:
     from accy.backends.opencl.runtime import DeviceInfo
 
 OPENCL_C = "opencl-c"
+
+MAX_WORK_GROUPS = 2**31 - 1
+"""Work-groups per dimension a launch may have. OpenCL bounds only the global size (by
+``size_t``), but drivers count groups in 32 bits: PoCL dies (SIGILL) at 2**32 groups, CUDA-based
+drivers take 2**31 - 1 in dimension 0. No device query says it, so every profile carries this."""
+
+
+@dataclass(frozen=True)
+class LimitExcess:
+    """One limit a kernel's launch or buffers exceed: what, how big, the limit."""
+
+    what: str  # "global size (dimension 0)", "buffer out0 (bytes)", ...
+    size: int
+    limit: int
+
+    def __str__(self) -> str:
+        return f"{self.what} {self.size} exceeds the limit {self.limit}"
+
+    def numbers(self) -> tuple[str, int, int]:
+        return (self.what, self.size, self.limit)
 
 
 @dataclass(frozen=True)
@@ -39,6 +70,13 @@ class TargetProfile:
     device_type: str = "gpu"  # "cpu", "gpu" or "accelerator": which kernel shapes suit it
     native_vector_bytes: int = 16  # the SIMD width the device prefers (float lanes * 4)
     atomics64: bool = False  # 64-bit global atomics (cl_khr_int64_base_atomics)
+    # limits of launches and buffers (the generic values suit any recent device)
+    # local size per dimension; () = max_work_group_size in each of 3 (hand-written profiles)
+    max_work_item_sizes: tuple[int, ...] = ()
+    max_mem_alloc_size: int = 1 << 30  # bytes of one buffer (CL_DEVICE_MAX_MEM_ALLOC_SIZE)
+    global_mem_size: int = 4 << 30  # bytes of all buffers at once (CL_DEVICE_GLOBAL_MEM_SIZE)
+    address_bits: int = 64  # size_t of the device: global sizes stay below 2**address_bits
+    max_work_groups: int = MAX_WORK_GROUPS  # per dimension (see MAX_WORK_GROUPS)
 
     @classmethod
     def from_device(cls, info: DeviceInfo) -> TargetProfile:
@@ -59,6 +97,10 @@ class TargetProfile:
             device_type=info.device_type,
             native_vector_bytes=4 * max(1, info.preferred_vector_width_float),
             atomics64="cl_khr_int64_base_atomics" in info.extensions,
+            max_work_item_sizes=tuple(info.max_work_item_sizes),
+            max_mem_alloc_size=info.max_mem_alloc_size or info.global_mem_size,
+            global_mem_size=info.global_mem_size,
+            address_bits=info.address_bits,
         )
 
     @property
@@ -74,7 +116,8 @@ class TargetProfile:
                      sorted(self.artifact_formats), self.math_tier, self.max_work_group_size,
                      self.local_mem_bytes, self.compute_units, self.constant_mem_bytes,
                      self.max_constant_args, self.device_type, self.native_vector_bytes,
-                     self.atomics64))
+                     self.atomics64, self.max_work_item_sizes, self.max_mem_alloc_size,
+                     self.global_mem_size, self.address_bits, self.max_work_groups))
         return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
     def describe(self) -> str:
@@ -85,7 +128,54 @@ class TargetProfile:
                 f"{self.local_mem_bytes} B; constant memory {self.constant_mem_bytes} B in "
                 f"{self.max_constant_args} args; {self.compute_units} compute units "
                 f"({self.device_type}, {self.native_vector_bytes}-byte vectors"
-                f"{', 64-bit atomics' if self.atomics64 else ''})")
+                f"{', 64-bit atomics' if self.atomics64 else ''}); work-items per dimension "
+                f"{list(self.work_item_sizes)}; buffers up to {self.max_mem_alloc_size} B, "
+                f"{self.global_mem_size} B in all; {self.address_bits}-bit sizes")
+
+    @property
+    def work_item_sizes(self) -> tuple[int, ...]:
+        """The most work-items of a work-group per dimension (``max_work_item_sizes``, else
+        ``max_work_group_size`` in each of three dimensions)."""
+        return self.max_work_item_sizes or (self.max_work_group_size,) * 3
+
+    @property
+    def max_global_size(self) -> int:
+        """The largest global size of one dimension: what the device's ``size_t`` holds."""
+        return 2**self.address_bits - 1
+
+    def launch_excess(self, global_size: Iterable[int], local_size: Iterable[int]
+                      ) -> tuple[LimitExcess, ...]:
+        """The limits a launch of this geometry exceeds (empty when it fits)."""
+        gsize, lsize = tuple(global_size), tuple(local_size)
+        out = []
+        caps = self.work_item_sizes
+        if len(gsize) > len(caps):
+            out.append(LimitExcess("dimensions", len(gsize), len(caps)))
+        for d, g in enumerate(gsize):
+            if g > self.max_global_size:
+                out.append(LimitExcess(f"global size (dimension {d})", g, self.max_global_size))
+            if d < len(lsize) and lsize[d] > 0 and -(-g // lsize[d]) > self.max_work_groups:
+                out.append(LimitExcess(f"work-groups (dimension {d})", -(-g // lsize[d]),
+                                       self.max_work_groups))
+        for d, (lo, cap) in enumerate(zip(lsize, caps, strict=False)):
+            if lo > cap:
+                out.append(LimitExcess(f"local size (dimension {d})", lo, cap))
+        if math.prod(lsize) > self.max_work_group_size:
+            out.append(LimitExcess("work-group size", math.prod(lsize),
+                                   self.max_work_group_size))
+        return tuple(out)
+
+    def memory_excess(self, buffer_bytes: Mapping[str, int], total_bytes: int
+                      ) -> tuple[LimitExcess, ...]:
+        """The limits a kernel's buffers exceed: each of ``buffer_bytes`` (name -> bytes)
+        against ``max_mem_alloc_size``, ``total_bytes`` (every buffer its function holds)
+        against ``global_mem_size``."""
+        out = [LimitExcess(f"buffer {name} (bytes)", n, self.max_mem_alloc_size)
+               for name, n in buffer_bytes.items() if n > self.max_mem_alloc_size]
+        if total_bytes > self.global_mem_size:
+            out.append(LimitExcess("all buffers of the function (bytes)", total_bytes,
+                                   self.global_mem_size))
+        return tuple(out)
 
 
 class KernelStatus(Enum):
@@ -99,5 +189,102 @@ class KernelStatus(Enum):
 
 
 def status_error(status: KernelStatus) -> type[AccyError] | None:
-    """The error a kernel of this status raises when launched (None when legal)."""
-    return None if status is KernelStatus.legal else CapabilityMismatchError
+    """The error a kernel of this status raises when launched (None when legal):
+    :class:`LimitExceededError` (a :class:`CapabilityMismatchError`) for ``exceeds_limits``."""
+    if status is KernelStatus.legal:
+        return None
+    return LimitExceededError if status is KernelStatus.exceeds_limits else CapabilityMismatchError
+
+
+def legality_error(index: int, entry: str, verdict: Any) -> AccyError | None:
+    """The error running kernel ``index`` (its ``KernelLegality`` verdict) raises, None when
+    it is legal; a :class:`LimitExceededError` carries the verdict's limits as numbers."""
+    error = status_error(verdict.status)
+    if error is None:
+        return None
+    message = f"kernel {index} ({entry}) is {verdict.status.value}: {verdict.detail}"
+    if error is LimitExceededError:
+        return LimitExceededError(message, tuple(x.numbers() for x in verdict.limits))
+    return error(message)
+
+
+# --- what a product's kernels need (duck-typed: plans and kernels import this module) -----
+
+
+def function_bytes(product: Any, kernels: Iterable[Any]) -> dict[int, int]:
+    """Bytes an executable of each function holds: its slots and its kernels' scratch."""
+    totals: dict[int, int] = {}
+    for s in product.buffers.slots:
+        totals[s.function] = totals.get(s.function, 0) + s.nbytes
+    scratch: dict[tuple[int, str], tuple[int, int]] = {}
+    for k in kernels:
+        fn = product.schedule.item(k.work_item).function
+        for a in k.args:
+            if a.is_scratch:  # one buffer per (work item, name), as the executable holds it
+                scratch[(k.work_item, a.name)] = (fn, a.scratch_elems * a.dtype.itemsize)
+    for fn, n in scratch.values():
+        totals[fn] = totals.get(fn, 0) + n
+    return totals
+
+
+def kernel_excess(profile: TargetProfile, product: Any, kernel: Any,
+                  totals: Mapping[int, int]) -> tuple[LimitExcess, ...]:
+    """Every limit of ``profile`` that ``kernel`` (of ``product``) exceeds: its launch, each
+    buffer argument, and all buffers of its function (``totals``: :func:`function_bytes`)."""
+    slots = product.buffers.slots
+    sizes = {a.name: (a.scratch_elems * a.dtype.itemsize if a.is_scratch
+                      else slots[a.slot].nbytes) for a in kernel.args}
+    fn = product.schedule.item(kernel.work_item).function
+    return (profile.launch_excess(kernel.geometry.global_size, kernel.geometry.local_size)
+            + profile.memory_excess(sizes, totals.get(fn, 0)))
+
+
+def host_available_bytes() -> int | None:
+    """Memory the host can still give (``MemAvailable`` of /proc/meminfo, else the free
+    physical pages); None where neither is known."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def launch_refusal(product: Any, kernels: Iterable[tuple[int, Any]], fi: int,
+                   info: Any | None, available: int | None = None
+                   ) -> LimitExceededError | None:
+    """Why function ``fi`` of ``product`` must not run on the device of ``info`` (a
+    ``DeviceInfo``), checked before anything is built or allocated; None when it may.
+
+    The job was legalized for its own profile, maybe not this device's: ``kernels`` (index,
+    kernel) are checked again against ``TargetProfile.from_device(info)``. The host must hold
+    the results (fresh arrays each call) and, where the device shares host memory, every
+    buffer too: more than ``available`` (default: :func:`host_available_bytes`) is refused
+    rather than left to the OOM killer.
+    """
+    kernels = list(kernels)
+    totals = function_bytes(product, [k for _, k in kernels])
+    if info is not None:
+        profile = TargetProfile.from_device(info)
+        for index, k in kernels:
+            excess = kernel_excess(profile, product, k, totals)
+            if excess:
+                return LimitExceededError(
+                    f"kernel {index} ({k.entry}) exceeds the limits of {info.name}: "
+                    f"{'; '.join(map(str, excess))}", tuple(x.numbers() for x in excess))
+    results = product.program.functions[fi].results
+    need = sum(math.prod(n.type.shape) * n.type.dtype.itemsize for n in results)
+    if info is not None and getattr(info, "host_unified_memory", False):
+        need += totals.get(fi, 0)
+    available = host_available_bytes() if available is None else available
+    if available is not None and need > available:
+        what = "host memory for results and buffers (bytes)"
+        return LimitExceededError(f"function {product.program.functions[fi].name} needs "
+                                  f"{need} bytes of host memory, {available} are free",
+                                  ((what, need, available),))
+    return None

@@ -27,9 +27,9 @@ model behind the tolerances is :mod:`accy.error_bounds`).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import inspect
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -424,42 +424,53 @@ def _valid_values() -> dict[tuple[str, str], st.SearchStrategy]:
     return out
 
 
-def _declared(cls: type, info: Any) -> st.SearchStrategy | None:
-    """Values from the option's own declaration: ``range`` = ``(low, high)`` (inclusive, either
-    end None for open) on the :class:`~accy.passes.base.OptionInfo` or in the dataclass field's
-    metadata, or ``choices`` (valid values, of a list's elements for a list option) in the
-    metadata. None when it declares neither."""
-    meta = next(f.metadata for f in dataclasses.fields(cls) if f.name == info.field)
-    choices = meta.get("choices")
+def _declared(info: Any) -> st.SearchStrategy | None:
+    """Values within the option's declared range (:class:`~accy.passes.base.OptionInfo`:
+    ``minimum``/``above``/``maximum``, ``choices``, ``power_of_two``), an open or very large
+    upper end capped at four times the default (cheap enough to run); None for an option that
+    declares nothing numeric or chosen."""
+    choices = info.choices
     if choices is not None:
-        return _subsets(choices) if info.is_list else st.sampled_from(list(choices))
-    bounds = getattr(info, "range", None) or meta.get("range")
-    if bounds is None or info.element_type not in (int, float):
-        return None
-    lo, hi = bounds
-    default = info.default if not info.is_list else None
-    if hi is None:  # open: up to a few times the default, which is cheap enough
+        element: st.SearchStrategy = st.sampled_from(list(choices))
+    elif info.element_type in (int, float) and (
+            info.minimum is not None or info.above is not None or info.maximum is not None):
+        low = info.minimum if info.minimum is not None else info.above
+        default = info.default if not info.is_list else None
         base = default if isinstance(default, int | float) and default > 0 else 16
-        hi = max(lo if lo is not None else 0, 4 * base)
-    if info.element_type is int:
-        element = st.integers(lo, int(hi))
+        high = min(info.maximum if info.maximum is not None else math.inf,
+                   max(low if low is not None else 0, 4 * base))
+        if info.element_type is int and info.power_of_two:
+            element = st.integers(0, int(high).bit_length() - 1).map(lambda e: 1 << e)
+        elif info.element_type is int:
+            element = st.integers(None if low is None else math.ceil(low), int(high))
+        else:
+            element = st.floats(low, high, allow_nan=False, allow_infinity=False,
+                                exclude_min=info.above is not None and info.minimum is None)
     else:
-        element = st.floats(lo, hi, allow_nan=False, allow_infinity=False)
-    return st.lists(element, max_size=3).map(tuple) if info.is_list else element
+        return None
+    values = (st.lists(element, min_size=int(info.nonempty), max_size=3, unique=True).map(tuple)
+              if info.is_list else element)
+    return values.filter(lambda v: _allowed(info, v))
+
+
+def _allowed(info: Any, value: Any) -> bool:
+    try:
+        info.check(value)
+    except ValueError:
+        return False
+    return True
 
 
 def option_values(cls: type, info: Any, table: dict | None = None) -> st.SearchStrategy:
-    """Valid values of option ``info`` of pass class ``cls``: from its declaration
-    (:func:`_declared`), else :func:`_valid_values`, else every value of a ``bool`` or
-    ``Literal`` option, else only its default (a range accy cannot know)."""
-    declared = _declared(cls, info)
-    if declared is not None:
-        return declared
+    """Valid values of option ``info`` of pass class ``cls``: :func:`_valid_values` (cheap
+    values for accy's passes), else its declaration (:func:`_declared`), else both values of a
+    ``bool``, else only its default (a range accy cannot know)."""
     table = _valid_values() if table is None else table
     if (cls.name, info.field) in table:
-        return table[(cls.name, info.field)]
-    if info.choices is not None and not info.is_list:
-        return st.sampled_from(list(info.choices))
+        return table[(cls.name, info.field)].filter(lambda v: _allowed(info, v))
+    declared = _declared(info)
+    if declared is not None:
+        return declared
     if info.type is bool:
         return st.booleans()
     return st.just(info.default)

@@ -361,9 +361,9 @@ def test_row14_profile_without_f32_marks_kernel_illegal() -> None:
     assert job.kernel_summary(0).status is KernelStatus.unsupported_dtype
     assert status_error(verdict.status) is CapabilityMismatchError
     assert status_error(KernelStatus.legal) is None
-    for status in KernelStatus:
+    for status in KernelStatus:  # exceeds_limits: LimitExceededError, a subclass
         if status is not KernelStatus.legal:
-            assert status_error(status) is CapabilityMismatchError
+            assert issubclass(status_error(status), CapabilityMismatchError)
 
 
 def test_row14_profile_recorded_on_every_product() -> None:

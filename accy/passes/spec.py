@@ -2,7 +2,9 @@
 
 Named pipelines (``accy-default``, ``accy-contract`` ...) may be used like a pass and expand
 to their passes. ``parse_pipeline(p.text()) == p`` for every pipeline ``p``. Errors point at
-the column, list valid pass or option names and types, and the allowed values of an option.
+the column, list valid pass or option names and types, and the allowed values of an option: a
+value outside an option's declared range (:func:`accy.passes.base.option`) is an error here,
+naming the pass, the option, the value and the range, never later when the pass runs.
 """
 
 from __future__ import annotations
@@ -181,6 +183,7 @@ def _options(r: _Reader, cls: type[Pass]) -> dict[str, Any]:
         raw, vat = r.value()
         try:
             values[info.field] = convert(info, raw)
+            info.check(values[info.field])  # the range, where the value is: column and caret
         except ValueError as e:
             raise r.error(f"option {key} of {cls.name}: {e}", vat) from None
 

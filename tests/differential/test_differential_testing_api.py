@@ -231,18 +231,18 @@ def test_each_pass_with_its_prerequisites_runs(device_dtypes) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class _Mine(Pass):
-    """A pass of one's own whose options declare their ranges in field metadata."""
+    """A pass of one's own whose options declare their ranges through ``option()``."""
 
     name: ClassVar[str] = "mine"
     stage: ClassVar[Stage] = Stage.tensor
-    width: int = dataclasses.field(default=8, metadata={"doc": "", "range": (2, 5)})
-    tags: tuple[str, ...] = dataclasses.field(default=(), metadata={"doc": "",
-                                                                    "choices": ("a", "b")})
+    width: int = option(4, "", minimum=2, maximum=5)
+    tags: tuple[str, ...] = option((), "", choices=("a", "b"))
     other: int = option(3, "no range: only the default")
 
 
 def test_option_values_read_declared_ranges() -> None:
-    """A range or choices in an option's field metadata wins over the built-in table."""
+    """The range or choices an option declares are what a pass the built-in table does not
+    know draws from."""
     infos = {o.field: o for o in _Mine.options()}
     values = accy.testing.option_values(_Mine, infos["width"])
     assert find(values, lambda v: True) == 2 and find(values, lambda v: v >= 5) == 5

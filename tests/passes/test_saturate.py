@@ -9,7 +9,7 @@ import pytest
 import accy
 from accy.cli import main
 from accy.egraph.rules import RULESETS
-from accy.errors import PassFailure
+from accy.errors import PassFailure, PipelineError
 from accy.ir.ops import Op
 from accy.ir.printer import print_program
 from accy.passes.spec import parse_pipeline
@@ -202,6 +202,6 @@ def test_match_limit_from_pipeline_text_saturates_and_extracts(limit):
 
 
 def test_match_limit_must_be_positive():
-    with pytest.raises(PassFailure, match="match_limit must be a positive int"):
+    with pytest.raises(PipelineError, match="got -1; allowed: 0 <= match-limit"):  # when read
         accy.prepare(factor, f"{CONTRACT},saturate{{fast-math=true match-limit=-1}}",
                      until="tensor")

@@ -21,22 +21,31 @@ PASSES = all_passes()
 
 
 def non_default(info) -> object:
-    """A value of ``info``'s type that differs from its default."""
+    """A value of ``info``'s type that differs from its default and is within its range."""
     t, default = info.type, info.default
     if typing.get_origin(t) is Literal:
         return next(c for c in typing.get_args(t) if c != default)
     if t is bool:
         return not default
     if t is int:
-        return default * 2 + 1
-    if t is float:
-        return default + 0.25
-    if t is str:
-        return default + " x,{y}"
-    if info.is_list:
+        candidates = [default * 2 + 1, default * 2, default + 1, default - 1]
+    elif t is float:
+        candidates = [default + 0.25, default / 2]
+    elif t is str:
+        candidates = [default + " x,{y}", *(info.choices or ())]
+    elif info.is_list:
         sample = {str: ("a b",), int: (1,), float: (0.5,), bool: (True,)}
-        return () if default else (info.choices or sample[info.element_type])[:1]
-    raise AssertionError(f"no non-default value for option type {t}")
+        candidates = [(), (info.choices or sample[info.element_type])[:1]]
+    else:
+        raise AssertionError(f"no non-default value for option type {t}")
+    for value in candidates:
+        try:
+            info.check(value)
+        except ValueError:
+            continue
+        if value != default:
+            return value
+    raise AssertionError(f"no non-default value in the range of {info.name}")
 
 
 def round_trips(p: Pipeline) -> None:
@@ -269,7 +278,7 @@ class _Toy(Pass):
     stage = Stage.contract
 
     label: str = option("x", "a label")
-    scale: float = option(1.0, "a float")
+    scale: float = option(1.0, "a float", finite=False)  # inf and nan round-trip too
     sizes: tuple[int, ...] = option((1, 2), "ints")
     modes: tuple[Literal["p", "q"], ...] = option(("p",), "choices")
     words: tuple[str, ...] = option(("a",), "strings")

@@ -6,7 +6,7 @@ import pytest
 import accy
 from accy.backends.opencl.render import expr
 from accy.builder import Builder
-from accy.errors import PassFailure
+from accy.errors import PipelineError
 from accy.ir.interpret import interpret
 from accy.ir.ops import Op
 from accy.ir.program import Stage
@@ -347,7 +347,7 @@ def test_layout_is_row_major() -> None:
 
 @pytest.mark.parametrize("alignment", [3, 0, -8, 48])
 def test_layout_rejects_bad_alignment(alignment: int) -> None:
-    with pytest.raises(PassFailure) as info:
+    with pytest.raises(PipelineError) as info:  # when the pipeline text is read
         accy.prepare(chain, pipeline(layout=f"alignment={alignment}"), until="memory")
     message = str(info.value)
     assert "layout-planning" in message and "power of two" in message
@@ -397,7 +397,7 @@ def test_outline_arguments_and_geometry() -> None:
 
 
 def test_outline_rejects_non_positive_work_group() -> None:
-    with pytest.raises(PassFailure, match=r"work-group-size=0.*positive"):
+    with pytest.raises(PipelineError, match=r"size.*got 0; allowed: 1 <= work-group-size"):
         accy.prepare(chain, pipeline(outline="work-group-size=0"))
 
 

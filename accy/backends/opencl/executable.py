@@ -13,7 +13,7 @@ from accy.backends.opencl.runtime import Runtime, select_device
 from accy.errors import InterpretError
 from accy.ir.ops import Op
 from accy.plans import SlotRole
-from accy.target import status_error
+from accy.target import launch_refusal, legality_error
 
 if TYPE_CHECKING:
     from accy.job import PreparedJob
@@ -71,12 +71,15 @@ class Executable:
         mine = [(i, k) for i, k in enumerate(job.kernels)
                 if product.schedule.item(k.work_item).function == self.fi]
         for index, kernel in mine:  # before any device work: legality needs no device
-            verdict = legality.kernels[index]
-            error = status_error(verdict.status)
+            error = legality_error(index, kernel.entry, legality.kernels[index])
             if error is not None:
-                raise error(f"kernel {index} ({kernel.entry}) is {verdict.status.value}: "
-                            f"{verdict.detail}")
+                raise error
         self.runtime = device if isinstance(device, Runtime) else select_device(device)
+        # the job may have been legalized for another profile: this device's limits and the
+        # host's free memory, before anything is built or allocated (no driver crash, no OOM)
+        refusal = launch_refusal(product, mine, self.fi, getattr(self.runtime, "info", None))
+        if refusal is not None:
+            raise refusal
         self.buffers = product.buffers
         sources = [job.kernel_source(i) for i, _ in mine]
         self.runtime.build_many(sources, max_threads=max_threads)

@@ -77,6 +77,10 @@ class DeviceInfo:
     max_constant_args: int = 8
     device_type: str = "gpu"  # "cpu", "gpu" or "accelerator" (from CL_DEVICE_TYPE)
     host_unified_memory: bool = False  # device and host share memory (CPU devices, iGPUs)
+    # launch and buffer limits (TargetProfile.from_device; 0 / () where not known)
+    max_mem_alloc_size: int = 0
+    max_work_item_sizes: tuple[int, ...] = ()
+    address_bits: int = 64
 
     @property
     def key(self) -> str:
@@ -110,6 +114,9 @@ class DeviceInfo:
             device_type=("cpu" if device.type & cl.device_type.CPU else
                          "gpu" if device.type & cl.device_type.GPU else "accelerator"),
             host_unified_memory=_host_unified(device),
+            max_mem_alloc_size=int(device.max_mem_alloc_size),
+            max_work_item_sizes=tuple(int(n) for n in device.max_work_item_sizes),
+            address_bits=int(device.address_bits),
         )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from accy.ir.program import Stage
-from accy.passes.base import Pass, option
+from accy.passes.base import COUNT_MAX, SECONDS_MAX, Pass, option
 from accy.passes.registry import register
 
 RULESETS = ("canonical",)
@@ -24,13 +24,16 @@ class Canonicalize(Pass):
     stage = Stage.contract
 
     disable: tuple[str, ...] = option((), "rules (or rule sets) not to use, e.g. mul-one")
-    iterations: int = option(8, "most saturation iterations")
-    node_limit: int = option(10_000, "most e-nodes the e-graph may grow to")
+    iterations: int = option(8, "most saturation iterations", minimum=1, maximum=COUNT_MAX)
+    node_limit: int = option(10_000, "most e-nodes the e-graph may grow to",
+                             minimum=1, maximum=COUNT_MAX)
     time_limit: float = option(
-        1.0, "most seconds of saturation (no step starts that is predicted to end past it)")
+        1.0, "most seconds of saturation (no step starts that is predicted to end past it)",
+        above=0, maximum=SECONDS_MAX)
     finite_math: bool = option(False, "also use finite-math rules (x*0 -> 0, x-x -> 0, x+0)")
     fast_math: bool = option(False, "also use fast-math and finite-math rules")
-    max_elements: int = option(1 << 16, "largest constant a fold may create (in elements)")
+    max_elements: int = option(1 << 16, "largest constant a fold may create (in elements)",
+                               minimum=1, maximum=COUNT_MAX)
 
     def run(self, ctx, product):
         from accy.passes import rewriting

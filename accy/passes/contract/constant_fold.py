@@ -27,7 +27,7 @@ from accy.ir.interpret import interpret
 from accy.ir.node import Node
 from accy.ir.ops import Op
 from accy.ir.program import Function, Program, Stage
-from accy.passes.base import Pass, option
+from accy.passes.base import COUNT_MAX, SECONDS_MAX, Pass, option
 from accy.passes.rebuild import rebuild
 from accy.passes.registry import register
 
@@ -51,11 +51,14 @@ class ConstantFold(Pass):
     name = "constant-fold"
     stage = Stage.contract
 
-    max_elements: int = option(1 << 16, "largest result (in elements) to fold into a constant")
+    max_elements: int = option(1 << 16, "largest result (in elements) to fold into a constant",
+                               minimum=1, maximum=COUNT_MAX)
     disable: tuple[str, ...] = option((), "fold rules not to use, e.g. fold-exp (or: fold)")
-    iterations: int = option(32, "most saturation iterations (one per level of folding)")
-    node_limit: int = option(10_000, "most e-nodes the e-graph may grow to")
-    time_limit: float = option(1.0, "most seconds of saturation")
+    iterations: int = option(32, "most saturation iterations (one per level of folding)",
+                             minimum=1, maximum=COUNT_MAX)
+    node_limit: int = option(10_000, "most e-nodes the e-graph may grow to",
+                             minimum=1, maximum=COUNT_MAX)
+    time_limit: float = option(1.0, "most seconds of saturation", above=0, maximum=SECONDS_MAX)
 
     def run(self, ctx, product):
         from accy.passes import rewriting

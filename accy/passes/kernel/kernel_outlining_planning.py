@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from accy.ir.program import Stage
 from accy.kernels.workgroup import heavy_node
-from accy.passes.base import Pass, option
+from accy.passes.base import COUNT_MAX, Pass, option
 from accy.passes.dispatch.fusion_planning import op_name
 from accy.passes.registry import register
 from accy.plans import (
@@ -51,8 +51,10 @@ class KernelOutliningPlanning(Pass):
     stage = Stage.kernel
     preserves = frozenset({"uses", "liveness", "slot-map"})
 
-    work_group_size: int = option(256, "work-items per work-group (capped by the target)")
-    max_name_ops: int = option(6, "op names to put in a kernel's entry name at most")
+    work_group_size: int = option(256, "work-items per work-group (capped by the target)",
+                                  minimum=1, maximum=COUNT_MAX)
+    max_name_ops: int = option(6, "op names to put in a kernel's entry name at most",
+                               minimum=1, maximum=64)
 
     def run(self, ctx, product):
         fusion = product.require("fusion", self.name, "fusion-planning")

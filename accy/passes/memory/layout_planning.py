@@ -45,7 +45,8 @@ class LayoutPlanning(Pass):
     stage = Stage.memory
     preserves = frozenset({"uses", "liveness", "slot-map"})
 
-    alignment: int = option(64, "byte alignment requested for every buffer")
+    alignment: int = option(64, "byte alignment requested for every buffer", minimum=1,
+                            maximum=4096, power_of_two=True)
 
     def run(self, ctx, product):
         buffers = product.require("buffers", self.name, "bufferization-planning")

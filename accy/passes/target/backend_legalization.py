@@ -1,4 +1,13 @@
-"""backend-legalization: check every kernel against the target profile before any launch."""
+"""backend-legalization: check every kernel against the target profile before any launch.
+
+A kernel is legal when the target takes OpenCL C, every dtype and op it uses, and its launch and
+buffers fit the profile's limits: global size per dimension (the device's ``size_t``),
+work-groups per dimension, local size per dimension and in all, each buffer argument's bytes
+(``max_mem_alloc_size``) and the bytes of every buffer its function holds (``global_mem_size``,
+scratch included). Over a limit it is ``exceeds_limits``, with every excess as numbers in
+``KernelLegality.limits`` (and the detail); running it raises ``LimitExceededError`` before
+anything is allocated or launched.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +21,7 @@ from accy.passes.base import Pass
 from accy.passes.registry import register
 from accy.plans import KernelLegality, LegalityReport
 from accy.product import Product
-from accy.target import OPENCL_C, KernelStatus, TargetProfile
+from accy.target import OPENCL_C, KernelStatus, TargetProfile, function_bytes, kernel_excess
 
 
 @analysis("kernel-requirements")
@@ -26,8 +35,11 @@ def kernel_requirements(product: Product) -> tuple[tuple[frozenset, tuple, int, 
     )
 
 
-def check(kernel: Kernel, reqs: tuple, target: TargetProfile) -> KernelLegality:
-    dtypes, ops, local, atomics64 = reqs
+def check(kernel: Kernel, reqs: tuple, target: TargetProfile, product: Product | None = None,
+          totals: dict[int, int] | None = None) -> KernelLegality:
+    """``kernel``'s verdict; its buffers are checked when ``product`` (with its buffer plan
+    and schedule) and ``totals`` (:func:`accy.target.function_bytes`) are given."""
+    dtypes, ops, _local, atomics64 = reqs  # (the launch is checked whole below)
     if target.backend != "opencl" or OPENCL_C not in target.artifact_formats:
         return KernelLegality(0, KernelStatus.unsupported_artifact,
                               f"target {target.backend} takes none of the formats accy emits "
@@ -46,10 +58,14 @@ def check(kernel: Kernel, reqs: tuple, target: TargetProfile) -> KernelLegality:
         return KernelLegality(0, KernelStatus.unsupported_op,
                               f"{kernel.entry}: 64-bit atomics, which {target.device} lacks "
                               f"(cl_khr_int64_base_atomics)")
-    if local > target.max_work_group_size:
+    if product is not None and totals is not None:
+        excess = kernel_excess(target, product, kernel, totals)
+    else:
+        excess = target.launch_excess(kernel.geometry.global_size, kernel.geometry.local_size)
+    if excess:
         return KernelLegality(0, KernelStatus.exceeds_limits,
-                              f"{kernel.entry}: work-group of {local} exceeds the target's "
-                              f"{target.max_work_group_size}")
+                              f"{kernel.entry}: {'; '.join(map(str, excess))} "
+                              f"(target {target.device})", excess)
     return KernelLegality(0, KernelStatus.legal, "")
 
 
@@ -66,10 +82,11 @@ class BackendLegalization(Pass):
         kernels = product.require("kernels", self.name, "kernelization")
         target = product.target or TargetProfile()
         reqs = ctx.analysis("kernel-requirements", product)
+        totals = function_bytes(product, kernels)
         verdicts = []
         for i, (k, r) in enumerate(zip(kernels, reqs, strict=True)):
-            v = check(k, r, target)
-            verdicts.append(KernelLegality(i, v.status, v.detail))
+            v = check(k, r, target, product, totals)
+            verdicts.append(KernelLegality(i, v.status, v.detail, v.limits))
         report = LegalityReport(target.fingerprint(), tuple(verdicts))
         ctx.stat("illegal", sum(v.status is not KernelStatus.legal for v in verdicts))
         return product.replace(target=target, legality=report)

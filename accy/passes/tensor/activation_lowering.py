@@ -50,6 +50,7 @@ class ActivationLowering(Pass):
         ("gelu", "sigmoid"),
         "activations to lower, of relu, gelu, sigmoid, softmax, log_softmax (softmax and "
         "log_softmax are off by default: one row kernel beats their three lowered kernels)",
+        choices=LOWERABLE,
     )
     kernel_library: Literal["enabled", "disabled"] = option(
         "enabled", "enabled: lower the activations in ops; disabled: softmax and log_softmax, "

@@ -40,7 +40,7 @@ from accy.ir.ops import Op
 from accy.ir.program import Stage
 from accy.ir.shapes import infer, parse_einsum
 from accy.ir.types import DType
-from accy.passes.base import Pass, option
+from accy.passes.base import COUNT_MAX, Pass, option
 from accy.passes.rebuild import rebuild
 from accy.passes.registry import register
 
@@ -68,10 +68,13 @@ class EinsumLowering(Pass):
     strategy: Literal["auto", "exact", "beam", "greedy"] = option(
         "auto", "path strategy of accy.contraction (auto: exact within the state limit, else beam)")
     exact_state_limit: int = option(
-        _DEFAULTS.exact_state_limit, "most dynamic-programming states the exact search may need")
-    beam_width: int = option(_DEFAULTS.beam_width, "partial paths the beam search keeps per step")
+        _DEFAULTS.exact_state_limit, "most dynamic-programming states the exact search may need",
+        minimum=1, maximum=COUNT_MAX)
+    beam_width: int = option(_DEFAULTS.beam_width, "partial paths the beam search keeps per step",
+                             minimum=1, maximum=COUNT_MAX)
     auto_beam_width: int = option(
-        _DEFAULTS.auto_beam_width, "beam width for small einsums (0: never widen)")
+        _DEFAULTS.auto_beam_width, "beam width for small einsums (0: never widen)", minimum=0,
+        maximum=COUNT_MAX)
     objective: Literal["flops", "size", "write"] = option(
         "flops", "what the path minimizes: FLOPs, largest intermediate or elements written")
     kernel_library: Literal["enabled", "disabled"] = option(

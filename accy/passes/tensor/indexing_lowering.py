@@ -48,7 +48,7 @@ from accy.ir.node import Node
 from accy.ir.ops import Op
 from accy.ir.program import Stage
 from accy.kernels.indexed import is_indexed_form
-from accy.passes.base import Pass, option
+from accy.passes.base import COUNT_MAX, Pass, option
 from accy.passes.rebuild import make, rebuild
 from accy.passes.registry import register
 from accy.plans import LaunchPlan, check_thread_blocks
@@ -98,10 +98,10 @@ class IndexingLowering(Pass):
         "deterministic loop nest")
     gather_thread_blocks: int = option(
         0, "work-groups the indexed gather kernel launches, walking the elements in a "
-        "grid-stride loop (0: the generator chooses)")
+        "grid-stride loop (0: the generator chooses)", minimum=0, maximum=COUNT_MAX)
     scatter_thread_blocks: int = option(
         0, "work-groups the atomic scatter-add kernel launches, walking the updates in a "
-        "grid-stride loop (0: the generator chooses)")
+        "grid-stride loop (0: the generator chooses)", minimum=0, maximum=COUNT_MAX)
 
     def __post_init__(self) -> None:  # bad values fail when the pipeline is read
         check_thread_blocks("gather-thread-blocks", self.gather_thread_blocks)

@@ -26,7 +26,7 @@ from accy.ir.node import Node
 from accy.ir.ops import Op
 from accy.ir.program import Stage
 from accy.ir.types import DType
-from accy.passes.base import Pass, option
+from accy.passes.base import COUNT_MAX, Pass, option
 from accy.passes.rebuild import constant, make, rebuild
 from accy.passes.registry import register
 from accy.passes.tensor.indexing_lowering import lower as indexed
@@ -78,7 +78,7 @@ class LossLowering(Pass):
         "(one pass per row); disabled: lower every cross-entropy to log-softmax + gather + mean")
     row_sparse_cross_entropy_thread_blocks: int = option(
         0, "work-groups the cross-entropy row-loss kernel launches, walking the rows in a "
-        "grid-stride loop (0: one work-group per set of rows)")
+        "grid-stride loop (0: one work-group per set of rows)", minimum=0, maximum=COUNT_MAX)
 
     def __post_init__(self) -> None:  # bad values fail when the pipeline is read
         check_thread_blocks("row-sparse-cross-entropy-thread-blocks",

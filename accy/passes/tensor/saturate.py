@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from accy.ir.program import Stage
-from accy.passes.base import Pass, option
+from accy.passes.base import COUNT_MAX, SECONDS_MAX, Pass, option
 from accy.passes.registry import register
 
 DEFAULT_RULESETS = ("canonical", "fold", "algebra", "einsum", "activation", "layout")
@@ -35,16 +35,21 @@ class Saturate(Pass):
     rules: tuple[str, ...] = option(
         (), "only these rules or rule sets of the rule sets (default: all of them)")
     disable: tuple[str, ...] = option((), "rules or rule sets not to use (ablation)")
-    iterations: int = option(12, "most saturation iterations")
-    node_limit: int = option(20_000, "most e-nodes the e-graph may grow to")
+    iterations: int = option(12, "most saturation iterations", minimum=1, maximum=COUNT_MAX)
+    node_limit: int = option(20_000, "most e-nodes the e-graph may grow to",
+                             minimum=1, maximum=COUNT_MAX)
     time_limit: float = option(
-        2.0, "most seconds of saturation (no step starts that is predicted to end past it)")
+        2.0, "most seconds of saturation (no step starts that is predicted to end past it)",
+        above=0, maximum=SECONDS_MAX)
     match_limit: int = option(
-        0, "egglog's backoff: a rule matching more than this in a step sits out a few (0: off)")
-    cost: str = option("flops-bytes", "extraction cost model (accy.egraph.cost.COST_MODELS)")
+        0, "egglog's backoff: a rule matching more than this in a step sits out a few (0: off)",
+        minimum=0, maximum=COUNT_MAX)
+    cost: str = option("flops-bytes", "extraction cost model (accy.egraph.cost.COST_MODELS)",
+                       nonempty=True)
     fast_math: bool = option(False, "also use fast-math and finite-math rules")
     finite_math: bool = option(False, "also use finite-math rules (x*0 -> 0, x-x -> 0)")
-    max_elements: int = option(1 << 16, "largest constant a fold may create (in elements)")
+    max_elements: int = option(1 << 16, "largest constant a fold may create (in elements)",
+                               minimum=1, maximum=COUNT_MAX)
 
     def run(self, ctx, product):
         from accy.passes import rewriting
