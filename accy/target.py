@@ -112,12 +112,16 @@ class TargetProfile:
         return self.dtypes | ({DType.f16} if DType.f32 in self.dtypes else frozenset())
 
     def fingerprint(self) -> str:
+        """A digest of what kernels are generated and judged for. Memory capacities
+        (``max_mem_alloc_size``, ``global_mem_size``) are left out: drivers of host devices
+        (PoCL) report them from the memory free when the process starts, and a stamp must not
+        change with that; a verdict they change is in the legality report's fingerprint."""
         text = repr((self.backend, self.device, sorted(d.value for d in self.dtypes),
                      sorted(self.artifact_formats), self.math_tier, self.max_work_group_size,
                      self.local_mem_bytes, self.compute_units, self.constant_mem_bytes,
                      self.max_constant_args, self.device_type, self.native_vector_bytes,
-                     self.atomics64, self.max_work_item_sizes, self.max_mem_alloc_size,
-                     self.global_mem_size, self.address_bits, self.max_work_groups))
+                     self.atomics64, self.max_work_item_sizes, self.address_bits,
+                     self.max_work_groups))
         return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
     def describe(self) -> str:
