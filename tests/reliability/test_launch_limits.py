@@ -83,7 +83,9 @@ def test_profile_from_device_carries_its_limits(device) -> None:
     assert p.max_work_item_sizes == info.max_work_item_sizes and len(p.max_work_item_sizes) >= 1
     assert p.address_bits == info.address_bits in (32, 64)
     smaller = dataclasses.replace(p, max_mem_alloc_size=p.max_mem_alloc_size // 2)
-    assert smaller.fingerprint() != p.fingerprint()  # legality depends on the limits
+    # memory capacities vary with the memory free at start-up (PoCL): stamps must not; a
+    # verdict they change is in the legality report's fingerprint instead
+    assert smaller.fingerprint() == p.fingerprint()
 
 
 def test_exceeds_limits_maps_to_a_named_error() -> None:
