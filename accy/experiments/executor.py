@@ -394,12 +394,12 @@ class DaskExecutor:
             import dask
 
             # one task per worker process at a time, so a crash is charged to its own task
-            # ":0" alone would bind the dashboard to every interface
+            # host binds the scheduler and the workers (and their nannies); the dashboard
+            # needs its own, since ":0" alone binds it to every interface
             with dask.config.set({"distributed.scheduler.worker-saturation": 1.0}):
                 self._cluster = LocalCluster(n_workers=workers, threads_per_worker=1,
                                              processes=True, host=host,
-                                             dashboard_address=f"{_bracketed(host)}:0",
-                                             worker_kwargs={"host": host})
+                                             dashboard_address=f"{_bracketed(host)}:0")
             self.client = Client(self._cluster)
         else:
             self.client = Client(scheduler)
