@@ -164,6 +164,13 @@ def probe(value: int, fail: str = "", sleep: float = 0.0) -> dict[str, Any]:
     return {"value": value, "square": value * value}
 
 
+def _run_task_on_dask(task: Task) -> tuple[str, Any, str, str]:
+    """:func:`run_task` and the address of the Dask worker it ran on (for recycling)."""
+    from distributed import get_worker
+
+    return (*run_task(task), get_worker().address)
+
+
 class Executor(Protocol):
     """Runs tasks; ``map`` returns one result per task, sorted by key."""
 
@@ -418,13 +425,14 @@ class DaskExecutor:
         state = _Attempts(self.retries, on_result)
         stamp = f"{time.time_ns():x}"
         tries: dict[Key, int] = {}
+        ran: list[str] = []  # the Dask worker address of each task that returned
         live: dict[str, tuple[Task, Any]] = {}  # Dask key -> (task, future) not settled yet
         started: dict[str, tuple[float, str]] = {}  # Dask key -> (start, worker address)
 
         def submit(task: Task) -> Any:
             n = tries[task.key] = tries.get(task.key, 0) + 1
             name = "accy-" + "-".join(map(str, task.key)) + f"-{stamp}-{n}"
-            future = self.client.submit(run_task, task, key=name, pure=False)
+            future = self.client.submit(_run_task_on_dask, task, key=name, pure=False)
             live[future.key] = (task, future)
             return future
 
@@ -444,7 +452,8 @@ class DaskExecutor:
                         continue
                     task, _ = live.pop(future.key)
                     try:
-                        outcome = future.result()
+                        *outcome, address = future.result()
+                        ran.append(address)
                     except Exception as e:  # noqa: BLE001 -- KilledWorker, lost worker
                         outcome = ("crash", f"worker lost: {type(e).__name__}: {e}", "")
                     settle(task, outcome)
@@ -460,7 +469,7 @@ class DaskExecutor:
                         settle(task, ("timeout", error, worker))
                     if not batch:
                         time.sleep(self.poll_s)
-        self._recycle(state.results.values())
+        self._recycle(ran)
         return _sorted(state.results)
 
     def _restart(self, worker: str) -> str:
@@ -476,13 +485,12 @@ class DaskExecutor:
             return f"{type(e).__name__}: {e}"
         return str(out.get(worker, "OK (it had already left the cluster)"))
 
-    def _recycle(self, results: Iterable[TaskResult]) -> None:
+    def _recycle(self, ran: Iterable[str]) -> None:
         """Restart the workers that have run ``max_tasks`` tasks (0: never)."""
         if not self.max_tasks:
             return
-        for r in results:
-            if r.worker and r.status != "timeout":  # a timed-out task's worker was restarted
-                self._ran[r.worker] = self._ran.get(r.worker, 0) + 1
+        for address in ran:  # (a timed-out task's worker was restarted already)
+            self._ran[address] = self._ran.get(address, 0) + 1
         for worker, n in list(self._ran.items()):
             if n >= self.max_tasks:
                 self._restart(worker)
