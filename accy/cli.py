@@ -246,7 +246,8 @@ def build_parser() -> argparse.ArgumentParser:
     fuzz = sub.add_parser("fuzz", help="check random programs pass by pass and on OpenCL; "
                           "write failing ones (shrunk) to a folder",
                           description="Check random programs pass by pass and end to end on "
-                          "OpenCL for a given time; write failing ones (shrunk) to a folder. "
+                          "OpenCL for a given time or number of rounds; write failing ones "
+                          "(shrunk) to a folder. "
                           "Rounds run in a worker process that is replaced every "
                           "--rounds-per-worker rounds; a round whose worker dies or that runs "
                           "past --round-timeout is recorded as a crash or timeout and the "
