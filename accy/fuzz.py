@@ -368,7 +368,8 @@ class _Campaign:
         if result.status == "crashed":
             self.summary.crashes += 1
             self.record_round_loss(
-                "crash", _crash_signature(result.error), "ProcessExpired",
+                "crash", _crash_signature(result.error),
+                "ProcessExpired" if self.executor_kind == "local" else "KilledWorker",
                 f"the worker process died during the round: {result.error}", round_seed,
                 allow_nan)
         elif result.status == "timeout":
