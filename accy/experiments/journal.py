@@ -22,7 +22,7 @@ from typing import Any, TextIO
 
 from accy.experiments.executor import Key, Task, TaskResult
 
-__all__ = ["Journal", "journal_path", "read_journal"]
+__all__ = ["Journal", "entries_by_key", "journal_path", "read_journal"]
 
 
 def journal_path(out_dir: str | Path, experiment: str) -> Path:
