@@ -161,10 +161,15 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 def _cmd_fuzz(args: argparse.Namespace) -> int:
     from accy.fuzz import run_campaign
 
+    if args.minutes is None and args.rounds is None:
+        print("accy fuzz: error: give --minutes, --rounds or both", file=sys.stderr)
+        return 2
     summary = run_campaign(args.minutes, args.seed, args.out, max_nodes=args.max_nodes,
                            device=args.device, pipeline=args.pipeline,
                            rounds_per_worker=args.rounds_per_worker,
-                           round_timeout=args.round_timeout)
+                           round_timeout=args.round_timeout, rounds=args.rounds,
+                           executor=args.executor, scheduler=args.scheduler,
+                           force=args.force, resume=args.resume)
     return 1 if summary.failures else 0
 
 
@@ -291,13 +296,16 @@ def build_parser() -> argparse.ArgumentParser:
     fuzz = sub.add_parser("fuzz", help="check random programs pass by pass and on OpenCL; "
                           "write failing ones (shrunk) to a folder",
                           description="Check random programs pass by pass and end to end on "
-                          "OpenCL for a given time; write failing ones (shrunk) to a folder. "
+                          "OpenCL for a given time or number of rounds; write failing ones "
+                          "(shrunk) to a folder. "
                           "Rounds run in a worker process that is replaced every "
                           "--rounds-per-worker rounds; a round whose worker dies or that runs "
                           "past --round-timeout is recorded as a crash or timeout and the "
                           "campaign goes on with a fresh worker.")
-    fuzz.add_argument("--minutes", type=positive_minutes, required=True,
-                      help="how long to run")
+    fuzz.add_argument("--minutes", type=positive_minutes, default=None,
+                      help="how long to run (with --rounds: whichever ends first)")
+    fuzz.add_argument("--rounds", type=positive_int, default=None,
+                      help=f"how many rounds (of {ROUND_EXAMPLES} programs) to run")
     fuzz.add_argument("--seed", type=non_negative_int, default=0, help="seed of the campaign")
     fuzz.add_argument("--out", required=True, help="folder for failing programs and summary")
     fuzz.add_argument("--max-nodes", type=positive_int, default=8,
@@ -311,6 +319,15 @@ def build_parser() -> argparse.ArgumentParser:
     fuzz.add_argument("--round-timeout", type=positive_seconds, default=ROUND_TIMEOUT,
                       help="seconds a round may run before its worker is killed and the round "
                       f"recorded as a timeout (default: {ROUND_TIMEOUT:g})")
+    fuzz.add_argument("--executor", default="local", choices=("local", "dask"),
+                      help="where rounds run: local worker processes or a Dask cluster")
+    fuzz.add_argument("--scheduler", help="Dask scheduler address (default: a local cluster "
+                      "on 127.0.0.1)")
+    again = fuzz.add_mutually_exclusive_group()
+    again.add_argument("--force", action="store_true", help="start a new campaign in a used "
+                       "--out (records are numbered after the existing ones)")
+    again.add_argument("--resume", action="store_true", help="continue the campaign in --out "
+                       "(same --seed and --pipeline)")
     fuzz.set_defaults(run=_cmd_fuzz)
     rules = sub.add_parser("rules", help="list rewrite rule sets and rules with policy tags")
     rules.add_argument("rulesets", nargs="*", help="rule sets to list (default: all)")

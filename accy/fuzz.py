@@ -1,23 +1,31 @@
 """``accy fuzz``: a long differential campaign over random programs.
 
-Rounds of hypothesis-generated programs (``accy.testing.programs_with_inputs`` over every op
-and the device's dtypes; every fourth round with ``nan``/``inf`` inputs and constants), each
-program checked pass by pass (:func:`accy.testing.check_passes`) and end to end on OpenCL
+Rounds of hypothesis-generated programs (``accy.testing.programs_with_inputs`` over every op and
+the device's dtypes; every fourth round with ``nan``/``inf`` inputs and constants), each program
+checked pass by pass (:func:`accy.testing.check_passes`) and end to end on OpenCL
 (:func:`accy.testing.check_end_to_end`). Round ``r`` uses hypothesis seed ``seed * 1000003 +
-r``, so a campaign is reproducible up to timing. A failing program is shrunk by hypothesis and
-written to the output folder as IR text (``NNN-<check>.accy``), its inputs (``.npz``) and a
-JSON record (error, check, seeds, pipeline, device, versions); a failure whose signature (check,
-pass, ops computing the result that differed) was already written is only counted.
-``summary.json`` is rewritten after every round, so a campaign that dies keeps its counts.
+r``, so a campaign is reproducible up to timing (exactly, when bounded by ``rounds`` alone). A
+failing program is shrunk by hypothesis and written to the output folder as IR text
+(``NNN-<check>.accy``), its inputs (``.npz``) and a JSON record (error, check, seeds, pipeline,
+device, versions); a failure whose signature (check, pass, ops computing the result that
+differed) was already written is only counted. ``summary.json`` is rewritten (atomically) after
+every round, so a campaign that dies keeps its counts; every file is written through
+:func:`accy.experiments.records.atomic_write`. A folder that holds an earlier campaign is
+refused unless ``resume`` (continue it: its counts, signatures and round numbers; same seed and
+pipeline) or ``force`` (a new campaign there); either way new records are numbered after the
+existing ones, so none is ever overwritten.
 
-Rounds run one at a time in a worker process (a pebble ``ProcessPool`` of one spawned process)
-that selects its own OpenCL device and is replaced by a fresh one after ``rounds_per_worker``
-rounds. This keeps a campaign of any length within the process limits of the OpenCL driver:
-PoCL keeps every kernel a process has launched mapped (four memory mappings per kernel,
-released programs included), so one process runs out of mappings (``vm.max_map_count``, 65530
-by default) after about 16 000 distinct kernels; the default of 40 rounds (1000 programs) per
-worker stays far below that. The passes of the pipeline are sent to the workers by reference,
-so a pass registered at run time must be importable by its module and name.
+Rounds run one at a time as tasks of the sweep executor (:mod:`accy.experiments.executor`, whose
+crash and timeout handling they share): a ``LocalExecutor`` of one spawned worker process, or a
+``DaskExecutor`` (``executor="dask"``: the cluster at ``scheduler``, or a local one on
+127.0.0.1). The worker selects its own OpenCL device and is replaced by a fresh one after
+``rounds_per_worker`` rounds (``max_tasks``; on Dask, a restart through its nanny). This keeps a
+campaign of any length within the process limits of the OpenCL driver: PoCL keeps every kernel a
+process has launched mapped (four memory mappings per kernel, released programs included), so
+one process runs out of mappings (``vm.max_map_count``, 65530 by default) after about 16 000
+distinct kernels; the default of 40 rounds (1000 programs) per worker stays far below that. The
+passes of the pipeline are sent to the workers by reference, so a pass registered at run time
+must be importable by its module and name.
 
 A worker that dies during a round (a crash in the driver, say) or a round that runs longer than
 ``round_timeout`` seconds (the worker is then killed) is recorded like a failing program, with
@@ -31,7 +39,6 @@ signature as for other failures, and the campaign goes on with a fresh worker.
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import pickle
 import re
@@ -39,7 +46,6 @@ import signal
 import sys
 import time
 import warnings
-from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -125,14 +131,17 @@ def _signature(check: str, program: Program, error: BaseException) -> str:
 
 def run_round(round_seed: int, *, allow_nan: bool, max_nodes: int, dtypes: list[DType | str],
               pipeline: str, device: str | None, deadline: float | None = None,
-              passes: dict[str, type] | None = None) -> RoundResult:
+              passes: dict[str, type] | None = None, stop_at: float | None = None
+              ) -> RoundResult:
     """One round: ``ROUND_EXAMPLES`` programs of hypothesis seed ``round_seed``, each checked
     pass by pass and end to end; the first failure is shrunk and returned as data.
 
     The campaign runs it in a worker process; called directly it replays a round (of a crash
     or timeout record, say) in this process. Past ``deadline`` (``time.monotonic()``) no new
-    program is checked. ``passes`` (name -> pass class) are added to the pass registry first:
-    passes registered at run time in the campaign's process.
+    program is checked, nor past ``stop_at`` (``time.time()``, which unlike the monotonic
+    clock means the same on another machine of a Dask cluster). ``passes`` (name -> pass
+    class) are added to the pass registry first: passes registered at run time in the
+    campaign's process.
     """
     from hypothesis import HealthCheck, Phase, Verbosity, given, settings
     from hypothesis import seed as hypothesis_seed
@@ -157,7 +166,8 @@ def run_round(round_seed: int, *, allow_nan: bool, max_nodes: int, dtypes: list[
     @hypothesis_seed(round_seed)
     @given(strategy)
     def body(case: tuple[Program, dict]) -> None:
-        if seen.error is None and deadline is not None and time.monotonic() > deadline:
+        if seen.error is None and ((deadline is not None and time.monotonic() > deadline) or
+                                   (stop_at is not None and time.time() > stop_at)):
             return  # time is up: let the round finish quickly (never while shrinking)
         program, inputs = case
         counts["programs"] += 1
@@ -209,19 +219,24 @@ def _worker_passes(pipeline: str) -> dict[str, type]:
     return passes
 
 
-def _exit_text(exitcode: int | None) -> str:
-    if exitcode is not None and exitcode < 0:
-        try:
-            return f"killed by {signal.Signals(-exitcode).name}"
-        except ValueError:
-            return f"killed by signal {-exitcode}"
-    return f"exit code {exitcode}"
+def _crash_signature(error: str) -> str:
+    """Repeats of a crash share a signature: how the process ended (local workers), or the
+    Dask exception's type (its message names the task and so differs every time)."""
+    local = re.search(r"worker process died \((.*)\)", error)
+    if local:
+        return f"crash | ProcessExpired | {local.group(1)}"
+    lost = re.match(r"worker lost: (\w+)", error)
+    return f"crash | WorkerLost | {lost.group(1) if lost else 'unknown'}"
+
+
+_RECORD = re.compile(r"^(\d{3,})-.*\.json$")
 
 
 class _Campaign:
-    def __init__(self, minutes: float, seed: int, out: Path, max_nodes: int,
-                 device: str | None, pipeline: str, stream: TextIO,
-                 rounds_per_worker: int, round_timeout: float | None) -> None:
+    def __init__(self, minutes: float | None, rounds: int | None, seed: int, out: Path,
+                 max_nodes: int, device: str | None, pipeline: str, stream: TextIO,
+                 rounds_per_worker: int, round_timeout: float | None, executor: str,
+                 scheduler: str | None, force: bool, resume: bool) -> None:
         from accy.backends.opencl.runtime import select_device
         from accy.passes.spec import parse_pipeline
         from accy.target import TargetProfile
@@ -230,6 +245,10 @@ class _Campaign:
             raise ValueError(f"rounds_per_worker must be >= 1, got {rounds_per_worker}")
         if round_timeout is not None and not round_timeout > 0:
             raise ValueError(f"round_timeout must be > 0 seconds, got {round_timeout}")
+        if minutes is None and rounds is None:
+            raise ValueError("a campaign needs a bound: minutes, rounds or both")
+        if executor not in ("local", "dask"):
+            raise ValueError(f"unknown executor {executor!r}; valid: local, dask")
         pipeline = parse_pipeline(pipeline).text()  # a PipelineError before anything runs
         self.passes = _worker_passes(pipeline)
         runtime = select_device(device)  # a DeviceError before anything runs
@@ -237,30 +256,88 @@ class _Campaign:
         self.device = device
         self.dtypes = sorted(TargetProfile.from_device(runtime.info).usable_dtypes,
                              key=lambda d: d.value)
-        self.deadline = time.monotonic() + 60 * minutes
         self.start = time.monotonic()
+        self.deadline = None if minutes is None else self.start + 60 * minutes
+        self.rounds = rounds
         self.seed, self.out, self.max_nodes = seed, out, max_nodes
         self.pipeline, self.stream = pipeline, stream
         self.rounds_per_worker, self.round_timeout = rounds_per_worker, round_timeout
+        self.executor_kind, self.scheduler = executor, scheduler
         self.summary = CampaignSummary(seed, pipeline, self.device_key)
         self.signatures: set[str] = set()
-        self.worker_rounds = 0  # rounds the current worker has run; 0: the next one is fresh
+        self.worker_ids: set[str] = set()  # workers that ran rounds in this invocation
+        self.workers_before = 0  # worker processes of the campaign this one resumes
+        self.first_round = 0
+        self.elapsed_before = 0.0
+        self.next_number = self.check_out(force, resume)
+
+    def check_out(self, force: bool, resume: bool) -> int:
+        """Refuse a used folder unless ``force`` or ``resume``; with ``resume`` take over the
+        earlier campaign's counts and signatures. Returns the next free record number: records
+        are numbered after every existing one, so none is ever overwritten."""
+        from accy.experiments.records import DamagedResultError, ResultsExistError
+
+        numbers = [int(m.group(1)) for p in (self.out.iterdir() if self.out.is_dir() else ())
+                   if (m := _RECORD.match(p.name))]
+        summary = self.out / "summary.json"
+        used = summary if summary.exists() else (
+            next(self.out.glob("[0-9][0-9][0-9]*-*.json"), None) if numbers else None)
+        if used is not None and not (force or resume):
+            raise ResultsExistError(
+                f"{used} belongs to an earlier campaign; pass --resume to continue it or "
+                "--force to start a new one there (its records are numbered after the "
+                "existing ones, none is overwritten)")
+        if resume and summary.exists():
+            try:
+                old = json.loads(summary.read_text())
+                found = [json.loads((self.out / name).read_text()) for name in old["failures"]]
+            except (json.JSONDecodeError, KeyError, OSError) as e:
+                raise DamagedResultError(f"cannot resume from {summary}: {e}") from None
+            if (old["seed"], old["pipeline"]) != (self.seed, self.pipeline):
+                raise ResultsExistError(
+                    f"{summary} is a campaign of seed {old['seed']} and pipeline "
+                    f"{old['pipeline']}; resume it with --seed {old['seed']} --pipeline "
+                    f"'{old['pipeline']}', or pass --force to start a new one")
+            s = self.summary
+            for k in ("rounds", "programs", "unsupported", "repeats", "crashes", "timeouts"):
+                setattr(s, k, int(old.get(k, 0)))
+            s.failures = found
+            self.signatures = {f["signature"] for f in found}
+            self.workers_before = int(old.get("workers", 0))
+            self.elapsed_before = float(old.get("elapsed_s", 0.0))
+            self.first_round = s.rounds  # new rounds, new seeds
+        return max(numbers, default=0) + 1
+
+    def make_executor(self) -> Any:
+        from accy.experiments.executor import DaskExecutor, LocalExecutor
+
+        # one round at a time, never retried (a crash or hang is a finding); the worker is
+        # replaced after rounds_per_worker rounds (PoCL's per-process kernel mappings)
+        if self.executor_kind == "dask":
+            return DaskExecutor(self.scheduler, workers=1, retries=0, show_progress=False,
+                                timeout=self.round_timeout, max_tasks=self.rounds_per_worker)
+        return LocalExecutor(1, retries=0, show_progress=False, timeout=self.round_timeout,
+                             max_tasks=self.rounds_per_worker, initializer=_init_worker)
+
+    def more(self) -> bool:
+        if self.rounds is not None and self.summary.rounds - self.first_round >= self.rounds:
+            return False
+        return self.deadline is None or time.monotonic() < self.deadline
 
     def run(self) -> CampaignSummary:
-        from pebble import ProcessPool
-
         self.out.mkdir(parents=True, exist_ok=True)
+        bound = " and ".join(x for x in (
+            f"{self.rounds} rounds" if self.rounds is not None else "",
+            f"{(self.deadline - self.start) / 60:g} minutes" if self.deadline else "") if x)
         print(f"accy fuzz: seed {self.seed}, device {self.device_name}, dtypes "
               f"{','.join(d.value for d in self.dtypes)}, max {self.max_nodes} ops, pipeline "
-              f"{self.pipeline}, {self.rounds_per_worker} rounds per worker, writing to "
-              f"{self.out}", file=self.stream, flush=True)
-        # spawned, never forked: a fork of a process whose OpenCL driver has started its
-        # threads (PoCL's) hangs in the child
-        pool = ProcessPool(max_workers=1, max_tasks=self.rounds_per_worker,
-                           initializer=_init_worker, context=multiprocessing.get_context("spawn"))
+              f"{self.pipeline}, {self.rounds_per_worker} rounds per worker on the "
+              f"{self.executor_kind} executor, at most {bound}, writing to {self.out}",
+              file=self.stream, flush=True)
+        executor = self.make_executor()
         try:
-            while time.monotonic() < self.deadline:
-                self.round(pool, self.summary.rounds)
+            while self.more():
+                self.round(executor, self.summary.rounds)
                 self.summary.rounds += 1
                 self.tick()
                 self.write_summary(final=False)
@@ -268,47 +345,48 @@ class _Campaign:
             print("interrupted", file=self.stream)
             self.tick()
         finally:
-            pool.stop()  # kills a worker still running a round (interrupt, error)
-            pool.join()
-        self.summary.elapsed_s = time.monotonic() - self.start
+            executor.close()  # the local executor kills a worker still running on interrupt
         self.write_summary()
         return self.summary
 
-    def round(self, pool: Any, index: int) -> None:
-        from pebble import ProcessExpired
+    def round(self, executor: Any, index: int) -> None:
+        from accy.errors import AccyError
+        from accy.experiments.executor import Task
 
         allow_nan = index % NAN_EVERY == NAN_EVERY - 1
         round_seed = self.seed * 1_000_003 + index
-        if self.worker_rounds == 0:
-            self.summary.workers += 1
-        future = pool.schedule(run_round, args=(round_seed,), kwargs=dict(
-            allow_nan=allow_nan, max_nodes=self.max_nodes, dtypes=self.dtypes,
-            pipeline=self.pipeline, device=self.device, deadline=self.deadline,
-            passes=self.passes), timeout=self.round_timeout)
-        try:
-            result: RoundResult = future.result()
-        except ProcessExpired as e:  # the worker died: pebble starts a fresh one
-            self.worker_rounds = 0
+        remaining = None if self.deadline is None else self.deadline - time.monotonic()
+        task = Task(("round", index), "accy.fuzz:run_round", dict(
+            round_seed=round_seed, allow_nan=allow_nan, max_nodes=self.max_nodes,
+            dtypes=[d.value for d in self.dtypes], pipeline=self.pipeline, device=self.device,
+            stop_at=None if remaining is None else time.time() + remaining,
+            passes=self.passes))
+        [result] = executor.map([task])
+        # a timed-out round's local worker is unknown (killed before it answered): its own
+        self.worker_ids.add(result.worker or f"timed-out-{index}")
+        self.summary.workers = self.workers_before + len(self.worker_ids)
+        if result.status == "crashed":
             self.summary.crashes += 1
-            how = _exit_text(e.exitcode)
             self.record_round_loss(
-                "crash", f"crash | ProcessExpired | {how}", "ProcessExpired",
-                f"the worker process (pid {e.pid}) died during the round: {how} ({e})",
-                round_seed, allow_nan)
-            return
-        except FutureTimeoutError:  # pebble killed the worker
-            self.worker_rounds = 0
+                "crash", _crash_signature(result.error),
+                "ProcessExpired" if self.executor_kind == "local" else "KilledWorker",
+                f"the worker process died during the round: {result.error}", round_seed,
+                allow_nan)
+        elif result.status == "timeout":
             self.summary.timeouts += 1
             self.record_round_loss(
                 "timeout", "timeout | TimeoutError | round timeout", "TimeoutError",
                 f"the round ran longer than {self.round_timeout:g} s; its worker was killed",
                 round_seed, allow_nan)
-            return
-        self.worker_rounds = (self.worker_rounds + 1) % self.rounds_per_worker
-        self.summary.programs += result.programs
-        self.summary.unsupported += result.unsupported
-        if result.failure is not None:
-            self.record_failure(result.failure, round_seed, allow_nan)
+        elif result.status == "failed":  # run_round itself raised: no device on the worker...
+            last = result.error.strip().splitlines()[-1] if result.error.strip() else "?"
+            raise AccyError(f"round {index} failed in its worker ({result.worker}): {last}")
+        else:
+            value: RoundResult = result.value
+            self.summary.programs += value.programs
+            self.summary.unsupported += value.unsupported
+            if value.failure is not None:
+                self.record_failure(value.failure, round_seed, allow_nan)
 
     def new_stem(self, check: str, signature: str) -> str | None:
         """The file stem of a new failure, or None for a repeat (only counted)."""
@@ -316,16 +394,19 @@ class _Campaign:
             self.summary.repeats += 1
             return None
         self.signatures.add(signature)
-        return f"{len(self.summary.failures) + 1:03d}-{check}"
+        self.next_number += 1
+        return f"{self.next_number - 1:03d}-{check}"
 
     def record_failure(self, failure: RoundFailure, round_seed: int, allow_nan: bool) -> None:
+        from accy.experiments.records import atomic_open, atomic_write
+
         stem = self.new_stem(failure.check, failure.signature)
         if stem is None:
             return
-        (self.out / f"{stem}.accy").write_text(failure.program)
-        np.savez(self.out / f"{stem}.npz", **{f"{fn}/{i}": a for fn, arrays in
-                                               failure.inputs.items()
-                                               for i, a in enumerate(arrays)})
+        atomic_write(self.out / f"{stem}.accy", failure.program)
+        with atomic_open(self.out / f"{stem}.npz", "wb") as fh:
+            np.savez(fh, **{f"{fn}/{i}": a for fn, arrays in failure.inputs.items()
+                            for i, a in enumerate(arrays)})
         self.write_record(stem, {
             "check": failure.check, "signature": failure.signature,
             "error_type": failure.error_type, "error": failure.error,
@@ -348,31 +429,35 @@ class _Campaign:
     def write_record(self, stem: str, entry: dict[str, Any], round_seed: int,
                      allow_nan: bool) -> None:
         import accy
+        from accy.experiments.records import atomic_write
 
         entry |= {"record": f"{stem}.json", "seed": self.seed, "round_seed": round_seed,
                   "allow_nan": allow_nan, "max_nodes": self.max_nodes,
                   "dtypes": [d.value for d in self.dtypes], "pipeline": self.pipeline,
                   "device": self.device_key,
                   "versions": _versions(accy.__version__)}
-        (self.out / f"{stem}.json").write_text(json.dumps(entry, indent=2) + "\n")
+        atomic_write(self.out / f"{stem}.json", json.dumps(entry, indent=2) + "\n")
         self.summary.failures.append(entry)
 
     def tick(self) -> None:
-        self.summary.elapsed_s = time.monotonic() - self.start
+        self.summary.elapsed_s = self.elapsed_before + time.monotonic() - self.start
         print(self.summary.line(), file=self.stream, flush=True)
 
     def write_summary(self, final: bool = True) -> None:
+        from accy.experiments.records import atomic_write
+
         s = self.summary
+        s.elapsed_s = self.elapsed_before + time.monotonic() - self.start
         data = {k: getattr(s, k) for k in ("seed", "pipeline", "device", "elapsed_s", "rounds",
                                            "programs", "unsupported", "repeats", "workers",
                                            "crashes", "timeouts")}
         data["rounds_per_worker"] = self.rounds_per_worker
         data["round_timeout"] = self.round_timeout
+        data["executor"] = self.executor_kind
         data["failures"] = [f["record"] for f in s.failures]
         data["finished"] = final
-        tmp = self.out / "summary.json.tmp"
-        tmp.write_text(json.dumps(data, indent=2) + "\n")
-        tmp.replace(self.out / "summary.json")  # never half a file, even when the process dies
+        # never half a file, even when the process dies
+        atomic_write(self.out / "summary.json", json.dumps(data, indent=2) + "\n")
         if not final:
             return
         print(f"done: {s.programs} programs in {s.rounds} rounds ({s.workers} workers), "
@@ -389,15 +474,24 @@ def _versions(accy_version: str) -> dict[str, str]:
             "pyopencl": pyopencl.VERSION_TEXT, "python": sys.version.split()[0]}
 
 
-def run_campaign(minutes: float, seed: int, out: str | Path, *, max_nodes: int = 8,
+
+
+def run_campaign(minutes: float | None, seed: int, out: str | Path, *, max_nodes: int = 8,
                  device: str | None = None, pipeline: str = "accy-default",
                  stream: TextIO | None = None, rounds_per_worker: int = ROUNDS_PER_WORKER,
-                 round_timeout: float | None = ROUND_TIMEOUT) -> CampaignSummary:
-    """Fuzz for ``minutes``; failing programs go to ``out``. Raises ``DeviceError`` without
-    OpenCL. Progress lines (programs/s, failures, unsupported) and a summary go to ``stream``.
+                 round_timeout: float | None = ROUND_TIMEOUT, rounds: int | None = None,
+                 executor: str = "local", scheduler: str | None = None, force: bool = False,
+                 resume: bool = False) -> CampaignSummary:
+    """Fuzz for ``minutes`` and/or ``rounds`` (whichever ends first; one of them is needed);
+    failing programs go to ``out``. Raises ``DeviceError`` without OpenCL. Progress lines
+    (programs/s, failures, unsupported) and a summary go to ``stream``.
 
-    Rounds run in a worker process replaced after ``rounds_per_worker`` rounds; a round past
+    Rounds run on ``executor`` (``local`` processes, or ``dask`` on ``scheduler``, a local
+    cluster when None), in a worker replaced after ``rounds_per_worker`` rounds; a round past
     ``round_timeout`` seconds (None: no limit) is killed and recorded as a ``timeout``, one
-    whose worker dies as a ``crash``."""
-    return _Campaign(minutes, seed, Path(out), max_nodes, device, pipeline,
-                     stream or sys.stdout, rounds_per_worker, round_timeout).run()
+    whose worker dies as a ``crash``. A folder holding an earlier campaign is refused
+    (``ResultsExistError``) unless ``resume`` (continue it: its counts, signatures and round
+    numbers) or ``force`` (a new campaign); records are never overwritten."""
+    return _Campaign(minutes, rounds, seed, Path(out), max_nodes, device, pipeline,
+                     stream or sys.stdout, rounds_per_worker, round_timeout, executor,
+                     scheduler, force, resume).run()

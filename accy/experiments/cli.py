@@ -13,18 +13,23 @@ Each experiment writes ``<experiment>.json`` and ``<experiment>.csv`` into ``--o
 figures made from the written file. The exit status is 1 when any task failed, crashed or
 timed out (``--timeout S``); each is in the results' ``failed`` list with its status,
 parameters and error.
+
+Results are never replaced silently: when ``--out`` already holds this experiment's JSON, CSV
+or task journal, the command refuses (exit 2, naming the file) unless ``--force`` (start
+afresh, replacing them) or ``--resume`` (continue that run: tasks its journal,
+``<experiment>.journal.jsonl``, holds as finished are not run again). Every task is journaled
+as it finishes, so a killed sweep loses no finished task. ``accy experiment paper`` rewrites
+``papers/`` in place (that is what it is for; the files are under version control).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 from accy.cli import non_negative_int, positive_int, positive_seconds
-from accy.errors import AccyError
 
 EXPERIMENTS = ("ablation", "contraction", "kernels", "benefit", "paper")
 
@@ -112,6 +117,15 @@ def add_commands(sub: Any) -> None:
     exp.add_argument("--no-run", action="store_true", help="compile only: no kernel timing")
     exp.add_argument("--executor", default="local", choices=("local", "dask"))
     exp.add_argument("--scheduler", help="Dask scheduler address (default: a local cluster)")
+    exp.add_argument("--dask-host", default=None, metavar="HOST",
+                     help="address the local Dask cluster (scheduler, workers, dashboard) "
+                     "listens on (default: 127.0.0.1, this machine only)")
+    again = exp.add_mutually_exclusive_group()
+    again.add_argument("--force", action="store_true",
+                       help="replace this experiment's earlier results in --out")
+    again.add_argument("--resume", action="store_true",
+                       help="continue the run whose results and journal are in --out, "
+                       "without redoing its finished tasks")
     exp.add_argument("--workers", type=non_negative_int, default=None,
                      help="local processes (0: this process) or local Dask workers "
                      "(default: CPU count; 1 for `paper`)")
@@ -157,7 +171,8 @@ def options_from(args: argparse.Namespace, suite: str) -> Any:
                         run=not args.no_run,
                         executor=args.executor, workers=args.workers, retries=args.retries,
                         timeout=args.timeout, scheduler=args.scheduler,
-                        show_progress=args.progress)
+                        show_progress=args.progress,
+                        **({"dask_host": args.dask_host} if args.dask_host else {}))
 
 
 def run_experiment(name: str, args: argparse.Namespace, options: Any) -> dict[str, Any]:
@@ -204,9 +219,19 @@ def run_experiment_command(args: argparse.Namespace) -> int:
         failed = regenerate(Path(args.out or "papers"), args.suite or "paper",
                             options_from(args, args.suite or "paper"), args)
         return 1 if failed else 0
+    from accy.experiments.journal import journal_path
+    from accy.experiments.records import check_fresh
+
     suite = args.suite or "ci"
     out = Path(args.out or f"results/experiments/{suite}")
-    result = run_experiment(args.name, args, options_from(args, suite))
+    journal = journal_path(out, args.name)
+    if args.force:
+        journal.unlink(missing_ok=True)  # a fresh run: nothing of the old one is reused
+    elif not args.resume:  # refuse before the sweep runs, not after it
+        check_fresh([out / f"{args.name}.json", out / f"{args.name}.csv", journal])
+    options = options_from(args, suite)
+    options.journal = str(journal)
+    result = run_experiment(args.name, args, options)
     paths = list(write_results(result, out))
     if not args.no_report:
         paths += write_report(paths[0], out)
@@ -218,34 +243,11 @@ def run_experiment_command(args: argparse.Namespace) -> int:
     return 1 if result["failed"] else 0
 
 
-class ResultFileError(AccyError):
-    """A file given to ``accy report`` is not a result document (the message names it)."""
-
-
-# the top-level keys the report reads; a JSON file without them is some other file
-RESULT_KEYS = ("experiment", "suite", "provenance", "rows", "summary")
-
-
-def _load_result(path: str) -> dict[str, Any]:
-    """The result document at ``path``, or a ResultFileError naming the file and what is
-    wrong with it (missing files stay OSErrors, which name the file themselves)."""
-    from accy.experiments.records import read_results
-
-    try:
-        result = read_results(path)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ResultFileError(f"{path}: not a JSON result file ({e})") from None
-    missing = [k for k in RESULT_KEYS if not isinstance(result, dict) or k not in result]
-    if missing:
-        raise ResultFileError(f"{path}: not a result document of accy experiment (no "
-                              f"{', '.join(missing)})")
-    return result
-
-
 def report_command(args: argparse.Namespace) -> int:
+    from accy.experiments.records import read_results
     from accy.experiments.report import write_report
 
-    results = [_load_result(path) for path in args.results]  # all checked before writing
+    results = [read_results(path) for path in args.results]  # all checked before writing
     for result in results:
         for p in write_report(result, args.out):
             print(f"wrote {p}")

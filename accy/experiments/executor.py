@@ -20,11 +20,16 @@ Failures are never lost; every task ends in one of four statuses:
 A task that is not ``ok`` is reported by :meth:`TaskResult.failure` with its key, status,
 parameters (the configuration and seed it ran with), error, attempts and worker.
 
+``map(tasks, on_result=f)`` calls ``f(task, result)`` in the calling process the moment each
+task settles (the task journal of :mod:`accy.experiments.journal` persists them so).
+
 ``LocalExecutor`` (the default) runs tasks in ``workers`` processes of a pebble
 ``ProcessPool`` (spawned, so OpenCL and egglog state is never forked), one task per process
 at a time. Pebble charges a dead process to the task it was running and starts a fresh one,
-and kills the process of a task past its timeout. ``workers=0`` runs tasks in this process
-(no isolation and no timeout: for debugging and profiling).
+and kills the process of a task past its timeout. ``max_tasks`` replaces a worker process
+after that many tasks (per-process state of a driver stays bounded: ``accy fuzz``'s
+``--rounds-per-worker``). ``workers=0`` runs tasks in this process (no isolation and no
+timeout: for debugging and profiling).
 
 ``DaskExecutor`` submits the same tasks to a ``distributed`` cluster: ``scheduler`` is the
 address of a running one (``tcp://host:8786``), or None for a local cluster of ``workers``
@@ -35,7 +40,13 @@ one crashed attempt here. A task past its timeout is cancelled and its worker re
 through its nanny (workers started by ``dask worker`` have one). Its clock starts when the
 scheduler hands it to a worker, so give the scheduler ``distributed.scheduler.
 worker-saturation: 1.0`` (the local cluster's setting): then a worker holds only the task it
-runs, and a crash or timeout is charged to that task alone.
+runs, and a crash or timeout is charged to that task alone. ``max_tasks`` restarts a worker
+(through its nanny) once it has run that many tasks, when the ``map`` that ran them ends.
+
+The local cluster (``scheduler=None``) listens on ``host`` only -- scheduler, workers and
+dashboard -- which is ``127.0.0.1`` unless asked otherwise (``accy experiment --dask-host``):
+a cluster runs whatever function it is sent, so it must not be reachable from the network by
+default.
 
 Progress bars (tqdm) are shown only when stderr is a terminal and tqdm is installed.
 """
@@ -47,10 +58,11 @@ import importlib
 import multiprocessing
 import os
 import platform
+import signal
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -58,12 +70,13 @@ from typing import Any, Literal, Protocol
 from pebble import ProcessExpired, ProcessPool
 
 __all__ = [
-    "DaskExecutor", "Executor", "LocalExecutor", "Task", "TaskResult", "make_executor",
-    "probe", "progress", "run_task", "sort_key",
+    "LOCALHOST", "DaskExecutor", "Executor", "LocalExecutor", "OnResult", "Task",
+    "TaskResult", "exit_text", "make_executor", "probe", "progress", "run_task", "sort_key",
 ]
 
 Key = tuple[str | int, ...]
 Status = Literal["ok", "failed", "crashed", "timeout"]
+LOCALHOST = "127.0.0.1"  # where a local Dask cluster listens unless asked otherwise
 
 
 @dataclass(frozen=True)
@@ -97,6 +110,10 @@ class TaskResult:
         parameters: configuration, seed, ...) and what became of it."""
         return {"key": list(self.key), "status": self.status, "params": dict(self.params),
                 "error": self.error, "attempts": self.attempts, "worker": self.worker}
+
+
+OnResult = Callable[[Task, TaskResult], None]
+"""Called in the calling process with each task and its result as the task settles."""
 
 
 def sort_key(key: Key) -> tuple[tuple[int, Any], ...]:
@@ -147,12 +164,20 @@ def probe(value: int, fail: str = "", sleep: float = 0.0) -> dict[str, Any]:
     return {"value": value, "square": value * value}
 
 
+def _run_task_on_dask(task: Task) -> tuple[str, Any, str, str]:
+    """:func:`run_task` and the address of the Dask worker it ran on (for recycling)."""
+    from distributed import get_worker
+
+    return (*run_task(task), get_worker().address)
+
+
 class Executor(Protocol):
     """Runs tasks; ``map`` returns one result per task, sorted by key."""
 
     name: str
 
-    def map(self, tasks: Sequence[Task], desc: str = "") -> list[TaskResult]: ...
+    def map(self, tasks: Sequence[Task], desc: str = "",
+            on_result: OnResult | None = None) -> list[TaskResult]: ...
 
     def close(self) -> None: ...
 
@@ -162,6 +187,16 @@ def _check_options(retries: int, timeout: float | None) -> None:
         raise ValueError(f"retries must be >= 0, got {retries}")
     if timeout is not None and not timeout > 0:
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout}")
+
+
+def exit_text(exitcode: int | None) -> str:
+    """How a process ended: ``exit code 3`` or ``killed by SIGKILL``."""
+    if exitcode is not None and exitcode < 0:
+        try:
+            return f"killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"killed by signal {-exitcode}"
+    return f"exit code {exitcode}"
 
 
 def _timeout_error(timeout: float) -> str:
@@ -174,6 +209,11 @@ def _check_keys(tasks: Sequence[Task]) -> None:
         if t.key in seen:
             raise ValueError(f"two tasks have the key {t.key!r}; keys must be unique")
         seen.add(t.key)
+
+
+def _bracketed(host: str) -> str:
+    """An IPv6 literal in brackets, as an address with a port needs it."""
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
 def _sorted(results: Mapping[Key, TaskResult]) -> list[TaskResult]:
@@ -213,11 +253,16 @@ class LocalExecutor:
     name = "local"
 
     def __init__(self, workers: int | None = None, retries: int = 2,
-                 show_progress: bool | None = None, timeout: float | None = None) -> None:
+                 show_progress: bool | None = None, timeout: float | None = None,
+                 max_tasks: int = 0, initializer: Callable[[], None] | None = None) -> None:
         self.workers = (os.cpu_count() or 1) if workers is None else workers
         if self.workers < 0:
             raise ValueError(f"workers must be >= 0, got {self.workers}")
         _check_options(retries, timeout)
+        if max_tasks < 0:
+            raise ValueError(f"max_tasks must be >= 0 (0: no limit), got {max_tasks}")
+        self.max_tasks = max_tasks  # tasks per worker process before it is replaced
+        self.initializer = initializer  # run in each worker process as it starts
         if timeout is not None and self.workers == 0:
             raise ValueError("a timeout needs worker processes (workers >= 1): a task running "
                              "in this process cannot be killed")
@@ -230,9 +275,10 @@ class LocalExecutor:
         return {"executor": self.name, "workers": self.workers, "retries": self.retries,
                 "timeout": self.timeout}
 
-    def map(self, tasks: Sequence[Task], desc: str = "") -> list[TaskResult]:
+    def map(self, tasks: Sequence[Task], desc: str = "",
+            on_result: OnResult | None = None) -> list[TaskResult]:
         _check_keys(tasks)
-        state = _Attempts(self.retries)
+        state = _Attempts(self.retries, on_result)
         with progress(len(tasks), desc, self.show_progress) as bar:
             if self.workers == 0:
                 for task in tasks:
@@ -245,7 +291,8 @@ class LocalExecutor:
 
     def _map_pool(self, tasks: Sequence[Task], state: _Attempts, bar: Any) -> None:
         if self._pool is None:
-            self._pool = ProcessPool(max_workers=self.workers,
+            self._pool = ProcessPool(max_workers=self.workers, max_tasks=self.max_tasks,
+                                     initializer=self.initializer,
                                      context=multiprocessing.get_context("spawn"))
         pool = self._pool
 
@@ -274,7 +321,7 @@ class LocalExecutor:
         except TimeoutError:
             return "timeout", _timeout_error(self.timeout or 0), ""
         except ProcessExpired as e:
-            return ("crash", f"worker process died (exit code {e.exitcode})",
+            return ("crash", f"worker process died ({exit_text(e.exitcode)})",
                     _worker_name(e.pid))
         except Exception as e:  # noqa: BLE001 -- e.g. a value that does not pickle
             return "error", f"{type(e).__name__}: {e}", ""
@@ -300,8 +347,9 @@ class _Attempts:
     STATUS: Mapping[str, Status] = {"ok": "ok", "error": "failed", "crash": "crashed",
                                     "timeout": "timeout"}
 
-    def __init__(self, retries: int) -> None:
+    def __init__(self, retries: int, on_result: OnResult | None = None) -> None:
         self.retries = retries
+        self.on_result = on_result
         self.count: dict[Key, int] = {}
         self.results: dict[Key, TaskResult] = {}
 
@@ -309,13 +357,14 @@ class _Attempts:
         n = self.count[task.key] = self.count.get(task.key, 0) + 1
         status = self.STATUS[outcome]
         if status == "ok":
-            self.results[task.key] = TaskResult(task.key, "ok", value, "", n, worker,
-                                                task.params)
-            return True
-        if status != "timeout" and n <= self.retries:
+            result = TaskResult(task.key, "ok", value, "", n, worker, task.params)
+        elif status != "timeout" and n <= self.retries:
             return False
-        self.results[task.key] = TaskResult(task.key, status, None, str(value), n, worker,
-                                            task.params)
+        else:
+            result = TaskResult(task.key, status, None, str(value), n, worker, task.params)
+        self.results[task.key] = result
+        if self.on_result is not None:
+            self.on_result(task, result)
         return True
 
 
@@ -331,25 +380,33 @@ class DaskExecutor:
     poll_s = 0.2  # how often running tasks are checked against the timeout
 
     def __init__(self, scheduler: str | None = None, workers: int = 2, retries: int = 2,
-                 show_progress: bool | None = None, timeout: float | None = None) -> None:
+                 show_progress: bool | None = None, timeout: float | None = None,
+                 max_tasks: int = 0, host: str = LOCALHOST) -> None:
         try:
             from distributed import Client, LocalCluster
         except ImportError as e:
             raise ImportError("the Dask executor needs dask[distributed]: "
                               "pip install 'accy[dist]'") from e
         _check_options(retries, timeout)
+        if max_tasks < 0:
+            raise ValueError(f"max_tasks must be >= 0 (0: no limit), got {max_tasks}")
         self.retries = retries
         self.timeout = timeout
         self.show_progress = show_progress
         self.scheduler = scheduler
+        self.max_tasks = max_tasks
+        self._ran: dict[str, int] = {}  # worker address -> tasks run since it (re)started
         self._cluster = None
         if scheduler is None:
             import dask
 
             # one task per worker process at a time, so a crash is charged to its own task
+            # host binds the scheduler and the workers (and their nannies); the dashboard
+            # needs its own, since ":0" alone binds it to every interface
             with dask.config.set({"distributed.scheduler.worker-saturation": 1.0}):
                 self._cluster = LocalCluster(n_workers=workers, threads_per_worker=1,
-                                             processes=True, dashboard_address=":0")
+                                             processes=True, host=host,
+                                             dashboard_address=f"{_bracketed(host)}:0")
             self.client = Client(self._cluster)
         else:
             self.client = Client(scheduler)
@@ -360,20 +417,22 @@ class DaskExecutor:
                 "workers": len(info.get("workers", {})), "retries": self.retries,
                 "timeout": self.timeout}
 
-    def map(self, tasks: Sequence[Task], desc: str = "") -> list[TaskResult]:
+    def map(self, tasks: Sequence[Task], desc: str = "",
+            on_result: OnResult | None = None) -> list[TaskResult]:
         from distributed import as_completed
 
         _check_keys(tasks)
-        state = _Attempts(self.retries)
+        state = _Attempts(self.retries, on_result)
         stamp = f"{time.time_ns():x}"
         tries: dict[Key, int] = {}
+        ran: list[str] = []  # the Dask worker address of each task that returned
         live: dict[str, tuple[Task, Any]] = {}  # Dask key -> (task, future) not settled yet
         started: dict[str, tuple[float, str]] = {}  # Dask key -> (start, worker address)
 
         def submit(task: Task) -> Any:
             n = tries[task.key] = tries.get(task.key, 0) + 1
             name = "accy-" + "-".join(map(str, task.key)) + f"-{stamp}-{n}"
-            future = self.client.submit(run_task, task, key=name, pure=False)
+            future = self.client.submit(_run_task_on_dask, task, key=name, pure=False)
             live[future.key] = (task, future)
             return future
 
@@ -393,7 +452,8 @@ class DaskExecutor:
                         continue
                     task, _ = live.pop(future.key)
                     try:
-                        outcome = future.result()
+                        *outcome, address = future.result()
+                        ran.append(address)
                     except Exception as e:  # noqa: BLE001 -- KilledWorker, lost worker
                         outcome = ("crash", f"worker lost: {type(e).__name__}: {e}", "")
                     settle(task, outcome)
@@ -402,14 +462,38 @@ class DaskExecutor:
                     for key, worker in self._expired(live, started, self.timeout):
                         task, future = live.pop(key)
                         future.cancel()
-                        restart = self.client.restart_workers([worker], raise_for_error=False)
+                        restart = self._restart(worker)
                         error = _timeout_error(self.timeout)
-                        if restart.get(worker) != "OK":  # no nanny: the worker stays hung
-                            error += f" (restarting it: {restart.get(worker)})"
+                        if not restart.startswith("OK"):  # no nanny: the worker stays hung
+                            error += f" (restarting it: {restart})"
                         settle(task, ("timeout", error, worker))
                     if not batch:
                         time.sleep(self.poll_s)
+        self._recycle(ran)
         return _sorted(state.results)
+
+    def _restart(self, worker: str) -> str:
+        """Restart ``worker`` through its nanny: ``OK``, or why not. A worker that left the
+        cluster meanwhile (it died, or its nanny restarted it) needs no restart: distributed
+        then raises ``KeyError`` from inside ``restart_workers``, a race this absorbs."""
+        self._ran.pop(worker, None)
+        try:
+            out = self.client.restart_workers([worker], raise_for_error=False)
+        except KeyError:
+            return "OK (it had already left the cluster)"
+        except (ValueError, OSError, TimeoutError) as e:  # no nanny, scheduler unreachable
+            return f"{type(e).__name__}: {e}"
+        return str(out.get(worker, "OK (it had already left the cluster)"))
+
+    def _recycle(self, ran: Iterable[str]) -> None:
+        """Restart the workers that have run ``max_tasks`` tasks (0: never)."""
+        if not self.max_tasks:
+            return
+        for address in ran:  # (a timed-out task's worker was restarted already)
+            self._ran[address] = self._ran.get(address, 0) + 1
+        for worker, n in list(self._ran.items()):
+            if n >= self.max_tasks:
+                self._restart(worker)
 
     def _expired(self, live: Mapping[str, Any], started: dict[str, tuple[float, str]],
                  timeout: float) -> list[tuple[str, str]]:
@@ -437,11 +521,14 @@ class DaskExecutor:
 
 def make_executor(kind: str = "local", *, workers: int | None = None, retries: int = 2,
                   scheduler: str | None = None, show_progress: bool | None = None,
-                  timeout: float | None = None) -> LocalExecutor | DaskExecutor:
-    """``local`` (processes) or ``dask`` (``scheduler`` address, or a local cluster); tasks
-    are retried ``retries`` times on error or crash and killed past ``timeout`` seconds."""
+                  timeout: float | None = None, max_tasks: int = 0,
+                  host: str = LOCALHOST) -> LocalExecutor | DaskExecutor:
+    """``local`` (processes) or ``dask`` (``scheduler`` address, or a local cluster listening
+    on ``host``); tasks are retried ``retries`` times on error or crash and killed past
+    ``timeout`` seconds; a worker is replaced after ``max_tasks`` tasks (0: never)."""
     if kind == "local":
-        return LocalExecutor(workers, retries, show_progress, timeout)
+        return LocalExecutor(workers, retries, show_progress, timeout, max_tasks)
     if kind == "dask":
-        return DaskExecutor(scheduler, workers or 2, retries, show_progress, timeout)
+        return DaskExecutor(scheduler, workers or 2, retries, show_progress, timeout,
+                            max_tasks, host)
     raise ValueError(f"unknown executor {kind!r}; valid: local, dask")

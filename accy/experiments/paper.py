@@ -133,7 +133,7 @@ def _update(doc: Path, title: str, result: dict[str, Any], figs: list[Path], fin
     text = replace_block(text, "tables", tables(result))
     text = replace_block(text, "findings", findings)
     text = replace_block(text, "figures", _figure_links(figs, root))
-    doc.write_text(text)
+    records.atomic_write(doc, text)
 
 
 def _figure_links(figs: list[Path], root: Path) -> str:
@@ -190,6 +190,6 @@ def render(root: Path) -> None:
     text = replace_block(text, "findings-fast-math", ablation_findings(fast))
     text = replace_block(text, "figures-fast-math", _figure_links(
         figures(fast, figs_dir, "ablation-fast-math"), root))
-    doc.write_text(text)
+    records.atomic_write(doc, text)
     _update(root / "contraction.md", "Contraction path search", con, figures(con, figs_dir),
             contraction_findings(con), command, root)

@@ -10,6 +10,14 @@ scripts in ``experiments/`` use the same helpers.
 Files: ``write_results(result, out_dir)`` writes ``<experiment>.json`` (the whole result:
 rows, one line each; failures, summary, provenance) and ``<experiment>.csv`` (one line per
 row, nested fields flattened to dotted column names, so a spreadsheet or pandas reads it).
+
+Every result file accy writes (JSON, CSV, Markdown, figures, fuzz records and summaries) goes
+through :func:`atomic_open` / :func:`atomic_write`: the bytes go to a hidden temporary file
+in the same folder (``.<name>.<pid>.tmp``), are flushed and fsynced, and the file is then
+renamed over its target (``os.replace``). A process killed mid-write or a full disk leaves the
+earlier file intact (and at worst a hidden ``.tmp`` file), never half a result.
+:func:`read_results` names a damaged file (:class:`DamagedResultError`) instead of raising
+a JSON traceback.
 """
 
 from __future__ import annotations
@@ -23,15 +31,27 @@ import os
 import platform
 import statistics
 import subprocess
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
+
+from accy.errors import AccyError
 
 __all__ = [
-    "REQUIRED_VERSIONS", "device_record", "flatten", "git_commit", "machine", "median_ms",
+    "REQUIRED_VERSIONS", "DamagedResultError", "ResultsExistError", "atomic_open",
+    "atomic_write", "check_fresh", "device_record", "flatten", "git_commit", "machine", "median_ms",
     "provenance", "read_results", "stage_fingerprints", "timestamp", "versions",
     "write_json", "write_results",
 ]
+
+
+class DamagedResultError(AccyError):
+    """A result file that is not valid JSON or not a result document; names the file."""
+
+
+class ResultsExistError(AccyError):
+    """An output would replace an earlier run's results; names the file and the flags."""
 
 REQUIRED_VERSIONS = ("accy", "egglog", "numpy", "pyopencl", "opt_einsum", "python")
 """Packages every record names the version of."""
@@ -158,6 +178,52 @@ def stage_fingerprints(job: Any) -> dict[str, str]:
 # ---- files -----------------------------------------------------------------------------------
 
 
+def _fsync_dir(folder: Path) -> None:
+    """Make a rename in ``folder`` durable (where the OS lets a folder be opened)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def atomic_open(path: str | Path, mode: str = "w", newline: str | None = None
+                ) -> Iterator[IO[Any]]:
+    """Open a hidden temporary file beside ``path`` for writing (``"w"`` or ``"wb"``); when
+    the block ends without an exception, fsync it and rename it over ``path``. On an
+    exception the temporary file is removed and ``path`` is untouched. Makes the folder."""
+    if mode not in ("w", "wb"):
+        raise ValueError(f"atomic_open writes whole files: mode 'w' or 'wb', not {mode!r}")
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # hidden and not ending in the target's suffix: a glob for results never picks it up
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    fh = open(tmp, mode, newline=newline) if mode == "w" else open(tmp, mode)  # noqa: SIM115
+    try:
+        with fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(target.parent)
+
+
+def atomic_write(path: str | Path, data: str | bytes) -> Path:
+    """Write ``data`` (text or bytes) to ``path`` atomically (:func:`atomic_open`)."""
+    with atomic_open(path, "wb" if isinstance(data, bytes) else "w") as fh:
+        fh.write(data)
+    return Path(path)
+
+
 def flatten(row: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """Nested dicts as dotted keys; lists and tuples as JSON text (one CSV cell each)."""
     out: dict[str, Any] = {}
@@ -199,14 +265,13 @@ def write_results(result: Mapping[str, Any], out_dir: str | Path,
     out.mkdir(parents=True, exist_ok=True)
     name = name or str(result["experiment"])
     data = _jsonable(result)
-    json_path = out / f"{name}.json"
-    json_path.write_text(_json_text(data))
+    json_path = atomic_write(out / f"{name}.json", _json_text(data))
     rows = [flatten(r) for r in data.get("rows", [])]
     columns: list[str] = []
     for r in rows:
         columns += [c for c in r if c not in columns]
     csv_path = out / f"{name}.csv"
-    with csv_path.open("w", newline="") as fh:
+    with atomic_open(csv_path, "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
@@ -216,17 +281,39 @@ def write_results(result: Mapping[str, Any], out_dir: str | Path,
 def write_json(result: Mapping[str, Any], path: str | Path) -> Path:
     """Write a benchmark script's ``result`` to ``path`` as indented JSON (making its folder),
     and say where."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=2) + "\n")
+    path = atomic_write(path, json.dumps(result, indent=2) + "\n")
     print(f"\nwrote {path}")
     return path
 
 
+# the top-level keys of a result document (what `accy report` reads)
+RESULT_KEYS = ("experiment", "suite", "provenance", "rows", "summary")
+
+
 def read_results(path: str | Path) -> dict[str, Any]:
     """A result written by :func:`write_results` (the JSON file, or a folder and experiment
-    given as ``folder/experiment``)."""
+    given as ``folder/experiment``). A file that is not valid JSON, or not a result
+    document, raises :class:`DamagedResultError` naming it (a missing one ``OSError``)."""
     p = Path(path)
     if p.suffix != ".json":
         p = p.with_suffix(".json")
-    return json.loads(p.read_text())
+    try:
+        data = json.loads(p.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise DamagedResultError(f"{p} is damaged (not valid JSON: {e}); rerun the "
+                                 "experiment (--resume keeps its finished tasks)") from None
+    missing = [k for k in RESULT_KEYS if not isinstance(data, dict) or k not in data]
+    if missing:
+        raise DamagedResultError(f"{p} is not an accy result document (no "
+                                 f"{', '.join(missing)})")
+    return data
+
+
+def check_fresh(paths: Iterable[str | Path]) -> None:
+    """Raise :class:`ResultsExistError` naming the first of ``paths`` that exists: a run
+    would replace an earlier run's results without ``--force`` (or ``--resume``)."""
+    for p in map(Path, paths):
+        if p.exists():
+            raise ResultsExistError(
+                f"{p} holds an earlier run's results; pass --force to replace them, or "
+                "--resume to continue that run without redoing its finished tasks")

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from accy.experiments.records import read_results
+from accy.experiments.records import atomic_open, atomic_write, read_results
 
 __all__ = ["markdown", "provenance_line", "tables", "write_report"]
 
@@ -149,7 +149,8 @@ def _save(fig: Any, plt: Any, path: Path) -> Path:
     """Lay ``fig`` out, write it to ``path`` (no timestamp metadata: reproducible bytes),
     close it."""
     fig.tight_layout()
-    fig.savefig(path, dpi=80, metadata={"Software": None})
+    with atomic_open(path, "wb") as fh:  # never half a PNG beside its results
+        fig.savefig(fh, format="png", dpi=80, metadata={"Software": None})
     plt.close(fig)
     return path
 
@@ -375,5 +376,5 @@ def write_report(result: dict[str, Any] | str | Path, out_dir: str | Path) -> li
     out.mkdir(parents=True, exist_ok=True)
     figs = figures(res, out)
     md = out / f"{res['experiment']}.md"
-    md.write_text(markdown(res, figs))
+    atomic_write(md, markdown(res, figs))
     return [md, *figs]

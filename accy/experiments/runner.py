@@ -11,6 +11,11 @@ A result document (``write_results`` turns it into ``<experiment>.json`` and ``.
                              # params, error, attempts, worker; see executor.TaskResult)
      "summary": {...}}       # the experiment's own summary of the rows
 
+With ``SweepOptions.journal`` set (``accy experiment`` sets ``<out>/<experiment>.journal.jsonl``)
+every task is appended to that journal as it settles, and tasks the journal already holds as
+``ok`` (same function and parameters) are not run again: how ``--resume`` continues a killed
+sweep (:mod:`accy.experiments.journal`).
+
 Rows carry their own provenance (the worker's versions, device, commit and time), since on
 a cluster each may come from another machine.
 """
@@ -22,8 +27,10 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from accy.experiments import executor as executors
 from accy.experiments import records
-from accy.experiments.executor import Executor, Task, make_executor
+from accy.experiments.executor import Executor, Task, TaskResult
+from accy.experiments.journal import Journal
 
 __all__ = ["DETERMINISTIC_EXCLUDE", "SweepOptions", "deterministic", "executor_for",
            "run_tasks"]
@@ -49,9 +56,12 @@ class SweepOptions:
     scheduler: str | None = None  # dask scheduler address; None: a local cluster
     show_progress: bool | None = None  # None: when stderr is a terminal
     extra: dict[str, Any] = field(default_factory=dict)
+    dask_host: str = executors.LOCALHOST  # where a local Dask cluster listens
+    journal: str | None = None  # task journal file (finished tasks are not run again)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
+        del out["journal"]  # where the run kept its journal is not an option of the result
         out["programs"] = list(self.programs) if self.programs else None
         out["seeds"] = list(self.seeds)
         return out
@@ -59,9 +69,10 @@ class SweepOptions:
 
 def executor_for(options: SweepOptions) -> Executor:
     """The executor ``options`` ask for (kind, workers, retries, timeout, scheduler)."""
-    return make_executor(options.executor, workers=options.workers, retries=options.retries,
-                         scheduler=options.scheduler, show_progress=options.show_progress,
-                         timeout=options.timeout)
+    return executors.make_executor(
+        options.executor, workers=options.workers, retries=options.retries,
+        scheduler=options.scheduler, show_progress=options.show_progress,
+        timeout=options.timeout, host=options.dask_host)
 
 
 def deterministic(row: dict[str, Any]) -> dict[str, Any]:
@@ -75,13 +86,24 @@ def run_tasks(experiment: str, tasks: Sequence[Task], options: SweepOptions,
     """Run ``tasks`` on ``executor`` (made from ``options`` when None, and closed after) and
     return the result document without its summary."""
     own = executor is None
+    journal = Journal(options.journal) if options.journal else None
+    done: list[TaskResult] = []
+    todo = list(tasks)
+    if journal is not None:
+        found = {t.key: journal.finished(t) for t in todo}
+        done = [r for r in found.values() if r is not None]
+        todo = [t for t in todo if found[t.key] is None]
     ex = executor or executor_for(options)
     try:
-        results = ex.map(list(tasks), desc or experiment)
+        results = ex.map(todo, desc or experiment,
+                         on_result=journal.record if journal is not None else None)
         described = ex.describe() if hasattr(ex, "describe") else {"executor": ex.name}
     finally:
         if own:
             ex.close()
+        if journal is not None:
+            journal.close()
+    results = sorted([*done, *results], key=lambda r: executors.sort_key(r.key))
     return {
         "experiment": experiment,
         "suite": options.suite,

@@ -331,14 +331,14 @@ def test_bad_arguments_are_one_line_errors(argv, message, capsys) -> None:
 
 
 def test_report_on_files_that_are_not_results(tmp_path, capsys) -> None:
-    for name, data, message in [("text.json", b"not json", "not a JSON result file"),
-                                ("bin.json", b"\xff\xfe", "not a JSON result file"),
+    for name, data, message in [("text.json", b"not json", "is damaged (not valid JSON"),
+                                ("bin.json", b"\xff\xfe", "is damaged (not valid JSON"),
                                 ("other.json", b'{"rows": []}',
-                                 "not a result document of accy experiment (no experiment")]:
+                                 "is not an accy result document (no experiment")]:
         path = tmp_path / name
         path.write_bytes(data)
         line = _main_error(capsys, ["report", str(path), "--out", str(tmp_path / "r")])
-        assert line.startswith(f"accy report: error: {path}: {message}"), line
+        assert line.startswith(f"accy report: error: {path} {message}"), line
     assert not (tmp_path / "r").exists()  # checked before anything was written
 
 
