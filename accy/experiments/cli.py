@@ -244,10 +244,10 @@ def run_experiment_command(args: argparse.Namespace) -> int:
 
 
 def report_command(args: argparse.Namespace) -> int:
-    from accy.experiments.records import read_results
+    from accy.experiments.records import REPORT_KEYS, read_results
     from accy.experiments.report import write_report
 
-    results = [read_results(path) for path in args.results]  # all checked before writing
+    results = [read_results(path, REPORT_KEYS) for path in args.results]  # all checked before writing
     for result in results:
         for p in write_report(result, args.out):
             print(f"wrote {p}")

@@ -286,14 +286,16 @@ def write_json(result: Mapping[str, Any], path: str | Path) -> Path:
     return path
 
 
-# the top-level keys of a result document (what `accy report` reads)
-RESULT_KEYS = ("experiment", "suite", "provenance", "rows", "summary")
+# the top-level keys `accy report` reads from a result document
+REPORT_KEYS = ("experiment", "suite", "provenance", "rows", "summary")
 
 
-def read_results(path: str | Path) -> dict[str, Any]:
+def read_results(path: str | Path, required: Sequence[str] = ("experiment", "rows")
+                 ) -> dict[str, Any]:
     """A result written by :func:`write_results` (the JSON file, or a folder and experiment
     given as ``folder/experiment``). A file that is not valid JSON, or not a result
-    document, raises :class:`DamagedResultError` naming it (a missing one ``OSError``)."""
+    document (without one of the ``required`` keys), raises :class:`DamagedResultError`
+    naming it (a missing one ``OSError``)."""
     p = Path(path)
     if p.suffix != ".json":
         p = p.with_suffix(".json")
@@ -302,7 +304,7 @@ def read_results(path: str | Path) -> dict[str, Any]:
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise DamagedResultError(f"{p} is damaged (not valid JSON: {e}); rerun the "
                                  "experiment (--resume keeps its finished tasks)") from None
-    missing = [k for k in RESULT_KEYS if not isinstance(data, dict) or k not in data]
+    missing = [k for k in required if not isinstance(data, dict) or k not in data]
     if missing:
         raise DamagedResultError(f"{p} is not an accy result document (no "
                                  f"{', '.join(missing)})")
