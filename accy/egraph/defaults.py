@@ -13,4 +13,5 @@ DEFAULT_ITERATIONS = 12
 DEFAULT_NODE_LIMIT = 20_000
 DEFAULT_TIME_LIMIT_S = 2.0
 DEFAULT_EXTRACTOR = "greedy-dag"  # accy.egraph.extract.EXTRACTORS
+DEFAULT_EXTRACT_TIME_LIMIT_S = 10.0  # the ilp extractor's (then it falls back to greedy-dag)
 EXTRACTOR_NAMES = ("greedy-dag", "tree", "ilp")

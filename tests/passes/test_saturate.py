@@ -205,3 +205,44 @@ def test_match_limit_must_be_positive():
     with pytest.raises(PassFailure, match="match_limit must be a positive int"):
         accy.prepare(factor, f"{CONTRACT},saturate{{fast-math=true match-limit=-1}}",
                      until="tensor")
+
+
+@accy.function
+def shared_matmul(a: accy.f32[64, 64], b: accy.f32[64, 64], x: accy.f32[32, 100]):
+    m = a @ b  # used twice; m.T alone is cheaper as one einsum b^T a^T: a second matmul
+    return m + m.T, x.softmax(-1).log()
+
+
+@pytest.mark.parametrize("extractor", ["greedy-dag", "tree", "ilp"])
+def test_regions_keep_the_log_softmax_win_and_one_matmul(extractor):
+    job, stats = saturated(shared_matmul, f"saturate{{extractor={extractor}}}")
+    ops = [n.op for n in job.program.nodes()]
+    assert ops.count(Op.EINSUM) == 1 and ops.count(Op.LOG_SOFTMAX) == 1
+    assert stats["changed"] and stats["cost-after"] < stats["cost-before"]
+    assert stats["extractor"] == extractor and not stats["regions"].startswith("0 kept")
+    x = [np.random.default_rng(i).random(p.type.shape, np.float32)
+         for i, p in enumerate(shared_matmul.function().params)]
+    for got, want in zip(accy.interpret(job.program, x), accy.interpret(shared_matmul, x),
+                         strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_extractor_option_round_trips_and_rejects_unknown_names():
+    p = parse_pipeline("saturate{extractor=tree}")
+    assert "extractor=tree" in str(p)
+    with pytest.raises(Exception, match="greedy-dag"):
+        parse_pipeline("saturate{extractor=best}")
+
+
+def test_pass_and_driver_share_one_set_of_defaults():
+    import inspect
+
+    from accy.egraph import defaults, driver
+    from accy.passes.tensor.saturate import Saturate
+
+    pass_defaults = {o.field: o.default for o in Saturate.options()}
+    sig = inspect.signature(driver.saturate).parameters
+    assert (pass_defaults["iterations"], pass_defaults["node_limit"],
+            pass_defaults["time_limit"], pass_defaults["extractor"]) == (
+        sig["iterations"].default, sig["node_limit"].default, sig["time_limit_s"].default,
+        defaults.DEFAULT_EXTRACTOR)

@@ -56,7 +56,8 @@ class Saturate(Pass):
     extractor: Literal["greedy-dag", "tree", "ilp"] = option(
         defaults.DEFAULT_EXTRACTOR, "how terms are chosen: greedy-dag (a shared subterm costs "
         "once), tree (once per use; ablation), ilp (exact within extract-time-limit)")
-    extract_time_limit: float = option(10.0, "most seconds of the ilp extractor (then greedy-dag)")
+    extract_time_limit: float = option(defaults.DEFAULT_EXTRACT_TIME_LIMIT_S,
+                                       "most seconds of the ilp extractor (then greedy-dag)")
 
     def run(self, ctx, product):
         from accy.passes import rewriting
