@@ -41,12 +41,13 @@ caller pops it (``report.checkpoints`` of them) or drops the e-graph: bounded by
 The budget's defaults are ``accy.egraph.defaults``'s, the ones the ``saturate`` pass uses.
 
 Dangling e-nodes: on large e-graphs run with ``match_limit``, a step can leave e-nodes whose
-operand is an e-class id that no row has as its output (issue #13: a 1,200-node program,
-from step 7 on). The likely cause is egglog's backoff scheduler, which keeps a banned rule's
-matches as raw e-class ids until the ban ends (5 steps after a ban in step 2: step 7) and
-applies them without canonicalizing, while incremental rebuilds only fix rows that hold ids
-merged since the last rebuild. Such an e-node is equal to the same e-node over the live
-e-class, so ``convert.read_egraph`` drops it (``EClassGraph.dangling`` counts them).
+operand is an e-class id that no row has as its output (issue #13; the 734-node program in
+tests/egraph/data, from step 9 on). The likely cause is egglog's backoff scheduler, which
+keeps a banned rule's matches as raw e-class ids until the ban ends (5 steps after a ban,
+doubling with each ban) and then applies them without canonicalizing, while incremental
+rebuilds only fix rows that hold ids merged since the last rebuild. Such an e-node is equal
+to the same e-node over the live e-class, so ``convert.read_egraph`` drops it
+(``EClassGraph.dangling`` counts them, the pass's ``dangling-e-nodes`` statistic).
 """
 
 from __future__ import annotations

@@ -85,6 +85,8 @@ def extract_ilp(graph: EClassGraph, roots: list[int], model: CostModel,
     integrality[:t0] = 1
     matrix = coo_array((vals, (rows, cols)), shape=(len(lo), E + 2 * C)).tocsr()
     limit = float(options.get("time_limit_s", DEFAULT_EXTRACT_TIME_LIMIT_S))
+    if not limit > 0:
+        raise ValueError(f"the ilp extractor's time limit must be positive, got {limit!r}")
     res = milp(cost, integrality=integrality, bounds=Bounds(lower, upper),
                constraints=LinearConstraint(matrix, lo, hi),
                options={"time_limit": limit, "presolve": True, "disp": False})
