@@ -2,5 +2,7 @@
 
 ``sorts`` (the ``Tensor`` sort rule modules import), ``rules`` (the named-rule registry and
 the Python helpers rules call), ``convert`` (IR <-> e-graph), ``driver`` (budgeted
-saturation and run reports), ``cost`` (shape-aware cost models and extraction).
+saturation and run reports), ``cost`` (shape-aware cost models, tree extraction), ``extract``
+(the extractor registry: greedy-dag, tree, ilp), ``regions`` (acceptance by region),
+``defaults`` (the one set of budget and extractor defaults).
 """

@@ -9,13 +9,14 @@ the driver does every iteration. The handles of the functions' results are the r
 terms go in as egglog program text, one ``set`` per node, read by egglog itself (literals
 printed by ``egg_literal``): ten times faster than egglog-python's expression layer.
 
-``from_egraph(peg, cost_model)`` (or ``extract`` for the cost as well) reads the e-graph's
-rows, picks the cheapest term of every root with ``cost.extract_best`` and rebuilds IR nodes
-bottom-up. Nodes are hash-consed, so a class chosen once is one node however many users it
-has; every node is re-checked with ``accy.ir.shapes.infer`` against the type its term
-carries (once per combination of op, types and attributes), so an ill-typed rule raises
-``EGraphError`` instead of producing a wrong program. The program's cost is read off the
-choices (each chosen e-node's own cost), not priced again.
+``from_egraph(peg, cost_model)`` (or ``extract`` for the cost and a report as well) reads the
+e-graph's rows, has an extractor (``accy.egraph.extract``: ``greedy-dag`` by default, ``tree``,
+``ilp``) choose a term for every e-class the roots reach, takes its choices region by region
+against the input's nodes (``accy.egraph.regions``) and rebuilds IR nodes bottom-up without
+recursion. Nodes are hash-consed, so a class chosen once is one node however many users it
+has; every extracted node is re-checked with ``accy.ir.shapes.infer`` against the type its
+term carries (once per combination of op, types and attributes), so an ill-typed rule raises
+``EGraphError`` instead of producing a wrong program.
 Without rules, ``from_egraph(to_egraph(p)) == p``: the same nodes, the same sharing.
 
 ``term(node)`` gives the plain egglog term of a node (no handles) for tests and rules.
@@ -25,8 +26,9 @@ from __future__ import annotations
 
 import math
 import struct
+import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -35,14 +37,14 @@ from egglog.bindings import Value
 
 from accy.egraph.cost import (
     DEFAULT_COST_MODEL,
-    Choice,
     CostModel,
     EClassGraph,
     ENode,
     cost_model,
-    extract_best,
     program_cost,
 )
+from accy.egraph.extract import DEFAULT_EXTRACTOR, choose
+from accy.egraph.regions import Pick, RegionReport, accept, extracted_picks, input_picks
 from accy.egraph.sorts import (
     FULL_EGG_NAME,
     LIST_CONS_EGG_NAME,
@@ -266,7 +268,8 @@ _SIG_BY_EGG_NAME = {sig.egg_name: sig for sig in SIGNATURES.values()}
 
 
 def read_egraph(egraph: EGraph) -> tuple[EClassGraph, dict[int, int]]:
-    """The e-graph's tensor e-nodes by e-class, and the e-class of every handle."""
+    """The e-graph's tensor e-nodes by e-class, and the e-class of every handle; e-nodes
+    over an e-class without e-nodes are dropped (``EClassGraph.drop_dangling``)."""
     r = _Reader(egraph)
     graph = EClassGraph()
     handles: dict[int, int] = {}
@@ -287,6 +290,7 @@ def read_egraph(egraph: EGraph) -> tuple[EClassGraph, dict[int, int]]:
                 graph.subsumed.add((c, node.op, node.type, node.attrs))
             else:
                 graph.add(c, node)
+    graph.drop_dangling()
     return graph, handles
 
 
@@ -317,71 +321,83 @@ def _decoder(egg_name: str) -> Callable[[_Reader, list[Value]], ENode] | None:
 
 @dataclass(frozen=True)
 class Extraction:
-    """An extracted program and its cost under the model (each distinct node counted once)."""
+    """An extracted program and its cost under the model (each distinct node counted once),
+    with how it was made (extractor, acceptance by region, dangling e-nodes dropped)."""
 
     program: Program
     cost: int
     cost_model: str
+    extractor: str = DEFAULT_EXTRACTOR
+    regions: RegionReport | None = None  # None: extract(regions=False)
+    dangling: int = 0  # e-nodes dropped for an operand e-class without e-nodes
+    note: str = ""  # what the extractor wants said (the ILP's fallback at its time limit)
+    seconds: float = field(default=0.0, compare=False)
 
 
 def extract(peg: ProgramEGraph, model: str | CostModel = DEFAULT_COST_MODEL, *,
-            input_cost: int | None = None) -> Extraction:
+            extractor: str = DEFAULT_EXTRACTOR, regions: bool = True,
+            input_cost: int | None = None, options: dict[str, Any] | None = None
+            ) -> Extraction:
     """The cheapest program equal to ``peg.program`` in the e-graph, under ``model``.
 
-    ``input_cost`` is ``program_cost(peg.program, model)`` where the caller has it already
-    (it is computed otherwise).
+    ``extractor`` names one of ``accy.egraph.extract.EXTRACTORS`` (``options`` are its
+    settings). With ``regions`` (the default) the extraction is taken region by region
+    (``accy.egraph.regions``): never dearer than the input or the whole extraction, every
+    independent win kept. Without, the whole extraction, or the input where that is cheaper
+    (``input_cost`` is ``program_cost(peg.program, model)`` where the caller has it).
     """
+    start = time.perf_counter()
     m = cost_model(model)
     graph, handle_classes = read_egraph(peg.egraph)
     roots = [handle_classes[h] for h in peg.roots()]
-    program, cost = _rebuild(peg.program, roots, extract_best(graph, roots, m), m)
-    # Tree extraction counts a shared subterm once per use, so it can trade the input's
-    # sharing for a term that is cheaper as a tree but dearer as a program; the input is in
-    # the e-graph too, so the cheaper of the two wins (ties go to the extracted form).
-    original = program_cost(peg.program, m) if input_cost is None else input_cost
-    if original < cost and not _uses_subsumed(peg, graph, handle_classes):
-        return Extraction(peg.program, original, m.name)
-    return Extraction(program, cost, m.name)
+    opts = dict(options or {})
+    picks = extracted_picks(choose(graph, roots, m, extractor, opts))
+    report = None
+    if regions:
+        class_of = {n: handle_classes[h] for n, h in peg.handles.items()}
+        inputs, order, forced = input_picks(peg.program, class_of, m, graph)
+        picks, report = accept(inputs, order, forced, picks, roots)
+    program = _rebuild(peg.program, roots, picks)
+    cost = program_cost(program, m)
+    if not regions:
+        # the input is in the e-graph too, so the cheaper of the two wins (ties go to the
+        # extracted form), unless a rule barred one of the input's nodes from extraction
+        original = program_cost(peg.program, m) if input_cost is None else input_cost
+        if original < cost and not _uses_subsumed(peg, graph, handle_classes):
+            program, cost = peg.program, original
+    return Extraction(program, cost, m.name, extractor, report, graph.dangling,
+                      str(opts.get("note", "")), time.perf_counter() - start)
 
 
-def _rebuild(source: Program, roots: list[int], choices: dict[int, Choice], m: CostModel
-             ) -> tuple[Program, int]:
-    """The program of the chosen terms of ``roots`` (``source``'s functions and parameters),
-    and its ``program_cost``: each distinct node's cost is its chosen e-node's ``own``, the
-    model's price of the same op, type, operand types and attributes."""
+def _rebuild(source: Program, roots: list[int], picks: dict[int, Pick]) -> Program:
+    """The program of the picked terms of ``roots`` (``source``'s functions and parameters).
+    Extracted e-nodes are type-checked (``_node``); input nodes are reused as they are where
+    their operands are unchanged."""
     memo: dict[int, Node] = {}
-    costs: dict[Node, int] = {}  # every distinct node once, as program_cost counts them
     checked: set[tuple[Any, ...]] = set()
-
-    def operands(c: int) -> tuple[int, ...]:
-        n = choices[c].node
-        assert n.op is not None
-        return n.children if n.op.arity is not None else choices[n.children[0]].elements
-
     for root in roots:  # post-order without recursion: programs may be thousands deep
         stack = [(root, False)]
         while stack:
             c, ready = stack.pop()
             if c in memo:
                 continue
+            p = picks[c]
             if ready:
-                choice, srcs = choices[c], operands(c)
-                node = _node(choice.node, tuple([memo[o] for o in srcs]),
-                             tuple([id(choices[o].node.type) for o in srcs]), checked)
-                memo[c] = node
-                costs.setdefault(node, choice.own)
+                srcs = tuple([memo[o] for o in p.operands])
+                if p.node is not None:
+                    memo[c] = p.node if srcs == p.node.srcs else Node(
+                        p.op, p.type, srcs, dict(p.attrs))
+                else:
+                    assert p.enode is not None
+                    memo[c] = _node(p.enode, srcs, tuple([id(picks[o].type) for o in
+                                                          p.operands]), checked)
             else:
                 stack.append((c, True))
-                stack.extend((o, False) for o in operands(c) if o not in memo)
+                stack.extend((o, False) for o in p.operands if o not in memo)
     results = iter([memo[c] for c in roots])
-    program = Program(tuple(
+    return Program(tuple(
         Function(f.name, f.params, f.param_names, tuple(next(results) for _ in f.results))
         for f in source.functions))
-    for f in program.functions:  # parameters no result uses are program nodes too
-        for p in f.params:
-            if p not in costs:
-                costs[p] = m.node_cost(p.op, p.type, (), dict(p.attrs))
-    return program, sum(costs.values())
 
 
 def _uses_subsumed(peg: ProgramEGraph, graph: EClassGraph, handle_classes: dict[int, int]

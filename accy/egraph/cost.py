@@ -241,8 +241,45 @@ class EClassGraph:
     subsumed: set[tuple[int, Op | None, TensorType | None, tuple[Any, ...]]] = field(
         default_factory=set)
 
+    # e-nodes ``drop_dangling`` removed (an operand e-class without e-nodes; driver docstring)
+    dangling: int = 0
+
     def add(self, eclass: int, node: ENode) -> None:
         self.classes.setdefault(eclass, []).append(node)
+
+    def drop_dangling(self) -> int:
+        """Drop every e-node with an operand e-class that has no e-nodes (an e-class left
+        empty so drops its users' e-nodes in turn); returns how many were dropped."""
+        classes = self.classes
+        users: dict[int, list[tuple[int, int]]] = {}
+        missing: list[int] = []
+        for c, nodes in classes.items():
+            for i, n in enumerate(nodes):
+                for ch in n.children:
+                    users.setdefault(ch, []).append((c, i))
+                    if ch not in classes:
+                        missing.append(ch)
+        if not missing:
+            return 0
+        gone: set[tuple[int, int]] = set()
+        emptied: set[int] = set()
+        while missing:  # a worklist, not recursion: chains of emptied classes may be long
+            m = missing.pop()
+            for c, i in users.get(m, ()):
+                if (c, i) in gone:
+                    continue
+                gone.add((c, i))
+                if c not in emptied and all((c, j) in gone for j in range(len(classes[c]))):
+                    emptied.add(c)
+                    missing.append(c)
+        for c in {c for c, _ in gone}:
+            kept = [n for j, n in enumerate(classes[c]) if (c, j) not in gone]
+            if kept:
+                classes[c] = kept
+            else:
+                del classes[c]
+        self.dangling += len(gone)
+        return len(gone)
 
     @property
     def num_nodes(self) -> int:
@@ -268,7 +305,8 @@ def _reachable(graph: EClassGraph, roots: Iterable[int]) -> list[int]:
         if c in seen:
             continue
         if c not in graph.classes:
-            raise KeyError(f"e-class {c} has no e-nodes of accy's sorts")
+            raise KeyError(f"e-class {c} has no e-nodes of accy's sorts (call "
+                           "EClassGraph.drop_dangling first)")
         seen[c] = None
         for n in graph.classes[c]:
             stack.extend(ch for ch in n.children if ch not in seen)

@@ -38,8 +38,16 @@ Memory: egglog has no "commit", so each checkpoint stays on egglog's push stack 
 caller pops it (``report.checkpoints`` of them) or drops the e-graph: bounded by
 ``iterations * node_limit`` rows, and small below a sixteenth of the limit.
 
-The defaults (20 iterations, 50 000 e-nodes, 5 s) keep saturating and extracting a
-1000-node program under 10 s on a two-core machine.
+The budget's defaults are ``accy.egraph.defaults``'s, the ones the ``saturate`` pass uses.
+
+Dangling e-nodes: on large e-graphs run with ``match_limit``, a step can leave e-nodes whose
+operand is an e-class id that no row has as its output (issue #13; the 734-node program in
+tests/egraph/data, from step 9 on). The likely cause is egglog's backoff scheduler, which
+keeps a banned rule's matches as raw e-class ids until the ban ends (5 steps after a ban,
+doubling with each ban) and then applies them without canonicalizing, while incremental
+rebuilds only fix rows that hold ids merged since the last rebuild. Such an e-node is equal
+to the same e-node over the live e-class, so ``convert.read_egraph`` drops it
+(``EClassGraph.dangling`` counts them, the pass's ``dangling-e-nodes`` statistic).
 """
 
 from __future__ import annotations
@@ -54,6 +62,7 @@ from egglog import EGraph, Ruleset, Schedule, back_off, bindings, eq, ruleset, r
 from egglog.egraph_state import span
 
 from accy.egraph.convert import ProgramEGraph
+from accy.egraph.defaults import DEFAULT_ITERATIONS, DEFAULT_NODE_LIMIT, DEFAULT_TIME_LIMIT_S
 from accy.egraph.rules import RULES, RULESETS, NamedRule, RuleSet, on_unregister
 from accy.egraph.sorts import (
     FULL_EGG_NAME,
@@ -74,9 +83,6 @@ __all__ = [
 ]
 
 StopReason = Literal["saturated", "iteration_limit", "node_limit", "time_limit"]
-DEFAULT_ITERATIONS = 20
-DEFAULT_NODE_LIMIT = 50_000
-DEFAULT_TIME_LIMIT_S = 5.0
 _MAX_PREDICTED_GROWTH = 16.0  # cap on the growth factor used to predict the next step's time
 _NODE_OVERSHOOT = 2.0  # skip a step predicted to end above this many times the node limit
 _CHECKPOINT_GROWTH = 16  # checkpoint before a step once e-nodes x this exceeds the node limit

@@ -16,10 +16,12 @@
    enable, and they never lower a cost alone. ``tests/rewrite_rules/test_prefilter.py``
    checks the over-approximation against egglog on random programs.
 3. **Saturation and extraction** (:func:`rewrite_program`): ``accy.egraph`` builds the
-   e-graph, saturates within the budget and extracts under the cost model. The result
-   replaces the program only when its cost is strictly lower, so a pass never reorders a
-   program for nothing (commuted operands cost the same) and equal inputs give equal
-   outputs.
+   e-graph, saturates within the budget and extracts under the cost model (``extractor``:
+   ``greedy-dag`` DAG cost by default), taking the extraction region by region: a region of
+   the program changes only where that makes the whole program strictly cheaper, so every
+   independent win is kept and no part gets dearer. The result replaces the program only
+   when its cost is strictly lower, so a pass never reorders a program for nothing (commuted
+   operands cost the same) and equal inputs give equal outputs.
 4. **Statistics** (:func:`record`): stop reason, e-graph growth per iteration, rules that
    fired, costs before and after, via ``ctx.stat`` (``accy prepare --statistics``).
 """
@@ -43,8 +45,9 @@ from egglog.deconstruct import (
 )
 
 import rewrites
-from accy.egraph.convert import extract, to_egraph
+from accy.egraph.convert import Extraction, extract, to_egraph
 from accy.egraph.cost import CostModel, cost_model, program_cost
+from accy.egraph.defaults import DEFAULT_EXTRACTOR
 from accy.egraph.driver import SaturationReport, saturate, select_rules
 from accy.egraph.rules import RULESETS, generation, on_unregister
 from accy.egraph.sorts import SIGNATURES, encode_attr, new_egraph, signature
@@ -335,6 +338,7 @@ class Outcome:
     cost_model: str
     cost_before: int
     cost_after: int
+    extraction: Extraction | None = None  # None when skipped
 
 
 class _WarmEGraphs(threading.local):
@@ -375,8 +379,11 @@ _WARM = _WarmEGraphs()
 
 def rewrite_program(program: Program, rulesets: Sequence[str], names: Sequence[str], *,
                     iterations: int, node_limit: int, time_limit_s: float,
-                    cost: str | CostModel, match_limit: int | None = None) -> Outcome:
-    """Saturate ``program`` with the named rules and keep the extraction if it is cheaper."""
+                    cost: str | CostModel, match_limit: int | None = None,
+                    extractor: str = DEFAULT_EXTRACTOR,
+                    extract_options: dict[str, Any] | None = None) -> Outcome:
+    """Saturate ``program`` with the named rules and keep the extraction (taken region by
+    region, ``accy.egraph.regions``) if it is cheaper."""
     model = cost_model(cost)
     before = program_cost(program, model)
     skipped = ("no rules selected" if not names else
@@ -389,13 +396,13 @@ def rewrite_program(program: Program, rulesets: Sequence[str], names: Sequence[s
     report = saturate(peg, rulesets, rules=names, iterations=iterations,
                       node_limit=node_limit, time_limit_s=time_limit_s,
                       match_limit=match_limit)
-    out = extract(peg, model, input_cost=before)
+    out = extract(peg, model, extractor=extractor, input_cost=before, options=extract_options)
     for _ in range(report.checkpoints + 1):  # the driver's checkpoints, then ours
         eg.pop()
     _WARM.give_back(rulesets, names, eg)
     if out.cost < before and out.program != program:
-        return Outcome(out.program, True, report, "", model.name, before, out.cost)
-    return Outcome(program, False, report, "", model.name, before, before)
+        return Outcome(out.program, True, report, "", model.name, before, out.cost, out)
+    return Outcome(program, False, report, "", model.name, before, before, out)
 
 
 def record(ctx: PassContext, outcome: Outcome, prefix: str = "") -> None:
@@ -409,6 +416,19 @@ def record(ctx: PassContext, outcome: Outcome, prefix: str = "") -> None:
     stat("cost-after", outcome.cost_after)
     if r is None:
         return
+    x = outcome.extraction
+    if x is not None:
+        stat("extractor", x.extractor)
+        stat("extraction-seconds", round(x.seconds, 4))
+        if x.regions is not None:
+            g = x.regions
+            stat("regions", f"{g.kept} kept of {g.differing} differing ({g.tried} tried"
+                 f"{f', {g.skipped} skipped' if g.skipped else ''}"
+                 f"{', whole extraction' if g.whole else ''})")
+        if x.dangling:
+            stat("dangling-e-nodes", x.dangling)
+        if x.note:
+            stat("extraction-note", x.note)
     stat("iterations", r.kept_iterations)
     stat("e-nodes", f"{r.initial_e_nodes} -> {r.e_nodes}")
     stat("e-classes", f"{r.initial_e_classes} -> {r.e_classes}")

@@ -8,19 +8,27 @@ policy, ``accy rules`` lists every rule with its tag). The budget (iterations, e
 seconds) bounds each run (``match-limit`` turns on egglog's backoff scheduler, which bounds
 what one step applies: a way to keep tight time limits); its report (stop reason, e-graph
 size per iteration, matches and time per rule) goes to the pass's statistics (``accy prepare
---statistics``, ``accy explain``). The program changes only when the extracted one is
-strictly cheaper.
+--statistics``, ``accy explain``). ``extractor`` picks how terms come out: ``greedy-dag``
+(default; a shared subterm costs once), ``tree`` (once per use, the classic e-graph cost; for
+ablation) or ``ilp`` (exact, within ``extract-time-limit``, else the greedy-dag result, said in
+the statistics). The extraction is taken region by region: a part of the program changes only
+where that makes the whole strictly cheaper, so independent wins are all kept.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
+from accy.egraph import defaults
 from accy.ir.program import Stage
 from accy.passes.base import COUNT_MAX, SECONDS_MAX, Pass, option
 from accy.passes.registry import register
 
 DEFAULT_RULESETS = ("canonical", "fold", "algebra", "einsum", "activation", "layout")
+# the budget's defaults, stated once in accy.egraph.defaults (driver.saturate uses them too)
+_ITERATIONS, _NODES, _SECONDS = (defaults.DEFAULT_ITERATIONS, defaults.DEFAULT_NODE_LIMIT,
+                                 defaults.DEFAULT_TIME_LIMIT_S)
 
 
 @register
@@ -35,11 +43,12 @@ class Saturate(Pass):
     rules: tuple[str, ...] = option(
         (), "only these rules or rule sets of the rule sets (default: all of them)")
     disable: tuple[str, ...] = option((), "rules or rule sets not to use (ablation)")
-    iterations: int = option(12, "most saturation iterations", minimum=1, maximum=COUNT_MAX)
-    node_limit: int = option(20_000, "most e-nodes the e-graph may grow to",
+    iterations: int = option(_ITERATIONS, "most saturation iterations", minimum=1,
+                             maximum=COUNT_MAX)
+    node_limit: int = option(_NODES, "most e-nodes the e-graph may grow to",
                              minimum=1, maximum=COUNT_MAX)
     time_limit: float = option(
-        2.0, "most seconds of saturation (no step starts that is predicted to end past it)",
+        _SECONDS, "most seconds of saturation (no step starts that is predicted to end past it)",
         above=0, maximum=SECONDS_MAX)
     match_limit: int = option(
         0, "egglog's backoff: a rule matching more than this in a step sits out a few (0: off)",
@@ -50,6 +59,12 @@ class Saturate(Pass):
     finite_math: bool = option(False, "also use finite-math rules (x*0 -> 0, x-x -> 0)")
     max_elements: int = option(1 << 16, "largest constant a fold may create (in elements)",
                                minimum=1, maximum=COUNT_MAX)
+    extractor: Literal["greedy-dag", "tree", "ilp"] = option(
+        defaults.DEFAULT_EXTRACTOR, "how terms are chosen: greedy-dag (a shared subterm costs "
+        "once), tree (once per use; ablation), ilp (exact within extract-time-limit)")
+    extract_time_limit: float = option(defaults.DEFAULT_EXTRACT_TIME_LIMIT_S,
+                                       "most seconds of the ilp extractor (then greedy-dag)",
+                                       above=0, maximum=SECONDS_MAX)
 
     def run(self, ctx, product):
         from accy.passes import rewriting
@@ -60,6 +75,7 @@ class Saturate(Pass):
             product.program, self.rulesets, names, iterations=self.iterations,
             node_limit=self.node_limit, time_limit_s=self.time_limit,
             cost=rewriting.capped(self.cost, product.program, self.max_elements),
-            match_limit=self.match_limit or None)
+            match_limit=self.match_limit or None, extractor=self.extractor,
+            extract_options={"time_limit_s": self.extract_time_limit})
         rewriting.record(ctx, outcome)
         return product.replace(program=outcome.program) if outcome.changed else product

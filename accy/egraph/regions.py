@@ -1,0 +1,213 @@
+"""Acceptance by region: keep every independent win of an extraction, and nothing dearer.
+
+After saturation every e-class holding a node of the input program has two candidate
+terms: the input's own node (over its operands' classes) and the extractor's choice. A
+*selection* picks one per class; classes only the extraction reaches take its choice. The
+program of a selection is priced as a DAG (each class once), which is what it costs.
+
+``accept`` starts from the input's selection (never dearer than the input: classes merged by
+saturation are computed once) and visits the input's classes from the results down (reverse
+topological order). At a class whose extracted e-node differs from the input's it tries two
+switches, keeping the first that makes the whole program strictly cheaper and stays acyclic:
+
+1. the region: the class and every class its extracted term reaches;
+2. the class alone (its operands keep whatever the selection has for them).
+
+So a win in one part of a program is kept even when another part's extraction is dearer
+than its input (the extraction duplicated a shared matmul, say): that part's region is
+refused and its sub-regions are tried on their own. The result is also compared with the
+whole extraction (one more pricing), so it is never dearer than the extraction either.
+
+Each try prices the program once (a walk over its classes), so a program with k differing
+classes costs O(k * size); ``MAX_VISITS`` bounds the total work (later tries are skipped,
+a count that does not depend on the machine's speed, and reported).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from accy.egraph.cost import Choice, CostModel, EClassGraph, ENode
+from accy.ir.node import Node
+from accy.ir.ops import Op
+from accy.ir.program import Program
+from accy.ir.types import TensorType
+
+__all__ = ["MAX_VISITS", "Pick", "RegionReport", "accept"]
+
+MAX_VISITS = 20_000_000  # class visits over all tries of one acceptance
+
+
+@dataclass(frozen=True)
+class Pick:
+    """The term an e-class contributes: an op over operand classes (list classes flattened)."""
+
+    op: Op
+    type: TensorType
+    attrs: tuple[tuple[str, Any], ...]
+    operands: tuple[int, ...]
+    own: int
+    enode: ENode | None = None  # the extracted e-node (type-checked when rebuilt)
+    node: Node | None = None  # the input node (valid already)
+
+
+@dataclass(frozen=True)
+class RegionReport:
+    """What acceptance did: tries made, switches kept, tries skipped past ``MAX_VISITS``."""
+
+    differing: int  # input classes whose extracted e-node differs from the input's
+    tried: int
+    kept: int
+    skipped: int
+    whole: bool  # the whole extraction was cheaper than any selection built by regions
+
+
+def extracted_picks(choices: Mapping[int, Choice]) -> dict[int, Pick]:
+    """The tensor classes' picks of an extractor's choices."""
+    out: dict[int, Pick] = {}
+    for c, ch in choices.items():
+        n = ch.node
+        if n.op is None:
+            continue
+        assert n.type is not None
+        operands = n.children if n.op.arity is not None else choices[n.children[0]].elements
+        out[c] = Pick(n.op, n.type, n.attrs, tuple(operands), ch.own, enode=n)
+    return out
+
+
+def input_picks(program: Program, class_of: Mapping[Node, int], model: CostModel,
+                graph: EClassGraph) -> tuple[dict[int, Pick], list[int], set[int]]:
+    """Per input class its first input node (operands first, so the picks form a DAG: an
+    operand's first node comes before its user's), the classes in that order, and the
+    classes whose picked node a rule subsumed (they must take the extraction)."""
+    picks: dict[int, Pick] = {}
+    order: list[int] = []
+    forced: set[int] = set()
+    prices: dict[tuple[Any, ...], int] = {}
+    for n in program.nodes():
+        c = class_of[n]
+        if c in picks:
+            continue
+        key = (id(n.op), n.type, tuple([s.type for s in n.srcs]), n.attrs)
+        own = prices.get(key)
+        if own is None:
+            own = prices[key] = model.node_cost(n.op, n.type, tuple([s.type for s in n.srcs]),
+                                                dict(n.attrs))
+        picks[c] = Pick(n.op, n.type, n.attrs, tuple([class_of[s] for s in n.srcs]), own,
+                        node=n)
+        order.append(c)
+        if graph.subsumed and (c, n.op, n.type, n.attrs) in graph.subsumed:
+            forced.add(c)
+    return picks, order, forced
+
+
+class _Selection:
+    """Input picks, extracted picks, and the set of input classes switched to the latter."""
+
+    def __init__(self, inputs: dict[int, Pick], extracted: dict[int, Pick], roots: list[int]):
+        self.inputs, self.extracted, self.roots = inputs, extracted, roots
+        self.visits = 0
+
+    def pick(self, c: int, switched: set[int] | frozenset[int]) -> Pick:
+        if c in switched or c not in self.inputs:
+            return self.extracted[c]
+        return self.inputs[c]
+
+    def cost(self, switched: set[int] | frozenset[int]) -> int | None:
+        """The DAG cost of the selection's program, or None if it has a cycle."""
+        state: dict[int, int] = {}  # 1: on the walk's path, 2: done
+        total = 0
+        for root in self.roots:
+            if root in state:
+                continue
+            stack = [(root, 0)]
+            state[root] = 1
+            while stack:  # post-order without recursion: programs may be thousands deep
+                c, i = stack[-1]
+                ops = self.pick(c, switched).operands
+                if i < len(ops):
+                    stack[-1] = (c, i + 1)
+                    o = ops[i]
+                    s = state.get(o)
+                    if s is None:
+                        state[o] = 1
+                        stack.append((o, 0))
+                    elif s == 1:
+                        return None
+                else:
+                    stack.pop()
+                    state[c] = 2
+                    total += self.pick(c, switched).own
+        self.visits += len(state)
+        return total
+
+    def region(self, c: int) -> set[int]:
+        """``c`` and every class its extracted term reaches."""
+        seen = {c}
+        stack = [c]
+        while stack:
+            for o in self.extracted[stack.pop()].operands:
+                if o not in seen:
+                    seen.add(o)
+                    stack.append(o)
+        return seen
+
+
+def accept(inputs: dict[int, Pick], order: list[int], forced: set[int],
+           extracted: dict[int, Pick], roots: Iterable[int]
+           ) -> tuple[dict[int, Pick], RegionReport]:
+    """The selection (class -> pick, for the classes the program uses) chosen by region
+    (module docstring), and what was tried."""
+    sel = _Selection(inputs, extracted, list(roots))
+    switched: set[int] = set()
+    for c in forced:
+        switched |= sel.region(c)
+    best = sel.cost(switched)
+    if best is None:  # only forced switches can close a cycle: take the whole extraction
+        switched = set(inputs)
+        best = sel.cost(switched)
+        assert best is not None
+    differing = [c for c in reversed(order) if c in extracted and not _same(
+        inputs[c], extracted[c])]
+    tried = kept = skipped = 0
+    for c in differing:
+        if c in switched:
+            continue
+        if sel.visits > MAX_VISITS:
+            skipped += 1
+            continue
+        region = sel.region(c)
+        for candidate in (switched | region, switched | {c}):
+            tried += 1
+            cost = sel.cost(candidate)
+            if cost is not None and cost < best:
+                best, switched = cost, candidate
+                kept += 1
+                break
+            if len(region) == 1:
+                break
+    whole = sel.cost(set(inputs))
+    use_whole = whole is not None and whole < best
+    if use_whole:
+        switched = set(inputs)
+    picks = _used(sel, switched)
+    return picks, RegionReport(len(differing), tried, kept, skipped, use_whole)
+
+
+def _same(a: Pick, b: Pick) -> bool:
+    return (a.op is b.op and a.type == b.type and a.attrs == b.attrs
+            and a.operands == b.operands)
+
+
+def _used(sel: _Selection, switched: set[int]) -> dict[int, Pick]:
+    out: dict[int, Pick] = {}
+    stack = list(sel.roots)
+    while stack:
+        c = stack.pop()
+        if c in out:
+            continue
+        p = out[c] = sel.pick(c, switched)
+        stack.extend(o for o in p.operands if o not in out)
+    return out
