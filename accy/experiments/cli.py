@@ -247,7 +247,8 @@ def report_command(args: argparse.Namespace) -> int:
     from accy.experiments.records import REPORT_KEYS, read_results
     from accy.experiments.report import write_report
 
-    results = [read_results(path, REPORT_KEYS) for path in args.results]  # all checked before writing
+    # every file checked before anything is written
+    results = [read_results(path, REPORT_KEYS) for path in args.results]
     for result in results:
         for p in write_report(result, args.out):
             print(f"wrote {p}")
