@@ -13,6 +13,7 @@ pytest.importorskip("pyopencl")
 import pyopencl.array as cl_array  # noqa: E402
 
 import accy  # noqa: E402
+from accy.backends.opencl import device_array  # noqa: E402
 from accy.backends.opencl import runtime as rt  # noqa: E402
 from accy.errors import DeviceMismatchError, InterpretError  # noqa: E402
 
@@ -73,14 +74,15 @@ def scale_job() -> accy.PreparedJob:
 def transfers(device: rt.Runtime, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Each host-to-device copy or host buffer the runtime makes from now on."""
     seen: list[str] = []
-    for name in ("write", "host_buffer", "allocate_from"):
-        original = getattr(device, name)
+    for owner, name in ((device, "write"), (device, "host_buffer"),
+                        (device_array, "allocate_from")):
+        original = getattr(owner, name)
 
         def recording(*args, _original=original, _name=name, **kwargs):
             seen.append(_name)
             return _original(*args, **kwargs)
 
-        monkeypatch.setattr(device, name, recording)
+        monkeypatch.setattr(owner, name, recording)
     return seen
 
 
@@ -273,3 +275,15 @@ def test_same_device_same_runtime(device) -> None:
     assert rt.select_device() is device
     if "pocl" in device.info.key.lower():
         assert rt.select_device("pocl") is device is rt.select_device("portable")
+
+
+def test_queued_calls_read_numpy_inputs_as_they_were(job, runtime) -> None:
+    """Changing a numpy input right after queueing the call does not change its results."""
+    exe = job.executable(device=runtime)
+    a, b = inputs(9)
+    want = expected(a, b)
+    mutable = a.copy()
+    pending = exe.enqueue(mutable, b)
+    mutable[:] = 0
+    for g, w in zip(pending.get(), want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-4)

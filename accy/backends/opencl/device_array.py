@@ -120,7 +120,25 @@ def to_device(array: Any, device: str | Runtime | Any | None = None) -> DeviceAr
         raise TypeError(f"to_device: device must be a selector, a Runtime or an executable, "
                         f"not {type(device).__name__}")
     host = np.ascontiguousarray(array)
-    return DeviceArray(runtime, runtime.allocate_from(host), host.shape, host.dtype)
+    return DeviceArray(runtime, allocate_from(runtime, host), host.shape, host.dtype)
+
+
+def allocate_from(runtime: Runtime, array: np.ndarray) -> cl.Buffer:
+    """A new buffer on ``runtime`` holding a copy of C-contiguous ``array``, made and filled in
+    one step (``CL_MEM_COPY_HOST_PTR``: the copy is done on return)."""
+    if not array.nbytes:
+        return runtime.allocate(0)
+    return cl.Buffer(runtime.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR,
+                     hostbuf=array)
+
+
+def copy_buffer(runtime: Runtime, dst: cl.Buffer, src: cl.Buffer, nbytes: int
+                ) -> cl.Event | None:
+    """Enqueue a device-to-device copy of ``nbytes`` on the runtime's queue (not waited for);
+    ``None`` when there is nothing to copy."""
+    if not nbytes:
+        return None
+    return cl.enqueue_copy(runtime.queue, dst, src, byte_count=nbytes)
 
 
 def _is_pyopencl_array(x: Any) -> bool:

@@ -11,15 +11,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyopencl as cl
 
+from accy.backends.opencl.bound import BoundExecutable
 from accy.backends.opencl.device_array import (
     DeviceArray,
     PendingCall,
     buffer_of,
+    copy_buffer,
     is_device_tensor,
     to_device,
 )
 from accy.backends.opencl.runtime import Runtime, select_device
-from accy.errors import InterpretError
+from accy.errors import DeviceError, InterpretError
 from accy.ir.ops import Op
 from accy.plans import SlotRole
 from accy.target import launch_refusal, legality_error
@@ -68,6 +70,20 @@ class _Frame:
         return self.last is None or self.last.command_execution_status <= _COMPLETE
 
 
+def _enqueue_kernel(runtime: Runtime, kernel: cl.Kernel, launch: _Launch) -> cl.Event:
+    """Enqueue a frame's own kernel object with its arguments as set: no lock is needed (one
+    call at a time uses a frame), unlike the runtime's shared kernels (:meth:`Runtime.launch`).
+    OpenCL captures the arguments at the enqueue, so the next call may set them again at once.
+    """
+    try:
+        return cl.enqueue_nd_range_kernel(runtime.queue, kernel, launch.global_size,
+                                          launch.local_size)
+    except cl.Error as exc:
+        raise DeviceError(
+            f"launching kernel {launch.kernel.entry!r} on {runtime.info.key} with global size "
+            f"{launch.global_size}, local size {launch.local_size} failed: {exc}") from exc
+
+
 class Executable:
     """One function of a prepared job, ready to run: ``outputs = exe(*inputs)``.
 
@@ -81,8 +97,11 @@ class Executable:
     (``DeviceMismatchError`` otherwise) and is used in place, never copied. ``to_host=False``
     returns the results as new :class:`DeviceArray` s the caller owns (chain them into other
     executables on the device without host round trips); ``wait=False`` (or :meth:`enqueue`)
-    returns a :class:`PendingCall` at once, with device results and the events. ``bind(w=...)``
-    gives a :class:`BoundExecutable` with those inputs fixed on the device (copied there once).
+    returns a :class:`PendingCall` at once, with device results and the events (numpy inputs
+    are copied on the host first, so they may change after the call returns; device tensors
+    are read when the call runs). ``bind(w=...)`` gives a :class:`BoundExecutable` with those
+    inputs fixed on the device (copied there once). A parameter named ``out``, ``to_host`` or
+    ``wait`` can only be passed positionally.
 
     Threads: calling one executable from several threads at once is safe, and so is running
     several executables (of one program or of different ones) at once. Each call runs in a
@@ -388,6 +407,8 @@ class Executable:
     def _call(self, inputs: list[Any], out: Any, to_host: bool, wait: bool
               ) -> tuple[Any, ...] | PendingCall:
         ins = self._check(inputs)
+        if not wait:  # a queued call reads numpy inputs as they are now, not when it runs
+            ins = [x.copy() if isinstance(x, np.ndarray) else x for x in ins]
         results, bufs = self._outputs(out, ins, to_host, wait)
         frame = self._take_frame()
         # a failed call may leave scratch that kernels restore (counters) half-done: its frame
@@ -448,7 +469,7 @@ class Executable:
                 if current[pos] is not buf:  # set only what changed since the frame's last call
                     kernel.set_arg(j, buf)
                     current[pos] = buf
-            kernels.append(runtime.enqueue(kernel, launch.global_size, launch.local_size))
+            kernels.append(_enqueue_kernel(runtime, kernel, launch))
         events += kernels
         # results the kernels did not write in place: into device results by device copies,
         # into numpy results by reads (blocking, so after the kernels on the in-order queue)
@@ -457,14 +478,14 @@ class Executable:
             if dst is not None:
                 if kind == "param":
                     src = ins[x]
-                    event = (runtime.copy(dst, src, self._result_nbytes[r])
+                    event = (copy_buffer(runtime, dst, src, self._result_nbytes[r])
                              if isinstance(src, cl.Buffer)
                              else runtime.write(dst, src, wait=False))
                     keep.append(src)
                 elif kind == "constant":
                     event = runtime.write(dst, x.value, wait=False)
                 elif written[x] != r:  # the same value returned twice: a copy of its own
-                    event = runtime.copy(dst, bound[x], self._result_nbytes[r])
+                    event = copy_buffer(runtime, dst, bound[x], self._result_nbytes[r])
                 else:
                     continue
                 if event is not None:
@@ -494,54 +515,3 @@ class Executable:
                     runtime.read(bound[x], host)
         return events, kernels, keep
 
-
-class BoundExecutable:
-    """An executable with some inputs fixed on its device (``exe.bind(w=w, table=t)``).
-
-    Calls pass only the other inputs, positionally in parameter order or by name, with the
-    executable's keywords (``out``, ``to_host``, ``wait``); ``enqueue``, ``bind`` (fixing more
-    inputs), ``runtime``, ``function`` and ``last_kernel_ns`` work as on the executable. The
-    bound tensors live on the device for as long as this object: each call uses them in place,
-    with no copy. Thread-safe like the executable (it holds nothing a call changes).
-    """
-
-    def __init__(self, executable: Executable, bound: dict[int, Any]) -> None:
-        self.executable = executable
-        self.bound = bound  # parameter index -> device tensor
-
-    @property
-    def runtime(self) -> Runtime:
-        return self.executable.runtime
-
-    @property
-    def function(self):
-        return self.executable.function
-
-    @property
-    def last_kernel_ns(self) -> list[int]:
-        return self.executable.last_kernel_ns
-
-    @property
-    def param_names(self) -> tuple[str, ...]:
-        """The inputs a call still passes, in order."""
-        return tuple(name for i, name in enumerate(self.executable.param_names)
-                     if i not in self.bound)
-
-    def __call__(self, *inputs: Any, out: Any = None, to_host: bool = True, wait: bool = True,
-                 **named: Any) -> tuple[Any, ...] | PendingCall:
-        exe = self.executable
-        return exe._call(exe._gather(inputs, named, self.bound), out, to_host, wait)
-
-    def enqueue(self, *inputs: Any, out: Any = None, **named: Any) -> PendingCall:
-        exe = self.executable
-        return exe._call(exe._gather(inputs, named, self.bound), out, False, False)
-
-    def bind(self, **named: Any) -> BoundExecutable:
-        return BoundExecutable(self.executable, self.executable._bound(named, self.bound))
-
-    def to_device(self, array: Any) -> DeviceArray:
-        return self.executable.to_device(array)
-
-    def __repr__(self) -> str:
-        names = ", ".join(self.executable.param_names[i] for i in sorted(self.bound))
-        return f"BoundExecutable({self.function.name}, bound: {names})"

@@ -465,21 +465,6 @@ class Runtime:
             raise DeviceError(f"negative buffer size {nbytes} on {self.info.key}")
         return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, size=max(nbytes, 1))
 
-    def allocate_from(self, array: np.ndarray) -> cl.Buffer:
-        """A new device buffer holding a copy of C-contiguous ``array`` (made and filled in one
-        step, ``CL_MEM_COPY_HOST_PTR``; the copy is done on return)."""
-        if not array.nbytes:
-            return self.allocate(0)
-        return cl.Buffer(self.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR,
-                         hostbuf=np.ascontiguousarray(array))
-
-    def copy(self, dst: cl.Buffer, src: cl.Buffer, nbytes: int) -> cl.Event | None:
-        """Enqueue a device-to-device copy of ``nbytes`` (not waited for); ``None`` when there
-        is nothing to copy."""
-        if not nbytes:
-            return None
-        return cl.enqueue_copy(self.queue, dst, src, byte_count=nbytes)
-
     def host_buffer(self, array: np.ndarray, writable: bool) -> cl.Buffer:
         """A buffer over ``array``'s own memory (``CL_MEM_USE_HOST_PTR``), for this call only.
 
@@ -556,22 +541,6 @@ class Runtime:
                 f"launching kernel {kernel.function_name!r} on {self.info.key} with "
                 f"global size {tuple(global_size)}, local size {local_size} and "
                 f"{len(args)} args failed: {exc}"
-            ) from exc
-
-    def enqueue(self, kernel: cl.Kernel, global_size: tuple[int, ...],
-                local_size: tuple[int, ...] | None) -> cl.Event:
-        """Enqueue ``kernel`` with the arguments already set on it; return its event.
-
-        For kernel objects one caller owns (executables keep one per kernel and frame, with
-        the arguments that do not change set once), so no lock is needed and only changed
-        arguments are set between launches; shared kernels go through :meth:`launch`.
-        """
-        try:
-            return cl.enqueue_nd_range_kernel(self.queue, kernel, global_size, local_size)
-        except cl.Error as exc:
-            raise DeviceError(
-                f"launching kernel {kernel.function_name!r} on {self.info.key} with "
-                f"global size {tuple(global_size)}, local size {local_size} failed: {exc}"
             ) from exc
 
     def elapsed_ns(self, event: cl.Event) -> int:
