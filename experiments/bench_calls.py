@@ -101,7 +101,7 @@ def bench_suite(bench: suite.Benchmark, size: str, runtime: Runtime, pipeline: s
     act = {n: x for n, x in zip(names, inputs, strict=True) if n in active}
     row: dict[str, Any] = {"benchmark": bench.name, "size": size, "kernels": len(exe.steps),
                            "input_bytes": sum(x.nbytes for x in inputs),
-                           "bound": [n for n in names if n not in active]}
+                           "bound_inputs": [n for n in names if n not in active]}
     modes = {"numpy": lambda: exe(*inputs),
              "numpy_out": lambda: exe(*inputs, out=out_np),
              "device": lambda: exe(*dev_in, out=out_dev),
@@ -333,7 +333,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             f"{_fmt(row[m]['call_us']) + ' / ' + _fmt(row[m]['kernel_us']):>26}"
             for m in ("numpy", "numpy_out", "device", "bound"))
             + f"{_fmt(row.get('torch_us')):>10}")
-        bad = [m for m in ("numpy_out", "device", "bound") if row[m]["max_diff"] != 0.0]
+        # the same kernels on the same inputs: equal, up to the order of atomic f32 adds
+        bad = [m for m in ("numpy_out", "device", "bound") if row[m]["max_diff"] > 1e-4]
         if bad:
             print(f"  results differ from the numpy path in: {', '.join(bad)}", file=sys.stderr)
     mlp = bench_mlp(runtime, pipeline, args.mlp_steps,

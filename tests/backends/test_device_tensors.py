@@ -287,3 +287,19 @@ def test_queued_calls_read_numpy_inputs_as_they_were(job, runtime) -> None:
     mutable[:] = 0
     for g, w in zip(pending.get(), want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-4)
+
+
+def test_bench_calls_smoke(experiment_script, device, tmp_path) -> None:
+    """experiments/bench_calls.py at its smallest: every way of calling gives the numpy
+    path's results, the queued MLP steps match numpy's, and it writes its JSON."""
+    bench = experiment_script("bench_calls")
+    out = tmp_path / "bench_calls.json"
+    result = bench.main(["--benchmarks", "layernorm", "--repeat", "2", "--async-calls", "5",
+                         "--mlp-steps", "2", "--mlp", "4,8,16,3", "--front", "lowering",
+                         "--out", str(out)])
+    (row,) = result["rows"]
+    assert all(row[m]["max_diff"] == 0.0 for m in ("numpy_out", "device", "bound"))
+    assert row["bound_inputs"] == ["gamma", "beta"]
+    assert result["mlp"]["max_diff_vs_numpy"] < 1e-5
+    assert result["loop"]["max_diff"] == 0.0
+    assert out.exists()

@@ -436,6 +436,7 @@ class Executable:
         unified = self._unified
         bound: dict[int, cl.Buffer] = {}  # slot -> the buffer it is for this call only
         keep: list[object] = []
+        transient: set[int] = set()  # slots bound to buffers over host arrays
         events: list[cl.Event] = []
         for index, slot in self._input_slots:
             x = ins[index]
@@ -444,6 +445,7 @@ class Executable:
             elif unified and x.nbytes:
                 bound[slot] = runtime.host_buffer(x, writable=False)
                 keep.append(bound[slot])
+                transient.add(slot)
             else:
                 event = runtime.write(self._buffer(frame, slot), x, wait=False)
                 if event is not None:
@@ -459,6 +461,7 @@ class Executable:
             elif unified and into_out and results[r].nbytes:  # numpy out, used in place
                 bound[slot] = runtime.host_buffer(results[r], writable=True)
                 written[slot] = r
+                transient.add(slot)
         kernels: list[cl.Event] = []
         for launch, kernel, current in zip(self._launches, frame.kernels, frame.current,
                                            strict=True):
@@ -468,7 +471,9 @@ class Executable:
                     buf = self._buffer(frame, slot)
                 if current[pos] is not buf:  # set only what changed since the frame's last call
                     kernel.set_arg(j, buf)
-                    current[pos] = buf
+                    # a buffer over a caller's numpy array is new every call: not remembered,
+                    # so the frame does not keep the array alive after the call
+                    current[pos] = None if slot in transient else buf
             kernels.append(_enqueue_kernel(runtime, kernel, launch))
         events += kernels
         # results the kernels did not write in place: into device results by device copies,
