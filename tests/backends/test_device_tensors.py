@@ -303,3 +303,23 @@ def test_bench_calls_smoke(experiment_script, device, tmp_path) -> None:
     assert result["mlp"]["max_diff_vs_numpy"] < 1e-5
     assert result["loop"]["max_diff"] == 0.0
     assert out.exists()
+
+
+def test_parameter_and_constant_results_on_the_device(runtime) -> None:
+    """Results that are a parameter or a constant come back as device arrays of their own."""
+    b = accy.Builder()
+    f = b.begin_function("passthrough", [b.tensor(accy.DType.f32, (8,))])
+    table = np.linspace(0, 1, 8, dtype=np.float32)
+    f.return_(f.param(0), f.constant(table), f.param(0) * 2.0)
+    f.finish()
+    exe = accy.prepare(b.finish()).executable(device=runtime)
+    a = np.arange(8, dtype=np.float32)
+    for x in (a, exe.to_device(a)):
+        got = exe(x, to_host=False)
+        assert isinstance(x, np.ndarray) or got[0].buffer is not x.buffer
+        for g, w in zip(host(got), (a, table, a * 2), strict=True):
+            np.testing.assert_array_equal(g, w)
+        for g, w in zip(exe.enqueue(x).get(), (a, table, a * 2), strict=True):
+            np.testing.assert_array_equal(g, w)
+        for g, w in zip(exe(x), (a, table, a * 2), strict=True):
+            np.testing.assert_array_equal(g, w)

@@ -487,8 +487,12 @@ class Executable:
                              if isinstance(src, cl.Buffer)
                              else runtime.write(dst, src, wait=False))
                     keep.append(src)
-                elif kind == "constant":
-                    event = runtime.write(dst, x.value, wait=False)
+                elif kind == "constant":  # (as np.copyto would: in the result's dtype)
+                    shape, dtype, _ = self._result_types[r]
+                    value = np.ascontiguousarray(np.broadcast_to(
+                        np.asarray(x.value, dtype=dtype), shape))
+                    event = runtime.write(dst, value, wait=False)
+                    keep.append(value)
                 elif written[x] != r:  # the same value returned twice: a copy of its own
                     event = copy_buffer(runtime, dst, bound[x], self._result_nbytes[r])
                 else:
