@@ -29,7 +29,7 @@ from accy.builder import (
     minimum,
 )
 from accy.contraction import opt_einsum_bridge  # noqa: F401  (registers accy-* in opt_einsum)
-from accy.errors import AccyError
+from accy.errors import AccyError, DeviceMismatchError
 from accy.ir.interpret import interpret
 from accy.ir.parser import parse_program
 from accy.ir.printer import print_program
@@ -42,8 +42,29 @@ from accy.target import TargetProfile
 
 __version__ = "0.1.0"
 
+# the device-tensor API imports pyopencl, so it loads on first use (``import accy`` stays
+# light and works without an OpenCL driver)
+_LAZY = {
+    "DeviceArray": "accy.backends.opencl.device_array",
+    "PendingCall": "accy.backends.opencl.device_array",
+    "to_device": "accy.backends.opencl.device_array",
+    "Executable": "accy.backends.opencl.executable",
+    "BoundExecutable": "accy.backends.opencl.executable",
+    "select_device": "accy.backends.opencl.runtime",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'accy' has no attribute {name!r}")
+
 __all__ = [
-    "AccyError", "Builder", "bool_", "DType", "PreparedJob", "Program", "Stage", "TargetProfile",
-    "TensorType", "f16", "f32", "f64", "function", "i32", "i64", "interpret", "maximum",
-    "minimum", "parse_pipeline", "parse_program", "prepare", "print_program", "verify",
+    "AccyError", "BoundExecutable", "Builder", "DeviceArray", "DeviceMismatchError", "DType",
+    "Executable", "PendingCall", "PreparedJob", "Program", "Stage", "TargetProfile",
+    "TensorType", "bool_", "f16", "f32", "f64", "function", "i32", "i64", "interpret",
+    "maximum", "minimum", "parse_pipeline", "parse_program", "prepare", "print_program",
+    "select_device", "to_device", "verify",
 ]

@@ -51,6 +51,11 @@ class DeviceError(AccyError):
     """No usable OpenCL platform or device, or a device selector matched nothing."""
 
 
+class DeviceMismatchError(DeviceError):
+    """A device tensor given to an executable lives on another device or OpenCL context; the
+    message names the input (or ``out`` array) and both devices."""
+
+
 class KernelBuildError(AccyError):
     """OpenCL rejected generated source; the message holds the build log and the bad line."""
 

@@ -200,10 +200,11 @@ class PreparedJob:
         runtime.build_many(sources, max_threads=max_threads)
         return runtime
 
-    def run(self, *inputs: np.ndarray, function: str | None = None, device=None, out=None
-            ) -> tuple[np.ndarray, ...]:
-        """Run one function on ``device`` (default: ``ACCY_DEVICE`` or PoCL) with numpy inputs;
-        ``out``: arrays to write the results into (see :class:`Executable`).
+    def run(self, *inputs, function: str | None = None, device=None, out=None,
+            to_host: bool = True, wait: bool = True) -> tuple:
+        """Run one function on ``device`` (default: ``ACCY_DEVICE`` or PoCL) with numpy inputs
+        or device tensors; ``out``: arrays to write the results into; ``to_host=False``:
+        results as device arrays; ``wait=False``: a pending call (see :class:`Executable`).
 
         The first run of a function on a device makes its executable, which later runs reuse
         (and the job holds, with its device buffers, while it lives). Thread-safe.
@@ -218,7 +219,7 @@ class PreparedJob:
             made = self.executable(function, runtime)
             with _RUNNERS_LOCK:  # two threads racing here: both run the one kept
                 exe = self._runners.setdefault(key, made)
-        return exe(*inputs, out=out)
+        return exe(*inputs, out=out, to_host=to_host, wait=wait)
 
 
 def prepare(

@@ -318,6 +318,9 @@ class Runtime:
     Thread-safe: the caches are guarded by a lock held only to look up and insert (builds run
     outside it, in parallel), the queue is an OpenCL command queue (thread-safe since OpenCL
     1.1; commands of different threads interleave in it), and :meth:`launch` locks per kernel.
+
+    The queue is in order (no ``OUT_OF_ORDER_EXEC_MODE``): device tensors, chained and
+    asynchronous calls rely on each command running after the ones enqueued before it.
     """
 
     def __init__(self, device: cl.Device) -> None:
@@ -482,12 +485,14 @@ class Runtime:
                                           array.dtype, is_blocking=True)
         mapped.base.release(self.queue)
 
-    def write(self, buf: cl.Buffer, array: np.ndarray) -> None:
-        """Copy ``array`` to ``buf`` (blocking)."""
+    def write(self, buf: cl.Buffer, array: np.ndarray, wait: bool = True) -> cl.Event | None:
+        """Copy ``array`` to ``buf``; ``wait=False`` only enqueues the copy and returns its
+        event (``array`` must then stay unchanged until the event completes)."""
         host = np.ascontiguousarray(array)
         self._check_fits(buf, host)
         if host.nbytes:
-            cl.enqueue_copy(self.queue, buf, host, is_blocking=True)
+            return cl.enqueue_copy(self.queue, buf, host, is_blocking=wait)
+        return None
 
     def read(self, buf: cl.Buffer, out: np.ndarray) -> np.ndarray:
         """Fill ``out`` from ``buf`` (blocking) and return ``out``."""
