@@ -375,8 +375,12 @@ _WARM = _WarmEGraphs()
 
 def rewrite_program(program: Program, rulesets: Sequence[str], names: Sequence[str], *,
                     iterations: int, node_limit: int, time_limit_s: float,
-                    cost: str | CostModel, match_limit: int | None = None) -> Outcome:
-    """Saturate ``program`` with the named rules and keep the extraction if it is cheaper."""
+                    cost: str | CostModel, match_limit: int | None = None,
+                    multi_pattern_iterations: int | None = None) -> Outcome:
+    """Saturate ``program`` with the named rules and keep the extraction if it is cheaper.
+
+    Multi-pattern rules (``rewrites.RuleInfo.multi``) run in the first
+    ``multi_pattern_iterations`` iterations only (None: in all)."""
     model = cost_model(cost)
     before = program_cost(program, model)
     skipped = ("no rules selected" if not names else
@@ -388,7 +392,9 @@ def rewrite_program(program: Program, rulesets: Sequence[str], names: Sequence[s
     peg = to_egraph(program, eg)  # on failure the e-graph is dropped, not given back
     report = saturate(peg, rulesets, rules=names, iterations=iterations,
                       node_limit=node_limit, time_limit_s=time_limit_s,
-                      match_limit=match_limit)
+                      match_limit=match_limit,
+                      capped=[n for n in names if rewrites.rule_info(n).multi],
+                      capped_iterations=multi_pattern_iterations)
     out = extract(peg, model, input_cost=before)
     for _ in range(report.checkpoints + 1):  # the driver's checkpoints, then ours
         eg.pop()

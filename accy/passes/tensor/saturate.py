@@ -45,6 +45,9 @@ class Saturate(Pass):
     fast_math: bool = option(False, "also use fast-math and finite-math rules")
     finite_math: bool = option(False, "also use finite-math rules (x*0 -> 0, x-x -> 0)")
     max_elements: int = option(1 << 16, "largest constant a fold may create (in elements)")
+    multi_pattern_iterations: int = option(
+        2, "iterations in which multi-pattern rules (rule set merge) run; later ones run the "
+        "others only (Tensat: 1-2; >= iterations: no cap)")
 
     def run(self, ctx, product):
         from accy.passes import rewriting
@@ -55,6 +58,7 @@ class Saturate(Pass):
             product.program, self.rulesets, names, iterations=self.iterations,
             node_limit=self.node_limit, time_limit_s=self.time_limit,
             cost=rewriting.capped(self.cost, product.program, self.max_elements),
-            match_limit=self.match_limit or None)
+            match_limit=self.match_limit or None,
+            multi_pattern_iterations=self.multi_pattern_iterations)
         rewriting.record(ctx, outcome)
         return product.replace(program=outcome.program) if outcome.changed else product
