@@ -32,7 +32,7 @@ import math
 import platform
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -142,3 +142,142 @@ def inception(sz: Sizes, *, merged: bool = False) -> accy.Program:
 
 
 PROGRAMS = {"bert_attention": bert_attention, "nasrnn": nasrnn, "inception": inception}
+
+
+# ---- measurement ------------------------------------------------------------------------------
+
+
+def _inputs(program: accy.Program, seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.uniform(-1, 1, p.type.shape).astype(np.float32)
+            for p in program.function().params]
+
+
+def _contains(peg: Any, other: accy.Program) -> bool:
+    """Whether ``other``'s result lies in the e-class of the saturated program's result."""
+    from egglog import eq
+
+    mine, theirs = term(peg.program.function().results[0]), term(other.function().results[0])
+    peg.egraph.register(theirs)
+    peg.egraph.run(0)
+    return bool(peg.egraph.check_bool(eq(mine).to(theirs)))
+
+
+def saturation_row(name: str, sz: Sizes, cap: int | None, args: argparse.Namespace
+                   ) -> dict[str, Any]:
+    """Saturate ``name`` with every rule set plus concat and merge, multi-pattern rules in
+    the first ``cap`` iterations (None: all), and extract under flops-bytes."""
+    from accy.egraph.convert import extract
+
+    program, merged = PROGRAMS[name](sz), PROGRAMS[name](sz, merged=True)
+    model = cost_model("flops-bytes")
+    names = rewriting.select(RULESETS)
+    multi = [n for n in names if rewrites.rule_info(n).multi]
+    peg = to_egraph(program)
+    start = time.perf_counter()
+    report = saturate(peg, RULESETS, rules=names, iterations=args.iterations,
+                      node_limit=args.node_limit, time_limit_s=args.time_limit,
+                      capped=multi, capped_iterations=cap)
+    search_s = time.perf_counter() - start
+    before = program_cost(program, model)
+    out = extract(peg, model, input_cost=before)
+    found = _contains(peg, merged)  # after extraction: registering adds e-nodes
+    return {
+        "program": name, "cap": "unbounded" if cap is None else cap,
+        "search_s": round(search_s, 4), "stop_reason": report.stop_reason,
+        "iterations": report.kept_iterations, "e_nodes": report.e_nodes,
+        "e_classes": report.e_classes,
+        "merge_matches": sum(report.matches()[n] for n in multi),
+        "cost_before": before, "cost_after": min(out.cost, before),
+        "extracted_changed": out.cost < before and out.program != program,
+        "merged_in_egraph": found, "merged_cost": program_cost(merged, model),
+        "einsums_before": _einsums(program),
+        "einsums_after": _einsums(out.program if out.cost < before else program),
+        "einsums_merged": _einsums(merged),
+    }
+
+
+def _einsums(program: accy.Program) -> int:
+    return sum(n.op is Op.EINSUM for n in program.nodes())
+
+
+def kernel_row(name: str, sz: Sizes, repeats: int, device: str | None, *, run: bool = True
+               ) -> dict[str, Any]:
+    """Kernel counts and, where OpenCL runs, the kernel time of the original and the merged
+    program (timed call by call in turn, so load changes hit both), and their agreement."""
+    from accy.backends.opencl.runtime import select_device
+    from accy.experiments.records import median_ms
+    from accy.target import TargetProfile
+
+    program, merged = PROGRAMS[name](sz), PROGRAMS[name](sz, merged=True)
+    row: dict[str, Any] = {"program": name}
+    runtime = None
+    if run:
+        try:
+            runtime = select_device(device)
+        except Exception as e:  # noqa: BLE001 - no OpenCL: counts only
+            row["device_error"] = str(e)
+    target = TargetProfile.from_device(runtime.info) if runtime is not None else None
+    jobs = {k: accy.prepare(p, "accy-default", target=target)
+            for k, p in (("original", program), ("merged", merged))}
+    row["kernels"] = {k: j.kernel_count for k, j in jobs.items()}
+    if runtime is None:
+        return row
+    inputs = _inputs(program)
+    exes = {k: j.executable(device=runtime) for k, j in jobs.items()}
+    outs = {k: e(*inputs) for k, e in exes.items()}  # warm-up
+    ns: dict[str, list[int]] = {k: [] for k in exes}
+    for _ in range(max(repeats, 1)):
+        for k, e in exes.items():
+            e(*inputs)
+            ns[k].append(sum(e.last_kernel_ns))
+    row["kernel_ms"] = {k: median_ms(v) for k, v in ns.items()}
+    row["kernel_ms_min"] = {k: min(v) / 1e6 for k, v in ns.items()}
+    row["speedup"] = round(row["kernel_ms"]["original"] / max(row["kernel_ms"]["merged"],
+                                                                1e-9), 3)
+    row["max_abs_diff"] = float(max(np.max(np.abs(a - b)) for a, b in
+                                    zip(outs["original"], outs["merged"], strict=True)))
+    row["device"] = runtime.info.name
+    return row
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--size", choices=sorted(SIZES), default="small")
+    ap.add_argument("--programs", default=",".join(PROGRAMS))
+    ap.add_argument("--caps", default="0,1,2,unbounded",
+                    help="multi-pattern iteration caps (unbounded: no cap)")
+    ap.add_argument("--iterations", type=int, default=6)
+    ap.add_argument("--node-limit", type=int, default=50_000)
+    ap.add_argument("--time-limit", type=float, default=20.0)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--device", default=None)
+    ap.add_argument("--no-run", action="store_true", help="kernel counts only, no timing")
+    ap.add_argument("--out", default="results/bench_tensat.json")
+    args = ap.parse_args(argv)
+    sz = SIZES[args.size]
+    names = [n for n in args.programs.split(",") if n]
+    caps = [None if c == "unbounded" else int(c) for c in args.caps.split(",") if c]
+    rows = [saturation_row(n, sz, cap, args) for n in names for cap in caps]
+    print(f"{'program':<16}{'cap':>10}{'search s':>10}{'e-nodes':>9}{'stop':>17}"
+          f"{'cost before':>13}{'cost after':>12}{'merged cost':>13}{'merged found':>14}")
+    for r in rows:
+        print(f"{r['program']:<16}{r['cap']!s:>10}{r['search_s']:>10.2f}{r['e_nodes']:>9}"
+              f"{r['stop_reason']:>17}{r['cost_before']:>13}{r['cost_after']:>12}"
+              f"{r['merged_cost']:>13}{r['merged_in_egraph']!s:>14}")
+    kernels = [kernel_row(n, sz, args.repeats, args.device, run=not args.no_run)
+               for n in names]
+    for k in kernels:
+        print(f"{k['program']:<16} kernels {k['kernels']}  kernel ms {k.get('kernel_ms')}"
+              f"  speed-up {k.get('speedup')}")
+    result = {"versions": versions(), "git_commit": git_commit(), "time": timestamp(),
+              "python": platform.python_version(), "arguments": vars(args),
+              "sizes": asdict(sz),
+              "saturation": rows, "kernels": kernels}
+    write_json(result, args.out)
+    return result
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
+    sys.exit(0)
