@@ -338,10 +338,12 @@ for _op in ("add", "sub", "mul", "div", "max", "min", "pow"):
 
 # ---- merge (multi-pattern) -------------------------------------------------------------------
 
-case("merge-shared-first", (A, B, B), lambda f, x, w, v: x @ w + x @ v,
-     lambda f, x, w, v: (lambda m: m[:, 0:4] + m[:, 4:8])(x @ concat([w, v], 1)))
-case("merge-shared-second", (A, A, B), lambda f, x, y, w: x @ w + y @ w,
-     lambda f, x, y, w: (lambda m: m[0:2] + m[2:4])(concat([x, y], 0) @ w))
+# the merged operands have different types, so random programs never make them one value
+# (the rules need two distinct operands)
+case("merge-shared-first", (A, B, "f32[3,5]"), lambda f, x, w, v: concat([x @ w, x @ v], 1),
+     lambda f, x, w, v: (lambda m: concat([m[:, 0:4], m[:, 4:9]], 1))(x @ concat([w, v], 1)))
+case("merge-shared-second", (A, "f32[1,3]", B), lambda f, x, y, w: concat([x @ w, y @ w], 0),
+     lambda f, x, y, w: (lambda m: concat([m[0:2], m[2:3]], 0))(concat([x, y], 0) @ w))
 
 BY_NAME = {cs.name: cs for cs in CASES}
 assert len(BY_NAME) == len(CASES), "a rule has two cases"
