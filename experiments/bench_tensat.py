@@ -1,7 +1,7 @@
 """Benchmark: Tensat's multi-pattern merges (rule sets ``merge`` and ``concat``) on the
 programs Tensat reports its largest wins on.
 
-    python experiments/bench_tensat.py [--size small|bert] [--caps 0,1,2,unbounded]
+    python experiments/bench_tensat.py [--size tiny|small|bert] [--caps 0,1,2,unbounded]
         [--iterations 6] [--node-limit 50000] [--time-limit 20] [--repeats 5] [--no-run]
         [--out results/bench_tensat.json]
 
@@ -19,9 +19,11 @@ For every program and multi-pattern cap (``saturate{multi-pattern-iterations=N}`
 2 and unbounded = the iteration limit): search time, e-graph size, stop reason, cost before
 and after (``flops-bytes``) of the extracted program, whether the merged form is in the
 e-graph (the outputs' e-classes hold slices of one contraction over a concat), its cost
-(``merged_cost``: the program the merges describe, built by :func:`merged_program`, priced
-as a DAG) and kernel counts; with ``--size small`` (the default) also the measured kernel
-time on the first OpenCL device (PoCL here) of the original and the merged program.
+(``merged_cost``: the program the merges describe, ``PROGRAMS[name](sizes, merged=True)``,
+priced as a DAG) and kernel counts; unless ``--no-run``, also the kernel time on the first
+OpenCL device (PoCL here) of the original and the merged program, per kernel too, and of the
+merged one without its weight-concat kernels (``merged_prepacked``: weights stored
+concatenated, as Tensat folds them).
 Prints a table and writes JSON.
 """
 
@@ -60,7 +62,8 @@ class Sizes:
     batch: int  # of the NasRNN cell and the Inception block
 
 
-SIZES = {"small": Sizes(tokens=64, hidden=64, heads=4, batch=32),
+SIZES = {"tiny": Sizes(tokens=8, hidden=8, heads=2, batch=4),  # tests
+         "small": Sizes(tokens=64, hidden=64, heads=4, batch=32),
          "bert": Sizes(tokens=4096, hidden=768, heads=12, batch=64)}
 
 
@@ -226,15 +229,25 @@ def kernel_row(name: str, sz: Sizes, repeats: int, device: str | None, *, run: b
     inputs = _inputs(program)
     exes = {k: j.executable(device=runtime) for k, j in jobs.items()}
     outs = {k: e(*inputs) for k, e in exes.items()}  # warm-up
-    ns: dict[str, list[int]] = {k: [] for k in exes}
+    ns: dict[str, list[int]] = {k: [] for k in (*exes, "merged_prepacked")}
+    weight_concat = [s.entry.startswith("concat") for s in jobs["merged"].kernel_summaries()]
+    per_kernel: dict[str, list[list[int]]] = {k: [] for k in exes}
     for _ in range(max(repeats, 1)):
         for k, e in exes.items():
             e(*inputs)
             ns[k].append(sum(e.last_kernel_ns))
+            per_kernel[k].append(list(e.last_kernel_ns))
+        # the merged program without its weight concats: weights stored concatenated, as
+        # Tensat/TASO fold them (constants there; parameters here)
+        ns["merged_prepacked"].append(sum(
+            t for t, w in zip(per_kernel["merged"][-1], weight_concat, strict=True) if not w))
     row["kernel_ms"] = {k: median_ms(v) for k, v in ns.items()}
+    row["per_kernel_us"] = {
+        k: {s.entry: round(float(np.median([r[i] for r in per_kernel[k]])) / 1e3, 1)
+            for i, s in enumerate(jobs[k].kernel_summaries())} for k in exes}
     row["kernel_ms_min"] = {k: min(v) / 1e6 for k, v in ns.items()}
-    row["speedup"] = round(row["kernel_ms"]["original"] / max(row["kernel_ms"]["merged"],
-                                                                1e-9), 3)
+    row["speedup"] = {k: round(row["kernel_ms"]["original"] / max(row["kernel_ms"][k], 1e-9), 3)
+                      for k in ("merged", "merged_prepacked")}
     row["max_abs_diff"] = float(max(np.max(np.abs(a - b)) for a, b in
                                     zip(outs["original"], outs["merged"], strict=True)))
     row["device"] = runtime.info.name

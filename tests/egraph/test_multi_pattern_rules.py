@@ -5,6 +5,8 @@ merged form computes what the program does (on OpenCL too), and
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from egglog import eq
@@ -33,7 +35,7 @@ def bench(experiment_script):
 
 @pytest.fixture(scope="module")
 def small(bench):
-    return bench.Sizes(tokens=8, hidden=8, heads=2, batch=4)
+    return bench.SIZES["tiny"]
 
 
 def _inputs(program: Program, seed: int = 0) -> list[np.ndarray]:
@@ -138,3 +140,19 @@ def test_merged_programs_match_interpret_on_opencl(bench, small, name: str):
     assert check_end_to_end(merged, args).status == "ok"
     options = "rulesets=canonical,algebra,einsum,layout,concat,merge multi-pattern-iterations=1"
     assert check_end_to_end(program, args, pipeline=_pipeline(options)).status == "ok"
+
+
+def test_bench_tensat_smoke(bench, tmp_path):
+    out = tmp_path / "t.json"
+    result = bench.main(["--size", "tiny", "--programs", "bert_attention", "--caps", "0,1",
+                         "--iterations", "3", "--repeats", "1", "--out", str(out)])
+    data = json.loads(out.read_text())
+    assert data == json.loads(json.dumps(result))
+    assert [r["cap"] for r in data["saturation"]] == [0, 1]
+    for row in data["saturation"]:
+        assert row["cost_after"] <= row["cost_before"] and not row["merged_in_egraph"]
+        assert row["einsums_before"] == 6 and row["einsums_merged"] == 4
+    (kernels,) = data["kernels"]
+    assert set(kernels["kernels"]) == {"original", "merged"}
+    if "kernel_ms" in kernels:  # OpenCL ran: both agree
+        assert kernels["max_abs_diff"] < 1e-4
