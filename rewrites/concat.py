@@ -10,7 +10,7 @@ elementwise ops.
   nested concats along one axis flatten;
 * ``concat(x.W1, x.W2) <-> x.concat(W1, W2)`` when the concat axis is a free index of the
   other operand (``concat-of-einsums-*`` and back, ``einsum-of-concat-*``);
-* ``concat(f(a), f(b)) -> f(concat(a, c))`` and ``concat(a+b, c+d) -> concat(a,c) +
+* ``concat(f(a), f(b)) -> f(concat(a, b))`` and ``concat(a+b, c+d) -> concat(a,c) +
   concat(b,d)`` for elementwise ops whose operands have the result's type (no broadcasting).
 
 Every rule is ``exact``: each output element is computed from the same operands by the same
