@@ -12,7 +12,15 @@ rule set        module                 what
 ``einsum``      ``rewrites.einsum``    merge/split contractions, absorb movement, scalars
 ``activation``  ``rewrites.activation`` softmax/log-softmax/cross-entropy forms
 ``layout``      ``rewrites.layout``    transpose/reshape/broadcast motion
+``concat``      ``rewrites.concat``    concat/slice identities, concat through contractions
+                                       and elementwise ops
+``merge``       ``rewrites.merge``     multi-pattern: two contractions sharing an operand ->
+                                       slices of one contraction over a concat
 ==============  =====================  ===================================================
+
+Multi-pattern rules (``Theme.rule``) match several terms at once (Tensat's): their
+``RuleInfo.multi`` is true, and ``saturate{multi-pattern-iterations=N}`` runs them only in
+the first N iterations, which keeps the e-graph small.
 
 Floating-point policy
 ---------------------
@@ -115,6 +123,8 @@ THEMES: dict[str, str | None] = {
     "einsum": "rewrites.einsum",
     "activation": "rewrites.activation",
     "layout": "rewrites.layout",
+    "concat": "rewrites.concat",
+    "merge": "rewrites.merge",
 }
 """Rule set name -> the module that registers it (imported by :func:`load`); None for rule
 sets defined at run time (:class:`Theme`)."""
@@ -146,6 +156,7 @@ class RuleInfo:
     patterns: tuple[Any, ...]  # left-hand sides (both sides of a birewrite), for prefilters
     permutes: bool = False  # only reorders operands: never makes a term cheaper by itself
     conditions: tuple[Condition, ...] = ()  # the recorded ones among its conditions
+    multi: bool = False  # matches several terms at once (Theme.rule): iterations are capped
 
 
 RULE_INFO: dict[str, RuleInfo] = {}
@@ -180,6 +191,16 @@ class Theme:
         RULE_INFO[name] = RuleInfo(name, self.name, policy, doc, (lhs, rhs), False,
                                    _recorded(when))
 
+    def rule(self, name: str, *facts: Any, policy: Policy, doc: str,
+             pattern: Any) -> _ThemeRule:
+        """A multi-pattern rule: ``facts`` match several terms, ``.then(*actions)`` acts.
+
+        ``pattern`` is one of the matched terms, the prefilter's left-hand side (the rule
+        cannot fire where it occurs nowhere); conditions on variables it does not bind count
+        as true there."""
+        self._check(name, policy, doc)
+        return _ThemeRule(self, name, facts, policy, doc, pattern)
+
     @staticmethod
     def _check(name: str, policy: Policy, doc: str) -> None:
         if policy not in POLICIES:
@@ -190,6 +211,18 @@ class Theme:
         if name in RULE_INFO:
             raise ValueError(f"rule {name!r} is already registered (in rule set "
                              f"{RULE_INFO[name].ruleset!r})")
+
+
+class _ThemeRule:
+    def __init__(self, theme: Theme, name: str, facts: tuple[Any, ...], policy: Policy,
+                 doc: str, pattern: Any) -> None:
+        self._args = theme, name, facts, policy, doc, pattern
+
+    def then(self, *actions: Any) -> None:
+        theme, name, facts, policy, doc, pattern = self._args
+        theme.ruleset.rule(name, *facts, doc=doc).then(*actions)
+        RULE_INFO[name] = RuleInfo(name, theme.name, policy, doc, (pattern,), False,
+                                   _recorded(facts), multi=True)
 
 
 # ---- conditions -------------------------------------------------------------------------------

@@ -381,9 +381,13 @@ def rewrite_program(program: Program, rulesets: Sequence[str], names: Sequence[s
                     iterations: int, node_limit: int, time_limit_s: float,
                     cost: str | CostModel, match_limit: int | None = None,
                     extractor: str = DEFAULT_EXTRACTOR,
-                    extract_options: dict[str, Any] | None = None) -> Outcome:
+                    extract_options: dict[str, Any] | None = None,
+                    multi_pattern_iterations: int | None = None) -> Outcome:
     """Saturate ``program`` with the named rules and keep the extraction (taken region by
-    region, ``accy.egraph.regions``) if it is cheaper."""
+    region, ``accy.egraph.regions``) if it is cheaper.
+
+    Multi-pattern rules (``rewrites.RuleInfo.multi``) run in the first
+    ``multi_pattern_iterations`` iterations only (None: in all)."""
     model = cost_model(cost)
     before = program_cost(program, model)
     skipped = ("no rules selected" if not names else
@@ -395,7 +399,9 @@ def rewrite_program(program: Program, rulesets: Sequence[str], names: Sequence[s
     peg = to_egraph(program, eg)  # on failure the e-graph is dropped, not given back
     report = saturate(peg, rulesets, rules=names, iterations=iterations,
                       node_limit=node_limit, time_limit_s=time_limit_s,
-                      match_limit=match_limit)
+                      match_limit=match_limit,
+                      capped=[n for n in names if rewrites.rule_info(n).multi],
+                      capped_iterations=multi_pattern_iterations)
     out = extract(peg, model, extractor=extractor, input_cost=before, options=extract_options)
     for _ in range(report.checkpoints + 1):  # the driver's checkpoints, then ours
         eg.pop()

@@ -65,6 +65,9 @@ class Saturate(Pass):
     extract_time_limit: float = option(defaults.DEFAULT_EXTRACT_TIME_LIMIT_S,
                                        "most seconds of the ilp extractor (then greedy-dag)",
                                        above=0, maximum=SECONDS_MAX)
+    multi_pattern_iterations: int = option(
+        2, "iterations in which multi-pattern rules (rule set merge) run; later ones run the "
+        "others only (Tensat: 1-2; >= iterations: no cap)", minimum=0, maximum=COUNT_MAX)
 
     def run(self, ctx, product):
         from accy.passes import rewriting
@@ -76,6 +79,7 @@ class Saturate(Pass):
             node_limit=self.node_limit, time_limit_s=self.time_limit,
             cost=rewriting.capped(self.cost, product.program, self.max_elements),
             match_limit=self.match_limit or None, extractor=self.extractor,
-            extract_options={"time_limit_s": self.extract_time_limit})
+            extract_options={"time_limit_s": self.extract_time_limit},
+            multi_pattern_iterations=self.multi_pattern_iterations)
         rewriting.record(ctx, outcome)
         return product.replace(program=outcome.program) if outcome.changed else product
