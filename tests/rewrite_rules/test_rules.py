@@ -49,9 +49,12 @@ def test_every_rule_has_a_case():
 def test_rule_alone_proves_its_example(case: Case):
     info = rewrites.rule_info(case.name)
     lhs, rhs = case.program("lhs"), case.program("rhs")
+    # a multi-pattern rule feeds on its own results (merged contractions merge again): run it
+    # as saturate runs it by default, in the first 2 iterations only
+    budget = {"iterations": 2} if info.multi else {}
     proved, report = equivalent(term(lhs.function().results[0]),
                                 term(rhs.function().results[0]), info.ruleset,
-                                rules=[case.name])
+                                rules=[case.name], **budget)
     assert proved, report.format()
     assert report.matches()[case.name] >= 1
 
