@@ -237,15 +237,13 @@ def _cmd_rules(args: argparse.Namespace) -> int:
         print(f"accy rules: error: {e.args[0]}", file=sys.stderr)
         return 2
     for rs in sets:
-        shown = [r for r in rs.rules
-                 if args.policy is None or rewrites.rule_info(r.name).policy == args.policy]
+        shown = [r for r in rs.rules if args.policy is None or r.policy == args.policy]
         if not shown:
             continue
         count = f"{len(shown)} of {len(rs.rules)}" if args.policy else str(len(rs.rules))
         print(f"{rs.name}  ({count} rules)  {rs.doc}")
         for r in shown:
-            info = rewrites.rule_info(r.name)
-            print(f"    {r.name:<32} {info.policy:<12} {info.doc}")
+            print(f"    {r.name:<32} {r.policy or 'untagged':<12} {r.doc}")
     print("\npolicies (saturate, canonicalize: fast-math=true, finite-math=true):")
     for tag, meaning in rewrites.POLICIES.items():
         print(f"    {tag:<12} {meaning}")
