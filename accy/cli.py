@@ -202,6 +202,7 @@ def stage_name(text: str) -> str:
 def _cmd_rules(args: argparse.Namespace) -> int:
     import rewrites
 
+    _load_rules(args.rules)
     try:
         sets = rewrites.load(args.rulesets or None)
     except KeyError as e:
@@ -306,6 +307,9 @@ def build_parser() -> argparse.ArgumentParser:
     fuzz.set_defaults(run=_cmd_fuzz)
     rules = sub.add_parser("rules", help="list rewrite rule sets and rules with policy tags")
     rules.add_argument("rulesets", nargs="*", help="rule sets to list (default: all)")
+    rules.add_argument("--rules", metavar="FILE.py",
+                       help="import this Python file first: its rewrites.Theme rule sets "
+                       "are listed too")
     rules.add_argument("--policy", choices=["exact", "stable", "finite-math", "fast-math"],
                        help="only rules with this floating-point policy tag")
     rules.set_defaults(run=_cmd_rules)

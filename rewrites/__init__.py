@@ -210,8 +210,9 @@ def same_types(*type_vars: String) -> Fact:
 
 
 def load(rulesets: Iterable[str] | None = None) -> list[RuleSet]:
-    """Import the built-in themes among ``rulesets`` (all of them by default) and return the
-    named rule sets (built in or defined at run time) from the registry.
+    """Import the built-in themes among ``rulesets`` and return the named rule sets (built in
+    or defined at run time) from the registry; by default every theme, and every registered
+    rule set (themes first, then those defined at run time, in the order they were).
 
     An unknown name is a ``KeyError`` with the closest and every valid name (the message of
     :func:`check_name`)."""
@@ -220,6 +221,8 @@ def load(rulesets: Iterable[str] | None = None) -> list[RuleSet]:
         check_name(n, rule_sets_only=True)
         if n in THEMES:
             importlib.import_module(THEMES[n])
+    if rulesets is None:
+        names = list(dict.fromkeys([*THEMES, *RULESETS]))
     return [RULESETS[n] for n in names]
 
 

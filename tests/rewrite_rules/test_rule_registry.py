@@ -183,3 +183,32 @@ def test_built_in_names_need_no_theme_import() -> None:
     with pytest.raises(KeyError, match="unknown rule set 'neg-neg'"):
         rewrites.check_name("neg-neg", rule_sets_only=True)  # a rule, not a set
     rewrites.check_name("neg-neg")
+
+
+def test_run_time_rule_sets_appear_beside_the_themes(tmp_path, capsys) -> None:
+    """One registry: ``rewrites.load()``, ``accy rules`` (with ``--rules FILE.py``) and rule
+    lookups see a run-time set as they see a theme."""
+    from accy.cli import main
+
+    rules_file = tmp_path / "extra_rules.py"
+    rules_file.write_text(
+        "import rewrites\n"
+        "from accy.egraph.sorts import Tensor, tensors, types\n"
+        "extra = rewrites.Theme('extra-rules', 'a set from a file')\n"
+        "(x,), (t,) = tensors('x'), types('t')\n"
+        "extra.rewrite('relu-relu-extra', Tensor.relu(Tensor.relu(x, t), t),\n"
+        "              Tensor.relu(x, t), policy='exact', doc='relu(relu(x)) -> relu(x)')\n")
+    try:
+        assert main(["rules", "--rules", str(rules_file)]) == 0
+        out = capsys.readouterr().out
+        assert "extra-rules  (1 rules)  a set from a file" in out
+        assert "relu-relu-extra" in out and "factor-mul-add" in out
+        names = [rs.name for rs in rewrites.load()]
+        assert names[:len(rewrites.THEMES)] == list(rewrites.THEMES)
+        assert names[-1] == "extra-rules"
+        record = rewrites.rule_info("relu-relu-extra")
+        assert record is RULES["relu-relu-extra"] and record.policy == "exact"
+        assert record.ruleset == "extra-rules" and record.conditions == ()
+    finally:
+        rewrites.unregister("extra-rules")
+    assert [rs.name for rs in rewrites.load()] == list(rewrites.THEMES)
