@@ -96,6 +96,7 @@ from accy.egraph.rules import (
     NamedRule,
     Policy,
     RuleSet,
+    RuleThen,
     py_test,
     py_text,
     unknown_name,
@@ -150,6 +151,15 @@ class Theme(RuleSet):
         _check_doc(name, doc)
         return super().birewrite(name, lhs, rhs, *when, doc=doc, policy=policy,
                                  conditions=_recorded(when))
+
+    def rule(self, name: str, *facts: Any, policy: Policy,  # type: ignore[override]
+             doc: str, patterns: tuple[Any, ...] = ()) -> RuleThen:
+        """A general rule (several patterns, any actions): ``theme.rule(name, *facts,
+        policy=..., doc=..., patterns=(...)).then(*actions)``; ``patterns``, terms every
+        match contains one of, let the prefilter skip programs holding none."""
+        _check_doc(name, doc)
+        return super().rule(name, *facts, doc=doc, policy=policy, patterns=patterns,
+                            conditions=_recorded(facts))
 
 
 def _check_doc(name: str, doc: str) -> None:

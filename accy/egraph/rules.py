@@ -70,7 +70,7 @@ from accy.ir.shapes import infer
 
 __all__ = [
     "POLICY_TAGS", "RULES", "RULESETS", "Arg", "Condition", "NamedRule", "Policy", "RuleSet",
-    "generation", "infer_type", "on_unregister", "py_test", "py_text", "same_type",
+    "RuleThen", "generation", "infer_type", "on_unregister", "py_test", "py_text", "same_type",
     "unknown_name", "unregister",
 ]
 
@@ -228,7 +228,9 @@ class NamedRule:
     conditions: tuple[Condition, ...] = ()  # the recorded ones among its conditions
 
 
-class _RuleThen:
+class RuleThen:
+    """A general rule waiting for its actions (:meth:`RuleSet.rule`)."""
+
     def __init__(self, rs: RuleSet, name: str, facts: tuple[Any, ...],
                  tags: dict[str, Any]) -> None:
         self._rs, self._name, self._facts, self._tags = rs, name, facts, tags
@@ -285,11 +287,13 @@ class RuleSet:
                          patterns=(lhs, rhs), conditions=conditions)
 
     def rule(self, name: str, *facts: Any, doc: str = "", policy: Policy | None = None,
-             patterns: tuple[Any, ...] = ()) -> _RuleThen:
+             patterns: tuple[Any, ...] = (),
+             conditions: tuple[Condition, ...] = ()) -> RuleThen:
         """A general rule: ``rs.rule("name", eq(x).to(...), ...).then(union(x).with_(...))``.
         ``patterns``: terms one of which any match contains, for the prefilter (none: the
         prefilter assumes the rule may always fire)."""
-        return _RuleThen(self, name, facts, {"doc": doc, "policy": policy, "patterns": patterns})
+        return RuleThen(self, name, facts, {"doc": doc, "policy": policy, "patterns": patterns,
+                                            "conditions": conditions})
 
     def _add(self, name: str, egg_rules: tuple[RewriteOrRule, ...], egg_names: tuple[str, ...],
              *, doc: str, policy: Policy | None, patterns: tuple[Any, ...],

@@ -10,6 +10,7 @@ import pathlib
 import re
 
 import pytest
+from egglog import eq, union, var
 
 import rewrites
 from accy.egraph.rules import RULES, RULESETS, NamedRule
@@ -212,3 +213,30 @@ def test_run_time_rule_sets_appear_beside_the_themes(tmp_path, capsys) -> None:
     finally:
         rewrites.unregister("extra-rules")
     assert [rs.name for rs in rewrites.load()] == list(rewrites.THEMES)
+
+
+def test_a_general_rule_of_a_theme_is_tagged_and_fires() -> None:
+    """``Theme.rule`` (several facts, any actions) records a policy, a doc, its conditions
+    and the patterns the prefilter looks for."""
+    import accy
+    from accy.builder import trace
+
+    general = rewrites.Theme("general-rules", "a general rule")
+    try:
+        (x,), (t,) = tensors("x"), types("t")
+        root = var("root", Tensor)
+        pattern = Tensor.exp(Tensor.neg(Tensor.neg(x, t), t), t)
+        general.rule("exp-neg-neg-general", eq(root).to(pattern), rewrites.has_type(x, t),
+                     policy="exact", doc="exp(-(-x)) -> exp(x), as a rule",
+                     patterns=(pattern,)).then(union(root).with_(Tensor.exp(x, t)))
+        record = RULES["exp-neg-neg-general"]
+        assert record.policy == "exact" and record.patterns == (pattern,)
+        assert [c.kind for c in record.conditions] == ["type"]
+        program = trace(lambda a: a.__neg__().__neg__().exp(), accy.f32[4], name="f")
+        job = accy.prepare(program, "saturate{rulesets=general-rules}", until="tensor")
+        after = job.products[accy.Stage.tensor].program
+        assert [n.op.value for n in after.nodes() if n.srcs] == ["exp"]
+        with pytest.raises(TypeError):
+            general.rule("untagged", eq(root).to(pattern), doc="no policy")  # type: ignore
+    finally:
+        rewrites.unregister("general-rules")
