@@ -80,7 +80,7 @@ for _side, _where in ((1, "first"), (0, "second")):
         ne(w1).to(w2),
         has_type(x, tx), has_type(w1, tw1), has_type(w2, tw2),
         holds(_mergeable, s, _side, tw1, tw2),
-        policy="exact", pattern=_first,
+        policy="exact", patterns=(_first,), multi=True,
         doc=f"two einsums sharing their {_where} operand -> slices of one einsum over a "
             "concat of the other operands (multi-pattern)",
     ).then(

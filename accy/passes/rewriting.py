@@ -4,7 +4,10 @@
 1. **Selection** (:func:`select`): rule sets, then ``rules=``/``disable=`` (rule or rule-set
    names), then the floating-point policy (:mod:`rewrites`): rules tagged ``finite-math`` or
    ``fast-math`` are dropped unless the pass enables them; naming such a rule in ``rules=``
-   without enabling its policy is an error rather than a silent no-op.
+   without enabling its policy is an error rather than a silent no-op. Everything is read
+   from the one rule registry (``accy.egraph.rules.RULES``: a record per rule); names were
+   checked when the pipeline text was read, and are again here (``rewrites.check_name``, the
+   same message) in case a run-time rule set was removed since.
 2. **Prefilter** (:func:`could_fire`): every rule's left-hand side is matched against the IR
    nodes, as egglog would match it in the fresh e-graph, where every e-class is one IR node:
    a repeated variable must bind one node, literal attributes must agree, and the conditions
@@ -49,7 +52,7 @@ from accy.egraph.convert import Extraction, extract, to_egraph
 from accy.egraph.cost import CostModel, cost_model, program_cost
 from accy.egraph.defaults import DEFAULT_EXTRACTOR
 from accy.egraph.driver import SaturationReport, saturate, select_rules
-from accy.egraph.rules import RULESETS, generation, on_unregister
+from accy.egraph.rules import RULES, RULESETS, Condition, generation, on_unregister
 from accy.egraph.sorts import SIGNATURES, encode_attr, new_egraph, signature
 from accy.ir.node import Node
 from accy.ir.ops import Op
@@ -80,18 +83,21 @@ def select(rulesets: Sequence[str], rules: Sequence[str] = (), disable: Sequence
     listing the valid ones; a rule named in ``rules`` whose policy is off raises
     :class:`PolicyError`.
     """
+    for n in rulesets:
+        rewrites.check_name(n, rule_sets_only=True)
+    for n in (*rules, *disable):
+        rewrites.check_name(n)
     rewrites.load(rulesets)
     chosen = select_rules(rulesets, list(rules) if rules else None, disable)
     allowed = rewrites.allowed_policies(finite_math=finite_math, fast_math=fast_math)
     named = {n for n in rules if n not in RULESETS}
-    blocked = [r.name for r in chosen if r.name in named
-               and rewrites.rule_info(r.name).policy not in allowed]
+    blocked = [r.name for r in chosen if r.name in named and r.policy not in allowed]
     if blocked:
-        need = {rewrites.rule_info(n).policy for n in blocked}
+        need = {str(RULES[n].policy) for n in blocked}
         flag = "fast-math=true" if "fast-math" in need else "finite-math=true"
         raise PolicyError(f"rules {', '.join(blocked)} are tagged "
                           f"{'/'.join(sorted(need))}: enable them with {flag}")
-    return tuple(r.name for r in chosen if rewrites.rule_info(r.name).policy in allowed)
+    return tuple(r.name for r in chosen if r.policy in allowed)
 
 
 # ---- prefilter ---------------------------------------------------------------------------------
@@ -236,7 +242,7 @@ def _match_list(sk: Skeleton, srcs: tuple[Node, ...], env: Env) -> Iterator[Env]
         yield from _match_all(sk.children, pick, env)
 
 
-def _holds(conditions: Sequence[rewrites.Condition], env: Env) -> bool:
+def _holds(conditions: Sequence[Condition], env: Env) -> bool:
     """Whether the recorded conditions may hold under ``env`` (unknown values: they may)."""
     for cond in conditions:
         if cond.kind == "type":
@@ -266,23 +272,26 @@ def _holds(conditions: Sequence[rewrites.Condition], env: Env) -> bool:
 @dataclass(frozen=True)
 class _Pattern:
     skeleton: Skeleton
-    conditions: tuple[rewrites.Condition, ...]
+    conditions: tuple[Condition, ...]
 
 
 @cache
 def _patterns(name: str) -> tuple[_Pattern, ...]:
-    info = rewrites.rule_info(name)
-    return tuple(_Pattern(skeleton(p), info.conditions) for p in info.patterns)
+    rule = RULES[name]
+    return tuple(_Pattern(skeleton(p), rule.conditions) for p in rule.patterns)
 
 
 on_unregister(lambda rs: _patterns.cache_clear())  # a rule name may come back with new patterns
 
 
 def could_fire(program: Program, names: Iterable[str]) -> bool:
-    """Whether any of the named rules (``permutes`` rules aside) may match ``program``."""
+    """Whether any of the named rules (``permutes`` rules aside) may match ``program``; a
+    rule that recorded no pattern (a general ``rule``) may always."""
     by_root: dict[Op | None, list[_Pattern]] = {}
     for name in names:
-        if not rewrites.rule_info(name).permutes:
+        if not RULES[name].permutes:
+            if not RULES[name].patterns:
+                return True
             for pat in _patterns(name):
                 sk = pat.skeleton
                 by_root.setdefault(sk.op if sk.kind == "op" else None, []).append(pat)
@@ -386,7 +395,7 @@ def rewrite_program(program: Program, rulesets: Sequence[str], names: Sequence[s
     """Saturate ``program`` with the named rules and keep the extraction (taken region by
     region, ``accy.egraph.regions``) if it is cheaper.
 
-    Multi-pattern rules (``rewrites.RuleInfo.multi``) run in the first
+    Multi-pattern rules (``NamedRule.multi``) run in the first
     ``multi_pattern_iterations`` iterations only (None: in all)."""
     model = cost_model(cost)
     before = program_cost(program, model)

@@ -24,7 +24,7 @@ from accy.passes.pipelines import PIPELINES
 from accy.testing import assert_close
 
 rewrites.load()
-MULTI = sorted(n for n, info in rewrites.RULE_INFO.items() if info.multi)
+MULTI = sorted(n for n, info in rewrites.RULES.items() if info.multi)
 RULESETS = ("canonical", "algebra", "einsum", "layout", "concat", "merge")
 
 

@@ -39,10 +39,13 @@ class Saturate(Pass):
     name = "saturate"
     stage = Stage.tensor
 
-    rulesets: tuple[str, ...] = option(DEFAULT_RULESETS, "rule sets to saturate with")
+    rulesets: tuple[str, ...] = option(DEFAULT_RULESETS, "rule sets to saturate with",
+                                      names="rule-sets")
     rules: tuple[str, ...] = option(
-        (), "only these rules or rule sets of the rule sets (default: all of them)")
-    disable: tuple[str, ...] = option((), "rules or rule sets not to use (ablation)")
+        (), "only these rules or rule sets of the rule sets (default: all of them)",
+        names="rules")
+    disable: tuple[str, ...] = option((), "rules or rule sets not to use (ablation)",
+                                   names="rules")
     iterations: int = option(_ITERATIONS, "most saturation iterations", minimum=1,
                              maximum=COUNT_MAX)
     node_limit: int = option(_NODES, "most e-nodes the e-graph may grow to",
