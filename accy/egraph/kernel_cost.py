@@ -128,7 +128,7 @@ def einsum_steps(spec: str, shapes: tuple[tuple[int, ...], ...]
                  ) -> tuple[tuple[int, int, int], ...]:
     """``(flops, elements read, elements written)`` per kernel of an einsum: one step for one
     or two operands, else the greedy pairwise path (each step the pair whose result is
-    smallest, then cheapest), plus a final reduction when letters are left to sum.
+    smallest, then cheapest), each summing the letters no other operand or the output has.
 
     A stand-in for ``einsum-lowering``'s searched path (the egraph layer cannot import
     ``accy.contraction``): greedy paths are what most searches return for these networks, and
@@ -160,9 +160,7 @@ def einsum_steps(spec: str, shapes: tuple[tuple[int, ...], ...]
         kept, work, i, j, keep = best
         steps.append((work, elems(live[i]) + elems(live[j]), kept))
         live = [t for k, t in enumerate(live) if k not in (i, j)] + [keep]
-    if live[0] != set(out):  # letters only the last operand has: a reduction step
-        steps.append((elems(live[0]), elems(live[0]), elems(out)))
-    return tuple(steps)
+    return tuple(steps)  # the last pair keeps the output letters only: nothing left to sum
 
 
 @dataclass(frozen=True, eq=False)  # compared and hashed by identity: the fields are dicts
