@@ -22,6 +22,22 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from accy.experiments.calibrate import calibrate
+
+    log = None if args.quiet else (lambda line: print(line, flush=True))
+    path = calibrate(args.device, force=args.force, quick=args.quick, repeats=args.repeats,
+                     log=log)
+    doc = json.loads(path.read_text())
+    print(f"{doc['device']['key']}: {path}")
+    for kind, f in doc["fits"]["kinds"].items():
+        print(f"  {kind:<12} launch {f["launch"] / 1e6:9.3f} us  {f['per_byte']:8.3f} ps/byte  "
+              f"{f['per_flop']:8.3f} ps/flop")
+    for cls, ps in doc["fits"]["element"].items():
+        print(f"  {cls:<12} fused {ps:9.3f} ps/element")
+    return 0
+
+
 def _cmd_passes(args: argparse.Namespace) -> int:
     from accy.passes.pipelines import PIPELINES
     from accy.passes.registry import all_passes
@@ -235,6 +251,21 @@ def build_parser() -> argparse.ArgumentParser:
                       help="elements of the large chain")
     demo.add_argument("--no-source", action="store_true", help="do not print OpenCL source")
     demo.set_defaults(run=_cmd_demo)
+    cal = sub.add_parser(
+        "calibrate", help="time micro-programs on an OpenCL device and fit the `measured` "
+        "cost model (saturate{cost=measured}); cached per device and driver",
+        description="Time micro-programs per op kind and size class on an OpenCL device and "
+        "fit time = launch + a*bytes + b*flops per kind, for the `measured` cost model. The "
+        "result is cached in $XDG_CACHE_HOME/accy/costs per device and driver version and "
+        "reused unless --force.")
+    cal.add_argument("--device", help="OpenCL device selector (default: ACCY_DEVICE or pocl)")
+    cal.add_argument("--force", action="store_true", help="calibrate again even when cached")
+    cal.add_argument("--quick", action="store_true",
+                     help="tiny sizes: seconds, for tests; not for real use")
+    cal.add_argument("--repeats", type=positive_int, default=9,
+                     help="timed calls per micro-program; the median is kept (default: 9)")
+    cal.add_argument("--quiet", action="store_true", help="no line per micro-program")
+    cal.set_defaults(run=_cmd_calibrate)
     passes = sub.add_parser("passes", help="list registered passes, options and pipelines")
     passes.set_defaults(run=_cmd_passes)
     pipe = sub.add_parser("pipeline", help="parse pipeline text and print it canonically")
