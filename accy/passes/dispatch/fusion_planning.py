@@ -61,6 +61,11 @@ class FusionPlanning(Pass):
         "single-output: a value used twice or returned is written by its own kernel (the "
         "seed's policy); multi-output: it may be written by the kernel of its consumers",
     )
+    max_ops: int = option(
+        0,
+        "most ops one group (one kernel) fuses; a longer chain is split into kernels that pass "
+        "the value through memory (0: no limit)",
+    )
 
     def run(self, ctx, product):
         groups: list[FusionGroup] = []
@@ -84,7 +89,7 @@ class FusionPlanning(Pass):
         for node in reversed(nodes):
             if not node.srcs:
                 continue
-            target, why = self._join(node, u, group_of, outputs, kinds)
+            target, why = self._join(node, u, group_of, members, outputs, kinds)
             if target is None:
                 group_of[node] = len(members)
                 members.append([node])
@@ -114,7 +119,7 @@ class FusionPlanning(Pass):
         groups.reverse()  # producers first
         return groups, shared
 
-    def _join(self, node: Node, u: Uses, group_of: dict[Node, int],
+    def _join(self, node: Node, u: Uses, group_of: dict[Node, int], members: list[list[Node]],
               outputs: list[list[Node]], kinds: list[ScheduleKind]) -> tuple[int | None, str]:
         """The group ``node`` joins, or None and the reason it starts its own."""
         users = u.users[node]
@@ -124,6 +129,8 @@ class FusionPlanning(Pass):
         if len(targets) > 1:
             return None, "consumed by several kernels"
         (target,) = targets
+        if self.max_ops and len(members[target]) >= self.max_ops:
+            return None, f"group reached max-ops={self.max_ops}"
         domain = outputs[target][0].type.shape
         if kinds[target] is ScheduleKind.contraction:
             return None, "contraction kernels read their operands from memory"
