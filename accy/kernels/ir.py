@@ -264,9 +264,15 @@ class Kernel:
 
     def body_fingerprint(self) -> str:
         """Hash of what the kernel computes: argument types and body (not its name)."""
-        text = repr((self.schedule_kind.value, self.domain,
-                     [(a.dtype.value, a.is_output, a.space) for a in self.args], self.body))
-        return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+        # memoized on the (immutable) kernel: product fingerprints ask for it after every pass,
+        # and the repr of a 20,000-statement body takes a good part of a second
+        cached = self.__dict__.get("_body_fingerprint")
+        if cached is None:
+            text = repr((self.schedule_kind.value, self.domain,
+                         [(a.dtype.value, a.is_output, a.space) for a in self.args], self.body))
+            cached = hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+            object.__setattr__(self, "_body_fingerprint", cached)
+        return cached
 
     def fingerprint(self) -> str:
         return hashlib.blake2b(

@@ -62,9 +62,10 @@ class FusionPlanning(Pass):
         "seed's policy); multi-output: it may be written by the kernel of its consumers",
     )
     max_ops: int = option(
-        0,
+        1000,
         "most ops one group (one kernel) fuses; a longer chain is split into kernels that pass "
-        "the value through memory (0: no limit)",
+        "the value through memory (0: no limit). OpenCL compile time grows faster than kernel "
+        "size: a 20,000-op chain compiled on PoCL in 81 s as 20 kernels, 678 s as one",
     )
 
     def run(self, ctx, product):
