@@ -51,14 +51,20 @@ def mixed_chain(ops: int) -> Program:
     return b.finish()
 
 
-def random_dag(nodes: int, seed: int = 0) -> Program:
+def random_dag(nodes: int, seed: int = 0, window: int = 4) -> Program:
     """A random elementwise DAG: each op reads the previous value (so the DAG is as deep as it
-    is large) and, for binary ops, any earlier value (random sharing, broadcasts included).
-    A second result in the middle cuts the fused kernels there."""
+    is large) and, for binary ops, a random one of the ``window`` values before it or a
+    parameter (random sharing, broadcasts included).
+
+    The window keeps sharing local: fusion-planning gives a value consumed by two kernels its
+    own kernel, so sharing across a ``max-ops`` cut splits the values near the cut into small
+    kernels; max-ops therefore cuts only where no earlier value is read later, which a short
+    window makes common."""
     rng = np.random.default_rng(seed)
     b = accy.Builder()
     fb = b.begin_function("dag", [accy.f32[8, 32], accy.f32[32], accy.f32[8, 32]])
-    vals = [fb.param(0), fb.param(1), fb.param(2)]
+    params = [fb.param(0), fb.param(1), fb.param(2)]
+    vals = [params[2]]
     unary = (lambda a: a.tanh(), lambda a: -a, abs, lambda a: a.sigmoid(), lambda a: a * 0.5)
     binary = (lambda a, c: a + c, lambda a, c: a * c, lambda a, c: a - c, accy.maximum,
               accy.minimum)
@@ -67,9 +73,10 @@ def random_dag(nodes: int, seed: int = 0) -> Program:
         if rng.random() < 0.3:
             vals.append(unary[rng.integers(len(unary))](a))
         else:
-            c = vals[rng.integers(len(vals))]
+            pool = params + vals[-window:]
+            c = pool[rng.integers(len(pool))]
             vals.append(binary[rng.integers(len(binary))](a, c))
-    fb.return_(vals[-1], vals[len(vals) // 2])
+    fb.return_(vals[-1])
     fb.finish()
     return b.finish()
 
