@@ -20,6 +20,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from accy.ir.types import DType
 from accy.kernels.contraction_plan import Contraction, analyse
 from accy.kernels.ir import Expr, add, div, idx, mod, mul
@@ -177,6 +179,14 @@ def copy_slot(t: MmaTiles, side: str, k_major: bool, slot: Expr) -> tuple[Expr, 
 def local_index(t: MmaTiles, side: str, f: Expr, k: Expr) -> Expr:
     """Local address of tile element (free f, k): ``As[f][k]`` or ``Bs[k][f]``."""
     return add(mul(f, idx(t.lda)), k) if side == "x" else add(mul(k, idx(t.ldb)), f)
+
+
+def tf32_round(x: np.ndarray) -> np.ndarray:
+    """f32 values rounded to TF32 as ``cvt.rna.tf32.f32`` does (nearest, ties away from zero;
+    the low 13 mantissa bits cleared), for emulations and tests: add half of the dropped
+    bits' weight to the magnitude, then truncate (infinities stay infinite)."""
+    bits = np.asarray(x, np.float32).view(np.uint32)
+    return ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
 
 
 # selection --------------------------------------------------------------------------------
