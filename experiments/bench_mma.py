@@ -45,8 +45,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import accy  # noqa: E402
-from accy.backends.opencl import runtime as cl_runtime  # noqa: E402
 from accy.backends.opencl.runtime import _first_error_line, select_device  # noqa: E402
+from accy.backends.opencl.tensor_cores import MMA_PROBE_SOURCE  # noqa: E402
 from accy.builder import einsum  # noqa: E402
 from accy.differential import TOLERANCES  # noqa: E402
 from accy.error_bounds import EXTRA_EINSUM_RTOL  # noqa: E402
@@ -282,7 +282,7 @@ def probe_report(runtime) -> str:
     if runtime.info.tensor_cores:
         return f"passed: {', '.join(runtime.info.tensor_cores)}"
     try:
-        kernel = runtime.kernel(cl_runtime._MMA_PROBE_SOURCE, "accy_mma_probe")
+        kernel = runtime.kernel(MMA_PROBE_SOURCE, "accy_mma_probe")
     except Exception as exc:
         return f"build failed: {error_line(str(exc))}"
     del kernel

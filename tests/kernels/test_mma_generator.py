@@ -284,12 +284,12 @@ def test_from_device_records_only_what_the_probe_found(device):
 
 
 def test_mma_probe_expectation_matches_its_macros():
-    from accy.backends.opencl import runtime
+    from accy.backends.opencl import tensor_cores
     i, k, n = 3, 5, 6
     a = lambda i, k: ((i + 2 * k) % 5) - 2  # noqa: E731  (the probe's A(i, k))
     b = lambda k, n: ((3 * k + n) % 7) - 3  # noqa: E731
     want = sum(a(i, kk) * b(kk, n) for kk in range(8))
-    assert runtime._mma_probe_expected()[i, n] == want and k == 5
+    assert tensor_cores.mma_probe_expected()[i, n] == want and k == 5
 
 
 def tf32_program(k: int) -> accy.Program:
