@@ -1,8 +1,10 @@
 """mma-tf32 / mma-3xtf32 without a GPU: the fragment index arithmetic against a NumPy emulation
 of one warp's ``mma.sync`` (the PTX ISA's layout, written out independently below), copy
 coverage, bank conflicts, selection (never on PoCL, never under ``precision=ieee``), the
-rendered source, option validation, the policy-aware error bound, and that the generated C
-builds once its PTX is stubbed out. The numbers come from ``experiments/bench_mma.py`` on an
+rendered source, option validation, the policy-aware error bound, that the generated C builds
+once its PTX is stubbed out, and whole generated kernels run on PoCL with the PTX replaced by
+C (``cvt.rna`` by its bit formula, ``mma.sync`` by a warp exchange through local memory, in
+the PTX layout), checked against numpy. Speed comes from ``experiments/bench_mma.py`` on an
 H200."""
 
 from __future__ import annotations
@@ -12,6 +14,11 @@ import re
 
 import numpy as np
 import pytest
+
+try:
+    import pyopencl as cl
+except ImportError:  # the emulation tests skip without it (the device fixture does too)
+    cl = None
 
 import accy
 from accy.builder import einsum
@@ -172,14 +179,20 @@ def test_tf32_round_is_round_to_nearest_ties_away():
 
 
 # selection and rendering --------------------------------------------------------------------
-def matmul(m: int, n: int, k: int, batch: int = 0, epilogue: bool = False) -> accy.Program:
+def matmul(m: int, n: int, k: int, batch: int = 0, epilogue: bool = False,
+           a_transposed: bool = False) -> accy.Program:
+    """``A @ B`` (batched over ``batch``; A stored K x M when ``a_transposed``), with a bias
+    and relu epilogue when asked."""
     lead = (batch,) if batch else ()
     b = accy.Builder()
-    types = [TensorType((*lead, m, k), DType.f32), TensorType((*lead, k, n), DType.f32)]
+    types = [TensorType((*lead, k, m) if a_transposed else (*lead, m, k), DType.f32),
+             TensorType((*lead, k, n), DType.f32)]
     if epilogue:
         types.append(TensorType((n,), DType.f32))
     f = b.begin_function("f", types)
     spec = "bik,bkj->bij" if batch else "ik,kj->ij"
+    if a_transposed:
+        spec = spec.replace("ik,", "ki,")
     y = einsum(spec, f.param(0), f.param(1))
     f.return_((y + f.param(2)).relu() if epilogue else y)
     f.finish()
@@ -320,3 +333,84 @@ def test_tf32_bound_admits_tf32_rounding_and_ieee_does_not():
 
 def test_unit_roundoff_constant():
     assert mma_plan.TF32_UNIT_ROUNDOFF == 2.0**-11
+
+
+# whole kernels, emulated on PoCL ---------------------------------------------------------------
+EMULATED_MMA = r"""
+#define ACCY_EMU_MMA(c0, c1, c2, c3, a0, a1, a2, a3, b0, b1) { \
+  const uint l_ = get_local_id(0) % 32, w_ = get_local_id(0) / 32; \
+  emu_a[w_][l_][0] = as_float(a0); emu_a[w_][l_][1] = as_float(a1); \
+  emu_a[w_][l_][2] = as_float(a2); emu_a[w_][l_][3] = as_float(a3); \
+  emu_b[w_][l_][0] = as_float(b0); emu_b[w_][l_][1] = as_float(b1); \
+  barrier(CLK_LOCAL_MEM_FENCE); \
+  float d_[4] = {c0, c1, c2, c3}; \
+  for (int r_ = 0; r_ < 4; r_++) { \
+    const int row_ = (l_ >> 2) + 8 * (r_ / 2), col_ = 2 * (l_ & 3) + (r_ % 2); \
+    float s_ = 0.0f; \
+    for (int k_ = 0; k_ < 8; k_++) \
+      s_ += emu_a[w_][(row_ % 8) * 4 + (k_ % 4)][(row_ >= 8) + 2 * (k_ >= 4)] \
+            * emu_b[w_][col_ * 4 + (k_ % 4)][k_ >= 4]; \
+    d_[r_] += s_; } \
+  barrier(CLK_LOCAL_MEM_FENCE); \
+  c0 = d_[0]; c1 = d_[1]; c2 = d_[2]; c3 = d_[3]; }
+"""
+_CVT = re.compile(r'asm\("cvt\.rna\.tf32\.f32 %0, %1;" : "=r"\((\w+)\) : "f"\((.*)\)\);$', re.M)
+_MMA = re.compile(r'asm volatile\("mma\.sync[^"]*" : ' + ", ".join([r'"\+f"\((\w+)\)'] * 4)
+                  + " : " + ", ".join([r'"r"\((\w+)\)'] * 6) + r"\);")
+
+
+def emulated(src: str) -> str:
+    """``src`` with its PTX replaced by C: ``cvt.rna.tf32.f32`` by the rounding formula of
+    :func:`tf32_round`, each ``mma.sync`` by a work-group-wide exchange of the warp's registers
+    through local memory and the products in the PTX layout (every work-item runs the same
+    mma sequence, so the barriers are uniform)."""
+    src = _CVT.sub(r"\1 = (int)((as_uint(\2) + 0x1000u) & 0xffffe000u);", src)
+    src = _MMA.sub(lambda m: f"ACCY_EMU_MMA({', '.join(m.groups())});", src)
+    assert "asm" not in src
+    lines = src.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("__kernel"))
+    lines.insert(at + 1, "  __local float emu_a[8][32][4]; __local float emu_b[8][32][2];")
+    lines.insert(at, EMULATED_MMA)
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.skipif(cl is None, reason="needs pyopencl")
+@pytest.mark.parametrize("m, n, k, batch, bias, a_t, precision, units", [
+    (130, 96, 40, 0, True, False, "tf32", 132),  # 64x64 tiles, edges in M, N and K, epilogue
+    (64, 72, 36, 2, False, False, "3xtf32", 1),  # 128x128 tiles (one unit), batched
+    (70, 66, 33, 0, False, True, "3xtf32", 132),  # A stored K x M, K not a multiple of 4
+    (68, 64, 34, 0, False, True, "tf32", 1),  # float4 loads along M, 128x128 tiles
+], ids=["bias-tf32", "batched-3xtf32", "transposed-3xtf32", "transposed-tf32"])
+def test_generated_kernels_compute_the_product_in_emulation(device, pipe, used, m, n, k, batch,
+                                                            bias, a_t, precision, units):
+    if "Portable Computing Language" not in device.info.platform:
+        pytest.skip("the emulation is checked on PoCL")
+    target = dataclasses.replace(NV, compute_units=units)
+    job = prepared(matmul(m, n, k, batch, bias, a_t), precision, target, pipe)
+    assert used(job) == {f"mma-{precision}": 1}
+    rng = np.random.default_rng(7)
+    lead = (batch,) if batch else ()
+    a = rng.uniform(-1, 1, (*lead, m, k)).astype(np.float32)
+    b = rng.uniform(-1, 1, (*lead, k, n)).astype(np.float32)
+    args = [np.ascontiguousarray(np.swapaxes(a, -1, -2)) if a_t else a, b]
+    if bias:
+        args.append(rng.uniform(-1, 1, n).astype(np.float32))
+    (kernel,) = job.kernels
+    program = cl.Program(device.context, emulated(job.kernel_source(0))).build()
+    flags = cl.mem_flags
+    bufs = [cl.Buffer(device.context, flags.READ_ONLY | flags.COPY_HOST_PTR, hostbuf=x)
+            for x in args]
+    got = np.zeros((*lead, m, n), np.float32)
+    out = cl.Buffer(device.context, flags.READ_WRITE | flags.COPY_HOST_PTR, hostbuf=got)
+    getattr(program, kernel.entry)(device.queue, kernel.geometry.global_size,
+                                   kernel.geometry.local_size, *bufs, out)
+    cl.enqueue_copy(device.queue, got, out)
+    device.queue.finish()
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    rounded = tf32_round(a).astype(np.float64) @ tf32_round(b).astype(np.float64)
+    want = rounded if precision == "tf32" else exact
+    if bias:
+        exact, want = (np.maximum(x + args[2], 0.0) for x in (exact, want))
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6 * k)
+    if precision == "tf32":  # the operands were rounded: not the f32 product
+        assert np.abs(got - exact).max() > 1e-5
