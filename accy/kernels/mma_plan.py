@@ -115,6 +115,22 @@ class MmaTiles:
 
 LARGE = MmaTiles(128, 128, 16, 2, 4)  # 8 warps of 64x32: 4x4 fragments, 64 accumulators
 SMALL = MmaTiles(64, 64, 16, 2, 2)  # 4 warps of 32x32, where 128x128 tiles leave units idle
+# 4 warps of 64x64 (4x8 fragments, 128 accumulators per lane): half the local-memory reads per
+# mma of LARGE, at more registers; a candidate for sweeps (experiments/bench_mma.py --tiles)
+WIDE = MmaTiles(128, 128, 16, 2, 2)
+
+
+def parse_tiles(text: str) -> MmaTiles:
+    """``BMxBNxBK:WMxWN`` (e.g. ``128x128x16:2x4``) as tiles, checked."""
+    try:
+        block, warps = text.strip().lower().split(":")
+        bm, bn, bk = (int(v) for v in block.split("x"))
+        wm, wn = (int(v) for v in warps.split("x"))
+    except ValueError:
+        raise ValueError(f"tiles {text!r}: give BMxBNxBK:WMxWN, e.g. 128x128x16:2x4") from None
+    tiles = MmaTiles(bm, bn, bk, wm, wn)
+    tiles.check()
+    return tiles
 
 
 # lanes, warps, fragments --------------------------------------------------------------------

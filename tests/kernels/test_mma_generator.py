@@ -10,6 +10,7 @@ H200."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 
 import numpy as np
@@ -34,6 +35,7 @@ from accy.kernels.mma_plan import (
     MMA_N,
     SMALL,
     VECTOR,
+    WIDE,
     MmaTiles,
     a_lane_base,
     a_offset,
@@ -91,7 +93,11 @@ def emulate_mma(a_regs: np.ndarray, b_regs: np.ndarray, c_regs: np.ndarray) -> n
     return np.array([[d[ptx_c(lane, i)] for i in range(4)] for lane in range(32)])
 
 
-@pytest.mark.parametrize("tiles", [LARGE, SMALL], ids=["128x128", "64x64"])
+TILES = pytest.mark.parametrize("tiles", [LARGE, SMALL, WIDE],
+                                ids=["128x128:2x4", "64x64:2x2", "128x128:2x2"])
+
+
+@TILES
 def test_fragment_formulas_compute_the_block_product_in_emulation(tiles: MmaTiles):
     """Local tiles laid out as the copies store them, fragments gathered at the generator's
     addresses, a warp's mma emulated per the PTX layout, accumulators placed by c_coords:
@@ -133,7 +139,7 @@ def test_fragment_formulas_compute_the_block_product_in_emulation(tiles: MmaTile
     np.testing.assert_array_equal(c, a @ b)
 
 
-@pytest.mark.parametrize("tiles", [LARGE, SMALL], ids=["128x128", "64x64"])
+@TILES
 def test_fragment_loads_are_free_of_bank_conflicts(tiles: MmaTiles):
     for kk in range(tiles.bk // MMA_K):
         for mi, ni, r in [(0, 0, 0), (tiles.frags_m - 1, tiles.frags_n - 1, 1)]:
@@ -147,7 +153,7 @@ def test_fragment_loads_are_free_of_bank_conflicts(tiles: MmaTiles):
             assert len(banks_a) == 32 and len(banks_b) == 32
 
 
-@pytest.mark.parametrize("tiles", [LARGE, SMALL], ids=["128x128", "64x64"])
+@TILES
 @pytest.mark.parametrize("side", ["x", "y"])
 @pytest.mark.parametrize("k_major", [True, False])
 def test_copy_slots_cover_each_tile_element_once(tiles, side, k_major):
@@ -164,7 +170,12 @@ def test_copy_slots_cover_each_tile_element_once(tiles, side, k_major):
 
 
 def test_tiles_divide_and_fit_48k_of_local_memory():
-    for t in (LARGE, SMALL):
+    assert mma_plan.parse_tiles("128x128x16:2x2") == WIDE
+    with pytest.raises(ValueError):
+        mma_plan.parse_tiles("128x128x12:2x4")  # bk not a multiple of 8
+    with pytest.raises(ValueError):
+        mma_plan.parse_tiles("128x128")
+    for t in (LARGE, SMALL, WIDE):
         t.check()
         assert t.local_bytes() <= 48 * 1024 and t.threads % 32 == 0
     assert (LARGE.threads, LARGE.warp_m, LARGE.warp_n) == (256, 64, 32)
@@ -388,6 +399,12 @@ def test_generated_kernels_compute_the_product_in_emulation(device, pipe, used, 
     target = dataclasses.replace(NV, compute_units=units)
     job = prepared(matmul(m, n, k, batch, bias, a_t), precision, target, pipe)
     assert used(job) == {f"mma-{precision}": 1}
+    emulate_and_check(device, job, m, n, k, batch, bias, a_t, precision)
+
+
+def emulate_and_check(device, job, m: int, n: int, k: int, batch: int, bias: bool, a_t: bool,
+                      precision: str) -> None:
+    """Run ``job``'s one kernel emulated on PoCL and compare with numpy."""
     rng = np.random.default_rng(7)
     lead = (batch,) if batch else ()
     a = rng.uniform(-1, 1, (*lead, m, k)).astype(np.float32)
@@ -414,3 +431,44 @@ def test_generated_kernels_compute_the_product_in_emulation(device, pipe, used, 
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-6 * k)
     if precision == "tf32":  # the operands were rounded: not the f32 product
         assert np.abs(got - exact).max() > 1e-5
+
+
+@pytest.mark.skipif(cl is None, reason="needs pyopencl")
+def test_wide_warp_tiles_compute_the_product_in_emulation(device, pipe, experiment_script):
+    """128x128 tiles of 4 warps of 64x64 (the sweep candidate), through the benchmark's
+    rebuild with other tiles."""
+    if "Portable Computing Language" not in device.info.platform:
+        pytest.skip("the emulation is checked on PoCL")
+    bench = experiment_script("bench_mma")
+    for precision in ("tf32", "3xtf32"):
+        job = prepared(matmul(136, 130, 40), precision, NV, pipe)
+        job = bench.with_mma_tiles(job, WIDE, precision)
+        assert job.kernels[0].geometry.local_size == (128,)
+        assert job.kernel_source(0).count("mma.sync") == (
+            2 * 4 * 8 * (3 if precision == "3xtf32" else 1))
+        emulate_and_check(device, job, 136, 130, 40, 0, False, False, precision)
+
+
+def test_bench_mma_smoke(device, experiment_script, tmp_path):
+    """The benchmark runs tiny cases, writes JSON, and reports a failing case (tensor cores
+    forced on PoCL: its compiler has no PTX asm) with its build-log line instead of dying."""
+    if "Portable Computing Language" not in device.info.platform:
+        pytest.skip("the smoke run is on PoCL")
+    bench = experiment_script("bench_mma")
+    assert bench.parse_case("b32x512x512x64") == {
+        "name": "b32x512x512x64", "batch": 32, "m": 512, "n": 512, "k": 64, "bias": False}
+    assert bench.parse_case("bias2048")["bias"] and bench.parse_case("4096")["k"] == 4096
+    out = tmp_path / "m.json"
+    rc = bench.main(["--device", "pocl", "--cases", "64,b2x64x64x32,bias72x80x40",
+                     "--repeat", "1", "--no-torch", "--out", str(out)])
+    data = json.loads(out.read_text())
+    assert rc == 0 and len(data["results"]) == 9 and data["tensor_cores"] == []
+    assert all(r["status"] == "ok" and r["check"]["bound_use"] <= 1 for r in data["results"])
+    rc = bench.main(["--device", "pocl", "--cases", "64x64x32", "--policies", "tf32",
+                     "--tiles", "128x128x16:2x2", "--repeat", "1", "--no-torch",
+                     "--force-tensor-cores", "--out", str(out)])
+    data = json.loads(out.read_text())
+    assert rc == 1 and [r["status"] for r in data["results"]] == ["failed", "failed"]
+    assert all("asm" in r["error"] for r in data["results"])
+    assert data["results"][1]["tiles"] == "128x128x16:2x2"
+    assert list((tmp_path / "m" / "sources").glob("*.cl"))
