@@ -54,7 +54,8 @@ from accy.target import TF32_MMA, TargetProfile
 
 NV = TargetProfile(device="H200-like", device_type="gpu", compute_units=132,
                    max_work_group_size=1024, local_mem_bytes=48 * 1024,
-                   dtypes=frozenset({DType.f32, DType.f64}), tensor_cores=(TF32_MMA,))
+                   dtypes=frozenset({DType.f32, DType.f64, DType.i32, DType.i64, DType.bool}),
+                   tensor_cores=(TF32_MMA,))
 NO_CORES = dataclasses.replace(NV, tensor_cores=())
 
 
@@ -224,6 +225,7 @@ def test_chosen_with_tensor_cores_and_a_tf32_policy(precision, pipe, used):
     assert "cvt.rna.tf32.f32" in src
     assert job.kernels[0].geometry.local_size == (256,)
     assert job.kernels[0].geometry.global_size == (16 * 16 * 256,)
+    assert [s.status.value for s in job.kernel_summaries()] == ["legal"]
     per_step = (LARGE.bk // MMA_K) * LARGE.frags_m * LARGE.frags_n
     assert src.count("mma.sync") == per_step * (3 if precision == "3xtf32" else 1)
 
