@@ -26,6 +26,9 @@ class Generator:
     summary: str
     accepts: Callable[[FusionGroup, TargetProfile], bool]
     build: Build
+    # the precision policies (accy.target.PRECISIONS) it may be chosen under; None: every one
+    # (f32 arithmetic meets each policy's bound), so only looser generators name theirs
+    precisions: frozenset[str] | None = None
 
 
 GENERATORS: dict[str, Generator] = {}
@@ -38,10 +41,14 @@ def register_generator(gen: Generator) -> Generator:
     return gen
 
 
-def choose(group: FusionGroup, target: TargetProfile, disabled: frozenset[str]) -> Generator:
-    """The first enabled specialised generator that accepts ``group``, else the loop nest."""
+def choose(group: FusionGroup, target: TargetProfile, disabled: frozenset[str],
+           precision: str = "ieee") -> Generator:
+    """The first enabled specialised generator that accepts ``group`` under ``precision``,
+    else the loop nest."""
     for gen in GENERATORS.values():
-        if gen.name != "loop-nest" and gen.name not in disabled and gen.accepts(group, target):
+        if (gen.name != "loop-nest" and gen.name not in disabled
+                and (gen.precisions is None or precision in gen.precisions)
+                and gen.accepts(group, target)):
             return gen
     return GENERATORS["loop-nest"]
 
@@ -52,5 +59,6 @@ register_generator(Generator(
     lambda group, outline, kind, target: (loopnest.build(group, outline, kind),),
 ))
 from accy.kernels import flat, reduction, rowwise  # noqa: E402, F401, I001  (register themselves)
+from accy.kernels import mma  # noqa: E402, F401  (registers itself, before tiled-contraction)
 from accy.kernels import contraction  # noqa: E402, F401  (registers itself)
 from accy.kernels import indexed  # noqa: E402, F401  (registers itself)

@@ -199,7 +199,27 @@ class LocalArray:
     align: int = 0
 
 
-Stmt = Let | Assign | Store | VectorStore | AtomicAdd | For | If | Return | Barrier | LocalArray
+@dataclass(frozen=True)
+class InlineAsm:
+    """``asm volatile("template" : outputs : inputs);``: one target instruction the IR has no
+    node for (PTX ``mma.sync``, ``cvt.rna.tf32.f32`` on NVIDIA's OpenCL compiler). Only
+    generators that checked the target (``TargetProfile.tensor_cores``) emit it.
+
+    ``outputs`` are (constraint, variable) pairs, e.g. ``("+f", "acc0")`` (read and written)
+    or ``("=r", "bits")``; ``inputs`` are (constraint, expression) pairs, e.g.
+    ``("r", Call("as_uint", (x,)))``. Operands are numbered outputs first, as in GCC asm.
+    ``volatile`` keeps the statement in place (``mma.sync``, as CUTLASS does); a pure
+    instruction (``cvt``) leaves it False so the compiler may schedule or drop it.
+    """
+
+    template: str
+    outputs: tuple[tuple[str, str], ...]
+    inputs: tuple[tuple[str, Expr], ...]
+    volatile: bool = True
+
+
+Stmt = (Let | Assign | Store | VectorStore | AtomicAdd | For | If | Return | Barrier | LocalArray
+        | InlineAsm)
 
 
 # kernels ----------------------------------------------------------------------------------
