@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from accy.ir.node import Node
 from accy.ir.types import DType
+from accy.ir.walk import Pending
 from accy.kernels import loopnest
 from accy.kernels.contraction_plan import Contraction, analyse, stored_value
 from accy.kernels.generators import Generator, register_generator
@@ -94,10 +95,10 @@ class _Epilogue(loopnest.LoopNestBuilder):
         self.einsum = einsum
         self.result: Expr = idx(0)
 
-    def value(self, node: Node, coords: tuple[Expr, ...]) -> Expr:
+    def _open(self, node: Node, coords: tuple[Expr, ...]) -> Expr | Pending:
         if node is self.einsum:
             return self.result
-        return super().value(node, coords)
+        return super()._open(node, coords)
 
 
 def _all(conds: list[Expr]) -> Expr | None:
