@@ -33,6 +33,15 @@ class Generator:
 
 GENERATORS: dict[str, Generator] = {}
 
+PRIORITY: tuple[str, ...] = (
+    "vector-flat", "tree-reduction", "row-softmax",
+    "mma-tf32", "mma-3xtf32",  # only under their precision policy, before the f32 tiles
+    "tiled-contraction", "indexed-gather", "indexed-scatter",
+)
+"""The order kernelization tries accy's specialised generators in (the first that accepts a
+group builds it). Generators registered from outside come after these, in registration
+order; the loop nest is the fallback. Stated here, not left to the order of imports."""
+
 
 def register_generator(gen: Generator) -> Generator:
     if gen.name in GENERATORS:
@@ -43,9 +52,11 @@ def register_generator(gen: Generator) -> Generator:
 
 def choose(group: FusionGroup, target: TargetProfile, disabled: frozenset[str],
            precision: str = "ieee") -> Generator:
-    """The first enabled specialised generator that accepts ``group`` under ``precision``,
-    else the loop nest."""
-    for gen in GENERATORS.values():
+    """The first enabled specialised generator (in :data:`PRIORITY` order) that accepts
+    ``group`` under ``precision``, else the loop nest."""
+    ranked = sorted(GENERATORS.values(), key=lambda g: (
+        PRIORITY.index(g.name) if g.name in PRIORITY else len(PRIORITY)))  # a stable sort
+    for gen in ranked:
         if (gen.name != "loop-nest" and gen.name not in disabled
                 and (gen.precisions is None or precision in gen.precisions)
                 and gen.accepts(group, target)):

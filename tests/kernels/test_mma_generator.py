@@ -12,6 +12,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -474,3 +477,23 @@ def test_bench_mma_smoke(device, experiment_script, tmp_path):
     assert all("asm" in r["error"] for r in data["results"])
     assert data["results"][1]["tiles"] == "128x128x16:2x2"
     assert list((tmp_path / "m" / "sources").glob("*.cl"))
+
+
+def test_priority_does_not_depend_on_import_order() -> None:
+    """Importing the mma module first (as experiments/bench_mma.py does) registers it last;
+    kernelization still tries it before the f32 tiled contraction (generators.PRIORITY)."""
+    code = (
+        "import accy.kernels.mma, dataclasses, sys\n"
+        "sys.path.insert(0, 'tests/kernels')\n"
+        "import test_mma_generator as t\n"
+        "from conftest import pipeline\n"
+        "from accy.kernels.generators import GENERATORS, PRIORITY\n"
+        "assert list(GENERATORS)[-1].startswith('mma'), list(GENERATORS)\n"
+        "assert set(GENERATORS) - {'loop-nest'} <= set(PRIORITY)\n"
+        "job = t.prepared(t.matmul(256, 256, 64), 'tf32', t.NV, pipeline)\n"
+        "print(job.generators())\n")
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "'mma-tf32': 1" in done.stdout
