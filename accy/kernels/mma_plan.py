@@ -113,11 +113,13 @@ class MmaTiles:
             raise ValueError(f"tiles {self} do not divide into m16n8k8 fragments and copies")
 
 
-LARGE = MmaTiles(128, 128, 16, 2, 4)  # 8 warps of 64x32: 4x4 fragments, 64 accumulators
-SMALL = MmaTiles(64, 64, 16, 2, 2)  # 4 warps of 32x32, where 128x128 tiles leave units idle
 # 4 warps of 64x64 (4x8 fragments, 128 accumulators per lane): half the local-memory reads per
-# mma of LARGE, at more registers; a candidate for sweeps (experiments/bench_mma.py --tiles)
+# mma of LARGE, at more registers; the fastest of the three on the H200 (papers/kernels.md)
 WIDE = MmaTiles(128, 128, 16, 2, 2)
+SMALL = MmaTiles(64, 64, 16, 2, 2)  # 4 warps of 32x32, where 128x128 tiles leave units idle
+# 8 warps of 64x32 (4x4 fragments, 64 accumulators): a candidate for sweeps
+# (experiments/bench_mma.py --tiles)
+LARGE = MmaTiles(128, 128, 16, 2, 4)
 
 
 def parse_tiles(text: str) -> MmaTiles:
@@ -208,10 +210,10 @@ def tf32_round(x: np.ndarray) -> np.ndarray:
 # selection --------------------------------------------------------------------------------
 def choose_tiles(c: Contraction, target: TargetProfile) -> MmaTiles:
     """128x128 tiles where they give every compute unit a work-group, else 64x64."""
-    groups = c.batch_size * -(-c.m.size // LARGE.bm) * -(-c.n.size // LARGE.bn)
-    fits = (LARGE.threads <= target.max_work_group_size
-            and LARGE.local_bytes() <= target.local_mem_bytes)
-    return LARGE if fits and groups >= target.compute_units else SMALL
+    groups = c.batch_size * -(-c.m.size // WIDE.bm) * -(-c.n.size // WIDE.bn)
+    fits = (WIDE.threads <= target.max_work_group_size
+            and WIDE.local_bytes() <= target.local_mem_bytes)
+    return WIDE if fits and groups >= target.compute_units else SMALL
 
 
 def plan(group: FusionGroup, target: TargetProfile) -> tuple[Contraction, MmaTiles] | str:

@@ -223,13 +223,13 @@ def test_chosen_with_tensor_cores_and_a_tf32_policy(precision, pipe, used):
     job = prepared(matmul(2048, 2048, 256), precision, NV, pipe)
     assert used(job) == {f"mma-{precision}": 1}
     src = job.kernel_source(0)
-    assert "reqd_work_group_size(256, 1, 1)" in src
+    assert "reqd_work_group_size(128, 1, 1)" in src
     assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in src
     assert "cvt.rna.tf32.f32" in src
-    assert job.kernels[0].geometry.local_size == (256,)
-    assert job.kernels[0].geometry.global_size == (16 * 16 * 256,)
+    assert job.kernels[0].geometry.local_size == (128,)
+    assert job.kernels[0].geometry.global_size == (16 * 16 * 128,)
     assert [s.status.value for s in job.kernel_summaries()] == ["legal"]
-    per_step = (LARGE.bk // MMA_K) * LARGE.frags_m * LARGE.frags_n
+    per_step = (WIDE.bk // MMA_K) * WIDE.frags_m * WIDE.frags_n
     assert src.count("mma.sync") == per_step * (3 if precision == "3xtf32" else 1)
 
 
