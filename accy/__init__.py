@@ -36,14 +36,15 @@ from accy.ir.printer import print_program
 from accy.ir.program import Program, Stage
 from accy.ir.types import DType, TensorType
 from accy.ir.verify import verify
-from accy.job import PreparedJob, prepare
+from accy.job import JobFileError, PreparedJob, load_job, prepare
 from accy.passes.spec import parse_pipeline
 from accy.target import TargetProfile
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "AccyError", "Builder", "bool_", "DType", "PreparedJob", "Program", "Stage", "TargetProfile",
-    "TensorType", "f16", "f32", "f64", "function", "i32", "i64", "interpret", "maximum",
-    "minimum", "parse_pipeline", "parse_program", "prepare", "print_program", "verify",
+    "AccyError", "Builder", "bool_", "DType", "JobFileError", "PreparedJob", "Program", "Stage",
+    "TargetProfile", "TensorType", "f16", "f32", "f64", "function", "i32", "i64", "interpret",
+    "load_job", "maximum", "minimum", "parse_pipeline", "parse_program", "prepare",
+    "print_program", "verify",
 ]

@@ -3,14 +3,20 @@ about the result (records, stamps, kernels, sources) and runs it through OpenCL.
 
 from __future__ import annotations
 
+import json
+import os
+import pickle
+import sys
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from accy.backends.opencl.render import render
-from accy.errors import KernelLookupError, WorkItemLookupError
+from accy.errors import AccyError, KernelLookupError, WorkItemLookupError
+from accy.files import atomic_write
 from accy.ir.node import Node
 from accy.ir.ops import Op
 from accy.ir.program import Function, Program, Stage
@@ -22,6 +28,15 @@ from accy.product import Product
 from accy.target import KernelStatus, TargetProfile
 
 _RUNNERS_LOCK = threading.Lock()  # guards the executable cache of run(), held for lookups only
+
+# saved jobs (PreparedJob.save / load_job): a header line, a JSON line, then the pickled job
+JOB_MAGIC = b"accy-prepared-job\n"
+JOB_FORMAT = 1  # bump when what is saved changes shape
+
+
+class JobFileError(AccyError):
+    """A saved job that cannot be loaded: not a saved job, damaged, or saved by another accy
+    version or file format (prepare the program again)."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +75,27 @@ class PreparedJob:
         state = dict(self.__dict__)
         state["_runners"] = {}  # executables hold device objects, which do not pickle
         return state
+
+    @staticmethod
+    def load(path: str | os.PathLike[str]) -> PreparedJob:
+        """The job saved at ``path`` (see :func:`load_job`)."""
+        return load_job(path)
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write this job (products, records, pipeline and every kernel's source) to ``path``
+        atomically, for :func:`load_job` in another process (ablation workers, a GPU machine)
+        to run without preparing again. The file is a pickle: load only files you trust.
+        Returns the path."""
+        from accy import __version__
+
+        if self.product.kernels is not None:
+            for i in range(self.kernel_count):  # rendered once here, never by the loader
+                self.kernel_source(i)
+        header = {"format": JOB_FORMAT, "accy": __version__, "stage": self.stage.value,
+                  "python": f"{sys.version_info.major}.{sys.version_info.minor}",
+                  "kernels": self.kernel_count if self.product.kernels is not None else 0}
+        payload = pickle.dumps(self, protocol=pickle.HIGHEST_PROTOCOL)
+        return atomic_write(path, JOB_MAGIC + json.dumps(header).encode() + b"\n" + payload)
 
     @property
     def product(self) -> Product:
@@ -219,6 +255,38 @@ class PreparedJob:
             with _RUNNERS_LOCK:  # two threads racing here: both run the one kept
                 exe = self._runners.setdefault(key, made)
         return exe(*inputs, out=out)
+
+
+def load_job(path: str | os.PathLike[str]) -> PreparedJob:
+    """The job :meth:`PreparedJob.save` wrote to ``path``: it runs and answers as the saved one
+    did (same stamps, sources, results). Raises :class:`JobFileError` for a file that is not a
+    saved job, is damaged, or was saved by another accy version or file format. The file is a
+    pickle: load only files you trust."""
+    from accy import __version__
+
+    with open(path, "rb") as f:
+        data = f.read()
+    if not data.startswith(JOB_MAGIC):
+        raise JobFileError(f"{path}: not a saved accy job (PreparedJob.save writes them)")
+    line, sep, payload = data[len(JOB_MAGIC):].partition(b"\n")
+    try:
+        header = json.loads(line) if sep else None
+    except ValueError:
+        header = None
+    if not isinstance(header, dict):
+        raise JobFileError(f"{path}: a damaged saved job (its header does not read)")
+    if header.get("format") != JOB_FORMAT or header.get("accy") != __version__:
+        raise JobFileError(
+            f"{path}: saved by accy {header.get('accy')} (job format {header.get('format')}); "
+            f"this is accy {__version__} (job format {JOB_FORMAT}): prepare the program again")
+    try:
+        job = pickle.loads(payload)
+    except Exception as exc:  # truncated or damaged payload
+        raise JobFileError(f"{path}: a damaged saved job ({type(exc).__name__}: {exc})"
+                           ) from None
+    if not isinstance(job, PreparedJob):
+        raise JobFileError(f"{path}: holds a {type(job).__name__}, not a prepared job")
+    return job
 
 
 def prepare(
