@@ -54,7 +54,7 @@ def test_parallel_build_gives_the_serial_executable(device) -> None:
     assert len(set(sources)) == 9
 
     serial_rt, parallel_rt = fresh(device), fresh(device)
-    serial_threads, parallel_threads = traced_builds(serial_rt), traced_builds(parallel_rt)
+    serial_threads = traced_builds(serial_rt)
     serial = job.executable(device=serial_rt, max_threads=1)
     parallel = job.executable(device=parallel_rt, max_threads=4)
 
