@@ -1,7 +1,8 @@
 """Benchmark (issue #15): how long preparation takes per op, and the first run's kernel builds.
 
     python experiments/bench_prepare.py [--sizes 100,1000] [--deep] [--outputs 1000]
-        [--before] [--first-run-size 100] [--device pocl] [--skip-first-run]
+        [--before] [--modes auto,on] [--first-run-size 100] [--device pocl]
+        [--skip-first-run]
         [--out results/bench_prepare.json]
 
 1. Preparation: transformer stacks (attention, layernorm, GELU MLP, residuals), NasRNN stacks
@@ -285,6 +286,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--first-run-size", type=int, default=100)
     ap.add_argument("--before", action="store_true",
                     help="also build the many-output program one program per kernel")
+    ap.add_argument("--modes", default="auto,on",
+                    help="accy build cache modes of the joined first runs (auto, on; empty: "
+                    "none, e.g. with --before alone)")
     ap.add_argument("--skip-first-run", action="store_true")
     ap.add_argument("--device", default=None)
     ap.add_argument("--out", default="results/bench_prepare.json")
@@ -308,10 +312,12 @@ def main(argv: list[str] | None = None) -> int:
     run_rows: list[Row] = []
     if not args.skip_first_run:
         print("\nfirst runs (fresh processes loading the saved job):")
-        modes = [("auto", True), ("on", True)]
+        modes = [(m, True) for m in args.modes.split(",") if m]
         cases = [(f"{name}-{args.first_run_size}", make(args.first_run_size))
                  for name, make in WORKLOADS.items()]
         cases.append((f"{args.outputs}-outputs", many_outputs(args.outputs)))
+        if args.before and not modes:  # the one-per-kernel build alone
+            cases = cases[-1:]
         for name, program in cases:
             job = accy.prepare(program)
             path = job.save(tmp / f"{name}.first.job")
