@@ -151,3 +151,16 @@ def test_timing_without_a_measured_total_attributes_everything() -> None:
         pass
     report = timing.report()
     assert "not attributed" not in report and "something else" in report
+
+
+def test_timing_splits_a_pass_by_what_its_statistics_report() -> None:
+    timing = TimingReport()
+    timing._details(0, {"stop-reason": "saturated", "seconds": 0.5, "setup-seconds": 0.25,
+                        "extract-seconds": 0.125, "rule-seconds": {"r": 0.1}}, 1_000_000_000)
+    assert timing.details == [(0, "egglog saturation", 500_000_000),
+                              (0, "setup-seconds", 250_000_000),
+                              (0, "extract-seconds", 125_000_000), (0, "rest", 125_000_000)]
+    skipped = TimingReport()
+    skipped._details(3, {"rules: stop-reason": "skipped: no rule matches the program"}, 7)
+    assert skipped.details == [(3, "no egglog run (skipped: no rule matches the program): "
+                                   "loading rules, prefilter", 7)]

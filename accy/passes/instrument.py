@@ -90,17 +90,29 @@ class TimingReport(Instrument):
         if self._before is not None:
             self.bookkeeping_ns += max(now - self._before - record.elapsed_ns, 0)
         self._last = now
-        stats = dict(record.stats)
-        for prefix in ("", "rules: "):  # the egglog passes' run reports (rewriting.record)
+        self._details(len(self.rows) - 1, dict(record.stats), record.elapsed_ns)
+
+    def _details(self, row: int, stats: dict, elapsed_ns: int) -> None:
+        """What a pass's statistics say of its own time: the egglog run's ``seconds``
+        (``rewriting.record``; constant-fold's under ``rules: ``), any other numeric
+        ``...-seconds`` statistic, and the rest of the pass's time, or why egglog was skipped."""
+        for prefix in ("", "rules: "):
             stop = stats.get(prefix + "stop-reason")
             if isinstance(stop, str) and stop.startswith("skipped"):
-                self.details.append((len(self.rows) - 1, f"no egglog run ({stop}): loading "
-                                     "rules, prefilter", record.elapsed_ns))
-            elif isinstance(stats.get(prefix + "seconds"), int | float):
-                ns = int(stats[prefix + "seconds"] * 1e9)
-                self.details.append((len(self.rows) - 1, "egglog saturation", ns))
-                self.details.append((len(self.rows) - 1, "rest: prefilter, e-graph set-up, "
-                                     "conversion, extraction, cost", record.elapsed_ns - ns))
+                self.details.append((row, f"no egglog run ({stop}): loading rules, "
+                                     "prefilter", elapsed_ns))
+                return
+        parts = [("egglog saturation", stats[k]) for k in ("seconds", "rules: seconds")
+                 if isinstance(stats.get(k), int | float)]
+        parts += [(k, v) for k, v in stats.items()
+                  if k.endswith("-seconds") and isinstance(v, int | float)]
+        if not parts:
+            return
+        ns = [(what, int(seconds * 1e9)) for what, seconds in parts]
+        self.details.extend((row, what, n) for what, n in ns)
+        self.details.append((row, "rest: prefilter, e-graph set-up, conversion, extraction, "
+                             "cost" if len(ns) == 1 else "rest", elapsed_ns - sum(
+                                 n for _, n in ns)))
 
     @contextmanager
     def measure(self) -> Iterator[TimingReport]:
