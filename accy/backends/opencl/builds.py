@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from typing import Any
 
 from accy.errors import KernelBuildError
 
@@ -77,3 +81,42 @@ def build_error(device_key: str, source: str, options: tuple[str, ...], log: str
         parts.append(f"error sites:\n{sites}")
     parts.append("build log:\n" + "\n".join(f"  {line}" for line in log.splitlines()))
     return KernelBuildError("\n".join(parts))
+
+
+class ProgramCache(OrderedDict):
+    """(device key, source digest) -> built program, least recently used first. Sources built
+    together in one batch map to one program, so the bound counts distinct programs. Callers
+    hold the runtime's lock."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._keys: dict[int, int] = {}  # id(program) -> how many keys refer to it
+
+    def remember(self, keys: Sequence[tuple[str, str]], program: Any, limit: int) -> None:
+        """Cache ``program`` (only ever a fully built one) under ``keys``, evicting the least
+        recently used programs beyond ``limit`` distinct ones."""
+        for key in keys:
+            old = self.pop(key, None)
+            if old is not None:
+                self._forget(old)
+            self[key] = program
+            self._keys[id(program)] = self._keys.get(id(program), 0) + 1
+        while len(self._keys) > limit:
+            self._forget(self.popitem(last=False)[1])
+
+    def _forget(self, program: Any) -> None:
+        left = self._keys.get(id(program), 0) - 1
+        if left > 0:
+            self._keys[id(program)] = left
+        else:
+            self._keys.pop(id(program), None)
+
+
+def in_threads(work: Callable[[Any], Any], items: list, max_threads: int) -> list:
+    """``work`` over ``items`` in order, ``max_threads`` at once (threads named
+    ``accy-build``); the first failure in order raises, after every item ran."""
+    if max_threads == 1 or len(items) <= 1:
+        return [work(x) for x in items]
+    with ThreadPoolExecutor(min(max_threads, len(items)), thread_name_prefix="accy-build") as pool:
+        futures = [pool.submit(work, x) for x in items]
+    return [f.result() for f in futures]

@@ -19,7 +19,6 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -28,7 +27,7 @@ import numpy as np
 import pyopencl as cl
 
 from accy.backends.opencl import batching, build_cache
-from accy.backends.opencl.builds import BuildStats, build_error
+from accy.backends.opencl.builds import BuildStats, ProgramCache, build_error, in_threads
 from accy.backends.opencl.builds import digest as _digest
 from accy.backends.opencl.builds import error_sites as _error_sites  # noqa: F401 (tests)
 from accy.backends.opencl.icd import IcdDecision, register_nvidia_icd
@@ -49,12 +48,10 @@ INSTALL_HINT = (
 _PROBE_SOURCE = "__kernel void accy_probe(__global int *out) { out[get_global_id(0)] = 42; }\n"
 
 _LOCK = threading.RLock()
-# (device key, digest of one source) -> built program, least recently used first. Sources
-# built together in one batch map to the same program, so the bound counts distinct programs
-# (at most PROGRAM_CACHE_SIZE; executables hold their kernels, so evicting a program only means
-# rebuilding it when a new executable needs it again)
-_PROGRAMS: OrderedDict[tuple[str, str], cl.Program] = OrderedDict()
-_PROGRAM_KEYS: dict[int, int] = {}  # id(program) -> how many _PROGRAMS keys refer to it
+# (device key, digest of one source) -> built program, least recently used first, at most
+# PROGRAM_CACHE_SIZE distinct programs (executables hold their kernels, so evicting a program
+# only means rebuilding it when a new executable needs it again)
+_PROGRAMS = ProgramCache()
 PROGRAM_CACHE_SIZE = 512
 _PROBES: dict[str, Runtime | str] = {}  # device key -> working runtime or failure reason
 _SELECTED: dict[str, Runtime] = {}  # selector string -> runtime
@@ -290,15 +287,6 @@ def _launch_lock(kernel: cl.Kernel) -> threading.Lock:
     return lock
 
 
-def _forget(program: cl.Program) -> None:
-    """One ``_PROGRAMS`` key less refers to ``program`` (under ``_LOCK``)."""
-    left = _PROGRAM_KEYS.get(id(program), 0) - 1
-    if left > 0:
-        _PROGRAM_KEYS[id(program)] = left
-    else:
-        _PROGRAM_KEYS.pop(id(program), None)
-
-
 class Runtime:
     """One OpenCL device with its context, a profiling queue, and build and buffer caches.
 
@@ -374,7 +362,7 @@ class Runtime:
                 log = re.sub(r"(clBuildProgram failed: \w+)( - \1)+", r"\1", str(exc))
                 raise build_error(self.info.key, source, options, log) from None
             with _LOCK:
-                self._remember([cache_key], program)
+                _PROGRAMS.remember([cache_key], program, PROGRAM_CACHE_SIZE)
                 _BUILDING.pop(cache_key, None)
             return program
 
@@ -409,18 +397,6 @@ class Runtime:
                 self.stats.store_ns += time.perf_counter_ns() - start
         return program
 
-    def _remember(self, keys: Sequence[tuple[str, str]], program: cl.Program) -> None:
-        """Cache ``program`` under ``keys`` (under ``_LOCK``), evicting the least recently
-        used programs beyond ``PROGRAM_CACHE_SIZE`` distinct ones."""
-        for key in keys:
-            old = _PROGRAMS.pop(key, None)
-            if old is not None:
-                _forget(old)
-            _PROGRAMS[key] = program  # only ever a fully built program
-            _PROGRAM_KEYS[id(program)] = _PROGRAM_KEYS.get(id(program), 0) + 1
-        while len(_PROGRAM_KEYS) > PROGRAM_CACHE_SIZE:
-            _forget(_PROGRAMS.popitem(last=False)[1])
-
     def _cached(self, cache_key: tuple[str, str]) -> cl.Program | None:
         program = _PROGRAMS.get(cache_key)
         if program is None or program.context != self.context:
@@ -445,10 +421,10 @@ class Runtime:
         distinct = list(dict.fromkeys(sources))
         if batch:
             groups = [g for g in batching.batches(self._missing(distinct, options)) if len(g) > 1]
-            self._run(lambda g: self._build_batch(g, options), groups, max_threads)
+            in_threads(lambda g: self._build_batch(g, options), groups, max_threads)
         # what is left (sources built alone, failed batches) builds source by source
         threads = max_threads if len(self._missing(distinct, options)) > 1 else 1
-        built = dict(zip(distinct, self._run(lambda s: self.build(s, options), distinct,
+        built = dict(zip(distinct, in_threads(lambda s: self.build(s, options), distinct,
                                              threads), strict=True))
         return [built[s] for s in sources]
 
@@ -457,17 +433,6 @@ class Runtime:
         with _LOCK:
             return [s for s in sources
                     if self._cached((self.info.key, _digest(s, options))) is None]
-
-    @staticmethod
-    def _run(work, items: list, max_threads: int) -> list:
-        """``work`` over ``items`` in order, ``max_threads`` at once; the first failure in
-        order raises (after every item ran)."""
-        if max_threads == 1 or len(items) <= 1:
-            return [work(x) for x in items]
-        with ThreadPoolExecutor(min(max_threads, len(items)),
-                                thread_name_prefix="accy-build") as pool:
-            futures = [pool.submit(work, x) for x in items]
-        return [f.result() for f in futures]
 
     def _build_batch(self, group: list[str], options: tuple[str, ...]) -> None:
         """Build ``group`` joined into one program and cache it under each source; on failure
@@ -479,7 +444,8 @@ class Runtime:
                 self.stats.failed_batches += 1
             return
         with _LOCK:
-            self._remember([(self.info.key, _digest(s, options)) for s in group], program)
+            _PROGRAMS.remember([(self.info.key, _digest(s, options)) for s in group], program,
+                              PROGRAM_CACHE_SIZE)
 
     def kernel(self, source: str, entry: str, options: tuple[str, ...] = ()) -> cl.Kernel:
         """The kernel ``entry`` of ``source``; the same object for the same arguments."""
