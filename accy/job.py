@@ -3,6 +3,7 @@ about the result (records, stamps, kernels, sources) and runs it through OpenCL.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pickle
@@ -17,7 +18,7 @@ import numpy as np
 from accy.backends.opencl.render import render
 from accy.errors import AccyError, KernelLookupError, WorkItemLookupError
 from accy.files import atomic_write
-from accy.ir.node import Node
+from accy.ir.node import Node, pack, unpack
 from accy.ir.ops import Op
 from accy.ir.program import Function, Program, Stage
 from accy.kernels.ir import Kernel
@@ -29,9 +30,41 @@ from accy.target import KernelStatus, TargetProfile
 
 _RUNNERS_LOCK = threading.Lock()  # guards the executable cache of run(), held for lookups only
 
-# saved jobs (PreparedJob.save / load_job): a header line, a JSON line, then the pickled job
+# saved jobs (PreparedJob.save / load_job): a header line, a JSON line, then two pickles: every
+# IR node of the job as one table (accy.ir.node.pack), and the job referring to its rows
 JOB_MAGIC = b"accy-prepared-job\n"
 JOB_FORMAT = 1  # bump when what is saved changes shape
+
+
+class _JobPickler(pickle.Pickler):
+    """Pickles a job with each IR node as a row number of one shared table. (A node pickled on
+    its own carries every node it reaches, so the many nodes plans and kernels refer to would
+    each repeat their ancestors: quadratic in a deep program, 33 s for a 1,000-node NasRNN.)"""
+
+    def __init__(self, file: io.BytesIO) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.nodes: list[Node] = []
+        self.rows: dict[int, int] = {}  # id(node) -> its row
+
+    def persistent_id(self, obj: object) -> int | None:
+        if not isinstance(obj, Node):
+            return None
+        row = self.rows.get(id(obj))
+        if row is None:
+            row = self.rows[id(obj)] = len(self.nodes)
+            self.nodes.append(obj)
+        return row
+
+
+class _JobUnpickler(pickle.Unpickler):
+    def __init__(self, file: io.BytesIO, nodes: tuple[Node, ...]) -> None:
+        super().__init__(file)
+        self.nodes = nodes
+
+    def persistent_load(self, pid: object) -> Node:
+        if not isinstance(pid, int) or not 0 <= pid < len(self.nodes):
+            raise pickle.UnpicklingError(f"no node {pid!r} in the saved table")
+        return self.nodes[pid]
 
 
 class JobFileError(AccyError):
@@ -94,8 +127,12 @@ class PreparedJob:
         header = {"format": JOB_FORMAT, "accy": __version__, "stage": self.stage.value,
                   "python": f"{sys.version_info.major}.{sys.version_info.minor}",
                   "kernels": self.kernel_count if self.product.kernels is not None else 0}
-        payload = pickle.dumps(self, protocol=pickle.HIGHEST_PROTOCOL)
-        return atomic_write(path, JOB_MAGIC + json.dumps(header).encode() + b"\n" + payload)
+        job = io.BytesIO()
+        pickler = _JobPickler(job)
+        pickler.dump(self)
+        nodes = pickle.dumps(pack(pickler.nodes), protocol=pickle.HIGHEST_PROTOCOL)
+        return atomic_write(path, JOB_MAGIC + json.dumps(header).encode() + b"\n" + nodes
+                            + job.getvalue())
 
     @property
     def product(self) -> Product:
@@ -280,7 +317,9 @@ def load_job(path: str | os.PathLike[str]) -> PreparedJob:
             f"{path}: saved by accy {header.get('accy')} (job format {header.get('format')}); "
             f"this is accy {__version__} (job format {JOB_FORMAT}): prepare the program again")
     try:
-        job = pickle.loads(payload)
+        stream = io.BytesIO(payload)
+        nodes = unpack(*pickle.load(stream))
+        job = _JobUnpickler(stream, nodes).load()
     except Exception as exc:  # truncated or damaged payload
         raise JobFileError(f"{path}: a damaged saved job ({type(exc).__name__}: {exc})"
                            ) from None
