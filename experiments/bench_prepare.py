@@ -217,9 +217,11 @@ def worker(job_path: str, device: str | None, batch: bool) -> None:
     job = accy.load_job(job_path)
     ready = time.perf_counter_ns()
     before = runtime.stats.copy()
-    if not batch:  # as before issue #15: one program per kernel source
-        runtime.build_many([job.kernel_source(i) for i in range(job.kernel_count)],
-                           batch=False)
+    if not batch:  # as before issue #15: the executable builds one program per kernel source
+        unbatched = runtime.build_many
+        runtime.build_many = (  # type: ignore[method-assign]
+            lambda sources, options=(), max_threads=1: unbatched(sources, options,
+                                                                 max_threads, batch=False))
     exe = job.executable(device=runtime)
     built = time.perf_counter_ns()
     inputs = [np.full(p.type.shape, 0.5, p.type.dtype.numpy) for p in exe.function.params]
