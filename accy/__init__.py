@@ -37,7 +37,7 @@ from accy.ir.printer import print_program
 from accy.ir.program import Program, Stage
 from accy.ir.types import DType, TensorType
 from accy.ir.verify import verify
-from accy.job import PreparedJob, prepare
+from accy.job import JobFileError, PreparedJob, load_job, prepare
 from accy.passes.spec import parse_pipeline
 from accy.target import TargetProfile
 
@@ -64,8 +64,8 @@ def __getattr__(name: str):
 
 __all__ = [
     "AccyError", "BoundExecutable", "Builder", "DeviceArray", "DeviceMismatchError", "DType",
-    "Executable", "PendingCall", "PreparedJob", "Program", "Stage", "TargetProfile",
-    "TensorType", "bool_", "explain", "f16", "f32", "f64", "function", "i32", "i64", "interpret",
-    "maximum", "minimum", "parse_pipeline", "parse_program", "prepare", "print_program",
-    "select_device", "to_device", "verify",
+    "Executable", "JobFileError", "PendingCall", "PreparedJob", "Program", "Stage",
+    "TargetProfile", "TensorType", "bool_", "explain", "f16", "f32", "f64", "function", "i32",
+    "i64", "interpret", "load_job", "maximum", "minimum", "parse_pipeline", "parse_program",
+    "prepare", "print_program", "select_device", "to_device", "verify",
 ]

@@ -7,6 +7,7 @@ import json
 import math
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from accy.errors import AccyError
 from accy.ir.program import Program
@@ -78,26 +79,68 @@ def _read_program(path: str) -> Program:
 
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
-    from accy.job import prepare
+    from accy.job import load_job, prepare
     from accy.passes.instrument import PrintIRAfterAll, Statistics, TimingReport
+    from accy.passes.spec import parse_pipeline
 
     _load_rules(args.rules)
-    program = _read_program(args.file)
+    if (args.file is None) == (args.load is None):
+        raise InputFileError("give a program file or --load JOB (a job saved with --save), "
+                             "not both")
     timing, stats = TimingReport(), Statistics()
     instruments = [timing, stats] + ([PrintIRAfterAll()] if args.print_ir_after_all else [])
-    job = prepare(program, args.pipeline, device=args.device, until=args.until,
-                  verify_each=not args.no_verify, instruments=instruments)
+    with timing.measure():
+        if args.load is not None:
+            with timing.phase(f"loading the saved job {args.load}"):
+                job = load_job(args.load)
+        else:
+            with timing.phase("reading the program"):
+                program = _read_program(args.file)
+            with timing.phase("parsing the pipeline (loads every pass module)"):
+                pipeline = parse_pipeline(args.pipeline)
+            job = prepare(program, pipeline, device=args.device, until=args.until,
+                          verify_each=not args.no_verify, instruments=instruments)
+        if job.product.kernels is not None and (args.emit_source or args.build or args.save):
+            with timing.phase("rendering kernel sources"):
+                sources = [job.kernel_source(i) for i in range(job.kernel_count)]
+        if args.build:
+            built = _build(job, args.device, timing)
+        if args.save:
+            with timing.phase(f"saving the job to {args.save}"):
+                job.save(args.save)
     for r in job.records:
         print(f"{r.stage.value:<9} {r.elapsed_ns / 1e6:8.3f} ms  passes {r.pass_runs}  "
               f"hits {r.analysis_hits}  misses {r.analysis_misses}  {r.fingerprint}")
+    if args.build:
+        print(built)
     if args.timing:
         print(timing.report())
     if args.statistics:
         print(stats.report())
     if job.product.kernels is not None and args.emit_source:
-        for i in range(job.kernel_count):
-            print(job.kernel_source(i))
+        for source in sources:
+            print(source)
     return 0
+
+
+def _build(job: Any, device: str | None, timing: Any) -> str:
+    """Build the job's kernels on ``device`` (timed); a line saying what that took."""
+    if job.product.kernels is None:
+        raise InputFileError(f"--build needs the kernel stage; the job stops at "
+                             f"{job.stage.value}")
+    with timing.phase("loading pyopencl and selecting the device"):
+        from accy.backends.opencl.runtime import select_device
+
+        runtime = select_device(device)
+    before = runtime.stats.copy()
+    with timing.phase("building kernels (OpenCL)"):
+        job.build(runtime)
+    s = runtime.stats.minus(before)
+    cache = runtime.disk_cache()
+    return (f"built on {runtime.info.key}: {s.compiled} programs compiled "
+            f"({s.compiled_sources} kernel sources, {s.compile_ns / 1e6:.1f} ms), {s.loaded} "
+            f"loaded from the disk cache ({s.loaded_sources} sources, {s.load_ns / 1e6:.1f} ms)"
+            f"; disk cache: {cache.root if cache else 'off'}")
 
 
 class RulesFileError(AccyError):
@@ -273,7 +316,13 @@ def build_parser() -> argparse.ArgumentParser:
     pipe.add_argument("--full", action="store_true", help="print every option, defaults too")
     pipe.set_defaults(run=_cmd_pipeline)
     prep = sub.add_parser("prepare", help="prepare a program written in the IR text form")
-    prep.add_argument("file")
+    prep.add_argument("file", nargs="?", help="the program (or --load a saved job instead)")
+    prep.add_argument("--save", metavar="JOB", help="save the prepared job to this file, for "
+                      "--load (or accy.load_job) in another process")
+    prep.add_argument("--load", metavar="JOB", help="load a job saved with --save instead of "
+                      "preparing a program")
+    prep.add_argument("--build", action="store_true", help="build the kernels on --device "
+                      "(ACCY_DEVICE or PoCL by default), filling the build caches")
     prep.add_argument("--pipeline", default="accy-default")
     prep.add_argument("--device", help="take the target profile from this OpenCL device")
     prep.add_argument("--until", type=stage_name, default="target",

@@ -3,15 +3,22 @@ about the result (records, stamps, kernels, sources) and runs it through OpenCL.
 
 from __future__ import annotations
 
+import io
+import json
+import os
+import pickle
+import sys
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from accy.backends.opencl.render import render
-from accy.errors import KernelLookupError, WorkItemLookupError
-from accy.ir.node import Node
+from accy.errors import AccyError, KernelLookupError, WorkItemLookupError
+from accy.files import atomic_write
+from accy.ir.node import Node, pack, unpack
 from accy.ir.ops import Op
 from accy.ir.program import Function, Program, Stage
 from accy.kernels.ir import Kernel
@@ -22,6 +29,47 @@ from accy.product import Product
 from accy.target import KernelStatus, TargetProfile
 
 _RUNNERS_LOCK = threading.Lock()  # guards the executable cache of run(), held for lookups only
+
+# saved jobs (PreparedJob.save / load_job): a header line, a JSON line, then two pickles: every
+# IR node of the job as one table (accy.ir.node.pack), and the job referring to its rows
+JOB_MAGIC = b"accy-prepared-job\n"
+JOB_FORMAT = 1  # bump when what is saved changes shape
+
+
+class _JobPickler(pickle.Pickler):
+    """Pickles a job with each IR node as a row number of one shared table. (A node pickled on
+    its own carries every node it reaches, so the many nodes plans and kernels refer to would
+    each repeat their ancestors: quadratic in a deep program, 33 s for a 1,000-node NasRNN.)"""
+
+    def __init__(self, file: io.BytesIO) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.nodes: list[Node] = []
+        self.rows: dict[int, int] = {}  # id(node) -> its row
+
+    def persistent_id(self, obj: object) -> int | None:
+        if not isinstance(obj, Node):
+            return None
+        row = self.rows.get(id(obj))
+        if row is None:
+            row = self.rows[id(obj)] = len(self.nodes)
+            self.nodes.append(obj)
+        return row
+
+
+class _JobUnpickler(pickle.Unpickler):
+    def __init__(self, file: io.BytesIO, nodes: tuple[Node, ...]) -> None:
+        super().__init__(file)
+        self.nodes = nodes
+
+    def persistent_load(self, pid: object) -> Node:
+        if not isinstance(pid, int) or not 0 <= pid < len(self.nodes):
+            raise pickle.UnpicklingError(f"no node {pid!r} in the saved table")
+        return self.nodes[pid]
+
+
+class JobFileError(AccyError):
+    """A saved job that cannot be loaded: not a saved job, damaged, or saved by another accy
+    version or file format (prepare the program again)."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +108,31 @@ class PreparedJob:
         state = dict(self.__dict__)
         state["_runners"] = {}  # executables hold device objects, which do not pickle
         return state
+
+    @staticmethod
+    def load(path: str | os.PathLike[str]) -> PreparedJob:
+        """The job saved at ``path`` (see :func:`load_job`)."""
+        return load_job(path)
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write this job (products, records, pipeline and every kernel's source) to ``path``
+        atomically, for :func:`load_job` in another process (ablation workers, a GPU machine)
+        to run without preparing again. The file is a pickle: load only files you trust.
+        Returns the path."""
+        from accy import __version__
+
+        if self.product.kernels is not None:
+            for i in range(self.kernel_count):  # rendered once here, never by the loader
+                self.kernel_source(i)
+        header = {"format": JOB_FORMAT, "accy": __version__, "stage": self.stage.value,
+                  "python": f"{sys.version_info.major}.{sys.version_info.minor}",
+                  "kernels": self.kernel_count if self.product.kernels is not None else 0}
+        job = io.BytesIO()
+        pickler = _JobPickler(job)
+        pickler.dump(self)
+        nodes = pickle.dumps(pack(pickler.nodes), protocol=pickle.HIGHEST_PROTOCOL)
+        return atomic_write(path, JOB_MAGIC + json.dumps(header).encode() + b"\n" + nodes
+                            + job.getvalue())
 
     @property
     def product(self) -> Product:
@@ -220,6 +293,40 @@ class PreparedJob:
             with _RUNNERS_LOCK:  # two threads racing here: both run the one kept
                 exe = self._runners.setdefault(key, made)
         return exe(*inputs, out=out, to_host=to_host, wait=wait)
+
+
+def load_job(path: str | os.PathLike[str]) -> PreparedJob:
+    """The job :meth:`PreparedJob.save` wrote to ``path``: it runs and answers as the saved one
+    did (same stamps, sources, results). Raises :class:`JobFileError` for a file that is not a
+    saved job, is damaged, or was saved by another accy version or file format. The file is a
+    pickle: load only files you trust."""
+    from accy import __version__
+
+    with open(path, "rb") as f:
+        data = f.read()
+    if not data.startswith(JOB_MAGIC):
+        raise JobFileError(f"{path}: not a saved accy job (PreparedJob.save writes them)")
+    line, sep, payload = data[len(JOB_MAGIC):].partition(b"\n")
+    try:
+        header = json.loads(line) if sep else None
+    except ValueError:
+        header = None
+    if not isinstance(header, dict):
+        raise JobFileError(f"{path}: a damaged saved job (its header does not read)")
+    if header.get("format") != JOB_FORMAT or header.get("accy") != __version__:
+        raise JobFileError(
+            f"{path}: saved by accy {header.get('accy')} (job format {header.get('format')}); "
+            f"this is accy {__version__} (job format {JOB_FORMAT}): prepare the program again")
+    try:
+        stream = io.BytesIO(payload)
+        nodes = unpack(*pickle.load(stream))
+        job = _JobUnpickler(stream, nodes).load()
+    except Exception as exc:  # truncated or damaged payload
+        raise JobFileError(f"{path}: a damaged saved job ({type(exc).__name__}: {exc})"
+                           ) from None
+    if not isinstance(job, PreparedJob):
+        raise JobFileError(f"{path}: holds a {type(job).__name__}, not a prepared job")
+    return job
 
 
 def prepare(

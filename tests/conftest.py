@@ -36,6 +36,16 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE")
                       or ("ci" if os.environ.get("CI") else "dev"))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _private_build_cache(tmp_path_factory: pytest.TempPathFactory):
+    """The on-disk build cache of the whole run (and of the processes it starts) is a fresh
+    temporary folder: tests never read or fill the user's ``~/.cache/accy/kernels``. Tests of
+    the cache itself give runtimes their own ``cache_dir``."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("ACCY_BUILD_CACHE_DIR", str(tmp_path_factory.mktemp("accy-build-cache")))
+        yield
+
+
 @pytest.fixture(scope="session")
 def device():
     """The default OpenCL runtime (``ACCY_DEVICE`` or PoCL); the test is skipped when there is

@@ -18,8 +18,9 @@ f32 = accy.f32
 
 
 def fresh(device: rt.Runtime) -> rt.Runtime:
-    """A runtime of its own context on the same device: nothing built there yet."""
-    return rt.Runtime(device.device)
+    """A runtime of its own context on the same device: nothing built there yet (and no disk
+    cache, so builds are real)."""
+    return rt.Runtime(device.device, cache_dir=False)
 
 
 @accy.function
@@ -53,14 +54,14 @@ def test_parallel_build_gives_the_serial_executable(device) -> None:
     assert len(set(sources)) == 9
 
     serial_rt, parallel_rt = fresh(device), fresh(device)
-    serial_threads, parallel_threads = traced_builds(serial_rt), traced_builds(parallel_rt)
+    serial_threads = traced_builds(serial_rt)
     serial = job.executable(device=serial_rt, max_threads=1)
     parallel = job.executable(device=parallel_rt, max_threads=4)
 
-    # every distinct source built exactly once on each runtime
-    assert serial_rt.build_count() == parallel_rt.build_count() == 9
+    # the nine sources built as one joined program on each runtime (batching.py)
+    assert serial_rt.build_count() == parallel_rt.build_count() == 1
+    assert serial_rt.stats.compiled_sources == parallel_rt.stats.compiled_sources == 9
     assert all(name == threading.current_thread().name for name in serial_threads)
-    assert sum(name.startswith("accy-build") for name in parallel_threads) == 9
     # same kernels in schedule order, same sources, same entry points
     assert [k for k, _ in serial.steps] == [k for k, _ in parallel.steps] == list(job.kernels)
     assert ([c.function_name for _, c in serial.steps]
@@ -74,15 +75,27 @@ def test_parallel_build_gives_the_serial_executable(device) -> None:
         np.testing.assert_array_equal(x, y)
 
 
-def test_build_many_keeps_order_and_builds_duplicates_once(device) -> None:
+def test_unbatched_builds_run_in_threads(device) -> None:
+    runtime = fresh(device)
+    threads = traced_builds(runtime)
+    job = accy.prepare(many)
+    sources = [job.kernel_source(i) for i in range(job.kernel_count)]
+    runtime.build_many(sources, max_threads=4, batch=False)
+    assert runtime.build_count() == 9  # one program per source
+    assert sum(name.startswith("accy-build") for name in threads) == 9
+
+
+@pytest.mark.parametrize("batch", [True, False])
+def test_build_many_keeps_order_and_builds_duplicates_once(device, batch: bool) -> None:
     runtime = fresh(device)
     job = accy.prepare(many)
     sources = [job.kernel_source(i) for i in (3, 1, 3, 0, 1)]
-    programs = runtime.build_many(sources, max_threads=3)
-    assert runtime.build_count() == 3
+    programs = runtime.build_many(sources, max_threads=3, batch=batch)
+    builds = 1 if batch else 3  # three distinct sources, joined or not
+    assert runtime.build_count() == builds
     assert programs[0] is programs[2] and programs[1] is programs[4]
     assert [p is runtime.build(s) for p, s in zip(programs, sources, strict=True)] == [True] * 5
-    assert runtime.build_count() == 3  # all cached now
+    assert runtime.build_count() == builds  # all cached now
 
 
 def test_concurrent_builds_of_one_source_build_it_once(device) -> None:

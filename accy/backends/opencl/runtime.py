@@ -1,5 +1,9 @@
 """The pyopencl runtime: device discovery and selection, cached builds, pooled buffers, launches.
 
+Builds are cached twice: in memory per process (``_PROGRAMS``), and on disk across processes
+(:mod:`accy.backends.opencl.build_cache`); :meth:`Runtime.build_many` joins a job's kernel
+sources into few programs (:mod:`accy.backends.opencl.batching`).
+
 ``select_device(selector)`` picks a device and returns its ``Runtime`` (one per device and per
 selector string in a process). Every candidate device is probed by building and running a tiny
 kernel first, because a platform can be listed yet unable to compile anything (the PoCL bundled
@@ -9,18 +13,23 @@ Devices that fail the probe are skipped, and the reason is kept for error messag
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import pyopencl as cl
 
+from accy.backends.opencl import batching, build_cache
+from accy.backends.opencl.builds import BuildStats, ProgramCache, build_error, in_threads
+from accy.backends.opencl.builds import digest as _digest
+from accy.backends.opencl.builds import error_sites as _error_sites  # noqa: F401 (tests)
 from accy.backends.opencl.icd import IcdDecision, register_nvidia_icd
 from accy.backends.opencl.tensor_cores import compute_capability, probe_tensor_cores
 from accy.errors import DeviceError, KernelBuildError
@@ -40,21 +49,16 @@ INSTALL_HINT = (
 _PROBE_SOURCE = "__kernel void accy_probe(__global int *out) { out[get_global_id(0)] = 42; }\n"
 
 _LOCK = threading.RLock()
-# (device key, digest) -> built program, least recently used first; at most PROGRAM_CACHE_SIZE
-# (executables hold their kernels, so evicting a program only means rebuilding it when a new
-# executable needs it again)
-_PROGRAMS: OrderedDict[tuple[str, str], cl.Program] = OrderedDict()
+# (device key, digest of one source) -> built program, least recently used first, at most
+# PROGRAM_CACHE_SIZE distinct programs (executables hold their kernels, so evicting a program
+# only means rebuilding it when a new executable needs it again)
+_PROGRAMS = ProgramCache()
 PROGRAM_CACHE_SIZE = 512
 _PROBES: dict[str, Runtime | str] = {}  # device key -> working runtime or failure reason
 _SELECTED: dict[str, Runtime] = {}  # selector string -> runtime
 _BUILDING: dict[tuple[str, str], threading.Lock] = {}  # one build per (device, digest) at once
 _ICD_CHECKED = False  # whether register_nvidia_icd ran (once, before the first platform query)
 _ICD_DECISION: IcdDecision | None = None  # what it decided, for error messages
-
-# Error locations in build logs: clang/PoCL "file:3:5: error" or "error: file:3:5: ...",
-# NVIDIA "<kernel>:3:5: error:" and "<kernel>(3): error".
-_LINE_COL = re.compile(r"(?:^|[\s'\"])(?:<[^<>\s]*>|[^\s:()<>'\"]+):(\d+):(\d+)")
-_LINE_ONLY = re.compile(r"\((\d+)\)\s*:\s*(?:catastrophic\s+)?error", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -294,35 +298,6 @@ def _launch_lock(kernel: cl.Kernel) -> threading.Lock:
     return lock
 
 
-def _digest(source: str, options: tuple[str, ...]) -> str:
-    return hashlib.sha256("\0".join((source, *options)).encode()).hexdigest()
-
-
-def _error_sites(log: str, source: str) -> str:
-    """Each error location the log names, quoted from ``source`` with a caret under the column."""
-    lines = source.splitlines()
-    sites: list[tuple[int, int | None]] = []
-    for log_line in log.splitlines():
-        if "error" not in log_line.lower():
-            continue
-        found: list[tuple[int, int | None]] = [
-            (int(m[1]), int(m[2])) for m in _LINE_COL.finditer(log_line)
-        ]
-        found += [(int(m[1]), None) for m in _LINE_ONLY.finditer(log_line)]
-        sites += [site for site in found if site not in sites]
-    quoted: list[str] = []
-    for line_no, col in sites[:20]:
-        if not 1 <= line_no <= len(lines):
-            continue
-        text = lines[line_no - 1]
-        where = f"line {line_no}" + (f", column {col}" if col is not None else "")
-        quoted.append(f"  at {where}:\n    {line_no:>4} | {text}")
-        if col is not None:
-            pad = "".join("\t" if ch == "\t" else " " for ch in text[: max(col - 1, 0)])
-            quoted.append(f"         | {pad}^")
-    return "\n".join(quoted)
-
-
 class Runtime:
     """One OpenCL device with its context, a profiling queue, and build and buffer caches.
 
@@ -332,9 +307,15 @@ class Runtime:
 
     The queue is in order (no ``OUT_OF_ORDER_EXEC_MODE``): device tensors, chained and
     asynchronous calls rely on each command running after the ones enqueued before it.
+
+    ``cache_dir``: the folder of the on-disk build cache (made private), ``False`` for none,
+    ``None`` (default) for what the environment says at each build (see
+    :mod:`accy.backends.opencl.build_cache`: ``ACCY_BUILD_CACHE``, ``ACCY_BUILD_CACHE_DIR``,
+    ``ACCY_BUILD_CACHE_MIB``); ``cache_bytes`` bounds a ``cache_dir`` given here.
     """
 
-    def __init__(self, device: cl.Device) -> None:
+    def __init__(self, device: cl.Device, cache_dir: str | os.PathLike[str] | Literal[False]
+                 | None = None, cache_bytes: int | None = None) -> None:
         self.device = device
         self.info = DeviceInfo.of(device)
         self.context = cl.Context([device])
@@ -342,6 +323,14 @@ class Runtime:
             self.context, device, properties=cl.command_queue_properties.PROFILING_ENABLE
         )
         self._builds = 0
+        self.stats = BuildStats()
+        self._cache_dir = cache_dir
+        self._cache_bytes = cache_bytes
+        self._is_pocl = _is_pocl(device)
+        # what the binaries depend on besides source and options
+        self._identity = (device.platform.name.strip(), device.platform.version.strip(),
+                          self.info.name, self.info.vendor, self.info.opencl_version,
+                          self.info.driver_version)
         self._kernels: OrderedDict[tuple[str, str], cl.Kernel] = OrderedDict()
         self._buffers: OrderedDict[object, tuple[int, cl.Buffer]] = OrderedDict()
         self._pooled_bytes = 0
@@ -352,11 +341,22 @@ class Runtime:
     def __repr__(self) -> str:
         return f"Runtime({self.info.key!r})"
 
+    def disk_cache(self) -> build_cache.DiskCache | None:
+        """The on-disk build cache builds use now, or None (off)."""
+        if self._cache_dir is False:
+            return None
+        if self._cache_dir is not None:
+            max_bytes = (build_cache.max_bytes_from(os.environ) if self._cache_bytes is None
+                         else self._cache_bytes)
+            return build_cache.open_cache(Path(self._cache_dir), max_bytes)
+        return build_cache.from_environment(self._is_pocl)
+
     def build(self, source: str, options: tuple[str, ...] = ()) -> cl.Program:
         """The program built from ``source``; a cached build is reused without recompiling.
 
         Thread-safe; the compile runs outside the global lock (pyopencl releases the GIL in
         ``clBuildProgram``), so different sources build in parallel and one source once.
+        Looks in memory, then in the disk cache, then compiles (and stores the binary).
         """
         options = tuple(options)
         cache_key = (self.info.key, _digest(source, options))
@@ -371,17 +371,45 @@ class Runtime:
                 if program is not None:
                     return program
             try:
-                program = cl.Program(self.context, source).build(options=list(options))
+                program = self._compile(source, options, sources=1)
             except cl.Error as exc:
                 log = re.sub(r"(clBuildProgram failed: \w+)( - \1)+", r"\1", str(exc))
-                raise self._build_error(source, options, log) from None
+                raise build_error(self.info.key, source, options, log) from None
             with _LOCK:
-                self._builds += 1
-                _PROGRAMS[cache_key] = program  # only ever a fully built program
+                _PROGRAMS.remember([cache_key], program, PROGRAM_CACHE_SIZE)
                 _BUILDING.pop(cache_key, None)
-                while len(_PROGRAMS) > PROGRAM_CACHE_SIZE:
-                    _PROGRAMS.popitem(last=False)
             return program
+
+    def _compile(self, source: str, options: tuple[str, ...], sources: int) -> cl.Program:
+        """``source`` built: loaded from the disk cache when there, else compiled (and its
+        binary stored). Raises ``cl.Error`` when compiling fails; a cached binary that fails
+        to load is dropped and the source compiled instead."""
+        cache = self.disk_cache()
+        key = (build_cache.entry_key(self._identity, options, _digest(source, ()))
+               if cache is not None else "")
+        if cache is not None:
+            start = time.perf_counter_ns()
+            program = build_cache.load_program(cache, key, self.context, self.device, options)
+            if program is not None:
+                with _LOCK:
+                    self.stats.loaded += 1
+                    self.stats.loaded_sources += sources
+                    self.stats.load_ns += time.perf_counter_ns() - start
+                return program
+        start = time.perf_counter_ns()
+        program = cl.Program(self.context, source).build(options=list(options))
+        with _LOCK:
+            self._builds += 1
+            self.stats.compiled += 1
+            self.stats.compiled_sources += sources
+            self.stats.compile_ns += time.perf_counter_ns() - start
+        if cache is not None:
+            start = time.perf_counter_ns()
+            stored = build_cache.store_program(cache, key, program)
+            with _LOCK:
+                self.stats.stored += stored
+                self.stats.store_ns += time.perf_counter_ns() - start
+        return program
 
     def _cached(self, cache_key: tuple[str, str]) -> cl.Program | None:
         program = _PROGRAMS.get(cache_key)
@@ -391,33 +419,47 @@ class Runtime:
         return program
 
     def build_many(self, sources: Sequence[str], options: tuple[str, ...] = (),
-                   max_threads: int = 1) -> list[cl.Program]:
+                   max_threads: int = 1, batch: bool = True) -> list[cl.Program]:
         """The programs of ``sources`` in order, distinct sources built ``max_threads`` at once.
 
-        The programs are the ones serial :meth:`build` calls would give; a failure raises the
-        build error of the first failing source in order.
+        With ``batch`` (default) the sources not built yet are joined into few programs
+        (:mod:`~accy.backends.opencl.batching`: bounded in size, built ``max_threads`` at once),
+        so several sources may share one program; each source's kernels are in its program. A
+        batch that fails is built again source by source, so a failure raises the build error
+        (quoting the bad line) of the first failing source in order, as serial :meth:`build`
+        calls would.
         """
         if isinstance(max_threads, bool) or not isinstance(max_threads, int) or max_threads < 1:
             raise ValueError(f"max_threads must be a positive int, got {max_threads!r}")
+        options = tuple(options)
         distinct = list(dict.fromkeys(sources))
-        if max_threads == 1 or len(distinct) <= 1:
-            built = {s: self.build(s, options) for s in distinct}
-        else:
-            with ThreadPoolExecutor(min(max_threads, len(distinct)),
-                                    thread_name_prefix="accy-build") as pool:
-                futures = {s: pool.submit(self.build, s, options) for s in distinct}
-            built = {s: f.result() for s, f in futures.items()}
+        if batch:
+            groups = [g for g in batching.batches(self._missing(distinct, options)) if len(g) > 1]
+            in_threads(lambda g: self._build_batch(g, options), groups, max_threads)
+        # what is left (sources built alone, failed batches) builds source by source
+        threads = max_threads if len(self._missing(distinct, options)) > 1 else 1
+        built = dict(zip(distinct, in_threads(lambda s: self.build(s, options), distinct,
+                                             threads), strict=True))
         return [built[s] for s in sources]
 
-    def _build_error(self, source: str, options: tuple[str, ...], log: str) -> KernelBuildError:
-        parts = [f"OpenCL build failed on {self.info.key}"]
-        if options:
-            parts.append(f"options: {' '.join(options)}")
-        sites = _error_sites(log, source)
-        if sites:
-            parts.append(f"error sites:\n{sites}")
-        parts.append("build log:\n" + "\n".join(f"  {line}" for line in log.splitlines()))
-        return KernelBuildError("\n".join(parts))
+    def _missing(self, sources: list[str], options: tuple[str, ...]) -> list[str]:
+        """The ``sources`` with no program in memory yet."""
+        with _LOCK:
+            return [s for s in sources
+                    if self._cached((self.info.key, _digest(s, options))) is None]
+
+    def _build_batch(self, group: list[str], options: tuple[str, ...]) -> None:
+        """Build ``group`` joined into one program and cache it under each source; on failure
+        cache nothing (the sources are then built one by one, to name the bad one)."""
+        try:
+            program = self._compile(batching.join(group), options, sources=len(group))
+        except cl.Error:
+            with _LOCK:
+                self.stats.failed_batches += 1
+            return
+        with _LOCK:
+            _PROGRAMS.remember([(self.info.key, _digest(s, options)) for s in group], program,
+                              PROGRAM_CACHE_SIZE)
 
     def kernel(self, source: str, entry: str, options: tuple[str, ...] = ()) -> cl.Kernel:
         """The kernel ``entry`` of ``source``; the same object for the same arguments."""
