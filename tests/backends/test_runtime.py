@@ -7,10 +7,8 @@ import pytest
 
 pytest.importorskip("pyopencl")
 
-import accy  # noqa: E402
 from accy.backends.opencl import runtime as rt  # noqa: E402
 from accy.errors import AccyError, DeviceError, KernelBuildError  # noqa: E402
-from accy.ir.types import DType  # noqa: E402
 
 VADD = """
 __kernel void vadd(__global const float *a, __global const float *b, __global float *c,
@@ -60,7 +58,7 @@ def test_vector_add_matches_numpy(runtime: rt.Runtime) -> None:
     rng = np.random.default_rng(0)
     a = rng.standard_normal(n).astype(np.float32)
     b = rng.standard_normal(n).astype(np.float32)
-    bufs = [runtime.buffer(("vadd", name), a.nbytes) for name in "abc"]
+    bufs = [runtime.allocate(a.nbytes) for _ in "abc"]
     runtime.write(bufs[0], a)
     runtime.write(bufs[1], b)
     kernel = runtime.kernel(VADD, "vadd")
@@ -92,46 +90,12 @@ def test_kernel_object_reused(runtime: rt.Runtime) -> None:
     assert runtime.kernel(VADD, "scale") is not first
 
 
-def test_buffer_pooling(runtime: rt.Runtime) -> None:
-    buf = runtime.buffer("pool", 64)
-    assert runtime.buffer("pool", 64) is buf
-    assert runtime.buffer("other", 64) is not buf
-    bigger = runtime.buffer("pool", 128)
-    assert bigger is not buf and bigger.size >= 128
-    assert runtime.buffer("pool", 128) is bigger
-    empty = runtime.buffer("empty", 0)
-    assert runtime.buffer("empty", 0) is empty
+def test_allocate_gives_separate_buffers(runtime: rt.Runtime) -> None:
+    buf = runtime.allocate(64)
+    assert runtime.allocate(64) is not buf and buf.size >= 64
+    empty = runtime.allocate(0)
     runtime.write(empty, np.zeros(0, dtype=np.float32))
     assert runtime.read(empty, np.zeros(0, dtype=np.float32)).shape == (0,)
-
-
-def test_buffer_pool_forgets_least_recently_used(runtime: rt.Runtime,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(runtime, "pool_bytes", 256)
-    first = runtime.buffer("lru-a", 128)
-    runtime.buffer("lru-b", 128)
-    assert runtime.buffer("lru-a", 128) is first  # used again: now the most recent
-    runtime.buffer("lru-c", 128)  # over 256 bytes: "lru-b" goes
-    assert runtime.buffer("lru-a", 128) is first
-    assert runtime._pooled_bytes <= 256 + 128
-    huge = runtime.buffer("lru-huge", 1024)  # bigger than the pool: kept while newest
-    assert runtime.buffer("lru-huge", 1024) is huge
-    assert runtime.buffer("lru-a", 128) is not first
-
-
-def test_executable_keeps_its_buffers_when_the_pool_forgets_them(
-        runtime: rt.Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
-    b = accy.Builder()
-    f = b.begin_function("scaled", [b.tensor(DType.f32, (64,))])
-    f.return_(f.param(0) * f.constant(np.arange(64, dtype=np.float32)) + 1.0)
-    f.finish()
-    exe = accy.prepare(b.finish()).executable(device=runtime)
-    a = np.ones(64, np.float32)
-    want = exe(a)[0]
-    monkeypatch.setattr(runtime, "pool_bytes", 0)
-    for i in range(4):  # other programs' buffers push this one's out of the pool
-        runtime.buffer(("other", i), 1024)
-    np.testing.assert_array_equal(exe(a)[0], want)  # constants written once, still there
 
 
 def test_program_cache_is_bounded(runtime: rt.Runtime, monkeypatch: pytest.MonkeyPatch
@@ -148,13 +112,13 @@ def test_program_cache_is_bounded(runtime: rt.Runtime, monkeypatch: pytest.Monke
 
 def test_noncontiguous_copies(runtime: rt.Runtime) -> None:
     grid = np.arange(12, dtype=np.float32).reshape(3, 4)
-    buf = runtime.buffer("strided", grid.nbytes)
+    buf = runtime.allocate(grid.nbytes)
     runtime.write(buf, grid.T)  # written as a C-contiguous copy
     out = np.zeros((4, 3), dtype=np.float32).T  # a non-contiguous view, filled in place
     assert runtime.read(buf, out) is out
     np.testing.assert_array_equal(out, grid.T.copy().reshape(3, 4))
     with pytest.raises(DeviceError, match="does not fit"):
-        runtime.write(runtime.buffer("small", 4), grid)
+        runtime.write(runtime.allocate(4), grid)
 
 
 def test_syntax_error_quotes_bad_line(runtime: rt.Runtime) -> None:
@@ -187,7 +151,7 @@ def test_unknown_entry_raises(runtime: rt.Runtime) -> None:
 def test_launch_error_is_device_error(runtime: rt.Runtime) -> None:
     kernel = runtime.kernel(VADD, "scale")
     with pytest.raises(DeviceError, match="scale"):
-        runtime.launch(kernel, (4,), None, [runtime.buffer("launch", 16)])  # one arg short
+        runtime.launch(kernel, (4,), None, [runtime.allocate(16)])  # one arg short
 
 
 def test_unmatched_selector_lists_devices(fresh_selection: None, runtime: rt.Runtime) -> None:

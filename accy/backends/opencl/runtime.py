@@ -1,4 +1,4 @@
-"""The pyopencl runtime: device discovery and selection, cached builds, pooled buffers, launches.
+"""The pyopencl runtime: device discovery and selection, cached builds, buffers, launches.
 
 Builds are cached twice: in memory per process (``_PROGRAMS``), and on disk across processes
 (:mod:`accy.backends.opencl.build_cache`); :meth:`Runtime.build_many` joins a job's kernel
@@ -188,7 +188,7 @@ def _probe(device: cl.Device) -> Runtime | str:
                 runtime = Runtime(device)
                 kernel = runtime.kernel(_PROBE_SOURCE, "accy_probe")
                 out = np.zeros(4, dtype=np.int32)
-                buf = runtime.buffer(("accy_probe", 0), out.nbytes)
+                buf = runtime.allocate(out.nbytes)
                 runtime.launch(kernel, (4,), None, [buf])
                 if not (runtime.read(buf, out) == 42).all():
                     raise DeviceError("probe kernel ran but produced wrong results")
@@ -332,11 +332,6 @@ class Runtime:
                           self.info.name, self.info.vendor, self.info.opencl_version,
                           self.info.driver_version)
         self._kernels: OrderedDict[tuple[str, str], cl.Kernel] = OrderedDict()
-        self._buffers: OrderedDict[object, tuple[int, cl.Buffer]] = OrderedDict()
-        self._pooled_bytes = 0
-        # the buffer pool keeps at most this many bytes (a quarter of the device's memory)
-        # beyond the buffer just handed out; see :meth:`buffer`
-        self.pool_bytes = device.global_mem_size // 4
 
     def __repr__(self) -> str:
         return f"Runtime({self.info.key!r})"
@@ -483,33 +478,6 @@ class Runtime:
                 while len(self._kernels) > PROGRAM_CACHE_SIZE:
                     self._kernels.popitem(last=False)
             return self._kernels[key]
-
-    def buffer(self, key: object, nbytes: int) -> cl.Buffer:
-        """A device buffer pooled under ``key``: reused while the size stays the same.
-
-        Every caller asking for one key gets the same buffer, so callers that may run at once
-        must use keys of their own (executables do not use the pool: they own their buffers,
-        see :meth:`allocate`). The pool forgets the least recently used buffers once it holds
-        more than ``pool_bytes`` besides the newest (a long sweep of programs would otherwise
-        keep every program's buffers); whoever still holds a forgotten buffer keeps it, and the
-        next request for its key gets a new one.
-        """
-        if nbytes < 0:
-            raise DeviceError(f"buffer {key!r}: negative size {nbytes}")
-        with _LOCK:
-            pooled = self._buffers.pop(key, None)
-            if pooled is not None:
-                self._pooled_bytes -= pooled[0]
-                if pooled[0] != nbytes:
-                    pooled = None
-            if pooled is None:
-                pooled = (nbytes, cl.Buffer(self.context, cl.mem_flags.READ_WRITE,
-                                            size=max(nbytes, 1)))
-            while self._buffers and self._pooled_bytes + nbytes > self.pool_bytes:
-                self._pooled_bytes -= self._buffers.popitem(last=False)[1][0]
-            self._buffers[key] = pooled
-            self._pooled_bytes += nbytes
-            return pooled[1]
 
     def allocate(self, nbytes: int) -> cl.Buffer:
         """A new device buffer of ``nbytes`` (at least 1) that only its holder uses; freed when

@@ -73,7 +73,7 @@ def probe_tensor_cores(runtime: Runtime, nvidia: bool) -> tuple[str, ...]:
     try:
         kernel = runtime.kernel(MMA_PROBE_SOURCE, "accy_mma_probe")
         out = np.zeros(16 * 8, dtype=np.float32)
-        buf = runtime.buffer(("accy_mma_probe", 0), out.nbytes)
+        buf = runtime.allocate(out.nbytes)
         runtime.launch(kernel, (32,), (32,), [buf])
         got = runtime.read(buf, out).reshape(16, 8)
     except (cl.Error, KernelBuildError, DeviceError):
