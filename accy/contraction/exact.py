@@ -31,8 +31,8 @@ class _Budget:
         if self.used > self.limit:
             raise ExactStateLimitError(
                 f"exact path search over {self.n} operands needs more than "
-                f"exact_state_limit={self.limit} states; raise the limit, or use strategy "
-                f"'auto' or fallback='beam'")
+                f"exact_state_limit={self.limit} states; raise the limit or give it max_time, "
+                f"or use strategy 'auto' or fallback='beam'")
 
 
 def full_dp(net: Network, parts: list[Part], opts: PathOptions,
