@@ -7,7 +7,8 @@ or not. For such a network every tree whose steps each share a summed letter -- 
 ``exact`` past ``exact_outer_limit`` and of opt_einsum's ``dp`` -- has intervals of the order
 as subtrees, so the textbook matrix-chain recurrence over the ``n (n + 1) / 2`` intervals
 (``O(n**3)`` splits) finds the optimum of that space. Ordering is ``O(n)``; it replaces a
-subset search whose state count grows with ``n**2`` and hits the state limit at ~45 operands.
+subset search whose state count grows with ``n**2`` and hits the default state limit at ~45
+operands.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from __future__ import annotations
 from accy.contraction.cost import Network, bits, tree_to_ssa
 from accy.contraction.search import KEY, PathOptions, Ssa, no_path
 
-CHAIN_MAX_N = 400
-"""longest chain solved by interval DP (``n**3 / 6`` splits: ~1 s at 150 operands in CPython)"""
+CHAIN_MAX_N = 200
+"""longest chain solved by interval DP (``n**3 / 6`` splits: 0.3 s at 100 operands, 4 s at
+200 on a loaded 2-core machine, in CPython)"""
 
 
 def chain_order(net: Network) -> list[int] | None:
@@ -77,28 +79,42 @@ def chain_ssa(net: Network, opts: PathOptions, order: list[int]) -> Ssa:
         for j in range(i, n):
             acc |= masks[j]
             unions[i][j] = acc
+    lsize = [[0] * n for _ in range(n)]  # size of legs[i][j]
+    col: list[list[tuple[int, int, int] | None]] = [[None] * n for _ in range(n)]  # [j][i]
+    for i in range(n):
+        lsize[i][i] = size[masks[i]]
+        col[i][i] = costs[i][i]
+    # size[a | b] as size[a] * size[b] // size[a & b]: a few distinct shared masks (the bonds)
+    # instead of O(n**3) distinct unions, each a product over ~n letters
+    divide = all(net.sizes)
     for length in range(2, n + 1):
         for i in range(n - length + 1):
             j = i + length - 1
             kept = unions[i][j] & (out | before[i] | after[j + 1])
             legs[i][j] = kept
-            result = size[kept]
+            lsize[i][j] = result = size[kept]
             if limit is not None and result > limit:
                 continue
+            gone = ~kept
             best, k1, k2, at = None, 0, 0, 0
-            row, col = costs[i], legs[i]
+            row, lrow, srow, cj = costs[i], legs[i], lsize[i], col[j]
             for k in range(i, j):
-                a, b = row[k], costs[k + 1][j]
+                a, b = row[k], cj[k + 1]
                 if a is None or b is None:
                     continue
-                u = col[k] | legs[k + 1][j]
-                flops = size[u] << 1 if u & ~kept else size[u]
+                la, lb = lrow[k], legs[k + 1][j]
+                shared = la & lb
+                flops = (srow[k] * lsize[k + 1][j] // size[shared] if divide
+                         else size[la | lb])
+                if shared & gone:
+                    flops <<= 1
                 m = a[2] if a[2] > b[2] else b[2]
                 c = (a[0] + b[0] + flops, a[1] + b[1] + result, m if m > result else result)
                 c1, c2 = c[first], c[second]
                 if best is None or c1 < k1 or (c1 == k1 and c2 < k2):
                     best, k1, k2, at = c, c1, c2, k
-            costs[i][j], split[i][j] = best, at
+            costs[i][j] = col[j][i] = best
+            split[i][j] = at
     if costs[0][n - 1] is None:
         raise no_path(opts)
 

@@ -32,7 +32,7 @@ function (:mod:`accy.contraction.opt_einsum_bridge`). Costs are in the units of
   operand is made), then joins what is left smallest first, and returns the left-to-right
   path instead when that is cheaper.
 * ``auto`` -- ``exact`` while it stays within ``exact_state_limit`` (chain-like networks by
-  the interval DP of :mod:`accy.contraction.chain`, at any size up to 400 operands), else
+  the interval DP of :mod:`accy.contraction.chain`, at any size up to 200 operands), else
   ``beam``. Past ``exact_outer_limit`` operands it polishes exact's tree by subtree
   reconfiguration, which may bring in the outer products exact's space lacks (so ``auto``
   may beat ``exact``). Past :data:`AUTO_HYPER_MIN_N` operands it also runs ``hyper`` with a
