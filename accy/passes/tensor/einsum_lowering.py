@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from accy.contraction import (
     ContractionError,
+    NoPathError,
     PathCost,
     PathOptions,
     PathResult,
@@ -151,8 +152,12 @@ class EinsumLowering(Pass):
             operands.append(_prepare(node, term, elsewhere))
         sizes = {c: d for s, t in zip(srcs, terms, strict=True) for c, d in zip(t, s.type.shape,
                                                                                  strict=True)}
-        chosen = search_path(terms, out, sizes, self.strategy, self.path_options(),
-                             slicing=True, slice_output=False)
+        try:
+            chosen = search_path(terms, out, sizes, self.strategy, self.path_options(),
+                                 slicing=True, slice_output=False)
+        except NoPathError as e:
+            raise NoPathError(f"einsum {spec!r}: {e} (the pass slices summed letters only)",
+                              e.smallest) from e
         if len(operands) == 1:
             node, have = operands[0]
             if have != out:
