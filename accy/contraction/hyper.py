@@ -2,9 +2,10 @@
 
 It spends ``max_time`` seconds or ``max_repeats`` trials (an effort budget: reproducible) on
 
-* **Boltzmann-sampled greedy** (as cotengra's ``random-greedy``): greedy over pairs sharing a
-  summed letter, each pair scored by ``result - alpha * (size_a + size_b)`` on a log scale
-  plus Gumbel noise of weight ``temperature``; ``alpha`` and ``temperature`` are drawn per
+* **Boltzmann-sampled greedy** (cotengra's ``random-greedy`` score): greedy over pairs
+  sharing a summed letter, each pair scored by ``result / costmod - (size_a + size_b) *
+  costmod`` taken to ``sign * log|.|`` minus Gumbel noise of weight ``temperature``;
+  ``costmod`` (uniform in 0.1..4) and ``temperature`` (log-uniform in 0.001..1) are drawn per
   trial, so the trials sample the neighbourhood of the greedy path;
 * **recursive bisection** (:mod:`accy.contraction.partition`, every third trial past 24
   operands): the operands are split into two parts cutting few, small letters, recursively,
@@ -41,7 +42,7 @@ RECONFIGURE_SHARE = 0.3  # share of a time budget left to reconfiguration
 
 
 def random_greedy_ssa(net: Network, opts: PathOptions, rng: random.Random,
-                      alpha: float, temperature: float) -> Ssa | None:
+                      costmod: float, temperature: float) -> Ssa | None:
     """One Boltzmann-sampled greedy path (None where it breaks the memory limit)."""
     size, out, limit = net.size, net.output, opts.memory_limit
     alive: dict[int, int] = dict(enumerate(net.reduced))
@@ -61,8 +62,8 @@ def random_greedy_ssa(net: Network, opts: PathOptions, rng: random.Random,
         result = size[kept]
         if limit is not None and result > limit:
             return None
-        s = result - alpha * (size[ma] + size[mb])
-        s = math.copysign(math.log1p(abs(s)), s)
+        s = result / costmod - (size[ma] + size[mb]) * costmod
+        s = math.copysign(math.log(abs(s)), s) if s else 0.0
         if gumbel is not None:
             s -= temperature * gumbel()
         return s, a, b, kept
@@ -159,9 +160,9 @@ def hyper_ssa(net: Network, opts: PathOptions, starts: Callable[[], list[Ssa | N
         if n >= 24 and trial % 3 == 2:
             best.offer(partition_ssa(net, opts, rng))
         else:
-            alpha = rng.uniform(0.0, 1.5) if trial else 1.0
-            temperature = rng.choice((0.0, 0.01, 0.03, 0.1, 0.3, 1.0)) if trial else 0.0
-            best.offer(random_greedy_ssa(net, opts, rng, alpha, temperature))
+            costmod = rng.uniform(0.1, 4.0) if trial else 1.0
+            temperature = math.exp(rng.uniform(math.log(0.001), 0.0)) if trial else 0.0
+            best.offer(random_greedy_ssa(net, opts, rng, costmod, temperature))
     if not best.found:
         raise NoPathError(f"no pairwise path keeps every intermediate within "
                           f"memory_limit={opts.memory_limit} elements")
