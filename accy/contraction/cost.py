@@ -210,13 +210,12 @@ def sizes_from_shapes(terms: Sequence[str], shapes: Sequence[Sequence[int]]) -> 
 
 
 def is_index_symbol(c: str) -> bool:
-    """Whether ``c`` may name an index in a spec: an ASCII letter, or any other non-ASCII
-    printable character (opt_einsum's :func:`opt_einsum.get_symbol` numbers indices past
-    the 52 letters with ``chr(i + 140)`` and up, which includes a few non-letters such as
-    ``'×'``), so a spec can hold any number of indices."""
-    if c.isascii():
-        return c.isalpha()
-    return c.isprintable() and not c.isspace()
+    """Whether ``c`` may name an index in a spec: an ASCII letter, or any non-ASCII character
+    (opt_einsum's :func:`opt_einsum.get_symbol` numbers indices past the 52 letters with
+    ``chr(i + 140)`` and up, which includes non-letters such as ``'×'``, unassigned code
+    points such as ``'\u0378'`` and even a few non-ASCII spaces), so a spec can hold any
+    number of indices. The separators ``,``, ``->`` and the spaces removed are ASCII."""
+    return c.isalpha() if c.isascii() else True
 
 
 def parse_spec(spec: str) -> tuple[list[str], str]:

@@ -127,8 +127,8 @@ def slice_path(inputs: Sequence[Indices], output: Indices, size_dict: Mapping[st
     ``memory_limit`` elements, and report the sliced contraction's cost.
 
     >>> c = slice_path(["ab", "bc", "cd"], "ad", dict(a=10, b=2, c=10, d=2), [(0, 1), (0, 1)], 5)
-    >>> c.letters, c.slices, c.per_slice.size, c.total.flops
-    (('a',), 10, 2, 160)
+    >>> c.letters, c.slices, c.per_slice.size, c.total.flops, c.unsliced.flops
+    (('a', 'c'), 100, 2, 980, 800)
     """
     if isinstance(memory_limit, bool) or not isinstance(memory_limit, int) or memory_limit < 0:
         raise ContractionError(f"memory_limit must be an int >= 0, got {memory_limit!r}")

@@ -37,8 +37,9 @@ from accy.contraction import (
 )
 from accy.contraction import cost as cost_module
 from accy.contraction import paths as paths_module
+from accy.contraction import slicing as slicing_module
 
-NAMES = ("exact", "beam", "greedy", "auto")
+NAMES = ("exact", "beam", "greedy", "auto", "hyper")
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
@@ -132,7 +133,7 @@ def test_contraction_imports_only_accy_errors():
     assert not bad
 
 
-@pytest.mark.parametrize("module", [cost_module, paths_module])
+@pytest.mark.parametrize("module", [cost_module, paths_module, slicing_module])
 def test_docstring_examples(module):
     result = doctest.testmod(module)
     assert result.attempted > 0 and result.failed == 0
