@@ -12,7 +12,7 @@ It spends ``max_time`` seconds or ``max_repeats`` trials (an effort budget: repr
   and the parts are joined in the order of the splits (cotengra's ``kahypar`` driver, with a
   simple partitioner standing in for KaHyPar);
 * **subtree reconfiguration** of the best trees found (the one ``beam`` uses), in the last
-  part of the budget.
+  30% of a time budget (without one, only up to ``RECONFIGURE_MAX_N`` operands).
 
 It starts from the greedy path, the chain DP where the network is chain-like and ``auto``'s
 path where that is cheap (up to :data:`AUTO_START_MAX_N` operands), so it is never worse than
@@ -30,7 +30,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from accy.contraction.beam import reconfigure
+from accy.contraction.beam import RECONFIGURE_MAX_N, reconfigure
 from accy.contraction.cost import Network, bits
 from accy.contraction.partition import partition_ssa
 from accy.contraction.search import NoPathError, PathOptions, Ssa, cost_key, pair_costs
@@ -166,7 +166,9 @@ def hyper_ssa(net: Network, opts: PathOptions, starts: Callable[[], list[Ssa | N
     if not best.found:
         raise NoPathError(f"no pairwise path keeps every intermediate within "
                           f"memory_limit={opts.memory_limit} elements")
-    if opts.reconfigure_leaves >= 3:
+    # without a deadline, reconfiguring trees past RECONFIGURE_MAX_N is unbounded (seconds per
+    # sweep at 500 operands): only a time budget lets it run there
+    if opts.reconfigure_leaves >= 3 and (n <= RECONFIGURE_MAX_N or deadline is not None):
         old = sys.getrecursionlimit()  # reconfiguration recurses along the tree's depth
         sys.setrecursionlimit(max(old, 4 * n + 200))
         try:
