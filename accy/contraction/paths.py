@@ -167,6 +167,7 @@ def find_path(spec: str, shapes: Sequence[Sequence[int]], strategy: str = "auto"
 
 
 AUTO_HYPER_MIN_N = 30
+FALLBACK_BEAM_MAX_N = 300  # past it, a failing limited search does not also try beam
 AUTO_HYPER_REPEATS = 8
 
 
@@ -205,16 +206,33 @@ def _hyper_ssa(net: Network, opts: PathOptions) -> Ssa:
     return hyper_ssa(net, opts)
 
 
-def _limited_fallback(net: Network, opts: PathOptions) -> Ssa:
-    """Under a memory limit: greedy, eager greedy, then the smallest-intermediate search; a
+def _limited_fallback(net: Network, opts: PathOptions,
+                      search: Callable[[Network, PathOptions], Ssa]) -> Ssa:
+    """Under a memory limit: greedy, eager greedy, the strategy's own unconstrained path (a
+    limit taken from it is then always met), then the smallest-intermediate search; a
     :class:`NoPathError` naming the smallest largest intermediate found when none fits."""
     for lazy in (True, False):
         path = try_greedy(net, opts, lazy)
         if path is not None:
             return path
+    unlimited = PathOptions(**{**opts.__dict__, "memory_limit": None})
+    searches = [search] + [s for s in (_auto_ssa, beam_ssa) if s is not search]
+    if len(net.reduced) > FALLBACK_BEAM_MAX_N:
+        searches = searches[:2]
+    fitting, own = [], None
+    for fn in searches:  # a limit any of these strategies' own paths meets is met
+        try:
+            path = fn(net, unlimited)
+        except ContractionError:  # e.g. exact past its state limit
+            continue
+        own = path if own is None else own
+        if ssa_cost(net, path).size <= opts.memory_limit:  # type: ignore[operator]
+            fitting.append(path)
+    if fitting:
+        return min(fitting, key=lambda p: cost_key(pair_costs(net, p), opts.objective))
     free = PathOptions(**{**opts.__dict__, "memory_limit": None, "objective": "size",
                           "max_time": None, "max_repeats": AUTO_HYPER_REPEATS})
-    found = [p for p in cheap_candidates(net, free) if p is not None]
+    found = [p for p in [*cheap_candidates(net, free), own] if p is not None]
     found += [greedy_ssa(net, free), greedy_ssa(net, free, lazy=False)]
     if len(net.reduced) >= 3:
         found.append(hyper_ssa(net, free, lambda: list(found)))
@@ -255,7 +273,7 @@ def _strategy(name: str, search: Callable[[Network, PathOptions], Ssa]) -> Strat
         except NoPathError:
             if opts.memory_limit is None:
                 raise
-            ssa = _limited_fallback(net, opts)
+            ssa = _limited_fallback(net, opts, search)
         return ssa_to_linear(ssa, len(net.operands))
 
     strategy.__name__ = strategy.__qualname__ = name

@@ -77,6 +77,22 @@ def test_limits_from_own_paths_never_fail(seed):
             assert path_cost(inputs, out, sizes, path).size <= limit
 
 
+@pytest.mark.parametrize("n, degree, seed", [(14, 3, 1), (22, 4, 1), (30, 3, 2), (30, 3, 3)])
+def test_einsum_benchmark_instances_that_failed(n, degree, seed):
+    """Instances of the issue's 96-instance sweep that raised "no pairwise path" (the last
+    three still did before strategies fell back to their own unconstrained path)."""
+    generators = pytest.importorskip("einsum_benchmark.generators.random")
+    try:
+        spec, shapes = generators.regular(n, degree, d_min=2, d_max=4, seed=seed)
+    except ImportError:  # einsum_benchmark without its [generators] extra
+        pytest.skip("einsum_benchmark[generators] is not installed")
+    inputs, out, sizes = problem(spec, shapes)
+    for name in ("auto", "beam", "greedy", "hyper"):
+        limit = path_cost(inputs, out, sizes, STRATEGIES[name](inputs, out, sizes)).size
+        path = STRATEGIES[name](inputs, out, sizes, PathOptions(memory_limit=limit))
+        assert path_cost(inputs, out, sizes, path).size <= limit
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_an_impossible_limit_reports_the_smallest_found(name):
     inputs, out, sizes = problem(*REGULAR_14)
