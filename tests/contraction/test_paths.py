@@ -322,7 +322,7 @@ def test_path_cost_units():
     (lambda: find_path("ij,jk->il", [(2, 3), (3, 4)]), r"output letters \['l'\] appear in no"),
     (lambda: find_path("ij,jk->ii", [(2, 3), (3, 4)]), "repeats a letter"),
     (lambda: find_path("i...,j", [(2,), (3,)]), "ellipsis"),
-    (lambda: find_path("i1,j", [(2,), (3,)]), "not letters"),
+    (lambda: find_path("i1,j", [(2,), (3,)]), "not index symbols"),
     (lambda: STRATEGIES["auto"]([], "", {}), "at least one operand"),
     (lambda: STRATEGIES["auto"](["ij"], "i", {"i": 2}), "letter 'j' needs a size"),
     (lambda: STRATEGIES["auto"]("ij", "i", {"i": 2, "j": 2}), "sequence of index terms"),
