@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import heapq
+import time
 
 from accy.contraction.cost import Network, bits, tree_to_ssa
 from accy.contraction.exact import full_dp
@@ -11,6 +12,7 @@ from accy.contraction.greedy import try_greedy
 from accy.contraction.search import (
     KEY,
     Costs,
+    NoPathError,
     Part,
     PathOptions,
     Ssa,
@@ -27,10 +29,15 @@ _SWEEPS = 8
 
 def beam_ssa(net: Network, opts: PathOptions, greedy_path: Ssa | None = None) -> Ssa:
     """Beam search, polished by subtree reconfiguration (see :mod:`accy.contraction.paths`)."""
-    candidates = [_beam_search(net, opts)]
+    try:
+        candidates = [_beam_search(net, opts)]
+    except NoPathError:  # every beam state dead-ended under the memory limit: greedy may not
+        candidates = []
     greedy_path = try_greedy(net, opts) if greedy_path is None else greedy_path
     eager_path = try_greedy(net, opts, lazy=False)
     candidates += [p for p in (greedy_path, eager_path) if p is not None]
+    if not candidates:
+        raise no_path(opts)
     chosen, chosen_key, memo = candidates[0], None, {}
     for path in candidates:
         if opts.reconfigure_leaves >= 3 and len(net.reduced) <= RECONFIGURE_MAX_N:
@@ -126,11 +133,13 @@ def _mix(group: int) -> int:
 
 
 def reconfigure(net: Network, ssa: Ssa, opts: PathOptions,
-                 memo: dict[tuple[int, ...], Part | None] | None = None) -> Ssa:
+                memo: dict[tuple[int, ...], Part | None] | None = None,
+                deadline: float | None = None) -> Ssa:
     """Polish a tree: re-solve each subtree, cut to ``reconfigure_leaves`` leaves, exactly.
 
     Nodes are visited children first; a subtree is cut by opening its largest inner leaf
-    until there are enough leaves; sweeps repeat until nothing improves (at most 8).
+    until there are enough leaves; sweeps repeat until nothing improves (at most 8). Past
+    ``deadline`` (``time.perf_counter()``) subtrees are left as they are.
     """
     n, size, red, objective = len(net.reduced), net.size, net.reduced, opts.objective
     holders, legs_of = net.holders(), {}
@@ -154,6 +163,8 @@ def reconfigure(net: Network, ssa: Ssa, opts: PathOptions,
                      size[u] << 1 if u != kept else size[u], size[kept])
 
     def improve(node: tuple) -> tuple:
+        if deadline is not None and time.perf_counter() > deadline:
+            return node
         frontier = [node[1], node[2]]
         while len(frontier) < opts.reconfigure_leaves:
             inner_nodes = [f for f in frontier if f[1] is not None]

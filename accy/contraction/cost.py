@@ -209,6 +209,15 @@ def sizes_from_shapes(terms: Sequence[str], shapes: Sequence[Sequence[int]]) -> 
     return sizes
 
 
+def is_index_symbol(c: str) -> bool:
+    """Whether ``c`` may name an index in a spec: an ASCII letter, or any non-ASCII character
+    (opt_einsum's :func:`opt_einsum.get_symbol` numbers indices past the 52 letters with
+    ``chr(i + 140)`` and up, which includes non-letters such as ``'×'``, unassigned code
+    points such as ``'\u0378'`` and even a few non-ASCII spaces), so a spec can hold any
+    number of indices. The separators ``,``, ``->`` and the spaces removed are ASCII."""
+    return c.isalpha() if c.isascii() else True
+
+
 def parse_spec(spec: str) -> tuple[list[str], str]:
     """Split ``"ij,jk->ik"`` into terms and output (implicit output: letters seen once, sorted).
 
@@ -223,9 +232,9 @@ def parse_spec(spec: str) -> tuple[list[str], str]:
     lhs, arrow, out = text.partition("->")
     terms = lhs.split(",")
     for t in [*terms, out]:
-        if any(not (c.isascii() and c.isalpha()) for c in t):
+        if any(not is_index_symbol(c) for c in t):
             raise ContractionError(f"spec {spec!r}: term {t!r} has characters that are not "
-                                   f"letters")
+                                   f"index symbols (letters, or opt_einsum.get_symbol's)")
     if not arrow:
         letters = "".join(terms)
         out = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))

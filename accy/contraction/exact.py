@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import heapq
 
+from accy.contraction.chain import CHAIN_MAX_N, chain_order, chain_ssa
 from accy.contraction.cost import Network, bits, tree_to_ssa
 from accy.contraction.greedy import try_greedy
 from accy.contraction.search import (
@@ -30,8 +31,8 @@ class _Budget:
         if self.used > self.limit:
             raise ExactStateLimitError(
                 f"exact path search over {self.n} operands needs more than "
-                f"exact_state_limit={self.limit} states; raise the limit, or use strategy "
-                f"'auto' or fallback='beam'")
+                f"exact_state_limit={self.limit} states; raise the limit or give it max_time, "
+                f"or use strategy 'auto' or fallback='beam'")
 
 
 def full_dp(net: Network, parts: list[Part], opts: PathOptions,
@@ -213,7 +214,7 @@ def exact_ssa(net: Network, opts: PathOptions, hint: Ssa | None = None) -> Ssa:
     """Exact search (see :mod:`accy.contraction.paths`); ``hint`` is a known path bounding
     the search of large networks (the greedy path when not given)."""
     n = len(net.reduced)
-    budget = _Budget(opts.exact_state_limit, n)
+    budget = _Budget(opts.state_limit(), n)
     parts = [Part(m, (0, 0, 0), i) for i, m in enumerate(net.reduced)]
     if n <= opts.exact_outer_limit:
         budget.take((1 << n) - 1)
@@ -221,6 +222,15 @@ def exact_ssa(net: Network, opts: PathOptions, hint: Ssa | None = None) -> Ssa:
         if root is None:
             raise no_path(opts)
         return tree_to_ssa(root.tree, n)
+    order = chain_order(net) if n <= CHAIN_MAX_N else None
+    if order is not None:  # interval DP: O(n**3), no state limit needed
+        path = chain_ssa(net, opts, order)
+        if hint is None:
+            hint = try_greedy(net, opts)
+        if hint is not None and (cost_key(pair_costs(net, hint), opts.objective)
+                                 < cost_key(pair_costs(net, path), opts.objective)):
+            return hint  # greedy found an outer product the interval space lacks
+        return path
     holders, comps = net.holders(), _components(net)
     adjacent = [0] * n
     for i, m in enumerate(net.reduced):

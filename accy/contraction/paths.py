@@ -31,14 +31,31 @@ function (:mod:`accy.contraction.opt_einsum_bridge`). Costs are in the units of
   opt_einsum's greedy it queues each operand's best partner only (at the start, and when the
   operand is made), then joins what is left smallest first, and returns the left-to-right
   path instead when that is cheaper.
-* ``auto`` -- ``exact`` while it stays within ``exact_state_limit``, else ``beam``. Past
-  ``exact_outer_limit`` operands it polishes exact's tree by subtree reconfiguration, which
-  may bring in the outer products exact's space lacks (so ``auto`` may beat ``exact``).
+* ``auto`` -- ``exact`` while it stays within ``exact_state_limit`` (chain-like networks by
+  the interval DP of :mod:`accy.contraction.chain`, at any size up to 200 operands), else
+  ``beam``. Past ``exact_outer_limit`` operands it polishes exact's tree by subtree
+  reconfiguration, which may bring in the outer products exact's space lacks (so ``auto``
+  may beat ``exact``). Past :data:`AUTO_HYPER_MIN_N` operands it also runs ``hyper`` with a
+  small effort budget (:data:`AUTO_HYPER_REPEATS` trials, no clock) and keeps the cheaper
+  path, so it is never worse than the beam path alone.
+* ``hyper`` -- a budgeted anytime search (:mod:`accy.contraction.hyper`): randomized greedy
+  restarts, recursive bisection and reconfiguration of the best trees, within ``max_time``
+  seconds or ``max_repeats`` trials (64 by default), starting from ``auto``'s path up to 120
+  operands. The one strategy meant to be given time.
 
-Determinism: nothing reads the clock, randomness or hash order. Letters are sorted and
-operands keep their positions. Ties on the objective's key go to the candidate met first in
-a fixed order: subsets by bitmask (lower first), pairs by operand ids (lower first), beam
-children in generation order. Equal inputs always give the same path.
+Under a memory limit every strategy that finds no path falls back, in order, to greedy,
+eager greedy, and a search minimizing the largest intermediate; only when none fits does it
+raise :class:`NoPathError`, whose message and ``smallest`` attribute give the smallest
+largest intermediate found. :func:`search_path` goes one step further when
+``slicing=True``: it slices letters of the unconstrained path (:mod:`accy.contraction.slicing`)
+and reports the sliced contraction's total cost.
+
+Determinism: nothing reads the clock, randomness or hash order, except ``hyper`` (and
+``exact``'s grown state limit) under ``max_time``, whose result depends on the machine's
+speed; ``hyper``'s trials are seeded (``seed``), so under ``max_repeats`` it is reproducible.
+Letters are sorted and operands keep their positions. Ties on the objective's key go to the
+candidate met first in a fixed order: subsets by bitmask (lower first), pairs by operand ids
+(lower first), beam children in generation order. Equal inputs always give the same path.
 """
 
 from __future__ import annotations
@@ -47,6 +64,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from accy.contraction.beam import RECONFIGURE_MAX_N, beam_ssa, reconfigure
+from accy.contraction.chain import chain_order
 from accy.contraction.cost import (
     ContractionError,
     Indices,
@@ -63,7 +81,17 @@ from accy.contraction.cost import (
 )
 from accy.contraction.exact import exact_ssa
 from accy.contraction.greedy import greedy_ssa, try_greedy
-from accy.contraction.search import ExactStateLimitError, PathOptions, Ssa
+from accy.contraction.hyper import hyper_ssa
+from accy.contraction.search import (
+    ExactStateLimitError,
+    NoPathError,
+    PathOptions,
+    Ssa,
+    cost_key,
+    no_path,
+    pair_costs,
+)
+from accy.contraction.slicing import SlicedCost, choose_slices_mask, sliced_cost_mask
 
 Strategy = Callable[[Sequence[Indices], Indices, Mapping[str, int], PathOptions | None], Path]
 STRATEGIES: dict[str, Strategy] = {}
@@ -94,19 +122,37 @@ class PathResult:
     cost: PathCost
     naive_cost: PathCost
     strategy: str
+    sliced: SlicedCost | None = None
+    """set when the path only fits the memory limit with letters sliced (``slicing=True``)"""
 
 
 def search_path(inputs: Sequence[Indices], output: Indices, size_dict: Mapping[str, int],
-                strategy: str = "auto", options: PathOptions | None = None) -> PathResult:
+                strategy: str = "auto", options: PathOptions | None = None,
+                slicing: bool = False, slice_output: bool = True) -> PathResult:
     """Run ``strategy`` and cost its path next to the naive left-to-right one.
+
+    With ``slicing``, a memory limit no pairwise path meets is met by slicing letters of the
+    unconstrained path (output letters only when ``slice_output``); the result's ``sliced``
+    says which and what the sliced contraction costs in total.
 
     >>> search_path(["ij", "jk", "kl"], "il", {"i": 9, "j": 9, "k": 9, "l": 1}).path
     [(1, 2), (0, 1)]
     """
-    path = get_strategy(strategy)(inputs, output, size_dict, options)
+    fn = get_strategy(strategy)
     net, n = network(inputs, output, size_dict), len(inputs)
+    sliced = None
+    try:
+        path = fn(inputs, output, size_dict, options)
+    except NoPathError:
+        if not slicing or options is None or options.memory_limit is None:
+            raise
+        free = PathOptions(**{**options.__dict__, "memory_limit": None})
+        path = fn(inputs, output, size_dict, free)
+        ssa = linear_to_ssa(path, n)
+        mask = choose_slices_mask(net, ssa, options.memory_limit, slice_output)
+        sliced = sliced_cost_mask(net, ssa, mask)
     return PathResult(path, ssa_cost(net, linear_to_ssa(path, n)),
-                      ssa_cost(net, linear_to_ssa(naive_path(n), n)), strategy)
+                      ssa_cost(net, linear_to_ssa(naive_path(n), n)), strategy, sliced)
 
 
 def find_path(spec: str, shapes: Sequence[Sequence[int]], strategy: str = "auto",
@@ -120,17 +166,81 @@ def find_path(spec: str, shapes: Sequence[Sequence[int]], strategy: str = "auto"
     return search_path(terms, output, sizes_from_shapes(terms, shapes), strategy, options)
 
 
-def _auto_ssa(net: Network, opts: PathOptions) -> Ssa:
-    """``exact`` while within ``exact_state_limit``, else ``beam``."""
+AUTO_HYPER_MIN_N = 30
+FALLBACK_BEAM_MAX_N = 300  # past it, a failing limited search does not also try beam
+AUTO_HYPER_REPEATS = 8
+
+
+def cheap_candidates(net: Network, opts: PathOptions) -> list[Ssa | None]:
+    """Today's ``auto`` path: ``exact`` within the state limit, else ``beam`` (None where
+    neither fits the memory limit)."""
     n = len(net.reduced)
     hint = None if n <= opts.exact_outer_limit else try_greedy(net, opts)
     try:
-        path = exact_ssa(net, opts, hint)
-    except ExactStateLimitError:
-        return beam_ssa(net, opts, hint)
+        try:
+            path = exact_ssa(net, opts, hint)
+        except ExactStateLimitError:
+            return [beam_ssa(net, opts, hint)]
+    except NoPathError:
+        return [hint]
     if n > opts.exact_outer_limit and 3 <= opts.reconfigure_leaves and n <= RECONFIGURE_MAX_N:
         path = reconfigure(net, path, opts)  # exact's space there has no outer products
-    return path
+    return [path]
+
+
+def _auto_ssa(net: Network, opts: PathOptions) -> Ssa:
+    """``exact`` within the state limit, else ``beam``; past 30 operands also a small
+    ``hyper``."""
+    (path,) = cheap_candidates(net, opts)
+    if len(net.reduced) < AUTO_HYPER_MIN_N or chain_order(net) is not None:
+        if path is None:
+            raise no_path(opts)
+        return path
+    small = PathOptions(**{**opts.__dict__, "max_time": None,
+                           "max_repeats": AUTO_HYPER_REPEATS})
+    return hyper_ssa(net, small, lambda: [path])
+
+
+def _hyper_ssa(net: Network, opts: PathOptions) -> Ssa:
+    """A budgeted anytime search (see :mod:`accy.contraction.hyper`)."""
+    return hyper_ssa(net, opts)
+
+
+def _limited_fallback(net: Network, opts: PathOptions,
+                      search: Callable[[Network, PathOptions], Ssa]) -> Ssa:
+    """Under a memory limit: greedy, eager greedy, the strategy's own unconstrained path (a
+    limit taken from it is then always met), then the smallest-intermediate search; a
+    :class:`NoPathError` naming the smallest largest intermediate found when none fits."""
+    for lazy in (True, False):
+        path = try_greedy(net, opts, lazy)
+        if path is not None:
+            return path
+    unlimited = PathOptions(**{**opts.__dict__, "memory_limit": None})
+    searches = [search] + [s for s in (_auto_ssa, beam_ssa) if s is not search]
+    if len(net.reduced) > FALLBACK_BEAM_MAX_N:
+        searches = searches[:2]
+    fitting, own = [], None
+    for fn in searches:  # a limit any of these strategies' own paths meets is met
+        try:
+            path = fn(net, unlimited)
+        except ContractionError:  # e.g. exact past its state limit
+            continue
+        own = path if own is None else own
+        if ssa_cost(net, path).size <= opts.memory_limit:  # type: ignore[operator]
+            fitting.append(path)
+    if fitting:
+        return min(fitting, key=lambda p: cost_key(pair_costs(net, p), opts.objective))
+    free = PathOptions(**{**opts.__dict__, "memory_limit": None, "objective": "size",
+                          "max_time": None, "max_repeats": AUTO_HYPER_REPEATS})
+    found = [p for p in [*cheap_candidates(net, free), own] if p is not None]
+    found += [greedy_ssa(net, free), greedy_ssa(net, free, lazy=False)]
+    if len(net.reduced) >= 3:
+        found.append(hyper_ssa(net, free, lambda: list(found)))
+    smallest = min(found, key=lambda p: cost_key(pair_costs(net, p), "size"))
+    size = ssa_cost(net, smallest).size
+    if size <= opts.memory_limit:  # type: ignore[operator]
+        return smallest
+    raise no_path(opts, size)
 
 
 def _exact_or_fallback_ssa(net: Network, opts: PathOptions) -> Ssa:
@@ -155,9 +265,16 @@ def _strategy(name: str, search: Callable[[Network, PathOptions], Ssa]) -> Strat
         if len(net.operands) == 1:
             return [(0,)]
         if opts.memory_limit is not None and net.size[net.output] > opts.memory_limit:
-            raise ContractionError(f"the output alone has {net.size[net.output]} elements, "
-                                   f"more than memory_limit={opts.memory_limit}")
-        return ssa_to_linear(search(net, opts), len(net.operands))
+            raise NoPathError(f"the output alone has {net.size[net.output]} elements, "
+                              f"more than memory_limit={opts.memory_limit}",
+                              net.size[net.output])
+        try:
+            ssa = search(net, opts)
+        except NoPathError:
+            if opts.memory_limit is None:
+                raise
+            ssa = _limited_fallback(net, opts, search)
+        return ssa_to_linear(ssa, len(net.operands))
 
     strategy.__name__ = strategy.__qualname__ = name
     strategy.__doc__ = f"The ``{name}`` path strategy: {search.__doc__}"
@@ -168,3 +285,4 @@ exact = _strategy("exact", _exact_or_fallback_ssa)
 beam = _strategy("beam", beam_ssa)
 greedy = _strategy("greedy", greedy_ssa)
 auto = _strategy("auto", _auto_ssa)
+hyper = _strategy("hyper", _hyper_ssa)

@@ -21,6 +21,25 @@ class ExactStateLimitError(ContractionError):
     """``exact`` needed more dynamic-programming states than ``exact_state_limit`` allows."""
 
 
+class NoPathError(ContractionError):
+    """No pairwise path keeps every intermediate within the memory limit.
+
+    ``smallest`` is the smallest largest intermediate of any path the strategies found (None
+    where no search ran to the end): the lowest limit that is known to work, or the one to
+    slice down from (:func:`accy.contraction.slicing.slice_path`).
+    """
+
+    def __init__(self, message: str, smallest: int | None = None) -> None:
+        super().__init__(message)
+        self.smallest = smallest
+
+
+EXACT_STATES_PER_S = 100_000
+"""states ``exact`` is allowed per second of ``max_time``: a conservative rate (170k-550k
+states/s measured on 16-24-operand regular graphs and lattices on a loaded 2-core machine), so
+the search stays within the budget on slower machines too"""
+
+
 @dataclass(frozen=True)
 class PathOptions:
     """Knobs shared by all strategies (each strategy reads the ones it needs)."""
@@ -41,6 +60,15 @@ class PathOptions:
     """``beam`` re-solves every subtree cut to this many leaves exactly (below 3: off)"""
     fallback: Fallback = "error"
     """what ``exact`` does past its state limit: raise, or run ``beam`` or ``greedy``"""
+    max_time: float | None = None
+    """seconds a budgeted search may take (``hyper``'s anytime loop; ``exact``'s state
+    limit grows to what the budget allows, see :meth:`state_limit`). None: no time budget.
+    A result under a time budget depends on the machine's speed; ``max_repeats`` does not"""
+    max_repeats: int | None = None
+    """most randomized trials ``hyper`` runs (None: 64 when ``max_time`` is None too, else no
+    bound but the time); an effort budget, so the result is reproducible"""
+    seed: int = 0
+    """seed of ``hyper``'s random trials"""
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -51,6 +79,18 @@ class PathOptions:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ContractionError(f"{name} must be an int >= {low}, got {value!r}")
+        if self.max_repeats is not None and (isinstance(self.max_repeats, bool)
+                                             or not isinstance(self.max_repeats, int)
+                                             or self.max_repeats < 1):
+            raise ContractionError(f"max_repeats must be None or an int >= 1, "
+                                   f"got {self.max_repeats!r}")
+        budget = self.max_time
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int | float)
+                                   or not budget > 0 or budget == float("inf")):
+            raise ContractionError(f"max_time must be None or a finite number of seconds > 0, "
+                                   f"got {budget!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise ContractionError(f"seed must be an int, got {self.seed!r}")
         limit = self.memory_limit
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
                                   or limit < 0):
@@ -58,6 +98,13 @@ class PathOptions:
         if self.fallback not in ("error", "beam", "greedy"):
             raise ContractionError(f"unknown fallback {self.fallback!r}; valid: error, beam, "
                                    f"greedy")
+
+    def state_limit(self) -> int:
+        """States ``exact`` may solve: ``exact_state_limit``, raised to what ``max_time``
+        allows at :data:`EXACT_STATES_PER_S` when a time budget is given."""
+        if self.max_time is None:
+            return self.exact_state_limit
+        return max(self.exact_state_limit, int(self.max_time * EXACT_STATES_PER_S))
 
     def width(self, n: int) -> int:
         """Beam width for ``n`` operands: ``auto_beam_width`` up to 12 operands, then shrinking
@@ -87,10 +134,13 @@ def pair_costs(net: Network, ssa: Ssa) -> Costs:
     return total.flops - flops, total.write - written, total.size
 
 
-def no_path(opts: PathOptions) -> ContractionError:
-    """The error of a search that found no path within the memory limit."""
-    return ContractionError(f"no pairwise path keeps every intermediate within "
-                            f"memory_limit={opts.memory_limit} elements")
+def no_path(opts: PathOptions, smallest: int | None = None) -> NoPathError:
+    """The error of a search that found no path within the memory limit (``smallest``: the
+    smallest largest intermediate found without the limit)."""
+    found = "" if smallest is None else (f"; the smallest largest intermediate found is "
+                                         f"{smallest} elements (slice letters to go lower)")
+    return NoPathError(f"no pairwise path keeps every intermediate within "
+                       f"memory_limit={opts.memory_limit} elements{found}", smallest)
 
 
 @dataclass

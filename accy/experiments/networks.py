@@ -3,6 +3,11 @@
 Families: random regular graphs of degree 3 and 4, rings, 2-D lattices and random trees (one
 operand per node, one summed letter of size 2..8 per edge, a few open legs), and matrix
 chains with random sizes 2..64. ``experiments/bench_paths.py`` draws its instances from here.
+
+:data:`SCALE_FAMILIES` are the large-network families of ``experiments/bench_paths_scale.py``
+(issue #17): random 3-regular graphs with bonds of size 2..4 and no open legs (as
+einsum_benchmark's ``regular``), random connected graphs of mean degree ~3 (a spanning tree
+plus random edges), and matrix chains with their operands shuffled.
 """
 
 from __future__ import annotations
@@ -13,10 +18,12 @@ from typing import Any
 
 from opt_einsum.parser import get_symbol
 
-__all__ = ["FAMILIES", "Problem", "family_sizes", "instances", "make_problem"]
+__all__ = ["FAMILIES", "SCALE_FAMILIES", "Problem", "family_sizes", "instances",
+           "make_problem", "scale_problem"]
 
 Problem = tuple[list[str], str, dict[str, int]]
 FAMILIES = ("regular3", "regular4", "ring", "lattice", "tree", "chain")
+SCALE_FAMILIES = ("regular", "connected", "shuffled-chain")
 
 
 def regular_edges(n: int, degree: int, rng: random.Random) -> list[tuple[int, int]]:
@@ -96,6 +103,32 @@ def make_problem(family: str, n: int, rng: random.Random) -> Problem:
     if family == "chain":
         return chain_problem(n, rng)
     raise ValueError(f"unknown family {family!r}; valid: {', '.join(FAMILIES)}")
+
+
+def connected_edges(n: int, extra: float, rng: random.Random) -> list[tuple[int, int]]:
+    """A random spanning tree plus ``extra * n`` random edges (no repeats, no loops)."""
+    edges = {(rng.randrange(i), i) for i in range(1, n)}
+    while len(edges) < n - 1 + int(extra * n):
+        a, b = rng.sample(range(n), 2)
+        edges.add((min(a, b), max(a, b)))
+    return sorted(edges)
+
+
+def scale_problem(family: str, n: int, rng: random.Random) -> Problem:
+    """A large network of :data:`SCALE_FAMILIES` (bond sizes 2..4: the widths of 100-1,000
+    operand graphs stay representable)."""
+    if family == "regular":
+        inputs, out, sizes = graph_problem(n + n % 2, regular_edges(n + n % 2, 3, rng), rng,
+                                           open_legs=0.0)
+    elif family == "connected":
+        inputs, out, sizes = graph_problem(n, connected_edges(n, 0.5, rng), rng, open_legs=0.02)
+    elif family == "shuffled-chain":
+        inputs, out, sizes = chain_problem(n, rng)
+        rng.shuffle(inputs)
+        return inputs, out, sizes
+    else:
+        raise ValueError(f"unknown family {family!r}; valid: {', '.join(SCALE_FAMILIES)}")
+    return inputs, out, {c: 2 + d % 3 for c, d in sizes.items()}
 
 
 def family_sizes(family: str, sizes: list[int]) -> list[int]:

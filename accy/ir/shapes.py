@@ -52,7 +52,9 @@ def parse_einsum(spec: str, ranks: list[int]) -> tuple[list[str], str]:
     if len(terms) != len(ranks):
         raise ValueError(f"spec has {len(terms)} operand terms for {len(ranks)} operands")
     for t in [*terms, out]:
-        bad = [c for c in t if not (c.isascii() and c.isalpha())]
+        # ASCII letters, or any non-ASCII character: opt_einsum.get_symbol's scheme for
+        # indices past the 52 letters (accy.contraction.cost.is_index_symbol)
+        bad = [c for c in t if c.isascii() and not c.isalpha()]
         if bad:
             raise ValueError(f"term {t!r} has characters that are not letters: {bad}")
     for i, (t, r) in enumerate(zip(terms, ranks, strict=True)):

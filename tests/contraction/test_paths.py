@@ -37,8 +37,9 @@ from accy.contraction import (
 )
 from accy.contraction import cost as cost_module
 from accy.contraction import paths as paths_module
+from accy.contraction import slicing as slicing_module
 
-NAMES = ("exact", "beam", "greedy", "auto")
+NAMES = ("exact", "beam", "greedy", "auto", "hyper")
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
@@ -132,7 +133,7 @@ def test_contraction_imports_only_accy_errors():
     assert not bad
 
 
-@pytest.mark.parametrize("module", [cost_module, paths_module])
+@pytest.mark.parametrize("module", [cost_module, paths_module, slicing_module])
 def test_docstring_examples(module):
     result = doctest.testmod(module)
     assert result.attempted > 0 and result.failed == 0
@@ -321,7 +322,7 @@ def test_path_cost_units():
     (lambda: find_path("ij,jk->il", [(2, 3), (3, 4)]), r"output letters \['l'\] appear in no"),
     (lambda: find_path("ij,jk->ii", [(2, 3), (3, 4)]), "repeats a letter"),
     (lambda: find_path("i...,j", [(2,), (3,)]), "ellipsis"),
-    (lambda: find_path("i1,j", [(2,), (3,)]), "not letters"),
+    (lambda: find_path("i1,j", [(2,), (3,)]), "not index symbols"),
     (lambda: STRATEGIES["auto"]([], "", {}), "at least one operand"),
     (lambda: STRATEGIES["auto"](["ij"], "i", {"i": 2}), "letter 'j' needs a size"),
     (lambda: STRATEGIES["auto"]("ij", "i", {"i": 2, "j": 2}), "sequence of index terms"),

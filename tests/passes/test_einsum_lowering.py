@@ -6,6 +6,7 @@ import random
 import typing
 
 import numpy as np
+import opt_einsum
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -256,7 +257,7 @@ def test_strategy_choices_are_the_registry():
 
 
 @pytest.mark.parametrize("text, message", [
-    ("einsum-lowering{strategy=dp}", "allowed values: auto, exact, beam, greedy"),
+    ("einsum-lowering{strategy=dp}", "allowed values: auto, exact, beam, greedy, hyper"),
     ("einsum-lowering{beam-width=0}", "got 0; allowed: 1 <= beam-width"),
     ("einsum-lowering{objective=time}", "allowed values: flops, size, write"),
 ])
@@ -312,3 +313,86 @@ def test_kernel_library_disabled_runs_without_contraction_kernels(device):
     xs = inputs_for(before)
     np.testing.assert_allclose(job.run(*xs, device=device)[0],
                                accy.interpret(before, xs)[0], rtol=1e-4, atol=1e-4)
+
+
+# ---- issue #17: budgets, slicing, any number of indices ---------------------------------------
+
+
+def test_budget_and_memory_options_round_trip_and_reach_the_search():
+    text = "einsum-lowering{strategy=hyper memory-limit=500 max-time=0.5 max-repeats=4}"
+    pipeline = parse_pipeline(text)
+    assert pipeline.text() == text
+    (p,) = pipeline.passes
+    opts = p.path_options()
+    assert (opts.memory_limit, opts.max_time, opts.max_repeats) == (500, 0.5, 4)
+    assert parse_pipeline("einsum-lowering").passes[0].path_options().memory_limit is None
+    before = program_of("ab,bc,cd,de->ae", [(2, 9), (9, 9), (9, 9), (9, 2)])
+    after, stats = lower(before, "einsum-lowering{strategy=hyper max-repeats=3}")
+    assert stats["einsum-0"]["strategy"] == "hyper"
+    assert_same_meaning(before, after)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("einsum-lowering{memory-limit=-1}", "memory_limit must be an int >= 0"),
+    ("einsum-lowering{max-repeats=-2}", "max_repeats must be an int >= 0"),
+    ("einsum-lowering{max-time=-1.0}", "max_time must be a finite number >= 0"),
+])
+def test_bad_budget_options_fail_when_read(text, message):
+    with pytest.raises(PipelineError, match=message):
+        parse_pipeline(text)
+
+
+def test_an_einsum_no_path_fits_is_sliced():
+    before = program_of("ab,bc,cd->ad", [(3, 40), (40, 40), (40, 3)])
+    after, stats = lower(before, "einsum-lowering{memory-limit=40}")
+    record = stats["einsum-0"]
+    assert record["sliced"] == ("c",) and record["slices"] == 40
+    assert record["sliced_cost"]["size"] <= 40
+    assert record["sliced_cost"]["flops"] > record["cost"]["flops"]
+    assert count(after, Op.SLICE) >= 40 and count(after, Op.ADD) == 39
+    assert all(n.type.size <= 40 for n in after.nodes() if n.op is Op.EINSUM)
+    assert_same_meaning(before, after)
+
+
+def test_a_limit_slicing_cannot_meet_names_the_smallest():
+    before = program_of("ab,bc->ac", [(10, 10), (10, 10)])
+    with pytest.raises(PassFailure, match=r"einsum 'ab,bc->ac': slicing cannot bring every "
+                                          r"intermediate within 50 elements \(one slice still "
+                                          r"needs 100\)"):
+        lower(before, "einsum-lowering{memory-limit=50}")
+
+
+def ladder(n: int) -> tuple[str, list[tuple[int, ...]]]:
+    """A 2 x n ladder of tensors with an open leg each: 5n - 2 indices, narrow to contract."""
+    edges = [(i, i + 1) for i in range(n - 1)] + [(n + i, n + i + 1) for i in range(n - 1)]
+    edges += [(i, n + i) for i in range(n)]
+    terms: list[list[str]] = [[] for _ in range(2 * n)]
+    symbols = 0
+    for a, b in edges:
+        c = opt_einsum.get_symbol(symbols)
+        symbols += 1
+        terms[a].append(c)
+        terms[b].append(c)
+    for t in terms[:: max(n // 8, 1)]:  # a few open legs: the output
+        t.append(opt_einsum.get_symbol(symbols))
+        symbols += 1
+    out = "".join(t[-1] for t in terms[:: max(n // 8, 1)])
+    return ",".join("".join(t) for t in terms) + "->" + out, [(2,) * len(t) for t in terms]
+
+
+def test_300_indices_through_builder_text_lowering_and_interpret():
+    spec, shapes = ladder(60)
+    assert len(set(spec) - set(",->")) > 52
+    before = program_of(spec, shapes)
+    text = accy.print_program(before)
+    assert accy.print_program(accy.parse_program(text)) == text  # the text form round-trips
+    after, stats = lower(accy.parse_program(text))
+    assert stats["lowered"] == 1
+    assert_lowered(after)
+    xs = inputs_for(before)
+    terms = spec.split("->")[0].split(",")
+    path = stats["einsum-0"]["path"]
+    want = opt_einsum.contract(spec, *xs, optimize=list(path))
+    np.testing.assert_allclose(accy.interpret(after, xs)[0], want, rtol=1e-9)
+    assert len(terms) == 120
+

@@ -14,6 +14,15 @@ Each ``einsum`` node becomes, in order:
    order directly, so no transpose follows it;
 4. for a single operand, a ``transpose`` when the remaining letters are out of output order.
 
+With ``memory-limit=N`` every intermediate must hold at most N elements. When no pairwise
+path fits (:class:`accy.contraction.NoPathError`), summed letters of the unconstrained path
+are *sliced* (:mod:`accy.contraction.slicing`): the pairwise steps are emitted once per value
+of the sliced letters, on width-1 ``slice`` views of the operands holding them, and the
+slices' results are added in a balanced tree of ``add`` nodes (at most :data:`MAX_SLICES`
+slices; output letters are never sliced here). ``strategy=hyper`` with ``max-time`` or
+``max-repeats`` spends a search budget (``max-time`` makes the chosen path depend on the
+machine's speed; ``max-repeats`` keeps it reproducible).
+
 What remains afterwards: ``einsum`` nodes with two operands, none of which holds a letter
 that could have been summed inside it, and single-operand ``einsum`` nodes that only take a
 diagonal or copy (``ij->ij``). With ``kernel-library=disabled`` the pairwise steps are
@@ -25,16 +34,26 @@ operands are multiplied and summed in f32, as the contraction kernels do).
 
 The record of the pass (``ctx.stat``) has ``lowered`` (how many einsums) and, per einsum in
 program order, ``einsum-<k>``: the spec, strategy, chosen path (linear form) and its cost next
-to the naive left-to-right path's cost, in the units of :mod:`accy.contraction.cost`.
+to the naive left-to-right path's cost, in the units of :mod:`accy.contraction.cost`, and for
+a sliced einsum the sliced letters, the number of slices and the total cost of all slices.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from accy.contraction import PathCost, PathOptions, PathResult, linear_to_ssa, search_path
+from accy.contraction import (
+    ContractionError,
+    NoPathError,
+    PathCost,
+    PathOptions,
+    PathResult,
+    linear_to_ssa,
+    search_path,
+)
 from accy.ir.node import Node
 from accy.ir.ops import Op
 from accy.ir.program import Stage
@@ -49,6 +68,7 @@ if TYPE_CHECKING:
     from accy.product import Product
 
 _DEFAULTS = PathOptions()
+MAX_SLICES = 256  # slices of one einsum the pass emits (each repeats the pairwise steps)
 
 
 def make(op: Op, srcs: tuple[Node, ...], **attrs: Any) -> Node:
@@ -65,7 +85,7 @@ class EinsumLowering(Pass):
     name = "einsum-lowering"
     stage = Stage.tensor
 
-    strategy: Literal["auto", "exact", "beam", "greedy"] = option(
+    strategy: Literal["auto", "exact", "beam", "greedy", "hyper"] = option(
         "auto", "path strategy of accy.contraction (auto: exact within the state limit, else beam)")
     exact_state_limit: int = option(
         _DEFAULTS.exact_state_limit, "most dynamic-programming states the exact search may need",
@@ -80,13 +100,28 @@ class EinsumLowering(Pass):
     kernel_library: Literal["enabled", "disabled"] = option(
         "enabled", "enabled: pairwise einsums for the tiled contraction kernels; disabled: "
         "each step as broadcast multiply + reduce_sum (primitive ops)")
+    memory_limit: int = option(
+        0, "largest intermediate in elements (0: no limit); einsums no path fits are sliced")
+    max_time: float = option(
+        0.0, "seconds the hyper search (and exact's state limit) may spend per einsum (0: none)")
+    max_repeats: int = option(0, "randomized trials of the hyper search (0: its default)")
 
     def __post_init__(self) -> None:
         self.path_options()  # bad values fail when the pipeline is read
 
     def path_options(self) -> PathOptions:
+        for name in ("memory_limit", "max_repeats"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ContractionError(f"{name} must be an int >= 0, got {value!r}")
+        if not 0 <= self.max_time < float("inf"):
+            raise ContractionError(f"max_time must be a finite number >= 0, "
+                                   f"got {self.max_time!r}")
         return PathOptions(objective=self.objective, exact_state_limit=self.exact_state_limit,
-                           beam_width=self.beam_width, auto_beam_width=self.auto_beam_width)
+                           beam_width=self.beam_width, auto_beam_width=self.auto_beam_width,
+                           memory_limit=self.memory_limit or None,
+                           max_time=float(self.max_time) or None,
+                           max_repeats=self.max_repeats or None)
 
     def run(self, ctx: PassContext, product: Product) -> Product:
         records: list[dict[str, Any]] = []
@@ -120,30 +155,58 @@ class EinsumLowering(Pass):
             operands.append(_prepare(node, term, elsewhere))
         sizes = {c: d for s, t in zip(srcs, terms, strict=True) for c, d in zip(t, s.type.shape,
                                                                                  strict=True)}
-        chosen = search_path(terms, out, sizes, self.strategy, self.path_options())
+        try:
+            chosen = search_path(terms, out, sizes, self.strategy, self.path_options(),
+                                 slicing=True, slice_output=False)
+        except NoPathError as e:
+            raise NoPathError(f"einsum {spec!r}: {e} (the pass slices summed letters only)",
+                              e.smallest) from e
         if len(operands) == 1:
             node, have = operands[0]
             if have != out:
                 node = make(Op.TRANSPOSE, (node,), perm=tuple(have.index(c) for c in out))
             return node, self.record(spec, chosen)
+        sliced = chosen.sliced.letters if chosen.sliced is not None else ()
+        if chosen.sliced is not None and chosen.sliced.slices > MAX_SLICES:
+            raise ContractionError(
+                f"einsum {spec!r} fits memory_limit={self.memory_limit} only in "
+                f"{chosen.sliced.slices} slices (letters {', '.join(sliced)}); the pass emits "
+                f"at most {MAX_SLICES}: raise the limit")
+        results = []
+        for values in itertools.product(*(range(sizes[c]) for c in sliced)):
+            fixed = dict(zip(sliced, values, strict=True))
+            views = [_fix(node, have, fixed) for node, have in operands]
+            results.append(self._pairwise(chosen.path, views, out))
+        while len(results) > 1:  # a balanced tree of adds: the slices' partial sums
+            results = [make(Op.ADD, (results[k], results[k + 1])) if k + 1 < len(results)
+                       else results[k] for k in range(0, len(results), 2)]
+        return results[0], self.record(spec, chosen)
+
+    def _pairwise(self, path: list[tuple[int, ...]], operands: list[tuple[Node, str]],
+                  out: str) -> Node:
+        """The pairwise steps of ``path`` over prepared ``operands`` (node, letter order)."""
         nodes = {i: node for i, (node, _) in enumerate(operands)}
         orders = {i: have for i, (_, have) in enumerate(operands)}
-        for x, a, b, result in _steps(chosen.path, [set(h) for _, h in operands], out, orders):
+        for x, a, b, result in _steps(path, [set(h) for _, h in operands], out, orders):
             if self.kernel_library == "disabled":
                 nodes[x] = _multiply_sum(nodes[a], orders[a], nodes[b], orders[b], result)
             else:
                 spec_ab = f"{orders[a]},{orders[b]}->{result}"
                 nodes[x] = make(Op.EINSUM, (nodes[a], nodes[b]), spec=spec_ab)
             orders[x] = result
-        return nodes[max(nodes)], self.record(spec, chosen)
+        return nodes[max(nodes)]
 
     def record(self, spec: str, chosen: PathResult) -> dict[str, Any]:
         """What the pass reports about one einsum (``ctx.stat("einsum-<k>", ...)``)."""
-        return {
+        record = {
             "spec": spec, "strategy": self.strategy, "objective": self.objective,
             "path": tuple(chosen.path), "cost": _figures(chosen.cost),
             "naive_cost": _figures(chosen.naive_cost),
         }
+        if chosen.sliced is not None:
+            record.update(sliced=chosen.sliced.letters, slices=chosen.sliced.slices,
+                          sliced_cost=_figures(chosen.sliced.total))
+        return record
 
 
 def _multiply_sum(a: Node, la: str, b: Node, lb: str, result: str) -> Node:
@@ -169,6 +232,22 @@ def _multiply_sum(a: Node, la: str, b: Node, lb: str, result: str) -> Node:
         out = make(Op.REDUCE_SUM, (out,), axes=tuple(range(len(result), len(full))),
                    keepdims=False)
     return make(Op.CAST, (out,), dtype=dtype) if dtype is DType.f16 else out
+
+
+def _fix(node: Node, have: str, fixed: dict[str, int]) -> tuple[Node, str]:
+    """``node`` (letters ``have``) with the letters of ``fixed`` fixed to their values: a
+    width-1 ``slice`` and a ``reshape`` dropping those axes."""
+    axes = [k for k, c in enumerate(have) if c in fixed]
+    if not axes:
+        return node, have
+    shape = node.type.shape
+    starts = tuple(fixed[c] if c in fixed else 0 for c in have)
+    stops = tuple(fixed[c] + 1 if c in fixed else d for c, d in zip(have, shape, strict=True))
+    view = make(Op.SLICE, (node,), starts=starts, stops=stops, steps=(1,) * len(have))
+    kept = "".join(c for c in have if c not in fixed)
+    view = make(Op.RESHAPE, (view,), shape=tuple(d for c, d in zip(have, shape, strict=True)
+                                                 if c not in fixed))
+    return view, kept
 
 
 def _prepare(node: Node, term: str, elsewhere: set[str]) -> tuple[Node, str]:
