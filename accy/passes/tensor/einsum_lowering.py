@@ -59,7 +59,7 @@ from accy.ir.ops import Op
 from accy.ir.program import Stage
 from accy.ir.shapes import infer, parse_einsum
 from accy.ir.types import DType
-from accy.passes.base import COUNT_MAX, Pass, option
+from accy.passes.base import COUNT_MAX, SECONDS_MAX, Pass, option
 from accy.passes.rebuild import rebuild
 from accy.passes.registry import register
 
@@ -101,10 +101,13 @@ class EinsumLowering(Pass):
         "enabled", "enabled: pairwise einsums for the tiled contraction kernels; disabled: "
         "each step as broadcast multiply + reduce_sum (primitive ops)")
     memory_limit: int = option(
-        0, "largest intermediate in elements (0: no limit); einsums no path fits are sliced")
+        0, "largest intermediate in elements (0: no limit); einsums no path fits are sliced",
+        minimum=0, maximum=2**62)
     max_time: float = option(
-        0.0, "seconds the hyper search (and exact's state limit) may spend per einsum (0: none)")
-    max_repeats: int = option(0, "randomized trials of the hyper search (0: its default)")
+        0.0, "seconds the hyper search (and exact's state limit) may spend per einsum (0: none)",
+        minimum=0, maximum=SECONDS_MAX)
+    max_repeats: int = option(0, "randomized trials of the hyper search (0: its default)",
+                              minimum=0, maximum=COUNT_MAX)
 
     def __post_init__(self) -> None:
         self.path_options()  # bad values fail when the pipeline is read
