@@ -66,6 +66,7 @@ def _default_variants(draw: st.DrawFn) -> Pipeline:
     passes = []
     for p in parse_pipeline("accy-default").passes:
         changes = {o.field: draw(st.sampled_from(o.choices or (False, True)))
-                   for o in p.options() if o.choices is not None or o.type is bool}
+                   for o in p.options()
+                   if not o.is_list and (o.choices is not None or o.type is bool)}
         passes.append(type(p)(**changes))
     return Pipeline(tuple(passes))
