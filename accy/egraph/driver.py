@@ -305,14 +305,16 @@ def saturate(
     node_limit: int = DEFAULT_NODE_LIMIT,
     time_limit_s: float = DEFAULT_TIME_LIMIT_S,
     match_limit: int | None = None,
-    on_step: Callable[[SaturationReport], None] | None = None,
+    on_step: Callable[[SaturationReport], bool | None] | None = None,
 ) -> SaturationReport:
     """Saturate ``target`` with the selected rules within the budget (module docstring).
 
     ``rulesets`` are rule sets or their registered names; ``rules`` and ``disable`` narrow
     them by rule or rule-set name (``select_rules``). The e-graph is changed in place.
     ``on_step`` is called after every step that is kept, with the report so far (the
-    saturation worker extracts there, so that a step it cannot interrupt loses nothing).
+    saturation worker extracts there, so that a step it cannot interrupt loses nothing);
+    when it returns False the run stops there (``time_limit``, predicted: the caller's own
+    work after the next step would end past its deadline).
     """
     _check_limits(iterations, node_limit, time_limit_s, match_limit)
     eg = target.egraph if isinstance(target, ProgramEGraph) else target
@@ -387,8 +389,9 @@ def saturate(
         if bounded is not None and not report.updated:
             reason = "node_limit"  # what fits the match limit is done; the rest overshoots
             break
-        if on_step is not None:
-            on_step(report_now())
+        if on_step is not None and on_step(report_now()) is False:
+            reason, predicted = "time_limit", True  # the caller predicts its own work late
+            break
         if done:
             reason = "saturated"
             break

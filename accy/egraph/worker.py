@@ -1,0 +1,303 @@
+"""Saturation in a worker process that is killed at the deadline: time limits that hold.
+
+egglog cannot be interrupted from Python: one step of rules that start feeding each other can
+run for minutes, far past any prediction the driver makes from the steps before it. So a
+large program is saturated in a worker process: the parent sends it the program and the
+budget, the worker builds the e-graph, saturates, and after every kept step (the driver's
+``on_step``) extracts and sends back the program when it is cheaper than the best so far.
+The parent waits on the pipe until its deadline; if the worker has not finished by then it
+is killed (SIGKILL: nothing in it needs to be cleaned up) and the last program it sent, the
+last good iteration's, is the result. A new worker is started at once in the background,
+so the next call finds one warm.
+
+Workers are ``spawn``ed (never forked: the parent may hold egglog's or OpenCL's threads and
+locks), import ``accy`` and every built-in rule set once (~1.5 s), then serve one task after
+another, keeping the e-graphs in which rule selections are declared (``rewriting._WARM``):
+a call to a warm worker costs a pickle of the program each way and the usual work. A
+worker that is still starting when a call's deadline comes is left to finish starting (and
+that call keeps its input), so tiny time limits cannot keep killing workers that never get
+warm. :func:`warm_up` starts one ahead of time (benchmarks do, to leave start-up out of
+their first measurement).
+
+What cannot go to a worker runs in the calling process (:func:`eligible`): rule sets defined
+at run time (the worker only knows the built-in themes), cost models that do not pickle, and
+calls from a daemonic process (which may not have children).
+
+Each message from the worker carries its peak resident memory (``ru_maxrss``), so callers
+can report the worker's memory as well as their own.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import pickle
+import resource
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from accy.egraph.convert import Extraction
+from accy.egraph.cost import CostModel
+from accy.egraph.driver import SaturationReport
+from accy.ir.program import Program
+
+__all__ = ["Result", "Task", "eligible", "run", "shutdown", "warm_up"]
+
+_CTX = mp.get_context("spawn")
+_MAX_IDLE = 2  # warm workers kept between calls (one per thread that saturates at a time)
+_STOP_MARGIN_S = 0.02  # the worker's own saturation limit ends this much before the deadline
+
+
+@dataclass(frozen=True)
+class Task:
+    """One saturation and extraction: what ``rewriting`` hands the worker."""
+
+    program: Program
+    rulesets: tuple[str, ...]
+    names: tuple[str, ...]
+    iterations: int
+    node_limit: int
+    time_limit_s: float
+    match_limit: int | None
+    model: CostModel
+    extractor: str
+    extract_options: dict[str, Any]
+    input_cost: int
+
+
+@dataclass
+class Result:
+    """What came back before the deadline: the cheapest extraction the worker sent (None when
+    none beat the input), the last report, and how the call ended."""
+
+    extraction: Extraction | None = None
+    report: SaturationReport | None = None
+    killed: bool = False  # the deadline came first: the worker was killed
+    not_ready: bool = False  # the deadline came before a worker had started
+    worker_maxrss_kb: int = 0  # the worker's peak resident memory, as it last said
+    seconds: float = 0.0
+    messages: int = field(default=0, compare=False)
+
+
+class _Worker:
+    def __init__(self) -> None:
+        self.conn, child = _CTX.Pipe()
+        self.proc = _CTX.Process(target=_serve, args=(child,), daemon=True,
+                                 name="accy-saturation-worker")
+        self.proc.start()
+        child.close()
+        self.ready = False
+
+    def wait_ready(self, deadline: float) -> bool:
+        while not self.ready:
+            left = deadline - time.perf_counter()
+            if left <= 0 or not self.conn.poll(left):
+                return False
+            msg = self.conn.recv()
+            self.ready = msg[0] == "ready"
+        return True
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.join()
+        self.conn.close()
+
+
+_LOCK = threading.Lock()
+_IDLE: list[_Worker] = []
+
+
+def _take() -> _Worker:
+    with _LOCK:
+        while _IDLE:
+            w = _IDLE.pop()
+            if w.proc.is_alive():
+                return w
+            w.kill()
+    return _Worker()
+
+
+def _give_back(w: _Worker) -> None:
+    with _LOCK:
+        if len(_IDLE) < _MAX_IDLE and w.proc.is_alive():
+            _IDLE.append(w)
+            return
+    w.kill()
+
+
+def warm_up() -> None:
+    """Start a worker now (if none is idle) and wait until it has imported everything."""
+    w = _take()
+    w.wait_ready(time.perf_counter() + 120.0)
+    _give_back(w)
+
+
+def _prestart() -> None:
+    """Start a worker in the background (its imports run while the caller goes on)."""
+    with _LOCK:
+        if _IDLE:
+            return
+    _give_back(_Worker())
+
+
+def shutdown() -> None:
+    """Kill every idle worker (tests; the interpreter's exit kills daemonic ones anyway)."""
+    with _LOCK:
+        idle, _IDLE[:] = list(_IDLE), []
+    for w in idle:
+        w.kill()
+
+
+def eligible(task_model: CostModel, rulesets: tuple[str, ...]) -> bool:
+    """Whether a worker can run this call (module docstring)."""
+    import rewrites
+
+    if mp.current_process().daemon:
+        return False
+    if any(rewrites.THEMES.get(n) is None for n in rulesets):
+        return False
+    try:
+        pickle.dumps(task_model)
+    except Exception:  # noqa: BLE001 - any pickling failure means: not in a worker
+        return False
+    return True
+
+
+def run(task: Task, deadline: float) -> Result:
+    """Run ``task`` in a worker until it finishes or ``deadline`` (``time.perf_counter()``)
+    comes; see the module docstring. Errors raised in the worker are raised here."""
+    start = time.perf_counter()
+    out = Result()
+    w = _take()
+    if not w.wait_ready(deadline):
+        _give_back(w)  # still starting: let it finish for the next call
+        out.not_ready = True
+        out.seconds = time.perf_counter() - start
+        return out
+    budget = max(deadline - time.perf_counter() - _STOP_MARGIN_S, 1e-6)
+    w.conn.send(replace(task, time_limit_s=min(task.time_limit_s, budget)))
+    while True:
+        left = deadline - time.perf_counter()
+        try:
+            if left <= 0 or not w.conn.poll(left):
+                raise TimeoutError
+            kind, payload, maxrss = w.conn.recv()
+        except (TimeoutError, EOFError, ConnectionError):
+            w.kill()  # at the deadline (or it died): the last good iteration stands
+            out.killed = True
+            if out.report is not None:
+                out.report = replace(out.report, stop_reason="time_limit", predicted=False,
+                                     seconds=time.perf_counter() - start)
+            _prestart()
+            break
+        out.messages += 1
+        out.worker_maxrss_kb = max(out.worker_maxrss_kb, maxrss)
+        if kind == "step":
+            report, extraction = payload
+            out.report = report
+            if extraction is not None:
+                out.extraction = extraction
+        elif kind == "done":
+            out.report = payload
+            _give_back(w)
+            break
+        else:  # "error": the worker dropped its e-graph and serves on
+            _give_back(w)
+            raise payload
+    out.seconds = time.perf_counter() - start
+    return out
+
+
+# ---- the worker's side -------------------------------------------------------------------------
+
+
+def _maxrss() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def _serve(conn: Any) -> None:
+    """The worker's loop: import once, then run tasks until the pipe closes."""
+    import rewrites
+    from accy.passes import rewriting
+
+    rewrites.load()
+    conn.send(("ready", None, _maxrss()))
+    while True:
+        try:
+            task = conn.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            conn.send(("done", _work(task, conn, rewriting), _maxrss()))
+        except BaseException as e:  # noqa: BLE001 - sent to the parent, raised there
+            try:
+                pickle.dumps(e)
+            except Exception:  # noqa: BLE001
+                from accy.errors import EGraphError
+
+                e = EGraphError(f"{type(e).__name__}: {e}")
+            conn.send(("error", e, _maxrss()))
+
+
+_EXTRACT_S_PER_E_NODE = 5e-4  # first guess of extraction's cost, until one is measured
+
+
+def _work(task: Task, conn: Any, rewriting: Any) -> SaturationReport:
+    """Saturate and extract ``task``, sending every improving extraction as it comes.
+
+    Extraction (greedy-dag plus acceptance by region) costs far more than the early steps,
+    so it does not follow every step: only before a step predicted to cost more than an
+    extraction now (losing that step's progress to the deadline would cost more than the
+    extraction), and at the end. The run also stops before a step whose predicted time plus
+    the extraction after it would end past the deadline (extraction time scales with the
+    e-graph: seconds per e-node as last measured).
+    """
+    from accy.egraph.convert import extract, to_egraph
+    from accy.egraph.driver import saturate
+
+    start = time.perf_counter()
+    deadline = start + task.time_limit_s
+    eg = rewriting._WARM.take(task.rulesets, task.names)
+    eg.push()
+    peg = to_egraph(task.program, eg)
+    best = task.input_cost
+    rate = _EXTRACT_S_PER_E_NODE
+    done_at: tuple[int, int] | None = None  # (kept iterations, e-nodes) last extracted
+
+    def extract_now(report: SaturationReport) -> None:
+        nonlocal best, rate, done_at
+        t0 = time.perf_counter()
+        x = extract(peg, task.model, extractor=task.extractor, input_cost=task.input_cost,
+                    options=dict(task.extract_options))
+        rate = (time.perf_counter() - t0) / max(report.e_nodes, 1)
+        done_at = (report.kept_iterations, report.e_nodes)
+        better = x.cost < best and x.program != task.program
+        if better:
+            best = x.cost
+        conn.send(("step", (report, x if better else None), _maxrss()))
+
+    def on_step(report: SaturationReport) -> bool:
+        its = [it for it in report.iterations if it.kept]
+        last = its[-1]
+        growth = last.e_nodes / max(its[-2].e_nodes if len(its) > 1 else
+                                    report.initial_e_nodes, 1)
+        factor = min(max(1.0, growth), 16.0)
+        next_step = last.seconds * factor
+        now_extract = rate * report.e_nodes
+        if time.perf_counter() + next_step + now_extract * factor > deadline:
+            extract_now(report)
+            return False
+        if next_step > now_extract:
+            extract_now(report)
+        return True
+
+    report = saturate(peg, task.rulesets, rules=task.names, iterations=task.iterations,
+                      node_limit=task.node_limit, time_limit_s=task.time_limit_s,
+                      match_limit=task.match_limit, on_step=on_step)
+    if done_at != (report.kept_iterations, report.e_nodes):
+        extract_now(report)
+    for _ in range(report.checkpoints + 1):  # the driver's checkpoints, then ours
+        eg.pop()
+    rewriting._WARM.give_back(task.rulesets, task.names, eg)
+    return report
