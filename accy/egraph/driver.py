@@ -378,9 +378,10 @@ def saturate(
             most = max((v[0] for v in fired[-1].values()), default=1)
             room = max(node_limit - nodes, 1) / max(after_nodes - nodes, 1)
             limit = max(1, int(most * room / 2))
+            was = bounded
             bounded = limit if bounded is None else max(1, min(limit, bounded // 2))
             overshoots += 1
-            if (overshoots > _BOUNDED_RETRIES or bounded <= 1
+            if (overshoots > _BOUNDED_RETRIES or was == 1
                     or time.perf_counter() - start > time_limit_s):
                 break
             step = _step(selected, bounded, persistent=False)

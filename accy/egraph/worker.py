@@ -243,6 +243,23 @@ def _serve(conn: Any) -> None:
 _EXTRACT_S_PER_E_NODE = 5e-4  # first guess of extraction's cost, until one is measured
 
 
+def guard(report: SaturationReport, deadline: float, rate: float = _EXTRACT_S_PER_E_NODE
+          ) -> tuple[bool, bool]:
+    """(go on, extract first) after a kept step: stop when the next step (the last one's time
+    scaled by its growth, at most 16x) and the extraction after it (``rate`` seconds per
+    e-node) would end past ``deadline``; extract before a step predicted to cost more than
+    an extraction now. Used by the worker and by in-process runs alike."""
+    its = [it for it in report.iterations if it.kept]
+    last = its[-1]
+    growth = last.e_nodes / max(its[-2].e_nodes if len(its) > 1 else report.initial_e_nodes, 1)
+    factor = min(max(1.0, growth), 16.0)
+    next_step = last.seconds * factor
+    now_extract = rate * report.e_nodes
+    if time.perf_counter() + next_step + now_extract * factor > deadline:
+        return False, True
+    return True, next_step > now_extract
+
+
 def _work(task: Task, conn: Any, rewriting: Any) -> SaturationReport:
     """Saturate and extract ``task``, sending every improving extraction as it comes.
 
@@ -265,38 +282,30 @@ def _work(task: Task, conn: Any, rewriting: Any) -> SaturationReport:
     rate = _EXTRACT_S_PER_E_NODE
     done_at: tuple[int, int] | None = None  # (kept iterations, e-nodes) last extracted
 
-    def extract_now(report: SaturationReport) -> None:
+    def extract_now(report: SaturationReport, final: bool = False) -> None:
         nonlocal best, rate, done_at
         t0 = time.perf_counter()
         x = extract(peg, task.model, extractor=task.extractor, input_cost=task.input_cost,
                     options=dict(task.extract_options))
         rate = (time.perf_counter() - t0) / max(report.e_nodes, 1)
         done_at = (report.kept_iterations, report.e_nodes)
-        better = x.cost < best and x.program != task.program
+        # ties go to the later extraction; the final one stands as the in-process run's does
+        better = x.cost <= (task.input_cost if final else best)
         if better:
             best = x.cost
         conn.send(("step", (report, x if better else None), _maxrss()))
 
     def on_step(report: SaturationReport) -> bool:
-        its = [it for it in report.iterations if it.kept]
-        last = its[-1]
-        growth = last.e_nodes / max(its[-2].e_nodes if len(its) > 1 else
-                                    report.initial_e_nodes, 1)
-        factor = min(max(1.0, growth), 16.0)
-        next_step = last.seconds * factor
-        now_extract = rate * report.e_nodes
-        if time.perf_counter() + next_step + now_extract * factor > deadline:
+        go_on, extract_first = guard(report, deadline, rate)
+        if not go_on or extract_first or done_at is None:  # the first good iteration at once
             extract_now(report)
-            return False
-        if next_step > now_extract:
-            extract_now(report)
-        return True
+        return go_on
 
     report = saturate(peg, task.rulesets, rules=task.names, iterations=task.iterations,
                       node_limit=task.node_limit, time_limit_s=task.time_limit_s,
                       match_limit=task.match_limit, on_step=on_step)
     if done_at != (report.kept_iterations, report.e_nodes):
-        extract_now(report)
+        extract_now(report, final=True)
     for _ in range(report.checkpoints + 1):  # the driver's checkpoints, then ours
         eg.pop()
     rewriting._WARM.give_back(task.rulesets, task.names, eg)

@@ -51,6 +51,7 @@ from accy.egraph.convert import Extraction, extract, to_egraph
 from accy.egraph.cost import CostModel, cost_model, program_cost
 from accy.egraph.defaults import (
     DEFAULT_EXTRACTOR,
+    DEFAULT_NODE_LIMIT,
     WORKER_MIN_OPERATIONS,
     scaled_node_limit,
     scaled_time_limit,
@@ -419,10 +420,11 @@ def rewrite_program(program: Program, rulesets: Sequence[str], names: Sequence[s
                        seconds=time.perf_counter() - start, time_limit_s=limit)
     budget = dict(iterations=iterations, match_limit=match_limit, extractor=extractor,
                   extract_options=extract_options, isolate=isolate)
+    per_thousand = node_limit or DEFAULT_NODE_LIMIT
     regions = split(program, region_size)
     if regions is None:
         out = _rewrite_one(program, rulesets, names, model, before, deadline,
-                           node_limit=node_limit or scaled_node_limit(ops), **budget)
+                           node_limit=scaled_node_limit(ops, per_thousand), **budget)
         return replace(out, seconds=time.perf_counter() - start, time_limit_s=limit)
     outcomes: list[Outcome] = []
     reserve = _STITCH_RESERVE * limit  # stitching and pricing the whole program
@@ -437,7 +439,7 @@ def rewrite_program(program: Program, rulesets: Sequence[str], names: Sequence[s
                                     r_before, r_before))
             continue
         out = _rewrite_one(rp, rulesets, names, model, r_before, region_deadline,
-                           node_limit=node_limit or scaled_node_limit(region.size), **budget)
+                           node_limit=scaled_node_limit(region.size, per_thousand), **budget)
         outcomes.append(replace(out, seconds=time.perf_counter() - now,
                                 time_limit_s=region_deadline - now))
     result = stitch(program, regions, [o.program for o in outcomes])
@@ -501,6 +503,14 @@ def _rewrite_one(program: Program, rulesets: Sequence[str], names: Sequence[str]
         res = worker.run(task, deadline)
         kind = "late" if res.not_ready else "killed" if res.killed else "finished"
         x = res.extraction
+        if res.not_ready and deadline - time.perf_counter() > 0:
+            # no warm worker (one was killed at an earlier deadline and is restarting): run
+            # here under the predictions rather than wait (module docstring of ``worker``)
+            return replace(_rewrite_one(program, rulesets, names, model, before, deadline,
+                                        iterations=iterations, node_limit=node_limit,
+                                        match_limit=match_limit, extractor=extractor,
+                                        extract_options=extract_options, isolate=False),
+                           worker="late")
         if res.not_ready or res.report is None:
             why = ("the time limit came before a saturation worker had started" if
                    res.not_ready else "the time limit came before a first extraction")
@@ -514,11 +524,12 @@ def _rewrite_one(program: Program, rulesets: Sequence[str], names: Sequence[str]
     eg = _WARM.take(rulesets, names)
     eg.push()
     peg = to_egraph(program, eg)  # on failure the e-graph is dropped, not given back
-    # extraction follows in this process: a tenth of what is left is kept for it (programs
-    # here are small, their extraction takes milliseconds)
-    left = max((deadline - time.perf_counter()) * 0.9, 1e-6)
+    # extraction follows in this process: no step starts whose predicted time plus that of
+    # the extraction after it would end past the deadline (worker.guard)
+    left = max(deadline - time.perf_counter(), 1e-6)
     report = saturate(peg, rulesets, rules=names, iterations=iterations,
-                      node_limit=node_limit, time_limit_s=left, match_limit=match_limit)
+                      node_limit=node_limit, time_limit_s=left, match_limit=match_limit,
+                      on_step=lambda r: worker.guard(r, deadline)[0])
     out = extract(peg, model, extractor=extractor, input_cost=before, options=extract_options)
     for _ in range(report.checkpoints + 1):  # the driver's checkpoints, then ours
         eg.pop()

@@ -73,7 +73,9 @@ def test_node_limit_rolls_back_the_step_that_overshot():
     limit = start[0] + 3  # the first step adds more than three e-nodes
     report = saturate(peg, toy_rules(), node_limit=limit)
     assert report.stop_reason == "node_limit" and report.rolled_back and not report.predicted
-    assert report.iterations[-1].e_nodes > limit and not report.iterations[-1].kept
+    assert report.iterations[0].e_nodes > limit and not report.iterations[0].kept
+    # then bounded steps (every toy rule matches more than the bound: they change nothing)
+    assert report.bounded_match_limit is not None
     assert egraph_size(peg.egraph) == start == (report.e_nodes, report.e_classes)
     assert report.e_nodes <= limit
     assert from_egraph(peg) == peg.program  # the e-graph is whole after the rollback

@@ -49,8 +49,8 @@ class Saturate(Pass):
     iterations: int = option(_ITERATIONS, "most saturation iterations", minimum=1,
                              maximum=COUNT_MAX)
     node_limit: int = option(
-        0, "most e-nodes an e-graph may grow to (0: max(20000, 20 x the operations in it))",
-        minimum=0, maximum=COUNT_MAX)
+        defaults.DEFAULT_NODE_LIMIT, "most e-nodes an e-graph may grow to, per 1000 "
+        "operations in it (at least this many)", minimum=1, maximum=COUNT_MAX)
     time_limit: float = option(
         0.0, "most seconds of the whole pass, e-graph, saturation and extraction (0: 2 s per "
         "1000 operations, at least 2 s)", minimum=0, maximum=SECONDS_MAX)
@@ -81,7 +81,7 @@ class Saturate(Pass):
                                  finite_math=self.finite_math, fast_math=self.fast_math)
         outcome = rewriting.rewrite_program(
             product.program, self.rulesets, names, iterations=self.iterations,
-            node_limit=self.node_limit or None, time_limit_s=self.time_limit or None,
+            node_limit=self.node_limit, time_limit_s=self.time_limit or None,
             region_size=self.region_size,
             cost=rewriting.capped(self.cost, product.program, self.max_elements),
             match_limit=self.match_limit or None, extractor=self.extractor,
