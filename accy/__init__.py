@@ -30,6 +30,7 @@ from accy.builder import (
 )
 from accy.contraction import opt_einsum_bridge  # noqa: F401  (registers accy-* in opt_einsum)
 from accy.errors import AccyError, DeviceMismatchError
+from accy.explain import explain
 from accy.ir.interpret import interpret
 from accy.ir.parser import parse_program
 from accy.ir.printer import print_program
@@ -64,7 +65,7 @@ def __getattr__(name: str):
 __all__ = [
     "AccyError", "BoundExecutable", "Builder", "DeviceArray", "DeviceMismatchError", "DType",
     "Executable", "PendingCall", "PreparedJob", "Program", "Stage", "TargetProfile",
-    "TensorType", "bool_", "f16", "f32", "f64", "function", "i32", "i64", "interpret",
+    "TensorType", "bool_", "explain", "f16", "f32", "f64", "function", "i32", "i64", "interpret",
     "maximum", "minimum", "parse_pipeline", "parse_program", "prepare", "print_program",
     "select_device", "to_device", "verify",
 ]

@@ -7,14 +7,9 @@ import json
 import math
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 from accy.errors import AccyError
-from accy.ir.printer import print_program
 from accy.ir.program import Program
-from accy.passes.base import Pass
-from accy.passes.manager import Instrument, PassRecord
-from accy.product import Product
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -24,6 +19,22 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     if worst > 1e-6:
         print(f"FAILED: error {worst:.3g} exceeds 1e-6", file=sys.stderr)
         return 1
+    return 0
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from accy.experiments.calibrate import calibrate
+
+    log = None if args.quiet else (lambda line: print(line, flush=True))
+    path = calibrate(args.device, force=args.force, quick=args.quick, repeats=args.repeats,
+                     log=log)
+    doc = json.loads(path.read_text())
+    print(f"{doc['device']['key']}: {path}")
+    for kind, f in doc["fits"]["kinds"].items():
+        print(f"  {kind:<12} launch {f["launch"] / 1e6:9.3f} us  {f['per_byte']:8.3f} ps/byte  "
+              f"{f['per_flop']:8.3f} ps/flop")
+    for cls, ps in doc["fits"]["element"].items():
+        print(f"  {cls:<12} fused {ps:9.3f} ps/element")
     return 0
 
 
@@ -70,6 +81,7 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
     from accy.job import prepare
     from accy.passes.instrument import PrintIRAfterAll, Statistics, TimingReport
 
+    _load_rules(args.rules)
     program = _read_program(args.file)
     timing, stats = TimingReport(), Statistics()
     instruments = [timing, stats] + ([PrintIRAfterAll()] if args.print_ir_after_all else [])
@@ -88,73 +100,48 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
     return 0
 
 
-class _RewriteLog(Instrument):
-    """What each egglog run did (the passes whose statistics carry a ``stop-reason``;
-    constant-fold's under ``rules: ``), one JSON-ready dict per run, for ``accy explain``."""
-
-    def __init__(self) -> None:
-        self.runs: list[dict[str, Any]] = []
-
-    def after_pass(self, p: Pass, product: Product, record: PassRecord) -> None:
-        stats = dict(record.stats)
-        prefix = next((k[: -len("stop-reason")] for k in stats if k.endswith("stop-reason")),
-                      None)
-        if prefix is None:
-            return
-        get = lambda key, default=None: stats.get(prefix + key, default)  # noqa: E731
-        seconds = get("rule-seconds", {})
-        rules = [{"name": name, "matches": matches, "seconds": seconds.get(name, 0.0)}
-                 for name, matches in get("rules-fired", {}).items()]
-        rules.sort(key=lambda r: (-r["matches"], r["name"]))
-        self.runs.append({
-            "pass": record.spec, "stage": p.stage.value, "stop_reason": get("stop-reason"),
-            "changed": get("changed"), "iterations": get("iterations", 0),
-            "seconds": get("seconds", 0.0), "e_nodes": get("e-nodes"),
-            "e_classes": get("e-classes"),
-            "per_iteration": [{k.replace("-", "_"): v for k, v in it.items()}
-                              for it in get("per-iteration", [])],
-            "rules": rules, "cost_model": get("cost-model"), "cost_before": get("cost-before"),
-            "cost_after": get("cost-after"), "program": print_program(product.program),
-        })
+class RulesFileError(AccyError):
+    """A ``--rules`` file that could not be imported (the message names it)."""
 
 
-def _format_run(run: dict[str, Any]) -> str:
-    before, after = run["cost_before"], run["cost_after"]
-    gain = f" ({100 * (after - before) / before:+.1f}%)" if before else ""
-    lines = [f"== {run['pass']} [{run['stage']}] ==", f"stop reason: {run['stop_reason']}"]
-    if run["e_nodes"] is not None:  # an e-graph was built
-        lines[-1] += f" after {run['iterations']} iterations, {run['seconds']:.3f} s"
-        lines.append(f"e-graph: {run['e_nodes']} e-nodes, {run['e_classes']} e-classes")
-    lines.append(f"cost ({run['cost_model']}): {before} -> {after}{gain}, "
-                 f"{'program replaced' if run['changed'] else 'program kept'}")
-    if run["per_iteration"]:
-        lines.append("  iteration  e-nodes  e-classes  matches  seconds")
-        lines += [f"  {i:>9}  {it['e_nodes']:>7}  {it['e_classes']:>9}  {it['matches']:>7}  "
-                  f"{it['seconds']:>7.3f}{'' if it['kept'] else '  rolled back'}"
-                  for i, it in enumerate(run["per_iteration"], 1)]
-    if run["rules"]:
-        lines.append("rules that fired (by matches):")
-        lines += [f"  {r['name']:<32} {r['matches']:>8} matches  {r['seconds']:.4f} s"
-                  for r in run["rules"]]
-    lines.append("program after the pass:")
-    lines += ["  " + line for line in run["program"].splitlines()]
-    return "\n".join(lines)
+def _load_rules(path: str | None) -> None:
+    """Import the Python file ``path`` by its path, so the ``rewrites.Theme`` rule sets it
+    defines register (and pipeline text may name them); any failure is one line naming it."""
+    if path is None:
+        return
+    import importlib.util
+    import pathlib
+
+    file = pathlib.Path(path)
+    name = "accy_rules_" + "".join(c if c.isalnum() else "_" for c in file.stem)
+    spec = importlib.util.spec_from_file_location(name, file)
+    if spec is None or spec.loader is None:
+        raise RulesFileError(f"--rules {path}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses and pickling look the module up by name
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:  # noqa: BLE001 - whatever the file raises is the user's mistake
+        del sys.modules[name]
+        detail = str(e.strerror if isinstance(e, OSError) and e.strerror else e)
+        first = detail.splitlines()[0] if detail else ""  # one line, as every CLI error
+        raise RulesFileError(f"--rules {path}: cannot import it: {type(e).__name__}: "
+                             f"{first}") from None
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
-    from accy.job import prepare
+    from accy.explain import explain, format_runs
 
+    _load_rules(args.rules)
     program = _read_program(args.file)
-    log = _RewriteLog()
-    prepare(program, args.pipeline, until=args.until, instruments=[log])
-    runs = log.runs
+    runs = explain(program, args.pipeline, until=args.until)
     if args.json:
         print(json.dumps({"file": args.file, "pipeline": args.pipeline, "until": args.until,
-                          "runs": runs}, indent=2))
+                          "runs": [r.to_dict() for r in runs]}, indent=2))
     elif not runs:
         print(f"no rewrite pass ran ({args.pipeline}, until {args.until})")
     else:
-        print("\n\n".join(_format_run(r) for r in runs))
+        print(format_runs(runs))
     return 0
 
 
@@ -231,21 +218,20 @@ def stage_name(text: str) -> str:
 def _cmd_rules(args: argparse.Namespace) -> int:
     import rewrites
 
+    _load_rules(args.rules)
     try:
         sets = rewrites.load(args.rulesets or None)
     except KeyError as e:
         print(f"accy rules: error: {e.args[0]}", file=sys.stderr)
         return 2
     for rs in sets:
-        shown = [r for r in rs.rules
-                 if args.policy is None or rewrites.rule_info(r.name).policy == args.policy]
+        shown = [r for r in rs.rules if args.policy is None or r.policy == args.policy]
         if not shown:
             continue
         count = f"{len(shown)} of {len(rs.rules)}" if args.policy else str(len(rs.rules))
         print(f"{rs.name}  ({count} rules)  {rs.doc}")
         for r in shown:
-            info = rewrites.rule_info(r.name)
-            print(f"    {r.name:<32} {info.policy:<12} {info.doc}")
+            print(f"    {r.name:<32} {r.policy or 'untagged':<12} {r.doc}")
     print("\npolicies (saturate, canonicalize: fast-math=true, finite-math=true):")
     for tag, meaning in rewrites.POLICIES.items():
         print(f"    {tag:<12} {meaning}")
@@ -265,6 +251,21 @@ def build_parser() -> argparse.ArgumentParser:
                       help="elements of the large chain")
     demo.add_argument("--no-source", action="store_true", help="do not print OpenCL source")
     demo.set_defaults(run=_cmd_demo)
+    cal = sub.add_parser(
+        "calibrate", help="time micro-programs on an OpenCL device and fit the `measured` "
+        "cost model (saturate{cost=measured}); cached per device and driver",
+        description="Time micro-programs per op kind and size class on an OpenCL device and "
+        "fit time = launch + a*bytes + b*flops per kind, for the `measured` cost model. The "
+        "result is cached in $XDG_CACHE_HOME/accy/costs per device and driver version and "
+        "reused unless --force.")
+    cal.add_argument("--device", help="OpenCL device selector (default: ACCY_DEVICE or pocl)")
+    cal.add_argument("--force", action="store_true", help="calibrate again even when cached")
+    cal.add_argument("--quick", action="store_true",
+                     help="tiny sizes: seconds, for tests; not for real use")
+    cal.add_argument("--repeats", type=positive_int, default=9,
+                     help="timed calls per micro-program; the median is kept (default: 9)")
+    cal.add_argument("--quiet", action="store_true", help="no line per micro-program")
+    cal.set_defaults(run=_cmd_calibrate)
     passes = sub.add_parser("passes", help="list registered passes, options and pipelines")
     passes.set_defaults(run=_cmd_passes)
     pipe = sub.add_parser("pipeline", help="parse pipeline text and print it canonically")
@@ -283,6 +284,9 @@ def build_parser() -> argparse.ArgumentParser:
     prep.add_argument("--statistics", action="store_true", help="print pass statistics")
     prep.add_argument("--no-verify", action="store_true", help="skip verification after passes")
     prep.add_argument("--emit-source", action="store_true", help="print the OpenCL kernels")
+    prep.add_argument("--rules", metavar="FILE.py",
+                      help="import this Python file first: the rewrites.Theme rule sets it "
+                      "defines may be named in the pipeline")
     prep.set_defaults(run=_cmd_prepare)
     explain = sub.add_parser(
         "explain", help="show what each rewrite pass (constant-fold, canonicalize, saturate) "
@@ -292,6 +296,9 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--until", type=stage_name, default="tensor",
                          help="last stage to run (as for prepare)")
     explain.add_argument("--json", action="store_true", help="machine-readable output")
+    explain.add_argument("--rules", metavar="FILE.py",
+                         help="import this Python file first: the rewrites.Theme rule sets it "
+                         "defines may be named in the pipeline")
     explain.set_defaults(run=_cmd_explain)
     fuzz = sub.add_parser("fuzz", help="check random programs pass by pass and on OpenCL; "
                           "write failing ones (shrunk) to a folder",
@@ -331,6 +338,9 @@ def build_parser() -> argparse.ArgumentParser:
     fuzz.set_defaults(run=_cmd_fuzz)
     rules = sub.add_parser("rules", help="list rewrite rule sets and rules with policy tags")
     rules.add_argument("rulesets", nargs="*", help="rule sets to list (default: all)")
+    rules.add_argument("--rules", metavar="FILE.py",
+                       help="import this Python file first: its rewrites.Theme rule sets "
+                       "are listed too")
     rules.add_argument("--policy", choices=["exact", "stable", "finite-math", "fast-math"],
                        help="only rules with this floating-point policy tag")
     rules.set_defaults(run=_cmd_rules)

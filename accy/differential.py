@@ -113,9 +113,9 @@ def _by_function(program: Program, inputs: ProgramInputs | Sequence[Any]
 
 
 def _compare(program: Program, function: str, got: Sequence[Any], want: Sequence[np.ndarray],
-             inputs: Sequence[np.ndarray], out: Comparison) -> None:
+             inputs: Sequence[np.ndarray], out: Comparison, precision: str = "ieee") -> None:
     rtol = {d: t.rtol for d, t in TOLERANCES.items()}
-    bounds = error_bounds(program, inputs, rtol, function)
+    bounds = error_bounds(program, inputs, rtol, function, precision)
     if len(got) != len(want):
         out.problems.append(f"function {function}: {len(got)} results, want {len(want)}")
         return
@@ -125,7 +125,8 @@ def _compare(program: Program, function: str, got: Sequence[Any], want: Sequence
 
 
 def assert_close(got: Sequence[Any], want: Sequence[np.ndarray], program: Program,
-                 inputs: Sequence[Any], function: str | None = None) -> tuple[int, int]:
+                 inputs: Sequence[Any], function: str | None = None,
+                 precision: str = "ieee") -> tuple[int, int]:
     """Assert that ``got`` and ``want`` (results of ``function`` on ``inputs``) agree.
 
     Floats may differ by both sides' error bounds (:data:`TOLERANCES`, scaled by the magnitude
@@ -141,7 +142,7 @@ def assert_close(got: Sequence[Any], want: Sequence[np.ndarray], program: Progra
     """
     fn = program.function(function)
     out = Comparison()
-    _compare(program, fn.name, got, want, inputs, out)
+    _compare(program, fn.name, got, want, inputs, out, precision)
     if out.problems:
         raise DifferentialFailure("results differ:\n  " + "\n  ".join(out.problems) + "\n"
                                   + example_text(program, {fn.name: tuple(inputs)}))
@@ -163,6 +164,13 @@ def unsupported_reason(error: BaseException) -> str | None:
             "kernelization" in text and "no kernel lowering" in text):
         return text.splitlines()[0]
     return None
+
+
+def precision_of(pipeline: Pipeline) -> str:
+    """The contraction precision policy a pipeline's kernelization uses ("ieee" if none):
+    what the error bounds of its results must allow (``kernelization{precision=tf32}``)."""
+    return next((getattr(p, "precision", "ieee") for p in pipeline.passes
+                 if p.name == "kernelization"), "ieee")
 
 
 def _pipeline(pipeline: str | Pipeline) -> Pipeline:
@@ -204,7 +212,7 @@ def check_end_to_end(program: Program, inputs: ProgramInputs | Sequence[Any],
             got = job.run(*by_fn[fn.name], function=fn.name, device=runtime)
         except AccyError as e:
             raise _failure(f"end-to-end: running {fn.name} failed: {e}", program, by_fn) from e
-        _compare(program, fn.name, got, want, by_fn[fn.name], out)
+        _compare(program, fn.name, got, want, by_fn[fn.name], out, precision_of(pipe))
     if out.problems:
         raise _failure(f"end-to-end ({pipe.text()}) on {runtime.info.name}: OpenCL results "
                        f"differ from interpret:\n  " + "\n  ".join(out.problems), program, by_fn)

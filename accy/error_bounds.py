@@ -24,6 +24,16 @@ exact arithmetic) and carries, op by op, two things next to every value:
 An op without a rule here (one added to the IR later) gets its error by evaluating it with
 its operands moved by their bounds, which is sound for elementwise ops.
 
+``precision`` is the contraction precision policy (``kernelization{precision=...}``, see
+:data:`accy.target.PRECISIONS`). Under ``tf32`` an f32 einsum's operands may each be rounded to
+TF32 (unit roundoff u = 2^-11, round to nearest) before they are multiplied, and the products
+summed in f32: a product's relative error is then at most (1+u)^2 - 1 ~ 2u = 2^-10, so the
+einsum adds ``TF32_TERM_RTOL * einsum(|x|, |y|)`` on top of the f32 rule. The bound is worst
+case and independent of K (each term is rounded once; K enters only the f32 sums, already
+counted); a typical error is smaller, ~2^-11 * sqrt(sum of squared terms), as signs cancel.
+Under ``3xtf32`` (big + small TF32 parts, small*small dropped) the extra term is 3u^2 per
+product, which the f32 rule already exceeds; it is added anyway, so the statement holds.
+
 Non-finite float64 values (``log(0)``, ``nan`` inputs) get error 0: they are compared by class
 (``nan`` with ``nan``, ``inf`` with ``inf``). :class:`Comparison` (behind
 ``accy.testing.assert_close``) accepts two results whose difference is at most the sum of both
@@ -52,6 +62,12 @@ from accy.ir.types import DType
 __all__ = ["Bound", "Comparison", "error_bounds"]
 
 F64 = np.float64
+TF32_UNIT = 2.0**-11  # TF32: 10 explicit mantissa bits, rounded to nearest
+EXTRA_EINSUM_RTOL = {  # per precision policy: relative to einsum(|x|, |y|), f32 einsums only
+    "ieee": 0.0,
+    "tf32": (1 + TF32_UNIT) ** 2 - 1,  # both operands rounded once
+    "3xtf32": 3 * TF32_UNIT**2,  # small*small dropped, small parts rounded
+}
 
 
 @dataclass(frozen=True)
@@ -108,6 +124,7 @@ class _Ctx:
     out: np.ndarray  # this node's float64 value
     r: float  # rtol of the node's dtype (0 for int and bool)
     tiny: float  # smallest normal of the node's dtype (flush-to-zero and underflow)
+    precision: str = "ieee"  # the contraction precision policy (EXTRA_EINSUM_RTOL)
 
     def mag(self, i: int) -> np.ndarray:
         return np.abs(self.vs[i].astype(F64))
@@ -129,12 +146,16 @@ def error_bounds(
     inputs: Sequence[Any] | Mapping[str, Any],
     rtol: Mapping[DType, float],
     function: str | None = None,
+    precision: str = "ieee",
 ) -> tuple[Bound, ...]:
     """The float64 value, error bound and unstable mask of every result of ``function``.
 
-    ``rtol`` gives each float dtype's allowed rounding per op (relative to the op's terms).
-    Raises ``InterpretError`` when the inputs do not fit the function.
+    ``rtol`` gives each float dtype's allowed rounding per op (relative to the op's terms);
+    ``precision`` the contraction policy (see the module docstring: ``tf32`` loosens f32
+    einsums). Raises ``InterpretError`` when the inputs do not fit the function.
     """
+    if precision not in EXTRA_EINSUM_RTOL:
+        raise ValueError(f"precision {precision!r}: one of {', '.join(EXTRA_EINSUM_RTOL)}")
     fn = program.function(function)
     nodes = [n for n in fn.nodes() if n.op is not Op.PARAM]
     probe = Program((Function(fn.name, fn.params, fn.param_names, (*fn.params, *nodes)),))
@@ -151,7 +172,7 @@ def error_bounds(
             r, tiny = (rtol[dtype], float(np.finfo(dtype.numpy).tiny)) if dtype.is_float else (
                 0.0, 0.0)
             ctx = _Ctx(n, [values[s] for s in n.srcs], [err[s] for s in n.srcs],
-                       [bad[s] for s in n.srcs], values[n], r, tiny)
+                       [bad[s] for s in n.srcs], values[n], r, tiny, precision)
             e, u = _rule(n)(ctx)
             err[n], bad[n] = _finish(n, values[n], e, u)
     return tuple(Bound(values[r], err[r], bad[r]) for r in fn.results)
@@ -327,6 +348,8 @@ def _einsum(c: _Ctx) -> tuple[Any, Any]:
     exact = np.einsum(spec, *mags)
     widened = np.einsum(spec, *(m + e for m, e in zip(mags, c.es, strict=True)))
     e = widened - exact + c.rounding(math.sqrt(max(count, 1)) * exact)
+    if c.node.type.dtype is DType.f32:  # operands rounded to TF32 under a looser policy
+        e = e + EXTRA_EINSUM_RTOL[c.precision] * widened
     # The IR leaves the order and pairing of a contraction's products and sums open, so a
     # non-finite term makes inf-or-nan a matter of that order: such outputs are unstable.
     ones = [np.ones(m.shape) for m in mags]

@@ -30,6 +30,19 @@ if TYPE_CHECKING:
 
 OPENCL_C = "opencl-c"
 
+TF32_MMA = "mma.m16n8k8.tf32"
+"""PTX ``mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32`` (sm_80+) through inline asm in
+OpenCL C: the name ``TargetProfile.tensor_cores`` lists when the device's probe passed."""
+F16_MMA = "mma.m16n8k16.f16"  # m16n8k16 f16 inputs, f32 accumulators (not generated yet)
+TENSOR_CORE_SHAPES = (TF32_MMA, F16_MMA)
+
+PRECISIONS = ("ieee", "tf32", "3xtf32")
+"""Precision policies for f32 contractions (``kernelization{precision=...}``): ``ieee`` f32
+products and sums (the default, every generator); ``tf32`` operands rounded to TF32 (10
+explicit mantissa bits) on tensor cores, f32 sums (opt-in, as torch's ``allow_tf32``);
+``3xtf32`` each operand split as big + small TF32 parts, three products summed (CUTLASS's
+"3xTF32"), about f32 accuracy. :func:`accy.error_bounds.error_bounds` takes the same name."""
+
 MAX_WORK_GROUPS = 2**31 - 1
 """Work-groups per dimension a launch may have. OpenCL bounds only the global size (by
 ``size_t``), but drivers count groups in 32 bits: PoCL dies (SIGILL) at 2**32 groups, CUDA-based
@@ -77,6 +90,9 @@ class TargetProfile:
     global_mem_size: int = 4 << 30  # bytes of all buffers at once (CL_DEVICE_GLOBAL_MEM_SIZE)
     address_bits: int = 64  # size_t of the device: global sizes stay below 2**address_bits
     max_work_groups: int = MAX_WORK_GROUPS  # per dimension (see MAX_WORK_GROUPS)
+    # matrix instructions the device compiled and ran at selection (runtime.py's second probe):
+    # names from TENSOR_CORE_SHAPES; empty unless detected, so nothing assumes tensor cores
+    tensor_cores: tuple[str, ...] = ()
 
     @classmethod
     def from_device(cls, info: DeviceInfo) -> TargetProfile:
@@ -101,6 +117,7 @@ class TargetProfile:
             max_mem_alloc_size=info.max_mem_alloc_size or info.global_mem_size,
             global_mem_size=info.global_mem_size,
             address_bits=info.address_bits,
+            tensor_cores=tuple(getattr(info, "tensor_cores", ())),
         )
 
     @property
@@ -121,7 +138,8 @@ class TargetProfile:
                      self.local_mem_bytes, self.compute_units, self.constant_mem_bytes,
                      self.max_constant_args, self.device_type, self.native_vector_bytes,
                      self.atomics64, self.max_work_item_sizes, self.address_bits,
-                     self.max_work_groups))
+                     self.max_work_groups)
+                    + ((self.tensor_cores,) if self.tensor_cores else ()))
         return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
     def describe(self) -> str:
@@ -134,7 +152,8 @@ class TargetProfile:
                 f"({self.device_type}, {self.native_vector_bytes}-byte vectors"
                 f"{', 64-bit atomics' if self.atomics64 else ''}); work-items per dimension "
                 f"{list(self.work_item_sizes)}; buffers up to {self.max_mem_alloc_size} B, "
-                f"{self.global_mem_size} B in all; {self.address_bits}-bit sizes")
+                f"{self.global_mem_size} B in all; {self.address_bits}-bit sizes"
+                + (f"; tensor cores {','.join(self.tensor_cores)}" if self.tensor_cores else ""))
 
     @property
     def work_item_sizes(self) -> tuple[int, ...]:

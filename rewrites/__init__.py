@@ -12,7 +12,15 @@ rule set        module                 what
 ``einsum``      ``rewrites.einsum``    merge/split contractions, absorb movement, scalars
 ``activation``  ``rewrites.activation`` softmax/log-softmax/cross-entropy forms
 ``layout``      ``rewrites.layout``    transpose/reshape/broadcast motion
+``concat``      ``rewrites.concat``    concat/slice identities, concat through contractions
+                                       and elementwise ops
+``merge``       ``rewrites.merge``     multi-pattern: two contractions sharing an operand ->
+                                       slices of one contraction over a concat
 ==============  =====================  ===================================================
+
+Multi-pattern rules (``Theme.rule``) match several terms at once (Tensat's): their
+``RuleInfo.multi`` is true, and ``saturate{multi-pattern-iterations=N}`` runs them only in
+the first N iterations, which keeps the e-graph small.
 
 Floating-point policy
 ---------------------
@@ -54,9 +62,10 @@ is associative and ``i - i == 0``, so those variants are ``exact`` (``add-zero-i
 Writing rules
 -------------
 A theme module imports only :mod:`accy.egraph.sorts`, :mod:`accy.egraph.rules`, egglog and
-this package; it makes a
-:class:`Theme` (a registered ``RuleSet`` plus tags) and adds rules with ``rewrite`` or
-``birewrite``, each with a kebab-case name, a ``policy`` and a one-line ``doc``::
+this package; it makes a :class:`Theme` (a registered ``RuleSet`` whose rules must carry a
+policy tag and a doc) and adds rules with ``rewrite`` or ``birewrite``, each with a
+kebab-case name, a ``policy`` and a one-line ``doc``; a new theme module is one line in
+``THEMES``::
 
     algebra = Theme("algebra", "distributivity, exp/log identities")
     algebra.rewrite("factor-mul-add",
@@ -81,24 +90,32 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from functools import partial
-from typing import Any, Literal
+from typing import Any
 
 from egglog import BigInt, BigRat, Fact, String, eq, f64, i64
 from egglog.deconstruct import get_callable_args, get_callable_fn, get_literal_value, get_var_name
 
-from accy.egraph.rules import RULESETS, RuleSet, py_test, py_text
+from accy.egraph.rules import (
+    RULES,
+    RULESETS,
+    Arg,
+    Condition,
+    NamedRule,
+    Policy,
+    RuleSet,
+    RuleThen,
+    py_test,
+    py_text,
+    unknown_name,
+)
 from accy.egraph.rules import unregister as unregister_ruleset
 from accy.egraph.sorts import Tensor
 
 __all__ = [
-    "POLICIES", "RULE_INFO", "THEMES", "Condition", "Policy", "RuleInfo", "Theme",
-    "allowed_policies", "has_type", "holds", "load", "py_f64", "py_int", "rule_info",
-    "same_types", "unregister",
+    "POLICIES", "THEMES", "Theme", "allowed_policies", "check_name", "has_type", "holds",
+    "load", "py_f64", "py_int", "rule_info", "same_types", "unregister",
 ]
-
-Policy = Literal["exact", "stable", "finite-math", "fast-math"]
 
 POLICIES: dict[str, str] = {
     "exact": "the same IEEE result for every input (sums: the same terms); always on",
@@ -108,88 +125,58 @@ POLICIES: dict[str, str] = {
     "fast-math": "rounds differently (reassociation, distributivity); fast-math=true",
 }
 
-THEMES: dict[str, str | None] = {
+THEMES: dict[str, str] = {
     "canonical": "rewrites.canonical",
     "fold": "rewrites.canonical",
     "algebra": "rewrites.algebra",
     "einsum": "rewrites.einsum",
     "activation": "rewrites.activation",
     "layout": "rewrites.layout",
+    "concat": "rewrites.concat",
+    "merge": "rewrites.merge",
 }
-"""Rule set name -> the module that registers it (imported by :func:`load`); None for rule
-sets defined at run time (:class:`Theme`)."""
+"""Built-in rule set name -> the module that registers it (imported by :func:`load`). Not a
+registry: the rule sets and their rules live in ``accy.egraph.rules.RULESETS``/``RULES``,
+with the rule sets scripts define at run time (:class:`Theme` of any other name)."""
 
 
-Arg = tuple[str, Any]  # ("var", name), ("f64", f64 variable name), ("lit", value), ("?", None)
-
-
-@dataclass(frozen=True)
-class Condition:
-    """A condition the prefilter can evaluate: ``type`` (tensor variable ``var`` has the type
-    bound to ``type_var``, binding it if unbound) or ``test`` (``fn(*args)`` is true)."""
-
-    kind: Literal["type", "test"]
-    var: str = ""
-    type_var: str = ""
-    fn: Callable[..., bool] | None = None
-    args: tuple[Arg, ...] = ()
-
-
-@dataclass(frozen=True)
-class RuleInfo:
-    """What accy knows about a named rule beyond its egglog form."""
-
-    name: str
-    ruleset: str
-    policy: Policy
-    doc: str
-    patterns: tuple[Any, ...]  # left-hand sides (both sides of a birewrite), for prefilters
-    permutes: bool = False  # only reorders operands: never makes a term cheaper by itself
-    conditions: tuple[Condition, ...] = ()  # the recorded ones among its conditions
-
-
-RULE_INFO: dict[str, RuleInfo] = {}
-"""Rule name -> its tag, doc and patterns, for every rule of every loaded theme."""
-
-
-class Theme:
-    """A registered rule set whose rules carry a policy tag and a doc (module docstring).
+class Theme(RuleSet):
+    """A registered rule set whose every rule carries a policy tag and a one-line doc.
 
     The built-in themes are listed in ``THEMES`` with their modules; any other name makes a
-    rule set defined at run time, by a script or a notebook (``THEMES[name]`` is None: there
-    is nothing to import), which :func:`unregister` removes again."""
+    rule set defined at run time, by a script or a notebook, which :func:`unregister` removes
+    again. The conditions written with :func:`has_type`, :func:`holds` and
+    :func:`same_types` go into each rule's record for the passes' prefilter."""
 
-    def __init__(self, name: str, doc: str) -> None:
-        self.ruleset = RuleSet(name, doc)
-        self.name = name
-        THEMES.setdefault(name, None)
-
-    def rewrite(self, name: str, lhs: Any, rhs: Any, *when: Any, policy: Policy, doc: str,
-                permutes: bool = False) -> None:
+    def rewrite(self, name: str, lhs: Any, rhs: Any, *when: Any,  # type: ignore[override]
+                policy: Policy, doc: str, permutes: bool = False) -> NamedRule:
         """``lhs`` -> ``rhs`` where ``when`` holds."""
-        self._check(name, policy, doc)
-        self.ruleset.rewrite(name, lhs, rhs, *when, doc=doc)
-        RULE_INFO[name] = RuleInfo(name, self.name, policy, doc, (lhs,), permutes,
-                                   _recorded(when))
+        _check_doc(name, doc)
+        return super().rewrite(name, lhs, rhs, *when, doc=doc, policy=policy,
+                               permutes=permutes, conditions=_recorded(when))
 
-    def birewrite(self, name: str, lhs: Any, rhs: Any, *when: Any, policy: Policy,
-                  doc: str) -> None:
+    def birewrite(self, name: str, lhs: Any, rhs: Any, *when: Any,  # type: ignore[override]
+                  policy: Policy, doc: str) -> NamedRule:
         """``lhs`` <-> ``rhs`` under one name (``when`` must hold, and bind, both ways)."""
-        self._check(name, policy, doc)
-        self.ruleset.birewrite(name, lhs, rhs, *when, doc=doc)
-        RULE_INFO[name] = RuleInfo(name, self.name, policy, doc, (lhs, rhs), False,
-                                   _recorded(when))
+        _check_doc(name, doc)
+        return super().birewrite(name, lhs, rhs, *when, doc=doc, policy=policy,
+                                 conditions=_recorded(when))
 
-    @staticmethod
-    def _check(name: str, policy: Policy, doc: str) -> None:
-        if policy not in POLICIES:
-            raise ValueError(f"rule {name!r}: policy {policy!r} is not one of "
-                             f"{', '.join(POLICIES)}")
-        if not doc:
-            raise ValueError(f"rule {name!r} needs a one-line doc")
-        if name in RULE_INFO:
-            raise ValueError(f"rule {name!r} is already registered (in rule set "
-                             f"{RULE_INFO[name].ruleset!r})")
+    def rule(self, name: str, *facts: Any, policy: Policy,  # type: ignore[override]
+             doc: str, patterns: tuple[Any, ...] = (), multi: bool = False) -> RuleThen:
+        """A general rule (several patterns, any actions): ``theme.rule(name, *facts,
+        policy=..., doc=..., patterns=(...)).then(*actions)``; ``patterns``, terms every
+        match contains one of, let the prefilter skip programs holding none. ``multi``: it
+        matches several terms at once, so ``saturate`` runs it in its first
+        ``multi-pattern-iterations`` iterations only (Tensat's cap on e-graph growth)."""
+        _check_doc(name, doc)
+        return super().rule(name, *facts, doc=doc, policy=policy, patterns=patterns,
+                            conditions=_recorded(facts), multi=multi)
+
+
+def _check_doc(name: str, doc: str) -> None:
+    if not doc or "\n" in doc:
+        raise ValueError(f"rule {name!r} needs a one-line doc")
 
 
 # ---- conditions -------------------------------------------------------------------------------
@@ -241,43 +228,65 @@ def same_types(*type_vars: String) -> Fact:
     return holds(_all_equal, *type_vars)
 
 
-def load(rulesets: Iterable[str] | None = None) -> list[RuleSet]:
-    """Import the themes of ``rulesets`` (all by default) and return their rule sets.
+# ---- the registry, by name --------------------------------------------------------------------
 
-    An unknown name is a ``KeyError`` that lists the valid ones.
-    """
+
+def load(rulesets: Iterable[str] | None = None) -> list[RuleSet]:
+    """Import the built-in themes among ``rulesets`` and return the named rule sets (built in
+    or defined at run time) from the registry; by default every theme, and every registered
+    rule set (themes first, then those defined at run time, in the order they were).
+
+    An unknown name is a ``KeyError`` with the closest and every valid name (the message of
+    :func:`check_name`)."""
     names = list(THEMES) if rulesets is None else list(rulesets)
     for n in names:
-        if n not in THEMES:
-            raise KeyError(f"unknown rule set {n!r}; valid rule sets: {', '.join(THEMES)}")
-        module = THEMES[n]
-        if module is not None:
-            importlib.import_module(module)
+        check_name(n, rule_sets_only=True)
+        if n in THEMES:
+            importlib.import_module(THEMES[n])
+    if rulesets is None:
+        names = list(dict.fromkeys([*THEMES, *RULESETS]))
     return [RULESETS[n] for n in names]
+
+
+def check_name(name: str, *, rule_sets_only: bool = False) -> None:
+    """Raise ``KeyError`` unless ``name`` is a registered (or built-in) rule set or, unless
+    ``rule_sets_only``, a rule; the message suggests the closest names (difflib).
+
+    What pipeline text is checked with when it is read (``saturate{rulesets=... rules=...
+    disable=...}``) and the passes again when they run, with the same message: a rule set
+    defined after the text was read counts, one removed since fails the run. Built-in rule
+    set names need no import; a rule name loads the built-in themes first."""
+    if name in THEMES or name in RULESETS:
+        return
+    if rule_sets_only:
+        raise KeyError(unknown_name("rule set", name, [*THEMES, *RULESETS]))
+    if name not in RULES:
+        load()
+    if name not in RULES:
+        sets = list(dict.fromkeys([*THEMES, *RULESETS]))
+        raise KeyError(unknown_name("rule or rule set", name, [*sets, *RULES],
+                                    f"valid rule sets: {', '.join(sets)} "
+                                    "(accy rules lists the rules)"))
 
 
 def unregister(name: str) -> None:
     """Remove the rule set ``name`` defined at run time (a :class:`Theme` of a script or a
-    notebook): its rules leave every registry, and every cache of the passes forgets them
+    notebook): its rules leave the registry, and every cache of the passes forgets them
     (:func:`accy.egraph.rules.unregister`), so the set can be defined again under the same
     names. Built-in themes cannot be removed: ``saturate{disable=...}`` switches rules off."""
-    if name not in THEMES:
-        raise KeyError(f"unknown rule set {name!r}; valid rule sets: {', '.join(THEMES)}")
-    if THEMES[name] is not None:
+    if name in THEMES:
         raise ValueError(f"rule set {name!r} is built in ({THEMES[name]}); switch its rules "
                          "off with saturate{disable=...} instead")
-    for rule in unregister_ruleset(name).rules:
-        RULE_INFO.pop(rule.name, None)
-    del THEMES[name]
+    unregister_ruleset(name)
 
 
-def rule_info(name: str) -> RuleInfo:
-    """The tag and doc of a loaded rule; an unknown name lists the valid ones."""
+def rule_info(name: str) -> NamedRule:
+    """The record of a registered rule (policy, doc, patterns...); an unknown name lists the
+    closest and every valid one."""
     try:
-        return RULE_INFO[name]
+        return RULES[name]
     except KeyError:
-        raise KeyError(f"unknown rule {name!r}; valid rules: "
-                       f"{', '.join(sorted(RULE_INFO))}") from None
+        raise KeyError(unknown_name("rule", name, sorted(RULES))) from None
 
 
 def allowed_policies(*, finite_math: bool = False, fast_math: bool = False) -> frozenset[str]:

@@ -14,6 +14,11 @@ name lists the valid ones). Built in:
     each term alone, for ablations.
 ``nodes``
     one per tensor e-node: term size, the usual e-graph cost, for comparison.
+``kernels``, ``measured`` (and ``measured:DEVICE``)
+    kernel launches and fusion, analytical or calibrated on a device: ``kernel_cost``.
+    ``measured`` is a family: ``COST_MODEL_FAMILIES`` maps a name to a factory of the
+    argument after ``:`` (the device), called each time the model is looked up, so a new
+    calibration is seen by the next compile.
 
 FLOPs (``flops``): one per result element for every elementwise op; reductions one per
 input element (``reduce_mean`` one more per result element); an N-operand einsum
@@ -46,7 +51,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, NamedTuple, Protocol
@@ -58,9 +63,9 @@ from accy.ir.shapes import parse_einsum
 from accy.ir.types import DType, TensorType
 
 __all__ = [
-    "COST_MODELS", "DEFAULT_COST_MODEL", "Choice", "CostModel", "EClassGraph", "ENode",
-    "FlopsBytes", "NodeCount", "bytes_moved", "cost_model", "extract_best", "flops",
-    "program_cost", "register_cost_model",
+    "COST_MODELS", "COST_MODEL_FAMILIES", "DEFAULT_COST_MODEL", "Choice", "CostModel",
+    "EClassGraph", "ENode", "FlopsBytes", "NodeCount", "bytes_moved", "cost_model",
+    "extract_best", "flops", "program_cost", "register_cost_model",
 ]
 
 # ---- FLOPs and bytes -------------------------------------------------------------------------
@@ -164,6 +169,8 @@ class NodeCount:
 
 COST_MODELS: dict[str, CostModel] = {}
 DEFAULT_COST_MODEL = "flops-bytes"
+# name -> factory(argument after ":" or None): models made per lookup (``measured:nvidia``)
+COST_MODEL_FAMILIES: dict[str, Callable[[str | None], CostModel]] = {}
 
 
 def register_cost_model[M: CostModel](model: M) -> M:
@@ -175,14 +182,19 @@ def register_cost_model[M: CostModel](model: M) -> M:
 
 
 def cost_model(model: str | CostModel) -> CostModel:
-    """The registered model called ``model`` (a model object passes through)."""
+    """The registered model called ``model`` (a model object passes through), or one made
+    by a family: ``family`` or ``family:argument``."""
     if not isinstance(model, str):
         return model
-    try:
-        return COST_MODELS[model]
-    except KeyError:
-        raise KeyError(f"unknown cost model {model!r}; valid cost models: "
-                       f"{', '.join(sorted(COST_MODELS))}") from None
+    found = COST_MODELS.get(model)
+    if found is not None:
+        return found
+    family, colon, arg = model.partition(":")
+    if family in COST_MODEL_FAMILIES and (arg or not colon):
+        return COST_MODEL_FAMILIES[family](arg or None)
+    families = "".join(f", {f}[:DEVICE]" for f in sorted(COST_MODEL_FAMILIES))
+    raise KeyError(f"unknown cost model {model!r}; valid cost models: "
+                   f"{', '.join(sorted(COST_MODELS))}{families}")
 
 
 register_cost_model(FlopsBytes(
@@ -388,3 +400,7 @@ def extract_best(graph: EClassGraph, roots: Iterable[int],
     if missing:
         raise ValueError(f"e-classes {missing} have no finite term (every e-node is cyclic)")
     return best
+
+
+# the kernel models register themselves; imported last, as they build on the names above
+from accy.egraph import kernel_cost as _kernel_cost  # noqa: E402,F401

@@ -306,6 +306,8 @@ def saturate(
     time_limit_s: float = DEFAULT_TIME_LIMIT_S,
     match_limit: int | None = None,
     on_step: Callable[[SaturationReport], bool | None] | None = None,
+    capped: Iterable[str] = (),
+    capped_iterations: int | None = None,
 ) -> SaturationReport:
     """Saturate ``target`` with the selected rules within the budget (module docstring).
 
@@ -315,6 +317,8 @@ def saturate(
     saturation worker extracts there, so that a step it cannot interrupt loses nothing);
     when it returns False the run stops there (``time_limit``, predicted: the caller's own
     work after the next step would end past its deadline).
+    The rules named in ``capped`` (multi-pattern rules) run only in the first
+    ``capped_iterations`` iterations (None: in every one), as Tensat caps them.
     """
     _check_limits(iterations, node_limit, time_limit_s, match_limit)
     eg = target.egraph if isinstance(target, ProgramEGraph) else target
@@ -323,6 +327,13 @@ def saturate(
     selected = select_rules(rulesets, rules, disable)
     rule_of = {egg: r for r in selected for egg in r.egg_names}
     step = _step(selected, match_limit)
+    if capped_iterations is not None and (not isinstance(capped_iterations, int)
+                                          or capped_iterations < 0):
+        raise ValueError(f"capped_iterations must be a non-negative int or None, "
+                         f"got {capped_iterations!r}")
+    capped = frozenset(capped)
+    capped_at = capped_iterations if capped & {r.name for r in selected} else None
+    later = _step([r for r in selected if r.name not in capped], match_limit)
     start = time.perf_counter()
     eg.run(TYPE_RULES)  # terms registered by hand get their types too
     nodes0, classes0 = nodes, classes = egraph_size(eg)
@@ -358,7 +369,8 @@ def saturate(
                                and nodes * _CHECKPOINT_GROWTH > node_limit):
             eg.push()
             checkpoints.append((len(history), nodes, classes))
-        report = _run_step(eg, step)
+        capped_off = capped_at is not None and len(history) >= capped_at
+        report = _run_step(eg, later if capped_off else step)
         after_nodes, after_classes = egraph_size(eg)
         now = time.perf_counter()
         fired.append(_per_rule(report, rule_of))
@@ -385,6 +397,8 @@ def saturate(
                     or time.perf_counter() - start > time_limit_s):
                 break
             step = _step(selected, bounded, persistent=False)
+            later = _step([r for r in selected if r.name not in capped], bounded,
+                          persistent=False)
             continue
         previous_nodes, nodes, classes = nodes, after_nodes, after_classes
         if bounded is not None and not report.updated:

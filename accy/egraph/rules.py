@@ -30,24 +30,35 @@ two looked-up types with ``same_type(tb, tc)`` (a filter). Joining two lookups o
 variable (``eq(tb).to(b.ty), eq(tb).to(c.ty)``) makes egglog's planner scan the type table:
 thirty times slower on a 10k-node e-graph.
 
-Named rules
------------
+The rule registry
+-----------------
 Every rule has a stable kebab-case name; ``RuleSet(name, doc)`` registers itself in
 ``RULESETS`` and its rules in ``RULES`` (duplicate names, and a rule named like a rule set,
-are errors). The name is the egglog rule name, so it is what run reports carry;
-``driver.select_rules`` picks rules by rule set, ``rules=`` and ``disable=``, naming rules
-or rule sets. :func:`unregister` removes a set and its rules again, and has every module that
-caches something by rule name forget it (:func:`on_unregister`), so a notebook can redefine a
-rule set under the same names.
+are errors). These two dicts are accy's one rule registry: the built-in themes of
+``rewrites`` (a ``rewrites.Theme`` is a ``RuleSet`` whose rules must carry a policy tag and a
+doc), rule sets defined at run time by scripts, the passes' rule selection, ``accy rules``,
+run reports and ``check_rule`` all read them. One record per rule, :class:`NamedRule`: its
+name, rule set, floating-point policy (``rewrites``'s docstring states them; None for the
+untagged rules of test rule sets, which no pass selects), doc, the patterns and conditions
+the passes' prefilter evaluates on the IR, and its egglog rules.
+
+The name is the egglog rule name, so it is what run reports carry; ``driver.select_rules``
+picks rules by rule set, ``rules=`` and ``disable=``, naming rules or rule sets.
+:func:`unregister` removes a set and its rules again, and has every module that caches
+something by rule name forget it (:func:`on_unregister`), so a notebook can redefine a rule
+set under the same names. :func:`unknown_name` words the error for a name that is not
+registered (with difflib's did-you-mean), the same at parse time and at run time.
 """
 
 from __future__ import annotations
 
+import difflib
 import re
-from collections.abc import Callable
+import typing
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, Literal
 
 from egglog import Bool, Fact, String, eq, i64, rule, subsume, union, var
 from egglog import PyObject as _PyObject
@@ -58,8 +69,9 @@ from accy.ir.ops import Op
 from accy.ir.shapes import infer
 
 __all__ = [
-    "RULES", "RULESETS", "NamedRule", "RuleSet", "generation", "infer_type", "on_unregister",
-    "py_test", "py_text", "same_type", "unregister",
+    "POLICY_TAGS", "RULES", "RULESETS", "Arg", "Condition", "NamedRule", "Policy", "RuleSet",
+    "RuleThen", "generation", "infer_type", "on_unregister", "py_test", "py_text", "same_type",
+    "unknown_name", "unregister",
 ]
 
 # ---- Python inside rules ----------------------------------------------------------------------
@@ -130,6 +142,26 @@ def infer_type(op: Op | str, *operand_types: Any, **attrs: Any) -> String:
 
 # ---- named rules ------------------------------------------------------------------------------
 
+Policy = Literal["exact", "stable", "finite-math", "fast-math"]
+POLICY_TAGS: tuple[str, ...] = typing.get_args(Policy)
+"""The floating-point policy tags, weakest promise last (``rewrites`` says what each means)."""
+
+Arg = tuple[str, Any]  # ("var", name), ("f64", f64 variable name), ("lit", value), ("?", None)
+
+
+@dataclass(frozen=True)
+class Condition:
+    """A rule condition the prefilter can evaluate on the IR: ``type`` (tensor variable ``var``
+    has the type bound to ``type_var``, binding it if unbound) or ``test`` (``fn(*args)`` is
+    true). ``rewrites.has_type``/``holds`` make them."""
+
+    kind: Literal["type", "test"]
+    var: str = ""
+    type_var: str = ""
+    fn: Callable[..., bool] | None = None
+    args: tuple[Arg, ...] = ()
+
+
 _NAME_RE = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)*")
 RULESETS: dict[str, RuleSet] = {}
 RULES: dict[str, NamedRule] = {}
@@ -150,12 +182,23 @@ def generation() -> int:
     return _generation
 
 
+def unknown_name(what: str, name: str, valid: Iterable[str], listing: str = "") -> str:
+    """The message for an unknown ``what`` (``rule set``, ``rule``...) named ``name``: the
+    closest valid names (difflib), then ``listing``, by default every valid name in the order
+    given (registration order reads best: built-in themes first)."""
+    valid = list(dict.fromkeys(valid))
+    close = difflib.get_close_matches(name, valid, n=3)
+    hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ";"
+    listing = listing or f"valid {what}s: {', '.join(valid) or '(none registered)'}"
+    return f"unknown {what} {name!r}{hint} {listing}"
+
+
 def unregister(name: str) -> RuleSet:
     """Remove the registered rule set ``name`` and its rules, and what modules cached about
     them (:func:`on_unregister`), so a script or notebook can define it again; returns it."""
     global _generation
     if name not in RULESETS:
-        raise KeyError(f"unknown rule set {name!r}; registered: {', '.join(sorted(RULESETS))}")
+        raise KeyError(unknown_name("rule set", name, RULESETS))
     rs = RULESETS.pop(name)
     for r in rs.rules:
         RULES.pop(r.name, None)
@@ -172,22 +215,30 @@ def _check_name(what: str, name: str) -> None:
 
 @dataclass(frozen=True)
 class NamedRule:
-    """One named rule: its egglog rules (two for a birewrite), and the rule set it is in."""
+    """The record of one named rule: what the registry, the passes and reports know of it."""
 
     name: str
     ruleset: str
     doc: str
-    egg_rules: tuple[RewriteOrRule, ...]
+    egg_rules: tuple[RewriteOrRule, ...]  # two for a birewrite
     egg_names: tuple[str, ...]  # the egglog rule names, as run reports carry them
+    policy: Policy | None = None  # None: untagged (test rule sets); no pass selects it
+    patterns: tuple[Any, ...] = ()  # left-hand sides (both sides of a birewrite), for prefilters
+    permutes: bool = False  # only reorders operands: never makes a term cheaper by itself
+    conditions: tuple[Condition, ...] = ()  # the recorded ones among its conditions
+    multi: bool = False  # matches several terms at once: saturate caps its iterations
 
 
-class _RuleThen:
-    def __init__(self, rs: RuleSet, name: str, facts: tuple[Any, ...], doc: str) -> None:
-        self._rs, self._name, self._facts, self._doc = rs, name, facts, doc
+class RuleThen:
+    """A general rule waiting for its actions (:meth:`RuleSet.rule`)."""
+
+    def __init__(self, rs: RuleSet, name: str, facts: tuple[Any, ...],
+                 tags: dict[str, Any]) -> None:
+        self._rs, self._name, self._facts, self._tags = rs, name, facts, tags
 
     def then(self, *actions: Any) -> NamedRule:
         egg = rule(*self._facts, name=self._name).then(*actions)
-        return self._rs._add(self._name, self._doc, (egg,), (self._name,))
+        return self._rs._add(self._name, (egg,), (self._name,), **self._tags)
 
 
 class RuleSet:
@@ -215,31 +266,49 @@ class RuleSet:
         return tuple(self._rules.values())
 
     def __repr__(self) -> str:
-        return f"RuleSet({self.name!r}, {len(self._rules)} rules)"
+        return f"{type(self).__name__}({self.name!r}, {len(self._rules)} rules)"
 
     def rewrite(self, name: str, lhs: Tensor | TensorList, rhs: Tensor | TensorList,
-                *when: Any, doc: str = "", subsume_lhs: bool = False) -> NamedRule:
-        """``lhs`` -> ``rhs`` where the conditions ``when`` hold (``subsume_lhs``: hide lhs)."""
-        return self._add(name, doc, (_rewrite(name, lhs, rhs, when, subsume_lhs),), (name,))
+                *when: Any, doc: str = "", subsume_lhs: bool = False,
+                policy: Policy | None = None, permutes: bool = False,
+                conditions: tuple[Condition, ...] = ()) -> NamedRule:
+        """``lhs`` -> ``rhs`` where the conditions ``when`` hold (``subsume_lhs``: hide lhs).
+        ``policy``, ``permutes`` and ``conditions`` (the prefilter's) go into the record."""
+        return self._add(name, (_rewrite(name, lhs, rhs, when, subsume_lhs),), (name,),
+                         doc=doc, policy=policy, patterns=(lhs,), permutes=permutes,
+                         conditions=conditions)
 
     def birewrite(self, name: str, lhs: Tensor | TensorList, rhs: Tensor | TensorList,
-                  *when: Any, doc: str = "") -> NamedRule:
+                  *when: Any, doc: str = "", policy: Policy | None = None,
+                  conditions: tuple[Condition, ...] = ()) -> NamedRule:
         """``lhs`` <-> ``rhs``: one name for both directions (reverse egglog name ``name<-``)."""
         back = name + "<-"
         rules = (_rewrite(name, lhs, rhs, when, False), _rewrite(back, rhs, lhs, when, False))
-        return self._add(name, doc, rules, (name, back))
+        return self._add(name, rules, (name, back), doc=doc, policy=policy,
+                         patterns=(lhs, rhs), conditions=conditions)
 
-    def rule(self, name: str, *facts: Any, doc: str = "") -> _RuleThen:
-        """A general rule: ``rs.rule("name", eq(x).to(...), ...).then(union(x).with_(...))``."""
-        return _RuleThen(self, name, facts, doc)
+    def rule(self, name: str, *facts: Any, doc: str = "", policy: Policy | None = None,
+             patterns: tuple[Any, ...] = (),
+             conditions: tuple[Condition, ...] = (), multi: bool = False) -> RuleThen:
+        """A general rule: ``rs.rule("name", eq(x).to(...), ...).then(union(x).with_(...))``.
+        ``patterns``: terms one of which any match contains, for the prefilter (none: the
+        prefilter assumes the rule may always fire)."""
+        return RuleThen(self, name, facts, {"doc": doc, "policy": policy, "patterns": patterns,
+                                            "conditions": conditions, "multi": multi})
 
-    def _add(self, name: str, doc: str, egg_rules: tuple[RewriteOrRule, ...],
-             egg_names: tuple[str, ...]) -> NamedRule:
+    def _add(self, name: str, egg_rules: tuple[RewriteOrRule, ...], egg_names: tuple[str, ...],
+             *, doc: str, policy: Policy | None, patterns: tuple[Any, ...],
+             permutes: bool = False, conditions: tuple[Condition, ...] = (),
+             multi: bool = False) -> NamedRule:
         _check_name("rule", name)
         if name in self._rules or (self.registered and (name in RULES or name in RULESETS)):
             other = RULES[name].ruleset if name in RULES else self.name
             raise ValueError(f"rule {name!r} is already registered (in rule set {other!r})")
-        named = NamedRule(name, self.name, doc, egg_rules, egg_names)
+        if policy is not None and policy not in POLICY_TAGS:
+            raise ValueError(f"rule {name!r}: policy {policy!r} is not one of "
+                             f"{', '.join(POLICY_TAGS)}")
+        named = NamedRule(name, self.name, doc, egg_rules, egg_names, policy, patterns,
+                          permutes, conditions, multi)
         self._rules[name] = named
         if self.registered:
             RULES[name] = named

@@ -64,6 +64,8 @@ class Task:
     extractor: str
     extract_options: dict[str, Any]
     input_cost: int
+    capped: tuple[str, ...] = ()  # multi-pattern rules, run in the first iterations only
+    capped_iterations: int | None = None
 
 
 @dataclass
@@ -303,7 +305,8 @@ def _work(task: Task, conn: Any, rewriting: Any) -> SaturationReport:
 
     report = saturate(peg, task.rulesets, rules=task.names, iterations=task.iterations,
                       node_limit=task.node_limit, time_limit_s=task.time_limit_s,
-                      match_limit=task.match_limit, on_step=on_step)
+                      match_limit=task.match_limit, on_step=on_step, capped=task.capped,
+                      capped_iterations=task.capped_iterations)
     if done_at != (report.kept_iterations, report.e_nodes):
         extract_now(report, final=True)
     for _ in range(report.checkpoints + 1):  # the driver's checkpoints, then ours

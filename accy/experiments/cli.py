@@ -31,7 +31,7 @@ from typing import Any
 
 from accy.cli import non_negative_int, positive_int, positive_seconds
 
-EXPERIMENTS = ("ablation", "contraction", "kernels", "benefit", "paper")
+EXPERIMENTS = ("ablation", "contraction", "kernels", "benefit", "costs", "paper")
 
 
 def _csv(text: str | None) -> tuple[str, ...] | None:
@@ -101,7 +101,7 @@ def _saturate_rulesets() -> tuple[str, ...]:
 def add_commands(sub: Any) -> None:
     """Register ``experiment`` and ``report`` on the ``accy`` command's subparsers."""
     exp = sub.add_parser("experiment", help="run an experiment sweep: ablation, contraction, "
-                         "kernels, benefit, or paper (regenerate papers/)")
+                         "kernels, benefit, costs, or paper (regenerate papers/)")
     exp.add_argument("name", choices=EXPERIMENTS)
     exp.add_argument("--suite", default=None, choices=("ci", "paper", "full"),
                      help="program sizes (default: ci; paper for `paper`)")
@@ -149,6 +149,10 @@ def add_commands(sub: Any) -> None:
     abl.add_argument("--policy", default="default",
                      choices=("default", "finite-math", "fast-math"),
                      help="floating-point policy of the rules")
+    cst = exp.add_argument_group("costs")
+    cst.add_argument("--calibration", metavar="FILE",
+                     help="measured cost model's calibration (default: the device's, made "
+                     "first when missing; `accy calibrate`)")
     con = exp.add_argument_group("contraction")
     con.add_argument("--families", type=_names("network families", _network_families),
                      help="network families (default: all)")
@@ -194,6 +198,10 @@ def run_experiment(name: str, args: argparse.Namespace, options: Any) -> dict[st
         from accy.experiments import kernels
 
         return kernels.run(options)
+    if name == "costs":
+        from accy.experiments import costs
+
+        return costs.run(options, calibration=args.calibration)
     from accy.experiments import benefit
 
     return benefit.run(options)

@@ -326,10 +326,17 @@ def _benefit_figures(result: dict[str, Any], out: Path, plt: Any, name: str) -> 
     return [_save(fig, plt, out / f"{name}.png")]
 
 
+def _costs_tables(result: dict[str, Any]) -> list[str]:
+    from accy.experiments.costs import tables as costs_tables
+
+    return costs_tables(result)
+
+
 _TABLES = {"ablation": _ablation_tables, "contraction": _contraction_tables,
-           "kernels": _kernels_tables, "benefit": _benefit_tables}
+           "kernels": _kernels_tables, "benefit": _benefit_tables, "costs": _costs_tables}
 _FIGURES = {"ablation": _ablation_figures, "contraction": _contraction_figures,
-            "kernels": _kernels_figures, "benefit": _benefit_figures}
+            "kernels": _kernels_figures, "benefit": _benefit_figures,
+            "costs": lambda result, out, plt, name: []}
 
 
 def tables(result: dict[str, Any]) -> str:

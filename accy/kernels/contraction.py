@@ -44,6 +44,7 @@ from dataclasses import dataclass
 
 from accy.ir.node import Node
 from accy.ir.types import DType
+from accy.ir.walk import Pending
 from accy.kernels import loopnest
 from accy.kernels.contraction_plan import (
     Contraction,
@@ -98,10 +99,10 @@ class _Epilogue(loopnest.LoopNestBuilder):
         self.einsum = einsum
         self.result: Expr = idx(0)
 
-    def value(self, node: Node, coords: tuple[Expr, ...]) -> Expr:
+    def _open(self, node: Node, coords: tuple[Expr, ...]) -> Expr | Pending:
         if node is self.einsum:
             return self.result
-        return super().value(node, coords)
+        return super()._open(node, coords)
 
 
 @dataclass(frozen=True)
@@ -422,9 +423,9 @@ class _Partials(loopnest.LoopNestBuilder):
         self.scratch = KernelArg(scratch.name, scratch.dtype, False, -1, scratch.scratch_elems)
         self.args.append(self.scratch)
 
-    def value(self, node: Node, coords: tuple[Expr, ...]) -> Expr:
+    def _open(self, node: Node, coords: tuple[Expr, ...]) -> Expr | Pending:
         if node is not self.einsum:
-            return super().value(node, coords)
+            return super()._open(node, coords)
         key = (node, coords)
         hit = self.em.lookup(key)
         if hit is not None:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 from accy.ir.node import Node
 from accy.ir.ops import Op
 from accy.ir.types import DType
+from accy.ir.walk import Pending, evaluate
 from accy.kernels import exprs
 from accy.kernels.ir import (
     INDEX,
@@ -118,20 +119,26 @@ class LaneEvaluator:
         self.memo: dict[tuple[Node, int], Expr] = {}
 
     def value(self, node: Node, lane: int) -> Expr:
-        key = (node, lane)
-        if key not in self.memo:
-            self.memo[key] = self._value(node, lane)
-        return self.memo[key]
+        return evaluate(self._open(node, lane))  # iterative: chains may be 20,000 ops deep
 
-    def _value(self, node: Node, lane: int) -> Expr:
+    def _open(self, node: Node, lane: int) -> Expr | Pending:
+        key = (node, lane)
+        if key in self.memo:
+            return self.memo[key]
         if node not in self.inside:
-            return self._leaf(node, lane)
+            return self._remember(key, self._leaf(node, lane))
         if node.op in (Op.RESHAPE, Op.BROADCAST):
-            return self.value(node.srcs[0], lane)
-        args = [self.value(s, lane) for s in node.srcs]
+            return Pending([(node.srcs[0], lane)], self._open,
+                           lambda args: self._remember(key, args[0]))
         operand = node.srcs[1] if node.op is Op.SELECT else node.srcs[0]
-        e = exprs.elementwise(node.op, args, operand.type.dtype, node.type.dtype)
-        return self.em.bind(e, node.type.dtype)
+        op, dtype = node.op, node.type.dtype
+        return Pending([(s, lane) for s in node.srcs], self._open,
+                       lambda args: self._remember(key, self.em.bind(
+                           exprs.elementwise(op, args, operand.type.dtype, dtype), dtype)))
+
+    def _remember(self, key: tuple[Node, int], value: Expr) -> Expr:
+        self.memo[key] = value
+        return value
 
     def _leaf(self, node: Node, lane: int) -> Expr:
         dtype, size = node.type.dtype, node.type.size

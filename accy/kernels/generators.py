@@ -26,9 +26,21 @@ class Generator:
     summary: str
     accepts: Callable[[FusionGroup, TargetProfile], bool]
     build: Build
+    # the precision policies (accy.target.PRECISIONS) it may be chosen under; None: every one
+    # (f32 arithmetic meets each policy's bound), so only looser generators name theirs
+    precisions: frozenset[str] | None = None
 
 
 GENERATORS: dict[str, Generator] = {}
+
+PRIORITY: tuple[str, ...] = (
+    "vector-flat", "tree-reduction", "row-softmax",
+    "mma-tf32", "mma-3xtf32",  # only under their precision policy, before the f32 tiles
+    "tiled-contraction", "indexed-gather", "indexed-scatter",
+)
+"""The order kernelization tries accy's specialised generators in (the first that accepts a
+group builds it). Generators registered from outside come after these, in registration
+order; the loop nest is the fallback. Stated here, not left to the order of imports."""
 
 
 def register_generator(gen: Generator) -> Generator:
@@ -38,10 +50,16 @@ def register_generator(gen: Generator) -> Generator:
     return gen
 
 
-def choose(group: FusionGroup, target: TargetProfile, disabled: frozenset[str]) -> Generator:
-    """The first enabled specialised generator that accepts ``group``, else the loop nest."""
-    for gen in GENERATORS.values():
-        if gen.name != "loop-nest" and gen.name not in disabled and gen.accepts(group, target):
+def choose(group: FusionGroup, target: TargetProfile, disabled: frozenset[str],
+           precision: str = "ieee") -> Generator:
+    """The first enabled specialised generator (in :data:`PRIORITY` order) that accepts
+    ``group`` under ``precision``, else the loop nest."""
+    ranked = sorted(GENERATORS.values(), key=lambda g: (
+        PRIORITY.index(g.name) if g.name in PRIORITY else len(PRIORITY)))  # a stable sort
+    for gen in ranked:
+        if (gen.name != "loop-nest" and gen.name not in disabled
+                and (gen.precisions is None or precision in gen.precisions)
+                and gen.accepts(group, target)):
             return gen
     return GENERATORS["loop-nest"]
 
@@ -52,5 +70,6 @@ register_generator(Generator(
     lambda group, outline, kind, target: (loopnest.build(group, outline, kind),),
 ))
 from accy.kernels import flat, reduction, rowwise  # noqa: E402, F401, I001  (register themselves)
+from accy.kernels import mma  # noqa: E402, F401  (registers itself, before tiled-contraction)
 from accy.kernels import contraction  # noqa: E402, F401  (registers itself)
 from accy.kernels import indexed  # noqa: E402, F401  (registers itself)

@@ -52,6 +52,7 @@ from collections.abc import Callable
 from accy.ir.node import Node
 from accy.ir.ops import Op
 from accy.ir.types import DType
+from accy.ir.walk import Pending, evaluate
 from accy.kernels import exprs
 from accy.kernels.ir import (
     INDEX,
@@ -104,7 +105,7 @@ class IndexedBuilder(GroupBuilder):
         super().__init__(group, outline)
         self.stored = stored or {}
 
-    def value(self, node: Node, coords: tuple[Expr, ...]) -> Expr:
+    def _open(self, node: Node, coords: tuple[Expr, ...]) -> Expr | Pending:
         key = (node, coords)
         hit = self.em.lookup(key)
         if hit is not None:
@@ -115,13 +116,18 @@ class IndexedBuilder(GroupBuilder):
         if node in self.inside and node.op is Op.RESHAPE:
             flat = (self.flat_id if coords == self.coords and node.type.shape == self.flat_shape
                     else linear(coords, row_major(node.type.shape)))
-            return self.em.bind(self.at_flat(node.srcs[0], flat), node.type.dtype, key)
-        return super().value(node, coords)
+            dtype = node.type.dtype
+            return Pending([(node.srcs[0], flat)], self._open_flat,
+                           lambda args: self.em.bind(args[0], dtype, key))
+        return super()._open(node, coords)
 
     def at_flat(self, node: Node, flat: Expr) -> Expr:
         """Element ``flat`` (row-major) of ``node``: reshapes and elementwise ops over operands
         of their own shape (or scalars) keep the flat index; anything else is read at
         coordinates."""
+        return evaluate(self._open_flat(node, flat))
+
+    def _open_flat(self, node: Node, flat: Expr) -> Expr | Pending:
         while node.op is Op.RESHAPE and node in self.inside and node not in self.stored:
             node = node.srcs[0]
         key = (node, "flat", flat)
@@ -134,11 +140,13 @@ class IndexedBuilder(GroupBuilder):
         if node.op.is_elementwise and all(s.type.shape == node.type.shape or s.type.size == 1
                                           for s in node.srcs):
             operand = node.srcs[1] if node.op is Op.SELECT else node.srcs[0]
-            args = [self.at_flat(s, flat if s.type.shape == node.type.shape else idx(0))
-                    for s in node.srcs]
-            e = exprs.elementwise(node.op, args, operand.type.dtype, node.type.dtype)
-            return self.em.bind(e, node.type.dtype, key)
-        return self.value(node, coords_of(flat, node.type.shape, self.em))
+            op, dtype = node.op, node.type.dtype
+            return Pending(
+                [(s, flat if s.type.shape == node.type.shape else idx(0)) for s in node.srcs],
+                self._open_flat,
+                lambda args: self.em.bind(
+                    exprs.elementwise(op, args, operand.type.dtype, dtype), dtype, key))
+        return self._open(node, coords_of(flat, node.type.shape, self.em))
 
 
 AUTO_BLOCKS_PER_UNIT = 8  # work-groups per compute unit in an automatic grid-stride wave

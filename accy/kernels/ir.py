@@ -199,7 +199,27 @@ class LocalArray:
     align: int = 0
 
 
-Stmt = Let | Assign | Store | VectorStore | AtomicAdd | For | If | Return | Barrier | LocalArray
+@dataclass(frozen=True)
+class InlineAsm:
+    """``asm volatile("template" : outputs : inputs);``: one target instruction the IR has no
+    node for (PTX ``mma.sync``, ``cvt.rna.tf32.f32`` on NVIDIA's OpenCL compiler). Only
+    generators that checked the target (``TargetProfile.tensor_cores``) emit it.
+
+    ``outputs`` are (constraint, variable) pairs, e.g. ``("+f", "acc0")`` (read and written)
+    or ``("=r", "bits")``; ``inputs`` are (constraint, expression) pairs, e.g.
+    ``("r", Call("as_uint", (x,)))``. Operands are numbered outputs first, as in GCC asm.
+    ``volatile`` keeps the statement in place (``mma.sync``, as CUTLASS does); a pure
+    instruction (``cvt``) leaves it False so the compiler may schedule or drop it.
+    """
+
+    template: str
+    outputs: tuple[tuple[str, str], ...]
+    inputs: tuple[tuple[str, Expr], ...]
+    volatile: bool = True
+
+
+Stmt = (Let | Assign | Store | VectorStore | AtomicAdd | For | If | Return | Barrier | LocalArray
+        | InlineAsm)
 
 
 # kernels ----------------------------------------------------------------------------------
@@ -264,9 +284,15 @@ class Kernel:
 
     def body_fingerprint(self) -> str:
         """Hash of what the kernel computes: argument types and body (not its name)."""
-        text = repr((self.schedule_kind.value, self.domain,
-                     [(a.dtype.value, a.is_output, a.space) for a in self.args], self.body))
-        return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+        # memoized on the (immutable) kernel: product fingerprints ask for it after every pass,
+        # and the repr of a 20,000-statement body takes a good part of a second
+        cached = self.__dict__.get("_body_fingerprint")
+        if cached is None:
+            text = repr((self.schedule_kind.value, self.domain,
+                         [(a.dtype.value, a.is_output, a.space) for a in self.args], self.body))
+            cached = hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+            object.__setattr__(self, "_body_fingerprint", cached)
+        return cached
 
     def fingerprint(self) -> str:
         return hashlib.blake2b(
@@ -277,37 +303,45 @@ class Kernel:
 
 
 def walk_stmts(body: tuple[Stmt, ...]):
-    """Every statement of ``body``, nested ones included."""
-    for s in body:
+    """Every statement of ``body``, nested ones included (pre-order, without recursion)."""
+    stack: list[Stmt] = list(reversed(body))
+    while stack:
+        s = stack.pop()
         yield s
         if isinstance(s, For):
-            yield from walk_stmts(s.body)
+            stack.extend(reversed(s.body))
         elif isinstance(s, If):
-            yield from walk_stmts(s.then)
-            yield from walk_stmts(s.orelse)
+            stack.extend(reversed(s.orelse))
+            stack.extend(reversed(s.then))
 
 
 def free_vars(e: Expr) -> frozenset[str]:
-    """The variable names an expression reads."""
-    if isinstance(e, Var):
-        return frozenset({e.name})
-    if isinstance(e, Lit | Id):
-        return frozenset()
-    if isinstance(e, Bin):
-        return free_vars(e.a) | free_vars(e.b)
-    if isinstance(e, Un | Cast):
-        return free_vars(e.a)
-    if isinstance(e, Call):
-        return frozenset().union(*(free_vars(a) for a in e.args))
-    if isinstance(e, Cond):
-        return free_vars(e.c) | free_vars(e.a) | free_vars(e.b)
-    if isinstance(e, Load | VectorLoad):
-        return free_vars(e.index)
-    if isinstance(e, Lane):
-        return free_vars(e.vec)
-    if isinstance(e, Splat):
-        return free_vars(e.value)
-    raise TypeError(f"not an expression: {e!r}")
+    """The variable names an expression reads (an explicit stack: expressions may be deep)."""
+    names: set[str] = set()
+    stack = [e]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, Var):
+            names.add(e.name)
+        elif isinstance(e, Lit | Id):
+            pass
+        elif isinstance(e, Bin):
+            stack += (e.a, e.b)
+        elif isinstance(e, Un | Cast):
+            stack.append(e.a)
+        elif isinstance(e, Call):
+            stack.extend(e.args)
+        elif isinstance(e, Cond):
+            stack += (e.c, e.a, e.b)
+        elif isinstance(e, Load | VectorLoad):
+            stack.append(e.index)
+        elif isinstance(e, Lane):
+            stack.append(e.vec)
+        elif isinstance(e, Splat):
+            stack.append(e.value)
+        else:
+            raise TypeError(f"not an expression: {e!r}")
+    return frozenset(names)
 
 
 # index arithmetic helpers that fold constants (keeps generated source readable)

@@ -20,6 +20,7 @@ from accy.ir.node import Node
 from accy.ir.ops import Op, OpKind
 from accy.ir.shapes import parse_einsum
 from accy.ir.types import DType
+from accy.ir.walk import Pending, evaluate
 from accy.kernels import exprs
 from accy.kernels.ir import (
     INDEX,
@@ -165,30 +166,47 @@ class LoopNestBuilder:
 
     # values ---------------------------------------------------------------------------
     def value(self, node: Node, coords: tuple[Expr, ...]) -> Expr:
+        """``node``'s element at ``coords``, bound to a variable (or a literal).
+
+        Iterative (:func:`accy.ir.walk.evaluate`): a fused chain of 20,000 elementwise ops is
+        20,000 levels deep. Subclasses change how one value is found by overriding
+        :meth:`_open`. Only ops with a handler (reductions, einsum, concat, indexing, row
+        ops) call back into ``value``, one Python level per such op nested in a group.
+        """
+        return evaluate(self._open(node, coords))
+
+    def _open(self, node: Node, coords: tuple[Expr, ...]) -> Expr | Pending:
+        """The value when known without operands (memo, load, constant, handler), else the
+        operands to evaluate first and how to combine them."""
         key = (node, coords)
         hit = self.em.lookup(key)
         if hit is not None:
             return hit
         if node not in self.inside:
-            if is_inlined(node):
-                return exprs.const(node.value.reshape(-1)[0].item(), node.type.dtype)
-            at = (self.flat_id if coords == self.coords and node.type.shape == self.group.domain
-                  else linear(coords, row_major(node.type.shape)))
-            load = Load(self.arg_of[node], at)
-            return self.em.bind(load, node.type.dtype, key)
-        e = self._compute(node, coords)
-        return self.em.bind(e, node.type.dtype, key)
-
-    def _compute(self, node: Node, coords: tuple[Expr, ...]) -> Expr:
-        op = node.op
+            return self._outside(node, coords, key)
+        op, dtype = node.op, node.type.dtype
         if op.is_elementwise:
-            args = [self.value(s, broadcast_coords(coords, s.type.shape)) for s in node.srcs]
             operand = node.srcs[1] if op is Op.SELECT else node.srcs[0]
-            return exprs.elementwise(op, args, operand.type.dtype, node.type.dtype)
+            return Pending(
+                [(s, broadcast_coords(coords, s.type.shape)) for s in node.srcs], self._open,
+                lambda args: self.em.bind(
+                    exprs.elementwise(op, args, operand.type.dtype, dtype), dtype, key))
+        remap = _REMAPS.get(op)
+        if remap is not None:  # movement: the operand's element at other coordinates
+            return Pending([(node.srcs[0], remap(self, node, coords))], self._open,
+                           lambda args: self.em.bind(args[0], dtype, key))
         handler = _HANDLERS.get(op)
         if handler is None:
             raise ValueError(f"no loop-nest form for {op.value}")
-        return handler(self, node, coords)
+        return self.em.bind(handler(self, node, coords), dtype, key)
+
+    def _outside(self, node: Node, coords: tuple[Expr, ...], key: tuple) -> Expr:
+        """A value computed by an earlier kernel (or an inlined constant)."""
+        if is_inlined(node):
+            return exprs.const(node.value.reshape(-1)[0].item(), node.type.dtype)
+        at = (self.flat_id if coords == self.coords and node.type.shape == self.group.domain
+              else linear(coords, row_major(node.type.shape)))
+        return self.em.bind(Load(self.arg_of[node], at), node.type.dtype, key)
 
     def index_value(self, node: Node, coords: tuple[Expr, ...]) -> Expr:
         """An integer tensor element as an index, clamped into ``[0, size)``."""
@@ -276,26 +294,23 @@ def _transpose(b, node, coords):
     src = [idx(0)] * len(perm)
     for i, p in enumerate(perm):
         src[p] = coords[i]
-    return b.value(node.srcs[0], tuple(src))
+    return tuple(src)
 
 
 def _broadcast(b, node, coords):
-    x = node.srcs[0]
-    return b.value(x, broadcast_coords(coords, x.type.shape))
+    return broadcast_coords(coords, node.srcs[0].type.shape)
 
 
 def _slice(b, node, coords):
     starts, steps = node.attr("starts"), node.attr("steps")
-    src = tuple(add(idx(s), mul(c, idx(st))) for c, s, st in zip(coords, starts, steps,
-                                                                  strict=True))
-    return b.value(node.srcs[0], src)
+    return tuple(add(idx(s), mul(c, idx(st))) for c, s, st in zip(coords, starts, steps,
+                                                                   strict=True))
 
 
 def _reshape(b, node, coords):
     x = node.srcs[0]
     flat = b.em.bind(linear(coords, row_major(node.type.shape)), INDEX, prefix="f")
-    src = tuple(b.em.bind(c, INDEX, prefix="c") for c in delinearize(flat, x.type.shape))
-    return b.value(x, src)
+    return tuple(b.em.bind(c, INDEX, prefix="c") for c in delinearize(flat, x.type.shape))
 
 
 def _concat(b, node, coords):
@@ -388,15 +403,20 @@ def _cross_entropy(b, node, coords):
     return Bin("/", total, exprs.const(count, dtype))
 
 
+# movement ops: the coordinates of their operand's element (evaluated without recursion)
+_REMAPS: dict[Op, Callable[[LoopNestBuilder, Node, tuple[Expr, ...]], tuple[Expr, ...]]] = {
+    Op.TRANSPOSE: _transpose, Op.BROADCAST: _broadcast, Op.SLICE: _slice, Op.RESHAPE: _reshape,
+}
+
 _HANDLERS: dict[Op, Callable[[LoopNestBuilder, Node, tuple[Expr, ...]], Expr]] = {
     Op.REDUCE_SUM: _reduce, Op.REDUCE_MAX: _reduce, Op.REDUCE_MEAN: _reduce,
-    Op.EINSUM: _einsum, Op.TRANSPOSE: _transpose, Op.BROADCAST: _broadcast,
-    Op.SLICE: _slice, Op.RESHAPE: _reshape, Op.CONCAT: _concat,
+    Op.EINSUM: _einsum, Op.CONCAT: _concat,
     Op.GATHER: _gather, Op.SCATTER_ADD: _scatter_add,
     Op.SOFTMAX: _softmax, Op.LOG_SOFTMAX: _softmax, Op.CROSS_ENTROPY: _cross_entropy,
 }
 
-assert all(op in _HANDLERS or op.is_elementwise or op.kind is OpKind.SOURCE for op in Op)
+assert all(op in _HANDLERS or op in _REMAPS or op.is_elementwise or op.kind is OpKind.SOURCE
+           for op in Op)
 
 
 def implemented_ops(group: FusionGroup) -> tuple[tuple[Op, DType], ...]:

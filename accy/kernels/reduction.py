@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from accy.ir.node import Node
 from accy.ir.ops import Op
 from accy.ir.types import DType
+from accy.ir.walk import Pending, evaluate
 from accy.kernels import exprs
 from accy.kernels.flat import LaneEvaluator, flat_leaves, vector_width, vectorizable
 from accy.kernels.ir import (
@@ -177,18 +178,31 @@ class VectorEvaluator:
         self.memo: dict[Node, Expr] = {}
 
     def value(self, node: Node) -> Expr:
-        if node not in self.memo:
-            self.memo[node] = self._value(node)
-        return self.memo[node]
+        return evaluate(self._open(node))  # iterative: chains may be 20,000 ops deep
 
-    def _value(self, node: Node) -> Expr:
+    def _open(self, node: Node) -> Expr | Pending:
+        if node in self.memo:
+            return self.memo[node]
+        dtype = node.type.dtype
+        if node in self.inside and node.op in (Op.RESHAPE, Op.BROADCAST):
+            return Pending([(node.srcs[0],)], self._open,
+                           lambda args: self._remember(node, args[0]))
+        if node in self.inside:
+            op = node.op
+            return Pending([(s,) for s in node.srcs], self._open,
+                           lambda args: self._remember(node, self.em.bind(
+                               exprs.elementwise(op, args, dtype, dtype), dtype, None,
+                               prefix="x", lanes=self.lanes)))
+        return self._remember(node, self._leaf(node))
+
+    def _remember(self, node: Node, value: Expr) -> Expr:
+        self.memo[node] = value
+        return value
+
+    def _leaf(self, node: Node) -> Expr:
         dtype = node.type.dtype
         key = None
-        if node in self.inside and node.op in (Op.RESHAPE, Op.BROADCAST):
-            return self.value(node.srcs[0])
-        if node in self.inside:
-            e = exprs.elementwise(node.op, [self.value(s) for s in node.srcs], dtype, dtype)
-        elif node.type.size == 1:  # the same splat at every step: bound once
+        if node.type.size == 1:  # the same splat at every step: bound once
             key = ("splat", node, self.lanes)
             hit = self.em.lookup(key)
             if hit is not None:

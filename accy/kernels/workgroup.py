@@ -175,18 +175,12 @@ class GroupBuilder(LoopNestBuilder):
         """Load values of ``shape`` read at ``coords`` at ``flat`` (None: no fast path)."""
         self.flat_id, self.coords, self.flat_shape = flat, coords, shape
 
-    def value(self, node: Node, coords: tuple[Expr, ...]) -> Expr:
-        key = (node, coords)
-        hit = self.em.lookup(key)
-        if hit is not None:
-            return hit
-        if node not in self.inside:
-            if node.type.size == 1 and node.op is Op.CONSTANT:
-                return exprs.const(node.value.reshape(-1)[0].item(), node.type.dtype)
-            at = (self.flat_id if coords == self.coords and node.type.shape == self.flat_shape
-                  else linear(coords, row_major(node.type.shape)))
-            return self.em.bind(Load(self.arg_of[node], at), node.type.dtype, key)
-        return self.em.bind(self._compute(node, coords), node.type.dtype, key)
+    def _outside(self, node: Node, coords: tuple[Expr, ...], key: tuple) -> Expr:
+        if node.type.size == 1 and node.op is Op.CONSTANT:
+            return exprs.const(node.value.reshape(-1)[0].item(), node.type.dtype)
+        at = (self.flat_id if coords == self.coords and node.type.shape == self.flat_shape
+              else linear(coords, row_major(node.type.shape)))
+        return self.em.bind(Load(self.arg_of[node], at), node.type.dtype, key)
 
     def seed(self, node: Node, coords: tuple[Expr, ...], value: Expr) -> None:
         """Make ``value(node, coords)`` return ``value`` (a result computed another way)."""

@@ -4,8 +4,9 @@ A pass declares ``name`` (kebab-case, the name in pipeline text), the ``stage`` 
 and the analyses it ``preserves``. Its options are dataclass fields made with :func:`option`,
 which carries a one-line doc shown by ``accy passes`` and the values the option allows
 (``minimum``/``maximum``/``above`` for numbers, ``choices``, ``nonempty``, ``power_of_two``;
-floats must be finite unless ``finite=False``). Every option is checked against them when
-pipeline text is read (the error points at the value) and when a pass is constructed in Python
+floats must be finite unless ``finite=False``; ``names`` for lists of rule or rule-set
+names). Every option is checked against them when pipeline text is read (the error points at
+the value; rule names against the rule registry) and when a pass is constructed in Python
 (:meth:`Pass.__post_init__`), so a bad value never reaches an e-graph or a launch.
 ``run(ctx, product)`` returns a new product; passes keep no state between runs and read no
 environment variables or globals.
@@ -40,17 +41,22 @@ SECONDS_MAX = 86_400.0
 def option(default: Any, doc: str, *, minimum: float | None = None,
            maximum: float | None = None, above: float | None = None,
            choices: tuple[Any, ...] | None = None, nonempty: bool = False,
-           power_of_two: bool = False, finite: bool = True) -> Any:
+           power_of_two: bool = False, finite: bool = True,
+           names: Literal["rule-sets", "rules"] | None = None) -> Any:
     """Declare a pass option: ``strategy: Literal["a", "b"] = option("a", "which ...")``.
 
     The allowed values: ``minimum``/``maximum`` (inclusive) and ``above`` (exclusive lower
     bound) for numbers, ``choices`` for str (each item of a list), ``nonempty`` for str and
     lists, ``power_of_two`` for ints; a float must be finite unless ``finite=False``.
+    ``names``: each item names a registered rule set (``rule-sets``) or a rule or rule set
+    (``rules``); pipeline text is checked against the registry as it is read
+    (:mod:`accy.passes.spec`), a pass constructed in Python when it runs, since a script may
+    define its rule set after constructing the pass.
     """
     return field(default=default, metadata={
         "doc": doc, "minimum": minimum, "maximum": maximum, "above": above,
         "choices": None if choices is None else tuple(choices), "nonempty": nonempty,
-        "power_of_two": power_of_two, "finite": finite})
+        "power_of_two": power_of_two, "finite": finite, "names": names})
 
 
 @dataclass(frozen=True)
@@ -69,6 +75,7 @@ class OptionInfo:
     nonempty: bool = False
     power_of_two: bool = False
     finite: bool = True
+    names: Literal["rule-sets", "rules"] | None = None  # what the items name (rule registry)
 
     @property
     def choices(self) -> tuple[Any, ...] | None:
@@ -235,6 +242,6 @@ def _options_of(cls: type[Pass]) -> tuple[OptionInfo, ...]:
             default=f.default, doc=m.get("doc", ""), minimum=m.get("minimum"),
             maximum=m.get("maximum"), above=m.get("above"), allowed=m.get("choices"),
             nonempty=m.get("nonempty", False), power_of_two=m.get("power_of_two", False),
-            finite=m.get("finite", True),
+            finite=m.get("finite", True), names=m.get("names"),
         ))
     return tuple(out)

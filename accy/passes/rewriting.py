@@ -4,7 +4,10 @@
 1. **Selection** (:func:`select`): rule sets, then ``rules=``/``disable=`` (rule or rule-set
    names), then the floating-point policy (:mod:`rewrites`): rules tagged ``finite-math`` or
    ``fast-math`` are dropped unless the pass enables them; naming such a rule in ``rules=``
-   without enabling its policy is an error rather than a silent no-op.
+   without enabling its policy is an error rather than a silent no-op. Everything is read
+   from the one rule registry (``accy.egraph.rules.RULES``: a record per rule); names were
+   checked when the pipeline text was read, and are again here (``rewrites.check_name``, the
+   same message) in case a run-time rule set was removed since.
 2. **Prefilter** (:func:`could_fire`): every rule's left-hand side is matched against the IR
    nodes, as egglog would match it in the fresh e-graph, where every e-class is one IR node:
    a repeated variable must bind one node, literal attributes must agree, and the conditions
@@ -57,7 +60,7 @@ from accy.egraph.defaults import (
     scaled_time_limit,
 )
 from accy.egraph.driver import RuleStats, SaturationReport, saturate, select_rules
-from accy.egraph.rules import RULESETS, generation, on_unregister
+from accy.egraph.rules import RULES, RULESETS, Condition, generation, on_unregister
 from accy.egraph.sorts import SIGNATURES, encode_attr, new_egraph, signature
 from accy.egraph.split import split, stitch
 from accy.ir.node import Node
@@ -89,18 +92,21 @@ def select(rulesets: Sequence[str], rules: Sequence[str] = (), disable: Sequence
     listing the valid ones; a rule named in ``rules`` whose policy is off raises
     :class:`PolicyError`.
     """
+    for n in rulesets:
+        rewrites.check_name(n, rule_sets_only=True)
+    for n in (*rules, *disable):
+        rewrites.check_name(n)
     rewrites.load(rulesets)
     chosen = select_rules(rulesets, list(rules) if rules else None, disable)
     allowed = rewrites.allowed_policies(finite_math=finite_math, fast_math=fast_math)
     named = {n for n in rules if n not in RULESETS}
-    blocked = [r.name for r in chosen if r.name in named
-               and rewrites.rule_info(r.name).policy not in allowed]
+    blocked = [r.name for r in chosen if r.name in named and r.policy not in allowed]
     if blocked:
-        need = {rewrites.rule_info(n).policy for n in blocked}
+        need = {str(RULES[n].policy) for n in blocked}
         flag = "fast-math=true" if "fast-math" in need else "finite-math=true"
         raise PolicyError(f"rules {', '.join(blocked)} are tagged "
                           f"{'/'.join(sorted(need))}: enable them with {flag}")
-    return tuple(r.name for r in chosen if rewrites.rule_info(r.name).policy in allowed)
+    return tuple(r.name for r in chosen if r.policy in allowed)
 
 
 # ---- prefilter ---------------------------------------------------------------------------------
@@ -245,7 +251,7 @@ def _match_list(sk: Skeleton, srcs: tuple[Node, ...], env: Env) -> Iterator[Env]
         yield from _match_all(sk.children, pick, env)
 
 
-def _holds(conditions: Sequence[rewrites.Condition], env: Env) -> bool:
+def _holds(conditions: Sequence[Condition], env: Env) -> bool:
     """Whether the recorded conditions may hold under ``env`` (unknown values: they may)."""
     for cond in conditions:
         if cond.kind == "type":
@@ -275,23 +281,26 @@ def _holds(conditions: Sequence[rewrites.Condition], env: Env) -> bool:
 @dataclass(frozen=True)
 class _Pattern:
     skeleton: Skeleton
-    conditions: tuple[rewrites.Condition, ...]
+    conditions: tuple[Condition, ...]
 
 
 @cache
 def _patterns(name: str) -> tuple[_Pattern, ...]:
-    info = rewrites.rule_info(name)
-    return tuple(_Pattern(skeleton(p), info.conditions) for p in info.patterns)
+    rule = RULES[name]
+    return tuple(_Pattern(skeleton(p), rule.conditions) for p in rule.patterns)
 
 
 on_unregister(lambda rs: _patterns.cache_clear())  # a rule name may come back with new patterns
 
 
 def could_fire(program: Program, names: Iterable[str]) -> bool:
-    """Whether any of the named rules (``permutes`` rules aside) may match ``program``."""
+    """Whether any of the named rules (``permutes`` rules aside) may match ``program``; a
+    rule that recorded no pattern (a general ``rule``) may always."""
     by_root: dict[Op | None, list[_Pattern]] = {}
     for name in names:
-        if not rewrites.rule_info(name).permutes:
+        if not RULES[name].permutes:
+            if not RULES[name].patterns:
+                return True
             for pat in _patterns(name):
                 sk = pat.skeleton
                 by_root.setdefault(sk.op if sk.kind == "op" else None, []).append(pat)
@@ -396,7 +405,8 @@ def rewrite_program(program: Program, rulesets: Sequence[str], names: Sequence[s
                     cost: str | CostModel, match_limit: int | None = None,
                     extractor: str = DEFAULT_EXTRACTOR,
                     extract_options: dict[str, Any] | None = None, region_size: int = 0,
-                    isolate: bool | None = None) -> Outcome:
+                    isolate: bool | None = None,
+                    multi_pattern_iterations: int | None = None) -> Outcome:
     """Saturate ``program`` with the named rules and keep the extraction (taken region by
     region, ``accy.egraph.regions``) if it is cheaper.
 
@@ -406,6 +416,8 @@ def rewrite_program(program: Program, rulesets: Sequence[str], names: Sequence[s
     (``accy.egraph.split``), each region with the time left in proportion to its size.
     ``isolate`` runs saturation in a worker process killed at the deadline
     (``accy.egraph.worker``); None: for programs above ``WORKER_MIN_OPERATIONS``.
+    Multi-pattern rules (``NamedRule.multi``) run in the first
+    ``multi_pattern_iterations`` iterations only (None: in all).
     """
     start = time.perf_counter()
     model = cost_model(cost)
@@ -419,7 +431,8 @@ def rewrite_program(program: Program, rulesets: Sequence[str], names: Sequence[s
         return Outcome(program, False, None, skipped, model.name, before, before,
                        seconds=time.perf_counter() - start, time_limit_s=limit)
     budget = dict(iterations=iterations, match_limit=match_limit, extractor=extractor,
-                  extract_options=extract_options, isolate=isolate)
+                  extract_options=extract_options, isolate=isolate,
+                  multi_pattern_iterations=multi_pattern_iterations)
     per_thousand = node_limit or DEFAULT_NODE_LIMIT
     regions = split(program, region_size)
     if regions is None:
@@ -493,13 +506,15 @@ def _combined(reports: Sequence[SaturationReport]) -> SaturationReport | None:
 def _rewrite_one(program: Program, rulesets: Sequence[str], names: Sequence[str],
                  model: CostModel, before: int, deadline: float, *, iterations: int,
                  node_limit: int, match_limit: int | None, extractor: str,
-                 extract_options: dict[str, Any] | None, isolate: bool | None) -> Outcome:
+                 extract_options: dict[str, Any] | None, isolate: bool | None,
+                 multi_pattern_iterations: int | None) -> Outcome:
     """One e-graph: saturate ``program`` and extract, by ``deadline``."""
     use_worker = operations(program) > WORKER_MIN_OPERATIONS if isolate is None else isolate
     if use_worker and worker.eligible(model, tuple(rulesets)):
         task = worker.Task(program, tuple(rulesets), tuple(names), iterations, node_limit,
                            max(deadline - time.perf_counter(), 1e-6), match_limit, model,
-                           extractor, dict(extract_options or {}), before)
+                           extractor, dict(extract_options or {}), before,
+                           tuple(_capped(names)), multi_pattern_iterations)
         res = worker.run(task, deadline)
         kind = "late" if res.not_ready else "killed" if res.killed else "finished"
         x = res.extraction
@@ -509,7 +524,8 @@ def _rewrite_one(program: Program, rulesets: Sequence[str], names: Sequence[str]
             return replace(_rewrite_one(program, rulesets, names, model, before, deadline,
                                         iterations=iterations, node_limit=node_limit,
                                         match_limit=match_limit, extractor=extractor,
-                                        extract_options=extract_options, isolate=False),
+                                        extract_options=extract_options, isolate=False,
+                                        multi_pattern_iterations=multi_pattern_iterations),
                            worker="late")
         if res.not_ready or res.report is None:
             why = ("the time limit came before a saturation worker had started" if
@@ -529,7 +545,8 @@ def _rewrite_one(program: Program, rulesets: Sequence[str], names: Sequence[str]
     left = max(deadline - time.perf_counter(), 1e-6)
     report = saturate(peg, rulesets, rules=names, iterations=iterations,
                       node_limit=node_limit, time_limit_s=left, match_limit=match_limit,
-                      on_step=lambda r: worker.guard(r, deadline)[0])
+                      on_step=lambda r: worker.guard(r, deadline)[0],
+                      capped=_capped(names), capped_iterations=multi_pattern_iterations)
     out = extract(peg, model, extractor=extractor, input_cost=before, options=extract_options)
     for _ in range(report.checkpoints + 1):  # the driver's checkpoints, then ours
         eg.pop()
@@ -537,6 +554,11 @@ def _rewrite_one(program: Program, rulesets: Sequence[str], names: Sequence[str]
     if out.cost < before and out.program != program:
         return Outcome(out.program, True, report, "", model.name, before, out.cost, out)
     return Outcome(program, False, report, "", model.name, before, before, out)
+
+
+def _capped(names: Sequence[str]) -> list[str]:
+    """The multi-pattern rules among ``names`` (run in the first iterations only)."""
+    return [n for n in names if rewrites.rule_info(n).multi]
 
 
 def record(ctx: PassContext, outcome: Outcome, prefix: str = "") -> None:

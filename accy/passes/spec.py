@@ -4,7 +4,12 @@ Named pipelines (``accy-default``, ``accy-contract`` ...) may be used like a pas
 to their passes. ``parse_pipeline(p.text()) == p`` for every pipeline ``p``. Errors point at
 the column, list valid pass or option names and types, and the allowed values of an option: a
 value outside an option's declared range (:func:`accy.passes.base.option`) is an error here,
-naming the pass, the option, the value and the range, never later when the pass runs.
+naming the pass, the option, the value and the range, never later when the pass runs. So is a
+rule or rule-set name (an option declared with ``names=``) that the rule registry does not
+know, with difflib's closest names and the caret under the item: checked against the registry
+as it is when the text is read (built-in themes, and the rule sets a script has defined so
+far); ``rewrites`` (and egglog) is imported only for text that names rules or rule sets, the
+built-in themes only for text naming a rule.
 """
 
 from __future__ import annotations
@@ -95,13 +100,14 @@ class _Reader:
             raise self.error(f"expected {what}, found {found}")
         return self.text[start:self.pos], start
 
-    def value(self) -> tuple[list[tuple[str, bool]], int]:
-        """Comma-separated items, each bare or double-quoted: [(text, was_quoted)]."""
-        start = self.pos
-        items = []
+    def value(self) -> tuple[list[tuple[str, bool]], list[int]]:
+        """Comma-separated items, each bare or double-quoted: [(text, was_quoted)], and where
+        each item starts."""
+        items, starts = [], []
         while True:
             if self.peek() == '"':
                 at = self.pos
+                starts.append(at)
                 self.pos += 1
                 out = []
                 while self.peek() and self.peek() != '"':
@@ -115,11 +121,12 @@ class _Reader:
                 items.append(("".join(out), True))
             else:
                 at = self.pos
+                starts.append(at)
                 while self.peek() and not self.peek().isspace() and self.peek() not in '{},"':
                     self.pos += 1
                 items.append((self.text[at:self.pos], False))
             if self.peek() != ",":
-                return items, start
+                return items, starts
             self.pos += 1
 
 
@@ -180,12 +187,28 @@ def _options(r: _Reader, cls: type[Pass]) -> dict[str, Any]:
         if r.peek() != "=":
             raise r.error(f"expected '=' after option {key!r}")
         r.pos += 1
-        raw, vat = r.value()
+        raw, starts = r.value()
         try:
             values[info.field] = convert(info, raw)
             info.check(values[info.field])  # the range, where the value is: column and caret
         except ValueError as e:
-            raise r.error(f"option {key} of {cls.name}: {e}", vat) from None
+            raise r.error(f"option {key} of {cls.name}: {e}", starts[0]) from None
+        if info.names is not None:
+            for (name, _), at in zip(raw, starts, strict=True):
+                try:
+                    check_rule_name(name, info.names)
+                except KeyError as e:
+                    raise r.error(f"option {key} of {cls.name}: {e.args[0]}", at) from None
+
+
+def check_rule_name(name: str, kind: str) -> None:
+    """Raise ``KeyError`` unless the rule registry knows ``name`` as a rule set (``kind``
+    ``rule-sets``) or as a rule or rule set (``rules``); ``rewrites.check_name`` says how."""
+    if not name:
+        return  # an empty list, written ``""``
+    import rewrites  # egglog: only for pipeline text that names rules
+
+    rewrites.check_name(name, rule_sets_only=kind == "rule-sets")
 
 
 def convert(info: OptionInfo, items: list[tuple[str, bool]]) -> Any:

@@ -93,7 +93,7 @@ def test_hypothesis_finds_and_shrinks_the_broken_rule(broken_rule: str) -> None:
 def test_the_scratch_rule_leaves_no_trace() -> None:
     rewrites.load()
     sizes = {name: len(d) for name, d in (("themes", rewrites.THEMES), ("sets", RULESETS),
-                                          ("rules", RULES), ("info", rewrites.RULE_INFO))}
+                                          ("rules", RULES))}
     program = parse_program("""
         func @f(%a: i32[3], %b: i32[3]) -> (i32[3]) {
           %0 = add(%a, %b) : i32[3]
@@ -104,13 +104,12 @@ def test_the_scratch_rule_leaves_no_trace() -> None:
         assert rewrites.rule_info(RULE).ruleset == SET
         with pytest.raises(DifferentialFailure):  # it ran: warm e-graph and caches filled
             check_rule(program, inputs, RULE)
-    assert RULE not in RULES and RULE not in rewrites.RULE_INFO
+    assert RULE not in RULES
     assert SET not in RULESETS and SET not in rewrites.THEMES
     assert all(r.name != RULE for rs in RULESETS.values() for r in rs.rules)
     assert all(r.name != RULE for rules, _ in driver._EGG_RULESETS.values() for r in rules)
     assert sizes == {name: len(d) for name, d in (
-        ("themes", rewrites.THEMES), ("sets", RULESETS), ("rules", RULES),
-        ("info", rewrites.RULE_INFO))}
+        ("themes", rewrites.THEMES), ("sets", RULESETS), ("rules", RULES))}
     with pytest.raises(KeyError, match="unknown rule"):
         check_rule(program, inputs, RULE)
     with scratch_rule(broken=False):  # the same names, a correct rule: no stale e-graph

@@ -35,6 +35,7 @@ from hypothesis import given, settings
 
 import rewrites
 from accy.builder import Builder, FunctionBuilder, Value
+from accy.egraph import rules as registry
 from accy.egraph.cost import COST_MODELS
 from accy.egraph.sorts import parse_type
 from accy.ir.ops import Op
@@ -46,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "rewrite_rules"))
 from rule_cases import BY_NAME, Case  # noqa: E402
 
 rewrites.load()
-RULES = sorted(rewrites.RULE_INFO)
+RULES = sorted(registry.RULES)
 MAX_NODES = 4  # random ops around the pattern: enough context, cheap to saturate
 
 

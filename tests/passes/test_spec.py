@@ -35,6 +35,8 @@ def non_default(info) -> object:
         candidates = [default + " x,{y}", *(info.choices or ())]
     elif info.is_list:
         sample = {str: ("a b",), int: (1,), float: (0.5,), bool: (True,)}
+        if info.names is not None:  # names the rule registry must know
+            sample = {str: ("canonical",) if info.names == "rule-sets" else ("neg-neg",)}
         candidates = [(), (info.choices or sample[info.element_type])[:1]]
     else:
         raise AssertionError(f"no non-default value for option type {t}")

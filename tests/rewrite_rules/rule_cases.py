@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from accy.builder import Builder, FunctionBuilder, Value, einsum, select
+from accy.builder import Builder, FunctionBuilder, Value, concat, einsum, select
 from accy.ir.interpret import interpret
 from accy.ir.node import Node
 from accy.ir.ops import Op
@@ -301,6 +301,49 @@ for _op in ("add", "sub", "mul", "div", "max", "min"):
     case(f"broadcast-through-{_op}", (F4, F4),
          lambda f, x, y, o=_o: f.op(o, x.broadcast_to(3, 4), y.broadcast_to(3, 4)),
          lambda f, x, y, o=_o: f.op(o, x, y).broadcast_to(3, 4))
+
+# ---- concat ----------------------------------------------------------------------------------
+
+case("concat-single", (F34,), lambda f, x: concat([x], 0), lambda f, x: x)
+case("concat-flatten-first", (F34, F34, F34),
+     lambda f, a, b, d: concat([concat([a, b], 0), d], 0), lambda f, a, b, d: concat([a, b, d], 0))
+case("concat-flatten-second", (F34, F34, F34),
+     lambda f, a, b, d: concat([a, concat([b, d], 0)], 0), lambda f, a, b, d: concat([a, b, d], 0))
+case("slice-concat-head", (F34, F34), lambda f, a, b: concat([a, b], 0)[0:2],
+     lambda f, a, b: a[0:2])
+case("slice-concat-tail", (F34, F34), lambda f, a, b: concat([a, b], 0)[4:6],
+     lambda f, a, b: concat([b], 0)[1:3])
+case("concat-adjacent-slices", (F34,), lambda f, x: concat([x[0:1], x[1:3]], 0),
+     lambda f, x: concat([x[0:3]], 0))
+case("slice-slice", (F34,), lambda f, x: x[1:3][0:1, ::2], lambda f, x: x[1:2, 0:3:2])
+case("concat-of-einsums-shared-first", (A, B, B),
+     lambda f, x, w, v: concat([x @ w, x @ v], 1), lambda f, x, w, v: x @ concat([w, v], 1))
+case("concat-of-einsums-shared-second", (A, A, B),
+     lambda f, x, y, w: concat([x @ w, y @ w], 0), lambda f, x, y, w: concat([x, y], 0) @ w)
+case("einsum-of-concat-shared-first", (A, B, B),
+     lambda f, x, w, v: x @ concat([w, v], 1), lambda f, x, w, v: concat([x @ w, x @ v], 1))
+case("einsum-of-concat-shared-second", (A, A, B),
+     lambda f, x, y, w: concat([x, y], 0) @ w, lambda f, x, y, w: concat([x @ w, y @ w], 0))
+for _op in ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "reciprocal", "floor",
+            "ceil", "erf", "relu", "gelu", "sigmoid", "tanh"):
+    _o = Op(_op)
+    case(f"concat-of-{_op}", ("+" + F34, "+" + F4.replace("[4]", "[2,4]")),
+         lambda f, a, b, o=_o: concat([f.op(o, a), f.op(o, b)], 0),
+         lambda f, a, b, o=_o: f.op(o, concat([a, b], 0)))
+for _op in ("add", "sub", "mul", "div", "max", "min", "pow"):
+    _o = Op(_op)
+    case(f"concat-of-{_op}", ("+" + F34, "+" + F34, "+f32[2,4]", "+f32[2,4]"),
+         lambda f, a, b, x, y, o=_o: concat([f.op(o, a, b), f.op(o, x, y)], 0),
+         lambda f, a, b, x, y, o=_o: f.op(o, concat([a, x], 0), concat([b, y], 0)))
+
+# ---- merge (multi-pattern) -------------------------------------------------------------------
+
+# the merged operands have different types, so random programs never make them one value
+# (the rules need two distinct operands)
+case("merge-shared-first", (A, B, "f32[3,5]"), lambda f, x, w, v: concat([x @ w, x @ v], 1),
+     lambda f, x, w, v: (lambda m: concat([m[:, 0:4], m[:, 4:9]], 1))(x @ concat([w, v], 1)))
+case("merge-shared-second", (A, "f32[1,3]", B), lambda f, x, y, w: concat([x @ w, y @ w], 0),
+     lambda f, x, y, w: (lambda m: concat([m[0:2], m[2:3]], 0))(concat([x, y], 0) @ w))
 
 BY_NAME = {cs.name: cs for cs in CASES}
 assert len(BY_NAME) == len(CASES), "a rule has two cases"

@@ -12,6 +12,7 @@ from rule_cases import BY_NAME, CASES, Case, inputs
 import rewrites
 from accy.egraph.convert import extract, term, to_egraph
 from accy.egraph.driver import equivalent, saturate
+from accy.egraph.rules import RULES
 from accy.ir.interpret import interpret
 from accy.ir.ops import Op
 from accy.ir.program import Program
@@ -42,16 +43,19 @@ def _agree(case: Case, lhs: Program, other: Program) -> None:
 
 
 def test_every_rule_has_a_case():
-    assert sorted(BY_NAME) == sorted(rewrites.RULE_INFO)
+    assert sorted(BY_NAME) == sorted(RULES)
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_rule_alone_proves_its_example(case: Case):
     info = rewrites.rule_info(case.name)
     lhs, rhs = case.program("lhs"), case.program("rhs")
+    # a multi-pattern rule feeds on its own results (merged contractions merge again): run it
+    # as saturate runs it by default, in the first 2 iterations only
+    budget = {"iterations": 2} if info.multi else {}
     proved, report = equivalent(term(lhs.function().results[0]),
                                 term(rhs.function().results[0]), info.ruleset,
-                                rules=[case.name])
+                                rules=[case.name], **budget)
     assert proved, report.format()
     assert report.matches()[case.name] >= 1
 

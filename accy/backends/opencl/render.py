@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Callable
 
 from accy.ir.types import DType
+from accy.ir.walk import Pending, evaluate
 from accy.kernels.ir import (
     ATOMICS64,
     INDEX,
@@ -29,6 +31,7 @@ from accy.kernels.ir import (
     For,
     Id,
     If,
+    InlineAsm,
     Kernel,
     Lane,
     Let,
@@ -156,11 +159,18 @@ def _exact_half(e: Expr, half: _Half) -> bool:
 
 
 def expr(e: Expr, half: _Half | None = None) -> str:
-    """OpenCL C of ``e``; ``half`` tells which buffers and variables hold f16 (none if None)."""
-    half = half or _Half(frozenset())
+    """OpenCL C of ``e``; ``half`` tells which buffers and variables hold f16 (none if None).
 
-    def x(a: Expr) -> str:
-        return expr(a, half)
+    Iterative (:func:`accy.ir.walk.evaluate`), so deep expressions render too."""
+    half = half or _Half(frozenset())
+    return evaluate(_open(e, half))
+
+
+def _open(e: Expr, half: _Half) -> str | Pending:
+    """The text of ``e``, or its operands to render first and how to join their texts."""
+
+    def then(operands: tuple[Expr, ...], finish: Callable[[list[str]], str]) -> Pending:
+        return Pending([(a, half) for a in operands], _open, finish)
 
     match e:
         case Var(name):
@@ -168,32 +178,32 @@ def expr(e: Expr, half: _Half | None = None) -> str:
         case Lit(value, dtype):
             return literal(value, dtype)
         case Bin(op, a, b):
-            return f"({x(a)} {op} {x(b)})"
+            return then((a, b), lambda t: f"({t[0]} {op} {t[1]})")
         case Un(op, a):
-            return f"({op}{x(a)})"
+            return then((a,), lambda t: f"({op}{t[0]})")
         case Call(fn, args):
-            return f"{fn}({', '.join(x(a) for a in args)})"
+            return then(args, lambda t: f"{fn}({', '.join(t)})")
         case Cond(c, a, b):
-            return f"({x(c)} ? {x(a)} : {x(b)})"
+            return then((c, a, b), lambda t: f"({t[0]} ? {t[1]} : {t[2]})")
         case Cast(DType.f16, a):
-            return half.round(f"((float){x(a)})")
+            return then((a,), lambda t: half.round(f"((float){t[0]})"))
         case Cast(dtype, a):
-            return f"(({C_TYPE[dtype]}){x(a)})"
+            return then((a,), lambda t: f"(({C_TYPE[dtype]}){t[0]})")
         case Load(buf, index) if buf in half.buffers:
-            return f"vload_half({x(index)}, {buf})"
+            return then((index,), lambda t: f"vload_half({t[0]}, {buf})")
         case Load(buf, index):
-            return f"{buf}[{x(index)}]"
+            return then((index,), lambda t: f"{buf}[{t[0]}]")
         case Id(fn, dim):
             return f"(long){fn}({dim})"
         case VectorLoad(buf, index, lanes) if buf in half.buffers:
-            return f"vload_half{_lanes(lanes)}({x(index)}, {buf})"
+            return then((index,), lambda t: f"vload_half{_lanes(lanes)}({t[0]}, {buf})")
         case VectorLoad(buf, index, lanes):
-            return f"vload{_lanes(lanes)}({x(index)}, {buf})"
+            return then((index,), lambda t: f"vload{_lanes(lanes)}({t[0]}, {buf})")
         case Lane(vec, lane):
-            base = x(vec) if isinstance(vec, Var) else f"({x(vec)})"
-            return f"{base}.s{lane:x}"
+            wrap = not isinstance(vec, Var)
+            return then((vec,), lambda t: (f"({t[0]})" if wrap else t[0]) + f".s{lane:x}")
         case Splat(dtype, lanes, value):
-            return f"(({vector_type(dtype, lanes)})({x(value)}))"
+            return then((value,), lambda t: f"(({vector_type(dtype, lanes)})({t[0]}))")
     raise TypeError(f"cannot render expression {e!r}")
 
 
@@ -255,6 +265,11 @@ def stmts(body: tuple[Stmt, ...], indent: str, half: _Half | None = None) -> lis
                     half.local.add(name)
                 attr = f" __attribute__((aligned({align})))" if align else ""
                 out.append(f"{indent}__local {C_TYPE[dtype]} {name}[{size}]{attr};")
+            case InlineAsm(template, outputs, inputs, volatile):
+                outs = ", ".join(f'"{c}"({v})' for c, v in outputs)
+                ins = ", ".join(f'"{c}"({expr(v, half)})' for c, v in inputs)
+                asm = "asm volatile" if volatile else "asm"
+                out.append(f'{indent}{asm}("{template}" : {outs} : {ins});')
             case _:
                 raise TypeError(f"cannot render statement {s!r}")
     return out

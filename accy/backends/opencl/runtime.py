@@ -16,12 +16,13 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyopencl as cl
 
 from accy.backends.opencl.icd import IcdDecision, register_nvidia_icd
+from accy.backends.opencl.tensor_cores import compute_capability, probe_tensor_cores
 from accy.errors import DeviceError, KernelBuildError
 
 ENV_VAR = "ACCY_DEVICE"
@@ -81,6 +82,11 @@ class DeviceInfo:
     max_mem_alloc_size: int = 0
     max_work_item_sizes: tuple[int, ...] = ()
     address_bits: int = 64
+    # NVIDIA compute capability (cl_nv_device_attribute_query), () elsewhere
+    compute_capability: tuple[int, ...] = ()
+    # matrix instructions that built and ran at selection (tensor_cores.py); what
+    # TargetProfile.from_device records, never assumed from the name or capability alone
+    tensor_cores: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -117,6 +123,8 @@ class DeviceInfo:
             max_mem_alloc_size=int(device.max_mem_alloc_size),
             max_work_item_sizes=tuple(int(n) for n in device.max_work_item_sizes),
             address_bits=int(device.address_bits),
+            compute_capability=(compute_capability(device)
+                                if "cl_nv_device_attribute_query" in extensions else ()),
         )
 
 
@@ -180,6 +188,9 @@ def _probe(device: cl.Device) -> Runtime | str:
                 runtime.launch(kernel, (4,), None, [buf])
                 if not (runtime.read(buf, out) == 42).all():
                     raise DeviceError("probe kernel ran but produced wrong results")
+                cores = probe_tensor_cores(runtime, _is_nvidia(device))
+                if cores:  # recorded on the runtime's info: TargetProfile.from_device reads it
+                    runtime.info = replace(runtime.info, tensor_cores=cores)
                 _PROBES[info.key] = runtime
             except (cl.Error, KernelBuildError, DeviceError) as exc:
                 _PROBES[info.key] = _first_error_line(str(exc))

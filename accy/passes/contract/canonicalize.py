@@ -23,7 +23,8 @@ class Canonicalize(Pass):
     name = "canonicalize"
     stage = Stage.contract
 
-    disable: tuple[str, ...] = option((), "rules (or rule sets) not to use, e.g. mul-one")
+    disable: tuple[str, ...] = option((), "rules (or rule sets) not to use, e.g. mul-one",
+                                   names="rules")
     iterations: int = option(8, "most saturation iterations", minimum=1, maximum=COUNT_MAX)
     node_limit: int = option(10_000, "most e-nodes the e-graph may grow to",
                              minimum=1, maximum=COUNT_MAX)

@@ -53,7 +53,8 @@ class ConstantFold(Pass):
 
     max_elements: int = option(1 << 16, "largest result (in elements) to fold into a constant",
                                minimum=1, maximum=COUNT_MAX)
-    disable: tuple[str, ...] = option((), "fold rules not to use, e.g. fold-exp (or: fold)")
+    disable: tuple[str, ...] = option((), "fold rules not to use, e.g. fold-exp (or: fold)",
+                                   names="rules")
     iterations: int = option(32, "most saturation iterations (one per level of folding)",
                              minimum=1, maximum=COUNT_MAX)
     node_limit: int = option(10_000, "most e-nodes the e-graph may grow to",

@@ -10,7 +10,7 @@ from accy.ir.node import Node
 from accy.ir.ops import Op, OpKind
 from accy.ir.program import Stage
 from accy.passes.analysis import analysis
-from accy.passes.base import Pass, option
+from accy.passes.base import COUNT_MAX, Pass, option
 from accy.passes.registry import register
 from accy.plans import FusionGroup, FusionPlan, ScheduleKind
 from accy.product import Product
@@ -61,6 +61,12 @@ class FusionPlanning(Pass):
         "single-output: a value used twice or returned is written by its own kernel (the "
         "seed's policy); multi-output: it may be written by the kernel of its consumers",
     )
+    max_ops: int = option(
+        1000,
+        "most ops one group (one kernel) fuses; a longer chain is split into kernels that pass "
+        "the value through memory (0: no limit); OpenCL compile time grows faster than kernel "
+        "size", minimum=0, maximum=COUNT_MAX,
+    )
 
     def run(self, ctx, product):
         groups: list[FusionGroup] = []
@@ -81,10 +87,11 @@ class FusionPlanning(Pass):
         outputs: list[list[Node]] = []
         kinds: list[ScheduleKind] = []
         reasons: list[str] = []
+        clean = clean_cuts(nodes, u) if self.max_ops else set()
         for node in reversed(nodes):
             if not node.srcs:
                 continue
-            target, why = self._join(node, u, group_of, outputs, kinds)
+            target, why = self._join(node, u, group_of, members, outputs, kinds, clean)
             if target is None:
                 group_of[node] = len(members)
                 members.append([node])
@@ -114,8 +121,9 @@ class FusionPlanning(Pass):
         groups.reverse()  # producers first
         return groups, shared
 
-    def _join(self, node: Node, u: Uses, group_of: dict[Node, int],
-              outputs: list[list[Node]], kinds: list[ScheduleKind]) -> tuple[int | None, str]:
+    def _join(self, node: Node, u: Uses, group_of: dict[Node, int], members: list[list[Node]],
+              outputs: list[list[Node]], kinds: list[ScheduleKind],
+              clean: set[Node]) -> tuple[int | None, str]:
         """The group ``node`` joins, or None and the reason it starts its own."""
         users = u.users[node]
         if not users:
@@ -124,6 +132,8 @@ class FusionPlanning(Pass):
         if len(targets) > 1:
             return None, "consumed by several kernels"
         (target,) = targets
+        if self.max_ops and len(members[target]) >= self.max_ops and node in clean:
+            return None, f"group reached max-ops={self.max_ops}"
         domain = outputs[target][0].type.shape
         if kinds[target] is ScheduleKind.contraction:
             return None, "contraction kernels read their operands from memory"
@@ -147,6 +157,24 @@ class FusionPlanning(Pass):
         if node.type.shape != domain and (node in u.results or len(users) > 1):
             return None, "shape differs from its consumers' domain"
         return target, ""
+
+
+def clean_cuts(nodes: list[Node], u: Uses) -> set[Node]:
+    """The nodes after which no earlier node is read: where ``max-ops`` may end a group.
+
+    Cutting elsewhere would leave a value read on both sides of the cut, hence by two
+    kernels, and such a value gets a kernel of its own, as do its operands read by both of
+    those, and so on: one cut through a DAG with shared values made hundreds of kernels. A
+    full group grows on until the next clean node (every node of a chain is one)."""
+    position = {n: i for i, n in enumerate(nodes)}
+    clean = set()
+    reach = -1  # the last position at which a node before the current one is read
+    for i, n in enumerate(nodes):
+        if reach <= i:
+            clean.add(n)
+        if n.srcs:  # params and constants are in memory: any kernel may read them
+            reach = max(reach, max((position[x] for x in u.users[n]), default=i))
+    return clean
 
 
 def share_movement(members: list[list[Node]], kinds: list[ScheduleKind],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Literal
 
 from accy.ir.program import Stage
 from accy.kernels.generators import GENERATORS, choose
@@ -11,7 +12,7 @@ from accy.kernels.ir import Kernel
 from accy.passes.base import Pass, option
 from accy.passes.registry import register
 from accy.plans import MemorySpacePlan
-from accy.target import TargetProfile
+from accy.target import PRECISIONS, TargetProfile
 
 
 @register
@@ -24,6 +25,10 @@ class Kernelization(Pass):
     preserves = frozenset({"uses", "liveness", "slot-map"})
 
     disable: tuple[str, ...] = option((), "kernel generators not to use (the loop nest stays)")
+    precision: Literal["ieee", "tf32", "3xtf32"] = option(
+        "ieee", "f32 contraction precision: ieee (f32, default), tf32 (TF32 operands on tensor "
+        "cores, opt-in), 3xtf32 (split TF32, ~f32 accuracy); tensor cores only where the "
+        "target recorded them", choices=PRECISIONS)
 
     def run(self, ctx, product):
         fusion = product.require("fusion", self.name, "fusion-planning")
@@ -38,7 +43,7 @@ class Kernelization(Pass):
         used: dict[str, int] = {}
         for item, out in zip(schedule.items, outline.outlines, strict=True):
             group = fusion.groups[item.group]
-            gen = choose(group, target, frozenset(self.disable))
+            gen = choose(group, target, frozenset(self.disable), self.precision)
             used[gen.name] = used.get(gen.name, 0) + 1
             kernels.extend(gen.build(group, out, item.kind, target))
         for name, count in used.items():

@@ -56,10 +56,10 @@ from accy.plans import LaunchPlan, check_thread_blocks
 
 def reshaped(node: Node, shape: tuple[int, ...]) -> Node:
     """``node`` as ``shape`` (itself when it has that shape; a reshape's source reshaped)."""
+    while node.type.shape != shape and node.op is Op.RESHAPE:  # a loop: chains may be long
+        node = node.srcs[0]
     if node.type.shape == shape:
         return node
-    if node.op is Op.RESHAPE:
-        return reshaped(node.srcs[0], shape)
     return make(Op.RESHAPE, node, shape=shape)
 
 

@@ -42,10 +42,13 @@ class Saturate(Pass):
     name = "saturate"
     stage = Stage.tensor
 
-    rulesets: tuple[str, ...] = option(DEFAULT_RULESETS, "rule sets to saturate with")
+    rulesets: tuple[str, ...] = option(DEFAULT_RULESETS, "rule sets to saturate with",
+                                      names="rule-sets")
     rules: tuple[str, ...] = option(
-        (), "only these rules or rule sets of the rule sets (default: all of them)")
-    disable: tuple[str, ...] = option((), "rules or rule sets not to use (ablation)")
+        (), "only these rules or rule sets of the rule sets (default: all of them)",
+        names="rules")
+    disable: tuple[str, ...] = option((), "rules or rule sets not to use (ablation)",
+                                   names="rules")
     iterations: int = option(_ITERATIONS, "most saturation iterations", minimum=1,
                              maximum=COUNT_MAX)
     node_limit: int = option(
@@ -73,6 +76,9 @@ class Saturate(Pass):
     extract_time_limit: float = option(defaults.DEFAULT_EXTRACT_TIME_LIMIT_S,
                                        "most seconds of the ilp extractor (then greedy-dag)",
                                        above=0, maximum=SECONDS_MAX)
+    multi_pattern_iterations: int = option(
+        2, "iterations in which multi-pattern rules (rule set merge) run; later ones run the "
+        "others only (Tensat: 1-2; >= iterations: no cap)", minimum=0, maximum=COUNT_MAX)
 
     def run(self, ctx, product):
         from accy.passes import rewriting
@@ -85,6 +91,7 @@ class Saturate(Pass):
             region_size=self.region_size,
             cost=rewriting.capped(self.cost, product.program, self.max_elements),
             match_limit=self.match_limit or None, extractor=self.extractor,
-            extract_options={"time_limit_s": self.extract_time_limit})
+            extract_options={"time_limit_s": self.extract_time_limit},
+            multi_pattern_iterations=self.multi_pattern_iterations)
         rewriting.record(ctx, outcome)
         return product.replace(program=outcome.program) if outcome.changed else product

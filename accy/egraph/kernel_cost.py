@@ -1,0 +1,296 @@
+"""Cost models that price kernels: ``kernels`` (analytical) and ``measured`` (calibrated).
+
+``flops-bytes`` charges every op for reading its operands and writing its result, so an
+elementwise chain of ten ops costs ten round trips through memory, and an N-operand einsum
+costs ``N * prod(every index size)`` although ``einsum-lowering`` runs it as a searched chain
+of pairwise contractions. The fused kernels accy generates do neither, so that model and the
+clock disagree (``papers/ablation.md``: under fast-math tensor_network's cost fell 5.8e7x
+while its kernels got 1.7x slower). These two models price what the kernels do.
+
+The approximation (stated, since an e-node's cost sees only its op, result type, operand
+types and attributes, never its consumers):
+
+* **movement** ops (reshape, transpose, broadcast, slice, concat) cost ``movement`` (1 ps):
+  read by an elementwise consumer, reduction or row op they become index arithmetic. (A
+  movement op read by a contraction is copied by a kernel of its own; the cost cannot see
+  that, but the rule-written form without the movement costs one node less either way.)
+* **elementwise** ops cost ``element[class] * elements`` plus ``node`` per e-node, no bytes:
+  they fuse into their consumer's kernel (or take a producer as prologue), so their
+  intermediates never make a memory round trip. The one chain that ends in memory (a
+  function result) pays no write here: that write is the same whatever the rewrites did.
+* **heavy** ops (reduction, contraction, row op, gather, scatter-add, loss) are kernel
+  boundaries: ``launch + per_byte * bytes + per_flop * flops`` with their kind's
+  coefficients, bytes being operands read once and result written once. An einsum of more
+  than two operands is priced as the greedy pairwise path ``einsum-lowering`` would run, one
+  launch per step, its intermediates through memory.
+* A value read by several kernels is a kernel boundary too; the DAG extractor
+  (``greedy-dag``) counts a shared subterm once, which is the nearest per-node stand-in.
+
+Costs are integers in picoseconds. ``kernels`` uses a nominal device (5 us a launch,
+20 GB/s, 100 GFLOP/s cheap elementwise, 8x that for transcendental ops); ``measured`` uses the
+coefficients fitted on a real device by ``accy calibrate`` (``accy.experiments.calibrate``:
+micro-programs per op kind and size class run through accy's own pipeline, ``time = launch +
+a * bytes + b * flops`` fitted per kind by non-negative least squares, TASO-style).
+
+Calibrations are cached per device and driver at ``$XDG_CACHE_HOME/accy/costs/<digest>.json``
+(digest of ``platform:device:driver``) with ``devices.json`` mapping each device selector that
+was calibrated to its digest. This module only reads them (the egraph layer does not touch
+devices). ``measured`` means the calibration of ``$ACCY_COST_CALIBRATION`` (a file) if set,
+else of the selector ``$ACCY_DEVICE`` (else ``pocl``), the runtime's own default;
+``measured:SELECTOR`` names the device (``saturate{cost=measured:nvidia}``). Without a
+calibration it raises :class:`CalibrationMissingError` saying which command makes one: it does
+not calibrate on first use, because that takes a minute on a device a compile may not have.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from accy.egraph.cost import (
+    _ITEMSIZE,
+    COST_MODEL_FAMILIES,
+    _einsum_terms,
+    bytes_moved,
+    flops,
+    register_cost_model,
+)
+from accy.errors import AccyError
+from accy.ir.ops import Op, OpKind
+from accy.ir.shapes import parse_einsum
+from accy.ir.types import TensorType
+
+__all__ = [
+    "CALIBRATION_ENV", "CALIBRATION_FORMAT", "HEAVY_KINDS", "CalibrationMissingError", "Fit",
+    "KernelCost", "cache_dir", "calibration_path", "device_digest", "einsum_steps",
+    "find_calibration", "index_path", "load_calibration", "measured", "op_class",
+]
+
+CALIBRATION_FORMAT = 1
+CALIBRATION_ENV = "ACCY_COST_CALIBRATION"
+_DEVICE_ENV, _DEFAULT_SELECTOR = "ACCY_DEVICE", "pocl"  # as accy.backends.opencl.runtime
+HEAVY_KINDS = ("reduce", "contraction", "rowwise", "gather", "scatter_add", "loss")
+ELEMENT_CLASSES = ("cheap", "transcendental")
+# elementwise ops a few times dearer per element than an add (polynomial or iterative math)
+_TRANSCENDENTAL = frozenset({Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.SIN, Op.COS, Op.ERF,
+                             Op.GELU, Op.SIGMOID, Op.TANH, Op.POW, Op.DIV, Op.RECIPROCAL})
+
+
+class CalibrationMissingError(AccyError):
+    """The ``measured`` cost model has no calibration for the device (message says how)."""
+
+
+@dataclass(frozen=True)
+class Fit:
+    """``launch + per_byte * bytes + per_flop * flops`` picoseconds: one kernel of a kind."""
+
+    launch: float
+    per_byte: float
+    per_flop: float
+
+    def time(self, nbytes: float, nflops: float) -> float:
+        return self.launch + self.per_byte * nbytes + self.per_flop * nflops
+
+
+def op_class(op: Op) -> str:
+    """The calibration class of an op: a heavy kind, an element class, movement or source."""
+    kind = op.kind
+    if kind is OpKind.SOURCE:
+        return "source"
+    if kind is OpKind.MOVEMENT:
+        return "movement"
+    if op.is_elementwise:
+        return "transcendental" if op in _TRANSCENDENTAL else "cheap"
+    if kind is OpKind.REDUCE:
+        return "reduce"
+    if kind is OpKind.EINSUM:
+        return "contraction"
+    if kind is OpKind.ROWWISE:
+        return "rowwise"
+    if kind is OpKind.LOSS:
+        return "loss"
+    if op is Op.GATHER:
+        return "gather"
+    if op is Op.SCATTER_ADD:
+        return "scatter_add"
+    raise NotImplementedError(f"no cost class for op {op.value}")
+
+
+@lru_cache(maxsize=4096)
+def einsum_steps(spec: str, shapes: tuple[tuple[int, ...], ...]
+                 ) -> tuple[tuple[int, int, int], ...]:
+    """``(flops, elements read, elements written)`` per kernel of an einsum: one step for one
+    or two operands, else the greedy pairwise path (each step the pair whose result is
+    smallest, then cheapest), each summing the letters no other operand or the output has.
+
+    A stand-in for ``einsum-lowering``'s searched path (the egraph layer cannot import
+    ``accy.contraction``): greedy paths are what most searches return for these networks, and
+    a cost only needs to rank."""
+    terms = list(_einsum_terms(spec, tuple(len(s) for s in shapes)))
+    out = parse_einsum(spec, [len(s) for s in shapes])[1]
+    size: dict[str, int] = {}
+    for term, shape in zip(terms, shapes, strict=True):
+        size.update(zip(term, shape, strict=True))
+
+    def elems(letters: str | set[str]) -> int:
+        return math.prod(size[c] for c in letters)
+
+    if len(terms) <= 2:
+        union = set("".join(terms))
+        return ((len(terms) * elems(union), sum(elems(t) for t in terms), elems(out)),)
+    live = [set(t) for t in terms]
+    steps: list[tuple[int, int, int]] = []
+    while len(live) > 1:
+        best: tuple[int, int, int, int, set[str]] | None = None
+        for i in range(len(live)):
+            for j in range(i + 1, len(live)):
+                others = set(out).union(*(t for k, t in enumerate(live) if k not in (i, j)))
+                keep = (live[i] | live[j]) & others
+                key = (elems(keep), 2 * elems(live[i] | live[j]), i, j, keep)
+                if best is None or key[:4] < best[:4]:
+                    best = key
+        assert best is not None
+        kept, work, i, j, keep = best
+        steps.append((work, elems(live[i]) + elems(live[j]), kept))
+        live = [t for k, t in enumerate(live) if k not in (i, j)] + [keep]
+    return tuple(steps)  # the last pair keeps the output letters only: nothing left to sum
+
+
+@dataclass(frozen=True, eq=False)  # compared and hashed by identity: the fields are dicts
+class KernelCost:
+    """Kernels and fusion, per e-node (module docstring); all values in picoseconds."""
+
+    name: str
+    description: str
+    kinds: Mapping[str, Fit]  # per heavy kind
+    element: Mapping[str, float]  # per element of an elementwise op, per element class
+    node: float = 100.0  # per elementwise e-node
+    movement: float = 1.0  # per movement e-node: index arithmetic
+    source: str = "nominal"  # or the calibration file it came from
+
+    def node_cost(self, op: Op, type: TensorType, operands: tuple[TensorType, ...],
+                  attrs: Mapping[str, Any]) -> int:
+        cls = op_class(op)
+        if cls == "source":
+            return 0
+        if cls == "movement":
+            return round(self.movement)
+        if cls in self.element:
+            return round(self.node + self.element[cls] * type.size)
+        fit = self.kinds[cls]
+        if cls == "contraction":
+            spec = str(attrs["spec"])
+            item = _ITEMSIZE[id(type.dtype)]
+            total = 0.0
+            for work, read, written in einsum_steps(spec, tuple(t.shape for t in operands)):
+                total += fit.time(item * (read + written), work)
+            return round(total)
+        return round(fit.time(bytes_moved(op, type, operands, attrs),
+                              flops(op, type, operands, attrs)))
+
+    def fits(self) -> dict[str, Any]:
+        """The coefficients, as a calibration file holds them."""
+        return {"kinds": {k: vars(f) for k, f in self.kinds.items()},
+                "element": dict(self.element), "node": self.node, "movement": self.movement}
+
+
+_NOMINAL_LAUNCH, _NOMINAL_BYTE, _NOMINAL_FLOP = 5e6, 50.0, 10.0  # 5 us, 20 GB/s, 100 GFLOP/s
+KERNELS = register_cost_model(KernelCost(
+    "kernels", "kernel launches and fusion on a nominal device (picoseconds): heavy ops pay "
+    "launch + bytes + FLOPs, fused elementwise and movement ops only their arithmetic",
+    {k: Fit(_NOMINAL_LAUNCH, _NOMINAL_BYTE, _NOMINAL_FLOP) for k in HEAVY_KINDS},
+    {"cheap": _NOMINAL_FLOP, "transcendental": 8 * _NOMINAL_FLOP}))
+
+
+# ---- calibration files: where they are, reading them -----------------------------------------
+
+
+def cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/accy/costs`` (``~/.cache`` when unset)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "accy" / "costs"
+
+
+def device_digest(device_key: str) -> str:
+    """The file name stem of a device's calibration: a hash of ``platform:device:driver``
+    (a new driver is a new device: its kernels may run at other speeds) and the format."""
+    text = f"{CALIBRATION_FORMAT}|{device_key}".encode()
+    return hashlib.blake2b(text, digest_size=10).hexdigest()
+
+
+def calibration_path(device_key: str) -> Path:
+    return cache_dir() / f"{device_digest(device_key)}.json"
+
+
+def index_path() -> Path:
+    """``devices.json``: device selector -> digest of the device it selected when calibrated."""
+    return cache_dir() / "devices.json"
+
+
+def find_calibration(selector: str | None = None) -> Path:
+    """The calibration file for ``selector`` (module docstring for the defaults)."""
+    if selector is None and (explicit := os.environ.get(CALIBRATION_ENV, "").strip()):
+        path = Path(explicit)
+        if not path.is_file():
+            raise CalibrationMissingError(f"${CALIBRATION_ENV} names {path}, which is not a "
+                                          f"file; run `accy calibrate` or unset it")
+        return path
+    sel = selector or os.environ.get(_DEVICE_ENV, "").strip() or _DEFAULT_SELECTOR
+    try:
+        digest = json.loads(index_path().read_text()).get(sel)
+    except (OSError, ValueError, AttributeError):
+        digest = None
+    path = cache_dir() / f"{digest}.json" if digest else None
+    if path is None or not path.is_file():
+        raise CalibrationMissingError(
+            f"the measured cost model has no calibration for device {sel!r} in "
+            f"{cache_dir()}; run `accy calibrate --device {sel}` (about a minute) or set "
+            f"${CALIBRATION_ENV} to a calibration file")
+    return path
+
+
+@lru_cache(maxsize=32)
+def _load(path: str, mtime_ns: int) -> KernelCost:
+    try:
+        doc = json.loads(Path(path).read_text())
+        if doc.get("format") != CALIBRATION_FORMAT:
+            raise ValueError(f"format {doc.get('format')!r}, expected {CALIBRATION_FORMAT}")
+        fits = doc["fits"]
+        kinds = {k: Fit(float(f["launch"]), float(f["per_byte"]), float(f["per_flop"]))
+                 for k, f in fits["kinds"].items()}
+        missing = [k for k in HEAVY_KINDS if k not in kinds]
+        if missing:
+            raise ValueError(f"no fit for {', '.join(missing)}")
+        element = {c: float(fits["element"][c]) for c in ELEMENT_CLASSES}
+        device = doc.get("device", {}).get("key", "?")
+        return KernelCost("measured", f"kernel times calibrated on {device}", kinds, element,
+                          float(fits.get("node", 0.0)), float(fits.get("movement", 1.0)),
+                          source=path)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise CalibrationMissingError(f"cost calibration {path} is unusable ({e}); run "
+                                      f"`accy calibrate --force` to make it again") from None
+
+
+def load_calibration(path: str | os.PathLike[str]) -> KernelCost:
+    """The ``measured`` model of one calibration file (cached until the file changes)."""
+    p = Path(path)
+    try:
+        mtime = p.stat().st_mtime_ns
+    except OSError as e:
+        raise CalibrationMissingError(f"cost calibration {p} cannot be read ({e})") from None
+    return _load(str(p), mtime)
+
+
+def measured(selector: str | None = None) -> KernelCost:
+    """The ``measured`` model for a device selector (None: module docstring)."""
+    return load_calibration(find_calibration(selector))
+
+
+COST_MODEL_FAMILIES["measured"] = measured

@@ -1,0 +1,255 @@
+"""``accy calibrate``: fit the ``measured`` cost model's coefficients on an OpenCL device.
+
+Micro-programs, a few per op kind and size class (an elementwise chain of 1 and 6 cheap or
+transcendental ops, a row reduction and a full one, matrix products, softmax rows, gathers,
+scatter-adds, cross-entropies), go through accy's own pipeline (``accy-default`` without
+``saturate``, so they stay as written) and are timed on the device: the median of
+``repeats`` calls of the sum of the OpenCL profiling events, after a warm-up call. Per heavy
+kind, ``time = launch + per_byte * bytes + per_flop * flops`` is fitted by non-negative least
+squares (so time never falls as a size grows) over that kind's programs, with bytes and FLOPs
+counted exactly as :mod:`accy.egraph.kernel_cost` prices an e-node; the elementwise programs
+fit ``launch + per_byte * bytes + cheap * elements + transcendental * elements``, whose two
+per-element terms are what a fused elementwise e-node costs.
+
+The result goes to ``kernel_cost.calibration_path(device key)`` (the device's
+``platform:device:driver``; a new driver gets a new file) through ``accy.files`` (a private
+folder, an atomic write), and ``devices.json`` maps the selector to it. A calibration on file
+is reused unless ``force`` (or a full one is asked for where a ``quick`` one lies).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from accy.egraph import kernel_cost as kc
+from accy.egraph.cost import bytes_moved, flops
+from accy.files import atomic_write, private_dir
+from accy.ir.program import Program
+
+__all__ = ["MICRO_PROGRAMS", "calibrate", "fit", "micro_programs", "samples_of"]
+
+# (kind, parameters) per micro-program; sizes chosen to span launch-bound to bandwidth-bound
+# on a CPU within about a minute of PoCL builds and runs (``quick``: tiny, for tests)
+MICRO_PROGRAMS: dict[str, list[tuple[str, tuple[int, ...]]]] = {
+    "full": [
+        *[("cheap", (n, k)) for n in (1 << 12, 1 << 18) for k in (1, 6)],
+        *[("transcendental", (n, k)) for n in (1 << 12, 1 << 18) for k in (1, 6)],
+        ("reduce", (64, 64)), ("reduce", (256, 512)), ("reduce", (1024, 1024)),
+        ("reduce", (1, 1 << 18)),
+        ("contraction", (16, 16, 16)), ("contraction", (64, 64, 64)),
+        ("contraction", (128, 256, 128)), ("contraction", (256, 256, 256)),
+        ("rowwise", (64, 64)), ("rowwise", (256, 512)), ("rowwise", (1024, 1024)),
+        ("gather", (256, 32, 128)), ("gather", (2048, 64, 1024)), ("gather", (8192, 128, 4096)),
+        ("scatter_add", (256, 32, 128)), ("scatter_add", (2048, 64, 1024)),
+        ("scatter_add", (8192, 128, 4096)),
+        ("loss", (32, 64)), ("loss", (256, 512)), ("loss", (1024, 1024)),
+    ],
+    "quick": [
+        ("cheap", (64, 1)), ("cheap", (256, 3)), ("transcendental", (64, 1)),
+        ("transcendental", (256, 3)),
+        ("reduce", (4, 8)), ("reduce", (16, 32)), ("contraction", (4, 4, 4)),
+        ("contraction", (8, 16, 8)), ("rowwise", (4, 8)), ("rowwise", (16, 32)),
+        ("gather", (16, 4, 8)), ("gather", (64, 8, 32)), ("scatter_add", (16, 4, 8)),
+        ("scatter_add", (64, 8, 32)), ("loss", (4, 8)), ("loss", (16, 32)),
+    ],
+}
+
+
+def _program(kind: str, dims: tuple[int, ...]) -> Program:
+    """One micro-program of ``kind`` at ``dims`` (see ``MICRO_PROGRAMS``)."""
+    import accy
+    from accy.builder import cross_entropy, einsum, gather, scatter_add, trace
+
+    f32, i32 = accy.f32, accy.i32
+    if kind in ("cheap", "transcendental"):
+        n, k = dims
+
+        def chain(x, y):
+            v = x
+            for i in range(k):  # alternate ops so no rule or fold could shorten the chain
+                if kind == "cheap":
+                    v = v * y if i % 2 == 0 else v + y
+                else:
+                    v = v.tanh() if i % 2 == 0 else v.exp()
+            return v
+
+        return trace(chain, f32[n], f32[n], name=f"{kind}{k}")
+    if kind == "reduce":
+        r, c = dims
+        return trace(lambda x: x.sum(axes=-1), f32[r, c], name="reduce")
+    if kind == "contraction":
+        m, k, n = dims
+        return trace(lambda a, b: einsum("ik,kj->ij", a, b), f32[m, k], f32[k, n],
+                     name="contraction")
+    if kind == "rowwise":
+        r, c = dims
+        return trace(lambda x: x.softmax(-1), f32[r, c], name="rowwise")
+    if kind == "gather":
+        v, d, n = dims
+        return trace(lambda t, ids: gather(t, ids, axis=0), f32[v, d], i32[n], name="gather")
+    if kind == "scatter_add":
+        v, d, n = dims
+        return trace(lambda t, ids, u: scatter_add(t, ids, u, axis=0), f32[v, d], i32[n],
+                     f32[n, d], name="scatter_add")
+    if kind == "loss":
+        n, c = dims
+        return trace(cross_entropy, f32[n, c], i32[n], name="loss")
+    raise KeyError(f"no micro-program of kind {kind!r}")
+
+
+def micro_programs(quick: bool = False) -> list[tuple[str, tuple[int, ...], Program]]:
+    """The calibration programs: ``(kind, dims, program)``."""
+    return [(k, d, _program(k, d)) for k, d in MICRO_PROGRAMS["quick" if quick else "full"]]
+
+
+def samples_of(kind: str, program: Program) -> dict[str, float]:
+    """What the cost model counts in a micro-program: bytes and FLOPs of its heavy op(s), or
+    for an elementwise chain the bytes of its inputs and result and the elements per class."""
+    out = {"bytes": 0.0, "flops": 0.0, "cheap": 0.0, "transcendental": 0.0}
+    fn = program.function()
+    if kind in ("cheap", "transcendental"):
+        out["bytes"] = float(sum(p.type.nbytes for p in fn.params)
+                             + sum(r.type.nbytes for r in fn.results))
+    for n in program.nodes():
+        cls = kc.op_class(n.op)
+        types = tuple(s.type for s in n.srcs)
+        if cls in kc.ELEMENT_CLASSES:
+            out[cls] += n.type.size
+        elif cls == "contraction":
+            for work, read, written in kc.einsum_steps(str(n.attr("spec")),
+                                                       tuple(t.shape for t in types)):
+                out["flops"] += work
+                out["bytes"] += n.type.dtype.itemsize * (read + written)
+        elif cls in kc.HEAVY_KINDS:
+            out["bytes"] += bytes_moved(n.op, n.type, types, dict(n.attrs))
+            out["flops"] += flops(n.op, n.type, types, dict(n.attrs))
+    return out
+
+
+def _inputs(program: Program, rng: np.random.Generator) -> list[np.ndarray]:
+    fn = program.function()
+    first = fn.params[0].type.shape  # the table (its rows) or the logits (their classes)
+    bound = first[-1] if fn.name == "loss" else first[0]
+    return [rng.integers(0, bound, p.type.shape).astype(p.type.dtype.numpy)
+            if p.type.dtype.is_int else
+            rng.standard_normal(p.type.shape).astype(p.type.dtype.numpy) for p in fn.params]
+
+
+def time_program(program: Program, runtime: Any, repeats: int) -> float:
+    """Median kernel time (ns) of ``program`` prepared without saturation, on ``runtime``."""
+    import accy
+    from accy.experiments.measure import edit_pipeline
+    from accy.target import TargetProfile
+
+    pipe = edit_pipeline("accy-default", lambda p: None if p.name == "saturate" else p)
+    job = accy.prepare(program, pipe, target=TargetProfile.from_device(runtime.info))
+    exe = job.executable(device=runtime)
+    inputs = _inputs(program, np.random.default_rng(0))
+    exe(*inputs)  # warm-up: buffers, constants, the driver's first launch
+    times = []
+    for _ in range(max(repeats, 1)):
+        exe(*inputs)
+        times.append(sum(exe.last_kernel_ns))
+    return float(statistics.median(times))
+
+
+def fit(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """Coefficients (picoseconds) per kind from ``samples`` (``kind``, ``ns`` and the counts of
+    :func:`samples_of`): non-negative least squares of the *relative* error (each row divided
+    by its time: a 1 us kernel matters as much as a 1 ms one, since a cost only has to rank),
+    each column scaled to unit size first so that bytes and FLOPs (millions) and the launch
+    column (one) weigh alike."""
+    from scipy.optimize import nnls
+
+    def solve(rows: list[list[float]], ys: list[float]) -> list[float]:
+        y = np.maximum(np.asarray(ys, dtype=np.float64), 1.0) * 1e3  # ns -> ps
+        a = np.asarray(rows, dtype=np.float64) / y[:, None]
+        scale = np.maximum(np.abs(a).max(axis=0), 1e-30)
+        coef, _ = nnls(a / scale, np.ones_like(y))
+        return [float(c) for c in coef / scale]
+
+    kinds: dict[str, dict[str, float]] = {}
+    for kind in kc.HEAVY_KINDS:
+        group = [s for s in samples if s["kind"] == kind]
+        if not group:
+            raise ValueError(f"no calibration samples of kind {kind}")
+        launch, per_byte, per_flop = solve([[1.0, s["bytes"], s["flops"]] for s in group],
+                                           [s["ns"] for s in group])
+        kinds[kind] = {"launch": launch, "per_byte": per_byte, "per_flop": per_flop}
+    chains = [s for s in samples if s["kind"] in kc.ELEMENT_CLASSES]
+    launch, per_byte, cheap, trans = solve(
+        [[1.0, s["bytes"], s["cheap"], s["transcendental"]] for s in chains],
+        [s["ns"] for s in chains])
+    kinds_all = {**kinds, "elementwise": {"launch": launch, "per_byte": per_byte,
+                                          "per_flop": 0.0}}
+    # a fused elementwise e-node costs its arithmetic; keep it above zero so that a longer
+    # chain never ties a shorter one when the fit put the work on bytes (noise)
+    floor = 1e-3 * max(per_byte, 1e-3)
+    return {"kinds": kinds_all,
+            "element": {"cheap": max(cheap, floor), "transcendental": max(trans, cheap, floor)},
+            "node": 1.0, "movement": 1.0}
+
+
+def selector_of(device: str | None) -> str:
+    """The selector a calibration is filed under: as ``select_device`` resolves ``None``."""
+    return device or os.environ.get("ACCY_DEVICE", "").strip() or "pocl"
+
+
+def calibrate(device: str | None = None, *, force: bool = False, quick: bool = False,
+              repeats: int = 9, timer: Callable[[Program, Any, int], float] | None = None,
+              log: Callable[[str], None] | None = None) -> Path:
+    """The calibration file of ``device`` (a selector), made when missing or ``force``d.
+
+    ``timer(program, runtime, repeats) -> ns`` replaces the device timing (tests)."""
+    from accy.backends.opencl.runtime import select_device
+
+    runtime = select_device(device)
+    key = runtime.info.key
+    path = kc.calibration_path(key)
+    folder = private_dir(kc.cache_dir())
+    reuse = False
+    if path.is_file() and not force:
+        try:
+            reuse = quick or not json.loads(path.read_text()).get("quick", False)
+        except ValueError:
+            reuse = False
+    if not reuse:
+        samples = []
+        start = time.perf_counter()
+        for kind, dims, program in micro_programs(quick):
+            ns = (timer or time_program)(program, runtime, repeats)
+            samples.append({"kind": kind, "dims": list(dims),
+                            "ns": ns, **samples_of(kind, program)})
+            if log is not None:
+                log(f"{kind:<15} {'x'.join(map(str, dims)):<14} {ns / 1e3:10.1f} us")
+        doc = {"format": kc.CALIBRATION_FORMAT, "quick": quick, "repeats": repeats,
+               "device": {"key": key, "name": runtime.info.name,
+                          "platform": runtime.info.platform,
+                          "driver_version": runtime.info.driver_version},
+               "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+               "seconds": round(time.perf_counter() - start, 3),
+               "fits": fit(samples), "samples": samples}
+        atomic_write(path, json.dumps(doc, indent=1) + "\n")
+    _file_selector(folder, selector_of(device), path.stem)
+    return path
+
+
+def _file_selector(folder: Path, selector: str, digest: str) -> None:
+    """Record in ``devices.json`` that ``selector`` selects the device of ``digest``."""
+    index = kc.index_path()
+    try:
+        doc = json.loads(index.read_text())
+        doc = doc if isinstance(doc, dict) else {}
+    except (OSError, ValueError):
+        doc = {}
+    if doc.get(selector) != digest:
+        doc[selector] = digest
+        atomic_write(folder / index.name, json.dumps(doc, indent=1, sort_keys=True) + "\n")

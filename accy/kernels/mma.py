@@ -1,0 +1,419 @@
+"""mma-tf32 / mma-3xtf32: f32 contractions on tensor cores through inline PTX ``mma.sync``.
+
+Taken only where the target recorded TF32 tensor cores (``TargetProfile.tensor_cores``, filled
+by the device probe in :mod:`accy.backends.opencl.runtime`), the precision policy allows
+(``kernelization{precision=tf32}`` or ``{precision=3xtf32}``; the default ``ieee`` never picks
+them) and the product is large enough (:func:`accy.kernels.mma_plan.plan`). The groups are the
+tiled contraction's (:func:`accy.kernels.contraction_plan.analyse`: batched matrix products
+over strided views, elementwise epilogue, reshaped outputs); K is never split here.
+
+The kernel: a work-group of 8 warps (256 work-items, ``reqd_work_group_size``) computes a
+128x128 tile of C (4 warps, 64x64, where 128x128 tiles would leave compute units idle), each
+warp a 64x32 block as 4x4 m16n8 fragments held in 64 f32 registers per lane. K advances 16 at
+a time through two local buffers: the next step's A and B tiles are loaded from global memory
+into registers (float4 where strides allow, zeros outside the operands) before this step's
+mma.sync instructions run, then stored to the other buffer, so one barrier per step suffices.
+Local rows are padded (A by 4 words, B by 8) so a warp's fragment loads hit 32 distinct banks.
+``tf32`` rounds each operand once, on its way into local memory (``cvt.rna.tf32.f32``);
+``3xtf32`` keeps f32 in local memory and splits each fragment value ``x`` into ``big =
+tf32(x)`` and ``small = tf32(x - big)``, accumulating ``small*big + big*small + big*big``
+(three mma per fragment pair; the dropped ``small*small`` is ~2^-22 relative). Accumulators
+stay f32 in either case. Edges: loads outside M, N or K give zeros, stores are guarded. The
+group's epilogue runs on each accumulator before its store (the loop nest's value machinery).
+"""
+
+from __future__ import annotations
+
+from accy.ir.node import Node
+from accy.ir.types import DType
+from accy.ir.walk import Pending
+from accy.kernels import loopnest
+from accy.kernels.contraction_plan import Contraction, analyse, stored_value
+from accy.kernels.generators import Generator, register_generator
+from accy.kernels.ir import (
+    INDEX,
+    Assign,
+    Barrier,
+    Bin,
+    Call,
+    Cond,
+    Expr,
+    For,
+    Id,
+    If,
+    InlineAsm,
+    Kernel,
+    KernelArg,
+    Lane,
+    Let,
+    Lit,
+    Load,
+    LocalArray,
+    Splat,
+    Stmt,
+    Store,
+    Var,
+    VectorLoad,
+    VectorStore,
+    add,
+    div,
+    idx,
+    mod,
+    mul,
+)
+from accy.kernels.mma_plan import (
+    C_FRAG,
+    MMA_K,
+    VECTOR,
+    MmaTiles,
+    a_lane_base,
+    a_offset,
+    along_k,
+    b_lane_base,
+    b_offset,
+    c_coords,
+    copy_slot,
+    lane_parts,
+    local_index,
+    plan,
+    warp_origin,
+)
+from accy.plans import FusionGroup, KernelOutline, LaunchGeometry, ScheduleKind
+from accy.target import TargetProfile
+
+MMA_TF32 = ("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, "
+            "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};")
+CVT_TF32 = "cvt.rna.tf32.f32 %0, %1;"
+POLICIES = ("tf32", "3xtf32")
+
+
+class _Epilogue(loopnest.LoopNestBuilder):
+    """The loop-nest value machinery with the einsum's value given (one accumulator)."""
+
+    def __init__(self, group: FusionGroup, outline: KernelOutline, einsum: Node) -> None:
+        super().__init__(group, outline)
+        self.einsum = einsum
+        self.result: Expr = idx(0)
+
+    def _open(self, node: Node, coords: tuple[Expr, ...]) -> Expr | Pending:
+        if node is self.einsum:
+            return self.result
+        return super()._open(node, coords)
+
+
+def _all(conds: list[Expr]) -> Expr | None:
+    out = None
+    for c in conds:
+        out = c if out is None else Bin("&&", out, c)
+    return out
+
+
+class _Builder:
+    def __init__(self, group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
+                 einsum: Node, c: Contraction, tiles: MmaTiles, policy: str) -> None:
+        tiles.check()
+        self.group, self.outline, self.kind, self.c, self.t = group, outline, kind, c, tiles
+        self.policy = policy
+        self.epi = _Epilogue(group, outline, einsum)
+        self.arg = {"x": self.epi.arg_of[einsum.srcs[c.x]],
+                    "y": self.epi.arg_of[einsum.srcs[1 - c.x]]}
+        self.body: list[Stmt] = []
+
+    def let(self, name: str, e: Expr, dtype: DType = INDEX, lanes: int = 1,
+            mutable: bool = False) -> Var:
+        self.body.append(Let(name, dtype, e, mutable, lanes))
+        return Var(name)
+
+    # copies -----------------------------------------------------------------------------
+    def side_info(self, side: str) -> tuple[int, int, int, list[int], bool, bool]:
+        """(extent, free stride, K stride, batch strides, along K, float4 loads) of a side."""
+        c = self.c
+        if side == "x":
+            extent, fs, ks, bs = c.m.size, c.m.x, c.k.x, [d.x for d in c.batch]
+        else:
+            extent, fs, ks, bs = c.n.size, c.n.y, c.k.y, [d.y for d in c.batch]
+        k_major = along_k(c, side)
+        contiguous, span, other = (ks, c.k.size, fs) if k_major else (fs, extent, ks)
+        vector = (contiguous == 1 and span % VECTOR == 0 and other % VECTOR == 0
+                  and all(b % VECTOR == 0 for b in bs))
+        return extent, fs, ks, bs, k_major, vector
+
+    def fetch(self, side: str, i: int, f0: Expr, k0: Expr, first: bool) -> list[Stmt]:
+        """Load copy slot ``i`` of the K step at ``k0`` into its registers (zeros outside)."""
+        extent, fs, ks, _, k_major, vector = self.sides[side]
+        rf, rk = Var(f"{side}_f{i}"), Var(f"{side}_k{i}")
+        f, k = add(f0, rf), add(k0, rk)
+        tile = self.t.bm if side == "x" else self.t.bn
+        out: list[Stmt] = []
+        if vector:  # the whole vector is inside or outside (sizes and strides divide)
+            at = add(self.bases[side], add(mul(f, idx(fs)), mul(k, idx(ks))))
+            guard = _all(([Bin("<", f, idx(extent))] if extent % tile else [])
+                         + ([Bin("<", k, idx(self.c.k.size))]
+                            if self.c.k.size % self.t.bk else []))
+            value: Expr = VectorLoad(self.arg[side], div(at, VECTOR), VECTOR)
+            if guard is not None:
+                value = Cond(guard, value, Splat(DType.f32, VECTOR, Lit(0.0, DType.f32)))
+            name = f"{side}_r{i}"
+            out.append(Let(name, DType.f32, value, True, VECTOR) if first
+                       else Assign(name, value))
+            return out
+        for j in range(VECTOR):
+            fj, kj = (f, add(k, idx(j))) if k_major else (add(f, idx(j)), k)
+            at = add(self.bases[side], add(mul(fj, idx(fs)), mul(kj, idx(ks))))
+            guard = _all([Bin("<", fj, idx(extent)), Bin("<", kj, idx(self.c.k.size))])
+            value = Cond(guard, Load(self.arg[side], at), Lit(0.0, DType.f32))
+            name = f"{side}_r{i}_{j}"
+            out.append(Let(name, DType.f32, value, True) if first else Assign(name, value))
+        return out
+
+    def element(self, side: str, i: int, j: int) -> Expr:
+        return (Lane(Var(f"{side}_r{i}"), j) if self.sides[side][5]
+                else Var(f"{side}_r{i}_{j}"))
+
+    def put(self, side: str, i: int, offset: Expr) -> list[Stmt]:
+        """Store copy slot ``i``'s registers into the local buffer at ``offset``; under
+        ``tf32`` rounded to TF32 on the way (once per element, not once per warp reading it)."""
+        k_major = self.sides[side][4]
+        rf, rk = Var(f"{side}_f{i}"), Var(f"{side}_k{i}")
+        buf = "a_tile" if side == "x" else "b_tile"
+        out: list[Stmt] = []
+        values: list[Expr] = []
+        for j in range(VECTOR):
+            v = self.element(side, i, j)
+            if self.policy == "tf32":
+                bits = f"{side}_c{i}_{j}"
+                out += [Let(bits, DType.i32, Lit(0, DType.i32), True),
+                        InlineAsm(CVT_TF32, (("=r", bits),), (("f", v),), False)]
+                v = Call("as_float", (Var(bits),))
+            values.append(v)
+        # along the local row (A along K, B along N): one aligned float4 store
+        if k_major == (side == "x"):
+            at = add(offset, local_index(self.t, side, rf, rk))
+            out.append(VectorStore(buf, div(at, VECTOR), DType.f32, tuple(values)))
+            return out
+        for j, v in enumerate(values):
+            fj, kj = (rf, add(rk, idx(j))) if k_major else (add(rf, idx(j)), rk)
+            out.append(Store(buf, add(offset, local_index(self.t, side, fj, kj)), v))
+        return out
+
+    # compute ----------------------------------------------------------------------------
+    def operand(self, name: str, value: Expr) -> list[Stmt]:
+        """Registers of one fragment value: ``name`` (tf32 bits), or ``name`` (big) and
+        ``name``_s (small) under 3xtf32."""
+        if self.policy == "tf32":  # rounded when copied to local memory
+            return [Let(name, DType.i32, Call("as_int", (value,)))]
+        raw, small = f"{name}_f", f"{name}_s"
+        return [Let(raw, DType.f32, value),
+                Let(name, DType.i32, Lit(0, DType.i32), True),
+                InlineAsm(CVT_TF32, (("=r", name),), (("f", Var(raw)),), False),
+                Let(small, DType.i32, Lit(0, DType.i32), True),
+                InlineAsm(CVT_TF32, (("=r", small),),
+                          (("f", Bin("-", Var(raw), Call("as_float", (Var(name),)))),), False)]
+
+    def compute(self, a_off: Expr, b_off: Expr) -> list[Stmt]:
+        """The mma.sync instructions of one K step (``bk / 8`` sub-steps, fully unrolled)."""
+        t = self.t
+        out: list[Stmt] = []
+        for kk in range(t.bk // MMA_K):
+            a = [[f"a{kk}_{mi}_{r}" for r in range(4)] for mi in range(t.frags_m)]
+            b = [[f"b{kk}_{ni}_{r}" for r in range(2)] for ni in range(t.frags_n)]
+            for mi in range(t.frags_m):
+                for r in range(4):
+                    at = add(add(a_off, self.a_base), idx(a_offset(t, mi, kk, r)))
+                    out += self.operand(a[mi][r], Load("a_tile", at))
+            for ni in range(t.frags_n):
+                for r in range(2):
+                    at = add(add(b_off, self.b_base), idx(b_offset(t, ni, kk, r)))
+                    out += self.operand(b[ni][r], Load("b_tile", at))
+            for mi in range(t.frags_m):
+                for ni in range(t.frags_n):
+                    acc = tuple(("+f", f"acc_{mi}_{ni}_{r}") for r in range(4))
+                    terms = ([("_s", ""), ("", "_s"), ("", "")] if self.policy == "3xtf32"
+                             else [("", "")])
+                    for sa, sb in terms:  # small parts first: they are summed before big*big
+                        ins = tuple(("r", Var(n + sa)) for n in a[mi]) + tuple(
+                            ("r", Var(n + sb)) for n in b[ni])
+                        out.append(InlineAsm(MMA_TF32, acc, ins))
+        return out
+
+    # kernel -----------------------------------------------------------------------------
+    def build(self) -> Kernel:
+        c, t = self.c, self.t
+        tiles_m, tiles_n = -(-c.m.size // t.bm), -(-c.n.size // t.bn)
+        groups = c.batch_size * tiles_m * tiles_n
+        tid = self.let("tid", Id("get_local_id", 0))
+        lane = self.let("lane", mod(tid, 32))
+        warp = self.let("warp", div(tid, 32))
+        g_, t_ = lane_parts(lane)
+        g, tt = self.let("g", g_), self.let("t", t_)
+        wm_, wn_ = warp_origin(t, warp)
+        wm, wn = self.let("wm", wm_), self.let("wn", wn_)
+        grp = self.let("grp", Id("get_group_id", 0))
+        tile = self.let("tile", mod(grp, tiles_m * tiles_n)) if c.batch else grp
+        if t.swizzle > 1 and tiles_m > t.swizzle:  # walk 8 tile rows together: L2 reuse
+            band = self.let("band", div(tile, t.swizzle * tiles_n))
+            rows = self.let("rows", Call("min", (idx(t.swizzle), Bin(
+                "-", idx(tiles_m), mul(band, idx(t.swizzle))))))
+            inner = self.let("inner", mod(tile, t.swizzle * tiles_n))
+            tm = self.let("tm", add(mul(band, idx(t.swizzle)), Bin("%", inner, rows)))
+            tn = self.let("tn", Bin("/", inner, rows))
+        else:
+            tm, tn = self.let("tm", div(tile, tiles_n)), self.let("tn", mod(tile, tiles_n))
+        m0, n0 = self.let("m0", mul(tm, idx(t.bm))), self.let("n0", mul(tn, idx(t.bn)))
+        self.bcoords: list[Expr] = []
+        self.bases: dict[str, Expr] = {"x": idx(0), "y": idx(0), "out": idx(0)}
+        if c.batch:  # the batch index: the group id above the tiles
+            bz = self.let("bz", div(grp, tiles_m * tiles_n))
+            inner_size = c.batch_size
+            for i, d in enumerate(c.batch):
+                inner_size //= d.size
+                coord = div(bz, inner_size) if i == 0 else mod(div(bz, inner_size), d.size)
+                self.bcoords.append(self.let(f"bc{i}", coord))
+            for key in self.bases:
+                e: Expr = idx(0)
+                for coord, d in zip(self.bcoords, c.batch, strict=True):
+                    e = add(e, mul(coord, idx(getattr(d, key))))
+                self.bases[key] = e if isinstance(e, Lit) else self.let(f"{key}_base", e)
+        self.sides = {s: self.side_info(s) for s in ("x", "y")}
+        self.body.append(LocalArray("a_tile", DType.f32, 2 * t.a_size, 16))
+        self.body.append(LocalArray("b_tile", DType.f32, 2 * t.b_size, 16))
+        self.a_base = self.let("a_lane", a_lane_base(t, wm, g, tt))
+        self.b_base = self.let("b_lane", b_lane_base(t, wn, g, tt))
+        for mi in range(t.frags_m):
+            for ni in range(t.frags_n):
+                for r in range(4):
+                    self.let(f"acc_{mi}_{ni}_{r}", Lit(0.0, DType.f32), DType.f32, mutable=True)
+        origin = {"x": m0, "y": n0}
+        for side in ("x", "y"):  # slot coordinates: fixed over K
+            for i in range(t.slots(side)):
+                f, k = copy_slot(t, side, self.sides[side][4], add(tid, idx(i * t.threads)))
+                self.let(f"{side}_f{i}", f)
+                self.let(f"{side}_k{i}", k)
+        for side in ("x", "y"):  # prologue: K step 0 into buffer 0
+            for i in range(t.slots(side)):
+                self.body += self.fetch(side, i, origin[side], idx(0), first=True)
+        for side in ("x", "y"):
+            for i in range(t.slots(side)):
+                self.body += self.put(side, i, idx(0))
+        self.body.append(Barrier())
+        steps = -(-c.k.size // t.bk)
+        kt = Var("kt")
+        loop: list[Stmt] = [Let("cur", INDEX, mod(kt, 2)),
+                            Let("a_off", INDEX, mul(Var("cur"), idx(t.a_size))),
+                            Let("b_off", INDEX, mul(Var("cur"), idx(t.b_size)))]
+        more = Bin("<", add(kt, idx(1)), idx(steps))
+        nxt = mul(add(kt, idx(1)), idx(t.bk))
+        prefetch: list[Stmt] = []
+        store: list[Stmt] = []
+        for side in ("x", "y"):
+            for i in range(t.slots(side)):
+                prefetch += self.fetch(side, i, origin[side], nxt, first=False)
+                other = mul(Bin("-", idx(1), Var("cur")), idx(t.a_size if side == "x"
+                                                             else t.b_size))
+                store += self.put(side, i, other)
+        loop += [If(more, tuple(prefetch))] if steps > 1 else []
+        loop += self.compute(Var("a_off"), Var("b_off"))
+        loop += [If(more, tuple(store))] if steps > 1 else []
+        loop.append(Barrier())
+        self.body.append(For("kt", idx(0), idx(steps), tuple(loop)))
+        self.stores(m0, n0, wm, wn, g, tt)
+        return Kernel(self.outline.entry, self.outline.work_item, self.kind, self.group.domain,
+                      tuple(self.epi.args + self.out_args), tuple(self.body),
+                      LaunchGeometry((groups * t.threads,), (t.threads,)),
+                      loopnest.implemented_ops(self.group), fixed_local_size=True)
+
+    def stores(self, m0: Expr, n0: Expr, wm: Expr, wn: Expr, g: Expr, tt: Expr) -> None:
+        """Epilogue and guarded stores of every accumulator; pairs of columns as float2
+        where the output's layout allows."""
+        c, t = self.c, self.t
+        self.out_args = [KernelArg(f"out{i}", n.type.dtype, True, slot) for i, (n, slot) in
+                         enumerate(zip(self.group.outputs, self.outline.output_slots,
+                                       strict=True))]
+        values = [stored_value(o) for o in self.group.outputs]
+        names = [a.name for a in self.out_args]
+        plain = all(v is self.epi.einsum for v in values)
+        pairs = (c.n.out == 1 and c.n.size % 2 == 0 and c.m.out % 2 == 0
+                 and all(d.out % 2 == 0 for d in c.batch))
+        counter = 0
+        for mi in range(t.frags_m):
+            for ni in range(t.frags_n):
+                for half in (0, 2):  # c0,c1 share a row; c2,c3 the row 8 below
+                    rr, cc = c_coords(wm, wn, g, tt, mi, ni, half)
+                    row, col = add(m0, rr), add(n0, cc)
+                    em = loopnest.Emitter()
+                    em.counter = counter
+                    self.epi.em = em
+                    lanes: list[list[Expr]] = [[] for _ in self.group.outputs]
+                    for r in (half, half + 1):
+                        cr = add(col, idx(C_FRAG[r][1]))
+                        self.epi.result = Var(f"acc_{mi}_{ni}_{r}")
+                        coords = self.coords(row, cr) if not plain else ()
+                        for o, node in enumerate(values):
+                            lanes[o].append(self.epi.value(node, coords))
+                    counter = em.counter
+                    body: list[Stmt] = list(em.scopes[0].body)
+                    at = add(self.bases["out"], add(mul(row, idx(c.m.out)),
+                                                    mul(col, idx(c.n.out))))
+                    row_ok = Bin("<", row, idx(c.m.size))
+                    if pairs:  # col even, N even: both columns inside or both outside
+                        body += [VectorStore(names[o], div(at, 2), DType.f32, tuple(v))
+                                 for o, v in enumerate(lanes) if self.out_args[o].dtype
+                                 is DType.f32] + [
+                            Store(names[o], add(at, idx(j)), v[j]) for o, v in
+                            enumerate(lanes) if self.out_args[o].dtype is not DType.f32
+                            for j in range(2)]
+                        guard = _all(([row_ok] if c.m.size % t.bm else [])
+                                     + ([Bin("<", col, idx(c.n.size))]
+                                        if c.n.size % t.bn else []))
+                        self.body += [If(guard, tuple(body))] if guard is not None else body
+                        continue
+                    for j in range(2):
+                        cj = add(col, idx(j))
+                        put = tuple(Store(names[o], add(at, idx(j * c.n.out)), v[j])
+                                    for o, v in enumerate(lanes))
+                        body += [If(Bin("<", cj, idx(c.n.size)), put)] if c.n.size % t.bn \
+                            else list(put)
+                    self.body += ([If(row_ok, tuple(body))] if c.m.size % t.bm else body)
+
+    def coords(self, row: Expr, col: Expr) -> tuple[Expr, ...]:
+        """Output coordinates of the element at flattened (row, col)."""
+        out = []
+        for cls, i, inner, size in self.c.coords:
+            if cls == "b":
+                out.append(self.bcoords[i])
+            elif cls == "1":
+                out.append(idx(0))
+            else:
+                extent = self.c.m.size if cls == "m" else self.c.n.size
+                flat = div(row if cls == "m" else col, inner)
+                out.append(flat if inner * size == extent else mod(flat, size))
+        return tuple(out)
+
+
+def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
+          target: TargetProfile, policy: str = "tf32",
+          tiles: MmaTiles | None = None) -> tuple[Kernel, ...]:
+    """The tensor-core kernel of an accepted group under ``policy`` (``tiles``: override)."""
+    if policy not in POLICIES:
+        raise ValueError(f"mma precision policy {policy!r}: one of {POLICIES}")
+    found = plan(group, target)
+    if isinstance(found, str):
+        raise ValueError(f"the mma generator cannot take this group: {found}")
+    c, chosen = found
+    einsum, _ = analyse(group)  # type: ignore[misc]  (plan accepted it)
+    return (_Builder(group, outline, kind, einsum, c, tiles or chosen, policy).build(),)
+
+
+def accepts(group: FusionGroup, target: TargetProfile) -> bool:
+    return not isinstance(plan(group, target), str)
+
+
+for _policy in POLICIES:
+    register_generator(Generator(
+        f"mma-{_policy}",
+        f"f32 batched matrix products on TF32 tensor cores (mma.sync through inline PTX), "
+        f"only under kernelization{{precision={_policy}}} on targets whose probe found them",
+        accepts,
+        lambda group, outline, kind, target, p=_policy: build(group, outline, kind, target, p),
+        precisions=frozenset({_policy}),
+    ))

@@ -1,0 +1,236 @@
+"""Planning a tensor-core contraction (see :mod:`accy.kernels.mma`): tile sizes, the PTX
+fragment layout of ``mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32``, and every index
+formula the generator emits, written once here.
+
+The formulas are built with the kernel IR's folding helpers (:func:`~accy.kernels.ir.add`,
+``mul``, ``div``, ``mod``): the generator calls them with variables and gets the expressions it
+emits; tests call them with literals and get numbers (the helpers fold literals), so a NumPy
+emulation of one warp's ``mma.sync`` (``tests/kernels/test_mma_generator.py``) checks the very
+arithmetic the kernels use.
+
+Fragment layout (PTX ISA, "Matrix Fragments for mma.m16n8k8" with ``.tf32``; confirmed on the
+H200 by ``shared/probes/ptx_mma.py``): lane ``= 4 g + t`` (``g = lane // 4``, ``t = lane % 4``);
+A (16x8, row-major) registers a0..a3 hold rows g, g+8, g, g+8 at columns t, t, t+4, t+4;
+B (8x8, "col") registers b0, b1 hold rows t, t+4 at column g; C/D (16x8) registers c0..c3 hold
+rows g, g, g+8, g+8 at columns 2t, 2t+1, 2t, 2t+1.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from accy.ir.types import DType
+from accy.kernels.contraction_plan import Contraction, analyse
+from accy.kernels.ir import Expr, add, div, idx, mod, mul
+from accy.plans import FusionGroup
+from accy.target import TF32_MMA, TargetProfile
+
+WARP = 32  # lanes that execute one mma.sync together
+MMA_M, MMA_N, MMA_K = 16, 8, 8  # the TF32 shape
+A_FRAG = ((0, 0), (8, 0), (0, 4), (8, 4))  # (row, col) of a0..a3 from (g, t)
+B_FRAG = ((0, 0), (4, 0))  # (row k, col n) of b0, b1 from (t, g)
+C_FRAG = ((0, 0), (0, 1), (8, 0), (8, 1))  # (row, col) of c0..c3 from (g, 2t)
+A_PAD = 4  # words added to each A tile row (stride bk + 4): lanes 4g + t in distinct banks
+B_PAD = 8  # words added to each B tile row (stride bn + 8): lanes t, g in distinct banks
+VECTOR = 4  # elements per copy slot (a float4 where strides allow)
+
+# Selection: tensor cores pay once both tile sides are at least MIN_MN and K at least MIN_K;
+# smaller products go to the other generators (a 128x128 tile of mostly zeros wastes more
+# than the tensor cores win).
+MIN_MN = 64
+MIN_K = 32
+TF32_UNIT_ROUNDOFF = 2.0**-11  # rna rounding to 10 explicit mantissa bits
+
+
+@dataclass(frozen=True)
+class MmaTiles:
+    """A work-group of ``warps_m x warps_n`` warps computes a ``bm x bn`` tile of C; each warp
+    a ``warp_m x warp_n`` block of ``frags_m x frags_n`` m16n8 fragments; K advances ``bk``
+    per step, through two local buffers (one filled while the other is read)."""
+
+    bm: int
+    bn: int
+    bk: int
+    warps_m: int
+    warps_n: int
+    swizzle: int = 8  # tile rows walked together for L2 reuse
+
+    @property
+    def threads(self) -> int:
+        return WARP * self.warps_m * self.warps_n
+
+    @property
+    def warp_m(self) -> int:
+        return self.bm // self.warps_m
+
+    @property
+    def warp_n(self) -> int:
+        return self.bn // self.warps_n
+
+    @property
+    def frags_m(self) -> int:
+        return self.warp_m // MMA_M
+
+    @property
+    def frags_n(self) -> int:
+        return self.warp_n // MMA_N
+
+    @property
+    def lda(self) -> int:
+        """Row stride of the A tile in local memory (``As[m][k]``)."""
+        return self.bk + A_PAD
+
+    @property
+    def ldb(self) -> int:
+        """Row stride of the B tile in local memory (``Bs[k][n]``)."""
+        return self.bn + B_PAD
+
+    @property
+    def a_size(self) -> int:
+        return self.bm * self.lda
+
+    @property
+    def b_size(self) -> int:
+        return self.bk * self.ldb
+
+    def local_bytes(self) -> int:
+        """Both buffers of both tiles, f32."""
+        return 2 * (self.a_size + self.b_size) * 4
+
+    def slots(self, side: str) -> int:
+        """Copy slots (``VECTOR`` elements each) per work-item for one K step of ``side``."""
+        return (self.bm if side == "x" else self.bn) * self.bk // VECTOR // self.threads
+
+    def check(self) -> None:
+        """Raise when the tiling does not divide evenly (a programming error)."""
+        if (self.warp_m % MMA_M or self.warp_n % MMA_N or self.bk % MMA_K
+                or self.bm * self.bk % (VECTOR * self.threads)
+                or self.bn * self.bk % (VECTOR * self.threads)
+                or self.bk % VECTOR or self.bm % VECTOR or self.bn % VECTOR):
+            raise ValueError(f"tiles {self} do not divide into m16n8k8 fragments and copies")
+
+
+# 4 warps of 64x64 (4x8 fragments, 128 accumulators per lane): half the local-memory reads per
+# mma of LARGE, at more registers; the fastest of the three on the H200 (papers/kernels.md)
+WIDE = MmaTiles(128, 128, 16, 2, 2)
+SMALL = MmaTiles(64, 64, 16, 2, 2)  # 4 warps of 32x32, where 128x128 tiles leave units idle
+# 8 warps of 64x32 (4x4 fragments, 64 accumulators): a candidate for sweeps
+# (experiments/bench_mma.py --tiles)
+LARGE = MmaTiles(128, 128, 16, 2, 4)
+
+
+def parse_tiles(text: str) -> MmaTiles:
+    """``BMxBNxBK:WMxWN`` (e.g. ``128x128x16:2x4``) as tiles, checked."""
+    try:
+        block, warps = text.strip().lower().split(":")
+        bm, bn, bk = (int(v) for v in block.split("x"))
+        wm, wn = (int(v) for v in warps.split("x"))
+    except ValueError:
+        raise ValueError(f"tiles {text!r}: give BMxBNxBK:WMxWN, e.g. 128x128x16:2x4") from None
+    tiles = MmaTiles(bm, bn, bk, wm, wn)
+    tiles.check()
+    return tiles
+
+
+# lanes, warps, fragments --------------------------------------------------------------------
+def lane_parts(lane: Expr) -> tuple[Expr, Expr]:
+    """(g, t) of a lane: its group of four and its place in it."""
+    return div(lane, 4), mod(lane, 4)
+
+
+def warp_origin(t: MmaTiles, warp: Expr) -> tuple[Expr, Expr]:
+    """(row, column) of a warp's block inside the work-group tile (warps row-major)."""
+    return mul(div(warp, t.warps_n), idx(t.warp_m)), mul(mod(warp, t.warps_n), idx(t.warp_n))
+
+
+def a_lane_base(t: MmaTiles, wm: Expr, g: Expr, tt: Expr) -> Expr:
+    """Local A address of a lane's register a0 of fragment row 0, K step 0 (``As[wm+g][t]``)."""
+    return add(mul(add(wm, g), idx(t.lda)), tt)
+
+
+def a_offset(t: MmaTiles, mi: int, kk: int, r: int) -> int:
+    """What register ``a{r}`` of fragment row ``mi`` at K sub-step ``kk`` adds to the base."""
+    dr, dc = A_FRAG[r]
+    return (mi * MMA_M + dr) * t.lda + kk * MMA_K + dc
+
+
+def b_lane_base(t: MmaTiles, wn: Expr, g: Expr, tt: Expr) -> Expr:
+    """Local B address of a lane's register b0 of fragment column 0, K step 0 (``Bs[t][wn+g]``)."""
+    return add(mul(tt, idx(t.ldb)), add(wn, g))
+
+
+def b_offset(t: MmaTiles, ni: int, kk: int, r: int) -> int:
+    dr, dc = B_FRAG[r]
+    return (kk * MMA_K + dr) * t.ldb + ni * MMA_N + dc
+
+
+def c_coords(wm: Expr, wn: Expr, g: Expr, tt: Expr, mi: int, ni: int, r: int
+             ) -> tuple[Expr, Expr]:
+    """Tile-relative (row, column) of accumulator ``c{r}`` of fragment (mi, ni)."""
+    dr, dc = C_FRAG[r]
+    return (add(wm, add(g, idx(mi * MMA_M + dr))),
+            add(wn, add(mul(tt, idx(2)), idx(ni * MMA_N + dc))))
+
+
+# global -> local copies -------------------------------------------------------------------
+def along_k(c: Contraction, side: str) -> bool:
+    """Whether operand ``side`` is copied along K (its K stride is 1: coalesced that way)."""
+    free, k = (c.m.x, c.k.x) if side == "x" else (c.n.y, c.k.y)
+    return k == 1 or (free != 1 and (k or math.inf) < (free or math.inf))
+
+
+def copy_slot(t: MmaTiles, side: str, k_major: bool, slot: Expr) -> tuple[Expr, Expr]:
+    """Tile-relative (free, k) of the first element of copy slot ``slot`` (its ``VECTOR``
+    elements run along K when ``k_major``, else along the free index M or N); consecutive
+    slots run along the same index, so consecutive work-items read consecutive memory."""
+    free = t.bm if side == "x" else t.bn
+    if k_major:
+        per = t.bk // VECTOR
+        return div(slot, per), mul(mod(slot, per), idx(VECTOR))
+    per = free // VECTOR
+    return mul(mod(slot, per), idx(VECTOR)), div(slot, per)
+
+
+def local_index(t: MmaTiles, side: str, f: Expr, k: Expr) -> Expr:
+    """Local address of tile element (free f, k): ``As[f][k]`` or ``Bs[k][f]``."""
+    return add(mul(f, idx(t.lda)), k) if side == "x" else add(mul(k, idx(t.ldb)), f)
+
+
+def tf32_round(x: np.ndarray) -> np.ndarray:
+    """f32 values rounded to TF32 as ``cvt.rna.tf32.f32`` does (nearest, ties away from zero;
+    the low 13 mantissa bits cleared), for emulations and tests: add half of the dropped
+    bits' weight to the magnitude, then truncate (infinities stay infinite)."""
+    bits = np.asarray(x, np.float32).view(np.uint32)
+    return ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+
+
+# selection --------------------------------------------------------------------------------
+def choose_tiles(c: Contraction, target: TargetProfile) -> MmaTiles:
+    """128x128 tiles where they give every compute unit a work-group, else 64x64."""
+    groups = c.batch_size * -(-c.m.size // WIDE.bm) * -(-c.n.size // WIDE.bn)
+    fits = (WIDE.threads <= target.max_work_group_size
+            and WIDE.local_bytes() <= target.local_mem_bytes)
+    return WIDE if fits and groups >= target.compute_units else SMALL
+
+
+def plan(group: FusionGroup, target: TargetProfile) -> tuple[Contraction, MmaTiles] | str:
+    """The contraction form and tiles of a group the mma generator takes, or why not."""
+    if TF32_MMA not in target.tensor_cores:
+        return "the target has no TF32 tensor cores (TargetProfile.tensor_cores)"
+    found = analyse(group)
+    if isinstance(found, str):
+        return found
+    _, c = found
+    if c.dtype is not DType.f32:
+        return f"dtype {c.dtype.value} (TF32 tensor cores take f32)"
+    if c.m.size < MIN_MN or c.n.size < MIN_MN or c.k.size < MIN_K:
+        return (f"{c.m.size}x{c.n.size}x{c.k.size} is below {MIN_MN}x{MIN_MN}x{MIN_K}: the "
+                "other generators are faster there")
+    t = choose_tiles(c, target)
+    if t.threads > target.max_work_group_size or t.local_bytes() > target.local_mem_bytes:
+        return (f"tiles of {t.threads} work-items and {t.local_bytes()} bytes of local "
+                "memory exceed the target")
+    return c, t

@@ -1,0 +1,410 @@
+"""Check and benchmark: f32 GEMMs under each contraction precision policy, against cuBLAS.
+
+    python experiments/bench_mma.py --device nvidia --out results/bench_mma.json
+        [--repeat 20] [--cases 4096,2048,8192x8192x1024,1000x1030x520,b32x512x512x64,bias2048]
+        [--policies ieee,tf32,3xtf32] [--tiles 128x128x16:2x4,128x128x16:2x2] [--no-torch]
+        [--sources DIR] [--force-tensor-cores]
+
+Each case (``N`` is N^3, ``MxNxK``, ``bBxMxNxK`` batched, ``biasN`` N^3 with a bias + relu
+epilogue) is prepared for the device's own target profile (``TargetProfile.from_device``, whose
+``tensor_cores`` the device probe fills) with ``kernelization{precision=P}`` for each policy P,
+run on uniform(-1, 1) operands, and checked against numpy in float64 with the policy's error
+bound: per element ``2 * bound + atol``, bound = ``rtol_f32 * sqrt(K) * (|A| @ |B|) +
+EXTRA_EINSUM_RTOL[P] * (|A| @ |B|)``, which is :func:`accy.error_bounds.error_bounds`'s einsum
+rule for exact inputs (computed here with BLAS: the interpreter's einsum would take minutes at
+these sizes) and :class:`accy.error_bounds.Comparison`'s limit. Kernel time: OpenCL profiling
+events, two warm-up calls, median of ``--repeat``. torch (optional, skipped when absent or
+without CUDA): ``torch.matmul`` timed with CUDA events (same warm-up and median) with
+``torch.backends.cuda.matmul.allow_tf32`` off (cuBLAS FP32 SGEMM) and on (cuBLAS TF32).
+
+``--tiles`` also times the tensor-core kernels with other tiles (``BMxBNxBK:WMxWN``: block
+tile, warps along M and N), besides the heuristic's choice, for sweeps.
+
+``--force-tensor-cores`` marks the profile with TF32 tensor cores even when the device probe
+did not (to see the generated kernels' own build errors when the probe fails); the probe's
+build error, if any, is printed first.
+
+A failing case (build error, launch error, wrong result) is reported with its first build-log
+error line and the run goes on; ``--sources DIR`` (default: next to ``--out``) receives the
+OpenCL C of every failed case and of every tensor-core kernel, for reading the PTX path.
+Prints a table; writes JSON to ``--out``. The issue's targets (H200): TF32 at 4096^3 at least
+60% of cuBLAS TF32; 3xTF32 at 4096^3 at least 1.2x cuBLAS FP32.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import os
+import re
+import statistics
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import accy  # noqa: E402
+from accy.backends.opencl.runtime import _first_error_line, select_device  # noqa: E402
+from accy.backends.opencl.tensor_cores import MMA_PROBE_SOURCE  # noqa: E402
+from accy.builder import einsum  # noqa: E402
+from accy.differential import TOLERANCES  # noqa: E402
+from accy.error_bounds import EXTRA_EINSUM_RTOL  # noqa: E402
+from accy.experiments.records import git_commit, timestamp, write_json  # noqa: E402
+from accy.ir.program import Stage  # noqa: E402
+from accy.kernels import mma  # noqa: E402
+from accy.kernels.mma_plan import MmaTiles, parse_tiles  # noqa: E402
+from accy.passes.kernel.kernelization import with_spaces  # noqa: E402
+from accy.target import PRECISIONS, TF32_MMA, TargetProfile  # noqa: E402
+
+DEFAULT_CASES = "4096,2048,8192x8192x1024,1000x1030x520,b32x512x512x64,bias2048"
+
+
+def error_line(text: str) -> str:
+    """The first error line of a build log in an exception's text (not the "error sites:"
+    heading), with the source line it points at when the message quotes one."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    log = next((ln for ln in lines if re.search(r"error\s*(\(\d+\))?\s*:", ln, re.I)
+                and ln.lower() != "error sites:"), None)
+    if log is None:
+        return _first_error_line(text)
+    site = next((ln for ln in lines if re.match(r"\d+ \| ", ln)), None)
+    return log + (f"  [source {site}]" if site else "")
+
+
+def parse_case(text: str) -> dict[str, Any]:
+    """``{"name", "batch", "m", "n", "k", "bias"}`` of a case's text."""
+    t = text.strip().lower()
+    bias = t.startswith("bias")
+    t = t[4:] if bias else t
+    batch = 0
+    if t.startswith("b"):
+        parts = [int(p) for p in t[1:].split("x")]
+        if len(parts) != 4:
+            raise ValueError(f"case {text!r}: batched cases are bBxMxNxK")
+        batch, parts = parts[0], parts[1:]
+    else:
+        parts = [int(p) for p in t.split("x")]
+        parts = parts * 3 if len(parts) == 1 else parts
+    if len(parts) != 3 or min(parts) < 1:
+        raise ValueError(f"case {text!r}: give N, MxNxK, bBxMxNxK or biasN")
+    m, n, k = parts
+    return {"name": text.strip(), "batch": batch, "m": m, "n": n, "k": k, "bias": bias}
+
+
+def pipeline(precision: str) -> str:
+    return ("accy-contract,accy-tensor,accy-dispatch,accy-memory,kernel-outlining-planning,"
+            f"kernelization{{precision={precision}}},accy-target")
+
+
+def program(case: dict[str, Any]) -> accy.Program:
+    lead = (case["batch"],) if case["batch"] else ()
+    m, n, k = case["m"], case["n"], case["k"]
+    b = accy.Builder()
+    types = [accy.TensorType((*lead, m, k), accy.DType.f32),
+             accy.TensorType((*lead, k, n), accy.DType.f32)]
+    if case["bias"]:
+        types.append(accy.TensorType((n,), accy.DType.f32))
+    f = b.begin_function("gemm", types)
+    y = einsum("bik,bkj->bij" if lead else "ik,kj->ij", f.param(0), f.param(1))
+    f.return_((y + f.param(2)).relu() if case["bias"] else y)
+    f.finish()
+    return b.finish()
+
+
+def inputs_of(case: dict[str, Any], seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    lead = (case["batch"],) if case["batch"] else ()
+    xs = [rng.uniform(-1, 1, (*lead, case["m"], case["k"])).astype(np.float32),
+          rng.uniform(-1, 1, (*lead, case["k"], case["n"])).astype(np.float32)]
+    if case["bias"]:
+        xs.append(rng.uniform(-1, 1, case["n"]).astype(np.float32))
+    return xs
+
+
+def reference(case: dict[str, Any], xs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """float64 result and ``|A| @ |B|`` (the magnitude the error bound scales)."""
+    a, b = (x.astype(np.float64) for x in xs[:2])
+    exact, mag = a @ b, np.abs(a) @ np.abs(b)
+    if case["bias"]:
+        # bias add and relu: one more f32 rounding of |y| + |bias|, relu exact
+        exact = np.maximum(exact + xs[2].astype(np.float64), 0.0)
+        mag = mag + np.abs(xs[2].astype(np.float64))
+    return exact, mag
+
+
+def check(case: dict[str, Any], got: np.ndarray, exact: np.ndarray, mag: np.ndarray,
+          precision: str) -> dict[str, Any]:
+    """The policy's bound (see the module docstring) against the result."""
+    tol = TOLERANCES[accy.DType.f32]
+    tiny = float(np.finfo(np.float32).tiny)
+    bound = (tol.rtol * math.sqrt(case["k"]) + EXTRA_EINSUM_RTOL[precision]) * mag + tiny
+    if case["bias"]:
+        bound = bound + tol.rtol * mag + tiny
+    limit = 2 * bound + tol.atol
+    err = np.abs(got.astype(np.float64) - exact)
+    finite = bool(np.isfinite(got).all())
+    worst = np.unravel_index(int(np.argmax(err / limit)), err.shape)
+    return {
+        "ok": finite and bool((err <= limit).all()),
+        "finite": finite,
+        "bad_elements": int((~(err <= limit)).sum()),
+        "max_abs_err": float(err.max()),
+        "rel_err": float(err.max() / max(float(np.abs(exact).max()), tiny)),
+        "bound_use": float((err / limit).max()),  # <= 1 passes
+        "worst_at": [int(i) for i in worst],
+    }
+
+
+def with_mma_tiles(job: accy.PreparedJob, tiles: MmaTiles, policy: str) -> accy.PreparedJob:
+    """``job`` (prepared under ``policy``, tf32 or 3xtf32) with its tensor-core kernels rebuilt
+    from ``tiles``, legalized again."""
+    p = job.products[Stage.kernel]
+    outlines = {o.work_item: o for o in p.outline.outlines}
+    kernels = []
+    for k in p.kernels:
+        item = p.schedule.item(k.work_item)
+        group = p.fusion.groups[item.group]
+        if mma.accepts(group, p.target):
+            (built,) = mma.build(group, outlines[k.work_item], item.kind, p.target, policy, tiles)
+            kernels.append(with_spaces(built, p.spaces) if p.spaces is not None else built)
+        else:
+            kernels.append(k)
+    products = {s: q for s, q in job.products.items() if s.index < Stage.target.index}
+    products[Stage.kernel] = p.replace(kernels=tuple(kernels))
+    records = tuple(r for r in job.records if r.stage is not Stage.target)
+    return accy.prepare(accy.PreparedJob(products, records, job.pipeline), job.pipeline)
+
+
+def time_accy(job: accy.PreparedJob, xs: list[np.ndarray], runtime, repeat: int
+              ) -> tuple[float, np.ndarray]:
+    """Median kernel milliseconds (profiling events, two warm-up calls) and the result."""
+    exe = job.executable(device=runtime)
+    out = None
+    for _ in range(2):
+        (out,) = exe(*xs)
+    samples = []
+    for _ in range(repeat):
+        (out,) = exe(*xs)
+        samples.append(sum(exe.last_kernel_ns))
+    assert out is not None
+    return statistics.median(samples) / 1e6, out
+
+
+def time_torch(case: dict[str, Any], xs: list[np.ndarray], repeat: int, tf32: bool
+               ) -> dict[str, Any] | None:
+    """torch.matmul on CUDA (+ bias and relu for bias cases), median of CUDA-event times."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    a, b = (torch.from_numpy(x).cuda() for x in xs[:2])
+    bias = torch.from_numpy(xs[2]).cuda() if case["bias"] else None
+
+    def call():
+        y = torch.matmul(a, b)
+        return torch.relu(y + bias) if bias is not None else y
+
+    for _ in range(3):
+        out = call()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(repeat):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        out = call()
+        end.record()
+        torch.cuda.synchronize()
+        samples.append(start.elapsed_time(end))
+    result = out.cpu().numpy()  # the operands are freed when this returns
+    return {"ms": statistics.median(samples), "device": torch.cuda.get_device_name(),
+            "version": torch.__version__, "tf32": tf32, "result": result}
+
+
+def flops(case: dict[str, Any]) -> float:
+    return 2.0 * max(case["batch"], 1) * case["m"] * case["n"] * case["k"]
+
+
+def run_case(case: dict[str, Any], precision: str, target: TargetProfile, runtime,
+             xs: list[np.ndarray], exact: np.ndarray, mag: np.ndarray, args: argparse.Namespace,
+             sources: Path, tiles: MmaTiles | None = None) -> dict[str, Any]:
+    """One case under one policy (and tiles); failures are caught and described, never
+    raised."""
+    res: dict[str, Any] = {"case": case["name"], "precision": precision}
+    job = None
+    stem = f"{case['name'].replace('^', '')}.{precision}"
+    if tiles is not None:
+        res["tiles"] = f"{tiles.bm}x{tiles.bn}x{tiles.bk}:{tiles.warps_m}x{tiles.warps_n}"
+        stem += "." + res["tiles"].replace(":", "_")
+    try:
+        job = accy.prepare(program(case), pipeline(precision), target=target)
+        if tiles is not None:
+            job = with_mma_tiles(job, tiles, precision)
+        res["generators"] = job.generators()
+        res["kernels"] = [{"entry": k.entry, "global": list(k.geometry.global_size),
+                           "local": list(k.geometry.local_size)} for k in job.kernels]
+        if any(name.startswith("mma") for name in res["generators"]):
+            sources.mkdir(parents=True, exist_ok=True)
+            (sources / f"{stem}.cl").write_text(job.kernel_source(0))
+        ms, out = time_accy(job, xs, runtime, args.repeat)
+        res["ms"] = ms
+        res["tflops"] = flops(case) / ms / 1e9
+        res["check"] = check(case, out, exact, mag, precision)
+        res["status"] = "ok" if res["check"]["ok"] else "wrong"
+    except Exception as exc:  # one case must not end the run
+        res["status"] = "failed"
+        res["error"] = f"{type(exc).__name__}: {error_line(str(exc))}"
+        res["traceback"] = traceback.format_exc(limit=4)
+        if job is not None:
+            sources.mkdir(parents=True, exist_ok=True)
+            for i in range(job.kernel_count):
+                (sources / f"{stem}.failed.{i}.cl").write_text(job.kernel_source(i))
+    return res
+
+
+def print_table(results: list[dict[str, Any]], torch_rows: dict[str, dict[str, Any]]) -> None:
+    head = (f"{'case':<18} {'policy':<7} {'generator':<30} {'ms':>9} {'TFLOP/s':>8} "
+            f"{'rel err':>9} {'bound':>6} {'vs cuBLAS':>10}  status")
+    print(head)
+    print("-" * len(head))
+    for r in results:
+        gen = ",".join(r.get("generators", {})) or "-"
+        gen = f"{gen} {r['tiles']}" if "tiles" in r else gen
+        chk = r.get("check", {})
+        ref = torch_rows.get(r["case"], {}).get("tf32" if r["precision"] == "tf32" else "fp32")
+        ratio = f"{ref['ms'] / r['ms']:.2f}x" if ref and r.get("ms") else "-"
+        ms = f"{r['ms']:.3f}" if "ms" in r else "-"
+        tf = f"{r['tflops']:.1f}" if "tflops" in r else "-"
+        rel = f"{chk['rel_err']:.2e}" if chk else "-"
+        use = f"{chk['bound_use']:.2f}" if chk else "-"
+        print(f"{r['case']:<18} {r['precision']:<7} {gen[:30]:<30} {ms:>9} {tf:>8} {rel:>9} "
+              f"{use:>6} {ratio:>10}  {r['status']}" + (f": {r['error']}" if "error" in r
+                                                        else ""))
+    for name, rows in torch_rows.items():
+        for key, t in rows.items():
+            if t:
+                print(f"{name:<18} {'torch':<7} {'cuBLAS ' + key:<30} {t['ms']:>9.3f} "
+                      f"{t['tflops']:>8.1f} {t['rel_err']:>9.2e}")
+
+
+def targets(results: list[dict[str, Any]], torch_rows: dict[str, dict[str, Any]]
+            ) -> dict[str, Any]:
+    """The issue's goals at 4096^3, where measured."""
+    out: dict[str, Any] = {}
+    rows = torch_rows.get("4096", {})
+    for policy, ref, goal in (("tf32", "tf32", 0.6), ("3xtf32", "fp32", 1.2)):
+        runs = [r for r in results if r["case"] == "4096" and r["precision"] == policy
+                and r["status"] == "ok"]
+        if runs and rows.get(ref):
+            best = max(runs, key=lambda r: r["tflops"])
+            ratio = best["tflops"] / rows[ref]["tflops"]
+            out[f"{policy}_over_cublas_{ref}"] = ratio
+            out[f"{policy}_best_tiles"] = best.get("tiles", "heuristic")
+            out[f"{policy}_goal_met"] = ratio >= goal
+    return out
+
+
+def probe_report(runtime) -> str:
+    """What the tensor-core probe says on this device, with its build error if any."""
+    if runtime.info.tensor_cores:
+        return f"passed: {', '.join(runtime.info.tensor_cores)}"
+    try:
+        kernel = runtime.kernel(MMA_PROBE_SOURCE, "accy_mma_probe")
+    except Exception as exc:
+        return f"build failed: {error_line(str(exc))}"
+    del kernel
+    return ("built, but not recorded (not NVIDIA, compute capability below 8.0, or a wrong "
+            "result)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", default=os.environ.get("ACCY_DEVICE", "nvidia"))
+    ap.add_argument("--cases", default=DEFAULT_CASES)
+    ap.add_argument("--policies", default=",".join(PRECISIONS))
+    ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--tiles", default="", help="other tiles for the tensor-core kernels, "
+                    "BMxBNxBK:WMxWN,... (e.g. 128x128x16:2x2)")
+    ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--force-tensor-cores", action="store_true",
+                    help="use the mma generators even if the device probe did not record them")
+    ap.add_argument("--sources", default=None, help="folder for OpenCL C (default: beside --out)")
+    ap.add_argument("--out", default="results/bench_mma.json")
+    args = ap.parse_args(argv)
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    unknown = sorted(set(policies) - set(PRECISIONS))
+    if unknown:
+        ap.error(f"unknown policies {unknown}; known: {', '.join(PRECISIONS)}")
+    cases = [parse_case(c) for c in args.cases.split(",") if c.strip()]
+    sweep = [parse_tiles(t) for t in args.tiles.split(",") if t.strip()]
+    sources = Path(args.sources) if args.sources else Path(args.out).with_suffix("") / "sources"
+
+    runtime = select_device(args.device)
+    target = TargetProfile.from_device(runtime.info)
+    probe = probe_report(runtime)
+    if args.force_tensor_cores and not target.tensor_cores:
+        target = dataclasses.replace(target, tensor_cores=(TF32_MMA,))
+    print(f"device: {runtime.info.key}; compute capability "
+          f"{runtime.info.compute_capability or 'unknown'}; tensor-core probe: {probe}")
+    print(f"target: {target.describe()}")
+    if not target.tensor_cores:
+        print("NOTE: no tensor cores recorded (probe failed or not NVIDIA sm_80+): tf32 and "
+              "3xtf32 fall back to the f32 generators")
+
+    results: list[dict[str, Any]] = []
+    torch_rows: dict[str, dict[str, Any]] = {}
+    for case in cases:
+        xs = inputs_of(case)
+        exact, mag = reference(case, xs)
+        for precision in policies:
+            first = run_case(case, precision, target, runtime, xs, exact, mag, args, sources)
+            tried = [first]
+            if any(g.startswith("mma") for g in first.get("generators", {})):
+                tried += [run_case(case, precision, target, runtime, xs, exact, mag, args,
+                                   sources, t) for t in sweep]
+            for r in tried:
+                results.append(r)
+                print(f"  {case['name']} {precision} {r.get('tiles', '')}: {r['status']}"
+                      + (f" {r['ms']:.3f} ms {r['tflops']:.1f} TFLOP/s" if "ms" in r else "")
+                      + (f" ({r['error']})" if "error" in r else ""), flush=True)
+        if not args.no_torch:
+            rows = {}
+            for key, tf32 in (("fp32", False), ("tf32", True)):
+                try:
+                    t = time_torch(case, xs, args.repeat, tf32)
+                except Exception as exc:  # torch present but broken: note it, go on
+                    t = {"error": f"{type(exc).__name__}: {exc}"}
+                if t and "result" in t:
+                    chk = check(case, t.pop("result"), exact, mag, "tf32" if tf32 else "ieee")
+                    t["tflops"] = flops(case) / t["ms"] / 1e9
+                    t["rel_err"], t["bound_use"] = chk["rel_err"], chk["bound_use"]
+                rows[key] = t if t and "ms" in t else None
+            torch_rows[case["name"]] = rows
+        del xs, exact, mag
+    print()
+    print_table(results, torch_rows)
+    goals = targets(results, torch_rows)
+    if goals:
+        print("goals at 4096^3:", goals)
+    write_json({
+        "benchmark": "bench_mma", "timestamp": timestamp(), "commit": git_commit(),
+        "device": runtime.info.key, "compute_capability": list(runtime.info.compute_capability),
+        "target": target.describe(), "tensor_cores": list(target.tensor_cores),
+        "probe": probe, "forced_tensor_cores": args.force_tensor_cores,
+        "repeat": args.repeat, "results": results, "torch": torch_rows, "goals": goals,
+        "bound": "2 * ((rtol_f32 * sqrt(K) + EXTRA_EINSUM_RTOL[policy]) * |A|@|B| + tiny) "
+                 "+ atol_f32",
+    }, args.out)
+    return 0 if all(r["status"] == "ok" for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""``accy experiment costs``: the summary's statistics, and a smoke run at the tiny size."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from accy.experiments import calibrate as cal
+from accy.experiments import costs
+from accy.experiments.runner import SweepOptions
+
+
+def row(program, fingerprint, ms, cost, variant="v", policy="single-output"):
+    return {"program": program, "priced_fingerprint": fingerprint, "policy": policy,
+            "variant": variant, "kernels": 1, "measured": {"kernel_ms": ms},
+            "cost": {"flops-bytes": cost, "kernels": -cost}}
+
+
+def test_summary_ranks_merges_duplicates_and_judges_pairs():
+    rows = [row("a", f"f{i}", ms, 10 * i, variant=f"v{i}")
+            for i, ms in enumerate([1.0, 2.0, 3.0, 4.0])]
+    rows.append(row("a", "f3", 6.0, 30, variant="again"))  # same priced program: merged
+    rows.append(row("a", "f3", 1.5, 30, policy="multi-output"))  # another policy: a point
+    s = costs.summarize(rows)
+    (pts,) = s["programs"].values()
+    assert len(pts) == 5
+    merged = [p for p in pts if p["variants"] == ["again", "v3"]]
+    assert merged and merged[0]["ms"] == 5.0  # median of 4 and 6
+    fb, k = s["models"]["flops-bytes"], s["models"]["kernels"]
+    assert fb["points"] == 5 and -1 <= fb["spearman"] <= 1
+    assert fb["spearman"] == pytest.approx(-k["spearman"])
+    assert 0 <= fb["pairs"] <= 1 and fb["pairs"] + k["pairs"] == pytest.approx(1.0)
+    assert costs.spearman([1, 2], [1, 2]) is None  # too few points
+    assert costs.spearman([1, 1, 1], [1, 2, 3]) is None  # a constant side
+    text = "\n".join(costs.tables({"summary": s}))
+    assert "| flops-bytes |" in text and "again, v3" in text
+
+
+def test_variants_edit_the_rewrite_and_fusion_passes():
+    assert "saturate" not in costs.pipeline_for("unsaturated")
+    assert "saturate{cost=measured:nvidia}" in costs.pipeline_for("measured", "nvidia")
+    assert "policy=multi-output" in costs.pipeline_for("multi-output")
+    assert "fast-math=true" in costs.pipeline_for("fast-math-kernels")
+
+
+def test_costs_experiment_smoke(tmp_path, monkeypatch, device):
+    """Tiny sizes, two programs, a fixture calibration (a fake clock): the sweep runs, every
+    row prices its program under every model, the summary has every model."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+
+    def timer(program, runtime, repeats):
+        s = cal.samples_of(program.function().name.rstrip("0123456789"), program)
+        return 1000 + 0.01 * s["bytes"] + 0.001 * (s["flops"] + s["cheap"])
+
+    path = cal.calibrate(None, quick=True, timer=timer)
+    options = SweepOptions(suite="ci", programs=("softmax_xent", "matrix_chain"), workers=0,
+                           repeats=1, show_progress=False)
+    result = costs.run(options, calibration=str(path),
+                       variants=("unsaturated", "saturated", "measured"))
+    assert not result["failed"]
+    assert len(result["rows"]) == 6
+    for r in result["rows"]:
+        assert set(r["cost"]) == set(costs.MODELS) and r["correct"] is True
+        assert r["measured"]["kernel_ms"] > 0
+    assert set(result["summary"]["models"]) == set(costs.MODELS)
+    json.dumps(result)  # the result document is JSON
+    # compile only: no times, so no points, and nothing needs a device or calibration
+    dry = costs.run(SweepOptions(suite="ci", programs=("matrix_chain",), workers=0,
+                                 run=False, show_progress=False))
+    assert all(r["variant"] not in ("measured", "fast-math-measured") for r in dry["rows"])
+    assert dry["summary"]["programs"] == {}
