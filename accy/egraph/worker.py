@@ -3,12 +3,12 @@
 egglog cannot be interrupted from Python: one step of rules that start feeding each other can
 run for minutes, far past any prediction the driver makes from the steps before it. So a
 large program is saturated in a worker process: the parent sends it the program and the
-budget, the worker builds the e-graph, saturates, and after every kept step (the driver's
-``on_step``) extracts and sends back the program when it is cheaper than the best so far.
-The parent waits on the pipe until its deadline; if the worker has not finished by then it
-is killed (SIGKILL: nothing in it needs to be cleaned up) and the last program it sent, the
-last good iteration's, is the result. A new worker is started at once in the background,
-so the next call finds one warm.
+budget, the worker builds the e-graph, saturates, and extracts at the end and at
+checkpoints spaced in time (before a step predicted to be long: ``_work``), sending back the
+program when it is cheaper than the best so far. The parent waits on the pipe until its
+deadline; if the worker has not finished by then it is killed (SIGKILL: nothing in it needs
+to be cleaned up) and the last program it sent, the last checkpoint's, is the result. A new
+worker is started at once in the background, so the next call finds one warm.
 
 Workers are ``spawn``ed (never forked: the parent may hold egglog's or OpenCL's threads and
 locks), import ``accy`` and every built-in rule set once (~1.5 s), then serve one task after
@@ -242,7 +242,10 @@ def _serve(conn: Any) -> None:
             conn.send(("error", e, _maxrss()))
 
 
-_EXTRACT_S_PER_E_NODE = 5e-4  # first guess of extraction's cost, until one is measured
+# first guess of extraction's cost (reading the e-graph, greedy-dag, acceptance by region,
+# rebuilding), until one is measured: ~1.5e-5 s per e-node measured on a loaded 2-core machine
+_EXTRACT_S_PER_E_NODE = 4e-5
+_CHECKPOINT_SPACING = 0.3  # of the time limit: the least time between two extractions
 
 
 def guard(report: SaturationReport, deadline: float, rate: float = _EXTRACT_S_PER_E_NODE
@@ -265,12 +268,13 @@ def guard(report: SaturationReport, deadline: float, rate: float = _EXTRACT_S_PE
 def _work(task: Task, conn: Any, rewriting: Any) -> SaturationReport:
     """Saturate and extract ``task``, sending every improving extraction as it comes.
 
-    Extraction (greedy-dag plus acceptance by region) costs far more than the early steps,
-    so it does not follow every step: only before a step predicted to cost more than an
-    extraction now (losing that step's progress to the deadline would cost more than the
-    extraction), and at the end. The run also stops before a step whose predicted time plus
-    the extraction after it would end past the deadline (extraction time scales with the
-    e-graph: seconds per e-node as last measured).
+    Extraction does not follow every step: it runs at the end, and as a checkpoint before a
+    step predicted to cost more than an extraction now (losing that step's progress to a
+    kill would cost more than the extraction) when the last extraction (or the start) is at
+    least ``_CHECKPOINT_SPACING`` of the time limit ago. The run stops before a step whose
+    predicted time plus the extraction after it would end past the deadline (extraction time
+    scales with the e-graph: seconds per e-node as last measured); acceptance by region stops
+    at the deadline.
     """
     from accy.egraph.convert import extract, to_egraph
     from accy.egraph.driver import saturate
@@ -283,13 +287,15 @@ def _work(task: Task, conn: Any, rewriting: Any) -> SaturationReport:
     best = task.input_cost
     rate = _EXTRACT_S_PER_E_NODE
     done_at: tuple[int, int] | None = None  # (kept iterations, e-nodes) last extracted
+    last = start  # when the last extraction ended
 
     def extract_now(report: SaturationReport, final: bool = False) -> None:
-        nonlocal best, rate, done_at
+        nonlocal best, rate, done_at, last
         t0 = time.perf_counter()
         x = extract(peg, task.model, extractor=task.extractor, input_cost=task.input_cost,
-                    options=dict(task.extract_options))
-        rate = (time.perf_counter() - t0) / max(report.e_nodes, 1)
+                    options=dict(task.extract_options), deadline=deadline)
+        last = time.perf_counter()
+        rate = (last - t0) / max(report.e_nodes, 1)
         done_at = (report.kept_iterations, report.e_nodes)
         # ties go to the later extraction; the final one stands as the in-process run's does
         better = x.cost <= (task.input_cost if final else best)
@@ -298,8 +304,9 @@ def _work(task: Task, conn: Any, rewriting: Any) -> SaturationReport:
         conn.send(("step", (report, x if better else None), _maxrss()))
 
     def on_step(report: SaturationReport) -> bool:
-        go_on, extract_first = guard(report, deadline, rate)
-        if not go_on or extract_first or done_at is None:  # the first good iteration at once
+        go_on, risky = guard(report, deadline, rate)
+        spaced = time.perf_counter() - last >= _CHECKPOINT_SPACING * task.time_limit_s
+        if not go_on or (risky and spaced):
             extract_now(report)
         return go_on
 

@@ -547,7 +547,8 @@ def _rewrite_one(program: Program, rulesets: Sequence[str], names: Sequence[str]
                       node_limit=node_limit, time_limit_s=left, match_limit=match_limit,
                       on_step=lambda r: worker.guard(r, deadline)[0],
                       capped=_capped(names), capped_iterations=multi_pattern_iterations)
-    out = extract(peg, model, extractor=extractor, input_cost=before, options=extract_options)
+    out = extract(peg, model, extractor=extractor, input_cost=before, options=extract_options,
+                  deadline=deadline)
     for _ in range(report.checkpoints + 1):  # the driver's checkpoints, then ours
         eg.pop()
     _WARM.give_back(rulesets, names, eg)
