@@ -14,7 +14,7 @@ other than parameters and constants):
     node limit  = N * max(1, r / 1000)            per e-graph, r = operations in that e-graph,
                                                   N = node-limit (20 000 by default)
 
-and programs above ``DEFAULT_REGION_SIZE`` (1000) operations are saturated region by region
+and programs above ``DEFAULT_REGION_SIZE`` (2000) operations are saturated region by region
 (``accy.egraph.split``), each region's e-graph with the node limit of its own size and a share
 of the time left in proportion to its size. So a block costs the same budget whether it is
 saturated alone or in a stack of ten, and gains as much.
@@ -29,12 +29,12 @@ DEFAULT_EXTRACTOR = "greedy-dag"  # accy.egraph.extract.EXTRACTORS
 DEFAULT_EXTRACT_TIME_LIMIT_S = 10.0  # the ilp extractor's (then it falls back to greedy-dag)
 EXTRACTOR_NAMES = ("greedy-dag", "tree", "ilp")
 
-DEFAULT_REGION_SIZE = 1000  # operations per region; 0 saturates the whole program at once
+DEFAULT_REGION_SIZE = 2000  # operations per region; 0 saturates the whole program at once
 OPERATIONS_PER_TIME_LIMIT = 1000  # operations per DEFAULT_TIME_LIMIT_S of the scaled limit
 # Programs (or regions) above this many operations are saturated in a worker process that
 # is killed at the deadline (accy.egraph.worker); smaller ones in the calling process, where
 # a run takes milliseconds and a process would cost more than the work.
-WORKER_MIN_OPERATIONS = 150
+WORKER_MIN_OPERATIONS = 100
 
 
 def scaled_time_limit(operations: int) -> float:

@@ -46,6 +46,9 @@ __all__ = ["Result", "Task", "eligible", "run", "shutdown", "warm_up"]
 
 _CTX = mp.get_context("spawn")
 _MAX_IDLE = 2  # warm workers kept between calls (one per thread that saturates at a time)
+# idle workers kept ready or starting after a kill: a spare is warm at once for the next
+# call (a restart takes 1.5-2.7 s, a region's whole budget) at ~200 MiB resident each
+_SPARES = 1
 _STOP_MARGIN_S = 0.02  # the worker's own saturation limit ends this much before the deadline
 
 
@@ -111,12 +114,18 @@ _IDLE: list[_Worker] = []
 
 
 def _take() -> _Worker:
+    """An idle worker, a ready one first (else one still starting, else a new one)."""
     with _LOCK:
-        while _IDLE:
-            w = _IDLE.pop()
-            if w.proc.is_alive():
-                return w
+        for w in [w for w in _IDLE if not w.proc.is_alive()]:
+            _IDLE.remove(w)
             w.kill()
+        for w in _IDLE:
+            while not w.ready and w.conn.poll(0):  # started since: read its message
+                w.ready = w.conn.recv()[0] == "ready"
+        if _IDLE:
+            w = max(_IDLE, key=lambda w: w.ready)
+            _IDLE.remove(w)
+            return w
     return _Worker()
 
 
@@ -129,18 +138,22 @@ def _give_back(w: _Worker) -> None:
 
 
 def warm_up() -> None:
-    """Start a worker now (if none is idle) and wait until it has imported everything."""
-    w = _take()
-    w.wait_ready(time.perf_counter() + 120.0)
-    _give_back(w)
+    """Start ``_SPARES`` workers now (those not idle already) and wait until they have
+    imported everything."""
+    _prestart()
+    with _LOCK:
+        idle = list(_IDLE)
+    for w in idle:
+        w.wait_ready(time.perf_counter() + 120.0)
 
 
 def _prestart() -> None:
-    """Start a worker in the background (its imports run while the caller goes on)."""
+    """Start workers in the background (their imports run while the caller goes on) until
+    ``_SPARES`` are idle."""
     with _LOCK:
-        if _IDLE:
-            return
-    _give_back(_Worker())
+        missing = _SPARES - len(_IDLE)
+    for _ in range(missing):
+        _give_back(_Worker())
 
 
 def shutdown() -> None:
@@ -245,7 +258,8 @@ def _serve(conn: Any) -> None:
 # first guess of extraction's cost (reading the e-graph, greedy-dag, acceptance by region,
 # rebuilding), until one is measured: ~1.5e-5 s per e-node measured on a loaded 2-core machine
 _EXTRACT_S_PER_E_NODE = 4e-5
-_CHECKPOINT_SPACING = 0.3  # of the time limit: the least time between two extractions
+_CHECKPOINT_SPACING = 0.3  # of the time limit: the least time between two checkpoints
+_CHEAP_SHARE = 0.1  # an extraction predicted within this share of the time left is cheap
 
 
 def guard(report: SaturationReport, deadline: float, rate: float = _EXTRACT_S_PER_E_NODE
@@ -268,10 +282,12 @@ def guard(report: SaturationReport, deadline: float, rate: float = _EXTRACT_S_PE
 def _work(task: Task, conn: Any, rewriting: Any) -> SaturationReport:
     """Saturate and extract ``task``, sending every improving extraction as it comes.
 
-    Extraction does not follow every step: it runs at the end, and as a checkpoint before a
-    step predicted to cost more than an extraction now (losing that step's progress to a
-    kill would cost more than the extraction) when the last extraction (or the start) is at
-    least ``_CHECKPOINT_SPACING`` of the time limit ago. The run stops before a step whose
+    Extraction does not follow every step: it runs at the end, and as a checkpoint (what a
+    kill leaves) at a kept step when the last extraction (or the start) is at least
+    ``_CHECKPOINT_SPACING`` of the time limit ago and either the next step is predicted to
+    cost more than an extraction now or the extraction is cheap (predicted within
+    ``_CHEAP_SHARE`` of the time left); the first cheap one comes at once, since one step
+    of fast-math rules can run for minutes unpredicted. The run stops before a step whose
     predicted time plus the extraction after it would end past the deadline (extraction time
     scales with the e-graph: seconds per e-node as last measured); acceptance by region stops
     at the deadline.
@@ -305,8 +321,10 @@ def _work(task: Task, conn: Any, rewriting: Any) -> SaturationReport:
 
     def on_step(report: SaturationReport) -> bool:
         go_on, risky = guard(report, deadline, rate)
-        spaced = time.perf_counter() - last >= _CHECKPOINT_SPACING * task.time_limit_s
-        if not go_on or (risky and spaced):
+        now = time.perf_counter()
+        spaced = now - last >= _CHECKPOINT_SPACING * task.time_limit_s
+        cheap = rate * report.e_nodes <= _CHEAP_SHARE * (deadline - now)
+        if not go_on or (cheap and (done_at is None or spaced)) or (risky and spaced):
             extract_now(report)
         return go_on
 
