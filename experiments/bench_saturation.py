@@ -170,7 +170,7 @@ def measure(program: accy.Program, *, fast_math: bool, iterations: int, node_lim
         "iterations": r.kept_iterations, "stop_reason": r.stop_reason,
         "predicted_stop": r.predicted, "rolled_back": r.rolled_back,
         "time_share": round(r.seconds / time_limit, 3),  # of the time limit
-        "within_budget": r.seconds <= BUDGET_SLACK * time_limit and r.e_nodes <= node_limit,
+        "within_budget": r.seconds <= BUDGET_SLACK * time_limit and r.e_nodes <= r.node_limit,
         "rules_fired": {x.name: x.matches for x in r.rules if x.matches},
     }
 

@@ -336,8 +336,8 @@ class Extraction:
 
 def extract(peg: ProgramEGraph, model: str | CostModel = DEFAULT_COST_MODEL, *,
             extractor: str = DEFAULT_EXTRACTOR, regions: bool = True,
-            input_cost: int | None = None, options: dict[str, Any] | None = None
-            ) -> Extraction:
+            input_cost: int | None = None, options: dict[str, Any] | None = None,
+            deadline: float | None = None) -> Extraction:
     """The cheapest program equal to ``peg.program`` in the e-graph, under ``model``.
 
     ``extractor`` names one of ``accy.egraph.extract.EXTRACTORS`` (``options`` are its
@@ -345,6 +345,8 @@ def extract(peg: ProgramEGraph, model: str | CostModel = DEFAULT_COST_MODEL, *,
     (``accy.egraph.regions``): never dearer than the input or the whole extraction, every
     independent win kept. Without, the whole extraction, or the input where that is cheaper
     (``input_cost`` is ``program_cost(peg.program, model)`` where the caller has it).
+    Acceptance stops trying regions at ``deadline`` (``time.perf_counter()``), keeping what
+    it accepted so far.
     """
     start = time.perf_counter()
     m = cost_model(model)
@@ -356,7 +358,7 @@ def extract(peg: ProgramEGraph, model: str | CostModel = DEFAULT_COST_MODEL, *,
     if regions:
         class_of = {n: handle_classes[h] for n, h in peg.handles.items()}
         inputs, order, forced = input_picks(peg.program, class_of, m, graph)
-        picks, report = accept(inputs, order, forced, picks, roots)
+        picks, report = accept(inputs, order, forced, picks, roots, deadline)
     program = _rebuild(peg.program, roots, picks)
     cost = program_cost(program, m)
     if not regions:

@@ -12,9 +12,10 @@ iterations after it, and saturation stops. The stop reason is one of
 
 ``saturated``        a step changed nothing: every selected rule is exhausted;
 ``iteration_limit``  ``iterations`` steps ran and were kept;
-``node_limit``       the last step grew the e-graph past ``node_limit`` e-nodes (rolled back),
-                     or the next step was predicted to end above twice the limit (e-nodes
-                     times the last step's growth factor), or the input alone reaches it;
+``node_limit``       a step grew the e-graph past ``node_limit`` e-nodes and the bounded steps
+                     after it (below) ran out, or the next step was predicted to end above
+                     twice the limit (e-nodes times the last step's growth factor), or the
+                     input alone reaches it;
 ``time_limit``       the last step ended past ``time_limit_s`` (it is kept: its time is spent
                      either way), or the next step was predicted to (the last step's time
                      scaled by the larger of its growth in e-nodes and its growth in time over
@@ -24,6 +25,15 @@ iterations after it, and saturation stops. The stop reason is one of
                      limit, and ``match_limit`` bounds what one step applies.
 
 ``report.predicted`` tells a stop before a step from a stop after one.
+
+Bounded steps: a step that overshoots the node limit is rolled back, and then the run goes on
+with every later step bounded by egglog's backoff scheduler (a rule matching more than
+``report.bounded_match_limit`` times in a step sits that step out), the limit being the
+overshooting step's largest rule match count scaled by the room left over the growth it
+caused, halved again on each further overshoot (at most ``_BOUNDED_RETRIES``). So when the
+very first step overshoots (one explosive rule), the rules that fit still run and the run
+keeps a good iteration instead of the input; the run stops (``node_limit``) when a bounded
+step changes nothing. Each bounded step gets a fresh scheduler, so no ban outlives its step.
 
 The report has e-nodes and e-classes after every iteration and, for every selected rule, its
 matches and search-and-apply time (from egglog's run reports, by the rule's name) summed
@@ -54,7 +64,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
@@ -86,6 +96,7 @@ StopReason = Literal["saturated", "iteration_limit", "node_limit", "time_limit"]
 _MAX_PREDICTED_GROWTH = 16.0  # cap on the growth factor used to predict the next step's time
 _NODE_OVERSHOOT = 2.0  # skip a step predicted to end above this many times the node limit
 _CHECKPOINT_GROWTH = 16  # checkpoint before a step once e-nodes x this exceeds the node limit
+_BOUNDED_RETRIES = 4  # overshoots after which a run stops (each one halves the match limit)
 
 
 @dataclass(frozen=True)
@@ -127,6 +138,7 @@ class SaturationReport:
     time_limit_s: float
     predicted: bool = False  # True: stopped before a step predicted to overshoot a limit
     checkpoints: int = 1  # pushes the run left on the e-graph (pop them to drop the run)
+    bounded_match_limit: int | None = None  # steps after an overshoot ran with this limit
 
     @property
     def rolled_back(self) -> bool:
@@ -151,7 +163,7 @@ class SaturationReport:
         """A human-readable summary: stop reason, e-graph growth, rules that fired."""
         lines = [
             f"saturation: {self.stop_reason} after {self.kept_iterations} iterations"
-            f"{f' (last {self.rolled_back_iterations} rolled back)' if self.rolled_back else ''}"
+            f"{f' ({self.rolled_back_iterations} rolled back)' if self.rolled_back else ''}"
             f"{' (next one predicted to overshoot)' if self.predicted else ''}, "
             f"{self.initial_e_nodes} -> {self.e_nodes} e-nodes, "
             f"{self.initial_e_classes} -> {self.e_classes} e-classes, {self.seconds:.3f} s "
@@ -262,9 +274,13 @@ def _check_limits(iterations: int, node_limit: int, time_limit_s: float,
         raise ValueError(f"match_limit must be a positive int or None, got {match_limit!r}")
 
 
-def _step(rules: Sequence[NamedRule], match_limit: int | None) -> Schedule:
+def _step(rules: Sequence[NamedRule], match_limit: int | None, *,
+          persistent: bool = True) -> Schedule:
     user = egglog_ruleset(rules)
-    scheduler = back_off(match_limit=match_limit).persistent() if match_limit else None
+    scheduler = None
+    if match_limit:
+        scheduler = back_off(match_limit=match_limit)
+        scheduler = scheduler.persistent() if persistent else scheduler
     return run(user, scheduler=scheduler) + run(TYPE_RULES)
 
 
@@ -289,6 +305,7 @@ def saturate(
     node_limit: int = DEFAULT_NODE_LIMIT,
     time_limit_s: float = DEFAULT_TIME_LIMIT_S,
     match_limit: int | None = None,
+    on_step: Callable[[SaturationReport], bool | None] | None = None,
     capped: Iterable[str] = (),
     capped_iterations: int | None = None,
 ) -> SaturationReport:
@@ -296,6 +313,10 @@ def saturate(
 
     ``rulesets`` are rule sets or their registered names; ``rules`` and ``disable`` narrow
     them by rule or rule-set name (``select_rules``). The e-graph is changed in place.
+    ``on_step`` is called after every step that is kept, with the report so far (the
+    saturation worker extracts there, so that a step it cannot interrupt loses nothing);
+    when it returns False the run stops there (``time_limit``, predicted: the caller's own
+    work after the next step would end past its deadline).
     The rules named in ``capped`` (multi-pattern rules) run only in the first
     ``capped_iterations`` iterations (None: in every one), as Tensat caps them.
     """
@@ -319,15 +340,23 @@ def saturate(
     history: list[IterationStats] = []
     fired: list[dict[str, list[float]]] = []  # per iteration: [matches, seconds] per rule
     eg.push()  # the first checkpoint: the input
-    checkpoints = [(0, nodes, classes)]  # (iterations before it, e-nodes, e-classes)
+    checkpoints = [(0, nodes, classes)]  # (len(history) when pushed, e-nodes, e-classes)
     reason: StopReason = "iteration_limit"
     previous_nodes = nodes
     predicted = False
+    bounded: int | None = None  # the match limit of bounded steps, after an overshoot
+    overshoots = 0
+
+    def report_now() -> SaturationReport:
+        return _report(reason, history, fired, selected, nodes0, classes0, nodes, classes,
+                       time.perf_counter() - start, iterations, node_limit, time_limit_s,
+                       predicted, len(checkpoints), bounded)
+
     while len(history) < iterations:
         if nodes >= node_limit:
             reason, predicted = "node_limit", True
             break
-        if history:
+        if history and history[-1].kept:  # after a rollback the trend says nothing
             growth = history[-1].e_nodes / max(previous_nodes, 1)
             if nodes * growth > _NODE_OVERSHOOT * node_limit:
                 reason, predicted = "node_limit", True
@@ -336,7 +365,8 @@ def saturate(
                 reason, predicted = "time_limit", True
                 break
         t0 = time.perf_counter()
-        if checkpoints[-1][0] < len(history) and nodes * _CHECKPOINT_GROWTH > node_limit:
+        if not checkpoints or (checkpoints[-1][0] < len(history)
+                               and nodes * _CHECKPOINT_GROWTH > node_limit):
             eg.push()
             checkpoints.append((len(history), nodes, classes))
         capped_off = capped_at is not None and len(history) >= capped_at
@@ -353,14 +383,44 @@ def saturate(
             kept, nodes, classes = checkpoints.pop()
             history[kept:] = [replace(it, kept=False) for it in history[kept:]]
             reason = "node_limit"
-            break
+            # Bound the steps from here on (egglog's backoff: a rule matching more than the
+            # limit in a step sits it out), so that an explosive first step still leaves a
+            # good iteration to keep rather than the input: the limit scales the largest
+            # rule's matches by the room left over the growth seen, halving on each overshoot.
+            most = max((v[0] for v in fired[-1].values()), default=1)
+            room = max(node_limit - nodes, 1) / max(after_nodes - nodes, 1)
+            limit = max(1, int(most * room / 2))
+            was = bounded
+            bounded = limit if bounded is None else max(1, min(limit, bounded // 2))
+            overshoots += 1
+            if (overshoots > _BOUNDED_RETRIES or was == 1
+                    or time.perf_counter() - start > time_limit_s):
+                break
+            step = _step(selected, bounded, persistent=False)
+            later = _step([r for r in selected if r.name not in capped], bounded,
+                          persistent=False)
+            continue
         previous_nodes, nodes, classes = nodes, after_nodes, after_classes
+        if bounded is not None and not report.updated:
+            reason = "node_limit"  # what fits the match limit is done; the rest overshoots
+            break
+        if on_step is not None and on_step(report_now()) is False:
+            reason, predicted = "time_limit", True  # the caller predicts its own work late
+            break
         if done:
             reason = "saturated"
             break
         if now - start > time_limit_s:
             reason = "time_limit"
             break
+    return report_now()
+
+
+def _report(reason: StopReason, history: list[IterationStats],
+            fired: list[dict[str, list[float]]], selected: Sequence[NamedRule], nodes0: int,
+            classes0: int, nodes: int, classes: int, seconds: float, iterations: int,
+            node_limit: int, time_limit_s: float, predicted: bool, checkpoints: int,
+            bounded: int | None) -> SaturationReport:
     totals = {r.name: [0, 0.0] for r in selected}
     for it, per_rule in zip(history, fired, strict=True):
         for name, (count, secs) in per_rule.items():
@@ -373,9 +433,9 @@ def saturate(
         rules=tuple(RuleStats(r.name, r.ruleset, int(totals[r.name][0]), totals[r.name][1])
                     for r in selected),
         initial_e_nodes=nodes0, initial_e_classes=classes0, e_nodes=nodes, e_classes=classes,
-        seconds=time.perf_counter() - start,
-        iteration_limit=iterations, node_limit=node_limit, time_limit_s=time_limit_s,
-        predicted=predicted, checkpoints=len(checkpoints),
+        seconds=seconds, iteration_limit=iterations, node_limit=node_limit,
+        time_limit_s=time_limit_s, predicted=predicted, checkpoints=checkpoints,
+        bounded_match_limit=bounded,
     )
 
 

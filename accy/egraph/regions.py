@@ -18,13 +18,21 @@ than its input (the extraction duplicated a shared matmul, say): that part's reg
 refused and its sub-regions are tried on their own. The result is also compared with the
 whole extraction (one more pricing), so it is never dearer than the extraction either.
 
-Each try prices the program once (a walk over its classes), so a program with k differing
-classes costs O(k * size); ``MAX_VISITS`` bounds the total work (later tries are skipped,
-a count that does not depend on the machine's speed, and reported).
+Tries are priced incrementally (``_Live``): the selection keeps a reference count per class
+(uses by live classes, and the results), so switching a class changes the cost by its own
+cost's difference plus the classes that become live (count 0 -> 1, their operands counted in
+turn) or dead (1 -> 0); a refused try is undone from a journal. A try costs what it changes,
+not the program's size. A region's switch never closes a cycle (a region is closed under the
+extraction, whose choices are acyclic); a single class's switch that would pay is checked by
+a walk from its new operands. Acceptance stops at ``deadline`` (``time.perf_counter()``) or
+after ``MAX_VISITS`` units of work (a count that does not depend on the machine's speed),
+keeping the switches made so far: every kept switch lowered the cost, so the result is never
+dearer than the input. Tries left are reported as skipped.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -37,7 +45,7 @@ from accy.ir.types import TensorType
 
 __all__ = ["MAX_VISITS", "Pick", "RegionReport", "accept"]
 
-MAX_VISITS = 20_000_000  # class visits over all tries of one acceptance
+MAX_VISITS = 5_000_000  # units of work (classes counted or walked) of one acceptance
 
 
 @dataclass(frozen=True)
@@ -55,7 +63,8 @@ class Pick:
 
 @dataclass(frozen=True)
 class RegionReport:
-    """What acceptance did: tries made, switches kept, tries skipped past ``MAX_VISITS``."""
+    """What acceptance did: tries made, switches kept, tries skipped (past ``MAX_VISITS`` or
+    the deadline)."""
 
     differing: int  # input classes whose extracted e-node differs from the input's
     tried: int
@@ -156,44 +165,179 @@ class _Selection:
 
 
 def accept(inputs: dict[int, Pick], order: list[int], forced: set[int],
-           extracted: dict[int, Pick], roots: Iterable[int]
+           extracted: dict[int, Pick], roots: Iterable[int], deadline: float | None = None
            ) -> tuple[dict[int, Pick], RegionReport]:
     """The selection (class -> pick, for the classes the program uses) chosen by region
-    (module docstring), and what was tried."""
+    (module docstring), and what was tried; no try starts after ``deadline``."""
     sel = _Selection(inputs, extracted, list(roots))
     switched: set[int] = set()
     for c in forced:
         switched |= sel.region(c)
-    best = sel.cost(switched)
-    if best is None:  # only forced switches can close a cycle: take the whole extraction
-        switched = set(inputs)
-        best = sel.cost(switched)
-        assert best is not None
+    if sel.cost(switched) is None:  # only forced switches can close a cycle: take the whole
+        switched = set(inputs)      # extraction
+    live = _Live(sel, switched)
     differing = [c for c in reversed(order) if c in extracted and not _same(
         inputs[c], extracted[c])]
+    regions = _differing_below(sel, differing)
     tried = kept = skipped = 0
     for c in differing:
-        if c in switched:
+        if c in live.switched:
             continue
-        if sel.visits > MAX_VISITS:
+        if live.work > MAX_VISITS or (deadline is not None and time.perf_counter() > deadline):
             skipped += 1
             continue
-        region = sel.region(c)
-        for candidate in (switched | region, switched | {c}):
+        bits = regions.get(c, 0)
+        # deepest first: a class whose operands are switched already adds them as they end
+        below = [d for d in _members(bits, differing) if d not in live.switched]
+        region = [*reversed(below), c]
+        for k, candidate in enumerate((region, [c])):
             tried += 1
-            cost = sel.cost(candidate)
-            if cost is not None and cost < best:
-                best, switched = cost, candidate
+            live.begin()
+            delta = live.switch(candidate)
+            if delta < 0 and (k == 0 or live.acyclic_at(c)):
+                live.commit()
                 kept += 1
                 break
+            live.undo()
             if len(region) == 1:
                 break
+    switched = live.switched
+    best = sel.cost(switched)
+    assert best is not None
     whole = sel.cost(set(inputs))
     use_whole = whole is not None and whole < best
     if use_whole:
         switched = set(inputs)
     picks = _used(sel, switched)
     return picks, RegionReport(len(differing), tried, kept, skipped, use_whole)
+
+
+def _differing_below(sel: _Selection, differing: list[int]) -> dict[int, int]:
+    """Per differing class, the differing classes its extracted term reaches (itself left
+    out), as a bitset over indices into ``differing``: one walk of the extraction."""
+    index = {c: i for i, c in enumerate(differing)}
+    below: dict[int, int] = {}  # class -> bits of differing classes at or below it
+    for root in differing:
+        if root in below:
+            continue
+        stack = [(root, False)]
+        while stack:  # post-order without recursion
+            c, ready = stack.pop()
+            if c in below:
+                continue
+            ops = sel.extracted[c].operands
+            if ready:
+                bits = 1 << index[c] if c in index else 0
+                for o in ops:
+                    bits |= below[o]
+                below[c] = bits
+            else:
+                stack.append((c, True))
+                stack.extend((o, False) for o in ops if o not in below)
+    return {c: below[c] & ~(1 << index[c]) for c in differing}
+
+
+def _members(bits: int, differing: list[int]) -> Iterable[int]:
+    while bits:
+        low = bits & -bits
+        yield differing[low.bit_length() - 1]
+        bits ^= low
+
+
+class _Live:
+    """A selection priced incrementally: reference counts of the classes in use, the total
+    own cost of those, and a journal to undo a try (module docstring)."""
+
+    def __init__(self, sel: _Selection, switched: set[int]) -> None:
+        self.sel, self.switched = sel, set(switched)
+        self.count: dict[int, int] = {}
+        self.total = 0
+        self.work = 0
+        self.journal: list[tuple[int, int]] | None = None  # (class, count before)
+        self.flipped: list[int] = []  # classes switched in this try
+        self.before = 0
+        for r in sel.roots:
+            self._add(r)
+
+    def pick(self, c: int) -> Pick:
+        return self.sel.pick(c, self.switched)
+
+    def _set(self, c: int, n: int) -> None:
+        if self.journal is not None:
+            self.journal.append((c, self.count.get(c, 0)))
+        self.count[c] = n
+
+    def _add(self, c: int) -> None:
+        """One more use of ``c``: a class that becomes live counts its own cost and uses its
+        operands in turn."""
+        stack = [c]
+        while stack:
+            c = stack.pop()
+            n = self.count.get(c, 0)
+            self._set(c, n + 1)
+            self.work += 1
+            if n == 0:
+                p = self.pick(c)
+                self.total += p.own
+                stack.extend(p.operands)
+
+    def _drop(self, c: int) -> None:
+        """One use of ``c`` fewer: a class no longer used gives back its cost and uses."""
+        stack = [c]
+        while stack:
+            c = stack.pop()
+            n = self.count[c]
+            self._set(c, n - 1)
+            self.work += 1
+            if n == 1:
+                p = self.pick(c)
+                self.total -= p.own
+                stack.extend(p.operands)
+
+    def begin(self) -> None:
+        self.journal, self.flipped, self.before = [], [], self.total
+
+    def switch(self, classes: list[int]) -> int:
+        """Switch ``classes`` to their extracted picks; the change in cost."""
+        for c in classes:
+            if c in self.switched:
+                continue
+            old = self.pick(c)
+            self.switched.add(c)
+            self.flipped.append(c)
+            new = self.pick(c)
+            if self.count.get(c, 0) > 0:  # live: its uses move to the new operands
+                self.total += new.own - old.own
+                for o in new.operands:
+                    self._add(o)
+                for o in old.operands:
+                    self._drop(o)
+        return self.total - self.before
+
+    def acyclic_at(self, c: int) -> bool:
+        """Whether ``c`` (switched alone) cannot reach itself: a walk from its operands."""
+        seen: set[int] = set()
+        stack = list(self.pick(c).operands)
+        while stack:
+            o = stack.pop()
+            if o == c:
+                return False
+            if o not in seen:
+                seen.add(o)
+                stack.extend(self.pick(o).operands)
+        self.work += len(seen)
+        return True
+
+    def commit(self) -> None:
+        self.journal = None
+
+    def undo(self) -> None:
+        assert self.journal is not None
+        for c, n in reversed(self.journal):
+            self.count[c] = n
+        self.switched.difference_update(self.flipped)
+        self.total = self.before
+        self.journal = None
 
 
 def _same(a: Pick, b: Pick) -> bool:

@@ -33,9 +33,10 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
@@ -48,12 +49,20 @@ from egglog.deconstruct import (
 )
 
 import rewrites
+from accy.egraph import worker
 from accy.egraph.convert import Extraction, extract, to_egraph
 from accy.egraph.cost import CostModel, cost_model, program_cost
-from accy.egraph.defaults import DEFAULT_EXTRACTOR
-from accy.egraph.driver import SaturationReport, saturate, select_rules
+from accy.egraph.defaults import (
+    DEFAULT_EXTRACTOR,
+    DEFAULT_NODE_LIMIT,
+    WORKER_MIN_OPERATIONS,
+    scaled_node_limit,
+    scaled_time_limit,
+)
+from accy.egraph.driver import RuleStats, SaturationReport, saturate, select_rules
 from accy.egraph.rules import RULES, RULESETS, Condition, generation, on_unregister
 from accy.egraph.sorts import SIGNATURES, encode_attr, new_egraph, signature
+from accy.egraph.split import split, stitch
 from accy.ir.node import Node
 from accy.ir.ops import Op
 from accy.ir.program import Program
@@ -348,6 +357,11 @@ class Outcome:
     cost_before: int
     cost_after: int
     extraction: Extraction | None = None  # None when skipped
+    seconds: float = 0.0  # the whole run: e-graph, saturation, extraction, regions
+    time_limit_s: float = 0.0  # what it ran under (the scaled default when none was given)
+    worker: str = ""  # "" (in this process), "finished", "killed" (at the deadline), "late"
+    worker_maxrss_kb: int = 0  # the saturation worker's peak resident memory
+    regions: tuple[Outcome, ...] = ()  # one per region when saturated region by region
 
 
 class _WarmEGraphs(threading.local):
@@ -387,37 +401,165 @@ _WARM = _WarmEGraphs()
 
 
 def rewrite_program(program: Program, rulesets: Sequence[str], names: Sequence[str], *,
-                    iterations: int, node_limit: int, time_limit_s: float,
+                    iterations: int, node_limit: int | None, time_limit_s: float | None,
                     cost: str | CostModel, match_limit: int | None = None,
                     extractor: str = DEFAULT_EXTRACTOR,
-                    extract_options: dict[str, Any] | None = None,
+                    extract_options: dict[str, Any] | None = None, region_size: int = 0,
+                    isolate: bool | None = None,
                     multi_pattern_iterations: int | None = None) -> Outcome:
     """Saturate ``program`` with the named rules and keep the extraction (taken region by
     region, ``accy.egraph.regions``) if it is cheaper.
 
+    ``time_limit_s`` bounds the whole run (e-graph, saturation, extraction, acceptance);
+    ``node_limit`` every e-graph. None scales them with the program (``defaults``). Above
+    ``region_size`` operations (0: never) the program is saturated region by region
+    (``accy.egraph.split``), each region with the time left in proportion to its size.
+    ``isolate`` runs saturation in a worker process killed at the deadline
+    (``accy.egraph.worker``); None: for programs above ``WORKER_MIN_OPERATIONS``.
     Multi-pattern rules (``NamedRule.multi``) run in the first
-    ``multi_pattern_iterations`` iterations only (None: in all)."""
+    ``multi_pattern_iterations`` iterations only (None: in all).
+    """
+    start = time.perf_counter()
     model = cost_model(cost)
     before = program_cost(program, model)
+    ops = operations(program)
+    limit = scaled_time_limit(ops) if time_limit_s is None else time_limit_s
+    deadline = start + limit
     skipped = ("no rules selected" if not names else
                "" if could_fire(program, names) else "no rule matches the program")
     if skipped:
-        return Outcome(program, False, None, skipped, model.name, before, before)
+        return Outcome(program, False, None, skipped, model.name, before, before,
+                       seconds=time.perf_counter() - start, time_limit_s=limit)
+    budget = dict(iterations=iterations, match_limit=match_limit, extractor=extractor,
+                  extract_options=extract_options, isolate=isolate,
+                  multi_pattern_iterations=multi_pattern_iterations)
+    per_thousand = node_limit or DEFAULT_NODE_LIMIT
+    regions = split(program, region_size)
+    if regions is None:
+        out = _rewrite_one(program, rulesets, names, model, before, deadline,
+                           node_limit=scaled_node_limit(ops, per_thousand), **budget)
+        return replace(out, seconds=time.perf_counter() - start, time_limit_s=limit)
+    outcomes: list[Outcome] = []
+    reserve = _STITCH_RESERVE * limit  # stitching and pricing the whole program
+    for k, region in enumerate(regions):
+        now = time.perf_counter()
+        share = region.size / sum(r.size for r in regions[k:])
+        region_deadline = now + max(deadline - reserve - now, 0.0) * share
+        rp = region.program
+        r_before = program_cost(rp, model)
+        if not could_fire(rp, names):
+            outcomes.append(Outcome(rp, False, None, "no rule matches the region", model.name,
+                                    r_before, r_before))
+            continue
+        out = _rewrite_one(rp, rulesets, names, model, r_before, region_deadline,
+                           node_limit=scaled_node_limit(region.size, per_thousand), **budget)
+        outcomes.append(replace(out, seconds=time.perf_counter() - now,
+                                time_limit_s=region_deadline - now))
+    result = stitch(program, regions, [o.program for o in outcomes])
+    after = program_cost(result, model)
+    changed = after < before and result != program
+    reports = [o.report for o in outcomes if o.report is not None]
+    return Outcome(result if changed else program, changed, _combined(reports), "",
+                   model.name, before, after if changed else before, None,
+                   time.perf_counter() - start, limit,
+                   _worst_worker([o.worker for o in outcomes]),
+                   max((o.worker_maxrss_kb for o in outcomes), default=0), tuple(outcomes))
+
+
+_STITCH_RESERVE = 0.02  # of the time limit, kept back from the regions for stitching
+_SEVERITY = ("saturated", "iteration_limit", "node_limit", "time_limit")
+
+
+def operations(program: Program) -> int:
+    """IR nodes other than parameters and constants: what budgets scale with."""
+    return sum(n.op not in (Op.PARAM, Op.CONSTANT) for n in program.nodes())
+
+
+def _worst_worker(kinds: Iterable[str]) -> str:
+    order = ("", "finished", "late", "killed")
+    return max(kinds, key=order.index, default="")
+
+
+def _combined(reports: Sequence[SaturationReport]) -> SaturationReport | None:
+    """One report for the regions: the most severe stop reason, rule totals, and the
+    largest region's e-graph (one region's e-graph is alive at a time)."""
+    if not reports:
+        return None
+    totals: dict[str, list[Any]] = {}
+    for r in reports:
+        for x in r.rules:
+            t = totals.setdefault(x.name, [x.ruleset, 0, 0.0])
+            t[1] += x.matches
+            t[2] += x.seconds
+    big = max(reports, key=lambda r: r.e_nodes)
+    return SaturationReport(
+        stop_reason=max((r.stop_reason for r in reports), key=_SEVERITY.index),
+        iterations=(), rules=tuple(RuleStats(n, rs, m, sec) for n, (rs, m, sec) in
+                                   totals.items()),
+        initial_e_nodes=big.initial_e_nodes, initial_e_classes=big.initial_e_classes,
+        e_nodes=big.e_nodes, e_classes=big.e_classes, seconds=sum(r.seconds for r in reports),
+        iteration_limit=big.iteration_limit, node_limit=big.node_limit,
+        time_limit_s=sum(r.time_limit_s for r in reports),
+        predicted=any(r.predicted for r in reports), checkpoints=0)
+
+
+def _rewrite_one(program: Program, rulesets: Sequence[str], names: Sequence[str],
+                 model: CostModel, before: int, deadline: float, *, iterations: int,
+                 node_limit: int, match_limit: int | None, extractor: str,
+                 extract_options: dict[str, Any] | None, isolate: bool | None,
+                 multi_pattern_iterations: int | None) -> Outcome:
+    """One e-graph: saturate ``program`` and extract, by ``deadline``."""
+    use_worker = operations(program) > WORKER_MIN_OPERATIONS if isolate is None else isolate
+    if use_worker and worker.eligible(model, tuple(rulesets)):
+        task = worker.Task(program, tuple(rulesets), tuple(names), iterations, node_limit,
+                           max(deadline - time.perf_counter(), 1e-6), match_limit, model,
+                           extractor, dict(extract_options or {}), before,
+                           tuple(_capped(names)), multi_pattern_iterations)
+        res = worker.run(task, deadline)
+        kind = "late" if res.not_ready else "killed" if res.killed else "finished"
+        x = res.extraction
+        if res.not_ready and deadline - time.perf_counter() > 0:
+            # no warm worker (one was killed at an earlier deadline and is restarting): run
+            # here under the predictions rather than wait (module docstring of ``worker``)
+            return replace(_rewrite_one(program, rulesets, names, model, before, deadline,
+                                        iterations=iterations, node_limit=node_limit,
+                                        match_limit=match_limit, extractor=extractor,
+                                        extract_options=extract_options, isolate=False,
+                                        multi_pattern_iterations=multi_pattern_iterations),
+                           worker="late")
+        if res.not_ready or res.report is None:
+            why = ("the time limit came before a saturation worker had started" if
+                   res.not_ready else "the time limit came before a first extraction")
+            return Outcome(program, False, None, why, model.name, before, before, worker=kind,
+                           worker_maxrss_kb=res.worker_maxrss_kb)
+        if x is not None and x.cost < before and x.program != program:
+            return Outcome(x.program, True, res.report, "", model.name, before, x.cost, x,
+                           worker=kind, worker_maxrss_kb=res.worker_maxrss_kb)
+        return Outcome(program, False, res.report, "", model.name, before, before, x,
+                       worker=kind, worker_maxrss_kb=res.worker_maxrss_kb)
     eg = _WARM.take(rulesets, names)
     eg.push()
     peg = to_egraph(program, eg)  # on failure the e-graph is dropped, not given back
+    # extraction follows in this process: no step starts whose predicted time plus that of
+    # the extraction after it would end past the deadline (worker.guard)
+    left = max(deadline - time.perf_counter(), 1e-6)
     report = saturate(peg, rulesets, rules=names, iterations=iterations,
-                      node_limit=node_limit, time_limit_s=time_limit_s,
-                      match_limit=match_limit,
-                      capped=[n for n in names if rewrites.rule_info(n).multi],
-                      capped_iterations=multi_pattern_iterations)
-    out = extract(peg, model, extractor=extractor, input_cost=before, options=extract_options)
+                      node_limit=node_limit, time_limit_s=left, match_limit=match_limit,
+                      on_step=lambda r: worker.guard(r, deadline)[0],
+                      capped=_capped(names), capped_iterations=multi_pattern_iterations)
+    out = extract(peg, model, extractor=extractor, input_cost=before, options=extract_options,
+                  deadline=deadline)
     for _ in range(report.checkpoints + 1):  # the driver's checkpoints, then ours
         eg.pop()
     _WARM.give_back(rulesets, names, eg)
     if out.cost < before and out.program != program:
         return Outcome(out.program, True, report, "", model.name, before, out.cost, out)
     return Outcome(program, False, report, "", model.name, before, before, out)
+
+
+def _capped(names: Sequence[str]) -> list[str]:
+    """The multi-pattern rules among ``names`` (run in the first iterations only)."""
+    return [n for n in names if rewrites.rule_info(n).multi]
 
 
 def record(ctx: PassContext, outcome: Outcome, prefix: str = "") -> None:
@@ -444,6 +586,13 @@ def record(ctx: PassContext, outcome: Outcome, prefix: str = "") -> None:
             stat("dangling-e-nodes", x.dangling)
         if x.note:
             stat("extraction-note", x.note)
+    if outcome.worker:
+        stat("worker", outcome.worker)
+    if outcome.regions:
+        stat("regions-saturated", [
+            {"stop-reason": o.report.stop_reason if o.report else f"skipped: {o.skipped}",
+             "cost-before": o.cost_before, "cost-after": o.cost_after,
+             "seconds": round(o.seconds, 4)} for o in outcome.regions])
     stat("iterations", r.kept_iterations)
     stat("e-nodes", f"{r.initial_e_nodes} -> {r.e_nodes}")
     stat("e-classes", f"{r.initial_e_classes} -> {r.e_classes}")

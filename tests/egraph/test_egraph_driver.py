@@ -73,7 +73,9 @@ def test_node_limit_rolls_back_the_step_that_overshot():
     limit = start[0] + 3  # the first step adds more than three e-nodes
     report = saturate(peg, toy_rules(), node_limit=limit)
     assert report.stop_reason == "node_limit" and report.rolled_back and not report.predicted
-    assert report.iterations[-1].e_nodes > limit and not report.iterations[-1].kept
+    assert report.iterations[0].e_nodes > limit and not report.iterations[0].kept
+    # then bounded steps (every toy rule matches more than the bound: they change nothing)
+    assert report.bounded_match_limit is not None
     assert egraph_size(peg.egraph) == start == (report.e_nodes, report.e_classes)
     assert report.e_nodes <= limit
     assert from_egraph(peg) == peg.program  # the e-graph is whole after the rollback
@@ -119,24 +121,30 @@ def test_checkpoints_only_near_the_node_limit():
     peg = to_egraph(chain(8))
     near = saturate(peg, toy_rules(), node_limit=1_000)
     assert near.stop_reason == "node_limit" and near.rolled_back_iterations == 1
-    assert near.checkpoints == 2  # the input, then before the steps from 96 e-nodes on
+    # the input, then before the steps from 96 e-nodes on; the bounded step after the
+    # overshoot (which changed nothing) pushed one more
+    assert near.checkpoints == 3 and near.bounded_match_limit is not None
     assert egraph_size(peg.egraph) == (near.e_nodes, near.e_classes)
     for _ in range(near.checkpoints):
         peg.egraph.pop()
     assert egraph_size(peg.egraph)[0] == near.initial_e_nodes
 
 
-def test_rollback_returns_to_the_last_checkpoint(monkeypatch):
+def test_rollback_to_the_input_is_followed_by_bounded_steps(monkeypatch):
     monkeypatch.setattr(driver, "_CHECKPOINT_GROWTH", 1)  # no checkpoint but the input
     peg = to_egraph(chain(8))
     start = egraph_size(peg.egraph)
     report = saturate(peg, toy_rules(), node_limit=1_000)
-    assert report.stop_reason == "node_limit" and report.checkpoints == 0
-    assert report.rolled_back_iterations == len(report.iterations) > 1
-    assert report.kept_iterations == 0 and sum(report.matches().values()) == 0
-    assert egraph_size(peg.egraph) == start == (report.e_nodes, report.e_classes)
-    assert f"(last {len(report.iterations)} rolled back)" in report.format()
-    assert from_egraph(peg) == peg.program
+    assert report.stop_reason == "node_limit" and report.bounded_match_limit is not None
+    first = next(i for i, it in enumerate(report.iterations) if it.kept)
+    assert first > 1 and not any(it.kept for it in report.iterations[:first])
+    assert f"({first} rolled back)" in report.format()
+    # the steps rolled back to the input are redone with a match limit, and kept
+    assert report.kept_iterations >= 1 and report.e_nodes > start[0]
+    assert egraph_size(peg.egraph) == (report.e_nodes, report.e_classes)
+    assert sum(report.matches().values()) == sum(
+        it.matches for it in report.iterations if it.kept)
+    assert from_egraph(peg).function().results[0].type == peg.program.function().results[0].type
 
 
 def test_rules_option_selects_and_unknown_names_list_valid_ones():

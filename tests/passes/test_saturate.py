@@ -243,10 +243,12 @@ def test_pass_and_driver_share_one_set_of_defaults():
 
     pass_defaults = {o.field: o.default for o in Saturate.options()}
     sig = inspect.signature(driver.saturate).parameters
+    # node-limit=0 and time-limit=0: scaled with the program, the driver's defaults when small
     assert (pass_defaults["iterations"], pass_defaults["node_limit"],
-            pass_defaults["time_limit"], pass_defaults["extractor"]) == (
+            defaults.scaled_time_limit(1), pass_defaults["extractor"]) == (
         sig["iterations"].default, sig["node_limit"].default, sig["time_limit_s"].default,
         defaults.DEFAULT_EXTRACTOR)
+    assert pass_defaults["time_limit"] == 0.0
 
 
 def test_issue13_backoff_dangling_e_nodes_do_not_break_extraction():

@@ -5,8 +5,11 @@ Every rule can be switched from pipeline text: ``saturate{disable=factor-mul-add
 one rule, ``saturate{rules=einsum}`` keeps one rule set, ``saturate{fast-math=true}`` admits
 the rules that round differently (reassociation, distributivity; see ``rewrites``'s float
 policy, ``accy rules`` lists every rule with its tag). The budget (iterations, e-nodes,
-seconds) bounds each run (``match-limit`` turns on egglog's backoff scheduler, which bounds
-what one step applies: a way to keep tight time limits); its report (stop reason, e-graph
+seconds) bounds each run, the time limit the whole pass (large programs saturate in a worker
+process killed at the deadline, keeping the last good iteration; ``accy.egraph.worker``), and
+scales with the program by default; programs above ``region-size`` operations are saturated
+region by region (``accy.egraph.split``). ``match-limit`` turns on egglog's backoff
+scheduler, which bounds what one step applies; its report (stop reason, e-graph
 size per iteration, matches and time per rule) goes to the pass's statistics (``accy prepare
 --statistics``, ``accy explain``). ``extractor`` picks how terms come out: ``greedy-dag``
 (default; a shared subterm costs once), ``tree`` (once per use, the classic e-graph cost; for
@@ -26,9 +29,9 @@ from accy.passes.base import COUNT_MAX, SECONDS_MAX, Pass, option
 from accy.passes.registry import register
 
 DEFAULT_RULESETS = ("canonical", "fold", "algebra", "einsum", "activation", "layout")
-# the budget's defaults, stated once in accy.egraph.defaults (driver.saturate uses them too)
-_ITERATIONS, _NODES, _SECONDS = (defaults.DEFAULT_ITERATIONS, defaults.DEFAULT_NODE_LIMIT,
-                                 defaults.DEFAULT_TIME_LIMIT_S)
+# the budget's defaults, stated once in accy.egraph.defaults (driver.saturate uses them too);
+# node-limit=0 and time-limit=0 scale with the program (defaults.scaled_*)
+_ITERATIONS = defaults.DEFAULT_ITERATIONS
 
 
 @register
@@ -48,11 +51,16 @@ class Saturate(Pass):
                                    names="rules")
     iterations: int = option(_ITERATIONS, "most saturation iterations", minimum=1,
                              maximum=COUNT_MAX)
-    node_limit: int = option(_NODES, "most e-nodes the e-graph may grow to",
-                             minimum=1, maximum=COUNT_MAX)
+    node_limit: int = option(
+        defaults.DEFAULT_NODE_LIMIT, "most e-nodes an e-graph may grow to, per 1000 "
+        "operations in it (at least this many)", minimum=1, maximum=COUNT_MAX)
     time_limit: float = option(
-        _SECONDS, "most seconds of saturation (no step starts that is predicted to end past it)",
-        above=0, maximum=SECONDS_MAX)
+        0.0, "most seconds of the whole pass, e-graph, saturation and extraction (0: 2 s per "
+        "1000 operations, at least 2 s)", minimum=0, maximum=SECONDS_MAX)
+    region_size: int = option(
+        defaults.DEFAULT_REGION_SIZE, "saturate programs above this many operations region "
+        "by region, each region at most this big (0: the whole program at once)",
+        minimum=0, maximum=COUNT_MAX)
     match_limit: int = option(
         0, "egglog's backoff: a rule matching more than this in a step sits out a few (0: off)",
         minimum=0, maximum=COUNT_MAX)
@@ -79,7 +87,8 @@ class Saturate(Pass):
                                  finite_math=self.finite_math, fast_math=self.fast_math)
         outcome = rewriting.rewrite_program(
             product.program, self.rulesets, names, iterations=self.iterations,
-            node_limit=self.node_limit, time_limit_s=self.time_limit,
+            node_limit=self.node_limit, time_limit_s=self.time_limit or None,
+            region_size=self.region_size,
             cost=rewriting.capped(self.cost, product.program, self.max_elements),
             match_limit=self.match_limit or None, extractor=self.extractor,
             extract_options={"time_limit_s": self.extract_time_limit},

@@ -1,0 +1,112 @@
+"""Splitting a program into regions saturated one by one, and stitching the results back.
+
+E-graph growth is worse than linear in the program's size (more places for every rule to
+match, and rules feed each other across the whole program), so one e-graph for a 10,000-node
+program reaches any node limit in a step or two and gains less per block than the same
+block saturated alone. ``split`` cuts the program's operations, in topological order (the
+depth-first order of ``accy.ir.node.topological``, which keeps a block's nodes together), into
+consecutive chunks of at most ``size`` nodes, sized evenly. Each chunk becomes a one-function
+program, a *region*:
+
+- its parameters are the values it reads from outside: the program's parameters and the
+  results of earlier regions (boundary values, opaque leaves to the rules);
+- constants it reads are copied in as constants (folding rules need their values);
+- its results are its values that later regions or the program's functions use.
+
+A region is rewritten on its own (its own e-graph and budget); ``stitch`` then substitutes,
+region by region in order, every region's (rewritten) results for the original values in the
+regions after it. Rewrites that would cross a boundary are not found; each region's rewrite
+is equal to its input for every value of its parameters, so the stitched program is equal to
+the input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from accy.ir.node import Node, topological
+from accy.ir.ops import Op
+from accy.ir.program import Function, Program
+
+__all__ = ["Region", "split", "stitch"]
+
+_LEAVES = (Op.PARAM, Op.CONSTANT)
+
+
+@dataclass(frozen=True)
+class Region:
+    """A chunk of a program as a program of its own (module docstring)."""
+
+    program: Program  # one function, "region": parameters = inputs, results = outputs
+    inputs: tuple[Node, ...]  # the original values read as parameters, in parameter order
+    outputs: tuple[Node, ...]  # the original values its results stand for, in result order
+    size: int  # operations (nodes other than parameters and constants) in it
+
+
+def split(program: Program, size: int) -> list[Region] | None:
+    """The regions of ``program``, at most ``size`` operations each; None when ``size`` is 0
+    or the program has no more operations than that (it is one region: itself)."""
+    ops = [n for n in program.nodes() if n.op not in _LEAVES]
+    if size <= 0 or len(ops) <= size:
+        return None
+    count = -(-len(ops) // size)
+    per = -(-len(ops) // count)  # even chunks: no tiny last region
+    region_of: dict[Node, int] = {n: i // per for i, n in enumerate(ops)}
+    chunks: list[list[Node]] = [[] for _ in range(count)]
+    for n in ops:
+        chunks[region_of[n]].append(n)
+    exported: set[Node] = {r for f in program.functions for r in f.results if r in region_of}
+    for n in ops:
+        for s in n.srcs:
+            if s in region_of and region_of[s] != region_of[n]:
+                exported.add(s)
+    regions = []
+    for k, chunk in enumerate(chunks):
+        inputs: dict[Node, Node] = {}  # original value -> the region's parameter
+        local: dict[Node, Node] = {}
+        for n in chunk:
+            srcs = []
+            for s in n.srcs:
+                if s in local:
+                    srcs.append(local[s])
+                elif s.op is Op.CONSTANT:
+                    srcs.append(s)
+                else:
+                    if s not in inputs:
+                        inputs[s] = Node(Op.PARAM, s.type, (), {"index": len(inputs)})
+                    srcs.append(inputs[s])
+            local[n] = Node(n.op, n.type, srcs, dict(n.attrs))
+        outputs = tuple(n for n in chunk if n in exported)
+        fn = Function("region", tuple(inputs.values()),
+                      tuple(f"v{i}" for i in range(len(inputs))),
+                      tuple(local[n] for n in outputs))
+        regions.append(Region(Program((fn,)), tuple(inputs), outputs, len(chunk)))
+        assert outputs, f"region {k} exports nothing"  # its last node is used later
+    return regions
+
+
+def stitch(program: Program, regions: Sequence[Region], rewritten: Sequence[Program]
+           ) -> Program:
+    """``program`` with every region replaced by its rewritten program (same interface)."""
+    new_of: dict[Node, Node] = {}
+    for region, prog in zip(regions, rewritten, strict=True):
+        subst = [new_of.get(v, v) for v in region.inputs]
+        results = _substitute(prog.functions[0].results, subst)
+        new_of.update(zip(region.outputs, results, strict=True))
+    return Program(tuple(
+        Function(f.name, f.params, f.param_names, tuple(new_of.get(r, r) for r in f.results))
+        for f in program.functions))
+
+
+def _substitute(results: Sequence[Node], params: Sequence[Node]) -> list[Node]:
+    """``results`` rebuilt over ``params`` in place of their parameters (no recursion)."""
+    memo: dict[Node, Node] = {}
+    for n in topological(results):
+        if n.op is Op.PARAM:
+            memo[n] = params[n.attr("index")]
+        elif n.op is Op.CONSTANT:
+            memo[n] = n
+        else:
+            memo[n] = Node(n.op, n.type, [memo[s] for s in n.srcs], dict(n.attrs))
+    return [memo[r] for r in results]

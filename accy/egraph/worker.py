@@ -1,0 +1,340 @@
+"""Saturation in a worker process that is killed at the deadline: time limits that hold.
+
+egglog cannot be interrupted from Python: one step of rules that start feeding each other can
+run for minutes, far past any prediction the driver makes from the steps before it. So a
+large program is saturated in a worker process: the parent sends it the program and the
+budget, the worker builds the e-graph, saturates, and extracts at the end and at
+checkpoints spaced in time (before a step predicted to be long: ``_work``), sending back the
+program when it is cheaper than the best so far. The parent waits on the pipe until its
+deadline; if the worker has not finished by then it is killed (SIGKILL: nothing in it needs
+to be cleaned up) and the last program it sent, the last checkpoint's, is the result. A new
+worker is started at once in the background, so the next call finds one warm.
+
+Workers are ``spawn``ed (never forked: the parent may hold egglog's or OpenCL's threads and
+locks), import ``accy`` and every built-in rule set once (~1.5 s), then serve one task after
+another, keeping the e-graphs in which rule selections are declared (``rewriting._WARM``):
+a call to a warm worker costs a pickle of the program each way and the usual work. A
+worker that is still starting when a call's deadline comes is left to finish starting (and
+that call keeps its input), so tiny time limits cannot keep killing workers that never get
+warm. :func:`warm_up` starts one ahead of time (benchmarks do, to leave start-up out of
+their first measurement).
+
+What cannot go to a worker runs in the calling process (:func:`eligible`): rule sets defined
+at run time (the worker only knows the built-in themes), cost models that do not pickle, and
+calls from a daemonic process (which may not have children).
+
+Each message from the worker carries its peak resident memory (``ru_maxrss``), so callers
+can report the worker's memory as well as their own.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import pickle
+import resource
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from accy.egraph.convert import Extraction
+from accy.egraph.cost import CostModel
+from accy.egraph.driver import SaturationReport
+from accy.ir.program import Program
+
+__all__ = ["Result", "Task", "eligible", "run", "shutdown", "warm_up"]
+
+_CTX = mp.get_context("spawn")
+_MAX_IDLE = 2  # warm workers kept between calls (one per thread that saturates at a time)
+# idle workers kept ready or starting after a kill: a spare is warm at once for the next
+# call (a restart takes 1.5-2.7 s, a region's whole budget) at ~200 MiB resident each
+_SPARES = 1
+_STOP_MARGIN_S = 0.02  # the worker's own saturation limit ends this much before the deadline
+
+
+@dataclass(frozen=True)
+class Task:
+    """One saturation and extraction: what ``rewriting`` hands the worker."""
+
+    program: Program
+    rulesets: tuple[str, ...]
+    names: tuple[str, ...]
+    iterations: int
+    node_limit: int
+    time_limit_s: float
+    match_limit: int | None
+    model: CostModel
+    extractor: str
+    extract_options: dict[str, Any]
+    input_cost: int
+    capped: tuple[str, ...] = ()  # multi-pattern rules, run in the first iterations only
+    capped_iterations: int | None = None
+
+
+@dataclass
+class Result:
+    """What came back before the deadline: the cheapest extraction the worker sent (None when
+    none beat the input), the last report, and how the call ended."""
+
+    extraction: Extraction | None = None
+    report: SaturationReport | None = None
+    killed: bool = False  # the deadline came first: the worker was killed
+    not_ready: bool = False  # the deadline came before a worker had started
+    worker_maxrss_kb: int = 0  # the worker's peak resident memory, as it last said
+    seconds: float = 0.0
+    messages: int = field(default=0, compare=False)
+
+
+class _Worker:
+    def __init__(self) -> None:
+        self.conn, child = _CTX.Pipe()
+        self.proc = _CTX.Process(target=_serve, args=(child,), daemon=True,
+                                 name="accy-saturation-worker")
+        self.proc.start()
+        child.close()
+        self.ready = False
+
+    def wait_ready(self, deadline: float) -> bool:
+        while not self.ready:
+            left = deadline - time.perf_counter()
+            if left <= 0 or not self.conn.poll(left):
+                return False
+            msg = self.conn.recv()
+            self.ready = msg[0] == "ready"
+        return True
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.join()
+        self.conn.close()
+
+
+_LOCK = threading.Lock()
+_IDLE: list[_Worker] = []
+
+
+def _take() -> _Worker:
+    """An idle worker, a ready one first (else one still starting, else a new one)."""
+    with _LOCK:
+        for w in [w for w in _IDLE if not w.proc.is_alive()]:
+            _IDLE.remove(w)
+            w.kill()
+        for w in _IDLE:
+            while not w.ready and w.conn.poll(0):  # started since: read its message
+                w.ready = w.conn.recv()[0] == "ready"
+        if _IDLE:
+            w = max(_IDLE, key=lambda w: w.ready)
+            _IDLE.remove(w)
+            return w
+    return _Worker()
+
+
+def _give_back(w: _Worker) -> None:
+    with _LOCK:
+        if len(_IDLE) < _MAX_IDLE and w.proc.is_alive():
+            _IDLE.append(w)
+            return
+    w.kill()
+
+
+def warm_up() -> None:
+    """Start ``_SPARES`` workers now (those not idle already) and wait until they have
+    imported everything."""
+    _prestart()
+    with _LOCK:
+        idle = list(_IDLE)
+    for w in idle:
+        w.wait_ready(time.perf_counter() + 120.0)
+
+
+def _prestart() -> None:
+    """Start workers in the background (their imports run while the caller goes on) until
+    ``_SPARES`` are idle."""
+    with _LOCK:
+        missing = _SPARES - len(_IDLE)
+    for _ in range(missing):
+        _give_back(_Worker())
+
+
+def shutdown() -> None:
+    """Kill every idle worker (tests; the interpreter's exit kills daemonic ones anyway)."""
+    with _LOCK:
+        idle, _IDLE[:] = list(_IDLE), []
+    for w in idle:
+        w.kill()
+
+
+def eligible(task_model: CostModel, rulesets: tuple[str, ...]) -> bool:
+    """Whether a worker can run this call (module docstring)."""
+    import rewrites
+
+    if mp.current_process().daemon:
+        return False
+    if any(rewrites.THEMES.get(n) is None for n in rulesets):
+        return False
+    try:
+        pickle.dumps(task_model)
+    except Exception:  # noqa: BLE001 - any pickling failure means: not in a worker
+        return False
+    return True
+
+
+def run(task: Task, deadline: float) -> Result:
+    """Run ``task`` in a worker until it finishes or ``deadline`` (``time.perf_counter()``)
+    comes; see the module docstring. Errors raised in the worker are raised here."""
+    start = time.perf_counter()
+    out = Result()
+    w = _take()
+    if not w.wait_ready(deadline):
+        _give_back(w)  # still starting: let it finish for the next call
+        out.not_ready = True
+        out.seconds = time.perf_counter() - start
+        return out
+    budget = max(deadline - time.perf_counter() - _STOP_MARGIN_S, 1e-6)
+    w.conn.send(replace(task, time_limit_s=min(task.time_limit_s, budget)))
+    while True:
+        left = deadline - time.perf_counter()
+        try:
+            if left <= 0 or not w.conn.poll(left):
+                raise TimeoutError
+            kind, payload, maxrss = w.conn.recv()
+        except (TimeoutError, EOFError, ConnectionError):
+            w.kill()  # at the deadline (or it died): the last good iteration stands
+            out.killed = True
+            if out.report is not None:
+                out.report = replace(out.report, stop_reason="time_limit", predicted=False,
+                                     seconds=time.perf_counter() - start)
+            _prestart()
+            break
+        out.messages += 1
+        out.worker_maxrss_kb = max(out.worker_maxrss_kb, maxrss)
+        if kind == "step":
+            report, extraction = payload
+            out.report = report
+            if extraction is not None:
+                out.extraction = extraction
+        elif kind == "done":
+            out.report = payload
+            _give_back(w)
+            break
+        else:  # "error": the worker dropped its e-graph and serves on
+            _give_back(w)
+            raise payload
+    out.seconds = time.perf_counter() - start
+    return out
+
+
+# ---- the worker's side -------------------------------------------------------------------------
+
+
+def _maxrss() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def _serve(conn: Any) -> None:
+    """The worker's loop: import once, then run tasks until the pipe closes."""
+    import rewrites
+    from accy.passes import rewriting
+
+    rewrites.load()
+    conn.send(("ready", None, _maxrss()))
+    while True:
+        try:
+            task = conn.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            conn.send(("done", _work(task, conn, rewriting), _maxrss()))
+        except BaseException as e:  # noqa: BLE001 - sent to the parent, raised there
+            try:
+                pickle.dumps(e)
+            except Exception:  # noqa: BLE001
+                from accy.errors import EGraphError
+
+                e = EGraphError(f"{type(e).__name__}: {e}")
+            conn.send(("error", e, _maxrss()))
+
+
+# first guess of extraction's cost (reading the e-graph, greedy-dag, acceptance by region,
+# rebuilding), until one is measured: ~1.5e-5 s per e-node measured on a loaded 2-core machine
+_EXTRACT_S_PER_E_NODE = 4e-5
+_CHECKPOINT_SPACING = 0.3  # of the time limit: the least time between two checkpoints
+_CHEAP_SHARE = 0.1  # an extraction predicted within this share of the time left is cheap
+
+
+def guard(report: SaturationReport, deadline: float, rate: float = _EXTRACT_S_PER_E_NODE
+          ) -> tuple[bool, bool]:
+    """(go on, extract first) after a kept step: stop when the next step (the last one's time
+    scaled by its growth, at most 16x) and the extraction after it (``rate`` seconds per
+    e-node) would end past ``deadline``; extract before a step predicted to cost more than
+    an extraction now. Used by the worker and by in-process runs alike."""
+    its = [it for it in report.iterations if it.kept]
+    last = its[-1]
+    growth = last.e_nodes / max(its[-2].e_nodes if len(its) > 1 else report.initial_e_nodes, 1)
+    factor = min(max(1.0, growth), 16.0)
+    next_step = last.seconds * factor
+    now_extract = rate * report.e_nodes
+    if time.perf_counter() + next_step + now_extract * factor > deadline:
+        return False, True
+    return True, next_step > now_extract
+
+
+def _work(task: Task, conn: Any, rewriting: Any) -> SaturationReport:
+    """Saturate and extract ``task``, sending every improving extraction as it comes.
+
+    Extraction does not follow every step: it runs at the end, and as a checkpoint (what a
+    kill leaves) at a kept step when the last extraction (or the start) is at least
+    ``_CHECKPOINT_SPACING`` of the time limit ago and either the next step is predicted to
+    cost more than an extraction now or the extraction is cheap (predicted within
+    ``_CHEAP_SHARE`` of the time left); the first cheap one comes at once, since one step
+    of fast-math rules can run for minutes unpredicted. The run stops before a step whose
+    predicted time plus the extraction after it would end past the deadline (extraction time
+    scales with the e-graph: seconds per e-node as last measured); acceptance by region stops
+    at the deadline.
+    """
+    from accy.egraph.convert import extract, to_egraph
+    from accy.egraph.driver import saturate
+
+    start = time.perf_counter()
+    deadline = start + task.time_limit_s
+    eg = rewriting._WARM.take(task.rulesets, task.names)
+    eg.push()
+    peg = to_egraph(task.program, eg)
+    best = task.input_cost
+    rate = _EXTRACT_S_PER_E_NODE
+    done_at: tuple[int, int] | None = None  # (kept iterations, e-nodes) last extracted
+    last = start  # when the last extraction ended
+
+    def extract_now(report: SaturationReport, final: bool = False) -> None:
+        nonlocal best, rate, done_at, last
+        t0 = time.perf_counter()
+        x = extract(peg, task.model, extractor=task.extractor, input_cost=task.input_cost,
+                    options=dict(task.extract_options), deadline=deadline)
+        last = time.perf_counter()
+        rate = (last - t0) / max(report.e_nodes, 1)
+        done_at = (report.kept_iterations, report.e_nodes)
+        # ties go to the later extraction; the final one stands as the in-process run's does
+        better = x.cost <= (task.input_cost if final else best)
+        if better:
+            best = x.cost
+        conn.send(("step", (report, x if better else None), _maxrss()))
+
+    def on_step(report: SaturationReport) -> bool:
+        go_on, risky = guard(report, deadline, rate)
+        now = time.perf_counter()
+        spaced = now - last >= _CHECKPOINT_SPACING * task.time_limit_s
+        cheap = rate * report.e_nodes <= _CHEAP_SHARE * (deadline - now)
+        if not go_on or (cheap and (done_at is None or spaced)) or (risky and spaced):
+            extract_now(report)
+        return go_on
+
+    report = saturate(peg, task.rulesets, rules=task.names, iterations=task.iterations,
+                      node_limit=task.node_limit, time_limit_s=task.time_limit_s,
+                      match_limit=task.match_limit, on_step=on_step, capped=task.capped,
+                      capped_iterations=task.capped_iterations)
+    if done_at != (report.kept_iterations, report.e_nodes):
+        extract_now(report, final=True)
+    for _ in range(report.checkpoints + 1):  # the driver's checkpoints, then ours
+        eg.pop()
+    rewriting._WARM.give_back(task.rulesets, task.names, eg)
+    return report

@@ -1,0 +1,186 @@
+"""Budgets that hold: the worker killed at the deadline, bounded steps after a node-limit
+overshoot, region-by-region saturation, budgets that scale with the program."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+import accy
+from accy.egraph import defaults, worker
+from accy.egraph.convert import to_egraph
+from accy.egraph.driver import saturate
+from accy.egraph.split import split, stitch
+from accy.ir.interpret import interpret
+from accy.passes import rewriting
+from accy.passes.tensor.saturate import DEFAULT_RULESETS, Saturate
+
+# A bound that holds on a very loaded machine: the mechanism (a kill at the deadline) is what
+# the tests check; the time only has to be far below the minutes the run would take.
+GENEROUS_S = 20.0
+
+
+def elementwise_dag(ops: int, seed: int = 0) -> accy.Program:
+    """Random adds, multiplies, subtractions and maxima over four vectors, values reused
+    often: fast-math's reassociation and distribution make its e-graph explode."""
+    rng = np.random.default_rng(seed)
+    b = accy.Builder()
+    t = b.tensor(accy.DType.f32, (16,))
+    f = b.begin_function("dag", [t] * 4, ["a", "b", "c", "d"])
+    pool = [f.param(i) for i in range(4)]
+    for _ in range(ops):
+        x = pool[len(pool) - 1 - min(int(rng.geometric(0.2)) - 1, len(pool) - 1)]
+        y = pool[int(rng.integers(len(pool)))]
+        k = int(rng.integers(5))
+        pool.append(x + y if k == 0 else x * y if k == 1 else x - y if k == 2
+                    else accy.maximum(x, y) if k == 3 else x * 2.0)
+    f.return_(pool[-1])
+    f.finish()
+    return b.finish()
+
+
+def _inputs(program: accy.Program, seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.uniform(0.5, 1.5, p.type.shape).astype(np.float32)
+            for p in program.function().params]
+
+
+@pytest.fixture(scope="module")
+def fast_names() -> tuple[str, ...]:
+    return rewriting.select(DEFAULT_RULESETS, fast_math=True)
+
+
+def test_explosive_program_is_killed_at_the_deadline_keeping_the_last_good_iteration(
+        fast_names):
+    worker.warm_up()  # start-up is not what this test times
+    program = elementwise_dag(1500)  # step 4 of fast-math grows it 40x and takes minutes here
+    limit = 3.0
+    start = time.perf_counter()
+    out = rewriting.rewrite_program(program, DEFAULT_RULESETS, fast_names, iterations=12,
+                                    node_limit=10**8, time_limit_s=limit, cost="flops-bytes",
+                                    isolate=True)
+    elapsed = time.perf_counter() - start
+    assert elapsed < limit + GENEROUS_S
+    assert out.worker in ("killed", "finished")  # finished: it predicted the explosion
+    if out.report is not None:
+        assert out.report.stop_reason == "time_limit"
+    if out.changed:  # a good iteration came back before the deadline: it is kept
+        assert out.cost_after < out.cost_before
+        xs = _inputs(program)
+        np.testing.assert_allclose(interpret(out.program, xs)[0], interpret(program, xs)[0],
+                                   rtol=1e-4)
+
+
+def test_unpredicted_step_is_killed(fast_names):
+    """A limit far below what building the e-graph of 1500 operations takes: the worker
+    cannot send anything before the deadline, so it is killed and the input is kept."""
+    worker.warm_up()
+    program = elementwise_dag(1500)
+    start = time.perf_counter()
+    out = rewriting.rewrite_program(program, DEFAULT_RULESETS, fast_names, iterations=12,
+                                    node_limit=10**8, time_limit_s=0.005, cost="flops-bytes",
+                                    isolate=True)
+    assert time.perf_counter() - start < 0.005 + GENEROUS_S
+    assert out.worker == "killed" and not out.changed and out.program is program
+    worker.warm_up()  # a replacement was started at the kill: it becomes ready
+
+
+def test_killed_worker_keeps_its_checkpoint_or_the_input(fast_names):
+    """Whatever the worker sent before the kill (a checkpoint's extraction) is kept if it is
+    cheaper, else the input: never a dearer or unequal program."""
+    worker.warm_up()
+    program = elementwise_dag(1500)
+    out = rewriting.rewrite_program(program, DEFAULT_RULESETS, fast_names, iterations=12,
+                                    node_limit=10**8, time_limit_s=0.3, cost="flops-bytes",
+                                    isolate=True)
+    assert out.worker in ("killed", "finished")
+    if out.changed:
+        assert out.cost_after < out.cost_before
+        xs = _inputs(program)
+        np.testing.assert_allclose(interpret(out.program, xs)[0], interpret(program, xs)[0],
+                                   rtol=1e-4)
+    else:
+        assert out.program is program
+    worker.warm_up()
+
+
+def test_first_step_overshoot_keeps_a_bounded_iteration(fast_names):
+    program = elementwise_dag(400)
+    eg = rewriting._WARM.take(DEFAULT_RULESETS, fast_names)
+    eg.push()
+    peg = to_egraph(program, eg)
+    free = saturate(peg, DEFAULT_RULESETS, rules=fast_names, iterations=1)
+    for _ in range(free.checkpoints + 1):
+        eg.pop()
+    eg.push()
+    peg = to_egraph(program, eg)
+    grown = free.e_nodes - free.initial_e_nodes
+    limit = free.initial_e_nodes + grown // 3  # the unbounded first step overshoots it
+    report = saturate(peg, DEFAULT_RULESETS, rules=fast_names, iterations=3, node_limit=limit)
+    assert not report.iterations[0].kept  # the first step overshot and was rolled back
+    assert report.bounded_match_limit is not None
+    assert report.kept_iterations >= 1 and report.e_nodes > report.initial_e_nodes
+    assert report.e_nodes <= limit
+    for _ in range(report.checkpoints + 1):
+        eg.pop()
+
+
+def _two_regions() -> accy.Program:
+    @accy.function
+    def two(a: accy.f32[8], b: accy.f32[8], c: accy.f32[8]):
+        x = a * b + a * c  # factors in the first region
+        y = (x * 1.0) + (x * 1.0)
+        return y.exp().T.T + x
+
+    return two
+
+
+def test_split_and_stitch_round_trip():
+    program = _two_regions()
+    ops = rewriting.operations(program)
+    regions = split(program, -(-ops // 2))
+    assert regions is not None and len(regions) == 2
+    assert sum(r.size for r in regions) == ops
+    assert stitch(program, regions, [r.program for r in regions]) == program
+    assert split(program, 0) is None and split(program, ops) is None
+
+
+def test_region_by_region_matches_whole_program_and_interpret(fast_names):
+    program = _two_regions()
+    ops = rewriting.operations(program)
+    budget = dict(iterations=12, node_limit=20_000, time_limit_s=30.0, cost="flops-bytes")
+    whole = rewriting.rewrite_program(program, DEFAULT_RULESETS, fast_names, **budget)
+    halves = rewriting.rewrite_program(program, DEFAULT_RULESETS, fast_names, **budget,
+                                       region_size=-(-ops // 2))
+    assert len(halves.regions) == 2 and whole.changed and halves.changed
+    assert halves.cost_after == whole.cost_after
+    xs = _inputs(program)
+    for out in (whole, halves):
+        np.testing.assert_allclose(interpret(out.program, xs)[0], interpret(program, xs)[0],
+                                   rtol=1e-5)
+
+
+def test_defaults_scale_with_size():
+    assert defaults.scaled_time_limit(10) == defaults.DEFAULT_TIME_LIMIT_S
+    assert defaults.scaled_time_limit(1000) == defaults.DEFAULT_TIME_LIMIT_S
+    assert defaults.scaled_time_limit(10_000) == 10 * defaults.DEFAULT_TIME_LIMIT_S
+    assert defaults.scaled_node_limit(100) == defaults.DEFAULT_NODE_LIMIT
+    assert defaults.scaled_node_limit(5000) == 100_000
+    s = Saturate()
+    assert (s.node_limit, s.time_limit, s.region_size) == (
+        defaults.DEFAULT_NODE_LIMIT, 0.0, defaults.DEFAULT_REGION_SIZE)
+    out = rewriting.rewrite_program(elementwise_dag(40), DEFAULT_RULESETS,
+                                    rewriting.select(DEFAULT_RULESETS), iterations=2,
+                                    node_limit=None, time_limit_s=None, cost="flops-bytes")
+    assert out.time_limit_s == defaults.DEFAULT_TIME_LIMIT_S
+    assert out.report is None or out.report.node_limit == defaults.DEFAULT_NODE_LIMIT
+
+
+def test_region_size_option_in_pipeline_text():
+    p = accy.parse_pipeline("saturate{region-size=500 time-limit=1.5}")
+    s = p.passes[0] if hasattr(p, "passes") else list(p)[0]
+    assert s.region_size == 500 and s.time_limit == 1.5
+    with pytest.raises(Exception):  # noqa: B017,PT011 - the option's range is checked
+        accy.parse_pipeline("saturate{region-size=-1}")
