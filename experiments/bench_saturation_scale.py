@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     rewrites.load()
     names = rewriting.select(DEFAULT_RULESETS, fast_math=not args.no_fast_math)
     if _SCALED:
-        importlib.import_module("accy.egraph.worker").warm_up()
+        importlib.import_module("accy.passes.rewrite_worker").warm_up()
     measure(build("transformer", 100), names, use_tracemalloc=False)  # warm caches
     rows = []
     print(f"{'program':<12} {'ops':>6} {'limit s':>7} {'wall s':>7} {'budget':>6} "

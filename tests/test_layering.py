@@ -22,7 +22,7 @@ ALLOWED = {
     "accy.contraction.search": ("accy.errors", "accy.contraction.cost"),
     "accy.contraction.greedy": ("accy.errors", "accy.contraction.cost", "accy.contraction.search"),
     "accy.contraction.exact": ("accy.errors", "accy.contraction.cost", "accy.contraction.search",
-                               "accy.contraction.greedy"),
+                               "accy.contraction.greedy", "accy.contraction.chain"),
     "accy.contraction.beam": ("accy.errors", "accy.contraction.cost", "accy.contraction.search",
                               "accy.contraction.greedy", "accy.contraction.exact"),
     "accy.passes": ("accy.errors", "accy.ir", "accy.kernels", "accy.plans", "accy.target",

@@ -32,7 +32,7 @@ EXTRACTOR_NAMES = ("greedy-dag", "tree", "ilp")
 DEFAULT_REGION_SIZE = 2000  # operations per region; 0 saturates the whole program at once
 OPERATIONS_PER_TIME_LIMIT = 1000  # operations per DEFAULT_TIME_LIMIT_S of the scaled limit
 # Programs (or regions) above this many operations are saturated in a worker process that
-# is killed at the deadline (accy.egraph.worker); smaller ones in the calling process, where
+# is killed at the deadline (accy.passes.rewrite_worker); smaller ones in the calling process, where
 # a run takes milliseconds and a process would cost more than the work.
 WORKER_MIN_OPERATIONS = 100
 

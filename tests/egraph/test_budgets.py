@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 
 import accy
-from accy.egraph import defaults, worker
+from accy.egraph import defaults
 from accy.egraph.convert import to_egraph
 from accy.egraph.driver import saturate
 from accy.egraph.split import split, stitch
 from accy.ir.interpret import interpret
+from accy.passes import rewrite_worker as worker
 from accy.passes import rewriting
 from accy.passes.tensor.saturate import DEFAULT_RULESETS, Saturate
 
