@@ -1,21 +1,21 @@
-"""saturate: equality saturation of the tensor program with the named rule sets of
-``rewrites``, then extraction of the cheapest program under a shape-aware cost model.
+"""saturate: equality saturation of the tensor program with the named rule sets of ``rewrites``,
+then extraction of the cheapest program under a shape-aware cost model.
 
-Every rule can be switched from pipeline text: ``saturate{disable=factor-mul-add}`` drops
-one rule, ``saturate{rules=einsum}`` keeps one rule set, ``saturate{fast-math=true}`` admits
-the rules that round differently (reassociation, distributivity; see ``rewrites``'s float
-policy, ``accy rules`` lists every rule with its tag). The budget (iterations, e-nodes,
-seconds) bounds each run, the time limit the whole pass (large programs saturate in a worker
-process killed at the deadline, keeping the last good iteration:
-``accy.passes.rewrite_worker``), and scales with the program by default; programs above
-``region-size`` operations are saturated region by region (``accy.egraph.split``).
-``match-limit`` turns on egglog's backoff scheduler, which bounds what one step applies;
-its report (stop reason, e-graph size per iteration, matches and time per rule) goes to the pass's statistics (``accy prepare
---statistics``, ``accy explain``). ``extractor`` picks how terms come out: ``greedy-dag``
-(default; a shared subterm costs once), ``tree`` (once per use, the classic e-graph cost; for
-ablation) or ``ilp`` (exact, within ``extract-time-limit``, else the greedy-dag result, said in
-the statistics). The extraction is taken region by region: a part of the program changes only
-where that makes the whole strictly cheaper, so independent wins are all kept.
+Every rule can be switched from pipeline text: ``saturate{disable=factor-mul-add}`` drops one
+rule, ``saturate{rules=einsum}`` keeps one rule set, ``saturate{fast-math=true}`` admits the
+rules that round differently (reassociation, distributivity; see ``rewrites``'s float policy,
+``accy rules`` lists every rule with its tag). The budget (iterations, e-nodes, seconds) bounds
+each run, the time limit the whole pass (large programs saturate in a worker process killed at
+the deadline, keeping the last good iteration: ``accy.passes.rewrite_worker``), and scales with
+the program by default; programs above ``region-size`` operations are saturated region by region
+(``accy.egraph.split``). ``match-limit`` turns on egglog's backoff scheduler, which bounds what
+one step applies; its report (stop reason, e-graph size per iteration, matches and time per
+rule) goes to the pass's statistics (``accy prepare --statistics``, ``accy explain``).
+``extractor`` picks how terms come out: ``greedy-dag`` (default; a shared subterm costs once),
+``tree`` (once per use, the classic e-graph cost; for ablation) or ``ilp`` (exact, within
+``extract-time-limit``, else the greedy-dag result, said in the statistics). The extraction is
+taken region by region: a part of the program changes only where that makes the whole strictly
+cheaper, so independent wins are all kept.
 """
 
 from __future__ import annotations
