@@ -18,15 +18,19 @@ gather, ...); the IR in :mod:`accy.ir`; passes in :mod:`accy.passes`.
 
 from accy.builder import (
     Builder,
+    avg_pool2d,
     bool_,
+    conv2d,
     f16,
     f32,
     f64,
     function,
     i32,
     i64,
+    max_pool2d,
     maximum,
     minimum,
+    pad,
 )
 from accy.contraction import opt_einsum_bridge  # noqa: F401  (registers accy-* in opt_einsum)
 from accy.errors import AccyError, DeviceMismatchError
@@ -56,6 +60,10 @@ _LAZY = {
 
 
 def __getattr__(name: str):
+    if name == "onnx":  # accy.onnx.load: imports the onnx package on first use
+        import importlib
+
+        return importlib.import_module("accy.onnx")
     if name in _LAZY:
         import importlib
 
@@ -65,7 +73,8 @@ def __getattr__(name: str):
 __all__ = [
     "AccyError", "BoundExecutable", "Builder", "DeviceArray", "DeviceMismatchError", "DType",
     "Executable", "JobFileError", "PendingCall", "PreparedJob", "Program", "Stage",
-    "TargetProfile", "TensorType", "bool_", "explain", "f16", "f32", "f64", "function", "i32",
-    "i64", "interpret", "load_job", "maximum", "minimum", "parse_pipeline", "parse_program",
-    "prepare", "print_program", "select_device", "to_device", "verify",
+    "TargetProfile", "TensorType", "avg_pool2d", "bool_", "conv2d", "explain", "f16", "f32",
+    "f64", "function", "i32", "i64", "interpret", "load_job", "max_pool2d", "maximum",
+    "minimum", "onnx", "pad", "parse_pipeline", "parse_program", "prepare", "print_program",
+    "select_device", "to_device", "verify",
 ]

@@ -436,6 +436,68 @@ def cross_entropy(logits: Value, labels: Value) -> Value:
     return _fb(logits).op(Op.CROSS_ENTROPY, logits, labels)
 
 
+def _pair(what: str, v: Any) -> tuple[int, int]:
+    vals = (v, v) if not isinstance(v, tuple | list) else tuple(v)
+    if len(vals) != 2:
+        raise BuilderError(f"{what} must be an integer or a pair of integers, got {v!r}")
+    return _int(what, vals[0]), _int(what, vals[1])
+
+
+def _pads2d(what: str, v: Any) -> tuple[int, int, int, int]:
+    """An int, (ph, pw) or (top, left, bottom, right) as the IR's [top, left, bottom, right]."""
+    if isinstance(v, tuple | list) and len(v) == 4:
+        return tuple(_int(what, p) for p in v)  # type: ignore[return-value]
+    ph, pw = _pair(what, v)
+    return ph, pw, ph, pw
+
+
+def conv2d(x: Value, w: Value, *, stride: Any = 1, padding: Any = 0, dilation: Any = 1,
+           groups: int = 1) -> Value:
+    """2-d convolution (cross-correlation) of ``x[N, C, H, W]`` with ``w[O, C/groups, KH, KW]``.
+
+    ``stride``/``dilation``: an int or (h, w); ``padding``: an int, (h, w) or (top, left,
+    bottom, right), zeros. Add a bias as ``y + b.reshape(1, O, 1, 1)``."""
+    return _fb(x, w).op(Op.CONV2D, x, w, strides=_pair("conv2d: stride", stride),
+                        pads=_pads2d("conv2d: padding", padding),
+                        dilations=_pair("conv2d: dilation", dilation),
+                        groups=_int("conv2d: groups", groups))
+
+
+def max_pool2d(x: Value, kernel_size: Any, stride: Any = None, padding: Any = 0) -> Value:
+    """Max over windows of ``x[N, C, H, W]`` (stride defaults to the kernel size)."""
+    kernel = _pair("max_pool2d: kernel_size", kernel_size)
+    return _fb(x).op(Op.MAX_POOL2D, x, kernel=kernel,
+                     strides=kernel if stride is None else _pair("max_pool2d: stride", stride),
+                     pads=_pads2d("max_pool2d: padding", padding))
+
+
+def avg_pool2d(x: Value, kernel_size: Any, stride: Any = None, padding: Any = 0,
+               count_include_pad: bool = False) -> Value:
+    """Mean over windows of ``x[N, C, H, W]``; padding counts in the divisor only with
+    ``count_include_pad`` (ONNX's default leaves it out)."""
+    kernel = _pair("avg_pool2d: kernel_size", kernel_size)
+    return _fb(x).op(Op.AVG_POOL2D, x, kernel=kernel,
+                     strides=kernel if stride is None else _pair("avg_pool2d: stride", stride),
+                     pads=_pads2d("avg_pool2d: padding", padding),
+                     count_include_pad=count_include_pad)
+
+
+def pad(x: Value, pads: Any, value: Any = 0) -> Value:
+    """``x`` padded with the constant ``value``: ``pads`` as (before, after) pairs, one per
+    dimension (numpy's form), or flat as ONNX writes it ([begins..., ends...])."""
+    fb = _fb(x)
+    if not isinstance(pads, tuple | list):
+        raise BuilderError(f"pad: pads must be a list, got {pads!r}")
+    if pads and all(isinstance(p, tuple | list) for p in pads):
+        if any(len(p) != 2 for p in pads):
+            raise BuilderError(f"pad: pads must be (before, after) pairs, got {pads!r}")
+        pads = [p[0] for p in pads] + [p[1] for p in pads]
+    flat = tuple(_int("pad: pads entry", p) for p in pads)
+    v = value if isinstance(value, Value) else fb.constant(np.asarray(value, x.dtype.numpy),
+                                                           x.dtype)
+    return fb.op(Op.PAD, x, v, pads=flat)
+
+
 def _example_type(x: Any) -> TensorType:
     if isinstance(x, TensorType):
         return x

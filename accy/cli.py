@@ -69,6 +69,10 @@ class InputFileError(AccyError):
 def _read_program(path: str) -> Program:
     from accy.ir.parser import parse_program
 
+    if path.endswith(".onnx"):  # an ONNX model (needs the onnx extra)
+        from accy.onnx import load
+
+        return load(path)
     try:
         with open(path, encoding="utf-8") as fh:
             text = fh.read()

@@ -95,6 +95,12 @@ def flops(op: Op, type: TensorType, operands: tuple[TensorType, ...],
         return _ROWWISE_FLOPS * type.size
     if op is Op.CROSS_ENTROPY:
         return _ROWWISE_FLOPS * operands[0].size + operands[1].size
+    if op is Op.CONV2D:  # a multiply and an add per output element and window element
+        return 2 * type.size * math.prod(operands[1].shape[1:])
+    if op in (Op.MAX_POOL2D, Op.AVG_POOL2D):
+        return type.size * math.prod(attrs["kernel"])
+    if op is Op.PAD:
+        return 0
     raise NotImplementedError(f"no FLOP count for op {op.value}")
 
 

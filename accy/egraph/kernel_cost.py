@@ -104,8 +104,12 @@ def op_class(op: Op) -> str:
     kind = op.kind
     if kind is OpKind.SOURCE:
         return "source"
-    if kind is OpKind.MOVEMENT:
+    if kind is OpKind.MOVEMENT or op is Op.PAD:
         return "movement"
+    if op is Op.CONV2D:
+        return "contraction"
+    if op in (Op.MAX_POOL2D, Op.AVG_POOL2D):
+        return "reduce"
     if op.is_elementwise:
         return "transcendental" if op in _TRANSCENDENTAL else "cheap"
     if kind is OpKind.REDUCE:
@@ -185,7 +189,7 @@ class KernelCost:
         if cls in self.element:
             return round(self.node + self.element[cls] * type.size)
         fit = self.kinds[cls]
-        if cls == "contraction":
+        if cls == "contraction" and op is Op.EINSUM:  # conv2d: bytes and FLOPs below
             spec = str(attrs["spec"])
             item = _ITEMSIZE[id(type.dtype)]
             total = 0.0

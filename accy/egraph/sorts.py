@@ -346,6 +346,23 @@ class Tensor(Expr):
     @classmethod
     def cross_entropy(cls, logits: Tensor, labels: Tensor, ty: StringLike) -> Tensor: ...
 
+    # sliding windows (no rules yet: conv-lowering rewrites them in the tensor stage)
+    @method(egg_fn="tensor.conv2d")
+    @classmethod
+    def conv2d(cls, x: Tensor, w: Tensor, strides: StringLike, pads: StringLike,
+               dilations: StringLike, groups: i64Like, ty: StringLike) -> Tensor: ...
+    @method(egg_fn="tensor.max_pool2d")
+    @classmethod
+    def max_pool2d(cls, x: Tensor, kernel: StringLike, strides: StringLike, pads: StringLike,
+                   ty: StringLike) -> Tensor: ...
+    @method(egg_fn="tensor.avg_pool2d")
+    @classmethod
+    def avg_pool2d(cls, x: Tensor, kernel: StringLike, strides: StringLike, pads: StringLike,
+                   count_include_pad: BoolLike, ty: StringLike) -> Tensor: ...
+    @method(egg_fn="tensor.pad")
+    @classmethod
+    def pad(cls, x: Tensor, value: Tensor, pads: StringLike, ty: StringLike) -> Tensor: ...
+
 
 SIGNATURES: dict[Op, Signature] = {
     op: sig for op in Op if hasattr(Tensor, (sig := _signature(op)).method)}

@@ -27,6 +27,11 @@ Semantics worth spelling out:
 * ``softmax``/``log_softmax`` subtract the row maximum first; ``cross_entropy(logits[..., C],
   labels[...])`` is the mean over all label positions of ``-log_softmax(logits)[..., label]``,
   a 0-d array of the logits dtype (NaN when there are no labels).
+* ``conv2d`` (NCHW input, OIHW weights, ``pads`` [top, left, bottom, right]) gathers every
+  window (im2col) and contracts it with one einsum in float64; ``max_pool2d`` pads with
+  ``-inf`` (pads never win), ``avg_pool2d`` divides by the window size
+  (``count_include_pad``) or by the number of input elements in the window (ONNX's default);
+  ``pad`` is ``np.pad`` with the scalar operand as the constant.
 
 ``precision="native"`` computes every op in the program's dtypes and returns arrays of the
 result types' dtypes. ``precision="float64"`` computes every float value in float64
@@ -332,6 +337,46 @@ def _cross_entropy(node: Node, xs: list[np.ndarray]) -> np.ndarray:
     return np.asarray(-total / logits.dtype.type(labels.size), dtype=logits.dtype)
 
 
+def _windows(node: Node, x: np.ndarray, kernel, dilations, fill: float) -> np.ndarray:
+    """[N, C, KH, KW, OH, OW]: every window element of ``x`` (padded with ``fill``)."""
+    top, left, bottom, right = node.attr("pads")
+    xp = np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)), constant_values=fill)
+    (sh, sw), (dh, dw) = node.attr("strides"), dilations
+    oh, ow = node.type.shape[2:]
+    return np.stack([np.stack([
+        xp[:, :, i * dh: i * dh + sh * (oh - 1) + 1: sh, j * dw: j * dw + sw * (ow - 1) + 1: sw]
+        for j in range(kernel[1])], axis=2) for i in range(kernel[0])], axis=2)
+
+
+def _conv2d(node: Node, xs: list[np.ndarray]) -> np.ndarray:
+    x, w = (a.astype(np.float64) for a in xs)  # im2col and one einsum, in float64
+    g = node.attr("groups")
+    cols = _windows(node, x, w.shape[2:], node.attr("dilations"), 0.0)
+    n, c, kh, kw, oh, ow = cols.shape
+    cols = cols.reshape(n, g, c // g, kh, kw, oh, ow)
+    wg = w.reshape(g, w.shape[0] // g, c // g, kh, kw)
+    out = np.einsum("ngcijhw,gocij->ngohw", cols, wg, optimize=True)
+    return out.reshape(node.type.shape)
+
+
+def _pool2d(node: Node, xs: list[np.ndarray]) -> np.ndarray:
+    (x,) = xs
+    kernel = node.attr("kernel")
+    if node.op is Op.MAX_POOL2D:
+        return _windows(node, x, kernel, (1, 1), -np.inf).max(axis=(2, 3))
+    total = _windows(node, x, kernel, (1, 1), 0.0).sum(axis=(2, 3))
+    if node.attr("count_include_pad"):
+        return total / x.dtype.type(kernel[0] * kernel[1])
+    ones = np.ones((1, 1) + x.shape[2:], dtype=x.dtype)
+    return total / _windows(node, ones, kernel, (1, 1), 0.0).sum(axis=(2, 3))
+
+
+def _pad(node: Node, xs: list[np.ndarray]) -> np.ndarray:
+    x, value = xs
+    pads, r = node.attr("pads"), x.ndim
+    return np.pad(x, [(pads[i], pads[r + i]) for i in range(r)], constant_values=value)
+
+
 _IMPLS: dict[Op, _Impl] = {
     Op.NEG: _unary(np.negative),
     Op.ABS: _unary(np.abs),
@@ -381,6 +426,10 @@ _IMPLS: dict[Op, _Impl] = {
     Op.SOFTMAX: _softmax,
     Op.LOG_SOFTMAX: lambda node, xs: _log_softmax_along(xs[0], node.attr("axis")),
     Op.CROSS_ENTROPY: _cross_entropy,
+    Op.CONV2D: _conv2d,
+    Op.MAX_POOL2D: _pool2d,
+    Op.AVG_POOL2D: _pool2d,
+    Op.PAD: _pad,
     Op.CONSTANT: lambda node, xs: node.value,  # widened by the caller in float64 mode
 }
 

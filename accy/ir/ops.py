@@ -25,6 +25,7 @@ class OpKind(Enum):
     INDEXING = "indexing"  # gather, scatter-add along an axis
     ROWWISE = "rowwise"  # softmax, log-softmax along an axis
     LOSS = "loss"  # cross-entropy over integer labels
+    WINDOW = "window"  # conv2d, pools, constant pad: lowered by conv-lowering (tensor stage)
 
 
 ELEMENTWISE_KINDS = frozenset(
@@ -98,6 +99,11 @@ class Op(Enum):
     LOG_SOFTMAX = "log_softmax"
     # losses
     CROSS_ENTROPY = "cross_entropy"  # (logits[..., C], labels[...] int) -> mean NLL, scalar
+    # sliding windows over NCHW tensors (pads: [top, left, bottom, right])
+    CONV2D = "conv2d"  # (x[N,C,H,W], w[O,C/groups,KH,KW]); strides, pads, dilations, groups
+    MAX_POOL2D = "max_pool2d"  # kernel, strides, pads (pads never win the max)
+    AVG_POOL2D = "avg_pool2d"  # kernel, strides, pads, count_include_pad
+    PAD = "pad"  # (x, value[] scalar) -> x padded by pads [before..., after...] with value
 
     @property
     def kind(self) -> OpKind:
@@ -137,6 +143,7 @@ _GROUPS: dict[OpKind, tuple[Op, ...]] = {
     OpKind.INDEXING: (Op.GATHER, Op.SCATTER_ADD),
     OpKind.ROWWISE: (Op.SOFTMAX, Op.LOG_SOFTMAX),
     OpKind.LOSS: (Op.CROSS_ENTROPY,),
+    OpKind.WINDOW: (Op.CONV2D, Op.MAX_POOL2D, Op.AVG_POOL2D, Op.PAD),
 }
 _KIND = {op: kind for kind, ops in _GROUPS.items() for op in ops}
 _ARITY = {
@@ -148,6 +155,7 @@ _ARITY_BY_OP = {
     Op.EINSUM: None, Op.CONCAT: None,
     Op.RESHAPE: 1, Op.TRANSPOSE: 1, Op.BROADCAST: 1, Op.SLICE: 1,
     Op.GATHER: 2, Op.SCATTER_ADD: 3,
+    Op.CONV2D: 2, Op.MAX_POOL2D: 1, Op.AVG_POOL2D: 1, Op.PAD: 2,
 }
 
 # The attributes each op carries, with their Python types (checked when a node is made).
@@ -168,6 +176,10 @@ ATTRS: dict[Op, dict[str, type]] = {
     Op.SCATTER_ADD: {"axis": int},
     Op.SOFTMAX: {"axis": int},
     Op.LOG_SOFTMAX: {"axis": int},
+    Op.CONV2D: {"strides": tuple, "pads": tuple, "dilations": tuple, "groups": int},
+    Op.MAX_POOL2D: {"kernel": tuple, "strides": tuple, "pads": tuple},
+    Op.AVG_POOL2D: {"kernel": tuple, "strides": tuple, "pads": tuple, "count_include_pad": bool},
+    Op.PAD: {"pads": tuple},
 }
 
 assert set(_KIND) == set(Op), "every op belongs to exactly one group"

@@ -275,6 +275,81 @@ def _cross_entropy(op, srcs, attrs):
     return TensorType((), logits.dtype), {}
 
 
+# ---- sliding windows (NCHW; pads [top, left, bottom, right]) --------------------------------
+
+
+def _pairs(op, srcs, attrs, name, n, default, least):
+    value = tuple(attrs.get(name, default))
+    if len(value) != n or any(v < least for v in value):
+        raise _fail(op, srcs, f"{name} must be {n} integers >= {least}, got {list(value)}")
+    return value
+
+
+def window_out(size: int, kernel: int, stride: int, before: int, after: int,
+               dilation: int = 1) -> int:
+    """Output length of one spatial dimension (floor mode, as ONNX's ceil_mode=0)."""
+    return (size + before + after - dilation * (kernel - 1) - 1) // stride + 1
+
+
+def _spatial(op, srcs, x, kernel, strides, pads, dilations):
+    out = []
+    for i in range(2):
+        o = window_out(x.shape[2 + i], kernel[i], strides[i], pads[i], pads[2 + i],
+                       dilations[i])
+        if o < 1:
+            raise _fail(op, srcs, f"the window (kernel {list(kernel)}, dilations "
+                                  f"{list(dilations)}) does not fit the padded input")
+        out.append(o)
+    return tuple(out)
+
+
+def _conv2d(op, srcs, attrs):
+    x, w = srcs
+    if x.rank != 4 or w.rank != 4:
+        raise _fail(op, srcs, "needs an input [N, C, H, W] and weights [O, C/groups, KH, KW]")
+    if not x.dtype.is_float or w.dtype is not x.dtype:
+        raise _fail(op, srcs, "input and weights must share one float dtype")
+    strides = _pairs(op, srcs, attrs, "strides", 2, (1, 1), 1)
+    pads = _pairs(op, srcs, attrs, "pads", 4, (0, 0, 0, 0), 0)
+    dilations = _pairs(op, srcs, attrs, "dilations", 2, (1, 1), 1)
+    groups = attrs.get("groups", 1)
+    n, c = x.shape[:2]
+    o, cg, kh, kw = w.shape
+    if groups < 1 or c % groups or o % groups or cg * groups != c:
+        raise _fail(op, srcs, f"groups={groups} must divide the {c} input and {o} output "
+                              f"channels, with weights of {c // max(groups, 1)} input channels")
+    if kh < 1 or kw < 1:
+        raise _fail(op, srcs, "the kernel must not be empty")
+    oh, ow = _spatial(op, srcs, x, (kh, kw), strides, pads, dilations)
+    attrs = {"strides": strides, "pads": pads, "dilations": dilations, "groups": groups}
+    return TensorType((n, o, oh, ow), x.dtype), attrs
+
+
+def _pool2d(op, srcs, attrs):
+    (x,) = srcs
+    if x.rank != 4 or not x.dtype.is_float:
+        raise _fail(op, srcs, "needs a float input [N, C, H, W]")
+    kernel = _pairs(op, srcs, attrs, "kernel", 2, (), 1)
+    strides = _pairs(op, srcs, attrs, "strides", 2, kernel, 1)
+    pads = _pairs(op, srcs, attrs, "pads", 4, (0, 0, 0, 0), 0)
+    if any(p >= kernel[i % 2] for i, p in enumerate(pads)):
+        raise _fail(op, srcs, f"pads {list(pads)} must be smaller than the kernel {list(kernel)}")
+    oh, ow = _spatial(op, srcs, x, kernel, strides, pads, (1, 1))
+    out = {"kernel": kernel, "strides": strides, "pads": pads}
+    if op is Op.AVG_POOL2D:
+        out["count_include_pad"] = bool(attrs.get("count_include_pad", False))
+    return TensorType(x.shape[:2] + (oh, ow), x.dtype), out
+
+
+def _pad(op, srcs, attrs):
+    x, value = srcs
+    if value.rank != 0 or value.dtype is not x.dtype:
+        raise _fail(op, srcs, "the pad value must be a scalar of the input's dtype")
+    pads = _pairs(op, srcs, attrs, "pads", 2 * x.rank, (0,) * (2 * x.rank), 0)
+    shape = tuple(d + pads[i] + pads[x.rank + i] for i, d in enumerate(x.shape))
+    return TensorType(shape, x.dtype), {"pads": pads}
+
+
 _HANDLERS = {
     Op.CAST: _cast,
     Op.REDUCE_SUM: _reduce, Op.REDUCE_MAX: _reduce, Op.REDUCE_MEAN: _reduce,
@@ -284,4 +359,5 @@ _HANDLERS = {
     Op.GATHER: _gather, Op.SCATTER_ADD: _scatter_add,
     Op.SOFTMAX: _rowwise, Op.LOG_SOFTMAX: _rowwise,
     Op.CROSS_ENTROPY: _cross_entropy,
+    Op.CONV2D: _conv2d, Op.MAX_POOL2D: _pool2d, Op.AVG_POOL2D: _pool2d, Op.PAD: _pad,
 }

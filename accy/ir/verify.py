@@ -1,7 +1,7 @@
 """``verify(program, stage)``: every type re-inferred, and only the ops a stage allows.
 
-Ops leave the allowed set of a stage when the pass that lowers them lands (activation, loss,
-indexing and einsum lowering in the tensor stage); ``FORBIDDEN_AFTER`` lists those lowerings.
+Ops leave the allowed set of a stage when the pass that lowers them lands (conv lowering in
+the tensor stage: the window ops); ``FORBIDDEN_AFTER`` lists those lowerings.
 """
 
 from __future__ import annotations
@@ -13,7 +13,11 @@ from accy.ir.program import Program, Stage
 from accy.ir.shapes import infer
 
 # op -> the first stage at which it may no longer appear (filled as lowering passes land)
-FORBIDDEN_AFTER: dict[Op, Stage] = {}
+FORBIDDEN_AFTER: dict[Op, Stage] = {
+    # conv-lowering (tensor stage) rewrites the window ops; no kernel generator takes them
+    Op.CONV2D: Stage.dispatch, Op.MAX_POOL2D: Stage.dispatch, Op.AVG_POOL2D: Stage.dispatch,
+    Op.PAD: Stage.dispatch,
+}
 
 
 def verify_node(node: Node) -> None:

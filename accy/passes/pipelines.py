@@ -28,10 +28,11 @@ PIPELINES = _named(
     NamedPipeline("accy-contract", Stage.contract, "constant-fold,canonicalize",
                   "canonicalization: constant folding, then egglog's canonical rules"),
     NamedPipeline("accy-tensor", Stage.tensor,
-                  "saturate,shape-layout-propagation,dtype-legalization,activation-lowering,"
-                  "einsum-lowering,indexing-lowering,loss-lowering",
-                  "equality saturation, movement folding, dtype legalization and the lowering "
-                  "of activations, einsums, indexing and losses"),
+                  "saturate,conv-lowering,shape-layout-propagation,dtype-legalization,"
+                  "activation-lowering,einsum-lowering,indexing-lowering,loss-lowering",
+                  "equality saturation, the lowering of convolutions and pools, movement "
+                  "folding, dtype legalization and the lowering of activations, einsums, "
+                  "indexing and losses"),
     NamedPipeline("accy-dispatch", Stage.dispatch, "fusion-planning,schedule-planning",
                   "fusion and schedule planning"),
     NamedPipeline("accy-memory", Stage.memory,

@@ -89,6 +89,16 @@ def op_case(op: Op) -> Program:
         return prog(func("f", [x23], lambda a: mk(op, a, axis=-1)))
     if op is Op.CROSS_ENTROPY:
         return prog(func("f", [T(F32, 4, 5), T(I32, 4)], lambda lg, lb: mk(op, lg, lb)))
+    if op is Op.CONV2D:
+        return prog(func("f", [T(F32, 1, 4, 5, 5), T(F32, 6, 2, 3, 3)], lambda x, w: mk(
+            op, x, w, strides=(2, 1), pads=(1, 0, 1, 2), dilations=(1, 2), groups=2)))
+    if op in (Op.MAX_POOL2D, Op.AVG_POOL2D):
+        extra = {"count_include_pad": True} if op is Op.AVG_POOL2D else {}
+        return prog(func("f", [T(F32, 1, 2, 5, 5)], lambda x: mk(
+            op, x, kernel=(3, 2), strides=(2, 1), pads=(1, 0, 0, 1), **extra)))
+    if op is Op.PAD:
+        return prog(func("f", [x23], lambda x: mk(
+            op, x, const(np.array(-1.5, np.float32)), pads=(1, 0, 0, 2))))
     raise AssertionError(f"no case for {op}")
 
 
