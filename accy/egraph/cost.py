@@ -338,6 +338,50 @@ def _header(node: ENode) -> bytes:
     return f"{node.op.value}:{node.type}{attrs}".encode()
 
 
+class NodePricer:
+    """What every extractor computes per e-node, each combination once: its own cost under
+    ``model`` and the digest of its term (which breaks ties deterministically).
+
+    Many e-nodes share op, types and attributes (commuted operands, say): price and hash each
+    combination once. Keys use ids: ops are enum members, types come interned from
+    sorts.parse_type, and hashing either by value is a Python-level call."""
+
+    def __init__(self, model: CostModel) -> None:
+        self.model = model
+        self.own_costs: dict[tuple[Any, ...], int] = {}
+        self.headers: dict[tuple[Any, ...], bytes] = {}
+        self.variadic = {id(op) for op in Op if op.arity is None}
+
+    def own(self, n: ENode, kids: list[Choice], best: Mapping[int, Choice]
+            ) -> tuple[int, tuple[int, ...]]:
+        """``n``'s own cost given its operands' chosen terms ``kids``, and, for an operand
+        list (no op: free), the classes it holds."""
+        op = n.op
+        if op is None:
+            return 0, ((n.children[0], *kids[1].elements) if n.children else ())
+        operands = kids[0].elements if id(op) in self.variadic else n.children
+        types = tuple([best[o].node.type for o in operands])
+        key = (id(op), id(n.type), tuple(map(id, types)), n.attrs)
+        own = self.own_costs.get(key, -1)
+        if own < 0:
+            own = self.own_costs[key] = self.model.node_cost(
+                op, n.type, types, dict(n.attrs))  # type: ignore[arg-type]
+            if own < 0:
+                raise ValueError(f"cost model {self.model.name} gave {op.value} a negative "
+                                 "cost")
+        return own, ()
+
+    def digest(self, n: ENode, kids: list[Choice]) -> bytes:
+        hkey = (id(n.op), id(n.type), n.attrs, len(n.children))
+        header = self.headers.get(hkey)
+        if header is None:
+            header = self.headers[hkey] = _header(n)
+        h = hashlib.blake2b(header, digest_size=16)
+        for kid in kids:
+            h.update(kid.digest)
+        return h.digest()
+
+
 def extract_best(graph: EClassGraph, roots: Iterable[int],
                  model: str | CostModel = DEFAULT_COST_MODEL) -> dict[int, Choice]:
     """The cheapest term of every e-class reachable from ``roots`` (module docstring)."""
@@ -353,40 +397,16 @@ def extract_best(graph: EClassGraph, roots: Iterable[int],
             parents.setdefault(ch, []).append(i)
     best: dict[int, Choice] = {}
     heap: list[tuple[int, int, bytes, int, Choice]] = []
-    # Many e-nodes share op, types and attributes (commuted operands, say): price and hash
-    # each combination once. Keys use ids: ops are enum members, types come interned from
-    # sorts.parse_type, and hashing either by value is a Python-level call.
-    own_costs: dict[tuple[Any, ...], int] = {}
-    headers: dict[tuple[Any, ...], bytes] = {}
-    variadic = {id(op) for op in Op if op.arity is None}
-    blake2b, heappush, heappop = hashlib.blake2b, heapq.heappush, heapq.heappop
+    pricer = NodePricer(m)
+    heappush, heappop = heapq.heappush, heapq.heappop
 
     def price(i: int) -> None:
         _, n = entries[i]
         kids = [best[ch] for ch in n.children]
-        op, elements, own = n.op, (), 0
-        if op is None:  # operand list: free, its elements are what it holds
-            if n.children:
-                elements = (n.children[0], *kids[1].elements)
-        else:
-            operands = kids[0].elements if id(op) in variadic else n.children
-            types = tuple([best[o].node.type for o in operands])
-            key = (id(op), id(n.type), tuple(map(id, types)), n.attrs)
-            own = own_costs.get(key, -1)
-            if own < 0:
-                own = own_costs[key] = m.node_cost(op, n.type, types, dict(n.attrs))  # type: ignore[arg-type]
-                if own < 0:
-                    raise ValueError(f"cost model {m.name} gave {op.value} a negative cost")
-        hkey = (id(op), id(n.type), n.attrs, len(n.children))
-        header = headers.get(hkey)
-        if header is None:
-            header = headers[hkey] = _header(n)
-        h = blake2b(header, digest_size=16)
-        for k in kids:
-            h.update(k.digest)
+        own, elements = pricer.own(n, kids, best)
         cost = own + sum([k.cost for k in kids])
-        size = (0 if op is None else 1) + sum([k.size for k in kids])
-        digest = h.digest()
+        size = (0 if n.op is None else 1) + sum([k.size for k in kids])
+        digest = pricer.digest(n, kids)
         heappush(heap, (cost, size, digest, i, Choice(n, own, cost, size, digest, elements)))
 
     for i, count in enumerate(waiting):

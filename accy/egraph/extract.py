@@ -27,7 +27,6 @@ structure, so equal e-graphs give equal choices whatever e-class ids egglog assi
 
 from __future__ import annotations
 
-import hashlib
 import heapq
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -39,13 +38,12 @@ from accy.egraph.cost import (
     Choice,
     CostModel,
     EClassGraph,
-    _header,
+    NodePricer,
     _reachable,
     cost_model,
     extract_best,
 )
 from accy.egraph.defaults import DEFAULT_EXTRACTOR, EXTRACTOR_NAMES
-from accy.ir.ops import Op
 
 __all__ = ["DEFAULT_EXTRACTOR", "EXTRACTORS", "Extractor", "extractor", "greedy_dag", "tree"]
 
@@ -78,10 +76,8 @@ def greedy_dag(graph: EClassGraph, roots: list[int], model: CostModel,
     sets: dict[int, int] = {}  # final class -> bitset of the classes of its term, itself too
     owns: list[int] = []  # own cost of the class of each bit (bits in finalization order)
     heap: list[tuple[int, int, bytes, int, Choice, int]] = []
-    own_costs: dict[tuple[Any, ...], int] = {}
-    headers: dict[tuple[Any, ...], bytes] = {}
-    variadic = {id(op) for op in Op if op.arity is None}
-    blake2b, heappush, heappop = hashlib.blake2b, heapq.heappush, heapq.heappop
+    pricer = NodePricer(model)
+    heappush, heappop = heapq.heappush, heapq.heappop
 
     def weight(bits: int) -> int:
         """The summed own costs of the classes in ``bits``."""
@@ -99,19 +95,7 @@ def greedy_dag(graph: EClassGraph, roots: list[int], model: CostModel,
     def price(i: int) -> None:
         c, n = entries[i]
         kids = [best[ch] for ch in n.children]
-        op, elements, own = n.op, (), 0
-        if op is None:  # operand list: free, its elements are what it holds
-            if n.children:
-                elements = (n.children[0], *kids[1].elements)
-        else:
-            operands = kids[0].elements if id(op) in variadic else n.children
-            types = tuple([best[o].node.type for o in operands])
-            key = (id(op), id(n.type), tuple(map(id, types)), n.attrs)
-            own = own_costs.get(key, -1)
-            if own < 0:
-                own = own_costs[key] = model.node_cost(op, n.type, types, dict(n.attrs))  # type: ignore[arg-type]
-                if own < 0:
-                    raise ValueError(f"cost model {model.name} gave {op.value} a negative cost")
+        own, elements = pricer.own(n, kids, best)
         # the union of the operands' sets, starting from the dearest (most of it, usually)
         distinct = sorted(dict.fromkeys(n.children), key=lambda ch: -best[ch].cost)
         union, below = 0, 0
@@ -124,16 +108,9 @@ def greedy_dag(graph: EClassGraph, roots: list[int], model: CostModel,
             uses[ch] -= 1
             if uses[ch] == 0:  # no other e-node reads it: free it (a chain keeps O(1) sets)
                 del sets[ch]
-        hkey = (id(op), id(n.type), n.attrs, len(n.children))
-        header = headers.get(hkey)
-        if header is None:
-            header = headers[hkey] = _header(n)
-        h = blake2b(header, digest_size=16)
-        for kid in kids:
-            h.update(kid.digest)
         cost = own + below
-        size = (0 if op is None else 1) + union.bit_count()
-        digest = h.digest()
+        size = (0 if n.op is None else 1) + union.bit_count()
+        digest = pricer.digest(n, kids)
         heappush(heap, (cost, size, digest, i, Choice(n, own, cost, size, digest, elements),
                         union))
 
