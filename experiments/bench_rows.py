@@ -4,9 +4,11 @@ as accy kernels against torch eager, torch.compile and the device's copy bandwid
     python experiments/bench_rows.py [--device nvidia] [--rows 8192] [--cols 4096]
         [--repeat 20] [--out results/bench_rows.json] [--no-torch]
 
-Each program is prepared for the device's own :class:`~accy.target.TargetProfile` twice: with
-``fusion-planning{row-fusion=true}`` (the default: one ``row-fused`` kernel) and with
-``row-fusion=false`` (a kernel per reduction, as before). Kernel time is the sum of the OpenCL
+Each program is prepared for the device's own :class:`~accy.target.TargetProfile` three
+times: ``fused``, ``fusion-planning{row-fusion=true}`` (the default: one ``row-fused``
+kernel); ``unfused``, ``row-fusion=false`` (a kernel per reduction, as before); and
+``fused_global``, fused with ``memory-space-planning{use-constant=false}`` (the small
+per-column inputs in global rather than __constant memory). Kernel time is the sum of the OpenCL
 profiling events of one call, median over ``--repeat`` calls after a warm-up; effective
 bandwidth counts one read of the rows and one write of the outputs, against a device-to-device
 ``enqueue_copy`` of the same size (read + write). Outputs are checked against numpy in f64.
@@ -33,11 +35,17 @@ from accy.experiments.kernels import copy_bandwidth
 from accy.experiments.records import git_commit, median_ms, timestamp, write_json
 from accy.ir.ops import Op
 from accy.ir.types import DType
+from accy.passes.spec import parse_pipeline
 from accy.target import TargetProfile
 
 f32 = accy.f32
-PIPELINE = ("accy-contract,accy-tensor,fusion-planning{{row-fusion={on}}},schedule-planning,"
-            "accy-memory,accy-kernel,accy-target")
+VARIANTS = {  # name -> passes replaced in accy-default
+    "fused": "fusion-planning{row-fusion=true}",
+    "unfused": "fusion-planning{row-fusion=false}",
+    # gamma/beta/mask go to __constant memory by default; lanes reading different addresses
+    # of it may serialise on a GPU: this variant keeps them in global memory
+    "fused_global": "fusion-planning{row-fusion=true},memory-space-planning{use-constant=false}",
+}
 NAMES = ("layernorm", "rmsnorm", "masked_softmax", "logsoftmax_nll")
 
 
@@ -103,9 +111,9 @@ def moved_bytes(name: str, xs: list[np.ndarray], out: np.ndarray) -> int:
     return sum(a.nbytes for a in xs) + out.nbytes
 
 
-def bench_accy(name: str, rows: int, n: int, runtime: Any, repeat: int, fused: bool,
+def bench_accy(name: str, rows: int, n: int, runtime: Any, repeat: int, variant: str,
                copy_gbps: float) -> dict[str, Any]:
-    pipeline = PIPELINE.format(on="true" if fused else "false")
+    pipeline = parse_pipeline("accy-default").replacing(VARIANTS[variant]).text()
     job = accy.prepare(program(name, rows, n), pipeline,
                        target=TargetProfile.from_device(runtime.info))
     xs = inputs(name, rows, n)
@@ -118,7 +126,8 @@ def bench_accy(name: str, rows: int, n: int, runtime: Any, repeat: int, fused: b
     ms = median_ms(samples)
     nbytes = moved_bytes(name, xs, out)
     want = reference(name, xs)
-    return {"program": name, "row_fusion": fused, "kernel_count": job.kernel_count,
+    return {"program": name, "variant": variant, "pipeline": pipeline,
+            "kernel_count": job.kernel_count,
             "generators": job.generators(), "kernel_ms": ms, "bytes": nbytes,
             "GBps": nbytes / (ms * 1e6), "fraction_of_copy": nbytes / (ms * 1e6) / copy_gbps,
             "max_abs_error": float(np.max(np.abs(out - want))),
@@ -206,9 +215,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     results = []
     for name in args.programs.split(","):
         row: dict[str, Any] = {"program": name, "shape": [args.rows, args.cols]}
-        for fused in (True, False):
-            r = bench_accy(name, args.rows, args.cols, runtime, args.repeat, fused, copy["GBps"])
-            row["fused" if fused else "unfused"] = r
+        for variant in VARIANTS:
+            row[variant] = bench_accy(name, args.rows, args.cols, runtime, args.repeat, variant,
+                                      copy["GBps"])
         if not args.no_torch:
             row.update(bench_torch(name, args.rows, args.cols, args.repeat))
         ms = row["fused"]["kernel_ms"]
@@ -220,6 +229,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"{name:<16} fused {ms:8.3f} ms ({row['fused']['kernel_count']} kernel, "
               f"{100 * row['fused']['fraction_of_copy']:5.1f}% copy)  unfused "
               f"{row['unfused']['kernel_ms']:8.3f} ms ({row['unfused']['kernel_count']})  "
+              f"global {row['fused_global']['kernel_ms']:8.3f} ms  "
               f"eager {row.get('torch_eager_ms')}  compile {row.get('torch_compile_ms')}  "
               f"ok={row['fused']['matches']}")
     result = {

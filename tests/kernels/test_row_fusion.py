@@ -11,13 +11,13 @@ from accy.builder import trace
 from accy.ir.ops import Op
 from accy.ir.types import DType
 from accy.kernels import rowfused
+from accy.passes.spec import parse_pipeline
 from accy.target import TargetProfile
 
 f32 = accy.f32
 GPU = TargetProfile(max_work_group_size=1024, compute_units=132)
 CPU = TargetProfile(device_type="cpu", max_work_group_size=4096, compute_units=2)
-OFF = ("accy-contract,accy-tensor,fusion-planning{row-fusion=false},schedule-planning,"
-       "accy-memory,accy-kernel,accy-target")
+OFF = parse_pipeline("accy-default").replacing("fusion-planning{row-fusion=false}").text()
 
 
 def layernorm(rows: int, n: int) -> accy.Program:
