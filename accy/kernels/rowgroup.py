@@ -16,6 +16,7 @@ it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -24,6 +25,11 @@ from accy.ir.ops import Op, OpKind
 from accy.ir.types import DType
 
 ROW_REDUCTIONS = (Op.REDUCE_SUM, Op.REDUCE_MEAN, Op.REDUCE_MAX)
+# A row group takes one work-group per row: fewer rows than MIN_ROWS are only fused when they
+# are short (at most SHORT_ROW elements); a few long rows would leave a GPU idle, where the
+# tree reduction splits each over the device (a full sum of 2^24 elements, then x - mean)
+MIN_ROWS = 64
+SHORT_ROW = 4096
 ROW_OPS = (Op.SOFTMAX, Op.LOG_SOFTMAX)  # full values from two row statistics: max, sum of exp
 
 
@@ -91,6 +97,8 @@ def analyse(nodes: Iterable[Node], outputs: Iterable[Node] = ()) -> RowGroup | N
     if len(rows) != 1 or None in rows:
         return None
     ((prefix, n),) = rows
+    if math.prod(prefix) < MIN_ROWS and n > SHORT_ROW:
+        return None
     full = (*prefix, n)
     group = RowGroup(prefix, n, ())
     level: dict[Node, int] = {}  # for row-dependent nodes: the level of the values they need

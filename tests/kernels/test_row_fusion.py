@@ -91,8 +91,8 @@ def test_one_kernel_and_option_off(name, target) -> None:
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 @pytest.mark.parametrize("rows, n", [
     (5, 1), (3, 7), (64, 1000),  # short rows share work-groups; odd lengths
-    (4, 4096), (2, 9001),  # held in registers on the GPU profile, not on PoCL's
-    (3, 40000),  # read again per level everywhere
+    (4, 4096), (65, 9001),  # held in registers on the GPU profile; odd row count
+    (64, 40000),  # read again per level everywhere
 ])
 @pytest.mark.parametrize("target", [None, GPU, "device"], ids=["generic", "gpu", "pocl"])
 def test_matches_the_interpreter(check, device, rng, name, rows, n, target) -> None:
@@ -110,11 +110,18 @@ def test_forms(rng) -> None:
         assert found is not None and len(found.rows.levels) == 2
         return found
 
-    assert plan(8, 16384, GPU).held == 32  # 512 work-items hold a row
-    assert plan(8, 40000, GPU).held == 0
+    assert plan(64, 16384, GPU).held == 32  # 512 work-items hold a row
+    assert plan(64, 40000, GPU).held == 0
     assert plan(1000, 32, GPU).split.width == 8  # short rows: 8 per work-group of 256
     assert plan(8, 4096, CPU).cpu == CPU.native_vector_bytes // 4  # the CPU vector form
     job = accy.prepare(logsoftmax_nll(8, 4096), "accy-default", target=CPU)
     found = rowfused.analyse(job.product.fusion.groups[0], job.target)
     assert found is not None and found.cpu == 0 and found.split.count == 1  # no vector EQ
     assert len(found.rows.levels) == 3  # max, sum of exp, the picked log-probability
+
+
+def test_few_long_rows_stay_tree_reductions() -> None:
+    """One work-group per row would leave a GPU idle: 8 rows of 40,000 keep their kernels."""
+    job = accy.prepare(layernorm(8, 40000), "accy-default", target=GPU)
+    assert "row-fused" not in job.generators() and job.kernel_count == 4
+    assert accy.prepare(layernorm(8, 4096), "accy-default", target=GPU).kernel_count == 1
