@@ -8,6 +8,7 @@ import pytest
 
 import accy
 from accy.builder import trace
+from accy.differential import check_end_to_end
 from accy.ir.ops import Op
 from accy.ir.types import DType
 from accy.kernels import rowfused
@@ -125,3 +126,10 @@ def test_few_long_rows_stay_tree_reductions() -> None:
     job = accy.prepare(layernorm(8, 40000), "accy-default", target=GPU)
     assert "row-fused" not in job.generators() and job.kernel_count == 4
     assert accy.prepare(layernorm(8, 4096), "accy-default", target=GPU).kernel_count == 1
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_within_the_differential_error_bounds(device, rng, name) -> None:
+    """accy's end-to-end check (error bounds of accy.error_bounds) on the device's profile."""
+    result = check_end_to_end(PROGRAMS[name](100, 777), inputs(name, 100, 777, rng))
+    assert result.status == "ok", result
