@@ -191,8 +191,8 @@ def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
 
     store_vectors = None
     if plan.cpu:
-        store_vectors = rowfused_cpu.build_rows(b, group, rows, plan.cpu, row, _finish, _fmax,
-                                                combiner)
+        store_vectors = rowfused_cpu.build_rows(b, group, rows, plan.cpu, row, rowfused_cpu.Hooks(
+            lambda col: element(col)[0], _source, _finish, _fmax, combiner))
     slots: list[tuple[Expr, Expr | None]] = []  # held form: (element, in range)
     for k in range(plan.held):
         u: Expr = add(ids.ly, idx(k * s.count))

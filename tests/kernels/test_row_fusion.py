@@ -11,7 +11,7 @@ from accy.builder import trace
 from accy.differential import check_end_to_end
 from accy.ir.ops import Op
 from accy.ir.types import DType
-from accy.kernels import rowfused
+from accy.kernels import rowfused, rowfused_cpu
 from accy.passes.spec import parse_pipeline
 from accy.target import TargetProfile
 
@@ -117,8 +117,12 @@ def test_forms(rng) -> None:
     assert plan(8, 4096, CPU).cpu == CPU.native_vector_bytes // 4  # the CPU vector form
     job = accy.prepare(logsoftmax_nll(8, 4096), "accy-default", target=CPU)
     found = rowfused.analyse(job.product.fusion.groups[0], job.target)
-    assert found is not None and found.cpu == 0 and found.split.count == 1  # no vector EQ
+    assert found is not None and found.cpu == CPU.native_vector_bytes // 4
     assert len(found.rows.levels) == 3  # max, sum of exp, the picked log-probability
+    group = job.product.fusion.groups[0]
+    vector = [rowfused_cpu.vector_stat(group, found.rows, st, found.cpu)
+              for st in found.rows.stats]
+    assert vector == [True, True, False]  # the one-hot (a comparison, a cast): scalar loop
 
 
 def test_few_long_rows_stay_tree_reductions() -> None:
