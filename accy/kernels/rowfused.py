@@ -1,19 +1,22 @@
-"""row-fused: a row group (:mod:`accy.kernels.rowgroup`: reductions along the same rows with
-the elementwise ops between and after them, e.g. a layer norm, an RMS norm, a softmax spelled
-``exp(x - max) / sum``) as one kernel.
+"""row-fused: a row group (:mod:`accy.kernels.rowgroup`: reductions and (log-)softmax along
+the same rows with the elementwise ops between and after them, e.g. a layer norm, an RMS norm,
+a log-softmax and the NLL of its rows) as one kernel.
 
-Rows are laid on work-items as in the row-softmax generator (:mod:`accy.kernels.rowwise`): up
-to ``ROW_THREADS`` work-items per row (``CPU_ROW_THREADS`` on a CPU), more on a GPU when that
-holds the row in registers, several short rows per work-group. Each level of reductions (those
-reading no other reduction, then those reading only those, ...) is accumulated per work-item
-in f32 (the reductions' dtype) and combined over the row's work-items through local memory
+On a GPU rows are laid on work-items as in the row-softmax generator
+(:mod:`accy.kernels.rowwise`): up to ``ROW_THREADS`` work-items per row, more when that holds
+the row in registers, several short rows per work-group. Each level of row statistics (those
+reading no other, then those reading only those, ...) is accumulated per work-item in the
+reductions' dtype (f32) and combined over the row's work-items through local memory
 (:func:`~accy.kernels.workgroup.local_reduce`, a fixed order, so equal inputs give bit-equal
-results); a mean divides by the row length, as the tree reduction does. Every later value
+results); a mean divides by the row length, as the tree reduction does; a (log-)softmax takes
+its row maximum (NaNs ignored) and shift as the row-softmax generator does. Every later value
 reads the row's results (the builder answers a reduction with its row value). Rows of at most
 ``HELD_VALUES`` per work-item are read from memory once: the values of each element are bound
 at the kernel's top level, so every level and the outputs reuse them from registers. Longer
 rows read the row again for each level and for the outputs (a layer norm: three passes). The
-outputs (full rows and per-row values) are written last.
+outputs (full rows and per-row values) are written last. On a CPU one work-item takes a row,
+with no barriers: vector passes where the ops allow (:mod:`accy.kernels.rowfused_cpu`),
+scalar loops otherwise.
 """
 
 from __future__ import annotations

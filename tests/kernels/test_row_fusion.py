@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import accy
-from accy.builder import trace
+from accy.builder import einsum, trace
 from accy.differential import check_end_to_end
 from accy.ir.ops import Op
 from accy.ir.types import DType
@@ -76,8 +76,11 @@ def inputs(name: str, rows: int, n: int, rng: np.random.Generator) -> list[np.nd
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
-@pytest.mark.parametrize("target", [GPU, CPU, None], ids=["gpu", "cpu", "pocl"])
-def test_one_kernel_and_option_off(name, target) -> None:
+@pytest.mark.parametrize("target", [GPU, CPU, None, "device"],
+                         ids=["gpu", "cpu", "generic", "pocl"])
+def test_one_kernel_and_option_off(device, name, target) -> None:
+    if target == "device":
+        target = TargetProfile.from_device(device.info)
     prog = PROGRAMS[name](64, 1000)
     job = accy.prepare(prog, "accy-default", target=target)
     before = accy.prepare(prog, OFF, target=target)
@@ -137,3 +140,20 @@ def test_within_the_differential_error_bounds(device, rng, name) -> None:
     """accy's end-to-end check (error bounds of accy.error_bounds) on the device's profile."""
     result = check_end_to_end(PROGRAMS[name](100, 777), inputs(name, 100, 777, rng))
     assert result.status == "ok", result
+
+
+def test_no_merge_around_a_kernel_in_between(check, rng) -> None:
+    """A contraction reads the centred rows and feeds the last reduction: merging across it
+    would make a cycle, so the groups on either side are merged only within themselves."""
+    def f(x, w):
+        xc = x - x.mean(axes=-1, keepdims=True)
+        z = einsum("ij,jk->ik", xc, w)
+        return xc / (z * z).sum(axes=-1, keepdims=True)
+
+    prog = trace(f, f32[64, 48], f32[48, 48], name="between")
+    job = check(prog, [rng.standard_normal((64, 48)).astype(np.float32),
+                       rng.standard_normal((48, 48)).astype(np.float32)], rtol=1e-4, atol=1e-5)
+    # mean and x - mean; the contraction; the sum of squares and the division
+    assert [g.kind.value for g in job.product.fusion.groups] == [
+        "reduction", "contraction", "reduction"]
+    assert job.generators() == {"row-fused": 2, "tiled-contraction": 1}

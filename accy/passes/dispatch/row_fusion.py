@@ -70,7 +70,7 @@ def _broadcasts_rows(groups: list[FusionGroup], ms: list[int], producer_of: dict
     with a producer it merely reads is the tree reduction's, or the row softmax's)."""
     dependent = rowgroup.analyse(_nodes(groups, ms, position)).dependent
     inside = set(ms)
-    return any(s in dependent and producer_of.get(s, m) in inside and producer_of[s] != m
+    return any(s in dependent and producer_of.get(s, m) != m and producer_of[s] in inside
                for m in ms for s in groups[m].inputs)
 
 
