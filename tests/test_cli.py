@@ -41,7 +41,8 @@ def test_pipeline_prints_canonical_text(capsys):
     assert main(["pipeline", " accy-dispatch , layout-planning{alignment=64}"]) == 0
     assert capsys.readouterr().out.strip() == "fusion-planning,schedule-planning,layout-planning"
     assert main(["pipeline", "fusion-planning{policy=multi-output}", "--full"]) == 0
-    assert capsys.readouterr().out.strip() == "fusion-planning{policy=multi-output max-ops=1000}"
+    assert capsys.readouterr().out.strip() == (
+        "fusion-planning{policy=multi-output max-ops=1000 row-fusion=true}")
 
 
 def test_pipeline_error_points_at_column(capsys):

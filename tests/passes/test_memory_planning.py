@@ -18,11 +18,13 @@ from accy.target import TargetProfile
 f32 = accy.f32
 
 
-def pipeline(buffers: str = "", spaces: str = "", layout: str = "") -> str:
-    """accy-default with options on the memory passes."""
+def pipeline(buffers: str = "", spaces: str = "", layout: str = "", rows: bool = True) -> str:
+    """accy-default with options on the memory passes (``rows=False``: without row fusion, for
+    tests about slots shared between the kernels of a reduction and its consumers)."""
     memory = (f"bufferization-planning{{{buffers}}},memory-space-planning{{{spaces}}},"
               f"layout-planning{{{layout}}}")
-    return f"accy-contract,accy-tensor,accy-dispatch,{memory},accy-kernel,accy-target".replace(
+    dispatch = "accy-dispatch" if rows else "fusion-planning{row-fusion=false},schedule-planning"
+    return f"accy-contract,accy-tensor,{dispatch},{memory},accy-kernel,accy-target".replace(
         "{}", "")
 
 
@@ -118,7 +120,7 @@ def scaled(a: f32[8, 8], b: f32[8, 8]):
 
 
 def test_in_place_over_input_read_in_step_while_another_is_broadcast(device) -> None:
-    job = accy.prepare(scaled)
+    job = accy.prepare(scaled, pipeline(rows=False))  # row fusion: one kernel, no such step
     fn = scaled.functions[0]
     y = fn.results[1].srcs[0]
     x = y.srcs[0]
@@ -198,7 +200,7 @@ def test_peak_counts_only_live_slots() -> None:
         z = x + y
         return z, y
 
-    plan = accy.prepare(relay, until="memory").product.buffers
+    plan = accy.prepare(relay, pipeline(rows=False), until="memory").product.buffers
     kib = 1024
     assert plan.allocated_bytes == sum(s.nbytes for s in plan.slots) == 3 * kib + 4
     # a, x, z and y are all live at the last kernel (x read while z is written)
@@ -213,7 +215,8 @@ def test_peak_drops_dead_intermediates() -> None:
         w = (a + s) * 3.0
         return w.sum() + w.max()
 
-    job = accy.prepare(phases, pipeline(buffers="reuse=false in-place=false"), until="memory")
+    job = accy.prepare(phases, pipeline(buffers="reuse=false in-place=false", rows=False),
+                       until="memory")
     plan = job.product.buffers
     assert plan.peak_bytes < plan.allocated_bytes
 

@@ -205,7 +205,8 @@ def test_schedule_orders_producers_first() -> None:
         u = t * total
         return u - t, t - 1.0
 
-    job = accy.prepare(dag, until="dispatch")
+    no_rows = "accy-contract,accy-tensor,fusion-planning{row-fusion=false},schedule-planning"
+    job = accy.prepare(dag, no_rows, until="dispatch")  # row fusion: one group
     fusion, schedule = job.product.fusion, job.product.schedule
     assert len(schedule.items) == len(fusion.groups) == 4
     assert sorted(i.group for i in schedule.items) == list(range(len(fusion.groups)))

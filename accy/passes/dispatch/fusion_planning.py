@@ -11,6 +11,7 @@ from accy.ir.ops import Op, OpKind
 from accy.ir.program import Stage
 from accy.passes.analysis import analysis
 from accy.passes.base import COUNT_MAX, Pass, option
+from accy.passes.dispatch.row_fusion import merge_row_groups
 from accy.passes.registry import register
 from accy.plans import FusionGroup, FusionPlan, ScheduleKind
 from accy.product import Product
@@ -67,16 +68,30 @@ class FusionPlanning(Pass):
         "the value through memory (0: no limit); OpenCL compile time grows faster than kernel "
         "size", minimum=0, maximum=COUNT_MAX,
     )
+    row_fusion: bool = option(
+        True,
+        "merge chains of reductions along the same rows (the last axis) with the elementwise "
+        "ops between and after them into one group, built as one kernel by the row-fused "
+        "generator (a layer norm: one kernel, not four); false: a kernel per reduction",
+    )
 
     def run(self, ctx, product):
         groups: list[FusionGroup] = []
-        recomputed = 0
+        recomputed = merged = 0
         for fi, fn in enumerate(product.program.functions):
-            planned, shared = self._plan(fi, fn.nodes(), ctx.analysis("uses", product)[fi])
+            u = ctx.analysis("uses", product)[fi]
+            nodes = fn.nodes()
+            planned, shared = self._plan(fi, nodes, u)
+            if self.row_fusion:
+                position = {n: i for i, n in enumerate(nodes)}
+                planned, rows = merge_row_groups(planned, u.users, u.results, position,
+                                                 self.max_ops)
+                merged += rows
             groups.extend(planned)
             recomputed += shared
         ctx.stat("groups", len(groups))
         ctx.stat("recomputed movement", recomputed)
+        ctx.stat("row groups", merged)
         return product.replace(fusion=FusionPlan(self.policy, tuple(groups)))
 
     def _plan(self, fi: int, nodes: list[Node], u: Uses) -> tuple[list[FusionGroup], int]:
