@@ -80,7 +80,7 @@ from accy.contraction.cost import (
     ssa_to_linear,
 )
 from accy.contraction.exact import exact_ssa
-from accy.contraction.greedy import greedy_ssa, try_greedy
+from accy.contraction.greedy import best_greedy_ssa, greedy_ssa, score_greedy_ssa, try_greedy
 from accy.contraction.hyper import hyper_ssa
 from accy.contraction.search import (
     ExactStateLimitError,
@@ -169,6 +169,9 @@ def find_path(spec: str, shapes: Sequence[Sequence[int]], strategy: str = "auto"
 AUTO_HYPER_MIN_N = 30
 FALLBACK_BEAM_MAX_N = 300  # past it, a failing limited search does not also try beam
 AUTO_HYPER_REPEATS = 8
+AUTO_BEAM_MAX_N = 300  # past it auto runs no exact/beam (seconds to minutes there), only:
+AUTO_LARGE_REPEATS = 4  # hyper trials (score greedy and partitioning, alternately), and
+AUTO_RECONFIGURE_BUDGET = 200  # subtrees reconfiguration re-solves, at most
 
 
 def cheap_candidates(net: Network, opts: PathOptions) -> list[Ssa | None]:
@@ -190,7 +193,11 @@ def cheap_candidates(net: Network, opts: PathOptions) -> list[Ssa | None]:
 
 def _auto_ssa(net: Network, opts: PathOptions) -> Ssa:
     """``exact`` within the state limit, else ``beam``; past 30 operands also a small
-    ``hyper``."""
+    ``hyper``; past ``AUTO_BEAM_MAX_N`` operands a small ``hyper`` alone."""
+    if len(net.reduced) > AUTO_BEAM_MAX_N:
+        large = PathOptions(**{**opts.__dict__, "max_time": None,
+                               "max_repeats": AUTO_LARGE_REPEATS})
+        return hyper_ssa(net, large, lambda: [], AUTO_RECONFIGURE_BUDGET)
     (path,) = cheap_candidates(net, opts)
     if len(net.reduced) < AUTO_HYPER_MIN_N or chain_order(net) is not None:
         if path is None:
@@ -211,9 +218,9 @@ def _limited_fallback(net: Network, opts: PathOptions,
     """Under a memory limit: greedy, eager greedy, the strategy's own unconstrained path (a
     limit taken from it is then always met), then the smallest-intermediate search; a
     :class:`NoPathError` naming the smallest largest intermediate found when none fits."""
-    for lazy in (True, False):
-        path = try_greedy(net, opts, lazy)
-        if path is not None:
+    for path in (try_greedy(net, opts), try_greedy(net, opts, False),
+                 score_greedy_ssa(net, opts)):
+        if path is not None and ssa_cost(net, path).size <= opts.memory_limit:  # type: ignore
             return path
     unlimited = PathOptions(**{**opts.__dict__, "memory_limit": None})
     searches = [search] + [s for s in (_auto_ssa, beam_ssa) if s is not search]
@@ -283,6 +290,6 @@ def _strategy(name: str, search: Callable[[Network, PathOptions], Ssa]) -> Strat
 
 exact = _strategy("exact", _exact_or_fallback_ssa)
 beam = _strategy("beam", beam_ssa)
-greedy = _strategy("greedy", greedy_ssa)
+greedy = _strategy("greedy", best_greedy_ssa)
 auto = _strategy("auto", _auto_ssa)
 hyper = _strategy("hyper", _hyper_ssa)
