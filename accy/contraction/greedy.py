@@ -21,15 +21,31 @@ LAZY_GREEDY_MAX_N = 300  # past it the lazy greedy's exact integer sizes get slo
 
 
 def score_greedy_ssa(net: Network, opts: PathOptions) -> Ssa | None:
-    """cotengra's greedy (``costmod=1``, no noise) in log space; None where it breaks the
-    memory limit."""
+    """The cheapest of four plain greedy runs of :func:`accy.contraction.trials.greedy_core`
+    (every pair queued or each tensor's best only; ties to the pair queued first or to the
+    older pair, which with ``lazy`` is opt_einsum's greedy); None where all break the memory
+    limit."""
     import math
 
-    from accy.contraction.trials import Graph, greedy_core
+    from accy.contraction.trials import Graph, greedy_core, log_costs, log_key
 
     g = Graph(net)
     limit = None if opts.memory_limit is None else math.log(max(opts.memory_limit, 1))
-    return greedy_core(g.legs, g.out, g.logsize, log_limit=limit)
+    found = []
+    for by_age in (False, True):
+        for lazy in (False, True):
+            path = greedy_core(g.legs, g.out, g.sizes, g.logsize, log_limit=limit, lazy=lazy,
+                               by_age=by_age)
+            if path is not None:
+                found.append((log_key(log_costs(g.legs, g.out, g.logsize, path),
+                                      opts.objective), len(found), path))
+    if not found:
+        return None
+    found.sort(key=lambda f: (f[0], f[1]))
+    close = [f[2] for f in found if f[0][0] <= found[0][0][0] * (1 + 1e-9) + 1e-9]
+    if len(close) == 1:
+        return close[0]
+    return min(close, key=lambda p: cost_key(pair_costs(net, p), opts.objective))
 
 
 def best_greedy_ssa(net: Network, opts: PathOptions) -> Ssa:

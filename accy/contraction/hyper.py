@@ -49,8 +49,8 @@ def random_greedy_ssa(net: Network, opts: PathOptions, rng: random.Random,
     where it breaks the memory limit or ``log_flops_limit``)."""
     graph = graph or Graph(net)
     limit = None if opts.memory_limit is None else math.log(max(opts.memory_limit, 1))
-    return greedy_core(graph.legs, graph.out, graph.logsize, costmod, temperature, rng, limit,
-                       log_flops_limit)
+    return greedy_core(graph.legs, graph.out, graph.sizes, graph.logsize, costmod, temperature,
+                       rng, limit, log_flops_limit)
 
 
 class _Best:
@@ -97,8 +97,9 @@ def hyper_ssa(net: Network, opts: PathOptions, starts: Callable[[], list[Ssa | N
               | None = None, reconfigure_budget: int | None = None) -> Ssa:
     """The anytime search (see the module docstring); ``starts`` gives the starting paths
     (default: greedy, chain DP, ``auto`` where cheap); ``reconfigure_budget`` bounds the
-    subtrees reconfiguration re-solves (None: no bound; past ``RECONFIGURE_MAX_N`` operands
-    without a time budget, reconfiguration only runs with a bound)."""
+    subtrees reconfiguration re-solves, and then only the best tree is polished (None: no
+    bound, the best ``KEEP`` trees; past ``RECONFIGURE_MAX_N`` operands without a time
+    budget, reconfiguration only runs with a bound)."""
     begin = time.perf_counter()
     deadline = None if opts.max_time is None else begin + opts.max_time
     repeats = opts.max_repeats
@@ -115,11 +116,11 @@ def hyper_ssa(net: Network, opts: PathOptions, starts: Callable[[], list[Ssa | N
     for trial in range(repeats):
         if search_end is not None and time.perf_counter() > search_end:
             break
-        if n >= PARTITION_MIN_N and trial % (2 if kahypar else 3) == 1:
-            best.offer(partition_ssa(net, opts, rng, graph))
+        if n >= PARTITION_MIN_N and trial % (2 if kahypar else 3) == (0 if kahypar else 1):
+            best.offer(partition_ssa(net, opts, rng, graph, deadline=search_end))
         else:
-            costmod = rng.uniform(0.1, 4.0) if trial else 1.0
-            temperature = math.exp(rng.uniform(math.log(0.001), 0.0)) if trial else 0.0
+            costmod = rng.uniform(0.1, 4.0)
+            temperature = math.exp(rng.uniform(math.log(0.001), 0.0))
             best.offer(random_greedy_ssa(net, opts, rng, costmod, temperature, graph,
                                          best.log_flops()))
     if not best.found:
@@ -131,7 +132,8 @@ def hyper_ssa(net: Network, opts: PathOptions, starts: Callable[[], list[Ssa | N
         sys.setrecursionlimit(max(old, 4 * n + 200))
         try:
             memo: dict = {}
-            for _, _, path, _ in list(best.found):
+            polish = best.found[:1] if reconfigure_budget is not None else list(best.found)
+            for _, _, path, _ in polish:
                 if deadline is not None and time.perf_counter() > deadline:
                     break
                 best.offer(reconfigure(net, path, opts, memo, deadline, reconfigure_budget))
@@ -141,8 +143,9 @@ def hyper_ssa(net: Network, opts: PathOptions, starts: Callable[[], list[Ssa | N
 
 
 def _default_starts(net: Network, opts: PathOptions, graph: Graph) -> list[Ssa | None]:
+    from accy.contraction.greedy import score_greedy_ssa
     from accy.contraction.paths import cheap_candidates
 
     if len(net.reduced) <= AUTO_START_MAX_N:
         return cheap_candidates(net, opts)
-    return [random_greedy_ssa(net, opts, random.Random(0), 1.0, 0.0, graph)]
+    return [score_greedy_ssa(net, opts)]

@@ -19,6 +19,7 @@ import math
 import os
 import random
 import tempfile
+import time
 from collections import deque
 
 from accy.contraction.cost import Network, tree_to_ssa
@@ -201,19 +202,21 @@ def bisect(graph: Graph, nodes: list[int], rng: random.Random, imbalance: float,
 
 def partition_tree(graph: Graph, rng: random.Random, *, cutoff: int, imbalance: float,
                    parts: int = 2, use_kahypar: bool = True, log_weights: bool = True,
-                   log_limit: float | None = None) -> object | None:
-    """One tree by recursive partitioning (None where greedy breaks ``log_limit``)."""
+                   log_limit: float | None = None, deadline: float | None = None
+                   ) -> object | None:
+    """One tree by recursive partitioning (None where greedy breaks ``log_limit``); past
+    ``deadline`` (``time.perf_counter()``) the groups left are contracted by greedy."""
     kahypar = use_kahypar and kahypar_module() is not None
 
     def greedy_tree(items: list[object], legs: list[frozenset[int]],
                     keep: frozenset[int]) -> object | None:
-        ssa = greedy_core(legs, keep, graph.logsize, log_limit=log_limit)
+        ssa = greedy_core(legs, keep, graph.sizes, graph.logsize, log_limit=log_limit)
         return None if ssa is None else tree_of(ssa, items)
 
     def solve(group: list[int]) -> object | None:
         if len(group) == 1:
             return group[0]
-        if len(group) <= cutoff:
+        if len(group) <= cutoff or (deadline is not None and time.perf_counter() > deadline):
             return greedy_tree(list(group), [graph.legs[v] for v in group],
                                graph.boundary(group))
         k = min(parts, len(group))
@@ -240,15 +243,17 @@ def partition_tree(graph: Graph, rng: random.Random, *, cutoff: int, imbalance: 
 
 
 def partition_ssa(net: Network, opts: PathOptions, rng: random.Random,
-                  graph: Graph | None = None, use_kahypar: bool = True) -> Ssa | None:
+                  graph: Graph | None = None, use_kahypar: bool = True,
+                  deadline: float | None = None) -> Ssa | None:
     """One tree by recursive partitioning with parameters drawn from ``rng`` (cotengra's
-    ranges; None where it breaks the memory limit)."""
+    ranges, the imbalance capped so no part exceeds ~5/8 of its group: looser splits recurse
+    deep and cost KaHyPar calls on large groups; None where it breaks the memory limit)."""
     graph = graph or Graph(net)
     kahypar = use_kahypar and kahypar_module() is not None
     log_limit = None if opts.memory_limit is None else math.log(max(opts.memory_limit, 1))
     tree = partition_tree(
         graph, rng, cutoff=rng.randint(10, 40) if kahypar else rng.randint(4, 16),
-        imbalance=rng.uniform(0.01, 1.0) if kahypar else rng.uniform(0.0, 0.3),
+        imbalance=rng.uniform(0.01, 0.125) if kahypar else rng.uniform(0.0, 0.3),
         parts=rng.choice((2, 2, 2, 3, 4)) if kahypar else 2, use_kahypar=use_kahypar,
-        log_weights=rng.random() < 0.5, log_limit=log_limit)
+        log_weights=rng.random() < 0.5, log_limit=log_limit, deadline=deadline)
     return None if tree is None else tree_to_ssa(tree, graph.n)

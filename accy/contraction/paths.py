@@ -197,7 +197,8 @@ def _auto_ssa(net: Network, opts: PathOptions) -> Ssa:
     if len(net.reduced) > AUTO_BEAM_MAX_N:
         large = PathOptions(**{**opts.__dict__, "max_time": None,
                                "max_repeats": AUTO_LARGE_REPEATS})
-        return hyper_ssa(net, large, lambda: [], AUTO_RECONFIGURE_BUDGET)
+        return hyper_ssa(net, large, lambda: [score_greedy_ssa(net, opts)],
+                         AUTO_RECONFIGURE_BUDGET)
     (path,) = cheap_candidates(net, opts)
     if len(net.reduced) < AUTO_HYPER_MIN_N or chain_order(net) is not None:
         if path is None:

@@ -36,7 +36,8 @@ class Graph:
         self.n = len(net.reduced)
         self.legs: list[frozenset[int]] = [frozenset(bits(m)) for m in net.reduced]
         self.out: frozenset[int] = frozenset(bits(net.output))
-        self.logsize: list[float] = [math.log(max(s, 1)) for s in net.sizes]
+        self.sizes: list[int] = [max(s, 1) for s in net.sizes]
+        self.logsize: list[float] = [math.log(s) for s in self.sizes]
         self.holders: dict[int, list[int]] = {}
         for i, legs in enumerate(self.legs):
             for ltr in legs:
@@ -60,15 +61,22 @@ def _log_add(x: float, y: float) -> float:
 
 
 def greedy_core(legs_list: Sequence[frozenset[int]], keep: frozenset[int],
-                logsize: Sequence[float], costmod: float = 1.0, temperature: float = 0.0,
-                rng: random.Random | None = None, log_limit: float | None = None,
-                log_flops_limit: float | None = None) -> Ssa | None:
+                sizes: Sequence[int], logsize: Sequence[float], costmod: float = 1.0,
+                temperature: float = 0.0, rng: random.Random | None = None,
+                log_limit: float | None = None, log_flops_limit: float | None = None,
+                lazy: bool = False, by_age: bool = False) -> Ssa | None:
     """One greedy tree over ``legs_list`` (local ids ``0..k-1``), never summing ``keep``'s
     letters; None where an intermediate would exceed ``exp(log_limit)`` elements or the
     FLOPs ``exp(log_flops_limit)`` (a trial already worse than the best found stops early).
-    Ties on the score go to the pair queued first."""
+
+    Sizes are exact integers (the score of plain greedy, ``costmod=1`` without noise, is
+    exact: ties are real ties); the noisy score is a float. Ties go to the pair queued first,
+    or with ``by_age`` to the pair whose younger member is older (opt_einsum's rule).
+    ``lazy``: each tensor queues its best pair only (opt_einsum's greedy), not every pair.
+    """
     n = len(legs_list)
     legs: dict[int, frozenset[int]] = dict(enumerate(legs_list))
+    isz = {i: math.prod(sizes[x] for x in lg) for i, lg in legs.items()}
     lsz = {i: math.fsum(logsize[x] for x in lg) for i, lg in legs.items()}
     holders: dict[int, set[int]] = {}
     for i, lg in legs.items():
@@ -76,69 +84,57 @@ def greedy_core(legs_list: Sequence[frozenset[int]], keep: frozenset[int],
             holders.setdefault(x, set()).add(i)
     rand = (rng or random.Random(0)).random
     exp, log = math.exp, math.log
-    inv = 1.0 / costmod
-    heap: list[tuple[float, int, int, int]] = []
+    exact = costmod == 1.0 and not temperature
+    heap: list[tuple] = []
     counter = iter(range(1 << 62))
     flops = -math.inf
     flops_limit = math.inf if log_flops_limit is None else log_flops_limit
 
-    def push(a: int, b: int) -> None:
-        la, lb = lsz[a], lsz[b]
-        l12 = la + lb
+    def push(a: int, b: int) -> tuple | None:
+        sa, sb, la, lb = isz[a], isz[b], lsz[a], lsz[b]
+        div, l12 = 1, la + lb
         for x in legs[a] & legs[b]:
+            div *= sizes[x]
             l12 -= logsize[x]
             if len(holders[x]) == 2 and x not in keep:
+                div *= sizes[x]
                 l12 -= logsize[x]
         if log_limit is not None and l12 > log_limit + 1e-9:
-            return
-        m = max(l12, la, lb)
-        s = exp(l12 - m) * inv - (exp(la - m) + exp(lb - m)) * costmod
-        if s > 0:
-            s = m + log(s)
-        elif s < 0:
-            s = -m - log(-s)
-        if temperature:
+            return None
+        s12 = sa * sb // div
+        if exact:
+            s: float = s12 - sa - sb
+        else:  # cotengra's score, sign * log|.|
+            if l12 < 700 and la < 700 and lb < 700:
+                raw = s12 / costmod - (sa + sb) * costmod
+                s = log(raw) if raw > 0 else -log(-raw) if raw < 0 else 0.0
+            else:  # past floats: relative to the largest
+                m = max(l12, la, lb)
+                raw = exp(l12 - m) / costmod - (exp(la - m) + exp(lb - m)) * costmod
+                s = math.copysign(m + log(abs(raw)), raw) if raw else 0.0
             s += temperature * log(-log(rand() or 1e-300))  # minus Gumbel noise
-        heapq.heappush(heap, (s, next(counter), a, b))
+        entry = (s, max(a, b), min(a, b)) if by_age else (s, next(counter), a, b)
+        if not lazy:
+            heapq.heappush(heap, entry)
+        return entry
 
     seen: set[tuple[int, int]] = set()
     for x in sorted(holders):
         hs = sorted(holders[x])
         for i, a in enumerate(hs):
+            if lazy:  # opt_einsum's start: per letter and operand, its best later partner
+                found = [e for b in hs[i + 1:] for e in [push(a, b)] if e is not None]
+                if found:
+                    heapq.heappush(heap, min(found))
+                continue
             for b in hs[i + 1:]:
                 if (a, b) not in seen:
                     seen.add((a, b))
                     push(a, b)
     path: Ssa = []
     fresh = n
-    while heap:
-        _, _, a, b = heapq.heappop(heap)
-        if a not in legs or b not in legs:
-            continue
-        la, lb = legs.pop(a), legs.pop(b)
-        union = la | lb
-        lu = math.fsum(logsize[x] for x in union)
-        for x in la:
-            holders[x].discard(a)
-        for x in lb:
-            holders[x].discard(b)
-        new = frozenset(x for x in union if holders[x] or x in keep)
-        flops = _log_add(flops, lu + LOG2 if len(new) < len(union) else lu)
-        if flops > flops_limit:
-            return None
-        legs[fresh] = new
-        lsz[fresh] = math.fsum(logsize[x] for x in new)
-        around: set[int] = set()
-        for x in new:
-            around |= holders[x]
-            holders[x].add(fresh)
-        path.append((a, b))
-        for j in sorted(around):
-            push(j, fresh)
-        fresh += 1
-    rest = sorted((lsz[i], i) for i in legs)  # what shares no letter: outer products
-    while len(rest) > 1:
-        (_, a), (_, b) = heapq.heappop(rest), heapq.heappop(rest)
+
+    def merge(a: int, b: int) -> frozenset[int]:
         la, lb = legs.pop(a), legs.pop(b)
         for x in la:
             holders[x].discard(a)
@@ -146,12 +142,40 @@ def greedy_core(legs_list: Sequence[frozenset[int]], keep: frozenset[int],
             holders[x].discard(b)
         new = frozenset(x for x in la | lb if holders[x] or x in keep)
         legs[fresh] = new
+        isz[fresh] = math.prod(sizes[x] for x in new)
         lsz[fresh] = math.fsum(logsize[x] for x in new)
+        path.append((min(a, b), max(a, b)))
+        return la | lb
+
+    while heap:
+        entry = heapq.heappop(heap)
+        a, b = entry[-2:] if not by_age else (entry[2], entry[1])
+        if a not in legs or b not in legs:
+            continue
+        union = merge(a, b)
+        new = legs[fresh]
+        lu = math.fsum(logsize[x] for x in union)
+        flops = _log_add(flops, lu + LOG2 if len(new) < len(union) else lu)
+        if flops > flops_limit:
+            return None
+        around: set[int] = set()
+        for x in new:
+            around |= holders[x]
+            holders[x].add(fresh)
+        entries = [push(j, fresh) for j in sorted(around)]
+        if lazy:
+            entries = [e for e in entries if e is not None]
+            if entries:
+                heapq.heappush(heap, min(entries))
+        fresh += 1
+    rest = sorted((lsz[i], i) for i in legs)  # what shares no letter: outer products
+    while len(rest) > 1:
+        (_, a), (_, b) = heapq.heappop(rest), heapq.heappop(rest)
+        merge(a, b)
         if log_limit is not None and lsz[fresh] > log_limit + 1e-9:
             return None
-        for x in new:
+        for x in legs[fresh]:
             holders[x].add(fresh)
-        path.append((min(a, b), max(a, b)))
         heapq.heappush(rest, (lsz[fresh], fresh))
         fresh += 1
     return path
