@@ -147,5 +147,5 @@ def _default_starts(net: Network, opts: PathOptions, graph: Graph) -> list[Ssa |
     from accy.contraction.paths import cheap_candidates
 
     if len(net.reduced) <= AUTO_START_MAX_N:
-        return cheap_candidates(net, opts)
+        return [*cheap_candidates(net, opts), score_greedy_ssa(net, opts)]
     return [score_greedy_ssa(net, opts)]

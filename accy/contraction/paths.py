@@ -206,7 +206,7 @@ def _auto_ssa(net: Network, opts: PathOptions) -> Ssa:
         return path
     small = PathOptions(**{**opts.__dict__, "max_time": None,
                            "max_repeats": AUTO_HYPER_REPEATS})
-    return hyper_ssa(net, small, lambda: [path])
+    return hyper_ssa(net, small, lambda: [path, score_greedy_ssa(net, opts)])
 
 
 def _hyper_ssa(net: Network, opts: PathOptions) -> Ssa:
