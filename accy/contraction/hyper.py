@@ -2,23 +2,28 @@
 
 It spends ``max_time`` seconds or ``max_repeats`` trials (an effort budget: reproducible) on
 
-* **Boltzmann-sampled greedy** (cotengra's ``random-greedy`` score): greedy over pairs
-  sharing a summed letter, each pair scored by ``result / costmod - (size_a + size_b) *
-  costmod`` taken to ``sign * log|.|`` minus Gumbel noise of weight ``temperature``;
-  ``costmod`` (uniform in 0.1..4) and ``temperature`` (log-uniform in 0.001..1) are drawn per
-  trial, so the trials sample the neighbourhood of the greedy path;
-* **recursive bisection** (:mod:`accy.contraction.partition`, every third trial past 24
-  operands): the operands are split into two parts cutting few, small letters, recursively,
-  and the parts are joined in the order of the splits (cotengra's ``kahypar`` driver, with a
-  simple partitioner standing in for KaHyPar);
+* **Boltzmann-sampled greedy** (cotengra's ``random-greedy``,
+  :func:`accy.contraction.trials.greedy_core`): pairs sharing a letter scored by
+  ``result / costmod - (size_a + size_b) * costmod`` taken to ``sign * log|.|`` minus Gumbel
+  noise of weight ``temperature``; ``costmod`` (uniform in 0.1..4) and ``temperature``
+  (log-uniform in 0.001..1) are drawn per trial; a trial stops once its FLOPs pass the best
+  tree's;
+* **recursive partitioning** (:mod:`accy.contraction.partition`, from
+  :data:`PARTITION_MIN_N` operands): every other trial with KaHyPar installed (the first
+  one included), else every third with the built-in bisection; the tree is built top-down,
+  greedy inside parts of at most ``cutoff`` operands (cotengra's ``kahypar`` driver);
 * **subtree reconfiguration** of the best trees found (the one ``beam`` uses), in the last
-  30% of a time budget (without one, only up to ``RECONFIGURE_MAX_N`` operands).
+  30% of a time budget (without one, up to ``RECONFIGURE_MAX_N`` operands, or only the best
+  tree with an effort bound ``reconfigure_budget``, which ``auto`` uses past 300 operands).
 
-It starts from the greedy path, the chain DP where the network is chain-like and ``auto``'s
-path where that is cheap (up to :data:`AUTO_START_MAX_N` operands), so it is never worse than
-those. With ``max_time`` the loop stops at the deadline and returns the best tree so far; the
-result then depends on the machine's speed. Without ``max_time`` it runs ``max_repeats``
-trials (64 by default) and is deterministic for a given ``seed``.
+Trials are rated in log space first; only a tree that may enter the best ``KEEP`` is costed
+exactly. It starts from the score greedy (the ``greedy`` strategy's four runs) and, up to
+:data:`AUTO_START_MAX_N` operands, ``auto``'s exact/beam path (the chain DP where the network
+is chain-like), so it is never worse than those. With ``max_time`` the loop stops at the
+deadline (a partition trial then finishes its open parts by greedy) and returns the best
+tree so far; the result then depends on the machine's speed. Without ``max_time`` it runs
+``max_repeats`` trials (64 by default) and is deterministic for a given ``seed`` (KaHyPar
+is seeded from it too).
 """
 
 from __future__ import annotations
@@ -31,7 +36,12 @@ from collections.abc import Callable
 
 from accy.contraction.beam import RECONFIGURE_MAX_N, reconfigure
 from accy.contraction.cost import Network
-from accy.contraction.partition import kahypar_module, partition_ssa
+from accy.contraction.partition import (
+    draw_params,
+    kahypar_module,
+    partition_ssa,
+    perturb_params,
+)
 from accy.contraction.search import NoPathError, PathOptions, Ssa, cost_key, pair_costs
 from accy.contraction.trials import Graph, greedy_core, log_costs, log_key
 
@@ -113,16 +123,30 @@ def hyper_ssa(net: Network, opts: PathOptions, starts: Callable[[], list[Ssa | N
     rng = random.Random(opts.seed)
     search_end = None if deadline is None else begin + (1 - RECONFIGURE_SHARE) * opts.max_time
     kahypar = kahypar_module() is not None
-    for trial in range(repeats):
-        if search_end is not None and time.perf_counter() > search_end:
-            break
-        if n >= PARTITION_MIN_N and trial % (2 if kahypar else 3) == (0 if kahypar else 1):
-            best.offer(partition_ssa(net, opts, rng, graph, deadline=search_end))
+    tuned: list = []  # (log flops, params) of the best partition trial
+
+    def trial(k: int, end: float | None) -> None:
+        if n >= PARTITION_MIN_N and k % (2 if kahypar else 3) == (0 if kahypar else 1):
+            params = draw_params(rng, kahypar)
+            if tuned and k >= 12 and rng.random() < 0.5:
+                params = perturb_params(tuned[1], rng, kahypar)
+            path = partition_ssa(net, opts, rng, graph, deadline=end, params=params)
+            if path is not None:
+                cost = log_costs(graph.legs, graph.out, graph.logsize, path)[0]
+                if not tuned or cost < tuned[0]:
+                    tuned[:] = [cost, params]
+            best.offer(path)
         else:
             costmod = rng.uniform(0.1, 4.0)
             temperature = math.exp(rng.uniform(math.log(0.001), 0.0))
             best.offer(random_greedy_ssa(net, opts, rng, costmod, temperature, graph,
                                          best.log_flops()))
+
+    done = 0
+    for done in range(repeats):
+        if search_end is not None and time.perf_counter() > search_end:
+            break
+        trial(done, search_end)
     if not best.found:
         raise NoPathError(f"no pairwise path keeps every intermediate within "
                           f"memory_limit={opts.memory_limit} elements")
@@ -132,11 +156,23 @@ def hyper_ssa(net: Network, opts: PathOptions, starts: Callable[[], list[Ssa | N
         sys.setrecursionlimit(max(old, 4 * n + 200))
         try:
             memo: dict = {}
-            polish = best.found[:1] if reconfigure_budget is not None else list(best.found)
-            for _, _, path, _ in polish:
+            polished: set[tuple] = set()
+
+            def polish(path: Ssa) -> None:
+                polished.add(tuple(path))
+                best.offer(reconfigure(net, path, opts, memo, deadline, reconfigure_budget))
+
+            for _, _, path, _ in best.found[:1] if reconfigure_budget is not None \
+                    else list(best.found):
                 if deadline is not None and time.perf_counter() > deadline:
                     break
-                best.offer(reconfigure(net, path, opts, memo, deadline, reconfigure_budget))
+                polish(path)
+            # time left (a time budget only): more trials, each new best tree polished
+            while deadline is not None and time.perf_counter() < deadline:
+                done += 1
+                trial(done, deadline)
+                if tuple(best.found[0][2]) not in polished:
+                    polish(best.found[0][2])
         finally:
             sys.setrecursionlimit(old)
     return best.best  # type: ignore[return-value]

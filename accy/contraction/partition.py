@@ -242,18 +242,32 @@ def partition_tree(graph: Graph, rng: random.Random, *, cutoff: int, imbalance: 
     return solve(list(range(graph.n)))
 
 
+def draw_params(rng: random.Random, kahypar: bool) -> dict:
+    """One trial's parameters (cotengra's ranges, the imbalance capped so no part exceeds
+    ~5/8 of its group: looser splits recurse deep and cost KaHyPar calls on large groups)."""
+    return {"cutoff": rng.randint(10, 40) if kahypar else rng.randint(4, 16),
+            "imbalance": rng.uniform(0.01, 0.125) if kahypar else rng.uniform(0.0, 0.3),
+            "parts": rng.choice((2, 2, 2, 3, 4)) if kahypar else 2,
+            "log_weights": rng.random() < 0.5}
+
+
+def perturb_params(params: dict, rng: random.Random, kahypar: bool) -> dict:
+    """Parameters near ``params`` (``hyper`` samples near the best trial's half the time)."""
+    low, high = (10, 40) if kahypar else (4, 16)
+    top = 0.125 if kahypar else 0.3
+    return {**params, "cutoff": min(high, max(low, params["cutoff"] + rng.randint(-4, 4))),
+            "imbalance": min(top, max(0.01, params["imbalance"] * rng.uniform(0.6, 1.6)))}
+
+
 def partition_ssa(net: Network, opts: PathOptions, rng: random.Random,
                   graph: Graph | None = None, use_kahypar: bool = True,
-                  deadline: float | None = None) -> Ssa | None:
-    """One tree by recursive partitioning with parameters drawn from ``rng`` (cotengra's
-    ranges, the imbalance capped so no part exceeds ~5/8 of its group: looser splits recurse
-    deep and cost KaHyPar calls on large groups; None where it breaks the memory limit)."""
+                  deadline: float | None = None, params: dict | None = None) -> Ssa | None:
+    """One tree by recursive partitioning with ``params`` (default: :func:`draw_params` from
+    ``rng``); None where it breaks the memory limit."""
     graph = graph or Graph(net)
     kahypar = use_kahypar and kahypar_module() is not None
     log_limit = None if opts.memory_limit is None else math.log(max(opts.memory_limit, 1))
-    tree = partition_tree(
-        graph, rng, cutoff=rng.randint(10, 40) if kahypar else rng.randint(4, 16),
-        imbalance=rng.uniform(0.01, 0.125) if kahypar else rng.uniform(0.0, 0.3),
-        parts=rng.choice((2, 2, 2, 3, 4)) if kahypar else 2, use_kahypar=use_kahypar,
-        log_weights=rng.random() < 0.5, log_limit=log_limit, deadline=deadline)
+    params = params if params is not None else draw_params(rng, kahypar)
+    tree = partition_tree(graph, rng, use_kahypar=use_kahypar, log_limit=log_limit,
+                          deadline=deadline, **params)
     return None if tree is None else tree_to_ssa(tree, graph.n)

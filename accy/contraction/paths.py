@@ -26,22 +26,29 @@ function (:mod:`accy.contraction.opt_einsum_bridge`). Costs are in the units of
   then polished by *subtree reconfiguration* (every subtree, cut to ``reconfigure_leaves``
   leaves, re-solved exactly) and the cheapest is returned, so ``beam`` is never worse than
   ``greedy``. It costs ``O(width * n**2 log n)``: seconds past a few hundred operands.
-* ``greedy`` -- repeatedly contracts the queued pair sharing a summed letter that removes the
-  most elements (result size minus operand sizes; ties: fewer FLOPs, lower ids). Like
-  opt_einsum's greedy it queues each operand's best partner only (at the start, and when the
-  operand is made), then joins what is left smallest first, and returns the left-to-right
-  path instead when that is cheaper.
+* ``greedy`` -- the cheapest of four plain greedy runs (:mod:`accy.contraction.trials`):
+  repeatedly contract the pair sharing a letter that removes the most elements (result size
+  minus operand sizes, exact integers), with every pair queued or each tensor's best only,
+  ties to the pair queued first or to the older pair (the last two: opt_einsum's greedy);
+  up to 300 operands also the lazy greedy :func:`accy.contraction.greedy.greedy_ssa` (the
+  bound ``exact`` and ``beam`` start from). What shares no letter is joined smallest first.
+  About 0.1 s at 1,000 operands on an idle machine (the four runs together).
 * ``auto`` -- ``exact`` while it stays within ``exact_state_limit`` (chain-like networks by
   the interval DP of :mod:`accy.contraction.chain`, at any size up to 200 operands), else
   ``beam``. Past ``exact_outer_limit`` operands it polishes exact's tree by subtree
   reconfiguration, which may bring in the outer products exact's space lacks (so ``auto``
   may beat ``exact``). Past :data:`AUTO_HYPER_MIN_N` operands it also runs ``hyper`` with a
-  small effort budget (:data:`AUTO_HYPER_REPEATS` trials, no clock) and keeps the cheaper
-  path, so it is never worse than the beam path alone.
-* ``hyper`` -- a budgeted anytime search (:mod:`accy.contraction.hyper`): randomized greedy
-  restarts, recursive bisection and reconfiguration of the best trees, within ``max_time``
-  seconds or ``max_repeats`` trials (64 by default), starting from ``auto``'s path up to 120
-  operands. The one strategy meant to be given time.
+  small effort budget (:data:`AUTO_HYPER_REPEATS` trials, no clock) from that path and the
+  greedy one and keeps the cheapest, so it is never worse than the beam path alone. Past
+  :data:`AUTO_BEAM_MAX_N` operands (where beam takes seconds to minutes) it runs no
+  exact/beam: only ``hyper`` with :data:`AUTO_LARGE_REPEATS` trials from the greedy path and
+  at most :data:`AUTO_RECONFIGURE_BUDGET` reconfigured subtrees of the best tree (an effort
+  bound: about a second at 1,000 operands on an idle machine, deterministic).
+* ``hyper`` -- a budgeted anytime search (:mod:`accy.contraction.hyper`): Boltzmann-sampled
+  greedy restarts, recursive partitioning (KaHyPar when installed, else a built-in spectral
+  bisection) and reconfiguration of the best trees, within ``max_time`` seconds or
+  ``max_repeats`` trials (64 by default), starting from the greedy path and, up to 120
+  operands, ``auto``'s. The one strategy meant to be given time.
 
 Under a memory limit every strategy that finds no path falls back, in order, to greedy,
 eager greedy, and a search minimizing the largest intermediate; only when none fits does it
