@@ -14,6 +14,7 @@ single-operand moves.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import math
 import os
@@ -70,6 +71,7 @@ def _profile_path() -> str:
     fd, path = tempfile.mkstemp(prefix="accy-kahypar-", suffix=".ini")
     with os.fdopen(fd, "w") as f:
         f.write("\n".join(_KAHYPAR_SETTINGS) + "\n")
+    atexit.register(os.remove, path)
     return path
 
 
