@@ -1,13 +1,13 @@
 """Benchmark (issue #17): contraction paths for 30 to 1,000 tensors, accy against cotengra.
 
     python experiments/bench_paths_scale.py [--sizes 30,80,200,500,1000] [--repeats 1]
-        [--families regular,connected,shuffled-chain] [--hyper-s 1] [--cotengra-s 1,10]
+        [--families regular,connected,shuffled-chain] [--hyper-s 1,10] [--cotengra-s 1,10]
         [--seed 0] [--out results/bench_paths_scale.json]
 
 Instances: einsum_benchmark's ``regular(n, 3, d_min=2, d_max=4)`` and
 ``connected_network`` generators when einsum_benchmark (with its ``generators`` extra) is
 installed, else the look-alikes of ``accy.experiments.networks.scale_problem``; plus shuffled
-matrix chains. Methods: accy ``greedy``, ``auto`` and ``hyper`` under ``--hyper-s`` seconds,
+matrix chains. Methods: accy ``greedy``, ``auto`` and ``hyper`` under each of ``--hyper-s`` seconds,
 opt_einsum ``greedy``, and cotengra's ``HyperOptimizer`` under each of ``--cotengra-s``
 seconds when cotengra is installed (KaHyPar partitioning only if kahypar is). Every path is
 costed by ``accy.contraction.path_cost`` (FLOPs in accy's units); the table gives
@@ -76,7 +76,7 @@ def problems(families: list[str], sizes: list[int], repeats: int, seed: int
     return out
 
 
-def methods(hyper_s: float, cotengra_s: list[float]) -> dict[str, Callable[[Problem], list]]:
+def methods(hyper_s: list[float], cotengra_s: list[float]) -> dict[str, Callable[[Problem], list]]:
     def accy_fn(name: str, opts: PathOptions | None = None) -> Callable[[Problem], list]:
         return lambda p: STRATEGIES[name](p[0], p[1], p[2], opts)
 
@@ -85,9 +85,10 @@ def methods(hyper_s: float, cotengra_s: list[float]) -> dict[str, Callable[[Prob
 
     table: dict[str, Callable[[Problem], list]] = {
         "accy:greedy": accy_fn("greedy"), "accy:auto": accy_fn("auto"),
-        f"accy:hyper-{hyper_s:g}s": accy_fn("hyper", PathOptions(max_time=hyper_s)),
         "opt_einsum:greedy": oe_greedy,
     }
+    for budget in hyper_s:
+        table[f"accy:hyper-{budget:g}s"] = accy_fn("hyper", PathOptions(max_time=budget))
     try:
         import cotengra as ctg
     except ImportError:
@@ -161,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
                     type=lambda s: s.split(","))
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--hyper-s", type=float, default=1.0)
+    ap.add_argument("--hyper-s", default="1,10", type=lambda s: [float(x) for x in s.split(",")])
     ap.add_argument("--cotengra-s", default="1,10", type=lambda s: [float(x) for x in s.split(",")])
     ap.add_argument("--auto-max-n", type=int, default=1000, help="skip accy:auto above this n")
     ap.add_argument("--out", default="results/bench_paths_scale.json")

@@ -134,12 +134,13 @@ def _mix(group: int) -> int:
 
 def reconfigure(net: Network, ssa: Ssa, opts: PathOptions,
                 memo: dict[tuple[int, ...], Part | None] | None = None,
-                deadline: float | None = None) -> Ssa:
+                deadline: float | None = None, budget: int | None = None) -> Ssa:
     """Polish a tree: re-solve each subtree, cut to ``reconfigure_leaves`` leaves, exactly.
 
     Nodes are visited children first; a subtree is cut by opening its largest inner leaf
     until there are enough leaves; sweeps repeat until nothing improves (at most 8). Past
-    ``deadline`` (``time.perf_counter()``) subtrees are left as they are.
+    ``deadline`` (``time.perf_counter()``), or once ``budget`` subtrees were re-solved (an
+    effort bound: reproducible), subtrees are left as they are.
     """
     n, size, red, objective = len(net.reduced), net.size, net.reduced, opts.objective
     holders, legs_of = net.holders(), {}
@@ -162,9 +163,15 @@ def reconfigure(net: Network, ssa: Ssa, opts: PathOptions,
         return join_costs(inner(node[1], frontier), inner(node[2], frontier),
                      size[u] << 1 if u != kept else size[u], size[kept])
 
+    remaining = [budget]
+
     def improve(node: tuple) -> tuple:
         if deadline is not None and time.perf_counter() > deadline:
             return node
+        if remaining[0] is not None:
+            if remaining[0] <= 0:
+                return node
+            remaining[0] -= 1
         frontier = [node[1], node[2]]
         while len(frontier) < opts.reconfigure_leaves:
             inner_nodes = [f for f in frontier if f[1] is not None]

@@ -1,4 +1,7 @@
-"""The ``greedy`` path strategy (described in :mod:`accy.contraction.paths`)."""
+"""The ``greedy`` path strategy (described in :mod:`accy.contraction.paths`): the better of
+the log-space score greedy of :mod:`accy.contraction.trials` and, up to
+:data:`LAZY_GREEDY_MAX_N` operands, the opt_einsum-style lazy greedy (:func:`greedy_ssa`, also
+the bound ``exact`` and ``beam`` start from)."""
 
 from __future__ import annotations
 
@@ -12,7 +15,55 @@ from accy.contraction.cost import (
     naive_path,
     ssa_cost,
 )
-from accy.contraction.search import PathOptions, Ssa, no_path
+from accy.contraction.search import PathOptions, Ssa, cost_key, no_path, pair_costs
+
+LAZY_GREEDY_MAX_N = 300  # past it the lazy greedy's exact integer sizes get slow (1 s at 1,000)
+
+
+def score_greedy_ssa(net: Network, opts: PathOptions) -> Ssa | None:
+    """The cheapest of four plain greedy runs of :func:`accy.contraction.trials.greedy_core`
+    (every pair queued or each tensor's best only; ties to the pair queued first or to the
+    older pair, which with ``lazy`` is opt_einsum's greedy); None where all break the memory
+    limit."""
+    import math
+
+    from accy.contraction.trials import Graph, greedy_core, log_costs, log_key
+
+    g = Graph(net)
+    limit = None if opts.memory_limit is None else math.log(max(opts.memory_limit, 1))
+    found = []
+    for by_age in (False, True):
+        for lazy in (False, True):
+            path = greedy_core(g.legs, g.out, g.sizes, g.logsize, log_limit=limit, lazy=lazy,
+                               by_age=by_age)
+            if path is not None:
+                found.append((log_key(log_costs(g.legs, g.out, g.logsize, path),
+                                      opts.objective), len(found), path))
+    if not found:
+        return None
+    found.sort(key=lambda f: (f[0], f[1]))
+    close = [f[2] for f in found if f[0][0] <= found[0][0][0] * (1 + 1e-9) + 1e-9]
+    if len(close) == 1:
+        return close[0]
+    return min(close, key=lambda p: cost_key(pair_costs(net, p), opts.objective))
+
+
+def best_greedy_ssa(net: Network, opts: PathOptions) -> Ssa:
+    """The ``greedy`` strategy: the cheapest of the score greedy and (up to
+    ``LAZY_GREEDY_MAX_N`` operands) the lazy greedy, within the memory limit."""
+    found = [score_greedy_ssa(net, opts)]
+    if len(net.reduced) <= LAZY_GREEDY_MAX_N:
+        found.append(try_greedy(net, opts))
+    fits = []
+    for path in found:
+        if path is None:
+            continue
+        costs = pair_costs(net, path)
+        if opts.memory_limit is None or costs[2] <= opts.memory_limit:
+            fits.append((cost_key(costs, opts.objective), path))
+    if not fits:
+        return greedy_ssa(net, opts)  # raises the memory limit's error (or finds a path)
+    return min(fits, key=lambda f: f[0])[1]
 
 
 def try_greedy(net: Network, opts: PathOptions, lazy: bool = True) -> Ssa | None:

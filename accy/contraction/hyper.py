@@ -2,28 +2,32 @@
 
 It spends ``max_time`` seconds or ``max_repeats`` trials (an effort budget: reproducible) on
 
-* **Boltzmann-sampled greedy** (cotengra's ``random-greedy`` score): greedy over pairs
-  sharing a summed letter, each pair scored by ``result / costmod - (size_a + size_b) *
-  costmod`` taken to ``sign * log|.|`` minus Gumbel noise of weight ``temperature``;
-  ``costmod`` (uniform in 0.1..4) and ``temperature`` (log-uniform in 0.001..1) are drawn per
-  trial, so the trials sample the neighbourhood of the greedy path;
-* **recursive bisection** (:mod:`accy.contraction.partition`, every third trial past 24
-  operands): the operands are split into two parts cutting few, small letters, recursively,
-  and the parts are joined in the order of the splits (cotengra's ``kahypar`` driver, with a
-  simple partitioner standing in for KaHyPar);
+* **Boltzmann-sampled greedy** (cotengra's ``random-greedy``,
+  :func:`accy.contraction.trials.greedy_core`): pairs sharing a letter scored by
+  ``result / costmod - (size_a + size_b) * costmod`` taken to ``sign * log|.|`` minus Gumbel
+  noise of weight ``temperature``; ``costmod`` (uniform in 0.1..4) and ``temperature``
+  (log-uniform in 0.001..1) are drawn per trial; a trial stops once its FLOPs pass the best
+  tree's;
+* **recursive partitioning** (:mod:`accy.contraction.partition`, from
+  :data:`PARTITION_MIN_N` operands): every other trial with KaHyPar installed (the first
+  one included), else every third with the built-in bisection; the tree is built top-down,
+  greedy inside parts of at most ``cutoff`` operands (cotengra's ``kahypar`` driver);
 * **subtree reconfiguration** of the best trees found (the one ``beam`` uses), in the last
-  30% of a time budget (without one, only up to ``RECONFIGURE_MAX_N`` operands).
+  30% of a time budget (without one, up to ``RECONFIGURE_MAX_N`` operands, or only the best
+  tree with an effort bound ``reconfigure_budget``, which ``auto`` uses past 300 operands).
 
-It starts from the greedy path, the chain DP where the network is chain-like and ``auto``'s
-path where that is cheap (up to :data:`AUTO_START_MAX_N` operands), so it is never worse than
-those. With ``max_time`` the loop stops at the deadline and returns the best tree so far; the
-result then depends on the machine's speed. Without ``max_time`` it runs ``max_repeats``
-trials (64 by default) and is deterministic for a given ``seed``.
+Trials are rated in log space first; only a tree that may enter the best ``KEEP`` is costed
+exactly. It starts from the score greedy (the ``greedy`` strategy's four runs) and, up to
+:data:`AUTO_START_MAX_N` operands, ``auto``'s exact/beam path (the chain DP where the network
+is chain-like), so it is never worse than those. With ``max_time`` the loop stops at the
+deadline (a partition trial then finishes its open parts by greedy) and returns the best
+tree so far; the result then depends on the machine's speed. Without ``max_time`` it runs
+``max_repeats`` trials (64 by default) and is deterministic for a given ``seed`` (KaHyPar
+is seeded from it too).
 """
 
 from __future__ import annotations
 
-import heapq
 import math
 import random
 import sys
@@ -31,108 +35,68 @@ import time
 from collections.abc import Callable
 
 from accy.contraction.beam import RECONFIGURE_MAX_N, reconfigure
-from accy.contraction.cost import Network, bits
-from accy.contraction.partition import partition_ssa
+from accy.contraction.cost import Network
+from accy.contraction.partition import (
+    draw_params,
+    kahypar_module,
+    partition_ssa,
+    perturb_params,
+)
 from accy.contraction.search import NoPathError, PathOptions, Ssa, cost_key, pair_costs
+from accy.contraction.trials import Graph, greedy_core, log_costs, log_key
 
 DEFAULT_REPEATS = 64
 AUTO_START_MAX_N = 120  # auto (beam) costs ~0.1-1 s at this size; past it, start from greedy
 KEEP = 4  # best distinct trees kept for reconfiguration
 RECONFIGURE_SHARE = 0.3  # share of a time budget left to reconfiguration
+PARTITION_MIN_N = 24  # partition trials from this many operands on
 
 
 def random_greedy_ssa(net: Network, opts: PathOptions, rng: random.Random,
-                      costmod: float, temperature: float) -> Ssa | None:
-    """One Boltzmann-sampled greedy path (None where it breaks the memory limit)."""
-    size, out, limit = net.size, net.output, opts.memory_limit
-    alive: dict[int, int] = dict(enumerate(net.reduced))
-    holders: dict[int, set[int]] = {}
-    for i, m in alive.items():
-        for bit in bits(m & ~out):
-            holders.setdefault(bit, set()).add(i)
-    gumbel = (lambda: -math.log(-math.log(rng.random() or 1e-300))) if temperature else None
-
-    def score(a: int, b: int) -> tuple[float, int, int, int] | None:
-        ma, mb = alive[a], alive[b]
-        summed = 0
-        for bit in bits(ma & mb & ~out):
-            if len(holders[bit]) == 2:
-                summed |= 1 << bit
-        kept = (ma | mb) & ~summed
-        result = size[kept]
-        if limit is not None and result > limit:
-            return None
-        s = result / costmod - (size[ma] + size[mb]) * costmod
-        s = math.copysign(math.log(abs(s)), s) if s else 0.0
-        if gumbel is not None:
-            s -= temperature * gumbel()
-        return s, a, b, kept
-
-    heap: list[tuple[float, int, int, int]] = []
-
-    def push_partners(i: int) -> None:
-        partners: set[int] = set()
-        for bit in bits(alive[i] & ~out):
-            partners |= holders[bit]
-        for j in sorted(partners - {i}):
-            c = score(min(i, j), max(i, j))
-            if c is not None:
-                heapq.heappush(heap, c)
-
-    for i in range(len(net.reduced)):
-        push_partners(i)
-    path: Ssa = []
-    while heap:
-        _, a, b, kept = heapq.heappop(heap)
-        if a not in alive or b not in alive:
-            continue
-        now = score(a, b)  # letter counts may have changed since it was pushed
-        if now is None:
-            continue
-        if now[3] != kept:
-            heapq.heappush(heap, now)
-            continue
-        fresh = len(net.reduced) + len(path)
-        for i in (a, b):
-            for bit in bits(alive.pop(i) & ~out):
-                holders[bit].discard(i)
-        alive[fresh] = kept
-        for bit in bits(kept & ~out):
-            holders[bit].add(fresh)
-        path.append((a, b))
-        push_partners(fresh)
-    rest = sorted((size[m], i) for i, m in alive.items())
-    while len(rest) > 1:  # what shares no summed letter: outer products, smallest first
-        (_, a), (_, b) = heapq.heappop(rest), heapq.heappop(rest)
-        fresh = len(net.reduced) + len(path)
-        alive[fresh] = alive.pop(a) | alive.pop(b)
-        if limit is not None and size[alive[fresh]] > limit:
-            return None
-        path.append((min(a, b), max(a, b)))
-        heapq.heappush(rest, (size[alive[fresh]], fresh))
-    return path
+                      costmod: float, temperature: float, graph: Graph | None = None,
+                      log_flops_limit: float | None = None) -> Ssa | None:
+    """One Boltzmann-sampled greedy path (:func:`accy.contraction.trials.greedy_core`; None
+    where it breaks the memory limit or ``log_flops_limit``)."""
+    graph = graph or Graph(net)
+    limit = None if opts.memory_limit is None else math.log(max(opts.memory_limit, 1))
+    return greedy_core(graph.legs, graph.out, graph.sizes, graph.logsize, costmod, temperature,
+                       rng, limit, log_flops_limit)
 
 
 class _Best:
-    """The best distinct paths found so far, by the objective's key."""
+    """The best distinct paths found so far, by the objective's key. A path is rated in log
+    space first (:func:`accy.contraction.trials.log_costs`); only one that may enter the best
+    ``KEEP`` is costed exactly."""
 
-    def __init__(self, net: Network, opts: PathOptions) -> None:
-        self.net, self.opts, self.found = net, opts, []  # (key, order, path)
+    def __init__(self, net: Network, opts: PathOptions, graph: Graph) -> None:
+        self.net, self.opts, self.graph, self.found = net, opts, graph, []  # (key, order, path)
         self.seen: set[tuple] = set()
+        self.logs: list[tuple[float, float]] = []  # log keys of the kept paths
+
+    def log_flops(self) -> float | None:
+        """The best path's log FLOPs (a bound for greedy trials), where FLOPs is the aim."""
+        if self.opts.objective != "flops" or not self.logs:
+            return None
+        return min(self.logs)[0] + 1e-9
 
     def offer(self, path: Ssa | None) -> None:
         if path is None:
             return
-        costs = pair_costs(self.net, path)
-        if self.opts.memory_limit is not None and costs[2] > self.opts.memory_limit:
+        g = self.graph
+        lk = log_key(log_costs(g.legs, g.out, g.logsize, path), self.opts.objective)
+        if len(self.found) >= KEEP and lk[0] > max(self.logs)[0] * (1 + 1e-9) + 1e-9:
             return
         sig = tuple(path)
         if sig in self.seen:
             return
+        costs = pair_costs(self.net, path)
+        if self.opts.memory_limit is not None and costs[2] > self.opts.memory_limit:
+            return
         self.seen.add(sig)
-        self.found.append((cost_key(costs, self.opts.objective), len(self.seen), path))
+        self.found.append((cost_key(costs, self.opts.objective), len(self.seen), path, lk))
         self.found.sort(key=lambda f: (f[0], f[1]))
         del self.found[KEEP:]
+        self.logs = [f[3] for f in self.found]
 
     @property
     def best(self) -> Ssa | None:
@@ -140,52 +104,84 @@ class _Best:
 
 
 def hyper_ssa(net: Network, opts: PathOptions, starts: Callable[[], list[Ssa | None]]
-              | None = None) -> Ssa:
+              | None = None, reconfigure_budget: int | None = None) -> Ssa:
     """The anytime search (see the module docstring); ``starts`` gives the starting paths
-    (default: greedy, chain DP, ``auto`` where cheap)."""
+    (default: greedy, chain DP, ``auto`` where cheap); ``reconfigure_budget`` bounds the
+    subtrees reconfiguration re-solves, and then only the best tree is polished (None: no
+    bound, the best ``KEEP`` trees; past ``RECONFIGURE_MAX_N`` operands without a time
+    budget, reconfiguration only runs with a bound)."""
     begin = time.perf_counter()
     deadline = None if opts.max_time is None else begin + opts.max_time
     repeats = opts.max_repeats
     if repeats is None:
         repeats = DEFAULT_REPEATS if deadline is None else sys.maxsize
     n = len(net.reduced)
-    best = _Best(net, opts)
-    for path in (starts or (lambda: _default_starts(net, opts)))():
+    graph = Graph(net)
+    best = _Best(net, opts, graph)
+    for path in (starts or (lambda: _default_starts(net, opts, graph)))():
         best.offer(path)
     rng = random.Random(opts.seed)
     search_end = None if deadline is None else begin + (1 - RECONFIGURE_SHARE) * opts.max_time
-    for trial in range(repeats):
+    kahypar = kahypar_module() is not None
+    tuned: list = []  # (log flops, params) of the best partition trial
+
+    def trial(k: int, end: float | None) -> None:
+        if n >= PARTITION_MIN_N and k % (2 if kahypar else 3) == (0 if kahypar else 1):
+            params = draw_params(rng, kahypar)
+            if tuned and k >= 12 and rng.random() < 0.5:
+                params = perturb_params(tuned[1], rng, kahypar)
+            path = partition_ssa(net, opts, rng, graph, deadline=end, params=params)
+            if path is not None:
+                cost = log_costs(graph.legs, graph.out, graph.logsize, path)[0]
+                if not tuned or cost < tuned[0]:
+                    tuned[:] = [cost, params]
+            best.offer(path)
+        else:
+            costmod = rng.uniform(0.1, 4.0)
+            temperature = math.exp(rng.uniform(math.log(0.001), 0.0))
+            best.offer(random_greedy_ssa(net, opts, rng, costmod, temperature, graph,
+                                         best.log_flops()))
+
+    done = 0
+    for done in range(repeats):
         if search_end is not None and time.perf_counter() > search_end:
             break
-        if n >= 24 and trial % 3 == 2:
-            best.offer(partition_ssa(net, opts, rng))
-        else:
-            costmod = rng.uniform(0.1, 4.0) if trial else 1.0
-            temperature = math.exp(rng.uniform(math.log(0.001), 0.0)) if trial else 0.0
-            best.offer(random_greedy_ssa(net, opts, rng, costmod, temperature))
+        trial(done, search_end)
     if not best.found:
         raise NoPathError(f"no pairwise path keeps every intermediate within "
                           f"memory_limit={opts.memory_limit} elements")
-    # without a deadline, reconfiguring trees past RECONFIGURE_MAX_N is unbounded (seconds per
-    # sweep at 500 operands): only a time budget lets it run there
-    if opts.reconfigure_leaves >= 3 and (n <= RECONFIGURE_MAX_N or deadline is not None):
+    bounded = reconfigure_budget is not None or deadline is not None
+    if opts.reconfigure_leaves >= 3 and (n <= RECONFIGURE_MAX_N or bounded):
         old = sys.getrecursionlimit()  # reconfiguration recurses along the tree's depth
         sys.setrecursionlimit(max(old, 4 * n + 200))
         try:
             memo: dict = {}
-            for _, _, path in list(best.found):
+            polished: set[tuple] = set()
+
+            def polish(path: Ssa) -> None:
+                polished.add(tuple(path))
+                best.offer(reconfigure(net, path, opts, memo, deadline, reconfigure_budget))
+
+            for _, _, path, _ in best.found[:1] if reconfigure_budget is not None \
+                    else list(best.found):
                 if deadline is not None and time.perf_counter() > deadline:
                     break
-                best.offer(reconfigure(net, path, opts, memo, deadline))
+                polish(path)
+            # time left (a time budget only): more trials, each new best tree polished
+            while deadline is not None and time.perf_counter() < deadline:
+                done += 1
+                trial(done, deadline)
+                if tuple(best.found[0][2]) not in polished:
+                    polish(best.found[0][2])
         finally:
             sys.setrecursionlimit(old)
     return best.best  # type: ignore[return-value]
 
 
-def _default_starts(net: Network, opts: PathOptions) -> list[Ssa | None]:
-    from accy.contraction.greedy import try_greedy
+def _default_starts(net: Network, opts: PathOptions, graph: Graph) -> list[Ssa | None]:
+    from accy.contraction.greedy import score_greedy_ssa
     from accy.contraction.paths import cheap_candidates
 
     if len(net.reduced) <= AUTO_START_MAX_N:
-        return cheap_candidates(net, opts)
-    return [try_greedy(net, opts), try_greedy(net, opts, lazy=False)]
+        return [*cheap_candidates(net, opts), score_greedy_ssa(net, opts)]
+    return [score_greedy_ssa(net, opts)]

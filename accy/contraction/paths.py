@@ -26,22 +26,29 @@ function (:mod:`accy.contraction.opt_einsum_bridge`). Costs are in the units of
   then polished by *subtree reconfiguration* (every subtree, cut to ``reconfigure_leaves``
   leaves, re-solved exactly) and the cheapest is returned, so ``beam`` is never worse than
   ``greedy``. It costs ``O(width * n**2 log n)``: seconds past a few hundred operands.
-* ``greedy`` -- repeatedly contracts the queued pair sharing a summed letter that removes the
-  most elements (result size minus operand sizes; ties: fewer FLOPs, lower ids). Like
-  opt_einsum's greedy it queues each operand's best partner only (at the start, and when the
-  operand is made), then joins what is left smallest first, and returns the left-to-right
-  path instead when that is cheaper.
+* ``greedy`` -- the cheapest of four plain greedy runs (:mod:`accy.contraction.trials`):
+  repeatedly contract the pair sharing a letter that removes the most elements (result size
+  minus operand sizes, exact integers), with every pair queued or each tensor's best only,
+  ties to the pair queued first or to the older pair (the last two: opt_einsum's greedy);
+  up to 300 operands also the lazy greedy :func:`accy.contraction.greedy.greedy_ssa` (the
+  bound ``exact`` and ``beam`` start from). What shares no letter is joined smallest first.
+  About 0.1 s at 1,000 operands on an idle machine (the four runs together).
 * ``auto`` -- ``exact`` while it stays within ``exact_state_limit`` (chain-like networks by
   the interval DP of :mod:`accy.contraction.chain`, at any size up to 200 operands), else
   ``beam``. Past ``exact_outer_limit`` operands it polishes exact's tree by subtree
   reconfiguration, which may bring in the outer products exact's space lacks (so ``auto``
   may beat ``exact``). Past :data:`AUTO_HYPER_MIN_N` operands it also runs ``hyper`` with a
-  small effort budget (:data:`AUTO_HYPER_REPEATS` trials, no clock) and keeps the cheaper
-  path, so it is never worse than the beam path alone.
-* ``hyper`` -- a budgeted anytime search (:mod:`accy.contraction.hyper`): randomized greedy
-  restarts, recursive bisection and reconfiguration of the best trees, within ``max_time``
-  seconds or ``max_repeats`` trials (64 by default), starting from ``auto``'s path up to 120
-  operands. The one strategy meant to be given time.
+  small effort budget (:data:`AUTO_HYPER_REPEATS` trials, no clock) from that path and the
+  greedy one and keeps the cheapest, so it is never worse than the beam path alone. Past
+  :data:`AUTO_BEAM_MAX_N` operands (where beam takes seconds to minutes) it runs no
+  exact/beam: only ``hyper`` with :data:`AUTO_LARGE_REPEATS` trials from the greedy path and
+  at most :data:`AUTO_RECONFIGURE_BUDGET` reconfigured subtrees of the best tree (an effort
+  bound: about a second at 1,000 operands on an idle machine, deterministic).
+* ``hyper`` -- a budgeted anytime search (:mod:`accy.contraction.hyper`): Boltzmann-sampled
+  greedy restarts, recursive partitioning (KaHyPar when installed, else a built-in spectral
+  bisection) and reconfiguration of the best trees, within ``max_time`` seconds or
+  ``max_repeats`` trials (64 by default), starting from the greedy path and, up to 120
+  operands, ``auto``'s. The one strategy meant to be given time.
 
 Under a memory limit every strategy that finds no path falls back, in order, to greedy,
 eager greedy, and a search minimizing the largest intermediate; only when none fits does it
@@ -80,7 +87,7 @@ from accy.contraction.cost import (
     ssa_to_linear,
 )
 from accy.contraction.exact import exact_ssa
-from accy.contraction.greedy import greedy_ssa, try_greedy
+from accy.contraction.greedy import best_greedy_ssa, greedy_ssa, score_greedy_ssa, try_greedy
 from accy.contraction.hyper import hyper_ssa
 from accy.contraction.search import (
     ExactStateLimitError,
@@ -169,6 +176,9 @@ def find_path(spec: str, shapes: Sequence[Sequence[int]], strategy: str = "auto"
 AUTO_HYPER_MIN_N = 30
 FALLBACK_BEAM_MAX_N = 300  # past it, a failing limited search does not also try beam
 AUTO_HYPER_REPEATS = 8
+AUTO_BEAM_MAX_N = 300  # past it auto runs no exact/beam (seconds to minutes there), only:
+AUTO_LARGE_REPEATS = 4  # hyper trials (score greedy and partitioning, alternately), and
+AUTO_RECONFIGURE_BUDGET = 200  # subtrees reconfiguration re-solves, at most
 
 
 def cheap_candidates(net: Network, opts: PathOptions) -> list[Ssa | None]:
@@ -190,7 +200,12 @@ def cheap_candidates(net: Network, opts: PathOptions) -> list[Ssa | None]:
 
 def _auto_ssa(net: Network, opts: PathOptions) -> Ssa:
     """``exact`` within the state limit, else ``beam``; past 30 operands also a small
-    ``hyper``."""
+    ``hyper``; past ``AUTO_BEAM_MAX_N`` operands a small ``hyper`` alone."""
+    if len(net.reduced) > AUTO_BEAM_MAX_N:
+        large = PathOptions(**{**opts.__dict__, "max_time": None,
+                               "max_repeats": AUTO_LARGE_REPEATS})
+        return hyper_ssa(net, large, lambda: [score_greedy_ssa(net, opts)],
+                         AUTO_RECONFIGURE_BUDGET)
     (path,) = cheap_candidates(net, opts)
     if len(net.reduced) < AUTO_HYPER_MIN_N or chain_order(net) is not None:
         if path is None:
@@ -198,7 +213,7 @@ def _auto_ssa(net: Network, opts: PathOptions) -> Ssa:
         return path
     small = PathOptions(**{**opts.__dict__, "max_time": None,
                            "max_repeats": AUTO_HYPER_REPEATS})
-    return hyper_ssa(net, small, lambda: [path])
+    return hyper_ssa(net, small, lambda: [path, score_greedy_ssa(net, opts)])
 
 
 def _hyper_ssa(net: Network, opts: PathOptions) -> Ssa:
@@ -211,9 +226,9 @@ def _limited_fallback(net: Network, opts: PathOptions,
     """Under a memory limit: greedy, eager greedy, the strategy's own unconstrained path (a
     limit taken from it is then always met), then the smallest-intermediate search; a
     :class:`NoPathError` naming the smallest largest intermediate found when none fits."""
-    for lazy in (True, False):
-        path = try_greedy(net, opts, lazy)
-        if path is not None:
+    for path in (try_greedy(net, opts), try_greedy(net, opts, False),
+                 score_greedy_ssa(net, opts)):
+        if path is not None and ssa_cost(net, path).size <= opts.memory_limit:  # type: ignore
             return path
     unlimited = PathOptions(**{**opts.__dict__, "memory_limit": None})
     searches = [search] + [s for s in (_auto_ssa, beam_ssa) if s is not search]
@@ -283,6 +298,6 @@ def _strategy(name: str, search: Callable[[Network, PathOptions], Ssa]) -> Strat
 
 exact = _strategy("exact", _exact_or_fallback_ssa)
 beam = _strategy("beam", beam_ssa)
-greedy = _strategy("greedy", greedy_ssa)
+greedy = _strategy("greedy", best_greedy_ssa)
 auto = _strategy("auto", _auto_ssa)
 hyper = _strategy("hyper", _hyper_ssa)
