@@ -20,7 +20,9 @@ ALLOWED = {
     "accy.contraction": ("accy.errors",),
     # the path strategies, bottom up: search (shared), greedy, exact, beam; paths registers them
     "accy.contraction.search": ("accy.errors", "accy.contraction.cost"),
-    "accy.contraction.greedy": ("accy.errors", "accy.contraction.cost", "accy.contraction.search"),
+    "accy.contraction.trials": ("accy.errors", "accy.contraction.cost", "accy.contraction.search"),
+    "accy.contraction.greedy": ("accy.errors", "accy.contraction.cost", "accy.contraction.search",
+                                "accy.contraction.trials"),
     "accy.contraction.exact": ("accy.errors", "accy.contraction.cost", "accy.contraction.search",
                                "accy.contraction.greedy", "accy.contraction.chain"),
     "accy.contraction.beam": ("accy.errors", "accy.contraction.cost", "accy.contraction.search",
