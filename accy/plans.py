@@ -14,6 +14,7 @@ from enum import Enum
 
 import numpy as np
 
+from accy.ir.memo import memoized
 from accy.ir.node import Node
 from accy.ir.ops import Op
 from accy.target import KernelStatus, LimitExcess
@@ -69,6 +70,7 @@ class LaunchPlan:
         return {Op.GATHER: self.gather, Op.SCATTER_ADD: self.scatter_add,
                 Op.CROSS_ENTROPY: self.cross_entropy}.get(op, 0)
 
+    @memoized
     def fingerprint(self) -> str:
         return digest_of(self.gather, self.scatter_add, self.cross_entropy)
 
@@ -97,6 +99,7 @@ class FusionGroup:
     def domain(self) -> tuple[int, ...]:
         return self.outputs[0].type.shape
 
+    @memoized
     def fingerprint(self) -> str:
         return digest_of(self.function, *self.nodes, "out", *self.outputs, "in", *self.inputs,
                          self.kind.value)
@@ -107,6 +110,7 @@ class FusionPlan:
     policy: str
     groups: tuple[FusionGroup, ...]
 
+    @memoized
     def fingerprint(self) -> str:
         return digest_of(self.policy, *(g.fingerprint() for g in self.groups))
 
@@ -126,6 +130,7 @@ class WorkItem:
 class SchedulePlan:
     items: tuple[WorkItem, ...]  # in execution order
 
+    @memoized
     def fingerprint(self) -> str:
         return digest_of(*(vars(i) for i in self.items))
 
@@ -174,6 +179,7 @@ class BufferPlan:
                 return s
         raise KeyError(f"no buffer slot holds {node!r}")
 
+    @memoized
     def fingerprint(self) -> str:
         return digest_of(*((s.id, s.function, s.role.value, s.nbytes, *s.values)
                            for s in self.slots))
@@ -206,6 +212,7 @@ class MemorySpacePlan:
                 return s.space
         return "global"
 
+    @memoized
     def fingerprint(self) -> str:
         return digest_of(*((s.slot, s.space) for s in self.spaces))
 
@@ -226,6 +233,7 @@ class SlotLayout:
 class LayoutPlan:
     layouts: tuple[SlotLayout, ...]
 
+    @memoized
     def fingerprint(self) -> str:
         return digest_of(*self.layouts)
 
@@ -256,6 +264,7 @@ class KernelOutline:
 class OutlinePlan:
     outlines: tuple[KernelOutline, ...]
 
+    @memoized
     def fingerprint(self) -> str:
         return digest_of(*self.outlines)
 
@@ -284,5 +293,6 @@ class LegalityReport:
     def first_illegal(self) -> KernelLegality | None:
         return next((k for k in self.kernels if k.status is not KernelStatus.legal), None)
 
+    @memoized
     def fingerprint(self) -> str:
         return digest_of(self.target_fingerprint, *self.kernels)

@@ -10,8 +10,10 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
+from accy.ir.memo import memoized
 from accy.ir.ops import Op
 from accy.ir.types import DType
+from accy.kernels.ir_text import ir_text, register
 from accy.plans import LaunchGeometry, ScheduleKind
 
 INDEX = DType.i64  # the dtype of index arithmetic (OpenCL long)
@@ -288,18 +290,24 @@ class Kernel:
         # and the repr of a 20,000-statement body takes a good part of a second
         cached = self.__dict__.get("_body_fingerprint")
         if cached is None:
-            text = repr((self.schedule_kind.value, self.domain,
-                         [(a.dtype.value, a.is_output, a.space) for a in self.args], self.body))
+            text = ir_text((self.schedule_kind.value, self.domain,
+                            [(a.dtype.value, a.is_output, a.space) for a in self.args],
+                            self.body))
             cached = hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
             object.__setattr__(self, "_body_fingerprint", cached)
         return cached
 
+    @memoized
     def fingerprint(self) -> str:
         return hashlib.blake2b(
             repr((self.entry, self.work_item, self.body_fingerprint(), self.geometry,
                   [a.slot for a in self.args])
                  + (("fixed_local_size",) if self.fixed_local_size else ())).encode(),
             digest_size=16).hexdigest()
+
+
+register(Var, Lit, Bin, Un, Call, Cond, Cast, Load, Id, VectorLoad, Lane, Splat, Let, Assign,
+         Store, VectorStore, AtomicAdd, For, If, Return, Barrier, LocalArray, InlineAsm)
 
 
 def walk_stmts(body: tuple[Stmt, ...]):
