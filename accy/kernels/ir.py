@@ -276,13 +276,28 @@ class Kernel:
     @property
     def dtypes(self) -> frozenset[DType]:
         """Every dtype the kernel stores, loads or computes in (index arithmetic excluded)."""
+        return self._body_facts()[0]
+
+    @property
+    def atomics64(self) -> bool:
+        """Whether the kernel adds 64-bit values atomically (``cl_khr_int64_base_atomics``)."""
+        return self._body_facts()[1]
+
+    @memoized
+    def _body_facts(self) -> tuple[frozenset[DType], bool]:
+        """(dtypes, atomics64) from one walk of the body, kept on the (immutable) kernel:
+        legalization and rendering both ask."""
         out = {a.dtype for a in self.args}
+        atomics64 = False
         for s in walk_stmts(self.body):
-            if isinstance(s, Let) and s.dtype is not INDEX:
-                out.add(s.dtype)
+            if isinstance(s, Let):
+                if s.dtype is not INDEX:
+                    out.add(s.dtype)
             elif isinstance(s, LocalArray):
                 out.add(s.dtype)
-        return frozenset(out)
+            elif isinstance(s, AtomicAdd) and s.dtype in ATOMICS64:
+                atomics64 = True
+        return frozenset(out), atomics64
 
     def body_fingerprint(self) -> str:
         """Hash of what the kernel computes: argument types and body (not its name)."""
