@@ -135,10 +135,18 @@ class SchedulePlan:
         return digest_of(*(vars(i) for i in self.items))
 
     def item(self, work_item: int) -> WorkItem:
+        found = self._by_id().get(work_item)
+        if found is None:
+            raise KeyError(work_item)
+        return found
+
+    @memoized
+    def _by_id(self) -> dict[int, WorkItem]:
+        """Work items by id (the first of an id), kept: legalization asks once per kernel."""
+        out: dict[int, WorkItem] = {}
         for it in self.items:
-            if it.id == work_item:
-                return it
-        raise KeyError(work_item)
+            out.setdefault(it.id, it)
+        return out
 
 
 class SlotRole(Enum):
@@ -207,10 +215,15 @@ class MemorySpacePlan:
     spaces: tuple[SlotSpace, ...]
 
     def space_of(self, slot: int) -> str:
+        return self._by_slot().get(slot, "global")
+
+    @memoized
+    def _by_slot(self) -> dict[int, str]:
+        """Spaces by slot (the first entry of a slot), kept: kernelization asks per argument."""
+        out: dict[int, str] = {}
         for s in self.spaces:
-            if s.slot == slot:
-                return s.space
-        return "global"
+            out.setdefault(s.slot, s.space)
+        return out
 
     @memoized
     def fingerprint(self) -> str:

@@ -102,8 +102,11 @@ def _verify_plans(p: Product) -> None:
             raise VerifyError("schedule does not order every fusion group exactly once")
     if p.kernels is not None and p.schedule is not None:
         order = [k.work_item for k in p.kernels]
+        rank = {}  # position of each id in the schedule (the first, as list.index gives)
+        for pos, i in enumerate(p.schedule.items):
+            rank.setdefault(i.id, pos)
         if sorted(set(order)) != sorted(i.id for i in p.schedule.items) or order != sorted(
-                order, key=[i.id for i in p.schedule.items].index):
+                order, key=rank.__getitem__):
             raise VerifyError("kernels must implement every work item, in schedule order")
     if p.legality is not None and p.kernels is not None:
         if len(p.legality.kernels) != len(p.kernels):
