@@ -84,6 +84,27 @@ def transformer(blocks: int, seq: int = 8, model: int = 16, heads: int = 2,
                  f[m], f[m], f[m], f[m], f[m])
 
 
+def preln_block(seq: int = 8, model: int = 16, heads: int = 2, hidden: int = 32
+                ) -> accy.Program:
+    """One pre-LN transformer block (layernorm before attention and before the MLP, residuals
+    around both): issue #15's first target, about 47 ops."""
+    dh = model // heads
+
+    def block(x, wq, wk, wv, wo, w1, b1, w2, b2, g1, be1, g2, be2):
+        h = _layernorm(x, g1, be1)
+        q, k, v = (_linear(h, w).reshape(seq, heads, dh) for w in (wq, wk, wv))
+        s = einsum("qhd,khd->hqk", q, k) / math.sqrt(dh)
+        e = (s - s.max(axes=-1, keepdims=True)).exp()
+        p = e / e.sum(axes=-1, keepdims=True)
+        x = x + _linear(einsum("hqk,khd->qhd", p, v).reshape(seq, model), wo)
+        return x + _linear(_linear(_layernorm(x, g2, be2), w1, b1).gelu(), w2, b2)
+
+    m, h = model, hidden
+    f = accy.f32
+    return trace(block, f[seq, m], *(f[m, m] for _ in range(4)), f[h, m], f[h], f[m, h],
+                 f[m], f[m], f[m], f[m], f[m])
+
+
 def nasrnn(steps: int, batch: int = 4, hidden: int = 16) -> accy.Program:
     """The NasRNN-like cell of the benchmark suite over ``steps`` time steps."""
     b, h = batch, hidden

@@ -13,14 +13,18 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+_PLAIN = ("str", "int", "bool")
 _WRITERS: dict[type, Callable[[Any, dict[int, str]], str]] = {}
 
 
 def _writer(cls: type) -> Callable[[Any, dict[int, str]], str]:
     """A function giving ``repr(obj)`` for a dataclass ``cls`` whose own ``__repr__`` is the
     generated one (every field shown)."""
-    fields = [f.name for f in dataclasses.fields(cls) if f.repr]
-    parts = ", ".join(f"{name}={{_text(o.{name}, memo)}}" for name in fields)
+    fields = [f for f in dataclasses.fields(cls) if f.repr]
+    # a field declared str, int or bool is written by repr directly (what the generated
+    # __repr__ does for every field); the others go through _text for nested dataclasses
+    parts = ", ".join(f"{f.name}={{o.{f.name}!r}}" if f.type in _PLAIN else
+                      f"{f.name}={{_text(o.{f.name}, memo)}}" for f in fields)
     src = f"def write(o, memo):\n    return f\"{cls.__qualname__}({parts})\"\n"
     namespace: dict[str, Any] = {"_text": _text}
     exec(src, namespace)  # noqa: S102 - code made from the class's own field names
