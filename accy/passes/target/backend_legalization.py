@@ -29,7 +29,8 @@ def kernel_requirements(product: Product) -> tuple[tuple[frozenset, tuple, int, 
     """Per kernel: the dtypes it touches, its (op, dtype) pairs, its work-group size, and
     whether it adds 64-bit values atomically."""
     return tuple(
-        (k.dtypes, k.ops, k.geometry.local_size[0], k.atomics64) for k in product.kernels
+        (dtypes, k.ops, k.geometry.local_size[0], atomics64)
+        for k, (dtypes, atomics64) in ((k, k.body_facts()) for k in product.kernels)
     )
 
 
