@@ -14,6 +14,7 @@ from enum import Enum
 
 import numpy as np
 
+from accy.ir.memo import memoized
 from accy.ir.node import Node
 from accy.ir.ops import Op
 from accy.target import KernelStatus, LimitExcess
@@ -69,6 +70,7 @@ class LaunchPlan:
         return {Op.GATHER: self.gather, Op.SCATTER_ADD: self.scatter_add,
                 Op.CROSS_ENTROPY: self.cross_entropy}.get(op, 0)
 
+    @memoized
     def fingerprint(self) -> str:
         return digest_of(self.gather, self.scatter_add, self.cross_entropy)
 
@@ -97,6 +99,7 @@ class FusionGroup:
     def domain(self) -> tuple[int, ...]:
         return self.outputs[0].type.shape
 
+    @memoized
     def fingerprint(self) -> str:
         return digest_of(self.function, *self.nodes, "out", *self.outputs, "in", *self.inputs,
                          self.kind.value)
@@ -107,6 +110,7 @@ class FusionPlan:
     policy: str
     groups: tuple[FusionGroup, ...]
 
+    @memoized
     def fingerprint(self) -> str:
         return digest_of(self.policy, *(g.fingerprint() for g in self.groups))
 
@@ -126,14 +130,23 @@ class WorkItem:
 class SchedulePlan:
     items: tuple[WorkItem, ...]  # in execution order
 
+    @memoized
     def fingerprint(self) -> str:
         return digest_of(*(vars(i) for i in self.items))
 
     def item(self, work_item: int) -> WorkItem:
+        found = self._by_id().get(work_item)
+        if found is None:
+            raise KeyError(work_item)
+        return found
+
+    @memoized
+    def _by_id(self) -> dict[int, WorkItem]:
+        """Work items by id (the first of an id), kept: legalization asks once per kernel."""
+        out: dict[int, WorkItem] = {}
         for it in self.items:
-            if it.id == work_item:
-                return it
-        raise KeyError(work_item)
+            out.setdefault(it.id, it)
+        return out
 
 
 class SlotRole(Enum):
@@ -174,6 +187,7 @@ class BufferPlan:
                 return s
         raise KeyError(f"no buffer slot holds {node!r}")
 
+    @memoized
     def fingerprint(self) -> str:
         return digest_of(*((s.id, s.function, s.role.value, s.nbytes, *s.values)
                            for s in self.slots))
@@ -201,11 +215,17 @@ class MemorySpacePlan:
     spaces: tuple[SlotSpace, ...]
 
     def space_of(self, slot: int) -> str:
-        for s in self.spaces:
-            if s.slot == slot:
-                return s.space
-        return "global"
+        return self._by_slot().get(slot, "global")
 
+    @memoized
+    def _by_slot(self) -> dict[int, str]:
+        """Spaces by slot (the first entry of a slot), kept: kernelization asks per argument."""
+        out: dict[int, str] = {}
+        for s in self.spaces:
+            out.setdefault(s.slot, s.space)
+        return out
+
+    @memoized
     def fingerprint(self) -> str:
         return digest_of(*((s.slot, s.space) for s in self.spaces))
 
@@ -226,6 +246,7 @@ class SlotLayout:
 class LayoutPlan:
     layouts: tuple[SlotLayout, ...]
 
+    @memoized
     def fingerprint(self) -> str:
         return digest_of(*self.layouts)
 
@@ -256,6 +277,7 @@ class KernelOutline:
 class OutlinePlan:
     outlines: tuple[KernelOutline, ...]
 
+    @memoized
     def fingerprint(self) -> str:
         return digest_of(*self.outlines)
 
@@ -284,5 +306,6 @@ class LegalityReport:
     def first_illegal(self) -> KernelLegality | None:
         return next((k for k in self.kernels if k.status is not KernelStatus.legal), None)
 
+    @memoized
     def fingerprint(self) -> str:
         return digest_of(self.target_fingerprint, *self.kernels)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from accy.errors import VerifyError
+from accy.ir.memo import memoized
 from accy.ir.program import Program, Stage
 from accy.ir.verify import verify
 from accy.kernels.ir import Kernel
@@ -44,6 +45,7 @@ class Product:
     target: TargetProfile | None = None
     legality: LegalityReport | None = None
 
+    @memoized
     def fingerprint(self) -> str:
         """Hash of the program and every attached plan; names play no part."""
         h = hashlib.blake2b(digest_size=16)
@@ -65,7 +67,11 @@ class Product:
         return self.stage.value, self.fingerprint()
 
     def replace(self, **changes: Any) -> Product:
-        return dataclasses.replace(self, **changes)
+        new = dataclasses.replace(self, **changes)
+        if changes.keys() <= {"stage"}:  # the stage plays no part in the fingerprint
+            if "_memo_fingerprint" in self.__dict__:
+                object.__setattr__(new, "_memo_fingerprint", self.__dict__["_memo_fingerprint"])
+        return new
 
     def require(self, plan: str, needed_by: str, made_by: str) -> Any:
         """The attached plan called ``plan``, or an error saying which pass makes it."""
@@ -75,9 +81,13 @@ class Product:
         return value
 
     def verify(self) -> None:
-        """Check the program for the product's stage and that the plans fit together."""
+        """Check the program for the product's stage and that the plans fit together (once per
+        product: it is immutable, and the manager verifies after every pass)."""
+        if self.__dict__.get("_verified"):
+            return
         verify(self.program, self.stage)
         _verify_plans(self)
+        object.__setattr__(self, "_verified", True)
 
 
 def _verify_plans(p: Product) -> None:
@@ -92,8 +102,11 @@ def _verify_plans(p: Product) -> None:
             raise VerifyError("schedule does not order every fusion group exactly once")
     if p.kernels is not None and p.schedule is not None:
         order = [k.work_item for k in p.kernels]
+        rank = {}  # position of each id in the schedule (the first, as list.index gives)
+        for pos, i in enumerate(p.schedule.items):
+            rank.setdefault(i.id, pos)
         if sorted(set(order)) != sorted(i.id for i in p.schedule.items) or order != sorted(
-                order, key=[i.id for i in p.schedule.items].index):
+                order, key=rank.__getitem__):
             raise VerifyError("kernels must implement every work item, in schedule order")
     if p.legality is not None and p.kernels is not None:
         if len(p.legality.kernels) != len(p.kernels):

@@ -23,6 +23,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, Literal
 
 from accy.errors import AccyError, CapabilityMismatchError, LimitExceededError
+from accy.ir.memo import memoized
 from accy.ir.types import DType
 
 if TYPE_CHECKING:
@@ -128,6 +129,7 @@ class TargetProfile:
         compute it natively (what ``dtype-legalization`` asks)."""
         return self.dtypes | ({DType.f16} if DType.f32 in self.dtypes else frozenset())
 
+    @memoized
     def fingerprint(self) -> str:
         """A digest of what kernels are generated and judged for. Memory capacities
         (``max_mem_alloc_size``, ``global_mem_size``) are left out: drivers of host devices

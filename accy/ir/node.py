@@ -59,7 +59,7 @@ def attr_text(value: AttrValue) -> str:
 class Node:
     """One operation producing one tensor. Build nodes with the builder, not by hand."""
 
-    __slots__ = ("op", "type", "srcs", "attrs", "_digest", "__weakref__")
+    __slots__ = ("op", "type", "srcs", "attrs", "_digest", "_verified", "__weakref__")
     _interned: weakref.WeakValueDictionary[tuple, Node] = weakref.WeakValueDictionary()
 
     op: Op
@@ -87,6 +87,7 @@ class Node:
             object.__setattr__(node, "srcs", srcs)
             object.__setattr__(node, "attrs", norm)
             object.__setattr__(node, "_digest", None)
+            object.__setattr__(node, "_verified", False)  # set by verify_node once it passes
             cls._interned[key] = node
         return node
 

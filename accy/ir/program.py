@@ -6,6 +6,7 @@ import hashlib
 from dataclasses import dataclass
 from enum import Enum
 
+from accy.ir.memo import memoized
 from accy.ir.node import Node, topological
 from accy.ir.ops import Op
 
@@ -63,6 +64,7 @@ class Function:
         """Parameters, then every node the results need, operands before users."""
         return list(topological((*self.params, *self.results)))
 
+    @memoized
     def fingerprint(self) -> str:
         h = hashlib.blake2b(digest_size=16)
         for p in self.params:
@@ -105,6 +107,7 @@ class Program:
         roots = [n for f in self.functions for n in (*f.params, *f.results)]
         return list(topological(roots))
 
+    @memoized
     def fingerprint(self) -> str:
         """Structural hash (hex) of the program, ignoring function and parameter names."""
         h = hashlib.blake2b(digest_size=16)

@@ -21,6 +21,13 @@ FORBIDDEN_AFTER: dict[Op, Stage] = {
 
 
 def verify_node(node: Node) -> None:
+    if node._verified:  # nodes are immutable: a node that passed once passes again
+        return
+    _verify_node(node)
+    object.__setattr__(node, "_verified", True)
+
+
+def _verify_node(node: Node) -> None:
     if node.op is Op.PARAM or node.op is Op.CONSTANT:
         if node.srcs:
             raise VerifyError(f"{node.op.value} node has operands")
@@ -39,7 +46,13 @@ def verify_node(node: Node) -> None:
 
 
 def verify(program: Program, stage: Stage = Stage.semantic) -> None:
-    """Raise :class:`VerifyError` naming the function and op if ``program`` is malformed."""
+    """Raise :class:`VerifyError` naming the function and op if ``program`` is malformed.
+
+    A program (immutable) that passed at a stage is not walked again for that stage."""
+    key = (stage, tuple(FORBIDDEN_AFTER.items()))
+    done = program.__dict__.setdefault("_verified_at", set())
+    if key in done:
+        return
     for fn in program.functions:
         for node in fn.nodes():
             banned = FORBIDDEN_AFTER.get(node.op)
@@ -50,3 +63,4 @@ def verify(program: Program, stage: Stage = Stage.semantic) -> None:
                 verify_node(node)
             except VerifyError as e:
                 raise VerifyError(f"function {fn.name}: {e}") from None
+    done.add(key)

@@ -125,8 +125,26 @@ def classify(node: Node) -> Contraction | str:
                        Dim(k_size, kx, ky, 0), tuple(coords))
 
 
+_ANALYSED: dict[int, tuple[FusionGroup, tuple[Node, Contraction] | str]] = {}
+
+
 def analyse(group: FusionGroup) -> tuple[Node, Contraction] | str:
-    """The einsum of a contraction group and its product form, or why the group is declined."""
+    """The einsum of a contraction group and its product form, or why the group is declined.
+
+    Kept for the last groups asked about (by identity; groups are immutable): the mma and
+    tiled generators' ``accepts`` and then the chosen one's ``build`` each ask."""
+    key = id(group)
+    hit = _ANALYSED.get(key)
+    if hit is not None and hit[0] is group:
+        return hit[1]
+    found = _analyse(group)
+    if len(_ANALYSED) >= 64:
+        _ANALYSED.clear()
+    _ANALYSED[key] = (group, found)
+    return found
+
+
+def _analyse(group: FusionGroup) -> tuple[Node, Contraction] | str:
     if group.kind is not ScheduleKind.contraction:
         return f"a {group.kind.value} group"
     einsums = [n for n in group.nodes if n.op is Op.EINSUM]

@@ -23,9 +23,20 @@ def rebuild(program: Program, rewrite: Callable[[Node, tuple[Node, ...]], Node])
             if node not in memo:
                 srcs = tuple(memo[s] for s in node.srcs)
                 memo[node] = rewrite(node, srcs)
-        functions.append(Function(fn.name, fn.params, fn.param_names,
-                                  tuple(memo[r] for r in fn.results)))
+        results = tuple(memo[r] for r in fn.results)
+        functions.append(fn if results == fn.results else  # nodes compare by identity
+                         Function(fn.name, fn.params, fn.param_names, results))
+    if all(a is b for a, b in zip(functions, program.functions, strict=True)):
+        return program  # nothing changed: the same (immutable) program, its memos kept
     return Program(tuple(functions))
+
+
+def with_srcs(node: Node, srcs: tuple[Node, ...]) -> Node:
+    """``node`` over ``srcs``: ``node`` itself when they are its operands (what the interning
+    ``Node(...)`` would return, without normalizing and looking it up again)."""
+    if srcs == node.srcs:
+        return node
+    return Node(node.op, node.type, srcs, dict(node.attrs))
 
 
 def make(op: Op, *srcs: Node, **attrs: Any) -> Node:

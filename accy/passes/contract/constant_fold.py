@@ -28,7 +28,7 @@ from accy.ir.node import Node
 from accy.ir.ops import Op
 from accy.ir.program import Function, Program, Stage
 from accy.passes.base import COUNT_MAX, SECONDS_MAX, Pass, option
-from accy.passes.rebuild import rebuild
+from accy.passes.rebuild import rebuild, with_srcs
 from accy.passes.registry import register
 
 
@@ -78,7 +78,7 @@ class ConstantFold(Pass):
             nonlocal evaluated
             if node.op in (Op.PARAM, Op.CONSTANT):
                 return node
-            new = Node(node.op, node.type, srcs, dict(node.attrs))
+            new = with_srcs(node, srcs)
             if all(s.op is Op.CONSTANT for s in srcs) and node.type.size <= self.max_elements:
                 evaluated += 1
                 return fold(new)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from accy.ir.program import Stage
 from accy.kernels.exprs import supported
-from accy.kernels.ir import ATOMICS64, AtomicAdd, Kernel, walk_stmts
+from accy.kernels.ir import Kernel
 from accy.passes.analysis import analysis
 from accy.passes.base import Pass
 from accy.passes.registry import register
@@ -29,9 +29,8 @@ def kernel_requirements(product: Product) -> tuple[tuple[frozenset, tuple, int, 
     """Per kernel: the dtypes it touches, its (op, dtype) pairs, its work-group size, and
     whether it adds 64-bit values atomically."""
     return tuple(
-        (k.dtypes, k.ops, k.geometry.local_size[0],
-         any(isinstance(s, AtomicAdd) and s.dtype in ATOMICS64 for s in walk_stmts(k.body)))
-        for k in product.kernels
+        (dtypes, k.ops, k.geometry.local_size[0], atomics64)
+        for k, (dtypes, atomics64) in ((k, k.body_facts()) for k in product.kernels)
     )
 
 

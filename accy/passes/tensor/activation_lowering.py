@@ -9,7 +9,7 @@ from accy.ir.node import Node
 from accy.ir.ops import Op
 from accy.ir.program import Stage
 from accy.passes.base import Pass, option
-from accy.passes.rebuild import constant, make, rebuild
+from accy.passes.rebuild import constant, make, rebuild, with_srcs
 from accy.passes.registry import register
 
 LOWERABLE = ("relu", "gelu", "sigmoid", "softmax", "log_softmax")
@@ -69,7 +69,7 @@ class ActivationLowering(Pass):
             if node.op in chosen:
                 lowered += 1
                 return lower(node, srcs[0])
-            return node if not srcs else Node(node.op, node.type, srcs, dict(node.attrs))
+            return node if not srcs else with_srcs(node, srcs)
 
         program = rebuild(product.program, rewrite)
         ctx.stat("lowered", lowered)

@@ -60,7 +60,7 @@ from accy.ir.program import Stage
 from accy.ir.shapes import infer, parse_einsum
 from accy.ir.types import DType
 from accy.passes.base import COUNT_MAX, SECONDS_MAX, Pass, option
-from accy.passes.rebuild import rebuild
+from accy.passes.rebuild import rebuild, with_srcs
 from accy.passes.registry import register
 
 if TYPE_CHECKING:
@@ -137,7 +137,7 @@ class EinsumLowering(Pass):
                 return lowered
             if node.op in (Op.PARAM, Op.CONSTANT):
                 return node
-            return Node(node.op, node.type, srcs, dict(node.attrs))
+            return with_srcs(node, srcs)
 
         program = rebuild(product.program, rewrite)
         ctx.stat("lowered", len(records))

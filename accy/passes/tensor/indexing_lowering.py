@@ -49,7 +49,7 @@ from accy.ir.ops import Op
 from accy.ir.program import Stage
 from accy.kernels.indexed import is_indexed_form
 from accy.passes.base import COUNT_MAX, Pass, option
-from accy.passes.rebuild import make, rebuild
+from accy.passes.rebuild import make, rebuild, with_srcs
 from accy.passes.registry import register
 from accy.plans import LaunchPlan, check_thread_blocks
 
@@ -119,12 +119,12 @@ class IndexingLowering(Pass):
             if not srcs:
                 return node
             if node.op in chosen:
-                rebuilt = Node(node.op, node.type, srcs, dict(node.attrs))
+                rebuilt = with_srcs(node, srcs)
                 if is_indexed_form(rebuilt):
                     return rebuilt
                 lowered[node.op] += 1
                 return lower(node, srcs)
-            return Node(node.op, node.type, srcs, dict(node.attrs))
+            return with_srcs(node, srcs)
 
         program = rebuild(product.program, rewrite)
         ctx.stat("gathers", lowered[Op.GATHER])

@@ -27,7 +27,7 @@ from accy.ir.ops import Op
 from accy.ir.program import Stage
 from accy.ir.types import DType
 from accy.passes.base import COUNT_MAX, Pass, option
-from accy.passes.rebuild import constant, make, rebuild
+from accy.passes.rebuild import constant, make, rebuild, with_srcs
 from accy.passes.registry import register
 from accy.passes.tensor.indexing_lowering import lower as indexed
 from accy.plans import LaunchPlan, check_thread_blocks
@@ -93,7 +93,7 @@ class LossLowering(Pass):
                                                     and srcs[0].type.dtype.is_float):
                 lowered += 1
                 return lower(*srcs)
-            return node if not srcs else Node(node.op, node.type, srcs, dict(node.attrs))
+            return node if not srcs else with_srcs(node, srcs)
 
         program = rebuild(product.program, rewrite)
         ctx.stat("lowered", lowered)

@@ -8,7 +8,7 @@ from accy.ir.node import Node
 from accy.ir.ops import Op, OpKind
 from accy.ir.program import Stage
 from accy.passes.base import Pass
-from accy.passes.rebuild import make, rebuild
+from accy.passes.rebuild import make, rebuild, with_srcs
 from accy.passes.registry import register
 
 
@@ -49,7 +49,7 @@ class ShapeLayoutPropagation(Pass):
             nonlocal removed
             if not srcs:
                 return node
-            new = Node(node.op, node.type, srcs, dict(node.attrs))
+            new = with_srcs(node, srcs)
             if node.op.kind is not OpKind.MOVEMENT:
                 return new
             out = simplify(new)
