@@ -42,6 +42,7 @@ import numpy as np
 import accy
 from accy.builder import Value, einsum, trace
 from accy.experiments.records import provenance, write_json
+from accy.experiments.suite import nasrnn_cell
 from accy.passes.instrument import TimingReport
 
 Row = dict[str, Any]
@@ -112,18 +113,7 @@ def nasrnn(steps: int, batch: int = 4, hidden: int = 16) -> accy.Program:
 
     def cell(x, state, wx, wh):
         for _ in range(steps):
-            gx = einsum("bk,gkh->gbh", x, wx)
-            gh = einsum("bk,gkh->gbh", state, wh)
-            xs = [gx[i:i + 1].reshape(b, h) for i in range(8)]
-            hs = [gh[i:i + 1].reshape(b, h) for i in range(8)]
-            mid = [xs[0].relu() + hs[0].relu(), xs[1].sigmoid() + hs[1].sigmoid(),
-                   xs[2].sigmoid() + hs[2].sigmoid(), xs[3].sigmoid() * hs[3].sigmoid(),
-                   xs[4].tanh() * hs[4].sigmoid(), xs[5].relu() * hs[5].sigmoid(),
-                   xs[6].sigmoid() * hs[6].tanh(), xs[7].sigmoid() * hs[7].tanh()]
-            mid2 = [mid[0].tanh() + mid[1].tanh(), mid[2].tanh() + mid[3].tanh(),
-                    mid[4].tanh() + mid[5].tanh(), mid[6].tanh() + mid[7].tanh()]
-            mid3 = [(mid2[0] * mid2[1]).tanh(), (mid2[2] * mid2[3]).tanh()]
-            state = (mid3[0] * mid3[1]).tanh()
+            state = nasrnn_cell(x, state, wx, wh)
         return state
 
     f = accy.f32

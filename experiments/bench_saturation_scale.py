@@ -41,6 +41,7 @@ import rewrites
 from accy.builder import einsum, trace
 from accy.egraph import defaults
 from accy.experiments.records import git_commit, timestamp, versions, write_json
+from accy.experiments.suite import nasrnn_cell
 from accy.ir.ops import Op
 from accy.passes import rewriting
 from accy.passes.tensor.saturate import DEFAULT_RULESETS
@@ -92,23 +93,9 @@ def nasrnn_stack(steps: int, batch: int = 4, hidden: int = 16) -> accy.Program:
     """The NasRNN-like cell of the benchmark suite unrolled over ``steps`` time steps."""
     b, h = batch, hidden
 
-    def cell(x, state, wx, wh):
-        gx = einsum("bk,gkh->gbh", x, wx)
-        gh = einsum("bk,gkh->gbh", state, wh)
-        xs = [gx[i:i + 1].reshape(b, h) for i in range(8)]
-        hs = [gh[i:i + 1].reshape(b, h) for i in range(8)]
-        mid = [xs[0].relu() + hs[0].relu(), xs[1].sigmoid() + hs[1].sigmoid(),
-               xs[2].sigmoid() + hs[2].sigmoid(), xs[3].sigmoid() * hs[3].sigmoid(),
-               xs[4].tanh() * hs[4].sigmoid(), xs[5].relu() * hs[5].sigmoid(),
-               xs[6].sigmoid() * hs[6].tanh(), xs[7].sigmoid() * hs[7].tanh()]
-        mid2 = [mid[0].tanh() + mid[1].tanh(), mid[2].tanh() + mid[3].tanh(),
-                mid[4].tanh() + mid[5].tanh(), mid[6].tanh() + mid[7].tanh()]
-        mid3 = [(mid2[0] * mid2[1]).tanh(), (mid2[2] * mid2[3]).tanh()]
-        return (mid3[0] * mid3[1]).tanh()
-
     def unrolled(xs, state, wx, wh):
         for t in range(steps):
-            state = cell(xs[t:t + 1].reshape(b, h), state, wx, wh)
+            state = nasrnn_cell(xs[t:t + 1].reshape(b, h), state, wx, wh)
         return state
 
     return trace(unrolled, accy.f32[steps, b, h], accy.f32[b, h], accy.f32[8, h, h],

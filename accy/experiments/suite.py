@@ -260,24 +260,28 @@ _register(Benchmark(
     _tensor_network))
 
 
+def nasrnn_cell(x: Value, state: Value, wx: Value, wh: Value) -> Value:
+    """One NasRNN-like cell on traced values: ``x``, ``state`` [batch, hidden], the 8 gate
+    projections of each in ``wx``, ``wh`` [8, hidden, hidden]; the next state. (The suite's
+    ``nasrnn`` program; benchmark scripts stack it.)"""
+    b, h = state.shape
+    gx = einsum("bk,gkh->gbh", x, wx)  # the 8 input projections at once
+    gh = einsum("bk,gkh->gbh", state, wh)
+    xs = [gx[i:i + 1].reshape(b, h) for i in range(8)]
+    hs = [gh[i:i + 1].reshape(b, h) for i in range(8)]
+    mid = [xs[0].relu() + hs[0].relu(), xs[1].sigmoid() + hs[1].sigmoid(),
+           xs[2].sigmoid() + hs[2].sigmoid(), xs[3].sigmoid() * hs[3].sigmoid(),
+           xs[4].tanh() * hs[4].sigmoid(), xs[5].relu() * hs[5].sigmoid(),
+           xs[6].sigmoid() * hs[6].tanh(), xs[7].sigmoid() * hs[7].tanh()]
+    mid2 = [mid[0].tanh() + mid[1].tanh(), mid[2].tanh() + mid[3].tanh(),
+            mid[4].tanh() + mid[5].tanh(), mid[6].tanh() + mid[7].tanh()]
+    mid3 = [(mid2[0] * mid2[1]).tanh(), (mid2[2] * mid2[3]).tanh()]
+    return (mid3[0] * mid3[1]).tanh()
+
+
 def _nasrnn(d: Dims) -> Program:
     b, h = d["batch"], d["hidden"]
-
-    def nasrnn(x, state, wx, wh):
-        gx = einsum("bk,gkh->gbh", x, wx)  # the 8 input projections at once
-        gh = einsum("bk,gkh->gbh", state, wh)
-        xs = [gx[i:i + 1].reshape(b, h) for i in range(8)]
-        hs = [gh[i:i + 1].reshape(b, h) for i in range(8)]
-        mid = [xs[0].relu() + hs[0].relu(), xs[1].sigmoid() + hs[1].sigmoid(),
-               xs[2].sigmoid() + hs[2].sigmoid(), xs[3].sigmoid() * hs[3].sigmoid(),
-               xs[4].tanh() * hs[4].sigmoid(), xs[5].relu() * hs[5].sigmoid(),
-               xs[6].sigmoid() * hs[6].tanh(), xs[7].sigmoid() * hs[7].tanh()]
-        mid2 = [mid[0].tanh() + mid[1].tanh(), mid[2].tanh() + mid[3].tanh(),
-                mid[4].tanh() + mid[5].tanh(), mid[6].tanh() + mid[7].tanh()]
-        mid3 = [(mid2[0] * mid2[1]).tanh(), (mid2[2] * mid2[3]).tanh()]
-        return (mid3[0] * mid3[1]).tanh()
-
-    return trace(nasrnn, _f32(b, h), _f32(b, h), _f32(8, h, h), _f32(8, h, h))
+    return trace(nasrnn_cell, _f32(b, h), _f32(b, h), _f32(8, h, h), _f32(8, h, h))
 
 
 _register(Benchmark(
