@@ -45,6 +45,7 @@ from accy.egraph.cost import (
 )
 from accy.egraph.extract import DEFAULT_EXTRACTOR, choose
 from accy.egraph.regions import Pick, RegionReport, accept, extracted_picks, input_picks
+from accy.egraph.sharing import ShareReport, improve
 from accy.egraph.sorts import (
     FULL_EGG_NAME,
     LIST_CONS_EGG_NAME,
@@ -331,6 +332,7 @@ class Extraction:
     regions: RegionReport | None = None  # None: extract(regions=False)
     dangling: int = 0  # e-nodes dropped for an operand e-class without e-nodes
     note: str = ""  # what the extractor wants said (the ILP's fallback at its time limit)
+    sharing: ShareReport | None = None  # None: no sharing search (options' "sharing" off)
     seconds: float = field(default=0.0, compare=False)
 
 
@@ -345,20 +347,25 @@ def extract(peg: ProgramEGraph, model: str | CostModel = DEFAULT_COST_MODEL, *,
     (``accy.egraph.regions``): never dearer than the input or the whole extraction, every
     independent win kept. Without, the whole extraction, or the input where that is cheaper
     (``input_cost`` is ``program_cost(peg.program, model)`` where the caller has it).
-    Acceptance stops trying regions at ``deadline`` (``time.perf_counter()``), keeping what
-    it accepted so far.
+    Then, unless ``options`` say ``sharing: False`` or the extractor is ``tree``, the
+    sharing search (``accy.egraph.sharing``) takes terms that pay only when several classes
+    share them (a merged contraction read through slices). Acceptance and the search stop at
+    ``deadline`` (``time.perf_counter()``), keeping what they found so far.
     """
     start = time.perf_counter()
     m = cost_model(model)
     graph, handle_classes = read_egraph(peg.egraph)
     roots = [handle_classes[h] for h in peg.roots()]
     opts = dict(options or {})
-    picks = extracted_picks(choose(graph, roots, m, extractor, opts))
-    report = None
+    choices = choose(graph, roots, m, extractor, opts)
+    picks = extracted_picks(choices)
+    report = shared = None
     if regions:
         class_of = {n: handle_classes[h] for n, h in peg.handles.items()}
         inputs, order, forced = input_picks(peg.program, class_of, m, graph)
         picks, report = accept(inputs, order, forced, picks, roots, deadline)
+    if opts.get("sharing", True) and extractor != "tree":
+        picks, shared = improve(graph, roots, choices, picks, m, deadline)
     program = _rebuild(peg.program, roots, picks)
     cost = program_cost(program, m)
     if not regions:
@@ -368,7 +375,7 @@ def extract(peg: ProgramEGraph, model: str | CostModel = DEFAULT_COST_MODEL, *,
         if original < cost and not _uses_subsumed(peg, graph, handle_classes):
             program, cost = peg.program, original
     return Extraction(program, cost, m.name, extractor, report, graph.dangling,
-                      str(opts.get("note", "")), time.perf_counter() - start)
+                      str(opts.get("note", "")), shared, time.perf_counter() - start)
 
 
 def _rebuild(source: Program, roots: list[int], picks: dict[int, Pick]) -> Program:

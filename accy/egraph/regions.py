@@ -18,16 +18,14 @@ than its input (the extraction duplicated a shared matmul, say): that part's reg
 refused and its sub-regions are tried on their own. The result is also compared with the
 whole extraction (one more pricing), so it is never dearer than the extraction either.
 
-Tries are priced incrementally (``_Live``): the selection keeps a reference count per class
-(uses by live classes, and the results), so switching a class changes the cost by its own
-cost's difference plus the classes that become live (count 0 -> 1, their operands counted in
-turn) or dead (1 -> 0); a refused try is undone from a journal. A try costs what it changes,
-not the program's size. A region's switch never closes a cycle (a region is closed under the
-extraction, whose choices are acyclic); a single class's switch that would pay is checked by
-a walk from its new operands. Acceptance stops at ``deadline`` (``time.perf_counter()``) or
-after ``MAX_VISITS`` units of work (a count that does not depend on the machine's speed),
-keeping the switches made so far: every kept switch lowered the cost, so the result is never
-dearer than the input. Tries left are reported as skipped.
+Tries are priced incrementally (``accy.egraph.live``): a try costs what it changes, not the
+program's size, and a refused try is undone from a journal. A region's switch never closes a
+cycle (a region is closed under the extraction, whose choices are acyclic); a single class's
+switch that would pay is checked by a walk from its new operands. Acceptance stops at
+``deadline`` (``time.perf_counter()``) or after ``MAX_VISITS`` units of work (a count that
+does not depend on the machine's speed), keeping the switches made so far: every kept switch
+lowered the cost, so the result is never dearer than the input. Tries left are reported as
+skipped.
 """
 
 from __future__ import annotations
@@ -37,28 +35,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from accy.egraph.cost import Choice, CostModel, EClassGraph, ENode
+from accy.egraph.cost import Choice, CostModel, EClassGraph
+from accy.egraph.live import LiveSelection, Pick
 from accy.ir.node import Node
-from accy.ir.ops import Op
 from accy.ir.program import Program
-from accy.ir.types import TensorType
 
-__all__ = ["MAX_VISITS", "Pick", "RegionReport", "accept"]
+__all__ = ["MAX_VISITS", "Pick", "RegionReport", "accept", "same_pick"]
 
 MAX_VISITS = 5_000_000  # units of work (classes counted or walked) of one acceptance
-
-
-@dataclass(frozen=True)
-class Pick:
-    """The term an e-class contributes: an op over operand classes (list classes flattened)."""
-
-    op: Op
-    type: TensorType
-    attrs: tuple[tuple[str, Any], ...]
-    operands: tuple[int, ...]
-    own: int
-    enode: ENode | None = None  # the extracted e-node (type-checked when rebuilt)
-    node: Node | None = None  # the input node (valid already)
 
 
 @dataclass(frozen=True)
@@ -176,7 +160,7 @@ def accept(inputs: dict[int, Pick], order: list[int], forced: set[int],
     if sel.cost(switched) is None:  # only forced switches can close a cycle: take the whole
         switched = set(inputs)      # extraction
     live = _Live(sel, switched)
-    differing = [c for c in reversed(order) if c in extracted and not _same(
+    differing = [c for c in reversed(order) if c in extracted and not same_pick(
         inputs[c], extracted[c])]
     regions = _differing_below(sel, differing)
     tried = kept = skipped = 0
@@ -245,102 +229,44 @@ def _members(bits: int, differing: list[int]) -> Iterable[int]:
 
 
 class _Live:
-    """A selection priced incrementally: reference counts of the classes in use, the total
-    own cost of those, and a journal to undo a try (module docstring)."""
+    """The selection of input picks with ``switched`` classes taking their extracted picks,
+    priced incrementally (``accy.egraph.live``)."""
 
     def __init__(self, sel: _Selection, switched: set[int]) -> None:
         self.sel, self.switched = sel, set(switched)
-        self.count: dict[int, int] = {}
-        self.total = 0
-        self.work = 0
-        self.journal: list[tuple[int, int]] | None = None  # (class, count before)
+        picks = {c: sel.pick(c, self.switched) for c in (*sel.extracted, *sel.inputs)}
+        self.selection = LiveSelection(picks, sel.roots)
         self.flipped: list[int] = []  # classes switched in this try
-        self.before = 0
-        for r in sel.roots:
-            self._add(r)
 
-    def pick(self, c: int) -> Pick:
-        return self.sel.pick(c, self.switched)
-
-    def _set(self, c: int, n: int) -> None:
-        if self.journal is not None:
-            self.journal.append((c, self.count.get(c, 0)))
-        self.count[c] = n
-
-    def _add(self, c: int) -> None:
-        """One more use of ``c``: a class that becomes live counts its own cost and uses its
-        operands in turn."""
-        stack = [c]
-        while stack:
-            c = stack.pop()
-            n = self.count.get(c, 0)
-            self._set(c, n + 1)
-            self.work += 1
-            if n == 0:
-                p = self.pick(c)
-                self.total += p.own
-                stack.extend(p.operands)
-
-    def _drop(self, c: int) -> None:
-        """One use of ``c`` fewer: a class no longer used gives back its cost and uses."""
-        stack = [c]
-        while stack:
-            c = stack.pop()
-            n = self.count[c]
-            self._set(c, n - 1)
-            self.work += 1
-            if n == 1:
-                p = self.pick(c)
-                self.total -= p.own
-                stack.extend(p.operands)
+    @property
+    def work(self) -> int:
+        return self.selection.work
 
     def begin(self) -> None:
-        self.journal, self.flipped, self.before = [], [], self.total
+        self.selection.begin()
+        self.flipped = []
 
     def switch(self, classes: list[int]) -> int:
         """Switch ``classes`` to their extracted picks; the change in cost."""
         for c in classes:
-            if c in self.switched:
-                continue
-            old = self.pick(c)
-            self.switched.add(c)
-            self.flipped.append(c)
-            new = self.pick(c)
-            if self.count.get(c, 0) > 0:  # live: its uses move to the new operands
-                self.total += new.own - old.own
-                for o in new.operands:
-                    self._add(o)
-                for o in old.operands:
-                    self._drop(o)
-        return self.total - self.before
+            if c not in self.switched:
+                self.switched.add(c)
+                self.flipped.append(c)
+                self.selection.set(c, self.sel.extracted[c])
+        return self.selection.delta()
 
     def acyclic_at(self, c: int) -> bool:
-        """Whether ``c`` (switched alone) cannot reach itself: a walk from its operands."""
-        seen: set[int] = set()
-        stack = list(self.pick(c).operands)
-        while stack:
-            o = stack.pop()
-            if o == c:
-                return False
-            if o not in seen:
-                seen.add(o)
-                stack.extend(self.pick(o).operands)
-        self.work += len(seen)
-        return True
+        return self.selection.acyclic_at(c)
 
     def commit(self) -> None:
-        self.journal = None
+        self.selection.commit()
 
     def undo(self) -> None:
-        assert self.journal is not None
-        for c, n in reversed(self.journal):
-            self.count[c] = n
+        self.selection.undo()
         self.switched.difference_update(self.flipped)
-        self.total = self.before
-        self.journal = None
 
 
-def _same(a: Pick, b: Pick) -> bool:
+def same_pick(a: Pick, b: Pick) -> bool:
     return (a.op is b.op and a.type == b.type and a.attrs == b.attrs
             and a.operands == b.operands)
 

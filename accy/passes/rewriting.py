@@ -363,6 +363,10 @@ def record(ctx: PassContext, outcome: Outcome, prefix: str = "") -> None:
             stat("regions", f"{g.kept} kept of {g.differing} differing ({g.tried} tried"
                  f"{f', {g.skipped} skipped' if g.skipped else ''}"
                  f"{', whole extraction' if g.whole else ''})")
+        if x.sharing is not None:
+            h = x.sharing
+            stat("sharing", f"{h.shares_kept} of {h.shares_tried} shares, {h.switches_kept} of "
+                 f"{h.switches_tried} switches kept, cost -{h.saved} ({h.stopped})")
         if x.dangling:
             stat("dangling-e-nodes", x.dangling)
         if x.note:

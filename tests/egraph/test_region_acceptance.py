@@ -68,8 +68,8 @@ def test_incremental_price_is_the_walked_price(p):
     commit = regions._Live.commit
 
     def checked_commit(self):
-        assert self.total == self.sel.cost(self.switched)
-        checked.append(self.total)
+        assert self.selection.total == self.sel.cost(self.switched)
+        checked.append(self.selection.total)
         commit(self)
 
     with pytest.MonkeyPatch.context() as mp:

@@ -15,7 +15,9 @@ rule) goes to the pass's statistics (``accy prepare --statistics``, ``accy expla
 ``tree`` (once per use, the classic e-graph cost; for ablation) or ``ilp`` (exact, within
 ``extract-time-limit``, else the greedy-dag result, said in the statistics). The extraction is
 taken region by region: a part of the program changes only where that makes the whole strictly
-cheaper, so independent wins are all kept.
+cheaper, so independent wins are all kept. Then ``sharing`` (on by default) searches for terms
+that pay only when several e-classes share them, which per-class extraction cannot see: the
+merged contraction of rule set ``merge``, read through one slice per original contraction.
 """
 
 from __future__ import annotations
@@ -76,6 +78,9 @@ class Saturate(Pass):
     extract_time_limit: float = option(defaults.DEFAULT_EXTRACT_TIME_LIMIT_S,
                                        "most seconds of the ilp extractor (then greedy-dag)",
                                        above=0, maximum=SECONDS_MAX)
+    sharing: bool = option(
+        True, "after extraction, search for terms that pay only when several e-classes share "
+        "them (a merged contraction read through slices; accy.egraph.sharing)")
     multi_pattern_iterations: int = option(
         2, "iterations in which multi-pattern rules (rule set merge) run; later ones run the "
         "others only (Tensat: 1-2; >= iterations: no cap)", minimum=0, maximum=COUNT_MAX)
@@ -91,7 +96,8 @@ class Saturate(Pass):
             region_size=self.region_size,
             cost=rewriting.capped(self.cost, product.program, self.max_elements),
             match_limit=self.match_limit or None, extractor=self.extractor,
-            extract_options={"time_limit_s": self.extract_time_limit},
+            extract_options={"time_limit_s": self.extract_time_limit,
+                             "sharing": self.sharing},
             multi_pattern_iterations=self.multi_pattern_iterations)
         rewriting.record(ctx, outcome)
         return product.replace(program=outcome.program) if outcome.changed else product
