@@ -3,7 +3,7 @@ programs Tensat reports its largest wins on.
 
     python experiments/bench_tensat.py [--size tiny|small|bert] [--caps 0,1,2,unbounded]
         [--iterations 6] [--node-limit 50000] [--time-limit 20] [--repeats 5] [--no-run]
-        [--out results/bench_tensat.json]
+        [--costs kernels,measured] [--device nvidia] [--out results/bench_tensat.json]
 
 Programs (accy builder, einsums/matmuls, f32):
 
@@ -21,9 +21,12 @@ and after (``flops-bytes``) of the extracted program, whether the merged form is
 e-graph (the outputs' e-classes hold slices of one contraction over a concat), its cost
 (``merged_cost``: the program the merges describe, ``PROGRAMS[name](sizes, merged=True)``,
 priced as a DAG) and kernel counts; unless ``--no-run``, also the kernel time on the first
-OpenCL device (PoCL here) of the original and the merged program, per kernel too, and of the
+OpenCL device (PoCL here) of the original and the merged program, per kernel too, of the
 merged one without its weight-concat kernels (``merged_prepacked``: weights stored
-concatenated, as Tensat folds them).
+concatenated, as Tensat folds them), and of the original prepared by ``accy-default`` with its
+``saturate`` given the ``concat`` and ``merge`` rule sets and cost model COST
+(``saturated:COST``, one per ``--costs`` entry, the pass's default budgets): what saturation
+itself finds and extracts, with the pass's time, e-graph size and sharing-search report.
 Prints a table and writes JSON.
 """
 
@@ -204,10 +207,27 @@ def _einsums(program: accy.Program) -> int:
     return sum(n.op is Op.EINSUM for n in program.nodes())
 
 
-def kernel_row(name: str, sz: Sizes, repeats: int, device: str | None, *, run: bool = True
-               ) -> dict[str, Any]:
-    """Kernel counts and, where OpenCL runs, the kernel time of the original and the merged
-    program (timed call by call in turn, so load changes hit both), and their agreement."""
+def saturate_spec(cost: str) -> str:
+    """The ``saturate`` pass with ``concat`` and ``merge`` added, under cost model ``cost``
+    (its budgets the pass's defaults)."""
+    return f"saturate{{rulesets={','.join(RULESETS)} cost={cost}}}"
+
+
+def _saturate_record(job: Any) -> dict[str, Any]:
+    (rec,) = [p for p in job.record("tensor").passes if p.spec.startswith("saturate")]
+    stats = dict(rec.stats)
+    return {"pass_s": rec.elapsed_ns / 1e9, "e_nodes": stats.get("e-nodes"),
+            "stop_reason": stats.get("stop-reason"), "sharing": stats.get("sharing"),
+            "cost_before": stats.get("cost-before"), "cost_after": stats.get("cost-after")}
+
+
+def kernel_row(name: str, sz: Sizes, repeats: int, device: str | None, *, run: bool = True,
+               costs: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Kernel counts and, where OpenCL runs, the kernel time of the original program
+    (``accy-default``), of it saturated with the merge rules under each cost model in
+    ``costs`` (``saturated:COST``: ``accy-default`` with :func:`saturate_spec`), and of the
+    hand-merged program (timed call by call in turn, so load changes hit all), and their
+    agreement."""
     from accy.backends.opencl.runtime import select_device
     from accy.experiments.records import median_ms
     from accy.target import TargetProfile
@@ -221,9 +241,13 @@ def kernel_row(name: str, sz: Sizes, repeats: int, device: str | None, *, run: b
         except Exception as e:  # noqa: BLE001 - no OpenCL: counts only
             row["device_error"] = str(e)
     target = TargetProfile.from_device(runtime.info) if runtime is not None else None
-    jobs = {k: accy.prepare(p, "accy-default", target=target)
-            for k, p in (("original", program), ("merged", merged))}
+    default = accy.parse_pipeline("accy-default")
+    pipelines = {"original": default, "merged": default}
+    pipelines.update({f"saturated:{c}": default.replacing(saturate_spec(c)) for c in costs})
+    jobs = {k: accy.prepare(merged if k == "merged" else program, pl, target=target)
+            for k, pl in pipelines.items()}
     row["kernels"] = {k: j.kernel_count for k, j in jobs.items()}
+    row["saturate"] = {k: _saturate_record(j) for k, j in jobs.items() if k != "merged"}
     if runtime is None:
         return row
     inputs = _inputs(program)
@@ -247,9 +271,10 @@ def kernel_row(name: str, sz: Sizes, repeats: int, device: str | None, *, run: b
             for i, s in enumerate(jobs[k].kernel_summaries())} for k in exes}
     row["kernel_ms_min"] = {k: min(v) / 1e6 for k, v in ns.items()}
     row["speedup"] = {k: round(row["kernel_ms"]["original"] / max(row["kernel_ms"][k], 1e-9), 3)
-                      for k in ("merged", "merged_prepacked")}
-    row["max_abs_diff"] = float(max(np.max(np.abs(a - b)) for a, b in
-                                    zip(outs["original"], outs["merged"], strict=True)))
+                      for k in row["kernel_ms"] if k != "original"}
+    row["max_abs_diff"] = {k: float(max(np.max(np.abs(a - b)) for a, b in
+                                        zip(outs["original"], outs[k], strict=True)))
+                           for k in outs if k != "original"}
     row["device"] = runtime.info.name
     return row
 
@@ -265,6 +290,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--time-limit", type=float, default=20.0)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--device", default=None)
+    ap.add_argument("--costs", default="kernels",
+                    help="cost models to saturate the programs under in the pipeline, "
+                         "comma-separated (measured needs `accy calibrate` on the device)")
     ap.add_argument("--no-run", action="store_true", help="kernel counts only, no timing")
     ap.add_argument("--out", default="results/bench_tensat.json")
     args = ap.parse_args(argv)
@@ -278,11 +306,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"{r['program']:<16}{r['cap']!s:>10}{r['search_s']:>10.2f}{r['e_nodes']:>9}"
               f"{r['stop_reason']:>17}{r['cost_before']:>13}{r['cost_after']:>12}"
               f"{r['merged_cost']:>13}{r['merged_in_egraph']!s:>14}")
-    kernels = [kernel_row(n, sz, args.repeats, args.device, run=not args.no_run)
+    costs = tuple(c for c in args.costs.split(",") if c)
+    kernels = [kernel_row(n, sz, args.repeats, args.device, run=not args.no_run, costs=costs)
                for n in names]
     for k in kernels:
         print(f"{k['program']:<16} kernels {k['kernels']}  kernel ms {k.get('kernel_ms')}"
               f"  speed-up {k.get('speedup')}")
+        for variant, sat in k["saturate"].items():
+            print(f"    {variant:<20} saturate {sat['pass_s']:.2f} s  {sat['e_nodes']} e-nodes"
+                  f"  {sat['stop_reason']}  sharing: {sat['sharing']}")
     result = {"versions": versions(), "git_commit": git_commit(), "time": timestamp(),
               "python": platform.python_version(), "arguments": vars(args),
               "sizes": asdict(sz),
