@@ -2,8 +2,13 @@
 
 Micro-programs, a few per op kind and size class (an elementwise chain of 1 and 6 cheap or
 transcendental ops, a row reduction and a full one, matrix products, softmax rows, gathers,
-scatter-adds, cross-entropies), go through accy's own pipeline (``accy-default`` without
-``saturate``, so they stay as written) and are timed on the device: the median of
+scatter-adds, cross-entropies), then larger ones of each series (``GROWTH``: about 8x the work
+a step) until the series' largest takes ``GROW_UNTIL`` times its smallest, its data would pass
+``MAX_BYTES`` (or the device's largest buffer), or ``MAX_GROWTH`` steps: a fixed list sized
+for a CPU is all launch overhead on a GPU, where the fit must see kernels from launch-bound
+to bandwidth- and compute-bound to price the programs' own sizes. They go through accy's own
+pipeline (``accy-default`` without ``saturate``, so they stay as written) and are timed on
+the device: the median of
 ``repeats`` calls of the sum of the OpenCL profiling events, after a warm-up call. Per heavy
 kind, ``time = launch + per_byte * bytes + per_flop * flops`` is fitted by non-negative least
 squares (so time never falls as a size grows) over that kind's programs, with bytes and FLOPs
@@ -61,6 +66,32 @@ MICRO_PROGRAMS: dict[str, list[tuple[str, tuple[int, ...]]]] = {
         ("scatter_add", (64, 8, 32)), ("loss", (4, 8)), ("loss", (16, 32)),
     ],
 }
+
+
+# the next micro-program of a series: about 8x the work of ``dims``
+GROWTH: dict[str, Callable[[tuple[int, ...]], tuple[int, ...]]] = {
+    "cheap": lambda d: (d[0] * 8, d[1]),
+    "transcendental": lambda d: (d[0] * 8, d[1]),
+    "reduce": lambda d: (d[0] * 4, d[1] * 2),
+    "contraction": lambda d: (d[0] * 2, d[1] * 2, d[2] * 2),
+    "rowwise": lambda d: (d[0] * 4, d[1] * 2),
+    "gather": lambda d: (d[0] * 2, d[1] * 2, d[2] * 4),
+    "scatter_add": lambda d: (d[0] * 2, d[1] * 2, d[2] * 4),
+    "loss": lambda d: (d[0] * 4, d[1] * 2),
+}
+GROW_UNTIL = 30.0  # a series grows until its largest program takes this x its smallest
+MAX_GROWTH = 5  # steps past the fixed list, per series
+MAX_BYTES = 256 << 20  # parameters + results of one micro-program
+
+
+def _series(kind: str, dims: tuple[int, ...]) -> tuple[Any, ...]:
+    """Programs of one series grow from each other: a chain's length is not scaled."""
+    return (kind, dims[1]) if kind in ("cheap", "transcendental") else (kind,)
+
+
+def _nbytes(program: Program) -> int:
+    fn = program.function()
+    return sum(p.type.nbytes for p in fn.params) + sum(r.type.nbytes for r in fn.results)
 
 
 def _program(kind: str, dims: tuple[int, ...]) -> Program:
@@ -222,14 +253,21 @@ def calibrate(device: str | None = None, *, force: bool = False, quick: bool = F
         except ValueError:
             reuse = False
     if not reuse:
-        samples = []
+        samples: list[dict[str, Any]] = []
         start = time.perf_counter()
-        for kind, dims, program in micro_programs(quick):
+
+        def run(kind: str, dims: tuple[int, ...], program: Program) -> None:
             ns = (timer or time_program)(program, runtime, repeats)
             samples.append({"kind": kind, "dims": list(dims),
                             "ns": ns, **samples_of(kind, program)})
             if log is not None:
                 log(f"{kind:<15} {'x'.join(map(str, dims)):<14} {ns / 1e3:10.1f} us")
+
+        for kind, dims, program in micro_programs(quick):
+            run(kind, dims, program)
+        if not quick:
+            limit = min(MAX_BYTES, runtime.info.max_mem_alloc_size or MAX_BYTES)
+            _grow(samples, run, limit)
         doc = {"format": kc.CALIBRATION_FORMAT, "quick": quick, "repeats": repeats,
                "device": {"key": key, "name": runtime.info.name,
                           "platform": runtime.info.platform,
@@ -240,6 +278,25 @@ def calibrate(device: str | None = None, *, force: bool = False, quick: bool = F
         atomic_write(path, json.dumps(doc, indent=1) + "\n")
     _file_selector(folder, selector_of(device), path.stem)
     return path
+
+
+def _grow(samples: list[dict[str, Any]],
+          run: Callable[[str, tuple[int, ...], Program], None], limit: int) -> None:
+    """Time larger micro-programs per series (module docstring) until each is long enough."""
+    series: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for s in samples:
+        series.setdefault(_series(s["kind"], tuple(s["dims"])), []).append(s)
+    for group in series.values():
+        for _ in range(MAX_GROWTH):
+            last = max(group, key=lambda s: s["ns"])
+            if last["ns"] >= GROW_UNTIL * min(s["ns"] for s in group):
+                break
+            kind, dims = last["kind"], GROWTH[last["kind"]](tuple(last["dims"]))
+            program = _program(kind, dims)
+            if _nbytes(program) > limit:
+                break
+            run(kind, dims, program)
+            group.append(samples[-1])
 
 
 def _file_selector(folder: Path, selector: str, digest: str) -> None:

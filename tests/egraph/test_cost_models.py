@@ -202,3 +202,28 @@ def test_saturate_runs_with_the_measured_model(cache, device):
     assert stats["cost-model"] == "measured"
     assert stats["cost-after"] <= stats["cost-before"]
     assert accy.interpret(job.program, SUITE["softmax_xent"].inputs("ci")) is not None
+
+
+def test_full_calibration_grows_each_series_until_it_is_long_enough(cache, device, monkeypatch):
+    calls: list[str] = []
+    path = cal.calibrate("pocl", timer=fake_timer(calls))
+    doc = json.loads(path.read_text())
+    fixed = len(cal.MICRO_PROGRAMS["full"])
+    assert len(calls) > fixed  # the fake clock's chains are launch-bound at the listed sizes
+    by_series: dict = {}
+    for s in doc["samples"]:
+        by_series.setdefault(cal._series(s["kind"], tuple(s["dims"])), []).append(s["ns"])
+    for kind_k, times in by_series.items():
+        grown = len(times) - sum(cal._series(k, d) == kind_k
+                                 for k, d in cal.MICRO_PROGRAMS["full"])
+        assert grown <= cal.MAX_GROWTH
+        if grown:  # it grew because it was short, and stopped once long or at the cap
+            assert max(times[:-1]) < cal.GROW_UNTIL * min(times)
+            assert max(times) >= cal.GROW_UNTIL * min(times) or grown == cal.MAX_GROWTH
+    cheap = [s["dims"][0] for s in doc["samples"] if s["kind"] == "cheap" and s["dims"][1] == 1]
+    assert max(cheap) > max(d[0] for k, d in cal.MICRO_PROGRAMS["full"] if k == "cheap")
+    # a memory bound stops every series before it grows
+    monkeypatch.setattr(cal, "MAX_BYTES", 1)
+    calls.clear()
+    cal.calibrate("pocl", force=True, timer=fake_timer(calls))
+    assert len(calls) == fixed
