@@ -287,16 +287,19 @@ def _grow(samples: list[dict[str, Any]],
     for s in samples:
         series.setdefault(_series(s["kind"], tuple(s["dims"])), []).append(s)
     for group in series.values():
+        # grow from the most work (the timing may not order the small ones: noise)
+        last = max(group, key=lambda s: (s["bytes"] + s["flops"] + s["cheap"]
+                                         + s["transcendental"]))
         for _ in range(MAX_GROWTH):
-            last = max(group, key=lambda s: s["ns"])
-            if last["ns"] >= GROW_UNTIL * min(s["ns"] for s in group):
+            if max(s["ns"] for s in group) >= GROW_UNTIL * min(s["ns"] for s in group):
                 break
             kind, dims = last["kind"], GROWTH[last["kind"]](tuple(last["dims"]))
             program = _program(kind, dims)
             if _nbytes(program) > limit:
                 break
             run(kind, dims, program)
-            group.append(samples[-1])
+            last = samples[-1]
+            group.append(last)
 
 
 def _file_selector(folder: Path, selector: str, digest: str) -> None:

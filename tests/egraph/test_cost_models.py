@@ -213,6 +213,8 @@ def test_full_calibration_grows_each_series_until_it_is_long_enough(cache, devic
     by_series: dict = {}
     for s in doc["samples"]:
         by_series.setdefault(cal._series(s["kind"], tuple(s["dims"])), []).append(s["ns"])
+    dims = [(s["kind"], tuple(s["dims"])) for s in doc["samples"]]
+    assert len(set(dims)) == len(dims)  # every grown program is a new, larger one
     for kind_k, times in by_series.items():
         grown = len(times) - sum(cal._series(k, d) == kind_k
                                  for k, d in cal.MICRO_PROGRAMS["full"])
