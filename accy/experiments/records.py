@@ -12,9 +12,10 @@ rows, one line each; failures, summary, provenance) and ``<experiment>.csv`` (on
 row, nested fields flattened to dotted column names, so a spreadsheet or pandas reads it).
 
 Every result file accy writes (JSON, CSV, Markdown, figures, fuzz records and summaries) goes
-through :func:`atomic_open` / :func:`atomic_write`: the bytes go to a hidden temporary file
-in the same folder (``.<name>.<pid>.tmp``), are flushed and fsynced, and the file is then
-renamed over its target (``os.replace``). A process killed mid-write or a full disk leaves the
+through :func:`atomic_open` / :func:`atomic_write` (which use ``accy.files.atomic_write``):
+the bytes go to a hidden temporary file of an unpredictable name in the same folder
+(``.<name>.<random>.tmp``), are fsynced, and the file is then renamed over its target
+(``os.replace``). A process killed mid-write or a full disk leaves the
 earlier file intact (and at worst a hidden ``.tmp`` file), never half a result.
 :func:`read_results` names a damaged file (:class:`DamagedResultError`) instead of raising
 a JSON traceback.
@@ -26,6 +27,7 @@ import csv
 import datetime
 import functools
 import importlib
+import io
 import json
 import os
 import platform
@@ -36,6 +38,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
+from accy import files
 from accy.errors import AccyError
 
 __all__ = [
@@ -178,50 +181,26 @@ def stage_fingerprints(job: Any) -> dict[str, str]:
 # ---- files -----------------------------------------------------------------------------------
 
 
-def _fsync_dir(folder: Path) -> None:
-    """Make a rename in ``folder`` durable (where the OS lets a folder be opened)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 @contextmanager
 def atomic_open(path: str | Path, mode: str = "w", newline: str | None = None
                 ) -> Iterator[IO[Any]]:
-    """Open a hidden temporary file beside ``path`` for writing (``"w"`` or ``"wb"``); when
-    the block ends without an exception, fsync it and rename it over ``path``. On an
-    exception the temporary file is removed and ``path`` is untouched. Makes the folder."""
+    """A file object (text for ``"w"``, bytes for ``"wb"``) whose contents, when the block
+    ends without an exception, replace ``path`` at once (:func:`atomic_write`); on an
+    exception ``path`` is untouched. Makes the folder."""
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_open writes whole files: mode 'w' or 'wb', not {mode!r}")
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # hidden and not ending in the target's suffix: a glob for results never picks it up
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    fh = open(tmp, mode, newline=newline) if mode == "w" else open(tmp, mode)  # noqa: SIM115
-    try:
-        with fh:
-            yield fh
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(target.parent)
+    buffer: IO[Any] = io.StringIO(newline=newline) if mode == "w" else io.BytesIO()
+    yield buffer
+    atomic_write(path, buffer.getvalue())
 
 
 def atomic_write(path: str | Path, data: str | bytes) -> Path:
-    """Write ``data`` (text or bytes) to ``path`` atomically (:func:`atomic_open`)."""
-    with atomic_open(path, "wb" if isinstance(data, bytes) else "w") as fh:
-        fh.write(data)
-    return Path(path)
+    """Write ``data`` (text or bytes) to ``path`` atomically, readable by all like any result
+    file (``accy.files.atomic_write``: a hidden temporary file of an unpredictable name,
+    fsynced and renamed over ``path``); makes the folder."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return files.atomic_write(target, data, mode=0o644)
 
 
 def flatten(row: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
