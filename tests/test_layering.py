@@ -33,6 +33,9 @@ ALLOWED = {
     # the engines of accy.testing; differential (the checks) needs no hypothesis
     "accy.program_gen": ("accy.errors", "accy.ir", "accy.builder"),
     "accy.error_bounds": ("accy.errors", "accy.ir"),
+    # the front end: tracing's helpers below the builder; the op functions on top of both
+    "accy.tracing": ("accy.errors", "accy.ir"),
+    "accy.functions": ("accy.errors", "accy.ir", "accy.builder", "accy.tracing"),
     "accy.differential": ("accy.errors", "accy.ir", "accy.error_bounds", "accy.job",
                           "accy.passes", "accy.product", "accy.target", "accy.backends"),
 }

@@ -55,6 +55,7 @@ class Op(Enum):
     # elementwise activations
     RELU = "relu"
     GELU = "gelu"  # exact form: x * Phi(x) with the error function
+    GELU_TANH = "gelu_tanh"  # the tanh approximation of gelu (ONNX Gelu approximate="tanh")
     SIGMOID = "sigmoid"
     TANH = "tanh"
     # elementwise binary math (numpy broadcasting)
@@ -130,7 +131,8 @@ _GROUPS: dict[OpKind, tuple[Op, ...]] = {
     OpKind.SOURCE: (Op.PARAM, Op.CONSTANT),
     OpKind.UNARY: (
         Op.NEG, Op.ABS, Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.SIN, Op.COS, Op.RECIPROCAL,
-        Op.FLOOR, Op.CEIL, Op.ERF, Op.RELU, Op.GELU, Op.SIGMOID, Op.TANH,
+        Op.FLOOR, Op.CEIL, Op.ERF, Op.RELU, Op.GELU, Op.GELU_TANH, Op.SIGMOID,
+        Op.TANH,
     ),
     OpKind.BINARY: (Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.MAX, Op.MIN, Op.POW),
     OpKind.COMPARE: (Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE),
