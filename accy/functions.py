@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 from opt_einsum.parser import get_symbol
 
-from accy import builder, tracing
+import accy.builder as builder
+import accy.tracing as tracing
 from accy.builder import BuilderError, FunctionBuilder, Value, _dtype, _int
 from accy.ir.types import DType
 
