@@ -38,8 +38,8 @@ from accy.builder import (
 from accy.contraction import opt_einsum_bridge  # noqa: F401  (registers accy-* in opt_einsum)
 from accy.errors import AccyError, DeviceMismatchError
 from accy.explain import explain
-from accy.functions import (  # noqa: A004  (abs, max, sum: numpy's names, as np.abs)
-    abs,
+from accy.functions import (  # noqa: A004  (abs, max, sum: numpy's names)
+    abs,  # noqa: F401  (accy.abs; not in __all__, like max and sum)
     arange,
     astype,
     broadcast_to,
@@ -57,7 +57,7 @@ from accy.functions import (  # noqa: A004  (abs, max, sum: numpy's names, as np
     log,
     log_softmax,
     matmul,
-    max,
+    max,  # noqa: F401
     mean,
     one_hot,
     reciprocal,
@@ -70,7 +70,7 @@ from accy.functions import (  # noqa: A004  (abs, max, sum: numpy's names, as np
     sin,
     softmax,
     sqrt,
-    sum,
+    sum,  # noqa: F401
     tanh,
     transpose,
     where,
@@ -110,15 +110,16 @@ def __getattr__(name: str):
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'accy' has no attribute {name!r}")
 
+# accy.abs, accy.max and accy.sum stay out: `from accy import *` must not hide builtins
 __all__ = [
     "AccyError", "BoundExecutable", "Builder", "DType", "DeviceArray", "DeviceMismatchError",
     "Executable", "JobFileError", "PendingCall", "PreparedJob", "Program", "Stage",
-    "TargetProfile", "TensorType", "abs", "arange", "astype", "avg_pool2d", "bool_",
-    "broadcast_to", "ceil", "concat", "constant", "conv2d", "cos", "cross_entropy", "einsum",
-    "erf", "exp", "explain", "f16", "f32", "f64", "floor", "function", "gather", "gelu", "i32",
-    "i64", "interpret", "load_job", "log", "log_softmax", "matmul", "max", "max_pool2d",
-    "maximum", "mean", "minimum", "one_hot", "onnx", "pad", "parse_pipeline", "parse_program",
-    "prepare", "print_program", "reciprocal", "relu", "reshape", "rsqrt", "scatter_add",
-    "select", "select_device", "sigmoid", "sin", "softmax", "sqrt", "sum", "tanh", "to_device",
-    "trace", "transpose", "verify", "where",
+    "TargetProfile", "TensorType", "arange", "astype", "avg_pool2d", "bool_", "broadcast_to",
+    "ceil", "concat", "constant", "conv2d", "cos", "cross_entropy", "einsum", "erf", "exp",
+    "explain", "f16", "f32", "f64", "floor", "function", "gather", "gelu", "i32", "i64",
+    "interpret", "load_job", "log", "log_softmax", "matmul", "max_pool2d", "maximum", "mean",
+    "minimum", "one_hot", "onnx", "pad", "parse_pipeline", "parse_program", "prepare",
+    "print_program", "reciprocal", "relu", "reshape", "rsqrt", "scatter_add", "select",
+    "select_device", "sigmoid", "sin", "softmax", "sqrt", "tanh", "to_device", "trace",
+    "transpose", "verify", "where",
 ]

@@ -24,12 +24,12 @@ import accy.tracing as tracing
 from accy.builder import BuilderError, FunctionBuilder, Value, _dtype, _int
 from accy.ir.types import DType
 
+# abs, max and sum are left out so that a star import does not hide Python's builtins
 __all__ = [
-    "abs", "arange", "astype", "broadcast_to", "ceil", "concat", "constant", "cos",
-    "cross_entropy", "einsum", "erf", "exp", "floor", "gather", "gelu", "log", "log_softmax",
-    "matmul", "max", "maximum", "mean", "minimum", "one_hot", "reciprocal", "relu", "reshape",
-    "rsqrt", "scatter_add", "select", "sigmoid", "sin", "softmax", "sqrt", "sum", "tanh",
-    "transpose", "where",
+    "arange", "astype", "broadcast_to", "ceil", "concat", "constant", "cos", "cross_entropy",
+    "einsum", "erf", "exp", "floor", "gather", "gelu", "log", "log_softmax", "matmul",
+    "maximum", "mean", "minimum", "one_hot", "reciprocal", "relu", "reshape", "rsqrt",
+    "scatter_add", "select", "sigmoid", "sin", "softmax", "sqrt", "tanh", "transpose", "where",
 ]
 
 # the builder's functions, unchanged
