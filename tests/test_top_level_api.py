@@ -145,6 +145,18 @@ def test_einsum_sublists_past_52_indices_match_opt_einsum_symbols():
     np.testing.assert_allclose(accy.interpret(by_spec, mats)[0], want, rtol=1e-9)
 
 
+def test_einsum_past_52_indices_prepares_and_runs_on_opencl(device):
+    n = 53  # a ring of 53 2x2 matrices, one index past the 52 letters
+    mats = [RNG.standard_normal((2, 2)).astype(np.float32) for _ in range(n)]
+
+    def ring(*ms):
+        return accy.einsum(*(a for i, m in enumerate(ms) for a in (m, [i, (i + 1) % n])), [])
+
+    (got,) = accy.prepare(accy.trace(ring, *mats)).run(*mats, device=device)
+    want = np.trace(np.linalg.multi_dot([m.astype(np.float64) for m in mats]))
+    np.testing.assert_allclose(got, want, rtol=1e-4)
+
+
 def test_einsum_sublists_implicit_output_is_numpy_order():
     @accy.function
     def f(a: accy.f32[2, 3], b: accy.f32[3, 4]):
@@ -225,7 +237,7 @@ def _default_with(tensor_stage: str) -> str:
 
 @pytest.mark.parametrize("lowering", ["activation-lowering",  # lowered to tanh, mul, add
                                       "activation-lowering{ops=sigmoid}"])  # kept: one op
-def test_gelu_tanh_runs_on_opencl_lowered_and_as_one_op(lowering):
+def test_gelu_tanh_runs_on_opencl_lowered_and_as_one_op(device, lowering):
     @accy.function
     def f(x: accy.f32[64, 32], w: accy.f32[32, 16]):
         return accy.gelu(x @ w, approximate="tanh")
@@ -235,7 +247,7 @@ def test_gelu_tanh_runs_on_opencl_lowered_and_as_one_op(lowering):
     job = accy.prepare(f, _default_with(lowering))
     kept = Op.GELU_TANH in {op for k in job.kernels for op, _ in k.ops}
     assert kept == ("ops=" in lowering)
-    (got,) = job.run(x, w)
+    (got,) = job.run(x, w, device=device)
     np.testing.assert_allclose(got, gelu_tanh_ref(x @ w), rtol=1e-4, atol=1e-5)
 
 
@@ -349,15 +361,15 @@ def _add(a: accy.f32[8], b: accy.f32[8]):
 
 
 @pytest.mark.parametrize("until", ["tensor", "kernel"])
-def test_running_a_job_prepared_part_way_says_how_to_continue(until):
+def test_running_a_job_prepared_part_way_says_how_to_continue(device, until):
     job = accy.prepare(_add, until=until)
     ones = np.ones(8, np.float32)
     with pytest.raises(NotPreparedError,
                        match=rf"stops at the {until} stage .*continue with accy.prepare\(job\)"):
-        job.run(ones, ones)
+        job.run(ones, ones, device=device)
     with pytest.raises(VerifyError):  # still the error class callers caught before
-        job.executable()
-    (got,) = accy.prepare(job).run(ones, ones)
+        job.executable(device=device)
+    (got,) = accy.prepare(job).run(ones, ones, device=device)
     np.testing.assert_array_equal(got, 2 * ones)
 
 
