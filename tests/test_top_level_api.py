@@ -9,12 +9,15 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from opt_einsum import get_symbol
 
 import accy
 from accy.builder import Value
 from accy.errors import NotPreparedError, ShapeError, VerifyError
 from accy.ir.ops import Op
+from accy.testing import check_end_to_end, programs_with, programs_with_inputs
 from accy.tracing import TracingError
 
 RNG = np.random.default_rng(16)
@@ -249,6 +252,15 @@ def test_gelu_tanh_runs_on_opencl_lowered_and_as_one_op(device, lowering):
     assert kept == ("ops=" in lowering)
     (got,) = job.run(x, w, device=device)
     np.testing.assert_allclose(got, gelu_tanh_ref(x @ w), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.filterwarnings("ignore::pyopencl.CompilerWarning")
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_random_programs_with_gelu_tanh_match_interpret(device, data):
+    program, inputs = data.draw(programs_with_inputs(
+        programs_with(Op.GELU_TANH, max_nodes=5, dtypes=[accy.DType.f32])))
+    assert check_end_to_end(program, inputs).status == "ok"
 
 
 # ---- tracing ---------------------------------------------------------------------------------
