@@ -218,20 +218,20 @@ def log_softmax(x: Any, axis: int = -1) -> Value:
     return _value("accy.log_softmax", x).log_softmax(axis)
 
 
-def reshape(x: Any, shape: Sequence[int]) -> Value:
+def reshape(x: Any, shape: int | Sequence[int]) -> Value:
     """``x`` with the same elements in row-major order and shape ``shape``."""
-    return _value("accy.reshape", x).reshape(tuple(shape))
+    return _value("accy.reshape", x).reshape(shape)
 
 
 def transpose(x: Any, perm: Sequence[int] | None = None) -> Value:
     """``x`` with its axes permuted (reversed when ``perm`` is None), as numpy's."""
     v = _value("accy.transpose", x)
-    return v.transpose() if perm is None else v.transpose(tuple(perm))
+    return v.transpose() if perm is None else v.transpose(perm)
 
 
-def broadcast_to(x: Any, shape: Sequence[int]) -> Value:
+def broadcast_to(x: Any, shape: int | Sequence[int]) -> Value:
     """``x`` broadcast to ``shape`` (numpy's rules)."""
-    return _value("accy.broadcast_to", x).broadcast_to(tuple(shape))
+    return _value("accy.broadcast_to", x).broadcast_to(shape)
 
 
 def matmul(a: Value, b: Value) -> Value:

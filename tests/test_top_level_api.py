@@ -398,3 +398,13 @@ def test_shape_errors_from_functions_name_the_op():
         return accy.matmul(x, y)
     with pytest.raises(ShapeError, match="einsum"):
         accy.trace(f, accy.f32[2, 3], accy.f32[4, 5])
+
+
+def test_movement_functions_take_an_int_or_a_sequence():
+    @accy.function
+    def f(x: accy.f32[2, 3]):
+        return (accy.reshape(x, 6), accy.reshape(x, [3, -1]), accy.broadcast_to(x, [4, 2, 3]),
+                accy.transpose(x, (1, 0)))
+
+    assert [r.type for r in f.functions[0].results] == [
+        accy.f32[6], accy.f32[3, 2], accy.f32[4, 2, 3], accy.f32[3, 2]]
