@@ -192,20 +192,28 @@ def astype(x: Any, dtype: DType) -> Value:
 
 # reductions, rowwise, movement, contraction --------------------------------------------------
 
-def sum(x: Any, axes: Any = None, keepdims: bool = False) -> Value:  # noqa: A001
-    """The sum over ``axes`` (an int, a list, or None for all)."""
-    return _value("accy.sum", x).sum(axes, keepdims)
+def _axes(what: str, axes: Any, axis: Any) -> Any:
+    if axis is not None and axes is not None:
+        raise BuilderError(f"{what}: give axes or numpy's axis=, not both")
+    return axes if axis is None else axis
 
 
-def mean(x: Any, axes: Any = None, keepdims: bool = False) -> Value:
-    """The mean over ``axes`` (an int, a list, or None for all)."""
-    return _value("accy.mean", x).mean(axes, keepdims)
+def sum(x: Any, axes: Any = None, keepdims: bool = False, *,  # noqa: A001
+        axis: Any = None) -> Value:
+    """The sum over ``axes`` (an int, a list, or None for all; ``axis=`` as numpy spells it)."""
+    return _value("accy.sum", x).sum(_axes("accy.sum", axes, axis), keepdims)
 
 
-def max(x: Any, axes: Any = None, keepdims: bool = False) -> Value:  # noqa: A001
-    """The largest element over ``axes`` (a reduction, like ``numpy.max``; the elementwise
-    maximum of two tensors is :func:`maximum`)."""
-    return _value("accy.max", x).max(axes, keepdims)
+def mean(x: Any, axes: Any = None, keepdims: bool = False, *, axis: Any = None) -> Value:
+    """The mean over ``axes`` (an int, a list, or None for all; or ``axis=``)."""
+    return _value("accy.mean", x).mean(_axes("accy.mean", axes, axis), keepdims)
+
+
+def max(x: Any, axes: Any = None, keepdims: bool = False, *,  # noqa: A001
+        axis: Any = None) -> Value:
+    """The largest element over ``axes`` (or ``axis=``): a reduction, like ``numpy.max``; the
+    elementwise maximum of two tensors is :func:`maximum`."""
+    return _value("accy.max", x).max(_axes("accy.max", axes, axis), keepdims)
 
 
 def softmax(x: Any, axis: int = -1) -> Value:

@@ -408,3 +408,16 @@ def test_movement_functions_take_an_int_or_a_sequence():
 
     assert [r.type for r in f.functions[0].results] == [
         accy.f32[6], accy.f32[3, 2], accy.f32[4, 2, 3], accy.f32[3, 2]]
+
+
+def test_reductions_take_numpys_axis_keyword_too():
+    @accy.function
+    def f(x: accy.f32[2, 3]):
+        return accy.sum(x, axis=1), accy.mean(x, axis=[0, 1]), accy.max(x, axis=0, keepdims=True)
+
+    x = RNG.standard_normal((2, 3)).astype(np.float32)
+    for g, w in zip(accy.interpret(f, [x]), [x.sum(1), x.mean(), x.max(0, keepdims=True)],
+                    strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-6)
+    with pytest.raises(ValueError, match="not both"):
+        accy.trace(lambda x: accy.sum(x, 0, axis=0), accy.f32[2])
