@@ -56,14 +56,24 @@ def _value(what: str, x: Any) -> Value:
         return x
     if isinstance(x, str | bytes) or x is None:
         raise BuilderError(f"{what}: {x!r} is not a tensor (a traced Value, number or array)")
-    return tracing.current(what).constant(x)
+    return _home(what, None).constant(x, _default_dtype(x))
 
 
 def constant(value: Any, dtype: DType | None = None, *, like: Value | None = None) -> Value:
-    """A constant tensor (a number or array): Python floats default to f32, other values keep
-    numpy's dtype, unless ``dtype`` is given. Built into the function being traced, or into
+    """A constant tensor: a number, a (nested) list, or a numpy array. Unless ``dtype`` is
+    given, Python floats (and lists of them) are f32, Python ints i64 and bools bool, and numpy
+    arrays and scalars keep their dtype. Built into the function being traced, or into
     ``like``'s function."""
+    if dtype is None:
+        dtype = _default_dtype(value)
     return _home("accy.constant", like).constant(value, dtype)
+
+
+def _default_dtype(value: Any) -> DType | None:
+    """f32 for Python floats and lists of them; None (numpy's dtype) for anything else."""
+    if isinstance(value, np.ndarray | np.generic):
+        return None
+    return DType.f32 if np.asarray(value).dtype.kind == "f" else None
 
 
 def arange(start: Any, stop: Any = None, step: Any = 1, dtype: DType | None = None, *,

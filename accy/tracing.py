@@ -53,9 +53,9 @@ def current(what: str) -> Any:
     if not stack:
         raise TracingError(
             f"{what} builds a node of a function being traced, and none is: call it inside a "
-            f"function traced by @accy.function or accy.trace, pass like=<a traced Value> to "
-            f"build into that Value's function, or use FunctionBuilder.constant with an "
-            f"explicit Builder")
+            f"function traced by @accy.function or accy.trace (accy.constant and accy.arange "
+            f"also take like=<a traced Value> to build into that Value's function; with an "
+            f"explicit Builder, use FunctionBuilder.constant)")
     return stack[-1]
 
 

@@ -199,6 +199,17 @@ def test_function_errors_name_the_mistake():
         accy.trace(gelu_kind, accy.f32[3])
 
 
+def test_constant_dtypes_follow_python_and_numpy():
+    @accy.function
+    def f(x: accy.f32[2]):
+        return (accy.constant([1.0, 2.0]), accy.constant([1, 2]), accy.constant(True),
+                accy.constant(np.ones(2)), accy.constant(np.int32(3)),
+                accy.constant(1, accy.DType.f16), accy.constant([0.5, 1.5]) * x)
+
+    assert [r.type.dtype.value for r in f.functions[0].results] == [
+        "f32", "i64", "bool", "f64", "i32", "f16", "f32"]
+
+
 def test_constant_with_like_builds_into_that_values_function():
     b = accy.Builder()
     f = b.begin_function("f", [accy.f32[3]])
