@@ -12,8 +12,10 @@ Build a program (``Builder`` or ``@accy.function``), ``prepare`` it through the 
     job = accy.prepare(chain)
     (out,) = job.run(np.ones(1024, np.float32), np.ones(1024, np.float32))
 
-Op functions beyond operators and methods live in :mod:`accy.builder` (einsum, select,
-gather, ...); the IR in :mod:`accy.ir`; passes in :mod:`accy.passes`.
+Traced values take operators (``+``, ``@``, ``<``, ``==`` ... build ops) and methods; every op
+also has a numpy-style function here (``accy.einsum``, ``accy.where``, ``accy.gather``,
+``accy.one_hot``, ``accy.constant``, ...: :mod:`accy.functions`), and docs/OPS.md lists every
+op with its semantics. The IR is in :mod:`accy.ir`; passes in :mod:`accy.passes`.
 """
 
 from accy.builder import (
@@ -31,10 +33,48 @@ from accy.builder import (
     maximum,
     minimum,
     pad,
+    trace,
 )
 from accy.contraction import opt_einsum_bridge  # noqa: F401  (registers accy-* in opt_einsum)
 from accy.errors import AccyError, DeviceMismatchError
 from accy.explain import explain
+from accy.functions import (  # noqa: A004  (abs, max, sum: numpy's names)
+    abs,  # noqa: F401  (accy.abs; not in __all__, like max and sum)
+    arange,
+    astype,
+    broadcast_to,
+    ceil,
+    concat,
+    constant,
+    cos,
+    cross_entropy,
+    einsum,
+    erf,
+    exp,
+    floor,
+    gather,
+    gelu,
+    log,
+    log_softmax,
+    matmul,
+    max,  # noqa: F401
+    mean,
+    one_hot,
+    reciprocal,
+    relu,
+    reshape,
+    rsqrt,
+    scatter_add,
+    select,
+    sigmoid,
+    sin,
+    softmax,
+    sqrt,
+    sum,  # noqa: F401
+    tanh,
+    transpose,
+    where,
+)
 from accy.ir.interpret import interpret
 from accy.ir.parser import parse_program
 from accy.ir.printer import print_program
@@ -70,11 +110,16 @@ def __getattr__(name: str):
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'accy' has no attribute {name!r}")
 
+# accy.abs, accy.max and accy.sum stay out: `from accy import *` must not hide builtins
 __all__ = [
-    "AccyError", "BoundExecutable", "Builder", "DeviceArray", "DeviceMismatchError", "DType",
+    "AccyError", "BoundExecutable", "Builder", "DType", "DeviceArray", "DeviceMismatchError",
     "Executable", "JobFileError", "PendingCall", "PreparedJob", "Program", "Stage",
-    "TargetProfile", "TensorType", "avg_pool2d", "bool_", "conv2d", "explain", "f16", "f32",
-    "f64", "function", "i32", "i64", "interpret", "load_job", "max_pool2d", "maximum",
-    "minimum", "onnx", "pad", "parse_pipeline", "parse_program", "prepare", "print_program",
-    "select_device", "to_device", "verify",
+    "TargetProfile", "TensorType", "arange", "astype", "avg_pool2d", "bool_", "broadcast_to",
+    "ceil", "concat", "constant", "conv2d", "cos", "cross_entropy", "einsum", "erf", "exp",
+    "explain", "f16", "f32", "f64", "floor", "function", "gather", "gelu", "i32", "i64",
+    "interpret", "load_job", "log", "log_softmax", "matmul", "max_pool2d", "maximum", "mean",
+    "minimum", "one_hot", "onnx", "pad", "parse_pipeline", "parse_program", "prepare",
+    "print_program", "reciprocal", "relu", "reshape", "rsqrt", "scatter_add", "select",
+    "select_device", "sigmoid", "sin", "softmax", "sqrt", "tanh", "to_device", "trace",
+    "transpose", "verify", "where",
 ]

@@ -21,12 +21,13 @@ elementwise and raises.
 
 from __future__ import annotations
 
-import inspect
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+from accy import tracing
 from accy.errors import AccyError, ShapeError
 from accy.ir.node import Node
 from accy.ir.ops import ATTRS, Op
@@ -152,7 +153,13 @@ class Value:
     def ceil(self): return self.fb.op(Op.CEIL, self)
     def erf(self): return self.fb.op(Op.ERF, self)
     def relu(self): return self.fb.op(Op.RELU, self)
-    def gelu(self): return self.fb.op(Op.GELU, self)
+    def gelu(self, approximate: str = "none"):
+        """GELU ``x * Phi(x)``: exact with erf ("none", the gelu op) or the tanh approximation
+        ("tanh", the gelu_tanh op), as ONNX Gelu's and torch's ``approximate``."""
+        ops = {"none": Op.GELU, "tanh": Op.GELU_TANH}
+        if approximate not in ops:
+            raise BuilderError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+        return self.fb.op(ops[approximate], self)
     def sigmoid(self): return self.fb.op(Op.SIGMOID, self)
     def tanh(self): return self.fb.op(Op.TANH, self)
     def astype(self, dtype: DType):
@@ -498,33 +505,19 @@ def pad(x: Value, pads: Any, value: Any = 0) -> Value:
     return fb.op(Op.PAD, x, v, pads=flat)
 
 
-def _example_type(x: Any) -> TensorType:
-    if isinstance(x, TensorType):
-        return x
-    arr = np.asarray(x)
-    return TensorType(arr.shape, DType.from_numpy(arr.dtype))
-
-
-def trace(fn: Callable[..., Any], *examples: Any, name: str | None = None) -> Program:
+def trace(fn: Callable[..., Any], *examples: Any, name: str | None = None,
+          _scope: dict[str, Any] | None = None) -> Program:
     """Trace ``fn`` into a one-function program; parameter types come from ``examples`` (arrays
-    or TensorTypes) or, with none given, from the parameters' annotations."""
-    sig = inspect.signature(fn, eval_str=True)
-    names = list(sig.parameters)
-    if examples:
-        if len(examples) != len(names):
-            raise ValueError(f"{fn.__name__} takes {len(names)} inputs, "
-                             f"{len(examples)} examples given")
-        types = [_example_type(x) for x in examples]
-    else:
-        hints = {k: p.annotation for k, p in sig.parameters.items()}
-        bad = [k for k, t in hints.items() if not isinstance(t, TensorType)]
-        if bad:
-            raise ValueError(f"{fn.__name__}: parameters {bad} need a TensorType annotation "
-                             f"(e.g. accy.f32[4, 8]) or pass example inputs")
-        types = [hints[k] for k in names]
+    or TensorTypes; a ``*args`` parameter takes the ones after the named parameters) or, with
+    none given, from the parameters' annotations (see :mod:`accy.tracing`). While ``fn`` runs,
+    free functions such as ``accy.constant`` and ``accy.arange`` build into its function."""
+    scope = _scope if _scope is not None else tracing.caller_locals(sys._getframe(1))
+    names, types = tracing.signature_types(fn, examples, scope)
     b = Builder()
-    f = b.begin_function(name or fn.__name__, types, names)
-    out = fn(*(f.param(i) for i in range(len(types))))
+    own = getattr(fn, "__name__", "")  # a lambda's "<lambda>" is no function name: "main"
+    f = b.begin_function(name or (own if own.isidentifier() else "main"), types, names)
+    with tracing.active(f):
+        out = fn(*(f.param(i) for i in range(len(types))))
     outs = out if isinstance(out, tuple) else (out,)
     f.return_(*outs)
     f.finish()
@@ -534,12 +527,14 @@ def trace(fn: Callable[..., Any], *examples: Any, name: str | None = None) -> Pr
 def function(fn: Callable[..., Any] | None = None, *examples: Any) -> Any:
     """Decorator: ``@accy.function`` (annotated) or ``@accy.function(example, ...)``.
 
-    Returns the traced :class:`Program` of one function named after ``fn``.
+    Returns the traced :class:`Program` of one function named after ``fn``. String annotations
+    (``from __future__ import annotations``) may name the decorating scope's local variables.
     """
+    scope = tracing.caller_locals(sys._getframe(1))
     if fn is not None and callable(fn) and not isinstance(fn, np.ndarray | TensorType):
-        return trace(fn, *examples)
+        return trace(fn, *examples, _scope=scope)
     first = () if fn is None else (fn,)
-    return lambda f: trace(f, *first, *examples)
+    return lambda f: trace(f, *first, *examples, _scope=scope)
 
 
 class _TypeMaker:

@@ -465,6 +465,7 @@ _RULES: dict[Op, Rule] = {
     Op.ERF: _unary(lambda c: 1.13 * c.es[0]),  # slope 2/sqrt(pi) at most
     Op.SIGMOID: _unary(lambda c: c.es[0] / 4),
     Op.GELU: _unary(lambda c: 1.13 * c.es[0], lambda c: c.mag(0) + np.abs(c.out)),
+    Op.GELU_TANH: _unary(lambda c: 1.13 * c.es[0], lambda c: c.mag(0) + np.abs(c.out)),
     Op.FLOOR: _rounding_points,
     Op.CEIL: _rounding_points,
     Op.ADD: _add,

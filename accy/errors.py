@@ -19,6 +19,11 @@ class VerifyError(AccyError):
     """A product is malformed for its stage (bad type, op not allowed, broken plan)."""
 
 
+class NotPreparedError(VerifyError):
+    """A prepared job stopped (``prepare(..., until=...)``) before the stage that what was asked
+    needs; the message names both stages and says to continue with ``accy.prepare(job)``."""
+
+
 class InterpretError(AccyError):
     """The reference interpreter was given inputs that do not fit the function."""
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from accy.backends.opencl.render import render
-from accy.errors import AccyError, KernelLookupError, WorkItemLookupError
+from accy.errors import AccyError, KernelLookupError, NotPreparedError, WorkItemLookupError
 from accy.files import atomic_write
 from accy.ir.node import Node, pack, unpack
 from accy.ir.ops import Op
@@ -150,6 +150,14 @@ class PreparedJob:
     def target(self) -> TargetProfile | None:
         return self.product.target
 
+    def require_stage(self, stage: Stage, what: str) -> None:
+        """Raise :class:`NotPreparedError` unless preparation reached ``stage``."""
+        if self.stage.index < stage.index:
+            raise NotPreparedError(
+                f"{what} needs a job prepared through the {stage.value} stage; this one stops at "
+                f"the {self.stage.value} stage (prepared with until={self.stage.value!r}): "
+                f"continue with accy.prepare(job)")
+
     def record(self, stage: Stage | str) -> StageRecord:
         stage = Stage.parse(stage) if isinstance(stage, str) else stage
         for r in self.records:
@@ -176,6 +184,7 @@ class PreparedJob:
     # kernels -----------------------------------------------------------------------------
     @property
     def kernels(self) -> tuple[Kernel, ...]:
+        self.require_stage(Stage.kernel, "this question (kernels)")
         return self.product.require("kernels", "this question", "the kernel stage")
 
     @property
@@ -258,6 +267,7 @@ class PreparedJob:
         """
         from accy.backends.opencl.executable import Executable
 
+        self.require_stage(Stage.target, "running")
         return Executable(self, function, device, max_threads=max_threads)
 
     def build(self, device=None, max_threads: int = 1):
@@ -266,6 +276,7 @@ class PreparedJob:
         device, so executables made afterwards only look them up."""
         from accy.backends.opencl.runtime import Runtime, select_device
 
+        self.require_stage(Stage.target, "building")
         runtime = device if isinstance(device, Runtime) else select_device(device)
         legality = self.product.legality
         sources = [self.kernel_source(i) for i in range(self.kernel_count)
@@ -284,6 +295,7 @@ class PreparedJob:
         """
         from accy.backends.opencl.runtime import Runtime, select_device
 
+        self.require_stage(Stage.target, "running")
         runtime = device if isinstance(device, Runtime) else select_device(device)
         key = (self.program.function(function).name, runtime)
         with _RUNNERS_LOCK:

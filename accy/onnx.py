@@ -13,7 +13,8 @@ bounds, Split's sizes, Pow's exponent, ReduceMean's axes) must come from initial
 
 Supported (the default domain): Conv, Relu, Add, Sub, Mul, Div, MatMul, Gemm, Reshape,
 Transpose, Concat, Split, Slice, MaxPool, AveragePool, GlobalAveragePool,
-BatchNormalization (inference), Softmax, Tanh, Sigmoid, Gather, Erf, Flatten, Constant,
+BatchNormalization (inference), Softmax, Tanh, Sigmoid, Gather, Erf, Gelu (opset 20; its
+``approximate`` attribute picks gelu or gelu_tanh), Flatten, Constant,
 Identity, Sqrt, Pow (constant exponent), ReduceMean, Squeeze, Unsqueeze, Cast. Anything
 else is an :class:`OnnxImportError` naming the op, the node and the model's opset.
 Batch normalization with constant statistics folds into one multiply and one add per
@@ -202,6 +203,13 @@ _BINARY = {"Add": Op.ADD, "Sub": Op.SUB, "Mul": Op.MUL, "Div": Op.DIV}
 @_op(*_UNARY)
 def _unary(self: _Importer, a: dict) -> Any:
     return getattr(self.value(self.inputs()[0]), _UNARY[self.node.op_type])()
+
+
+@_op("Gelu")
+def _gelu(self: _Importer, a: dict) -> Any:
+    approximate = a.get("approximate", b"none")
+    approximate = approximate.decode() if isinstance(approximate, bytes) else approximate
+    return self.value(self.inputs()[0]).gelu(approximate=approximate)
 
 
 @_op(*_BINARY)

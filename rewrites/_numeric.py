@@ -34,6 +34,12 @@ def _gelu(x: np.ndarray) -> np.ndarray:
     return np.where(np.isneginf(x64), 0.0, out).astype(x.dtype)
 
 
+def _gelu_tanh(x: np.ndarray) -> np.ndarray:
+    x64 = x.astype(np.float64)
+    out = 0.5 * x64 * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x64 + 0.044715 * x64 ** 3)))
+    return np.where(np.isneginf(x64), 0.0, out).astype(x.dtype)
+
+
 def _sigmoid(x: np.ndarray) -> np.ndarray:
     z = np.exp(-np.abs(x))
     one = x.dtype.type(1)
@@ -53,7 +59,8 @@ UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "neg": np.negative, "abs": np.abs, "exp": np.exp, "log": np.log, "sqrt": np.sqrt,
     "rsqrt": lambda x: np.reciprocal(np.sqrt(x)), "sin": np.sin, "cos": np.cos,
     "reciprocal": np.reciprocal, "floor": np.floor, "ceil": np.ceil, "erf": _erf,
-    "relu": lambda x: np.maximum(x, x.dtype.type(0)), "gelu": _gelu, "sigmoid": _sigmoid,
+    "relu": lambda x: np.maximum(x, x.dtype.type(0)), "gelu": _gelu, "gelu_tanh": _gelu_tanh,
+    "sigmoid": _sigmoid,
     "tanh": np.tanh, "not": np.logical_not,
 }
 BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {

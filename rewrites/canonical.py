@@ -170,7 +170,7 @@ def _fold_rule(op: str, lhs: Tensor, operands: list[tuple[f64, object]]) -> None
     args: list[object] = [op, t]
     for value, type_text in operands:
         args += [value.to_string(), type_text]
-    fold.rewrite(f"fold-{op}", lhs, Tensor.full(py_f64(folded, *args), t),
+    fold.rewrite(f"fold-{op.replace('_', '-')}", lhs, Tensor.full(py_f64(folded, *args), t),
                  holds(foldable, *args), policy="exact",
                  doc=f"{op} of splat constants -> a splat (numpy semantics in the dtype)")
 

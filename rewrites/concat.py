@@ -302,13 +302,13 @@ for _side, _where in ((1, "first"), (0, "second")):
 # ---- rules: elementwise ops -------------------------------------------------------------------
 
 UNARY = ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "reciprocal", "floor",
-         "ceil", "erf", "relu", "gelu", "sigmoid", "tanh")
+         "ceil", "erf", "relu", "gelu", "gelu_tanh", "sigmoid", "tanh")
 BINARY = ("add", "sub", "mul", "div", "max", "min", "pow")
 
 for _op in UNARY:
     _f = getattr(Tensor, _op)
     concat.rewrite(
-        f"concat-of-{_op}", Tensor.concat(pair(_f(a, t1), _f(b, t2)), ax, t),
+        f"concat-of-{_op.replace('_', '-')}", Tensor.concat(pair(_f(a, t1), _f(b, t2)), ax, t),
         _f(Tensor.concat(pair(a, b), ax, t), t), has_type(a, t1), has_type(b, t2),
         policy="exact", doc=f"concat({_op}(a), {_op}(b)) -> {_op}(concat(a, b))")
 for _op in BINARY:

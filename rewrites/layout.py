@@ -21,20 +21,20 @@ layout = Theme("layout", "transpose/reshape/broadcast motion through elementwise
 x, a, b = tensors("x a b")
 t, t1, t2, tx, ta, tb, p, s, d = types("t t1 t2 tx ta tb p s d")
 
-UNARY = ("neg", "abs", "exp", "log", "sqrt", "relu", "gelu", "sigmoid", "tanh")
+UNARY = ("neg", "abs", "exp", "log", "sqrt", "relu", "gelu", "gelu_tanh", "sigmoid", "tanh")
 BINARY = ("add", "sub", "mul", "div", "max", "min")
 
 for _op in UNARY:
     _f = getattr(Tensor, _op)
-    layout.birewrite(f"transpose-through-{_op}",
+    layout.birewrite(f"transpose-through-{_op.replace('_', '-')}",
                      Tensor.transpose(_f(x, t1), p, t), _f(Tensor.transpose(x, p, t), t),
                      has_type(x, t1), policy="exact",
                      doc=f"transpose({_op}(x)) <-> {_op}(transpose(x))")
-    layout.birewrite(f"reshape-through-{_op}",
+    layout.birewrite(f"reshape-through-{_op.replace('_', '-')}",
                      Tensor.reshape(_f(x, t1), s, t), _f(Tensor.reshape(x, s, t), t),
                      has_type(x, t1), policy="exact",
                      doc=f"reshape({_op}(x)) <-> {_op}(reshape(x))")
-    layout.rewrite(f"broadcast-through-{_op}",
+    layout.rewrite(f"broadcast-through-{_op.replace('_', '-')}",
                    _f(Tensor.broadcast(x, s, t1), t), Tensor.broadcast(_f(x, tx), s, t),
                    has_type(x, tx), policy="exact",
                    doc=f"{_op}(broadcast(x)) -> broadcast({_op}(x)): {_op} on fewer elements")

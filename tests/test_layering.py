@@ -33,6 +33,10 @@ ALLOWED = {
     # the engines of accy.testing; differential (the checks) needs no hypothesis
     "accy.program_gen": ("accy.errors", "accy.ir", "accy.builder"),
     "accy.error_bounds": ("accy.errors", "accy.ir"),
+    # the front end: tracing's helpers below the builder; the op functions on top of both
+    "accy.tracing": ("accy.errors", "accy.ir"),
+    "accy.functions": ("accy.errors", "accy.ir", "accy.builder", "accy.tracing"),
+    "accy.ops_doc": ("accy.errors", "accy.ir"),  # docs/OPS.md from the op table alone
     "accy.differential": ("accy.errors", "accy.ir", "accy.error_bounds", "accy.job",
                           "accy.passes", "accy.product", "accy.target", "accy.backends"),
 }

@@ -172,3 +172,18 @@ def test_runtime_shape_operand_is_a_clear_error():
                    [helper.make_tensor_value_info("y", f, [6])], [])
     with pytest.raises(OnnxImportError, match=r"Reshape node 'r'.*the shape.*constant"):
         load(model)
+
+
+@pytest.mark.parametrize("approximate", [None, "none", "tanh"])
+def test_gelu_approximate_attribute_is_passed_through(approximate):
+    f = TensorProto.FLOAT
+    attrs = {} if approximate is None else {"approximate": approximate}
+    model = _model([helper.make_node("Gelu", ["x"], ["y"], name="g0", **attrs)],
+                   [helper.make_tensor_value_info("x", f, [4, 16])],
+                   [helper.make_tensor_value_info("y", f, [4, 16])], [], opset=20)
+    program = load(model)
+    (node,) = [n for n in program.functions[0].nodes() if n.op.value.startswith("gelu")]
+    assert node.op.value == ("gelu_tanh" if approximate == "tanh" else "gelu")
+    x = _f32(4, 16) * 3
+    got = accy.interpret(program, [x])[0]
+    np.testing.assert_allclose(got, _reference(model, x), rtol=1e-5, atol=1e-6)

@@ -80,7 +80,8 @@ HEAVY_KINDS = ("reduce", "contraction", "rowwise", "gather", "scatter_add", "los
 ELEMENT_CLASSES = ("cheap", "transcendental")
 # elementwise ops a few times dearer per element than an add (polynomial or iterative math)
 _TRANSCENDENTAL = frozenset({Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.SIN, Op.COS, Op.ERF,
-                             Op.GELU, Op.SIGMOID, Op.TANH, Op.POW, Op.DIV, Op.RECIPROCAL})
+                             Op.GELU, Op.GELU_TANH, Op.SIGMOID, Op.TANH, Op.POW, Op.DIV,
+                             Op.RECIPROCAL})
 
 
 class CalibrationMissingError(AccyError):

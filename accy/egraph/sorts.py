@@ -230,6 +230,9 @@ class Tensor(Expr):
     @method(egg_fn="tensor.gelu")
     @classmethod
     def gelu(cls, x: Tensor, ty: StringLike) -> Tensor: ...
+    @method(egg_fn="tensor.gelu_tanh")
+    @classmethod
+    def gelu_tanh(cls, x: Tensor, ty: StringLike) -> Tensor: ...
     @method(egg_fn="tensor.sigmoid")
     @classmethod
     def sigmoid(cls, x: Tensor, ty: StringLike) -> Tensor: ...

@@ -13,8 +13,9 @@ Semantics worth spelling out:
   wraps around like the hardware does.
 * ``max``/``min`` are ``np.maximum``/``np.minimum`` (a NaN operand gives NaN); ``relu`` is
   ``max(x, 0)``; ``rsqrt`` is ``1/sqrt(x)``; ``sigmoid`` is ``1/(1+exp(-x))`` computed
-  stably; ``gelu`` is the exact ``0.5*x*(1+erf(x/sqrt(2)))`` (computed in f64, rounded to the
-  input dtype).
+  stably; ``gelu`` is the exact ``0.5*x*(1+erf(x/sqrt(2)))`` and ``gelu_tanh`` its tanh
+  approximation ``0.5*x*(1+tanh(sqrt(2/pi)*(x+0.044715*x^3)))`` (both computed in f64,
+  rounded to the input dtype).
 * ``reduce_max`` over an empty axis gives the dtype's lowest value (``-inf`` for floats);
   ``reduce_mean`` over an empty axis gives NaN.
 * ``einsum`` contracts pairwise in the order ``opt_einsum.contract`` finds (numpy/BLAS
@@ -228,6 +229,12 @@ def _gelu(x: np.ndarray) -> np.ndarray:
     return np.where(np.isneginf(x64), 0.0, out).astype(x.dtype)
 
 
+def _gelu_tanh(x: np.ndarray) -> np.ndarray:
+    x64 = x.astype(np.float64)
+    out = 0.5 * x64 * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x64 + 0.044715 * x64 ** 3)))
+    return np.where(np.isneginf(x64), 0.0, out).astype(x.dtype)
+
+
 def _erf(x: np.ndarray) -> np.ndarray:
     return np.asarray(_ERF(x.astype(np.float64)), dtype=np.float64).astype(x.dtype)
 
@@ -392,6 +399,7 @@ _IMPLS: dict[Op, _Impl] = {
     Op.RELU: _unary(lambda x: np.maximum(x, x.dtype.type(0))),
     Op.ERF: _unary(_erf),
     Op.GELU: _unary(_gelu),
+    Op.GELU_TANH: _unary(_gelu_tanh),
     Op.SIGMOID: _unary(_sigmoid),
     Op.TANH: _unary(np.tanh),
     Op.ADD: _binary(np.add),

@@ -55,6 +55,7 @@ class Op(Enum):
     # elementwise activations
     RELU = "relu"
     GELU = "gelu"  # exact form: x * Phi(x) with the error function
+    GELU_TANH = "gelu_tanh"  # the tanh approximation of gelu (ONNX Gelu approximate="tanh")
     SIGMOID = "sigmoid"
     TANH = "tanh"
     # elementwise binary math (numpy broadcasting)
@@ -130,7 +131,8 @@ _GROUPS: dict[OpKind, tuple[Op, ...]] = {
     OpKind.SOURCE: (Op.PARAM, Op.CONSTANT),
     OpKind.UNARY: (
         Op.NEG, Op.ABS, Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.SIN, Op.COS, Op.RECIPROCAL,
-        Op.FLOOR, Op.CEIL, Op.ERF, Op.RELU, Op.GELU, Op.SIGMOID, Op.TANH,
+        Op.FLOOR, Op.CEIL, Op.ERF, Op.RELU, Op.GELU, Op.GELU_TANH, Op.SIGMOID,
+        Op.TANH,
     ),
     OpKind.BINARY: (Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.MAX, Op.MIN, Op.POW),
     OpKind.COMPARE: (Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE),
@@ -183,3 +185,75 @@ ATTRS: dict[Op, dict[str, type]] = {
 }
 
 assert set(_KIND) == set(Op), "every op belongs to exactly one group"
+
+# One line of meaning per op: docs/OPS.md is generated from it and the tables above
+# (``python -m accy.ops_doc``); accy.ir.interpret is the executable definition.
+DOC: dict[Op, str] = {
+    Op.PARAM: "The function's parameter number `index`.",
+    Op.CONSTANT: "A constant tensor; `value` holds its elements' bytes in row-major order.",
+    Op.NEG: "-x.",
+    Op.ABS: "|x|.",
+    Op.EXP: "e ** x.",
+    Op.LOG: "The natural logarithm (-inf at 0, NaN below).",
+    Op.SQRT: "The square root (NaN below 0).",
+    Op.RSQRT: "1 / sqrt(x).",
+    Op.SIN: "The sine (radians).",
+    Op.COS: "The cosine (radians).",
+    Op.RECIPROCAL: "1 / x.",
+    Op.FLOOR: "Rounding toward -inf.",
+    Op.CEIL: "Rounding toward +inf.",
+    Op.ERF: "The error function erf(x) = 2/sqrt(pi) * integral of exp(-t^2) from 0 to x.",
+    Op.RELU: "max(x, 0); NaN stays NaN.",
+    Op.GELU: "GELU, exact form with the error function: 0.5 x (1 + erf(x / sqrt 2)) "
+             "(torch's and ONNX's default, approximate='none').",
+    Op.GELU_TANH: "GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) "
+                  "(ONNX Gelu / torch approximate='tanh').",
+    Op.SIGMOID: "1 / (1 + exp(-x)), computed without overflow.",
+    Op.TANH: "The hyperbolic tangent.",
+    Op.ADD: "a + b.",
+    Op.SUB: "a - b.",
+    Op.MUL: "a * b.",
+    Op.DIV: "a / b: true division for floats; for integers C division (truncating toward 0; "
+            "dividing by 0 is an error in the interpreter).",
+    Op.MAX: "The elementwise maximum (numpy.maximum: a NaN operand gives NaN).",
+    Op.MIN: "The elementwise minimum (numpy.minimum: a NaN operand gives NaN).",
+    Op.POW: "a ** b (numpy.power).",
+    Op.EQ: "a == b.",
+    Op.NE: "a != b.",
+    Op.LT: "a < b.",
+    Op.LE: "a <= b.",
+    Op.GT: "a > b.",
+    Op.GE: "a >= b.",
+    Op.NOT: "Logical not.",
+    Op.AND: "Logical and.",
+    Op.OR: "Logical or.",
+    Op.SELECT: "a where cond is true, else b (numpy.where(cond, a, b)).",
+    Op.CAST: "x converted to `dtype` as numpy's astype (floats to ints truncate toward 0; "
+             "out-of-range values are undefined; to bool is x != 0).",
+    Op.REDUCE_SUM: "The sum over `axes` (removed, or kept as size 1 with `keepdims`).",
+    Op.REDUCE_MAX: "The maximum over `axes`; an empty axis gives the dtype's lowest value.",
+    Op.REDUCE_MEAN: "The mean over `axes`; an empty axis gives NaN.",
+    Op.EINSUM: "Einstein summation by `spec` (\"ij,jk->ik\"): letters, or any non-ASCII "
+               "character for indices past the 52 letters (opt_einsum.get_symbol's scheme); "
+               "no ellipsis; contracted in the order opt_einsum finds.",
+    Op.RESHAPE: "The same elements in row-major order with shape `shape` (one -1 is inferred).",
+    Op.TRANSPOSE: "Axes permuted: result axis i is operand axis perm[i].",
+    Op.BROADCAST: "numpy.broadcast_to(x, shape).",
+    Op.SLICE: "x[starts:stops:steps] per dimension (positive steps; bounds as Python slices).",
+    Op.CONCAT: "The operands joined along `axis`.",
+    Op.GATHER: "numpy.take(x, indices, axis); indices outside [0, size) are errors.",
+    Op.SCATTER_ADD: "A copy of x with `updates` added at `indices` along `axis` "
+                    "(numpy.add.at: repeated indices accumulate).",
+    Op.SOFTMAX: "exp(x) / sum(exp(x)) along `axis`, the row maximum subtracted first.",
+    Op.LOG_SOFTMAX: "x - log(sum(exp(x))) along `axis`, the row maximum subtracted first.",
+    Op.CROSS_ENTROPY: "The mean over label positions of -log_softmax(logits)[..., label] "
+                      "(NaN with no labels); labels outside [0, classes) are errors.",
+    Op.CONV2D: "2-d cross-correlation of x[N, C, H, W] with w[O, C/groups, KH, KW] "
+               "(ONNX Conv without bias; zero padding).",
+    Op.MAX_POOL2D: "The maximum over each window of x[N, C, H, W]; padding never wins.",
+    Op.AVG_POOL2D: "The mean over each window of x[N, C, H, W]; padding counts in the divisor "
+                   "only with `count_include_pad`.",
+    Op.PAD: "x padded with the scalar operand: `pads` = [befores..., afters...] "
+            "(numpy.pad with a constant).",
+}
+assert set(DOC) == set(Op), "every op has a line of meaning"

@@ -14,7 +14,7 @@ from accy.ir.types import DType, TensorType
 
 FLOAT_ONLY = frozenset({
     Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.SIN, Op.COS, Op.RECIPROCAL, Op.FLOOR, Op.CEIL, Op.ERF,
-    Op.GELU, Op.SIGMOID, Op.TANH, Op.POW,
+    Op.GELU, Op.GELU_TANH, Op.SIGMOID, Op.TANH, Op.POW,
 })
 
 

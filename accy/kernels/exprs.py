@@ -78,6 +78,10 @@ def elementwise(op: Op, args: list[Expr], operand: DType, result: DType) -> Expr
     if op is Op.GELU:
         inner = Call("erf", (Bin("*", a, const(0.7071067811865476, operand)),))
         return Bin("*", Bin("*", const(0.5, operand), a), Bin("+", one, inner))
+    if op is Op.GELU_TANH:  # 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+        cubic = Bin("*", const(0.044715, operand), Bin("*", a, Bin("*", a, a)))
+        inner = Call("tanh", (Bin("*", const(0.7978845608028654, operand), Bin("+", a, cubic)),))
+        return Bin("*", Bin("*", const(0.5, operand), a), Bin("+", one, inner))
     raise ValueError(f"no kernel expression for {op.value} on {operand.value}")
 
 

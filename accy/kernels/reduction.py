@@ -86,7 +86,7 @@ CPU_MIN_UNITS = 1024  # vectors per range at least before a CPU reduction is spl
 _VECTOR_FLOAT = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.NEG, Op.ABS, Op.EXP, Op.LOG,
                            Op.SQRT, Op.RSQRT, Op.SIN, Op.COS, Op.FLOOR, Op.CEIL, Op.TANH,
                            Op.ERF, Op.POW, Op.MAX, Op.MIN, Op.RELU, Op.RECIPROCAL,
-                           Op.SIGMOID, Op.GELU})
+                           Op.SIGMOID, Op.GELU, Op.GELU_TANH})
 _VECTOR_INT = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.NEG, Op.MAX, Op.MIN, Op.RELU})
 
 

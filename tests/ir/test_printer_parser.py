@@ -49,7 +49,8 @@ def prog(*fns: Function) -> Program:
 
 
 UNARY_FLOAT = [Op.NEG, Op.ABS, Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.SIN, Op.COS, Op.RECIPROCAL,
-               Op.FLOOR, Op.CEIL, Op.ERF, Op.RELU, Op.GELU, Op.SIGMOID, Op.TANH]
+               Op.FLOOR, Op.CEIL, Op.ERF, Op.RELU, Op.GELU, Op.GELU_TANH, Op.SIGMOID,
+               Op.TANH]
 BINARY = [Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.MAX, Op.MIN, Op.POW]
 COMPARE = [Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE]
 

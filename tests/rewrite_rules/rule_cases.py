@@ -147,10 +147,12 @@ for _op in ("add", "sub", "mul", "div", "max", "min"):
 
 _UNARY_VALUES = {"neg": 1.5, "abs": -2.0, "exp": 0.5, "log": 2.0, "sqrt": 4.0, "rsqrt": 4.0,
                  "sin": 1.0, "cos": 1.0, "reciprocal": 4.0, "floor": 1.5, "ceil": 1.5,
-                 "erf": 0.5, "relu": -1.0, "gelu": 1.0, "sigmoid": 1.0, "tanh": 0.5}
+                 "erf": 0.5, "relu": -1.0, "gelu": 1.0, "gelu_tanh": 1.0, "sigmoid": 1.0,
+                 "tanh": 0.5}
 for _op, _v in _UNARY_VALUES.items():
     _o = Op(_op)
-    case(f"fold-{_op}", (), lambda f, o=_o, v=_v: f.op(o, c(f, v, shape=(4,))), None)
+    case(f"fold-{_op.replace('_', '-')}", (),
+         lambda f, o=_o, v=_v: f.op(o, c(f, v, shape=(4,))), None)
 case("fold-not", (), lambda f: ~c(f, True, DType.bool, (4,)), None)
 for _op in ("add", "sub", "mul", "div", "max", "min", "pow", "eq", "ne", "lt", "le", "gt", "ge"):
     _o = Op(_op)
@@ -277,13 +279,14 @@ def _labels(f: FunctionBuilder, y: Value) -> Value:
 
 # ---- layout ----------------------------------------------------------------------------------
 
-for _op in ("neg", "abs", "exp", "log", "sqrt", "relu", "gelu", "sigmoid", "tanh"):
+for _op in ("neg", "abs", "exp", "log", "sqrt", "relu", "gelu", "gelu_tanh", "sigmoid", "tanh"):
     _o, _p = Op(_op), ("+" + F34,) if _op in ("log", "sqrt") else (F34,)
-    case(f"transpose-through-{_op}", _p, lambda f, x, o=_o: f.op(o, x).transpose(1, 0),
+    _k = _op.replace("_", "-")  # rule names are kebab-case
+    case(f"transpose-through-{_k}", _p, lambda f, x, o=_o: f.op(o, x).transpose(1, 0),
          lambda f, x, o=_o: f.op(o, x.transpose(1, 0)))
-    case(f"reshape-through-{_op}", _p, lambda f, x, o=_o: f.op(o, x).reshape(2, 6),
+    case(f"reshape-through-{_k}", _p, lambda f, x, o=_o: f.op(o, x).reshape(2, 6),
          lambda f, x, o=_o: f.op(o, x.reshape(2, 6)))
-    case(f"broadcast-through-{_op}", _p, lambda f, x, o=_o: f.op(o, x.broadcast_to(2, 3, 4)),
+    case(f"broadcast-through-{_k}", _p, lambda f, x, o=_o: f.op(o, x.broadcast_to(2, 3, 4)),
          lambda f, x, o=_o: f.op(o, x).broadcast_to(2, 3, 4))
 case("transpose-through-cast", (F34,), lambda f, x: x.astype(DType.i32).transpose(1, 0),
      lambda f, x: x.transpose(1, 0).astype(DType.i32))
@@ -325,9 +328,9 @@ case("einsum-of-concat-shared-first", (A, B, B),
 case("einsum-of-concat-shared-second", (A, A, B),
      lambda f, x, y, w: concat([x, y], 0) @ w, lambda f, x, y, w: concat([x @ w, y @ w], 0))
 for _op in ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "reciprocal", "floor",
-            "ceil", "erf", "relu", "gelu", "sigmoid", "tanh"):
+            "ceil", "erf", "relu", "gelu", "gelu_tanh", "sigmoid", "tanh"):
     _o = Op(_op)
-    case(f"concat-of-{_op}", ("+" + F34, "+" + F4.replace("[4]", "[2,4]")),
+    case(f"concat-of-{_op.replace('_', '-')}", ("+" + F34, "+" + F4.replace("[4]", "[2,4]")),
          lambda f, a, b, o=_o: concat([f.op(o, a), f.op(o, b)], 0),
          lambda f, a, b, o=_o: f.op(o, concat([a, b], 0)))
 for _op in ("add", "sub", "mul", "div", "max", "min", "pow"):

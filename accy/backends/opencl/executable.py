@@ -23,6 +23,7 @@ from accy.backends.opencl.device_array import (
 from accy.backends.opencl.runtime import Runtime, select_device
 from accy.errors import DeviceError, InterpretError
 from accy.ir.ops import Op
+from accy.ir.program import Stage
 from accy.plans import SlotRole
 from accy.target import launch_refusal, legality_error
 
@@ -134,6 +135,7 @@ class Executable:
 
     def __init__(self, job: PreparedJob, function: str | None = None,
                  device: str | Runtime | None = None, max_threads: int = 1) -> None:
+        job.require_stage(Stage.target, "running")  # names how far the job was prepared
         product = job.product
         self.function = product.program.function(function)
         self.fi = product.program.functions.index(self.function)

@@ -12,7 +12,7 @@ from accy.passes.base import Pass, option
 from accy.passes.rebuild import constant, make, rebuild, with_srcs
 from accy.passes.registry import register
 
-LOWERABLE = ("relu", "gelu", "sigmoid", "softmax", "log_softmax")
+LOWERABLE = ("relu", "gelu", "gelu_tanh", "sigmoid", "softmax", "log_softmax")
 LIBRARY = ("softmax", "log_softmax")  # what the kernel library (row-softmax) computes whole
 
 
@@ -24,6 +24,11 @@ def lower(node: Node, x: Node) -> Node:
         return make(Op.MAX, x, constant(0, dtype))
     if node.op is Op.GELU:  # exact: x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2))
         inner = make(Op.ERF, make(Op.MUL, x, constant(0.7071067811865476, dtype)))
+        return make(Op.MUL, make(Op.MUL, half, x), make(Op.ADD, one, inner))
+    if node.op is Op.GELU_TANH:  # 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+        cube = make(Op.MUL, x, make(Op.MUL, x, x))
+        u = make(Op.ADD, x, make(Op.MUL, constant(0.044715, dtype), cube))
+        inner = make(Op.TANH, make(Op.MUL, constant(0.7978845608028654, dtype), u))
         return make(Op.MUL, make(Op.MUL, half, x), make(Op.ADD, one, inner))
     if node.op is Op.SIGMOID:  # exp(-|x|) never overflows; pick the branch by sign
         z = make(Op.EXP, make(Op.NEG, make(Op.ABS, x)))
@@ -47,9 +52,9 @@ class ActivationLowering(Pass):
     stage = Stage.tensor
 
     ops: tuple[str, ...] = option(
-        ("gelu", "sigmoid"),
-        "activations to lower, of relu, gelu, sigmoid, softmax, log_softmax (softmax and "
-        "log_softmax are off by default: one row kernel beats their three lowered kernels)",
+        ("gelu", "gelu_tanh", "sigmoid"),
+        "activations to lower, of relu, gelu, gelu_tanh, sigmoid, softmax, log_softmax (softmax "
+        "and log_softmax are off by default: one row kernel beats their three lowered kernels)",
         choices=LOWERABLE,
     )
     kernel_library: Literal["enabled", "disabled"] = option(
