@@ -289,6 +289,34 @@ def _einsum(b: LoopNestBuilder, node: Node, coords: tuple[Expr, ...]) -> Expr:
     return b.reduce(Op.REDUCE_SUM, dtype, tuple(sizes[c] for c in summed), product)
 
 
+def _conv2d(b: LoopNestBuilder, node: Node, coords: tuple[Expr, ...]) -> Expr:
+    """Sum over the window of one output element; taps outside the input read zero (at a
+    clamped address, so every load stays in bounds)."""
+    x, w = node.srcs
+    _, c, h, wd = x.type.shape
+    o, cg, kh, kw = w.type.shape
+    (sh, sw), (dh, dw) = node.attr("strides"), node.attr("dilations")
+    top, left = node.attr("pads")[:2]
+    n, oc, oh, ow = coords
+    group = b.em.bind(Bin("/", oc, idx(o // node.attr("groups"))), INDEX, prefix="c")
+    dtype = node.type.dtype
+
+    def tap(ks: tuple[Var, ...]) -> Expr:
+        ci, i, j = ks
+        ih = b.em.bind(Bin("-", add(mul(oh, idx(sh)), mul(i, idx(dh))), idx(top)), INDEX,
+                       prefix="c")
+        iw = b.em.bind(Bin("-", add(mul(ow, idx(sw)), mul(j, idx(dw))), idx(left)), INDEX,
+                       prefix="c")
+        inside = Bin("&&", Bin("&&", Bin(">=", ih, idx(0)), Bin("<", ih, idx(h))),
+                     Bin("&&", Bin(">=", iw, idx(0)), Bin("<", iw, idx(wd))))
+        at = (n, add(mul(group, idx(cg)), ci), Call("clamp", (ih, idx(0), idx(h - 1))),
+              Call("clamp", (iw, idx(0), idx(wd - 1))))
+        xv = b.value(x, tuple(b.em.bind(a, INDEX, prefix="c") for a in at))
+        return Cond(inside, Bin("*", xv, b.value(w, (oc, ci, i, j))), exprs.const(0, dtype))
+
+    return b.reduce(Op.REDUCE_SUM, dtype, (cg, kh, kw), tap)
+
+
 def _transpose(b, node, coords):
     perm = node.attr("perm")
     src = [idx(0)] * len(perm)
@@ -410,12 +438,13 @@ _REMAPS: dict[Op, Callable[[LoopNestBuilder, Node, tuple[Expr, ...]], tuple[Expr
 
 _HANDLERS: dict[Op, Callable[[LoopNestBuilder, Node, tuple[Expr, ...]], Expr]] = {
     Op.REDUCE_SUM: _reduce, Op.REDUCE_MAX: _reduce, Op.REDUCE_MEAN: _reduce,
-    Op.EINSUM: _einsum, Op.CONCAT: _concat,
+    Op.EINSUM: _einsum, Op.CONCAT: _concat, Op.CONV2D: _conv2d,
     Op.GATHER: _gather, Op.SCATTER_ADD: _scatter_add,
     Op.SOFTMAX: _softmax, Op.LOG_SOFTMAX: _softmax, Op.CROSS_ENTROPY: _cross_entropy,
 }
 
-# window ops (conv2d, pools, pad) never reach kernels: conv-lowering rewrites them
+# pools and pads never reach kernels: conv-lowering rewrites them (conv2d only under
+# method=direct, for the direct-conv generator; the handler above is its fallback)
 assert all(op in _HANDLERS or op in _REMAPS or op.is_elementwise
            or op.kind in (OpKind.SOURCE, OpKind.WINDOW) for op in Op)
 

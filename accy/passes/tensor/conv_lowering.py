@@ -15,6 +15,10 @@ the input element every output position sees at that offset: ``[N, C, OH, OW]``.
 * ``offsets``: one pairwise contraction per offset, ``nchw,oc->nohw`` with the weights'
   ``[:, :, i, j]`` plane, accumulated with adds: ``KH*KW`` contractions of depth ``C``, no
   copy.
+* ``direct``: ``conv2d`` stays whole for the ``direct-conv`` kernel generator
+  (:mod:`accy.kernels.conv`: a padded copy of the input, then register tiles of output
+  channels x pixels, no im2col copy); the loop nest computes it where that generator is
+  switched off.
 
 ``max_pool2d`` pads with ``-inf`` (a pad never wins the max; shapes keep every window on at
 least one input element) and takes ``max`` over the slices; ``avg_pool2d`` pads with zeros,
@@ -143,6 +147,8 @@ def lower_pool2d(node: Node, x: Node) -> Node:
 def lower(node: Node, srcs: tuple[Node, ...], method: str = "im2col") -> Node:
     """The lowered form of the window op ``node`` over (new) operands ``srcs``."""
     if node.op is Op.CONV2D:
+        if method == "direct":
+            return Node(node.op, node.type, srcs, dict(node.attrs))
         return lower_conv2d(node, srcs[0], srcs[1], method)
     if node.op is Op.PAD:
         return padded(srcs[0], srcs[1], node.attr("pads"))
@@ -157,16 +163,17 @@ class ConvLowering(Pass):
     name = "conv-lowering"
     stage = Stage.tensor
 
-    method: Literal["im2col", "offsets"] = option(
+    method: Literal["im2col", "offsets", "direct"] = option(
         "im2col", "im2col: one contraction over the gathered windows (C*KH*KW deep); "
-        "offsets: one contraction per kernel offset, accumulated with adds")
+        "offsets: one contraction per kernel offset, accumulated with adds; direct: conv2d "
+        "kept for the direct-conv kernel generator (no gathered copy)")
 
     def run(self, ctx, product):
         lowered = 0
 
         def rewrite(node: Node, srcs: tuple[Node, ...]) -> Node:
             nonlocal lowered
-            if node.op in WINDOW_OPS:
+            if node.op in WINDOW_OPS and not (node.op is Op.CONV2D and self.method == "direct"):
                 lowered += 1
                 return lower(node, srcs, self.method)
             return node if not srcs else Node(node.op, node.type, srcs, dict(node.attrs))

@@ -1,0 +1,405 @@
+"""direct-conv: a ``conv2d`` (kept whole by ``conv-lowering{method=direct}``) and its
+elementwise epilogue as two kernels, with no im2col copy.
+
+1. ``<entry>_windows`` copies the input, zero-padded, into scratch memory split into the
+   ``stride_h x stride_w`` phases of the stride (``xs[n, c, a, b, r, q] = x[n, c, r*sh + a -
+   top, q*sw + b - left]``, zero outside ``x``), each phase ``hq x wq`` with ``hq = OH +
+   (KH-1)*dh // sh`` and ``wq = OW + (KW-1)*dw // sw``. Every tap ``(i, j)`` of the kernel then
+   reads, for output pixel ``(oh, ow)``, the element at ``p + offset(i, j)`` of one phase,
+   where ``p = oh * wq + ow`` is the pixel's place in a *virtual* output of rows ``wq`` wide:
+   consecutive pixels read consecutive elements for every stride, padding and dilation, so
+   they load as vectors and no load needs a bounds check. Columns ``ow >= OW`` of the virtual
+   output are computed and never stored.
+2. ``<entry>`` computes a tile of ``tm`` output channels (of one group) times ``sn`` runs of
+   ``lanes`` virtual pixels per work-item, ``wg`` work-items per work-group side by side along
+   the pixels: per input channel of the group and tap, ``sn`` loads of pixels, ``tm`` loads of
+   weights (the same for the whole work-group) and ``tm * sn`` fused multiply-adds into
+   register accumulators. The epilogue (bias, activation, residual, ...) is applied per
+   element before the store; a run of pixels within one output row is stored as a vector.
+
+Grouped convolutions are tiles of one group each (the group is a batch index). Tile shapes
+come from the target (:func:`choose_tiles`): CPUs get one work-item per work-group with
+``tm x sn`` vector accumulators as wide as the device prefers (24 of them with AVX-512's 32
+registers, else 12), the loads of a tap then being ``sn`` unaligned vector loads; GPUs get
+scalar pixels, ``wg`` work-items of a work-group on consecutive pixels (coalesced loads, one
+broadcast weight load per work-group) and ``sn`` pixels per work-item ``wg`` apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from accy.ir.node import Node
+from accy.ir.ops import Op
+from accy.ir.types import DType
+from accy.ir.walk import Pending
+from accy.kernels import loopnest
+from accy.kernels.generators import Generator, register_generator
+from accy.kernels.ir import (
+    INDEX,
+    Assign,
+    Bin,
+    Call,
+    Cond,
+    Expr,
+    For,
+    Id,
+    If,
+    Kernel,
+    KernelArg,
+    Lane,
+    Let,
+    Lit,
+    Load,
+    Return,
+    Splat,
+    Stmt,
+    Store,
+    Var,
+    VectorLoadAt,
+    VectorStoreAt,
+    add,
+    div,
+    idx,
+    mod,
+    mul,
+)
+from accy.plans import FusionGroup, KernelOutline, LaunchGeometry, ScheduleKind, is_inlined
+from accy.target import TargetProfile
+
+FLOATS = (DType.f32, DType.f64)
+
+
+@dataclass(frozen=True)
+class ConvShape:
+    """The sizes of a ``conv2d`` and of its phase-split, padded input copy."""
+
+    n: int
+    c: int
+    h: int
+    w: int
+    o: int
+    groups: int
+    kh: int
+    kw: int
+    sh: int
+    sw: int
+    dh: int
+    dw: int
+    top: int
+    left: int
+    oh: int
+    ow: int
+
+    @classmethod
+    def of(cls, node: Node) -> ConvShape:
+        x, w = node.srcs
+        n, c, h, wd = x.type.shape
+        o, _, kh, kw = w.type.shape
+        (sh, sw), (dh, dw) = node.attr("strides"), node.attr("dilations")
+        top, left = node.attr("pads")[:2]
+        oh, ow = node.type.shape[2:]
+        return cls(n, c, h, wd, o, node.attr("groups"), kh, kw, sh, sw, dh, dw, top, left,
+                   oh, ow)
+
+    @property
+    def cg(self) -> int:
+        return self.c // self.groups
+
+    @property
+    def og(self) -> int:
+        return self.o // self.groups
+
+    @property
+    def hq(self) -> int:
+        return self.oh + (self.kh - 1) * self.dh // self.sh
+
+    @property
+    def wq(self) -> int:
+        return self.ow + (self.kw - 1) * self.dw // self.sw
+
+    @property
+    def block(self) -> int:
+        """Elements of one input channel's copy (every phase)."""
+        return self.sh * self.sw * self.hq * self.wq
+
+    @property
+    def pixels(self) -> int:
+        """Pixels of the virtual output (``oh x wq``)."""
+        return self.oh * self.wq
+
+    def tap(self, i: int, j: int) -> int:
+        """Where tap ``(i, j)`` reads, relative to the pixel, in a channel's copy."""
+        a, b = i * self.dh % self.sh, j * self.dw % self.sw
+        return ((a * self.sw + b) * self.hq + i * self.dh // self.sh) * self.wq + (
+            j * self.dw // self.sw)
+
+
+@dataclass(frozen=True)
+class ConvTiles:
+    """``tm`` output channels times ``sn`` runs of ``lanes`` pixels per work-item; ``wg``
+    work-items per work-group, side by side along the pixels."""
+
+    tm: int
+    sn: int
+    lanes: int
+    wg: int
+
+    @property
+    def span(self) -> int:
+        """Virtual pixels one work-group covers."""
+        return self.sn * self.lanes * self.wg
+
+
+def _divisor_at_most(n: int, cap: int) -> int:
+    return max(d for d in range(1, min(n, cap) + 1) if n % d == 0)
+
+
+def choose_tiles(s: ConvShape, dtype: DType, target: TargetProfile) -> ConvTiles:
+    """Tile sizes for ``s`` on ``target`` (its device type, vector width and limits)."""
+    if target.device_type == "cpu":
+        lanes = min(16, 1 << max(0, (target.native_vector_bytes // dtype.itemsize).bit_length()
+                                 - 1))
+        budget = 24 if target.native_vector_bytes >= 64 else 12
+        tm = _divisor_at_most(s.og, 8 if budget == 24 else 4)
+        sn = max(1, min(budget // tm, -(-s.pixels // lanes)))
+        return ConvTiles(tm, sn, lanes, 1)
+    tm = _divisor_at_most(s.og, 8)
+    wg = min(128, target.max_work_group_size, 1 << max(0, (s.pixels - 1).bit_length()))
+    sn = max(1, min(4, -(-s.pixels // wg)))
+    return ConvTiles(tm, sn, 1, wg)
+
+
+def analyse(group: FusionGroup) -> Node | str:
+    """The conv2d of a group this generator takes, or why it declines the group."""
+    if group.kind is not ScheduleKind.contraction:
+        return f"a {group.kind.value} group"
+    convs = [n for n in group.nodes if n.op is Op.CONV2D]
+    if len(convs) != 1:
+        return f"{len(convs)} conv2d ops in one group"
+    (conv,) = convs
+    if conv.type.dtype not in FLOATS:
+        return f"dtype {conv.type.dtype.value}"
+    inside = set(group.nodes)
+    if any(s in inside or is_inlined(s) for s in conv.srcs):
+        return "an operand is not read from a buffer"
+    after = {conv}
+    for n in group.nodes:
+        if n is conv or not any(s in after for s in n.srcs):
+            continue
+        if not n.op.is_elementwise or n.type.shape != conv.type.shape:
+            return f"{n.op.value} after the conv2d is not elementwise at its shape"
+        after.add(n)
+    if any(o not in after for o in group.outputs):
+        return "an output is not an elementwise function of the conv2d"
+    return conv
+
+
+class _Epilogue(loopnest.LoopNestBuilder):
+    """The loop-nest value machinery with the conv2d's value given (one accumulator lane)."""
+
+    def __init__(self, group: FusionGroup, outline: KernelOutline, conv: Node) -> None:
+        super().__init__(group, outline)
+        self.conv = conv
+        self.result: Expr = idx(0)
+
+    def _open(self, node: Node, coords: tuple[Expr, ...]) -> Expr | Pending:
+        if node is self.conv:
+            return self.result
+        return super()._open(node, coords)
+
+
+class _Builder:
+    def __init__(self, group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
+                 conv: Node, tiles: ConvTiles) -> None:
+        self.group, self.outline, self.kind, self.t = group, outline, kind, tiles
+        self.s = ConvShape.of(conv)
+        self.dtype = conv.type.dtype
+        self.epi = _Epilogue(group, outline, conv)
+        self.x_arg = self.epi.arg_of[conv.srcs[0]]
+        self.w_arg = self.epi.arg_of[conv.srcs[1]]
+        s, t = self.s, tiles
+        self.tiles_p = -(-s.pixels // t.span)
+        # the last tile's lanes past the virtual output read (never stored) past the last
+        # channel's copy: the scratch is that much longer (zero-filled, never written)
+        reach = max(s.tap(i, j) for i in range(s.kh) for j in range(s.kw))
+        slack = max(0, self.tiles_p * t.span + reach - s.block)
+        self.scratch_elems = s.n * s.c * s.block + slack
+
+    def scratch(self, written: bool) -> KernelArg:
+        return KernelArg("scratch0", self.dtype, written, -1, self.scratch_elems)
+
+    def zero(self, lanes: int) -> Expr:
+        z = Lit(0.0, self.dtype)
+        return z if lanes == 1 else Splat(self.dtype, lanes, z)
+
+    # kernel 1: the padded, phase-split copy -----------------------------------------------
+    def windows(self) -> Kernel:
+        s = self.s
+        rows = s.n * s.c * s.sh * s.sw * s.hq
+        per_element = self.t.lanes == 1  # GPUs: one element per work-item (coalesced)
+        count = rows * s.wq if per_element else rows
+        local = 64
+        body: list[Stmt] = [Let("gid", INDEX, Id("get_global_id", 0))]
+        gid = Var("gid")
+        if count % local:
+            body.append(If(Bin(">=", gid, idx(count)), (Return(),)))
+        row = Var("row")
+        body.append(Let("row", INDEX, div(gid, s.wq) if per_element else gid))
+        body.append(Let("r", INDEX, mod(row, s.hq)))
+        body.append(Let("ab", INDEX, mod(div(row, s.hq), s.sh * s.sw)))
+        body.append(Let("nc", INDEX, div(row, s.hq * s.sh * s.sw)))
+        body.append(Let("ih", INDEX, add(mul(Var("r"), idx(s.sh)),
+                                         Bin("-", div(Var("ab"), s.sw), idx(s.top)))))
+        row_ok = Bin("&&", Bin(">=", Var("ih"), idx(0)), Bin("<", Var("ih"), idx(s.h)))
+        body.append(Let("src", INDEX, mul(add(mul(Var("nc"), idx(s.h)), Call(
+            "clamp", (Var("ih"), idx(0), idx(s.h - 1)))), idx(s.w))))
+        q = Var("q")
+        iw = add(mul(q, idx(s.sw)), Bin("-", mod(Var("ab"), s.sw), idx(s.left)))
+        col = [Let("iw", INDEX, iw)]
+        ok = Bin("&&", row_ok, Bin("&&", Bin(">=", Var("iw"), idx(0)),
+                                   Bin("<", Var("iw"), idx(s.w))))
+        value = Cond(ok, Load(self.x_arg, add(Var("src"), Call(
+            "clamp", (Var("iw"), idx(0), idx(s.w - 1))))), self.zero(1))
+        store = Store("scratch0", add(mul(row, idx(s.wq)), q), value)
+        if per_element:
+            body += [Let("q", INDEX, mod(gid, s.wq)), *col, store]
+        else:
+            body.append(For("q", idx(0), idx(s.wq), (*col, store)))
+        x_in = next(a for a in self.epi.args if a.name == self.x_arg)
+        return Kernel(f"{self.outline.entry}_windows", self.outline.work_item, self.kind,
+                      self.group.domain, (x_in, self.scratch(True)), tuple(body),
+                      LaunchGeometry((-(-count // local) * local,), (local,)),
+                      loopnest.implemented_ops(self.group))
+
+    # kernel 2: the convolution ------------------------------------------------------------
+    def conv(self) -> Kernel:
+        s, t, dt = self.s, self.t, self.dtype
+        body: list[Stmt] = []
+
+        def let(name: str, e: Expr) -> Var:
+            body.append(Let(name, INDEX, e))
+            return Var(name)
+
+        ct = s.og // t.tm
+        grp = let("grp", Id("get_group_id", 0))
+        lid = let("lid", Id("get_local_id", 0)) if t.wg > 1 else idx(0)
+        pt = let("pt", mod(grp, self.tiles_p))
+        ot = let("ot", mod(div(grp, self.tiles_p), ct))
+        g = let("g", mod(div(grp, self.tiles_p * ct), s.groups))
+        n = let("n", div(grp, self.tiles_p * ct * s.groups))
+        p0 = let("p0", add(mul(pt, idx(t.span)), mul(lid, idx(t.lanes))))
+        o0 = let("o0", add(mul(g, idx(s.og)), mul(ot, idx(t.tm))))
+        taps = s.kh * s.kw
+        xb = let("xb", add(mul(add(mul(n, idx(s.c)), mul(g, idx(s.cg))), idx(s.block)), p0))
+        wb = let("wb", mul(o0, idx(s.cg * taps)))
+        acc = [[f"acc_{r}_{v}" for v in range(t.sn)] for r in range(t.tm)]
+        for r in range(t.tm):
+            for v in range(t.sn):
+                body.append(Let(acc[r][v], dt, self.zero(t.lanes), True, t.lanes))
+        inner: list[Stmt] = [Let("xc", INDEX, add(xb, mul(Var("c"), idx(s.block)))),
+                             Let("wc", INDEX, add(wb, mul(Var("c"), idx(taps))))]
+        step = t.lanes * t.wg
+        for i in range(s.kh):
+            for j in range(s.kw):
+                k = i * s.kw + j
+                for v in range(t.sn):
+                    at = add(Var("xc"), idx(s.tap(i, j) + v * step))
+                    load = (Load("scratch0", at) if t.lanes == 1
+                            else VectorLoadAt("scratch0", at, t.lanes))
+                    inner.append(Let(f"b{k}_{v}", dt, load, lanes=t.lanes))
+                for r in range(t.tm):
+                    a: Expr = Load(self.w_arg, add(Var("wc"), idx(r * s.cg * taps + k)))
+                    inner.append(Let(f"a{k}_{r}", dt, a))
+                    av: Expr = Var(f"a{k}_{r}")
+                    if t.lanes > 1:
+                        av = Splat(dt, t.lanes, av)
+                    for v in range(t.sn):
+                        inner.append(Assign(acc[r][v], Call("fma", (av, Var(f"b{k}_{v}"),
+                                                                    Var(acc[r][v])))))
+        body.append(For("c", idx(0), idx(s.cg), tuple(inner)))
+        out_args = [KernelArg(f"out{i}", o.type.dtype, True, slot) for i, (o, slot) in
+                    enumerate(zip(self.group.outputs, self.outline.output_slots, strict=True))]
+        body += self.stores(acc, n, o0, p0, step, out_args)
+        groups = s.n * s.groups * ct * self.tiles_p
+        args = (*self.epi.args, self.scratch(False), *out_args)
+        return Kernel(self.outline.entry, self.outline.work_item, self.kind, self.group.domain,
+                      args, tuple(body), LaunchGeometry((groups * t.wg,), (t.wg,)),
+                      loopnest.implemented_ops(self.group), fixed_local_size=True)
+
+    def stores(self, acc: list[list[str]], n: Expr, o0: Expr, p0: Expr, step: int,
+               out_args: list[KernelArg]) -> list[Stmt]:
+        """Epilogue and stores: a run within one output row as a vector, else lane by lane."""
+        s, t, dt = self.s, self.t, self.dtype
+        plain = all(o is self.epi.conv for o in self.group.outputs)
+        out: list[Stmt] = []
+        counter = 0
+        for v in range(t.sn):
+            first = f"px{v}"
+            out.append(Let(first, INDEX, add(p0, idx(v * step))))
+            pos = []
+            for lane in range(t.lanes):
+                p = add(Var(first), idx(lane))
+                oh, ow = f"oh{v}_{lane}", f"ow{v}_{lane}"
+                out += [Let(oh, INDEX, div(p, s.wq)), Let(ow, INDEX, mod(p, s.wq))]
+                pos.append((Var(oh), Var(ow)))
+            for r in range(t.tm):
+                base = f"ob{v}_{r}"
+                out.append(Let(base, INDEX, mul(add(mul(n, idx(s.o)), add(o0, idx(r))),
+                                                idx(s.oh * s.ow))))
+                em = loopnest.Emitter()
+                em.counter = counter
+                self.epi.em = em
+                values: list[list[Expr]] = [[] for _ in self.group.outputs]
+                for lane, (oh, ow) in enumerate(pos):
+                    self.epi.result = (Var(acc[r][v]) if t.lanes == 1
+                                       else Lane(Var(acc[r][v]), lane))
+                    coords = () if plain else (
+                        n, add(o0, idx(r)), Call("min", (oh, idx(s.oh - 1))),
+                        Call("min", (ow, idx(s.ow - 1))))
+                    for k, node in enumerate(self.group.outputs):
+                        values[k].append(self.epi.value(node, coords))
+                counter = em.counter
+                block: list[Stmt] = list(em.scopes[0].body)
+                singles: list[Stmt] = []
+                for lane, (oh, ow) in enumerate(pos):
+                    at = add(Var(base), add(mul(oh, idx(s.ow)), ow))
+                    ok = Bin("&&", Bin("<", ow, idx(s.ow)), Bin("<", oh, idx(s.oh)))
+                    singles.append(If(ok, tuple(Store(a.name, at, vals[lane]) for a, vals in
+                                                zip(out_args, values, strict=True))))
+                if t.lanes == 1:
+                    block += singles
+                else:
+                    oh, ow = pos[0]
+                    whole = Bin("&&", Bin("<=", add(ow, idx(t.lanes)), idx(s.ow)),
+                                Bin("<", oh, idx(s.oh)))
+                    at = add(Var(base), add(mul(oh, idx(s.ow)), ow))
+                    vector = tuple(VectorStoreAt(a.name, at, dt, tuple(vals)) for a, vals in
+                                   zip(out_args, values, strict=True))
+                    block.append(If(whole, vector, tuple(singles)))
+                out += block
+        return out
+
+
+def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
+          target: TargetProfile, tiles: ConvTiles | None = None) -> tuple[Kernel, ...]:
+    """The windows copy and the convolution kernel of an accepted group (``tiles``: override
+    the heuristic)."""
+    conv = analyse(group)
+    if isinstance(conv, str):
+        raise ValueError(f"direct-conv cannot take this group: {conv}")
+    chosen = tiles or choose_tiles(ConvShape.of(conv), conv.type.dtype, target)
+    b = _Builder(group, outline, kind, conv, chosen)
+    return b.windows(), b.conv()
+
+
+def accepts(group: FusionGroup, target: TargetProfile) -> bool:
+    return not isinstance(analyse(group), str)
+
+
+register_generator(Generator(
+    "direct-conv",
+    "conv2d (conv-lowering{method=direct}) with its elementwise epilogue: a padded, "
+    "stride-phase copy of the input, then register tiles of output channels x pixels",
+    accepts, build,
+))

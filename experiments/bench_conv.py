@@ -1,0 +1,330 @@
+"""Benchmark: accy's convolutions and pools on an OpenCL device against onnxruntime on the CPU.
+
+    python experiments/bench_conv.py [--sets vgg,resnext,pointwise,pool] [--scale 1]
+        [--only NAME,...] [--method im2col|offsets|direct | --pipeline TEXT] [--threads 1,2]
+        [--repeat 5]
+        [--device SELECTOR] [--out results/bench_conv.json]
+
+Layers (batch 1, f32, NCHW):
+
+* ``vgg``: VGG-19's sixteen 3x3 convolutions (pad 1) as their nine distinct shapes, each with
+  its count in the network (totals weight by it);
+* ``resnext``: ResNeXt-50 (32x4d)'s grouped 3x3 convolutions (groups 32, one per stage, the
+  stride-2 ones included) and its 7x7 stride-2 stem;
+* ``pointwise``: 1x1 convolutions of ResNeXt-50's bottlenecks;
+* ``pool``: VGG's 2x2 max pools, ResNeXt's 3x3 stride-2 max pool and an Inception-style 3x3
+  stride-1 average pool (pad 1, padding not counted).
+
+``--scale S`` divides every spatial size by ``S`` (channel counts stay). Each layer is one
+program (``accy.conv2d`` / ``max_pool2d`` / ``avg_pool2d`` through the builder) prepared with
+``--pipeline`` for the device's own target profile and run through its executable: accy's time
+is the sum of the OpenCL profiling events of one call (every kernel the layer needs), median of
+``--repeat`` calls after two warm-up calls. onnxruntime (CPU execution provider) runs the same
+layer as a one-node ONNX model built with ``onnx.helper``, timed as the wall time of
+``session.run`` (median of ``--repeat`` after warm-up), once per ``--threads`` setting
+(``intra_op_num_threads``; PoCL uses every core, so the fair comparison is onnxruntime with as
+many threads as the device has compute units). Outputs are checked against onnxruntime's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+import accy
+from accy.experiments.records import provenance, write_json
+from accy.target import TargetProfile
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One layer: ``kind`` conv / maxpool / avgpool over ``x[1, c, h, w]``."""
+
+    name: str
+    kind: str
+    c: int
+    h: int
+    w: int
+    out: int = 0  # conv output channels
+    kernel: int = 3
+    stride: int = 1
+    pad: int = 0
+    groups: int = 1
+    count: int = 1  # how often the layer occurs in its network
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def scaled(self, s: int) -> Layer:
+        return Layer(self.name, self.kind, self.c, max(self.kernel, self.h // s),
+                     max(self.kernel, self.w // s), self.out, self.kernel, self.stride,
+                     self.pad, self.groups, self.count, self.extra)
+
+    @property
+    def out_hw(self) -> tuple[int, int]:
+        return ((self.h + 2 * self.pad - self.kernel) // self.stride + 1,
+                (self.w + 2 * self.pad - self.kernel) // self.stride + 1)
+
+    @property
+    def flops(self) -> int:
+        oh, ow = self.out_hw
+        if self.kind != "conv":
+            return self.c * oh * ow * self.kernel * self.kernel
+        return 2 * self.out * oh * ow * (self.c // self.groups) * self.kernel * self.kernel
+
+
+def _vgg() -> list[Layer]:
+    shapes = [(3, 64, 224, 1), (64, 64, 224, 1), (64, 128, 112, 1), (128, 128, 112, 1),
+              (128, 256, 56, 1), (256, 256, 56, 3), (256, 512, 28, 1), (512, 512, 28, 3),
+              (512, 512, 14, 4)]
+    return [Layer(f"vgg_{c}_{o}_{s}", "conv", c, s, s, o, 3, 1, 1, 1, n)
+            for c, o, s, n in shapes]
+
+
+def _resnext() -> list[Layer]:
+    out = [Layer("resnext_stem_7x7s2", "conv", 3, 224, 224, 64, 7, 2, 3)]
+    for width, size, n in ((128, 56, 3), (256, 28, 4), (512, 14, 6), (1024, 7, 3)):
+        out.append(Layer(f"resnext_g32_{width}_{size}", "conv", width, size, size, width, 3,
+                         1, 1, 32, n - 1 if size != 56 else n))
+        if size != 56:  # the stage's first block: stride 2 from the previous stage's size
+            out.append(Layer(f"resnext_g32_{width}_{2 * size}s2", "conv", width, 2 * size,
+                             2 * size, width, 3, 2, 1, 32))
+    return out
+
+
+def _pointwise() -> list[Layer]:
+    shapes = [(64, 128, 56), (128, 256, 56), (256, 128, 56), (512, 256, 28), (1024, 512, 14),
+              (2048, 1024, 7)]
+    return [Layer(f"pointwise_{c}_{o}_{s}", "conv", c, s, s, o, 1, 1, 0) for c, o, s in shapes]
+
+
+def _pool() -> list[Layer]:
+    vgg = [Layer(f"maxpool2_{c}_{s}", "maxpool", c, s, s, kernel=2, stride=2)
+           for c, s in ((64, 224), (128, 112), (256, 56), (512, 28), (512, 14))]
+    return vgg + [Layer("maxpool3s2_64_112", "maxpool", 64, 112, 112, kernel=3, stride=2,
+                        pad=1),
+                  Layer("avgpool3_192_28", "avgpool", 192, 28, 28, kernel=3, stride=1, pad=1)]
+
+
+SETS = {"vgg": _vgg, "resnext": _resnext, "pointwise": _pointwise, "pool": _pool}
+
+
+def inputs_of(layer: Layer, rng: np.random.Generator) -> list[np.ndarray]:
+    x = rng.standard_normal((1, layer.c, layer.h, layer.w)).astype(np.float32)
+    if layer.kind != "conv":
+        return [x]
+    fan = layer.c // layer.groups * layer.kernel ** 2
+    w = rng.standard_normal((layer.out, layer.c // layer.groups, layer.kernel, layer.kernel))
+    return [x, (w / np.sqrt(fan)).astype(np.float32)]
+
+
+def accy_program(layer: Layer) -> accy.Program:
+    b = accy.Builder()
+    types = [accy.TensorType((1, layer.c, layer.h, layer.w), accy.DType.f32)]
+    if layer.kind == "conv":
+        types.append(accy.TensorType((layer.out, layer.c // layer.groups, layer.kernel,
+                                      layer.kernel), accy.DType.f32))
+    f = b.begin_function(layer.name, types)
+    x = f.param(0)
+    if layer.kind == "conv":
+        y = accy.conv2d(x, f.param(1), stride=layer.stride, padding=layer.pad,
+                        groups=layer.groups)
+    elif layer.kind == "maxpool":
+        y = accy.max_pool2d(x, layer.kernel, layer.stride, layer.pad)
+    else:
+        y = accy.avg_pool2d(x, layer.kernel, layer.stride, layer.pad)
+    f.return_(y)
+    f.finish()
+    return b.finish()
+
+
+def onnx_model(layer: Layer):
+    import onnx
+    from onnx import TensorProto, helper
+
+    oh, ow = layer.out_hw
+    outs = layer.out if layer.kind == "conv" else layer.c
+    ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, layer.c, layer.h, layer.w])]
+    attrs: dict[str, Any] = {"kernel_shape": [layer.kernel] * 2, "strides": [layer.stride] * 2,
+                             "pads": [layer.pad] * 4}
+    if layer.kind == "conv":
+        ins.append(helper.make_tensor_value_info(
+            "w", TensorProto.FLOAT, [layer.out, layer.c // layer.groups, layer.kernel,
+                                     layer.kernel]))
+        attrs["group"] = layer.groups
+    op = {"conv": "Conv", "maxpool": "MaxPool", "avgpool": "AveragePool"}[layer.kind]
+    node = helper.make_node(op, [i.name for i in ins], ["y"], **attrs)
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, outs, oh, ow])
+    graph = helper.make_graph([node], layer.name, ins, [out])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def time_onnxruntime(layer: Layer, inputs: list[np.ndarray], threads: int, repeat: int
+                     ) -> tuple[float, np.ndarray]:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    sess = ort.InferenceSession(onnx_model(layer).SerializeToString(), opts,
+                                providers=["CPUExecutionProvider"])
+    feed = dict(zip(("x", "w"), inputs, strict=False))
+    for _ in range(2):
+        (out,) = sess.run(None, feed)
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        (out,) = sess.run(None, feed)
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples) * 1e3, out
+
+
+def time_accy(job: accy.PreparedJob, inputs: list[np.ndarray], runtime, repeat: int
+              ) -> tuple[float, list[float], np.ndarray]:
+    """Median kernel ms of one call, the per-kernel medians, and the output."""
+    exe = job.executable(device=runtime)
+    for _ in range(2):
+        exe(*inputs)
+    totals, per = [], []
+    out = None
+    for _ in range(repeat):
+        (out,) = exe(*inputs)
+        totals.append(sum(exe.last_kernel_ns))
+        per.append(list(exe.last_kernel_ns))
+    assert out is not None
+    kernels = [statistics.median(col) / 1e6 for col in zip(*per, strict=True)]
+    return statistics.median(totals) / 1e6, kernels, out
+
+
+def bench_layer(layer: Layer, args: argparse.Namespace, runtime, target: TargetProfile
+                ) -> dict[str, Any]:
+    inputs = inputs_of(layer, np.random.default_rng(0))
+    row: dict[str, Any] = {"name": layer.name, "kind": layer.kind, "c": layer.c,
+                           "h": layer.h, "w": layer.w, "out": layer.out,
+                           "kernel": layer.kernel, "stride": layer.stride, "pad": layer.pad,
+                           "groups": layer.groups, "count": layer.count,
+                           "flops": layer.flops}
+    ort_out = None
+    for threads in args.threads:
+        ms, ort_out = time_onnxruntime(layer, inputs, threads, args.repeat)
+        row[f"ort_ms_t{threads}"] = ms
+    start = time.perf_counter()
+    job = accy.prepare(accy_program(layer), args.pipeline, target=target)
+    row["prepare_s"] = time.perf_counter() - start
+    row["kernels"] = [k.entry for k in job.kernels]
+    row["generators"] = job.generators()
+    ms, per, out = time_accy(job, inputs, runtime, args.repeat)
+    row["accy_ms"], row["accy_kernel_ms"] = ms, per
+    assert ort_out is not None
+    scale = max(float(np.abs(ort_out).max()), 1e-30)
+    row["rel_error"] = float(np.abs(out - ort_out).max() / scale)
+    for threads in args.threads:
+        row[f"ratio_t{threads}"] = ms / row[f"ort_ms_t{threads}"]
+    return row
+
+
+def print_rows(rows: list[dict[str, Any]], threads: list[int]) -> None:
+    head = f"{'layer':<28} {'n':>2} {'GFLOP':>6} {'accy ms':>9}"
+    for t in threads:
+        head += f" {'ort' + str(t) + ' ms':>9} {'x' + str(t):>6}"
+    print(head + f" {'GFLOP/s':>8} {'rel err':>8} kernels")
+    for r in rows:
+        line = f"{r['name']:<28} {r['count']:>2} {r['flops'] / 1e9:>6.3f} {r['accy_ms']:>9.3f}"
+        for t in threads:
+            line += f" {r[f'ort_ms_t{t}']:>9.3f} {r[f'ratio_t{t}']:>6.2f}"
+        print(line + f" {r['flops'] / r['accy_ms'] / 1e6:>8.1f} {r['rel_error']:>8.1e} "
+              f"{len(r['kernels'])}")
+
+
+def totals(rows: list[dict[str, Any]], threads: list[int]) -> dict[str, dict[str, float]]:
+    """Per set (the name's prefix): count-weighted sums of accy's and onnxruntime's times."""
+    out: dict[str, dict[str, float]] = {}
+    for r in rows:
+        key = r["name"].split("_")[0]
+        t = out.setdefault(key, {"accy_ms": 0.0, **{f"ort_ms_t{n}": 0.0 for n in threads}})
+        t["accy_ms"] += r["count"] * r["accy_ms"]
+        for n in threads:
+            t[f"ort_ms_t{n}"] += r["count"] * r[f"ort_ms_t{n}"]
+    for t in out.values():
+        for n in threads:
+            t[f"ratio_t{n}"] = t["accy_ms"] / t[f"ort_ms_t{n}"]
+    return out
+
+
+def pipeline_for(method: str | None) -> str:
+    """accy-default, with ``conv-lowering{method=METHOD}`` when a method is given."""
+    if method is None:
+        return "accy-default"
+    return (f"accy-contract,saturate,conv-lowering{{method={method}}},shape-layout-propagation,"
+            "dtype-legalization,activation-lowering,einsum-lowering,indexing-lowering,"
+            "loss-lowering,accy-dispatch,accy-memory,accy-kernel,accy-target")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sets", default="vgg,resnext,pointwise,pool",
+                   help=f"comma-separated layer sets: {', '.join(SETS)}")
+    p.add_argument("--only", default="", help="comma-separated layer names (default: all)")
+    p.add_argument("--scale", type=int, default=1, help="divide spatial sizes by this")
+    p.add_argument("--pipeline", default=None,
+                   help="pipeline text (default: accy-default with conv-lowering{method=...})")
+    p.add_argument("--method", default=None, choices=("im2col", "offsets", "direct"),
+                   help="conv-lowering's method in the default pipeline (default: its default)")
+    p.add_argument("--threads", default="1,2", help="onnxruntime intra-op thread counts")
+    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--device", default=None, help="OpenCL selector (default: $ACCY_DEVICE/pocl)")
+    p.add_argument("--out", default="results/bench_conv.json")
+    args = p.parse_args(argv)
+    unknown = [s for s in args.sets.split(",") if s and s not in SETS]
+    if unknown:
+        p.error(f"--sets: unknown {unknown}; choose from {sorted(SETS)}")
+    if args.pipeline and args.method:
+        p.error("give --pipeline or --method, not both")
+    args.pipeline = args.pipeline or pipeline_for(args.method)
+    args.threads = [int(t) for t in args.threads.split(",") if t.strip()]
+    if args.scale < 1 or args.repeat < 1 or not args.threads or min(args.threads) < 1:
+        p.error("--scale, --repeat and --threads must be positive")
+    return args
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    from accy.backends.opencl.runtime import select_device
+
+    args = parse_args(argv)
+    runtime = select_device(args.device)
+    target = TargetProfile.from_device(runtime.info)
+    only = {n for n in args.only.split(",") if n}
+    layers = [layer.scaled(args.scale) for s in args.sets.split(",") if s
+              for layer in SETS[s]() if not only or layer.name in only]
+    print(f"device: {runtime.info.key} ({target.compute_units} compute units); "
+          f"pipeline {args.pipeline}; scale 1/{args.scale}")
+    rows = []
+    for layer in layers:
+        rows.append(bench_layer(layer, args, runtime, target))
+        print_rows(rows[-1:], args.threads)
+        sys.stdout.flush()
+    print()
+    print_rows(rows, args.threads)
+    sums = totals(rows, args.threads)
+    for key, t in sums.items():
+        print(f"total {key}: accy {t['accy_ms']:.2f} ms; " + "; ".join(
+            f"onnxruntime {n} thread(s) {t[f'ort_ms_t{n}']:.2f} ms ({t[f'ratio_t{n}']:.2f}x)"
+            for n in args.threads))
+    result = {"experiment": "bench_conv", "pipeline": args.pipeline, "scale": args.scale,
+              "repeat": args.repeat, "threads": args.threads, "rows": rows, "totals": sums,
+              "compute_units": target.compute_units,
+              **provenance(args.device or None, ("onnx", "onnxruntime"),
+                           [sys.argv[0], *(sys.argv[1:] if argv is None else argv)])}
+    write_json(result, args.out)
+    return result
+
+
+if __name__ == "__main__":
+    main()
