@@ -17,13 +17,15 @@ Layers (batch 1, f32, NCHW):
 
 ``--scale S`` divides every spatial size by ``S`` (channel counts stay). Each layer is one
 program (``accy.conv2d`` / ``max_pool2d`` / ``avg_pool2d`` through the builder) prepared with
-``--pipeline`` for the device's own target profile and run through its executable: accy's time
-is the sum of the OpenCL profiling events of one call (every kernel the layer needs), median of
-``--repeat`` calls after two warm-up calls. onnxruntime (CPU execution provider) runs the same
-layer as a one-node ONNX model built with ``onnx.helper``, timed as the wall time of
-``session.run`` (median of ``--repeat`` after warm-up), once per ``--threads`` setting
-(``intra_op_num_threads``; PoCL uses every core, so the fair comparison is onnxruntime with as
-many threads as the device has compute units). Outputs are checked against onnxruntime's.
+``--pipeline`` (or accy-default with ``conv-lowering{method=--method}``) for the device's own
+target profile and run through its executable: accy's time is the sum of the OpenCL profiling
+events of one call (every kernel the layer needs). onnxruntime (CPU execution provider) runs
+the same layer as a one-node ONNX model built with ``onnx.helper``, timed as the wall time of
+``session.run``, once per ``--threads`` setting (``intra_op_num_threads``; PoCL uses every
+core, so the fair comparison is onnxruntime with as many threads as the device has compute
+units). After two warm-up calls of each, ``--repeat`` rounds call accy and then onnxruntime
+(each setting) once, so that both see the same load on a shared machine; medians over the
+rounds. Outputs are checked against onnxruntime's.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ import argparse
 import statistics
 import sys
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -57,12 +60,10 @@ class Layer:
     pad: int = 0
     groups: int = 1
     count: int = 1  # how often the layer occurs in its network
-    extra: dict[str, Any] = field(default_factory=dict)
+    set: str = ""
 
     def scaled(self, s: int) -> Layer:
-        return Layer(self.name, self.kind, self.c, max(self.kernel, self.h // s),
-                     max(self.kernel, self.w // s), self.out, self.kernel, self.stride,
-                     self.pad, self.groups, self.count, self.extra)
+        return replace(self, h=max(self.kernel, self.h // s), w=max(self.kernel, self.w // s))
 
     @property
     def out_hw(self) -> tuple[int, int]:
@@ -166,8 +167,9 @@ def onnx_model(layer: Layer):
     return model
 
 
-def time_onnxruntime(layer: Layer, inputs: list[np.ndarray], threads: int, repeat: int
-                     ) -> tuple[float, np.ndarray]:
+def onnxruntime_call(layer: Layer, inputs: list[np.ndarray], threads: int
+                     ) -> Callable[[], np.ndarray]:
+    """One call of the layer's one-node model in an onnxruntime CPU session."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
@@ -176,57 +178,48 @@ def time_onnxruntime(layer: Layer, inputs: list[np.ndarray], threads: int, repea
     sess = ort.InferenceSession(onnx_model(layer).SerializeToString(), opts,
                                 providers=["CPUExecutionProvider"])
     feed = dict(zip(("x", "w"), inputs, strict=False))
-    for _ in range(2):
-        (out,) = sess.run(None, feed)
-    samples = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        (out,) = sess.run(None, feed)
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples) * 1e3, out
-
-
-def time_accy(job: accy.PreparedJob, inputs: list[np.ndarray], runtime, repeat: int
-              ) -> tuple[float, list[float], np.ndarray]:
-    """Median kernel ms of one call, the per-kernel medians, and the output."""
-    exe = job.executable(device=runtime)
-    for _ in range(2):
-        exe(*inputs)
-    totals, per = [], []
-    out = None
-    for _ in range(repeat):
-        (out,) = exe(*inputs)
-        totals.append(sum(exe.last_kernel_ns))
-        per.append(list(exe.last_kernel_ns))
-    assert out is not None
-    kernels = [statistics.median(col) / 1e6 for col in zip(*per, strict=True)]
-    return statistics.median(totals) / 1e6, kernels, out
+    return lambda: sess.run(None, feed)[0]
 
 
 def bench_layer(layer: Layer, args: argparse.Namespace, runtime, target: TargetProfile
                 ) -> dict[str, Any]:
+    """accy and onnxruntime (each thread setting) timed in interleaved rounds, so that both
+    see the same load on a shared machine; medians over the rounds."""
     inputs = inputs_of(layer, np.random.default_rng(0))
-    row: dict[str, Any] = {"name": layer.name, "kind": layer.kind, "c": layer.c,
-                           "h": layer.h, "w": layer.w, "out": layer.out,
+    row: dict[str, Any] = {"name": layer.name, "set": layer.set, "kind": layer.kind,
+                           "c": layer.c, "h": layer.h, "w": layer.w, "out": layer.out,
                            "kernel": layer.kernel, "stride": layer.stride, "pad": layer.pad,
                            "groups": layer.groups, "count": layer.count,
                            "flops": layer.flops}
-    ort_out = None
-    for threads in args.threads:
-        ms, ort_out = time_onnxruntime(layer, inputs, threads, args.repeat)
-        row[f"ort_ms_t{threads}"] = ms
     start = time.perf_counter()
     job = accy.prepare(accy_program(layer), args.pipeline, target=target)
     row["prepare_s"] = time.perf_counter() - start
     row["kernels"] = [k.entry for k in job.kernels]
     row["generators"] = job.generators()
-    ms, per, out = time_accy(job, inputs, runtime, args.repeat)
-    row["accy_ms"], row["accy_kernel_ms"] = ms, per
-    assert ort_out is not None
-    scale = max(float(np.abs(ort_out).max()), 1e-30)
-    row["rel_error"] = float(np.abs(out - ort_out).max() / scale)
-    for threads in args.threads:
-        row[f"ratio_t{threads}"] = ms / row[f"ort_ms_t{threads}"]
+    exe = job.executable(device=runtime)
+    ort = {t: onnxruntime_call(layer, inputs, t) for t in args.threads}
+    for _ in range(2):  # warm-up: builds, first launches, onnxruntime's first runs
+        (out,) = exe(*inputs)
+        ort_out = {t: call() for t, call in ort.items()}
+    totals: list[int] = []
+    per: list[list[int]] = []
+    walls: dict[int, list[float]] = {t: [] for t in args.threads}
+    for _ in range(args.repeat):
+        (out,) = exe(*inputs)
+        totals.append(sum(exe.last_kernel_ns))
+        per.append(list(exe.last_kernel_ns))
+        for t, call in ort.items():
+            begin = time.perf_counter()
+            call()
+            walls[t].append(time.perf_counter() - begin)
+    row["accy_ms"] = statistics.median(totals) / 1e6
+    row["accy_kernel_ms"] = [statistics.median(col) / 1e6 for col in zip(*per, strict=True)]
+    for t in args.threads:
+        row[f"ort_ms_t{t}"] = statistics.median(walls[t]) * 1e3
+        row[f"ratio_t{t}"] = row["accy_ms"] / row[f"ort_ms_t{t}"]
+    ref = ort_out[args.threads[0]]
+    scale = max(float(np.abs(ref).max()), 1e-30)
+    row["rel_error"] = float(np.abs(out - ref).max() / scale)
     return row
 
 
@@ -247,7 +240,7 @@ def totals(rows: list[dict[str, Any]], threads: list[int]) -> dict[str, dict[str
     """Per set (the name's prefix): count-weighted sums of accy's and onnxruntime's times."""
     out: dict[str, dict[str, float]] = {}
     for r in rows:
-        key = r["name"].split("_")[0]
+        key = r["set"]
         t = out.setdefault(key, {"accy_ms": 0.0, **{f"ort_ms_t{n}": 0.0 for n in threads}})
         t["accy_ms"] += r["count"] * r["accy_ms"]
         for n in threads:
@@ -301,7 +294,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     runtime = select_device(args.device)
     target = TargetProfile.from_device(runtime.info)
     only = {n for n in args.only.split(",") if n}
-    layers = [layer.scaled(args.scale) for s in args.sets.split(",") if s
+    layers = [replace(layer.scaled(args.scale), set=s) for s in args.sets.split(",") if s
               for layer in SETS[s]() if not only or layer.name in only]
     print(f"device: {runtime.info.key} ({target.compute_units} compute units); "
           f"pipeline {args.pipeline}; scale 1/{args.scale}")

@@ -14,9 +14,9 @@ from accy.ir.shapes import infer
 
 # op -> the first stage at which it may no longer appear (filled as lowering passes land)
 FORBIDDEN_AFTER: dict[Op, Stage] = {
-    # conv-lowering (tensor stage) rewrites the window ops but conv2d, which it keeps under
-    # method=direct for the direct-conv kernel generator (and the loop nest)
-    Op.MAX_POOL2D: Stage.dispatch, Op.AVG_POOL2D: Stage.dispatch, Op.PAD: Stage.dispatch,
+    # conv-lowering (tensor stage) rewrites pads; conv2d and the pools too, but under
+    # method=direct it keeps them for the direct-conv kernel generator (and the loop nest)
+    Op.PAD: Stage.dispatch,
 }
 
 

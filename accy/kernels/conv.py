@@ -27,19 +27,21 @@ broadcast weight load per work-group) and ``sn`` pixels per work-item ``wg`` apa
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from accy.ir.node import Node
 from accy.ir.ops import Op
 from accy.ir.types import DType
 from accy.ir.walk import Pending
-from accy.kernels import loopnest
+from accy.kernels import exprs, loopnest
 from accy.kernels.generators import Generator, register_generator
 from accy.kernels.ir import (
     INDEX,
     Assign,
     Bin,
     Call,
+    Cast,
     Cond,
     Expr,
     For,
@@ -93,14 +95,17 @@ class ConvShape:
 
     @classmethod
     def of(cls, node: Node) -> ConvShape:
-        x, w = node.srcs
-        n, c, h, wd = x.type.shape
-        o, _, kh, kw = w.type.shape
-        (sh, sw), (dh, dw) = node.attr("strides"), node.attr("dilations")
+        """The sizes of a conv2d, or of a pool as a depthwise window (one group a channel)."""
+        n, c, h, wd = node.srcs[0].type.shape
+        if node.op is Op.CONV2D:
+            o, _, kh, kw = node.srcs[1].type.shape
+            groups, (dh, dw) = node.attr("groups"), node.attr("dilations")
+        else:
+            (kh, kw), o, groups, dh, dw = node.attr("kernel"), c, c, 1, 1
+        sh, sw = node.attr("strides")
         top, left = node.attr("pads")[:2]
         oh, ow = node.type.shape[2:]
-        return cls(n, c, h, wd, o, node.attr("groups"), kh, kw, sh, sw, dh, dw, top, left,
-                   oh, ow)
+        return cls(n, c, h, wd, o, groups, kh, kw, sh, sw, dh, dw, top, left, oh, ow)
 
     @property
     def cg(self) -> int:
@@ -170,13 +175,16 @@ def choose_tiles(s: ConvShape, dtype: DType, target: TargetProfile) -> ConvTiles
     return ConvTiles(tm, sn, 1, wg)
 
 
+WINDOWED = (Op.CONV2D, Op.MAX_POOL2D, Op.AVG_POOL2D)
+
+
 def analyse(group: FusionGroup) -> Node | str:
-    """The conv2d of a group this generator takes, or why it declines the group."""
+    """The conv2d or pool of a group this generator takes, or why it declines the group."""
     if group.kind is not ScheduleKind.contraction:
         return f"a {group.kind.value} group"
-    convs = [n for n in group.nodes if n.op is Op.CONV2D]
+    convs = [n for n in group.nodes if n.op in WINDOWED]
     if len(convs) != 1:
-        return f"{len(convs)} conv2d ops in one group"
+        return f"{len(convs)} conv2d or pool ops in one group"
     (conv,) = convs
     if conv.type.dtype not in FLOATS:
         return f"dtype {conv.type.dtype.value}"
@@ -188,15 +196,16 @@ def analyse(group: FusionGroup) -> Node | str:
         if n is conv or not any(s in after for s in n.srcs):
             continue
         if not n.op.is_elementwise or n.type.shape != conv.type.shape:
-            return f"{n.op.value} after the conv2d is not elementwise at its shape"
+            return f"{n.op.value} after the {conv.op.value} is not elementwise at its shape"
         after.add(n)
     if any(o not in after for o in group.outputs):
-        return "an output is not an elementwise function of the conv2d"
+        return f"an output is not an elementwise function of the {conv.op.value}"
     return conv
 
 
 class _Epilogue(loopnest.LoopNestBuilder):
-    """The loop-nest value machinery with the conv2d's value given (one accumulator lane)."""
+    """The loop-nest value machinery with the window op's value given (one accumulator
+    lane)."""
 
     def __init__(self, group: FusionGroup, outline: KernelOutline, conv: Node) -> None:
         super().__init__(group, outline)
@@ -216,8 +225,11 @@ class _Builder:
         self.s = ConvShape.of(conv)
         self.dtype = conv.type.dtype
         self.epi = _Epilogue(group, outline, conv)
+        self.op = conv.op
         self.x_arg = self.epi.arg_of[conv.srcs[0]]
-        self.w_arg = self.epi.arg_of[conv.srcs[1]]
+        self.w_arg = self.epi.arg_of[conv.srcs[1]] if conv.op is Op.CONV2D else ""
+        # what a tap outside the input reads: nothing a max picks, nothing a sum adds
+        self.fill = -math.inf if conv.op is Op.MAX_POOL2D else 0.0
         s, t = self.s, tiles
         self.tiles_p = -(-s.pixels // t.span)
         # the last tile's lanes past the virtual output read (never stored) past the last
@@ -229,43 +241,55 @@ class _Builder:
     def scratch(self, written: bool) -> KernelArg:
         return KernelArg("scratch0", self.dtype, written, -1, self.scratch_elems)
 
-    def zero(self, lanes: int) -> Expr:
-        z = Lit(0.0, self.dtype)
+    def zero(self, lanes: int, value: float = 0.0) -> Expr:
+        z = Lit(value, self.dtype)
         return z if lanes == 1 else Splat(self.dtype, lanes, z)
 
     # kernel 1: the padded, phase-split copy -----------------------------------------------
     def windows(self) -> Kernel:
+        """The padded, phase-split copy. GPUs: one element per work-item. CPUs: one padded
+        input row per work-item (row ``r * sh + a`` of phase row ``a``), read once along it
+        and written to the ``sw`` column phases in one pass."""
         s = self.s
-        rows = s.n * s.c * s.sh * s.sw * s.hq
-        per_element = self.t.lanes == 1  # GPUs: one element per work-item (coalesced)
-        count = rows * s.wq if per_element else rows
+        per_element = self.t.lanes == 1
+        rows = s.n * s.c * s.sh * s.hq  # (nc, r, a): padded input rows
+        count = rows * s.sw * s.wq if per_element else rows
         local = 64
         body: list[Stmt] = [Let("gid", INDEX, Id("get_global_id", 0))]
         gid = Var("gid")
         if count % local:
             body.append(If(Bin(">=", gid, idx(count)), (Return(),)))
-        row = Var("row")
-        body.append(Let("row", INDEX, div(gid, s.wq) if per_element else gid))
-        body.append(Let("r", INDEX, mod(row, s.hq)))
-        body.append(Let("ab", INDEX, mod(div(row, s.hq), s.sh * s.sw)))
-        body.append(Let("nc", INDEX, div(row, s.hq * s.sh * s.sw)))
-        body.append(Let("ih", INDEX, add(mul(Var("r"), idx(s.sh)),
-                                         Bin("-", div(Var("ab"), s.sw), idx(s.top)))))
-        row_ok = Bin("&&", Bin(">=", Var("ih"), idx(0)), Bin("<", Var("ih"), idx(s.h)))
-        body.append(Let("src", INDEX, mul(add(mul(Var("nc"), idx(s.h)), Call(
-            "clamp", (Var("ih"), idx(0), idx(s.h - 1)))), idx(s.w))))
-        q = Var("q")
-        iw = add(mul(q, idx(s.sw)), Bin("-", mod(Var("ab"), s.sw), idx(s.left)))
-        col = [Let("iw", INDEX, iw)]
-        ok = Bin("&&", row_ok, Bin("&&", Bin(">=", Var("iw"), idx(0)),
-                                   Bin("<", Var("iw"), idx(s.w))))
-        value = Cond(ok, Load(self.x_arg, add(Var("src"), Call(
-            "clamp", (Var("iw"), idx(0), idx(s.w - 1))))), self.zero(1))
-        store = Store("scratch0", add(mul(row, idx(s.wq)), q), value)
+        if per_element:  # gid = ((nc, a, b, r), q): the scratch's own order
+            body += [Let("q", INDEX, mod(gid, s.wq)), Let("r", INDEX, mod(div(gid, s.wq), s.hq)),
+                     Let("b", INDEX, mod(div(gid, s.wq * s.hq), s.sw)),
+                     Let("a", INDEX, mod(div(gid, s.wq * s.hq * s.sw), s.sh)),
+                     Let("nc", INDEX, div(gid, s.wq * s.hq * s.sw * s.sh))]
+        else:  # gid = (nc, r, a)
+            body += [Let("a", INDEX, mod(gid, s.sh)), Let("r", INDEX, mod(div(gid, s.sh), s.hq)),
+                     Let("nc", INDEX, div(gid, s.sh * s.hq))]
+        nc, a, r, q = Var("nc"), Var("a"), Var("r"), Var("q")
+        body.append(Let("ih", INDEX, Bin("-", add(mul(r, idx(s.sh)), a), idx(s.top))))
+        ih = Var("ih")
+        row_ok = Bin("&&", Bin(">=", ih, idx(0)), Bin("<", ih, idx(s.h)))
+        body.append(Let("src", INDEX, mul(add(mul(nc, idx(s.h)), Call(
+            "clamp", (ih, idx(0), idx(s.h - 1)))), idx(s.w))))
+        # scratch row (nc, a, b, r) starts at dst + b * hq * wq
+        body.append(Let("dst", INDEX, mul(add(mul(add(mul(nc, idx(s.sh)), a), idx(s.sw * s.hq)),
+                                              r), idx(s.wq))))
+
+        def element(b: Expr, tag: str) -> list[Stmt]:
+            iw = Var(f"iw{tag}")
+            ok = Bin("&&", row_ok, Bin("&&", Bin(">=", iw, idx(0)), Bin("<", iw, idx(s.w))))
+            value = Cond(ok, Load(self.x_arg, add(Var("src"), Call(
+                "clamp", (iw, idx(0), idx(s.w - 1))))), self.zero(1, self.fill))
+            return [Let(f"iw{tag}", INDEX, Bin("-", add(mul(q, idx(s.sw)), b), idx(s.left))),
+                    Store("scratch0", add(add(Var("dst"), mul(b, idx(s.hq * s.wq))), q), value)]
+
         if per_element:
-            body += [Let("q", INDEX, mod(gid, s.wq)), *col, store]
+            body += element(Var("b"), "")
         else:
-            body.append(For("q", idx(0), idx(s.wq), (*col, store)))
+            inner = [st for b in range(s.sw) for st in element(idx(b), str(b))]
+            body.append(For("q", idx(0), idx(s.wq), tuple(inner)))
         x_in = next(a for a in self.epi.args if a.name == self.x_arg)
         return Kernel(f"{self.outline.entry}_windows", self.outline.work_item, self.kind,
                       self.group.domain, (x_in, self.scratch(True)), tuple(body),
@@ -296,7 +320,7 @@ class _Builder:
         acc = [[f"acc_{r}_{v}" for v in range(t.sn)] for r in range(t.tm)]
         for r in range(t.tm):
             for v in range(t.sn):
-                body.append(Let(acc[r][v], dt, self.zero(t.lanes), True, t.lanes))
+                body.append(Let(acc[r][v], dt, self.zero(t.lanes, self.fill), True, t.lanes))
         inner: list[Stmt] = [Let("xc", INDEX, add(xb, mul(Var("c"), idx(s.block)))),
                              Let("wc", INDEX, add(wb, mul(Var("c"), idx(taps))))]
         step = t.lanes * t.wg
@@ -308,6 +332,12 @@ class _Builder:
                     load = (Load("scratch0", at) if t.lanes == 1
                             else VectorLoadAt("scratch0", at, t.lanes))
                     inner.append(Let(f"b{k}_{v}", dt, load, lanes=t.lanes))
+                if self.op is not Op.CONV2D:  # a pool: one channel, max or sum of the taps
+                    combine = Op.MAX if self.op is Op.MAX_POOL2D else Op.ADD
+                    inner += [Assign(acc[0][v], exprs.elementwise(
+                        combine, [Var(acc[0][v]), Var(f"b{k}_{v}")], dt, dt))
+                        for v in range(t.sn)]
+                    continue
                 for r in range(t.tm):
                     a: Expr = Load(self.w_arg, add(Var("wc"), idx(r * s.cg * taps + k)))
                     inner.append(Let(f"a{k}_{r}", dt, a))
@@ -331,7 +361,8 @@ class _Builder:
                out_args: list[KernelArg]) -> list[Stmt]:
         """Epilogue and stores: a run within one output row as a vector, else lane by lane."""
         s, t, dt = self.s, self.t, self.dtype
-        plain = all(o is self.epi.conv for o in self.group.outputs)
+        plain = all(o is self.epi.conv for o in self.group.outputs) and (
+            self.op is not Op.AVG_POOL2D)
         out: list[Stmt] = []
         counter = 0
         for v in range(t.sn):
@@ -352,8 +383,8 @@ class _Builder:
                 self.epi.em = em
                 values: list[list[Expr]] = [[] for _ in self.group.outputs]
                 for lane, (oh, ow) in enumerate(pos):
-                    self.epi.result = (Var(acc[r][v]) if t.lanes == 1
-                                       else Lane(Var(acc[r][v]), lane))
+                    self.epi.result = self.finish(Var(acc[r][v]) if t.lanes == 1
+                                                  else Lane(Var(acc[r][v]), lane), oh, ow)
                     coords = () if plain else (
                         n, add(o0, idx(r)), Call("min", (oh, idx(s.oh - 1))),
                         Call("min", (ow, idx(s.ow - 1))))
@@ -379,6 +410,25 @@ class _Builder:
                     block.append(If(whole, vector, tuple(singles)))
                 out += block
         return out
+
+
+    def finish(self, total: Expr, oh: Expr, ow: Expr) -> Expr:
+        """The op's value from its accumulated lane: an average pool divides by the window
+        size, or by how many input elements the window covers (``count_include_pad``
+        false)."""
+        if self.op is not Op.AVG_POOL2D:
+            return total
+        s = self.s
+        if self.epi.conv.attr("count_include_pad"):
+            return Bin("/", total, exprs.const(s.kh * s.kw, self.dtype))
+        covered = []
+        for at, stride, before, k, extent in ((oh, s.sh, s.top, s.kh, s.h),
+                                              (ow, s.sw, s.left, s.kw, s.w)):
+            lo = Bin("-", mul(at, idx(stride)), idx(before))
+            covered.append(Bin("-", Call("min", (add(lo, idx(k)), idx(extent))),
+                               Call("max", (lo, idx(0)))))
+        count = Call("max", (mul(covered[0], covered[1]), idx(1)))  # lanes past the output
+        return Bin("/", total, Cast(self.dtype, count))
 
 
 def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
