@@ -22,7 +22,11 @@ come from the target (:func:`choose_tiles`): CPUs get one work-item per work-gro
 ``tm x sn`` vector accumulators as wide as the device prefers (24 of them with AVX-512's 32
 registers, else 12), the loads of a tap then being ``sn`` unaligned vector loads; GPUs get
 scalar pixels, ``wg`` work-items of a work-group on consecutive pixels (coalesced loads, one
-broadcast weight load per work-group) and ``sn`` pixels per work-item ``wg`` apart.
+broadcast weight load per work-group) and ``sn`` pixels per work-item ``wg`` apart: 8 x 8
+outputs per work-item where the layer is large enough to fill the device twice over, smaller
+tiles where it is not. No local memory: the weights a work-group reads are the same address
+for all its work-items, and the input rows a tap reads are the next tap's too (L1). Not yet
+measured on a GPU.
 """
 
 from __future__ import annotations
@@ -169,9 +173,23 @@ def choose_tiles(s: ConvShape, dtype: DType, target: TargetProfile) -> ConvTiles
         tm = _divisor_at_most(s.og, 8 if budget == 24 else 4)
         sn = max(1, min(budget // tm, -(-s.pixels // lanes)))
         return ConvTiles(tm, sn, lanes, 1)
+    # GPUs: 8 x 8 outputs per work-item (8 pixel and 8 weight loads per 64 multiply-adds),
+    # 128 work-items side by side; smaller where that leaves fewer than two work-groups per
+    # compute unit (pixel runs first, then work-groups, then channels)
     tm = _divisor_at_most(s.og, 8)
     wg = min(128, target.max_work_group_size, 1 << max(0, (s.pixels - 1).bit_length()))
-    sn = max(1, min(4, -(-s.pixels // wg)))
+    sn = max(1, min(8, -(-s.pixels // wg)))
+
+    def groups(tm: int, sn: int, wg: int) -> int:
+        return s.n * s.groups * (s.og // tm) * -(-s.pixels // (sn * wg))
+
+    need = 2 * target.compute_units
+    while groups(tm, sn, wg) < need and sn > 1:
+        sn //= 2
+    while groups(tm, sn, wg) < need and wg > 32:
+        wg //= 2
+    while groups(tm, sn, wg) < need and tm > 1:
+        tm = _divisor_at_most(s.og, tm - 1)
     return ConvTiles(tm, sn, 1, wg)
 
 

@@ -149,8 +149,11 @@ def test_tiles_follow_the_target():
     assert conv.choose_tiles(s, accy.DType.f32, cpu) == conv.ConvTiles(8, 3, 16, 1)
     narrow = TargetProfile(device_type="cpu", native_vector_bytes=32)
     assert conv.choose_tiles(s, accy.DType.f32, narrow) == conv.ConvTiles(4, 3, 8, 1)
-    gpu = TargetProfile(device_type="gpu", max_work_group_size=1024)
-    assert conv.choose_tiles(s, accy.DType.f32, gpu) == conv.ConvTiles(8, 4, 1, 128)
+    gpu = TargetProfile(device_type="gpu", max_work_group_size=1024, compute_units=4)
+    assert conv.choose_tiles(s, accy.DType.f32, gpu) == conv.ConvTiles(8, 8, 1, 128)
+    # 132 units: 8 channel tiles x 3 pixel tiles would leave most idle; shorter pixel runs
+    big = dataclasses.replace(gpu, compute_units=132)
+    assert conv.choose_tiles(s, accy.DType.f32, big) == conv.ConvTiles(8, 1, 1, 64)
     grouped = dataclasses.replace(s, o=128, c=128, groups=32)  # 4 channels per group
     assert conv.choose_tiles(grouped, accy.DType.f32, cpu).tm == 4
     # the padded copy: stride 2 splits into 4 phases of (OH + 1) x (OW + 1)
