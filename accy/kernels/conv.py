@@ -171,8 +171,9 @@ def choose_tiles(s: ConvShape, dtype: DType, target: TargetProfile) -> ConvTiles
                                  - 1))
         budget = 24 if target.native_vector_bytes >= 64 else 12
         tm = _divisor_at_most(s.og, 8 if budget == 24 else 4)
-        sn = max(1, min(budget // tm, -(-s.pixels // lanes)))
-        return ConvTiles(tm, sn, lanes, 1)
+        vectors = -(-s.pixels // lanes)
+        tiles = -(-vectors // (budget // tm))
+        return ConvTiles(tm, -(-vectors // tiles), lanes, 1)  # tiles of equal length
     # GPUs: 8 x 8 outputs per work-item (8 pixel and 8 weight loads per 64 multiply-adds),
     # 128 work-items side by side; smaller where that leaves fewer than two work-groups per
     # compute unit (pixel runs first, then work-groups, then channels)
@@ -377,58 +378,68 @@ class _Builder:
 
     def stores(self, acc: list[list[str]], n: Expr, o0: Expr, p0: Expr, step: int,
                out_args: list[KernelArg]) -> list[Stmt]:
-        """Epilogue and stores: a run within one output row as a vector, else lane by lane."""
-        s, t, dt = self.s, self.t, self.dtype
-        plain = all(o is self.epi.conv for o in self.group.outputs) and (
-            self.op is not Op.AVG_POOL2D)
+        """Epilogue and stores: a run of pixels within one output row as vectors (no per-lane
+        index arithmetic), else lane by lane, each lane's place found from its pixel."""
+        s, t = self.s, self.t
         out: list[Stmt] = []
-        counter = 0
+        self.counter = 0
         for v in range(t.sn):
-            first = f"px{v}"
-            out.append(Let(first, INDEX, add(p0, idx(v * step))))
-            pos = []
-            for lane in range(t.lanes):
-                p = add(Var(first), idx(lane))
-                oh, ow = f"oh{v}_{lane}", f"ow{v}_{lane}"
-                out += [Let(oh, INDEX, div(p, s.wq)), Let(ow, INDEX, mod(p, s.wq))]
-                pos.append((Var(oh), Var(ow)))
+            first = Var(f"px{v}")
+            oh, ow = Var(f"oh{v}"), Var(f"ow{v}")
+            out += [Let(first.name, INDEX, add(p0, idx(v * step))),
+                    Let(oh.name, INDEX, div(first, s.wq)), Let(ow.name, INDEX, mod(first, s.wq))]
+            singles: list[Stmt] = []
+            pos = [(oh, ow)]
+            if t.lanes > 1:
+                pos = [(Var(f"oh{v}_{lane}"), Var(f"ow{v}_{lane}")) for lane in range(t.lanes)]
+                for lane, (lh, lw) in enumerate(pos):
+                    singles += [Let(lh.name, INDEX, div(add(first, idx(lane)), s.wq)),
+                                Let(lw.name, INDEX, mod(add(first, idx(lane)), s.wq))]
             for r in range(t.tm):
-                base = f"ob{v}_{r}"
-                out.append(Let(base, INDEX, mul(add(mul(n, idx(s.o)), add(o0, idx(r))),
-                                                idx(s.oh * s.ow))))
-                em = loopnest.Emitter()
-                em.counter = counter
-                self.epi.em = em
-                values: list[list[Expr]] = [[] for _ in self.group.outputs]
-                for lane, (oh, ow) in enumerate(pos):
-                    self.epi.result = self.finish(Var(acc[r][v]) if t.lanes == 1
-                                                  else Lane(Var(acc[r][v]), lane), oh, ow)
-                    coords = () if plain else (
-                        n, add(o0, idx(r)), Call("min", (oh, idx(s.oh - 1))),
-                        Call("min", (ow, idx(s.ow - 1))))
-                    for k, node in enumerate(self.group.outputs):
-                        values[k].append(self.epi.value(node, coords))
-                counter = em.counter
-                block: list[Stmt] = list(em.scopes[0].body)
-                singles: list[Stmt] = []
-                for lane, (oh, ow) in enumerate(pos):
-                    at = add(Var(base), add(mul(oh, idx(s.ow)), ow))
-                    ok = Bin("&&", Bin("<", ow, idx(s.ow)), Bin("<", oh, idx(s.oh)))
+                values, body = self.lane_values(acc[r][v], n, add(o0, idx(r)), pos)
+                singles += body
+                base = mul(add(mul(n, idx(s.o)), add(o0, idx(r))), idx(s.oh * s.ow))
+                for lane, (lh, lw) in enumerate(pos):
+                    at = add(base, add(mul(lh, idx(s.ow)), lw))
+                    ok = Bin("&&", Bin("<", lw, idx(s.ow)), Bin("<", lh, idx(s.oh)))
                     singles.append(If(ok, tuple(Store(a.name, at, vals[lane]) for a, vals in
                                                 zip(out_args, values, strict=True))))
-                if t.lanes == 1:
-                    block += singles
-                else:
-                    oh, ow = pos[0]
-                    whole = Bin("&&", Bin("<=", add(ow, idx(t.lanes)), idx(s.ow)),
-                                Bin("<", oh, idx(s.oh)))
-                    at = add(Var(base), add(mul(oh, idx(s.ow)), ow))
-                    vector = tuple(VectorStoreAt(a.name, at, dt, tuple(vals)) for a, vals in
-                                   zip(out_args, values, strict=True))
-                    block.append(If(whole, vector, tuple(singles)))
-                out += block
+            if t.lanes == 1:
+                out += singles
+                continue
+            row = [(oh, add(ow, idx(lane))) for lane in range(t.lanes)]
+            vector: list[Stmt] = []
+            for r in range(t.tm):
+                values, body = self.lane_values(acc[r][v], n, add(o0, idx(r)), row)
+                at = add(mul(add(mul(n, idx(s.o)), add(o0, idx(r))), idx(s.oh * s.ow)),
+                         add(mul(oh, idx(s.ow)), ow))
+                vector += body + [VectorStoreAt(a.name, at, self.dtype, tuple(vals))
+                                  for a, vals in zip(out_args, values, strict=True)]
+            whole = Bin("&&", Bin("<=", add(ow, idx(t.lanes)), idx(s.ow)),
+                        Bin("<", oh, idx(s.oh)))
+            out.append(If(whole, tuple(vector), tuple(singles)))
         return out
 
+    def lane_values(self, accumulator: str, n: Expr, o: Expr, pos: list[tuple[Expr, Expr]]
+                    ) -> tuple[list[list[Expr]], list[Stmt]]:
+        """Each output's value at each lane of one accumulator (at output rows and columns
+        ``pos``, clamped into the output for the epilogue's loads), and the statements
+        computing them."""
+        s, t = self.s, self.t
+        plain = all(o is self.epi.conv for o in self.group.outputs)
+        em = loopnest.Emitter()
+        em.counter = self.counter
+        self.epi.em = em
+        values: list[list[Expr]] = [[] for _ in self.group.outputs]
+        for lane, (oh, ow) in enumerate(pos):
+            total = Var(accumulator) if t.lanes == 1 else Lane(Var(accumulator), lane)
+            self.epi.result = self.finish(total, oh, ow)
+            coords = () if plain else (n, o, Call("min", (oh, idx(s.oh - 1))),
+                                       Call("min", (ow, idx(s.ow - 1))))
+            for k, node in enumerate(self.group.outputs):
+                values[k].append(self.epi.value(node, coords))
+        self.counter = em.counter
+        return values, list(em.scopes[0].body)
 
     def finish(self, total: Expr, oh: Expr, ow: Expr) -> Expr:
         """The op's value from its accumulated lane: an average pool divides by the window
