@@ -2,8 +2,8 @@
 
     python experiments/bench_conv.py [--sets vgg,resnext,pointwise,pool] [--scale 1]
         [--only NAME,...] [--method im2col|offsets|direct | --pipeline TEXT] [--threads 1,2]
-        [--repeat 5]
-        [--device SELECTOR] [--out results/bench_conv.json]
+        [--repeat 5] [--device SELECTOR] [--out results/bench_conv.json]
+    python experiments/bench_conv.py --compare BEFORE.json AFTER.json   (a Markdown table)
 
 Layers (batch 1, f32, NCHW):
 
@@ -260,6 +260,35 @@ def pipeline_for(method: str | None) -> str:
             "loss-lowering,accy-dispatch,accy-memory,accy-kernel,accy-target")
 
 
+def compare(before: str, after: str) -> str:
+    """A Markdown table of two result files (e.g. ``--method im2col`` and the default) of the
+    same layers: accy before and after, onnxruntime's times from the after run."""
+    from accy.experiments.records import read_results
+
+    old = {r["name"]: r for r in read_results(before)["rows"]}
+    new = read_results(after)
+    threads = new["threads"]
+    head = ("| layer | count | GFLOP | before ms | after ms | "
+            + " | ".join(f"ort {t}T ms | after / ort {t}T" for t in threads) + " | after GFLOP/s |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in new["rows"]:
+        was = old.get(r["name"], {}).get("accy_ms")
+        cells = [r["name"], str(r["count"]), f"{r['flops'] / 1e9:.3f}",
+                 f"{was:.2f}" if was is not None else "-", f"{r['accy_ms']:.2f}"]
+        for t in threads:
+            cells += [f"{r[f'ort_ms_t{t}']:.2f}", f"{r[f'ratio_t{t}']:.2f}"]
+        cells.append(f"{r['flops'] / r['accy_ms'] / 1e6:.0f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    olds = totals(list(old.values()), threads)
+    for key, t in new["totals"].items():
+        cells = [f"**total {key}**", "", "", f"{olds[key]['accy_ms']:.2f}" if key in olds
+                 else "-", f"{t['accy_ms']:.2f}"]
+        for n in threads:
+            cells += [f"{t[f'ort_ms_t{n}']:.2f}", f"**{t[f'ratio_t{n}']:.2f}**"]
+        lines.append("| " + " | ".join(cells + [""]) + " |")
+    return "\n".join(lines)
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sets", default="vgg,resnext,pointwise,pool",
@@ -274,6 +303,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--device", default=None, help="OpenCL selector (default: $ACCY_DEVICE/pocl)")
     p.add_argument("--out", default="results/bench_conv.json")
+    p.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"),
+                   help="print a Markdown table of two result files and exit")
     args = p.parse_args(argv)
     unknown = [s for s in args.sets.split(",") if s and s not in SETS]
     if unknown:
@@ -291,6 +322,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from accy.backends.opencl.runtime import select_device
 
     args = parse_args(argv)
+    if args.compare:
+        print(compare(*args.compare))
+        return {}
     runtime = select_device(args.device)
     target = TargetProfile.from_device(runtime.info)
     only = {n for n in args.only.split(",") if n}
