@@ -74,6 +74,7 @@ from accy.plans import FusionGroup, KernelOutline, LaunchGeometry, ScheduleKind,
 from accy.target import TargetProfile
 
 FLOATS = (DType.f32, DType.f64)
+UNROLLED_TAPS = 49  # kernels of up to 7 x 7 taps are unrolled whole; longer ones loop by row
 
 
 @dataclass(frozen=True)
@@ -343,29 +344,44 @@ class _Builder:
         inner: list[Stmt] = [Let("xc", INDEX, add(xb, mul(Var("c"), idx(s.block)))),
                              Let("wc", INDEX, add(wb, mul(Var("c"), idx(taps))))]
         step = t.lanes * t.wg
-        for i in range(s.kh):
+
+        def taps_of_row(i: Expr, row: Expr, tag: str) -> list[Stmt]:
+            """Kernel row ``i``'s taps; ``row`` is where its first tap reads (from ``xc``);
+            ``tag`` keeps the names of unrolled rows apart."""
+            out: list[Stmt] = []
             for j in range(s.kw):
-                k = i * s.kw + j
+                jo = j * s.dw % s.sw * s.hq * s.wq + j * s.dw // s.sw  # column phase, offset
                 for v in range(t.sn):
-                    at = add(Var("xc"), idx(s.tap(i, j) + v * step))
+                    at = add(add(Var("xc"), row), idx(jo + v * step))
                     load = (Load("scratch0", at) if t.lanes == 1
                             else VectorLoadAt("scratch0", at, t.lanes))
-                    inner.append(Let(f"b{k}_{v}", dt, load, lanes=t.lanes))
+                    out.append(Let(f"b{tag}{j}_{v}", dt, load, lanes=t.lanes))
                 if self.op is not Op.CONV2D:  # a pool: one channel, max or sum of the taps
                     combine = Op.MAX if self.op is Op.MAX_POOL2D else Op.ADD
-                    inner += [Assign(acc[0][v], exprs.elementwise(
-                        combine, [Var(acc[0][v]), Var(f"b{k}_{v}")], dt, dt))
+                    out += [Assign(acc[0][v], exprs.elementwise(
+                        combine, [Var(acc[0][v]), Var(f"b{tag}{j}_{v}")], dt, dt))
                         for v in range(t.sn)]
                     continue
+                k = add(mul(i, idx(s.kw)), idx(j))
                 for r in range(t.tm):
-                    a: Expr = Load(self.w_arg, add(Var("wc"), idx(r * s.cg * taps + k)))
-                    inner.append(Let(f"a{k}_{r}", dt, a))
-                    av: Expr = Var(f"a{k}_{r}")
+                    a: Expr = Load(self.w_arg, add(Var("wc"), add(idx(r * s.cg * taps), k)))
+                    out.append(Let(f"a{tag}{j}_{r}", dt, a))
+                    av: Expr = Var(f"a{tag}{j}_{r}")
                     if t.lanes > 1:
                         av = Splat(dt, t.lanes, av)
-                    for v in range(t.sn):
-                        inner.append(Assign(acc[r][v], Call("fma", (av, Var(f"b{k}_{v}"),
-                                                                    Var(acc[r][v])))))
+                    out += [Assign(acc[r][v], Call("fma", (av, Var(f"b{tag}{j}_{v}"),
+                                                          Var(acc[r][v])))) for v in range(t.sn)]
+            return out
+
+        if taps <= UNROLLED_TAPS:  # every tap unrolled
+            for i in range(s.kh):
+                inner += taps_of_row(idx(i), idx(s.tap(i, 0)), f"{i}_")
+        else:  # long kernels: a loop over the kernel's rows (compile time), columns unrolled
+            row = Bin("*", add(mul(Bin("%", mul(Var("i"), idx(s.dh)), idx(s.sh)),
+                                   idx(s.sw * s.hq)), Bin("/", mul(Var("i"), idx(s.dh)),
+                                                          idx(s.sh))), idx(s.wq))
+            inner.append(For("i", idx(0), idx(s.kh), (Let("io", INDEX, row),
+                                                      *taps_of_row(Var("i"), Var("io"), ""))))
         body.append(For("c", idx(0), idx(s.cg), tuple(inner)))
         out_args = [KernelArg(f"out{i}", o.type.dtype, True, slot) for i, (o, slot) in
                     enumerate(zip(self.group.outputs, self.outline.output_slots, strict=True))]

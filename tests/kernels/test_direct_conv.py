@@ -52,6 +52,8 @@ CASES = [  # x shape, w shape, conv2d keywords
     ((1, 12, 6, 6), (12, 1, 3, 3), {"padding": 1, "groups": 12}),  # depthwise
     ((1, 8, 9, 9), (6, 4, 3, 3), {"stride": (3, 2), "dilation": 2, "groups": 2}),
     ((2, 16, 20, 20), (32, 16, 3, 3), {"padding": 1}),  # several tiles of every kind
+    # more than UNROLLED_TAPS taps: a loop over the kernel's rows, phases from the stride
+    ((1, 2, 19, 17), (3, 2, 8, 7), {"stride": (2, 3), "padding": 2, "dilation": (1, 2)}),
 ]
 
 
