@@ -172,6 +172,11 @@ def choose_tiles(s: ConvShape, dtype: DType, target: TargetProfile) -> ConvTiles
                                  - 1))
         budget = 24 if target.native_vector_bytes >= 64 else 12
         tm = _divisor_at_most(s.og, 8 if budget == 24 else 4)
+        if tm == 1 and s.cg == 1 and 16 <= s.ow < 2 * lanes:
+            # a pool or depthwise (cheap taps) over rows of 16 to 2 x lanes pixels: runs half
+            # as long cross fewer output rows (stored lane by lane); narrower rows gain
+            # nothing, as every run crosses one either way
+            lanes //= 2
         vectors = -(-s.pixels // lanes)
         tiles = -(-vectors // (budget // tm))
         return ConvTiles(tm, -(-vectors // tiles), lanes, 1)  # tiles of equal length
@@ -409,8 +414,15 @@ class _Builder:
             if t.lanes > 1:
                 pos = [(Var(f"oh{v}_{lane}"), Var(f"ow{v}_{lane}")) for lane in range(t.lanes)]
                 for lane, (lh, lw) in enumerate(pos):
-                    singles += [Let(lh.name, INDEX, div(add(first, idx(lane)), s.wq)),
-                                Let(lw.name, INDEX, mod(add(first, idx(lane)), s.wq))]
+                    col = add(ow, idx(lane))
+                    if s.wq >= t.lanes:  # the run crosses at most one row end
+                        same = Bin("<", col, idx(s.wq))
+                        singles += [Let(lh.name, INDEX, Cond(same, oh, add(oh, idx(1)))),
+                                    Let(lw.name, INDEX, Cond(same, col, Bin("-", col,
+                                                                            idx(s.wq))))]
+                    else:
+                        singles += [Let(lh.name, INDEX, div(add(first, idx(lane)), s.wq)),
+                                    Let(lw.name, INDEX, mod(add(first, idx(lane)), s.wq))]
             for r in range(t.tm):
                 values, body = self.lane_values(acc[r][v], n, add(o0, idx(r)), pos)
                 singles += body
