@@ -313,8 +313,18 @@ class _Builder:
         if per_element:
             body += element(Var("b"), "")
         else:
-            inner = [st for b in range(s.sw) for st in element(idx(b), str(b))]
-            body.append(For("q", idx(0), idx(s.wq), tuple(inner)))
+            # columns whose reads are inside the row for every column phase: a plain copy
+            lo = min(s.wq, -(-s.left // s.sw))
+            hi = max(lo, min(s.wq, (s.w + s.left - s.sw) // s.sw + 1))
+            guarded = tuple(st for b in range(s.sw) for st in element(idx(b), str(b)))
+            plain = tuple(Store("scratch0", add(add(Var("dst"), idx(b * s.hq * s.wq)), q),
+                                Load(self.x_arg, add(Var("src"), Bin("-", add(
+                                    mul(q, idx(s.sw)), idx(b)), idx(s.left)))))
+                          for b in range(s.sw))
+            interior = For("q", idx(lo), idx(hi), plain)
+            body += [For("q", idx(0), idx(lo), guarded),
+                     If(row_ok, (interior,), (For("q", idx(lo), idx(hi), guarded),)),
+                     For("q", idx(hi), idx(s.wq), guarded)]
         x_in = next(a for a in self.epi.args if a.name == self.x_arg)
         return Kernel(f"{self.outline.entry}_windows", self.outline.work_item, self.kind,
                       self.group.domain, (x_in, self.scratch(True)), tuple(body),
