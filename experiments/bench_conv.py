@@ -2,7 +2,8 @@
 
     python experiments/bench_conv.py [--sets vgg,resnext,pointwise,pool] [--scale 1]
         [--only NAME,...] [--method im2col|offsets|direct | --pipeline TEXT] [--threads 1,2]
-        [--repeat 5] [--device SELECTOR] [--out results/bench_conv.json]
+        [--repeat 5] [--batch 1] [--torch] [--tiles tm=8,sn=4,lanes=1,wg=128]
+        [--device SELECTOR] [--out results/bench_conv.json]
     python experiments/bench_conv.py --compare BEFORE.json AFTER.json   (a Markdown table)
 
 Layers (batch 1, f32, NCHW):
@@ -25,7 +26,17 @@ the same layer as a one-node ONNX model built with ``onnx.helper``, timed as the
 core, so the fair comparison is onnxruntime with as many threads as the device has compute
 units). After two warm-up calls of each, ``--repeat`` rounds call accy and then onnxruntime
 (each setting) once, so that both see the same load on a shared machine; medians over the
-rounds. Outputs are checked against onnxruntime's.
+rounds. Outputs are checked against onnxruntime's (numpy's float64 reference with
+``--threads ''``).
+
+On a GPU (``--device`` naming its OpenCL platform), ``--torch`` also times torch's
+``conv2d`` / ``max_pool2d`` / ``avg_pool2d`` on CUDA (cuDNN, TF32 off, ``cudnn.benchmark``)
+with CUDA events in the same rounds, ``--batch`` sets the batch size and ``--tiles`` overrides
+fields of the direct-conv generator's tile choice (:class:`accy.kernels.conv.ConvTiles`) for
+every layer, to sweep shapes::
+
+    python experiments/bench_conv.py --device nvidia --torch --threads '' --batch 16 \
+        --sets vgg,resnext --out results/bench_conv_h200.json
 """
 
 from __future__ import annotations
@@ -61,6 +72,7 @@ class Layer:
     groups: int = 1
     count: int = 1  # how often the layer occurs in its network
     set: str = ""
+    batch: int = 1
 
     def scaled(self, s: int) -> Layer:
         return replace(self, h=max(self.kernel, self.h // s), w=max(self.kernel, self.w // s))
@@ -74,8 +86,9 @@ class Layer:
     def flops(self) -> int:
         oh, ow = self.out_hw
         if self.kind != "conv":
-            return self.c * oh * ow * self.kernel * self.kernel
-        return 2 * self.out * oh * ow * (self.c // self.groups) * self.kernel * self.kernel
+            return self.batch * self.c * oh * ow * self.kernel * self.kernel
+        return (2 * self.batch * self.out * oh * ow * (self.c // self.groups) * self.kernel
+                * self.kernel)
 
 
 def _vgg() -> list[Layer]:
@@ -115,7 +128,7 @@ SETS = {"vgg": _vgg, "resnext": _resnext, "pointwise": _pointwise, "pool": _pool
 
 
 def inputs_of(layer: Layer, rng: np.random.Generator) -> list[np.ndarray]:
-    x = rng.standard_normal((1, layer.c, layer.h, layer.w)).astype(np.float32)
+    x = rng.standard_normal((layer.batch, layer.c, layer.h, layer.w)).astype(np.float32)
     if layer.kind != "conv":
         return [x]
     fan = layer.c // layer.groups * layer.kernel ** 2
@@ -125,7 +138,7 @@ def inputs_of(layer: Layer, rng: np.random.Generator) -> list[np.ndarray]:
 
 def accy_program(layer: Layer) -> accy.Program:
     b = accy.Builder()
-    types = [accy.TensorType((1, layer.c, layer.h, layer.w), accy.DType.f32)]
+    types = [accy.TensorType((layer.batch, layer.c, layer.h, layer.w), accy.DType.f32)]
     if layer.kind == "conv":
         types.append(accy.TensorType((layer.out, layer.c // layer.groups, layer.kernel,
                                       layer.kernel), accy.DType.f32))
@@ -149,7 +162,8 @@ def onnx_model(layer: Layer):
 
     oh, ow = layer.out_hw
     outs = layer.out if layer.kind == "conv" else layer.c
-    ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, layer.c, layer.h, layer.w])]
+    ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                         [layer.batch, layer.c, layer.h, layer.w])]
     attrs: dict[str, Any] = {"kernel_shape": [layer.kernel] * 2, "strides": [layer.stride] * 2,
                              "pads": [layer.pad] * 4}
     if layer.kind == "conv":
@@ -159,7 +173,7 @@ def onnx_model(layer: Layer):
         attrs["group"] = layer.groups
     op = {"conv": "Conv", "maxpool": "MaxPool", "avgpool": "AveragePool"}[layer.kind]
     node = helper.make_node(op, [i.name for i in ins], ["y"], **attrs)
-    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, outs, oh, ow])
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, [layer.batch, outs, oh, ow])
     graph = helper.make_graph([node], layer.name, ins, [out])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
@@ -181,6 +195,40 @@ def onnxruntime_call(layer: Layer, inputs: list[np.ndarray], threads: int
     return lambda: sess.run(None, feed)[0]
 
 
+def torch_call(layer: Layer, inputs: list[np.ndarray]) -> Callable[[], float] | None:
+    """One call of the layer in torch on CUDA (cuDNN, TF32 off), returning its milliseconds
+    from CUDA events; None without torch or CUDA."""
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.benchmark = True
+    x, *rest = (torch.from_numpy(a).cuda() for a in inputs)
+
+    def run():
+        if layer.kind == "conv":
+            return F.conv2d(x, rest[0], stride=layer.stride, padding=layer.pad,
+                            groups=layer.groups)
+        if layer.kind == "maxpool":
+            return F.max_pool2d(x, layer.kernel, layer.stride, layer.pad)
+        return F.avg_pool2d(x, layer.kernel, layer.stride, layer.pad, count_include_pad=False)
+
+    def timed() -> float:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        run()
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end)
+
+    return timed
+
+
 def bench_layer(layer: Layer, args: argparse.Namespace, runtime, target: TargetProfile
                 ) -> dict[str, Any]:
     """accy and onnxruntime (each thread setting) timed in interleaved rounds, so that both
@@ -198,12 +246,19 @@ def bench_layer(layer: Layer, args: argparse.Namespace, runtime, target: TargetP
     row["generators"] = job.generators()
     exe = job.executable(device=runtime)
     ort = {t: onnxruntime_call(layer, inputs, t) for t in args.threads}
-    for _ in range(2):  # warm-up: builds, first launches, onnxruntime's first runs
+    cudnn = torch_call(layer, inputs) if args.torch else None
+    if args.torch and cudnn is None:
+        raise SystemExit("--torch: torch with CUDA is not importable here")
+    ort_out = {}
+    for _ in range(3):  # warm-up: builds, first launches, first runs (cuDNN's search)
         (out,) = exe(*inputs)
         ort_out = {t: call() for t, call in ort.items()}
+        if cudnn is not None:
+            cudnn()
     totals: list[int] = []
     per: list[list[int]] = []
     walls: dict[int, list[float]] = {t: [] for t in args.threads}
+    cuda_ms: list[float] = []
     for _ in range(args.repeat):
         (out,) = exe(*inputs)
         totals.append(sum(exe.last_kernel_ns))
@@ -212,12 +267,20 @@ def bench_layer(layer: Layer, args: argparse.Namespace, runtime, target: TargetP
             begin = time.perf_counter()
             call()
             walls[t].append(time.perf_counter() - begin)
+        if cudnn is not None:
+            cuda_ms.append(cudnn())
     row["accy_ms"] = statistics.median(totals) / 1e6
     row["accy_kernel_ms"] = [statistics.median(col) / 1e6 for col in zip(*per, strict=True)]
     for t in args.threads:
         row[f"ort_ms_t{t}"] = statistics.median(walls[t]) * 1e3
         row[f"ratio_t{t}"] = row["accy_ms"] / row[f"ort_ms_t{t}"]
-    ref = ort_out[args.threads[0]]
+    if cudnn is not None:
+        row["torch_ms"] = statistics.median(cuda_ms)
+        row["ratio_torch"] = row["accy_ms"] / row["torch_ms"]
+    if ort_out:
+        ref = ort_out[args.threads[0]]
+    else:  # no onnxruntime run: numpy's float64 reference
+        ref = accy.interpret(accy_program(layer), inputs, precision="float64")[0]
     scale = max(float(np.abs(ref).max()), 1e-30)
     row["rel_error"] = float(np.abs(out - ref).max() / scale)
     return row
@@ -227,11 +290,16 @@ def print_rows(rows: list[dict[str, Any]], threads: list[int]) -> None:
     head = f"{'layer':<28} {'n':>2} {'GFLOP':>6} {'accy ms':>9}"
     for t in threads:
         head += f" {'ort' + str(t) + ' ms':>9} {'x' + str(t):>6}"
+    cuda = any("torch_ms" in r for r in rows)
+    if cuda:
+        head += f" {'torch ms':>9} {'x torch':>7}"
     print(head + f" {'GFLOP/s':>8} {'rel err':>8} kernels")
     for r in rows:
         line = f"{r['name']:<28} {r['count']:>2} {r['flops'] / 1e9:>6.3f} {r['accy_ms']:>9.3f}"
         for t in threads:
             line += f" {r[f'ort_ms_t{t}']:>9.3f} {r[f'ratio_t{t}']:>6.2f}"
+        if cuda:
+            line += f" {r['torch_ms']:>9.3f} {r['ratio_torch']:>7.2f}"
         print(line + f" {r['flops'] / r['accy_ms'] / 1e6:>8.1f} {r['rel_error']:>8.1e} "
               f"{len(r['kernels'])}")
 
@@ -243,11 +311,15 @@ def totals(rows: list[dict[str, Any]], threads: list[int]) -> dict[str, dict[str
         key = r["set"]
         t = out.setdefault(key, {"accy_ms": 0.0, **{f"ort_ms_t{n}": 0.0 for n in threads}})
         t["accy_ms"] += r["count"] * r["accy_ms"]
+        if "torch_ms" in r:
+            t["torch_ms"] = t.get("torch_ms", 0.0) + r["count"] * r["torch_ms"]
         for n in threads:
             t[f"ort_ms_t{n}"] += r["count"] * r[f"ort_ms_t{n}"]
     for t in out.values():
         for n in threads:
             t[f"ratio_t{n}"] = t["accy_ms"] / t[f"ort_ms_t{n}"]
+        if "torch_ms" in t:
+            t["ratio_torch"] = t["accy_ms"] / t["torch_ms"]
     return out
 
 
@@ -299,7 +371,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="pipeline text (default: accy-default with conv-lowering{method=...})")
     p.add_argument("--method", default=None, choices=("im2col", "offsets", "direct"),
                    help="conv-lowering's method in the default pipeline (default: its default)")
-    p.add_argument("--threads", default="1,2", help="onnxruntime intra-op thread counts")
+    p.add_argument("--threads", default="1,2",
+                   help="onnxruntime intra-op thread counts ('': no onnxruntime)")
+    p.add_argument("--batch", type=int, default=1, help="batch size of every layer")
+    p.add_argument("--torch", action="store_true",
+                   help="also time torch on CUDA (cuDNN, TF32 off): GPU runs")
+    p.add_argument("--tiles", default="",
+                   help="direct-conv tile override for every layer, e.g. tm=8,sn=4,lanes=1,wg=128")
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--device", default=None, help="OpenCL selector (default: $ACCY_DEVICE/pocl)")
     p.add_argument("--out", default="results/bench_conv.json")
@@ -313,8 +391,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("give --pipeline or --method, not both")
     args.pipeline = args.pipeline or pipeline_for(args.method)
     args.threads = [int(t) for t in args.threads.split(",") if t.strip()]
-    if args.scale < 1 or args.repeat < 1 or not args.threads or min(args.threads) < 1:
-        p.error("--scale, --repeat and --threads must be positive")
+    if args.scale < 1 or args.repeat < 1 or args.batch < 1 or min(args.threads, default=1) < 1:
+        p.error("--scale, --repeat, --batch and --threads must be positive")
+    try:
+        args.tiles = {k.strip(): int(v) for k, v in
+                      (item.split("=") for item in args.tiles.split(",") if item.strip())}
+    except ValueError:
+        p.error(f"--tiles: give name=integer pairs, got {args.tiles!r}")
+    unknown = set(args.tiles) - {"tm", "sn", "lanes", "wg"}
+    if unknown:
+        p.error(f"--tiles: unknown fields {sorted(unknown)}; ConvTiles has tm, sn, lanes, wg")
     return args
 
 
@@ -328,8 +414,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     runtime = select_device(args.device)
     target = TargetProfile.from_device(runtime.info)
     only = {n for n in args.only.split(",") if n}
-    layers = [replace(layer.scaled(args.scale), set=s) for s in args.sets.split(",") if s
+    layers = [replace(layer.scaled(args.scale), set=s, batch=args.batch)
+              for s in args.sets.split(",") if s
               for layer in SETS[s]() if not only or layer.name in only]
+    if args.tiles:  # every direct-conv kernel with these tile fields (an experiment's knob)
+        from accy.kernels import conv
+
+        heuristic = conv.choose_tiles
+
+        def override(s, dtype, target):  # tm only where it divides the channels per group
+            fields = {k: v for k, v in args.tiles.items() if k != "tm" or s.og % v == 0}
+            return replace(heuristic(s, dtype, target), **fields)
+
+        conv.choose_tiles = override
     print(f"device: {runtime.info.key} ({target.compute_units} compute units); "
           f"pipeline {args.pipeline}; scale 1/{args.scale}")
     rows = []
@@ -342,9 +439,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     sums = totals(rows, args.threads)
     for key, t in sums.items():
         print(f"total {key}: accy {t['accy_ms']:.2f} ms; " + "; ".join(
-            f"onnxruntime {n} thread(s) {t[f'ort_ms_t{n}']:.2f} ms ({t[f'ratio_t{n}']:.2f}x)"
-            for n in args.threads))
+            [f"onnxruntime {n} thread(s) {t[f'ort_ms_t{n}']:.2f} ms ({t[f'ratio_t{n}']:.2f}x)"
+             for n in args.threads] + ([f"torch {t['torch_ms']:.2f} ms "
+                                        f"({t['ratio_torch']:.2f}x)"] if "torch_ms" in t
+                                       else [])))
     result = {"experiment": "bench_conv", "pipeline": args.pipeline, "scale": args.scale,
+              "batch": args.batch, "tiles": args.tiles,
               "repeat": args.repeat, "threads": args.threads, "rows": rows, "totals": sums,
               "compute_units": target.compute_units,
               **provenance(args.device or None, ("onnx", "onnxruntime"),

@@ -505,7 +505,12 @@ def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
     conv = analyse(group)
     if isinstance(conv, str):
         raise ValueError(f"direct-conv cannot take this group: {conv}")
-    chosen = tiles or choose_tiles(ConvShape.of(conv), conv.type.dtype, target)
+    shape = ConvShape.of(conv)
+    chosen = tiles or choose_tiles(shape, conv.type.dtype, target)
+    if shape.og % chosen.tm or min(chosen.tm, chosen.sn, chosen.wg) < 1 or (
+            chosen.lanes not in (1, 2, 4, 8, 16)):
+        raise ValueError(f"direct-conv: tiles {chosen} do not fit {shape.og} output channels "
+                         "per group (tm must divide them; lanes 1, 2, 4, 8 or 16)")
     b = _Builder(group, outline, kind, conv, chosen)
     return b.windows(), b.conv()
 

@@ -51,3 +51,19 @@ def test_bench_conv_smoke(bench, tmp_path: Path) -> None:
     assert all(r["generators"] == {"direct-conv": 1} for r in direct)
     table = bench.compare(str(outs["im2col"]), str(outs["direct"]))
     assert len(table.splitlines()) == 2 + 4 + 4 and "**total vgg**" in table
+
+
+def test_bench_conv_without_onnxruntime_batch_and_tiles(bench, tmp_path: Path) -> None:
+    out = tmp_path / "gpu-style.json"
+    try:
+        bench.main(["--scale", "16", "--only", "vgg_64_64_224,maxpool3s2_64_112", "--repeat",
+                    "1", "--threads", "", "--batch", "2", "--tiles", "tm=4,sn=2",
+                    "--out", str(out)])
+    except DeviceError as exc:
+        pytest.skip(f"no usable OpenCL device: {exc}")
+    data = json.loads(out.read_text())
+    assert data["batch"] == 2 and data["tiles"] == {"tm": 4, "sn": 2}
+    for r in data["rows"]:  # checked against numpy's float64 reference
+        assert r["rel_error"] < 1e-4 and not any(k.startswith("ort_") for k in r)
+    with pytest.raises(SystemExit):
+        bench.main(["--tiles", "tq=3"])

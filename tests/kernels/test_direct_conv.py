@@ -171,3 +171,14 @@ def test_declines_a_group_it_cannot_build():
     for group in job.product.fusion.groups:
         found = conv.analyse(group)
         assert isinstance(found, str) == (group.kind.value != "contraction"), found
+
+
+def test_tiles_that_do_not_fit_are_refused():
+    prog = trace(lambda x, w: accy.conv2d(x, w), accy.f32[1, 2, 5, 5], accy.f32[6, 2, 3, 3],
+                 name="c")
+    job = accy.prepare(prog, until="kernel")
+    item = job.product.schedule.items[0]
+    group = job.product.fusion.groups[item.group]
+    with pytest.raises(ValueError, match="tm must divide"):
+        conv.build(group, job.product.outline.outlines[0], item.kind, TargetProfile(),
+                   conv.ConvTiles(4, 1, 1, 1))
