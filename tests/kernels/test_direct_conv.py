@@ -182,3 +182,27 @@ def test_tiles_that_do_not_fit_are_refused():
     with pytest.raises(ValueError, match="tm must divide"):
         conv.build(group, job.product.outline.outlines[0], item.kind, TargetProfile(),
                    conv.ConvTiles(4, 1, 1, 1))
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.data())
+def test_random_pools_match_interpret(device, profiles, data):
+    d = data.draw
+    kh, kw = d(st.integers(1, 4)), d(st.integers(1, 4))
+    sh, sw = d(st.integers(1, 3)), d(st.integers(1, 3))
+    pads = (d(st.integers(0, kh - 1)), d(st.integers(0, kw - 1)),
+            d(st.integers(0, kh - 1)), d(st.integers(0, kw - 1)))
+    shape = (d(st.integers(1, 2)), d(st.integers(1, 4)),
+             d(st.integers(max(1, kh - pads[0] - pads[2]), 13)),
+             d(st.integers(max(1, kw - pads[1] - pads[3]), 13)))
+    if d(st.booleans()):
+        def pool(x):
+            return accy.max_pool2d(x, (kh, kw), (sh, sw), pads)
+    else:
+        include = d(st.booleans())
+
+        def pool(x):
+            return accy.avg_pool2d(x, (kh, kw), (sh, sw), pads, count_include_pad=include)
+    prog = trace(pool, accy.f32[shape], name="pool")
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32) - 3.0
+    run(device, prog, [x], profiles[d(st.sampled_from(["device", "gpu-tiles"]))])
