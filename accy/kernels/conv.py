@@ -9,13 +9,15 @@ elementwise epilogue as two kernels, with no im2col copy.
    where ``p = oh * wq + ow`` is the pixel's place in a *virtual* output of rows ``wq`` wide:
    consecutive pixels read consecutive elements for every stride, padding and dilation, so
    they load as vectors and no load needs a bounds check. Columns ``ow >= OW`` of the virtual
-   output are computed and never stored.
+   output are computed and never stored. Max pools pad with ``-inf`` instead of zeros.
 2. ``<entry>`` computes a tile of ``tm`` output channels (of one group) times ``sn`` runs of
    ``lanes`` virtual pixels per work-item, ``wg`` work-items per work-group side by side along
    the pixels: per input channel of the group and tap, ``sn`` loads of pixels, ``tm`` loads of
    weights (the same for the whole work-group) and ``tm * sn`` fused multiply-adds into
-   register accumulators. The epilogue (bias, activation, residual, ...) is applied per
-   element before the store; a run of pixels within one output row is stored as a vector.
+   register accumulators (pools: one channel, max or add, an average divided by its window
+   count). Kernels of more than ``UNROLLED_TAPS`` taps loop over their rows, the others are
+   unrolled. The epilogue (bias, activation, residual, ...) is applied per element before the
+   store; a run of pixels within one output row is stored as a vector, others lane by lane.
 
 Grouped convolutions are tiles of one group each (the group is a batch index). Tile shapes
 come from the target (:func:`choose_tiles`): CPUs get one work-item per work-group with
