@@ -33,6 +33,7 @@ measured on a GPU.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -99,6 +100,7 @@ class ConvShape:
     left: int
     oh: int
     ow: int
+    align: int = 1  # virtual rows a multiple of this many pixels (ConvTiles.aligned)
 
     @classmethod
     def of(cls, node: Node) -> ConvShape:
@@ -128,7 +130,8 @@ class ConvShape:
 
     @property
     def wq(self) -> int:
-        return self.ow + (self.kw - 1) * self.dw // self.sw
+        w = self.ow + (self.kw - 1) * self.dw // self.sw
+        return -(-w // self.align) * self.align
 
     @property
     def block(self) -> int:
@@ -156,6 +159,9 @@ class ConvTiles:
     sn: int
     lanes: int
     wg: int
+    # virtual rows padded to a multiple of ``lanes``: no run crosses a row, the last of a
+    # row stores its first ``OW % lanes`` lanes (cheap taps: pools, depthwise)
+    aligned: bool = False
 
     @property
     def span(self) -> int:
@@ -174,14 +180,13 @@ def choose_tiles(s: ConvShape, dtype: DType, target: TargetProfile) -> ConvTiles
                                  - 1))
         budget = 24 if target.native_vector_bytes >= 64 else 12
         tm = _divisor_at_most(s.og, 8 if budget == 24 else 4)
-        if tm == 1 and s.cg == 1 and 16 <= s.ow < 2 * lanes:
-            # a pool or depthwise (cheap taps) over rows of 16 to 2 x lanes pixels: runs half
-            # as long cross fewer output rows (stored lane by lane); narrower rows gain
-            # nothing, as every run crosses one either way
-            lanes //= 2
-        vectors = -(-s.pixels // lanes)
+        cheap = tm == 1 and s.cg == 1  # a pool or depthwise: rows aligned to the runs
+        if cheap and 16 <= s.ow < 2 * lanes:
+            lanes //= 2  # rows of 16 to 2 x lanes pixels: half the alignment padding
+        pixels = dataclasses.replace(s, align=lanes).pixels if cheap else s.pixels
+        vectors = -(-pixels // lanes)
         tiles = -(-vectors // (budget // tm))
-        return ConvTiles(tm, -(-vectors // tiles), lanes, 1)  # tiles of equal length
+        return ConvTiles(tm, -(-vectors // tiles), lanes, 1, cheap)  # tiles of equal length
     # GPUs: 8 x 8 outputs per work-item (8 pixel and 8 weight loads per 64 multiply-adds),
     # 128 work-items side by side; smaller where that leaves fewer than two work-groups per
     # compute unit (pixel runs first, then work-groups, then channels)
@@ -249,7 +254,8 @@ class _Builder:
     def __init__(self, group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
                  conv: Node, tiles: ConvTiles) -> None:
         self.group, self.outline, self.kind, self.t = group, outline, kind, tiles
-        self.s = ConvShape.of(conv)
+        self.s = dataclasses.replace(ConvShape.of(conv), align=tiles.lanes if tiles.aligned
+                                     else 1)
         self.dtype = conv.type.dtype
         self.epi = _Epilogue(group, outline, conv)
         self.op = conv.op
@@ -412,7 +418,7 @@ class _Builder:
     def stores(self, acc: list[list[str]], n: Expr, o0: Expr, p0: Expr, step: int,
                out_args: list[KernelArg]) -> list[Stmt]:
         """Epilogue and stores: a run of pixels within one output row as vectors (no per-lane
-        index arithmetic), else lane by lane, each lane's place found from its pixel."""
+        index arithmetic); otherwise (:meth:`partial`) lane by lane."""
         s, t = self.s, self.t
         out: list[Stmt] = []
         self.counter = 0
@@ -421,31 +427,8 @@ class _Builder:
             oh, ow = Var(f"oh{v}"), Var(f"ow{v}")
             out += [Let(first.name, INDEX, add(p0, idx(v * step))),
                     Let(oh.name, INDEX, div(first, s.wq)), Let(ow.name, INDEX, mod(first, s.wq))]
-            singles: list[Stmt] = []
-            pos = [(oh, ow)]
-            if t.lanes > 1:
-                pos = [(Var(f"oh{v}_{lane}"), Var(f"ow{v}_{lane}")) for lane in range(t.lanes)]
-                for lane, (lh, lw) in enumerate(pos):
-                    col = add(ow, idx(lane))
-                    if s.wq >= t.lanes:  # the run crosses at most one row end
-                        same = Bin("<", col, idx(s.wq))
-                        singles += [Let(lh.name, INDEX, Cond(same, oh, add(oh, idx(1)))),
-                                    Let(lw.name, INDEX, Cond(same, col, Bin("-", col,
-                                                                            idx(s.wq))))]
-                    else:
-                        singles += [Let(lh.name, INDEX, div(add(first, idx(lane)), s.wq)),
-                                    Let(lw.name, INDEX, mod(add(first, idx(lane)), s.wq))]
-            for r in range(t.tm):
-                values, body = self.lane_values(acc[r][v], n, add(o0, idx(r)), pos)
-                singles += body
-                base = mul(add(mul(n, idx(s.o)), add(o0, idx(r))), idx(s.oh * s.ow))
-                for lane, (lh, lw) in enumerate(pos):
-                    at = add(base, add(mul(lh, idx(s.ow)), lw))
-                    ok = Bin("&&", Bin("<", lw, idx(s.ow)), Bin("<", lh, idx(s.oh)))
-                    singles.append(If(ok, tuple(Store(a.name, at, vals[lane]) for a, vals in
-                                                zip(out_args, values, strict=True))))
             if t.lanes == 1:
-                out += singles
+                out += self.partial(acc, v, n, o0, first, oh, ow, out_args)
                 continue
             row = [(oh, add(ow, idx(lane))) for lane in range(t.lanes)]
             vector: list[Stmt] = []
@@ -457,7 +440,48 @@ class _Builder:
                                   for a, vals in zip(out_args, values, strict=True)]
             whole = Bin("&&", Bin("<=", add(ow, idx(t.lanes)), idx(s.ow)),
                         Bin("<", oh, idx(s.oh)))
-            out.append(If(whole, tuple(vector), tuple(singles)))
+            out.append(If(whole, tuple(vector),
+                          tuple(self.partial(acc, v, n, o0, first, oh, ow, out_args))))
+        return out
+
+    def partial(self, acc: list[list[str]], v: int, n: Expr, o0: Expr, first: Var, oh: Var,
+                ow: Var, out_args: list[KernelArg]) -> list[Stmt]:
+        """Stores of run ``v`` lane by lane. Aligned rows: the run is the last of its row,
+        whose first ``OW % lanes`` lanes are stored, or lies past the output. Otherwise each
+        lane's row and column come from its pixel and each store is guarded."""
+        s, t = self.s, self.t
+        out: list[Stmt] = []
+        if t.aligned:
+            part = [(oh, add(ow, idx(lane))) for lane in range(s.ow % t.lanes)]
+            for r in range(t.tm):
+                values, body = self.lane_values(acc[r][v], n, add(o0, idx(r)), part)
+                base = mul(add(mul(n, idx(s.o)), add(o0, idx(r))), idx(s.oh * s.ow))
+                out += body + [Store(a.name, add(base, add(mul(oh, idx(s.ow)), lw)), vals[lane])
+                               for lane, (_, lw) in enumerate(part)
+                               for a, vals in zip(out_args, values, strict=True)]
+            some = Bin("&&", Bin("<", ow, idx(s.ow)), Bin("<", oh, idx(s.oh)))
+            return [If(some, tuple(out))] if out else []
+        pos = [(oh, ow)]
+        if t.lanes > 1:
+            pos = [(Var(f"oh{v}_{lane}"), Var(f"ow{v}_{lane}")) for lane in range(t.lanes)]
+            for lane, (lh, lw) in enumerate(pos):
+                col = add(ow, idx(lane))
+                if s.wq >= t.lanes:  # the run crosses at most one row end
+                    same = Bin("<", col, idx(s.wq))
+                    out += [Let(lh.name, INDEX, Cond(same, oh, add(oh, idx(1)))),
+                            Let(lw.name, INDEX, Cond(same, col, Bin("-", col, idx(s.wq))))]
+                else:
+                    out += [Let(lh.name, INDEX, div(add(first, idx(lane)), s.wq)),
+                            Let(lw.name, INDEX, mod(add(first, idx(lane)), s.wq))]
+        for r in range(t.tm):
+            values, body = self.lane_values(acc[r][v], n, add(o0, idx(r)), pos)
+            out += body
+            base = mul(add(mul(n, idx(s.o)), add(o0, idx(r))), idx(s.oh * s.ow))
+            for lane, (lh, lw) in enumerate(pos):
+                at = add(base, add(mul(lh, idx(s.ow)), lw))
+                ok = Bin("&&", Bin("<", lw, idx(s.ow)), Bin("<", lh, idx(s.oh)))
+                out.append(If(ok, tuple(Store(a.name, at, vals[lane]) for a, vals in
+                                        zip(out_args, values, strict=True))))
         return out
 
     def lane_values(self, accumulator: str, n: Expr, o: Expr, pos: list[tuple[Expr, Expr]]
