@@ -14,8 +14,8 @@ from accy.ir.shapes import infer
 
 # op -> the first stage at which it may no longer appear (filled as lowering passes land)
 FORBIDDEN_AFTER: dict[Op, Stage] = {
-    # conv-lowering (tensor stage) rewrites the window ops; no kernel generator takes them
-    Op.CONV2D: Stage.dispatch, Op.MAX_POOL2D: Stage.dispatch, Op.AVG_POOL2D: Stage.dispatch,
+    # conv-lowering (tensor stage) rewrites pads; conv2d and the pools too, but under
+    # method=direct it keeps them for the direct-conv kernel generator (and the loop nest)
     Op.PAD: Stage.dispatch,
 }
 

@@ -36,7 +36,7 @@ GENERATORS: dict[str, Generator] = {}
 PRIORITY: tuple[str, ...] = (
     "vector-flat", "row-fused", "tree-reduction", "row-softmax",
     "mma-tf32", "mma-3xtf32",  # only under their precision policy, before the f32 tiles
-    "tiled-contraction", "indexed-gather", "indexed-scatter",
+    "tiled-contraction", "direct-conv", "indexed-gather", "indexed-scatter",
 )
 """The order kernelization tries accy's specialised generators in (the first that accepts a
 group builds it). Generators registered from outside come after these, in registration
@@ -74,3 +74,4 @@ from accy.kernels import rowfused  # noqa: E402, F401  (registers itself)
 from accy.kernels import mma  # noqa: E402, F401  (registers itself, before tiled-contraction)
 from accy.kernels import contraction  # noqa: E402, F401  (registers itself)
 from accy.kernels import indexed  # noqa: E402, F401  (registers itself)
+from accy.kernels import conv  # noqa: E402, F401  (registers itself)

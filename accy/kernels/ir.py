@@ -88,6 +88,16 @@ class VectorLoad:
 
 
 @dataclass(frozen=True)
+class VectorLoadAt:
+    """``lanes`` consecutive elements of ``buf`` from element ``at``, which need not be a
+    multiple of ``lanes`` (``vloadN(0, buf + at)``): sliding windows of a row."""
+
+    buf: str
+    at: Expr  # in elements
+    lanes: int
+
+
+@dataclass(frozen=True)
 class Lane:
     """Lane ``lane`` of a vector value (``v.s0`` ... ``v.sf``)."""
 
@@ -104,7 +114,8 @@ class Splat:
     value: Expr
 
 
-Expr = Var | Lit | Bin | Un | Call | Cond | Cast | Load | Id | VectorLoad | Lane | Splat
+Expr = (Var | Lit | Bin | Un | Call | Cond | Cast | Load | Id | VectorLoad | VectorLoadAt | Lane
+        | Splat)
 
 VECTOR_LANES = (2, 3, 4, 8, 16)  # the vector widths OpenCL C has
 
@@ -144,6 +155,17 @@ class VectorStore:
 
     buf: str
     index: Expr  # in units of whole vectors
+    dtype: DType
+    values: tuple[Expr, ...]
+
+
+@dataclass(frozen=True)
+class VectorStoreAt:
+    """Store ``values`` to ``len(values)`` consecutive elements of ``buf`` from element ``at``,
+    which need not be a multiple of the lane count (``vstoreN(v, 0, buf + at)``)."""
+
+    buf: str
+    at: Expr  # in elements
     dtype: DType
     values: tuple[Expr, ...]
 
@@ -220,8 +242,8 @@ class InlineAsm:
     volatile: bool = True
 
 
-Stmt = (Let | Assign | Store | VectorStore | AtomicAdd | For | If | Return | Barrier | LocalArray
-        | InlineAsm)
+Stmt = (Let | Assign | Store | VectorStore | VectorStoreAt | AtomicAdd | For | If | Return | Barrier
+        | LocalArray | InlineAsm)
 
 
 # kernels ----------------------------------------------------------------------------------
@@ -322,8 +344,9 @@ class Kernel:
             digest_size=16).hexdigest()
 
 
-register(Var, Lit, Bin, Un, Call, Cond, Cast, Load, Id, VectorLoad, Lane, Splat, Let, Assign,
-         Store, VectorStore, AtomicAdd, For, If, Return, Barrier, LocalArray, InlineAsm)
+register(Var, Lit, Bin, Un, Call, Cond, Cast, Load, Id, VectorLoad, VectorLoadAt, Lane, Splat,
+         Let, Assign, Store, VectorStore, VectorStoreAt, AtomicAdd, For, If, Return, Barrier,
+         LocalArray, InlineAsm)
 
 
 def walk_stmts(body: tuple[Stmt, ...]):
@@ -359,6 +382,8 @@ def free_vars(e: Expr) -> frozenset[str]:
             stack += (e.c, e.a, e.b)
         elif isinstance(e, Load | VectorLoad):
             stack.append(e.index)
+        elif isinstance(e, VectorLoadAt):
+            stack.append(e.at)
         elif isinstance(e, Lane):
             stack.append(e.vec)
         elif isinstance(e, Splat):

@@ -289,6 +289,67 @@ def _einsum(b: LoopNestBuilder, node: Node, coords: tuple[Expr, ...]) -> Expr:
     return b.reduce(Op.REDUCE_SUM, dtype, tuple(sizes[c] for c in summed), product)
 
 
+def _conv2d(b: LoopNestBuilder, node: Node, coords: tuple[Expr, ...]) -> Expr:
+    """Sum over the window of one output element; taps outside the input read zero (at a
+    clamped address, so every load stays in bounds)."""
+    x, w = node.srcs
+    _, c, h, wd = x.type.shape
+    o, cg, kh, kw = w.type.shape
+    (sh, sw), (dh, dw) = node.attr("strides"), node.attr("dilations")
+    top, left = node.attr("pads")[:2]
+    n, oc, oh, ow = coords
+    group = b.em.bind(Bin("/", oc, idx(o // node.attr("groups"))), INDEX, prefix="c")
+    dtype = node.type.dtype
+
+    def tap(ks: tuple[Var, ...]) -> Expr:
+        ci, i, j = ks
+        ih = b.em.bind(Bin("-", add(mul(oh, idx(sh)), mul(i, idx(dh))), idx(top)), INDEX,
+                       prefix="c")
+        iw = b.em.bind(Bin("-", add(mul(ow, idx(sw)), mul(j, idx(dw))), idx(left)), INDEX,
+                       prefix="c")
+        inside = Bin("&&", Bin("&&", Bin(">=", ih, idx(0)), Bin("<", ih, idx(h))),
+                     Bin("&&", Bin(">=", iw, idx(0)), Bin("<", iw, idx(wd))))
+        at = (n, add(mul(group, idx(cg)), ci), Call("clamp", (ih, idx(0), idx(h - 1))),
+              Call("clamp", (iw, idx(0), idx(wd - 1))))
+        xv = b.value(x, tuple(b.em.bind(a, INDEX, prefix="c") for a in at))
+        return Cond(inside, Bin("*", xv, b.value(w, (oc, ci, i, j))), exprs.const(0, dtype))
+
+    return b.reduce(Op.REDUCE_SUM, dtype, (cg, kh, kw), tap)
+
+
+def _pool2d(b: LoopNestBuilder, node: Node, coords: tuple[Expr, ...]) -> Expr:
+    """Max or mean over the window of one output element (taps outside the input left out;
+    a mean divides by the window size with ``count_include_pad``, else by the taps inside)."""
+    (x,) = node.srcs
+    _, _, h, wd = x.type.shape
+    (kh, kw), (sh, sw) = node.attr("kernel"), node.attr("strides")
+    top, left = node.attr("pads")[:2]
+    n, c, oh, ow = coords
+    dtype = node.type.dtype
+    is_max = node.op is Op.MAX_POOL2D
+    fill = exprs.const(-np.inf if is_max else 0, dtype)
+    lo = [b.em.bind(Bin("-", mul(oh, idx(sh)), idx(top)), INDEX, prefix="c"),
+          b.em.bind(Bin("-", mul(ow, idx(sw)), idx(left)), INDEX, prefix="c")]
+
+    def tap(ks: tuple[Var, ...]) -> Expr:
+        ih, iw = (b.em.bind(add(a, k), INDEX, prefix="c") for a, k in zip(lo, ks, strict=True))
+        inside = Bin("&&", Bin("&&", Bin(">=", ih, idx(0)), Bin("<", ih, idx(h))),
+                     Bin("&&", Bin(">=", iw, idx(0)), Bin("<", iw, idx(wd))))
+        at = (n, c, Call("clamp", (ih, idx(0), idx(h - 1))),
+              Call("clamp", (iw, idx(0), idx(wd - 1))))
+        return Cond(inside, b.value(x, tuple(b.em.bind(a, INDEX, prefix="c") for a in at)),
+                    fill)
+
+    total = b.reduce(Op.REDUCE_MAX if is_max else Op.REDUCE_SUM, dtype, (kh, kw), tap)
+    if is_max:
+        return total
+    if node.attr("count_include_pad"):
+        return Bin("/", total, exprs.const(kh * kw, dtype))
+    covered = [Bin("-", Call("min", (add(a, idx(k)), idx(e))), Call("max", (a, idx(0))))
+               for a, k, e in zip(lo, (kh, kw), (h, wd), strict=True)]
+    return Bin("/", total, Cast(dtype, Bin("*", covered[0], covered[1])))
+
+
 def _transpose(b, node, coords):
     perm = node.attr("perm")
     src = [idx(0)] * len(perm)
@@ -410,12 +471,15 @@ _REMAPS: dict[Op, Callable[[LoopNestBuilder, Node, tuple[Expr, ...]], tuple[Expr
 
 _HANDLERS: dict[Op, Callable[[LoopNestBuilder, Node, tuple[Expr, ...]], Expr]] = {
     Op.REDUCE_SUM: _reduce, Op.REDUCE_MAX: _reduce, Op.REDUCE_MEAN: _reduce,
-    Op.EINSUM: _einsum, Op.CONCAT: _concat,
+    Op.EINSUM: _einsum, Op.CONCAT: _concat, Op.CONV2D: _conv2d, Op.MAX_POOL2D: _pool2d,
+    Op.AVG_POOL2D: _pool2d,
     Op.GATHER: _gather, Op.SCATTER_ADD: _scatter_add,
     Op.SOFTMAX: _softmax, Op.LOG_SOFTMAX: _softmax, Op.CROSS_ENTROPY: _cross_entropy,
 }
 
-# window ops (conv2d, pools, pad) never reach kernels: conv-lowering rewrites them
+# pads never reach kernels: conv-lowering rewrites them (conv2d and the pools too, but for
+# method=direct, which keeps them for the direct-conv generator; the handlers above are
+# their fallback)
 assert all(op in _HANDLERS or op in _REMAPS or op.is_elementwise
            or op.kind in (OpKind.SOURCE, OpKind.WINDOW) for op in Op)
 

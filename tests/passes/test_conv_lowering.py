@@ -49,11 +49,21 @@ def test_lowered_program_matches_interpret(method):
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
+def test_direct_keeps_conv_and_pools_and_lowers_pads():
+    low = lowered("direct")
+    ops = {n.op.value for n in low.functions[0].nodes()}
+    assert {"conv2d", "max_pool2d", "avg_pool2d"} <= ops and "pad" not in ops
+    accy.verify(low, accy.Stage.dispatch)
+    xs = inputs()
+    for got, want in zip(accy.interpret(low, xs), accy.interpret(program(), xs), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
 def test_tensor_pipeline_lowers_window_ops_after_saturation():
     assert PIPELINES["accy-tensor"].text.startswith("saturate,conv-lowering,")
 
 
-@pytest.mark.parametrize("method", ["im2col", "offsets"])
+@pytest.mark.parametrize("method", ["direct", "im2col", "offsets"])
 def test_runs_on_the_device(device, method):
     prog = program(accy.f32)
     pipeline = PIPELINES["accy-default"].text.replace(

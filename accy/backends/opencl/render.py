@@ -45,7 +45,9 @@ from accy.kernels.ir import (
     Un,
     Var,
     VectorLoad,
+    VectorLoadAt,
     VectorStore,
+    VectorStoreAt,
     walk_stmts,
 )
 
@@ -147,7 +149,7 @@ def _exact_half(e: Expr, half: _Half) -> bool:
     """Whether ``e`` holds an f16 value already: a load of f16 memory, a cast to f16, an f16
     literal or variable (or a lane or splat of one)."""
     match e:
-        case Load(buf, _) | VectorLoad(buf, _, _):
+        case Load(buf, _) | VectorLoad(buf, _, _) | VectorLoadAt(buf, _, _):
             return buf in half.buffers or buf in half.local
         case Cast(dtype, _) | Lit(_, dtype):
             return dtype is DType.f16
@@ -205,6 +207,9 @@ def _direct(e: Expr, half: _Half) -> str:
         if e.buf in half.buffers:
             return f"vload_half{_lanes(e.lanes)}({i}, {e.buf})"
         return f"vload{_lanes(e.lanes)}({i}, {e.buf})"
+    if t is VectorLoadAt:
+        fn = "vload_half" if e.buf in half.buffers else "vload"
+        return f"{fn}{_lanes(e.lanes)}(0, {e.buf} + {_direct(e.at, half)})"
     if t is Lane:
         v = _direct(e.vec, half)
         return (v if isinstance(e.vec, Var) else f"({v})") + f".s{e.lane:x}"
@@ -247,6 +252,9 @@ def _open(e: Expr, half: _Half) -> str | Pending:
             return then((index,), lambda t: f"vload_half{_lanes(lanes)}({t[0]}, {buf})")
         case VectorLoad(buf, index, lanes):
             return then((index,), lambda t: f"vload{_lanes(lanes)}({t[0]}, {buf})")
+        case VectorLoadAt(buf, at, lanes):
+            fn = "vload_half" if buf in half.buffers else "vload"
+            return then((at,), lambda t: f"{fn}{_lanes(lanes)}(0, {buf} + {t[0]})")
         case Lane(vec, lane):
             wrap = not isinstance(vec, Var)
             return then((vec,), lambda t: (f"({t[0]})" if wrap else t[0]) + f".s{lane:x}")
@@ -286,6 +294,12 @@ def stmts(body: tuple[Stmt, ...], indent: str, half: _Half | None = None) -> lis
                 fn = "vstore_half" if buf in half.buffers else "vstore"
                 out.append(f"{indent}{fn}{_lanes(len(values))}({vec}, {expr(index, half)}, "
                            f"{buf});")
+            case VectorStoreAt(buf, at, dtype, values):
+                vec = (f"({vector_type(dtype, len(values))})"
+                       f"({', '.join(expr(v, half) for v in values)})")
+                fn = "vstore_half" if buf in half.buffers else "vstore"
+                out.append(f"{indent}{fn}{_lanes(len(values))}({vec}, 0, {buf} + "
+                           f"{expr(at, half)});")
             case AtomicAdd(buf, index, value, dtype):
                 if dtype not in ATOMIC_ADD:
                     raise TypeError(f"no atomic add of {dtype.value} (only "

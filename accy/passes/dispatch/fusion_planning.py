@@ -20,6 +20,7 @@ KIND_OF = {
     OpKind.REDUCE: ScheduleKind.reduction, OpKind.EINSUM: ScheduleKind.contraction,
     OpKind.INDEXING: ScheduleKind.indexed, OpKind.ROWWISE: ScheduleKind.rowwise,
     OpKind.LOSS: ScheduleKind.rowwise, OpKind.MOVEMENT: ScheduleKind.movement,
+    OpKind.WINDOW: ScheduleKind.contraction,  # conv2d, pools kept by conv-lowering{method=direct}
 }
 
 
@@ -165,6 +166,9 @@ class FusionPlanning(Pass):
                 # the tiled contraction takes elementwise epilogues at the einsum's shape (and
                 # reshapes); fused behind e.g. a slice, the loop nest would compute it instead
                 return None, "einsum read by a consumer the tiled contraction cannot fuse"
+            if node.op.kind is OpKind.WINDOW and not all(
+                    x.op.is_elementwise and x.type.shape == node.type.shape for x in users):
+                return None, f"{node.op.value} read by a consumer direct-conv cannot fuse"
         if self.policy == "single-output":
             if node in u.results:
                 return None, "function result (single-output policy)"

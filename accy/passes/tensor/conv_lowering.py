@@ -1,15 +1,21 @@
 """conv-lowering: convolutions, pools and constant pads as ops the kernels already take.
 
+``method`` says how convolutions and pools reach the kernels:
+
+* ``direct`` (default): ``conv2d``, ``max_pool2d`` and ``avg_pool2d`` stay whole for the
+  ``direct-conv`` kernel generator (:mod:`accy.kernels.conv`: a padded, stride-phase copy of
+  the input, then register tiles of output channels x pixels; no im2col copy); the loop nest
+  computes them where that generator is switched off. Pads are lowered as below.
+* ``im2col`` and ``offsets`` lower them to ops the other generators take, as follows.
+
 Every window op reads a padded input, so padding comes first: ``pad(x, value)`` becomes, per
 padded dimension, ``concat([broadcast(value, before), x, broadcast(value, after)], axis)``
 (the loop nest reads the constant where an index falls in a pad). Then, for each kernel
 offset ``(i, j)`` (dilated by ``dilations``), a strided ``slice`` of the padded input picks
 the input element every output position sees at that offset: ``[N, C, OH, OW]``.
 
-``conv2d`` (``method``):
-
-* ``im2col`` (default): the ``KH*KW`` slices concatenated into ``cols[N, C, KH*KW, OH, OW]``
-  and one contraction with the weights ``[O, C, KH*KW]``: ``nckhw,ock->nohw`` (with groups,
+* ``im2col``: the ``KH*KW`` slices concatenated into ``cols[N, C, KH*KW, OH, OW]`` and one
+  contraction with the weights ``[O, C, KH*KW]``: ``nckhw,ock->nohw`` (with groups,
   ``ngckhw,gock->ngohw`` over ``[N, G, C/G, ...]``); one tiled contraction of depth
   ``C*KH*KW`` (the im2col copy is ``KH*KW`` times the input).
 * ``offsets``: one pairwise contraction per offset, ``nchw,oc->nohw`` with the weights'
@@ -39,6 +45,7 @@ from accy.passes.rebuild import constant, make, rebuild
 from accy.passes.registry import register
 
 WINDOW_OPS = (Op.CONV2D, Op.MAX_POOL2D, Op.AVG_POOL2D, Op.PAD)
+KEPT_BY_DIRECT = (Op.CONV2D, Op.MAX_POOL2D, Op.AVG_POOL2D)  # for the direct-conv generator
 
 
 def padded(x: Node, value: Node, pads: tuple[int, ...]) -> Node:
@@ -140,8 +147,10 @@ def lower_pool2d(node: Node, x: Node) -> Node:
     return make(Op.DIV, acc, constant(counts, dtype))
 
 
-def lower(node: Node, srcs: tuple[Node, ...], method: str = "im2col") -> Node:
+def lower(node: Node, srcs: tuple[Node, ...], method: str = "direct") -> Node:
     """The lowered form of the window op ``node`` over (new) operands ``srcs``."""
+    if method == "direct" and node.op in KEPT_BY_DIRECT:
+        return Node(node.op, node.type, srcs, dict(node.attrs))
     if node.op is Op.CONV2D:
         return lower_conv2d(node, srcs[0], srcs[1], method)
     if node.op is Op.PAD:
@@ -157,8 +166,9 @@ class ConvLowering(Pass):
     name = "conv-lowering"
     stage = Stage.tensor
 
-    method: Literal["im2col", "offsets"] = option(
-        "im2col", "im2col: one contraction over the gathered windows (C*KH*KW deep); "
+    method: Literal["direct", "im2col", "offsets"] = option(
+        "direct", "direct: conv2d and the pools kept for the direct-conv kernel generator (no "
+        "gathered copy); im2col: one contraction over the gathered windows (C*KH*KW deep); "
         "offsets: one contraction per kernel offset, accumulated with adds")
 
     def run(self, ctx, product):
@@ -166,7 +176,8 @@ class ConvLowering(Pass):
 
         def rewrite(node: Node, srcs: tuple[Node, ...]) -> Node:
             nonlocal lowered
-            if node.op in WINDOW_OPS:
+            if node.op in WINDOW_OPS and not (self.method == "direct"
+                                              and node.op in KEPT_BY_DIRECT):
                 lowered += 1
                 return lower(node, srcs, self.method)
             return node if not srcs else Node(node.op, node.type, srcs, dict(node.attrs))
