@@ -9,7 +9,9 @@ elementwise epilogue as two kernels, with no im2col copy.
    where ``p = oh * wq + ow`` is the pixel's place in a *virtual* output of rows ``wq`` wide:
    consecutive pixels read consecutive elements for every stride, padding and dilation, so
    they load as vectors and no load needs a bounds check. Columns ``ow >= OW`` of the virtual
-   output are computed and never stored. Max pools pad with ``-inf`` instead of zeros.
+   output are computed and never stored. Max pools pad with ``-inf`` instead of zeros. A
+   stride-1 convolution without padding is its own copy: it reads the input in place
+   (``ConvTiles.in_place``; the last pixel tile then ends at the input's end) and is one kernel.
 2. ``<entry>`` computes a tile of ``tm`` output channels (of one group) times ``sn`` runs of
    ``lanes`` virtual pixels per work-item, ``wg`` work-items per work-group side by side along
    the pixels: per input channel of the group and tap, ``sn`` loads of pixels, ``tm`` loads of
