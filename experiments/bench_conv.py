@@ -42,10 +42,11 @@ every layer, to sweep shapes::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -361,6 +362,28 @@ def compare(before: str, after: str) -> str:
     return "\n".join(lines)
 
 
+@contextlib.contextmanager
+def tile_override(fields: dict[str, int]) -> Iterator[None]:
+    """While open, every direct-conv kernel takes these tile fields (an experiment's knob;
+    ``tm`` only where it divides the channels per group; a tile that outgrows an input read
+    in place copies it instead)."""
+    from accy.kernels import conv
+
+    heuristic = conv.choose_tiles
+
+    def override(s, dtype, target):
+        given = {k: v for k, v in fields.items() if k != "tm" or s.og % v == 0}
+        tiles = replace(heuristic(s, dtype, target), **given)
+        return replace(tiles, in_place=False) if tiles.span > s.pixels else tiles
+
+    if fields:
+        conv.choose_tiles = override
+    try:
+        yield
+    finally:
+        conv.choose_tiles = heuristic
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sets", default="vgg,resnext,pointwise,pool",
@@ -417,23 +440,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     layers = [replace(layer.scaled(args.scale), set=s, batch=args.batch)
               for s in args.sets.split(",") if s
               for layer in SETS[s]() if not only or layer.name in only]
-    if args.tiles:  # every direct-conv kernel with these tile fields (an experiment's knob)
-        from accy.kernels import conv
-
-        heuristic = conv.choose_tiles
-
-        def override(s, dtype, target):  # tm only where it divides the channels per group
-            fields = {k: v for k, v in args.tiles.items() if k != "tm" or s.og % v == 0}
-            return replace(heuristic(s, dtype, target), **fields)
-
-        conv.choose_tiles = override
     print(f"device: {runtime.info.key} ({target.compute_units} compute units); "
           f"pipeline {args.pipeline}; scale 1/{args.scale}")
     rows = []
-    for layer in layers:
-        rows.append(bench_layer(layer, args, runtime, target))
-        print_rows(rows[-1:], args.threads)
-        sys.stdout.flush()
+    with tile_override(args.tiles):
+        for layer in layers:
+            rows.append(bench_layer(layer, args, runtime, target))
+            print_rows(rows[-1:], args.threads)
+            sys.stdout.flush()
     print()
     print_rows(rows, args.threads)
     sums = totals(rows, args.threads)

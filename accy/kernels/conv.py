@@ -9,7 +9,9 @@ elementwise epilogue as two kernels, with no im2col copy.
    where ``p = oh * wq + ow`` is the pixel's place in a *virtual* output of rows ``wq`` wide:
    consecutive pixels read consecutive elements for every stride, padding and dilation, so
    they load as vectors and no load needs a bounds check. Columns ``ow >= OW`` of the virtual
-   output are computed and never stored. Max pools pad with ``-inf`` instead of zeros.
+   output are computed and never stored. Max pools pad with ``-inf`` instead of zeros. A
+   stride-1 convolution without padding is its own copy: it reads the input in place
+   (``ConvTiles.in_place``; the last pixel tile then ends at the input's end) and is one kernel.
 2. ``<entry>`` computes a tile of ``tm`` output channels (of one group) times ``sn`` runs of
    ``lanes`` virtual pixels per work-item, ``wg`` work-items per work-group side by side along
    the pixels: per input channel of the group and tap, ``sn`` loads of pixels, ``tm`` loads of
@@ -143,6 +145,12 @@ class ConvShape:
         """Pixels of the virtual output (``oh x wq``)."""
         return self.oh * self.wq
 
+    @property
+    def copy_free(self) -> bool:
+        """Stride 1, no padding: the input is its own copy (one phase, ``hq x wq == h x w``)."""
+        return (self.sh == self.sw == 1 and self.top == self.left == 0 and self.align == 1
+                and (self.hq, self.wq) == (self.h, self.w))
+
     def tap(self, i: int, j: int) -> int:
         """Where tap ``(i, j)`` reads, relative to the pixel, in a channel's copy."""
         a, b = i * self.dh % self.sh, j * self.dw % self.sw
@@ -162,6 +170,9 @@ class ConvTiles:
     # virtual rows padded to a multiple of ``lanes``: no run crosses a row, the last of a
     # row stores its first ``OW % lanes`` lanes (cheap taps: pools, depthwise)
     aligned: bool = False
+    # read the input in place, no windows copy (ConvShape.copy_free); the last pixel tile
+    # then starts span before the end instead of running past it
+    in_place: bool = False
 
     @property
     def span(self) -> int:
@@ -180,6 +191,11 @@ def choose_tiles(s: ConvShape, dtype: DType, target: TargetProfile) -> ConvTiles
                                  - 1))
         budget = 24 if target.native_vector_bytes >= 64 else 12
         tm = _divisor_at_most(s.og, 8 if budget == 24 else 4)
+        if s.copy_free and s.pixels >= lanes:  # no copy; no tile longer than the input
+            vectors = -(-s.pixels // lanes)
+            tiles = -(-vectors // (budget // tm))
+            sn = min(-(-vectors // tiles), s.pixels // lanes)
+            return ConvTiles(tm, sn, lanes, 1, False, True)
         cheap = tm == 1 and s.cg == 1  # a pool or depthwise: rows aligned to the runs
         if cheap and 16 <= s.ow < 2 * lanes:
             lanes //= 2  # rows of 16 to 2 x lanes pixels: half the alignment padding
@@ -204,7 +220,7 @@ def choose_tiles(s: ConvShape, dtype: DType, target: TargetProfile) -> ConvTiles
         wg //= 2
     while groups(tm, sn, wg) < need and tm > 1:
         tm = _divisor_at_most(s.og, tm - 1)
-    return ConvTiles(tm, sn, 1, wg)
+    return ConvTiles(tm, sn, 1, wg, in_place=s.copy_free and sn * wg <= s.pixels)
 
 
 WINDOWED = (Op.CONV2D, Op.MAX_POOL2D, Op.AVG_POOL2D)
@@ -265,6 +281,7 @@ class _Builder:
         self.fill = -math.inf if conv.op is Op.MAX_POOL2D else 0.0
         s, t = self.s, tiles
         self.tiles_p = -(-s.pixels // t.span)
+        self.src = self.x_arg if t.in_place else "scratch0"
         # the last tile's lanes past the virtual output read (never stored) past the last
         # channel's copy: the scratch is that much longer (zero-filled, never written)
         reach = max(s.tap(i, j) for i in range(s.kh) for j in range(s.kw))
@@ -355,7 +372,13 @@ class _Builder:
         ot = let("ot", mod(div(grp, self.tiles_p), ct))
         g = let("g", mod(div(grp, self.tiles_p * ct), s.groups))
         n = let("n", div(grp, self.tiles_p * ct * s.groups))
-        p0 = let("p0", add(mul(pt, idx(t.span)), mul(lid, idx(t.lanes))))
+        if t.in_place and s.pixels % t.span:  # the last tile ends at the input's end
+            start = let("pstart", mul(pt, idx(t.span)))
+            self.start: Expr | None = start
+            tile0 = let("tile0", Call("min", (start, idx(s.pixels - t.span))))
+        else:
+            self.start, tile0 = None, mul(pt, idx(t.span))
+        p0 = let("p0", add(tile0, mul(lid, idx(t.lanes))))
         o0 = let("o0", add(mul(g, idx(s.og)), mul(ot, idx(t.tm))))
         taps = s.kh * s.kw
         xb = let("xb", add(mul(add(mul(n, idx(s.c)), mul(g, idx(s.cg))), idx(s.block)), p0))
@@ -376,8 +399,8 @@ class _Builder:
                 jo = j * s.dw % s.sw * s.hq * s.wq + j * s.dw // s.sw  # column phase, offset
                 for v in range(t.sn):
                     at = add(add(Var("xc"), row), idx(jo + v * step))
-                    load = (Load("scratch0", at) if t.lanes == 1
-                            else VectorLoadAt("scratch0", at, t.lanes))
+                    load = (Load(self.src, at) if t.lanes == 1
+                            else VectorLoadAt(self.src, at, t.lanes))
                     out.append(Let(f"b{tag}{j}_{v}", dt, load, lanes=t.lanes))
                 if self.op is not Op.CONV2D:  # a pool: one channel, max or sum of the taps
                     combine = Op.MAX if self.op is Op.MAX_POOL2D else Op.ADD
@@ -410,7 +433,8 @@ class _Builder:
                     enumerate(zip(self.group.outputs, self.outline.output_slots, strict=True))]
         body += self.stores(acc, n, o0, p0, step, out_args)
         groups = s.n * s.groups * ct * self.tiles_p
-        args = (*self.epi.args, self.scratch(False), *out_args)
+        scratch = () if t.in_place else (self.scratch(False),)
+        args = (*self.epi.args, *scratch, *out_args)
         return Kernel(self.outline.entry, self.outline.work_item, self.kind, self.group.domain,
                       args, tuple(body), LaunchGeometry((groups * t.wg,), (t.wg,)),
                       loopnest.implemented_ops(self.group), fixed_local_size=True)
@@ -440,6 +464,8 @@ class _Builder:
                                   for a, vals in zip(out_args, values, strict=True)]
             whole = Bin("&&", Bin("<=", add(ow, idx(t.lanes)), idx(s.ow)),
                         Bin("<", oh, idx(s.oh)))
+            if self.start is not None:  # not the previous tile's pixels (stored there)
+                whole = Bin("&&", whole, Bin(">=", first, self.start))
             out.append(If(whole, tuple(vector),
                           tuple(self.partial(acc, v, n, o0, first, oh, ow, out_args))))
         return out
@@ -480,6 +506,8 @@ class _Builder:
             for lane, (lh, lw) in enumerate(pos):
                 at = add(base, add(mul(lh, idx(s.ow)), lw))
                 ok = Bin("&&", Bin("<", lw, idx(s.ow)), Bin("<", lh, idx(s.oh)))
+                if self.start is not None:
+                    ok = Bin("&&", ok, Bin(">=", add(first, idx(lane)), self.start))
                 out.append(If(ok, tuple(Store(a.name, at, vals[lane]) for a, vals in
                                         zip(out_args, values, strict=True))))
         return out
@@ -537,8 +565,12 @@ def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
             chosen.lanes not in (1, 2, 4, 8, 16)):
         raise ValueError(f"direct-conv: tiles {chosen} do not fit {shape.og} output channels "
                          "per group (tm must divide them; lanes 1, 2, 4, 8 or 16)")
+    if chosen.in_place and (chosen.aligned or not shape.copy_free
+                            or chosen.span > shape.pixels):
+        raise ValueError(f"direct-conv: tiles {chosen} cannot read this input in place (stride "
+                         f"1, no padding, at most {shape.pixels} pixels per tile, not aligned)")
     b = _Builder(group, outline, kind, conv, chosen)
-    return b.windows(), b.conv()
+    return (b.conv(),) if chosen.in_place else (b.windows(), b.conv())
 
 
 def accepts(group: FusionGroup, target: TargetProfile) -> bool:

@@ -67,3 +67,6 @@ def test_bench_conv_without_onnxruntime_batch_and_tiles(bench, tmp_path: Path) -
         assert r["rel_error"] < 1e-4 and not any(k.startswith("ort_") for k in r)
     with pytest.raises(SystemExit):
         bench.main(["--tiles", "tq=3"])
+    from accy.kernels import conv  # the override ends with the run
+
+    assert conv.choose_tiles.__name__ == "choose_tiles"

@@ -52,6 +52,8 @@ CASES = [  # x shape, w shape, conv2d keywords
     ((1, 12, 6, 6), (12, 1, 3, 3), {"padding": 1, "groups": 12}),  # depthwise
     ((1, 8, 9, 9), (6, 4, 3, 3), {"stride": (3, 2), "dilation": 2, "groups": 2}),
     ((2, 16, 20, 20), (32, 16, 3, 3), {"padding": 1}),  # several tiles of every kind
+    ((2, 6, 13, 11), (16, 3, 3, 2), {"groups": 2, "dilation": (2, 1)}),  # valid: in place
+    ((3, 16, 7, 7), (24, 16, 1, 1), {}),  # in place, the last tile overlapping the one before
     # more than UNROLLED_TAPS taps: a loop over the kernel's rows, phases from the stride
     ((1, 2, 19, 17), (3, 2, 8, 7), {"stride": (2, 3), "padding": 2, "dilation": (1, 2)}),
 ]
@@ -64,7 +66,11 @@ def test_conv_matches_interpret(device, profiles, profile, xs, ws, kw):
     rng = np.random.default_rng(0)
     job = run(device, prog, [rng.standard_normal(s).astype(np.float32) for s in (xs, ws)],
               profiles[profile])
-    assert [k.entry.endswith("_windows") for k in job.kernels] == [True, False]
+    copies = [k.entry.endswith("_windows") for k in job.kernels]
+    if kw.get("stride", 1) != 1 or kw.get("padding", 0) != 0:
+        assert copies == [True, False]
+    elif profile == "device":  # stride 1, no padding: the input read in place, no copy
+        assert copies == [False]  # (GPU tiles: where a work-group's pixels fit the image)
 
 
 @pytest.mark.parametrize("xs, ws, kw", CASES[:4])
@@ -156,6 +162,10 @@ def test_tiles_follow_the_target():
     # 132 units: 8 channel tiles x 3 pixel tiles would leave most idle; shorter pixel runs
     big = dataclasses.replace(gpu, compute_units=132)
     assert conv.choose_tiles(s, accy.DType.f32, big) == conv.ConvTiles(8, 1, 1, 64)
+    pointwise = dataclasses.replace(s, kh=1, kw=1, top=0, left=0)  # read in place
+    assert pointwise.copy_free and conv.choose_tiles(pointwise, accy.DType.f32, cpu) == (
+        conv.ConvTiles(8, 3, 16, 1, False, True))
+    assert not s.copy_free
     grouped = dataclasses.replace(s, o=128, c=128, groups=32)  # 4 channels per group
     assert conv.choose_tiles(grouped, accy.DType.f32, cpu).tm == 4
     # the padded copy: stride 2 splits into 4 phases of (OH + 1) x (OW + 1)
