@@ -29,8 +29,12 @@ def profiles(device) -> dict[str, TargetProfile]:
     return {"device": real, "gpu-tiles": gpu_like}
 
 
+# direct everywhere (conv-lowering's auto takes im2col for 1x1 convs on GPU-typed targets)
+DIRECT = accy.parse_pipeline("accy-default").replacing("conv-lowering{method=direct}")
+
+
 def run(device, prog: accy.Program, inputs: list[np.ndarray], target=None,
-        pipeline: str = "accy-default", generator: str | None = "direct-conv",
+        pipeline=DIRECT, generator: str | None = "direct-conv",
         tol: float = 2e-5) -> accy.PreparedJob:
     job = accy.prepare(prog, pipeline, target=target)
     if generator is not None:

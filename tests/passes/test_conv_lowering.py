@@ -8,7 +8,7 @@ import pytest
 
 import accy
 from accy.builder import trace
-from accy.ir.ops import OpKind
+from accy.ir.ops import Op, OpKind
 from accy.ir.printer import print_program
 from accy.passes.pipelines import PIPELINES
 
@@ -82,3 +82,21 @@ def test_max_pool_of_negative_inputs_ignores_the_padding(device):
     x = -1.0 - RNG.random((1, 2, 5, 5)).astype(np.float32)
     (got,) = accy.prepare(prog).run(x, device=device)
     np.testing.assert_array_equal(got, accy.interpret(prog, [x])[0])
+
+
+def test_auto_takes_im2col_for_pointwise_convs_on_gpu_targets_only():
+    import dataclasses
+
+    from accy.target import TargetProfile
+
+    @accy.function
+    def f(x: accy.f32[2, 8, 5, 5], w: accy.f32[4, 8, 1, 1], v: accy.f32[4, 8, 3, 3]):
+        return accy.conv2d(x, w), accy.conv2d(x, v, padding=1)
+
+    ops = {}
+    for kind in ("cpu", "gpu"):
+        target = dataclasses.replace(TargetProfile(), device_type=kind)
+        job = accy.prepare(f, target=target, until="tensor")
+        ops[kind] = [n.op for n in job.program.nodes()]
+    assert ops["cpu"].count(Op.CONV2D) == 2 and Op.EINSUM not in ops["cpu"]
+    assert ops["gpu"].count(Op.CONV2D) == 1 and ops["gpu"].count(Op.EINSUM) == 1

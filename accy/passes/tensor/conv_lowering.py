@@ -2,7 +2,11 @@
 
 ``method`` says how convolutions and pools reach the kernels:
 
-* ``direct`` (default): ``conv2d``, ``max_pool2d`` and ``avg_pool2d`` stay whole for the
+* ``auto`` (default): ``direct``, except a pointwise convolution (1x1, stride 1, no padding or
+  dilation, one group: a plain matrix product) for a target that is not a CPU, which takes
+  ``im2col`` (for it a reshape feeding the tiled contraction, faster than ``direct`` on a GPU,
+  slower on a CPU: ``papers/conv.md``).
+* ``direct``: ``conv2d``, ``max_pool2d`` and ``avg_pool2d`` stay whole for the
   ``direct-conv`` kernel generator (:mod:`accy.kernels.conv`: a padded, stride-phase copy of
   the input, then register tiles of output channels x pixels; no im2col copy); the loop nest
   computes them where that generator is switched off. Pads are lowered as below.
@@ -147,6 +151,13 @@ def lower_pool2d(node: Node, x: Node) -> Node:
     return make(Op.DIV, acc, constant(counts, dtype))
 
 
+def pointwise(node: Node) -> bool:
+    """A 1x1 convolution without stride, padding, dilation or groups: a matrix product."""
+    return (node.op is Op.CONV2D and node.srcs[1].type.shape[2:] == (1, 1)
+            and node.attr("strides") == (1, 1) and not any(node.attr("pads"))
+            and node.attr("groups") == 1)
+
+
 def lower(node: Node, srcs: tuple[Node, ...], method: str = "direct") -> Node:
     """The lowered form of the window op ``node`` over (new) operands ``srcs``."""
     if method == "direct" and node.op in KEPT_BY_DIRECT:
@@ -166,20 +177,24 @@ class ConvLowering(Pass):
     name = "conv-lowering"
     stage = Stage.tensor
 
-    method: Literal["direct", "im2col", "offsets"] = option(
-        "direct", "direct: conv2d and the pools kept for the direct-conv kernel generator (no "
-        "gathered copy); im2col: one contraction over the gathered windows (C*KH*KW deep); "
-        "offsets: one contraction per kernel offset, accumulated with adds")
+    method: Literal["auto", "direct", "im2col", "offsets"] = option(
+        "auto", "auto: direct, but im2col for pointwise convs on a target that is not a CPU; "
+        "direct: conv2d and the pools kept for the direct-conv kernel generator (no gathered "
+        "copy); im2col: one contraction over the gathered windows (C*KH*KW deep); offsets: one "
+        "contraction per kernel offset, accumulated with adds")
 
     def run(self, ctx, product):
         lowered = 0
+        gpu = product.target is not None and product.target.device_type != "cpu"
 
         def rewrite(node: Node, srcs: tuple[Node, ...]) -> Node:
             nonlocal lowered
-            if node.op in WINDOW_OPS and not (self.method == "direct"
-                                              and node.op in KEPT_BY_DIRECT):
+            method = self.method
+            if method == "auto":
+                method = "im2col" if gpu and pointwise(node) else "direct"
+            if node.op in WINDOW_OPS and not (method == "direct" and node.op in KEPT_BY_DIRECT):
                 lowered += 1
-                return lower(node, srcs, self.method)
+                return lower(node, srcs, method)
             return node if not srcs else Node(node.op, node.type, srcs, dict(node.attrs))
 
         program = rebuild(product.program, rewrite)
