@@ -181,6 +181,8 @@ def add_commands(sub: Any) -> None:
                      help="image side of the convolutional models (default: published size)")
     mod.add_argument("--slim", type=positive_int, default=1,
                      help="divide every channel count and width by this (default: 1)")
+    mod.add_argument("--depth", type=positive_int, default=None,
+                     help="cap every run of repeated blocks at this (default: none)")
     mod.add_argument("--saturate", choices=("both", "on", "off"), default="both",
                      help="prepare with saturate, without it, or both (default: both)")
     mod.add_argument("--reference", metavar="DIR",
@@ -296,7 +298,7 @@ def models_command(args: argparse.Namespace) -> int:
         check_fresh([out / "models.json"])
     result = models.run(_csv(args.models) or models.onnx_models.MODELS, batch=args.batch
                         if args.batch == "paper" else int(args.batch), image=args.image,
-                        slim=args.slim, seed=_ints(args.seeds)[0], device=args.device,
+                        slim=args.slim, depth=args.depth, seed=_ints(args.seeds)[0], device=args.device,
                         saturate=args.saturate, repeats=args.repeats or 3,
                         reference_dir=args.reference, reference_only=args.reference_only,
                         run_device=not args.no_run, log=lambda text: print(text, flush=True))

@@ -35,8 +35,8 @@ at the published shapes unless told otherwise:
 Batch: TASO's scripts (the graphs Tensat imports) build every model at batch 1
 (:data:`PAPER_BATCH`), except Inception-v3, whose script runs batch 32. Knobs for smaller
 variants: ``image`` (the spatial side of the convolutional models), ``slim`` (divides every
-channel count, hidden size, group count and classifier width, at least 1 each) and, for
-BERT, ``seq``. Tests use small variants; ``accy experiment models`` the real sizes.
+channel count, hidden size, group count and classifier width, at least 1 each), ``depth``
+(caps every run of repeated blocks) and, for BERT, ``seq``. Tests use small variants; ``accy experiment models`` the real sizes.
 """
 
 from __future__ import annotations
@@ -62,10 +62,11 @@ def _onnx() -> Any:
 class _Graph:
     """Nodes, initializers and the static shape of every value while a model is built."""
 
-    def __init__(self, seed: int, slim: int) -> None:
+    def __init__(self, seed: int, slim: int, depth: int | None) -> None:
         self.onnx = _onnx()
         self.rng = np.random.default_rng(seed)
         self.slim = slim
+        self.depth = depth
         self.nodes: list[Any] = []
         self.inits: list[Any] = []
         self.shapes: dict[str, tuple[int, ...]] = {}
@@ -75,6 +76,10 @@ class _Graph:
     def ch(self, c: int) -> int:
         """A channel count (or width) divided by ``slim``."""
         return max(c // self.slim, 1)
+
+    def reps(self, n: int) -> int:
+        """A run of ``n`` repeated blocks, capped at ``depth``."""
+        return n if self.depth is None else min(n, self.depth)
 
     def name(self, base: str) -> str:
         self.count += 1
@@ -249,7 +254,7 @@ def _bert(g: _Graph, batch: int, image: int | None, seq: int | None) -> list[str
 
 
 def _nasrnn(g: _Graph, batch: int, image: int | None, seq: int | None) -> list[str]:
-    hidden, steps = g.ch(512), 5
+    hidden, steps = g.ch(512), g.reps(5)
     xs = [g.input(f"x{i}", (batch, hidden)) for i in range(steps)]
     state = g.const("state", g.rng.uniform(-1, 1, (batch, hidden)).astype(np.float32))
     shape = (batch, hidden)
@@ -311,9 +316,9 @@ def _nasneta(g: _Graph, batch: int, image: int | None, seq: int | None) -> list[
         return g.concat([o0, o1, o2, o3, o4])
 
     c = g.ch(128)
-    for _ in range(3):
+    for _ in range(g.reps(3)):
         prev = cur = x
-        for _ in range(5):
+        for _ in range(g.reps(5)):
             prev, cur = cur, normal(prev, cur, c)
         c *= 2
         x = reduction(prev, cur, c)
@@ -328,7 +333,7 @@ def _resnext50(g: _Graph, batch: int, image: int | None, seq: int | None) -> lis
     t = g.pool("MaxPool", t, 3, 2, pad=1)
     for width, blocks, stride in ((128, 3, 1), (256, 4, 2), (512, 6, 2), (1024, 3, 2)):
         w, out = g.ch(width), g.ch(2 * width)
-        for i in range(blocks):
+        for i in range(g.reps(blocks)):
             s = stride if i == 0 else 1
             y = g.conv(t, w, 1, bn=True)
             y = g.conv(y, w, 3, stride=s, pad=1, groups=groups, bn=True)
@@ -354,7 +359,7 @@ def _squeezenet(g: _Graph, batch: int, image: int | None, seq: int | None) -> li
     t = g.pool("MaxPool", t, 3, 2, ceil=True)
     t = fire(fire(t, 32, 128, 128), 32, 128, 128)
     t = g.pool("MaxPool", t, 3, 2, ceil=True)
-    for s, e in ((48, 192), (48, 192), (64, 256), (64, 256)):
+    for s, e in ((48, 192), (48, 192), (64, 256), (64, 256))[:g.reps(4)]:
         t = fire(t, s, e, e)
     t = g.conv(t, g.ch(1000), 1, bias=True)
     n, c = g.shapes[t][:2]
@@ -366,7 +371,7 @@ def _vgg19(g: _Graph, batch: int, image: int | None, seq: int | None) -> list[st
     side = image or 224
     t = g.input("x", (batch, 3, side, side))
     for c, n in ((64, 2), (128, 2), (256, 4), (512, 4), (512, 4)):
-        for _ in range(n):
+        for _ in range(g.reps(n)):
             t = g.conv(t, g.ch(c), 3, pad=1, bias=True)
         t = g.pool("MaxPool", t, 2, 2)
     n, c, h, w = g.shapes[t]
@@ -419,12 +424,14 @@ def _inception_v3(g: _Graph, batch: int, image: int | None, seq: int | None) -> 
     t = conv(conv(conv(t, 32, 3, stride=2), 32, 3), 64, 3, pad=1)
     t = conv(conv(g.pool("MaxPool", t, 3, 2), 80, 1), 192, 3)
     t = g.pool("MaxPool", t, 3, 2)
-    for pool in (32, 64, 64):
+    for pool in (32, 64, 64)[:g.reps(3)]:
         t = block_a(t, pool)
     t = block_b(t)
-    for c7 in (128, 160, 160, 192):
+    for c7 in (128, 160, 160, 192)[:g.reps(4)]:
         t = block_c(t, c7)
-    t = block_e(block_e(block_d(t)))
+    t = block_d(t)
+    for _ in range(g.reps(2)):
+        t = block_e(t)
     return [g.classifier(t, 1000)]
 
 
@@ -455,15 +462,18 @@ PAPER_BATCH: dict[str, int] = {name: 1 for name in MODELS} | {"inception_v3": 32
 
 
 def build(name: str, *, batch: int = 1, image: int | None = None, slim: int = 1,
-          seq: int | None = None, seed: int = 0) -> Any:
+          seq: int | None = None, depth: int | None = None, seed: int = 0) -> Any:
     """The ONNX model ``name`` (one of :data:`MODELS`) at ``batch``; ``image`` (the spatial
     side of a convolutional model; default its published size), ``slim`` (divide channel
-    counts and widths) and ``seq`` (BERT's sequence length, default 64) make smaller
-    variants. The weights are random from ``seed``; the model passes ``onnx.checker``."""
+    counts and widths), ``seq`` (BERT's sequence length, default 64) and ``depth`` (caps
+    every run of repeated blocks: bottlenecks, cells, modules, convolutions per stage, NasRNN
+    steps, NasNet-A's stages, SqueezeNet's last fire modules) make smaller variants. The
+    weights are random from ``seed``; the model passes ``onnx.checker``."""
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; one of {', '.join(MODELS)}")
     spec = MODELS[name]
-    for what, v in (("batch", batch), ("slim", slim), ("seq", seq or 1), ("image", image or 1)):
+    for what, v in (("batch", batch), ("slim", slim), ("seq", seq or 1), ("image", image or 1),
+                    ("depth", depth or 1)):
         if not isinstance(v, int) or v < 1:
             raise ValueError(f"{what} must be a positive integer, got {v!r}")
     if image is not None and spec.min_image is None:
@@ -472,7 +482,7 @@ def build(name: str, *, batch: int = 1, image: int | None = None, slim: int = 1,
         raise ValueError(f"{name} needs an image side of at least {spec.min_image}, got {image}")
     if seq is not None and name != "bert":
         raise ValueError("seq is BERT's sequence length; leave it unset for " + name)
-    g = _Graph(seed, slim)
+    g = _Graph(seed, slim, depth)
     outputs = spec.make(g, batch, image, seq)
     model = g.model(outputs, name)
     g.onnx.checker.check_model(model)
