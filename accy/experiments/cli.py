@@ -298,7 +298,8 @@ def models_command(args: argparse.Namespace) -> int:
         check_fresh([out / "models.json"])
     result = models.run(_csv(args.models) or models.onnx_models.MODELS, batch=args.batch
                         if args.batch == "paper" else int(args.batch), image=args.image,
-                        slim=args.slim, depth=args.depth, seed=_ints(args.seeds)[0], device=args.device,
+                        slim=args.slim, depth=args.depth, seed=_ints(args.seeds)[0],
+                        device=args.device,
                         saturate=args.saturate, repeats=args.repeats or 3,
                         reference_dir=args.reference, reference_only=args.reference_only,
                         run_device=not args.no_run, log=lambda text: print(text, flush=True))

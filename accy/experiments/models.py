@@ -16,8 +16,8 @@ warm-up call), whether the outputs are within tolerance and the largest error re
 each output's largest magnitude; and onnxruntime's median time for one run on the host CPU.
 
 onnxruntime is optional: with ``reference=DIR`` its inputs and outputs are saved there as
-``<model>-b<batch>-i<image>-s<slim>-d<depth>-seed<seed>.npz`` (with the imported program's fingerprint
-and onnxruntime's time) and loaded from there when present, so a machine without
+``<model>-b<batch>-i<image>-s<slim>-d<depth>-seed<seed>.npz`` (with the imported program's
+fingerprint and onnxruntime's time) and loaded from there when present, so a machine without
 onnxruntime (a GPU host) checks against outputs recorded elsewhere; with neither, the row
 says that nothing was compared and why. ``reference_only`` writes the references and stops.
 """
@@ -168,13 +168,15 @@ def _measure(program: Any, which: str, runtime: Any, target: Any, ref: dict[str,
 
 
 def run(models: Sequence[str] = tuple(onnx_models.MODELS), *, batch: int | str = 1,
-        image: int | None = None, slim: int = 1, depth: int | None = None, seed: int = 0, device: str | None = None,
+        image: int | None = None, slim: int = 1, depth: int | None = None,
+        seed: int = 0, device: str | None = None,
         saturate: str = "both", repeats: int = 3, reference_dir: str | Path | None = None,
         reference_only: bool = False, run_device: bool = True,
         log: Any = None) -> dict[str, Any]:
     """Run the experiment (module docstring) and return its result document. ``batch``: a
     number or ``"paper"`` (:data:`~accy.experiments.onnx_models.PAPER_BATCH` per model);
-    ``image``, ``slim`` and ``depth`` make smaller variants (:func:`~accy.experiments.onnx_models.build`);
+    ``image``, ``slim`` and ``depth`` make smaller variants
+    (:func:`~accy.experiments.onnx_models.build`);
     ``log(text)`` hears progress."""
     import accy
     from accy.target import TargetProfile

@@ -36,7 +36,8 @@ Batch: TASO's scripts (the graphs Tensat imports) build every model at batch 1
 (:data:`PAPER_BATCH`), except Inception-v3, whose script runs batch 32. Knobs for smaller
 variants: ``image`` (the spatial side of the convolutional models), ``slim`` (divides every
 channel count, hidden size, group count and classifier width, at least 1 each), ``depth``
-(caps every run of repeated blocks) and, for BERT, ``seq``. Tests use small variants; ``accy experiment models`` the real sizes.
+(caps every run of repeated blocks) and, for BERT, ``seq``. Tests use small variants;
+``accy experiment models`` the real sizes.
 """
 
 from __future__ import annotations
