@@ -130,3 +130,17 @@ def test_cli_runs_one_model_and_records_references(tmp_path, capsys):
     other.replace(saved)
     assert main([*argv, "--force"]) == 2
     assert "recorded for another program" in capsys.readouterr().err
+
+
+def test_references_recorded_here_serve_a_host_without_onnxruntime(monkeypatch, tmp_path):
+    small = {"slim": 64, "depth": 1, "saturate": "off", "run_device": False}
+    models.run(["nasrnn"], reference_dir=tmp_path, reference_only=True, **small)
+    (saved,) = tmp_path.glob("nasrnn-b1-idefault-s64-d1-seed0.npz")
+    real = models.importlib.util.find_spec
+    monkeypatch.setattr(models.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "onnxruntime" else real(name, *a))
+    row = models.run(["nasrnn"], **small)["rows"][0]
+    assert "onnxruntime is not installed" in row["note"] and row["ort_ms"] is None
+    assert row["saturate_off"]["kernels"] >= 1
+    row = models.run(["nasrnn"], reference_dir=tmp_path, **small)["rows"][0]
+    assert row["reference"] == str(saved) and row["ort_ms"] > 0 and "note" not in row
