@@ -4,16 +4,17 @@ For each model of :mod:`accy.experiments.onnx_models`: build the ONNX graph, imp
 (:func:`accy.onnx.load`), prepare it with ``accy-default`` and with ``accy-default`` less
 ``saturate`` (``--saturate both``, the default; ``on`` or ``off`` for one of them), run it on
 the OpenCL device, and check every output against onnxruntime on the CPU within the
-differential tolerances (:mod:`accy.differential`: the error bounds of the imported program
-on these inputs, both sides' rounding allowed, on the elements where those bounds are
-stable) and within ``measure.TOLERANCE`` (1e-3) of each output's largest magnitude
-everywhere (the worst-case bounds of a deep network can exceed the values themselves, and
-then mark elements unstable: BERT's layer norms do; the row counts compared and skipped
-elements). A row records the ONNX node count, the
-imported program's op count, and per pipeline the kernel count, preparation time, median
-kernel time (the sum of one call's OpenCL profiling events, over ``repeats`` calls after a
-warm-up call), whether the outputs are within tolerance and the largest error relative to
-each output's largest magnitude; and onnxruntime's median time for one run on the host CPU.
+differential tolerances (:mod:`accy.differential`: the error bounds of the imported program on
+these inputs, both sides' rounding allowed, on the elements where those bounds are stable) and
+within ``measure.TOLERANCE`` (1e-3) of each output's largest magnitude everywhere (the worst-
+case bounds of a deep network can exceed the values themselves, and then mark elements
+unstable: BERT's layer norms do; the row counts compared and skipped elements). A row records
+the ONNX node count, the imported program's op count, and per pipeline the kernel count, the
+prepared product's fingerprint (equal for both pipelines: saturation changed nothing),
+preparation time, median kernel time (the sum of one call's OpenCL profiling events, over
+``repeats`` calls after a warm-up call), whether the outputs are within tolerance and the
+largest error relative to each output's largest magnitude; and onnxruntime's median time for
+one run on the host CPU.
 
 onnxruntime is optional: with ``reference=DIR`` its inputs and outputs are saved there as
 ``<model>-b<batch>-i<image>-s<slim>-d<depth>-seed<seed>.npz`` (with the imported program's
@@ -146,7 +147,8 @@ def _measure(program: Any, which: str, runtime: Any, target: Any, ref: dict[str,
     job = accy.prepare(program, _pipeline(which), target=target)
     row: dict[str, Any] = {"pipeline": PIPELINES[which],
                            "prepare_s": (time.perf_counter_ns() - start) / 1e9,
-                           "kernels": job.kernel_count}
+                           "kernels": job.kernel_count,
+                           "product_fingerprint": job.product.fingerprint()}
     if runtime is None:
         return row
     exe = job.executable(device=runtime)
