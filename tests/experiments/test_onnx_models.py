@@ -132,6 +132,17 @@ def test_cli_runs_one_model_and_records_references(tmp_path, capsys):
     assert "recorded for another program" in capsys.readouterr().err
 
 
+def test_cli_refuses_bad_model_arguments(capsys):
+    from accy.cli import main
+
+    assert main(["experiment", "models", "--models", "squeezenet", "--reference-only"]) == 2
+    assert "--reference-only needs --reference DIR" in capsys.readouterr().err
+    for bad in (["--batch", "0"], ["--batch", "papers"], ["--models", "alexnet"]):
+        with pytest.raises(SystemExit):
+            main(["experiment", "models", *bad])
+        assert bad[1] in capsys.readouterr().err
+
+
 def test_references_recorded_here_serve_a_host_without_onnxruntime(monkeypatch, tmp_path):
     small = {"slim": 64, "depth": 1, "saturate": "off", "run_device": False}
     models.run(["nasrnn"], reference_dir=tmp_path, reference_only=True, **small)
@@ -144,3 +155,14 @@ def test_references_recorded_here_serve_a_host_without_onnxruntime(monkeypatch, 
     assert row["saturate_off"]["kernels"] >= 1
     row = models.run(["nasrnn"], reference_dir=tmp_path, **small)["rows"][0]
     assert row["reference"] == str(saved) and row["ort_ms"] > 0 and "note" not in row
+
+
+def test_script_writes_onnx_files(experiment_script, tmp_path):
+    script = experiment_script("onnx_models")
+    paths = script.main([str(tmp_path), "--models", "vgg19,bert", "--slim", "64",
+                         "--depth", "1", "--batch", "paper"])
+    assert [p.name for p in paths] == ["vgg19.onnx", "bert.onnx"]
+    program = accy.onnx.load(paths[0])
+    assert program.function().params[0].type.shape == (1, 3, 224, 224)
+    with pytest.raises(SystemExit):
+        script.main([str(tmp_path), "--models", "alexnet"])
