@@ -6,10 +6,11 @@ exact arithmetic) and carries, op by op, two things next to every value:
 * ``error``: an absolute bound on how far a correct implementation that rounds each op to the
   op's dtype may be from the float64 value. Each float op adds its own rounding,
   ``rtol[dtype] * scale + tiny(dtype)``, where the scale is the magnitude of the op's *terms*
-  (``|a| + |b|`` for an add, ``sum(|x|)`` for a reduction, ``einsum(|x|, |y|)`` for a
-  contraction, ``|result|`` for the rest), and passes its operands' errors through by the op's
-  slope (``|b|·err(a) + |a|·err(b)`` for a product, ``|exp(a)|·expm1(err(a))`` for ``exp``,
-  the exact perturbation of the multilinear form for ``einsum``). So an implementation may sum
+  (``|a| + |b|`` for an add, ``sum(|x|)`` for a reduction or an average pool,
+  ``einsum(|x|, |y|)`` for a contraction or a convolution, ``|result|`` for the rest), and
+  passes its operands' errors through by the op's slope (``|b|·err(a) + |a|·err(b)`` for a
+  product, ``|exp(a)|·expm1(err(a))`` for ``exp``, the exact perturbation of the multilinear
+  form for ``einsum`` and ``conv2d``). So an implementation may sum
   in any order or reassociate and still stay inside the bound, while dropping a term does not.
 * ``unstable``: elements where a correct implementation may legitimately give a *different*
   answer: a comparison, ``floor``/``ceil``, or a cast to int or bool whose operand lies within
@@ -443,6 +444,56 @@ def _cross_entropy(c: _Ctx) -> tuple[Any, Any]:
     return 2 * worst + c.rounding(scale), c.us[0].any() | c.us[1].any()
 
 
+def _window_f64(node: Node, arrays: Sequence[np.ndarray]) -> np.ndarray:
+    """The window op ``node`` (same attributes) evaluated on float64 ``arrays``."""
+    from accy.ir.types import TensorType
+
+    params = tuple(Node(Op.PARAM, TensorType(a.shape, DType.f64), (), {"index": i})
+                   for i, a in enumerate(arrays))
+    probe = Node(node.op, TensorType(node.type.shape, DType.f64), params, dict(node.attrs))
+    program = Program((Function("probe", params, tuple(f"x{i}" for i in range(len(params))),
+                                (probe,)),))
+    return interpret(program, [np.asarray(a, F64) for a in arrays], precision="float64")[0]
+
+
+def _conv(c: _Ctx) -> tuple[Any, Any]:
+    """A convolution is a contraction (as ``einsum``): each output sums ``C/groups*KH*KW``
+    products, so it rounds like an einsum of that many terms."""
+    mags = [c.mag(0), c.mag(1)]
+    count = math.prod(c.vs[1].shape[1:])
+    exact = _window_f64(c.node, mags)
+    widened = _window_f64(c.node, [m + e for m, e in zip(mags, c.es, strict=True)])
+    e = widened - exact + c.rounding(math.sqrt(max(count, 1)) * exact)
+    if c.node.type.dtype is DType.f32:
+        e = e + EXTRA_EINSUM_RTOL[c.precision] * widened
+    u = np.zeros(c.out.shape, bool)
+    for i, (mask, m) in enumerate(zip(c.us, mags, strict=True)):
+        mask = mask | ~np.isfinite(m)
+        if mask.any():
+            args = [np.ones(m.shape) for m in mags]
+            args[i] = mask.astype(F64)
+            u |= _window_f64(c.node, args) > 0
+    return e, u
+
+
+def _avg_pool(c: _Ctx) -> tuple[Any, Any]:
+    """An average pool sums a window of terms (then divides): it rounds like a reduction."""
+    k = math.prod(c.node.attr("kernel"))
+    e = _window_f64(c.node, [c.es[0]])
+    e = e + c.rounding(math.sqrt(k) * _window_f64(c.node, [c.mag(0)]))
+    return e, _window_f64(c.node, [c.us[0].astype(F64)]) > 0
+
+
+def _windowed(c: _Ctx) -> tuple[Any, Any]:
+    """A max pool or a pad moves or picks its operands' values without rounding: the error
+    (and the unstable mask) of an output is the largest of the values it may come from."""
+    e = _window_f64(c.node, [np.broadcast_to(e, v.shape) for e, v in zip(c.es, c.vs,
+                                                                      strict=True)])
+    u = _window_f64(c.node, [np.broadcast_to(u, v.shape).astype(F64)
+                             for u, v in zip(c.us, c.vs, strict=True)]) > 0
+    return e + c.rounding(0.0), u
+
+
 def _sqrt_slope(c: _Ctx) -> Any:
     a, ea = c.mag(0), c.es[0]
     with np.errstate(divide="ignore"):
@@ -486,4 +537,8 @@ _RULES: dict[Op, Rule] = {
     Op.SOFTMAX: _softmax,
     Op.LOG_SOFTMAX: _log_softmax,
     Op.CROSS_ENTROPY: _cross_entropy,
+    Op.CONV2D: _conv,
+    Op.AVG_POOL2D: _avg_pool,
+    Op.MAX_POOL2D: _windowed,
+    Op.PAD: _windowed,
 }

@@ -5,6 +5,7 @@
     accy experiment kernels --suite paper --device nvidia
     accy experiment benefit --suite ci --seeds 0,1
     accy experiment paper                                # regenerate papers/
+    accy experiment models --models vgg19,bert --out results/models
     accy experiment ablation --executor dask --scheduler tcp://host:8786
     accy report results/experiments/ci/ablation.json --out report/
 
@@ -31,7 +32,7 @@ from typing import Any
 
 from accy.cli import non_negative_int, positive_int, positive_seconds
 
-EXPERIMENTS = ("ablation", "contraction", "kernels", "benefit", "costs", "paper")
+EXPERIMENTS = ("ablation", "contraction", "kernels", "benefit", "costs", "paper", "models")
 
 
 def _csv(text: str | None) -> tuple[str, ...] | None:
@@ -90,6 +91,18 @@ def _network_families() -> tuple[str, ...]:
     from accy.experiments.networks import FAMILIES
 
     return tuple(FAMILIES)
+
+
+def _onnx_models() -> tuple[str, ...]:
+    from accy.experiments.onnx_models import MODELS
+
+    return tuple(MODELS)
+
+
+def _batch(text: str) -> str:
+    if text != "paper" and not (text.isdigit() and int(text) >= 1):
+        raise argparse.ArgumentTypeError(f"must be a positive integer or 'paper', got {text!r}")
+    return text
 
 
 def _saturate_rulesets() -> tuple[str, ...]:
@@ -159,6 +172,24 @@ def add_commands(sub: Any) -> None:
     con.add_argument("--sizes", type=_int_list(1, "operand counts"),
                      help="operand counts (default: by suite)")
     con.add_argument("--instances", type=positive_int, help="instances per family and size")
+    mod = exp.add_argument_group("models")
+    mod.add_argument("--models", type=_names("models", _onnx_models),
+                     help="comma-separated models (default: all seven)")
+    mod.add_argument("--batch", type=_batch, default="1",
+                     help="batch size, or 'paper' for each model's published batch (default: 1)")
+    mod.add_argument("--image", type=positive_int, default=None,
+                     help="image side of the convolutional models (default: published size)")
+    mod.add_argument("--slim", type=positive_int, default=1,
+                     help="divide every channel count and width by this (default: 1)")
+    mod.add_argument("--depth", type=positive_int, default=None,
+                     help="cap every run of repeated blocks at this (default: none)")
+    mod.add_argument("--saturate", choices=("both", "on", "off"), default="both",
+                     help="prepare with saturate, without it, or both (default: both)")
+    mod.add_argument("--reference", metavar="DIR",
+                     help="load onnxruntime's outputs from DIR, or record them there (for a "
+                     "machine without onnxruntime)")
+    mod.add_argument("--reference-only", action="store_true",
+                     help="only record onnxruntime's outputs into --reference")
     exp.set_defaults(run=run_experiment_command)
     rep = sub.add_parser("report", help="Markdown tables and figures from result files")
     rep.add_argument("results", nargs="+", help="result JSON files")
@@ -215,6 +246,8 @@ def run_experiment_command(args: argparse.Namespace) -> int:
         print("accy experiment: error: --timeout needs worker processes (--workers >= 1): "
               "a task running in this process cannot be killed", file=sys.stderr)
         return 2
+    if args.name == "models":
+        return models_command(args)
     if args.name == "paper":
         from accy.experiments.paper import regenerate, render
 
@@ -249,6 +282,39 @@ def run_experiment_command(args: argparse.Namespace) -> int:
               f"{f['error'].strip().splitlines()[-1]}", file=sys.stderr)
     print("wrote " + ", ".join(str(p) for p in paths))
     return 1 if result["failed"] else 0
+
+
+def models_command(args: argparse.Namespace) -> int:
+    """``accy experiment models``: writes ``models.json`` and ``models.md`` into ``--out``
+    (default ``results/experiments/models``); exit 1 when an output is out of tolerance."""
+    from accy.experiments import models
+    from accy.experiments.records import atomic_write, check_fresh, write_json
+
+    if args.reference_only and not args.reference:
+        print("accy experiment: error: --reference-only needs --reference DIR", file=sys.stderr)
+        return 2
+    out = Path(args.out or "results/experiments/models")
+    if not args.force and not args.reference_only:
+        check_fresh([out / "models.json"])
+    result = models.run(_csv(args.models) or models.onnx_models.MODELS, batch=args.batch
+                        if args.batch == "paper" else int(args.batch), image=args.image,
+                        slim=args.slim, depth=args.depth, seed=_ints(args.seeds)[0],
+                        device=args.device,
+                        saturate=args.saturate, repeats=args.repeats or 3,
+                        reference_dir=args.reference, reference_only=args.reference_only,
+                        run_device=not args.no_run, log=lambda text: print(text, flush=True))
+    if args.reference_only:
+        print(f"recorded onnxruntime's outputs in {args.reference}")
+        return 0
+    text = models.table(result)
+    print(text)
+    write_json(result, out / "models.json")
+    print(f"wrote {atomic_write(out / 'models.md', text + chr(10))}")
+    bad = [r["model"] for r in result["rows"] for k in ("saturate_on", "saturate_off")
+           if r.get(k, {}).get("within_tolerance") is False]
+    for name in bad:
+        print(f"OUT OF TOLERANCE: {name}", file=sys.stderr)
+    return 1 if bad else 0
 
 
 def report_command(args: argparse.Namespace) -> int:
