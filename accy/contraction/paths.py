@@ -98,7 +98,7 @@ from accy.contraction.search import (
     no_path,
     pair_costs,
 )
-from accy.contraction.slicing import SlicedCost, choose_slices_mask, sliced_cost_mask
+from accy.contraction.slicing import SlicedCost, slice_and_search, sliced_cost_mask
 
 Strategy = Callable[[Sequence[Indices], Indices, Mapping[str, int], PathOptions | None], Path]
 STRATEGIES: dict[str, Strategy] = {}
@@ -139,8 +139,10 @@ def search_path(inputs: Sequence[Indices], output: Indices, size_dict: Mapping[s
     """Run ``strategy`` and cost its path next to the naive left-to-right one.
 
     With ``slicing``, a memory limit no pairwise path meets is met by slicing letters of the
-    unconstrained path (output letters only when ``slice_output``); the result's ``sliced``
-    says which and what the sliced contraction costs in total.
+    unconstrained path (output letters only when ``slice_output``), re-searched for the
+    sliced sizes (:func:`accy.contraction.slicing.slice_and_search`); the result's ``path``
+    is then the sliced path, and ``sliced`` says which letters and what the sliced
+    contraction costs in total.
 
     >>> search_path(["ij", "jk", "kl"], "il", {"i": 9, "j": 9, "k": 9, "l": 1}).path
     [(1, 2), (0, 1)]
@@ -154,10 +156,10 @@ def search_path(inputs: Sequence[Indices], output: Indices, size_dict: Mapping[s
         if not slicing or options is None or options.memory_limit is None:
             raise
         free = PathOptions(**{**options.__dict__, "memory_limit": None})
-        path = fn(inputs, output, size_dict, free)
-        ssa = linear_to_ssa(path, n)
-        mask = choose_slices_mask(net, ssa, options.memory_limit, slice_output)
+        ssa, mask = slice_and_search(net, linear_to_ssa(fn(inputs, output, size_dict, free), n),
+                                     options.memory_limit, options, slice_output)
         sliced = sliced_cost_mask(net, ssa, mask)
+        path = sliced.path
     return PathResult(path, ssa_cost(net, linear_to_ssa(path, n)),
                       ssa_cost(net, linear_to_ssa(naive_path(n), n)), strategy, sliced)
 

@@ -1,0 +1,159 @@
+"""Benchmark (issue #17): slicing under memory limits, accy against cotengra.
+
+    python experiments/bench_slicing.py [--sizes 30,80,120,200] [--families regular,connected]
+        [--fractions 4,16,64] [--seed 0] [--out results/bench_slicing.json]
+
+For each instance (einsum_benchmark's ``regular(n, 3, d_min=2, d_max=4)`` and
+``connected_network`` generators, as in ``bench_paths_scale.py``; accy's look-alikes without
+einsum_benchmark) a base path is found once (accy ``hyper``, 16 trials: deterministic) and its
+largest intermediate ``S`` taken; for each memory limit ``S // k`` (``k`` in ``--fractions``)
+the methods slice it:
+
+* ``accy:slice`` -- :func:`accy.contraction.slice_path` on the base path (letters only);
+* ``accy:slice+search`` -- the same with ``search=True`` (``slice_and_search``: each letter
+  followed by subtree reconfiguration for the sliced sizes), what ``search_path`` and
+  ``einsum-lowering`` use;
+* ``cotengra:slice`` -- ``ContractionTree.slice(target_size=limit)`` (``SliceFinder``, 16
+  randomized repeats) on the base path;
+* ``cotengra:slice+reconf`` -- ``ContractionTree.slice_and_reconfigure(target_size=limit)``.
+
+Every result is costed by :func:`accy.contraction.sliced_cost` (FLOPs in accy's units,
+every slice and the additions of their results included) and given as its *overhead*: total
+FLOPs over the base path's unsliced FLOPs. Each one's largest intermediate per slice is
+checked against the limit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import accy  # noqa: E402,F401
+from accy.contraction import STRATEGIES, PathOptions, path_cost, slice_path, sliced_cost  # noqa: E402,E501
+from accy.experiments.records import provenance, write_json  # noqa: E402
+from bench_paths_scale import problems  # noqa: E402
+
+METHODS = ("accy:slice", "accy:slice+search", "cotengra:slice", "cotengra:slice+reconf")
+
+
+def slicers(inputs: list[str], out: str, sizes: dict[str, int], path: list
+            ) -> dict[str, Any]:
+    """Method name -> (limit -> (linear path, sliced letters))."""
+    def accy_fn(search: bool) -> Any:
+        def fn(limit: int) -> tuple[list, tuple[str, ...]]:
+            c = slice_path(inputs, out, sizes, path, limit, search=search)
+            return c.path, c.letters
+        return fn
+
+    table: dict[str, Any] = {"accy:slice": accy_fn(False), "accy:slice+search": accy_fn(True)}
+    try:
+        import cotengra as ctg
+    except ImportError:
+        return table
+    tree = ctg.ContractionTree.from_path([list(t) for t in inputs], list(out), sizes, path=path)
+
+    def ctg_slice(limit: int) -> tuple[list, tuple[str, ...]]:
+        t = tree.slice(target_size=limit, max_repeats=16, seed=0)
+        return path, tuple(t.sliced_inds)
+
+    def ctg_reconf(limit: int) -> tuple[list, tuple[str, ...]]:
+        t = tree.slice_and_reconfigure(target_size=limit)
+        return [tuple(s) for s in t.get_path()], tuple(t.sliced_inds)
+
+    table["cotengra:slice"], table["cotengra:slice+reconf"] = ctg_slice, ctg_reconf
+    return table
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    rows = []
+    for inst in problems(args.families, args.sizes, 1, args.seed):
+        inputs, out, sizes = inst["problem"]
+        start = time.perf_counter()
+        path = STRATEGIES["hyper"](inputs, out, sizes, PathOptions(max_repeats=16))
+        base = path_cost(inputs, out, sizes, path)
+        base_s = time.perf_counter() - start
+        table = slicers(inputs, out, sizes, path)
+        for k in args.fractions:
+            limit = base.size // k
+            row: dict[str, Any] = {"family": inst["family"], "n": inst["n"],
+                                   "source": inst["source"], "tensors": len(inputs),
+                                   "base_flops": base.flops, "base_size": base.size,
+                                   "base_seconds": base_s, "fraction": k, "limit": limit}
+            for name, fn in table.items():
+                start = time.perf_counter()
+                try:
+                    sliced_path, letters = fn(limit)
+                except Exception as e:  # report any method's failure, keep going
+                    row[name] = {"status": f"error: {type(e).__name__}: {str(e)[:80]}"}
+                    continue
+                seconds = time.perf_counter() - start
+                c = sliced_cost(inputs, out, sizes, sliced_path, letters)
+                row[name] = {"status": "ok" if c.per_slice.size <= limit else "over limit",
+                             "letters": list(letters), "slices": c.slices,
+                             "per_slice_size": c.per_slice.size, "total_flops": c.total.flops,
+                             "overhead": c.total.flops / base.flops, "seconds": seconds}
+            rows.append(row)
+            print(line(row, table), flush=True)
+    extra = ("cotengra", "kahypar", "einsum_benchmark")
+    return {"provenance": provenance(device=False, extra_versions=extra),
+            "options": {k: v for k, v in vars(args).items() if k != "out"},
+            "methods": [m for m in METHODS if m in rows[0]] if rows else [], "rows": rows}
+
+
+def ratio(row: dict[str, Any]) -> float | None:
+    """accy's best overhead over cotengra's best (None without both)."""
+    def best(prefix: str) -> float | None:
+        ok = [r["overhead"] for m, r in row.items() if m.startswith(prefix)
+              and isinstance(r, dict) and r.get("status") == "ok"]
+        return min(ok, default=None)
+    a, c = best("accy:"), best("cotengra:")
+    return None if a is None or c is None else a / c
+
+
+def header(table: dict[str, Any]) -> str:
+    cols = " | ".join(f"`{m}`" for m in table)
+    return (f"| family | n | limit | {cols} | accy / cotengra |\n|---|---|---|"
+            + "---|" * (len(table) + 1))
+
+
+def line(row: dict[str, Any], table: dict[str, Any]) -> str:
+    cells = []
+    for m in table:
+        r = row[m]
+        cells.append(f"{r['overhead']:.3g}x / {r['seconds']:.2f}s" if r.get("status") == "ok"
+                     else r["status"].split(":")[0])
+    q = ratio(row)
+    return (f"| {row['family']} | {row['tensors']} | S/{row['fraction']} | " + " | ".join(cells)
+            + f" | {'-' if q is None else f'{q:.2f}'} |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", default="30,80,120,200",
+                    type=lambda s: [int(x) for x in s.split(",")])
+    ap.add_argument("--families", default="regular,connected", type=lambda s: s.split(","))
+    ap.add_argument("--fractions", default="4,16,64",
+                    type=lambda s: [int(x) for x in s.split(",")])
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default="results/bench_slicing.json")
+    args = ap.parse_args(argv)
+    print("overhead (total FLOPs of all slices over the unsliced base path's) / seconds")
+    print(header({m: None for m in METHODS}))
+    result = run(args)
+    write_json(result, args.out)
+    rs = [q for q in map(ratio, result["rows"]) if q is not None]
+    if rs:
+        print(f"geomean accy/cotengra best overhead: "
+              f"{math.exp(sum(map(math.log, rs)) / len(rs)):.3f}, worst {max(rs):.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
