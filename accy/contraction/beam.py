@@ -141,7 +141,8 @@ def reconfigure(net: Network, ssa: Ssa, opts: PathOptions,
     balanced subtrees) and, where that does not improve it, by opening its largest inner
     leaf until there are enough leaves; sweeps repeat until nothing improves (at most 8). Past
     ``deadline`` (``time.perf_counter()``), or once ``budget`` subtrees were re-solved (an
-    effort bound: reproducible), subtrees are left as they are.
+    effort bound: reproducible; both cuts of a subtree count once), subtrees are left as
+    they are.
     """
     n, size, red, objective = len(net.reduced), net.size, net.reduced, opts.objective
     holders, legs_of = net.holders(), {}
@@ -188,13 +189,13 @@ def reconfigure(net: Network, ssa: Ssa, opts: PathOptions,
         return frontier
 
     def improve(node: tuple) -> tuple:
+        if remaining[0] is not None:
+            if remaining[0] <= 0:
+                return node
+            remaining[0] -= 1
         for cut in (cut_breadth_first, cut_largest_first):
             if deadline is not None and time.perf_counter() > deadline:
                 return node
-            if remaining[0] is not None:
-                if remaining[0] <= 0:
-                    return node
-                remaining[0] -= 1
             frontier = cut(node)
             if len(frontier) < 3:
                 continue

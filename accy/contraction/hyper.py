@@ -16,7 +16,8 @@ It spends ``max_time`` seconds or ``max_repeats`` trials (an effort budget: repr
   30% of a time budget (without one, up to ``RECONFIGURE_MAX_N`` operands, or only the best
   tree with an effort bound ``reconfigure_budget``, which ``auto`` uses past 300 operands).
 
-Trials are rated in log space first; only a tree that may enter the best ``KEEP`` is costed
+Trials are rated in log space first; only a tree that may enter the best ``KEEP`` (with
+``reconfigure_budget``, where only the best tree is polished: the best one) is costed
 exactly. It starts from the score greedy (the ``greedy`` strategy's four runs) and, up to
 :data:`AUTO_START_MAX_N` operands, ``auto``'s exact/beam path (the chain DP where the network
 is chain-like), so it is never worse than those. With ``max_time`` the loop stops at the
@@ -68,8 +69,9 @@ class _Best:
     space first (:func:`accy.contraction.trials.log_costs`); only one that may enter the best
     ``KEEP`` is costed exactly."""
 
-    def __init__(self, net: Network, opts: PathOptions, graph: Graph) -> None:
+    def __init__(self, net: Network, opts: PathOptions, graph: Graph, keep: int = KEEP) -> None:
         self.net, self.opts, self.graph, self.found = net, opts, graph, []  # (key, order, path)
+        self.keep = keep
         self.seen: set[tuple] = set()
         self.logs: list[tuple[float, float]] = []  # log keys of the kept paths
 
@@ -84,7 +86,7 @@ class _Best:
             return
         g = self.graph
         lk = log_key(log_costs(g.legs, g.out, g.logsize, path), self.opts.objective)
-        if len(self.found) >= KEEP and lk[0] > max(self.logs)[0] * (1 + 1e-9) + 1e-9:
+        if len(self.found) >= self.keep and lk[0] > max(self.logs)[0] * (1 + 1e-9) + 1e-9:
             return
         sig = tuple(path)
         if sig in self.seen:
@@ -95,7 +97,7 @@ class _Best:
         self.seen.add(sig)
         self.found.append((cost_key(costs, self.opts.objective), len(self.seen), path, lk))
         self.found.sort(key=lambda f: (f[0], f[1]))
-        del self.found[KEEP:]
+        del self.found[self.keep:]
         self.logs = [f[3] for f in self.found]
 
     @property
@@ -117,7 +119,7 @@ def hyper_ssa(net: Network, opts: PathOptions, starts: Callable[[], list[Ssa | N
         repeats = DEFAULT_REPEATS if deadline is None else sys.maxsize
     n = len(net.reduced)
     graph = Graph(net)
-    best = _Best(net, opts, graph)
+    best = _Best(net, opts, graph, 1 if reconfigure_budget is not None else KEEP)
     for path in (starts or (lambda: _default_starts(net, opts, graph)))():
         best.offer(path)
     rng = random.Random(opts.seed)
@@ -182,6 +184,7 @@ def _default_starts(net: Network, opts: PathOptions, graph: Graph) -> list[Ssa |
     from accy.contraction.greedy import score_greedy_ssa
     from accy.contraction.paths import cheap_candidates
 
-    if len(net.reduced) <= AUTO_START_MAX_N:
-        return [*cheap_candidates(net, opts), score_greedy_ssa(net, opts)]
+    if len(net.reduced) <= AUTO_START_MAX_N:  # auto's path with auto's effort, not the budget's
+        plain = PathOptions(**{**opts.__dict__, "max_time": None, "max_repeats": None})
+        return [*cheap_candidates(net, plain), score_greedy_ssa(net, opts)]
     return [score_greedy_ssa(net, opts)]
