@@ -5,8 +5,11 @@
 
 For each instance (einsum_benchmark's ``regular(n, 3, d_min=2, d_max=4)`` and
 ``connected_network`` generators, as in ``bench_paths_scale.py``; accy's look-alikes without
-einsum_benchmark) a base path is found once (accy ``hyper``, 16 trials: deterministic) and its
-largest intermediate ``S`` taken; for each memory limit ``S // k`` (``k`` in ``--fractions``)
+einsum_benchmark) a base path is found once (accy ``hyper``, 16 trials: deterministic),
+polished to a fixed point by accy's subtree reconfiguration and cotengra's
+``subtree_reconfigure`` in turn (so that neither slicer's reconfiguration gains by merely
+improving the unsliced path: the overheads measure slicing), and its largest intermediate
+``S`` taken; for each memory limit ``S // k`` (``k`` in ``--fractions``)
 the methods slice it:
 
 * ``accy:slice`` -- :func:`accy.contraction.slice_path` on the base path (letters only);
@@ -74,12 +77,38 @@ def slicers(inputs: list[str], out: str, sizes: dict[str, int], path: list
     return table
 
 
+def polish(inputs: list[str], out: str, sizes: dict[str, int], path: list) -> list:
+    """``path`` reconfigured by accy and cotengra in turn until neither makes it cheaper."""
+    from accy.contraction.beam import reconfigure
+    from accy.contraction.cost import linear_to_ssa, network, ssa_to_linear
+
+    net, n = network(inputs, out, sizes), len(inputs)
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 4 * n + 200))
+    for _ in range(4):
+        before = path_cost(inputs, out, sizes, path).flops
+        path = ssa_to_linear(reconfigure(net, linear_to_ssa(path, n), PathOptions()), n)
+        try:
+            import cotengra as ctg
+        except ImportError:
+            break
+        tree = ctg.ContractionTree.from_path([list(t) for t in inputs], list(out), sizes,
+                                             path=path)
+        other = [tuple(s) for s in tree.subtree_reconfigure().get_path()]
+        if path_cost(inputs, out, sizes, other).flops < path_cost(inputs, out, sizes,
+                                                                    path).flops:
+            path = other
+        if path_cost(inputs, out, sizes, path).flops >= before:
+            break
+    return path
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     rows = []
     for inst in problems(args.families, args.sizes, 1, args.seed):
         inputs, out, sizes = inst["problem"]
         start = time.perf_counter()
         path = STRATEGIES["hyper"](inputs, out, sizes, PathOptions(max_repeats=16))
+        path = polish(inputs, out, sizes, path)
         base = path_cost(inputs, out, sizes, path)
         base_s = time.perf_counter() - start
         table = slicers(inputs, out, sizes, path)
