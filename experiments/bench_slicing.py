@@ -166,6 +166,29 @@ def line(row: dict[str, Any], table: dict[str, Any]) -> str:
             + f" | {'-' if q is None else f'{q:.2f}'} |")
 
 
+def geomean(xs: list[float]) -> float:
+    return math.exp(sum(map(math.log, xs)) / len(xs))
+
+
+def render(result: dict[str, Any]) -> str:
+    """The per-instance table and, per limit, the geometric means over the instances."""
+    rows, methods = result["rows"], result["methods"]
+    out = [header({m: None for m in methods})]
+    out += [line(r, {m: None for m in methods}) for r in rows]
+    out += ["", "| limit | " + " | ".join(f"`{m}`" for m in methods)
+            + " | accy / cotengra (geomean, worst) |", "|---|" + "---|" * (len(methods) + 1)]
+    for k in sorted({r["fraction"] for r in rows}):
+        sel = [r for r in rows if r["fraction"] == k]
+        cells = []
+        for m in methods:
+            ok = [r[m]["overhead"] for r in sel if r[m].get("status") == "ok"]
+            cells.append(f"{geomean(ok):.3g}x" if len(ok) == len(sel) else "-")
+        qs = [q for q in map(ratio, sel) if q is not None]
+        cells.append(f"{geomean(qs):.2f}, {max(qs):.2f}" if qs else "-")
+        out.append(f"| S/{k} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="30,80,120,200",
@@ -175,7 +198,15 @@ def main(argv: list[str] | None = None) -> int:
                     type=lambda s: [int(x) for x in s.split(",")])
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="results/bench_slicing.json")
+    ap.add_argument("--render", metavar="JSON", help="print the tables of an earlier run's "
+                    "results and exit")
     args = ap.parse_args(argv)
+    if args.render:
+        import json
+
+        with open(args.render) as f:
+            print(render(json.load(f)))
+        return 0
     print("overhead (total FLOPs of all slices over the unsliced base path's) / seconds")
     print(header({m: None for m in METHODS}))
     result = run(args)
