@@ -54,8 +54,9 @@ Under a memory limit every strategy that finds no path falls back, in order, to 
 eager greedy, and a search minimizing the largest intermediate; only when none fits does it
 raise :class:`NoPathError`, whose message and ``smallest`` attribute give the smallest
 largest intermediate found. :func:`search_path` goes one step further when
-``slicing=True``: it slices letters of the unconstrained path (:mod:`accy.contraction.slicing`)
-and reports the sliced contraction's total cost.
+``slicing=True``: it slices letters of the unconstrained path, re-searching the path for the
+sliced sizes after each letter (:mod:`accy.contraction.slicing`), and reports the sliced
+contraction's total cost.
 
 Determinism: nothing reads the clock, randomness or hash order, except ``hyper`` (and
 ``exact``'s grown state limit) under ``max_time``, whose result depends on the machine's
