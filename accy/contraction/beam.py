@@ -25,6 +25,8 @@ from accy.contraction.search import (
 _MASK64 = (1 << 64) - 1
 RECONFIGURE_MAX_N = 256  # its recursion follows the tree's depth
 _SWEEPS = 8
+BREADTH_FIRST_MAX_N = 300  # past it subtrees are cut largest-first only: two cuts per subtree
+# made a 1,000-operand reconfiguration too slow for hyper's time budgets
 
 
 def beam_ssa(net: Network, opts: PathOptions, greedy_path: Ssa | None = None) -> Ssa:
@@ -138,8 +140,8 @@ def reconfigure(net: Network, ssa: Ssa, opts: PathOptions,
     """Polish a tree: re-solve each subtree, cut to ``reconfigure_leaves`` leaves, exactly.
 
     Nodes are visited children first; a subtree is cut breadth-first (cotengra's ``bfs``:
-    balanced subtrees) and, where that does not improve it, by opening its largest inner
-    leaf until there are enough leaves; sweeps repeat until nothing improves (at most 8). Past
+    balanced subtrees; up to :data:`BREADTH_FIRST_MAX_N` operands) and, where that does not
+    improve it, by opening its largest inner leaf until there are enough leaves; sweeps repeat until nothing improves (at most 8). Past
     ``deadline`` (``time.perf_counter()``), or once ``budget`` subtrees were re-solved (an
     effort bound: reproducible; both cuts of a subtree count once), subtrees are left as
     they are.
@@ -188,12 +190,15 @@ def reconfigure(net: Network, ssa: Ssa, opts: PathOptions,
             frontier += [f[1], f[2]]
         return frontier
 
+    cuts = (cut_largest_first,) if n > BREADTH_FIRST_MAX_N else (cut_breadth_first,
+                                                                 cut_largest_first)
+
     def improve(node: tuple) -> tuple:
         if remaining[0] is not None:
             if remaining[0] <= 0:
                 return node
             remaining[0] -= 1
-        for cut in (cut_breadth_first, cut_largest_first):
+        for cut in cuts:
             if deadline is not None and time.perf_counter() > deadline:
                 return node
             frontier = cut(node)
