@@ -39,10 +39,11 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from bench_paths_scale import problems  # noqa: E402
+
 import accy  # noqa: E402,F401
 from accy.contraction import STRATEGIES, PathOptions, path_cost, slice_path, sliced_cost  # noqa: E402,E501
 from accy.experiments.records import provenance, write_json  # noqa: E402
-from bench_paths_scale import problems  # noqa: E402
 
 METHODS = ("accy:slice", "accy:slice+search", "cotengra:slice", "cotengra:slice+reconf")
 

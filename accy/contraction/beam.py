@@ -141,7 +141,8 @@ def reconfigure(net: Network, ssa: Ssa, opts: PathOptions,
 
     Nodes are visited children first; a subtree is cut breadth-first (cotengra's ``bfs``:
     balanced subtrees; up to :data:`BREADTH_FIRST_MAX_N` operands) and, where that does not
-    improve it, by opening its largest inner leaf until there are enough leaves; sweeps repeat until nothing improves (at most 8). Past
+    improve it, by opening its largest inner leaf until there are enough leaves; sweeps
+    repeat until nothing improves (at most 8). Past
     ``deadline`` (``time.perf_counter()``), or once ``budget`` subtrees were re-solved (an
     effort bound: reproducible; both cuts of a subtree count once), subtrees are left as
     they are.

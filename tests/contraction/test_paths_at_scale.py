@@ -26,8 +26,8 @@ from accy.contraction import (
 )
 from accy.contraction.chain import chain_order
 from accy.contraction.cost import linear_to_ssa, network
-from accy.contraction.slicing import _choose, sliced_cost_mask
 from accy.contraction.opt_einsum_bridge import AccyOptimizer
+from accy.contraction.slicing import _choose, sliced_cost_mask
 from accy.experiments.networks import chain_problem, graph_problem, regular_edges
 
 NAMES = ("exact", "beam", "greedy", "auto", "hyper")
