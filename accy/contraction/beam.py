@@ -25,6 +25,8 @@ from accy.contraction.search import (
 _MASK64 = (1 << 64) - 1
 RECONFIGURE_MAX_N = 256  # its recursion follows the tree's depth
 _SWEEPS = 8
+BREADTH_FIRST_MAX_N = 300  # past it subtrees are cut largest-first only: two cuts per subtree
+# made a 1,000-operand reconfiguration too slow for hyper's time budgets
 
 
 def beam_ssa(net: Network, opts: PathOptions, greedy_path: Ssa | None = None) -> Ssa:
@@ -137,10 +139,13 @@ def reconfigure(net: Network, ssa: Ssa, opts: PathOptions,
                 deadline: float | None = None, budget: int | None = None) -> Ssa:
     """Polish a tree: re-solve each subtree, cut to ``reconfigure_leaves`` leaves, exactly.
 
-    Nodes are visited children first; a subtree is cut by opening its largest inner leaf
-    until there are enough leaves; sweeps repeat until nothing improves (at most 8). Past
+    Nodes are visited children first; a subtree is cut breadth-first (cotengra's ``bfs``:
+    balanced subtrees; up to :data:`BREADTH_FIRST_MAX_N` operands) and, where that does not
+    improve it, by opening its largest inner leaf until there are enough leaves; sweeps
+    repeat until nothing improves (at most 8). Past
     ``deadline`` (``time.perf_counter()``), or once ``budget`` subtrees were re-solved (an
-    effort bound: reproducible), subtrees are left as they are.
+    effort bound: reproducible; both cuts of a subtree count once), subtrees are left as
+    they are.
     """
     n, size, red, objective = len(net.reduced), net.size, net.reduced, opts.objective
     holders, legs_of = net.holders(), {}
@@ -165,13 +170,17 @@ def reconfigure(net: Network, ssa: Ssa, opts: PathOptions,
 
     remaining = [budget]
 
-    def improve(node: tuple) -> tuple:
-        if deadline is not None and time.perf_counter() > deadline:
-            return node
-        if remaining[0] is not None:
-            if remaining[0] <= 0:
-                return node
-            remaining[0] -= 1
+    def cut_breadth_first(node: tuple) -> list[tuple]:
+        queue, frontier = [node[1], node[2]], []
+        while queue and len(queue) + len(frontier) < opts.reconfigure_leaves:
+            f = queue.pop(0)
+            if f[1] is None:
+                frontier.append(f)
+            else:
+                queue += [f[1], f[2]]
+        return frontier + queue
+
+    def cut_largest_first(node: tuple) -> list[tuple]:
         frontier = [node[1], node[2]]
         while len(frontier) < opts.reconfigure_leaves:
             inner_nodes = [f for f in frontier if f[1] is not None]
@@ -180,18 +189,32 @@ def reconfigure(net: Network, ssa: Ssa, opts: PathOptions,
             f = max(inner_nodes, key=lambda f: (size[legs(f[0])], f[0]))
             frontier.remove(f)
             frontier += [f[1], f[2]]
-        if len(frontier) < 3:
-            return node
-        frontier.sort(key=lambda f: f[0])
-        key = tuple(f[0] for f in frontier)
-        if key not in memo:  # the best tree over a frontier depends on its groups only
-            memo[key] = full_dp(net, [Part(legs(g), (0, 0, 0), i) for i, g in enumerate(key)],
-                                 opts, keep=legs(node[0]))
-        found = memo[key]
-        now = inner(node, set(key))
-        if found is None or cost_key(found.costs, objective) >= cost_key(now, objective):
-            return node
-        return build(found.tree, frontier)
+        return frontier
+
+    cuts = (cut_largest_first,) if n > BREADTH_FIRST_MAX_N else (cut_breadth_first,
+                                                                 cut_largest_first)
+
+    def improve(node: tuple) -> tuple:
+        if remaining[0] is not None:
+            if remaining[0] <= 0:
+                return node
+            remaining[0] -= 1
+        for cut in cuts:
+            if deadline is not None and time.perf_counter() > deadline:
+                return node
+            frontier = cut(node)
+            if len(frontier) < 3:
+                continue
+            frontier.sort(key=lambda f: f[0])
+            key = tuple(f[0] for f in frontier)
+            if key not in memo:  # the best tree over a frontier depends on its groups only
+                memo[key] = full_dp(net, [Part(legs(g), (0, 0, 0), i)
+                                          for i, g in enumerate(key)], opts, keep=legs(node[0]))
+            found = memo[key]
+            now = inner(node, set(key))
+            if found is not None and cost_key(found.costs, objective) < cost_key(now, objective):
+                return build(found.tree, frontier)
+        return node
 
     def build(tree: object, frontier: list[tuple]) -> tuple:
         if isinstance(tree, int):

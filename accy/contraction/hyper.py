@@ -12,11 +12,14 @@ It spends ``max_time`` seconds or ``max_repeats`` trials (an effort budget: repr
   :data:`PARTITION_MIN_N` operands): every other trial with KaHyPar installed (the first
   one included), else every third with the built-in bisection; the tree is built top-down,
   greedy inside parts of at most ``cutoff`` operands (cotengra's ``kahypar`` driver);
-* **subtree reconfiguration** of the best trees found (the one ``beam`` uses), in the last
-  30% of a time budget (without one, up to ``RECONFIGURE_MAX_N`` operands, or only the best
+* **subtree reconfiguration** of the best trees found (the one ``beam`` uses): under a time
+  budget every trial tree within :data:`POLISH_WITHIN` of the best right away (raw trial
+  trees rarely beat a polished best, so they are compared polished), and the best ones in
+  the last 30% of the budget (without one, up to ``RECONFIGURE_MAX_N`` operands, or only the best
   tree with an effort bound ``reconfigure_budget``, which ``auto`` uses past 300 operands).
 
-Trials are rated in log space first; only a tree that may enter the best ``KEEP`` is costed
+Trials are rated in log space first; only a tree that may enter the best ``KEEP`` (with
+``reconfigure_budget``, where only the best tree is polished: the best one) is costed
 exactly. It starts from the score greedy (the ``greedy`` strategy's four runs) and, up to
 :data:`AUTO_START_MAX_N` operands, ``auto``'s exact/beam path (the chain DP where the network
 is chain-like), so it is never worse than those. With ``max_time`` the loop stops at the
@@ -50,6 +53,7 @@ AUTO_START_MAX_N = 120  # auto (beam) costs ~0.1-1 s at this size; past it, star
 KEEP = 4  # best distinct trees kept for reconfiguration
 RECONFIGURE_SHARE = 0.3  # share of a time budget left to reconfiguration
 PARTITION_MIN_N = 24  # partition trials from this many operands on
+POLISH_WITHIN = 32.0  # under a time budget, trial trees within this factor of the best are polished
 
 
 def random_greedy_ssa(net: Network, opts: PathOptions, rng: random.Random,
@@ -68,8 +72,9 @@ class _Best:
     space first (:func:`accy.contraction.trials.log_costs`); only one that may enter the best
     ``KEEP`` is costed exactly."""
 
-    def __init__(self, net: Network, opts: PathOptions, graph: Graph) -> None:
+    def __init__(self, net: Network, opts: PathOptions, graph: Graph, keep: int = KEEP) -> None:
         self.net, self.opts, self.graph, self.found = net, opts, graph, []  # (key, order, path)
+        self.keep = keep
         self.seen: set[tuple] = set()
         self.logs: list[tuple[float, float]] = []  # log keys of the kept paths
 
@@ -84,7 +89,7 @@ class _Best:
             return
         g = self.graph
         lk = log_key(log_costs(g.legs, g.out, g.logsize, path), self.opts.objective)
-        if len(self.found) >= KEEP and lk[0] > max(self.logs)[0] * (1 + 1e-9) + 1e-9:
+        if len(self.found) >= self.keep and lk[0] > max(self.logs)[0] * (1 + 1e-9) + 1e-9:
             return
         sig = tuple(path)
         if sig in self.seen:
@@ -95,7 +100,7 @@ class _Best:
         self.seen.add(sig)
         self.found.append((cost_key(costs, self.opts.objective), len(self.seen), path, lk))
         self.found.sort(key=lambda f: (f[0], f[1]))
-        del self.found[KEEP:]
+        del self.found[self.keep:]
         self.logs = [f[3] for f in self.found]
 
     @property
@@ -117,13 +122,27 @@ def hyper_ssa(net: Network, opts: PathOptions, starts: Callable[[], list[Ssa | N
         repeats = DEFAULT_REPEATS if deadline is None else sys.maxsize
     n = len(net.reduced)
     graph = Graph(net)
-    best = _Best(net, opts, graph)
+    best = _Best(net, opts, graph, 1 if reconfigure_budget is not None else KEEP)
     for path in (starts or (lambda: _default_starts(net, opts, graph)))():
         best.offer(path)
     rng = random.Random(opts.seed)
     search_end = None if deadline is None else begin + (1 - RECONFIGURE_SHARE) * opts.max_time
     kahypar = kahypar_module() is not None
     tuned: list = []  # (log flops, params) of the best partition trial
+
+    memo: dict = {}  # reconfiguration's frontier groups -> best tree (shared by all trees)
+    polish_trials = deadline is not None and opts.reconfigure_leaves >= 3 \
+        and n <= RECONFIGURE_MAX_N
+
+    def offer_trial(path: Ssa | None, end: float | None) -> None:
+        """Offer a trial's tree; under a time budget, one within ``POLISH_WITHIN`` of the best
+        is first polished by reconfiguration (raw trees rarely beat a polished best)."""
+        best.offer(path)
+        if path is None or not polish_trials or not best.logs:
+            return
+        cost = log_costs(graph.legs, graph.out, graph.logsize, path)[0]
+        if cost <= min(best.logs)[0] + math.log(POLISH_WITHIN):
+            best.offer(reconfigure(net, path, opts, memo, end))
 
     def trial(k: int, end: float | None) -> None:
         if n >= PARTITION_MIN_N and k % (2 if kahypar else 3) == (0 if kahypar else 1):
@@ -135,18 +154,26 @@ def hyper_ssa(net: Network, opts: PathOptions, starts: Callable[[], list[Ssa | N
                 cost = log_costs(graph.legs, graph.out, graph.logsize, path)[0]
                 if not tuned or cost < tuned[0]:
                     tuned[:] = [cost, params]
-            best.offer(path)
+            offer_trial(path, end)
         else:
             costmod = rng.uniform(0.1, 4.0)
             temperature = math.exp(rng.uniform(math.log(0.001), 0.0))
-            best.offer(random_greedy_ssa(net, opts, rng, costmod, temperature, graph,
-                                         best.log_flops()))
+            limit = best.log_flops()
+            if limit is not None and polish_trials:  # a tree polishing may bring under it
+                limit += math.log(POLISH_WITHIN)
+            offer_trial(random_greedy_ssa(net, opts, rng, costmod, temperature, graph, limit),
+                        end)
 
     done = 0
-    for done in range(repeats):
-        if search_end is not None and time.perf_counter() > search_end:
-            break
-        trial(done, search_end)
+    old = sys.getrecursionlimit()  # reconfiguration recurses along the tree's depth
+    sys.setrecursionlimit(max(old, 4 * n + 200))
+    try:
+        for done in range(repeats):
+            if search_end is not None and time.perf_counter() > search_end:
+                break
+            trial(done, search_end)
+    finally:
+        sys.setrecursionlimit(old)
     if not best.found:
         raise NoPathError(f"no pairwise path keeps every intermediate within "
                           f"memory_limit={opts.memory_limit} elements")
@@ -155,7 +182,6 @@ def hyper_ssa(net: Network, opts: PathOptions, starts: Callable[[], list[Ssa | N
         old = sys.getrecursionlimit()  # reconfiguration recurses along the tree's depth
         sys.setrecursionlimit(max(old, 4 * n + 200))
         try:
-            memo: dict = {}
             polished: set[tuple] = set()
 
             def polish(path: Ssa) -> None:
@@ -182,6 +208,7 @@ def _default_starts(net: Network, opts: PathOptions, graph: Graph) -> list[Ssa |
     from accy.contraction.greedy import score_greedy_ssa
     from accy.contraction.paths import cheap_candidates
 
-    if len(net.reduced) <= AUTO_START_MAX_N:
-        return [*cheap_candidates(net, opts), score_greedy_ssa(net, opts)]
+    if len(net.reduced) <= AUTO_START_MAX_N:  # auto's path with auto's effort, not the budget's
+        plain = PathOptions(**{**opts.__dict__, "max_time": None, "max_repeats": None})
+        return [*cheap_candidates(net, plain), score_greedy_ssa(net, opts)]
     return [score_greedy_ssa(net, opts)]

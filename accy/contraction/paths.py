@@ -54,8 +54,9 @@ Under a memory limit every strategy that finds no path falls back, in order, to 
 eager greedy, and a search minimizing the largest intermediate; only when none fits does it
 raise :class:`NoPathError`, whose message and ``smallest`` attribute give the smallest
 largest intermediate found. :func:`search_path` goes one step further when
-``slicing=True``: it slices letters of the unconstrained path (:mod:`accy.contraction.slicing`)
-and reports the sliced contraction's total cost.
+``slicing=True``: it slices letters of the unconstrained path, re-searching the path for the
+sliced sizes after each letter (:mod:`accy.contraction.slicing`), and reports the sliced
+contraction's total cost.
 
 Determinism: nothing reads the clock, randomness or hash order, except ``hyper`` (and
 ``exact``'s grown state limit) under ``max_time``, whose result depends on the machine's
@@ -98,7 +99,7 @@ from accy.contraction.search import (
     no_path,
     pair_costs,
 )
-from accy.contraction.slicing import SlicedCost, choose_slices_mask, sliced_cost_mask
+from accy.contraction.slicing import SlicedCost, slice_and_search, sliced_cost_mask
 
 Strategy = Callable[[Sequence[Indices], Indices, Mapping[str, int], PathOptions | None], Path]
 STRATEGIES: dict[str, Strategy] = {}
@@ -139,8 +140,10 @@ def search_path(inputs: Sequence[Indices], output: Indices, size_dict: Mapping[s
     """Run ``strategy`` and cost its path next to the naive left-to-right one.
 
     With ``slicing``, a memory limit no pairwise path meets is met by slicing letters of the
-    unconstrained path (output letters only when ``slice_output``); the result's ``sliced``
-    says which and what the sliced contraction costs in total.
+    unconstrained path (output letters only when ``slice_output``), re-searched for the
+    sliced sizes (:func:`accy.contraction.slicing.slice_and_search`); the result's ``path``
+    is then the sliced path, and ``sliced`` says which letters and what the sliced
+    contraction costs in total.
 
     >>> search_path(["ij", "jk", "kl"], "il", {"i": 9, "j": 9, "k": 9, "l": 1}).path
     [(1, 2), (0, 1)]
@@ -154,10 +157,10 @@ def search_path(inputs: Sequence[Indices], output: Indices, size_dict: Mapping[s
         if not slicing or options is None or options.memory_limit is None:
             raise
         free = PathOptions(**{**options.__dict__, "memory_limit": None})
-        path = fn(inputs, output, size_dict, free)
-        ssa = linear_to_ssa(path, n)
-        mask = choose_slices_mask(net, ssa, options.memory_limit, slice_output)
+        ssa, mask = slice_and_search(net, linear_to_ssa(fn(inputs, output, size_dict, free), n),
+                                     options.memory_limit, options, slice_output)
         sliced = sliced_cost_mask(net, ssa, mask)
+        path = sliced.path
     return PathResult(path, ssa_cost(net, linear_to_ssa(path, n)),
                       ssa_cost(net, linear_to_ssa(naive_path(n), n)), strategy, sliced)
 

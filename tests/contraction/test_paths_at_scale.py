@@ -25,8 +25,9 @@ from accy.contraction import (
     sliced_cost,
 )
 from accy.contraction.chain import chain_order
-from accy.contraction.cost import network
+from accy.contraction.cost import linear_to_ssa, network
 from accy.contraction.opt_einsum_bridge import AccyOptimizer
+from accy.contraction.slicing import _choose, sliced_cost_mask
 from accy.experiments.networks import chain_problem, graph_problem, regular_edges
 
 NAMES = ("exact", "beam", "greedy", "auto", "hyper")
@@ -234,6 +235,29 @@ def test_sliced_contraction_equals_the_unsliced_one(seed):
         if not allow_output:
             assert not set(sliced.letters) & set(out)
         got = contract_sliced(spec, arrays, path, sliced.letters)
+        assert np.allclose(got, opt_einsum.contract(spec, *arrays, optimize=path))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_slicing_with_search_fits_computes_the_same_and_beats_total_flops_greedy(seed):
+    rng = random.Random(seed)
+    inputs, out, sizes = graph_problem(12, regular_edges(12, 3, rng), rng, open_legs=0.2)
+    spec = ",".join(inputs) + "->" + out
+    arrays = [np.random.default_rng(seed + i).standard_normal([sizes[c] for c in t])
+              for i, t in enumerate(inputs)]
+    path = STRATEGIES["auto"](inputs, out, sizes)
+    net = network(inputs, out, sizes)
+    ssa = linear_to_ssa(path, len(inputs))
+    for k in (4, 16):
+        limit = max(path_cost(inputs, out, sizes, path).size // k, 1)
+        fixed = slice_path(inputs, out, sizes, path, limit)
+        searched = slice_path(inputs, out, sizes, path, limit, search=True)
+        assert searched.per_slice.size <= limit
+        assert searched.total.flops <= fixed.total.flops
+        by_flops = sliced_cost_mask(net, ssa, _choose(net, ssa, limit, True, by_excess=False))
+        assert fixed.total.flops <= by_flops.total.flops  # the rule before is one of the runs
+        assert searched == sliced_cost(inputs, out, sizes, searched.path, searched.letters)
+        got = contract_sliced(spec, arrays, searched.path, searched.letters)
         assert np.allclose(got, opt_einsum.contract(spec, *arrays, optimize=path))
 
 

@@ -363,21 +363,25 @@ def test_a_limit_slicing_cannot_meet_names_the_smallest():
         lower(before, "einsum-lowering{memory-limit=50}")
 
 
-def ladder(n: int) -> tuple[str, list[tuple[int, ...]]]:
-    """A 2 x n ladder of tensors with an open leg each: 5n - 2 indices, narrow to contract."""
+def ladder(n: int, bonds: int = 1, every: int = 0) -> tuple[str, list[tuple[int, ...]]]:
+    """A 2 x n ladder of tensors, each edge ``bonds`` indices of size 2, an open leg on every
+    ``every``-th tensor (default: ``n // 8``): ``bonds * (3n - 2)`` indices and more, narrow
+    to contract."""
     edges = [(i, i + 1) for i in range(n - 1)] + [(n + i, n + i + 1) for i in range(n - 1)]
     edges += [(i, n + i) for i in range(n)]
     terms: list[list[str]] = [[] for _ in range(2 * n)]
     symbols = 0
     for a, b in edges:
-        c = opt_einsum.get_symbol(symbols)
-        symbols += 1
-        terms[a].append(c)
-        terms[b].append(c)
-    for t in terms[:: max(n // 8, 1)]:  # a few open legs: the output
+        for _ in range(bonds):
+            c = opt_einsum.get_symbol(symbols)
+            symbols += 1
+            terms[a].append(c)
+            terms[b].append(c)
+    every = every or max(n // 8, 1)
+    for t in terms[::every]:  # a few open legs: the output
         t.append(opt_einsum.get_symbol(symbols))
         symbols += 1
-    out = "".join(t[-1] for t in terms[:: max(n // 8, 1)])
+    out = "".join(t[-1] for t in terms[::every])
     return ",".join("".join(t) for t in terms) + "->" + out, [(2,) * len(t) for t in terms]
 
 
@@ -397,3 +401,32 @@ def test_300_indices_through_builder_text_lowering_and_interpret():
     np.testing.assert_allclose(accy.interpret(after, xs)[0], want, rtol=1e-9)
     assert len(terms) == 120
 
+
+
+DEVICE_PIPELINE = "accy-dispatch,accy-memory,accy-kernel,accy-target"
+
+
+def test_a_sliced_einsum_runs_on_the_device_and_matches_numpy(device):
+    spec = "ab,bc,cd->ad"
+    before = program_of(spec, [(3, 8), (8, 8), (8, 3)], DType.f32)
+    job = accy.prepare(before, "shape-layout-propagation,einsum-lowering{memory-limit=9},"
+                       + DEVICE_PIPELINE)
+    (record,) = [p for p in job.record("tensor").passes if p.spec.startswith("einsum-lowering")]
+    sliced = dict(record.stats)["einsum-0"]
+    assert sliced["slices"] > 1 and sliced["sliced_cost"]["size"] <= 9
+    tensor = job.products[Stage.tensor].program
+    assert all(n.type.size <= 9 for n in tensor.nodes() if n.op is Op.EINSUM)
+    xs = inputs_for(before)
+    np.testing.assert_allclose(job.run(*xs, device=device)[0], np.einsum(spec, *xs),
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_300_indices_through_builder_prepare_and_run(device):
+    spec, shapes = ladder(21, bonds=5, every=10)  # 42 tensors, 310 indices
+    assert len(set(spec) - set(",->")) >= 300
+    before = program_of(spec, shapes, DType.f32)
+    job = accy.prepare(before, "shape-layout-propagation,einsum-lowering," + DEVICE_PIPELINE)
+    xs = [np.float32(0.25) * x for x in inputs_for(before)]  # keep the result within f32
+    want = opt_einsum.contract(spec, *[x.astype(np.float64) for x in xs])
+    np.testing.assert_allclose(job.run(*xs, device=device)[0], want, rtol=1e-3,
+                               atol=1e-4 * float(np.abs(want).max()))

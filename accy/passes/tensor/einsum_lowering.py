@@ -16,7 +16,8 @@ Each ``einsum`` node becomes, in order:
 
 With ``memory-limit=N`` every intermediate must hold at most N elements. When no pairwise
 path fits (:class:`accy.contraction.NoPathError`), summed letters of the unconstrained path
-are *sliced* (:mod:`accy.contraction.slicing`): the pairwise steps are emitted once per value
+are *sliced*, the path re-searched for the sliced sizes after each letter
+(:mod:`accy.contraction.slicing`): the pairwise steps are emitted once per value
 of the sliced letters, on width-1 ``slice`` views of the operands holding them, and the
 slices' results are added in a balanced tree of ``add`` nodes (at most :data:`MAX_SLICES`
 slices; output letters are never sliced here). ``strategy=hyper`` with ``max-time`` or
