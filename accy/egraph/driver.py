@@ -284,15 +284,73 @@ def _step(rules: Sequence[NamedRule], match_limit: int | None, *,
     return run(user, scheduler=scheduler) + run(TYPE_RULES)
 
 
-def _run_step(eg: EGraph, step: Schedule) -> Any:
+@dataclass(frozen=True)
+class _StepOutcome:
+    """What the driver reads of one step's run report."""
+
+    updated: bool
+    can_stop: bool
+    fired: dict[str, list[float]]  # accy rule name -> [matches, seconds]
+
+
+def _run_step(eg: EGraph, step: Schedule, rule_of: dict[str, NamedRule]) -> _StepOutcome:
     try:
-        return eg.run(step)
+        return _run_plain(eg, step, rule_of)
     except BaseException as e:
         eg.pop()  # back to the last checkpoint, then say what went wrong
         if "Illegal merge attempted for function tensor.type" in str(e):
             raise EGraphError("a rule united tensors of different types (its right-hand side "
                               "carries a wrong type argument)") from e
         raise EGraphError(f"saturation failed in a rule: {type(e).__name__}: {e}") from e
+
+
+# Plain steps (runs of rule sets in sequence, no scheduler, no ``until``) as egglog commands,
+# by schedule. ``EGraph.run`` converts the schedule again on every call, walking every rule of
+# every rule set it names to see whether the e-graph has it (hashing each rule's declaration
+# tree), and translates the report's rule names back to declarations the same way: on a small
+# program that was most of a step. Once the e-graph has the rule sets, the same command runs
+# them, and the report is read by rule name.
+_COMMANDS: dict[Any, tuple[Any, tuple[Any, ...]] | None] = {}  # decl -> (command, rule sets)
+_MAX_COMMANDS = 64
+
+
+def _run_plain(eg: EGraph, step: Schedule, rule_of: dict[str, NamedRule]) -> _StepOutcome:
+    decl = step.schedule
+    if decl not in _COMMANDS:
+        idents = _plain_rulesets(decl)
+        _COMMANDS[decl] = (None if idents is None
+                           else (eg._state._schedule_to_egg(decl), idents))
+        while len(_COMMANDS) > _MAX_COMMANDS:
+            del _COMMANDS[next(iter(_COMMANDS))]
+    entry = _COMMANDS[decl]
+    state = eg._state
+    if entry is None or not all(i in state.rulesets for i in entry[1]):
+        report = eg.run(step)  # registers the rule sets in this e-graph
+        return _StepOutcome(report.updated, report.can_stop, _per_rule(report, rule_of))
+    (out,) = state.run_program(bindings.RunSchedule(entry[0]))
+    raw = out.report
+    decls = state.rule_name_to_command_decl
+    fired: dict[str, list[float]] = {}
+    times = raw.search_and_apply_time_per_rule
+    matches = raw.num_matches_per_rule
+    for egg in (*matches, *(k for k in times if k not in matches)):
+        rule = rule_of.get(getattr(decls[egg], "name", None) or "")
+        if rule is not None:
+            entry_ = fired.setdefault(rule.name, [0, 0.0])
+            entry_[0] += matches.get(egg, 0)
+            entry_[1] += times[egg].total_seconds() if egg in times else 0.0
+    return _StepOutcome(raw.updated, raw.can_stop, fired)
+
+
+def _plain_rulesets(decl: Any) -> tuple[Any, ...] | None:
+    """The rule sets a schedule of plain runs in sequence names; None for any other."""
+    kind = type(decl).__name__
+    if kind == "SequenceDecl":
+        parts = [_plain_rulesets(d) for d in decl.schedules]
+        return None if any(p is None for p in parts) else tuple(i for p in parts for i in p)
+    if kind == "RunDecl" and decl.scheduler is None and not decl.until:
+        return (decl.ruleset,)
+    return None
 
 
 def saturate(
@@ -370,10 +428,10 @@ def saturate(
             eg.push()
             checkpoints.append((len(history), nodes, classes))
         capped_off = capped_at is not None and len(history) >= capped_at
-        report = _run_step(eg, later if capped_off else step)
+        report = _run_step(eg, later if capped_off else step, rule_of)
         after_nodes, after_classes = egraph_size(eg)
         now = time.perf_counter()
-        fired.append(_per_rule(report, rule_of))
+        fired.append(report.fired)
         history.append(IterationStats(len(history) + 1, after_nodes, after_classes,
                                       int(sum(v[0] for v in fired[-1].values())), now - t0,
                                       kept=True))
