@@ -84,6 +84,7 @@ from accy.egraph.sorts import (
     Tensor,
     new_egraph,
 )
+from accy.egraph.steps import StepOutcome, run_schedule
 from accy.errors import EGraphError
 
 __all__ = [
@@ -284,73 +285,18 @@ def _step(rules: Sequence[NamedRule], match_limit: int | None, *,
     return run(user, scheduler=scheduler) + run(TYPE_RULES)
 
 
-@dataclass(frozen=True)
-class _StepOutcome:
-    """What the driver reads of one step's run report."""
-
-    updated: bool
-    can_stop: bool
-    fired: dict[str, list[float]]  # accy rule name -> [matches, seconds]
-
-
-def _run_step(eg: EGraph, step: Schedule, rule_of: dict[str, NamedRule]) -> _StepOutcome:
+def _run_step(eg: EGraph, step: Schedule, rule_of: dict[str, NamedRule]) -> StepOutcome:
     try:
-        return _run_plain(eg, step, rule_of)
+        out = run_schedule(eg, step, rule_of)
+        if out.fired is None:  # a schedule run_schedule does not take apart: egglog's report
+            out = replace(out, fired=_per_rule(out.report, rule_of))
+        return out
     except BaseException as e:
         eg.pop()  # back to the last checkpoint, then say what went wrong
         if "Illegal merge attempted for function tensor.type" in str(e):
             raise EGraphError("a rule united tensors of different types (its right-hand side "
                               "carries a wrong type argument)") from e
         raise EGraphError(f"saturation failed in a rule: {type(e).__name__}: {e}") from e
-
-
-# Plain steps (runs of rule sets in sequence, no scheduler, no ``until``) as egglog commands,
-# by schedule. ``EGraph.run`` converts the schedule again on every call, walking every rule of
-# every rule set it names to see whether the e-graph has it (hashing each rule's declaration
-# tree), and translates the report's rule names back to declarations the same way: on a small
-# program that was most of a step. Once the e-graph has the rule sets, the same command runs
-# them, and the report is read by rule name.
-_COMMANDS: dict[Any, tuple[Any, tuple[Any, ...]] | None] = {}  # decl -> (command, rule sets)
-_MAX_COMMANDS = 64
-
-
-def _run_plain(eg: EGraph, step: Schedule, rule_of: dict[str, NamedRule]) -> _StepOutcome:
-    decl = step.schedule
-    if decl not in _COMMANDS:
-        idents = _plain_rulesets(decl)
-        _COMMANDS[decl] = (None if idents is None
-                           else (eg._state._schedule_to_egg(decl), idents))
-        while len(_COMMANDS) > _MAX_COMMANDS:
-            del _COMMANDS[next(iter(_COMMANDS))]
-    entry = _COMMANDS[decl]
-    state = eg._state
-    if entry is None or not all(i in state.rulesets for i in entry[1]):
-        report = eg.run(step)  # registers the rule sets in this e-graph
-        return _StepOutcome(report.updated, report.can_stop, _per_rule(report, rule_of))
-    (out,) = state.run_program(bindings.RunSchedule(entry[0]))
-    raw = out.report
-    decls = state.rule_name_to_command_decl
-    fired: dict[str, list[float]] = {}
-    times = raw.search_and_apply_time_per_rule
-    matches = raw.num_matches_per_rule
-    for egg in (*matches, *(k for k in times if k not in matches)):
-        rule = rule_of.get(getattr(decls[egg], "name", None) or "")
-        if rule is not None:
-            entry_ = fired.setdefault(rule.name, [0, 0.0])
-            entry_[0] += matches.get(egg, 0)
-            entry_[1] += times[egg].total_seconds() if egg in times else 0.0
-    return _StepOutcome(raw.updated, raw.can_stop, fired)
-
-
-def _plain_rulesets(decl: Any) -> tuple[Any, ...] | None:
-    """The rule sets a schedule of plain runs in sequence names; None for any other."""
-    kind = type(decl).__name__
-    if kind == "SequenceDecl":
-        parts = [_plain_rulesets(d) for d in decl.schedules]
-        return None if any(p is None for p in parts) else tuple(i for p in parts for i in p)
-    if kind == "RunDecl" and decl.scheduler is None and not decl.until:
-        return (decl.ruleset,)
-    return None
 
 
 def saturate(
@@ -393,7 +339,7 @@ def saturate(
     capped_at = capped_iterations if capped & {r.name for r in selected} else None
     later = _step([r for r in selected if r.name not in capped], match_limit)
     start = time.perf_counter()
-    eg.run(TYPE_RULES)  # terms registered by hand get their types too
+    run_schedule(eg, run(TYPE_RULES))  # terms registered by hand get their types too
     nodes0, classes0 = nodes, classes = egraph_size(eg)
     history: list[IterationStats] = []
     fired: list[dict[str, list[float]]] = []  # per iteration: [matches, seconds] per rule
