@@ -19,7 +19,9 @@
    process on the same folders). accy's disk cache runs ``auto`` (off on PoCL, which keeps its
    own kernel cache) and ``on`` (forced). ``--before`` also runs the many-output program as
    accy did before issue #15: a kernel per output (``fusion-planning{horizontal=false}``), each
-   built as a program of its own (slow: minutes on PoCL).
+   built as a program of its own (slow: minutes on PoCL). ``--sweep-args 4,8,64`` also runs
+   the many-output program (cold and warm, ``auto``) with ``fusion-planning{horizontal-max-args=N}``
+   for each N: how PoCL's per-kernel compile at the first launch grows with the kernel.
 
 Prints tables and writes JSON (provenance, arguments, every row) with
 ``accy.experiments.records``.
@@ -156,6 +158,11 @@ def random_dag(ops: int, seed: int = 0, n: int = 256) -> accy.Program:
 
 NO_HORIZONTAL = ("accy-contract,accy-tensor,fusion-planning{horizontal=false},schedule-planning,"
                  "accy-memory,accy-kernel,accy-target")
+
+
+def max_args(n: int) -> str:
+    """The default pipeline with horizontal fusion bounded to ``n`` buffer arguments."""
+    return NO_HORIZONTAL.replace("horizontal=false", f"horizontal-max-args={n}")
 
 
 def many_outputs(outputs: int, n: int = 64) -> accy.Program:
@@ -308,6 +315,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--modes", default="auto,on",
                     help="accy build cache modes of the joined first runs (auto, on; empty: "
                     "none, e.g. with --before alone)")
+    ap.add_argument("--sweep-args", default="",
+                    help="horizontal-max-args values for first runs of the many-output program")
     ap.add_argument("--skip-first-run", action="store_true")
     ap.add_argument("--block-repeats", type=int, default=5,
                     help="warm prepares of the pre-LN transformer block (0: none)")
@@ -356,6 +365,12 @@ def main(argv: list[str] | None = None) -> int:
                 job = accy.prepare(program, NO_HORIZONTAL)
                 path = job.save(tmp / f"{name}.before.job")
                 run_rows += first_runs(name, job, path, args.device, [("auto", False)], tmp)
+        for n in (int(v) for v in args.sweep_args.split(",") if v):
+            job = accy.prepare(many_outputs(args.outputs), max_args(n))
+            path = job.save(tmp / f"sweep-{n}.job")
+            for row in first_runs(f"{args.outputs}-outputs", job, path, args.device,
+                                  [("auto", True)], tmp):
+                run_rows.append({**row, "horizontal_max_args": n})
     write_json({"experiment": "bench_prepare", "arguments": vars(args),
                 "provenance": provenance(args.device or None, command=sys.argv),
                 "prepare": prep_rows, "block": block_rows, "first_runs": run_rows}, args.out)
