@@ -5,8 +5,9 @@ every rule of every rule set it names to see whether the e-graph has it already 
 rule's whole declaration tree), and translates the report's rule names back to declarations
 the same way: for a small program that was most of a step (issue #15). A *plain* schedule
 (runs of rule sets in sequence, no scheduler, no ``until``) becomes the same command every
-time, so it is converted once; once the e-graph has its rule sets (egglog-python's own record,
-kept across ``push``/``pop``), the command runs directly and the report is read by rule name.
+time, so it is converted once; once the e-graph has registered these very rule sets
+(egglog-python's own record, kept across ``push``/``pop``; the declarations compared by
+identity), the command runs directly and the report is read by rule name.
 Any other schedule, or an e-graph without the rule sets yet, goes through ``EGraph.run``.
 """
 
@@ -45,7 +46,7 @@ def run_schedule(eg: EGraph, schedule: Schedule, rule_of: dict[str, Any] | None 
             del _COMMANDS[next(iter(_COMMANDS))]
     entry = _COMMANDS[decl]
     state = eg._state
-    if entry is None or not all(r in state.rulesets for r in entry[1]):
+    if entry is None or not _has(state, schedule, entry[1]):
         report = eg.run(schedule)  # registers the rule sets in this e-graph
         return StepOutcome(report.updated, report.can_stop, None, report)
     (out,) = state.run_program(bindings.RunSchedule(entry[0]))
@@ -61,6 +62,13 @@ def run_schedule(eg: EGraph, schedule: Schedule, rule_of: dict[str, Any] | None 
                 counts[0] += matches.get(egg, 0)
                 counts[1] += times[egg].total_seconds() if egg in times else 0.0
     return StepOutcome(raw.updated, raw.can_stop, fired)
+
+
+def _has(state: Any, schedule: Schedule, rulesets: tuple[Any, ...]) -> bool:
+    """Whether the e-graph has registered these very rule sets (the declarations the schedule
+    carries, by identity: a rule set defined again under the same name is new to it)."""
+    mine, known = schedule.__egg_decls__._rulesets, state.__egg_decls__._rulesets
+    return all(r in state.rulesets and known.get(r) is mine.get(r) for r in rulesets)
 
 
 def _plain_rulesets(decl: Any) -> tuple[Any, ...] | None:
