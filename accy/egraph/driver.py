@@ -68,7 +68,17 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
-from egglog import EGraph, Ruleset, Schedule, back_off, bindings, eq, ruleset, run
+from egglog import (
+    EGraph,
+    Ruleset,
+    Schedule,
+    back_off,
+    bindings,
+    eq,
+    ruleset,
+    run,
+    unstable_combine_rulesets,
+)
 from egglog.egraph_state import span
 
 from accy.egraph.convert import ProgramEGraph
@@ -227,6 +237,7 @@ def select_rules(rulesets: Iterable[str | RuleSet], rules: Iterable[str] | None 
 
 
 _EGG_RULESETS: dict[tuple[int, ...], tuple[tuple[NamedRule, ...], Ruleset]] = {}
+_EGG_RULES: dict[int, tuple[NamedRule, Ruleset]] = {}  # id(rule) -> a ruleset of it alone
 
 
 @on_unregister
@@ -235,21 +246,41 @@ def _forget(rs: RuleSet) -> None:
     gone = {id(r) for r in rs.rules}
     for key in [k for k, (rules, _) in _EGG_RULESETS.items() if gone & {id(r) for r in rules}]:
         del _EGG_RULESETS[key]
+    for key in gone & _EGG_RULES.keys():
+        del _EGG_RULES[key]
+
+
+def _named(prefix: str, text: str, taken: Iterable[Ruleset]) -> str:
+    """``prefix-<digest of text>-<n>``: equal names but other rule objects (a rule set built
+    twice) get a ruleset of their own."""
+    digest = hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+    same = sum(rs.__egg_ident__.name.startswith(f"{prefix}-{digest}-") for rs in taken)
+    return f"{prefix}-{digest}-{same}"
+
+
+def _rule_ruleset(rule: NamedRule) -> Ruleset:
+    """An egglog ruleset holding ``rule`` alone (cached)."""
+    cached = _EGG_RULES.get(id(rule))
+    if cached is None:
+        name = _named("accy-rule", f"{rule.ruleset}/{rule.name}",
+                      (rs for _, rs in _EGG_RULES.values()))
+        rs = ruleset(*rule.egg_rules, name=name) if rule.egg_rules else ruleset(name=name)
+        cached = _EGG_RULES[id(rule)] = (rule, rs)  # keeps the rule alive: its id stays valid
+    return cached[1]
 
 
 def egglog_ruleset(rules: Sequence[NamedRule]) -> Ruleset:
-    """One egglog ruleset holding exactly ``rules`` (cached, so reruns reuse it)."""
+    """One egglog ruleset running exactly ``rules`` (cached, so reruns reuse it): the rule
+    sets of each rule alone, combined. An e-graph declares a rule once, however many
+    selections (an ablation's, one rule left out at a time) run it; a new selection is one
+    command."""
     key = tuple(id(r) for r in rules)
     cached = _EGG_RULESETS.get(key)
     if cached is None:
-        digest = hashlib.blake2b("\n".join(f"{r.ruleset}/{r.name}" for r in rules).encode(),
-                                 digest_size=8).hexdigest()
-        # equal names but other rule objects (a rule set built twice) get their own ruleset
-        same = sum(rs.__egg_ident__.name.startswith(f"accy-rules-{digest}-")
-                   for _, rs in _EGG_RULESETS.values())
-        name = f"accy-rules-{digest}-{same}"
-        egg_rules = [e for r in rules for e in r.egg_rules]
-        rs = ruleset(*egg_rules, name=name) if egg_rules else ruleset(name=name)
+        name = _named("accy-rules", "\n".join(f"{r.ruleset}/{r.name}" for r in rules),
+                      (rs for _, rs in _EGG_RULESETS.values()))
+        parts = [_rule_ruleset(r) for r in rules]
+        rs = unstable_combine_rulesets(*parts, name=name) if parts else ruleset(name=name)
         cached = _EGG_RULESETS[key] = (tuple(rules), rs)  # keeps the rules alive: ids stay valid
     return cached[1]
 
