@@ -12,7 +12,8 @@ f32 = accy.f32
 
 @accy.function
 def prog(a: f32[8], b: f32[8]):
-    return (a * 1.0 + b * 0.0) - (-(-a)) + (b + a) * (a + b)
+    na = -a
+    return (a * 1.0 + b * 0.0) - (-na) + (b + a) * (a + b)
 
 
 def run(names: tuple[str, ...]) -> rewriting.Outcome:
