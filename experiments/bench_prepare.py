@@ -17,8 +17,11 @@
    the time to build the kernels and to make the first call, with cold caches (a new
    ``ACCY_BUILD_CACHE_DIR`` and, on PoCL, a new ``POCL_CACHE_DIR``) and then warm (a second
    process on the same folders). accy's disk cache runs ``auto`` (off on PoCL, which keeps its
-   own kernel cache) and ``on`` (forced). ``--before`` also builds the many-output program one
-   program per kernel, as accy did before issue #15 (slow: minutes on PoCL).
+   own kernel cache) and ``on`` (forced). ``--before`` also runs the many-output program as
+   accy did before issue #15: a kernel per output (``fusion-planning{horizontal=false}``), each
+   built as a program of its own (slow: minutes on PoCL). ``--sweep-args 4,8,64`` also runs
+   the many-output program (cold and warm, ``auto``) with ``fusion-planning{horizontal-max-args=N}``
+   for each N: how PoCL's per-kernel compile at the first launch grows with the kernel.
 
 Prints tables and writes JSON (provenance, arguments, every row) with
 ``accy.experiments.records``.
@@ -153,6 +156,15 @@ def random_dag(ops: int, seed: int = 0, n: int = 256) -> accy.Program:
     return b.finish()
 
 
+NO_HORIZONTAL = ("accy-contract,accy-tensor,fusion-planning{horizontal=false},schedule-planning,"
+                 "accy-memory,accy-kernel,accy-target")
+
+
+def max_args(n: int) -> str:
+    """The default pipeline with horizontal fusion bounded to ``n`` buffer arguments."""
+    return NO_HORIZONTAL.replace("horizontal=false", f"horizontal-max-args={n}")
+
+
 def many_outputs(outputs: int, n: int = 64) -> accy.Program:
     """``outputs`` independent small elementwise expressions of two inputs, each a result."""
     b = accy.Builder()
@@ -193,7 +205,9 @@ def measure_prepare(name: str, program: accy.Program, tmp: Path) -> tuple[Row, a
     nodes = node_count(program)
     timing = TimingReport()
     with timing.measure():
+        cpu = time.process_time()  # this process's CPU time: a loaded machine moves it less
         job = accy.prepare(program, instruments=[timing])
+        cpu_ms = (time.process_time() - cpu) * 1e3
         with timing.phase("render"):
             for i in range(job.kernel_count):
                 job.kernel_source(i)
@@ -207,7 +221,7 @@ def measure_prepare(name: str, program: accy.Program, tmp: Path) -> tuple[Row, a
     top = sorted(timing.rows, key=lambda r: -r[2])[:3]
     row = {
         "workload": name, "nodes": nodes, "kernels": job.kernel_count,
-        "total_ms": timing.total_ns / 1e6, "stage_ms": stages,
+        "total_ms": timing.total_ns / 1e6, "cpu_ms": cpu_ms, "stage_ms": stages,
         "stage_us_per_node": {s: 1e3 * ms / nodes for s, ms in stages.items()},
         "render_ms": timing.phases[0][1] / 1e6,
         "manager_ms": (timing.bookkeeping_ns + timing.between_ns) / 1e6,
@@ -303,6 +317,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--modes", default="auto,on",
                     help="accy build cache modes of the joined first runs (auto, on; empty: "
                     "none, e.g. with --before alone)")
+    ap.add_argument("--sweep-args", default="",
+                    help="horizontal-max-args values for first runs of the many-output program")
     ap.add_argument("--skip-first-run", action="store_true")
     ap.add_argument("--block-repeats", type=int, default=5,
                     help="warm prepares of the pre-LN transformer block (0: none)")
@@ -331,9 +347,10 @@ def main(argv: list[str] | None = None) -> int:
         block_rows = [measure_prepare("preln-block", preln_block(), tmp)[0]
                       for _ in range(args.block_repeats)]
         ms = sorted(r["total_ms"] for r in block_rows)
+        cpu = sorted(r["cpu_ms"] for r in block_rows)
         print(f"\npre-LN block ({block_rows[0]['nodes']} nodes, {block_rows[0]['kernels']} "
               f"kernels), {len(ms)} warm prepares: median {ms[len(ms) // 2]:.1f} ms, "
-              f"best {ms[0]:.1f} ms")
+              f"best {ms[0]:.1f} ms (CPU of this process: median {cpu[len(cpu) // 2]:.1f} ms)")
     run_rows: list[Row] = []
     if not args.skip_first_run:
         print("\nfirst runs (fresh processes loading the saved job):")
@@ -341,13 +358,22 @@ def main(argv: list[str] | None = None) -> int:
         cases = [(f"{name}-{args.first_run_size}", make(args.first_run_size))
                  for name, make in WORKLOADS.items()]
         cases.append((f"{args.outputs}-outputs", many_outputs(args.outputs)))
-        if args.before and not modes:  # the one-per-kernel build alone
+        if args.before and not modes:  # the build as before issue #15 alone
             cases = cases[-1:]
         for name, program in cases:
             job = accy.prepare(program)
             path = job.save(tmp / f"{name}.first.job")
-            extra = [("auto", False)] if args.before and name.endswith("-outputs") else []
-            run_rows += first_runs(name, job, path, args.device, modes + extra, tmp)
+            run_rows += first_runs(name, job, path, args.device, modes, tmp)
+            if args.before and name.endswith("-outputs"):  # a kernel per output, unbatched
+                job = accy.prepare(program, NO_HORIZONTAL)
+                path = job.save(tmp / f"{name}.before.job")
+                run_rows += first_runs(name, job, path, args.device, [("auto", False)], tmp)
+        for n in (int(v) for v in args.sweep_args.split(",") if v):
+            job = accy.prepare(many_outputs(args.outputs), max_args(n))
+            path = job.save(tmp / f"sweep-{n}.job")
+            for row in first_runs(f"{args.outputs}-outputs", job, path, args.device,
+                                  [("auto", True)], tmp):
+                run_rows.append({**row, "horizontal_max_args": n})
     write_json({"experiment": "bench_prepare", "arguments": vars(args),
                 "provenance": provenance(args.device or None, command=sys.argv),
                 "prepare": prep_rows, "block": block_rows, "first_runs": run_rows}, args.out)

@@ -32,8 +32,9 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
-from egglog import EGraph, function, i64Like
+from egglog import EGraph, function, i64Like, run
 from egglog.bindings import Value
+from egglog.runtime import resolve_callable
 
 from accy.egraph.cost import (
     DEFAULT_COST_MODEL,
@@ -61,6 +62,7 @@ from accy.egraph.sorts import (
     signature,
     tensor_list,
 )
+from accy.egraph.steps import run_schedule
 from accy.errors import EGraphError, ShapeError
 from accy.ir.node import Node, topological
 from accy.ir.ops import Op
@@ -208,10 +210,12 @@ def to_egraph(program: Program | Function, egraph: EGraph | None = None) -> Prog
     # egglog-python declares a constructor to egglog when it first meets it; the text names
     # constructors directly, so it meets each one used first (function_size declares it)
     ctors = [getattr(Tensor, m) for m in sorted(methods)]
+    declared = eg._state.callable_ref_to_egg_fn  # kept across push/pop
     for ctor in ctors + ([TensorList.nil, TensorList.cons] if lists else []):
-        eg.function_size(ctor)
+        if resolve_callable(ctor)[0] not in declared:
+            eg.function_size(ctor)
     eg._egraph.parse_and_run_program("\n".join(lines))
-    eg.run(TYPE_RULES)
+    run_schedule(eg, run(TYPE_RULES))
     return ProgramEGraph(program, eg, handles)
 
 

@@ -68,7 +68,17 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
-from egglog import EGraph, Ruleset, Schedule, back_off, bindings, eq, ruleset, run
+from egglog import (
+    EGraph,
+    Ruleset,
+    Schedule,
+    back_off,
+    bindings,
+    eq,
+    ruleset,
+    run,
+    unstable_combine_rulesets,
+)
 from egglog.egraph_state import span
 
 from accy.egraph.convert import ProgramEGraph
@@ -84,6 +94,7 @@ from accy.egraph.sorts import (
     Tensor,
     new_egraph,
 )
+from accy.egraph.steps import StepOutcome, run_schedule
 from accy.errors import EGraphError
 
 __all__ = [
@@ -226,6 +237,7 @@ def select_rules(rulesets: Iterable[str | RuleSet], rules: Iterable[str] | None 
 
 
 _EGG_RULESETS: dict[tuple[int, ...], tuple[tuple[NamedRule, ...], Ruleset]] = {}
+_EGG_RULES: dict[int, tuple[NamedRule, Ruleset]] = {}  # id(rule) -> a ruleset of it alone
 
 
 @on_unregister
@@ -234,21 +246,41 @@ def _forget(rs: RuleSet) -> None:
     gone = {id(r) for r in rs.rules}
     for key in [k for k, (rules, _) in _EGG_RULESETS.items() if gone & {id(r) for r in rules}]:
         del _EGG_RULESETS[key]
+    for key in gone & _EGG_RULES.keys():
+        del _EGG_RULES[key]
+
+
+def _named(prefix: str, text: str, taken: Iterable[Ruleset]) -> str:
+    """``prefix-<digest of text>-<n>``: equal names but other rule objects (a rule set built
+    twice) get a ruleset of their own."""
+    digest = hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+    same = sum(rs.__egg_ident__.name.startswith(f"{prefix}-{digest}-") for rs in taken)
+    return f"{prefix}-{digest}-{same}"
+
+
+def _rule_ruleset(rule: NamedRule) -> Ruleset:
+    """An egglog ruleset holding ``rule`` alone (cached)."""
+    cached = _EGG_RULES.get(id(rule))
+    if cached is None:
+        name = _named("accy-rule", f"{rule.ruleset}/{rule.name}",
+                      (rs for _, rs in _EGG_RULES.values()))
+        rs = ruleset(*rule.egg_rules, name=name) if rule.egg_rules else ruleset(name=name)
+        cached = _EGG_RULES[id(rule)] = (rule, rs)  # keeps the rule alive: its id stays valid
+    return cached[1]
 
 
 def egglog_ruleset(rules: Sequence[NamedRule]) -> Ruleset:
-    """One egglog ruleset holding exactly ``rules`` (cached, so reruns reuse it)."""
+    """One egglog ruleset running exactly ``rules`` (cached, so reruns reuse it): the rule
+    sets of each rule alone, combined. An e-graph declares a rule once, however many
+    selections (an ablation's, one rule left out at a time) run it; a new selection is one
+    command."""
     key = tuple(id(r) for r in rules)
     cached = _EGG_RULESETS.get(key)
     if cached is None:
-        digest = hashlib.blake2b("\n".join(f"{r.ruleset}/{r.name}" for r in rules).encode(),
-                                 digest_size=8).hexdigest()
-        # equal names but other rule objects (a rule set built twice) get their own ruleset
-        same = sum(rs.__egg_ident__.name.startswith(f"accy-rules-{digest}-")
-                   for _, rs in _EGG_RULESETS.values())
-        name = f"accy-rules-{digest}-{same}"
-        egg_rules = [e for r in rules for e in r.egg_rules]
-        rs = ruleset(*egg_rules, name=name) if egg_rules else ruleset(name=name)
+        name = _named("accy-rules", "\n".join(f"{r.ruleset}/{r.name}" for r in rules),
+                      (rs for _, rs in _EGG_RULESETS.values()))
+        parts = [_rule_ruleset(r) for r in rules]
+        rs = unstable_combine_rulesets(*parts, name=name) if parts else ruleset(name=name)
         cached = _EGG_RULESETS[key] = (tuple(rules), rs)  # keeps the rules alive: ids stay valid
     return cached[1]
 
@@ -284,9 +316,12 @@ def _step(rules: Sequence[NamedRule], match_limit: int | None, *,
     return run(user, scheduler=scheduler) + run(TYPE_RULES)
 
 
-def _run_step(eg: EGraph, step: Schedule) -> Any:
+def _run_step(eg: EGraph, step: Schedule, rule_of: dict[str, NamedRule]) -> StepOutcome:
     try:
-        return eg.run(step)
+        out = run_schedule(eg, step, rule_of)
+        if out.fired is None:  # a schedule run_schedule does not take apart: egglog's report
+            out = replace(out, fired=_per_rule(out.report, rule_of))
+        return out
     except BaseException as e:
         eg.pop()  # back to the last checkpoint, then say what went wrong
         if "Illegal merge attempted for function tensor.type" in str(e):
@@ -335,7 +370,7 @@ def saturate(
     capped_at = capped_iterations if capped & {r.name for r in selected} else None
     later = _step([r for r in selected if r.name not in capped], match_limit)
     start = time.perf_counter()
-    eg.run(TYPE_RULES)  # terms registered by hand get their types too
+    run_schedule(eg, run(TYPE_RULES))  # terms registered by hand get their types too
     nodes0, classes0 = nodes, classes = egraph_size(eg)
     history: list[IterationStats] = []
     fired: list[dict[str, list[float]]] = []  # per iteration: [matches, seconds] per rule
@@ -370,10 +405,10 @@ def saturate(
             eg.push()
             checkpoints.append((len(history), nodes, classes))
         capped_off = capped_at is not None and len(history) >= capped_at
-        report = _run_step(eg, later if capped_off else step)
+        report = _run_step(eg, later if capped_off else step, rule_of)
         after_nodes, after_classes = egraph_size(eg)
         now = time.perf_counter()
-        fired.append(_per_rule(report, rule_of))
+        fired.append(report.fired)
         history.append(IterationStats(len(history) + 1, after_nodes, after_classes,
                                       int(sum(v[0] for v in fired[-1].values())), now - t0,
                                       kept=True))

@@ -36,6 +36,24 @@ class Stage(Enum):
             ) from None
 
 
+_ORDER = "_memo_nodes"  # the topological order, kept on the immutable function or program
+
+
+def _order(owner: Function | Program, roots) -> tuple[Node, ...]:
+    """``topological(roots)``, computed once per ``owner``: passes, analyses and verification
+    ask for a function's nodes many times per stage."""
+    found = owner.__dict__.get(_ORDER)
+    if found is None:
+        found = tuple(topological(roots))
+        object.__setattr__(owner, _ORDER, found)
+    return found
+
+
+def _without_order(state: dict) -> dict:
+    """Pickled state without the cached order (recomputed on demand after loading)."""
+    return {k: v for k, v in state.items() if k != _ORDER} if _ORDER in state else state
+
+
 @dataclass(frozen=True)
 class Function:
     """A named function: typed parameters (``param`` nodes 0..n-1) and one or more results.
@@ -61,8 +79,12 @@ class Function:
             raise ValueError(f"function {self.name} has no results")
 
     def nodes(self) -> list[Node]:
-        """Parameters, then every node the results need, operands before users."""
-        return list(topological((*self.params, *self.results)))
+        """Parameters, then every node the results need, operands before users (a new list
+        each call; the order is computed once per function)."""
+        return list(_order(self, (*self.params, *self.results)))
+
+    def __getstate__(self) -> dict:
+        return _without_order(self.__dict__)
 
     @memoized
     def fingerprint(self) -> str:
@@ -104,8 +126,11 @@ class Program:
         raise KeyError(f"no function {name!r}; functions: {[f.name for f in self.functions]}")
 
     def nodes(self) -> list[Node]:
-        roots = [n for f in self.functions for n in (*f.params, *f.results)]
-        return list(topological(roots))
+        """Every node of every function once, operands before users (a new list each call)."""
+        return list(_order(self, [n for f in self.functions for n in (*f.params, *f.results)]))
+
+    def __getstate__(self) -> dict:
+        return _without_order(self.__dict__)
 
     @memoized
     def fingerprint(self) -> str:

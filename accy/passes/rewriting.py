@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from accy.passes.manager import PassContext
 
 _PENALTY = 1 << 60  # cost of a constant above the size cap: never extracted when avoidable
-_WARM_EGRAPHS = 8  # rule selections kept declared per thread
+_WARM_EGRAPHS = 8  # e-graphs (one per combination of rule sets) kept declared per thread
 
 
 class PolicyError(ValueError):
@@ -156,24 +156,35 @@ class _WarmEGraphs(threading.local):
     """
 
     def __init__(self) -> None:
-        self.egraphs: OrderedDict[tuple[tuple[str, ...], tuple[str, ...], int], EGraph] = (
-            OrderedDict())
+        # rule sets and generation -> the e-graph and the rule selections declared in it
+        self.egraphs: OrderedDict[tuple[tuple[str, ...], int],
+                                  tuple[EGraph, set[tuple[str, ...]]]] = OrderedDict()
+        self.lent: dict[int, set[tuple[str, ...]]] = {}  # id(e-graph) -> its selections
 
     @staticmethod
-    def key(rulesets: Sequence[str], names: Sequence[str]) -> tuple:
-        """Names, and the registry's generation: a rule set defined again under the same
-        names (after ``unregister``) never borrows an e-graph declaring the old rules."""
-        return tuple(rulesets), tuple(names), generation()
+    def key(rulesets: Sequence[str]) -> tuple:
+        """Rule-set names, and the registry's generation: a rule set defined again under the
+        same names (after ``unregister``) never borrows an e-graph declaring the old rules.
+        Rule selections within them share one e-graph, where each rule is declared once
+        (``driver.egglog_ruleset``)."""
+        return tuple(rulesets), generation()
 
     def take(self, rulesets: Sequence[str], names: Sequence[str]) -> EGraph:
-        eg = self.egraphs.pop(self.key(rulesets, names), None)
+        eg, declared = self.egraphs.pop(self.key(rulesets), (None, set()))
         if eg is None:
             eg = new_egraph()
-            saturate(eg, rulesets, rules=names, iterations=1)  # declares the rules and types
+        if tuple(names) not in declared:
+            # declares the rules and types here, before any push (a pop would forget them)
+            saturate(eg, rulesets, rules=names, iterations=1)
+            declared.add(tuple(names))
+        if len(self.lent) > 4 * _WARM_EGRAPHS:  # e-graphs dropped on failure, never given back
+            self.lent.clear()
+        self.lent[id(eg)] = declared
         return eg
 
     def give_back(self, rulesets: Sequence[str], names: Sequence[str], eg: EGraph) -> None:
-        self.egraphs[self.key(rulesets, names)] = eg
+        declared = self.lent.pop(id(eg), set())
+        self.egraphs[self.key(rulesets)] = (eg, declared)
         while len(self.egraphs) > _WARM_EGRAPHS:
             self.egraphs.popitem(last=False)
 

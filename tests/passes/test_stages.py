@@ -120,9 +120,13 @@ def test_single_output_policy_boundaries() -> None:
     # a value used twice inside one consumer's kernel is computed there once
     (group,) = fusion_of(diamond, "single-output").groups
     assert [n.op for n in group.nodes] == [Op.ADD, Op.MUL, Op.SUB, Op.ADD]
-    plan = fusion_of(shared, "single-output")
+    plan = fusion_of(shared, "single-output horizontal=false")
     assert len(plan.groups) == 3
     assert [g.boundary for g in plan.groups].count("consumed by several kernels") == 1
+    # horizontal fusion (the default) joins the two independent results into one kernel
+    t, joined = fusion_of(shared, "single-output").groups
+    assert t.boundary == "consumed by several kernels"
+    assert [n.op for n in joined.outputs] == [Op.MUL, Op.SUB]
 
 
 def test_multi_output_policy_fuses_shared_values() -> None:
@@ -261,7 +265,8 @@ def numpy_chain(a, b):
 
 
 def test_bufferization_reuses_slots_by_liveness() -> None:
-    job = accy.prepare(chain, pipeline(buffers="in-place=false"), until="memory")
+    job = accy.prepare(chain, pipeline(buffers="in-place=false", fusion="horizontal=false"),
+                       until="memory")
     plan, schedule, fusion = job.product.buffers, job.product.schedule, job.product.fusion
     assert len(schedule.items) == 9
     roles = [s.role for s in plan.slots]
@@ -359,7 +364,7 @@ def test_layout_rejects_bad_alignment(alignment: int) -> None:
 
 
 def test_entry_names_dedup_repeated_names() -> None:
-    job = accy.prepare(chain)
+    job = accy.prepare(chain, pipeline(fusion="horizontal=false"))
     assert [k.entry for k in job.kernels] == [
         "add_kernel", "sub_kernel", "mul_kernel", "sub_kernel_1", "mul_kernel_1",
         "sub_kernel_2", "mul_kernel_2", "sub_kernel_3", "mul_kernel_3"]

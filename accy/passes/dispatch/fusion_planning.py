@@ -11,6 +11,7 @@ from accy.ir.ops import Op, OpKind
 from accy.ir.program import Stage
 from accy.passes.analysis import analysis
 from accy.passes.base import COUNT_MAX, Pass, option
+from accy.passes.dispatch.horizontal import join_sinks
 from accy.passes.dispatch.row_fusion import merge_row_groups
 from accy.passes.registry import register
 from accy.plans import FusionGroup, FusionPlan, ScheduleKind
@@ -75,24 +76,40 @@ class FusionPlanning(Pass):
         "ops between and after them into one group, built as one kernel by the row-fused "
         "generator (a layer norm: one kernel, not four); false: a kernel per reduction",
     )
+    horizontal: bool = option(
+        True,
+        "join independent elementwise groups that write function results over one shape "
+        "into one kernel (many small outputs: few kernels to build and launch); false: a "
+        "kernel per group",
+    )
+    horizontal_max_args: int = option(
+        64,
+        "most buffer arguments (inputs and outputs) of a kernel joined by horizontal fusion",
+        minimum=2, maximum=1024,
+    )
 
     def run(self, ctx, product):
         groups: list[FusionGroup] = []
-        recomputed = merged = 0
+        recomputed = merged = joined = 0
         for fi, fn in enumerate(product.program.functions):
             u = ctx.analysis("uses", product)[fi]
             nodes = fn.nodes()
             planned, shared = self._plan(fi, nodes, u)
+            position = {n: i for i, n in enumerate(nodes)}
             if self.row_fusion:
-                position = {n: i for i, n in enumerate(nodes)}
                 planned, rows = merge_row_groups(planned, u.users, u.results, position,
                                                  self.max_ops)
                 merged += rows
+            if self.horizontal:
+                planned, sinks = join_sinks(planned, u.users, u.results, position,
+                                            self.horizontal_max_args, self.max_ops)
+                joined += sinks
             groups.extend(planned)
             recomputed += shared
         ctx.stat("groups", len(groups))
         ctx.stat("recomputed movement", recomputed)
         ctx.stat("row groups", merged)
+        ctx.stat("horizontally joined groups", joined)
         return product.replace(fusion=FusionPlan(self.policy, tuple(groups)))
 
     def _plan(self, fi: int, nodes: list[Node], u: Uses) -> tuple[list[FusionGroup], int]:

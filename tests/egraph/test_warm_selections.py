@@ -1,0 +1,45 @@
+"""Issue #15: rule selections within the same rule sets share one warm e-graph, each rule
+declared once, and a run gives what it gives on a fresh e-graph."""
+
+from __future__ import annotations
+
+import accy
+from accy.passes import rewriting
+from accy.passes.tensor.saturate import DEFAULT_RULESETS
+
+f32 = accy.f32
+
+
+@accy.function
+def prog(a: f32[8], b: f32[8]):
+    na = -a
+    return (a * 1.0 + b * 0.0) - (-na) + (b + a) * (a + b)
+
+
+def run(names: tuple[str, ...]) -> rewriting.Outcome:
+    return rewriting.rewrite_program(prog, DEFAULT_RULESETS, names, iterations=8,
+                                     node_limit=None, time_limit_s=60.0, cost="flops-bytes",
+                                     isolate=False)
+
+
+def summary(out: rewriting.Outcome) -> tuple:
+    r = out.report
+    return (out.program.fingerprint(), out.cost_after, r.e_nodes, r.e_classes, r.stop_reason,
+            {x.name: x.matches for x in r.rules})
+
+
+def test_selections_share_one_egraph_and_compute_as_on_a_fresh_one() -> None:
+    everything = rewriting.select(DEFAULT_RULESETS)
+    fired = [n for n, m in summary(run(everything))[5].items() if m]
+    assert fired  # the program gives the rules something to do
+    without = tuple(n for n in everything if n != fired[0])
+    rewriting._WARM.egraphs.clear()
+    fresh = summary(run(without))  # on a new e-graph
+    rewriting._WARM.egraphs.clear()
+    run(everything)
+    (eg_all, declared), = rewriting._WARM.egraphs.values()
+    again = summary(run(without))  # on the e-graph that declared every rule already
+    (eg_both, declared), = rewriting._WARM.egraphs.values()
+    assert eg_both is eg_all and declared == {everything, without}
+    assert again == fresh
+    assert fired[0] not in again[5]
