@@ -24,10 +24,11 @@ Without rules, ``from_egraph(to_egraph(p)) == p``: the same nodes, the same shar
 
 from __future__ import annotations
 
+import hashlib
 import math
 import struct
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -90,6 +91,8 @@ class ProgramEGraph:
     program: Program
     egraph: EGraph
     handles: dict[Node, int]
+    # the bytes of the large constants that entered the e-graph by reference (``_call``)
+    constants: dict[str, bytes] = field(default_factory=dict)
 
     def roots(self) -> list[int]:
         """Handles of every function's results, in order."""
@@ -130,11 +133,25 @@ class _Call(NamedTuple):
     args: tuple[Primitive, ...]  # the attributes, then the type text
 
 
-def _call(node: Node) -> _Call:
-    """The constructor call of ``node`` (uniform constants as ``full``, others as bytes)."""
+# constants of more bytes enter ``to_egraph``'s e-graphs by reference: ``ref:<digest>`` in
+# place of their bytes, which ``ProgramEGraph.constants`` keeps (model weights would otherwise
+# be written into egglog's program text as hex and parsed back, seconds per megabyte; no rule
+# reads such constants' values: rules that do, read small ones, like an arange of classes)
+LARGE_CONSTANT_BYTES = 1 << 16
+REF_PREFIX = "ref:"
+
+
+def _call(node: Node, refs: dict[str, bytes] | None = None) -> _Call:
+    """The constructor call of ``node`` (uniform constants as ``full``, others as bytes, or,
+    with ``refs``, large ones by reference, their bytes put in ``refs``)."""
     ty = str(node.type)
     if node.op is Op.CONSTANT and (value := _full_value(node)) is not None:
         return _Call("full", FULL_EGG_NAME, (), False, (value, ty))
+    if refs is not None and node.op is Op.CONSTANT and len(
+            data := node.attr("value")) > LARGE_CONSTANT_BYTES:
+        key = REF_PREFIX + hashlib.blake2b(data, digest_size=16).hexdigest()
+        refs[key] = data
+        return _Call("constant", signature(Op.CONSTANT).egg_name, (), False, (key, ty))
     sig = signature(node.op)
     attrs = tuple(encode_attr(kind, node.attr(name)) for name, kind in sig.attrs)
     return _Call(sig.method, sig.egg_name, node.srcs, sig.operands is None, (*attrs, ty))
@@ -191,11 +208,12 @@ def to_egraph(program: Program | Function, egraph: EGraph | None = None) -> Prog
     eg = egraph if egraph is not None else new_egraph()
     base = eg.function_size(handle)  # several programs may share one e-graph
     handles: dict[Node, int] = {}
+    refs: dict[str, bytes] = {}
     lines: list[str] = []
     methods: set[str] = set()
     lists = False
     for node in program.nodes():
-        c = _call(node)
+        c = _call(node, refs)
         methods.add(c.method)
         operands = [f"({HANDLE_EGG_NAME} {handles[s]})" for s in c.operands]
         if c.variadic:
@@ -216,7 +234,7 @@ def to_egraph(program: Program | Function, egraph: EGraph | None = None) -> Prog
             eg.function_size(ctor)
     eg._egraph.parse_and_run_program("\n".join(lines))
     run_schedule(eg, run(TYPE_RULES))
-    return ProgramEGraph(program, eg, handles)
+    return ProgramEGraph(program, eg, handles, refs)
 
 
 # ---- e-graph -> IR ----------------------------------------------------------------------------
@@ -225,7 +243,8 @@ def to_egraph(program: Program | Function, egraph: EGraph | None = None) -> Prog
 class _Reader:
     """Decodes egglog's raw rows: e-class values to dense ids, primitives to Python values."""
 
-    def __init__(self, egraph: EGraph) -> None:
+    def __init__(self, egraph: EGraph, constants: Mapping[str, bytes] | None = None) -> None:
+        self.constants = constants or {}
         # The bindings-level e-graph: its freeze() returns raw rows in milliseconds, where the
         # high-level EGraph.freeze() builds a Python expression per row (seconds at 100k rows).
         self.raw = egraph._egraph
@@ -264,18 +283,29 @@ class _Reader:
         out = self.attr_sets.get(key)
         if out is None:
             out = self.attr_sets[key] = tuple(sorted([
-                (name, decode_attr(kind, self.prim(kind, v)))
+                (name, self.decode(kind, self.prim(kind, v)))
                 for (name, kind), v in zip(kinds, values, strict=True)]))
         return out
+
+    def decode(self, kind: str, raw: Any) -> Any:
+        if kind == "bytes" and str(raw).startswith(REF_PREFIX):
+            try:
+                return self.constants[raw]
+            except KeyError:
+                raise EGraphError(f"the e-graph holds a constant by reference ({raw}) that "
+                                  "this program did not put there") from None
+        return decode_attr(kind, raw)
 
 
 _SIG_BY_EGG_NAME = {sig.egg_name: sig for sig in SIGNATURES.values()}
 
 
-def read_egraph(egraph: EGraph) -> tuple[EClassGraph, dict[int, int]]:
+def read_egraph(egraph: EGraph, constants: Mapping[str, bytes] | None = None
+                ) -> tuple[EClassGraph, dict[int, int]]:
     """The e-graph's tensor e-nodes by e-class, and the e-class of every handle; e-nodes
-    over an e-class without e-nodes are dropped (``EClassGraph.drop_dangling``)."""
-    r = _Reader(egraph)
+    over an e-class without e-nodes are dropped (``EClassGraph.drop_dangling``). Constants
+    held by reference take their bytes from ``constants`` (``ProgramEGraph.constants``)."""
+    r = _Reader(egraph, constants)
     graph = EClassGraph()
     handles: dict[int, int] = {}
     ids = r.ids
@@ -358,7 +388,7 @@ def extract(peg: ProgramEGraph, model: str | CostModel = DEFAULT_COST_MODEL, *,
     """
     start = time.perf_counter()
     m = cost_model(model)
-    graph, handle_classes = read_egraph(peg.egraph)
+    graph, handle_classes = read_egraph(peg.egraph, peg.constants)
     roots = [handle_classes[h] for h in peg.roots()]
     opts = dict(options or {})
     choices = choose(graph, roots, m, extractor, opts)

@@ -331,10 +331,19 @@ def _reachable(graph: EClassGraph, roots: Iterable[int]) -> list[int]:
     return list(seen)
 
 
+_HASHED_BYTES = 1 << 12  # constants above this many bytes go into digests by their hash
+
+
+def _attr_key(value: Any) -> str:
+    if isinstance(value, bytes) and len(value) > _HASHED_BYTES:
+        return "#" + hashlib.blake2b(value, digest_size=16).hexdigest()  # not megabytes of hex
+    return attr_text(value)
+
+
 def _header(node: ENode) -> bytes:
     if node.op is None:
         return b"cons" if node.children else b"nil"
-    attrs = "".join(f"|{k}={attr_text(v)}" for k, v in node.attrs)
+    attrs = "".join(f"|{k}={_attr_key(v)}" for k, v in node.attrs)
     return f"{node.op.value}:{node.type}{attrs}".encode()
 
 

@@ -9,7 +9,9 @@ order of ``SIGNATURES[op].attrs``, then the result type ``ty`` last. Constants h
 constructors: ``Tensor.full(value, ty)`` for a constant whose elements all equal one value that
 an f64 holds exactly (so rules match ``x * 1`` natively: ``Tensor.full(1.0, t)``), and
 ``Tensor.constant(data, ty)`` for every other constant, ``data`` being its bytes in the
-printer's ``0x...`` form. The content is the key: no side table, and rules can make constants.
+printer's ``0x...`` form. The content is the key, and rules can make constants; only
+``convert.to_egraph`` enters constants above ``convert.LARGE_CONSTANT_BYTES`` by reference
+(``ref:<digest>``, their bytes kept beside the e-graph in ``ProgramEGraph.constants``).
 (egglog's f64 equates ``-0.0`` with ``0.0`` and all NaNs, so those constants use ``constant``.)
 
 Attributes are native egglog primitives, so patterns can match them: ints are ``i64``, bools

@@ -150,3 +150,31 @@ def test_string_attributes_keep_quotes_backslashes_and_unicode(spec):
     graph, _ = read_egraph(to_egraph(p).egraph)
     (einsum,) = [n for ns in graph.classes.values() for n in ns if n.op is Op.EINSUM]
     assert einsum.attrs == (("spec", spec),)
+
+
+def test_large_constants_enter_by_reference_and_come_back_whole():
+    import accy
+    from accy.egraph.convert import LARGE_CONSTANT_BYTES, extract
+    from accy.errors import EGraphError
+    from accy.ir.ops import Op
+
+    rng = np.random.default_rng(0)
+    weights = rng.standard_normal((64, 512)).astype(np.float32)  # 128 KiB
+    small = np.arange(8, dtype=np.float32)
+    assert weights.nbytes > LARGE_CONSTANT_BYTES > small.nbytes
+
+    @accy.function
+    def f(x: accy.f32[8, 64]):
+        w = accy.constant(weights)
+        return (x @ w) * 1.0 + accy.constant(np.ones(512, np.float32)).sum() * small.sum()
+
+    peg = to_egraph(f)
+    assert len(peg.constants) == 1 and next(iter(peg.constants.values())) == weights.tobytes()
+    out = extract(peg)
+    consts = [n for n in out.program.nodes() if n.op is Op.CONSTANT]
+    assert any(n.attr("value") == weights.tobytes() for n in consts)
+    x = rng.standard_normal((8, 64)).astype(np.float32)
+    np.testing.assert_array_equal(accy.interpret(out.program, [x])[0],
+                                  accy.interpret(f, [x])[0])
+    with pytest.raises(EGraphError, match="by reference"):
+        read_egraph(peg.egraph)  # without the table the reference means nothing
