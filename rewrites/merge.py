@@ -23,7 +23,7 @@ leaves the order of an einsum's additions unspecified), for every dtype.
 
 from __future__ import annotations
 
-from egglog import eq, ne, union, var
+from egglog import String, eq, ne, union, var
 
 from accy.egraph.rules import infer_type, py_text
 from accy.egraph.sorts import Tensor, TensorList, parse_type, tensors, types
@@ -31,8 +31,8 @@ from rewrites import Theme, has_type, holds, py_int
 from rewrites._numeric import ints_text
 from rewrites.concat import concat_axes, operand_axis, ordered, pair, two_open
 
-merge = Theme("merge", "multi-pattern: contractions sharing an operand -> slices of one "
-                       "contraction over a concat")
+merge = Theme("merge", "multi-pattern: contractions (and convolutions) sharing an operand -> "
+                       "slices of one over a concat")
 
 x, w1, w2, m1, m2 = tensors("x w1 w2 m1 m2")
 l1, l2 = var("l1", TensorList), var("l2", TensorList)
@@ -91,3 +91,49 @@ for _side, _where in ((1, "first"), (0, "second")):
                                      py_text(_bounds, "stops2", *_args), py_text(_ones, t2),
                                      t2)),
     )
+
+
+# ---- convolutions of one input (Tensat/TASO's conv merging) ----------------------------------
+# conv(x, W1) and conv(x, W2) with one window (strides, pads, dilations; one group) and
+# kernels of one size -> slices of conv(x, concat(W1, W2)) along the output channels: each
+# output channel is the same sum of products either way (exact).
+
+st, pd, dl = var("st", String), var("pd", String), var("dl", String)
+
+
+def _same_kernel(type1: str, type2: str) -> bool:
+    a, b = parse_type(type1), parse_type(type2)
+    return a.rank == b.rank == 4 and a.shape[1:] == b.shape[1:] and a.dtype is b.dtype
+
+
+def _channel_bounds(which: str, out1: str, out2: str) -> str:
+    """Starts or stops of the slice of the merged convolution's output that gives the first
+    (``starts1``/``stops1``) or the second (``starts2``/``stops2``) result."""
+    n, o1, h, w = parse_type(out1).shape
+    o2 = parse_type(out2).shape[1]
+    return ints_text({"starts1": (0, 0, 0, 0), "stops1": (n, o1, h, w),
+                      "starts2": (0, o1, 0, 0), "stops2": (n, o1 + o2, h, w)}[which])
+
+
+_tcw = infer_type("concat", tw1, tw2, axis=0)
+_merged_conv = Tensor.conv2d(x, Tensor.concat(pair(w1, w2), 0, _tcw), st, pd, dl, 1,
+                             infer_type("conv2d", tx, _tcw, strides=st, pads=pd, dilations=dl,
+                                        groups=1))
+_conv1 = Tensor.conv2d(x, w1, st, pd, dl, 1, t1)
+merge.rule(
+    "merge-conv-shared-input",
+    eq(m1).to(_conv1), eq(m2).to(Tensor.conv2d(x, w2, st, pd, dl, 1, t2)),
+    ne(w1).to(w2),
+    has_type(x, tx), has_type(w1, tw1), has_type(w2, tw2),
+    holds(_same_kernel, tw1, tw2),
+    policy="exact", patterns=(_conv1,), multi=True,
+    doc="two convolutions of one input with one window and kernel size -> slices of one "
+        "convolution over the concatenated weights (multi-pattern)",
+).then(
+    union(m1).with_(Tensor.slice(_merged_conv, py_text(_channel_bounds, "starts1", t1, t2),
+                                 py_text(_channel_bounds, "stops1", t1, t2),
+                                 py_text(_ones, t1), t1)),
+    union(m2).with_(Tensor.slice(_merged_conv, py_text(_channel_bounds, "starts2", t1, t2),
+                                 py_text(_channel_bounds, "stops2", t1, t2),
+                                 py_text(_ones, t2), t2)),
+)

@@ -351,7 +351,8 @@ class Tensor(Expr):
     @classmethod
     def cross_entropy(cls, logits: Tensor, labels: Tensor, ty: StringLike) -> Tensor: ...
 
-    # sliding windows (no rules yet: conv-lowering rewrites them in the tensor stage)
+    # sliding windows (rule set merge merges convolutions of one input; conv-lowering lowers
+    # them after saturation)
     @method(egg_fn="tensor.conv2d")
     @classmethod
     def conv2d(cls, x: Tensor, w: Tensor, strides: StringLike, pads: StringLike,

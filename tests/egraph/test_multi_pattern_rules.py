@@ -61,7 +61,7 @@ def _contains(peg, other: Program) -> bool:
 
 
 def test_the_merge_rules_are_the_multi_pattern_ones():
-    assert MULTI == ["merge-shared-first", "merge-shared-second"]
+    assert MULTI == ["merge-conv-shared-input", "merge-shared-first", "merge-shared-second"]
     assert all(rewrites.rule_info(n).policy == "exact" for n in MULTI)
 
 

@@ -159,3 +159,26 @@ def test_statistics_report_the_search(tmp_path, capsys):
                       "--pipeline", pipeline]) == 0
     out = capsys.readouterr().out
     assert re.search(r"sharing: [1-9]\d* of \d+ shares", out), out
+
+
+def test_convolutions_of_one_input_merge_into_one_over_concatenated_weights(device):
+    @accy.function
+    def branches(x: accy.f32[2, 8, 9, 9], w1: accy.f32[4, 8, 3, 3], w2: accy.f32[6, 8, 3, 3],
+                 w3: accy.f32[5, 8, 1, 1]):
+        a = accy.conv2d(x, w1, padding=1).relu()
+        b = accy.conv2d(x, w2, padding=1).sigmoid()
+        return a + b[:, :4], accy.conv2d(x, w3)  # the 1x1 kernel has another size: alone
+
+    options = "rulesets=canonical,algebra,einsum,layout,concat,merge cost=kernels"
+    saturated = _pipeline(options).split(",conv-lowering")[0]
+    job = accy.prepare(branches, saturated, until="tensor")
+    convs = [n for n in job.program.nodes() if n.op is Op.CONV2D]
+    assert len(convs) == 2
+    merged = [n for n in convs if n.srcs[1].op is Op.CONCAT]
+    assert len(merged) == 1 and merged[0].type.shape[1] == 10
+    rng = np.random.default_rng(1)
+    args = [rng.uniform(-1, 1, p.type.shape).astype(np.float32)
+            for p in branches.function().params]
+    full = ",".join([_pipeline(options), "accy-dispatch", "accy-memory", "accy-kernel",
+                     "accy-target"])
+    assert check_end_to_end(branches, args, pipeline=full).status == "ok"

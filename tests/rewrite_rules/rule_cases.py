@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from accy.builder import Builder, FunctionBuilder, Value, concat, einsum, select
+from accy.builder import Builder, FunctionBuilder, Value, concat, conv2d, einsum, select
 from accy.ir.interpret import interpret
 from accy.ir.node import Node
 from accy.ir.ops import Op
@@ -347,6 +347,10 @@ case("merge-shared-first", (A, B, "f32[3,5]"), lambda f, x, w, v: concat([x @ w,
      lambda f, x, w, v: (lambda m: concat([m[:, 0:4], m[:, 4:9]], 1))(x @ concat([w, v], 1)))
 case("merge-shared-second", (A, "f32[1,3]", B), lambda f, x, y, w: concat([x @ w, y @ w], 0),
      lambda f, x, y, w: (lambda m: concat([m[0:2], m[2:3]], 0))(concat([x, y], 0) @ w))
+case("merge-conv-shared-input", ("f32[1,3,6,6]", "f32[2,3,3,3]", "f32[4,3,3,3]"),
+     lambda f, x, w, v: concat([conv2d(x, w, padding=1), conv2d(x, v, padding=1)], 1),
+     lambda f, x, w, v: (lambda m: concat([m[:, 0:2], m[:, 2:6]], 1))(
+         conv2d(x, concat([w, v], 0), padding=1)))
 
 BY_NAME = {cs.name: cs for cs in CASES}
 assert len(BY_NAME) == len(CASES), "a rule has two cases"
