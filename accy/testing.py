@@ -410,6 +410,11 @@ def _valid_values() -> dict[tuple[str, str], st.SearchStrategy]:
             _DEFAULTS.exact_state_limit, 2 * _DEFAULTS.exact_state_limit),
         ("einsum-lowering", "beam_width"): st.integers(1, 8),
         ("einsum-lowering", "auto_beam_width"): st.integers(0, 8),
+        # a limit below an einsum's output is the user's error (the pass says so): none, or
+        # limits random programs' einsums fit; a bounded search budget
+        ("einsum-lowering", "memory_limit"): st.sampled_from([0, 1 << 16, 1 << 24]),
+        ("einsum-lowering", "max_time"): st.sampled_from([0.0, 0.05]),
+        ("einsum-lowering", "max_repeats"): st.integers(0, 8),
         ("indexing-lowering", "gather_thread_blocks"): blocks,
         ("indexing-lowering", "scatter_thread_blocks"): blocks,
         ("loss-lowering", "row_sparse_cross_entropy_thread_blocks"): blocks,
