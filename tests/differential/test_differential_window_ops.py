@@ -1,0 +1,68 @@
+"""Random programs with the window ops (conv2d, max_pool2d, avg_pool2d, pad) keep their
+meaning through every pass and match ``interpret`` end to end on OpenCL, under both ways
+conv-lowering has of reaching the kernels: ``direct`` (conv2d and the pools kept whole for the
+direct-conv generator) and ``im2col`` (lowered to slices, concats and one contraction)."""
+
+from __future__ import annotations
+
+import pytest
+from diff_support import record
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from accy.ir.ops import Op, OpKind
+from accy.ir.types import DType
+from accy.passes.spec import parse_pipeline
+from accy.testing import check_end_to_end, check_passes, programs_with, programs_with_inputs
+
+pytestmark = pytest.mark.filterwarnings("ignore::pyopencl.CompilerWarning")
+
+WINDOW_OPS = tuple(o for o in Op if o.kind is OpKind.WINDOW)
+# what the window ops are mixed with: bias-like adds, activations, a residual-style max
+NEIGHBOURS = (OpKind.WINDOW, Op.ADD, Op.MUL, Op.MAX, Op.RELU, Op.TANH, Op.REDUCE_SUM)
+METHODS = ("direct", "im2col")
+
+
+def _pipeline(method: str):
+    return parse_pipeline("accy-default").replacing(f"conv-lowering{{method={method}}}")
+
+
+@st.composite
+def _cases(draw: st.DrawFn, dtypes: list[DType]):
+    """A program holding at least one window op (drawn first, so shrinking may swap it)."""
+    op = draw(st.sampled_from(WINDOW_OPS))
+    return draw(programs_with_inputs(programs_with(op, ops=NEIGHBOURS, dtypes=dtypes,
+                                                   max_nodes=4)))
+
+
+def test_the_generator_draws_every_window_op() -> None:
+    from hypothesis import find
+
+    for op in WINDOW_OPS:
+        program = find(programs_with(op, ops=[OpKind.WINDOW], dtypes=["f32"]), lambda p: True)
+        assert any(n.op is op for n in program.nodes())
+
+
+@pytest.mark.parametrize("method", METHODS)
+@settings(max_examples=10, deadline=None)
+@given(data=st.data())
+def test_window_programs_keep_their_meaning_per_pass(method: str, data: st.DataObject) -> None:
+    program, inputs = data.draw(_cases([DType.f32, DType.f64]))
+    result = check_passes(program, inputs, _pipeline(method))
+    assert result.status == "ok", result.detail
+    record(f"passes window ops ({method})", result)
+
+
+@pytest.mark.parametrize("method", METHODS)
+@settings(max_examples=8, deadline=None)
+@given(data=st.data())
+def test_window_programs_match_interpret_end_to_end(device, method: str,
+                                                    data: st.DataObject) -> None:
+    from accy.target import TargetProfile
+
+    floats = sorted((d for d in TargetProfile.from_device(device.info).usable_dtypes
+                     if d.is_float), key=lambda d: d.value)
+    program, inputs = data.draw(_cases(floats))
+    result = check_end_to_end(program, inputs, pipeline=_pipeline(method))
+    assert result.status == "ok", result.detail
+    record(f"end-to-end window ops ({method})", result)
