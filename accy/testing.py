@@ -352,6 +352,7 @@ PASS_PREREQUISITES: dict[str, tuple[str, ...]] = {
     "backend-legalization": ("kernelization",),
 }
 RUN_REQUIRES = ("backend-legalization",)  # running a prepared job needs its legality report
+PREPARE_REQUIRES = ("conv-lowering",)  # every pipeline: pad may not reach the dispatch stage
 
 
 def prerequisites(name: str) -> tuple[str, ...]:
@@ -498,7 +499,7 @@ def _pipelines(draw: Any, max_passes: int, runnable: bool) -> Pipeline:
     registry = all_passes()
     table = _valid_values()
     chosen = draw(st.lists(st.sampled_from(sorted(registry)), max_size=max_passes, unique=True))
-    names = _closure([*chosen, *(RUN_REQUIRES if runnable else ())])
+    names = _closure([*chosen, *PREPARE_REQUIRES, *(RUN_REQUIRES if runnable else ())])
     passes = []
     for name in _ordered([n for n in names if n in registry], registry):
         cls = registry[name]
@@ -513,8 +514,9 @@ def _pipelines(draw: Any, max_passes: int, runnable: bool) -> Pipeline:
 
 def pipelines(max_passes: int = 8, *, runnable: bool = True) -> st.SearchStrategy[Pipeline]:
     """Pipelines that prepare every valid program: up to ``max_passes`` registered passes
-    (yours too) drawn with their prerequisites (:func:`prerequisites`), in stage order, with
-    option values in their valid ranges (:func:`option_values`). ``runnable`` (default) adds
+    (yours too) drawn with their prerequisites (:func:`prerequisites`) and ``conv-lowering``
+    (``pad`` must be lowered before the dispatch stage), in stage order, with option values in
+    their valid ranges (:func:`option_values`). ``runnable`` (default) adds
     what running needs (kernelization, backend-legalization and theirs), so
     ``prepare(program, pipeline).run(*inputs)`` works wherever the target supports the
     program's dtypes; without it, pipelines may stop short of kernels.

@@ -12,8 +12,16 @@ from hypothesis import strategies as st
 
 from accy.ir.ops import Op, OpKind
 from accy.ir.types import DType
+from accy.job import prepare
 from accy.passes.spec import parse_pipeline
-from accy.testing import check_end_to_end, check_passes, programs_with, programs_with_inputs
+from accy.testing import (
+    check_end_to_end,
+    check_passes,
+    check_rule,
+    pipelines,
+    programs_with,
+    programs_with_inputs,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore::pyopencl.CompilerWarning")
 
@@ -66,3 +74,28 @@ def test_window_programs_match_interpret_end_to_end(device, method: str,
     result = check_end_to_end(program, inputs, pipeline=_pipeline(method))
     assert result.status == "ok", result.detail
     record(f"end-to-end window ops ({method})", result)
+
+
+@settings(max_examples=10, deadline=None)
+@given(pipelines(runnable=False), programs_with(Op.PAD, ops=NEIGHBOURS, dtypes=["f32"],
+                                                max_nodes=3))
+def test_drawn_pipelines_prepare_window_programs(pipeline, program) -> None:
+    """``pipelines()`` always lowers pads (no op after the tensor stage may be a pad)."""
+    assert "conv-lowering" in [p.name for p in pipeline.passes]
+    prepare(program, pipeline)
+
+
+def test_a_rule_alone_passes_over_a_pad() -> None:
+    """check_rule runs saturate alone and stops after its stage: the pad it leaves is fine."""
+    import numpy as np
+
+    from accy.ir.parser import parse_program
+
+    program = parse_program("""func @f(%a: f32[3,4]) -> (f32[3,6], f32[3,4]) {
+      %0 = constant() {value=dense<[0.5]>} : f32[]
+      %1 = pad(%a, %0) {pads=[0, 1, 0, 1]} : f32[3,6]
+      %2 = broadcast(%a) {shape=[3, 4]} : f32[3,4]
+      return %1, %2
+    }""")
+    result = check_rule(program, {"f": (np.ones((3, 4), np.float32),)}, "broadcast-identity")
+    assert result.status == "ok" and result.matches
