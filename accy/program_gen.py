@@ -5,7 +5,9 @@ picks its operands from the values made so far when their types fit, or makes a 
 parameter, or a small constant) of a type that fits, so no draw is ever rejected. Operands that
 an op's domain needs positive (``log``, ``sqrt``, ``rsqrt``, ``reciprocal``, a ``div``
 denominator, a ``pow`` base) are guarded as ``abs(x) + 1``; indices and labels are always new
-parameters, for which ``accy.testing.inputs_for`` draws in-range values. Choices are ordered
+parameters, for which ``accy.testing.inputs_for`` draws in-range values. Window ops (conv2d,
+pools) take rank-4 ``[N, C, H, W]`` floats whatever ``max_rank`` says, with kernels shrunk to
+fit the padded input, so every output dim is at least 1. Choices are ordered
 so that shrinking reuses earlier values, keeps shapes equal and drops ops: a failing program
 shrinks to a few readable lines.
 """

@@ -108,7 +108,8 @@ def programs(max_nodes: int = 6, ops: Sequence[Op | OpKind | str] | None = None,
     small constants) of ``dtypes`` (default: all; bools come from comparisons when ``bool`` is
     left out; indices and labels are always i32/i64 parameters). Shapes broadcast, einsum
     specs use batch, contracted and repeated letters, reductions pick axes and keepdims,
-    movement ops valid attributes; ``log``/``sqrt``/``rsqrt``/``reciprocal``/``pow`` bases and
+    movement ops valid attributes, conv2d and pools rank-4 NCHW floats and windows that fit
+    (``pad`` any rank); ``log``/``sqrt``/``rsqrt``/``reciprocal``/``pow`` bases and
     ``div`` denominators are guarded as ``abs(x) + 1`` (not counted in ``max_nodes``).
     Constants are halves in [-4, 4] (``nan``/``inf`` too with ``allow_nan``). ``functions``:
     how many functions (or a ``(min, max)`` range), named ``f`` or ``f0, f1, ...``.

@@ -51,6 +51,32 @@ def test_the_generator_draws_every_window_op() -> None:
         assert any(n.op is op for n in program.nodes())
 
 
+@settings(max_examples=30, deadline=None)
+@given(programs_with(Op.CONV2D, ops=[OpKind.WINDOW, Op.ADD], dtypes=["f32", "i32"],
+                     max_nodes=5))
+def test_drawn_windows_stay_in_their_ranges(program) -> None:
+    for n in program.nodes():
+        if n.op in (Op.CONV2D, Op.MAX_POOL2D, Op.AVG_POOL2D):
+            x = n.srcs[0].type
+            assert x.rank == 4 and x.dtype is DType.f32 and n.type.size >= 1
+            kernel = n.srcs[1].type.shape[2:] if n.op is Op.CONV2D else n.attr("kernel")
+            assert all(1 <= k <= 3 for k in kernel)
+            assert all(s in (1, 2) for s in n.attr("strides"))
+            assert all(p in (0, 1) for p in n.attr("pads"))
+        if n.op is Op.CONV2D:
+            assert all(d in (1, 2) for d in n.attr("dilations"))
+            assert n.srcs[0].type.shape[1] % n.attr("groups") == 0
+
+
+def test_window_ops_need_float_dtypes_except_pad() -> None:
+    from hypothesis import find
+
+    with pytest.raises(ValueError, match="conv2d"):
+        programs_with(Op.CONV2D, dtypes=["i32", "bool"])
+    program = find(programs_with(Op.PAD, ops=[OpKind.WINDOW], dtypes=["i32"]), lambda p: True)
+    assert {n.op for n in program.nodes()} <= {Op.PAD, Op.PARAM, Op.CONSTANT}
+
+
 @pytest.mark.parametrize("method", METHODS)
 @settings(max_examples=10, deadline=None)
 @given(data=st.data())
