@@ -22,7 +22,7 @@ from accy.error_bounds import Comparison, error_bounds
 from accy.errors import AccyError, CapabilityMismatchError, PassFailure
 from accy.ir.interpret import interpret
 from accy.ir.printer import print_program
-from accy.ir.program import Program
+from accy.ir.program import Program, Stage
 from accy.ir.types import DType
 from accy.job import prepare
 from accy.passes.base import Pass
@@ -289,8 +289,12 @@ def _check_pipeline(program: Program, inputs: ProgramInputs | Sequence[Any], pip
     """:func:`check_passes` of ``pipe`` with more ``instruments`` (after the meaning check)."""
     by_fn = _by_function(program, inputs)
     check = _MeaningCheck(by_fn)
+    # up to the last stage the pipeline has passes in: a partial pipeline (one rule's
+    # saturate) leaves ops, such as pad, that later stages do not allow
+    until = max((p.stage for p in pipe.passes), key=lambda s: s.index, default=Stage.target)
     try:
-        prepare(program, pipe, target=target, instruments=[check, *instruments])
+        prepare(program, pipe, target=target, until=until,
+                instruments=[check, *instruments])
     except PassFailure as e:
         reason = unsupported_reason(e)
         if reason is None:

@@ -5,7 +5,9 @@ picks its operands from the values made so far when their types fit, or makes a 
 parameter, or a small constant) of a type that fits, so no draw is ever rejected. Operands that
 an op's domain needs positive (``log``, ``sqrt``, ``rsqrt``, ``reciprocal``, a ``div``
 denominator, a ``pow`` base) are guarded as ``abs(x) + 1``; indices and labels are always new
-parameters, for which ``accy.testing.inputs_for`` draws in-range values. Choices are ordered
+parameters, for which ``accy.testing.inputs_for`` draws in-range values. Window ops (conv2d,
+pools) take rank-4 ``[N, C, H, W]`` floats whatever ``max_rank`` says, with kernels shrunk to
+fit the padded input, so every output dim is at least 1. Choices are ordered
 so that shrinking reuses earlier values, keeps shapes equal and drops ops: a failing program
 shrinks to a few readable lines.
 """
@@ -47,8 +49,10 @@ def operand_kind(op: Op) -> str:
         return "float"
     if op.kind is OpKind.LOGICAL:
         return "bool"
-    if op in (Op.EQ, Op.NE, Op.SELECT, Op.CAST, Op.GATHER) or op.kind is OpKind.MOVEMENT:
+    if op in (Op.EQ, Op.NE, Op.SELECT, Op.CAST, Op.GATHER, Op.PAD) or op.kind is OpKind.MOVEMENT:
         return "any"
+    if op.kind is OpKind.WINDOW:  # conv2d and the pools
+        return "float"
     return "numeric"
 
 
@@ -351,6 +355,61 @@ class FunctionGenerator:
                                        self.draw(st.sampled_from(self.o.index_dtypes))), False)
         return self.node(op, logits, labels)
 
+    # ---- sliding windows (NCHW; pads [top, left, bottom, right]) ------------------------
+
+    def nchw(self) -> Node:
+        """A float ``[N, C, H, W]`` operand (whatever ``max_rank`` says): a value made so far,
+        or a new leaf with N <= 2, C <= ``max_dim`` and H, W <= ``2 * max_dim + 1`` (room for
+        a dilated 3x3 window)."""
+        def make() -> TensorType:
+            top = self.o.max_dim
+            dims = (self.draw(st.integers(1, min(2, top))), self.draw(st.integers(1, top)),
+                    self.draw(st.integers(1, 2 * top + 1)), self.draw(st.integers(1, 2 * top + 1)))
+            return TensorType(dims, self.dtype("float"))
+
+        return self.operand(lambda t: t.dtype.is_float and t.rank == 4, make)
+
+    def window(self, op: Op) -> Node:
+        """conv2d, the pools (kernel 1-3, stride 1-2, pads 0-1 per side, dilation 1-2) and pad;
+        kernels shrink to fit, so every output dim is at least 1."""
+        if op is Op.PAD:
+            x = self.of_kind("any", min_rank=1)
+            pairs = [(self.draw(st.integers(0, 2)), self.draw(st.integers(0, 2)))
+                     for _ in x.type.shape]
+            value = self.constant(TensorType((), x.type.dtype))
+            return self.node(op, x, value, pads=tuple(b for b, _ in pairs) +
+                             tuple(a for _, a in pairs))
+        x = self.nchw()
+        n, c, h, w = x.type.shape
+        kernel, dilations, pads = [], [], [0, 0, 0, 0]
+        for i, size in enumerate((h, w)):
+            if op is Op.CONV2D:
+                pads[i], pads[2 + i] = self.draw(st.integers(0, 1)), self.draw(st.integers(0, 1))
+                room = size + pads[i] + pads[2 + i]
+                k = min(self.draw(st.integers(1, 3)), room)
+                d = self.draw(st.integers(1, 2))
+                dilations.append(d if d * (k - 1) + 1 <= room else 1)
+            else:  # pads must stay below the kernel, so draw the kernel first
+                k = self.draw(st.integers(1, min(3, size + 1)))
+                pads[i] = self.draw(st.integers(0, min(1, k - 1)))
+                pads[2 + i] = self.draw(st.integers(0, min(1, k - 1)))
+                if pads[i] + pads[2 + i] < k - size:  # k == size + 1 >= 2: one pad fits
+                    pads[2 + i] = 1
+            kernel.append(k)
+        strides = (self.draw(st.integers(1, 2)), self.draw(st.integers(1, 2)))
+        if op is Op.CONV2D:
+            groups = self.draw(st.sampled_from([g for g in range(1, c + 1) if c % g == 0]))
+            o = groups * self.draw(st.integers(1, max(1, self.o.max_dim // groups)))
+            wt = TensorType((o, c // groups, *kernel), x.type.dtype)
+            weights = self.operand(lambda t: t == wt, lambda: wt)
+            return self.node(op, x, weights, strides=strides, pads=tuple(pads),
+                             dilations=tuple(dilations), groups=groups)
+        attrs: dict[str, Any] = {"kernel": tuple(kernel), "strides": strides,
+                                 "pads": tuple(pads)}
+        if op is Op.AVG_POOL2D:
+            attrs["count_include_pad"] = self.draw(st.booleans())
+        return self.node(op, x, **attrs)
+
     # ---- patterns and finishing ---------------------------------------------------------
 
     def embed(self, pattern: Op | Pattern, types: Sequence[TensorType]) -> Node:
@@ -407,6 +466,7 @@ _MAKERS: dict[OpKind, Callable[[FunctionGenerator, Op], Node]] = {
     OpKind.INDEXING: FunctionGenerator.indexing,
     OpKind.ROWWISE: FunctionGenerator.rowwise,
     OpKind.LOSS: FunctionGenerator.loss,
+    OpKind.WINDOW: FunctionGenerator.window,
 }
 
 

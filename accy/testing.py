@@ -108,7 +108,8 @@ def programs(max_nodes: int = 6, ops: Sequence[Op | OpKind | str] | None = None,
     small constants) of ``dtypes`` (default: all; bools come from comparisons when ``bool`` is
     left out; indices and labels are always i32/i64 parameters). Shapes broadcast, einsum
     specs use batch, contracted and repeated letters, reductions pick axes and keepdims,
-    movement ops valid attributes; ``log``/``sqrt``/``rsqrt``/``reciprocal``/``pow`` bases and
+    movement ops valid attributes, conv2d and pools rank-4 NCHW floats and windows that fit
+    (``pad`` any rank); ``log``/``sqrt``/``rsqrt``/``reciprocal``/``pow`` bases and
     ``div`` denominators are guarded as ``abs(x) + 1`` (not counted in ``max_nodes``).
     Constants are halves in [-4, 4] (``nan``/``inf`` too with ``allow_nan``). ``functions``:
     how many functions (or a ``(min, max)`` range), named ``f`` or ``f0, f1, ...``.
@@ -352,6 +353,7 @@ PASS_PREREQUISITES: dict[str, tuple[str, ...]] = {
     "backend-legalization": ("kernelization",),
 }
 RUN_REQUIRES = ("backend-legalization",)  # running a prepared job needs its legality report
+PREPARE_REQUIRES = ("conv-lowering",)  # every pipeline: pad may not reach the dispatch stage
 
 
 def prerequisites(name: str) -> tuple[str, ...]:
@@ -503,7 +505,7 @@ def _pipelines(draw: Any, max_passes: int, runnable: bool) -> Pipeline:
     registry = all_passes()
     table = _valid_values()
     chosen = draw(st.lists(st.sampled_from(sorted(registry)), max_size=max_passes, unique=True))
-    names = _closure([*chosen, *(RUN_REQUIRES if runnable else ())])
+    names = _closure([*chosen, *PREPARE_REQUIRES, *(RUN_REQUIRES if runnable else ())])
     passes = []
     for name in _ordered([n for n in names if n in registry], registry):
         cls = registry[name]
@@ -518,8 +520,9 @@ def _pipelines(draw: Any, max_passes: int, runnable: bool) -> Pipeline:
 
 def pipelines(max_passes: int = 8, *, runnable: bool = True) -> st.SearchStrategy[Pipeline]:
     """Pipelines that prepare every valid program: up to ``max_passes`` registered passes
-    (yours too) drawn with their prerequisites (:func:`prerequisites`), in stage order, with
-    option values in their valid ranges (:func:`option_values`). ``runnable`` (default) adds
+    (yours too) drawn with their prerequisites (:func:`prerequisites`) and ``conv-lowering``
+    (``pad`` must be lowered before the dispatch stage), in stage order, with option values in
+    their valid ranges (:func:`option_values`). ``runnable`` (default) adds
     what running needs (kernelization, backend-legalization and theirs), so
     ``prepare(program, pipeline).run(*inputs)`` works wherever the target supports the
     program's dtypes; without it, pipelines may stop short of kernels.
