@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from accy.contraction.beam import reconfigure
@@ -80,15 +80,15 @@ def sliced_cost_mask(net: Network, ssa: Ssa, sliced: int) -> SlicedCost:
                       ssa_to_linear(ssa, len(net.operands)))
 
 
-def _steps(net: Network, ssa: Ssa) -> list[Step]:
-    """Each pairwise step's letters involved and kept, and its FLOPs per element (the
-    operands' local reductions left out: they are repeated by every slice alike)."""
+def _unions(net: Network, ssa: Ssa) -> Iterator[tuple[tuple[int, ...], int, int]]:
+    """Per pairwise step of ``ssa``: its operands, the letters they hold and the letters the
+    intermediate keeps (the output's and those another tensor still holds)."""
     tensors = dict(enumerate(net.reduced))
     counts: dict[int, int] = {}
     for m in tensors.values():
         for b in bits(m):
             counts[b] = counts.get(b, 0) + 1
-    fresh, out = len(net.reduced), []
+    fresh = len(net.reduced)
     for step in ssa:
         u = 0
         for s in step:
@@ -99,10 +99,16 @@ def _steps(net: Network, ssa: Ssa) -> list[Step]:
         kept = u & (net.output | sum(1 << b for b in bits(u) if counts[b] > 0))
         for b in bits(kept):
             counts[b] += 1
-        out.append((u, kept, len(step) - 1 + (1 if u & ~kept else 0)))
+        yield tuple(step), u, kept
         tensors[fresh] = kept
         fresh += 1
-    return out
+
+
+def _steps(net: Network, ssa: Ssa) -> list[Step]:
+    """Each pairwise step's letters involved and kept, and its FLOPs per element (the
+    operands' local reductions left out: they are repeated by every slice alike)."""
+    return [(u, kept, len(step) - 1 + (1 if u & ~kept else 0))
+            for step, u, kept in _unions(net, ssa)]
 
 
 def _rate(net: Network, steps: list[Step], sliced: int, log_limit: float
@@ -214,30 +220,13 @@ def slice_and_search(net: Network, ssa: Ssa, limit: int, opts: PathOptions | Non
 
 def _over_limit_letters(net: Network, ssa: Ssa, limit: int) -> int:
     """The union of the letters of every intermediate (and reduced operand) over ``limit``."""
-    tensors = dict(enumerate(net.reduced))
     union = 0
     for full, reduced in zip(net.operands, net.reduced, strict=True):
         if full != reduced and net.size[reduced] > limit:
             union |= reduced
-    counts: dict[int, int] = {}
-    for m in tensors.values():
-        for b in bits(m):
-            counts[b] = counts.get(b, 0) + 1
-    fresh = len(net.reduced)
-    for step in ssa:
-        u = 0
-        for s in step:
-            m = tensors.pop(s)
-            u |= m
-            for b in bits(m):
-                counts[b] -= 1
-        kept = u & (net.output | sum(1 << b for b in bits(u) if counts[b] > 0))
-        for b in bits(kept):
-            counts[b] += 1
+    for _, _, kept in _unions(net, ssa):
         if net.size[kept] > limit:
             union |= kept
-        tensors[fresh] = kept
-        fresh += 1
     return union
 
 
