@@ -102,8 +102,9 @@ def test_statistics_carry_the_run_report():
 
 
 @pytest.mark.parametrize("options,reason", [
-    ("iterations=1", "iteration_limit"),
-    ("node-limit=40", "node_limit"),
+    # a generous time limit where another budget is tested: a loaded machine must not hit it
+    ("iterations=1 time-limit=600", "iteration_limit"),
+    ("node-limit=40 time-limit=600", "node_limit"),
     ("time-limit=0.000001", "time_limit"),
 ])
 def test_budgets_stop_saturation(options, reason):
