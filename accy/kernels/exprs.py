@@ -75,13 +75,16 @@ def elementwise(op: Op, args: list[Expr], operand: DType, result: DType) -> Expr
         return Bin("/", one, a)
     if op is Op.SIGMOID:
         return Bin("/", one, Bin("+", one, Call("exp", (Un("-", a),))))
-    if op is Op.GELU:
-        inner = Call("erf", (Bin("*", a, const(0.7071067811865476, operand)),))
-        return Bin("*", Bin("*", const(0.5, operand), a), Bin("+", one, inner))
-    if op is Op.GELU_TANH:  # 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-        cubic = Bin("*", const(0.044715, operand), Bin("*", a, Bin("*", a, a)))
-        inner = Call("tanh", (Bin("*", const(0.7978845608028654, operand), Bin("+", a, cubic)),))
-        return Bin("*", Bin("*", const(0.5, operand), a), Bin("+", one, inner))
+    if op in (Op.GELU, Op.GELU_TANH):
+        if op is Op.GELU:
+            inner = Call("erf", (Bin("*", a, const(0.7071067811865476, operand)),))
+        else:  # 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+            cubic = Bin("*", const(0.044715, operand), Bin("*", a, Bin("*", a, a)))
+            inner = Call("tanh", (Bin("*", const(0.7978845608028654, operand),
+                                      Bin("+", a, cubic)),))
+        gelu = Bin("*", Bin("*", const(0.5, operand), a), Bin("+", one, inner))
+        # at -inf the formula is -inf * 0 (NaN); the function's limit is 0 (+inf stays inf)
+        return Cond(Call("isinf", (a,)), Call("fmax", (a, zero)), gelu)
     raise ValueError(f"no kernel expression for {op.value} on {operand.value}")
 
 

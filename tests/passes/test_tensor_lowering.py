@@ -189,3 +189,22 @@ def test_seed_tensor_lowering_options_round_trip_and_share_one_launch_plan():
     job = accy.prepare(program, text, until=Stage.tensor)
     assert job.products[Stage.tensor].launch == LaunchPlan(gather=4, scatter_add=5,
                                                            cross_entropy=4)
+
+
+@pytest.mark.parametrize("kept", [False, True], ids=["lowered", "kept"])
+def test_gelu_at_infinities_and_nan_matches_interpret_on_opencl(device, kept):
+    """x * Phi(x) is -inf * 0 at -inf in the formula; the function (and interpret) give 0."""
+    import accy
+
+    @accy.function
+    def f(x: accy.f32[6]):
+        return x.gelu(), x.gelu(approximate="tanh")
+
+    x = np.array([-np.inf, np.inf, np.nan, -3.0, 0.0, 2.0], np.float32)
+    pipeline = accy.parse_pipeline("accy-default")
+    if kept:
+        pipeline = pipeline.replacing("activation-lowering{ops=relu}")
+    got = accy.prepare(f, pipeline).run(x, device=device)
+    for g, w in zip(got, accy.interpret(f, [x]), strict=True):
+        assert g[0] == 0 and g[1] == np.inf and np.isnan(g[2])
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)

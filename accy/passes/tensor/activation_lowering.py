@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -22,14 +23,17 @@ def lower(node: Node, x: Node) -> Node:
     one, half = constant(1.0, dtype), constant(0.5, dtype)
     if node.op is Op.RELU:
         return make(Op.MAX, x, constant(0, dtype))
-    if node.op is Op.GELU:  # exact: x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2))
-        inner = make(Op.ERF, make(Op.MUL, x, constant(0.7071067811865476, dtype)))
-        return make(Op.MUL, make(Op.MUL, half, x), make(Op.ADD, one, inner))
-    if node.op is Op.GELU_TANH:  # 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-        cube = make(Op.MUL, x, make(Op.MUL, x, x))
-        u = make(Op.ADD, x, make(Op.MUL, constant(0.044715, dtype), cube))
-        inner = make(Op.TANH, make(Op.MUL, constant(0.7978845608028654, dtype), u))
-        return make(Op.MUL, make(Op.MUL, half, x), make(Op.ADD, one, inner))
+    if node.op in (Op.GELU, Op.GELU_TANH):
+        if node.op is Op.GELU:  # exact: x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2))
+            inner = make(Op.ERF, make(Op.MUL, x, constant(0.7071067811865476, dtype)))
+        else:  # 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+            cube = make(Op.MUL, x, make(Op.MUL, x, x))
+            u = make(Op.ADD, x, make(Op.MUL, constant(0.044715, dtype), cube))
+            inner = make(Op.TANH, make(Op.MUL, constant(0.7978845608028654, dtype), u))
+        gelu = make(Op.MUL, make(Op.MUL, half, x), make(Op.ADD, one, inner))
+        # at -inf the formula is -inf * 0 (NaN); the function's limit is 0
+        return make(Op.SELECT, make(Op.EQ, x, constant(-math.inf, dtype)),
+                    constant(0.0, dtype), gelu)
     if node.op is Op.SIGMOID:  # exp(-|x|) never overflows; pick the branch by sign
         z = make(Op.EXP, make(Op.NEG, make(Op.ABS, x)))
         positive = make(Op.DIV, one, make(Op.ADD, one, z))
