@@ -91,20 +91,6 @@ from accy.plans import FusionGroup, KernelOutline, LaunchGeometry, ScheduleKind
 from accy.target import TargetProfile
 
 
-class _Epilogue(loopnest.LoopNestBuilder):
-    """The loop-nest value machinery with the einsum's value given (one accumulator lane)."""
-
-    def __init__(self, group: FusionGroup, outline: KernelOutline, einsum: Node) -> None:
-        super().__init__(group, outline)
-        self.einsum = einsum
-        self.result: Expr = idx(0)
-
-    def _open(self, node: Node, coords: tuple[Expr, ...]) -> Expr | Pending:
-        if node is self.einsum:
-            return self.result
-        return super()._open(node, coords)
-
-
 @dataclass(frozen=True)
 class _Side:
     """How one operand's tile reaches local memory: ``free`` is its M (X) or N (Y) index."""
@@ -132,7 +118,7 @@ class _Builder:
     def __init__(self, group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
                  einsum: Node, c: Contraction, tiles: Tiles) -> None:
         self.group, self.outline, self.kind, self.c, self.t = group, outline, kind, c, tiles
-        self.epi = _Epilogue(group, outline, einsum)
+        self.epi = loopnest.EpilogueBuilder(group, outline, einsum)
         self.x_arg = self.epi.arg_of[einsum.srcs[c.x]]
         self.y_arg = self.epi.arg_of[einsum.srcs[1 - c.x]]
         self.body: list[Stmt] = []
@@ -352,14 +338,14 @@ class _Builder:
                                            strict=True))]
             values = [stored_value(o) for o in self.group.outputs]
         else:  # this chunk's partial sums, laid out as the einsum, after the other chunks'
-            size = self.epi.einsum.type.size
-            self.out_args, values = [self.scratch], [self.epi.einsum]
+            size = self.epi.given.type.size
+            self.out_args, values = [self.scratch], [self.epi.given]
             obase = add(mul(self.chunk, idx(size)), obase)
         names = [a.name for a in self.out_args]
-        plain = all(v is self.epi.einsum for v in values)
+        plain = all(v is self.epi.given for v in values)
         vector = (t.vn > 1 and c.n.out == 1 and c.n.size % t.vn == 0 and c.m.out % t.vn == 0
                   and all(d.out % t.vn == 0 for d in c.batch)
-                  and (self.chunk is None or self.epi.einsum.type.size % t.vn == 0))
+                  and (self.chunk is None or self.epi.given.type.size % t.vn == 0))
         cols = [self.let(f"col{w}", add(n0, add(idx(w * t.wx * t.vn), mul(tx, idx(t.vn)))))
                 for w in range(t.sn)]
         counter = 0

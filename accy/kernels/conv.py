@@ -42,7 +42,6 @@ from dataclasses import dataclass
 from accy.ir.node import Node
 from accy.ir.ops import Op
 from accy.ir.types import DType
-from accy.ir.walk import Pending
 from accy.kernels import exprs, loopnest
 from accy.kernels.generators import Generator, register_generator
 from accy.kernels.ir import (
@@ -251,21 +250,6 @@ def analyse(group: FusionGroup) -> Node | str:
     return conv
 
 
-class _Epilogue(loopnest.LoopNestBuilder):
-    """The loop-nest value machinery with the window op's value given (one accumulator
-    lane)."""
-
-    def __init__(self, group: FusionGroup, outline: KernelOutline, conv: Node) -> None:
-        super().__init__(group, outline)
-        self.conv = conv
-        self.result: Expr = idx(0)
-
-    def _open(self, node: Node, coords: tuple[Expr, ...]) -> Expr | Pending:
-        if node is self.conv:
-            return self.result
-        return super()._open(node, coords)
-
-
 class _Builder:
     def __init__(self, group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
                  conv: Node, tiles: ConvTiles) -> None:
@@ -273,7 +257,7 @@ class _Builder:
         self.s = dataclasses.replace(ConvShape.of(conv), align=tiles.lanes if tiles.aligned
                                      else 1)
         self.dtype = conv.type.dtype
-        self.epi = _Epilogue(group, outline, conv)
+        self.epi = loopnest.EpilogueBuilder(group, outline, conv)
         self.op = conv.op
         self.x_arg = self.epi.arg_of[conv.srcs[0]]
         self.w_arg = self.epi.arg_of[conv.srcs[1]] if conv.op is Op.CONV2D else ""
@@ -518,7 +502,7 @@ class _Builder:
         ``pos``, clamped into the output for the epilogue's loads), and the statements
         computing them."""
         s, t = self.s, self.t
-        plain = all(o is self.epi.conv for o in self.group.outputs)
+        plain = all(o is self.epi.given for o in self.group.outputs)
         em = loopnest.Emitter()
         em.counter = self.counter
         self.epi.em = em
@@ -540,7 +524,7 @@ class _Builder:
         if self.op is not Op.AVG_POOL2D:
             return total
         s = self.s
-        if self.epi.conv.attr("count_include_pad"):
+        if self.epi.given.attr("count_include_pad"):
             return Bin("/", total, exprs.const(s.kh * s.kw, self.dtype))
         covered = []
         for at, stride, before, k, extent in ((oh, s.sh, s.top, s.kh, s.h),

@@ -493,3 +493,20 @@ def implemented_ops(group: FusionGroup) -> tuple[tuple[Op, DType], ...]:
 def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind) -> Kernel:
     """The loop-nest kernel of ``group`` (any ops)."""
     return LoopNestBuilder(group, outline).build(kind)
+
+
+class EpilogueBuilder(LoopNestBuilder):
+    """The loop-nest value machinery with one node's value given: ``result`` (the
+    accumulator a contraction, mma or convolution kernel holds) stands for ``given``, so the
+    group's elementwise ops after it are generated around it."""
+
+    def __init__(self, group: FusionGroup, outline: KernelOutline, given: Node) -> None:
+        super().__init__(group, outline)
+        self.given = given
+        self.result: Expr = idx(0)
+
+    def _open(self, node: Node, coords: tuple[Expr, ...]) -> Expr | Pending:
+        if node is self.given:
+            return self.result
+        return super()._open(node, coords)
+

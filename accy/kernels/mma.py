@@ -26,7 +26,6 @@ from __future__ import annotations
 
 from accy.ir.node import Node
 from accy.ir.types import DType
-from accy.ir.walk import Pending
 from accy.kernels import loopnest
 from accy.kernels.contraction_plan import Contraction, analyse, stored_value
 from accy.kernels.generators import Generator, register_generator
@@ -87,20 +86,6 @@ CVT_TF32 = "cvt.rna.tf32.f32 %0, %1;"
 POLICIES = ("tf32", "3xtf32")
 
 
-class _Epilogue(loopnest.LoopNestBuilder):
-    """The loop-nest value machinery with the einsum's value given (one accumulator)."""
-
-    def __init__(self, group: FusionGroup, outline: KernelOutline, einsum: Node) -> None:
-        super().__init__(group, outline)
-        self.einsum = einsum
-        self.result: Expr = idx(0)
-
-    def _open(self, node: Node, coords: tuple[Expr, ...]) -> Expr | Pending:
-        if node is self.einsum:
-            return self.result
-        return super()._open(node, coords)
-
-
 def _all(conds: list[Expr]) -> Expr | None:
     out = None
     for c in conds:
@@ -114,7 +99,7 @@ class _Builder:
         tiles.check()
         self.group, self.outline, self.kind, self.c, self.t = group, outline, kind, c, tiles
         self.policy = policy
-        self.epi = _Epilogue(group, outline, einsum)
+        self.epi = loopnest.EpilogueBuilder(group, outline, einsum)
         self.arg = {"x": self.epi.arg_of[einsum.srcs[c.x]],
                     "y": self.epi.arg_of[einsum.srcs[1 - c.x]]}
         self.body: list[Stmt] = []
@@ -331,7 +316,7 @@ class _Builder:
                                        strict=True))]
         values = [stored_value(o) for o in self.group.outputs]
         names = [a.name for a in self.out_args]
-        plain = all(v is self.epi.einsum for v in values)
+        plain = all(v is self.epi.given for v in values)
         pairs = (c.n.out == 1 and c.n.size % 2 == 0 and c.m.out % 2 == 0
                  and all(d.out % 2 == 0 for d in c.batch))
         counter = 0

@@ -86,6 +86,15 @@ def _nearest_half(v: float) -> float:
         return math.copysign(math.inf, v)
 
 
+def _vector_store(buf: str, dtype: DType, values: tuple[Expr, ...], half: _Half
+                  ) -> tuple[str, str]:
+    """The vstore function (half-precision buffers: vstore_half) and the vector literal of a
+    store of ``values``."""
+    vec = f"({vector_type(dtype, len(values))})({', '.join(expr(v, half) for v in values)})"
+    fn = "vstore_half" if buf in half.buffers else "vstore"
+    return f"{fn}{_lanes(len(values))}", vec
+
+
 def _lanes(lanes: int) -> int:
     if lanes not in VECTOR_LANES:
         raise ValueError(f"OpenCL C has no vectors of {lanes} lanes (only {VECTOR_LANES})")
@@ -289,17 +298,11 @@ def stmts(body: tuple[Stmt, ...], indent: str, half: _Half | None = None) -> lis
                 dtype = DType.f16 if buf in half.local else DType.f32
                 out.append(f"{indent}{buf}[{expr(index, half)}] = {_value(value, dtype, half)};")
             case VectorStore(buf, index, dtype, values):
-                vec = (f"({vector_type(dtype, len(values))})"
-                       f"({', '.join(expr(v, half) for v in values)})")
-                fn = "vstore_half" if buf in half.buffers else "vstore"
-                out.append(f"{indent}{fn}{_lanes(len(values))}({vec}, {expr(index, half)}, "
-                           f"{buf});")
+                store, vec = _vector_store(buf, dtype, values, half)
+                out.append(f"{indent}{store}({vec}, {expr(index, half)}, {buf});")
             case VectorStoreAt(buf, at, dtype, values):
-                vec = (f"({vector_type(dtype, len(values))})"
-                       f"({', '.join(expr(v, half) for v in values)})")
-                fn = "vstore_half" if buf in half.buffers else "vstore"
-                out.append(f"{indent}{fn}{_lanes(len(values))}({vec}, 0, {buf} + "
-                           f"{expr(at, half)});")
+                store, vec = _vector_store(buf, dtype, values, half)
+                out.append(f"{indent}{store}({vec}, 0, {buf} + {expr(at, half)});")
             case AtomicAdd(buf, index, value, dtype):
                 if dtype not in ATOMIC_ADD:
                     raise TypeError(f"no atomic add of {dtype.value} (only "
