@@ -5,7 +5,7 @@ step of the selected rules followed by ``TYPE_RULES`` (so every new e-class has 
 before the next step), then it counts e-nodes (rows of the tensor and operand-list
 constructors) and e-classes (rows of ``tensor.type``: one per tensor e-class; both from one
 size command) and reads the time. The e-graph is checkpointed (``push``) before the first
-step and before every step that starts within a sixteenth of the node limit (a push copies
+step (unless the caller can put a small input back itself: ``restore``) and before every step that starts within a sixteenth of the node limit (a push copies
 the whole e-graph, rules included: ~15 ms even for a tiny one, so not before every step); a
 step that ends above the node limit is rolled back (``pop``) to the last checkpoint, with the
 iterations after it, and saturation stops. The stop reason is one of
@@ -343,6 +343,7 @@ def saturate(
     on_step: Callable[[SaturationReport], bool | None] | None = None,
     capped: Iterable[str] = (),
     capped_iterations: int | None = None,
+    restore: Callable[[], None] | None = None,
 ) -> SaturationReport:
     """Saturate ``target`` with the selected rules within the budget (module docstring).
 
@@ -354,6 +355,10 @@ def saturate(
     work after the next step would end past its deadline).
     The rules named in ``capped`` (multi-pattern rules) run only in the first
     ``capped_iterations`` iterations (None: in every one), as Tensat caps them.
+    ``restore`` puts the input back into the e-graph (the caller's own ``pop``, ``push`` and
+    reload): given it, a small input (e-nodes x 16 within the node limit) is not pushed as
+    the first checkpoint, and a rollback to the input calls it instead of ``pop``; a push and
+    a pop cost more than most small runs' rule steps.
     """
     _check_limits(iterations, node_limit, time_limit_s, match_limit)
     eg = target.egraph if isinstance(target, ProgramEGraph) else target
@@ -374,8 +379,12 @@ def saturate(
     nodes0, classes0 = nodes, classes = egraph_size(eg)
     history: list[IterationStats] = []
     fired: list[dict[str, list[float]]] = []  # per iteration: [matches, seconds] per rule
-    eg.push()  # the first checkpoint: the input
-    checkpoints = [(0, nodes, classes)]  # (len(history) when pushed, e-nodes, e-classes)
+    # checkpoints: (len(history) when taken, e-nodes, e-classes, pushed); the first, the
+    # input, is restored by ``restore`` rather than pushed when the input is small
+    pushed = restore is None or nodes * _CHECKPOINT_GROWTH > node_limit
+    if pushed:
+        eg.push()
+    checkpoints = [(0, nodes, classes, pushed)]
     reason: StopReason = "iteration_limit"
     previous_nodes = nodes
     predicted = False
@@ -385,7 +394,7 @@ def saturate(
     def report_now() -> SaturationReport:
         return _report(reason, history, fired, selected, nodes0, classes0, nodes, classes,
                        time.perf_counter() - start, iterations, node_limit, time_limit_s,
-                       predicted, len(checkpoints), bounded)
+                       predicted, sum(c[3] for c in checkpoints), bounded)
 
     while len(history) < iterations:
         if nodes >= node_limit:
@@ -403,7 +412,7 @@ def saturate(
         if not checkpoints or (checkpoints[-1][0] < len(history)
                                and nodes * _CHECKPOINT_GROWTH > node_limit):
             eg.push()
-            checkpoints.append((len(history), nodes, classes))
+            checkpoints.append((len(history), nodes, classes, True))
         capped_off = capped_at is not None and len(history) >= capped_at
         report = _run_step(eg, later if capped_off else step, rule_of)
         after_nodes, after_classes = egraph_size(eg)
@@ -414,8 +423,12 @@ def saturate(
                                       kept=True))
         done = not report.updated and report.can_stop  # nothing changed
         if not done and after_nodes > node_limit:
-            eg.pop()  # back to the last checkpoint
-            kept, nodes, classes = checkpoints.pop()
+            kept, nodes, classes, pushed = checkpoints.pop()
+            if pushed:
+                eg.pop()  # back to the last checkpoint
+            else:
+                restore()  # the input, put back by the caller: still the checkpoint
+                checkpoints.append((kept, nodes, classes, False))
             history[kept:] = [replace(it, kept=False) for it in history[kept:]]
             reason = "node_limit"
             # Bound the steps from here on (egglog's backoff: a rule matching more than the

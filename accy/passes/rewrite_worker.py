@@ -331,7 +331,8 @@ def _work(task: Task, conn: Any, rewriting: Any) -> SaturationReport:
     report = saturate(peg, task.rulesets, rules=task.names, iterations=task.iterations,
                       node_limit=task.node_limit, time_limit_s=task.time_limit_s,
                       match_limit=task.match_limit, on_step=on_step, capped=task.capped,
-                      capped_iterations=task.capped_iterations)
+                      capped_iterations=task.capped_iterations,
+                      restore=lambda: rewriting.reload(task.program, eg))
     if done_at != (report.kept_iterations, report.e_nodes):
         extract_now(report, final=True)
     for _ in range(report.checkpoints + 1):  # the driver's checkpoints, then ours

@@ -338,7 +338,8 @@ def _rewrite_one(program: Program, rulesets: Sequence[str], names: Sequence[str]
     report = saturate(peg, rulesets, rules=names, iterations=iterations,
                       node_limit=node_limit, time_limit_s=left, match_limit=match_limit,
                       on_step=lambda r: worker.guard(r, deadline)[0],
-                      capped=_capped(names), capped_iterations=multi_pattern_iterations)
+                      capped=_capped(names), capped_iterations=multi_pattern_iterations,
+                      restore=lambda: reload(program, eg))
     out = extract(peg, model, extractor=extractor, input_cost=before, options=extract_options,
                   deadline=deadline)
     for _ in range(report.checkpoints + 1):  # the driver's checkpoints, then ours
@@ -347,6 +348,14 @@ def _rewrite_one(program: Program, rulesets: Sequence[str], names: Sequence[str]
     if out.cost < before and out.program != program:
         return Outcome(out.program, True, report, "", model.name, before, out.cost, out)
     return Outcome(program, False, report, "", model.name, before, before, out)
+
+
+def reload(program: Program, eg: EGraph) -> None:
+    """Back to the e-graph pushed before ``program`` was added, and ``program`` added again
+    (the same handles: the base is the same), for a rollback to the input."""
+    eg.pop()
+    eg.push()
+    to_egraph(program, eg)
 
 
 def _capped(names: Sequence[str]) -> list[str]:

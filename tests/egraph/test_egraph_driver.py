@@ -20,7 +20,7 @@ from accy.egraph.driver import (
     select_rules,
 )
 from accy.egraph.rules import RuleSet
-from accy.egraph.sorts import Tensor, tensors, types
+from accy.egraph.sorts import Tensor, new_egraph, tensors, types
 from accy.errors import EGraphError
 from accy.ir.interpret import interpret
 from accy.ir.ops import Op
@@ -145,6 +145,36 @@ def test_rollback_to_the_input_is_followed_by_bounded_steps(monkeypatch):
     assert sum(report.matches().values()) == sum(
         it.matches for it in report.iterations if it.kept)
     assert from_egraph(peg).function().results[0].type == peg.program.function().results[0].type
+
+
+def test_a_small_input_is_restored_by_the_caller_instead_of_pushed(monkeypatch):
+    monkeypatch.setattr(driver, "_CHECKPOINT_GROWTH", 1)  # "small": within the node limit
+    eg = new_egraph()
+    eg.push()  # the caller's own checkpoint, below the program
+    program = chain(8)
+    peg = to_egraph(program, eg)
+    start = egraph_size(eg)
+    restored = []
+
+    def restore():
+        restored.append(1)
+        eg.pop()
+        eg.push()
+        to_egraph(program, eg)
+
+    # far from the node limit: no push at all, nothing to restore
+    far = saturate(peg, toy_rules(), node_limit=100_000, restore=restore)
+    assert far.stop_reason == "saturated" and far.checkpoints == 0 and not restored
+    restore()
+    restored.clear()
+    # the first step overshoots: the input comes back through ``restore``, then bounded steps
+    report = saturate(peg, toy_rules(), node_limit=start[0] + 3, restore=restore)
+    assert report.stop_reason == "node_limit" and report.rolled_back and restored
+    assert report.checkpoints == 0 and report.bounded_match_limit is not None
+    assert egraph_size(eg) == start == (report.e_nodes, report.e_classes)
+    assert from_egraph(peg) == program  # the old handles name the reloaded program
+    eg.pop()
+    assert egraph_size(eg)[0] == 0
 
 
 def test_rules_option_selects_and_unknown_names_list_valid_ones():
