@@ -368,6 +368,8 @@ class Extraction:
     note: str = ""  # what the extractor wants said (the ILP's fallback at its time limit)
     sharing: ShareReport | None = None  # None: no sharing search (options' "sharing" off)
     seconds: float = field(default=0.0, compare=False)
+    # of which acceptance by region and the sharing search, the parts bounded by a deadline
+    search_seconds: float = field(default=0.0, compare=False)
 
 
 def extract(peg: ProgramEGraph, model: str | CostModel = DEFAULT_COST_MODEL, *,
@@ -394,12 +396,14 @@ def extract(peg: ProgramEGraph, model: str | CostModel = DEFAULT_COST_MODEL, *,
     choices = choose(graph, roots, m, extractor, opts)
     picks = extracted_picks(choices)
     report = shared = None
+    searched = time.perf_counter()
     if regions:
         class_of = {n: handle_classes[h] for n, h in peg.handles.items()}
         inputs, order, forced = input_picks(peg.program, class_of, m, graph)
         picks, report = accept(inputs, order, forced, picks, roots, deadline)
     if opts.get("sharing", True) and extractor != "tree":
         picks, shared = improve(graph, roots, choices, picks, m, deadline)
+    searched = time.perf_counter() - searched
     program = _rebuild(peg.program, roots, picks)
     cost = program_cost(program, m)
     if not regions:
@@ -409,7 +413,8 @@ def extract(peg: ProgramEGraph, model: str | CostModel = DEFAULT_COST_MODEL, *,
         if original < cost and not _uses_subsumed(peg, graph, handle_classes):
             program, cost = peg.program, original
     return Extraction(program, cost, m.name, extractor, report, graph.dangling,
-                      str(opts.get("note", "")), shared, time.perf_counter() - start)
+                      str(opts.get("note", "")), shared, time.perf_counter() - start,
+                      searched)
 
 
 def _rebuild(source: Program, roots: list[int], picks: dict[int, Pick]) -> Program:

@@ -10,7 +10,9 @@ saturation are computed once) and visits the input's classes from the results do
 topological order). At a class whose extracted e-node differs from the input's it tries two
 switches, keeping the first that makes the whole program strictly cheaper and stays acyclic:
 
-1. the region: the class and every class its extracted term reaches;
+1. the region: the class and every class its extracted term reaches (skipped when it is
+   more than half of a region refused before that holds the class: mostly what was refused,
+   and retrying it at every class below made acceptance quadratic);
 2. the class alone (its operands keep whatever the selection has for them).
 
 So a win in one part of a program is kept even when another part's extraction is dearer
@@ -164,6 +166,7 @@ def accept(inputs: dict[int, Pick], order: list[int], forced: set[int],
         inputs[c], extracted[c])]
     regions = _differing_below(sel, differing)
     tried = kept = skipped = 0
+    failed: dict[int, int] = {}  # class -> size of the smallest refused region holding it
     for c in differing:
         if c in live.switched:
             continue
@@ -174,7 +177,12 @@ def accept(inputs: dict[int, Pick], order: list[int], forced: set[int],
         # deepest first: a class whose operands are switched already adds them as they end
         below = [d for d in _members(bits, differing) if d not in live.switched]
         region = [*reversed(below), c]
+        # a region more than half of a refused one holding it is mostly what was refused:
+        # only the class alone is tried (so each class is in O(log n) region tries)
+        again = len(region) > 1 and len(region) * 2 > failed.get(c, len(differing) * 2 + 2)
         for k, candidate in enumerate((region, [c])):
+            if k == 0 and again:
+                continue
             tried += 1
             live.begin()
             delta = live.switch(candidate)
@@ -183,6 +191,11 @@ def accept(inputs: dict[int, Pick], order: list[int], forced: set[int],
                 kept += 1
                 break
             live.undo()
+            if k == 0:
+                size = len(region)
+                for d in region:
+                    if failed.get(d, size + 1) > size:
+                        failed[d] = size
             if len(region) == 1:
                 break
     switched = live.switched

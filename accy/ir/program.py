@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from accy.ir.memo import memoized
-from accy.ir.node import Node, topological
+from accy.ir.node import Node, pack, topological, unpack
 from accy.ir.ops import Op
 
 
@@ -49,9 +49,31 @@ def _order(owner: Function | Program, roots) -> tuple[Node, ...]:
     return found
 
 
-def _without_order(state: dict) -> dict:
-    """Pickled state without the cached order (recomputed on demand after loading)."""
-    return {k: v for k, v in state.items() if k != _ORDER} if _ORDER in state else state
+def _packed(functions: tuple[Function, ...]) -> tuple:
+    """The functions' nodes as one table (``node.pack``) and each function's name, parameter
+    names and counts: a node pickled on its own carries every node it reaches, so the results
+    of a function (a region has hundreds) pickled one by one would repeat their shared
+    operands once per result, quadratic in size. Caches are not pickled."""
+    table, rows = pack(n for f in functions for n in (*f.params, *f.results))
+    return table, rows, tuple((f.name, f.param_names, len(f.params), len(f.results))
+                              for f in functions)
+
+
+def _unpacked(table: tuple, rows: tuple[int, ...], heads: tuple) -> tuple[Function, ...]:
+    nodes, out, at = unpack(table, rows), [], 0
+    for name, param_names, n_params, n_results in heads:
+        out.append(Function(name, nodes[at:at + n_params], param_names,
+                            nodes[at + n_params:at + n_params + n_results]))
+        at += n_params + n_results
+    return tuple(out)
+
+
+def _function(table: tuple, rows: tuple[int, ...], heads: tuple) -> Function:
+    return _unpacked(table, rows, heads)[0]
+
+
+def _program(table: tuple, rows: tuple[int, ...], heads: tuple) -> Program:
+    return Program(_unpacked(table, rows, heads))
 
 
 @dataclass(frozen=True)
@@ -83,8 +105,8 @@ class Function:
         each call; the order is computed once per function)."""
         return list(_order(self, (*self.params, *self.results)))
 
-    def __getstate__(self) -> dict:
-        return _without_order(self.__dict__)
+    def __reduce__(self):
+        return (_function, _packed((self,)))
 
     @memoized
     def fingerprint(self) -> str:
@@ -129,8 +151,8 @@ class Program:
         """Every node of every function once, operands before users (a new list each call)."""
         return list(_order(self, [n for f in self.functions for n in (*f.params, *f.results)]))
 
-    def __getstate__(self) -> dict:
-        return _without_order(self.__dict__)
+    def __reduce__(self):
+        return (_program, _packed(self.functions))
 
     @memoized
     def fingerprint(self) -> str:

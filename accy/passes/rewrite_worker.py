@@ -7,8 +7,9 @@ budget, the worker builds the e-graph, saturates, and extracts at the end and at
 checkpoints spaced in time (before a step predicted to be long: ``_work``), sending back the
 program when it is cheaper than the best so far. The parent waits on the pipe until its
 deadline; if the worker has not finished by then it is killed (SIGKILL: nothing in it needs
-to be cleaned up) and the last program it sent, the last checkpoint's, is the result. A new
-worker is started at once in the background, so the next call finds one warm.
+to be cleaned up) and the last program it sent, the last checkpoint's, is the result. A spare
+worker is started in the background whenever a call takes one, so the call after a kill finds
+one warm (regions of a large program come one after another, each with a few seconds).
 
 Workers are ``spawn``ed (never forked: the parent may hold egglog's or OpenCL's threads and
 locks), import ``accy`` and every built-in rule set once (~1.5 s), then serve one task after
@@ -46,8 +47,8 @@ __all__ = ["Result", "Task", "eligible", "run", "shutdown", "warm_up"]
 
 _CTX = mp.get_context("spawn")
 _MAX_IDLE = 2  # warm workers kept between calls (one per thread that saturates at a time)
-# idle workers kept ready or starting after a kill: a spare is warm at once for the next
-# call (a restart takes 1.5-2.7 s, a region's whole budget) at ~200 MiB resident each
+# idle workers kept ready, started while a call runs: a spare is warm for the next call when
+# this one is killed (a cold start takes seconds, a region's whole budget) at ~200 MiB each
 _SPARES = 1
 _STOP_MARGIN_S = 0.02  # the worker's own saturation limit ends this much before the deadline
 
@@ -185,6 +186,7 @@ def run(task: Task, deadline: float) -> Result:
     start = time.perf_counter()
     out = Result()
     w = _take()
+    _prestart()  # a spare starts now, so that it is warm if this one is killed
     if not w.wait_ready(deadline):
         _give_back(w)  # still starting: let it finish for the next call
         out.not_ready = True
@@ -204,7 +206,6 @@ def run(task: Task, deadline: float) -> Result:
             if out.report is not None:
                 out.report = replace(out.report, stop_reason="time_limit", predicted=False,
                                      seconds=time.perf_counter() - start)
-            _prestart()
             break
         out.messages += 1
         out.worker_maxrss_kb = max(out.worker_maxrss_kb, maxrss)
@@ -260,6 +261,11 @@ def _serve(conn: Any) -> None:
 _EXTRACT_S_PER_E_NODE = 4e-5
 _CHECKPOINT_SPACING = 0.3  # of the time limit: the least time between two checkpoints
 _CHEAP_SHARE = 0.1  # an extraction predicted within this share of the time left is cheap
+_CHECKPOINT_EXTRACT_SHARE = 0.25  # of the time left: what a checkpoint's acceptance may take
+# the final extraction's bounded parts end this share of the time limit (at least this many
+# seconds) before the deadline: building, pickling and sending the program come after them
+_FINISH_SHARE = 0.05
+_FINISH_MIN_S = 0.05
 
 
 def guard(report: SaturationReport, deadline: float, rate: float = _EXTRACT_S_PER_E_NODE
@@ -289,29 +295,37 @@ def _work(task: Task, conn: Any, rewriting: Any) -> SaturationReport:
     ``_CHEAP_SHARE`` of the time left); the first cheap one comes at once, since one step
     of fast-math rules can run for minutes unpredicted. The run stops before a step whose
     predicted time plus the extraction after it would end past the deadline (extraction time
-    scales with the e-graph: seconds per e-node as last measured); acceptance by region stops
-    at the deadline.
+    scales with the e-graph: seconds per e-node as last measured, and asked again right after
+    an extraction has measured it); acceptance by region stops at the deadline. An extraction
+    predicted to end past the deadline is not started (the last checkpoint stands): a worker
+    that finishes stays warm for the next call, a killed one does not.
     """
     from accy.egraph.convert import extract, to_egraph
     from accy.egraph.driver import saturate
 
     start = time.perf_counter()
     deadline = start + task.time_limit_s
+    finish = deadline - max(_FINISH_SHARE * task.time_limit_s, _FINISH_MIN_S)
     eg = rewriting._WARM.take(task.rulesets, task.names)
     eg.push()
     peg = to_egraph(task.program, eg)
     best = task.input_cost
-    rate = _EXTRACT_S_PER_E_NODE
+    rate = fixed_rate = _EXTRACT_S_PER_E_NODE  # extraction, and its part no deadline bounds
     done_at: tuple[int, int] | None = None  # (kept iterations, e-nodes) last extracted
     last = start  # when the last extraction ended
 
-    def extract_now(report: SaturationReport, final: bool = False) -> None:
-        nonlocal best, rate, done_at, last
+    def extract_now(report: SaturationReport, final: bool = False, checkpoint: bool = False
+                    ) -> None:
+        nonlocal best, rate, fixed_rate, done_at, last
         t0 = time.perf_counter()
+        # the bounded parts (acceptance, sharing) leave time to build and send the program;
+        # a checkpoint's take a share of the time left, so saturation goes on after it
+        ends = t0 + _CHECKPOINT_EXTRACT_SHARE * max(finish - t0, 0.0) if checkpoint else finish
         x = extract(peg, task.model, extractor=task.extractor, input_cost=task.input_cost,
-                    options=dict(task.extract_options), deadline=deadline)
+                    options=dict(task.extract_options), deadline=ends)
         last = time.perf_counter()
         rate = (last - t0) / max(report.e_nodes, 1)
+        fixed_rate = (last - t0 - x.search_seconds) / max(report.e_nodes, 1)
         done_at = (report.kept_iterations, report.e_nodes)
         # ties go to the later extraction; the final one stands as the in-process run's does
         better = x.cost <= (task.input_cost if final else best)
@@ -319,13 +333,21 @@ def _work(task: Task, conn: Any, rewriting: Any) -> SaturationReport:
             best = x.cost
         conn.send(("step", (report, x if better else None), _maxrss()))
 
+    def fits(report: SaturationReport) -> bool:
+        """Whether the part of an extraction now that no deadline bounds (reading the
+        e-graph, choosing, rebuilding) is predicted to end in time (the first is tried
+        anyway: there is nothing to lose)."""
+        return done_at is None or time.perf_counter() + fixed_rate * report.e_nodes <= finish
+
     def on_step(report: SaturationReport) -> bool:
         go_on, risky = guard(report, deadline, rate)
         now = time.perf_counter()
         spaced = now - last >= _CHECKPOINT_SPACING * task.time_limit_s
         cheap = rate * report.e_nodes <= _CHEAP_SHARE * (deadline - now)
-        if not go_on or (cheap and (done_at is None or spaced)) or (risky and spaced):
-            extract_now(report)
+        if fits(report) and (not go_on or (cheap and (done_at is None or spaced))
+                             or (risky and spaced)):
+            extract_now(report, checkpoint=go_on)
+            go_on = go_on and guard(report, deadline, rate)[0]  # with the rate just measured
         return go_on
 
     report = saturate(peg, task.rulesets, rules=task.names, iterations=task.iterations,
@@ -333,7 +355,7 @@ def _work(task: Task, conn: Any, rewriting: Any) -> SaturationReport:
                       match_limit=task.match_limit, on_step=on_step, capped=task.capped,
                       capped_iterations=task.capped_iterations,
                       restore=lambda: rewriting.reload(task.program, eg))
-    if done_at != (report.kept_iterations, report.e_nodes):
+    if done_at != (report.kept_iterations, report.e_nodes) and fits(report):
         extract_now(report, final=True)
     for _ in range(report.checkpoints + 1):  # the driver's checkpoints, then ours
         eg.pop()

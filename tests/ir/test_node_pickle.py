@@ -103,3 +103,20 @@ def test_pack_writes_shared_nodes_once_for_several_roots():
     assert rows == tuple(rows_of[id(r)] for r in roots)
     assert unpack(table, rows) == roots
     assert pickle.loads(pickle.dumps((table, rows))) == (table, rows)
+
+
+def test_a_function_of_many_results_pickles_each_shared_node_once():
+    # every node of a chain is a result (as in a region of a split program): pickled result
+    # by result, each would carry the whole chain below it (quadratic)
+    x = param()
+    nodes = [x]
+    for i in range(300):
+        nodes.append(Node(Op.NEG if i % 2 else Op.EXP, VEC, (nodes[-1],)))
+    f = Function("many", (x,), ("x",), tuple(nodes[1:]))
+    two = Program((f, Function("g", (x,), ("x",), (nodes[-1],))))
+    alone = len(pickle.dumps(nodes[-1]))  # the chain once
+    for value in (f, Program((f,)), two):
+        data = pickle.dumps(value)
+        assert len(data) < 3 * alone
+        back = pickle.loads(data)
+        assert back == value and back.fingerprint() == value.fingerprint()
