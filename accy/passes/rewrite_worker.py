@@ -11,8 +11,11 @@ to be cleaned up) and the last program it sent, the last checkpoint's, is the re
 worker is started in the background whenever a call takes one, so the call after a kill finds
 one warm (regions of a large program come one after another, each with a few seconds).
 
-Workers are ``spawn``ed (never forked: the parent may hold egglog's or OpenCL's threads and
-locks), import ``accy`` and every built-in rule set once (~1.5 s), then serve one task after
+Workers are fresh interpreters (``subprocess``, talking over a socket pair: never forked, as
+the parent may hold egglog's or OpenCL's threads and locks, and not multiprocessing's
+``spawn``, which runs the caller's main module again in the child, so that a script without
+an ``if __name__ == "__main__":`` guard failed), import ``accy`` and every built-in rule set
+once (~1.5 s), then serve one task after
 another, keeping the e-graphs in which rule selections are declared (``rewriting._WARM``):
 a call to a warm worker costs a pickle of the program each way and the usual work. A
 worker that is still starting when a call's deadline comes is left to finish starting (and
@@ -22,7 +25,7 @@ their first measurement).
 
 What cannot go to a worker runs in the calling process (:func:`eligible`): rule sets defined
 at run time (the worker only knows the built-in themes), cost models that do not pickle, and
-calls from a daemonic process (which may not have children).
+calls from a daemonic multiprocessing worker (experiment pools: many processes already).
 
 Each message from the worker carries its peak resident memory (``ru_maxrss``), so callers
 can report the worker's memory as well as their own.
@@ -30,11 +33,16 @@ can report the worker's memory as well as their own.
 
 from __future__ import annotations
 
+import atexit
 import multiprocessing as mp
 import pickle
 import resource
+import socket
+import subprocess
+import sys
 import threading
 import time
+from multiprocessing.connection import Connection
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -45,7 +53,6 @@ from accy.ir.program import Program
 
 __all__ = ["Result", "Task", "eligible", "run", "shutdown", "warm_up"]
 
-_CTX = mp.get_context("spawn")
 _MAX_IDLE = 2  # warm workers kept between calls (one per thread that saturates at a time)
 # idle workers kept ready, started while a call runs: a spare is warm for the next call when
 # this one is killed (a cold start takes seconds, a region's whole budget) at ~200 MiB each
@@ -86,14 +93,32 @@ class Result:
     messages: int = field(default=0, compare=False)
 
 
+# The worker's first lines: the parent's import path, then the loop. A plain interpreter
+# started with this (not multiprocessing's spawn, which imports the caller's main module in
+# the child: a script without an ``if __name__ == "__main__":`` guard would run again there,
+# and fail on starting a worker of its own).
+_BOOT = ("import sys\n"
+         "from multiprocessing.connection import Connection\n"
+         "conn = Connection(int(sys.argv[1]))\n"
+         "sys.path[:] = conn.recv()\n"
+         "from accy.passes.rewrite_worker import _serve\n"
+         "_serve(conn)\n")
+
+
 class _Worker:
     def __init__(self) -> None:
-        self.conn, child = _CTX.Pipe()
-        self.proc = _CTX.Process(target=_serve, args=(child,), daemon=True,
-                                 name="accy-saturation-worker")
-        self.proc.start()
-        child.close()
+        ours, theirs = socket.socketpair()
+        self.conn = Connection(ours.detach())
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-c", _BOOT, str(theirs.fileno())],
+                                         pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
+        finally:
+            theirs.close()
+        self.conn.send(list(sys.path))
         self.ready = False
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
 
     def wait_ready(self, deadline: float) -> bool:
         while not self.ready:
@@ -106,7 +131,7 @@ class _Worker:
 
     def kill(self) -> None:
         self.proc.kill()
-        self.proc.join()
+        self.proc.wait()
         self.conn.close()
 
 
@@ -117,7 +142,7 @@ _IDLE: list[_Worker] = []
 def _take() -> _Worker:
     """An idle worker, a ready one first (else one still starting, else a new one)."""
     with _LOCK:
-        for w in [w for w in _IDLE if not w.proc.is_alive()]:
+        for w in [w for w in _IDLE if not w.alive()]:
             _IDLE.remove(w)
             w.kill()
         for w in _IDLE:
@@ -132,7 +157,7 @@ def _take() -> _Worker:
 
 def _give_back(w: _Worker) -> None:
     with _LOCK:
-        if len(_IDLE) < _MAX_IDLE and w.proc.is_alive():
+        if len(_IDLE) < _MAX_IDLE and w.alive():
             _IDLE.append(w)
             return
     w.kill()
@@ -158,11 +183,15 @@ def _prestart() -> None:
 
 
 def shutdown() -> None:
-    """Kill every idle worker (tests; the interpreter's exit kills daemonic ones anyway)."""
+    """Kill every idle worker (tests, and at the interpreter's exit; a worker whose parent
+    died without it ends when its pipe closes)."""
     with _LOCK:
         idle, _IDLE[:] = list(_IDLE), []
     for w in idle:
         w.kill()
+
+
+atexit.register(shutdown)
 
 
 def eligible(task_model: CostModel, rulesets: tuple[str, ...]) -> bool:
@@ -245,7 +274,9 @@ def _serve(conn: Any) -> None:
         except (EOFError, OSError):
             return
         try:
-            conn.send(("done", _work(task, conn, rewriting), _maxrss()))
+            out = ("done", _work(task, conn, rewriting), _maxrss())
+        except (BrokenPipeError, ConnectionResetError):
+            return  # the parent is gone
         except BaseException as e:  # noqa: BLE001 - sent to the parent, raised there
             try:
                 pickle.dumps(e)
@@ -253,7 +284,11 @@ def _serve(conn: Any) -> None:
                 from accy.errors import EGraphError
 
                 e = EGraphError(f"{type(e).__name__}: {e}")
-            conn.send(("error", e, _maxrss()))
+            out = ("error", e, _maxrss())
+        try:
+            conn.send(out)
+        except OSError:
+            return
 
 
 # first guess of extraction's cost (reading the e-graph, greedy-dag, acceptance by region,

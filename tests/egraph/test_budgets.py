@@ -185,3 +185,34 @@ def test_region_size_option_in_pipeline_text():
     assert s.region_size == 500 and s.time_limit == 1.5
     with pytest.raises(Exception):  # noqa: B017,PT011 - the option's range is checked
         accy.parse_pipeline("saturate{region-size=-1}")
+
+
+def test_a_script_without_a_main_guard_saturates_in_a_worker(tmp_path):
+    # multiprocessing's spawn ran the caller's main module again in each worker, so a script
+    # without ``if __name__ == "__main__":`` failed; workers are plain interpreters now
+    import subprocess
+    import sys
+
+    runs = tmp_path / "runs.txt"
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        "import os\n"
+        f"open({str(runs)!r}, 'a').write(f'{{os.getpid()}}\\n')\n"
+        "import accy\n"
+        "from accy.passes import rewriting\n"
+        "from accy.passes.tensor.saturate import DEFAULT_RULESETS\n"
+        "@accy.function\n"
+        "def f(x: accy.f32[8, 8], w: accy.f32[8, 8]):\n"
+        "    y = x\n"
+        "    for i in range(40):\n"
+        "        y = (y @ w).T.T + (x * 1.0) + (y @ w).T.T\n"
+        "    return y\n"
+        "names = rewriting.select(DEFAULT_RULESETS)\n"
+        "out = rewriting.rewrite_program(f, DEFAULT_RULESETS, names, iterations=4,\n"
+        "    node_limit=None, time_limit_s=60.0, cost='flops-bytes', isolate=True)\n"
+        "print('worker:', out.worker, 'changed:', out.changed)\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "worker: finished changed: True" in done.stdout
+    assert len(runs.read_text().split()) == 1  # the script's top level ran once
