@@ -102,7 +102,8 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
                 program = _read_program(args.file)
             with timing.phase("parsing the pipeline (loads every pass module)"):
                 pipeline = parse_pipeline(args.pipeline)
-            job = prepare(program, pipeline, device=args.device, until=args.until,
+            job = prepare(program, pipeline, device=args.device, backend=args.backend,
+                          until=args.until,
                           verify_each=not args.no_verify, instruments=instruments)
         if job.product.kernels is not None and (args.emit_source or args.build or args.save):
             with timing.phase("rendering kernel sources"):
@@ -133,9 +134,7 @@ def _build(job: Any, device: str | None, timing: Any) -> str:
         raise InputFileError(f"--build needs the kernel stage; the job stops at "
                              f"{job.stage.value}")
     with timing.phase("loading pyopencl and selecting the device"):
-        from accy.backends.opencl.runtime import select_device
-
-        runtime = select_device(device)
+        runtime = job.backend.device(device)
     before = runtime.stats.copy()
     with timing.phase("building kernels (OpenCL)"):
         job.build(runtime)
@@ -329,6 +328,8 @@ def build_parser() -> argparse.ArgumentParser:
                       "(ACCY_DEVICE or PoCL by default), filling the build caches")
     prep.add_argument("--pipeline", default="accy-default")
     prep.add_argument("--device", help="take the target profile from this OpenCL device")
+    prep.add_argument("--backend", help="a registered backend (default: opencl; "
+                      "accy.backends.registry)")
     prep.add_argument("--until", type=stage_name, default="target",
                       help="last stage to run (contract, tensor, dispatch, memory, kernel, "
                       "target)")

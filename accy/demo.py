@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from accy.backends.opencl.runtime import select_device
+from accy.backends.registry import get_backend
 from accy.builder import Builder, FunctionBuilder, Value
 from accy.ir.interpret import interpret
 from accy.ir.printer import print_program
 from accy.ir.program import Program, Stage
 from accy.ir.types import DType
 from accy.job import PreparedJob, prepare
-from accy.target import TargetProfile
 
 
 def _program(name: str, arity: int, size: int, body, dtype: DType = DType.f32) -> Program:
@@ -63,10 +62,9 @@ def run_demo(device: str | None = None, size: int = 1 << 20, show_source: bool =
              seed: int = 0) -> float:
     """Prepare and run the demo programs; returns the worst relative error against numpy."""
     rng = np.random.default_rng(seed)
-    runtime = select_device(device)
-    target = TargetProfile.from_device(runtime.info)
-    print(f"device: {runtime.info.name} ({runtime.info.platform}, driver "
-          f"{runtime.info.driver_version})\ntarget profile: {target.describe()}")
+    backend = get_backend()
+    runtime, target = backend.open(device)
+    print(f"device: {backend.describe_device(runtime)}\ntarget profile: {target.describe()}")
     worst = 0.0
     for title, program in demo_programs(size):
         print(f"\n=== {title} ===")
@@ -88,6 +86,6 @@ def run_demo(device: str | None = None, size: int = 1 << 20, show_source: bool =
             worst = max(worst, err)
             print(f"result {i}: max error {err:.3g} relative to numpy's magnitude")
         times = ", ".join(f"{ns / 1e3:.1f} us" for ns in exe.last_kernel_ns)
-        print(f"ran on {exe.runtime.info.name} ({exe.runtime.info.platform}): kernel time {times}")
+        print(f"ran on {backend.describe_device(runtime)}: kernel time {times}")
     print(f"\nworst relative error over all programs: {worst:.3g}")
     return worst

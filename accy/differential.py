@@ -187,10 +187,10 @@ def check_end_to_end(program: Program, inputs: ProgramInputs | Sequence[Any],
     is illegal for the device (e.g. f64 without ``cl_khr_fp64``); any other error raises
     :class:`DifferentialFailure`. ``DeviceError`` (no OpenCL) passes through.
     """
-    from accy.backends.opencl.runtime import select_device
+    from accy.backends.registry import get_backend
 
-    runtime = select_device(device)
-    target = TargetProfile.from_device(runtime.info)
+    backend = get_backend()
+    runtime, target = backend.open(device)
     pipe = _pipeline(pipeline)
     by_fn = _by_function(program, inputs)
     try:
@@ -214,7 +214,7 @@ def check_end_to_end(program: Program, inputs: ProgramInputs | Sequence[Any],
             raise _failure(f"end-to-end: running {fn.name} failed: {e}", program, by_fn) from e
         _compare(program, fn.name, got, want, by_fn[fn.name], out, precision_of(pipe))
     if out.problems:
-        raise _failure(f"end-to-end ({pipe.text()}) on {runtime.info.name}: OpenCL results "
+        raise _failure(f"end-to-end ({pipe.text()}) on {backend.describe_device(runtime)}: results "
                        f"differ from interpret:\n  " + "\n  ".join(out.problems), program, by_fn)
     return CheckResult("ok", compared=out.compared, skipped=out.skipped)
 

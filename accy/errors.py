@@ -79,3 +79,7 @@ class LimitExceededError(CapabilityMismatchError):
     def __init__(self, message: str, limits: tuple[tuple[str, int, int], ...] = ()) -> None:
         super().__init__(message)
         self.limits = tuple(limits)
+
+
+class BackendLookupError(AccyError, LookupError):
+    """A backend name that no backend is registered under (the message lists those that are)."""

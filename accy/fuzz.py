@@ -146,14 +146,14 @@ def run_round(round_seed: int, *, allow_nan: bool, max_nodes: int, dtypes: list[
     from hypothesis import HealthCheck, Phase, Verbosity, given, settings
     from hypothesis import seed as hypothesis_seed
 
-    from accy.backends.opencl.runtime import select_device
+    from accy.backends.registry import get_backend
     from accy.passes import registry
     from accy.testing import check_end_to_end, check_passes, programs_with_inputs
 
     if passes:
         registry.all_passes()  # the built-in passes first, then the campaign's own
         registry.PASSES.update(passes)
-    select_device(device)  # this process's own context (a DeviceError if there is none)
+    get_backend().select_device(device)  # this process's own context (else a DeviceError)
     seen = _Seen()
     counts = {"programs": 0, "unsupported": 0}
     strategy = programs_with_inputs(max_nodes=max_nodes, dtypes=[DType(d) for d in dtypes],
@@ -237,9 +237,8 @@ class _Campaign:
                  max_nodes: int, device: str | None, pipeline: str, stream: TextIO,
                  rounds_per_worker: int, round_timeout: float | None, executor: str,
                  scheduler: str | None, force: bool, resume: bool) -> None:
-        from accy.backends.opencl.runtime import select_device
+        from accy.backends.registry import get_backend
         from accy.passes.spec import parse_pipeline
-        from accy.target import TargetProfile
 
         if rounds_per_worker < 1:
             raise ValueError(f"rounds_per_worker must be >= 1, got {rounds_per_worker}")
@@ -251,11 +250,12 @@ class _Campaign:
             raise ValueError(f"unknown executor {executor!r}; valid: local, dask")
         pipeline = parse_pipeline(pipeline).text()  # a PipelineError before anything runs
         self.passes = _worker_passes(pipeline)
-        runtime = select_device(device)  # a DeviceError before anything runs
-        self.device_name, self.device_key = runtime.info.name, runtime.info.key
+        backend = get_backend()
+        runtime, target = backend.open(device)  # a DeviceError before anything runs
+        self.device_name = backend.describe_device(runtime)
+        self.device_key = backend.device_key(runtime)
         self.device = device
-        self.dtypes = sorted(TargetProfile.from_device(runtime.info).usable_dtypes,
-                             key=lambda d: d.value)
+        self.dtypes = sorted(target.usable_dtypes, key=lambda d: d.value)
         self.start = time.monotonic()
         self.deadline = None if minutes is None else self.start + 60 * minutes
         self.rounds = rounds

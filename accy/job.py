@@ -15,7 +15,13 @@ from pathlib import Path
 
 import numpy as np
 
-from accy.backends.opencl.render import render
+from accy.backends.registry import (
+    DEFAULT_BACKEND,
+    Backend,
+    get_backend,
+    open_device,
+    registration,
+)
 from accy.errors import AccyError, KernelLookupError, NotPreparedError, WorkItemLookupError
 from accy.files import atomic_write
 from accy.ir.node import Node, pack, unpack
@@ -33,7 +39,7 @@ _RUNNERS_LOCK = threading.Lock()  # guards the executable cache of run(), held f
 # saved jobs (PreparedJob.save / load_job): a header line, a JSON line, then two pickles: every
 # IR node of the job as one table (accy.ir.node.pack), and the job referring to its rows
 JOB_MAGIC = b"accy-prepared-job\n"
-JOB_FORMAT = 1  # bump when what is saved changes shape
+JOB_FORMAT = 2  # bump when what is saved changes shape (2: the backend-neutral kernel IR)
 
 
 class _JobPickler(pickle.Pickler):
@@ -225,12 +231,19 @@ class PreparedJob:
     def summary_for_work(self, work_item: int) -> KernelSummary:
         return self.kernel_summary(self._index_for_work(work_item))
 
+    @property
+    def backend(self) -> Backend:
+        """The backend of the job's target (:mod:`accy.backends.registry`; OpenCL unless the
+        target names another)."""
+        target = self.product.target
+        return get_backend(target.backend if target is not None else None)
+
     def kernel_source(self, index: int) -> str:
-        """The OpenCL C source of kernel ``index``."""
+        """The source of kernel ``index`` (OpenCL C for the OpenCL backend)."""
         k = self._kernel(index)
         index = int(index)
         if index not in self._sources:
-            self._sources[index] = render(k)
+            self._sources[index] = self.backend.render(k, self.product.target)
         return self._sources[index]
 
     def source_for_work(self, work_item: int) -> str:
@@ -265,23 +278,20 @@ class PreparedJob:
         Its kernels' programs build up to ``max_threads`` at once; the executable is the same
         as a serial build's (kernels in schedule order, same sources, same outputs).
         """
-        from accy.backends.opencl.executable import Executable
-
         self.require_stage(Stage.target, "running")
-        return Executable(self, function, device, max_threads=max_threads)
+        return self.backend.executable(self, function, device, max_threads=max_threads)
 
     def build(self, device=None, max_threads: int = 1):
         """Build every legal kernel's OpenCL program on ``device`` (``ACCY_DEVICE`` or PoCL by
         default), up to ``max_threads`` at once, and return its runtime. Builds are cached per
         device, so executables made afterwards only look them up."""
-        from accy.backends.opencl.runtime import Runtime, select_device
-
         self.require_stage(Stage.target, "building")
-        runtime = device if isinstance(device, Runtime) else select_device(device)
+        backend = self.backend
+        runtime = backend.device(device)
         legality = self.product.legality
         sources = [self.kernel_source(i) for i in range(self.kernel_count)
                    if legality is None or legality.kernels[i].status is KernelStatus.legal]
-        runtime.build_many(sources, max_threads=max_threads)
+        backend.build(runtime, sources, max_threads=max_threads)
         return runtime
 
     def run(self, *inputs, function: str | None = None, device=None, out=None,
@@ -293,10 +303,8 @@ class PreparedJob:
         The first run of a function on a device makes its executable, which later runs reuse
         (and the job holds, with its device buffers, while it lives). Thread-safe.
         """
-        from accy.backends.opencl.runtime import Runtime, select_device
-
         self.require_stage(Stage.target, "running")
-        runtime = device if isinstance(device, Runtime) else select_device(device)
+        runtime = self.backend.device(device)
         key = (self.program.function(function).name, runtime)
         with _RUNNERS_LOCK:
             exe = self._runners.get(key)
@@ -348,6 +356,7 @@ def prepare(
     *,
     target: TargetProfile | None = None,
     device: str | None = None,
+    backend: str | None = None,
     until: Stage | str = Stage.target,
     verify_each: bool = True,
     instruments: Sequence[Instrument] = (),
@@ -358,20 +367,28 @@ def prepare(
 
     ``source`` may be a :class:`PreparedJob` stopped at an earlier stage: preparation continues
     from its last product and keeps its records. The target profile is ``target``, else the
-    profile of ``device`` (an OpenCL device selector, see :func:`accy.select_device`), else a
-    generic OpenCL profile. ``build=True`` (needs the kernel stage) also builds every legal
-    kernel on ``device`` (default ``ACCY_DEVICE`` or PoCL), ``max_threads`` programs at once,
-    so the first run only looks the builds up (see :meth:`PreparedJob.build`).
+    profile of ``device`` (a device selector of ``backend``; OpenCL's: see
+    :func:`accy.select_device`), else a generic profile of ``backend``. ``backend`` names a
+    registered backend (:mod:`accy.backends.registry`, default ``"opencl"``). ``build=True``
+    (needs the kernel stage) also builds every legal kernel on ``device`` (default
+    ``ACCY_DEVICE`` or PoCL), ``max_threads`` programs at once, so the first run only looks
+    the builds up (see :meth:`PreparedJob.build`).
 
     >>> job = prepare(program)                  # doctest: +SKIP
     >>> job.kernel_count, job.kernel_source(0)  # doctest: +SKIP
     """
     until = Stage.parse(until) if isinstance(until, str) else until
     pipe = parse_pipeline(pipeline) if isinstance(pipeline, str) else pipeline
+    if backend is not None:
+        reg = registration(backend)  # an unknown name: the error lists the registered ones
+        if target is not None and target.backend != backend:
+            raise ValueError(f"prepare: target is for backend {target.backend!r}, "
+                             f"not {backend!r}")
+        if target is None and device is None and backend != DEFAULT_BACKEND:
+            target = TargetProfile(backend=backend, device=f"generic {backend} device",
+                                   artifact_formats=frozenset({reg.artifact_format}))
     if target is None and device is not None:
-        from accy.backends.opencl.runtime import select_device
-
-        target = TargetProfile.from_device(select_device(device).info)
+        target = open_device(device, backend)[1]
     if isinstance(source, PreparedJob):
         products, records, start = dict(source.products), source.records, source.product
         if target is not None and start.target != target:

@@ -37,7 +37,8 @@ from typing import Any
 import numpy as np
 
 import accy
-from accy.backends.opencl.runtime import Runtime, select_device
+from accy.backends.opencl.runtime import Runtime
+from accy.backends.registry import get_backend, open_device
 from accy.builder import einsum, trace
 from accy.experiments import records, suite
 from accy.ir.types import DType
@@ -88,7 +89,7 @@ def _max_diff(got: tuple, want: tuple) -> float:
 def bench_suite(bench: suite.Benchmark, size: str, runtime: Runtime, pipeline: str,
                 repeat: int) -> dict[str, Any]:
     job = accy.prepare(bench.program(size), pipeline,
-                       target=accy.TargetProfile.from_device(runtime.info))
+                       target=open_device(runtime)[1])
     exe = job.executable(device=runtime)
     inputs = bench.inputs(size)
     names = exe.param_names
@@ -156,7 +157,7 @@ def bench_mlp(runtime: Runtime, pipeline: str, steps: int, dims: tuple[int, int,
               torch: Any) -> dict[str, Any]:
     b, d, h, c = dims
     lr = 0.05
-    target = accy.TargetProfile.from_device(runtime.info)
+    target = open_device(runtime)[1]
     fwd, grad, sgd = (accy.prepare(p, pipeline, target=target).executable(device=runtime)
                       for p in _mlp_programs(b, d, h, c, lr))
     rng = np.random.default_rng(0)
@@ -265,7 +266,7 @@ def bench_loop(runtime: Runtime, pipeline: str, calls: int, n: int) -> dict[str,
     def chain(a, b):
         return accy.maximum((a + b) * b - b, b)
 
-    target = accy.TargetProfile.from_device(runtime.info)
+    target = open_device(runtime)[1]
     program = trace(chain, accy.f32[n], accy.f32[n])
     exe = accy.prepare(program, pipeline, target=target).executable(device=runtime)
     a = np.random.default_rng(0).random(n, dtype=np.float32)
@@ -315,7 +316,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = p.parse_args(argv)
     if args.mlp_steps % 2:
         p.error("--mlp-steps must be even (the weights are double-buffered)")
-    runtime = select_device(args.device)
+    runtime = get_backend().select_device(args.device)
     pipeline = f"{FRONTS[args.front]},accy-dispatch,accy-memory,accy-kernel,accy-target"
     torch = _torch(runtime)
     print(f"device: {runtime.info.key}; torch eager: {'yes' if torch else 'no'}")

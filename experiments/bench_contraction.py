@@ -305,11 +305,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     import pyopencl
 
-    from accy.backends.opencl.runtime import select_device
+    from accy.backends.registry import open_device
 
     args = parse_args(argv)
-    runtime = select_device(args.device)
-    target = TargetProfile.from_device(runtime.info)
+    runtime, target = open_device(args.device)
     blas = blas_info()
     kernels = ", ".join(f"{b['internal_api']} {b['architecture']}" for b in blas or [])
     print(f"device: {runtime.info.key} ({target.device_type}, {target.compute_units} compute "

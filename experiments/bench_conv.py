@@ -428,14 +428,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    from accy.backends.opencl.runtime import select_device
+    from accy.backends.registry import open_device
 
     args = parse_args(argv)
     if args.compare:
         print(compare(*args.compare))
         return {}
-    runtime = select_device(args.device)
-    target = TargetProfile.from_device(runtime.info)
+    runtime, target = open_device(args.device)
     only = {n for n in args.only.split(",") if n}
     layers = [replace(layer.scaled(args.scale), set=s, batch=args.batch)
               for s in args.sets.split(",") if s

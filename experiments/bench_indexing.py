@@ -34,11 +34,11 @@ import numpy as np
 import pyopencl as cl
 
 import accy
-from accy.backends.opencl.runtime import Runtime, select_device
+from accy.backends.opencl.runtime import Runtime
+from accy.backends.registry import get_backend, open_device
 from accy.builder import gather, scatter_add, trace
 from accy.experiments.kernels import copy_bandwidth
 from accy.experiments.records import median_ms, provenance, write_json
-from accy.target import TargetProfile
 
 FRONT = "shape-layout-propagation,dtype-legalization,indexing-lowering{{{options}}}"
 BACK = "accy-dispatch,accy-memory,accy-kernel,accy-target"
@@ -68,7 +68,7 @@ LOCAL = 256  # kernel-outlining-planning's default work-group size
 def bench_one(name: str, program: accy.Program, nbytes: int, label: str, blocks: int,
               inputs: list[np.ndarray], runtime: Runtime, repeat: int,
               copy_gbps: float) -> dict[str, Any]:
-    job = accy.prepare(program, pipeline(blocks), target=TargetProfile.from_device(runtime.info))
+    job = accy.prepare(program, pipeline(blocks), target=open_device(runtime)[1])
     exe = job.executable(device=runtime)
     exe(*inputs)  # warm-up: build, buffers, first launch
     samples, per_kernel, out = [], [], None
@@ -135,7 +135,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
-    runtime = select_device(args.device)
+    runtime = get_backend().select_device(args.device)
     info = runtime.info
     is_cpu = bool(runtime.device.type & cl.device_type.CPU)
     rows = args.rows or (1 << 16 if is_cpu else 1 << 20)

@@ -35,12 +35,12 @@ import numpy as np
 import pyopencl as cl
 
 import accy
-from accy.backends.opencl.runtime import Runtime, select_device
+from accy.backends.opencl.runtime import Runtime
+from accy.backends.registry import get_backend, open_device
 from accy.builder import Value, cross_entropy, trace
 from accy.experiments.kernels import copy_bandwidth
 from accy.experiments.records import git_commit, median_ms, timestamp, write_json
 from accy.passes.spec import parse_pipeline
-from accy.target import TargetProfile
 
 # fraction of copy bandwidth (H200)
 TARGETS = {"chain": 0.90, "softmax": 0.70, "sum": 0.70, "xent": 0.70}
@@ -122,7 +122,7 @@ def bench_one(name: str, program: accy.Program, shapes: tuple[tuple[int, ...], .
     pipeline = f"{FRONTS[front]},accy-dispatch,accy-memory,{kernel},accy-target"
     if lowered_loss:
         pipeline = parse_pipeline(pipeline).replacing(LOWERED_LOSS).text()
-    job = accy.prepare(program, pipeline, target=TargetProfile.from_device(runtime.info))
+    job = accy.prepare(program, pipeline, target=open_device(runtime)[1])
     xs = inputs(name, shapes)
     exe = job.executable(device=runtime)
     exe(*xs)  # warm-up: build, buffers, first launch
@@ -198,7 +198,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
-    runtime = select_device(args.device)
+    runtime = get_backend().select_device(args.device)
     info = runtime.info
     is_cpu = bool(runtime.device.type & cl.device_type.CPU)
     elements = args.elements or (1 << 24 if is_cpu else 1 << 28)

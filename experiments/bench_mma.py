@@ -49,8 +49,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import accy  # noqa: E402
-from accy.backends.opencl.runtime import _first_error_line, select_device  # noqa: E402
+from accy.backends.opencl.runtime import _first_error_line  # noqa: E402
 from accy.backends.opencl.tensor_cores import MMA_PROBE_SOURCE  # noqa: E402
+from accy.backends.registry import open_device  # noqa: E402
 from accy.builder import einsum  # noqa: E402
 from accy.differential import TOLERANCES  # noqa: E402
 from accy.error_bounds import EXTRA_EINSUM_RTOL  # noqa: E402
@@ -347,8 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     sweep = [parse_tiles(t) for t in args.tiles.split(",") if t.strip()]
     sources = Path(args.sources) if args.sources else Path(args.out).with_suffix("") / "sources"
 
-    runtime = select_device(args.device)
-    target = TargetProfile.from_device(runtime.info)
+    runtime, target = open_device(args.device)
     probe = probe_report(runtime)
     if args.force_tensor_cores and not target.tensor_cores:
         target = dataclasses.replace(target, tensor_cores=(TF32_MMA,))

@@ -25,7 +25,6 @@ import accy
 from accy.builder import FunctionBuilder, Value, trace
 from accy.errors import DeviceError
 from accy.experiments.records import git_commit, median_ms, timestamp, write_json
-from accy.target import TargetProfile
 
 PREPARE_TARGET_MS_PER_OP = 2.0  # at the largest size
 CHAIN_TARGET_SPEEDUP = 3.0
@@ -104,10 +103,10 @@ def chain_program(elements: int) -> accy.Program:
 
 
 def bench_chain(elements: int, repeat: int, device: str | None) -> dict[str, Any]:
-    from accy.backends.opencl.runtime import select_device
+    from accy.backends.registry import get_backend, open_device
 
-    runtime = select_device(device)  # raises DeviceError when nothing is usable
-    job = accy.prepare(chain_program(elements), target=TargetProfile.from_device(runtime.info))
+    runtime = get_backend().select_device(device)  # raises DeviceError when nothing is usable
+    job = accy.prepare(chain_program(elements), target=open_device(runtime)[1])
     rng = np.random.default_rng(0)
     a = rng.standard_normal(elements, dtype=np.float32)
     b = rng.standard_normal(elements, dtype=np.float32)

@@ -29,14 +29,13 @@ import numpy as np
 import pyopencl as cl
 
 import accy
-from accy.backends.opencl.runtime import select_device
+from accy.backends.registry import get_backend, open_device
 from accy.builder import trace
 from accy.experiments.kernels import copy_bandwidth
 from accy.experiments.records import git_commit, median_ms, timestamp, write_json
 from accy.ir.ops import Op
 from accy.ir.types import DType
 from accy.passes.spec import parse_pipeline
-from accy.target import TargetProfile
 
 f32 = accy.f32
 VARIANTS = {  # name -> passes replaced in accy-default
@@ -118,7 +117,7 @@ def bench_accy(name: str, rows: int, n: int, runtime: Any, repeat: int, variant:
                copy_gbps: float) -> dict[str, Any]:
     pipeline = parse_pipeline("accy-default").replacing(VARIANTS[variant]).text()
     job = accy.prepare(program(name, rows, n), pipeline,
-                       target=TargetProfile.from_device(runtime.info))
+                       target=open_device(runtime)[1])
     xs = inputs(name, rows, n)
     exe = job.executable(device=runtime)
     exe(*xs)
@@ -212,7 +211,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
-    runtime = select_device(args.device)
+    runtime = get_backend().select_device(args.device)
     info = runtime.info
     copy = copy_bandwidth(runtime, 4 * args.rows * args.cols, args.repeat)
     results = []

@@ -228,19 +228,18 @@ def kernel_row(name: str, sz: Sizes, repeats: int, device: str | None, *, run: b
     ``costs`` (``saturated:COST``: ``accy-default`` with :func:`saturate_spec`), and of the
     hand-merged program (timed call by call in turn, so load changes hit all), and their
     agreement."""
-    from accy.backends.opencl.runtime import select_device
+    from accy.backends.registry import get_backend, open_device
     from accy.experiments.records import median_ms
-    from accy.target import TargetProfile
 
     program, merged = PROGRAMS[name](sz), PROGRAMS[name](sz, merged=True)
     row: dict[str, Any] = {"program": name}
     runtime = None
     if run:
         try:
-            runtime = select_device(device)
+            runtime = get_backend().select_device(device)
         except Exception as e:  # noqa: BLE001 - no OpenCL: counts only
             row["device_error"] = str(e)
-    target = TargetProfile.from_device(runtime.info) if runtime is not None else None
+    target = open_device(runtime)[1] if runtime is not None else None
     default = accy.parse_pipeline("accy-default")
     pipelines = {"original": default, "merged": default}
     pipelines.update({f"saturated:{c}": default.replacing(saturate_spec(c)) for c in costs})

@@ -28,7 +28,8 @@ ALLOWED = {
     "accy.contraction.beam": ("accy.errors", "accy.contraction.cost", "accy.contraction.search",
                               "accy.contraction.greedy", "accy.contraction.exact"),
     "accy.passes": ("accy.errors", "accy.ir", "accy.kernels", "accy.plans", "accy.target",
-                    "accy.product", "accy.backends.opencl.render", "accy.egraph",
+                    "accy.product", "accy.backends.opencl.render", "accy.backends.registry",
+                    "accy.egraph",
                     "accy.contraction"),
     # the engines of accy.testing; differential (the checks) needs no hypothesis
     "accy.program_gen": ("accy.errors", "accy.ir", "accy.builder"),

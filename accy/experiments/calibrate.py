@@ -177,11 +177,11 @@ def _inputs(program: Program, rng: np.random.Generator) -> list[np.ndarray]:
 def time_program(program: Program, runtime: Any, repeats: int) -> float:
     """Median kernel time (ns) of ``program`` prepared without saturation, on ``runtime``."""
     import accy
+    from accy.backends.registry import open_device
     from accy.experiments.measure import edit_pipeline
-    from accy.target import TargetProfile
 
     pipe = edit_pipeline("accy-default", lambda p: None if p.name == "saturate" else p)
-    job = accy.prepare(program, pipe, target=TargetProfile.from_device(runtime.info))
+    job = accy.prepare(program, pipe, target=open_device(runtime)[1])
     exe = job.executable(device=runtime)
     inputs = _inputs(program, np.random.default_rng(0))
     exe(*inputs)  # warm-up: buffers, constants, the driver's first launch
@@ -240,9 +240,9 @@ def calibrate(device: str | None = None, *, force: bool = False, quick: bool = F
     """The calibration file of ``device`` (a selector), made when missing or ``force``d.
 
     ``timer(program, runtime, repeats) -> ns`` replaces the device timing (tests)."""
-    from accy.backends.opencl.runtime import select_device
+    from accy.backends.registry import get_backend
 
-    runtime = select_device(device)
+    runtime = get_backend().select_device(device)
     key = runtime.info.key
     path = kc.calibration_path(key)
     folder = private_dir(kc.cache_dir())

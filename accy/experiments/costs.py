@@ -107,12 +107,11 @@ def costs_task(program: str, size: str, seed: int, variant: str, pipeline: str,
     from accy.experiments import records
     from accy.experiments.baselines import expected
     from accy.ir.program import Stage
-    from accy.target import TargetProfile
 
     bench = benchmark(program)
     prog = bench.program(size)
-    runtime, no_device = measure._runtime(device) if run else (None, "not asked to run")
-    target = TargetProfile.from_device(runtime.info) if runtime is not None else None
+    runtime, target, no_device = (measure._runtime(device) if run
+                                  else (None, None, "not asked to run"))
     capture = _Capture()
     start = time.perf_counter_ns()
     job = accy.prepare(prog, pipeline, target=target, instruments=[capture])

@@ -90,9 +90,10 @@ def kernels_task(program: str, size: str, seed: int, device: str | None,
     m["torch_device"] = torch_row["device"] if torch_row else None
     m["copy_GBps"] = None
     if m["kernel_ms"]:
-        from accy.backends.opencl.runtime import select_device
+        from accy.backends.registry import get_backend
 
-        m["copy_GBps"] = copy_bandwidth(select_device(device), COPY_BYTES, repeats)["GBps"]
+        m["copy_GBps"] = copy_bandwidth(get_backend().select_device(device), COPY_BYTES,
+                                        repeats)["GBps"]
         m["effective_GBps"] = row["bytes_moved"] / (m["kernel_ms"] * 1e6)
         m["fraction_of_copy"] = m["effective_GBps"] / m["copy_GBps"]
         m["speedup_vs_numpy"] = m["numpy_ms"] / m["kernel_ms"]

@@ -108,15 +108,15 @@ def max_rel_error(got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> floa
     return worst
 
 
-def _runtime(device: str | None) -> tuple[Any, str | None]:
+def _runtime(device: str | None) -> tuple[Any, Any, str | None]:
+    """(device, its target profile, None), or (None, None, why there is no device)."""
+    from accy.backends.registry import open_device
     from accy.errors import DeviceError
 
     try:
-        from accy.backends.opencl.runtime import select_device
-
-        return select_device(device), None
+        return (*open_device(device), None)
     except DeviceError as e:
-        return None, str(e).splitlines()[0]
+        return None, None, str(e).splitlines()[0]
 
 
 def measure_program(program: str, size: str, seed: int, pipeline: str, *,
@@ -137,13 +137,11 @@ def measure_program(program: str, size: str, seed: int, pipeline: str, *,
     """
     import accy
     from accy.egraph.cost import program_cost
-    from accy.target import TargetProfile
 
     bench = benchmark(program)
     prog = bench.program(size)
     inputs = bench.inputs(size, seed)
-    runtime, no_device = _runtime(device) if run else (None, "not asked to run")
-    target = TargetProfile.from_device(runtime.info) if runtime is not None else None
+    runtime, target, no_device = _runtime(device) if run else (None, None, "not asked to run")
     start = time.perf_counter_ns()
     job = accy.prepare(prog, pipeline, target=target)
     prepare_ns = time.perf_counter_ns() - start

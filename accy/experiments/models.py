@@ -181,7 +181,6 @@ def run(models: Sequence[str] = tuple(onnx_models.MODELS), *, batch: int | str =
     (:func:`~accy.experiments.onnx_models.build`);
     ``log(text)`` hears progress."""
     import accy
-    from accy.target import TargetProfile
 
     if saturate not in ("both", "on", "off"):
         raise ValueError(f"saturate must be both, on or off, got {saturate!r}")
@@ -192,10 +191,9 @@ def run(models: Sequence[str] = tuple(onnx_models.MODELS), *, batch: int | str =
     variants = ("on", "off") if saturate == "both" else (saturate,)
     runtime = target = None
     if run_device and not reference_only:
-        from accy.backends.opencl.runtime import select_device
+        from accy.backends.registry import open_device
 
-        runtime = select_device(device)
-        target = TargetProfile.from_device(runtime.info)
+        runtime, target = open_device(device)
     folder = Path(reference_dir) if reference_dir is not None else None
     rows = []
     for name in models:

@@ -142,9 +142,9 @@ def device_record(selector: str | None = None) -> dict[str, Any]:
     from accy.errors import DeviceError
 
     try:
-        from accy.backends.opencl.runtime import select_device
+        from accy.backends.registry import get_backend
 
-        info = select_device(selector).info
+        info = get_backend().select_device(selector).info
     except DeviceError as e:
         return {"selector": selector, "error": str(e).splitlines()[0]}
     return {"selector": selector, "platform": info.platform, "name": info.name,

@@ -243,10 +243,10 @@ class _Builder:
         c, t, dt = self.c, self.t, self.dtype
         tiles_m, tiles_n = -(-c.m.size // t.bm), -(-c.n.size // t.bn)
         groups = c.batch_size * tiles_m * tiles_n
-        tid = self.let("tid", Id("get_local_id", 0))
+        tid = self.let("tid", Id("local", 0))
         tx = self.let("tx", mod(tid, t.wx))
         ty = self.let("ty", div(tid, t.wx))
-        g = self.let("grp", Id("get_group_id", 0))
+        g = self.let("grp", Id("group", 0))
         self.k0: Expr = idx(0)
         k1: Expr = idx(c.k.size)
         self.chunk: Expr | None = None

@@ -289,7 +289,7 @@ class _Builder:
         rows = s.n * s.c * s.sh * s.hq  # (nc, r, a): padded input rows
         count = rows * s.sw * s.wq if per_element else rows
         local = 64
-        body: list[Stmt] = [Let("gid", INDEX, Id("get_global_id", 0))]
+        body: list[Stmt] = [Let("gid", INDEX, Id("global", 0))]
         gid = Var("gid")
         if count % local:
             body.append(If(Bin(">=", gid, idx(count)), (Return(),)))
@@ -350,8 +350,8 @@ class _Builder:
             return Var(name)
 
         ct = s.og // t.tm
-        grp = let("grp", Id("get_group_id", 0))
-        lid = let("lid", Id("get_local_id", 0)) if t.wg > 1 else idx(0)
+        grp = let("grp", Id("group", 0))
+        lid = let("lid", Id("local", 0)) if t.wg > 1 else idx(0)
         pt = let("pt", mod(grp, self.tiles_p))
         ot = let("ot", mod(div(grp, self.tiles_p), ct))
         g = let("g", mod(div(grp, self.tiles_p * ct), s.groups))

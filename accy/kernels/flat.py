@@ -224,7 +224,7 @@ def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
     items = vectors + (1 if rest else 0)
     local = min(outline.geometry.local_size[0], pow2ceil(items))
     global_size = -(-items // local) * local
-    body: list[Stmt] = [Let("gid", INDEX, Id("get_global_id", 0))]
+    body: list[Stmt] = [Let("gid", INDEX, Id("global", 0))]
     if rest:
         tail_em = GroupEmitter()
         first = vectors * lanes

@@ -9,6 +9,7 @@ their effect can be measured.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -40,7 +41,12 @@ PRIORITY: tuple[str, ...] = (
 )
 """The order kernelization tries accy's specialised generators in (the first that accepts a
 group builds it). Generators registered from outside come after these, in registration
-order; the loop nest is the fallback. Stated here, not left to the order of imports."""
+order; the loop nest is the fallback. Stated here, not left to the order of imports: each
+name must be registered once the modules of :data:`BUILT_IN` are loaded (:func:`ranked`
+checks)."""
+
+BUILT_IN = ("flat", "reduction", "rowwise", "rowfused", "mma", "contraction", "indexed", "conv")
+"""The modules of accy.kernels whose generators register themselves (in any order)."""
 
 
 def register_generator(gen: Generator) -> Generator:
@@ -50,14 +56,23 @@ def register_generator(gen: Generator) -> Generator:
     return gen
 
 
+def ranked() -> list[Generator]:
+    """The specialised generators in the order kernelization tries them: :data:`PRIORITY`,
+    then those registered from outside in registration order (the loop nest left out)."""
+    missing = [name for name in PRIORITY if name not in GENERATORS]
+    if missing:
+        raise LookupError(f"kernel generators in PRIORITY but not registered: "
+                          f"{', '.join(missing)} (registered: {', '.join(GENERATORS)})")
+    rest = [g for name, g in GENERATORS.items() if name not in PRIORITY and name != "loop-nest"]
+    return [GENERATORS[name] for name in PRIORITY] + rest
+
+
 def choose(group: FusionGroup, target: TargetProfile, disabled: frozenset[str],
            precision: str = "ieee") -> Generator:
-    """The first enabled specialised generator (in :data:`PRIORITY` order) that accepts
+    """The first enabled specialised generator (in :func:`ranked` order) that accepts
     ``group`` under ``precision``, else the loop nest."""
-    ranked = sorted(GENERATORS.values(), key=lambda g: (
-        PRIORITY.index(g.name) if g.name in PRIORITY else len(PRIORITY)))  # a stable sort
-    for gen in ranked:
-        if (gen.name != "loop-nest" and gen.name not in disabled
+    for gen in ranked():
+        if (gen.name not in disabled
                 and (gen.precisions is None or precision in gen.precisions)
                 and gen.accepts(group, target)):
             return gen
@@ -69,9 +84,5 @@ register_generator(Generator(
     lambda group, target: True,
     lambda group, outline, kind, target: (loopnest.build(group, outline, kind),),
 ))
-from accy.kernels import flat, reduction, rowwise  # noqa: E402, F401, I001  (register themselves)
-from accy.kernels import rowfused  # noqa: E402, F401  (registers itself)
-from accy.kernels import mma  # noqa: E402, F401  (registers itself, before tiled-contraction)
-from accy.kernels import contraction  # noqa: E402, F401  (registers itself)
-from accy.kernels import indexed  # noqa: E402, F401  (registers itself)
-from accy.kernels import conv  # noqa: E402, F401  (registers itself)
+for _module in BUILT_IN:  # each registers its generators when imported (a module importing
+    importlib.import_module(f"accy.kernels.{_module}")  # this one first registers after it)

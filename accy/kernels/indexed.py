@@ -175,7 +175,7 @@ def _per_element(builder: IndexedBuilder, group: FusionGroup, outline: KernelOut
     local = min(outline.geometry.local_size[0], pow2ceil(size))
     blocks = blocks or auto_blocks(target, size, local)
     global_size = blocks * local if blocks else -(-size // local) * local
-    gid = builder.em.bind(Id("get_global_id", 0), INDEX, prefix="gid")
+    gid = builder.em.bind(Id("global", 0), INDEX, prefix="gid")
     assert isinstance(gid, Var)
     if blocks:
         with builder.em.strided(gid, idx(size), global_size) as element:

@@ -1,6 +1,13 @@
 """The kernel IR: index expressions, loads, stores, arithmetic, accumulators, loops, barriers,
 local memory. Generators build it; :mod:`accy.backends.opencl.render` prints it as OpenCL C.
 
+The IR is backend-neutral: it speaks of work-items and work-groups (:class:`Id` with a
+:data:`WORK_ITEM_KINDS` kind), barriers, group-shared (local) memory and math operations by
+the names of :data:`MATH_OPS`; a renderer maps them to its language through its own tables
+(as tinygrad's C-style renderers do). Unknown names are refused when a node is made. The one
+exception is :class:`InlineAsm`, a target instruction written out verbatim: a capability of
+the OpenCL renderer on NVIDIA targets (inline PTX), nothing else renders it.
+
 Every node is a frozen dataclass, so equal kernels compare and hash equal and a kernel's
 fingerprint is a hash of its structure.
 """
@@ -18,6 +25,48 @@ from accy.plans import LaunchGeometry, ScheduleKind
 
 INDEX = DType.i64  # the dtype of index arithmetic (OpenCL long)
 
+MATH_OPS: dict[str, tuple[int, str]] = {
+    # name: (arity, meaning). C99 names where C has the function; every backend's renderer
+    # maps each name (accy.backends.opencl.render.MATH_FUNCTIONS for OpenCL C)
+    "exp": (1, "e**x"), "log": (1, "natural logarithm"), "sqrt": (1, "square root"),
+    "rsqrt": (1, "1 / sqrt(x)"), "sin": (1, "sine"), "cos": (1, "cosine"),
+    "tanh": (1, "hyperbolic tangent"), "erf": (1, "error function"),
+    "floor": (1, "round down"), "ceil": (1, "round up"), "pow": (2, "x**y"),
+    "fma": (3, "x * y + z, rounded once"),
+    "fabs": (1, "|x| of a float"),
+    "fmax": (2, "float maximum; a NaN operand gives the other (IEEE maxNum)"),
+    "fmin": (2, "float minimum; a NaN operand gives the other (IEEE minNum)"),
+    "abs": (1, "|x| of an integer (the result may be unsigned: cast it back)"),
+    "max": (2, "integer (and index) maximum"), "min": (2, "integer (and index) minimum"),
+    "clamp": (3, "min(max(x, lo), hi)"),
+    "isnan": (1, "x is NaN (a truth value)"), "isinf": (1, "x is +-inf (a truth value)"),
+    "isfinite": (1, "x is neither NaN nor infinite (a truth value)"),
+    "bitcast_f32": (1, "the 32 bits of x read as an f32"),
+    "bitcast_i32": (1, "the 32 bits of x read as an i32"),
+    "bitcast_u32": (1, "the 32 bits of x read as an unsigned 32-bit integer"),
+}
+"""The math operations :class:`Call` may name, with their arity."""
+
+WORK_ITEM_KINDS = ("global", "local", "group", "global_size", "local_size", "num_groups")
+"""What an :class:`Id` reads in a dimension: the work-item's global index, its index within
+its work-group, the work-group's index; the global size, the work-group size, the number of
+work-groups."""
+
+BINARY_OPS = frozenset({"+", "-", "*", "/", "%", "<", "<=", ">", ">=", "==", "!=", "&&", "||"})
+UNARY_OPS = frozenset({"-", "!"})
+
+# the OpenCL C spellings the IR used before it was neutral, for a helpful error
+_OLD_NAMES = {"get_global_id": "Id('global', d)", "get_local_id": "Id('local', d)",
+              "get_group_id": "Id('group', d)", "get_global_size": "Id('global_size', d)",
+              "get_local_size": "Id('local_size', d)", "get_num_groups": "Id('num_groups', d)",
+              "as_float": "Call('bitcast_f32', ...)", "as_int": "Call('bitcast_i32', ...)",
+              "as_uint": "Call('bitcast_u32', ...)"}
+
+
+def _unknown(what: str, name: object, known) -> ValueError:
+    hint = f"; write {_OLD_NAMES[name]}" if isinstance(name, str) and name in _OLD_NAMES else ""
+    return ValueError(f"unknown kernel-IR {what} {name!r}{hint} (known: {', '.join(known)})")
+
 
 # expressions ------------------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -33,9 +82,13 @@ class Lit:
 
 @dataclass(frozen=True)
 class Bin:
-    op: str  # a C operator: + - * / % < <= > >= == != && ||
+    op: str  # one of BINARY_OPS: + - * / % < <= > >= == != && ||
     a: Expr
     b: Expr
+
+    def __post_init__(self) -> None:
+        if self.op not in BINARY_OPS:
+            raise _unknown("binary operator", self.op, sorted(BINARY_OPS))
 
 
 @dataclass(frozen=True)
@@ -43,11 +96,25 @@ class Un:
     op: str  # - !
     a: Expr
 
+    def __post_init__(self) -> None:
+        if self.op not in UNARY_OPS:
+            raise _unknown("unary operator", self.op, sorted(UNARY_OPS))
+
 
 @dataclass(frozen=True)
 class Call:
-    fn: str  # an OpenCL built-in function
+    """A math operation of :data:`MATH_OPS` on ``args`` (e.g. ``Call("exp", (x,))``)."""
+
+    fn: str  # a name of MATH_OPS
     args: tuple[Expr, ...]
+
+    def __post_init__(self) -> None:
+        spec = MATH_OPS.get(self.fn)
+        if spec is None:
+            raise _unknown("math op", self.fn, MATH_OPS)
+        if len(self.args) != spec[0]:
+            raise ValueError(f"kernel-IR math op {self.fn!r} takes {spec[0]} operands, "
+                             f"not {len(self.args)}")
 
 
 @dataclass(frozen=True)
@@ -71,8 +138,17 @@ class Load:
 
 @dataclass(frozen=True)
 class Id:
-    fn: str  # get_global_id, get_local_id, get_group_id
+    """A work-item index or launch size in dimension ``dim`` (0, 1 or 2), as an index value:
+    ``kind`` is one of :data:`WORK_ITEM_KINDS` (``Id("global", 0)``: the global index)."""
+
+    kind: str
     dim: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in WORK_ITEM_KINDS:
+            raise _unknown("work-item kind", self.kind, WORK_ITEM_KINDS)
+        if self.dim not in (0, 1, 2):
+            raise ValueError(f"work-item dimension {self.dim!r} is not 0, 1 or 2")
 
 
 @dataclass(frozen=True)
@@ -209,7 +285,8 @@ class Return:
 
 @dataclass(frozen=True)
 class Barrier:
-    pass
+    """A work-group barrier: every work-item of the group waits here, and local memory written
+    before it is visible to the whole group after it."""
 
 
 @dataclass(frozen=True)
@@ -226,12 +303,14 @@ class LocalArray:
 @dataclass(frozen=True)
 class InlineAsm:
     """``asm volatile("template" : outputs : inputs);``: one target instruction the IR has no
-    node for (PTX ``mma.sync``, ``cvt.rna.tf32.f32`` on NVIDIA's OpenCL compiler). Only
-    generators that checked the target (``TargetProfile.tensor_cores``) emit it.
+    node for (PTX ``mma.sync``, ``cvt.rna.tf32.f32`` on NVIDIA's OpenCL compiler). Not
+    backend-neutral: a capability only the OpenCL renderer on NVIDIA targets renders (it
+    refuses a target whose ``TargetProfile.tensor_cores`` is empty). Only generators that
+    checked the target (``TargetProfile.tensor_cores``) emit it.
 
     ``outputs`` are (constraint, variable) pairs, e.g. ``("+f", "acc0")`` (read and written)
     or ``("=r", "bits")``; ``inputs`` are (constraint, expression) pairs, e.g.
-    ``("r", Call("as_uint", (x,)))``. Operands are numbered outputs first, as in GCC asm.
+    ``("r", Call("bitcast_u32", (x,)))``. Operands are numbered outputs first, as in GCC asm.
     ``volatile`` keeps the statement in place (``mma.sync``, as CUTLASS does); a pure
     instruction (``cvt``) leaves it False so the compiler may schedule or drop it.
     """
@@ -275,7 +354,7 @@ class KernelArg:
 
 @dataclass(frozen=True)
 class Kernel:
-    """One OpenCL kernel: arguments (buffer slots), a body, a launch geometry.
+    """One kernel: arguments (buffer slots), a body, a launch geometry.
 
     ``ops`` lists the tensor ops the body implements with their operand dtypes (what
     legalization checks); ``domain`` is the iteration space the work item covers.

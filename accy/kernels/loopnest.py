@@ -231,7 +231,7 @@ class LoopNestBuilder:
     def build(self, kind: ScheduleKind) -> Kernel:
         domain = self.group.domain
         size = math.prod(domain)
-        gid = self.em.bind(Id("get_global_id", 0), INDEX, prefix="gid")
+        gid = self.em.bind(Id("global", 0), INDEX, prefix="gid")
         if math.prod(self.outline.geometry.global_size) > size:
             self.em.emit(If(Bin(">=", gid, idx(size)), (Return(),)))
         coords = tuple(self.em.bind(c, INDEX, prefix="c") for c in delinearize(gid, domain))

@@ -169,7 +169,7 @@ class _Builder:
                 bits = f"{side}_c{i}_{j}"
                 out += [Let(bits, DType.i32, Lit(0, DType.i32), True),
                         InlineAsm(CVT_TF32, (("=r", bits),), (("f", v),), False)]
-                v = Call("as_float", (Var(bits),))
+                v = Call("bitcast_f32", (Var(bits),))
             values.append(v)
         # along the local row (A along K, B along N): one aligned float4 store
         if k_major == (side == "x"):
@@ -186,14 +186,14 @@ class _Builder:
         """Registers of one fragment value: ``name`` (tf32 bits), or ``name`` (big) and
         ``name``_s (small) under 3xtf32."""
         if self.policy == "tf32":  # rounded when copied to local memory
-            return [Let(name, DType.i32, Call("as_int", (value,)))]
+            return [Let(name, DType.i32, Call("bitcast_i32", (value,)))]
         raw, small = f"{name}_f", f"{name}_s"
         return [Let(raw, DType.f32, value),
                 Let(name, DType.i32, Lit(0, DType.i32), True),
                 InlineAsm(CVT_TF32, (("=r", name),), (("f", Var(raw)),), False),
                 Let(small, DType.i32, Lit(0, DType.i32), True),
                 InlineAsm(CVT_TF32, (("=r", small),),
-                          (("f", Bin("-", Var(raw), Call("as_float", (Var(name),)))),), False)]
+                          (("f", Bin("-", Var(raw), Call("bitcast_f32", (Var(name),)))),), False)]
 
     def compute(self, a_off: Expr, b_off: Expr) -> list[Stmt]:
         """The mma.sync instructions of one K step (``bk / 8`` sub-steps, fully unrolled)."""
@@ -226,14 +226,14 @@ class _Builder:
         c, t = self.c, self.t
         tiles_m, tiles_n = -(-c.m.size // t.bm), -(-c.n.size // t.bn)
         groups = c.batch_size * tiles_m * tiles_n
-        tid = self.let("tid", Id("get_local_id", 0))
+        tid = self.let("tid", Id("local", 0))
         lane = self.let("lane", mod(tid, 32))
         warp = self.let("warp", div(tid, 32))
         g_, t_ = lane_parts(lane)
         g, tt = self.let("g", g_), self.let("t", t_)
         wm_, wn_ = warp_origin(t, warp)
         wm, wn = self.let("wm", wm_), self.let("wn", wn_)
-        grp = self.let("grp", Id("get_group_id", 0))
+        grp = self.let("grp", Id("group", 0))
         tile = self.let("tile", mod(grp, tiles_m * tiles_n)) if c.batch else grp
         if t.swizzle > 1 and tiles_m > t.swizzle:  # walk 8 tile rows together: L2 reuse
             band = self.let("band", div(tile, t.swizzle * tiles_n))

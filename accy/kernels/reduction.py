@@ -304,7 +304,7 @@ def _cpu_phase(builder: GroupBuilder, group: FusionGroup, target: TargetProfile,
         yield s, s.geometry, _cpu_total(builder, group, shape, s, ids, op), ids
         return
     items = -(-shape.outputs // per_item)
-    first = em.bind(mul(Id("get_group_id", 0), idx(per_item)), INDEX, prefix="first")
+    first = em.bind(mul(Id("group", 0), idx(per_item)), INDEX, prefix="first")
     last: Expr = add(first, idx(per_item))
     if items * per_item > shape.outputs:
         last = em.bind(Call("min", (last, idx(shape.outputs))), INDEX, prefix="last")

@@ -184,7 +184,7 @@ class _RowBuilder:
         self.loop = ExitStack()  # blocks > 0: the grid-stride loop over the launch's groups
         index = None
         if blocks:
-            first = self.em.bind(Id("get_group_id", 0), INDEX, prefix="grp")
+            first = self.em.bind(Id("group", 0), INDEX, prefix="grp")
             index = self.loop.enter_context(
                 self.em.strided(first, idx(shape.split.groups), blocks))
         self.ids: Ids = work_ids(self.em, shape.split, index)

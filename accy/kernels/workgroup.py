@@ -368,12 +368,12 @@ def work_ids(em: GroupEmitter, s: Split, group: Expr | None = None) -> Ids:
     """Bind the indices of a work-item of launch ``s``, in work-group ``group`` (default: the
     work-item's own; a loop variable where work-groups walk the launch's groups)."""
     if group is None:
-        group = em.bind(Id("get_group_id", 0), INDEX, prefix="grp")
+        group = em.bind(Id("group", 0), INDEX, prefix="grp")
     lid: Expr = idx(0)
     lx: Expr = idx(0)
     ly: Expr = idx(0)
     if s.local > 1:
-        lid = em.bind(Id("get_local_id", 0), INDEX, prefix="lid")
+        lid = em.bind(Id("local", 0), INDEX, prefix="lid")
     if s.width == 1:
         ly = lid
     elif s.count == 1:

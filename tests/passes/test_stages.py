@@ -6,7 +6,7 @@ import pytest
 import accy
 from accy.backends.opencl.render import expr
 from accy.builder import Builder
-from accy.errors import PipelineError
+from accy.errors import BackendLookupError, PassFailure, PipelineError
 from accy.ir.interpret import interpret
 from accy.ir.ops import Op
 from accy.ir.program import Stage
@@ -477,8 +477,10 @@ def test_legalization_f32_legal() -> None:
 def test_legalization_unsupported_artifact_and_limits() -> None:
     job = accy.prepare(double_f32, target=TargetProfile(artifact_formats=frozenset({"ptx"})))
     assert statuses(job) == [KernelStatus.unsupported_artifact]
-    job = accy.prepare(double_f32, target=TargetProfile(backend="cuda"))
-    assert statuses(job) == [KernelStatus.unsupported_artifact]
+    # a backend no one registered is an error naming those that are
+    with pytest.raises(PassFailure, match=r"unknown backend 'cuda' \(registered: opencl") as e:
+        accy.prepare(double_f32, target=TargetProfile(backend="cuda"))
+    assert isinstance(e.value.__cause__, BackendLookupError)
     # kernels planned for 256-wide work-groups, legalized for a smaller device
     @accy.function
     def wide(a: accy.f32[1024]):

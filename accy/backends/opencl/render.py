@@ -1,4 +1,9 @@
-"""Render a kernel (:mod:`accy.kernels.ir`) as OpenCL C. A pure function of the kernel.
+"""Render a kernel (:mod:`accy.kernels.ir`) as OpenCL C. A pure function of the kernel (and,
+where given, its target: inline PTX renders only for targets whose probe built it).
+
+The kernel IR names work-items and math ops neutrally; :data:`WORK_ITEM_FUNCTIONS` and
+:data:`MATH_FUNCTIONS` map them to OpenCL C's built-in functions (every name the IR allows
+has an entry, tests/backends/test_render_tables.py checks).
 
 f16 needs no ``cl_khr_fp16``: f16 buffers are read and written with ``vload_half``/
 ``vstore_half`` (core OpenCL C since 1.0), f16 values live in ``float`` registers, and every
@@ -14,6 +19,7 @@ import math
 import struct
 from collections.abc import Callable
 
+from accy.errors import CapabilityMismatchError
 from accy.ir.types import DType
 from accy.ir.walk import Pending, evaluate
 from accy.kernels.ir import (
@@ -50,11 +56,40 @@ from accy.kernels.ir import (
     VectorStoreAt,
     walk_stmts,
 )
+from accy.target import TargetProfile
 
 C_TYPE = {  # register (and local-memory) types; f16 buffers are ``half*`` (see the docstring)
     DType.f16: "float", DType.f32: "float", DType.f64: "double",
     DType.i32: "int", DType.i64: "long", DType.bool: "uchar",
 }
+
+
+WORK_ITEM_FUNCTIONS = {  # Id.kind -> the OpenCL C function reading it (one per kind)
+    "global": "get_global_id", "local": "get_local_id", "group": "get_group_id",
+    "global_size": "get_global_size", "local_size": "get_local_size",
+    "num_groups": "get_num_groups",
+}
+
+MATH_FUNCTIONS = {  # Call.fn (accy.kernels.ir.MATH_OPS) -> the OpenCL C built-in
+    "exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt", "sin": "sin", "cos": "cos",
+    "tanh": "tanh", "erf": "erf", "floor": "floor", "ceil": "ceil", "pow": "pow",
+    "fma": "fma", "fabs": "fabs", "fmax": "fmax", "fmin": "fmin", "abs": "abs", "max": "max",
+    "min": "min", "clamp": "clamp", "isnan": "isnan", "isinf": "isinf",
+    "isfinite": "isfinite", "bitcast_f32": "as_float", "bitcast_i32": "as_int",
+    "bitcast_u32": "as_uint",
+}
+
+
+def _function(table: dict[str, str], name: str, what: str) -> str:
+    fn = table.get(name)
+    if fn is None:
+        raise ValueError(f"the OpenCL renderer has no form for the {what} {name!r} "
+                         f"(it renders: {', '.join(table)})")
+    return fn
+
+
+def _work_item(e: Id) -> str:
+    return f"(long){_function(WORK_ITEM_FUNCTIONS, e.kind, 'work-item kind')}({e.dim})"
 
 
 def literal(value: float | int | bool, dtype: DType) -> str:
@@ -198,7 +233,8 @@ def _direct(e: Expr, half: _Half) -> str:
     if t is Un:
         return f"({e.op}{_direct(e.a, half)})"
     if t is Call:
-        return f"{e.fn}({', '.join([_direct(a, half) for a in e.args])})"
+        fn = _function(MATH_FUNCTIONS, e.fn, "math op")
+        return f"{fn}({', '.join([_direct(a, half) for a in e.args])})"
     if t is Cond:
         return f"({_direct(e.c, half)} ? {_direct(e.a, half)} : {_direct(e.b, half)})"
     if t is Cast:
@@ -210,7 +246,7 @@ def _direct(e: Expr, half: _Half) -> str:
         i = _direct(e.index, half)
         return f"vload_half({i}, {e.buf})" if e.buf in half.buffers else f"{e.buf}[{i}]"
     if t is Id:
-        return f"(long){e.fn}({e.dim})"
+        return _work_item(e)
     if t is VectorLoad:
         i = _direct(e.index, half)
         if e.buf in half.buffers:
@@ -243,7 +279,8 @@ def _open(e: Expr, half: _Half) -> str | Pending:
             return then((a, b), lambda t: f"({t[0]} {op} {t[1]})")
         case Un(op, a):
             return then((a,), lambda t: f"({op}{t[0]})")
-        case Call(fn, args):
+        case Call(name, args):
+            fn = _function(MATH_FUNCTIONS, name, "math op")
             return then(args, lambda t: f"{fn}({', '.join(t)})")
         case Cond(c, a, b):
             return then((c, a, b), lambda t: f"({t[0]} ? {t[1]} : {t[2]})")
@@ -255,8 +292,8 @@ def _open(e: Expr, half: _Half) -> str | Pending:
             return then((index,), lambda t: f"vload_half({t[0]}, {buf})")
         case Load(buf, index):
             return then((index,), lambda t: f"{buf}[{t[0]}]")
-        case Id(fn, dim):
-            return f"(long){fn}({dim})"
+        case Id():
+            return _work_item(e)
         case VectorLoad(buf, index, lanes) if buf in half.buffers:
             return then((index,), lambda t: f"vload_half{_lanes(lanes)}({t[0]}, {buf})")
         case VectorLoad(buf, index, lanes):
@@ -340,12 +377,24 @@ def stmts(body: tuple[Stmt, ...], indent: str, half: _Half | None = None) -> lis
     return out
 
 
-def render(kernel: Kernel) -> str:
-    """OpenCL C source of ``kernel``."""
+def render(kernel: Kernel, target: TargetProfile | None = None) -> str:
+    """OpenCL C source of ``kernel``. With a ``target``, a kernel holding inline assembly
+    (:class:`~accy.kernels.ir.InlineAsm`, NVIDIA PTX) is refused unless the target's device
+    probe built it (``TargetProfile.tensor_cores``): a CapabilityMismatchError."""
     lines = ["#pragma OPENCL FP_CONTRACT OFF"]
     if DType.f64 in kernel.dtypes:
         lines.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
-    atomics = {s.dtype for s in walk_stmts(kernel.body) if isinstance(s, AtomicAdd)}
+    atomics, asm = set(), False
+    for s in walk_stmts(kernel.body):
+        if isinstance(s, AtomicAdd):
+            atomics.add(s.dtype)
+        elif isinstance(s, InlineAsm):
+            asm = True
+    if asm and target is not None and not target.tensor_cores:
+        raise CapabilityMismatchError(
+            f"{kernel.entry} holds inline PTX (InlineAsm), which the OpenCL renderer emits only "
+            f"for NVIDIA targets whose device probe built it (TargetProfile.tensor_cores); "
+            f"target {target.device} has none")
     if atomics & ATOMICS64:
         lines.append("#pragma OPENCL EXTENSION cl_khr_int64_base_atomics : enable")
     half = _Half(frozenset(a.name for a in kernel.args if a.dtype is DType.f16))

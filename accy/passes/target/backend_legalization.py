@@ -1,7 +1,9 @@
 """backend-legalization: check every kernel against the target profile before any launch.
 
-A kernel is legal when the target takes OpenCL C, every dtype and op it uses, and its launch and
-buffers fit the profile's limits: global size per dimension (the device's ``size_t``),
+The target's backend must be registered (:mod:`accy.backends.registry`; an unknown name is a
+``BackendLookupError`` listing the registered ones). A kernel is legal when the target takes
+its backend's artifact format (OpenCL C for ``opencl``), every dtype and op it uses, and its
+launch and buffers fit the profile's limits: global size per dimension (the device's ``size_t``),
 work-groups per dimension, local size per dimension and in all, each buffer argument's bytes
 (``max_mem_alloc_size``) and the bytes of every buffer its function holds (``global_mem_size``,
 scratch included). Over a limit it is ``exceeds_limits``, with every excess as numbers in
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from accy.backends.registry import registration
 from accy.ir.program import Stage
 from accy.kernels.exprs import supported
 from accy.kernels.ir import Kernel
@@ -21,7 +24,7 @@ from accy.passes.base import Pass
 from accy.passes.registry import register
 from accy.plans import KernelLegality, LegalityReport
 from accy.product import Product
-from accy.target import OPENCL_C, KernelStatus, TargetProfile, function_bytes, kernel_excess
+from accy.target import KernelStatus, TargetProfile, function_bytes, kernel_excess
 
 
 @analysis("kernel-requirements")
@@ -39,10 +42,12 @@ def check(kernel: Kernel, reqs: tuple, target: TargetProfile, product: Product |
     """``kernel``'s verdict; its buffers are checked when ``product`` (with its buffer plan
     and schedule) and ``totals`` (:func:`accy.target.function_bytes`) are given."""
     dtypes, ops, _local, atomics64 = reqs  # (the launch is checked whole below)
-    if target.backend != "opencl" or OPENCL_C not in target.artifact_formats:
+    fmt = registration(target.backend).artifact_format  # unknown backend: BackendLookupError
+    if fmt not in target.artifact_formats:
+        takes = ", ".join(sorted(target.artifact_formats)) or "no format"
         return KernelLegality(0, KernelStatus.unsupported_artifact,
-                              f"target {target.backend} takes none of the formats accy emits "
-                              f"({OPENCL_C})")
+                              f"target {target.device} takes {takes}, not the "
+                              f"{target.backend} backend's {fmt}")
     missing = sorted(d.value for d in dtypes - target.usable_dtypes)
     if missing:
         return KernelLegality(0, KernelStatus.unsupported_dtype,
@@ -80,6 +85,7 @@ class BackendLegalization(Pass):
     def run(self, ctx, product):
         kernels = product.require("kernels", self.name, "kernelization")
         target = product.target or TargetProfile()
+        registration(target.backend)  # before any kernel: an unknown backend is an error
         reqs = ctx.analysis("kernel-requirements", product)
         totals = function_bytes(product, kernels)
         verdicts = []
