@@ -161,16 +161,18 @@ def check(case: dict[str, Any], got: np.ndarray, exact: np.ndarray, mag: np.ndar
 
 
 def with_mma_tiles(job: accy.PreparedJob, tiles: MmaTiles, policy: str) -> accy.PreparedJob:
-    """``job`` (prepared under ``policy``, tf32 or 3xtf32) with its tensor-core kernels rebuilt
-    from ``tiles``, legalized again."""
+    """``job`` (prepared under ``policy``) with its tensor-core kernels rebuilt from ``tiles``
+    (f32 products under tf32 or 3xtf32; f16 products under any policy), legalized again."""
     p = job.products[Stage.kernel]
     outlines = {o.work_item: o for o in p.outline.outlines}
     kernels = []
     for k in p.kernels:
         item = p.schedule.item(k.work_item)
         group = p.fusion.groups[item.group]
-        if mma.accepts(group, p.target):
-            (built,) = mma.build(group, outlines[k.work_item], item.kind, p.target, policy, tiles)
+        kind = ("f16" if mma.accepts(group, p.target, accy.DType.f16) else
+                policy if policy in mma.POLICIES and mma.accepts(group, p.target) else None)
+        if kind is not None:
+            (built,) = mma.build(group, outlines[k.work_item], item.kind, p.target, kind, tiles)
             kernels.append(with_spaces(built, p.spaces) if p.spaces is not None else built)
         else:
             kernels.append(k)

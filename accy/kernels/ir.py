@@ -234,12 +234,15 @@ class InlineAsm:
     ``("r", Call("as_uint", (x,)))``. Operands are numbered outputs first, as in GCC asm.
     ``volatile`` keeps the statement in place (``mma.sync``, as CUTLASS does); a pure
     instruction (``cvt``) leaves it False so the compiler may schedule or drop it.
+    ``clobbers`` (e.g. ``("memory",)``) tell the compiler what else the instruction touches
+    (``cp.async`` writes local memory behind its back).
     """
 
     template: str
     outputs: tuple[tuple[str, str], ...]
     inputs: tuple[tuple[str, Expr], ...]
     volatile: bool = True
+    clobbers: tuple[str, ...] = ()
 
 
 Stmt = (Let | Assign | Store | VectorStore | VectorStoreAt | AtomicAdd | For | If | Return | Barrier
@@ -290,6 +293,9 @@ class Kernel:
     geometry: LaunchGeometry
     ops: tuple[tuple[Op, DType], ...] = field(default=())
     fixed_local_size: bool = False  # built for exactly geometry.local_size (reqd_work_group_size)
+    # inputs whose global addresses the body hands to instructions (cp.async): they stay in
+    # global memory whatever memory-space planning chose (kernelization.with_spaces)
+    global_args: frozenset[str] = field(default=frozenset(), repr=False)
 
     @property
     def argument_count(self) -> int:
