@@ -16,6 +16,7 @@ H200.
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 
 import numpy as np
@@ -517,3 +518,35 @@ def test_the_probe_lists_nothing_on_pocl(device):
     if "Portable Computing Language" not in device.info.platform:
         pytest.skip("PoCL only")
     assert device.info.tensor_cores == ()
+
+
+def test_bench_mma_sweeps_stages_and_f16(device, experiment_script, tmp_path):
+    """``--stages`` and ``--dtypes``: on PoCL the cases run on the other generators; forced
+    tensor cores give each tile at each stage count, f16 under one policy, every failure with
+    its build-log line (PoCL's compiler has no PTX asm)."""
+    if "Portable Computing Language" not in device.info.platform:
+        pytest.skip("the smoke run is on PoCL")
+    bench = experiment_script("bench_mma")
+    out = tmp_path / "m.json"
+    common = ["--device", "pocl", "--cases", "64x64x32", "--dtypes", "f32,f16", "--repeat",
+              "1", "--no-torch", "--out", str(out)]
+    assert bench.main(common + ["--policies", "ieee"]) == 0
+    data = json.loads(out.read_text())
+    assert [r["case"] for r in data["results"]] == ["64x64x32", "64x64x32.f16"]
+    assert all(r["status"] == "ok" for r in data["results"])
+    rc = bench.main(common + ["--policies", "tf32,3xtf32", "--stages", "2,4",
+                              "--force-tensor-cores"])
+    data = json.loads(out.read_text())
+    assert rc == 1 and data["stages"] == [2, 4] and data["dtypes"] == ["f32", "f16"]
+    tiles = [(r["case"], r["precision"], r.get("tiles")) for r in data["results"]]
+    assert tiles[:5] == [("64x64x32", "tf32", None), ("64x64x32", "tf32", "128x128x16:2x2:2"),
+                         ("64x64x32", "tf32", "128x128x16:2x2:4"),
+                         ("64x64x32", "tf32", "64x64x16:2x2:2"),
+                         ("64x64x32", "tf32", "64x64x16:2x2:4")]
+    f16 = [t for t in tiles if t[0].endswith(".f16")]
+    assert {p for _, p, _ in f16} == {"tf32"} and ("64x64x32.f16", "tf32",
+                                                   "128x128x32:2x2:4") in f16
+    assert all(r["status"] == "failed" and "asm" in r["error"] for r in data["results"])
+    assert {"mma-f16"} == set(data["results"][-1]["generators"])
+    with pytest.raises(SystemExit):
+        bench.main(common + ["--dtypes", "f64"])
