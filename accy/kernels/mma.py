@@ -1,4 +1,4 @@
-"""mma-tf32 / mma-3xtf32: f32 contractions on tensor cores through inline PTX ``mma.sync``.
+"""mma-tf32 / mma-3xtf32 / mma-f16: contractions on tensor cores through inline PTX ``mma.sync``.
 
 Taken only where the target recorded TF32 tensor cores (``TargetProfile.tensor_cores``, filled
 by the device probe in :mod:`accy.backends.opencl.runtime`), the precision policy allows
@@ -20,6 +20,21 @@ tf32(x)`` and ``small = tf32(x - big)``, accumulating ``small*big + big*small + 
 (three mma per fragment pair; the dropped ``small*small`` is ~2^-22 relative). Accumulators
 stay f32 in either case. Edges: loads outside M, N or K give zeros, stores are guarded. The
 group's epilogue runs on each accumulator before its store (the loop nest's value machinery).
+
+Where the target's probe found ``cp.async`` (``CP_ASYNC``) and both operands can be copied
+without transposing (A along K, B along N, whole 16-byte vectors: ``mma_plan.async_copies``),
+the K loop is a ``tiles.stages``-deep pipeline instead: ``cp.async.cg.shared.global`` copies
+16 bytes straight into local memory (zero-filled outside the operands), one commit group per
+K step, steps 0..S-2 issued before the loop; each step waits until at most S-2 groups are in
+flight, passes one barrier, issues step ``kt + S - 1`` into the buffer step ``kt - 1`` read,
+then runs its mma.sync. Under ``tf32`` the operands are then rounded at fragment load. The
+copied operands stay in global memory (``Kernel.global_args``).
+
+``mma-f16``: f16 products (f16 x f16 is exact in f32, sums f32, as every f16 contraction
+kernel computes, so any policy takes them) on ``mma.sync.m16n8k16.f16`` with f32
+accumulators, always through the cp.async pipeline: the tiles hold halves as words, an A
+register is one word (the same word offsets as TF32's A), a B register packs the halves of
+two K rows, each taken from its word by the lane's shift.
 """
 
 from __future__ import annotations

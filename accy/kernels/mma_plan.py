@@ -13,6 +13,12 @@ H200 by ``shared/probes/ptx_mma.py``): lane ``= 4 g + t`` (``g = lane // 4``, ``
 A (16x8, row-major) registers a0..a3 hold rows g, g+8, g, g+8 at columns t, t, t+4, t+4;
 B (8x8, "col") registers b0, b1 hold rows t, t+4 at column g; C/D (16x8) registers c0..c3 hold
 rows g, g, g+8, g+8 at columns 2t, 2t+1, 2t, 2t+1.
+
+``mma.m16n8k16`` with ``.f16`` ("Matrix Fragments for mma.m16n8k16"): A (16x16) registers hold
+half pairs, a0a1..a6a7 at rows g, g+8, g, g+8, columns 2t..2t+1, 2t..2t+1, 2t+8..2t+9,
+2t+8..2t+9 (the lower-index half in the low 16 bits); B (16x8) registers b0b1 and b2b3 at rows
+2t..2t+1 and 2t+8..2t+9, column g; C as above. In 32-bit words of a row-major tile, A's
+registers sit exactly where TF32's do (``a_offset``).
 """
 
 from __future__ import annotations
