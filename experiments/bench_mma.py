@@ -428,8 +428,8 @@ def main(argv: list[str] | None = None) -> int:
     sweeps = {accy.DType.f32: sweep, accy.DType.f16: sweep}
     if stages:  # each tile (default: the 128x128 and 64x64 ones) at each number of stages
         for dt, default in ((accy.DType.f32, [WIDE, SMALL]), (accy.DType.f16, [WIDE16, SMALL16])):
-            sweeps[dt] = [for_dtype(dataclasses.replace(t, stages=n), dt)
-                          for t in (sweep or default) for n in stages]
+            sweeps[dt] = [dataclasses.replace(t, stages=n) for t in (sweep or default)
+                          for n in stages]
     sources = Path(args.sources) if args.sources else Path(args.out).with_suffix("") / "sources"
 
     runtime = select_device(args.device)
@@ -456,7 +456,11 @@ def main(argv: list[str] | None = None) -> int:
             tried = [first]
             if any(g.startswith("mma") for g in first.get("generators", {})):
                 for t in sweeps[dtype_of(case)]:
-                    t = for_dtype(t, dtype_of(case))
+                    try:
+                        t = for_dtype(t, dtype_of(case))
+                    except ValueError as exc:  # e.g. K steps of 8 for f16
+                        print(f"  {case['name']} {precision} {t.text()}: skipped, {exc}")
+                        continue
                     if t.local_bytes() > target.local_mem_bytes:
                         print(f"  {case['name']} {precision} {t.text()}: skipped, "
                               f"{t.local_bytes()} bytes of local memory > "

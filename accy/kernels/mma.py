@@ -172,10 +172,12 @@ class _Builder:
             local = div(local, 2)
         dst = Cast(DType.i32, Cast(INDEX, Bin("+", Var(buf), local)))
         guard = self.guard(side, f, k)
+        # the global address as an integer: no pointer arithmetic on half* (cl_khr_fp16 or not)
+        base = Cast(INDEX, Var(self.arg[side]))
         if guard is None:
-            src = Cast(INDEX, Bin("+", Var(self.arg[side]), at))
+            src = Bin("+", base, mul(at, idx(self.t.elem_bytes)))
             return InlineAsm(CP_ASYNC_16, (), (("r", dst), ("l", src)), True, ("memory",))
-        src = Cast(INDEX, Bin("+", Var(self.arg[side]), Cond(guard, at, idx(0))))
+        src = Bin("+", base, mul(Cond(guard, at, idx(0)), idx(self.t.elem_bytes)))
         size_ = Cond(guard, Lit(16, DType.i32), Lit(0, DType.i32))
         return InlineAsm(CP_ASYNC_ZFILL, (), (("r", dst), ("l", src), ("r", size_)), True,
                          ("memory",))

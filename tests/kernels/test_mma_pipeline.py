@@ -362,7 +362,7 @@ static float accy_h(uint bits) {
 """
 _CP = re.compile(r'asm volatile\("cp\.async\.cg\.shared\.global [^"]*" :  : '
                  r'"r"\(\(\(int\)\(\(long\)\((?P<dst>.*)\)\)\)\), '
-                 r'"l"\(\(\(long\)\((?P<src>.*?)\)\)\)(?:, "r"\((?P<n>.*)\))? : "memory"\);$',
+                 r'"l"\((?P<src>.*?)\)(?:, "r"\((?P<n>.*?)\))? : "memory"\);$',
                  re.M)
 _COMMIT = re.compile(r'asm volatile\("cp\.async\.commit_group;" :  :  : "memory"\);')
 _WAIT = re.compile(r'asm volatile\("cp\.async\.wait_group (\d);" :  :  : "memory"\);')

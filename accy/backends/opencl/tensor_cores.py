@@ -7,7 +7,8 @@ probe), only on NVIDIA devices of compute capability >= 8.0 (read through
 from there in ``TargetProfile.tensor_cores``. Nothing else assumes tensor cores. Three probes,
 each one kernel with the very instruction forms the generators emit (accy/kernels/mma.py):
 TF32 ``mma.sync`` (``TF32_MMA``), ``cp.async`` into local memory addressed by ``(int)(long)``
-of the ``__local`` pointer, with a zero-filled copy and commit/wait groups (``CP_ASYNC``), and
+of the ``__local`` pointer, from global memory addressed by ``(long)`` of the ``__global``
+pointer plus bytes, with a zero-filled copy and commit/wait groups (``CP_ASYNC``), and
 f16 ``mma.sync`` m16n8k16 on half pairs packed as the generator packs them (``F16_MMA``). The
 last two run in a context of their own, so that a driver that faults on them (a wrong local
 address would) leaves the runtime's context intact; a device that rejects them keeps the
@@ -64,11 +65,11 @@ void accy_cp_async_probe(__global const float *src, __global float *dst) {
   barrier(CLK_LOCAL_MEM_FENCE);
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
                :  : "r"(((int)((long)(tile + (128 + 4 * (31 - lane)))))),
-               "l"(((long)(src + 4 * lane))) : "memory");
+               "l"((((long)src) + (16L * lane))) : "memory");
   asm volatile("cp.async.commit_group;" :  :  : "memory");
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
                :  : "r"(((int)((long)(tile + 4 * lane)))),
-               "l"(((long)(src + (128 + 4 * lane)))), "r"(((lane & 1) ? 16 : 0)) : "memory");
+               "l"((((long)src) + (16L * (32 + lane)))), "r"(((lane & 1) ? 16 : 0)) : "memory");
   asm volatile("cp.async.commit_group;" :  :  : "memory");
   asm volatile("cp.async.wait_group 0;" :  :  : "memory");
   barrier(CLK_LOCAL_MEM_FENCE);
