@@ -253,6 +253,16 @@ def test_deeper_pipelines_where_local_memory_allows(pipe):
     assert '16, %2;" ' in src and "? ((int)16) : ((int)0)" in src  # zero-filled edges
 
 
+def test_copied_operands_stay_in_global_memory(pipe):
+    """cp.async reads global addresses: operands small enough for constant memory stay global
+    in the pipelined kernel (``Kernel.global_args``); the bias, read plainly, may go there."""
+    head = {t: prepare(matmul(130, 96, 40, 0, True), "tf32", t, pipe).kernel_source(0).split(
+        "{")[0] for t in (ASYNC, NV)}
+    assert ("__global const float* restrict in0, __global const float* restrict in1, "
+            "__constant float* restrict in2") in head[ASYNC]
+    assert "__constant float* restrict in0, __constant float* restrict in1" in head[NV]
+
+
 def test_plain_loads_where_cp_async_cannot_copy(pipe):
     """cp.async cannot transpose or split a vector: A stored K x M, or rows not a multiple of
     4, keep the register path (two buffers), as do targets without the probe's entry."""
