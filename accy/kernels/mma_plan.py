@@ -298,17 +298,19 @@ def tf32_round(x: np.ndarray) -> np.ndarray:
 # selection --------------------------------------------------------------------------------
 def choose_tiles(c: Contraction, target: TargetProfile, pipelined: bool) -> MmaTiles:
     """128x128 tiles where they give every compute unit a work-group, else 64x64; with
-    ``cp.async`` (``pipelined``) as many stages, up to 3, as local memory holds (sweep others
-    with ``experiments/bench_mma.py --stages``)."""
+    ``cp.async`` (``pipelined``) as many stages, up to 3, as local memory holds and K has steps
+    (a stage beyond the last K step would only hold local memory; sweep others with
+    ``experiments/bench_mma.py --stages``)."""
     wide, small = (WIDE16, SMALL16) if c.dtype is DType.f16 else (WIDE, SMALL)
     groups = c.batch_size * -(-c.m.size // wide.bm) * -(-c.n.size // wide.bn)
     fits = (wide.threads <= target.max_work_group_size
             and wide.local_bytes() <= target.local_mem_bytes)
     tiles = wide if fits and groups >= target.compute_units else small
     if pipelined:
+        steps = -(-c.k.size // tiles.bk)
         for stages in (3, 2):
             deeper = replace(tiles, stages=stages)
-            if deeper.local_bytes() <= target.local_mem_bytes:
+            if deeper.local_bytes() <= target.local_mem_bytes and stages <= max(2, steps):
                 return deeper
     return tiles
 

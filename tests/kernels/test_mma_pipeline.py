@@ -263,6 +263,12 @@ def test_copied_operands_stay_in_global_memory(pipe):
     assert "__constant float* restrict in0, __constant float* restrict in1" in head[NV]
 
 
+def test_no_more_stages_than_k_steps(pipe):
+    """64x64 tiles take 3 stages, but K = 32 has 2 steps of 16: 2 stages."""
+    src = prepare(matmul(1000, 1024, 32), "tf32", ASYNC, pipe).kernel_source(0)
+    assert "cp.async.wait_group 0;" in src and "__local float a_tile[2560]" in src
+
+
 def test_plain_loads_where_cp_async_cannot_copy(pipe):
     """cp.async cannot transpose or split a vector: A stored K x M, or rows not a multiple of
     4, keep the register path (two buffers), as do targets without the probe's entry."""
