@@ -34,8 +34,13 @@ OPENCL_C = "opencl-c"
 TF32_MMA = "mma.m16n8k8.tf32"
 """PTX ``mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32`` (sm_80+) through inline asm in
 OpenCL C: the name ``TargetProfile.tensor_cores`` lists when the device's probe passed."""
-F16_MMA = "mma.m16n8k16.f16"  # m16n8k16 f16 inputs, f32 accumulators (not generated yet)
-TENSOR_CORE_SHAPES = (TF32_MMA, F16_MMA)
+F16_MMA = "mma.m16n8k16.f16"
+"""PTX ``mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32``: f16 operands, f32 accumulators."""
+CP_ASYNC = "cp.async.cg.16"
+"""PTX ``cp.async.cg.shared.global`` 16-byte copies with ``commit_group`` / ``wait_group``
+(sm_80+), addressing local memory by ``(uint)(size_t)`` of a ``__local`` pointer: what the mma
+generators' multi-stage pipeline needs (the probe runs one such copy before listing it)."""
+TENSOR_CORE_SHAPES = (TF32_MMA, F16_MMA, CP_ASYNC)
 
 PRECISIONS = ("ieee", "tf32", "3xtf32")
 """Precision policies for f32 contractions (``kernelization{precision=...}``): ``ieee`` f32
@@ -91,8 +96,9 @@ class TargetProfile:
     global_mem_size: int = 4 << 30  # bytes of all buffers at once (CL_DEVICE_GLOBAL_MEM_SIZE)
     address_bits: int = 64  # size_t of the device: global sizes stay below 2**address_bits
     max_work_groups: int = MAX_WORK_GROUPS  # per dimension (see MAX_WORK_GROUPS)
-    # matrix instructions the device compiled and ran at selection (runtime.py's second probe):
-    # names from TENSOR_CORE_SHAPES; empty unless detected, so nothing assumes tensor cores
+    # matrix and copy instructions the device compiled and ran at selection (runtime.py's
+    # second probe): names from TENSOR_CORE_SHAPES; empty unless detected, so nothing assumes
+    # tensor cores
     tensor_cores: tuple[str, ...] = ()
 
     @classmethod

@@ -1,9 +1,10 @@
-"""Check and benchmark: f32 GEMMs under each contraction precision policy, against cuBLAS.
+"""Check and benchmark: f32 GEMMs under each precision policy, and f16 GEMMs, against cuBLAS.
 
     python experiments/bench_mma.py --device nvidia --out results/bench_mma.json
         [--repeat 20] [--cases 4096,2048,8192x8192x1024,1000x1030x520,b32x512x512x64,bias2048]
-        [--policies ieee,tf32,3xtf32] [--tiles 128x128x16:2x4,128x128x16:2x2] [--no-torch]
-        [--sources DIR] [--force-tensor-cores]
+        [--policies ieee,tf32,3xtf32] [--tiles 128x128x16:2x4,128x128x16:2x2:3]
+        [--stages 2,3,4] [--dtypes f32,f16] [--no-torch] [--sources DIR]
+        [--force-tensor-cores]
 
 Each case (``N`` is N^3, ``MxNxK``, ``bBxMxNxK`` batched, ``biasN`` N^3 with a bias + relu
 epilogue) is prepared for the device's own target profile (``TargetProfile.from_device``, whose
@@ -17,18 +18,32 @@ events, two warm-up calls, median of ``--repeat``. torch (optional, skipped when
 without CUDA): ``torch.matmul`` timed with CUDA events (same warm-up and median) with
 ``torch.backends.cuda.matmul.allow_tf32`` off (cuBLAS FP32 SGEMM) and on (cuBLAS TF32).
 
-``--tiles`` also times the tensor-core kernels with other tiles (``BMxBNxBK:WMxWN``: block
-tile, warps along M and N), besides the heuristic's choice, for sweeps.
+``--tiles`` also times the tensor-core kernels with other tiles (``BMxBNxBK:WMxWN[:S]``: block
+tile, warps along M and N, S local-memory stages, default 2), besides the heuristic's choice,
+for sweeps. ``--stages 2,3,4`` times each of those tiles (or, without ``--tiles``, the
+128x128 and 64x64 defaults: K steps of 16 for f32, 32 for f16) at each number of stages;
+tiles whose stages exceed the device's local memory are skipped with a note. Stages above 2
+need the probe's ``cp.async`` entry (the kernel copies global -> local with ``cp.async`` then,
+waiting for the oldest group in flight before each step's one barrier); without it they fail
+with that reason.
 
-``--force-tensor-cores`` marks the profile with TF32 tensor cores even when the device probe
-did not (to see the generated kernels' own build errors when the probe fails); the probe's
-build error, if any, is printed first.
+``--dtypes f32,f16`` also runs every case with f16 operands (named ``CASE.f16``): f16 products
+take f16 tensor cores (``mma-f16``: m16n8k16, f32 accumulators, fed by ``cp.async``) whatever
+the policy, so they run once, under the first of ``--policies``; checked against float64 with
+``rtol_f32 * sqrt(K) * |A|@|B| + 2^-11 * |C|`` (f32 sums, one f16 rounding of the result;
+twice that and the bias for bias cases) and compared with torch's f16 ``matmul`` (cuBLAS
+tensor cores; reported as "vs cuBLAS" for them).
+
+``--force-tensor-cores`` marks the profile with TF32 and f16 tensor cores and ``cp.async``
+(and f16 among its dtypes) even when the device probes did not (to see the generated kernels'
+own build errors when a probe fails); each failed probe's build or run error is printed first.
 
 A failing case (build error, launch error, wrong result) is reported with its first build-log
 error line and the run goes on; ``--sources DIR`` (default: next to ``--out``) receives the
 OpenCL C of every failed case and of every tensor-core kernel, for reading the PTX path.
 Prints a table; writes JSON to ``--out``. The issue's targets (H200): TF32 at 4096^3 at least
-60% of cuBLAS TF32; 3xTF32 at 4096^3 at least 1.2x cuBLAS FP32.
+60% of cuBLAS TF32; 3xTF32 at 4096^3 at least 1.2x cuBLAS FP32; f16 at 4096^3 at least 50%
+of torch's f16 matmul.
 """
 
 from __future__ import annotations
@@ -49,8 +64,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import accy  # noqa: E402
+from accy.backends.opencl import tensor_cores  # noqa: E402
 from accy.backends.opencl.runtime import _first_error_line  # noqa: E402
-from accy.backends.opencl.tensor_cores import MMA_PROBE_SOURCE  # noqa: E402
 from accy.backends.registry import open_device  # noqa: E402
 from accy.builder import einsum  # noqa: E402
 from accy.differential import TOLERANCES  # noqa: E402
@@ -58,11 +73,20 @@ from accy.error_bounds import EXTRA_EINSUM_RTOL  # noqa: E402
 from accy.experiments.records import git_commit, timestamp, write_json  # noqa: E402
 from accy.ir.program import Stage  # noqa: E402
 from accy.kernels import mma  # noqa: E402
-from accy.kernels.mma_plan import MmaTiles, parse_tiles  # noqa: E402
+from accy.kernels.mma_plan import (  # noqa: E402
+    SMALL,
+    SMALL16,
+    WIDE,
+    WIDE16,
+    MmaTiles,
+    for_dtype,
+    parse_tiles,
+)
 from accy.passes.kernel.kernelization import with_spaces  # noqa: E402
-from accy.target import PRECISIONS, TF32_MMA, TargetProfile  # noqa: E402
+from accy.target import CP_ASYNC, F16_MMA, PRECISIONS, TF32_MMA, TargetProfile  # noqa: E402
 
 DEFAULT_CASES = "4096,2048,8192x8192x1024,1000x1030x520,b32x512x512x64,bias2048"
+DTYPES = ("f32", "f16")
 
 
 def error_line(text: str) -> str:
@@ -97,6 +121,17 @@ def parse_case(text: str) -> dict[str, Any]:
     return {"name": text.strip(), "batch": batch, "m": m, "n": n, "k": k, "bias": bias}
 
 
+def with_dtype(case: dict[str, Any], dtype: str) -> dict[str, Any]:
+    """``case`` with operands of ``dtype`` (f16 cases are named ``CASE.f16``)."""
+    if dtype == "f32":
+        return case
+    return {**case, "name": f"{case['name']}.{dtype}", "dtype": dtype}
+
+
+def dtype_of(case: dict[str, Any]) -> accy.DType:
+    return accy.DType(case.get("dtype", "f32"))
+
+
 def pipeline(precision: str) -> str:
     return ("accy-contract,accy-tensor,accy-dispatch,accy-memory,kernel-outlining-planning,"
             f"kernelization{{precision={precision}}},accy-target")
@@ -106,10 +141,10 @@ def program(case: dict[str, Any]) -> accy.Program:
     lead = (case["batch"],) if case["batch"] else ()
     m, n, k = case["m"], case["n"], case["k"]
     b = accy.Builder()
-    types = [accy.TensorType((*lead, m, k), accy.DType.f32),
-             accy.TensorType((*lead, k, n), accy.DType.f32)]
+    dt = dtype_of(case)
+    types = [accy.TensorType((*lead, m, k), dt), accy.TensorType((*lead, k, n), dt)]
     if case["bias"]:
-        types.append(accy.TensorType((n,), accy.DType.f32))
+        types.append(accy.TensorType((n,), dt))
     f = b.begin_function("gemm", types)
     y = einsum("bik,bkj->bij" if lead else "ik,kj->ij", f.param(0), f.param(1))
     f.return_((y + f.param(2)).relu() if case["bias"] else y)
@@ -120,10 +155,11 @@ def program(case: dict[str, Any]) -> accy.Program:
 def inputs_of(case: dict[str, Any], seed: int = 0) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     lead = (case["batch"],) if case["batch"] else ()
-    xs = [rng.uniform(-1, 1, (*lead, case["m"], case["k"])).astype(np.float32),
-          rng.uniform(-1, 1, (*lead, case["k"], case["n"])).astype(np.float32)]
+    dt = dtype_of(case).numpy
+    xs = [rng.uniform(-1, 1, (*lead, case["m"], case["k"])).astype(dt),
+          rng.uniform(-1, 1, (*lead, case["k"], case["n"])).astype(dt)]
     if case["bias"]:
-        xs.append(rng.uniform(-1, 1, case["n"]).astype(np.float32))
+        xs.append(rng.uniform(-1, 1, case["n"]).astype(dt))
     return xs
 
 
@@ -143,10 +179,16 @@ def check(case: dict[str, Any], got: np.ndarray, exact: np.ndarray, mag: np.ndar
     """The policy's bound (see the module docstring) against the result."""
     tol = TOLERANCES[accy.DType.f32]
     tiny = float(np.finfo(np.float32).tiny)
-    bound = (tol.rtol * math.sqrt(case["k"]) + EXTRA_EINSUM_RTOL[precision]) * mag + tiny
-    if case["bias"]:
-        bound = bound + tol.rtol * mag + tiny
-    limit = 2 * bound + tol.atol
+    if dtype_of(case) is accy.DType.f16:  # f32 sums of exact products, f16 roundings
+        bound = tol.rtol * math.sqrt(case["k"]) * mag + 2.0**-11 * np.abs(exact) + tiny
+        if case["bias"]:
+            bound = bound + 2.0**-11 * mag
+        limit = 2 * bound + TOLERANCES[accy.DType.f16].atol
+    else:
+        bound = (tol.rtol * math.sqrt(case["k"]) + EXTRA_EINSUM_RTOL[precision]) * mag + tiny
+        if case["bias"]:
+            bound = bound + tol.rtol * mag + tiny
+        limit = 2 * bound + tol.atol
     err = np.abs(got.astype(np.float64) - exact)
     finite = bool(np.isfinite(got).all())
     worst = np.unravel_index(int(np.argmax(err / limit)), err.shape)
@@ -162,16 +204,18 @@ def check(case: dict[str, Any], got: np.ndarray, exact: np.ndarray, mag: np.ndar
 
 
 def with_mma_tiles(job: accy.PreparedJob, tiles: MmaTiles, policy: str) -> accy.PreparedJob:
-    """``job`` (prepared under ``policy``, tf32 or 3xtf32) with its tensor-core kernels rebuilt
-    from ``tiles``, legalized again."""
+    """``job`` (prepared under ``policy``) with its tensor-core kernels rebuilt from ``tiles``
+    (f32 products under tf32 or 3xtf32; f16 products under any policy), legalized again."""
     p = job.products[Stage.kernel]
     outlines = {o.work_item: o for o in p.outline.outlines}
     kernels = []
     for k in p.kernels:
         item = p.schedule.item(k.work_item)
         group = p.fusion.groups[item.group]
-        if mma.accepts(group, p.target):
-            (built,) = mma.build(group, outlines[k.work_item], item.kind, p.target, policy, tiles)
+        kind = ("f16" if mma.accepts(group, p.target, accy.DType.f16) else
+                policy if policy in mma.POLICIES and mma.accepts(group, p.target) else None)
+        if kind is not None:
+            (built,) = mma.build(group, outlines[k.work_item], item.kind, p.target, kind, tiles)
             kernels.append(with_spaces(built, p.spaces) if p.spaces is not None else built)
         else:
             kernels.append(k)
@@ -207,7 +251,7 @@ def time_torch(case: dict[str, Any], xs: list[np.ndarray], repeat: int, tf32: bo
         return None
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
-    a, b = (torch.from_numpy(x).cuda() for x in xs[:2])
+    a, b = (torch.from_numpy(x).cuda() for x in xs[:2])  # f16 cases: f16 cuBLAS
     bias = torch.from_numpy(xs[2]).cuda() if case["bias"] else None
 
     def call():
@@ -225,7 +269,7 @@ def time_torch(case: dict[str, Any], xs: list[np.ndarray], repeat: int, tf32: bo
         end.record()
         torch.cuda.synchronize()
         samples.append(start.elapsed_time(end))
-    result = out.cpu().numpy()  # the operands are freed when this returns
+    result = out.float().cpu().numpy()  # the operands are freed when this returns
     return {"ms": statistics.median(samples), "device": torch.cuda.get_device_name(),
             "version": torch.__version__, "tf32": tf32, "result": result}
 
@@ -243,7 +287,7 @@ def run_case(case: dict[str, Any], precision: str, target: TargetProfile, runtim
     job = None
     stem = f"{case['name'].replace('^', '')}.{precision}"
     if tiles is not None:
-        res["tiles"] = f"{tiles.bm}x{tiles.bn}x{tiles.bk}:{tiles.warps_m}x{tiles.warps_n}"
+        res["tiles"] = tiles.text()
         stem += "." + res["tiles"].replace(":", "_")
     try:
         job = accy.prepare(program(case), pipeline(precision), target=target)
@@ -280,7 +324,9 @@ def print_table(results: list[dict[str, Any]], torch_rows: dict[str, dict[str, A
         gen = ",".join(r.get("generators", {})) or "-"
         gen = f"{gen} {r['tiles']}" if "tiles" in r else gen
         chk = r.get("check", {})
-        ref = torch_rows.get(r["case"], {}).get("tf32" if r["precision"] == "tf32" else "fp32")
+        key = ("f16" if r["case"].endswith(".f16") else
+               "tf32" if r["precision"] == "tf32" else "fp32")
+        ref = torch_rows.get(r["case"], {}).get(key)
         ratio = f"{ref['ms'] / r['ms']:.2f}x" if ref and r.get("ms") else "-"
         ms = f"{r['ms']:.3f}" if "ms" in r else "-"
         tf = f"{r['tflops']:.1f}" if "tflops" in r else "-"
@@ -310,33 +356,59 @@ def targets(results: list[dict[str, Any]], torch_rows: dict[str, dict[str, Any]]
             out[f"{policy}_over_cublas_{ref}"] = ratio
             out[f"{policy}_best_tiles"] = best.get("tiles", "heuristic")
             out[f"{policy}_goal_met"] = ratio >= goal
+    runs = [r for r in results if r["case"] == "4096.f16" and r["status"] == "ok"]
+    ref16 = torch_rows.get("4096.f16", {}).get("f16")
+    if runs and ref16:
+        best = max(runs, key=lambda r: r["tflops"])
+        out["f16_over_torch_f16"] = best["tflops"] / ref16["tflops"]
+        out["f16_best_tiles"] = best.get("tiles", "heuristic")
+        out["f16_goal_met"] = out["f16_over_torch_f16"] >= 0.5
     return out
 
 
 def probe_report(runtime) -> str:
-    """What the tensor-core probe says on this device, with its build error if any."""
-    if runtime.info.tensor_cores:
-        return f"passed: {', '.join(runtime.info.tensor_cores)}"
-    try:
-        kernel = runtime.kernel(MMA_PROBE_SOURCE, "accy_mma_probe")
-    except Exception as exc:
-        return f"build failed: {error_line(str(exc))}"
-    del kernel
-    return ("built, but not recorded (not NVIDIA, compute capability below 8.0, or a wrong "
-            "result)")
+    """What the tensor-core probes say on this device, with the build or run error of each
+    probe that did not pass."""
+    found = runtime.info.tensor_cores
+    parts = [f"passed: {', '.join(found)}"] if found else []
+    probes = [(TF32_MMA, tensor_cores.MMA_PROBE_SOURCE, "accy_mma_probe", []),
+              (CP_ASYNC, tensor_cores.CP_ASYNC_PROBE_SOURCE, "accy_cp_async_probe",
+               [tensor_cores.cp_async_probe_case()[0]]),
+              (F16_MMA, tensor_cores.MMA_F16_PROBE_SOURCE, "accy_mma_f16_probe",
+               [x.view(np.uint16) for x in tensor_cores.mma_f16_probe_case()[:2]])]
+    for name, source, entry, args in probes:
+        if name in found:
+            continue
+        try:
+            tensor_cores.run_isolated(runtime.device, source, entry, args,
+                                      np.zeros(256, np.float32))
+        except Exception as exc:
+            parts.append(f"{name} failed: {error_line(str(exc))}")
+            continue
+        parts.append(f"{name} built and ran, not recorded (not NVIDIA, compute capability "
+                     "below 8.0, or a wrong result)")
+    return "; ".join(parts)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default=os.environ.get("ACCY_DEVICE", "nvidia"))
     ap.add_argument("--cases", default=DEFAULT_CASES)
     ap.add_argument("--policies", default=",".join(PRECISIONS))
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--tiles", default="", help="other tiles for the tensor-core kernels, "
-                    "BMxBNxBK:WMxWN,... (e.g. 128x128x16:2x2)")
+                    "BMxBNxBK:WMxWN[:STAGES],... (e.g. 128x128x16:2x2,64x64x16:2x2:3)")
+    ap.add_argument("--stages", default="", help="local-memory stages to sweep, e.g. 2,3,4: "
+                    "each --tiles entry (default: 128x128 and 64x64 tiles) at each; more than "
+                    "2 needs the probe's cp.async; tiles over the local memory are skipped")
+    ap.add_argument("--dtypes", default="f32", help="operand dtypes of the cases: f32, f16 or "
+                    "f32,f16 (f16: f16 tensor cores under the first policy, against torch's "
+                    "f16 matmul)")
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--force-tensor-cores", action="store_true",
-                    help="use the mma generators even if the device probe did not record them")
+                    help="use the mma generators (TF32, f16 and cp.async) even if the device "
+                    "probe did not record them")
     ap.add_argument("--sources", default=None, help="folder for OpenCL C (default: beside --out)")
     ap.add_argument("--out", default="results/bench_mma.json")
     args = ap.parse_args(argv)
@@ -344,14 +416,28 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(policies) - set(PRECISIONS))
     if unknown:
         ap.error(f"unknown policies {unknown}; known: {', '.join(PRECISIONS)}")
-    cases = [parse_case(c) for c in args.cases.split(",") if c.strip()]
+    dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+    if not dtypes or set(dtypes) - set(DTYPES):
+        ap.error(f"--dtypes {args.dtypes!r}: a list of {', '.join(DTYPES)}")
+    cases = [with_dtype(parse_case(c), d) for c in args.cases.split(",") if c.strip()
+             for d in dtypes]
     sweep = [parse_tiles(t) for t in args.tiles.split(",") if t.strip()]
+    try:
+        stages = [int(v) for v in args.stages.split(",") if v.strip()]
+    except ValueError:
+        ap.error(f"--stages {args.stages!r}: a list of 2, 3 or 4")
+    sweeps = {accy.DType.f32: sweep, accy.DType.f16: sweep}
+    if stages:  # each tile (default: the 128x128 and 64x64 ones) at each number of stages
+        for dt, default in ((accy.DType.f32, [WIDE, SMALL]), (accy.DType.f16, [WIDE16, SMALL16])):
+            sweeps[dt] = [dataclasses.replace(t, stages=n) for t in (sweep or default)
+                          for n in stages]
     sources = Path(args.sources) if args.sources else Path(args.out).with_suffix("") / "sources"
 
     runtime, target = open_device(args.device)
     probe = probe_report(runtime)
-    if args.force_tensor_cores and not target.tensor_cores:
-        target = dataclasses.replace(target, tensor_cores=(TF32_MMA,))
+    if args.force_tensor_cores:
+        target = dataclasses.replace(target, tensor_cores=(TF32_MMA, CP_ASYNC, F16_MMA),
+                                     dtypes=target.dtypes | {accy.DType.f16})
     print(f"device: {runtime.info.key}; compute capability "
           f"{runtime.info.compute_capability or 'unknown'}; tensor-core probe: {probe}")
     print(f"target: {target.describe()}")
@@ -364,12 +450,24 @@ def main(argv: list[str] | None = None) -> int:
     for case in cases:
         xs = inputs_of(case)
         exact, mag = reference(case, xs)
-        for precision in policies:
+        f16 = dtype_of(case) is accy.DType.f16
+        for precision in policies[:1] if f16 else policies:  # f16: one kernel for all
             first = run_case(case, precision, target, runtime, xs, exact, mag, args, sources)
             tried = [first]
             if any(g.startswith("mma") for g in first.get("generators", {})):
-                tried += [run_case(case, precision, target, runtime, xs, exact, mag, args,
-                                   sources, t) for t in sweep]
+                for t in sweeps[dtype_of(case)]:
+                    try:
+                        t = for_dtype(t, dtype_of(case))
+                    except ValueError as exc:  # e.g. K steps of 8 for f16
+                        print(f"  {case['name']} {precision} {t.text()}: skipped, {exc}")
+                        continue
+                    if t.local_bytes() > target.local_mem_bytes:
+                        print(f"  {case['name']} {precision} {t.text()}: skipped, "
+                              f"{t.local_bytes()} bytes of local memory > "
+                              f"{target.local_mem_bytes}")
+                        continue
+                    tried.append(run_case(case, precision, target, runtime, xs, exact, mag,
+                                          args, sources, t))
             for r in tried:
                 results.append(r)
                 print(f"  {case['name']} {precision} {r.get('tiles', '')}: {r['status']}"
@@ -377,13 +475,14 @@ def main(argv: list[str] | None = None) -> int:
                       + (f" ({r['error']})" if "error" in r else ""), flush=True)
         if not args.no_torch:
             rows = {}
-            for key, tf32 in (("fp32", False), ("tf32", True)):
+            for key, tf32 in (("f16", False),) if f16 else (("fp32", False), ("tf32", True)):
                 try:
                     t = time_torch(case, xs, args.repeat, tf32)
                 except Exception as exc:  # torch present but broken: note it, go on
                     t = {"error": f"{type(exc).__name__}: {exc}"}
                 if t and "result" in t:
-                    chk = check(case, t.pop("result"), exact, mag, "tf32" if tf32 else "ieee")
+                    chk = check(case, t.pop("result"), exact, mag,
+                                "tf32" if tf32 else "ieee")
                     t["tflops"] = flops(case) / t["ms"] / 1e9
                     t["rel_err"], t["bound_use"] = chk["rel_err"], chk["bound_use"]
                 rows[key] = t if t and "ms" in t else None
@@ -399,6 +498,7 @@ def main(argv: list[str] | None = None) -> int:
         "device": runtime.info.key, "compute_capability": list(runtime.info.compute_capability),
         "target": target.describe(), "tensor_cores": list(target.tensor_cores),
         "probe": probe, "forced_tensor_cores": args.force_tensor_cores,
+        "dtypes": dtypes, "stages": stages,
         "repeat": args.repeat, "results": results, "torch": torch_rows, "goals": goals,
         "bound": "2 * ((rtol_f32 * sqrt(K) + EXTRA_EINSUM_RTOL[policy]) * |A|@|B| + tiny) "
                  "+ atol_f32",

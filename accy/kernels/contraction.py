@@ -47,6 +47,7 @@ from accy.ir.types import DType
 from accy.ir.walk import Pending
 from accy.kernels import loopnest
 from accy.kernels.contraction_plan import (
+    FLOATS,
     Contraction,
     Tiles,
     analyse,
@@ -428,7 +429,7 @@ def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
           target: TargetProfile, tiles: Tiles | None = None) -> tuple[Kernel, ...]:
     """The tiled kernel of an accepted contraction group (``tiles``: override the heuristic);
     with K split, the partials kernel and the kernel summing them with the epilogue."""
-    found = analyse(group)
+    found = _form(group)
     if isinstance(found, str):
         raise ValueError(f"tiled-contraction cannot take this group: {found}")
     einsum, form = found
@@ -440,8 +441,17 @@ def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
     return first, _Partials(group, outline, einsum, b.scratch, b.chunks).build(kind)
 
 
+def _form(group: FusionGroup) -> tuple[Node, Contraction] | str:
+    """:func:`analyse`'s answer, f16 declined (f16 products are the loop nest's, or the mma
+    generator's on f16 tensor cores)."""
+    found = analyse(group)
+    if not isinstance(found, str) and found[1].dtype not in FLOATS:
+        return f"dtype {found[1].dtype.value} (tiled contractions are f32 or f64)"
+    return found
+
+
 def accepts(group: FusionGroup, target: TargetProfile) -> bool:
-    return not isinstance(analyse(group), str)
+    return not isinstance(_form(group), str)
 
 
 register_generator(Generator(

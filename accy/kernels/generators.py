@@ -37,6 +37,7 @@ GENERATORS: dict[str, Generator] = {}
 PRIORITY: tuple[str, ...] = (
     "vector-flat", "row-fused", "tree-reduction", "row-softmax",
     "mma-tf32", "mma-3xtf32",  # only under their precision policy, before the f32 tiles
+    "mma-f16",  # f16 products, on targets with f16 tensor cores and cp.async
     "tiled-contraction", "direct-conv", "indexed-gather", "indexed-scatter",
 )
 """The order kernelization tries accy's specialised generators in (the first that accepts a

@@ -52,7 +52,8 @@ WORK_ITEM_KINDS = ("global", "local", "group", "global_size", "local_size", "num
 its work-group, the work-group's index; the global size, the work-group size, the number of
 work-groups."""
 
-BINARY_OPS = frozenset({"+", "-", "*", "/", "%", "<", "<=", ">", ">=", "==", "!=", "&&", "||"})
+BINARY_OPS = frozenset({"+", "-", "*", "/", "%", "<", "<=", ">", ">=", "==", "!=", "&&", "||",
+                        "&", "|", "^", "<<", ">>"})
 UNARY_OPS = frozenset({"-", "!"})
 
 # the OpenCL C spellings the IR used before it was neutral, for a helpful error
@@ -313,12 +314,15 @@ class InlineAsm:
     ``("r", Call("bitcast_u32", (x,)))``. Operands are numbered outputs first, as in GCC asm.
     ``volatile`` keeps the statement in place (``mma.sync``, as CUTLASS does); a pure
     instruction (``cvt``) leaves it False so the compiler may schedule or drop it.
+    ``clobbers`` (e.g. ``("memory",)``) tell the compiler what else the instruction touches
+    (``cp.async`` writes local memory behind its back).
     """
 
     template: str
     outputs: tuple[tuple[str, str], ...]
     inputs: tuple[tuple[str, Expr], ...]
     volatile: bool = True
+    clobbers: tuple[str, ...] = ()
 
 
 Stmt = (Let | Assign | Store | VectorStore | VectorStoreAt | AtomicAdd | For | If | Return | Barrier
@@ -369,6 +373,9 @@ class Kernel:
     geometry: LaunchGeometry
     ops: tuple[tuple[Op, DType], ...] = field(default=())
     fixed_local_size: bool = False  # built for exactly geometry.local_size (reqd_work_group_size)
+    # inputs whose global addresses the body hands to instructions (cp.async): they stay in
+    # global memory whatever memory-space planning chose (kernelization.with_spaces)
+    global_args: frozenset[str] = field(default=frozenset(), repr=False)
 
     @property
     def argument_count(self) -> int:

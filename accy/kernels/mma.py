@@ -1,4 +1,4 @@
-"""mma-tf32 / mma-3xtf32: f32 contractions on tensor cores through inline PTX ``mma.sync``.
+"""mma-tf32 / mma-3xtf32 / mma-f16: contractions on tensor cores through inline PTX ``mma.sync``.
 
 Taken only where the target recorded TF32 tensor cores (``TargetProfile.tensor_cores``, filled
 by the device probe in :mod:`accy.backends.opencl.runtime`), the precision policy allows
@@ -20,6 +20,21 @@ tf32(x)`` and ``small = tf32(x - big)``, accumulating ``small*big + big*small + 
 (three mma per fragment pair; the dropped ``small*small`` is ~2^-22 relative). Accumulators
 stay f32 in either case. Edges: loads outside M, N or K give zeros, stores are guarded. The
 group's epilogue runs on each accumulator before its store (the loop nest's value machinery).
+
+Where the target's probe found ``cp.async`` (``CP_ASYNC``) and both operands can be copied
+without transposing (A along K, B along N, whole 16-byte vectors: ``mma_plan.async_copies``),
+the K loop is a ``tiles.stages``-deep pipeline instead: ``cp.async.cg.shared.global`` copies
+16 bytes straight into local memory (zero-filled outside the operands), one commit group per
+K step, steps 0..S-2 issued before the loop; each step waits until at most S-2 groups are in
+flight, passes one barrier, issues step ``kt + S - 1`` into the buffer step ``kt - 1`` read,
+then runs its mma.sync. Under ``tf32`` the operands are then rounded at fragment load. The
+copied operands stay in global memory (``Kernel.global_args``).
+
+``mma-f16``: f16 products (f16 x f16 is exact in f32, sums f32, as every f16 contraction
+kernel computes, so any policy takes them) on ``mma.sync.m16n8k16.f16`` with f32
+accumulators, always through the cp.async pipeline: the tiles hold halves as words, an A
+register is one word (the same word offsets as TF32's A), a B register packs the halves of
+two K rows, each taken from its word by the lane's shift.
 """
 
 from __future__ import annotations
@@ -35,6 +50,7 @@ from accy.kernels.ir import (
     Barrier,
     Bin,
     Call,
+    Cast,
     Cond,
     Expr,
     For,
@@ -62,18 +78,21 @@ from accy.kernels.ir import (
 )
 from accy.kernels.mma_plan import (
     C_FRAG,
-    MMA_K,
     VECTOR,
     MmaTiles,
     a_lane_base,
     a_offset,
-    along_k,
+    b16_lane_base,
+    b16_offset,
     b_lane_base,
     b_offset,
     c_coords,
+    copy_layout,
     copy_slot,
+    for_dtype,
     lane_parts,
     local_index,
+    pipelined,
     plan,
     warp_origin,
 )
@@ -82,8 +101,18 @@ from accy.target import TargetProfile
 
 MMA_TF32 = ("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, "
             "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};")
+MMA_F16 = ("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+           "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};")
 CVT_TF32 = "cvt.rna.tf32.f32 %0, %1;"
-POLICIES = ("tf32", "3xtf32")
+# 16 bytes global -> local, bypassing L1; the second form copies the first %2 bytes and fills
+# the rest with zeros (0: zeros outside the operands). Local addresses are the 32-bit
+# shared-window address, (uint)(size_t) of the __local pointer (the probe checks it).
+CP_ASYNC_16 = "cp.async.cg.shared.global [%0], [%1], 16;"
+CP_ASYNC_ZFILL = "cp.async.cg.shared.global [%0], [%1], 16, %2;"
+CP_COMMIT = "cp.async.commit_group;"
+CP_WAIT = "cp.async.wait_group {};"  # groups that may stay in flight
+POLICIES = ("tf32", "3xtf32")  # f32 products
+KINDS = (*POLICIES, "f16")
 
 
 def _all(conds: list[Expr]) -> Expr | None:
@@ -95,10 +124,17 @@ def _all(conds: list[Expr]) -> Expr | None:
 
 class _Builder:
     def __init__(self, group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
-                 einsum: Node, c: Contraction, tiles: MmaTiles, policy: str) -> None:
-        tiles.check()
+                 einsum: Node, c: Contraction, tiles: MmaTiles, policy: str,
+                 target: TargetProfile) -> None:
+        tiles = for_dtype(tiles, c.dtype)
+        self.pipelined = pipelined(c, target)
+        if tiles.stages != 2 and not self.pipelined:
+            raise ValueError(f"tiles {tiles.text()}: {tiles.stages} stages need cp.async "
+                             "(the target's probe did not list it, or an operand is not A "
+                             "along K / B along N in whole 16-byte vectors)")
         self.group, self.outline, self.kind, self.c, self.t = group, outline, kind, c, tiles
         self.policy = policy
+        self.f16 = tiles.f16
         self.epi = loopnest.EpilogueBuilder(group, outline, einsum)
         self.arg = {"x": self.epi.arg_of[einsum.srcs[c.x]],
                     "y": self.epi.arg_of[einsum.srcs[1 - c.x]]}
@@ -110,31 +146,51 @@ class _Builder:
         return Var(name)
 
     # copies -----------------------------------------------------------------------------
-    def side_info(self, side: str) -> tuple[int, int, int, list[int], bool, bool]:
-        """(extent, free stride, K stride, batch strides, along K, float4 loads) of a side."""
+    def side_info(self, side: str) -> tuple[int, int, int, bool, bool]:
+        """(extent, free stride, K stride, along K, whole 16-byte vectors) of a side."""
         c = self.c
-        if side == "x":
-            extent, fs, ks, bs = c.m.size, c.m.x, c.k.x, [d.x for d in c.batch]
-        else:
-            extent, fs, ks, bs = c.n.size, c.n.y, c.k.y, [d.y for d in c.batch]
-        k_major = along_k(c, side)
-        contiguous, span, other = (ks, c.k.size, fs) if k_major else (fs, extent, ks)
-        vector = (contiguous == 1 and span % VECTOR == 0 and other % VECTOR == 0
-                  and all(b % VECTOR == 0 for b in bs))
-        return extent, fs, ks, bs, k_major, vector
+        extent, fs, ks = (c.m.size, c.m.x, c.k.x) if side == "x" else (c.n.size, c.n.y, c.k.y)
+        return (extent, fs, ks, *copy_layout(c, side, self.t.vector))
+
+    def guard(self, side: str, f: Expr, k: Expr) -> Expr | None:
+        """Whether the whole vector at (f, k) is inside the operand (None: always)."""
+        extent = self.sides[side][0]
+        tile = self.t.bm if side == "x" else self.t.bn
+        return _all(([Bin("<", f, idx(extent))] if extent % tile else [])
+                    + ([Bin("<", k, idx(self.c.k.size))] if self.c.k.size % self.t.bk else []))
+
+    def issue(self, side: str, i: int, f0: Expr, k0: Expr, stage: Expr) -> Stmt:
+        """``cp.async`` of copy slot ``i`` of the K step at ``k0`` into stage ``stage``: 16
+        bytes, along the local row (A along K, B along N; :func:`async_copies`)."""
+        _, fs, ks, _, _ = self.sides[side]
+        rf, rk = Var(f"{side}_f{i}"), Var(f"{side}_k{i}")
+        f, k = add(f0, rf), add(k0, rk)
+        at = add(self.bases[side], add(mul(f, idx(fs)), mul(k, idx(ks))))
+        buf, size = ("a_tile", self.t.a_size) if side == "x" else ("b_tile", self.t.b_size)
+        local = add(mul(stage, idx(size)), local_index(self.t, side, rf, rk))
+        if self.f16:  # the tiles are arrays of words
+            local = div(local, 2)
+        dst = Cast(DType.i32, Cast(INDEX, Bin("+", Var(buf), local)))
+        guard = self.guard(side, f, k)
+        # the global address as an integer: no pointer arithmetic on half* (cl_khr_fp16 or not)
+        base = Cast(INDEX, Var(self.arg[side]))
+        if guard is None:
+            src = Bin("+", base, mul(at, idx(self.t.elem_bytes)))
+            return InlineAsm(CP_ASYNC_16, (), (("r", dst), ("l", src)), True, ("memory",))
+        src = Bin("+", base, mul(Cond(guard, at, idx(0)), idx(self.t.elem_bytes)))
+        size_ = Cond(guard, Lit(16, DType.i32), Lit(0, DType.i32))
+        return InlineAsm(CP_ASYNC_ZFILL, (), (("r", dst), ("l", src), ("r", size_)), True,
+                         ("memory",))
 
     def fetch(self, side: str, i: int, f0: Expr, k0: Expr, first: bool) -> list[Stmt]:
         """Load copy slot ``i`` of the K step at ``k0`` into its registers (zeros outside)."""
-        extent, fs, ks, _, k_major, vector = self.sides[side]
+        extent, fs, ks, k_major, vector = self.sides[side]
         rf, rk = Var(f"{side}_f{i}"), Var(f"{side}_k{i}")
         f, k = add(f0, rf), add(k0, rk)
-        tile = self.t.bm if side == "x" else self.t.bn
         out: list[Stmt] = []
         if vector:  # the whole vector is inside or outside (sizes and strides divide)
             at = add(self.bases[side], add(mul(f, idx(fs)), mul(k, idx(ks))))
-            guard = _all(([Bin("<", f, idx(extent))] if extent % tile else [])
-                         + ([Bin("<", k, idx(self.c.k.size))]
-                            if self.c.k.size % self.t.bk else []))
+            guard = self.guard(side, f, k)
             value: Expr = VectorLoad(self.arg[side], div(at, VECTOR), VECTOR)
             if guard is not None:
                 value = Cond(guard, value, Splat(DType.f32, VECTOR, Lit(0.0, DType.f32)))
@@ -152,13 +208,13 @@ class _Builder:
         return out
 
     def element(self, side: str, i: int, j: int) -> Expr:
-        return (Lane(Var(f"{side}_r{i}"), j) if self.sides[side][5]
+        return (Lane(Var(f"{side}_r{i}"), j) if self.sides[side][4]
                 else Var(f"{side}_r{i}_{j}"))
 
     def put(self, side: str, i: int, offset: Expr) -> list[Stmt]:
         """Store copy slot ``i``'s registers into the local buffer at ``offset``; under
         ``tf32`` rounded to TF32 on the way (once per element, not once per warp reading it)."""
-        k_major = self.sides[side][4]
+        k_major = self.sides[side][3]
         rf, rk = Var(f"{side}_f{i}"), Var(f"{side}_k{i}")
         buf = "a_tile" if side == "x" else "b_tile"
         out: list[Stmt] = []
@@ -185,29 +241,36 @@ class _Builder:
     def operand(self, name: str, value: Expr) -> list[Stmt]:
         """Registers of one fragment value: ``name`` (tf32 bits), or ``name`` (big) and
         ``name``_s (small) under 3xtf32."""
-        if self.policy == "tf32":  # rounded when copied to local memory
+        if self.policy == "tf32" and not self.pipelined:  # rounded on the way to local memory
             return [Let(name, DType.i32, Call("bitcast_i32", (value,)))]
         raw, small = f"{name}_f", f"{name}_s"
-        return [Let(raw, DType.f32, value),
-                Let(name, DType.i32, Lit(0, DType.i32), True),
-                InlineAsm(CVT_TF32, (("=r", name),), (("f", Var(raw)),), False),
-                Let(small, DType.i32, Lit(0, DType.i32), True),
-                InlineAsm(CVT_TF32, (("=r", small),),
-                          (("f", Bin("-", Var(raw), Call("bitcast_f32", (Var(name),)))),), False)]
+        out: list[Stmt] = [Let(raw, DType.f32, value),
+                           Let(name, DType.i32, Lit(0, DType.i32), True),
+                           InlineAsm(CVT_TF32, (("=r", name),), (("f", Var(raw)),), False)]
+        if self.policy == "tf32":  # cp.async copied f32: rounded here, once per register
+            return out
+        return out + [Let(small, DType.i32, Lit(0, DType.i32), True),
+                      InlineAsm(CVT_TF32, (("=r", small),), (("f", Bin(
+                          "-", Var(raw), Call("bitcast_f32", (Var(name),)))),), False)]
 
     def compute(self, a_off: Expr, b_off: Expr) -> list[Stmt]:
-        """The mma.sync instructions of one K step (``bk / 8`` sub-steps, fully unrolled)."""
+        """The mma.sync instructions of one K step (``bk / 8`` TF32 or ``bk / 16`` f16
+        sub-steps, fully unrolled)."""
         t = self.t
         out: list[Stmt] = []
-        for kk in range(t.bk // MMA_K):
+        for kk in range(t.bk // t.mma_k):
             a = [[f"a{kk}_{mi}_{r}" for r in range(4)] for mi in range(t.frags_m)]
             b = [[f"b{kk}_{ni}_{r}" for r in range(2)] for ni in range(t.frags_n)]
             for mi in range(t.frags_m):
                 for r in range(4):
                     at = add(add(a_off, self.a_base), idx(a_offset(t, mi, kk, r)))
-                    out += self.operand(a[mi][r], Load("a_tile", at))
+                    out += ([Let(a[mi][r], DType.i32, Load("a_tile", at))] if self.f16
+                            else self.operand(a[mi][r], Load("a_tile", at)))
             for ni in range(t.frags_n):
                 for r in range(2):
+                    if self.f16:
+                        out.append(Let(b[ni][r], DType.i32, self.half_pair(b_off, ni, kk, r)))
+                        continue
                     at = add(add(b_off, self.b_base), idx(b_offset(t, ni, kk, r)))
                     out += self.operand(b[ni][r], Load("b_tile", at))
             for mi in range(t.frags_m):
@@ -218,8 +281,21 @@ class _Builder:
                     for sa, sb in terms:  # small parts first: they are summed before big*big
                         ins = tuple(("r", Var(n + sa)) for n in a[mi]) + tuple(
                             ("r", Var(n + sb)) for n in b[ni])
-                        out.append(InlineAsm(MMA_TF32, acc, ins))
+                        out.append(InlineAsm(MMA_F16 if self.f16 else MMA_TF32, acc, ins))
         return out
+
+    def half_pair(self, b_off: Expr, ni: int, kk: int, r: int) -> Expr:
+        """f16 register ``b{r}`` of fragment column ``ni``: halves ``b{2r}`` (low) and
+        ``b{2r+1}`` (high), two K rows apart in the ``Bs[k][n]`` tile, each taken from its
+        word by the lane's shift."""
+        halves = []
+        for i in (2 * r, 2 * r + 1):
+            word = Load("b_tile", add(add(b_off, self.b_base), idx(b16_offset(self.t, ni, kk,
+                                                                                i) // 2)))
+            halves.append(Bin("&", Bin(">>", Call("bitcast_u32", (word,)), self.b_shift),
+                              Lit(0xFFFF, DType.i32)))
+        return Call("bitcast_i32", (Bin("|", halves[0], Bin("<<", halves[1],
+                                                      Lit(16, DType.i32))),))
 
     # kernel -----------------------------------------------------------------------------
     def build(self) -> Kernel:
@@ -260,10 +336,17 @@ class _Builder:
                     e = add(e, mul(coord, idx(getattr(d, key))))
                 self.bases[key] = e if isinstance(e, Lit) else self.let(f"{key}_base", e)
         self.sides = {s: self.side_info(s) for s in ("x", "y")}
-        self.body.append(LocalArray("a_tile", DType.f32, 2 * t.a_size, 16))
-        self.body.append(LocalArray("b_tile", DType.f32, 2 * t.b_size, 16))
+        # f16 tiles are arrays of words (pairs of halves: what the mma registers take)
+        ltype, self.words = (DType.i32, 2) if self.f16 else (DType.f32, 1)
+        self.body.append(LocalArray("a_tile", ltype, t.stages * t.a_size // self.words, 16))
+        self.body.append(LocalArray("b_tile", ltype, t.stages * t.b_size // self.words, 16))
         self.a_base = self.let("a_lane", a_lane_base(t, wm, g, tt))
-        self.b_base = self.let("b_lane", b_lane_base(t, wn, g, tt))
+        if self.f16:  # a lane's B halves: the word, and which half of it (g's parity)
+            b16 = self.let("b_half", b16_lane_base(t, wn, g, tt))
+            self.b_base = self.let("b_lane", div(b16, 2))
+            self.b_shift = self.let("b_shift", mul(mod(g, 2), idx(16)))
+        else:
+            self.b_base = self.let("b_lane", b_lane_base(t, wn, g, tt))
         for mi in range(t.frags_m):
             for ni in range(t.frags_n):
                 for r in range(4):
@@ -271,17 +354,30 @@ class _Builder:
         origin = {"x": m0, "y": n0}
         for side in ("x", "y"):  # slot coordinates: fixed over K
             for i in range(t.slots(side)):
-                f, k = copy_slot(t, side, self.sides[side][4], add(tid, idx(i * t.threads)))
+                f, k = copy_slot(t, side, self.sides[side][3], add(tid, idx(i * t.threads)))
                 self.let(f"{side}_f{i}", f)
                 self.let(f"{side}_k{i}", k)
+        self.body += self.async_loop(origin) if self.pipelined else self.plain_loop(origin)
+        self.stores(m0, n0, wm, wn, g, tt)
+        return Kernel(self.outline.entry, self.outline.work_item, self.kind, self.group.domain,
+                      tuple(self.epi.args + self.out_args), tuple(self.body),
+                      LaunchGeometry((groups * t.threads,), (t.threads,)),
+                      loopnest.implemented_ops(self.group), fixed_local_size=True,
+                      global_args=(frozenset(self.arg.values()) if self.pipelined
+                                   else frozenset()))
+
+    def plain_loop(self, origin: dict[str, Expr]) -> list[Stmt]:
+        """K steps through two buffers: the next step loaded into registers while this one
+        computes, then stored to the other buffer; one barrier per step."""
+        t, out = self.t, []
         for side in ("x", "y"):  # prologue: K step 0 into buffer 0
             for i in range(t.slots(side)):
-                self.body += self.fetch(side, i, origin[side], idx(0), first=True)
+                out += self.fetch(side, i, origin[side], idx(0), first=True)
         for side in ("x", "y"):
             for i in range(t.slots(side)):
-                self.body += self.put(side, i, idx(0))
-        self.body.append(Barrier())
-        steps = -(-c.k.size // t.bk)
+                out += self.put(side, i, idx(0))
+        out.append(Barrier())
+        steps = -(-self.c.k.size // t.bk)
         kt = Var("kt")
         loop: list[Stmt] = [Let("cur", INDEX, mod(kt, 2)),
                             Let("a_off", INDEX, mul(Var("cur"), idx(t.a_size))),
@@ -300,12 +396,41 @@ class _Builder:
         loop += self.compute(Var("a_off"), Var("b_off"))
         loop += [If(more, tuple(store))] if steps > 1 else []
         loop.append(Barrier())
-        self.body.append(For("kt", idx(0), idx(steps), tuple(loop)))
-        self.stores(m0, n0, wm, wn, g, tt)
-        return Kernel(self.outline.entry, self.outline.work_item, self.kind, self.group.domain,
-                      tuple(self.epi.args + self.out_args), tuple(self.body),
-                      LaunchGeometry((groups * t.threads,), (t.threads,)),
-                      loopnest.implemented_ops(self.group), fixed_local_size=True)
+        out.append(For("kt", idx(0), idx(steps), tuple(loop)))
+        return out
+
+    def async_loop(self, origin: dict[str, Expr]) -> list[Stmt]:
+        """K steps through ``stages`` buffers filled by ``cp.async``: steps 0..S-2 are issued
+        first, one commit group each; step ``kt`` waits until at most S-2 groups are in flight
+        (its own has landed, for this work-item), then one barrier makes every work-item's
+        copies visible and frees the buffer step ``kt-1`` read, which step ``kt+S-1`` is issued
+        into before this step's mma.sync run. Empty groups keep the count uniform."""
+        t, stages = self.t, self.t.stages
+        steps = -(-self.c.k.size // t.bk)
+        commit = InlineAsm(CP_COMMIT, (), (), True, ("memory",))
+
+        def issue_step(step: Expr, stage: Expr) -> list[Stmt]:
+            return [self.issue(side, i, origin[side], mul(step, idx(t.bk)), stage)
+                    for side in ("x", "y") for i in range(t.slots(side))]
+
+        out: list[Stmt] = []
+        for s in range(stages - 1):  # the prologue: the first S-1 steps in flight
+            out += issue_step(idx(s), idx(s)) if s < steps else []
+            out.append(commit)
+        kt = Var("kt")
+        nxt = add(kt, idx(stages - 1))
+        loop: list[Stmt] = [InlineAsm(CP_WAIT.format(stages - 2), (), (), True, ("memory",)),
+                            Barrier()]
+        if steps > stages - 1:
+            loop.append(If(Bin("<", nxt, idx(steps)),
+                           tuple(issue_step(nxt, mod(nxt, stages)))))
+        loop += [commit,
+                 Let("cur", INDEX, mod(kt, stages)),
+                 Let("a_off", INDEX, mul(Var("cur"), idx(t.a_size // self.words))),
+                 Let("b_off", INDEX, mul(Var("cur"), idx(t.b_size // self.words)))]
+        loop += self.compute(Var("a_off"), Var("b_off"))
+        out.append(For("kt", idx(0), idx(steps), tuple(loop)))
+        return out
 
     def stores(self, m0: Expr, n0: Expr, wm: Expr, wn: Expr, g: Expr, tt: Expr) -> None:
         """Epilogue and guarded stores of every accumulator; pairs of columns as float2
@@ -378,19 +503,23 @@ class _Builder:
 def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
           target: TargetProfile, policy: str = "tf32",
           tiles: MmaTiles | None = None) -> tuple[Kernel, ...]:
-    """The tensor-core kernel of an accepted group under ``policy`` (``tiles``: override)."""
-    if policy not in POLICIES:
-        raise ValueError(f"mma precision policy {policy!r}: one of {POLICIES}")
+    """The tensor-core kernel of an accepted group under ``policy`` (``tf32`` or ``3xtf32``
+    for f32 products; ``f16`` for f16 ones), ``tiles`` overriding the plan's."""
+    if policy not in KINDS:
+        raise ValueError(f"mma kind {policy!r}: one of {KINDS}")
     found = plan(group, target)
     if isinstance(found, str):
         raise ValueError(f"the mma generator cannot take this group: {found}")
     c, chosen = found
+    if (policy == "f16") != (c.dtype is DType.f16):
+        raise ValueError(f"mma kind {policy!r} does not take a {c.dtype.value} product")
     einsum, _ = analyse(group)  # type: ignore[misc]  (plan accepted it)
-    return (_Builder(group, outline, kind, einsum, c, tiles or chosen, policy).build(),)
+    return (_Builder(group, outline, kind, einsum, c, tiles or chosen, policy, target).build(),)
 
 
-def accepts(group: FusionGroup, target: TargetProfile) -> bool:
-    return not isinstance(plan(group, target), str)
+def accepts(group: FusionGroup, target: TargetProfile, dtype: DType = DType.f32) -> bool:
+    found = plan(group, target)
+    return not isinstance(found, str) and found[0].dtype is dtype
 
 
 for _policy in POLICIES:
@@ -402,3 +531,12 @@ for _policy in POLICIES:
         lambda group, outline, kind, target, p=_policy: build(group, outline, kind, target, p),
         precisions=frozenset({_policy}),
     ))
+# f16 products: f16 x f16 is exact in f32 and the sums are f32, as in every other f16
+# contraction kernel, so any precision policy takes them
+register_generator(Generator(
+    "mma-f16",
+    "f16 batched matrix products on f16 tensor cores (mma.sync m16n8k16, f32 accumulators) "
+    "fed by cp.async, on targets whose probe found both and cl_khr_fp16",
+    lambda group, target: accepts(group, target, DType.f16),
+    lambda group, outline, kind, target: build(group, outline, kind, target, "f16"),
+))

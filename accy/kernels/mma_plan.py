@@ -13,12 +13,18 @@ H200 by ``shared/probes/ptx_mma.py``): lane ``= 4 g + t`` (``g = lane // 4``, ``
 A (16x8, row-major) registers a0..a3 hold rows g, g+8, g, g+8 at columns t, t, t+4, t+4;
 B (8x8, "col") registers b0, b1 hold rows t, t+4 at column g; C/D (16x8) registers c0..c3 hold
 rows g, g, g+8, g+8 at columns 2t, 2t+1, 2t, 2t+1.
+
+``mma.m16n8k16`` with ``.f16`` ("Matrix Fragments for mma.m16n8k16"): A (16x16) registers hold
+half pairs, a0a1..a6a7 at rows g, g+8, g, g+8, columns 2t..2t+1, 2t..2t+1, 2t+8..2t+9,
+2t+8..2t+9 (the lower-index half in the low 16 bits); B (16x8) registers b0b1 and b2b3 at rows
+2t..2t+1 and 2t+8..2t+9, column g; C as above. In 32-bit words of a row-major tile, A's
+registers sit exactly where TF32's do (``a_offset``).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -26,16 +32,19 @@ from accy.ir.types import DType
 from accy.kernels.contraction_plan import Contraction, analyse
 from accy.kernels.ir import Expr, add, div, idx, mod, mul
 from accy.plans import FusionGroup
-from accy.target import TF32_MMA, TargetProfile
+from accy.target import CP_ASYNC, F16_MMA, TF32_MMA, TargetProfile
 
 WARP = 32  # lanes that execute one mma.sync together
-MMA_M, MMA_N, MMA_K = 16, 8, 8  # the TF32 shape
-A_FRAG = ((0, 0), (8, 0), (0, 4), (8, 4))  # (row, col) of a0..a3 from (g, t)
+MMA_M, MMA_N, MMA_K = 16, 8, 8  # the TF32 shape (f16: K = 16, the same 8 words of K per lane)
+A_FRAG = ((0, 0), (8, 0), (0, 4), (8, 4))  # (row, word column) of a0..a3 from (g, t)
 B_FRAG = ((0, 0), (4, 0))  # (row k, col n) of b0, b1 from (t, g)
+B16_FRAG = (0, 1, 8, 9)  # f16: the k rows of b0..b3 from 2t (all at column g)
 C_FRAG = ((0, 0), (0, 1), (8, 0), (8, 1))  # (row, col) of c0..c3 from (g, 2t)
 A_PAD = 4  # words added to each A tile row (stride bk + 4): lanes 4g + t in distinct banks
-B_PAD = 8  # words added to each B tile row (stride bn + 8): lanes t, g in distinct banks
-VECTOR = 4  # elements per copy slot (a float4 where strides allow)
+B_PAD = 8  # elements added to each B tile row (stride bn + 8): lanes t, g in distinct banks
+VECTOR = 4  # f32 elements per copy slot (a float4 where strides allow; 16 bytes)
+COPY_BYTES = 16  # bytes per copy slot (a float4, or eight halves; one cp.async)
+STAGES = (2, 3, 4)  # local buffers a pipeline may have
 
 # Selection: tensor cores pay once both tile sides are at least MIN_MN and K at least MIN_K;
 # smaller products go to the other generators (a 128x128 tile of mostly zeros wastes more
@@ -49,7 +58,9 @@ TF32_UNIT_ROUNDOFF = 2.0**-11  # rna rounding to 10 explicit mantissa bits
 class MmaTiles:
     """A work-group of ``warps_m x warps_n`` warps computes a ``bm x bn`` tile of C; each warp
     a ``warp_m x warp_n`` block of ``frags_m x frags_n`` m16n8 fragments; K advances ``bk``
-    per step, through two local buffers (one filled while the other is read)."""
+    per step, through ``stages`` local buffers (2: one filled while the other is read; 3 or 4
+    need ``cp.async``, which has up to ``stages - 1`` steps in flight). ``f16``: f16 operands
+    (m16n8k16, 2-byte elements), else f32 (m16n8k8 TF32)."""
 
     bm: int
     bn: int
@@ -57,6 +68,8 @@ class MmaTiles:
     warps_m: int
     warps_n: int
     swizzle: int = 8  # tile rows walked together for L2 reuse
+    stages: int = 2
+    f16: bool = False
 
     @property
     def threads(self) -> int:
@@ -79,17 +92,36 @@ class MmaTiles:
         return self.warp_n // MMA_N
 
     @property
+    def mma_k(self) -> int:
+        """K of one mma.sync (8 TF32 or 16 f16 elements: 8 words either way)."""
+        return 16 if self.f16 else MMA_K
+
+    @property
+    def elem_bytes(self) -> int:
+        return 2 if self.f16 else 4
+
+    @property
+    def vector(self) -> int:
+        """Elements of one 16-byte copy slot."""
+        return COPY_BYTES // self.elem_bytes
+
+    @property
     def lda(self) -> int:
-        """Row stride of the A tile in local memory (``As[m][k]``)."""
-        return self.bk + A_PAD
+        """Row stride of the A tile in local memory (``As[m][k]``), elements."""
+        return self.bk + A_PAD * 4 // self.elem_bytes
+
+    @property
+    def lda_words(self) -> int:
+        return self.lda * self.elem_bytes // 4
 
     @property
     def ldb(self) -> int:
-        """Row stride of the B tile in local memory (``Bs[k][n]``)."""
+        """Row stride of the B tile in local memory (``Bs[k][n]``), elements."""
         return self.bn + B_PAD
 
     @property
     def a_size(self) -> int:
+        """Elements of one stage of the A tile."""
         return self.bm * self.lda
 
     @property
@@ -97,20 +129,26 @@ class MmaTiles:
         return self.bk * self.ldb
 
     def local_bytes(self) -> int:
-        """Both buffers of both tiles, f32."""
-        return 2 * (self.a_size + self.b_size) * 4
+        """Every stage of both tiles."""
+        return self.stages * (self.a_size + self.b_size) * self.elem_bytes
 
     def slots(self, side: str) -> int:
-        """Copy slots (``VECTOR`` elements each) per work-item for one K step of ``side``."""
-        return (self.bm if side == "x" else self.bn) * self.bk // VECTOR // self.threads
+        """Copy slots (16 bytes each) per work-item for one K step of ``side``."""
+        return (self.bm if side == "x" else self.bn) * self.bk // self.vector // self.threads
+
+    def text(self) -> str:
+        """``BMxBNxBK:WMxWN:S``, what :func:`parse_tiles` reads."""
+        return (f"{self.bm}x{self.bn}x{self.bk}:{self.warps_m}x{self.warps_n}:{self.stages}")
 
     def check(self) -> None:
         """Raise when the tiling does not divide evenly (a programming error)."""
-        if (self.warp_m % MMA_M or self.warp_n % MMA_N or self.bk % MMA_K
-                or self.bm * self.bk % (VECTOR * self.threads)
-                or self.bn * self.bk % (VECTOR * self.threads)
-                or self.bk % VECTOR or self.bm % VECTOR or self.bn % VECTOR):
-            raise ValueError(f"tiles {self} do not divide into m16n8k8 fragments and copies")
+        v = self.vector
+        if (self.warp_m % MMA_M or self.warp_n % MMA_N or self.bk % self.mma_k
+                or self.bm * self.bk % (v * self.threads)
+                or self.bn * self.bk % (v * self.threads)
+                or self.bk % v or self.bm % v or self.bn % v or self.stages not in STAGES):
+            raise ValueError(f"tiles {self.text()} do not divide into m16n8k{self.mma_k} "
+                             f"fragments and 16-byte copies, or stages not in {STAGES}")
 
 
 # 4 warps of 64x64 (4x8 fragments, 128 accumulators per lane): half the local-memory reads per
@@ -120,19 +158,32 @@ SMALL = MmaTiles(64, 64, 16, 2, 2)  # 4 warps of 32x32, where 128x128 tiles leav
 # 8 warps of 64x32 (4x4 fragments, 64 accumulators): a candidate for sweeps
 # (experiments/bench_mma.py --tiles)
 LARGE = MmaTiles(128, 128, 16, 2, 4)
+# f16: the same blocks, K steps of 32 (two m16n8k16 per step; the same bytes as 16 f32)
+WIDE16 = MmaTiles(128, 128, 32, 2, 2, f16=True)
+SMALL16 = MmaTiles(64, 64, 32, 2, 2, f16=True)
 
 
 def parse_tiles(text: str) -> MmaTiles:
-    """``BMxBNxBK:WMxWN`` (e.g. ``128x128x16:2x4``) as tiles, checked."""
+    """``BMxBNxBK:WMxWN[:S]`` (e.g. ``128x128x16:2x4`` or ``64x64x16:2x2:3``, S stages,
+    default 2) as tiles, checked (f32 layout; :func:`for_dtype` makes f16 ones)."""
     try:
-        block, warps = text.strip().lower().split(":")
+        block, warps, *stages = text.strip().lower().split(":")
         bm, bn, bk = (int(v) for v in block.split("x"))
         wm, wn = (int(v) for v in warps.split("x"))
+        (s,) = [int(v) for v in stages] or [2]
     except ValueError:
-        raise ValueError(f"tiles {text!r}: give BMxBNxBK:WMxWN, e.g. 128x128x16:2x4") from None
-    tiles = MmaTiles(bm, bn, bk, wm, wn)
+        raise ValueError(f"tiles {text!r}: give BMxBNxBK:WMxWN or BMxBNxBK:WMxWN:STAGES, e.g. "
+                         "128x128x16:2x4 or 64x64x16:2x2:3") from None
+    tiles = MmaTiles(bm, bn, bk, wm, wn, stages=s)
     tiles.check()
     return tiles
+
+
+def for_dtype(tiles: MmaTiles, dtype: DType) -> MmaTiles:
+    """``tiles`` for operands of ``dtype`` (f16 or f32), checked."""
+    out = replace(tiles, f16=dtype is DType.f16)
+    out.check()
+    return out
 
 
 # lanes, warps, fragments --------------------------------------------------------------------
@@ -147,14 +198,16 @@ def warp_origin(t: MmaTiles, warp: Expr) -> tuple[Expr, Expr]:
 
 
 def a_lane_base(t: MmaTiles, wm: Expr, g: Expr, tt: Expr) -> Expr:
-    """Local A address of a lane's register a0 of fragment row 0, K step 0 (``As[wm+g][t]``)."""
-    return add(mul(add(wm, g), idx(t.lda)), tt)
+    """Local A word of a lane's register a0 of fragment row 0, K step 0 (``As[wm+g][t]``;
+    f16: the word of halves ``2t, 2t+1``)."""
+    return add(mul(add(wm, g), idx(t.lda_words)), tt)
 
 
 def a_offset(t: MmaTiles, mi: int, kk: int, r: int) -> int:
-    """What register ``a{r}`` of fragment row ``mi`` at K sub-step ``kk`` adds to the base."""
+    """What register ``a{r}`` of fragment row ``mi`` at K sub-step ``kk`` adds to the base, in
+    words: f16's m16n8k16 A registers (half pairs) sit where m16n8k8's TF32 values do."""
     dr, dc = A_FRAG[r]
-    return (mi * MMA_M + dr) * t.lda + kk * MMA_K + dc
+    return (mi * MMA_M + dr) * t.lda_words + kk * MMA_K + dc
 
 
 def b_lane_base(t: MmaTiles, wn: Expr, g: Expr, tt: Expr) -> Expr:
@@ -165,6 +218,18 @@ def b_lane_base(t: MmaTiles, wn: Expr, g: Expr, tt: Expr) -> Expr:
 def b_offset(t: MmaTiles, ni: int, kk: int, r: int) -> int:
     dr, dc = B_FRAG[r]
     return (kk * MMA_K + dr) * t.ldb + ni * MMA_N + dc
+
+
+def b16_lane_base(t: MmaTiles, wn: Expr, g: Expr, tt: Expr) -> Expr:
+    """f16: local B element (a half) of a lane's b0 of fragment column 0, K step 0
+    (``Bs[2t][wn+g]``); its parity, that of ``g``, says which half of a word it is."""
+    return add(mul(mul(tt, idx(2)), idx(t.ldb)), add(wn, g))
+
+
+def b16_offset(t: MmaTiles, ni: int, kk: int, i: int) -> int:
+    """f16: what half ``b{i}`` (``i`` in 0..3; registers hold b0,b1 and b2,b3) of fragment
+    column ``ni`` at K sub-step ``kk`` adds to the base, in halves (always even)."""
+    return (kk * 16 + B16_FRAG[i]) * t.ldb + ni * MMA_N
 
 
 def c_coords(wm: Expr, wn: Expr, g: Expr, tt: Expr, mi: int, ni: int, r: int
@@ -186,12 +251,35 @@ def copy_slot(t: MmaTiles, side: str, k_major: bool, slot: Expr) -> tuple[Expr, 
     """Tile-relative (free, k) of the first element of copy slot ``slot`` (its ``VECTOR``
     elements run along K when ``k_major``, else along the free index M or N); consecutive
     slots run along the same index, so consecutive work-items read consecutive memory."""
-    free = t.bm if side == "x" else t.bn
+    free, v = (t.bm if side == "x" else t.bn), t.vector
     if k_major:
-        per = t.bk // VECTOR
-        return div(slot, per), mul(mod(slot, per), idx(VECTOR))
-    per = free // VECTOR
-    return mul(mod(slot, per), idx(VECTOR)), div(slot, per)
+        per = t.bk // v
+        return div(slot, per), mul(mod(slot, per), idx(v))
+    per = free // v
+    return mul(mod(slot, per), idx(v)), div(slot, per)
+
+
+def copy_layout(c: Contraction, side: str, vector: int) -> tuple[bool, bool]:
+    """(along K, whole vectors) of operand ``side``'s copies: whether its slots run along K,
+    and whether each slot is ``vector`` consecutive elements, aligned, all inside or all
+    outside the operand (the contiguous extent and every other stride divide by ``vector``)."""
+    if side == "x":
+        extent, fs, ks, bs = c.m.size, c.m.x, c.k.x, [d.x for d in c.batch]
+    else:
+        extent, fs, ks, bs = c.n.size, c.n.y, c.k.y, [d.y for d in c.batch]
+    k_major = along_k(c, side)
+    contiguous, span, other = (ks, c.k.size, fs) if k_major else (fs, extent, ks)
+    whole = (contiguous == 1 and span % vector == 0 and other % vector == 0
+             and all(b % vector == 0 for b in bs))
+    return k_major, whole
+
+
+def async_copies(c: Contraction, vector: int) -> bool:
+    """Whether both operands can go to local memory by 16-byte ``cp.async`` copies, which
+    cannot transpose: A stored along K (``As[m][k]``), B along N (``Bs[k][n]``), whole
+    vectors."""
+    (xk, xv), (yk, yv) = copy_layout(c, "x", vector), copy_layout(c, "y", vector)
+    return xk and xv and not yk and yv
 
 
 def local_index(t: MmaTiles, side: str, f: Expr, k: Expr) -> Expr:
@@ -208,28 +296,58 @@ def tf32_round(x: np.ndarray) -> np.ndarray:
 
 
 # selection --------------------------------------------------------------------------------
-def choose_tiles(c: Contraction, target: TargetProfile) -> MmaTiles:
-    """128x128 tiles where they give every compute unit a work-group, else 64x64."""
-    groups = c.batch_size * -(-c.m.size // WIDE.bm) * -(-c.n.size // WIDE.bn)
-    fits = (WIDE.threads <= target.max_work_group_size
-            and WIDE.local_bytes() <= target.local_mem_bytes)
-    return WIDE if fits and groups >= target.compute_units else SMALL
+def choose_tiles(c: Contraction, target: TargetProfile, pipelined: bool) -> MmaTiles:
+    """128x128 tiles where they give every compute unit a work-group, else 64x64; with
+    ``cp.async`` (``pipelined``) as many stages, up to 3, as local memory holds and K has steps
+    (a stage beyond the last K step would only hold local memory; sweep others with
+    ``experiments/bench_mma.py --stages``)."""
+    wide, small = (WIDE16, SMALL16) if c.dtype is DType.f16 else (WIDE, SMALL)
+    groups = c.batch_size * -(-c.m.size // wide.bm) * -(-c.n.size // wide.bn)
+    fits = (wide.threads <= target.max_work_group_size
+            and wide.local_bytes() <= target.local_mem_bytes)
+    tiles = wide if fits and groups >= target.compute_units else small
+    if pipelined:
+        steps = -(-c.k.size // tiles.bk)
+        for stages in (3, 2):
+            deeper = replace(tiles, stages=stages)
+            if deeper.local_bytes() <= target.local_mem_bytes and stages <= max(2, steps):
+                return deeper
+    return tiles
+
+
+def pipelined(c: Contraction, target: TargetProfile) -> bool:
+    """Whether the kernel of ``c`` copies by ``cp.async`` (the target's probe found it and
+    both operands' layouts allow it); else registers and plain stores, two buffers."""
+    return CP_ASYNC in target.tensor_cores and async_copies(c, 8 if c.dtype is DType.f16
+                                                           else VECTOR)
 
 
 def plan(group: FusionGroup, target: TargetProfile) -> tuple[Contraction, MmaTiles] | str:
-    """The contraction form and tiles of a group the mma generator takes, or why not."""
-    if TF32_MMA not in target.tensor_cores:
-        return "the target has no TF32 tensor cores (TargetProfile.tensor_cores)"
+    """The contraction form and tiles of a group the mma generators take, or why not: f32
+    products on TF32 tensor cores (``mma-tf32`` / ``mma-3xtf32``), f16 ones on f16 tensor
+    cores (``mma-f16``, which also needs ``cp.async``, f16 in the target's dtypes, and
+    A stored along K, B along N)."""
     found = analyse(group)
     if isinstance(found, str):
         return found
     _, c = found
-    if c.dtype is not DType.f32:
-        return f"dtype {c.dtype.value} (TF32 tensor cores take f32)"
+    if c.dtype is DType.f16:
+        if F16_MMA not in target.tensor_cores:
+            return "the target has no f16 tensor cores (TargetProfile.tensor_cores)"
+        if DType.f16 not in target.dtypes:
+            return "the target lacks cl_khr_fp16"
+        if not pipelined(c, target):
+            return ("f16 tensor cores need cp.async copies: the target has none, or the "
+                    "operands are not A along K and B along N in whole 16-byte vectors")
+    elif c.dtype is DType.f32:
+        if TF32_MMA not in target.tensor_cores:
+            return "the target has no TF32 tensor cores (TargetProfile.tensor_cores)"
+    else:
+        return f"dtype {c.dtype.value} (tensor cores take f32 as TF32, or f16)"
     if c.m.size < MIN_MN or c.n.size < MIN_MN or c.k.size < MIN_K:
         return (f"{c.m.size}x{c.n.size}x{c.k.size} is below {MIN_MN}x{MIN_MN}x{MIN_K}: the "
                 "other generators are faster there")
-    t = choose_tiles(c, target)
+    t = choose_tiles(c, target, pipelined(c, target))
     if t.threads > target.max_work_group_size or t.local_bytes() > target.local_mem_bytes:
         return (f"tiles of {t.threads} work-items and {t.local_bytes()} bytes of local "
                 "memory exceed the target")

@@ -475,7 +475,7 @@ def test_bench_mma_smoke(device, experiment_script, tmp_path):
     data = json.loads(out.read_text())
     assert rc == 1 and [r["status"] for r in data["results"]] == ["failed", "failed"]
     assert all("asm" in r["error"] for r in data["results"])
-    assert data["results"][1]["tiles"] == "128x128x16:2x2"
+    assert data["results"][1]["tiles"] == "128x128x16:2x2:2"
     assert list((tmp_path / "m" / "sources").glob("*.cl"))
 
 

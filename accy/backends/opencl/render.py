@@ -367,11 +367,12 @@ def stmts(body: tuple[Stmt, ...], indent: str, half: _Half | None = None) -> lis
                     half.local.add(name)
                 attr = f" __attribute__((aligned({align})))" if align else ""
                 out.append(f"{indent}__local {C_TYPE[dtype]} {name}[{size}]{attr};")
-            case InlineAsm(template, outputs, inputs, volatile):
+            case InlineAsm(template, outputs, inputs, volatile, clobbers):
                 outs = ", ".join(f'"{c}"({v})' for c, v in outputs)
                 ins = ", ".join(f'"{c}"({expr(v, half)})' for c, v in inputs)
                 asm = "asm volatile" if volatile else "asm"
-                out.append(f'{indent}{asm}("{template}" : {outs} : {ins});')
+                tail = (" : " + ", ".join(f'"{c}"' for c in clobbers)) if clobbers else ""
+                out.append(f'{indent}{asm}("{template}" : {outs} : {ins}{tail});')
             case _:
                 raise TypeError(f"cannot render statement {s!r}")
     return out

@@ -1,9 +1,18 @@
-"""The tensor-core probe: which matrix instructions an OpenCL device builds and runs right.
+"""The tensor-core probe: which matrix and copy instructions an OpenCL device builds and runs
+right.
 
 Run once per device at selection (:func:`accy.backends.opencl.runtime._probe`, after the basic
 probe), only on NVIDIA devices of compute capability >= 8.0 (read through
 ``cl_nv_device_attribute_query``); what passes is recorded in ``DeviceInfo.tensor_cores`` and
-from there in ``TargetProfile.tensor_cores``. Nothing else assumes tensor cores.
+from there in ``TargetProfile.tensor_cores``. Nothing else assumes tensor cores. Three probes,
+each one kernel with the very instruction forms the generators emit (accy/kernels/mma.py):
+TF32 ``mma.sync`` (``TF32_MMA``), ``cp.async`` into local memory addressed by ``(int)(long)``
+of the ``__local`` pointer, from global memory addressed by ``(long)`` of the ``__global``
+pointer plus bytes, with a zero-filled copy and commit/wait groups (``CP_ASYNC``), and
+f16 ``mma.sync`` m16n8k16 on half pairs packed as the generator packs them (``F16_MMA``). The
+last two run in a context of their own, so that a driver that faults on them (a wrong local
+address would) leaves the runtime's context intact; a device that rejects them keeps the
+plain-load kernels.
 """
 
 from __future__ import annotations
@@ -14,7 +23,7 @@ import numpy as np
 import pyopencl as cl
 
 from accy.errors import DeviceError, KernelBuildError
-from accy.target import TF32_MMA
+from accy.target import CP_ASYNC, F16_MMA, TF32_MMA
 
 if TYPE_CHECKING:
     from accy.backends.opencl.runtime import Runtime
@@ -45,12 +54,113 @@ void accy_mma_probe(__global float *d) {
 """
 
 
+# 16-byte cp.async copies as the pipelined kernels issue them: step 1, lanes reversed, into the
+# upper half of a local tile; step 2, zero-filled on even lanes (src-size 0), into the lower.
+CP_ASYNC_PROBE_SOURCE = r"""
+__kernel __attribute__((reqd_work_group_size(32, 1, 1)))
+void accy_cp_async_probe(__global const float *src, __global float *dst) {
+  __local float tile[256] __attribute__((aligned(16)));
+  const int lane = get_local_id(0);
+  for (int j = 0; j < 8; j++) tile[8 * lane + j] = -1.0f;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
+               :  : "r"(((int)((long)(tile + (128 + 4 * (31 - lane)))))),
+               "l"((((long)src) + (16L * lane))) : "memory");
+  asm volatile("cp.async.commit_group;" :  :  : "memory");
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+               :  : "r"(((int)((long)(tile + 4 * lane)))),
+               "l"((((long)src) + (16L * (32 + lane)))), "r"(((lane & 1) ? 16 : 0)) : "memory");
+  asm volatile("cp.async.commit_group;" :  :  : "memory");
+  asm volatile("cp.async.wait_group 0;" :  :  : "memory");
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int j = 0; j < 8; j++) dst[8 * lane + j] = tile[8 * lane + j];
+}
+"""
+
+# One f16 m16n8k16 mma.sync: A (16x16 halves, row-major) read as words, B (16x8 halves, k rows)
+# as halves packed low (k = 2t) and high (k = 2t + 1), as the generator packs them.
+MMA_F16_PROBE_SOURCE = r"""
+__kernel __attribute__((reqd_work_group_size(32, 1, 1)))
+void accy_mma_f16_probe(__global const uint *a, __global const ushort *b, __global float *d) {
+  const uint lane = get_local_id(0), g = lane >> 2, t = lane & 3;
+  const uint a0 = a[g * 8 + t], a1 = a[(g + 8) * 8 + t];
+  const uint a2 = a[g * 8 + t + 4], a3 = a[(g + 8) * 8 + t + 4];
+  const uint b0 = (uint)b[(2 * t) * 8 + g] | ((uint)b[(2 * t + 1) * 8 + g] << 16);
+  const uint b1 = (uint)b[(2 * t + 8) * 8 + g] | ((uint)b[(2 * t + 9) * 8 + g] << 16);
+  float c0 = 0.0f, c1 = 0.0f, c2 = 0.0f, c3 = 0.0f;
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+               "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+               : "+f"(c0), "+f"(c1), "+f"(c2), "+f"(c3)
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  d[g * 8 + 2 * t] = c0; d[g * 8 + 2 * t + 1] = c1;
+  d[(g + 8) * 8 + 2 * t] = c2; d[(g + 8) * 8 + 2 * t + 1] = c3;
+}
+"""
+
+
 def mma_probe_expected() -> np.ndarray:
     """The 16x8 product the tensor-core probe must write (as its macros A and B define)."""
     i, k, n = np.arange(16)[:, None], np.arange(8)[None, :], np.arange(8)[None, :]
     a = ((i + 2 * k) % 5 - 2).astype(np.float64)
     b = ((3 * k.T + n) % 7 - 3).astype(np.float64)
     return (a @ b).astype(np.float32)
+
+
+def cp_async_probe_case() -> tuple[np.ndarray, np.ndarray]:
+    """(source, the local tile the cp.async probe must copy back) of its 256 floats."""
+    src = np.arange(1, 257, dtype=np.float32)
+    want = np.zeros(256, np.float32)
+    for lane in range(32):
+        want[128 + 4 * (31 - lane):][:4] = src[4 * lane:][:4]
+        if lane % 2:
+            want[4 * lane:][:4] = src[128 + 4 * lane:][:4]
+    return src, want
+
+
+def mma_f16_probe_case() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(A 16x16, B 16x8 as f16, the f32 product) of the f16 probe: small integers, exact."""
+    i, k = np.arange(16)[:, None], np.arange(16)[None, :]
+    a = ((i + 2 * k) % 5 - 2).astype(np.float16)
+    b = ((3 * np.arange(16)[:, None] + np.arange(8)[None, :]) % 7 - 3).astype(np.float16)
+    return a, b, (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
+
+
+def run_isolated(device: cl.Device, source: str, entry: str, args: list[np.ndarray],
+                 out: np.ndarray) -> np.ndarray:
+    """Build ``source`` and run ``entry`` on one warp (32 work-items) in a context of its own
+    with ``args`` (read-only buffers) then ``out`` (written back); raises ``cl.Error``."""
+    context = cl.Context([device])
+    queue = cl.CommandQueue(context)
+    program = cl.Program(context, source).build()
+    flags = cl.mem_flags
+    bufs = [cl.Buffer(context, flags.READ_ONLY | flags.COPY_HOST_PTR, hostbuf=a) for a in args]
+    result = cl.Buffer(context, flags.WRITE_ONLY, out.nbytes)
+    getattr(program, entry)(queue, (32,), (32,), *bufs, result)
+    cl.enqueue_copy(queue, out, result)
+    queue.finish()
+    return out
+
+
+def probe_async_and_f16(device: cl.Device) -> tuple[str, ...]:
+    """``CP_ASYNC`` and ``F16_MMA`` where their probes build and compute right."""
+    found = []
+    try:
+        src, want = cp_async_probe_case()
+        got = run_isolated(device, CP_ASYNC_PROBE_SOURCE, "accy_cp_async_probe", [src],
+                           np.zeros(256, np.float32))
+        if np.array_equal(got, want):
+            found.append(CP_ASYNC)
+    except cl.Error:
+        pass
+    try:
+        a, b, want = mma_f16_probe_case()
+        got = run_isolated(device, MMA_F16_PROBE_SOURCE, "accy_mma_f16_probe",
+                           [a.view(np.uint32), b.view(np.uint16)], np.zeros(128, np.float32))
+        if np.array_equal(got.reshape(16, 8), want):
+            found.append(F16_MMA)
+    except cl.Error:
+        pass
+    return tuple(found)
 
 
 def compute_capability(device: cl.Device) -> tuple[int, ...]:
@@ -63,19 +173,20 @@ def compute_capability(device: cl.Device) -> tuple[int, ...]:
 
 
 def probe_tensor_cores(runtime: Runtime, nvidia: bool) -> tuple[str, ...]:
-    """The tensor-core instructions ``runtime``'s device builds and computes right: (TF32_MMA,)
-    on NVIDIA devices (``nvidia``: its platform is NVIDIA's) of compute capability >= 8.0
-    whose OpenCL compiler takes the inline PTX of ``MMA_PROBE_SOURCE``; () anywhere else, and
-    on any failure (build, launch, result)."""
+    """The tensor-core and copy instructions ``runtime``'s device builds and computes right
+    (``TF32_MMA``, ``CP_ASYNC``, ``F16_MMA``, each if its probe passes) on NVIDIA devices
+    (``nvidia``: its platform is NVIDIA's) of compute capability >= 8.0; () anywhere else."""
     info = runtime.info
     if not nvidia or info.compute_capability < (8, 0):
         return ()
+    found: tuple[str, ...] = ()
     try:
         kernel = runtime.kernel(MMA_PROBE_SOURCE, "accy_mma_probe")
         out = np.zeros(16 * 8, dtype=np.float32)
         buf = runtime.allocate(out.nbytes)
         runtime.launch(kernel, (32,), (32,), [buf])
         got = runtime.read(buf, out).reshape(16, 8)
+        found = (TF32_MMA,) if np.array_equal(got, mma_probe_expected()) else ()
     except (cl.Error, KernelBuildError, DeviceError):
-        return ()
-    return (TF32_MMA,) if np.array_equal(got, mma_probe_expected()) else ()
+        pass
+    return found + probe_async_and_f16(runtime.device)

@@ -54,8 +54,8 @@ class Kernelization(Pass):
 
 
 def with_spaces(kernel: Kernel, spaces: MemorySpacePlan) -> Kernel:
-    """``kernel`` with each input argument in its slot's memory space (outputs and scratch
-    stay global)."""
-    args = tuple(a if a.is_output or a.is_scratch else
+    """``kernel`` with each input argument in its slot's memory space (outputs, scratch and
+    ``kernel.global_args`` stay global)."""
+    args = tuple(a if a.is_output or a.is_scratch or a.name in kernel.global_args else
                  dataclasses.replace(a, space=spaces.space_of(a.slot)) for a in kernel.args)
     return kernel if args == kernel.args else dataclasses.replace(kernel, args=args)

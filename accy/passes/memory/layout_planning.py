@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from accy.ir.program import Stage
-from accy.kernels.contraction_plan import analyse, choose_tiles, transposing
+from accy.kernels.contraction_plan import FLOATS, analyse, choose_tiles, transposing
 from accy.kernels.ir import row_major
 from accy.passes.base import Pass, option
 from accy.passes.registry import register
@@ -76,7 +76,7 @@ def local_padding(fusion: FusionPlan, target: TargetProfile) -> dict[int, int]:
     pads: dict[int, int] = {}
     for group in fusion.groups:
         found = analyse(group)
-        if isinstance(found, str):
+        if isinstance(found, str) or found[1].dtype not in FLOATS:  # f16: no tiled kernel
             continue
         form = found[1]
         tiles = choose_tiles(form, target)

@@ -1,0 +1,568 @@
+"""The cp.async pipeline and f16 tensor cores of the mma generators, without a GPU.
+
+As in test_mma_generator.py: the index formulas the kernels use (mma_plan) are evaluated with
+literals against a NumPy emulation of one warp's ``mma.sync`` m16n8k16 ``.f16`` (the PTX ISA's
+"Matrix Fragments for mma.m16n8k16" layout, written out independently below), bank conflicts
+and 16-byte alignment of the local tiles are counted, selection is checked (only with the
+probe's ``cp.async`` / f16 entries, never on PoCL), and whole generated kernels run on PoCL
+with their PTX replaced by C: ``cp.async`` either copied at once ("eager": catches a copy into
+a stage still being read) or held back until the ``cp.async.wait_group`` that covers it
+("deferred": catches a stage read before its copies were waited for), the group accounting
+emulated per work-item as PTX defines it. The probe kernels run emulated the same way against
+their expected results. Speed and the real PTX come from ``experiments/bench_mma.py`` on an
+H200.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+
+import numpy as np
+import pytest
+from test_mma_generator import EMULATED_MMA, NV, emulated, matmul, num
+
+try:
+    import pyopencl as cl
+except ImportError:  # the emulation tests skip without it
+    cl = None
+
+import accy
+from accy.backends.opencl import tensor_cores
+from accy.builder import einsum
+from accy.ir.types import DType, TensorType
+from accy.kernels import mma
+from accy.kernels.ir import idx
+from accy.kernels.mma_plan import (
+    SMALL,
+    SMALL16,
+    WIDE,
+    WIDE16,
+    MmaTiles,
+    a_lane_base,
+    a_offset,
+    b16_lane_base,
+    b16_offset,
+    b_lane_base,
+    b_offset,
+    c_coords,
+    copy_slot,
+    lane_parts,
+    local_index,
+    parse_tiles,
+    tf32_round,
+    warp_origin,
+)
+from accy.target import CP_ASYNC, F16_MMA, TF32_MMA, TargetProfile
+
+ASYNC = dataclasses.replace(NV, tensor_cores=(TF32_MMA, CP_ASYNC, F16_MMA),
+                            dtypes=NV.dtypes | {DType.f16})
+
+
+def ptx_a16(lane: int, i: int) -> tuple[int, int]:
+    """(row, col) of A element a_i (i in 0..7) of m16n8k16 .f16 (PTX ISA)."""
+    group, tig = lane >> 2, lane % 4
+    row = group if i < 2 or 4 <= i < 6 else group + 8
+    return row, tig * 2 + (i & 1) + (8 if i >= 4 else 0)
+
+
+def ptx_b16(lane: int, i: int) -> tuple[int, int]:
+    """(row k, col n) of B element b_i (i in 0..3)."""
+    group, tig = lane >> 2, lane % 4
+    return tig * 2 + (i & 1) + (8 if i >= 2 else 0), group
+
+
+def ptx_c(lane: int, i: int) -> tuple[int, int]:
+    group, tig = lane >> 2, lane % 4
+    return group + 8 * (i // 2), 2 * tig + (i % 2)
+
+
+def emulate_mma16(a_el: np.ndarray, b_el: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """One warp's m16n8k16: A elements (32 lanes x 8), B (32 x 4), C (32 x 4) -> D."""
+    a, b, acc = np.zeros((16, 16)), np.zeros((16, 8)), np.zeros((16, 8))
+    for lane in range(32):
+        for i in range(8):
+            a[ptx_a16(lane, i)] = a_el[lane, i]
+        for i in range(4):
+            b[ptx_b16(lane, i)] = b_el[lane, i]
+            acc[ptx_c(lane, i)] = c[lane, i]
+    d = a @ b + acc
+    return np.array([[d[ptx_c(lane, i)] for i in range(4)] for lane in range(32)])
+
+
+TILES16 = pytest.mark.parametrize("tiles", [WIDE16, SMALL16, dataclasses.replace(
+    SMALL16, bk=16, stages=4)], ids=["128x128x32", "64x64x32", "64x64x16:4"])
+
+
+@TILES16
+def test_f16_fragment_formulas_compute_the_block_product_in_emulation(tiles: MmaTiles):
+    """Halves laid out as the cp.async copies leave them (``As[m][k]``, ``Bs[k][n]``), A
+    registers read as words at the generator's addresses, B halves picked from their words by
+    the lane's shift, a warp's m16n8k16 emulated per the PTX layout: the tile is A @ B."""
+    rng = np.random.default_rng(2)
+    a = rng.integers(-4, 5, (tiles.bm, tiles.bk)).astype(np.float64)
+    b = rng.integers(-4, 5, (tiles.bk, tiles.bn)).astype(np.float64)
+    a_loc, b_loc = np.full(tiles.a_size, np.nan), np.full(tiles.b_size, np.nan)
+    for m in range(tiles.bm):
+        for k in range(tiles.bk):
+            a_loc[num(local_index(tiles, "x", idx(m), idx(k)))] = a[m, k]
+    for k in range(tiles.bk):
+        for n in range(tiles.bn):
+            b_loc[num(local_index(tiles, "y", idx(n), idx(k)))] = b[k, n]
+    c = np.full((tiles.bm, tiles.bn), np.nan)
+    for warp in range(tiles.threads // 32):
+        wm, wn = warp_origin(tiles, idx(warp))
+        acc = np.zeros((tiles.frags_m, tiles.frags_n, 32, 4))
+        for kk in range(tiles.bk // 16):
+            for mi in range(tiles.frags_m):
+                for ni in range(tiles.frags_n):
+                    ar, br = np.zeros((32, 8)), np.zeros((32, 4))
+                    for lane in range(32):
+                        g, t = lane_parts(idx(lane))
+                        word = num(a_lane_base(tiles, wm, g, t))
+                        for r in range(4):  # word w holds halves 2w (low) and 2w + 1
+                            w = word + a_offset(tiles, mi, kk, r)
+                            ar[lane, 2 * r:2 * r + 2] = a_loc[2 * w:2 * w + 2]
+                        half = num(b16_lane_base(tiles, wn, g, t))
+                        shift = half % 2  # the generator's b_shift / 16
+                        for i in range(4):
+                            off = b16_offset(tiles, ni, kk, i)
+                            assert off % 2 == 0
+                            w = half // 2 + off // 2
+                            br[lane, i] = b_loc[2 * w + shift]
+                    acc[mi, ni] = emulate_mma16(ar, br, acc[mi, ni])
+        for mi in range(tiles.frags_m):
+            for ni in range(tiles.frags_n):
+                for lane in range(32):
+                    g, t = lane_parts(idx(lane))
+                    for r in range(4):
+                        row, col = c_coords(wm, wn, g, t, mi, ni, r)
+                        assert np.isnan(c[num(row), num(col)]), "an element stored twice"
+                        c[num(row), num(col)] = acc[mi, ni, lane, r]
+    np.testing.assert_array_equal(c, a @ b)
+
+
+def conflict_free(words: list[int]) -> bool:
+    """One warp's 32-bit local reads need no replay: lanes reading the same word share it
+    (a broadcast), distinct words sit in distinct banks."""
+    distinct = set(words)
+    return len({w % 32 for w in distinct}) == len(distinct)
+
+
+@pytest.mark.parametrize("tiles", [WIDE, SMALL, WIDE16, SMALL16,
+                                   parse_tiles("128x128x8:2x2:4"),
+                                   parse_tiles("64x64x32:2x2:3")])
+def test_fragment_loads_of_every_stage_are_free_of_bank_conflicts(tiles: MmaTiles):
+    words = 2 if tiles.f16 else 1
+    for stage in range(tiles.stages):
+        a0, b0 = stage * tiles.a_size // words, stage * tiles.b_size // words
+        for kk in range(tiles.bk // tiles.mma_k):
+            for mi, ni, r in [(0, 0, 0), (tiles.frags_m - 1, tiles.frags_n - 1, 1),
+                              (0, tiles.frags_n - 1, 3)]:
+                a_words, b_words = [], []
+                for lane in range(32):
+                    g, t = lane_parts(idx(lane))
+                    a_words.append(a0 + num(a_lane_base(tiles, idx(0), g, t))
+                                   + a_offset(tiles, mi, kk, r))
+                    if tiles.f16:
+                        b_words.append(b0 + (num(b16_lane_base(tiles, idx(0), g, t))
+                                             + b16_offset(tiles, ni, kk, r)) // 2)
+                    else:
+                        b_words.append(b0 + num(b_lane_base(tiles, idx(0), g, t))
+                                       + b_offset(tiles, ni, kk, r % 2))
+                assert conflict_free(a_words) and conflict_free(b_words)
+                assert len(set(a_words)) == 32  # every lane its own A word
+
+
+@pytest.mark.parametrize("tiles", [WIDE, SMALL16, parse_tiles("128x128x8:2x2:4"),
+                                   parse_tiles("64x64x16:2x2:3")])
+def test_async_copies_are_aligned_16_byte_rows_covering_each_element_once(tiles: MmaTiles):
+    """cp.async moves 16 aligned bytes: A along K into ``As[m][k]``, B along N into
+    ``Bs[k][n]``; every slot of every work-item lands 16-byte aligned in every stage, and the
+    slots cover each tile element exactly once."""
+    for side, k_major, size in (("x", True, tiles.a_size), ("y", False, tiles.b_size)):
+        seen = []
+        for tid in range(tiles.threads):
+            for i in range(tiles.slots(side)):
+                f, k = copy_slot(tiles, side, k_major, idx(tid + i * tiles.threads))
+                at = num(local_index(tiles, side, f, k))
+                for stage in range(tiles.stages):
+                    assert (stage * size + at) * tiles.elem_bytes % 16 == 0
+                seen += [at + j for j in range(tiles.vector)]  # along the local row
+        free = tiles.bm if side == "x" else tiles.bn
+        assert len(seen) == len(set(seen)) == free * tiles.bk
+
+
+def test_tiles_text_and_stages():
+    t = parse_tiles("64x64x16:2x2:3")
+    assert (t.stages, t.text()) == (3, "64x64x16:2x2:3")
+    assert parse_tiles("128x128x16:2x2") == WIDE and WIDE.text() == "128x128x16:2x2:2"
+    for bad in ("64x64x16:2x2:5", "64x64x16:2x2:1", "64x64x16:2x2:3:4", "64x64x16:2x2:x"):
+        with pytest.raises(ValueError):
+            parse_tiles(bad)
+    with pytest.raises(ValueError):  # f16 steps are 16 deep
+        dataclasses.replace(SMALL16, bk=8).check()
+    assert WIDE16.local_bytes() == 2 * (128 * 40 + 32 * 136) * 2
+    for t in (WIDE, WIDE16, SMALL16, parse_tiles("128x128x8:2x2:4")):
+        assert t.local_bytes() <= 48 * 1024
+
+
+# selection and rendering --------------------------------------------------------------------
+def matmul16(m: int, n: int, k: int, batch: int = 0, bias: bool = False,
+             b_transposed: bool = False) -> accy.Program:
+    """f16 ``A @ B`` (B stored N x K when ``b_transposed``), + bias and relu when asked."""
+    lead = (batch,) if batch else ()
+    b = accy.Builder()
+    types = [TensorType((*lead, m, k), DType.f16),
+             TensorType((*lead, n, k) if b_transposed else (*lead, k, n), DType.f16)]
+    if bias:
+        types.append(TensorType((n,), DType.f16))
+    f = b.begin_function("f", types)
+    spec = ("bik,bjk->bij" if b_transposed else "bik,bkj->bij") if batch else (
+        "ik,jk->ij" if b_transposed else "ik,kj->ij")
+    y = einsum(spec, f.param(0), f.param(1))
+    f.return_((y + f.param(2)).relu() if bias else y)
+    f.finish()
+    return b.finish()
+
+
+def prepare(prog: accy.Program, precision: str, target: TargetProfile, pipe):
+    return accy.prepare(prog, pipe(f"precision={precision}"), target=target)
+
+
+@pytest.mark.parametrize("precision", ["tf32", "3xtf32"])
+def test_pipelined_with_cp_async(precision, pipe, used):
+    job = prepare(matmul(2048, 2048, 256), precision, ASYNC, pipe)
+    assert used(job) == {f"mma-{precision}": 1}
+    src = job.kernel_source(0)
+    # 128x128 tiles: two 18.5 KiB stages fit 48 KiB, three do not
+    assert "cp.async.wait_group 0;" in src and src.count("cp.async.commit_group") == 2
+    assert src.count("cp.async.cg.shared.global") == 2 * 8  # 8 slots: prologue, loop
+    assert "__local float a_tile[5120]" in src and "vload4" not in src
+    assert "cp.async.cg.shared.global [%0], [%1], 16;" in src  # no guards: dividing tiles
+    assert src.count("cvt.rna.tf32.f32") == (2 * (4 * 4 + 8 * 2)
+                                             * (2 if precision == "3xtf32" else 1))
+    assert [s.status.value for s in job.kernel_summaries()] == ["legal"]
+
+
+def test_deeper_pipelines_where_local_memory_allows(pipe):
+    src = prepare(matmul(1000, 1024, 520, epilogue=True), "tf32", ASYNC, pipe).kernel_source(0)
+    assert "cp.async.wait_group 1;" in src  # 64x64 tiles: 3 stages
+    assert "__local float a_tile[3840]" in src
+    assert '16, %2;" ' in src and "? ((int)16) : ((int)0)" in src  # zero-filled edges
+
+
+def test_copied_operands_stay_in_global_memory(pipe):
+    """cp.async reads global addresses: operands small enough for constant memory stay global
+    in the pipelined kernel (``Kernel.global_args``); the bias, read plainly, may go there."""
+    head = {t: prepare(matmul(130, 96, 40, 0, True), "tf32", t, pipe).kernel_source(0).split(
+        "{")[0] for t in (ASYNC, NV)}
+    assert ("__global const float* restrict in0, __global const float* restrict in1, "
+            "__constant float* restrict in2") in head[ASYNC]
+    assert "__constant float* restrict in0, __constant float* restrict in1" in head[NV]
+
+
+def test_no_more_stages_than_k_steps(pipe):
+    """64x64 tiles take 3 stages, but K = 32 has 2 steps of 16: 2 stages."""
+    src = prepare(matmul(1000, 1024, 32), "tf32", ASYNC, pipe).kernel_source(0)
+    assert "cp.async.wait_group 0;" in src and "__local float a_tile[2560]" in src
+
+
+def test_plain_loads_where_cp_async_cannot_copy(pipe):
+    """cp.async cannot transpose or split a vector: A stored K x M, or rows not a multiple of
+    4, keep the register path (two buffers), as do targets without the probe's entry."""
+    for prog, target in ((matmul(256, 256, 64, a_transposed=True), ASYNC),
+                         (matmul(256, 258, 64), ASYNC),
+                         (matmul(256, 256, 64), NV)):
+        src = prepare(prog, "tf32", target, pipe).kernel_source(0)
+        assert "mma.sync" in src and "cp.async" not in src
+    with pytest.raises(ValueError, match="stages need cp.async"):
+        prepared_with_tiles(matmul(256, 256, 64), NV, parse_tiles("64x64x16:2x2:3"), pipe)
+
+
+def prepared_with_tiles(prog, target, tiles, pipe, precision="tf32"):
+    from accy.ir.program import Stage
+    job = prepare(prog, precision, target, pipe)
+    p = job.products[Stage.kernel]
+    work_item = p.kernels[0].work_item
+    item = p.schedule.item(work_item)
+    outline = next(o for o in p.outline.outlines if o.work_item == work_item)
+    return mma.build(p.fusion.groups[item.group], outline, item.kind, p.target,
+                     "f16" if precision == "f16" else precision, tiles)
+
+
+@pytest.mark.parametrize("precision", ["ieee", "tf32", "3xtf32"])
+def test_f16_products_take_f16_tensor_cores_under_any_policy(precision, pipe, used):
+    job = prepare(matmul16(2048, 2048, 256), precision, ASYNC, pipe)
+    assert used(job) == {"mma-f16": 1}
+    src = job.kernel_source(0)
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in src
+    assert "cvt" not in src and "__local int a_tile[5120]" in src
+    assert "__global const half* restrict in0" in src and "vstore_half" in src
+    assert src.count("mma.sync") == 2 * 4 * 8
+
+
+@pytest.mark.parametrize("target, prog", [
+    (dataclasses.replace(ASYNC, tensor_cores=(TF32_MMA, CP_ASYNC)), matmul16(512, 512, 64)),
+    (dataclasses.replace(ASYNC, tensor_cores=(TF32_MMA, F16_MMA)), matmul16(512, 512, 64)),
+    (dataclasses.replace(ASYNC, dtypes=NV.dtypes), matmul16(512, 512, 64)),  # no cl_khr_fp16
+    (ASYNC, matmul16(512, 512, 64, b_transposed=True)),  # B along K: no cp.async layout
+    (ASYNC, matmul16(512, 512, 20)),  # K too small
+], ids=["no-f16-mma", "no-cp-async", "no-fp16", "b-transposed", "small-k"])
+def test_f16_not_chosen_without_everything_it_needs(target, prog, pipe, used):
+    job = prepare(prog, "ieee", target, pipe)
+    assert not any(name.startswith("mma") for name in used(job))
+    assert "asm" not in job.kernel_source(0)
+
+
+def test_never_chosen_on_the_pocl_device(device, pipe, used):
+    target = TargetProfile.from_device(device.info)
+    assert not set(target.tensor_cores) & {CP_ASYNC, F16_MMA}
+    for prog in (matmul16(256, 256, 64), matmul(256, 256, 64)):
+        job = prepare(prog, "tf32", target, pipe)
+        assert not any(name.startswith("mma") for name in used(job))
+
+
+def test_generated_c_builds_with_the_ptx_stubbed_out(device, pipe):
+    for prog in (matmul(1000, 1024, 520, epilogue=True), matmul16(130, 72, 48, bias=True),
+                 matmul16(512, 512, 64, batch=4)):
+        src = prepare(prog, "tf32", ASYNC, pipe).kernel_source(0)
+        assert "cp.async" in src
+        stub = re.sub(r'asm(?: volatile)?\("[^"]*" : [^;]*\);', ";", src)
+        assert "asm" not in stub
+        device.build(stub)
+
+
+def test_probe_sources_use_the_generators_instruction_forms():
+    assert mma.MMA_F16.split(" {")[0] in tensor_cores.MMA_F16_PROBE_SOURCE.replace('"\n', "")
+    for form in (mma.CP_ASYNC_16, mma.CP_ASYNC_ZFILL, mma.CP_COMMIT, mma.CP_WAIT.format(0)):
+        assert form in tensor_cores.CP_ASYNC_PROBE_SOURCE, form
+    assert '"r"(((int)((long)(tile + ' in tensor_cores.CP_ASYNC_PROBE_SOURCE
+
+
+# whole kernels on PoCL, cp.async and f16 mma emulated -----------------------------------------
+EMULATED_ASYNC = r"""
+#define ACCY_CP_NOW(dst, src, n) { \
+  __local uchar *d_ = (__local uchar *)(dst); \
+  __global const uchar *s_ = (__global const uchar *)(src); \
+  for (int q_ = 0; q_ < 16; q_++) d_[q_] = q_ < (n) ? s_[q_] : 0; }
+#define ACCY_CP_LATER(dst, src, n) { \
+  pd_[np_] = (__local uchar *)(dst); ps_[np_] = (__global const uchar *)(src); pn_[np_] = (n); \
+  pg_[np_] = ng_; np_++; if (np_ > 96) overflow_ = 1; }
+#define ACCY_COMMIT() { ng_++; }
+#define ACCY_WAIT(keep) { int kept_ = 0; \
+  for (int p_ = 0; p_ < np_; p_++) { \
+    if (pg_[p_] < ng_ - (keep)) { ACCY_CP_NOW(pd_[p_], ps_[p_], pn_[p_]); } \
+    else { pd_[kept_] = pd_[p_]; ps_[kept_] = ps_[p_]; pn_[kept_] = pn_[p_]; \
+           pg_[kept_] = pg_[p_]; kept_++; } } \
+  np_ = kept_; }
+static float accy_h(uint bits) {
+  ushort b = (ushort)bits; return vload_half(0, (__private const half *)&b); }
+#define ACCY_EMU_MMA16(c0, c1, c2, c3, a0, a1, a2, a3, b0, b1) { \
+  const int l_ = get_local_id(0) % 32, w_ = get_local_id(0) / 32, g_ = l_ >> 2, t_ = l_ & 3; \
+  const uint ar_[4] = {a0, a1, a2, a3}, br_[2] = {b0, b1}; \
+  for (int r_ = 0; r_ < 4; r_++) for (int h_ = 0; h_ < 2; h_++) \
+    emu_a16[w_][g_ + 8 * (r_ % 2)][2 * t_ + h_ + 8 * (r_ / 2)] = accy_h(ar_[r_] >> (16 * h_)); \
+  for (int r_ = 0; r_ < 2; r_++) for (int h_ = 0; h_ < 2; h_++) \
+    emu_b16[w_][2 * t_ + h_ + 8 * r_][g_] = accy_h(br_[r_] >> (16 * h_)); \
+  barrier(CLK_LOCAL_MEM_FENCE); \
+  float d_[4] = {c0, c1, c2, c3}; \
+  for (int r_ = 0; r_ < 4; r_++) { \
+    const int row_ = g_ + 8 * (r_ / 2), col_ = 2 * t_ + (r_ % 2); \
+    float s_ = 0.0f; \
+    for (int k_ = 0; k_ < 16; k_++) s_ += emu_a16[w_][row_][k_] * emu_b16[w_][k_][col_]; \
+    d_[r_] += s_; } \
+  barrier(CLK_LOCAL_MEM_FENCE); \
+  c0 = d_[0]; c1 = d_[1]; c2 = d_[2]; c3 = d_[3]; }
+"""
+_CP = re.compile(r'asm volatile\("cp\.async\.cg\.shared\.global [^"]*" :  : '
+                 r'"r"\(\(\(int\)\(\(long\)\((?P<dst>.*)\)\)\)\), '
+                 r'"l"\((?P<src>.*?)\)(?:, "r"\((?P<n>.*?)\))? : "memory"\);$',
+                 re.M)
+_COMMIT = re.compile(r'asm volatile\("cp\.async\.commit_group;" :  :  : "memory"\);')
+_WAIT = re.compile(r'asm volatile\("cp\.async\.wait_group (\d);" :  :  : "memory"\);')
+_MMA16 = re.compile(r'asm volatile\("mma\.sync\.aligned\.m16n8k16[^"]*" : '
+                    + ", ".join([r'"\+f"\((\w+)\)'] * 4) + " : "
+                    + ", ".join([r'"r"\((\w+)\)'] * 6) + r"\);")
+
+
+def emulated_async(src: str, mode: str) -> str:
+    """``src`` with cp.async (``mode``: "eager" or "deferred"), its groups and f16 mma.sync
+    replaced by C, then TF32 mma.sync and cvt as test_mma_generator's :func:`emulated` does."""
+    copy = "ACCY_CP_NOW" if mode == "eager" else "ACCY_CP_LATER"
+    src = _CP.sub(lambda m: f"{copy}({m['dst']}, {m['src']}, {m['n'] or '16'});", src)
+    src = _COMMIT.sub("ACCY_COMMIT();" if mode == "deferred" else ";", src)
+    src = _WAIT.sub((lambda m: f"ACCY_WAIT({m[1]});") if mode == "deferred" else ";", src)
+    src = _MMA16.sub(lambda m: f"ACCY_EMU_MMA16({', '.join(m.groups())});", src)
+    if "mma.sync" in src or "cvt.rna" in src:
+        src = emulated(src)
+    else:
+        assert "asm" not in src, src
+        src = EMULATED_MMA + src
+    lines = src.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("__kernel"))
+    body = next(i for i in range(at, len(lines)) if lines[i].rstrip().endswith("{"))
+    lines[body + 1:body + 1] = [
+        "  __local float emu_a16[8][16][16]; __local float emu_b16[8][16][8];",
+        "  __local uchar *pd_[128]; __global const uchar *ps_[128]; int pn_[128], pg_[128];",
+        "  int np_ = 0, ng_ = 0, overflow_ = 0;"]
+    lines.insert(at, EMULATED_ASYNC)
+    return "\n".join(lines) + "\n"
+
+
+def one_line(src: str) -> str:
+    """A probe's source with each asm statement on one line, as the generators write them."""
+    return re.sub(r'\n\s+(?=[:"])', " ", re.sub(r'"\n\s+"', "", src))
+
+
+needs_pocl = pytest.mark.skipif(cl is None, reason="needs pyopencl")
+
+
+@needs_pocl
+@pytest.mark.parametrize("mode", ["eager", "deferred"])
+@pytest.mark.parametrize("m, n, k, batch, bias, precision, tiles", [
+    (130, 96, 40, 0, True, "tf32", None),  # 3 stages of 64x64, edges in M and K, epilogue
+    (64, 72, 36, 2, False, "3xtf32", "128x128x16:2x2:2"),  # batched, N edge
+    (96, 64, 200, 0, False, "tf32", "64x64x16:2x2:4"),  # 13 K steps through 4 stages
+    (72, 64, 96, 0, False, "3xtf32", "64x64x8:2x2:3"),  # K steps of 8
+], ids=["bias-tf32-3", "batched-3xtf32-2", "tf32-4", "3xtf32-bk8-3"])
+def test_pipelined_kernels_compute_the_product_in_emulation(device, pipe, used, experiment_script,
+                                                            mode, m, n, k, batch, bias,
+                                                            precision, tiles):
+    if "Portable Computing Language" not in device.info.platform:
+        pytest.skip("the emulation is checked on PoCL")
+    job = prepare(matmul(m, n, k, batch, bias), precision, ASYNC, pipe)
+    assert used(job) == {f"mma-{precision}": 1}
+    if tiles is not None:
+        job = experiment_script("bench_mma").with_mma_tiles(job, parse_tiles(tiles), precision)
+    source = job.kernel_source(0)
+    assert "cp.async" in source and (tiles is None or f"wait_group {int(tiles[-1]) - 2};"
+                                     in source)
+    rng = np.random.default_rng(7)
+    lead = (batch,) if batch else ()
+    a = rng.uniform(-1, 1, (*lead, m, k)).astype(np.float32)
+    b = rng.uniform(-1, 1, (*lead, k, n)).astype(np.float32)
+    args = [a, b] + ([rng.uniform(-1, 1, n).astype(np.float32)] if bias else [])
+    got = run_emulated(device, job, emulated_async(source, mode), args, (*lead, m, n),
+                       np.float32)
+    want = (tf32_round(a).astype(np.float64) @ tf32_round(b).astype(np.float64)
+            if precision == "tf32" else a.astype(np.float64) @ b.astype(np.float64))
+    if bias:
+        want = np.maximum(want + args[2], 0.0)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6 * k)
+
+
+@needs_pocl
+@pytest.mark.parametrize("mode", ["eager", "deferred"])
+@pytest.mark.parametrize("m, n, k, batch, bias, tiles", [
+    (130, 72, 48, 0, True, None),  # edges in M, N and K (3 steps of 32 over 48), epilogue
+    (64, 64, 64, 3, False, None),  # batched
+    (80, 64, 112, 0, False, "64x64x16:2x2:4"),  # 7 steps through 4 stages
+], ids=["bias", "batched", "4-stages"])
+def test_f16_kernels_compute_the_product_in_emulation(device, pipe, used, experiment_script, mode,
+                                                      m, n, k, batch, bias, tiles):
+    if "Portable Computing Language" not in device.info.platform:
+        pytest.skip("the emulation is checked on PoCL")
+    job = prepare(matmul16(m, n, k, batch, bias), "ieee", ASYNC, pipe)
+    assert used(job) == {"mma-f16": 1}
+    if tiles is not None:
+        job = experiment_script("bench_mma").with_mma_tiles(job, parse_tiles(tiles), "f16")
+    rng = np.random.default_rng(5)
+    lead = (batch,) if batch else ()
+    a = rng.uniform(-1, 1, (*lead, m, k)).astype(np.float16)
+    b = rng.uniform(-1, 1, (*lead, k, n)).astype(np.float16)
+    args = [a, b] + ([rng.uniform(-1, 1, n).astype(np.float16)] if bias else [])
+    got = run_emulated(device, job, emulated_async(job.kernel_source(0), mode), args,
+                       (*lead, m, n), np.float16)
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    if bias:
+        exact = np.maximum(exact + args[2], 0.0)
+    # f32 sums of exact products, one f16 rounding of the result (and of the bias sum)
+    np.testing.assert_allclose(got.astype(np.float64), exact, rtol=2**-10, atol=1e-6 * k)
+
+
+def run_emulated(device, job, source: str, args: list[np.ndarray], shape, dtype) -> np.ndarray:
+    (kernel,) = job.kernels
+    program = cl.Program(device.context, source).build()
+    flags = cl.mem_flags
+    bufs = [cl.Buffer(device.context, flags.READ_ONLY | flags.COPY_HOST_PTR, hostbuf=x)
+            for x in args]
+    got = np.zeros(shape, dtype)
+    out = cl.Buffer(device.context, flags.READ_WRITE | flags.COPY_HOST_PTR, hostbuf=got)
+    getattr(program, kernel.entry)(device.queue, kernel.geometry.global_size,
+                                   kernel.geometry.local_size, *bufs, out)
+    cl.enqueue_copy(device.queue, got, out)
+    device.queue.finish()
+    return got
+
+
+@needs_pocl
+@pytest.mark.parametrize("mode", ["eager", "deferred"])
+def test_cp_async_probe_expects_what_its_kernel_copies(device, mode):
+    src, want = tensor_cores.cp_async_probe_case()
+    got = np.zeros(256, np.float32)
+    program = cl.Program(device.context, emulated_async(
+        one_line(tensor_cores.CP_ASYNC_PROBE_SOURCE), mode)).build()
+    flags = cl.mem_flags
+    inp = cl.Buffer(device.context, flags.READ_ONLY | flags.COPY_HOST_PTR, hostbuf=src)
+    out = cl.Buffer(device.context, flags.WRITE_ONLY, got.nbytes)
+    program.accy_cp_async_probe(device.queue, (32,), (32,), inp, out)
+    cl.enqueue_copy(device.queue, got, out)
+    device.queue.finish()
+    np.testing.assert_array_equal(got, want)
+    assert (want[0:4] == 0).all() and (want[4:8] == src[132:136]).all()
+
+
+@needs_pocl
+def test_f16_probe_expects_what_its_kernel_computes(device):
+    a, b, want = tensor_cores.mma_f16_probe_case()
+    got = np.zeros(128, np.float32)
+    program = cl.Program(device.context, emulated_async(
+        one_line(tensor_cores.MMA_F16_PROBE_SOURCE), "eager")).build()
+    flags = cl.mem_flags
+    bufs = [cl.Buffer(device.context, flags.READ_ONLY | flags.COPY_HOST_PTR, hostbuf=x)
+            for x in (a.view(np.uint32), b.view(np.uint16))]
+    out = cl.Buffer(device.context, flags.WRITE_ONLY, got.nbytes)
+    program.accy_mma_f16_probe(device.queue, (32,), (32,), *bufs, out)
+    cl.enqueue_copy(device.queue, got, out)
+    device.queue.finish()
+    np.testing.assert_array_equal(got.reshape(16, 8), want)
+
+
+def test_the_probe_lists_nothing_on_pocl(device):
+    if "Portable Computing Language" not in device.info.platform:
+        pytest.skip("PoCL only")
+    assert device.info.tensor_cores == ()
+
+
+def test_bench_mma_sweeps_stages_and_f16(device, experiment_script, tmp_path):
+    """``--stages`` and ``--dtypes``: on PoCL the cases run on the other generators; forced
+    tensor cores give each tile at each stage count, f16 under one policy, every failure with
+    its build-log line (PoCL's compiler has no PTX asm)."""
+    if "Portable Computing Language" not in device.info.platform:
+        pytest.skip("the smoke run is on PoCL")
+    bench = experiment_script("bench_mma")
+    out = tmp_path / "m.json"
+    common = ["--device", "pocl", "--cases", "64x64x32", "--dtypes", "f32,f16", "--repeat",
+              "1", "--no-torch", "--out", str(out)]
+    assert bench.main(common + ["--policies", "ieee"]) == 0
+    data = json.loads(out.read_text())
+    assert [r["case"] for r in data["results"]] == ["64x64x32", "64x64x32.f16"]
+    assert all(r["status"] == "ok" for r in data["results"])
+    rc = bench.main(common + ["--policies", "tf32,3xtf32", "--stages", "2,4",
+                              "--force-tensor-cores"])
+    data = json.loads(out.read_text())
+    assert rc == 1 and data["stages"] == [2, 4] and data["dtypes"] == ["f32", "f16"]
+    tiles = [(r["case"], r["precision"], r.get("tiles")) for r in data["results"]]
+    assert tiles[:5] == [("64x64x32", "tf32", None), ("64x64x32", "tf32", "128x128x16:2x2:2"),
+                         ("64x64x32", "tf32", "128x128x16:2x2:4"),
+                         ("64x64x32", "tf32", "64x64x16:2x2:2"),
+                         ("64x64x32", "tf32", "64x64x16:2x2:4")]
+    f16 = [t for t in tiles if t[0].endswith(".f16")]
+    assert {p for _, p, _ in f16} == {"tf32"} and ("64x64x32.f16", "tf32",
+                                                   "128x128x32:2x2:4") in f16
+    assert all(r["status"] == "failed" and "asm" in r["error"] for r in data["results"])
+    assert {"mma-f16"} == set(data["results"][-1]["generators"])
+    with pytest.raises(SystemExit):
+        bench.main(common + ["--dtypes", "f64"])
