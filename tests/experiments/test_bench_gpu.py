@@ -1,0 +1,73 @@
+"""Smoke test: the GPU benchmark (accy vs torch eager and torch.compile) runs on the default
+device at --size small without torch and writes sane JSON; its float64 check rejects a wrong
+result."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+
+@pytest.fixture(scope="module")
+def bench(experiment_script):
+    """experiments/bench_gpu.py as a module."""
+    return experiment_script("bench_gpu")
+
+
+def test_bench_gpu_smoke(bench, device, tmp_path: Path) -> None:
+    out = tmp_path / "g.json"
+    names = ["gemm_skinny", "layernorm", "softmax_f16"]
+    result = bench.main(["--size", "small", "--no-torch", "--repeat", "2",
+                         "--programs", ",".join(names), "--out", str(out)])
+    data = json.loads(out.read_text())
+    assert data == json.loads(json.dumps(result))
+    for key in ("versions", "device", "git_commit", "machine", "timestamp", "command",
+                "accy_device", "torch", "rows", "summary"):
+        assert key in data
+    assert data["versions"]["accy"] and "torch" in data["versions"]
+    assert data["accy_device"]["key"] == device.info.key
+    assert isinstance(data["accy_device"]["cl_khr_fp16"], bool)
+    assert data["torch"] == {"note": "--no-torch"} and data["policies"] == ["ieee"]
+    assert [r["program"] for r in data["rows"]] == names
+    for row in data["rows"]:
+        assert row["status"] == "ok", row
+        assert row["dims"] == bench.PROGRAMS[row["program"]].small
+        a = row["accy"]
+        assert a["kernels"] >= 1 and sum(a["generators"].values()) == a["kernels"]
+        assert a["kernel_ms"] > 0 and a["call_ms"] > 0
+        assert a["check"]["ok"] and a["check"]["checked"] > 0
+        assert 0 <= a["check"]["bound_use"] <= 1
+        assert row["torch_eager"] is None and row["torch_compile"] is None
+        assert row["torch_note"] == "--no-torch" and row["speed_vs_compile"] is None
+    by = {r["program"]: r for r in data["rows"]}
+    assert by["softmax_f16"]["dtype"] == "f16" and by["layernorm"]["class"] == "row reduction"
+    s = data["summary"]["ieee"]
+    assert s["programs"] == 3 and s["accy_ok"] == 3 and s["programs_compared"] == 0
+    assert s["geomean_vs_compile"] is None
+
+
+def test_bench_gpu_check_rejects_a_wrong_result(bench) -> None:
+    spec = bench.PROGRAMS["gemm_between"]
+    dims = spec.dims("small")
+    xs = bench.inputs(spec, dims)
+    check = bench.Checker(spec, dims, xs)
+    want = (xs[0].astype(np.float64) @ xs[1]).astype(np.float32)
+    good = check(want)
+    assert good["ok"] and good["checked"] == min(dims["M"], bench.CHECK_ROWS) * dims["N"]
+    bad = want.copy()
+    bad[3, 5] += 1e-3 * np.abs(want).max()
+    verdict = check(bad)
+    assert not verdict["ok"] and verdict["bad_elements"] == 1 and verdict["bound_use"] > 1
+
+
+def test_bench_gpu_options_are_checked(bench) -> None:
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--programs", "gemm_4096,nope"])
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--repeat", "0"])
+    assert bench.pipeline_text("tf32").endswith("kernelization{precision=tf32},"
+                                                "backend-legalization")
+    assert "precision" not in bench.pipeline_text("ieee")
