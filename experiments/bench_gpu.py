@@ -214,7 +214,7 @@ def inputs(spec: Spec, dims: dict[str, int]) -> list[np.ndarray]:
             x *= (1.0, dims["D"] ** -0.5, 0.1, dims["F"] ** -0.5, 0.1)[i]
         elif spec.kind == "layernorm" and i == 0:
             x = 2.0 * x + 0.5
-        xs.append(x.astype(np.dtype(spec.dtype.replace("f", "float"))))
+        xs.append(x.astype(DType(spec.dtype).numpy, copy=False))
     return xs
 
 
@@ -353,7 +353,9 @@ def run_program(spec: Spec, args: argparse.Namespace, runtime: Any, target: Targ
             row["status"] = "ok" if row["accy"]["check"]["ok"] else "wrong"
         except Exception as e:  # one program must not end the run
             row["accy"] = None
-            row["status"] = f"failed: {_error(e)}"
+            row["status"] = (f"skipped: f16 failed on a device without cl_khr_fp16: {_error(e)}"
+                             if spec.dtype == "f16" and not runtime.info.fp16
+                             else f"failed: {_error(e)}")
             row["traceback"] = traceback.format_exc(limit=4)
         rows.append(row)
         gc.collect()

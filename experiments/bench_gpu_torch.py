@@ -105,8 +105,11 @@ def gpu_work(prof: Any, torch: Any) -> tuple[int, int, list[str]]:
     for e in prof.profiler.kineto_results.events():
         if e.device_type() != cuda:
             continue
-        kind = e.activity_type() if hasattr(e, "activity_type") else (
-            "gpu_user_annotation" if e.is_user_annotation() else "kernel")
+        if hasattr(e, "activity_type"):
+            kind = e.activity_type()
+        else:  # older torch: everything on the device but user annotations
+            user = getattr(e, "is_user_annotation", lambda: False)()
+            kind = "gpu_user_annotation" if user else "kernel"
         if kind not in GPU_WORK:
             continue
         ns += int(e.duration_ns())

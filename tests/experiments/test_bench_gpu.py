@@ -71,3 +71,39 @@ def test_bench_gpu_options_are_checked(bench) -> None:
     assert bench.pipeline_text("tf32").endswith("kernelization{precision=tf32},"
                                                 "backend-legalization")
     assert "precision" not in bench.pipeline_text("ieee")
+
+
+def test_bench_gpu_torch_side_needs_neither_torch_nor_accy(tmp_path: Path) -> None:
+    """bench_gpu_torch.py loads with accy and torch blocked, and says why torch is missing."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[2] / "experiments" / "bench_gpu_torch.py"
+    code = (
+        "import importlib.util, sys\n"
+        "sys.modules['accy'] = None\n"
+        "sys.modules['torch'] = None\n"
+        f"spec = importlib.util.spec_from_file_location('bgt', {str(script)!r})\n"
+        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+        "import numpy as np\n"
+        "a = np.ones((2, 2), np.float32)\n"
+        "r = m.bench_torch('gemm', {}, [a, a], 1)\n"
+        "assert r['eager'] is None and r['compile'] is None, r\n"
+        "assert r['note'].startswith('torch is not installed'), r\n"
+        "print('ok')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+def test_bench_gpu_torch_functions_match_the_programs(bench) -> None:
+    """Each kind's torch function (run on the CPU) is within the accy program's bounds."""
+    torch = pytest.importorskip("torch")
+    for name in ("gemm_batched", "attention_512", "layernorm", "rmsnorm", "softmax",
+                 "mlp_gelu", "chain", "layernorm_f16"):
+        spec = bench.PROGRAMS[name]
+        dims = spec.dims("small")
+        xs = bench.inputs(spec, dims)
+        got = bench.bt.torch_fn(spec.kind, dims, torch)(*(torch.from_numpy(x) for x in xs))
+        verdict = bench.Checker(spec, dims, xs)(got.numpy())
+        assert verdict["ok"], (name, verdict)
