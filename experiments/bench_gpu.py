@@ -427,10 +427,13 @@ def print_table(rows: list[dict[str, Any]], summary: dict[str, Any]) -> None:
     for note in sorted(notes):
         print(f"torch: {note}")
     for p, s in summary.items():
-        gm = s["geomean_vs_compile"]
+        def x(v: float | None) -> str:
+            return "-" if v is None else f"{v:.2f}x"
         print(f"[{p}] accy correct {s['accy_ok']}/{s['programs']}; geometric mean vs "
-              f"torch.compile over {s['programs_compared']}: "
-              f"{'-' if gm is None else f'{gm:.2f}x'}")
+              f"torch.compile over {s['programs_compared']}: {x(s['geomean_vs_compile'])} "
+              f"(call time {x(s['geomean_call_vs_compile'])}; vs eager "
+              f"{x(s['geomean_vs_eager'])}); goals: geomean >= 1 "
+              f"{s['goal_geomean_ge_1']}, every class >= 0.9 {s['goal_every_class_ge_0.9']}")
         for cls, v in s["class_min_vs_compile"].items():
             print(f"    {cls:<14} min {v:.2f}x")
 

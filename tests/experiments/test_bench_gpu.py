@@ -107,3 +107,42 @@ def test_bench_gpu_torch_functions_match_the_programs(bench) -> None:
         got = bench.bt.torch_fn(spec.kind, dims, torch)(*(torch.from_numpy(x) for x in xs))
         verdict = bench.Checker(spec, dims, xs)(got.numpy())
         assert verdict["ok"], (name, verdict)
+
+
+def test_bench_gpu_speeds_and_summary_with_torch_results(bench, device, monkeypatch,
+                                                         tmp_path: Path) -> None:
+    """With torch's side answering (a stand-in here: no CUDA on this machine), each row's
+    speed is torch's ms over accy's, and the summary's geometric mean and class minima
+    follow from them."""
+    compile_ms = {"gemm_skinny": 2.0, "gemm_small_k": 3.0, "rmsnorm": 0.5}
+
+    def fake_bench_torch(kind, dims, arrays, repeat, compile_mode, check, torch):
+        assert torch == "fake-torch" and compile_mode == "default" and repeat == 2
+        name = kind if kind != "gemm" else "gemm_skinny" if dims["M"] == 4 else "gemm_small_k"
+        t = {"kernel_ms": compile_ms[name], "call_ms": 1.5 * compile_ms[name], "kernels": 1,
+             "kernel_names": ["k"]}
+        assert callable(check)
+        return {"eager": {**t, "kernel_ms": 2 * t["kernel_ms"]}, "compile": t, "note": None}
+
+    monkeypatch.setattr(bench.bt, "load_torch", lambda: ("fake-torch", None))
+    monkeypatch.setattr(bench.bt, "configure", lambda torch, tf32: {"device": "fake"})
+    monkeypatch.setattr(bench.bt, "bench_torch", fake_bench_torch)
+    result = bench.main(["--size", "small", "--repeat", "2", "--programs",
+                         ",".join(compile_ms), "--out", str(tmp_path / "g.json")])
+    rows = {r["program"]: r for r in result["rows"]}
+    for name, ms in compile_ms.items():
+        r = rows[name]
+        assert r["status"] == "ok"
+        assert r["speed_vs_compile"] == pytest.approx(ms / r["accy"]["kernel_ms"])
+        assert r["speed_vs_eager"] == pytest.approx(2 * ms / r["accy"]["kernel_ms"])
+        assert r["call_speed_vs_compile"] == pytest.approx(1.5 * ms / r["accy"]["call_ms"])
+    s = result["summary"]["ieee"]
+    speeds = [r["speed_vs_compile"] for r in rows.values()]
+    assert s["programs_compared"] == 3
+    assert s["geomean_vs_compile"] == pytest.approx(np.prod(speeds) ** (1 / 3))
+    assert s["class_min_vs_compile"] == {
+        "skinny GEMM": rows["gemm_skinny"]["speed_vs_compile"],
+        "small-K GEMM": rows["gemm_small_k"]["speed_vs_compile"],
+        "row reduction": rows["rmsnorm"]["speed_vs_compile"]}
+    assert s["goal_geomean_ge_1"] == (s["geomean_vs_compile"] >= 1.0)
+    assert result["torch"] == {"device": "fake"}
