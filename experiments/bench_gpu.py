@@ -27,11 +27,13 @@ per program, ``dynamic=False``, compiled in its warm-up), kernel time from torch
 unless ``--tf32``. Without torch, or without CUDA, or with ``--no-torch``, the torch fields
 are null and ``torch_note`` says why; the accy side runs regardless.
 
-Correctness: the accy result (and torch's) is checked against float64 on a slice of the
-output (the first rows, batches or elements; the rest of the program is the same for every
-row) with accy's error bounds (:func:`accy.error_bounds.error_bounds` of the program cut to
+Correctness: the accy result (and torch's) is checked against numpy in float64 on a slice of
+the output (the first rows, batches or elements; the rest of the program is the same for every
+row) within accy's error bounds (:func:`accy.error_bounds.error_bounds` of the program cut to
 that slice, under the run's precision policy, ``differential.TOLERANCES``' rtol): an element
-passes within ``2 * bound + atol``, elements the bounds call unstable are skipped.
+passes within ``2 * bound + atol``, elements the bounds call unstable are skipped
+(``reference_gap``: numpy's float64 against accy's interpreter's, a check of both: a few
+float64 ulp, more where the program rounds a constant to its dtype, as f16's eps).
 
 f16: accy stores f16 with ``vload_half``/``vstore_half`` and computes in float, so it needs no
 ``cl_khr_fp16`` (the JSON records whether the device has it); a target whose usable dtypes
@@ -132,7 +134,7 @@ def _attention(seq: int, small_seq: int, dtype: str = "f32") -> Spec:
     suffix = "_f16" if dtype == "f16" else ""
     return Spec(f"attention_{seq}{suffix}", "attention", "attention",
                 {"B": 8, "H": 16, "Sq": seq, "Sk": seq, "D": 64},
-                {"B": 1, "H": 2, "Sq": small_seq, "Sk": small_seq, "D": 8}, dtype)
+                {"B": 1, "H": 2, "Sq": small_seq, "Sk": small_seq, "D": 16}, dtype)
 
 
 _F32 = (
@@ -218,13 +220,41 @@ def inputs(spec: Spec, dims: dict[str, int]) -> list[np.ndarray]:
     return xs
 
 
+def numpy_reference(kind: str, dims: dict[str, int], xs: list[np.ndarray]) -> np.ndarray:
+    """The program's result in float64, computed with numpy (and scipy's erf) alone."""
+    x = [a.astype(np.float64) for a in xs]
+    if kind in ("gemm", "bgemm"):
+        return x[0] @ x[1]
+    def softmax(s: np.ndarray) -> np.ndarray:
+        e = np.exp(s - s.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
+
+    if kind == "softmax":
+        return softmax(x[0])
+    if kind == "attention":
+        return softmax(x[0] @ np.swapaxes(x[1], -1, -2) / math.sqrt(dims["D"])) @ x[2]
+    if kind == "layernorm":
+        xc = x[0] - x[0].mean(-1, keepdims=True)
+        return xc / np.sqrt((xc * xc).mean(-1, keepdims=True) + bt.LN_EPS) * x[1] + x[2]
+    if kind == "rmsnorm":
+        return x[0] / np.sqrt((x[0] * x[0]).mean(-1, keepdims=True) + bt.RMS_EPS) * x[1]
+    if kind == "mlp":
+        from scipy.special import erf
+
+        h = x[0] @ x[1] + x[2]
+        return 0.5 * h * (1.0 + erf(h / math.sqrt(2.0))) @ x[3] + x[4]
+    if kind == "chain":
+        return np.maximum((x[0] + x[1]) * x[1] - x[1], x[1])
+    raise ValueError(f"program kind {kind!r}")
+
+
 def _cut(axes: tuple[str, ...], sub: dict[str, int]) -> tuple[slice, ...]:
     return tuple(slice(0, sub[a]) for a in axes)
 
 
 class Checker:
-    """The float64 value and error bound of a slice of a program's output, per precision
-    policy (computed on first use), and results judged against them."""
+    """A slice of a program's output in float64 (numpy) and its error bound per precision
+    policy (accy's error bounds, computed on first use), and results judged against them."""
 
     def __init__(self, spec: Spec, dims: dict[str, int], xs: list[np.ndarray]) -> None:
         kind = KINDS[spec.kind]
@@ -234,6 +264,7 @@ class Checker:
         self.xs = [np.ascontiguousarray(x[_cut(axes, self.sub)])
                    for x, axes in zip(xs, kind.inputs, strict=True)]
         self.atol = TOLERANCES[DType(spec.dtype)].atol
+        self.want = numpy_reference(spec.kind, self.sub, self.xs)
         self._bounds: dict[str, Any] = {}
 
     def __call__(self, got: np.ndarray, precision: str = "ieee") -> dict[str, Any]:
@@ -241,18 +272,21 @@ class Checker:
             rtol = {d: t.rtol for d, t in TOLERANCES.items()}
             (self._bounds[precision],) = error_bounds(self.program, self.xs, rtol,
                                                       precision=precision)
-        b = self._bounds[precision]
+        b, want = self._bounds[precision], self.want
         g = np.asarray(got)[self.out_cut].astype(np.float64)
         limit = 2 * b.error + self.atol
         keep = ~b.unstable
         with np.errstate(invalid="ignore"):
-            err = np.where(np.isnan(g) & np.isnan(b.value), 0.0, np.abs(g - b.value))
+            err = np.where(np.isnan(g) & np.isnan(want), 0.0, np.abs(g - want))
             bad = keep & ~(err <= limit)
+            # numpy's float64 against accy's interpreter's (the bounds' value): a few ulp
+            gap = float(np.nanmax(np.abs(want - b.value)) / max(np.nanmax(np.abs(want)), 1e-300))
         kept = err[keep]
         return {"ok": not bool(bad.any()), "bad_elements": int(bad.sum()),
+                "reference_gap": gap,
                 "checked": int(keep.sum()), "skipped_unstable": int(b.unstable.sum()),
                 "max_abs_err": float(kept.max()) if kept.size else 0.0,
-                "max_rel_err": float(kept.max() / max(np.abs(b.value[keep]).max(), 1e-30))
+                "max_rel_err": float(kept.max() / max(np.abs(want[keep]).max(), 1e-30))
                 if kept.size else 0.0,
                 "bound_use": float((kept / limit[keep]).max()) if kept.size else 0.0,
                 "slice": list(b.value.shape), "precision": precision}
