@@ -1,6 +1,8 @@
-"""Smoke test: the GPU benchmark (accy vs torch eager and torch.compile) runs on the default
-device at --size small without torch and writes sane JSON; its float64 check rejects a wrong
-result."""
+"""experiments/bench_gpu.py (accy vs torch eager and torch.compile): runs on the default device
+at --size small without torch and writes sane JSON; its float64 check rejects a wrong result;
+its torch side loads without torch or accy; speeds and summary follow from torch's times (a
+stand-in for torch here); its torch functions agree with the programs where torch is
+installed."""
 
 from __future__ import annotations
 
