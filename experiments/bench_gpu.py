@@ -1,0 +1,518 @@
+"""Benchmark: accy against torch eager and torch.compile (Inductor) on one GPU, in one run, over
+every contraction shape class, attention, row reductions, an MLP and an elementwise chain.
+
+    python experiments/bench_gpu.py --device nvidia [--programs gemm_4096,layernorm,...]
+        [--size full|small] [--repeat 20] [--tf32] [--compile-mode default] [--no-torch]
+        [--out results/bench_gpu.json]
+
+Programs (``--programs``; the shapes of ``--size full``, the default; ``--size small`` runs
+tiny shapes of the same programs, for PoCL and CI): ``gemm_4096`` (4096^3), ``gemm_skinny``
+(16x4096x4096), ``gemm_small_k`` (4096x4096x64), ``gemm_long_k`` (256x256x65536),
+``gemm_batched`` (32 x 512x512x64), ``gemm_between`` (1000x1030x520), ``attention_S``
+(softmax(q k^T / sqrt(d)) v, batch 8 x 16 heads, sequence S = 512, 1024, 2048, 4096, head
+dim 64), ``layernorm`` and ``rmsnorm`` (8192x4096), ``softmax`` (8192x8192), ``mlp_gelu``
+(4096 tokens, 1024 -> 4096 -> 1024, erf GELU, biases), ``chain`` (max((a+b)*b-b, b) on 2^28
+elements), and f16 variants (``*_f16``) of GEMM, batched GEMM, attention, layernorm, softmax
+and the MLP.
+
+accy: each program is prepared for the device's own target profile
+(``TargetProfile.from_device``) with ``accy-default``, or with ``kernelization{precision=P}`` for
+P = tf32 and 3xtf32 under ``--tf32``; inputs and the output live on the device, and one call is
+``exe(*inputs, out=out)``. Kernel time: the OpenCL profiling events of one call summed; call
+time: wall clock of the (synchronous) call; both medians over ``--repeat`` calls after
+warm-up. torch (``bench_gpu_torch.py``): the same maths in eager and ``torch.compile`` (fresh
+per program, ``dynamic=False``, compiled in its warm-up), kernel time from torch.profiler
+(CUDA kernels, memsets and copies of one call summed), call time with
+``torch.cuda.synchronize()``; TF32 off (``allow_tf32`` False, matmul precision "highest")
+unless ``--tf32``. Without torch, or without CUDA, or with ``--no-torch``, the torch fields
+are null and ``torch_note`` says why; the accy side runs regardless.
+
+Correctness: the accy result (and torch's) is checked against numpy in float64 on a slice of
+the output (the first rows, batches or elements; the rest of the program is the same for every
+row) within accy's error bounds (:func:`accy.error_bounds.error_bounds` of the program cut to
+that slice, under the run's precision policy, ``differential.TOLERANCES``' rtol): an element
+passes within ``2 * bound + atol``, elements the bounds call unstable are skipped
+(``reference_gap``: numpy's float64 against accy's interpreter's, a check of both: a few
+float64 ulp, more where the program rounds a constant to its dtype, as f16's eps).
+
+f16: accy stores f16 with ``vload_half``/``vstore_half`` and computes in float, so it needs no
+``cl_khr_fp16`` (the JSON records whether the device has it); a target whose usable dtypes
+lack f16 has its f16 programs recorded as ``skipped: <reason>``.
+
+Prints a table (speed vs compile = torch.compile kernel ms / accy kernel ms; > 1: accy is
+faster), the geometric mean against torch.compile and each shape class's minimum per precision
+policy, and writes JSON (rows, summary, device, torch, provenance: versions, git commit,
+machine, time) to ``--out``. Exit status 1 when an accy result fails its check or a program
+fails to run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gc
+import importlib.util
+import math
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import accy
+from accy.backends.opencl.device_array import DeviceArray
+from accy.backends.opencl.runtime import select_device
+from accy.builder import einsum, trace
+from accy.differential import TOLERANCES
+from accy.error_bounds import error_bounds
+from accy.experiments.records import provenance, write_json
+from accy.ir.types import DType, TensorType
+from accy.passes.spec import parse_pipeline
+from accy.target import TargetProfile
+
+
+def _torch_side():
+    """experiments/bench_gpu_torch.py (beside this file), imported by path."""
+    name = "bench_gpu_torch"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+bt = _torch_side()
+WARMUP = bt.WARMUP
+CHECK_ROWS = 32  # rows (tokens, query positions) of the output checked against float64
+CHECK_ELEMENTS = 1 << 16  # elements of the chain checked
+
+
+@dataclasses.dataclass(frozen=True)
+class Kind:
+    """A program kind: each input's axis names, the output's, and the axes cut for the check."""
+
+    inputs: tuple[tuple[str, ...], ...]
+    output: tuple[str, ...]
+    check: dict[str, int]  # axis -> length of the slice checked against float64
+
+
+KINDS: dict[str, Kind] = {
+    "gemm": Kind((("M", "K"), ("K", "N")), ("M", "N"), {"M": CHECK_ROWS}),
+    "bgemm": Kind((("B", "M", "K"), ("B", "K", "N")), ("B", "M", "N"),
+                  {"B": 2, "M": CHECK_ROWS}),
+    "attention": Kind((("B", "H", "Sq", "D"), ("B", "H", "Sk", "D"), ("B", "H", "Sk", "D")),
+                      ("B", "H", "Sq", "D"), {"B": 1, "H": 1, "Sq": CHECK_ROWS}),
+    "layernorm": Kind((("R", "C"), ("C",), ("C",)), ("R", "C"), {"R": CHECK_ROWS}),
+    "rmsnorm": Kind((("R", "C"), ("C",)), ("R", "C"), {"R": CHECK_ROWS}),
+    "softmax": Kind((("R", "C"),), ("R", "C"), {"R": CHECK_ROWS}),
+    "mlp": Kind((("T", "D"), ("D", "F"), ("F",), ("F", "D"), ("D",)), ("T", "D"),
+                {"T": CHECK_ROWS}),
+    "chain": Kind((("N",), ("N",)), ("N",), {"N": CHECK_ELEMENTS}),
+}
+assert set(KINDS) == set(bt.KINDS)
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    name: str
+    kind: str
+    shape_class: str
+    full: dict[str, int]
+    small: dict[str, int]
+    dtype: str = "f32"
+
+    def dims(self, size: str) -> dict[str, int]:
+        return dict(self.full if size == "full" else self.small)
+
+
+def _attention(seq: int, small_seq: int, dtype: str = "f32") -> Spec:
+    suffix = "_f16" if dtype == "f16" else ""
+    return Spec(f"attention_{seq}{suffix}", "attention", "attention",
+                {"B": 8, "H": 16, "Sq": seq, "Sk": seq, "D": 64},
+                {"B": 1, "H": 2, "Sq": small_seq, "Sk": small_seq, "D": 16}, dtype)
+
+
+_F32 = (
+    Spec("gemm_4096", "gemm", "square GEMM", {"M": 4096, "N": 4096, "K": 4096},
+         {"M": 64, "N": 64, "K": 64}),
+    Spec("gemm_skinny", "gemm", "skinny GEMM", {"M": 16, "N": 4096, "K": 4096},
+         {"M": 4, "N": 96, "K": 80}),
+    Spec("gemm_small_k", "gemm", "small-K GEMM", {"M": 4096, "N": 4096, "K": 64},
+         {"M": 96, "N": 80, "K": 8}),
+    Spec("gemm_long_k", "gemm", "long-K GEMM", {"M": 256, "N": 256, "K": 65536},
+         {"M": 16, "N": 16, "K": 1024}),
+    Spec("gemm_batched", "bgemm", "batched GEMM", {"B": 32, "M": 512, "N": 512, "K": 64},
+         {"B": 3, "M": 32, "N": 24, "K": 16}),
+    Spec("gemm_between", "gemm", "GEMM between", {"M": 1000, "N": 1030, "K": 520},
+         {"M": 50, "N": 52, "K": 26}),
+    _attention(512, 16), _attention(1024, 24), _attention(2048, 32), _attention(4096, 40),
+    Spec("layernorm", "layernorm", "row reduction", {"R": 8192, "C": 4096}, {"R": 48, "C": 256}),
+    Spec("rmsnorm", "rmsnorm", "row reduction", {"R": 8192, "C": 4096}, {"R": 48, "C": 256}),
+    Spec("softmax", "softmax", "row reduction", {"R": 8192, "C": 8192}, {"R": 48, "C": 320}),
+    Spec("mlp_gelu", "mlp", "MLP", {"T": 4096, "D": 1024, "F": 4096},
+         {"T": 40, "D": 32, "F": 128}),
+    Spec("chain", "chain", "elementwise", {"N": 1 << 28}, {"N": 1 << 12}),
+)
+_F16_OF = ("gemm_4096", "gemm_batched", "layernorm", "softmax", "mlp_gelu")
+PROGRAMS: dict[str, Spec] = {s.name: s for s in _F32}
+PROGRAMS.update({f"{n}_f16": dataclasses.replace(PROGRAMS[n], name=f"{n}_f16", dtype="f16")
+                 for n in _F16_OF})
+PROGRAMS["attention_2048_f16"] = _attention(2048, 32, "f16")
+
+
+# ---- programs, inputs and their float64 check -------------------------------------------------
+
+def accy_function(kind: str, dims: dict[str, int]):
+    """The traced function of a program kind (the maths of ``bench_gpu_torch.torch_fn``)."""
+    if kind == "gemm":
+        return lambda a, b: einsum("mk,kn->mn", a, b)
+    if kind == "bgemm":
+        return lambda a, b: einsum("bmk,bkn->bmn", a, b)
+    if kind == "attention":
+        scale = 1.0 / math.sqrt(dims["D"])
+
+        def attention(q, k, v):
+            s = einsum("bhqd,bhkd->bhqk", q, k) * scale
+            return einsum("bhqk,bhkd->bhqd", s.softmax(), v)
+        return attention
+    if kind == "layernorm":
+        def layernorm(x, g, b):
+            xc = x - x.mean(axes=-1, keepdims=True)
+            var = (xc * xc).mean(axes=-1, keepdims=True)
+            return xc / (var + bt.LN_EPS).sqrt() * g + b
+        return layernorm
+    if kind == "rmsnorm":
+        return lambda x, g: x * ((x * x).mean(axes=-1, keepdims=True) + bt.RMS_EPS).rsqrt() * g
+    if kind == "softmax":
+        return lambda x: x.softmax()
+    if kind == "mlp":
+        def mlp(x, w1, b1, w2, b2):
+            h = (einsum("td,df->tf", x, w1) + b1).gelu()
+            return einsum("tf,fd->td", h, w2) + b2
+        return mlp
+    if kind == "chain":
+        return lambda a, b: accy.maximum((a + b) * b - b, b)
+    raise ValueError(f"program kind {kind!r}")
+
+
+def program(spec: Spec, dims: dict[str, int]) -> accy.Program:
+    dtype = DType(spec.dtype)
+    types = [TensorType(tuple(dims[a] for a in axes), dtype) for axes in KINDS[spec.kind].inputs]
+    return trace(accy_function(spec.kind, dims), *types, name=spec.name)
+
+
+def inputs(spec: Spec, dims: dict[str, int]) -> list[np.ndarray]:
+    """Seeded inputs; the MLP's weights scaled by 1/sqrt(fan-in), biases small."""
+    rng = np.random.default_rng(0)
+    xs = []
+    for i, axes in enumerate(KINDS[spec.kind].inputs):
+        x = rng.standard_normal(tuple(dims[a] for a in axes), dtype=np.float32)
+        if spec.kind == "mlp":
+            x *= (1.0, dims["D"] ** -0.5, 0.1, dims["F"] ** -0.5, 0.1)[i]
+        elif spec.kind == "layernorm" and i == 0:
+            x = 2.0 * x + 0.5
+        xs.append(x.astype(DType(spec.dtype).numpy, copy=False))
+    return xs
+
+
+def numpy_reference(kind: str, dims: dict[str, int], xs: list[np.ndarray]) -> np.ndarray:
+    """The program's result in float64, computed with numpy (and scipy's erf) alone."""
+    x = [a.astype(np.float64) for a in xs]
+    if kind in ("gemm", "bgemm"):
+        return x[0] @ x[1]
+    def softmax(s: np.ndarray) -> np.ndarray:
+        e = np.exp(s - s.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
+
+    if kind == "softmax":
+        return softmax(x[0])
+    if kind == "attention":
+        return softmax(x[0] @ np.swapaxes(x[1], -1, -2) / math.sqrt(dims["D"])) @ x[2]
+    if kind == "layernorm":
+        xc = x[0] - x[0].mean(-1, keepdims=True)
+        return xc / np.sqrt((xc * xc).mean(-1, keepdims=True) + bt.LN_EPS) * x[1] + x[2]
+    if kind == "rmsnorm":
+        return x[0] / np.sqrt((x[0] * x[0]).mean(-1, keepdims=True) + bt.RMS_EPS) * x[1]
+    if kind == "mlp":
+        from scipy.special import erf
+
+        h = x[0] @ x[1] + x[2]
+        return 0.5 * h * (1.0 + erf(h / math.sqrt(2.0))) @ x[3] + x[4]
+    if kind == "chain":
+        return np.maximum((x[0] + x[1]) * x[1] - x[1], x[1])
+    raise ValueError(f"program kind {kind!r}")
+
+
+def _cut(axes: tuple[str, ...], sub: dict[str, int]) -> tuple[slice, ...]:
+    return tuple(slice(0, sub[a]) for a in axes)
+
+
+class Checker:
+    """A slice of a program's output in float64 (numpy) and its error bound per precision
+    policy (accy's error bounds, computed on first use), and results judged against them."""
+
+    def __init__(self, spec: Spec, dims: dict[str, int], xs: list[np.ndarray]) -> None:
+        kind = KINDS[spec.kind]
+        self.sub = {a: min(n, kind.check.get(a, n)) for a, n in dims.items()}
+        self.out_cut = _cut(kind.output, self.sub)
+        self.program = program(spec, self.sub)
+        self.xs = [np.ascontiguousarray(x[_cut(axes, self.sub)])
+                   for x, axes in zip(xs, kind.inputs, strict=True)]
+        self.atol = TOLERANCES[DType(spec.dtype)].atol
+        self.want = numpy_reference(spec.kind, self.sub, self.xs)
+        self._bounds: dict[str, Any] = {}
+
+    def __call__(self, got: np.ndarray, precision: str = "ieee") -> dict[str, Any]:
+        if precision not in self._bounds:
+            rtol = {d: t.rtol for d, t in TOLERANCES.items()}
+            (self._bounds[precision],) = error_bounds(self.program, self.xs, rtol,
+                                                      precision=precision)
+        b, want = self._bounds[precision], self.want
+        g = np.asarray(got)[self.out_cut].astype(np.float64)
+        limit = 2 * b.error + self.atol
+        keep = ~b.unstable
+        with np.errstate(invalid="ignore"):
+            err = np.where(np.isnan(g) & np.isnan(want), 0.0, np.abs(g - want))
+            bad = keep & ~(err <= limit)
+            # numpy's float64 against accy's interpreter's (the bounds' value): a few ulp
+            gap = float(np.nanmax(np.abs(want - b.value)) / max(np.nanmax(np.abs(want)), 1e-300))
+        kept = err[keep]
+        return {"ok": not bool(bad.any()), "bad_elements": int(bad.sum()),
+                "reference_gap": gap,
+                "checked": int(keep.sum()), "skipped_unstable": int(b.unstable.sum()),
+                "max_abs_err": float(kept.max()) if kept.size else 0.0,
+                "max_rel_err": float(kept.max() / max(np.abs(want[keep]).max(), 1e-30))
+                if kept.size else 0.0,
+                "bound_use": float((kept / limit[keep]).max()) if kept.size else 0.0,
+                "slice": list(b.value.shape), "precision": precision}
+
+
+# ---- accy --------------------------------------------------------------------------------------
+
+def pipeline_text(precision: str) -> str:
+    base = parse_pipeline("accy-default")
+    if precision == "ieee":
+        return base.text()
+    return base.replacing(f"kernelization{{precision={precision}}}").text()
+
+
+def bench_accy(spec: Spec, dims: dict[str, int], xs: list[np.ndarray], precision: str,
+               runtime: Any, target: TargetProfile, repeat: int, check: Checker
+               ) -> dict[str, Any]:
+    """One program under one precision policy: kernels, kernel and call ms, the check."""
+    pipeline = pipeline_text(precision)
+    start = time.perf_counter()
+    job = accy.prepare(program(spec, dims), pipeline, target=target)
+    prepare_s = time.perf_counter() - start
+    exe = job.executable(device=runtime)
+    dev = [exe.to_device(x) for x in xs]
+    shape = tuple(dims[a] for a in KINDS[spec.kind].output)
+    out = DeviceArray.empty(runtime, shape, xs[0].dtype)
+    for _ in range(WARMUP):
+        exe(*dev, out=out)
+    per_call, wall = [], []
+    for _ in range(repeat):
+        t0 = time.perf_counter_ns()
+        exe(*dev, out=out)
+        wall.append(time.perf_counter_ns() - t0)
+        per_call.append(list(exe.last_kernel_ns))
+    result = out.get()
+    del exe, dev, out
+    entries = [k.entry for k in job.kernels]
+    return {
+        "pipeline": pipeline, "kernels": job.kernel_count, "generators": job.generators(),
+        "kernel_ms": statistics.median(sum(c) for c in per_call) / 1e6,
+        "call_ms": statistics.median(wall) / 1e6,
+        "kernel_ms_each": {f"{i}:{e}": statistics.median(c[i] for c in per_call) / 1e6
+                           for i, e in enumerate(entries) if i < len(per_call[0])},
+        "prepare_s": prepare_s, "check": check(result, precision),
+    }
+
+
+# ---- the run ------------------------------------------------------------------------------------
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default=None, help="OpenCL selector (default: $ACCY_DEVICE/pocl)")
+    p.add_argument("--programs", default=",".join(PROGRAMS),
+                   help="comma-separated subset of: " + ",".join(PROGRAMS))
+    p.add_argument("--size", choices=("full", "small"), default="full",
+                   help="full: the shapes above; small: tiny ones (PoCL, CI)")
+    p.add_argument("--repeat", type=int, default=20, help="timed calls per program and side")
+    p.add_argument("--tf32", action="store_true",
+                   help="accy under precision=tf32 and 3xtf32, torch with allow_tf32")
+    p.add_argument("--compile-mode", default="default", choices=bt.COMPILE_MODES,
+                   help="torch.compile mode")
+    p.add_argument("--no-torch", action="store_true", help="time accy only")
+    p.add_argument("--out", default="results/bench_gpu.json")
+    args = p.parse_args(argv)
+    if args.repeat < 1:
+        p.error("--repeat must be at least 1")
+    args.programs = [n.strip() for n in args.programs.split(",") if n.strip()]
+    unknown = [n for n in args.programs if n not in PROGRAMS]
+    if unknown or not args.programs:
+        p.error(f"--programs: unknown {', '.join(unknown) or '(none given)'}; choose from "
+                f"{','.join(PROGRAMS)}")
+    return args
+
+
+def _error(e: BaseException) -> str:
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return f"{type(e).__name__}: {lines[0] if lines else ''}"[:300]
+
+
+def run_program(spec: Spec, args: argparse.Namespace, runtime: Any, target: TargetProfile,
+                policies: tuple[str, ...], torch: Any, torch_note: str | None
+                ) -> list[dict[str, Any]]:
+    """The rows of one program: one per precision policy, sharing the torch measurement."""
+    dims = spec.dims(args.size)
+    base = {"program": spec.name, "kind": spec.kind, "class": spec.shape_class,
+            "dtype": spec.dtype, "dims": dims}
+    if DType(spec.dtype) not in target.usable_dtypes:
+        reason = f"skipped: the target's usable dtypes lack {spec.dtype}"
+        return [{**base, "precision": p, "status": reason} for p in policies]
+    xs = inputs(spec, dims)
+    check = Checker(spec, dims, xs)
+    rows = []
+    for precision in policies:
+        row = {**base, "precision": precision}
+        try:
+            row["accy"] = bench_accy(spec, dims, xs, precision, runtime, target, args.repeat,
+                                     check)
+            row["status"] = "ok" if row["accy"]["check"]["ok"] else "wrong"
+        except Exception as e:  # one program must not end the run
+            row["accy"] = None
+            row["status"] = (f"skipped: f16 failed on a device without cl_khr_fp16: {_error(e)}"
+                             if spec.dtype == "f16" and not runtime.info.fp16
+                             else f"failed: {_error(e)}")
+            row["traceback"] = traceback.format_exc(limit=4)
+        rows.append(row)
+        gc.collect()
+    tref = {"eager": None, "compile": None, "note": torch_note}
+    if torch is not None:
+        tref = bt.bench_torch(spec.kind, dims, xs, args.repeat, args.compile_mode,
+                              lambda r: check(r, "tf32" if args.tf32 else "ieee"), torch=torch)
+    for row in rows:
+        row["torch_eager"], row["torch_compile"] = tref["eager"], tref["compile"]
+        row["torch_note"] = tref["note"]
+        a = row["accy"]["kernel_ms"] if row["accy"] else None
+        for mode in ("eager", "compile"):
+            t = tref[mode]["kernel_ms"] if tref[mode] else None
+            row[f"speed_vs_{mode}"] = t / a if a and t else None  # > 1: accy is faster
+            tc = tref[mode]["call_ms"] if tref[mode] else None
+            row[f"call_speed_vs_{mode}"] = tc / row["accy"]["call_ms"] if a and tc else None
+    return rows
+
+
+def geomean(xs: list[float]) -> float | None:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def summarise(rows: list[dict[str, Any]], policies: tuple[str, ...]) -> dict[str, Any]:
+    """Per policy: geometric means against torch.compile (kernels, calls) and eager, and
+    each shape class's minimum against torch.compile; with the issue's goals."""
+    out: dict[str, Any] = {}
+    for p in policies:
+        mine = [r for r in rows if r["precision"] == p]
+        vs = [r for r in mine if r.get("speed_vs_compile")]
+        classes: dict[str, float] = {}
+        for r in vs:
+            classes[r["class"]] = min(classes.get(r["class"], math.inf), r["speed_vs_compile"])
+        gm = geomean([r["speed_vs_compile"] for r in vs])
+        out[p] = {
+            "programs_compared": len(vs), "programs": len(mine),
+            "accy_ok": sum(r["status"] == "ok" for r in mine),
+            "geomean_vs_compile": gm,
+            "geomean_vs_eager": geomean([r["speed_vs_eager"] for r in mine
+                                         if r.get("speed_vs_eager")]),
+            "geomean_call_vs_compile": geomean([r["call_speed_vs_compile"] for r in mine
+                                                if r.get("call_speed_vs_compile")]),
+            "class_min_vs_compile": classes,
+            "goal_geomean_ge_1": None if gm is None else gm >= 1.0,
+            "goal_every_class_ge_0.9": (min(classes.values()) >= 0.9) if classes else None,
+        }
+    return out
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def print_table(rows: list[dict[str, Any]], summary: dict[str, Any]) -> None:
+    head = (f"{'program':<20} {'class':<13} {'policy':<6} {'kern':>4} {'accy k-ms':>10} "
+            f"{'accy call':>10} {'eager k-ms':>10} {'compile k-ms':>12} {'compile call':>12} "
+            f"{'vs compile':>10}  check")
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        a, e, c = r.get("accy"), r.get("torch_eager"), r.get("torch_compile")
+        vs = r.get("speed_vs_compile")
+        print(f"{r['program']:<20} {r['class']:<13} {r['precision']:<6} "
+              f"{a['kernels'] if a else '-':>4} {_ms(a and a['kernel_ms']):>10} "
+              f"{_ms(a and a['call_ms']):>10} {_ms(e and e['kernel_ms']):>10} "
+              f"{_ms(c and c['kernel_ms']):>12} {_ms(c and c['call_ms']):>12} "
+              f"{'-' if vs is None else f'{vs:.2f}x':>10}  {r['status']}")
+    notes = {r["torch_note"] for r in rows if r.get("torch_note")}
+    for note in sorted(notes):
+        print(f"torch: {note}")
+    for p, s in summary.items():
+        def x(v: float | None) -> str:
+            return "-" if v is None else f"{v:.2f}x"
+        print(f"[{p}] accy correct {s['accy_ok']}/{s['programs']}; geometric mean vs "
+              f"torch.compile over {s['programs_compared']}: {x(s['geomean_vs_compile'])} "
+              f"(call time {x(s['geomean_call_vs_compile'])}; vs eager "
+              f"{x(s['geomean_vs_eager'])}); goals: geomean >= 1 "
+              f"{s['goal_geomean_ge_1']}, every class >= 0.9 {s['goal_every_class_ge_0.9']}")
+        for cls, v in s["class_min_vs_compile"].items():
+            print(f"    {cls:<14} min {v:.2f}x")
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    runtime = select_device(args.device)
+    info = runtime.info
+    target = TargetProfile.from_device(info)
+    policies = ("tf32", "3xtf32") if args.tf32 else ("ieee",)
+    torch, torch_note = (None, "--no-torch") if args.no_torch else bt.load_torch()
+    torch_info = bt.configure(torch, args.tf32) if torch is not None else {"note": torch_note}
+    print(f"device: {info.key}; tensor cores: {', '.join(target.tensor_cores) or 'none'}; "
+          f"cl_khr_fp16: {info.fp16}; torch: {torch_info.get('device') or torch_note}")
+    rows: list[dict[str, Any]] = []
+    for name in args.programs:
+        new = run_program(PROGRAMS[name], args, runtime, target, policies, torch, torch_note)
+        for r in new:
+            a = r["accy"]
+            print(f"  {name} {r['precision']}: {r['status']}"
+                  + (f" accy {a['kernel_ms']:.3f} ms ({a['kernels']} kernels)" if a else "")
+                  + (f" vs compile {r['speed_vs_compile']:.2f}x"
+                     if r.get("speed_vs_compile") else ""), flush=True)
+        rows += new
+    summary = summarise(rows, policies)
+    print()
+    print_table(rows, summary)
+    result = {
+        "benchmark": "bench_gpu", "size": args.size, "repeat": args.repeat,
+        "policies": list(policies), "tf32": args.tf32, "compile_mode": args.compile_mode,
+        "rows": rows, "summary": summary,
+        "accy_device": {"key": info.key, "platform": info.platform, "name": info.name,
+                        "driver": info.driver_version, "compute_units": info.compute_units,
+                        "cl_khr_fp16": info.fp16, "tensor_cores": list(target.tensor_cores),
+                        "target": target.describe()},
+        "torch": torch_info,
+        **provenance(args.device, extra_versions=("torch", "triton"),
+                     command=[sys.argv[0] if argv is None else "main",
+                              *(sys.argv[1:] if argv is None else argv)]),
+    }
+    write_json(result, args.out)
+    return result
+
+
+if __name__ == "__main__":
+    res = main()
+    sys.exit(0 if all(r["status"] == "ok" or r["status"].startswith("skipped")
+                      for r in res["rows"]) else 1)

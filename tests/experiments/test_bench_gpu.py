@@ -1,0 +1,150 @@
+"""experiments/bench_gpu.py (accy vs torch eager and torch.compile): runs on the default device
+at --size small without torch and writes sane JSON; its float64 check rejects a wrong result;
+its torch side loads without torch or accy; speeds and summary follow from torch's times (a
+stand-in for torch here); its torch functions agree with the programs where torch is
+installed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+
+@pytest.fixture(scope="module")
+def bench(experiment_script):
+    """experiments/bench_gpu.py as a module."""
+    return experiment_script("bench_gpu")
+
+
+def test_bench_gpu_smoke(bench, device, tmp_path: Path) -> None:
+    out = tmp_path / "g.json"
+    names = ["gemm_skinny", "layernorm", "softmax_f16"]
+    result = bench.main(["--size", "small", "--no-torch", "--repeat", "2",
+                         "--programs", ",".join(names), "--out", str(out)])
+    data = json.loads(out.read_text())
+    assert data == json.loads(json.dumps(result))
+    for key in ("versions", "device", "git_commit", "machine", "timestamp", "command",
+                "accy_device", "torch", "rows", "summary"):
+        assert key in data
+    assert data["versions"]["accy"] and "torch" in data["versions"]
+    assert data["accy_device"]["key"] == device.info.key
+    assert isinstance(data["accy_device"]["cl_khr_fp16"], bool)
+    assert data["torch"] == {"note": "--no-torch"} and data["policies"] == ["ieee"]
+    assert [r["program"] for r in data["rows"]] == names
+    for row in data["rows"]:
+        assert row["status"] == "ok", row
+        assert row["dims"] == bench.PROGRAMS[row["program"]].small
+        a = row["accy"]
+        assert a["kernels"] >= 1 and sum(a["generators"].values()) == a["kernels"]
+        assert a["kernel_ms"] > 0 and a["call_ms"] > 0
+        assert a["check"]["ok"] and a["check"]["checked"] > 0
+        assert 0 <= a["check"]["bound_use"] <= 1
+        assert row["torch_eager"] is None and row["torch_compile"] is None
+        assert row["torch_note"] == "--no-torch" and row["speed_vs_compile"] is None
+    by = {r["program"]: r for r in data["rows"]}
+    assert by["softmax_f16"]["dtype"] == "f16" and by["layernorm"]["class"] == "row reduction"
+    s = data["summary"]["ieee"]
+    assert s["programs"] == 3 and s["accy_ok"] == 3 and s["programs_compared"] == 0
+    assert s["geomean_vs_compile"] is None
+
+
+def test_bench_gpu_check_rejects_a_wrong_result(bench) -> None:
+    spec = bench.PROGRAMS["gemm_between"]
+    dims = spec.dims("small")
+    xs = bench.inputs(spec, dims)
+    check = bench.Checker(spec, dims, xs)
+    want = (xs[0].astype(np.float64) @ xs[1]).astype(np.float32)
+    good = check(want)
+    assert good["ok"] and good["checked"] == min(dims["M"], bench.CHECK_ROWS) * dims["N"]
+    bad = want.copy()
+    bad[3, 5] += 1e-3 * np.abs(want).max()
+    verdict = check(bad)
+    assert not verdict["ok"] and verdict["bad_elements"] == 1 and verdict["bound_use"] > 1
+
+
+def test_bench_gpu_options_are_checked(bench) -> None:
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--programs", "gemm_4096,nope"])
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--repeat", "0"])
+    assert bench.pipeline_text("tf32").endswith("kernelization{precision=tf32},"
+                                                "backend-legalization")
+    assert "precision" not in bench.pipeline_text("ieee")
+
+
+def test_bench_gpu_torch_side_needs_neither_torch_nor_accy(tmp_path: Path) -> None:
+    """bench_gpu_torch.py loads with accy and torch blocked, and says why torch is missing."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[2] / "experiments" / "bench_gpu_torch.py"
+    code = (
+        "import importlib.util, sys\n"
+        "sys.modules['accy'] = None\n"
+        "sys.modules['torch'] = None\n"
+        f"spec = importlib.util.spec_from_file_location('bgt', {str(script)!r})\n"
+        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+        "import numpy as np\n"
+        "a = np.ones((2, 2), np.float32)\n"
+        "r = m.bench_torch('gemm', {}, [a, a], 1)\n"
+        "assert r['eager'] is None and r['compile'] is None, r\n"
+        "assert r['note'].startswith('torch is not installed'), r\n"
+        "print('ok')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+def test_bench_gpu_torch_functions_match_the_programs(bench) -> None:
+    """Each kind's torch function (run on the CPU) is within the accy program's bounds."""
+    torch = pytest.importorskip("torch")
+    for name in ("gemm_batched", "attention_512", "layernorm", "rmsnorm", "softmax",
+                 "mlp_gelu", "chain", "layernorm_f16"):
+        spec = bench.PROGRAMS[name]
+        dims = spec.dims("small")
+        xs = bench.inputs(spec, dims)
+        got = bench.bt.torch_fn(spec.kind, dims, torch)(*(torch.from_numpy(x) for x in xs))
+        verdict = bench.Checker(spec, dims, xs)(got.numpy())
+        assert verdict["ok"], (name, verdict)
+
+
+def test_bench_gpu_speeds_and_summary_with_torch_results(bench, device, monkeypatch,
+                                                         tmp_path: Path) -> None:
+    """With torch's side answering (a stand-in here: no CUDA on this machine), each row's
+    speed is torch's ms over accy's, and the summary's geometric mean and class minima
+    follow from them."""
+    compile_ms = {"gemm_skinny": 2.0, "gemm_small_k": 3.0, "rmsnorm": 0.5}
+
+    def fake_bench_torch(kind, dims, arrays, repeat, compile_mode, check, torch):
+        assert torch == "fake-torch" and compile_mode == "default" and repeat == 2
+        name = kind if kind != "gemm" else "gemm_skinny" if dims["M"] == 4 else "gemm_small_k"
+        t = {"kernel_ms": compile_ms[name], "call_ms": 1.5 * compile_ms[name], "kernels": 1,
+             "kernel_names": ["k"]}
+        assert callable(check)
+        return {"eager": {**t, "kernel_ms": 2 * t["kernel_ms"]}, "compile": t, "note": None}
+
+    monkeypatch.setattr(bench.bt, "load_torch", lambda: ("fake-torch", None))
+    monkeypatch.setattr(bench.bt, "configure", lambda torch, tf32: {"device": "fake"})
+    monkeypatch.setattr(bench.bt, "bench_torch", fake_bench_torch)
+    result = bench.main(["--size", "small", "--repeat", "2", "--programs",
+                         ",".join(compile_ms), "--out", str(tmp_path / "g.json")])
+    rows = {r["program"]: r for r in result["rows"]}
+    for name, ms in compile_ms.items():
+        r = rows[name]
+        assert r["status"] == "ok"
+        assert r["speed_vs_compile"] == pytest.approx(ms / r["accy"]["kernel_ms"])
+        assert r["speed_vs_eager"] == pytest.approx(2 * ms / r["accy"]["kernel_ms"])
+        assert r["call_speed_vs_compile"] == pytest.approx(1.5 * ms / r["accy"]["call_ms"])
+    s = result["summary"]["ieee"]
+    speeds = [r["speed_vs_compile"] for r in rows.values()]
+    assert s["programs_compared"] == 3
+    assert s["geomean_vs_compile"] == pytest.approx(np.prod(speeds) ** (1 / 3))
+    assert s["class_min_vs_compile"] == {
+        "skinny GEMM": rows["gemm_skinny"]["speed_vs_compile"],
+        "small-K GEMM": rows["gemm_small_k"]["speed_vs_compile"],
+        "row reduction": rows["rmsnorm"]["speed_vs_compile"]}
+    assert s["goal_geomean_ge_1"] == (s["geomean_vs_compile"] >= 1.0)
+    assert result["torch"] == {"device": "fake"}
