@@ -64,7 +64,7 @@ import numpy as np
 
 import accy
 from accy.backends.opencl.device_array import DeviceArray
-from accy.backends.opencl.runtime import select_device
+from accy.backends.registry import open_device
 from accy.builder import einsum, trace
 from accy.differential import TOLERANCES
 from accy.error_bounds import error_bounds
@@ -474,9 +474,8 @@ def print_table(rows: list[dict[str, Any]], summary: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
-    runtime = select_device(args.device)
+    runtime, target = open_device(args.device)
     info = runtime.info
-    target = TargetProfile.from_device(info)
     policies = ("tf32", "3xtf32") if args.tf32 else ("ieee",)
     torch, torch_note = (None, "--no-torch") if args.no_torch else bt.load_torch()
     torch_info = bt.configure(torch, args.tf32) if torch is not None else {"note": torch_note}

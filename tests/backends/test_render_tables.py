@@ -86,9 +86,9 @@ def test_work_item_dimension_is_checked() -> None:
 
 
 def test_operators_are_checked() -> None:
-    assert {"+", "&&", "%"} <= BINARY_OPS and UNARY_OPS == {"-", "!"}
-    with pytest.raises(ValueError, match="unknown kernel-IR binary operator '<<'"):
-        Bin("<<", Var("a"), Var("b"))
+    assert {"+", "&&", "%", "<<", "&"} <= BINARY_OPS and UNARY_OPS == {"-", "!"}
+    with pytest.raises(ValueError, match="unknown kernel-IR binary operator '\\*\\*'"):
+        Bin("**", Var("a"), Var("b"))
     with pytest.raises(ValueError, match="unknown kernel-IR unary operator '~'"):
         Un("~", Var("a"))
 
