@@ -34,7 +34,7 @@ class Generator:
 GENERATORS: dict[str, Generator] = {}
 
 PRIORITY: tuple[str, ...] = (
-    "vector-flat", "row-fused", "tree-reduction", "row-softmax",
+    "vector-flat", "row-fused", "tree-reduction", "row-softmax", "fused-attention",
     "mma-tf32", "mma-3xtf32",  # only under their precision policy, before the f32 tiles
     "tiled-contraction", "direct-conv", "indexed-gather", "indexed-scatter",
 )
@@ -71,6 +71,7 @@ register_generator(Generator(
 ))
 from accy.kernels import flat, reduction, rowwise  # noqa: E402, F401, I001  (register themselves)
 from accy.kernels import rowfused  # noqa: E402, F401  (registers itself)
+from accy.kernels import attention  # noqa: E402, F401  (registers itself)
 from accy.kernels import mma  # noqa: E402, F401  (registers itself, before tiled-contraction)
 from accy.kernels import contraction  # noqa: E402, F401  (registers itself)
 from accy.kernels import indexed  # noqa: E402, F401  (registers itself)

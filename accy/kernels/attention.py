@@ -1,0 +1,283 @@
+"""fused-attention: an attention group (:mod:`accy.kernels.attention_plan`: Q Kᵀ, an
+elementwise chain on the scores, a softmax along the keys, P V, an elementwise epilogue)
+as one kernel with an online softmax, as FlashAttention computes it: the scores and the
+probabilities never reach memory.
+
+One work-group per (batch, tile of ``bq`` queries), one work-item per query: it holds its
+query row, its output row, its running maximum ``m`` and running sum ``l`` in registers.
+The keys are walked in tiles of ``bk``: the work-group copies the tile's K and V rows into
+local memory (every work-item then reads the same element: a broadcast), and each
+work-item takes the tile ``unroll`` keys at a time: their scores (dot products, then the
+score chain through the loop-nest machinery: a scale, a mask read at the score's
+coordinates, ...), the new maximum, the rescale ``exp(m_old - m_new)`` of ``l`` and of the
+output row, and the probabilities' contributions. A maximum that is not finite shifts by 0,
+as the row softmax does, so fully masked keys contribute nothing and a row masked
+throughout gives 0 / 0 = nan, as the reference. The last, partial key tile is a straight
+copy of the loop body with its static length; queries past the end compute the last
+query's row and store nothing. The output row, divided by ``l``, goes through the
+epilogue and is stored (reshapes keep the flat order).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from accy.ir.types import DType
+from accy.kernels import exprs, loopnest
+from accy.kernels.attention_plan import Attention, Side, analyse
+from accy.kernels.ir import (
+    INDEX,
+    Assign,
+    Barrier,
+    Bin,
+    Call,
+    Cond,
+    Expr,
+    For,
+    Id,
+    If,
+    Kernel,
+    KernelArg,
+    Let,
+    Load,
+    LocalArray,
+    Stmt,
+    Store,
+    Var,
+    add,
+    div,
+    idx,
+    mod,
+    mul,
+)
+from accy.kernels.workgroup import local_size, pow2ceil
+from accy.plans import FusionGroup, KernelOutline, LaunchGeometry, ScheduleKind
+from accy.target import TargetProfile
+
+QUERIES = 64  # work-items (queries) per work-group, at most
+KEYS = 32  # keys per local-memory tile, at most
+UNROLL = 4  # keys per online-softmax step
+
+
+@dataclass(frozen=True)
+class Tiles:
+    bq: int  # queries (work-items) per work-group
+    bk: int  # keys per local tile
+    unroll: int  # keys per online step
+
+
+def choose_tiles(a: Attention, target: TargetProfile) -> Tiles:
+    """Queries per group up to :data:`QUERIES` (fewer for short sequences), the largest key
+    tile up to :data:`KEYS` whose K and V rows fit the target's local memory."""
+    bq = min(local_size(target, QUERIES), pow2ceil(a.nq))
+    bk = KEYS
+    while bk > 1 and bk * (a.d + a.dv) * 4 > target.local_mem_bytes:
+        bk //= 2
+    return Tiles(bq, min(bk, pow2ceil(a.nk)), UNROLL)
+
+
+def plan(group: FusionGroup, target: TargetProfile) -> tuple[Attention, Tiles] | str:
+    if group.kind is not ScheduleKind.contraction:
+        return f"a {group.kind.value} group"
+    a = analyse(group.nodes, group.outputs)
+    if isinstance(a, str):
+        return a
+    tiles = choose_tiles(a, target)
+    if tiles.bk * (a.d + a.dv) * 4 > target.local_mem_bytes:
+        return "a key tile does not fit local memory"
+    return a, tiles
+
+
+class _Builder:
+    def __init__(self, group: FusionGroup, outline: KernelOutline, a: Attention,
+                 t: Tiles) -> None:
+        self.group, self.outline, self.a, self.t = group, outline, a, t
+        self.scores = loopnest.EpilogueBuilder(group, outline, a.scores)
+        self.epilogue = loopnest.EpilogueBuilder(group, outline, a.values)
+        self.body: list[Stmt] = []
+        self.counter = 0
+
+    def fresh(self, prefix: str) -> str:
+        self.counter += 1
+        return f"{prefix}{self.counter}"
+
+    def let(self, out: list[Stmt], prefix: str, e: Expr, dtype: DType = INDEX,
+            mutable: bool = False) -> Var:
+        name = self.fresh(prefix)
+        out.append(Let(name, dtype, e, mutable))
+        return Var(name)
+
+    def through(self, b: loopnest.EpilogueBuilder, out: list[Stmt], result: Expr,
+                node, coords: tuple[Expr, ...]) -> Expr:
+        """``node``'s value at ``coords`` with ``b.given`` standing for ``result``; the
+        statements it needs go to ``out``."""
+        em = loopnest.Emitter()
+        em.counter = self.counter
+        b.em, b.result = em, result
+        v = b.value(node, coords)
+        self.counter = em.counter
+        out.extend(em.scopes[0].body)
+        return v
+
+    def base(self, s: Side, bcoords: list[Expr], seq: Expr | None) -> Expr:
+        e: Expr = idx(0)
+        for c, stride in zip(bcoords, s.batch, strict=True):
+            e = add(e, mul(c, idx(stride)))
+        if seq is not None:
+            e = add(e, mul(seq, idx(s.seq)))
+        return e
+
+    def build(self, kind: ScheduleKind) -> Kernel:
+        a, t, body = self.a, self.t, self.body
+        f32 = DType.f32
+        tiles_q = -(-a.nq // t.bq)
+        groups = math.prod(a.batch) * tiles_q
+        lid = self.let(body, "lid", Id("get_local_id", 0))
+        grp = self.let(body, "grp", Id("get_group_id", 0))
+        bh = div(grp, tiles_q)
+        qrow = self.let(body, "qrow", add(mul(mod(grp, tiles_q), idx(t.bq)), lid))
+        qc = qrow if a.nq % t.bq == 0 else self.let(
+            body, "qc", Call("min", (qrow, idx(a.nq - 1))))
+        bcoords: list[Expr] = []
+        inner = math.prod(a.batch)
+        for i, n in enumerate(a.batch):
+            inner //= n
+            coord = div(bh, inner) if i == 0 else mod(div(bh, inner), n)
+            bcoords.append(self.let(body, f"b{i}_", coord))
+        args = self.scores.arg_of
+        qb = self.let(body, "qb", self.base(a.q, bcoords, qc))
+        kb = self.let(body, "kb", self.base(a.k, bcoords, None))
+        vb = self.let(body, "vb", self.base(a.v, bcoords, None))
+        q = [self.let(body, "q", Load(args[a.q.node], add(qb, idx(c * a.q.feature))), f32)
+             for c in range(a.d)]
+        m = self.let(body, "m", exprs.const(-np.inf, f32), f32, mutable=True)
+        ll = self.let(body, "l", exprs.const(0.0, f32), f32, mutable=True)
+        o = [self.let(body, "o", exprs.const(0.0, f32), f32, mutable=True)
+             for _ in range(a.dv)]
+        body.append(LocalArray("k_tile", f32, t.bk * a.d))
+        body.append(LocalArray("v_tile", f32, t.bk * a.dv))
+        state = (q, m, ll, o, bcoords, qc)
+        full, rem = divmod(a.nk, t.bk)
+        if full:
+            kt = self.fresh("kt")
+            tile: list[Stmt] = []
+            self.tile(tile, Var(kt), t.bk, lid, kb, vb, state)
+            body.append(For(kt, idx(0), idx(full * t.bk), (*tile, Barrier()), step=t.bk))
+        if rem:
+            self.tile(body, idx(full * t.bk), rem, lid, kb, vb, state)
+        # the output row: o / l through the epilogue, at the second einsum's coordinates
+        store: list[Stmt] = []
+        inv = self.let(store, "inv", Bin("/", exprs.const(1.0, f32), Var(ll.name)), f32)
+        ob = self.let(store, "ob", self.base(a.out, bcoords, qrow))
+        out = KernelArg("out0", a.stored.type.dtype, True, self.outline.output_slots[0])
+        coords = self.out_coords(bcoords, qrow)
+        for c in range(a.dv):
+            at = dict(coords)
+            at["e"] = idx(c)
+            v = self.through(self.epilogue, store, Bin("*", Var(o[c].name), inv), a.stored,
+                             tuple(at[r] for r in a.out_roles))
+            store.append(Store(out.name, add(ob, idx(c * a.out.feature)), v))
+        if a.nq % t.bq:
+            body.append(If(Bin("<", qrow, idx(a.nq)), tuple(store)))
+        else:
+            body.extend(store)
+        return Kernel(self.outline.entry, self.outline.work_item, kind, self.group.domain,
+                      (*self.scores.args, out), tuple(body),
+                      LaunchGeometry((groups * t.bq,), (t.bq,)),
+                      loopnest.implemented_ops(self.group), fixed_local_size=True)
+
+    def out_coords(self, bcoords: list[Expr], qrow: Expr) -> dict[str, Expr]:
+        at: dict[str, Expr] = {f"b{i}": c for i, c in enumerate(bcoords)}
+        at["q"] = qrow
+        return at
+
+    def tile(self, out: list[Stmt], kt: Expr, count: int, lid: Var, kb: Var, vb: Var,
+             state) -> None:
+        """One tile of ``count`` keys from key ``kt``: the copy to local memory, then the
+        online steps."""
+        a, t = self.a, self.t
+        args = self.scores.arg_of
+        for local, side, feats, base in (("k_tile", a.k, a.d, kb), ("v_tile", a.v, a.dv, vb)):
+            e = self.fresh("e")
+            j = div(Var(e), feats)
+            c = mod(Var(e), feats)
+            src = add(base, add(mul(add(kt, j), idx(side.seq)), mul(c, idx(side.feature))))
+            out.append(For(e, lid, idx(count * feats),
+                           (Store(local, Var(e), Load(args[side.node], src)),), step=t.bq))
+        out.append(Barrier())
+        steps = count // t.unroll * t.unroll
+        if steps:
+            j = self.fresh("j")
+            inner: list[Stmt] = []
+            self.step(inner, kt, Var(j), t.unroll, state)
+            out.append(For(j, idx(0), idx(steps), tuple(inner), step=t.unroll))
+        if count % t.unroll:
+            self.step(out, kt, idx(steps), count % t.unroll, state)
+
+    def step(self, out: list[Stmt], kt: Expr, j0: Expr, n: int, state) -> None:
+        """The online softmax over keys ``kt + j0 .. kt + j0 + n - 1`` of the local tile."""
+        a = self.a
+        q, m, ll, o, bcoords, qc = state
+        f32 = DType.f32
+        dots = [self.let(out, "s", exprs.const(0.0, f32), f32, mutable=True) for _ in range(n)]
+        for c in range(a.d):
+            for u in range(n):
+                kv = Load("k_tile", add(mul(add(j0, idx(u)), idx(a.d)), idx(c)))
+                out.append(Assign(dots[u].name, Bin("+", dots[u], Bin("*", q[c], kv))))
+        scores = []
+        for u in range(n):
+            at: dict[str, Expr] = {f"b{i}": bc for i, bc in enumerate(bcoords)}
+            at["q"] = qc
+            at["k"] = self.let(out, "key", add(kt, add(j0, idx(u))))
+            v = self.through(self.scores, out, dots[u], a.softmax.srcs[0],
+                             tuple(at[r] for r in a.score_roles))
+            scores.append(self.let(out, "x", v, f32))
+        top: Expr = m
+        for x in scores:
+            top = Call("fmax", (top, x))
+        m_new = self.let(out, "mn", top, f32)
+        shift = self.let(out, "shift", Cond(Call("isfinite", (m_new,)), m_new,
+                                            exprs.const(0.0, f32)), f32)
+        alpha = self.let(out, "alpha", Call("exp", (Bin("-", m, shift),)), f32)
+        p = [self.let(out, "p", Call("exp", (Bin("-", x, shift),)), f32) for x in scores]
+        total: Expr = Bin("*", ll, alpha)
+        for pu in p:
+            total = Bin("+", total, pu)
+        out.append(Assign(ll.name, total))
+        for c in range(a.dv):
+            acc: Expr = Bin("*", o[c], alpha)
+            for u in range(n):
+                vv = Load("v_tile", add(mul(add(j0, idx(u)), idx(a.dv)), idx(c)))
+                acc = Bin("+", acc, Bin("*", p[u], vv))
+            out.append(Assign(o[c].name, acc))
+        out.append(Assign(m.name, m_new))
+
+
+def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
+          target: TargetProfile, tiles: Tiles | None = None) -> tuple[Kernel, ...]:
+    found = plan(group, target)
+    if isinstance(found, str):
+        raise ValueError(f"fused-attention cannot take this group: {found}")
+    a, chosen = found
+    return (_Builder(group, outline, a, tiles or chosen).build(kind),)
+
+
+def accepts(group: FusionGroup, target: TargetProfile) -> bool:
+    return not isinstance(plan(group, target), str)
+
+
+def _register() -> None:
+    from accy.kernels.generators import Generator, register_generator
+
+    register_generator(Generator(
+        "fused-attention",
+        "attention (Q Kᵀ, a scale or mask, a softmax over the keys, P V) as one kernel: a "
+        "work-group per (batch, query tile), K and V tiles through local memory, an online "
+        "softmax with the running maximum and sum in registers",
+        accepts, build))
+
+
+_register()
