@@ -16,6 +16,7 @@ letter in Q and K; one value letter in V and the output. Each operand is read fr
 
 from __future__ import annotations
 
+import string
 from dataclasses import dataclass
 
 from accy.ir.node import Node
@@ -180,10 +181,9 @@ def _letters(scores: Node, sm: Node, values: Node, p_pos: int, v_node: Node,
     value_letters = [c for c in tv if c not in tp]
     if len(value_letters) != 1:
         return "V has not exactly one value letter"
-    (value,) = value_letters
-    if value in o1:
-        return "the value letter clashes with a score letter"
-    rename[value] = value
+    # the value letter under a name the scores do not use (the einsums name letters apart)
+    value = next(c for c in string.ascii_letters if c not in o1)
+    rename[value_letters[0]] = value
     out_roles = [rename.get(c) for c in o2]
     if (None in out_roles or sorted(out_roles) != sorted([*batch, query, value])
             or {rename[c] for c in tv} != {*batch, key, value}):
