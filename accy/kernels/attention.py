@@ -41,12 +41,14 @@ from accy.kernels.ir import (
     If,
     Kernel,
     KernelArg,
+    Lane,
     Let,
     Load,
     LocalArray,
     Stmt,
     Store,
     Var,
+    VectorLoad,
     add,
     div,
     idx,
@@ -59,7 +61,7 @@ from accy.target import TargetProfile
 
 QUERIES = 64  # work-items (queries) per work-group, at most
 KEYS = 32  # keys per local-memory tile, at most
-UNROLL = 4  # keys per online-softmax step
+UNROLL = 8  # keys per online-softmax step
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,7 @@ class Tiles:
     bq: int  # queries (work-items) per work-group
     bk: int  # keys per local tile
     unroll: int  # keys per online step
+    vectors: bool  # read local tile rows as vectors (GPUs: fewer local loads per FMA)
 
 
 def choose_tiles(a: Attention, target: TargetProfile) -> Tiles:
@@ -76,7 +79,8 @@ def choose_tiles(a: Attention, target: TargetProfile) -> Tiles:
     bk = KEYS
     while bk > 1 and bk * (a.d + a.dv) * 4 > target.local_mem_bytes:
         bk //= 2
-    return Tiles(bq, min(bk, pow2ceil(a.nk)), UNROLL)
+    # PoCL's work-item loops vectorise scalar reads of local memory, not vector ones
+    return Tiles(bq, min(bk, pow2ceil(a.nk)), UNROLL, target.device_type != "cpu")
 
 
 def plan(group: FusionGroup, target: TargetProfile) -> tuple[Attention, Tiles] | str:
@@ -157,8 +161,8 @@ class _Builder:
         ll = self.let(body, "l", exprs.const(0.0, f32), f32, mutable=True)
         o = [self.let(body, "o", exprs.const(0.0, f32), f32, mutable=True)
              for _ in range(a.dv)]
-        body.append(LocalArray("k_tile", f32, t.bk * a.d))
-        body.append(LocalArray("v_tile", f32, t.bk * a.dv))
+        body.append(LocalArray("k_tile", f32, t.bk * a.d, 4 * _lanes(a.d)))
+        body.append(LocalArray("v_tile", f32, t.bk * a.dv, 4 * _lanes(a.dv)))
         state = (q, m, ll, o, bcoords, qc)
         full, rem = divmod(a.nk, t.bk)
         if full:
@@ -217,16 +221,30 @@ class _Builder:
         if count % t.unroll:
             self.step(out, kt, idx(steps), count % t.unroll, state)
 
+    def tile_row(self, out: list[Stmt], local: str, feats: int, key: Expr, c: int,
+                 w: int) -> list[Expr]:
+        """Elements ``c .. c + w - 1`` of row ``key`` of a local tile (one vector load)."""
+        if w == 1:
+            return [Load(local, add(mul(key, idx(feats)), idx(c)))]
+        vec = self.fresh(local[0] + "v")
+        out.append(Let(vec, DType.f32, VectorLoad(local, add(mul(key, idx(feats // w)),
+                                                             idx(c // w)), w), lanes=w))
+        return [Lane(Var(vec), i) for i in range(w)]
+
     def step(self, out: list[Stmt], kt: Expr, j0: Expr, n: int, state) -> None:
         """The online softmax over keys ``kt + j0 .. kt + j0 + n - 1`` of the local tile."""
         a = self.a
         q, m, ll, o, bcoords, qc = state
         f32 = DType.f32
         dots = [self.let(out, "s", exprs.const(0.0, f32), f32, mutable=True) for _ in range(n)]
-        for c in range(a.d):
+        w = _lanes(a.d, self.t.vectors)
+        for c in range(0, a.d, w):
             for u in range(n):
-                kv = Load("k_tile", add(mul(add(j0, idx(u)), idx(a.d)), idx(c)))
-                out.append(Assign(dots[u].name, Bin("+", dots[u], Bin("*", q[c], kv))))
+                kv = self.tile_row(out, "k_tile", a.d, add(j0, idx(u)), c, w)
+                terms: Expr = dots[u]
+                for i, x in enumerate(kv):
+                    terms = Bin("+", terms, Bin("*", q[c + i], x))
+                out.append(Assign(dots[u].name, terms))
         scores = []
         for u in range(n):
             at: dict[str, Expr] = {f"b{i}": bc for i, bc in enumerate(bcoords)}
@@ -247,13 +265,20 @@ class _Builder:
         for pu in p:
             total = Bin("+", total, pu)
         out.append(Assign(ll.name, total))
-        for c in range(a.dv):
-            acc: Expr = Bin("*", o[c], alpha)
-            for u in range(n):
-                vv = Load("v_tile", add(mul(add(j0, idx(u)), idx(a.dv)), idx(c)))
-                acc = Bin("+", acc, Bin("*", p[u], vv))
-            out.append(Assign(o[c].name, acc))
+        w = _lanes(a.dv, self.t.vectors)
+        for c in range(0, a.dv, w):
+            rows = [self.tile_row(out, "v_tile", a.dv, add(j0, idx(u)), c, w) for u in range(n)]
+            for i in range(w):
+                acc: Expr = Bin("*", o[c + i], alpha)
+                for u in range(n):
+                    acc = Bin("+", acc, Bin("*", p[u], rows[u][i]))
+                out.append(Assign(o[c + i].name, acc))
         out.append(Assign(m.name, m_new))
+
+
+def _lanes(features: int, vectors: bool = True) -> int:
+    """The vector width local tile rows of ``features`` elements are read in."""
+    return next(w for w in (4, 2, 1) if features % w == 0) if vectors else 1
 
 
 def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,

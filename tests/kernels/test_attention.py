@@ -73,6 +73,7 @@ def inputs(prog: accy.Program, rng: np.random.Generator) -> list[np.ndarray]:
     (1, 1, 1, 1, 4, 4),  # one query, one key
     (1, 2, 5, 7, 8, 8),  # shorter than a tile
     (2, 3, 33, 70, 16, 12),  # partial query and key tiles, several heads, dv != d
+    (1, 2, 9, 11, 6, 5),  # features read in pairs and one at a time
     (1, 2, 130, 97, 64, 64),  # several key tiles and a tail not a multiple of the step
 ])
 @pytest.mark.parametrize("target", [None, GPU, "device"], ids=["generic", "gpu", "pocl"])
@@ -158,13 +159,13 @@ def test_tiles() -> None:
     a = attention_plan.analyse(*_group(heads(2, 4, 512, 512, 64, 64)))
     assert not isinstance(a, str)
     assert (a.nq, a.nk, a.d, a.dv, a.batch) == (512, 512, 64, 64, (2, 4))
-    assert attention.choose_tiles(a, GPU) == attention.Tiles(64, 32, 4)
+    assert attention.choose_tiles(a, GPU) == attention.Tiles(64, 32, 8, True)
     assert attention.choose_tiles(a, TargetProfile(local_mem_bytes=16 * 1024)).bk == 32
     small = TargetProfile(local_mem_bytes=12 * 1024)
     assert attention.choose_tiles(a, small).bk == 16  # K and V rows of 16 keys: 8 KiB
     short = attention_plan.analyse(*_group(heads(1, 1, 5, 3, 8, 8)))
     assert not isinstance(short, str)
-    assert attention.choose_tiles(short, GPU) == attention.Tiles(8, 4, 4)
+    assert attention.choose_tiles(short, GPU) == attention.Tiles(8, 4, 8, True)
     wide = accy.prepare(heads(1, 1, 4, 4, 300, 300)).product.program.functions[0]
     assert "over" in attention_plan.analyse([n for n in wide.nodes() if n.srcs], wide.results)
 
