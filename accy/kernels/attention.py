@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from accy.ir.types import DType
-from accy.kernels import exprs, loopnest
+from accy.kernels import attention_cpu, exprs, loopnest
 from accy.kernels.attention_plan import Attention, Side, analyse
 from accy.kernels.ir import (
     INDEX,
@@ -70,6 +70,9 @@ class Tiles:
     bk: int  # keys per local tile
     unroll: int  # keys per online step
     vectors: bool  # read local tile rows as vectors (GPUs: fewer local loads per FMA)
+    cpu: int = 0  # key lanes of the CPU form (:mod:`accy.kernels.attention_cpu`), 0: not
+    vlanes: int = 0  # its value-feature lanes
+    rows: int = 0  # its queries per work-item
 
 
 def choose_tiles(a: Attention, target: TargetProfile) -> Tiles:
@@ -79,6 +82,10 @@ def choose_tiles(a: Attention, target: TargetProfile) -> Tiles:
     bk = KEYS
     while bk > 1 and bk * (a.d + a.dv) * 4 > target.local_mem_bytes:
         bk //= 2
+    if target.device_type == "cpu":
+        lanes, vlanes, rows = attention_cpu.cpu_lanes(a, target.native_vector_bytes)
+        if lanes:
+            return Tiles(1, 1, 1, False, lanes, vlanes, rows)
     # PoCL's work-item loops vectorise scalar reads of local memory, not vector ones
     return Tiles(bq, min(bk, pow2ceil(a.nk)), UNROLL, target.device_type != "cpu")
 
@@ -90,7 +97,7 @@ def plan(group: FusionGroup, target: TargetProfile) -> tuple[Attention, Tiles] |
     if isinstance(a, str):
         return a
     tiles = choose_tiles(a, target)
-    if tiles.bk * (a.d + a.dv) * 4 > target.local_mem_bytes:
+    if not tiles.cpu and tiles.bk * (a.d + a.dv) * 4 > target.local_mem_bytes:
         return "a key tile does not fit local memory"
     return a, tiles
 
@@ -109,9 +116,9 @@ class _Builder:
         return f"{prefix}{self.counter}"
 
     def let(self, out: list[Stmt], prefix: str, e: Expr, dtype: DType = INDEX,
-            mutable: bool = False) -> Var:
+            mutable: bool = False, lanes: int = 1) -> Var:
         name = self.fresh(prefix)
-        out.append(Let(name, dtype, e, mutable))
+        out.append(Let(name, dtype, e, mutable, lanes))
         return Var(name)
 
     def through(self, b: loopnest.EpilogueBuilder, out: list[Stmt], result: Expr,
@@ -151,14 +158,41 @@ class _Builder:
             inner //= n
             coord = div(bh, inner) if i == 0 else mod(div(bh, inner), n)
             bcoords.append(self.let(body, f"b{i}_", coord))
-        args = self.scores.arg_of
         qb = self.let(body, "qb", self.base(a.q, bcoords, qc))
         kb = self.let(body, "kb", self.base(a.k, bcoords, None))
         vb = self.let(body, "vb", self.base(a.v, bcoords, None))
-        q = [self.let(body, "q", Load(args[a.q.node], add(qb, idx(c * a.q.feature))), f32)
-             for c in range(a.d)]
         m = self.let(body, "m", exprs.const(-np.inf, f32), f32, mutable=True)
         ll = self.let(body, "l", exprs.const(0.0, f32), f32, mutable=True)
+        o = self.gpu_keys(body, (qb, kb, vb), m, ll, bcoords, qc, lid)
+        # the output row: o / l through the epilogue, at the second einsum's coordinates
+        store: list[Stmt] = []
+        inv = self.let(store, "inv", Bin("/", exprs.const(1.0, f32), Var(ll.name)), f32)
+        ob = self.let(store, "ob", self.base(a.out, bcoords, qrow))
+        out = KernelArg("out0", a.stored.type.dtype, True, self.outline.output_slots[0])
+        coords = self.out_coords(bcoords, qrow)
+        for c in range(a.dv):
+            at = dict(coords)
+            at["e"] = idx(c)
+            v = self.through(self.epilogue, store, Bin("*", o[c], inv), a.stored,
+                             tuple(at[r] for r in a.out_roles))
+            store.append(Store(out.name, add(ob, idx(c * a.out.feature)), v))
+        if a.nq % t.bq:
+            body.append(If(Bin("<", qrow, idx(a.nq)), tuple(store)))
+        else:
+            body.extend(store)
+        return Kernel(self.outline.entry, self.outline.work_item, kind, self.group.domain,
+                      (*self.scores.args, out), tuple(body),
+                      LaunchGeometry((groups * t.bq,), (t.bq,)),
+                      loopnest.implemented_ops(self.group), fixed_local_size=True)
+
+    def gpu_keys(self, body: list[Stmt], bases: tuple[Var, Var, Var], m: Var, ll: Var,
+                 bcoords: list[Expr], qc: Expr, lid: Var) -> list[Expr]:
+        """The work-group form's key loop; the output row's accumulators."""
+        a, t, f32 = self.a, self.t, DType.f32
+        args = self.scores.arg_of
+        qb, kb, vb = bases
+        q = [self.let(body, "q", Load(args[a.q.node], add(qb, idx(c * a.q.feature))), f32)
+             for c in range(a.d)]
         o = [self.let(body, "o", exprs.const(0.0, f32), f32, mutable=True)
              for _ in range(a.dv)]
         body.append(LocalArray("k_tile", f32, t.bk * a.d, 4 * _lanes(a.d)))
@@ -172,26 +206,7 @@ class _Builder:
             body.append(For(kt, idx(0), idx(full * t.bk), (*tile, Barrier()), step=t.bk))
         if rem:
             self.tile(body, idx(full * t.bk), rem, lid, kb, vb, state)
-        # the output row: o / l through the epilogue, at the second einsum's coordinates
-        store: list[Stmt] = []
-        inv = self.let(store, "inv", Bin("/", exprs.const(1.0, f32), Var(ll.name)), f32)
-        ob = self.let(store, "ob", self.base(a.out, bcoords, qrow))
-        out = KernelArg("out0", a.stored.type.dtype, True, self.outline.output_slots[0])
-        coords = self.out_coords(bcoords, qrow)
-        for c in range(a.dv):
-            at = dict(coords)
-            at["e"] = idx(c)
-            v = self.through(self.epilogue, store, Bin("*", Var(o[c].name), inv), a.stored,
-                             tuple(at[r] for r in a.out_roles))
-            store.append(Store(out.name, add(ob, idx(c * a.out.feature)), v))
-        if a.nq % t.bq:
-            body.append(If(Bin("<", qrow, idx(a.nq)), tuple(store)))
-        else:
-            body.extend(store)
-        return Kernel(self.outline.entry, self.outline.work_item, kind, self.group.domain,
-                      (*self.scores.args, out), tuple(body),
-                      LaunchGeometry((groups * t.bq,), (t.bq,)),
-                      loopnest.implemented_ops(self.group), fixed_local_size=True)
+        return list(o)
 
     def out_coords(self, bcoords: list[Expr], qrow: Expr) -> dict[str, Expr]:
         at: dict[str, Expr] = {f"b{i}": c for i, c in enumerate(bcoords)}
@@ -245,26 +260,8 @@ class _Builder:
                 for i, x in enumerate(kv):
                     terms = Bin("+", terms, Bin("*", q[c + i], x))
                 out.append(Assign(dots[u].name, terms))
-        scores = []
-        for u in range(n):
-            at: dict[str, Expr] = {f"b{i}": bc for i, bc in enumerate(bcoords)}
-            at["q"] = qc
-            at["k"] = self.let(out, "key", add(kt, add(j0, idx(u))))
-            v = self.through(self.scores, out, dots[u], a.softmax.srcs[0],
-                             tuple(at[r] for r in a.score_roles))
-            scores.append(self.let(out, "x", v, f32))
-        top: Expr = m
-        for x in scores:
-            top = Call("fmax", (top, x))
-        m_new = self.let(out, "mn", top, f32)
-        shift = self.let(out, "shift", Cond(Call("isfinite", (m_new,)), m_new,
-                                            exprs.const(0.0, f32)), f32)
-        alpha = self.let(out, "alpha", Call("exp", (Bin("-", m, shift),)), f32)
-        p = [self.let(out, "p", Call("exp", (Bin("-", x, shift),)), f32) for x in scores]
-        total: Expr = Bin("*", ll, alpha)
-        for pu in p:
-            total = Bin("+", total, pu)
-        out.append(Assign(ll.name, total))
+        alpha, p = self.online(out, [add(kt, add(j0, idx(u))) for u in range(n)], dots, m, ll,
+                               bcoords, qc)
         w = _lanes(a.dv, self.t.vectors)
         for c in range(0, a.dv, w):
             rows = [self.tile_row(out, "v_tile", a.dv, add(j0, idx(u)), c, w) for u in range(n)]
@@ -273,7 +270,35 @@ class _Builder:
                 for u in range(n):
                     acc = Bin("+", acc, Bin("*", p[u], rows[u][i]))
                 out.append(Assign(o[c + i].name, acc))
-        out.append(Assign(m.name, m_new))
+        out.append(Assign(m.name, self.m_new))
+
+    def online(self, out: list[Stmt], keys: list[Expr], dots: list[Var], m: Var, ll: Var,
+               bcoords: list[Expr], qc: Expr) -> tuple[Var, list[Var]]:
+        """The scores of ``keys`` from their dot products (through the score chain), the new
+        maximum (``self.m_new``, assigned to ``m`` by the caller after its rescale), the
+        running sum updated; the rescale factor and the probabilities."""
+        a, f32 = self.a, DType.f32
+        scores = []
+        for key, dot in zip(keys, dots, strict=True):
+            at: dict[str, Expr] = {f"b{i}": bc for i, bc in enumerate(bcoords)}
+            at["q"] = qc
+            at["k"] = self.let(out, "key", key)
+            v = self.through(self.scores, out, dot, a.softmax.srcs[0],
+                             tuple(at[r] for r in a.score_roles))
+            scores.append(self.let(out, "x", v, f32))
+        top: Expr = m
+        for x in scores:
+            top = Call("fmax", (top, x))
+        self.m_new = self.let(out, "mn", top, f32)
+        shift = self.let(out, "shift", Cond(Call("isfinite", (self.m_new,)), self.m_new,
+                                            exprs.const(0.0, f32)), f32)
+        alpha = self.let(out, "alpha", Call("exp", (Bin("-", m, shift),)), f32)
+        p = [self.let(out, "p", Call("exp", (Bin("-", x, shift),)), f32) for x in scores]
+        total: Expr = Bin("*", ll, alpha)
+        for pu in p:
+            total = Bin("+", total, pu)
+        out.append(Assign(ll.name, total))
+        return alpha, p
 
 
 def _lanes(features: int, vectors: bool = True) -> int:
@@ -287,7 +312,10 @@ def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
     if isinstance(found, str):
         raise ValueError(f"fused-attention cannot take this group: {found}")
     a, chosen = found
-    return (_Builder(group, outline, a, tiles or chosen).build(kind),)
+    b = _Builder(group, outline, a, tiles or chosen)
+    if b.t.cpu:
+        return attention_cpu.build(b, kind)
+    return (b.build(kind),)
 
 
 def accepts(group: FusionGroup, target: TargetProfile) -> bool:

@@ -18,6 +18,8 @@ from accy.target import TargetProfile
 
 f32 = accy.f32
 GPU = TargetProfile(max_work_group_size=1024, compute_units=132)
+CPU = TargetProfile(device_type="cpu", max_work_group_size=4096, compute_units=2,
+                    native_vector_bytes=32)  # AVX2: 8 lanes, two queries per work-item
 OFF = parse_pipeline("accy-default").replacing("fusion-planning{attention=false}").text()
 
 
@@ -83,21 +85,27 @@ def test_matches_the_interpreter(check, device, rng, shape, target) -> None:
     prog = heads(*shape)
     job = check(prog, inputs(prog, rng), generator="fused-attention", target=target,
                 rtol=2e-5, atol=2e-6)
-    assert job.kernel_count == 1
+    assert job.generators() == {"fused-attention": 1}
+    cpu = attention.plan(job.product.fusion.groups[0], job.target)[1].cpu  # type: ignore[index]
+    assert job.kernel_count == (2 if cpu else 1)  # the CPU form: K transposed, attention
 
 
 @pytest.mark.parametrize("mask", ["additive", "causal"])
 @pytest.mark.parametrize("scale", [True, False])
-def test_masks(check, rng, mask, scale) -> None:
-    prog = heads(2, 2, 19, 19, 8, 8, scale=scale, mask=mask)
-    job = check(prog, inputs(prog, rng), generator="fused-attention", rtol=2e-5, atol=2e-6)
-    assert job.kernel_count == 1
+@pytest.mark.parametrize("target", [None, CPU], ids=["generic", "cpu"])
+def test_masks(check, rng, mask, scale, target) -> None:
+    prog = heads(2, 2, 19, 21, 8, 8, scale=scale, mask=mask)
+    job = check(prog, inputs(prog, rng), generator="fused-attention", target=target,
+                rtol=2e-5, atol=2e-6)
+    assert job.generators() == {"fused-attention": 1}
 
 
-def test_matmul_spelling_with_epilogue(check, rng) -> None:
+@pytest.mark.parametrize("target", [None, CPU], ids=["generic", "cpu"])
+def test_matmul_spelling_with_epilogue(check, rng, target) -> None:
     prog = matmul_attention(3, 37, 16)
-    job = check(prog, inputs(prog, rng), generator="fused-attention", rtol=2e-5, atol=2e-6)
-    assert job.kernel_count == 1
+    job = check(prog, inputs(prog, rng), generator="fused-attention", target=target,
+                rtol=2e-5, atol=2e-6)
+    assert job.generators() == {"fused-attention": 1}
 
 
 def test_suite_attention(check) -> None:
@@ -163,6 +171,9 @@ def test_tiles() -> None:
     assert attention.choose_tiles(a, TargetProfile(local_mem_bytes=16 * 1024)).bk == 32
     small = TargetProfile(local_mem_bytes=12 * 1024)
     assert attention.choose_tiles(a, small).bk == 16  # K and V rows of 16 keys: 8 KiB
+    assert attention.choose_tiles(a, CPU) == attention.Tiles(1, 1, 1, False, 8, 8, 2)
+    avx512 = TargetProfile(device_type="cpu", native_vector_bytes=64)
+    assert attention.choose_tiles(a, avx512) == attention.Tiles(1, 1, 1, False, 16, 16, 4)
     short = attention_plan.analyse(*_group(heads(1, 1, 5, 3, 8, 8)))
     assert not isinstance(short, str)
     assert attention.choose_tiles(short, GPU) == attention.Tiles(8, 4, 8, True)
