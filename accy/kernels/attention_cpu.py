@@ -16,10 +16,12 @@ length, so no key past the end is read.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from accy.ir.ops import Op
 from accy.ir.types import DType
 from accy.kernels import exprs, loopnest
 from accy.kernels.ir import (
@@ -48,7 +50,7 @@ from accy.kernels.ir import (
     mod,
     mul,
 )
-from accy.plans import LaunchGeometry, ScheduleKind
+from accy.plans import LaunchGeometry, ScheduleKind, is_inlined
 
 if TYPE_CHECKING:
     from accy.kernels.attention import _Builder
@@ -69,6 +71,50 @@ def cpu_lanes(a, native_vector_bytes: int) -> tuple[int, int, int]:
 
 def _f32(value: float) -> Expr:
     return exprs.const(value, DType.f32)
+
+
+def _tree(terms: list[Expr], f) -> Expr:
+    """``f`` over ``terms`` as a balanced tree (short dependency chains)."""
+    while len(terms) > 1:
+        terms = [f(terms[i], terms[i + 1]) if i + 1 < len(terms) else terms[i]
+                 for i in range(0, len(terms), 2)]
+    return terms[0]
+
+
+_VECTOR_OPS = {Op.MUL: "*", Op.DIV: "/", Op.ADD: "+", Op.SUB: "-"}
+
+
+def _vector_chain(group, a) -> Callable[[Expr], Expr] | None:
+    """The score chain as a function of a vector of scores where it is arithmetic with
+    constants only (a scale), else None (the chain runs per lane)."""
+    between = _between(a, set(group.nodes))
+    chain = [n for n in group.nodes if n in between]
+    for n in chain:
+        if n.op not in _VECTOR_OPS or n.type.dtype is not DType.f32 or any(
+                s not in chain and s is not a.scores and not is_inlined(s) for s in n.srcs):
+            return None
+
+    def apply(x: Expr) -> Expr:
+        vals: dict = {a.scores: x}
+        for n in chain:
+            ops = [vals[s] if s in vals else
+                   exprs.const(s.value.reshape(-1)[0].item(), DType.f32) for s in n.srcs]
+            vals[n] = Bin(_VECTOR_OPS[n.op], ops[0], ops[1])
+        return vals[a.softmax.srcs[0]]
+
+    return apply
+
+
+def _between(a, inside: set) -> set:
+    """The group's nodes between the scores and the softmax."""
+    out: set = set()
+    stack = [a.softmax.srcs[0]]
+    while stack:
+        n = stack.pop()
+        if n is not a.scores and n not in out and n in inside:
+            out.add(n)
+            stack.extend(n.srcs)
+    return out
 
 
 def build(b: _Builder, kind: ScheduleKind) -> tuple[Kernel, Kernel]:
@@ -118,7 +164,7 @@ def build(b: _Builder, kind: ScheduleKind) -> tuple[Kernel, Kernel]:
     vb = b.let(body, "vb", b.base(a.v, bcoords, None))
     body.append(LocalArray("x_tile", f32, rows * w, 4 * w))
     m = [b.let(body, "m", _f32(-np.inf), f32, True) for _ in range(rows)]
-    ll = [b.let(body, "l", _f32(0.0), f32, True) for _ in range(rows)]
+    ll = [b.let(body, "l", Splat(f32, w, _f32(0.0)), f32, True, w) for _ in range(rows)]
     o = [[b.let(body, "o", Splat(f32, wv, _f32(0.0)), f32, True, wv)
           for _ in range(a.dv // wv)] for _ in range(rows)]
     ins = (bcoords, qc, qb, ktb, vb, m, ll, o)
@@ -132,7 +178,8 @@ def build(b: _Builder, kind: ScheduleKind) -> tuple[Kernel, Kernel]:
         _block(b, body, idx(full * w), rem, ins, scratch, nkp)
     for r in range(rows):
         store: list[Stmt] = []
-        inv = b.let(store, "inv", Bin("/", _f32(1.0), ll[r]), f32)
+        total = _tree([Lane(ll[r], i) for i in range(w)], lambda x, y: Bin("+", x, y))
+        inv = b.let(store, "inv", Bin("/", _f32(1.0), total), f32)
         ob = b.let(store, "ob", b.base(a.out, bcoords, qrows[r]))
         for c in range(a.dv):
             at = {f"b{i}": x for i, x in enumerate(bcoords)} | {"q": qrows[r], "e": idx(c)}
@@ -167,7 +214,11 @@ def _block(b: _Builder, out: list[Stmt], jb: Expr, n: int, ins, scratch: KernelA
             qv = Load(args[a.q.node], add(qb[r], idx(c * a.q.feature)))
             out.append(Assign(s[r].name, Call("fma", (Splat(f32, w, qv), kv, s[r]))))
     keys = [b.let(out, "key", add(jb, idx(i))) for i in range(n)]
-    for r in range(rows):  # the score chain per lane, back into a vector through x_tile
+    chain = _vector_chain(b.group, a) if n == w else None
+    xs: list[Expr] = []
+    if chain is not None:  # a scale: on whole vectors
+        xs = [b.let(out, "xv", chain(x), f32, False, w) for x in s]
+    for r in range(rows) if chain is None else ():  # per lane, back into a vector via x_tile
         for i in range(w):
             if i < n:
                 at = {f"b{j}": x for j, x in enumerate(bcoords)} | {"q": qc[r], "k": keys[i]}
@@ -177,18 +228,14 @@ def _block(b: _Builder, out: list[Stmt], jb: Expr, n: int, ins, scratch: KernelA
                 x = _f32(-np.inf)
             out.append(Store("x_tile", idx(r * w + i), x))
     for r in range(rows):
-        xv = b.let(out, "xv", VectorLoad("x_tile", idx(r), w), f32, False, w)
-        top: Expr = m[r]
-        for i in range(n):
-            top = Call("fmax", (top, Lane(xv, i)))
-        m_new = b.let(out, "mn", top, f32)
+        xv = xs[r] if xs else b.let(out, "xv", VectorLoad("x_tile", idx(r), w), f32, False, w)
+        top = _tree([Lane(xv, i) for i in range(n)], lambda x, y: Call("fmax", (x, y)))
+        m_new = b.let(out, "mn", Call("fmax", (m[r], top)), f32)
         shift = b.let(out, "shift", Cond(Call("isfinite", (m_new,)), m_new, _f32(0.0)), f32)
         alpha = b.let(out, "alpha", Call("exp", (Bin("-", m[r], shift),)), f32)
         p = b.let(out, "p", Call("exp", (Bin("-", xv, Splat(f32, w, shift)),)), f32, False, w)
-        total: Expr = Bin("*", ll[r], alpha)
-        for i in range(n):
-            total = Bin("+", total, Lane(p, i))
-        out.append(Assign(ll[r].name, total))
+        # the running sum per lane (lanes past the last key hold exp(-inf) = 0)
+        out.append(Assign(ll[r].name, Call("fma", (ll[r], Splat(f32, w, alpha), p))))
         out.append(Assign(m[r].name, m_new))
         for acc in o[r]:
             out.append(Assign(acc.name, Bin("*", acc, Splat(f32, wv, alpha))))
