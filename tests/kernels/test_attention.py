@@ -186,3 +186,15 @@ def _group(prog: accy.Program) -> tuple:
     groups = accy.prepare(prog).product.fusion.groups
     (g,) = [g for g in groups if any(n.op.value == "softmax" for n in g.nodes)]
     return g.nodes, g.outputs
+
+
+@pytest.mark.parametrize("passes, fused", [
+    ("fusion-planning{policy=multi-output}", True),
+    ("fusion-planning{max-ops=3}", False),  # the merged group would have five ops
+])
+def test_fusion_options(check, passes, fused) -> None:
+    bench = SUITE["attention"]
+    pipeline = parse_pipeline("accy-default").replacing(passes).text()
+    job = check(bench.program("ci"), bench.inputs("ci", seed=0), pipeline=pipeline,
+                rtol=2e-5, atol=2e-5)
+    assert ("fused-attention" in job.generators()) == fused, job.generators()

@@ -6,7 +6,8 @@ generator builds as one kernel; the scores and probabilities never go through me
 
 A merge needs: the softmax group writes only the softmax, read only by the P V einsum's
 group; the scores group is the scores einsum alone, read only by the softmax group; and
-the union is an attention (:func:`~accy.kernels.attention_plan.analyse`). The merged group
+the union is an attention (:func:`~accy.kernels.attention_plan.analyse`) of at most
+``max-ops`` ops. The merged group
 takes the P V group's place: every group it reads from comes before it.
 """
 
@@ -19,7 +20,7 @@ from accy.plans import FusionGroup, ScheduleKind
 
 
 def merge_attention(groups: list[FusionGroup], users: dict[Node, list[Node]],
-                    results: set[Node], position: dict[Node, int]
+                    results: set[Node], position: dict[Node, int], max_ops: int = 0
                     ) -> tuple[list[FusionGroup], int]:
     """``groups`` (producers first) with each attention's three groups merged into one; how
     many were merged."""
@@ -48,7 +49,7 @@ def merge_attention(groups: list[FusionGroup], users: dict[Node, list[Node]],
         nodes = sorted({*groups[ki].nodes, *soft.nodes, *groups[vi].nodes},
                        key=position.__getitem__)
         outputs = groups[vi].outputs
-        if isinstance(analyse(nodes, outputs), str):
+        if (max_ops and len(nodes) > max_ops) or isinstance(analyse(nodes, outputs), str):
             continue
         inside = set(nodes)
         inputs: list[Node] = []

@@ -104,7 +104,8 @@ class FusionPlanning(Pass):
             planned, shared = self._plan(fi, nodes, u)
             position = {n: i for i, n in enumerate(nodes)}
             if self.attention:
-                planned, fused = merge_attention(planned, u.users, u.results, position)
+                planned, fused = merge_attention(planned, u.users, u.results, position,
+                                                   self.max_ops)
                 attentions += fused
             if self.row_fusion:
                 planned, rows = merge_row_groups(planned, u.users, u.results, position,
