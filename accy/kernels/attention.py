@@ -16,6 +16,10 @@ throughout gives 0 / 0 = nan, as the reference. The last, partial key tile is a 
 copy of the loop body with its static length; queries past the end compute the last
 query's row and store nothing. The output row, divided by ``l``, goes through the
 epilogue and is stored (reshapes keep the flat order).
+
+CPUs take the form in :mod:`accy.kernels.attention_cpu` (vectors along the keys, a query
+block per work-item, no barriers) where it applies; a CPU otherwise gets the work-group form
+with scalar reads of local memory, which PoCL's work-item loops vectorise.
 """
 
 from __future__ import annotations
@@ -76,8 +80,10 @@ class Tiles:
 
 
 def choose_tiles(a: Attention, target: TargetProfile) -> Tiles:
-    """Queries per group up to :data:`QUERIES` (fewer for short sequences), the largest key
-    tile up to :data:`KEYS` whose K and V rows fit the target's local memory."""
+    """The work-group form: queries per group up to :data:`QUERIES` (fewer for short
+    sequences), the largest key tile up to :data:`KEYS` whose K and V rows fit the target's
+    local memory. CPUs take the CPU form where V's value features are contiguous and come in
+    whole vectors (:func:`accy.kernels.attention_cpu.cpu_lanes`)."""
     bq = min(local_size(target, QUERIES), pow2ceil(a.nq))
     bk = KEYS
     while bk > 1 and bk * (a.d + a.dv) * 4 > target.local_mem_bytes:

@@ -195,7 +195,7 @@ def build(b: _Builder, kind: ScheduleKind) -> tuple[Kernel, Kernel]:
     main = Kernel(b.outline.entry, b.outline.work_item, kind, b.group.domain,
                   (*b.scores.args, reader, out), tuple(body),
                   LaunchGeometry((batches * blocks_q,), (1,)),
-                  loopnest.implemented_ops(b.group))
+                  loopnest.implemented_ops(b.group), fixed_local_size=True)  # x_tile: its own
     return transpose, main
 
 
