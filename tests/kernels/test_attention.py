@@ -198,3 +198,26 @@ def test_fusion_options(check, passes, fused) -> None:
     job = check(bench.program("ci"), bench.inputs("ci", seed=0), pipeline=pipeline,
                 rtol=2e-5, atol=2e-5)
     assert ("fused-attention" in job.generators()) == fused, job.generators()
+
+
+SIZES = {"b": 2, "h": 3, "q": 7, "k": 10, "d": 8, "e": 4}
+
+
+@pytest.mark.parametrize("scores, values", [
+    ("bhqd,bhdk->bhqk", "bhqk,bhke->bhqe"),  # K stored features first
+    ("qhd,khd->hkq", "hkq,khe->qhe"),  # the keys before the queries: softmax along axis 1
+    ("dqb,kbd->bqk", "bqk,bek->qbe"),  # V's features not contiguous (no CPU vector form)
+    ("qd,kd->qk", "qk,ke->qe"),  # no batch letter
+])
+@pytest.mark.parametrize("target", [None, CPU], ids=["generic", "cpu"])
+def test_layouts(check, rng, scores, values, target) -> None:
+    (tq, tk), out = scores.split("->")[0].split(","), scores.split("->")[1]
+    tv = values.split("->")[0].split(",")[1]
+
+    def f(q, k, v):
+        return einsum(values, accy.softmax(einsum(scores, q, k) * 0.5, out.index("k")), v)
+
+    types = [f32[tuple(SIZES[c] for c in t)] for t in (tq, tk, tv)]
+    prog = trace(f, *types)
+    data = [rng.standard_normal(t.shape).astype(np.float32) for t in types]
+    check(prog, data, generator="fused-attention", target=target, rtol=2e-5, atol=2e-6)
