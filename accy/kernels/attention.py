@@ -31,6 +31,7 @@ import numpy as np
 
 from accy.ir.types import DType
 from accy.kernels import attention_cpu, exprs, loopnest
+from accy.kernels.attention_cpu import key_stop_var
 from accy.kernels.attention_plan import Attention, Side, analyse
 from accy.kernels.ir import (
     INDEX,
@@ -155,7 +156,8 @@ class _Builder:
         lid = self.let(body, "lid", Id("get_local_id", 0))
         grp = self.let(body, "grp", Id("get_group_id", 0))
         bh = div(grp, tiles_q)
-        qrow = self.let(body, "qrow", add(mul(mod(grp, tiles_q), idx(t.bq)), lid))
+        q0 = self.let(body, "q0", mul(mod(grp, tiles_q), idx(t.bq)))
+        qrow = self.let(body, "qrow", add(q0, lid))
         qc = qrow if a.nq % t.bq == 0 else self.let(
             body, "qc", Call("min", (qrow, idx(a.nq - 1))))
         bcoords: list[Expr] = []
@@ -169,6 +171,7 @@ class _Builder:
         vb = self.let(body, "vb", self.base(a.v, bcoords, None))
         m = self.let(body, "m", exprs.const(-np.inf, f32), f32, mutable=True)
         ll = self.let(body, "l", exprs.const(0.0, f32), f32, mutable=True)
+        self.kstop = key_stop_var(self, body, q0, t.bq)
         o = self.gpu_keys(body, (qb, kb, vb), m, ll, bcoords, qc, lid)
         # the output row: o / l through the epilogue, at the second einsum's coordinates
         store: list[Stmt] = []
@@ -209,9 +212,14 @@ class _Builder:
             kt = self.fresh("kt")
             tile: list[Stmt] = []
             self.tile(tile, Var(kt), t.bk, lid, kb, vb, state)
-            body.append(For(kt, idx(0), idx(full * t.bk), (*tile, Barrier()), step=t.bk))
+            body.append(For(kt, idx(0), _stop(full * t.bk, self.kstop), (*tile, Barrier()),
+                            step=t.bk))
         if rem:
-            self.tile(body, idx(full * t.bk), rem, lid, kb, vb, state)
+            last: list[Stmt] = []
+            self.tile(last, idx(full * t.bk), rem, lid, kb, vb, state)
+            # a condition the whole work-group shares: its barriers stay uniform
+            body.extend(last if self.kstop is None
+                        else [If(Bin(">", self.kstop, idx(full * t.bk)), tuple(last))])
         return list(o)
 
     def out_coords(self, bcoords: list[Expr], qrow: Expr) -> dict[str, Expr]:
@@ -305,6 +313,10 @@ class _Builder:
             total = Bin("+", total, pu)
         out.append(Assign(ll.name, total))
         return alpha, p
+
+
+def _stop(static: int, dynamic: Var | None) -> Expr:
+    return idx(static) if dynamic is None else Call("min", (idx(static), dynamic))
 
 
 def _lanes(features: int, vectors: bool = True) -> int:

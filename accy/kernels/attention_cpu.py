@@ -24,6 +24,7 @@ import numpy as np
 from accy.ir.ops import Op
 from accy.ir.types import DType
 from accy.kernels import exprs, loopnest
+from accy.kernels.attention_plan import key_stop
 from accy.kernels.ir import (
     Assign,
     Bin,
@@ -55,6 +56,7 @@ from accy.plans import LaunchGeometry, ScheduleKind, is_inlined
 if TYPE_CHECKING:
     from accy.kernels.attention import _Builder
 
+
 VECTORS = 16  # vector accumulators of the output rows one work-item holds, at most
 
 
@@ -71,6 +73,16 @@ def cpu_lanes(a, native_vector_bytes: int) -> tuple[int, int, int]:
 
 def _f32(value: float) -> Expr:
     return exprs.const(value, DType.f32)
+
+
+def key_stop_var(b: _Builder, body: list[Stmt], q0: Expr, block: int) -> Var | None:
+    """The end of the keys a block of ``block`` queries from ``q0`` reads, where a constant
+    causal mask bounds it (:func:`~accy.kernels.attention_plan.key_stop`), else None."""
+    offset = key_stop(b.a, block)
+    if offset is None:
+        return None
+    end = Call("min", (idx(b.a.nk), Call("max", (add(q0, idx(block + offset)), idx(0)))))
+    return b.let(body, "kstop", end)
 
 
 def _tree(terms: list[Expr], f) -> Expr:
@@ -168,14 +180,18 @@ def build(b: _Builder, kind: ScheduleKind) -> tuple[Kernel, Kernel]:
     o = [[b.let(body, "o", Splat(f32, wv, _f32(0.0)), f32, True, wv)
           for _ in range(a.dv // wv)] for _ in range(rows)]
     ins = (bcoords, qc, qb, ktb, vb, m, ll, o)
+    kstop = key_stop_var(b, body, q0, rows)
     full, rem = divmod(a.nk, w)
     if full:
         jb = b.fresh("jb")
         inner: list[Stmt] = []
         _block(b, inner, Var(jb), w, ins, scratch, nkp)
-        body.append(For(jb, idx(0), idx(full * w), tuple(inner), step=w))
+        stop = idx(full * w) if kstop is None else Call("min", (idx(full * w), kstop))
+        body.append(For(jb, idx(0), stop, tuple(inner), step=w))
     if rem:
-        _block(b, body, idx(full * w), rem, ins, scratch, nkp)
+        last: list[Stmt] = []
+        _block(b, last, idx(full * w), rem, ins, scratch, nkp)
+        body.extend(last if kstop is None else [If(Bin(">", kstop, idx(full * w)), tuple(last))])
     for r in range(rows):
         store: list[Stmt] = []
         total = _tree([Lane(ll[r], i) for i in range(w)], lambda x, y: Bin("+", x, y))

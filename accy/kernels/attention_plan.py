@@ -19,6 +19,8 @@ from __future__ import annotations
 import string
 from dataclasses import dataclass
 
+import numpy as np
+
 from accy.ir.node import Node
 from accy.ir.ops import Op, OpKind
 from accy.ir.shapes import parse_einsum
@@ -209,3 +211,31 @@ def _letters(scores: Node, sm: Node, values: Node, p_pos: int, v_node: Node,
         _side(values, out_term, "".join(batch), query, value),
         tuple(sizes[c] for c in batch), roles, tuple(role(c) for c in out_term),
         sizes[query], sizes[key], d, dv)
+
+
+def key_stop(a: Attention, block: int) -> int | None:
+    """Where the scores are ``where(C, x, -inf)`` with ``C`` a constant (a causal mask), a
+    block of ``block`` queries from query ``q0`` needs only the keys before
+    ``min(nk, q0 + block + offset)``: the returned ``offset``. The keys after it are masked
+    for every query of the block, so they add exactly nothing (exp(-inf - shift) = 0, and a
+    block masked throughout stays 0 / 0). None where the mask has no such bound (or there is
+    none, or it masks no key tail)."""
+    sel = a.softmax.srcs[0]
+    if sel.op is not Op.SELECT:
+        return None
+    cond, _, fill = sel.srcs
+    if (cond.op is not Op.CONSTANT or fill.op is not Op.CONSTANT or fill.type.size != 1
+            or not np.isneginf(fill.value).all()):
+        return None
+    shape = a.scores.type.shape
+    allowed = np.broadcast_to(np.asarray(cond.value, dtype=bool).reshape(cond.type.shape),
+                              shape)
+    qa, ka = a.score_roles.index("q"), a.score_roles.index("k")
+    allowed = np.moveaxis(allowed, (qa, ka), (-2, -1)).reshape(-1, a.nq, a.nk).any(axis=0)
+    # one past the last allowed key of each query (0: none)
+    ends = np.where(allowed.any(axis=1), a.nk - np.argmax(allowed[:, ::-1], axis=1), 0)
+    stops = [int(ends[t:t + block].max()) for t in range(0, a.nq, block)]
+    offset = stops[0] - block
+    if all(s == min(a.nk, max(0, t * block + block + offset)) for t, s in enumerate(stops)):
+        return offset if stops != [a.nk] * len(stops) else None
+    return None

@@ -38,8 +38,8 @@ def heads(b: int, h: int, sq: int, sk: int, d: int, dv: int, *, scale: bool = Tr
     def additive(q, k, v, m):
         return einsum("bhqk,bhkd->bhqd", accy.softmax(scores(q, k) + m, -1), v)
 
-    def causal(q, k, v):
-        tri = accy.constant(np.tril(np.ones((sq, sk), dtype=bool)))
+    def causal(q, k, v):  # aligned at the bottom right when there are more keys
+        tri = accy.constant(np.tril(np.ones((sq, sk), dtype=bool), max(0, sk - sq)))
         s = accy.where(tri, scores(q, k), -np.inf)
         return einsum("bhqk,bhkd->bhqd", accy.softmax(s, -1), v)
 
@@ -98,6 +98,21 @@ def test_masks(check, rng, mask, scale, target) -> None:
     job = check(prog, inputs(prog, rng), generator="fused-attention", target=target,
                 rtol=2e-5, atol=2e-6)
     assert job.generators() == {"fused-attention": 1}
+
+
+@pytest.mark.parametrize("sq, sk", [(130, 130), (70, 101), (33, 1)])
+@pytest.mark.parametrize("target", [None, CPU], ids=["generic", "cpu"])
+def test_causal_skips_masked_key_tiles(check, rng, sq, sk, target) -> None:
+    """A constant causal mask bounds the keys each query block reads (the key tiles after
+    it are skipped), with the same results."""
+    prog = heads(1, 2, sq, sk, 16, 16, mask="causal")
+    job = check(prog, inputs(prog, rng), generator="fused-attention", target=target,
+                rtol=2e-5, atol=2e-6)
+    a, tiles = attention.plan(job.product.fusion.groups[0], job.target)  # type: ignore[misc]
+    block = tiles.rows if tiles.cpu else tiles.bq
+    want = None if sk == 1 else max(0, sk - sq)
+    assert attention_plan.key_stop(a, block) == want
+    assert ("kstop" in job.kernel_source(job.kernel_count - 1)) == (want is not None)
 
 
 @pytest.mark.parametrize("target", [None, CPU], ids=["generic", "cpu"])
