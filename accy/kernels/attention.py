@@ -271,8 +271,8 @@ class _Builder:
             for u in range(n):
                 kv = self.tile_row(out, "k_tile", a.d, add(j0, idx(u)), c, w)
                 terms: Expr = dots[u]
-                for i, x in enumerate(kv):
-                    terms = Bin("+", terms, Bin("*", q[c + i], x))
+                for i, x in enumerate(kv):  # fma: kernels are built with FP_CONTRACT OFF
+                    terms = Call("fma", (q[c + i], x, terms))
                 out.append(Assign(dots[u].name, terms))
         alpha, p = self.online(out, [add(kt, add(j0, idx(u))) for u in range(n)], dots, m, ll,
                                bcoords, qc)
@@ -282,7 +282,7 @@ class _Builder:
             for i in range(w):
                 acc: Expr = Bin("*", o[c + i], alpha)
                 for u in range(n):
-                    acc = Bin("+", acc, Bin("*", p[u], rows[u][i]))
+                    acc = Call("fma", (p[u], rows[u][i], acc))
                 out.append(Assign(o[c + i].name, acc))
         out.append(Assign(m.name, self.m_new))
 
