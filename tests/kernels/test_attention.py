@@ -86,7 +86,7 @@ def test_matches_the_interpreter(check, device, rng, shape, target) -> None:
     job = check(prog, inputs(prog, rng), generator="fused-attention", target=target,
                 rtol=2e-5, atol=2e-6)
     assert job.generators() == {"fused-attention": 1}
-    cpu = attention.plan(job.product.fusion.groups[0], job.target)[1].cpu  # type: ignore[index]
+    cpu = attention.plan(job.product.fusion.groups[0], job.target)[1].cpu
     assert job.kernel_count == (2 if cpu else 1)  # the CPU form: K transposed, attention
 
 
@@ -108,7 +108,7 @@ def test_causal_skips_masked_key_tiles(check, rng, sq, sk, target) -> None:
     prog = heads(1, 2, sq, sk, 16, 16, mask="causal")
     job = check(prog, inputs(prog, rng), generator="fused-attention", target=target,
                 rtol=2e-5, atol=2e-6)
-    a, tiles = attention.plan(job.product.fusion.groups[0], job.target)  # type: ignore[misc]
+    a, tiles = attention.plan(job.product.fusion.groups[0], job.target)
     block = tiles.rows if tiles.cpu else tiles.bq
     want = None if sk == 1 else max(0, sk - sq)
     assert attention_plan.key_stop(a, block) == want
@@ -236,3 +236,16 @@ def test_layouts(check, rng, scores, values, target) -> None:
     prog = trace(f, *types)
     data = [rng.standard_normal(t.shape).astype(np.float32) for t in types]
     check(prog, data, generator="fused-attention", target=target, rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("mask", ["none", "additive", "causal"])
+def test_end_to_end_check(device, rng, mask) -> None:
+    """accy.differential.check_end_to_end (the device's own profile, error bounds against the
+    interpreter) with attention on and off."""
+    from accy.differential import check_end_to_end
+
+    prog = heads(2, 3, 45, 45, 16, 16, mask=mask)
+    data = inputs(prog, rng)
+    for pipeline in ("accy-default", OFF):
+        result = check_end_to_end(prog, data, pipeline=pipeline)
+        assert result.ok and result.compared > 0, (pipeline, result)
