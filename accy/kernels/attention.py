@@ -54,6 +54,7 @@ from accy.kernels.ir import (
     Store,
     Var,
     VectorLoad,
+    VectorStore,
     add,
     div,
     idx,
@@ -67,6 +68,7 @@ from accy.target import TargetProfile
 QUERIES = 64  # work-items (queries) per work-group, at most
 KEYS = 32  # keys per local-memory tile, at most
 UNROLL = 8  # keys per online-softmax step
+REGISTER_FEATURES = 160  # most d + dv held in registers; wider heads keep the output in local
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,7 @@ class Tiles:
     bk: int  # keys per local tile
     unroll: int  # keys per online step
     vectors: bool  # read local tile rows as vectors (GPUs: fewer local loads per FMA)
+    o_local: bool = False  # the output rows in local memory, not registers (wide heads)
     cpu: int = 0  # key lanes of the CPU form (:mod:`accy.kernels.attention_cpu`), 0: not
     vlanes: int = 0  # its value-feature lanes
     rows: int = 0  # its queries per work-item
@@ -86,15 +89,30 @@ def choose_tiles(a: Attention, target: TargetProfile) -> Tiles:
     local memory. CPUs take the CPU form where V's value features are contiguous and come in
     whole vectors (:func:`accy.kernels.attention_cpu.cpu_lanes`)."""
     bq = min(local_size(target, QUERIES), pow2ceil(a.nq))
-    bk = KEYS
-    while bk > 1 and bk * (a.d + a.dv) * 4 > target.local_mem_bytes:
-        bk //= 2
+    o_local = a.d + a.dv > REGISTER_FEATURES
+    while True:  # halve the key tile (down to 8 keys), then the queries, until both fit
+        bk = KEYS
+        while bk > 1 and _local_bytes(a, bq, bk, o_local) > target.local_mem_bytes:
+            bk //= 2
+        if bk >= 8 or bq == 1:
+            break
+        bq //= 2
     if target.device_type == "cpu":
         lanes, vlanes, rows = attention_cpu.cpu_lanes(a, target.native_vector_bytes)
         if lanes:
-            return Tiles(1, 1, 1, False, lanes, vlanes, rows)
+            return Tiles(1, 1, 1, False, cpu=lanes, vlanes=vlanes, rows=rows)
     # PoCL's work-item loops vectorise scalar reads of local memory, not vector ones
-    return Tiles(bq, min(bk, pow2ceil(a.nk)), UNROLL, target.device_type != "cpu")
+    return Tiles(bq, min(bk, pow2ceil(a.nk)), UNROLL, target.device_type != "cpu", o_local)
+
+
+def _row_length(dv: int) -> int:
+    """Local row length of an output row: padded so rows of neighbouring work-items start in
+    other banks, by the vector width its rows are read in."""
+    return dv + 4 if dv % 4 == 0 else dv + 2 if dv % 2 == 0 else dv + 1
+
+
+def _local_bytes(a: Attention, bq: int, bk: int, o_local: bool) -> int:
+    return 4 * (bk * (a.d + a.dv) + (bq * _row_length(a.dv) if o_local else 0))
 
 
 def plan(group: FusionGroup, target: TargetProfile) -> tuple[Attention, Tiles] | str:
@@ -104,7 +122,8 @@ def plan(group: FusionGroup, target: TargetProfile) -> tuple[Attention, Tiles] |
     if isinstance(a, str):
         return a
     tiles = choose_tiles(a, target)
-    if not tiles.cpu and tiles.bk * (a.d + a.dv) * 4 > target.local_mem_bytes:
+    if not tiles.cpu and _local_bytes(a, tiles.bq, tiles.bk, tiles.o_local) > \
+            target.local_mem_bytes:
         return "a key tile does not fit local memory"
     return a, tiles
 
@@ -202,10 +221,20 @@ class _Builder:
         qb, kb, vb = bases
         q = [self.let(body, "q", Load(args[a.q.node], add(qb, idx(c * a.q.feature))), f32)
              for c in range(a.d)]
-        o = [self.let(body, "o", exprs.const(0.0, f32), f32, mutable=True)
-             for _ in range(a.dv)]
         body.append(LocalArray("k_tile", f32, t.bk * a.d, 4 * _lanes(a.d)))
         body.append(LocalArray("v_tile", f32, t.bk * a.dv, 4 * _lanes(a.dv)))
+        o: list
+        if t.o_local:  # this work-item's row of o_tile (only it reads it: no barrier)
+            ld = _row_length(a.dv)
+            body.append(LocalArray("o_tile", f32, t.bq * ld, 16))
+            self.o_row = self.let(body, "orow", mul(lid, idx(ld)))
+            c = self.fresh("c")
+            body.append(For(c, idx(0), idx(a.dv), (
+                Store("o_tile", add(self.o_row, Var(c)), exprs.const(0.0, f32)),)))
+            o = [Load("o_tile", add(self.o_row, idx(c))) for c in range(a.dv)]
+        else:
+            o = [self.let(body, "o", exprs.const(0.0, f32), f32, mutable=True)
+                 for _ in range(a.dv)]
         state = (q, m, ll, o, bcoords, qc)
         full, rem = divmod(a.nk, t.bk)
         if full:
@@ -251,13 +280,16 @@ class _Builder:
             self.step(out, kt, idx(steps), count % t.unroll, state)
 
     def tile_row(self, out: list[Stmt], local: str, feats: int, key: Expr, c: int,
-                 w: int) -> list[Expr]:
-        """Elements ``c .. c + w - 1`` of row ``key`` of a local tile (one vector load)."""
+                 w: int, base: Expr | None = None) -> list[Expr]:
+        """Elements ``c .. c + w - 1`` of row ``key`` of a local tile (one vector load), or
+        of the row at element ``base`` (a multiple of ``w``)."""
         if w == 1:
-            return [Load(local, add(mul(key, idx(feats)), idx(c)))]
+            at = add(mul(key, idx(feats)), idx(c)) if base is None else add(base, idx(c))
+            return [Load(local, at)]
+        at = (add(mul(key, idx(feats // w)), idx(c // w)) if base is None
+              else div(add(base, idx(c)), w))
         vec = self.fresh(local[0] + "v")
-        out.append(Let(vec, DType.f32, VectorLoad(local, add(mul(key, idx(feats // w)),
-                                                             idx(c // w)), w), lanes=w))
+        out.append(Let(vec, DType.f32, VectorLoad(local, at, w), lanes=w))
         return [Lane(Var(vec), i) for i in range(w)]
 
     def step(self, out: list[Stmt], kt: Expr, j0: Expr, n: int, state) -> None:
@@ -279,11 +311,23 @@ class _Builder:
         w = _lanes(a.dv, self.t.vectors)
         for c in range(0, a.dv, w):
             rows = [self.tile_row(out, "v_tile", a.dv, add(j0, idx(u)), c, w) for u in range(n)]
+            if self.t.o_local:  # read this work-item's output row, update it, write it back
+                cur = self.tile_row(out, "o_tile", 0, idx(0), c, w, base=self.o_row)
+            else:
+                cur = o[c:c + w]
+            accs = []
             for i in range(w):
-                acc: Expr = Bin("*", o[c + i], alpha)
+                acc: Expr = Bin("*", cur[i], alpha)
                 for u in range(n):
                     acc = Call("fma", (p[u], rows[u][i], acc))
-                out.append(Assign(o[c + i].name, acc))
+                accs.append(acc)
+            if not self.t.o_local:
+                out.extend(Assign(o[c + i].name, e) for i, e in enumerate(accs))
+            elif w == 1:
+                out.append(Store("o_tile", add(self.o_row, idx(c)), accs[0]))
+            else:
+                out.append(VectorStore("o_tile", div(add(self.o_row, idx(c)), w), f32,
+                                       tuple(accs)))
         out.append(Assign(m.name, self.m_new))
 
     def online(self, out: list[Stmt], keys: list[Expr], dots: list[Var], m: Var, ll: Var,

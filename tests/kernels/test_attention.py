@@ -77,6 +77,7 @@ def inputs(prog: accy.Program, rng: np.random.Generator) -> list[np.ndarray]:
     (2, 3, 33, 70, 16, 12),  # partial query and key tiles, several heads, dv != d
     (1, 2, 9, 11, 6, 5),  # features read in pairs and one at a time
     (1, 2, 130, 97, 64, 64),  # several key tiles and a tail not a multiple of the step
+    (1, 2, 70, 45, 128, 96),  # a wide head: the output rows in local memory on GPUs
 ])
 @pytest.mark.parametrize("target", [None, GPU, "device"], ids=["generic", "gpu", "pocl"])
 def test_matches_the_interpreter(check, device, rng, shape, target) -> None:
@@ -186,9 +187,16 @@ def test_tiles() -> None:
     assert attention.choose_tiles(a, TargetProfile(local_mem_bytes=16 * 1024)).bk == 32
     small = TargetProfile(local_mem_bytes=12 * 1024)
     assert attention.choose_tiles(a, small).bk == 16  # K and V rows of 16 keys: 8 KiB
-    assert attention.choose_tiles(a, CPU) == attention.Tiles(1, 1, 1, False, 8, 8, 2)
+    assert attention.choose_tiles(a, CPU) == attention.Tiles(1, 1, 1, False, False, 8, 8, 2)
+    wide = attention_plan.analyse(*_group(heads(1, 2, 512, 512, 128, 128)))
+    assert not isinstance(wide, str)
+    nvidia = TargetProfile(max_work_group_size=1024, local_mem_bytes=48 * 1024)
+    # the output rows (padded to 132) and K, V tiles of 8 keys: 41 KiB of the 48
+    assert attention.choose_tiles(wide, nvidia) == attention.Tiles(64, 8, 8, True, True)
+    assert attention.choose_tiles(wide, GPU) == attention.Tiles(32, 8, 8, True, True)  # 32 KiB
     avx512 = TargetProfile(device_type="cpu", native_vector_bytes=64)
-    assert attention.choose_tiles(a, avx512) == attention.Tiles(1, 1, 1, False, 16, 16, 4)
+    assert attention.choose_tiles(a, avx512) == attention.Tiles(1, 1, 1, False, False, 16, 16,
+                                                                4)
     short = attention_plan.analyse(*_group(heads(1, 1, 5, 3, 8, 8)))
     assert not isinstance(short, str)
     assert attention.choose_tiles(short, GPU) == attention.Tiles(8, 4, 8, True)
