@@ -84,6 +84,11 @@ def test_matches_the_interpreter(check, device, rng, shape, target) -> None:
     if target == "device":
         target = TargetProfile.from_device(device.info)
     prog = heads(*shape)
+    if target is not None and target.device_type == "cpu" and shape[5] % 2:
+        # no CPU form for 5 value features: on a CPU the three kernels stay (faster there)
+        job = check(prog, inputs(prog, rng), target=target, rtol=2e-5, atol=2e-6)
+        assert job.generators() == {"tiled-contraction": 2, "row-softmax": 1}
+        return
     job = check(prog, inputs(prog, rng), generator="fused-attention", target=target,
                 rtol=2e-5, atol=2e-6)
     assert job.generators() == {"fused-attention": 1}
@@ -229,7 +234,7 @@ SIZES = {"b": 2, "h": 3, "q": 7, "k": 10, "d": 8, "e": 4}
 @pytest.mark.parametrize("scores, values", [
     ("bhqd,bhdk->bhqk", "bhqk,bhke->bhqe"),  # K stored features first
     ("qhd,khd->hkq", "hkq,khe->qhe"),  # the keys before the queries: softmax along axis 1
-    ("dqb,kbd->bqk", "bqk,bek->qbe"),  # V's features not contiguous (no CPU vector form)
+    ("dqb,kbd->bqk", "bqk,bek->qbe"),  # V's features not contiguous (no CPU form)
     ("qd,kd->qk", "qk,ke->qe"),  # no batch letter
 ])
 @pytest.mark.parametrize("target", [None, CPU], ids=["generic", "cpu"])
@@ -243,7 +248,10 @@ def test_layouts(check, rng, scores, values, target) -> None:
     types = [f32[tuple(SIZES[c] for c in t)] for t in (tq, tk, tv)]
     prog = trace(f, *types)
     data = [rng.standard_normal(t.shape).astype(np.float32) for t in types]
-    check(prog, data, generator="fused-attention", target=target, rtol=2e-5, atol=2e-6)
+    job = check(prog, data, target=target, rtol=2e-5, atol=2e-6)
+    # V's features strided: no CPU form, so on a CPU the three kernels stay
+    fused = target is None or tv.index("e") == len(tv) - 1
+    assert ("fused-attention" in job.generators()) == fused, job.generators()
 
 
 @pytest.mark.parametrize("mask", ["none", "additive", "causal"])

@@ -7,7 +7,8 @@ generator builds as one kernel; the scores and probabilities never go through me
 A merge needs: the softmax group writes only the softmax, read only by the P V einsum's
 group; the scores group is the scores einsum alone, read only by the softmax group; and
 the union is an attention (:func:`~accy.kernels.attention_plan.analyse`) of at most
-``max-ops`` ops. The merged group
+``max-ops`` ops that the generator takes for the target (on CPUs: in its CPU form, the one
+faster there than the three kernels). The merged group
 takes the P V group's place: every group it reads from comes before it.
 """
 
@@ -15,13 +16,14 @@ from __future__ import annotations
 
 from accy.ir.node import Node
 from accy.ir.ops import Op
-from accy.kernels.attention_plan import analyse
+from accy.kernels import attention
 from accy.plans import FusionGroup, ScheduleKind
+from accy.target import TargetProfile
 
 
 def merge_attention(groups: list[FusionGroup], users: dict[Node, list[Node]],
-                    results: set[Node], position: dict[Node, int], max_ops: int = 0
-                    ) -> tuple[list[FusionGroup], int]:
+                    results: set[Node], position: dict[Node, int], target: TargetProfile,
+                    max_ops: int = 0) -> tuple[list[FusionGroup], int]:
     """``groups`` (producers first) with each attention's three groups merged into one; how
     many were merged."""
     group_of = {n: gi for gi, g in enumerate(groups) for n in g.nodes}
@@ -48,8 +50,7 @@ def merge_attention(groups: list[FusionGroup], users: dict[Node, list[Node]],
             continue
         nodes = sorted({*groups[ki].nodes, *soft.nodes, *groups[vi].nodes},
                        key=position.__getitem__)
-        outputs = groups[vi].outputs
-        if (max_ops and len(nodes) > max_ops) or isinstance(analyse(nodes, outputs), str):
+        if max_ops and len(nodes) > max_ops:
             continue
         inside = set(nodes)
         inputs: list[Node] = []
@@ -58,8 +59,14 @@ def merge_attention(groups: list[FusionGroup], users: dict[Node, list[Node]],
                 if s not in inside and s not in inputs:
                     inputs.append(s)
         last = groups[vi]
-        replaced[vi] = FusionGroup(last.function, tuple(nodes), outputs, tuple(inputs),
-                                   ScheduleKind.contraction, last.boundary)
+        merged = FusionGroup(last.function, tuple(nodes), groups[vi].outputs, tuple(inputs),
+                             ScheduleKind.contraction, last.boundary)
+        found = attention.plan(merged, target)
+        # on a CPU only the CPU form pays: the work-group form's loops are slower there than
+        # the three kernels (experiments/bench_attention.py)
+        if isinstance(found, str) or (target.device_type == "cpu" and not found[1].cpu):
+            continue
+        replaced[vi] = merged
         dropped |= {ki, si}
     out = [replaced.get(gi, g) for gi, g in enumerate(groups) if gi not in dropped]
     return out, len(replaced)

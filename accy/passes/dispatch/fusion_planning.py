@@ -17,6 +17,7 @@ from accy.passes.dispatch.row_fusion import merge_row_groups
 from accy.passes.registry import register
 from accy.plans import FusionGroup, FusionPlan, ScheduleKind
 from accy.product import Product
+from accy.target import TargetProfile
 
 KIND_OF = {
     OpKind.REDUCE: ScheduleKind.reduction, OpKind.EINSUM: ScheduleKind.contraction,
@@ -98,6 +99,7 @@ class FusionPlanning(Pass):
     def run(self, ctx, product):
         groups: list[FusionGroup] = []
         recomputed = merged = joined = attentions = 0
+        target = product.target or TargetProfile()
         for fi, fn in enumerate(product.program.functions):
             u = ctx.analysis("uses", product)[fi]
             nodes = fn.nodes()
@@ -105,7 +107,7 @@ class FusionPlanning(Pass):
             position = {n: i for i, n in enumerate(nodes)}
             if self.attention:
                 planned, fused = merge_attention(planned, u.users, u.results, position,
-                                                   self.max_ops)
+                                                   target, self.max_ops)
                 attentions += fused
             if self.row_fusion:
                 planned, rows = merge_row_groups(planned, u.users, u.results, position,
