@@ -42,8 +42,8 @@ def test_pipeline_prints_canonical_text(capsys):
     assert capsys.readouterr().out.strip() == "fusion-planning,schedule-planning,layout-planning"
     assert main(["pipeline", "fusion-planning{policy=multi-output}", "--full"]) == 0
     assert capsys.readouterr().out.strip() == (
-        "fusion-planning{policy=multi-output max-ops=1000 row-fusion=true horizontal=true "
-        "horizontal-max-args=64}")
+        "fusion-planning{policy=multi-output max-ops=1000 row-fusion=true attention=true "
+        "horizontal=true horizontal-max-args=64}")
 
 
 def test_pipeline_error_points_at_column(capsys):

@@ -11,11 +11,13 @@ from accy.ir.ops import Op, OpKind
 from accy.ir.program import Stage
 from accy.passes.analysis import analysis
 from accy.passes.base import COUNT_MAX, Pass, option
+from accy.passes.dispatch.attention_fusion import merge_attention
 from accy.passes.dispatch.horizontal import join_sinks
 from accy.passes.dispatch.row_fusion import merge_row_groups
 from accy.passes.registry import register
 from accy.plans import FusionGroup, FusionPlan, ScheduleKind
 from accy.product import Product
+from accy.target import TargetProfile
 
 KIND_OF = {
     OpKind.REDUCE: ScheduleKind.reduction, OpKind.EINSUM: ScheduleKind.contraction,
@@ -76,6 +78,12 @@ class FusionPlanning(Pass):
         "ops between and after them into one group, built as one kernel by the row-fused "
         "generator (a layer norm: one kernel, not four); false: a kernel per reduction",
     )
+    attention: bool = option(
+        True,
+        "merge a softmax between two contractions (Q Kᵀ, a scale or mask, a softmax over the "
+        "keys, P V) into one group, built as one kernel with an online softmax by the "
+        "fused-attention generator; false: the scores and probabilities go through memory",
+    )
     horizontal: bool = option(
         True,
         "join independent elementwise groups that write function results over one shape "
@@ -90,12 +98,17 @@ class FusionPlanning(Pass):
 
     def run(self, ctx, product):
         groups: list[FusionGroup] = []
-        recomputed = merged = joined = 0
+        recomputed = merged = joined = attentions = 0
+        target = product.target or TargetProfile()
         for fi, fn in enumerate(product.program.functions):
             u = ctx.analysis("uses", product)[fi]
             nodes = fn.nodes()
             planned, shared = self._plan(fi, nodes, u)
             position = {n: i for i, n in enumerate(nodes)}
+            if self.attention:
+                planned, fused = merge_attention(planned, u.users, u.results, position,
+                                                   target, self.max_ops)
+                attentions += fused
             if self.row_fusion:
                 planned, rows = merge_row_groups(planned, u.users, u.results, position,
                                                  self.max_ops)
@@ -109,6 +122,7 @@ class FusionPlanning(Pass):
         ctx.stat("groups", len(groups))
         ctx.stat("recomputed movement", recomputed)
         ctx.stat("row groups", merged)
+        ctx.stat("attention groups", attentions)
         ctx.stat("horizontally joined groups", joined)
         return product.replace(fusion=FusionPlan(self.policy, tuple(groups)))
 

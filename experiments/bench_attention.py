@@ -1,0 +1,205 @@
+"""Benchmark: attention (softmax(Q Kᵀ / sqrt(d) [+ causal mask]) V over batch x heads) as accy
+kernels with the fused-attention generator and without it, against torch where it has CUDA.
+
+    python experiments/bench_attention.py [--device nvidia] [--batch 1] [--heads 8]
+        [--seqs 512,1024] [--head-dim 64] [--causal] [--repeat 10]
+        [--out results/bench_attention.json] [--no-torch]
+
+Each shape is prepared for the device's own :class:`~accy.target.TargetProfile` twice:
+``fused``, ``fusion-planning{attention=true}`` (the default: one ``fused-attention`` kernel
+with an online softmax) and ``unfused``, ``attention=false`` (the scores, the softmax and
+P V as separate kernels, the scores and probabilities through memory, as before). Kernel
+time is the sum of the OpenCL profiling events of one call, median over ``--repeat`` calls
+after a warm-up; the two variants are timed alternately, so a busy machine slows both alike.
+Outputs are checked against numpy in f64. When torch with CUDA is importable, the same
+attention runs in torch eager (the math spelling), ``scaled_dot_product_attention`` and
+torch.compile of the math spelling, timed with CUDA events; otherwise those fields are null
+with the reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import platform
+import sys
+from typing import Any
+
+import numpy as np
+import pyopencl as cl
+
+import accy
+from accy.backends.opencl.runtime import select_device
+from accy.builder import einsum, trace
+from accy.experiments.records import git_commit, median_ms, timestamp, write_json
+from accy.passes.spec import parse_pipeline
+from accy.target import TargetProfile
+
+f32 = accy.f32
+VARIANTS = {"fused": "fusion-planning{attention=true}",
+            "unfused": "fusion-planning{attention=false}"}
+
+
+def program(b: int, h: int, s: int, d: int, causal: bool) -> accy.Program:
+    def attention(q, k, v):
+        scores = einsum("bhqd,bhkd->bhqk", q, k) * (1.0 / math.sqrt(d))
+        if causal:
+            tri = accy.constant(np.tril(np.ones((s, s), dtype=bool)))
+            scores = accy.where(tri, scores, -np.inf)
+        return einsum("bhqk,bhkd->bhqd", accy.softmax(scores, -1), v)
+
+    return trace(attention, *[f32[b, h, s, d]] * 3, name="attention")
+
+
+def inputs(b: int, h: int, s: int, d: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(0)
+    return [rng.standard_normal((b, h, s, d)).astype(np.float32) for _ in range(3)]
+
+
+def reference(xs: list[np.ndarray], causal: bool) -> np.ndarray:
+    q, k, v = (x.astype(np.float64) for x in xs)
+    s = q @ k.swapaxes(-1, -2) / math.sqrt(q.shape[-1])
+    if causal:
+        s = np.where(np.tril(np.ones(s.shape[-2:], dtype=bool)), s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return (p / p.sum(-1, keepdims=True)) @ v
+
+
+def bench_torch(xs: list[np.ndarray], causal: bool, repeat: int) -> dict[str, Any]:
+    """torch eager, SDPA and torch.compile ms per call, or the reason they are missing."""
+    out: dict[str, Any] = {"torch_eager_ms": None, "torch_sdpa_ms": None,
+                           "torch_compile_ms": None, "torch_note": None}
+    try:
+        import torch
+    except ImportError:
+        out["torch_note"] = "torch is not installed"
+        return out
+    if not torch.cuda.is_available():
+        out["torch_note"] = "torch has no CUDA device"
+        return out
+    torch.backends.cuda.matmul.allow_tf32 = False  # f32 on both sides
+    q, k, v = (torch.from_numpy(a).cuda() for a in xs)
+    d = xs[0].shape[-1]
+    mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device="cuda").tril()
+
+    def math_form(q, k, v):
+        s = q @ k.transpose(-1, -2) / math.sqrt(d)
+        if causal:
+            s = s.masked_fill(~mask, float("-inf"))
+        return torch.softmax(s, -1) @ v
+
+    def sdpa(q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    def timed(fn: Any) -> float:
+        for _ in range(3):
+            fn(q, k, v)
+        torch.cuda.synchronize()
+        samples = []
+        for _ in range(repeat):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn(q, k, v)
+            end.record()
+            end.synchronize()
+            samples.append(start.elapsed_time(end) * 1e6)  # ms -> ns
+        return median_ms(samples)
+
+    out["torch_version"] = torch.__version__
+    out["torch_eager_ms"] = timed(math_form)
+    out["torch_sdpa_ms"] = timed(sdpa)
+    try:
+        out["torch_compile_ms"] = timed(torch.compile(math_form))
+    except Exception as e:  # noqa: BLE001  (no compiler toolchain, Triton missing, ...)
+        out["torch_note"] = f"torch.compile failed: {type(e).__name__}: {e}"[:300]
+    return out
+
+
+def bench_shape(b: int, h: int, s: int, d: int, causal: bool, runtime: Any,
+                repeat: int) -> dict[str, Any]:
+    target = TargetProfile.from_device(runtime.info)
+    prog = program(b, h, s, d, causal)
+    xs = inputs(b, h, s, d)
+    want = reference(xs, causal)
+    jobs, exes, samples, pipelines = {}, {}, {}, {}
+    for variant, passes in VARIANTS.items():
+        pipelines[variant] = parse_pipeline("accy-default").replacing(passes).text()
+        jobs[variant] = accy.prepare(prog, pipelines[variant], target=target)
+        exes[variant] = jobs[variant].executable(device=runtime)
+        exes[variant](*xs)  # warm-up: builds the kernels
+        samples[variant] = []
+    outs = {}
+    for _ in range(repeat):
+        for variant, exe in exes.items():
+            (outs[variant],) = exe(*xs)
+            samples[variant].append(sum(exe.last_kernel_ns))
+    flops = 4 * b * h * s * s * d  # two products of 2 s^2 d FLOPs per (batch, head)
+    row: dict[str, Any] = {"shape": {"batch": b, "heads": h, "seq": s, "head_dim": d},
+                           "causal": causal}
+    for variant in VARIANTS:
+        ms = median_ms(samples[variant])
+        err = float(np.max(np.abs(outs[variant] - want)))
+        row[variant] = {"pipeline": pipelines[variant], "kernel_count": jobs[variant].kernel_count,
+                        "generators": jobs[variant].generators(), "kernel_ms": ms,
+                        "GFLOPs": flops / (ms * 1e6), "max_abs_error": err,
+                        "matches": bool(np.allclose(outs[variant], want, rtol=1e-4,
+                                                    atol=1e-4))}
+    row["fusion_speedup"] = row["unfused"]["kernel_ms"] / row["fused"]["kernel_ms"]
+    return row
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default=None, help="OpenCL selector (default: $ACCY_DEVICE/pocl)")
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--seqs", default="512,1024", help="comma-separated sequence lengths")
+    p.add_argument("--head-dim", type=int, default=64)
+    p.add_argument("--causal", action="store_true", help="a causal mask (where over a tril)")
+    p.add_argument("--repeat", type=int, default=10)
+    p.add_argument("--no-torch", action="store_true")
+    p.add_argument("--out", default="results/bench_attention.json")
+    args = p.parse_args(argv)
+    try:
+        args.seq_list = [int(x) for x in args.seqs.split(",")]
+    except ValueError:
+        p.error(f"--seqs: comma-separated integers, got {args.seqs!r}")
+    if min(args.batch, args.heads, args.head_dim, args.repeat, *args.seq_list) < 1:
+        p.error("--batch, --heads, --head-dim, --repeat and --seqs must be positive")
+    return args
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    runtime = select_device(args.device)
+    info = runtime.info
+    rows = []
+    for s in args.seq_list:
+        row = bench_shape(args.batch, args.heads, s, args.head_dim, args.causal, runtime,
+                          args.repeat)
+        if not args.no_torch:
+            row.update(bench_torch(inputs(args.batch, args.heads, s, args.head_dim),
+                                   args.causal, args.repeat))
+        rows.append(row)
+        f, u = row["fused"], row["unfused"]
+        print(f"seq {s:>5}  fused {f['kernel_ms']:9.3f} ms ({f['kernel_count']} kernel, "
+              f"{f['GFLOPs']:7.1f} GFLOP/s)  unfused {u['kernel_ms']:9.3f} ms "
+              f"({u['kernel_count']} kernels)  x{row['fusion_speedup']:.2f}  "
+              f"sdpa {row.get('torch_sdpa_ms')}  compile {row.get('torch_compile_ms')}  "
+              f"ok={f['matches'] and u['matches']}", flush=True)
+    result = {
+        "rows": rows, "repeat": args.repeat,
+        "device": {"key": info.key, "platform": info.platform, "name": info.name,
+                   "driver": info.driver_version, "compute_units": info.compute_units},
+        "command": [sys.argv[0] if argv is None else "main",
+                    *(sys.argv[1:] if argv is None else argv)],
+        "versions": {"accy": accy.__version__, "numpy": np.__version__,
+                     "pyopencl": cl.VERSION_TEXT, "python": platform.python_version()},
+        "git_commit": git_commit(), "timestamp": timestamp(),
+    }
+    write_json(result, args.out)
+    return result
+
+
+if __name__ == "__main__":
+    main()

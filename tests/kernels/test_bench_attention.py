@@ -1,0 +1,25 @@
+"""Smoke test: the attention benchmark runs at tiny sizes and writes sane JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def test_bench_attention_smoke(experiment_script, device, tmp_path: Path) -> None:
+    bench = experiment_script("bench_attention")
+    out = tmp_path / "a.json"
+    result = bench.main(["--seqs", "9,33", "--heads", "2", "--head-dim", "8", "--repeat", "2",
+                         "--causal", "--no-torch", "--out", str(out)])
+    data = json.loads(out.read_text())
+    assert data == json.loads(json.dumps(result))
+    assert data["device"]["key"] == device.info.key
+    assert [r["shape"]["seq"] for r in data["rows"]] == [9, 33]
+    for row in data["rows"]:
+        assert row["causal"]
+        for variant in ("fused", "unfused"):
+            assert row[variant]["matches"], row
+            assert row[variant]["kernel_ms"] > 0
+        assert row["fused"]["generators"] == {"fused-attention": 1}
+        assert "fused-attention" not in row["unfused"]["generators"]
+        assert row["unfused"]["kernel_count"] == 3
