@@ -6,8 +6,8 @@ kernels with the fused-attention generator and without it, against torch where i
         [--out results/bench_attention.json] [--no-torch]
 
 Each shape is prepared for the device's own :class:`~accy.target.TargetProfile` twice:
-``fused``, ``fusion-planning{attention=true}`` (the default: one ``fused-attention`` kernel
-with an online softmax) and ``unfused``, ``attention=false`` (the scores, the softmax and
+``fused``, ``fusion-planning{attention=always}`` (one ``fused-attention`` kernel
+with an online softmax) and ``unfused``, ``attention=off`` (the scores, the softmax and
 P V as separate kernels, the scores and probabilities through memory, as before). Kernel
 time is the sum of the OpenCL profiling events of one call, median over ``--repeat`` calls
 after a warm-up; the two variants are timed alternately, so a busy machine slows both alike.
@@ -36,8 +36,8 @@ from accy.passes.spec import parse_pipeline
 from accy.target import TargetProfile
 
 f32 = accy.f32
-VARIANTS = {"fused": "fusion-planning{attention=true}",
-            "unfused": "fusion-planning{attention=false}"}
+VARIANTS = {"fused": "fusion-planning{attention=always}",
+            "unfused": "fusion-planning{attention=off}"}
 
 
 def program(b: int, h: int, s: int, d: int, causal: bool) -> accy.Program:

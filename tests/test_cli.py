@@ -42,7 +42,7 @@ def test_pipeline_prints_canonical_text(capsys):
     assert capsys.readouterr().out.strip() == "fusion-planning,schedule-planning,layout-planning"
     assert main(["pipeline", "fusion-planning{policy=multi-output}", "--full"]) == 0
     assert capsys.readouterr().out.strip() == (
-        "fusion-planning{policy=multi-output max-ops=1000 row-fusion=true attention=true "
+        "fusion-planning{policy=multi-output max-ops=1000 row-fusion=true attention=auto "
         "horizontal=true horizontal-max-args=64}")
 
 

@@ -1,7 +1,7 @@
 """The attention pattern: scores = einsum(Q, K) (a batched Q Kᵀ), an elementwise chain on the
 scores (a scale, an additive or causal mask), a softmax along the key axis, and
 einsum(P, V), optionally followed by an elementwise epilogue at the output's shape and
-reshapes. ``fusion-planning{attention=true}`` (:mod:`accy.passes.dispatch.attention_fusion`)
+reshapes. ``fusion-planning{attention=auto|always}`` (:mod:`accy.passes.dispatch.attention_fusion`)
 merges the three groups such a program is planned as (the scores contraction, the row
 softmax, the P V contraction) into one group when :func:`analyse` recognises it, and the
 ``fused-attention`` generator (:mod:`accy.kernels.attention`) builds that group as one

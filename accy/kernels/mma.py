@@ -536,7 +536,7 @@ for _policy in POLICIES:
 register_generator(Generator(
     "mma-f16",
     "f16 batched matrix products on f16 tensor cores (mma.sync m16n8k16, f32 accumulators) "
-    "fed by cp.async, on targets whose probe found both and cl_khr_fp16",
+    "fed by cp.async, on targets whose probe found both",
     lambda group, target: accepts(group, target, DType.f16),
     lambda group, outline, kind, target: build(group, outline, kind, target, "f16"),
 ))

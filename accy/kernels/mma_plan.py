@@ -325,8 +325,8 @@ def pipelined(c: Contraction, target: TargetProfile) -> bool:
 def plan(group: FusionGroup, target: TargetProfile) -> tuple[Contraction, MmaTiles] | str:
     """The contraction form and tiles of a group the mma generators take, or why not: f32
     products on TF32 tensor cores (``mma-tf32`` / ``mma-3xtf32``), f16 ones on f16 tensor
-    cores (``mma-f16``, which also needs ``cp.async``, f16 in the target's dtypes, and
-    A stored along K, B along N)."""
+    cores (``mma-f16``, which also needs ``cp.async`` and A stored along K, B along N; not
+    ``cl_khr_fp16``: its tiles are words and its loads and stores ``vload_half``)."""
     found = analyse(group)
     if isinstance(found, str):
         return found
@@ -334,8 +334,8 @@ def plan(group: FusionGroup, target: TargetProfile) -> tuple[Contraction, MmaTil
     if c.dtype is DType.f16:
         if F16_MMA not in target.tensor_cores:
             return "the target has no f16 tensor cores (TargetProfile.tensor_cores)"
-        if DType.f16 not in target.dtypes:
-            return "the target lacks cl_khr_fp16"
+        if DType.f16 not in target.usable_dtypes:
+            return "the target cannot store f16"
         if not pipelined(c, target):
             return ("f16 tensor cores need cp.async copies: the target has none, or the "
                     "operands are not A along K and B along N in whole 16-byte vectors")

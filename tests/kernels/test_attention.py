@@ -1,5 +1,5 @@
 """fused-attention: Q Kᵀ, a scale or mask, a softmax over the keys and P V as one kernel with
-an online softmax, against the interpreter on PoCL; fusion-planning{attention=false} gives
+an online softmax, against the interpreter on PoCL; fusion-planning{attention=off} gives
 the kernels of before."""
 
 from __future__ import annotations
@@ -20,7 +20,30 @@ f32 = accy.f32
 GPU = TargetProfile(max_work_group_size=1024, compute_units=132)
 CPU = TargetProfile(device_type="cpu", max_work_group_size=4096, compute_units=2,
                     native_vector_bytes=32)  # AVX2: 8 lanes, two queries per work-item
-OFF = parse_pipeline("accy-default").replacing("fusion-planning{attention=false}").text()
+OFF = parse_pipeline("accy-default").replacing("fusion-planning{attention=off}").text()
+ALWAYS = parse_pipeline("accy-default").replacing("fusion-planning{attention=always}").text()
+
+
+@pytest.fixture
+def check(check):
+    """The kernels conftest's ``check``; on GPU targets (the generic one too) under
+    ``attention=always``: ``auto`` fuses only where the fused kernel pays, the CPU form on
+    CPUs (``test_auto_fuses_on_cpus_only``)."""
+
+    def run(program, inputs, *, pipeline="accy-default", target=None, **kw):
+        if pipeline == "accy-default" and (target is None or target.device_type != "cpu"):
+            pipeline = ALWAYS
+        return check(program, inputs, pipeline=pipeline, target=target, **kw)
+
+    return run
+
+
+def test_auto_fuses_on_cpus_only() -> None:
+    prog = heads(1, 2, 33, 33, 16, 16)
+    assert accy.prepare(prog, target=CPU).generators() == {"fused-attention": 1}
+    assert accy.prepare(prog, target=GPU).generators() == {"tiled-contraction": 2,
+                                                          "row-softmax": 1}
+    assert accy.prepare(prog, ALWAYS, target=GPU).generators() == {"fused-attention": 1}
 
 
 def heads(b: int, h: int, sq: int, sk: int, d: int, dv: int, *, scale: bool = True,
@@ -152,8 +175,7 @@ def test_ablation_gives_the_kernels_of_before(check, rng) -> None:
 
 def test_disabled_generator_falls_back_to_the_loop_nest(check, rng) -> None:
     prog = heads(1, 2, 6, 5, 4, 4)
-    pipe = parse_pipeline("accy-default").replacing(
-        "kernelization{disable=fused-attention}").text()
+    pipe = parse_pipeline(ALWAYS).replacing("kernelization{disable=fused-attention}").text()
     job = check(prog, inputs(prog, rng), pipeline=pipe, rtol=2e-5, atol=2e-6)
     assert job.generators() == {"loop-nest": 1}
 
@@ -174,14 +196,16 @@ def test_not_merged() -> None:
         return einsum("hqk,hkd->hqd", accy.softmax(s, -1), v) + s.sum(axes=-1, keepdims=True)
 
     for f in (over_queries, returned, scores_reused):
-        job = accy.prepare(trace(f, f32[2, 8, 4], f32[2, 8, 4], f32[2, 8, 4]))
+        job = accy.prepare(trace(f, f32[2, 8, 4], f32[2, 8, 4], f32[2, 8, 4]), ALWAYS)
         assert "fused-attention" not in job.generators(), f.__name__
     def plain(q, k, v):
         return einsum("hqk,hkd->hqd", accy.softmax(einsum("hqd,hkd->hqk", q, k), -1), v)
 
-    assert "fused-attention" in accy.prepare(trace(plain, *[f32[2, 8, 4]] * 3)).generators()
+    assert "fused-attention" in accy.prepare(trace(plain, *[f32[2, 8, 4]] * 3),
+                                             ALWAYS).generators()
     f64 = accy.f64[2, 8, 4]
-    assert "fused-attention" not in accy.prepare(trace(plain, f64, f64, f64)).generators()
+    assert "fused-attention" not in accy.prepare(trace(plain, f64, f64, f64),
+                                                 ALWAYS).generators()
 
 
 def test_tiles() -> None:
@@ -211,14 +235,14 @@ def test_tiles() -> None:
 
 def _group(prog: accy.Program) -> tuple:
     """(nodes, outputs) of the merged attention group."""
-    groups = accy.prepare(prog).product.fusion.groups
+    groups = accy.prepare(prog, ALWAYS).product.fusion.groups
     (g,) = [g for g in groups if any(n.op.value == "softmax" for n in g.nodes)]
     return g.nodes, g.outputs
 
 
 @pytest.mark.parametrize("passes, fused", [
-    ("fusion-planning{policy=multi-output}", True),
-    ("fusion-planning{max-ops=3}", False),  # the merged group would have five ops
+    ("fusion-planning{policy=multi-output attention=always}", True),
+    ("fusion-planning{max-ops=3 attention=always}", False),  # the merged group would have five ops
 ])
 def test_fusion_options(check, passes, fused) -> None:
     bench = SUITE["attention"]

@@ -306,14 +306,35 @@ def test_f16_products_take_f16_tensor_cores_under_any_policy(precision, pipe, us
 @pytest.mark.parametrize("target, prog", [
     (dataclasses.replace(ASYNC, tensor_cores=(TF32_MMA, CP_ASYNC)), matmul16(512, 512, 64)),
     (dataclasses.replace(ASYNC, tensor_cores=(TF32_MMA, F16_MMA)), matmul16(512, 512, 64)),
-    (dataclasses.replace(ASYNC, dtypes=NV.dtypes), matmul16(512, 512, 64)),  # no cl_khr_fp16
     (ASYNC, matmul16(512, 512, 64, b_transposed=True)),  # B along K: no cp.async layout
     (ASYNC, matmul16(512, 512, 20)),  # K too small
-], ids=["no-f16-mma", "no-cp-async", "no-fp16", "b-transposed", "small-k"])
+], ids=["no-f16-mma", "no-cp-async", "b-transposed", "small-k"])
 def test_f16_not_chosen_without_everything_it_needs(target, prog, pipe, used):
     job = prepare(prog, "ieee", target, pipe)
     assert not any(name.startswith("mma") for name in used(job))
     assert "asm" not in job.kernel_source(0)
+
+
+def test_f16_products_stay_f16_for_tensor_cores_without_cl_khr_fp16(pipe, used):
+    # the H200's OpenCL has no cl_khr_fp16: dtype-legalization promotes f16 to f32 but keeps
+    # the product in f16 (mma-f16 needs no f16 arithmetic), the bias and relu in f32
+    from accy.ir.ops import Op
+    from accy.ir.program import Stage
+    from accy.ir.types import DType
+
+    job = prepare(matmul16(512, 512, 64, bias=True), "ieee",
+                  dataclasses.replace(ASYNC, dtypes=NV.dtypes), pipe)
+    assert used(job) == {"mma-f16": 1}
+    nodes = job.products[Stage.tensor].program.nodes()
+    (product,) = [n for n in nodes if n.op is Op.EINSUM]
+    assert product.type.dtype is DType.f16
+    assert all(s.type.dtype is DType.f16 and s.op is Op.PARAM for s in product.srcs)
+    assert {n.type.dtype for n in nodes if n.op is Op.ADD} == {DType.f32}
+    # without f16 tensor cores the product is promoted with everything else
+    job = prepare(matmul16(512, 512, 64, bias=True), "ieee",
+                  dataclasses.replace(NV, tensor_cores=(TF32_MMA, CP_ASYNC)), pipe)
+    nodes = job.products[Stage.tensor].program.nodes()
+    assert [n.type.dtype for n in nodes if n.op is Op.EINSUM] == [DType.f32]
 
 
 def test_never_chosen_on_the_pocl_device(device, pipe, used):

@@ -1,4 +1,4 @@
-"""Attention fusion (``fusion-planning{attention=true}``): the softmax between two
+"""Attention fusion (``fusion-planning{attention=auto|always}``): the softmax between two
 contractions, planned as three groups (the scores einsum; the score chain and the softmax;
 the P V einsum with its epilogue), becomes one group in the online-softmax attention form
 :func:`accy.kernels.attention_plan.analyse` recognises, which the ``fused-attention``
@@ -7,8 +7,9 @@ generator builds as one kernel; the scores and probabilities never go through me
 A merge needs: the softmax group writes only the softmax, read only by the P V einsum's
 group; the scores group is the scores einsum alone, read only by the softmax group; and
 the union is an attention (:func:`~accy.kernels.attention_plan.analyse`) of at most
-``max-ops`` ops that the generator takes for the target (on CPUs: in its CPU form, the one
-faster there than the three kernels). The merged group
+``max-ops`` ops that the generator takes for the target and, under ``auto``, where the fused
+kernel pays (:func:`pays`: the CPU form on CPUs; ``always`` merges wherever the generator
+takes it, the GPU work-group form too). The merged group
 takes the P V group's place: every group it reads from comes before it.
 """
 
@@ -23,9 +24,10 @@ from accy.target import TargetProfile
 
 def merge_attention(groups: list[FusionGroup], users: dict[Node, list[Node]],
                     results: set[Node], position: dict[Node, int], target: TargetProfile,
-                    max_ops: int = 0) -> tuple[list[FusionGroup], int]:
+                    max_ops: int = 0, always: bool = False) -> tuple[list[FusionGroup], int]:
     """``groups`` (producers first) with each attention's three groups merged into one; how
-    many were merged."""
+    many were merged. Unless ``always``, only where the fused kernel pays (module
+    docstring)."""
     group_of = {n: gi for gi, g in enumerate(groups) for n in g.nodes}
     replaced: dict[int, FusionGroup] = {}
     dropped: set[int] = set()
@@ -62,11 +64,16 @@ def merge_attention(groups: list[FusionGroup], users: dict[Node, list[Node]],
         merged = FusionGroup(last.function, tuple(nodes), groups[vi].outputs, tuple(inputs),
                              ScheduleKind.contraction, last.boundary)
         found = attention.plan(merged, target)
-        # on a CPU only the CPU form pays: the work-group form's loops are slower there than
-        # the three kernels (experiments/bench_attention.py)
-        if isinstance(found, str) or (target.device_type == "cpu" and not found[1].cpu):
+        if isinstance(found, str) or not (always or pays(target, found[1].cpu)):
             continue
         replaced[vi] = merged
         dropped |= {ki, si}
     out = [replaced.get(gi, g) for gi, g in enumerate(groups) if gi not in dropped]
     return out, len(replaced)
+
+
+def pays(target: TargetProfile, cpu_form: bool) -> bool:
+    """Whether the fused kernel beats the three (``experiments/bench_attention.py``): on a CPU
+    its CPU form does; the work-group form is slower than the three kernels on a CPU, and on
+    an H200 up to sequence 4096 (papers/kernels.md), so GPUs keep the three by default."""
+    return target.device_type == "cpu" and cpu_form

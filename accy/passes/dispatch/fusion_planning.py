@@ -78,11 +78,14 @@ class FusionPlanning(Pass):
         "ops between and after them into one group, built as one kernel by the row-fused "
         "generator (a layer norm: one kernel, not four); false: a kernel per reduction",
     )
-    attention: bool = option(
-        True,
+    attention: Literal["auto", "always", "off"] = option(
+        "auto",
         "merge a softmax between two contractions (Q Kᵀ, a scale or mask, a softmax over the "
         "keys, P V) into one group, built as one kernel with an online softmax by the "
-        "fused-attention generator; false: the scores and probabilities go through memory",
+        "fused-attention generator: auto where its kernel is measured to beat the three "
+        "(the CPU form on CPUs; not on GPUs, where the work-group form was slower up to "
+        "sequence 4096 on an H200), always wherever the generator takes it; off: the scores "
+        "and probabilities go through memory",
     )
     horizontal: bool = option(
         True,
@@ -105,9 +108,10 @@ class FusionPlanning(Pass):
             nodes = fn.nodes()
             planned, shared = self._plan(fi, nodes, u)
             position = {n: i for i, n in enumerate(nodes)}
-            if self.attention:
+            if self.attention != "off":
                 planned, fused = merge_attention(planned, u.users, u.results, position,
-                                                   target, self.max_ops)
+                                                   target, self.max_ops,
+                                                   always=self.attention == "always")
                 attentions += fused
             if self.row_fusion:
                 planned, rows = merge_row_groups(planned, u.users, u.results, position,

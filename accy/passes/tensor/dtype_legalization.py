@@ -5,7 +5,9 @@ attached). Only dtypes the program uses and ``target.dtypes`` lacks are touched;
 to do the product is returned as it is (same program, same fingerprint). Per dtype, an option
 says what happens:
 
-* ``f16`` (``promote`` by default): every f16 value is computed in f32. ``keep`` leaves f16
+* ``f16`` (``promote`` by default): every f16 value is computed in f32, except contractions
+  of f16 operands on targets with f16 tensor cores and ``cp.async`` (``mma-f16`` takes them
+  in f16, its result cast to f32 for its users). ``keep`` leaves f16
   to the kernels, which compute it in float and round every f16 value they bind (the
   renderer's f16 without ``cl_khr_fp16``; legal wherever f32 is).
 * ``f64`` (``keep`` by default, or ``demote``): every f64 value is computed in f32. Values
@@ -61,7 +63,7 @@ from accy.ir.types import DType
 from accy.passes.base import Pass, option
 from accy.passes.rebuild import constant, make, rebuild
 from accy.passes.registry import register
-from accy.target import TargetProfile
+from accy.target import CP_ASYNC, F16_MMA, TargetProfile
 
 SUBSTITUTE = {DType.f16: DType.f32, DType.f64: DType.f32, DType.i64: DType.i32}
 
@@ -89,6 +91,13 @@ def refusal(program: Program, dtype: DType, target: TargetProfile) -> Capability
         f"dtype-legalization: {locate(program, lambda n: n.type.dtype is dtype)} computes in "
         f"{dtype.value}, which the target ({target.device}) lacks; {dtype.value}={fix} "
         f"computes it in {SUBSTITUTE[dtype].value} instead")
+
+
+def f16_product(node: Node) -> bool:
+    """A contraction of f16 operands: kept in f16 on targets with f16 tensor cores
+    (``mma-f16`` multiplies f16 exactly and sums in f32, without ``cl_khr_fp16``)."""
+    return (node.op is Op.EINSUM and node.type.dtype is DType.f16
+            and all(s.type.dtype is DType.f16 for s in node.srcs))
 
 
 def narrowed(program: Program, node: Node, dtype: DType) -> np.ndarray:
@@ -135,7 +144,11 @@ class DtypeLegalization(Pass):
                 mapping[d] = SUBSTITUTE[d]
         converted = {d: 0 for d in mapping}
 
+        tensor_cores = F16_MMA in target.tensor_cores and CP_ASYNC in target.tensor_cores
+
         def rewrite(node: Node, srcs: tuple[Node, ...]) -> Node:
+            if DType.f16 in mapping and tensor_cores and f16_product(node):
+                return self.on_tensor_cores(node, srcs, mapping[DType.f16])
             out = self.convert(program, node, srcs, mapping)
             if out.type.dtype is not node.type.dtype:
                 converted[node.type.dtype] += 1
@@ -167,6 +180,14 @@ class DtypeLegalization(Pass):
         if srcs == node.srcs:
             return node
         return make(node.op, *srcs, **dict(node.attrs))
+
+    @staticmethod
+    def on_tensor_cores(node: Node, srcs: tuple[Node, ...], wide: DType) -> Node:
+        """An f16 product kept in f16 over f16 operands (a promoted operand cast back; a
+        parameter's cast dropped), its result cast to ``wide`` for its users."""
+        ins = tuple(s.srcs[0] if s.op is Op.CAST and s.srcs[0].type.dtype is DType.f16
+                    else make(Op.CAST, s, dtype=DType.f16) for s in srcs)
+        return make(Op.CAST, make(node.op, *ins, **dict(node.attrs)), dtype=wide)
 
     @staticmethod
     def restore_results(before: Program, after: Program) -> Program:
