@@ -49,8 +49,11 @@ MICRO_PROGRAMS: dict[str, list[tuple[str, tuple[int, ...]]]] = {
         *[("transcendental", (n, k)) for n in (1 << 12, 1 << 18) for k in (1, 6)],
         ("reduce", (64, 64)), ("reduce", (256, 512)), ("reduce", (1024, 1024)),
         ("reduce", (1, 1 << 18)),
-        ("contraction", (16, 16, 16)), ("contraction", (64, 64, 64)),
-        ("contraction", (128, 256, 128)), ("contraction", (256, 256, 256)),
+        ("contraction:square", (64, 64, 64)), ("contraction:square", (128, 256, 128)),
+        ("contraction:square", (256, 256, 256)),
+        ("contraction:small-k", (16, 4, 8)), ("contraction:small-k", (32, 4, 16)),
+        ("contraction:small-output", (16, 256, 16)), ("contraction:small-output", (16, 2048, 16)),
+        ("contraction:batched", (8, 16, 16, 16)), ("contraction:batched", (8, 64, 64, 64)),
         ("rowwise", (64, 64)), ("rowwise", (256, 512)), ("rowwise", (1024, 1024)),
         ("gather", (256, 32, 128)), ("gather", (2048, 64, 1024)), ("gather", (8192, 128, 4096)),
         ("scatter_add", (256, 32, 128)), ("scatter_add", (2048, 64, 1024)),
@@ -60,8 +63,11 @@ MICRO_PROGRAMS: dict[str, list[tuple[str, tuple[int, ...]]]] = {
     "quick": [
         ("cheap", (64, 1)), ("cheap", (256, 3)), ("transcendental", (64, 1)),
         ("transcendental", (256, 3)),
-        ("reduce", (4, 8)), ("reduce", (16, 32)), ("contraction", (4, 4, 4)),
-        ("contraction", (8, 16, 8)), ("rowwise", (4, 8)), ("rowwise", (16, 32)),
+        ("reduce", (4, 8)), ("reduce", (16, 32)), ("contraction:square", (64, 32, 64)),
+        ("contraction:square", (64, 64, 64)), ("contraction:small-k", (16, 4, 2)),
+        ("contraction:small-k", (24, 4, 2)), ("contraction:small-output", (4, 32, 4)),
+        ("contraction:small-output", (4, 64, 4)), ("contraction:batched", (2, 4, 4, 4)),
+        ("contraction:batched", (2, 8, 8, 8)), ("rowwise", (4, 8)), ("rowwise", (16, 32)),
         ("gather", (16, 4, 8)), ("gather", (64, 8, 32)), ("scatter_add", (16, 4, 8)),
         ("scatter_add", (64, 8, 32)), ("loss", (4, 8)), ("loss", (16, 32)),
     ],
@@ -73,12 +79,41 @@ GROWTH: dict[str, Callable[[tuple[int, ...]], tuple[int, ...]]] = {
     "cheap": lambda d: (d[0] * 8, d[1]),
     "transcendental": lambda d: (d[0] * 8, d[1]),
     "reduce": lambda d: (d[0] * 4, d[1] * 2),
-    "contraction": lambda d: (d[0] * 2, d[1] * 2, d[2] * 2),
+    "contraction:square": lambda d: (d[0] * 2, d[1] * 2, d[2] * 2),
+    "contraction:small-k": lambda d: (d[0] * 2, d[1], d[2]),  # k stays small
+    "contraction:small-output": lambda d: (d[0], d[1] * 8, d[2]),
+    "contraction:batched": lambda d: (d[0], d[1] * 2, d[2] * 2, d[3] * 2),
     "rowwise": lambda d: (d[0] * 4, d[1] * 2),
     "gather": lambda d: (d[0] * 2, d[1] * 2, d[2] * 4),
     "scatter_add": lambda d: (d[0] * 2, d[1] * 2, d[2] * 4),
     "loss": lambda d: (d[0] * 4, d[1] * 2),
 }
+# the contraction series' einsums (letter sizes by ``_letter_sizes``): ``small-k`` multiplies
+# small-dimension operands (two letters kept per side, one summed) like the pairwise steps
+# of a tensor network; ``small-output`` sums a long letter into few outputs
+CONTRACTION_SPECS = {
+    "contraction:square": "ik,kj->ij",
+    "contraction:small-k": "aik,kjb->aijb",
+    "contraction:small-output": "ik,jk->ij",
+    "contraction:batched": "bik,bkj->bij",
+}
+
+
+def _letter_sizes(kind: str, dims: tuple[int, ...]) -> tuple[int, ...]:
+    """The sizes of a contraction series' letters, in alphabetical order, from its dims."""
+    if kind == "contraction:square":
+        m, k, n = dims
+        return (m, n, k)  # i, j, k
+    if kind == "contraction:small-k":
+        chi, phys, k = dims  # a, b: chi; i, j: phys; k summed
+        return (chi, chi, phys, phys, k)
+    if kind == "contraction:small-output":
+        m, k, n = dims
+        return (m, n, k)
+    b, m, k, n = dims
+    return (b, m, n, k)
+
+
 GROW_UNTIL = 30.0  # a series grows until its largest program takes this x its smallest
 MAX_GROWTH = 5  # steps past the fixed list, per series
 MAX_BYTES = 256 << 20  # parameters + results of one micro-program
@@ -116,10 +151,13 @@ def _program(kind: str, dims: tuple[int, ...]) -> Program:
     if kind == "reduce":
         r, c = dims
         return trace(lambda x: x.sum(axes=-1), f32[r, c], name="reduce")
-    if kind == "contraction":
-        m, k, n = dims
-        return trace(lambda a, b: einsum("ik,kj->ij", a, b), f32[m, k], f32[k, n],
-                     name="contraction")
+    if kind in CONTRACTION_SPECS:  # every series is one pairwise einsum of its class
+        spec = CONTRACTION_SPECS[kind]
+        terms = spec.split("->")[0].split(",")
+        size = dict(zip("".join(sorted(set("".join(terms)))), _letter_sizes(kind, dims),
+                        strict=True))
+        return trace(lambda a, b: einsum(spec, a, b),
+                     *(f32[tuple(size[c] for c in t)] for t in terms), name="contraction")
     if kind == "rowwise":
         r, c = dims
         return trace(lambda x: x.softmax(-1), f32[r, c], name="rowwise")
@@ -155,8 +193,8 @@ def samples_of(kind: str, program: Program) -> dict[str, float]:
         if cls in kc.ELEMENT_CLASSES:
             out[cls] += n.type.size
         elif cls == "contraction":
-            for work, read, written in kc.einsum_steps(str(n.attr("spec")),
-                                                       tuple(t.shape for t in types)):
+            for _, work, read, written in kc.einsum_steps(str(n.attr("spec")),
+                                                          tuple(t.shape for t in types)):
                 out["flops"] += work
                 out["bytes"] += n.type.dtype.itemsize * (read + written)
         elif cls in kc.HEAVY_KINDS:
@@ -197,7 +235,11 @@ def fit(samples: list[dict[str, Any]]) -> dict[str, Any]:
     :func:`samples_of`): non-negative least squares of the *relative* error (each row divided
     by its time: a 1 us kernel matters as much as a 1 ms one, since a cost only has to rank),
     each column scaled to unit size first so that bytes and FLOPs (millions) and the launch
-    column (one) weigh alike."""
+    column (one) weigh alike. Contractions fit launch, bytes and FLOPs, per shape class
+    (``contraction:CLASS``) and pooled (``contraction``, for conv2d); the other heavy kinds,
+    whose FLOPs go with their bytes, launch and bytes. Each fit also keeps its series as
+    ``points`` (feature, time) for :meth:`kernel_cost.Fit.time` to interpolate: FLOPs for a
+    contraction class, bytes for the rest."""
     from scipy.optimize import nnls
 
     def solve(rows: list[list[float]], ys: list[float]) -> list[float]:
@@ -207,14 +249,24 @@ def fit(samples: list[dict[str, Any]]) -> dict[str, Any]:
         coef, _ = nnls(a / scale, np.ones_like(y))
         return [float(c) for c in coef / scale]
 
-    kinds: dict[str, dict[str, float]] = {}
-    for kind in kc.HEAVY_KINDS:
-        group = [s for s in samples if s["kind"] == kind]
+    def of(group: list[dict[str, Any]], feature: str) -> dict[str, Any]:
+        if feature == "flops":
+            launch, per_byte, per_flop = solve([[1.0, s["bytes"], s["flops"]] for s in group],
+                                               [s["ns"] for s in group])
+        else:
+            (launch, per_byte), per_flop = solve([[1.0, s["bytes"]] for s in group],
+                                                 [s["ns"] for s in group]), 0.0
+        return {"launch": launch, "per_byte": per_byte, "per_flop": per_flop,
+                "feature": feature, "points": series_points(group, feature)}
+
+    kinds: dict[str, dict[str, Any]] = {}
+    for kind in (*kc.HEAVY_KINDS, *(f"contraction:{c}" for c in kc.CONTRACTION_CLASSES)):
+        group = [s for s in samples if s["kind"] == kind
+                 or (kind == "contraction" and s["kind"].startswith("contraction:"))]
         if not group:
             raise ValueError(f"no calibration samples of kind {kind}")
-        launch, per_byte, per_flop = solve([[1.0, s["bytes"], s["flops"]] for s in group],
-                                           [s["ns"] for s in group])
-        kinds[kind] = {"launch": launch, "per_byte": per_byte, "per_flop": per_flop}
+        kinds[kind] = of(group, "flops" if kind.startswith("contraction") else "bytes")
+    kinds["contraction"]["points"] = []  # pooled over classes: no one series to follow
     chains = [s for s in samples if s["kind"] in kc.ELEMENT_CLASSES]
     launch, per_byte, cheap, trans = solve(
         [[1.0, s["bytes"], s["cheap"], s["transcendental"]] for s in chains],
@@ -227,6 +279,19 @@ def fit(samples: list[dict[str, Any]]) -> dict[str, Any]:
     return {"kinds": kinds_all,
             "element": {"cheap": max(cheap, floor), "transcendental": max(trans, cheap, floor)},
             "node": 1.0, "movement": 1.0}
+
+
+def series_points(group: list[dict[str, Any]], feature: str) -> list[list[float]]:
+    """A series' ``(feature, ps)`` points, feature ascending, one per feature value (the
+    median time there), times made non-decreasing (a larger kernel is never cheaper: what a
+    smaller one measured above it is noise)."""
+    by: dict[float, list[float]] = {}
+    for s in group:
+        if s[feature] > 0:
+            by.setdefault(float(s[feature]), []).append(max(float(s["ns"]), 1e-3) * 1e3)
+    xs = sorted(by)
+    ts = np.maximum.accumulate([statistics.median(by[x]) for x in xs]) if xs else []
+    return [[x, float(t)] for x, t in zip(xs, ts, strict=True)]
 
 
 def selector_of(device: str | None) -> str:
