@@ -50,7 +50,7 @@ import json
 import math
 import os
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -259,6 +259,8 @@ class KernelCost:
     node: float = 100.0  # per elementwise e-node
     movement: float = 1.0  # per movement e-node: index arithmetic
     source: str = "nominal"  # or the calibration file it came from
+    # per element of an elementwise op timed on its own (op name -> ps), before its class
+    element_ops: Mapping[str, float] = field(default_factory=dict)
 
     def node_cost(self, op: Op, type: TensorType, operands: tuple[TensorType, ...],
                   attrs: Mapping[str, Any]) -> int:
@@ -268,7 +270,8 @@ class KernelCost:
         if cls == "movement":
             return round(self.movement)
         if cls in self.element:
-            return round(self.node + self.element[cls] * type.size)
+            per = self.element_ops.get(op.value)
+            return round(self.node + (self.element[cls] if per is None else per) * type.size)
         if cls == "contraction" and op is Op.EINSUM:  # conv2d: bytes and FLOPs below
             item = _ITEMSIZE[id(type.dtype)]
             total = 0.0
@@ -289,7 +292,8 @@ class KernelCost:
     def fits(self) -> dict[str, Any]:
         """The coefficients, as a calibration file holds them."""
         return {"kinds": {k: f.document() for k, f in self.kinds.items()},
-                "element": dict(self.element), "node": self.node, "movement": self.movement}
+                "element": dict(self.element), "element_ops": dict(self.element_ops),
+                "node": self.node, "movement": self.movement}
 
 
 _NOMINAL_LAUNCH, _NOMINAL_BYTE, _NOMINAL_FLOP = 5e6, 50.0, 10.0  # 5 us, 20 GB/s, 100 GFLOP/s
@@ -362,7 +366,8 @@ def _load(path: str, mtime_ns: int) -> KernelCost:
         device = doc.get("device", {}).get("key", "?")
         return KernelCost("measured", f"kernel times calibrated on {device}", kinds, element,
                           float(fits.get("node", 0.0)), float(fits.get("movement", 1.0)),
-                          source=path)
+                          source=path, element_ops={
+                              str(op): float(v) for op, v in fits.get("element_ops", {}).items()})
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise CalibrationMissingError(f"cost calibration {path} is unusable ({e}); run "
                                       f"`accy calibrate --force` to make it again") from None

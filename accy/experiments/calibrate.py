@@ -37,9 +37,23 @@ import numpy as np
 from accy.egraph import kernel_cost as kc
 from accy.egraph.cost import bytes_moved, flops
 from accy.files import atomic_write, private_dir
+from accy.ir.ops import Op
 from accy.ir.program import Program
 
 __all__ = ["MICRO_PROGRAMS", "calibrate", "fit", "micro_programs", "samples_of"]
+
+# the float elementwise ops timed one by one (``op:NAME`` series: a sum of 4 applications
+# summed along rows, so fused into a reduction kernel as most elementwise ops are), to price
+# a fused e-node of that op per element: pow, erf or a division differ by 10-100x on a CPU
+# although all are "transcendental"; the other elementwise ops are priced by their class
+ELEMENT_OPS = ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "reciprocal",
+               "floor", "ceil", "erf", "relu", "gelu", "gelu_tanh", "sigmoid", "tanh", "add",
+               "sub", "mul", "div", "max", "min", "pow")
+
+# the pow series' exponents: whole ones, as in x**2 (a variance) or x**3 (gelu-tanh); a
+# fractional exponent takes several times longer on some devices (PoCL), and is underpriced
+_EXPONENTS = (2.0, 3.0)
+OP_ROW = 256  # row length of the op series' reductions
 
 # (kind, parameters) per micro-program; sizes chosen to span launch-bound to bandwidth-bound
 # on a CPU within about a minute of PoCL builds and runs (``quick``: tiny, for tests)
@@ -59,6 +73,7 @@ MICRO_PROGRAMS: dict[str, list[tuple[str, tuple[int, ...]]]] = {
         ("scatter_add", (256, 32, 128)), ("scatter_add", (2048, 64, 1024)),
         ("scatter_add", (8192, 128, 4096)),
         ("loss", (32, 64)), ("loss", (256, 512)), ("loss", (1024, 1024)),
+        *[(f"op:{op}", (n, 4)) for op in ELEMENT_OPS for n in (1 << 12, 1 << 18)],
     ],
     "quick": [
         ("cheap", (64, 1)), ("cheap", (256, 3)), ("transcendental", (64, 1)),
@@ -70,6 +85,7 @@ MICRO_PROGRAMS: dict[str, list[tuple[str, tuple[int, ...]]]] = {
         ("contraction:batched", (2, 8, 8, 8)), ("rowwise", (4, 8)), ("rowwise", (16, 32)),
         ("gather", (16, 4, 8)), ("gather", (64, 8, 32)), ("scatter_add", (16, 4, 8)),
         ("scatter_add", (64, 8, 32)), ("loss", (4, 8)), ("loss", (16, 32)),
+        ("op:pow", (64, 2)), ("op:div", (64, 2)),
     ],
 }
 
@@ -114,6 +130,7 @@ def _letter_sizes(kind: str, dims: tuple[int, ...]) -> tuple[int, ...]:
     return (b, m, n, k)
 
 
+GROWTH.update({f"op:{op}": GROWTH["cheap"] for op in ELEMENT_OPS})
 GROW_UNTIL = 30.0  # a series grows until its largest program takes this x its smallest
 MAX_GROWTH = 5  # steps past the fixed list, per series
 MAX_BYTES = 256 << 20  # parameters + results of one micro-program
@@ -121,7 +138,12 @@ MAX_BYTES = 256 << 20  # parameters + results of one micro-program
 
 def _series(kind: str, dims: tuple[int, ...]) -> tuple[Any, ...]:
     """Programs of one series grow from each other: a chain's length is not scaled."""
-    return (kind, dims[1]) if kind in ("cheap", "transcendental") else (kind,)
+    return (kind, dims[1]) if _is_chain(kind) else (kind,)
+
+
+def _is_chain(kind: str) -> bool:
+    """An elementwise micro-program: a chain of one class, or the sums of one op."""
+    return kind in kc.ELEMENT_CLASSES or kind.startswith("op:")
 
 
 def _nbytes(program: Program) -> int:
@@ -148,6 +170,26 @@ def _program(kind: str, dims: tuple[int, ...]) -> Program:
             return v
 
         return trace(chain, f32[n], f32[n], name=f"{kind}{k}")
+    if kind.startswith("op:"):
+        n, k = dims
+        op = Op(kind.removeprefix("op:"))
+
+        def sums(x, y):
+            fb = x.fb  # positive operands: a domain every op is finite on
+            x, y = fb.op(Op.ABS, x) + 0.5, fb.op(Op.ABS, y) + 0.5
+            total = None
+            for i in range(k):  # other operands each time, so none is computed once
+                xi = x if i == 0 else x * (1 + i / 8)
+                if op is Op.POW:  # as programs use it: a constant exponent
+                    e = fb.constant(np.array(_EXPONENTS[i % len(_EXPONENTS)], np.float32))
+                    v = fb.op(op, xi, e)
+                else:
+                    v = fb.op(op, xi) if op.arity == 1 else fb.op(op, xi, y)
+                total = v if total is None else total + v
+            return total.sum(axes=-1)  # fused into a reduction, where most such ops run
+
+        rows = max(n // OP_ROW, 1)
+        return trace(sums, f32[rows, OP_ROW], f32[rows, OP_ROW], name="elementwise")
     if kind == "reduce":
         r, c = dims
         return trace(lambda x: x.sum(axes=-1), f32[r, c], name="reduce")
@@ -182,9 +224,10 @@ def micro_programs(quick: bool = False) -> list[tuple[str, tuple[int, ...], Prog
 def samples_of(kind: str, program: Program) -> dict[str, float]:
     """What the cost model counts in a micro-program: bytes and FLOPs of its heavy op(s), or
     for an elementwise chain the bytes of its inputs and result and the elements per class."""
-    out = {"bytes": 0.0, "flops": 0.0, "cheap": 0.0, "transcendental": 0.0}
+    out: dict[str, Any] = {"bytes": 0.0, "flops": 0.0, "cheap": 0.0, "transcendental": 0.0,
+                           "ops": {}}
     fn = program.function()
-    if kind in ("cheap", "transcendental"):
+    if kind in kc.ELEMENT_CLASSES:  # the op series pay their reduction's bytes, below
         out["bytes"] = float(sum(p.type.nbytes for p in fn.params)
                              + sum(r.type.nbytes for r in fn.results))
     for n in program.nodes():
@@ -192,6 +235,7 @@ def samples_of(kind: str, program: Program) -> dict[str, float]:
         types = tuple(s.type for s in n.srcs)
         if cls in kc.ELEMENT_CLASSES:
             out[cls] += n.type.size
+            out["ops"][n.op.value] = out["ops"].get(n.op.value, 0) + n.type.size
         elif cls == "contraction":
             for _, work, read, written in kc.einsum_steps(str(n.attr("spec")),
                                                           tuple(t.shape for t in types)):
@@ -268,6 +312,8 @@ def fit(samples: list[dict[str, Any]]) -> dict[str, Any]:
         kinds[kind] = of(group, "flops" if kind.startswith("contraction") else "bytes")
     kinds["contraction"]["points"] = []  # pooled over classes: no one series to follow
     chains = [s for s in samples if s["kind"] in kc.ELEMENT_CLASSES]
+    if not chains:
+        raise ValueError("no calibration samples of elementwise chains")
     launch, per_byte, cheap, trans = solve(
         [[1.0, s["bytes"], s["cheap"], s["transcendental"]] for s in chains],
         [s["ns"] for s in chains])
@@ -276,9 +322,32 @@ def fit(samples: list[dict[str, Any]]) -> dict[str, Any]:
     # a fused elementwise e-node costs its arithmetic; keep it above zero so that a longer
     # chain never ties a shorter one when the fit put the work on bytes (noise)
     floor = 1e-3 * max(per_byte, 1e-3)
-    return {"kinds": kinds_all,
-            "element": {"cheap": max(cheap, floor), "transcendental": max(trans, cheap, floor)},
+    element = {"cheap": max(cheap, floor), "transcendental": max(trans, cheap, floor)}
+    return {"kinds": kinds_all, "element": element,
+            "element_ops": element_ops(samples, kc.Fit.read(kinds["reduce"]), element, floor),
             "node": 1.0, "movement": 1.0}
+
+
+def element_ops(samples: list[dict[str, Any]], reduce: kc.Fit,
+                element: dict[str, float], floor: float) -> dict[str, float]:
+    """Picoseconds per element of each op timed by an ``op:NAME`` series: of its largest
+    program (the one its op dominates most), the time the reduction's fit (``reduce``) leaves
+    unexplained once the other elementwise ops are paid, per element of the op (at least
+    ``floor``)."""
+    out: dict[str, float] = {}
+    for kind in sorted({s["kind"] for s in samples if s["kind"].startswith("op:")}):
+        op = kind.removeprefix("op:")
+        top = max((s for s in samples if s["kind"] == kind),
+                  key=lambda s: s.get("ops", {}).get(op, 0))
+        own = float(top.get("ops", {}).get(op, 0))
+        if own <= 0:
+            raise ValueError(f"calibration series {kind} has no element of op {op}")
+        cls = kc.op_class(Op(op))
+        others = {c: top[c] - (own if c == cls else 0.0) for c in kc.ELEMENT_CLASSES}
+        base = reduce.time(top["bytes"], top["flops"]) + sum(
+            element[c] * others[c] for c in kc.ELEMENT_CLASSES)
+        out[op] = max((1e3 * top["ns"] - base) / own, floor)
+    return out
 
 
 def series_points(group: list[dict[str, Any]], feature: str) -> list[list[float]]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 
 import accy
@@ -15,6 +16,7 @@ from accy.builder import einsum, trace
 from accy.egraph import kernel_cost as kc
 from accy.egraph.cost import cost_model, program_cost
 from accy.experiments import calibrate as cal
+from accy.ir.ops import Op
 
 f32 = accy.f32
 
@@ -153,16 +155,20 @@ def test_fit_interpolates_its_series_and_extrapolates_with_the_linear_fit():
         kc.Fit.read({**f.document(), "feature": "seconds"})
 
 
+OP_PS = {"pow": 500.0, "exp": 30.0, "tanh": 30.0}  # the synthetic device's dear ops
+
+
 def synthetic_samples():
     """Timings a fake device would give: square contractions at 1 ps a FLOP, dot-product-like
-    ones at 10, gathers at 5 ps a byte; every kind some launch-bound sizes."""
+    ones at 10, gathers at 5 ps a byte, cheap elementwise ops 3 ps an element, pow 500; every
+    kind some launch-bound sizes."""
     out = []
     for kind, dims in cal.MICRO_PROGRAMS["full"]:
         program = cal._program(kind, dims)
         s = cal.samples_of(kind.rstrip("0123456789"), program)
         per_flop = {"contraction:small-output": 10.0, "contraction:small-k": 3.0}.get(kind, 1.0)
-        ps = 2e6 + per_flop * s["flops"] + 5.0 * s["bytes"] + 3.0 * s["cheap"] \
-            + 30.0 * s["transcendental"]
+        ps = 2e6 + per_flop * s["flops"] + 5.0 * s["bytes"] + sum(
+            OP_PS.get(op, 3.0) * n for op, n in s["ops"].items())
         out.append({"kind": kind, "dims": list(dims), "ns": ps / 1e3, **s})
     return out
 
@@ -186,11 +192,33 @@ def test_fit_prices_each_contraction_class_and_the_bytes_of_gathers():
     assert [t for _, t in pts] == sorted(t for _, t in pts) and pts[1][1] == pts[0][1]
 
 
+def test_elementwise_ops_are_priced_each_by_its_own_series():
+    fits = cal.fit(synthetic_samples())
+    per_op = fits["element_ops"]
+    assert set(per_op) == set(cal.ELEMENT_OPS)
+    assert per_op["pow"] == pytest.approx(500.0, rel=0.05)
+    assert per_op["exp"] == pytest.approx(30.0, rel=0.2)
+    assert max(per_op[op] for op in ("add", "mul", "sub", "neg")) < 10
+    model = measured_fixture()
+    assert model.element_ops["pow"] == per_op["pow"]
+    squared = tr(lambda x: x.fb.op(Op.POW, x, x.fb.constant(np.array(2.0, np.float32))),
+                 f32[1 << 16])
+    times = tr(lambda x: x * x, f32[1 << 16])
+    diff = program_cost(squared, model) - program_cost(times, model)
+    assert diff == pytest.approx((1 << 16) * (per_op["pow"] - per_op["mul"]), rel=0.01)
+    # an op no series timed (a comparison) is priced by its class
+    assert own(model, tr(lambda x, y: x.fb.op(Op.LT, x, y), f32[64], f32[64]), "lt") == \
+        round(model.node + model.element["cheap"] * 64)
+    with pytest.raises(ValueError, match="no calibration samples of elementwise chains"):
+        cal.fit([s for s in synthetic_samples() if s["kind"] not in kc.ELEMENT_CLASSES])
+
+
 def measured_fixture():
     fits = cal.fit(synthetic_samples())
     return kc.KernelCost("measured", "synthetic", {k: kc.Fit.read(v) for k, v in
                                                   fits["kinds"].items()},
-                         fits["element"], fits["node"], fits["movement"])
+                         fits["element"], fits["node"], fits["movement"],
+                         element_ops=fits["element_ops"])
 
 
 def test_a_contraction_is_priced_by_its_shape_class():
