@@ -14,23 +14,29 @@ types and attributes, never its consumers):
   read by an elementwise consumer, reduction or row op they become index arithmetic. (A
   movement op read by a contraction is copied by a kernel of its own; the cost cannot see
   that, but the rule-written form without the movement costs one node less either way.)
-* **elementwise** ops cost ``element[class] * elements`` plus ``node`` per e-node, no bytes:
-  they fuse into their consumer's kernel (or take a producer as prologue), so their
+* **elementwise** ops cost ``element_ops[op]`` (``measured``: each float op timed on its
+  own) or else ``element[class]`` per element, plus ``node`` per e-node, no bytes: they fuse into their consumer's kernel (or take a producer as prologue), so their
   intermediates never make a memory round trip. The one chain that ends in memory (a
   function result) pays no write here: that write is the same whatever the rewrites did.
 * **heavy** ops (reduction, contraction, row op, gather, scatter-add, loss) are kernel
   boundaries: ``launch + per_byte * bytes + per_flop * flops`` with their kind's
   coefficients, bytes being operands read once and result written once. An einsum of more
-  than two operands is priced as the greedy pairwise path ``einsum-lowering`` would run, one
-  launch per step, its intermediates through memory.
+  than two operands is priced as ``einsum-lowering`` runs it: local sums, then the pairwise
+  path :mod:`accy.contraction` searches (the pass's defaults), one launch per step, its
+  intermediates through memory. Each contraction step is priced by its shape class
+  (:func:`contraction_class`: square, small-k, small-output, batched), whose time per FLOP
+  differs by up to an order of magnitude; where ``measured`` timed a series of the class,
+  its times are interpolated log-log in FLOPs (bytes for the other heavy kinds) and the
+  linear fit extends them past the series' ends (:class:`Fit`).
 * A value read by several kernels is a kernel boundary too; the DAG extractor
   (``greedy-dag``) counts a shared subterm once, which is the nearest per-node stand-in.
 
 Costs are integers in picoseconds. ``kernels`` uses a nominal device (5 us a launch,
 20 GB/s, 100 GFLOP/s cheap elementwise, 8x that for transcendental ops); ``measured`` uses the
 coefficients fitted on a real device by ``accy calibrate`` (``accy.experiments.calibrate``:
-micro-programs per op kind and size class run through accy's own pipeline, ``time = launch +
-a * bytes + b * flops`` fitted per kind by non-negative least squares, TASO-style).
+micro-programs per op kind, contraction shape class and elementwise op, run through accy's
+own pipeline, ``time = launch + a * bytes + b * flops`` fitted per kind by non-negative least
+squares, TASO-style, with each series' points kept to interpolate).
 
 Calibrations are cached per device and driver at ``$XDG_CACHE_HOME/accy/costs/<digest>.json``
 (digest of ``platform:device:driver``) with ``devices.json`` mapping each device selector that

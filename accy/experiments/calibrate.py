@@ -1,8 +1,10 @@
 """``accy calibrate``: fit the ``measured`` cost model's coefficients on an OpenCL device.
 
 Micro-programs, a few per op kind and size class (an elementwise chain of 1 and 6 cheap or
-transcendental ops, a row reduction and a full one, matrix products, softmax rows, gathers,
-scatter-adds, cross-entropies), then larger ones of each series (``GROWTH``: about 8x the work
+transcendental ops, a row reduction and a full one, pairwise contractions of each shape class
+of ``kernel_cost.contraction_class`` -- square, small-k over small dimensions as a tensor
+network's steps, small-output dot products, batched --, softmax rows, gathers, scatter-adds,
+cross-entropies, and per float elementwise op a row reduction of sums of it), then larger ones of each series (``GROWTH``: about 8x the work
 a step) until the series' largest takes ``GROW_UNTIL`` times its smallest, its data would pass
 ``MAX_BYTES`` (or the device's largest buffer), or ``MAX_GROWTH`` steps: a fixed list sized
 for a CPU is all launch overhead on a GPU, where the fit must see kernels from launch-bound
@@ -10,11 +12,14 @@ to bandwidth- and compute-bound to price the programs' own sizes. They go throug
 pipeline (``accy-default`` without ``saturate``, so they stay as written) and are timed on
 the device: the median of
 ``repeats`` calls of the sum of the OpenCL profiling events, after a warm-up call. Per heavy
-kind, ``time = launch + per_byte * bytes + per_flop * flops`` is fitted by non-negative least
-squares (so time never falls as a size grows) over that kind's programs, with bytes and FLOPs
-counted exactly as :mod:`accy.egraph.kernel_cost` prices an e-node; the elementwise programs
-fit ``launch + per_byte * bytes + cheap * elements + transcendental * elements``, whose two
-per-element terms are what a fused elementwise e-node costs.
+kind and contraction class, ``time = launch + per_byte * bytes + per_flop * flops`` is fitted
+by non-negative least squares (so time never falls as a size grows) over that kind's programs
+(gathers, scatter-adds, losses, reductions and row ops by bytes alone: their FLOPs go with
+their bytes), with bytes and FLOPs counted exactly as :mod:`accy.egraph.kernel_cost` prices an
+e-node, and the series' own times are kept for the model to interpolate; the elementwise
+chains fit ``launch + per_byte * bytes + cheap * elements + transcendental * elements``, whose
+two per-element terms are what a fused elementwise e-node of no timed op costs, and each op
+series gives its op's own per-element time (:func:`element_ops`). About 30 s on PoCL.
 
 The result goes to ``kernel_cost.calibration_path(device key)`` (the device's
 ``platform:device:driver``; a new driver gets a new file) through ``accy.files`` (a private
