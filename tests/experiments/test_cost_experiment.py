@@ -70,3 +70,37 @@ def test_costs_experiment_smoke(tmp_path, monkeypatch, device):
                                  run=False, show_progress=False))
     assert all(r["variant"] not in ("measured", "fast-math-measured") for r in dry["rows"])
     assert dry["summary"]["programs"] == {}
+
+
+def test_the_kernel_group_view_sees_the_fusion_policy():
+    """NasRNN saturated: multi-output splits the cell's elementwise work into many kernels
+    where single-output makes one. Extraction's cost (the saturated program) is the same for
+    both; the kernel-group cost pays the extra launches."""
+    import accy
+    from accy.egraph.cost import cost_model, program_cost
+    from accy.experiments.suite import benchmark
+
+    model = cost_model("kernels")  # nominal: a 5 us launch, no elementwise fit (reduce's)
+    program = benchmark("nasrnn").program("ci")
+    captures = {v: costs._Capture() for v in ("saturated", "multi-output")}
+    jobs = {v: accy.prepare(program, costs.pipeline_for(v), instruments=[c])
+            for v, c in captures.items()}
+    single, multi = jobs["saturated"], jobs["multi-output"]
+    assert multi.kernel_count > single.kernel_count
+    assert program_cost(captures["saturated"].program, model) == program_cost(
+        captures["multi-output"].program, model)
+    extra = costs.group_cost(multi.product, model) - costs.group_cost(single.product, model)
+    launches = (multi.kernel_count - single.kernel_count) * model.kinds["reduce"].launch
+    assert extra == pytest.approx(launches, rel=0.25)  # launches, and a few bytes more
+
+
+def test_a_single_kernel_costs_its_ops_in_the_group_view():
+    import accy
+    from accy.builder import trace
+    from accy.egraph.cost import cost_model, program_cost
+
+    model = cost_model("kernels")
+    one = accy.prepare(trace(lambda x: (x * 2.0).sum(axes=-1), accy.f32[64, 64], name="g"),
+                       costs.pipeline_for("unsaturated"))
+    assert one.kernel_count == 1  # the multiply is the reduction's prologue: no bytes more
+    assert costs.group_cost(one.product, model) == program_cost(one.product.program, model)
