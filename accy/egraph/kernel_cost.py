@@ -15,9 +15,10 @@ types and attributes, never its consumers):
   movement op read by a contraction is copied by a kernel of its own; the cost cannot see
   that, but the rule-written form without the movement costs one node less either way.)
 * **elementwise** ops cost ``element_ops[op]`` (``measured``: each float op timed on its
-  own) or else ``element[class]`` per element, plus ``node`` per e-node, no bytes: they fuse into their consumer's kernel (or take a producer as prologue), so their
-  intermediates never make a memory round trip. The one chain that ends in memory (a
-  function result) pays no write here: that write is the same whatever the rewrites did.
+  own) or else ``element[class]`` per element, plus ``node`` per e-node, no bytes: they fuse
+  into their consumer's kernel (or take a producer as prologue), so their intermediates
+  never make a memory round trip. The one chain that ends in memory (a function result)
+  pays no write here: that write is the same whatever the rewrites did.
 * **heavy** ops (reduction, contraction, row op, gather, scatter-add, loss) are kernel
   boundaries: ``launch + per_byte * bytes + per_flop * flops`` with their kind's
   coefficients, bytes being operands read once and result written once. An einsum of more
@@ -82,7 +83,7 @@ __all__ = [
     "load_calibration", "measured", "op_class",
 ]
 
-CALIBRATION_FORMAT = 2  # 2: contraction shape classes, interpolated series
+CALIBRATION_FORMAT = 2  # 2: contraction shape classes, series points, per-op elements
 CALIBRATION_ENV = "ACCY_COST_CALIBRATION"
 _DEVICE_ENV, _DEFAULT_SELECTOR = "ACCY_DEVICE", "pocl"  # as accy.backends.opencl.runtime
 HEAVY_KINDS = ("reduce", "contraction", "rowwise", "gather", "scatter_add", "loss")

@@ -4,13 +4,13 @@ Micro-programs, a few per op kind and size class (an elementwise chain of 1 and 
 transcendental ops, a row reduction and a full one, pairwise contractions of each shape class
 of ``kernel_cost.contraction_class`` -- square, small-k over small dimensions as a tensor
 network's steps, small-output dot products, batched --, softmax rows, gathers, scatter-adds,
-cross-entropies, and per float elementwise op a row reduction of sums of it), then larger ones of each series (``GROWTH``: about 8x the work
-a step) until the series' largest takes ``GROW_UNTIL`` times its smallest, its data would pass
-``MAX_BYTES`` (or the device's largest buffer), or ``MAX_GROWTH`` steps: a fixed list sized
-for a CPU is all launch overhead on a GPU, where the fit must see kernels from launch-bound
-to bandwidth- and compute-bound to price the programs' own sizes. They go through accy's own
-pipeline (``accy-default`` without ``saturate``, so they stay as written) and are timed on
-the device: the median of
+cross-entropies, and per float elementwise op a row reduction of sums of it), then larger
+ones of each series (``GROWTH``: about 8x the work a step) until the series' largest takes
+``GROW_UNTIL`` times its smallest, its data would pass ``MAX_BYTES`` (or the device's largest
+buffer), or ``MAX_GROWTH`` steps: a fixed list sized for a CPU is all launch overhead on a
+GPU, where the fit must see kernels from launch-bound to bandwidth- and compute-bound to
+price the programs' own sizes. They go through accy's own pipeline (``accy-default`` without
+``saturate``, so they stay as written) and are timed on the device: the median of
 ``repeats`` calls of the sum of the OpenCL profiling events, after a warm-up call. Per heavy
 kind and contraction class, ``time = launch + per_byte * bytes + per_flop * flops`` is fitted
 by non-negative least squares (so time never falls as a size grows) over that kind's programs
