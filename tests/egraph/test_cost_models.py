@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import accy
-from accy.builder import einsum, trace
+from accy.builder import cross_entropy, einsum, gather, trace
 from accy.egraph import kernel_cost as kc
 from accy.egraph.cost import cost_model, program_cost
 from accy.experiments import calibrate as cal
@@ -321,6 +321,12 @@ PROGRAMS = {
     "reduce": lambda n: tr(lambda x: x.sum(axes=-1), f32[n, 64]),
     "contraction": lambda n: tr(lambda a, b: a @ b, f32[n, n], f32[n, n]),
     "rowwise": lambda n: tr(lambda x: x.softmax(-1), f32[16, n]),
+    # priced by the bytes they move, not only their launch
+    "gather": lambda n: tr(lambda t, ids: gather(t, ids, axis=0), f32[64, 16], accy.i32[n]),
+    "loss": lambda n: tr(cross_entropy, f32[n, 64], accy.i32[n]),
+    "tensor network": lambda n: tr(lambda *ops: einsum(MPS, *ops),
+                                   *(f32[max(n // 64, 2), 2, max(n // 64, 2)]
+                                     for _ in range(8))),
 }
 
 
