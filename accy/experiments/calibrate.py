@@ -19,7 +19,7 @@ their bytes), with bytes and FLOPs counted exactly as :mod:`accy.egraph.kernel_c
 e-node, and the series' own times are kept for the model to interpolate; the elementwise
 chains fit ``launch + per_byte * bytes + cheap * elements + transcendental * elements``, whose
 two per-element terms are what a fused elementwise e-node of no timed op costs, and each op
-series gives its op's own per-element time (:func:`element_ops`). About 30 s on PoCL.
+series gives its op's own per-element time (:func:`element_ops`). About 25 s on PoCL.
 
 The result goes to ``kernel_cost.calibration_path(device key)`` (the device's
 ``platform:device:driver``; a new driver gets a new file) through ``accy.files`` (a private
