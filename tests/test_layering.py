@@ -15,7 +15,8 @@ ALLOWED = {
                       "accy.job", "accy.files"),
     "accy.files": (),  # safe folders and atomic writes: the standard library only
     "accy.product": ("accy.errors", "accy.ir", "accy.kernels", "accy.plans", "accy.target"),
-    "accy.egraph": ("accy.errors", "accy.ir"),
+    # kernel_cost prices an einsum by the path einsum-lowering searches (contraction: errors only)
+    "accy.egraph": ("accy.errors", "accy.ir", "accy.contraction"),
     "accy.egraph.sorts": ("accy.errors", "accy.ir"),  # below rules, convert, driver, cost
     "accy.contraction": ("accy.errors",),
     # the path strategies, bottom up: search (shared), greedy, exact, beam; paths registers them

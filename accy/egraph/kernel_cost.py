@@ -14,23 +14,30 @@ types and attributes, never its consumers):
   read by an elementwise consumer, reduction or row op they become index arithmetic. (A
   movement op read by a contraction is copied by a kernel of its own; the cost cannot see
   that, but the rule-written form without the movement costs one node less either way.)
-* **elementwise** ops cost ``element[class] * elements`` plus ``node`` per e-node, no bytes:
-  they fuse into their consumer's kernel (or take a producer as prologue), so their
-  intermediates never make a memory round trip. The one chain that ends in memory (a
-  function result) pays no write here: that write is the same whatever the rewrites did.
+* **elementwise** ops cost ``element_ops[op]`` (``measured``: each float op timed on its
+  own) or else ``element[class]`` per element, plus ``node`` per e-node, no bytes: they fuse
+  into their consumer's kernel (or take a producer as prologue), so their intermediates
+  never make a memory round trip. The one chain that ends in memory (a function result)
+  pays no write here: that write is the same whatever the rewrites did.
 * **heavy** ops (reduction, contraction, row op, gather, scatter-add, loss) are kernel
   boundaries: ``launch + per_byte * bytes + per_flop * flops`` with their kind's
   coefficients, bytes being operands read once and result written once. An einsum of more
-  than two operands is priced as the greedy pairwise path ``einsum-lowering`` would run, one
-  launch per step, its intermediates through memory.
+  than two operands is priced as ``einsum-lowering`` runs it: local sums, then the pairwise
+  path :mod:`accy.contraction` searches (the pass's defaults), one launch per step, its
+  intermediates through memory. Each contraction step is priced by its shape class
+  (:func:`contraction_class`: square, small-k, small-output, batched), whose time per FLOP
+  differs by up to an order of magnitude; where ``measured`` timed a series of the class,
+  its times are interpolated log-log in FLOPs (bytes for the other heavy kinds) and the
+  linear fit extends them past the series' ends (:class:`Fit`).
 * A value read by several kernels is a kernel boundary too; the DAG extractor
   (``greedy-dag``) counts a shared subterm once, which is the nearest per-node stand-in.
 
 Costs are integers in picoseconds. ``kernels`` uses a nominal device (5 us a launch,
 20 GB/s, 100 GFLOP/s cheap elementwise, 8x that for transcendental ops); ``measured`` uses the
 coefficients fitted on a real device by ``accy calibrate`` (``accy.experiments.calibrate``:
-micro-programs per op kind and size class run through accy's own pipeline, ``time = launch +
-a * bytes + b * flops`` fitted per kind by non-negative least squares, TASO-style).
+micro-programs per op kind, contraction shape class and elementwise op, run through accy's
+own pipeline, ``time = launch + a * bytes + b * flops`` fitted per kind by non-negative least
+squares, TASO-style, with each series' points kept to interpolate).
 
 Calibrations are cached per device and driver at ``$XDG_CACHE_HOME/accy/costs/<digest>.json``
 (digest of ``platform:device:driver``) with ``devices.json`` mapping each device selector that
@@ -45,15 +52,17 @@ not calibrate on first use, because that takes a minute on a device a compile ma
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from accy.contraction import PathOptions, search_path
 from accy.egraph.cost import (
     _ITEMSIZE,
     COST_MODEL_FAMILIES,
@@ -68,12 +77,13 @@ from accy.ir.shapes import parse_einsum
 from accy.ir.types import TensorType
 
 __all__ = [
-    "CALIBRATION_ENV", "CALIBRATION_FORMAT", "HEAVY_KINDS", "CalibrationMissingError", "Fit",
-    "KernelCost", "cache_dir", "calibration_path", "device_digest", "einsum_steps",
-    "find_calibration", "index_path", "load_calibration", "measured", "op_class",
+    "CALIBRATION_ENV", "CALIBRATION_FORMAT", "CONTRACTION_CLASSES", "HEAVY_KINDS",
+    "CalibrationMissingError", "Fit", "KernelCost", "cache_dir", "calibration_path",
+    "contraction_class", "device_digest", "einsum_steps", "find_calibration", "index_path",
+    "load_calibration", "measured", "op_class",
 ]
 
-CALIBRATION_FORMAT = 1
+CALIBRATION_FORMAT = 2  # 2: contraction shape classes, series points, per-op elements
 CALIBRATION_ENV = "ACCY_COST_CALIBRATION"
 _DEVICE_ENV, _DEFAULT_SELECTOR = "ACCY_DEVICE", "pocl"  # as accy.backends.opencl.runtime
 HEAVY_KINDS = ("reduce", "contraction", "rowwise", "gather", "scatter_add", "loss")
@@ -90,14 +100,74 @@ class CalibrationMissingError(AccyError):
 
 @dataclass(frozen=True)
 class Fit:
-    """``launch + per_byte * bytes + per_flop * flops`` picoseconds: one kernel of a kind."""
+    """One kernel of a kind or shape class, in picoseconds: ``launch + per_byte * bytes +
+    per_flop * flops``, or, where the calibration timed a series of the class (``points``:
+    ``(feature, ps)``, feature ascending, times made non-decreasing), the series' time
+    interpolated log-log in ``feature`` (``"flops"`` or ``"bytes"``) and, outside the series,
+    its end time scaled by the linear fit's ratio (so the series' ends join the fit's shape)."""
 
     launch: float
     per_byte: float
     per_flop: float
+    feature: str = "bytes"
+    points: tuple[tuple[float, float], ...] = ()
+
+    def linear(self, nbytes: float, nflops: float) -> float:
+        return self.launch + self.per_byte * nbytes + self.per_flop * nflops
 
     def time(self, nbytes: float, nflops: float) -> float:
-        return self.launch + self.per_byte * nbytes + self.per_flop * nflops
+        lin = self.linear(nbytes, nflops)
+        if not self.points:
+            return lin
+        x = nflops if self.feature == "flops" else nbytes
+        first, last = self.points[0], self.points[-1]
+        if x <= first[0] or x >= last[0]:
+            # outside the series: its end's time, scaled as the fit scales this kernel's
+            # bytes and FLOPs from the end's size to its own
+            end_x, end_t = first if x <= first[0] else last
+            r = end_x / max(x, 1e-9)
+            return end_t * lin / max(self.linear(r * nbytes, r * nflops), 1e-9)
+        for (x0, t0), (x1, t1) in itertools.pairwise(self.points):
+            if x0 <= x <= x1:
+                w = math.log(x / x0) / math.log(x1 / x0) if x1 > x0 else 1.0
+                return math.exp((1 - w) * math.log(t0) + w * math.log(t1))
+        return lin  # unreachable: the points cover [first, last]
+
+    def document(self) -> dict[str, Any]:
+        """As a calibration file holds it."""
+        return {"launch": self.launch, "per_byte": self.per_byte, "per_flop": self.per_flop,
+                "feature": self.feature, "points": [list(p) for p in self.points]}
+
+    @classmethod
+    def read(cls, doc: Mapping[str, Any]) -> Fit:
+        points = tuple((float(x), float(t)) for x, t in doc.get("points", ()))
+        if any(x <= 0 or t <= 0 for x, t in points) or list(points) != sorted(points):
+            raise ValueError("a fit's points must be positive and ascending")
+        feature = str(doc.get("feature", "bytes"))
+        if feature not in ("bytes", "flops"):
+            raise ValueError(f"a fit's feature must be bytes or flops, not {feature!r}")
+        return cls(float(doc["launch"]), float(doc["per_byte"]), float(doc["per_flop"]),
+                   feature, points)
+
+
+# pairwise contraction steps by shape (``contraction_class``): a kernel's time per FLOP
+# differs by an order of magnitude between them (reuse, parallelism, reduction depth)
+CONTRACTION_CLASSES = ("square", "small-k", "small-output", "batched")
+SMALL_K = 32  # summed elements per output below which a contraction is bandwidth-bound
+SMALL_OUTPUT = 4096  # output elements (per batch) below which it is a dot product, few items
+
+
+def contraction_class(batch: int, m: int, n: int, k: int) -> str:
+    """The shape class of a contraction step: ``batch`` the product of its letters in both
+    operands and the result, ``m``/``n`` of those in one operand and the result, ``k`` of
+    the summed ones."""
+    if batch > 1:
+        return "batched"
+    if k < SMALL_K:
+        return "small-k"
+    if m * n < SMALL_OUTPUT:
+        return "small-output"
+    return "square"
 
 
 def op_class(op: Op) -> str:
@@ -128,44 +198,61 @@ def op_class(op: Op) -> str:
     raise NotImplementedError(f"no cost class for op {op.value}")
 
 
+def _step(letters: list[set[str]], kept: set[str], elems: Callable[[Iterable[str]], int]
+          ) -> tuple[str, int, int, int]:
+    """``(class, flops, elements read, elements written)`` of one kernel over ``letters``
+    (one or two operands) writing ``kept``."""
+    union = set().union(*letters)
+    if len(letters) == 1:  # a local sum (or a diagonal / copy): a reduction kernel
+        return ("reduce", elems(union), elems(union), elems(kept))
+    a, b = letters
+    batch = elems(a & b & kept)
+    cls = contraction_class(batch, elems((a - b) & kept), elems((b - a) & kept),
+                            elems(union - kept))
+    return (cls, 2 * elems(union), elems(a) + elems(b), elems(kept))
+
+
 @lru_cache(maxsize=4096)
 def einsum_steps(spec: str, shapes: tuple[tuple[int, ...], ...]
-                 ) -> tuple[tuple[int, int, int], ...]:
-    """``(flops, elements read, elements written)`` per kernel of an einsum: one step for one
-    or two operands, else the greedy pairwise path (each step the pair whose result is
-    smallest, then cheapest), each summing the letters no other operand or the output has.
-
-    A stand-in for ``einsum-lowering``'s searched path (the egraph layer cannot import
-    ``accy.contraction``): greedy paths are what most searches return for these networks, and
-    a cost only needs to rank."""
+                 ) -> tuple[tuple[str, int, int, int], ...]:
+    """``(class, flops, elements read, elements written)`` per kernel of an einsum, as
+    ``einsum-lowering`` (its defaults) runs it: per operand a local sum of the letters no other
+    operand or the output has (class ``reduce``), then the pairwise contractions along the
+    path :func:`accy.contraction.search_path` finds (strategy ``auto``, FLOPs objective), each
+    of its :func:`contraction_class`. One or two operands are one step."""
     terms = list(_einsum_terms(spec, tuple(len(s) for s in shapes)))
     out = parse_einsum(spec, [len(s) for s in shapes])[1]
     size: dict[str, int] = {}
     for term, shape in zip(terms, shapes, strict=True):
         size.update(zip(term, shape, strict=True))
 
-    def elems(letters: str | set[str]) -> int:
-        return math.prod(size[c] for c in letters)
+    def elems(letters: Iterable[str]) -> int:
+        return math.prod(size[c] for c in set(letters))
 
     if len(terms) <= 2:
-        union = set("".join(terms))
-        return ((len(terms) * elems(union), sum(elems(t) for t in terms), elems(out)),)
-    live = [set(t) for t in terms]
-    steps: list[tuple[int, int, int]] = []
-    while len(live) > 1:
-        best: tuple[int, int, int, int, set[str]] | None = None
-        for i in range(len(live)):
-            for j in range(i + 1, len(live)):
-                others = set(out).union(*(t for k, t in enumerate(live) if k not in (i, j)))
-                keep = (live[i] | live[j]) & others
-                key = (elems(keep), 2 * elems(live[i] | live[j]), i, j, keep)
-                if best is None or key[:4] < best[:4]:
-                    best = key
-        assert best is not None
-        kept, work, i, j, keep = best
-        steps.append((work, elems(live[i]) + elems(live[j]), kept))
-        live = [t for k, t in enumerate(live) if k not in (i, j)] + [keep]
-    return tuple(steps)  # the last pair keeps the output letters only: nothing left to sum
+        return (_step([set(t) for t in terms], set(out), elems),)
+    steps: list[tuple[str, int, int, int]] = []
+    live: list[set[str]] = []
+    for i, term in enumerate(terms):
+        elsewhere = set(out).union(*(set(t) for j, t in enumerate(terms) if j != i))
+        keep = set(term) & elsewhere
+        if keep != set(term):
+            steps.append(_step([set(term)], keep, elems))
+        live.append(keep)
+    path = search_path(terms, out, size, "auto", _PATH_OPTIONS).path
+    for pair in path:
+        picked = [live[k] for k in pair]
+        rest = [t for k, t in enumerate(live) if k not in pair]
+        kept = set().union(*picked) & set(out).union(*rest)
+        if len(picked) == 2:
+            steps.append(_step(picked, kept, elems))
+        elif kept != picked[0]:
+            steps.append(_step(picked, kept, elems))
+        live = [*rest, kept]
+    return tuple(steps)
+
+
+_PATH_OPTIONS = PathOptions()  # einsum-lowering's defaults
 
 
 @dataclass(frozen=True, eq=False)  # compared and hashed by identity: the fields are dicts
@@ -179,6 +266,8 @@ class KernelCost:
     node: float = 100.0  # per elementwise e-node
     movement: float = 1.0  # per movement e-node: index arithmetic
     source: str = "nominal"  # or the calibration file it came from
+    # per element of an elementwise op timed on its own (op name -> ps), before its class
+    element_ops: Mapping[str, float] = field(default_factory=dict)
 
     def node_cost(self, op: Op, type: TensorType, operands: tuple[TensorType, ...],
                   attrs: Mapping[str, Any]) -> int:
@@ -188,22 +277,30 @@ class KernelCost:
         if cls == "movement":
             return round(self.movement)
         if cls in self.element:
-            return round(self.node + self.element[cls] * type.size)
-        fit = self.kinds[cls]
+            per = self.element_ops.get(op.value)
+            return round(self.node + (self.element[cls] if per is None else per) * type.size)
         if cls == "contraction" and op is Op.EINSUM:  # conv2d: bytes and FLOPs below
-            spec = str(attrs["spec"])
             item = _ITEMSIZE[id(type.dtype)]
             total = 0.0
-            for work, read, written in einsum_steps(spec, tuple(t.shape for t in operands)):
-                total += fit.time(item * (read + written), work)
+            for step, work, read, written in einsum_steps(str(attrs["spec"]),
+                                                          tuple(t.shape for t in operands)):
+                total += self.step_fit(step).time(item * (read + written), work)
             return round(total)
-        return round(fit.time(bytes_moved(op, type, operands, attrs),
-                              flops(op, type, operands, attrs)))
+        return round(self.kinds[cls].time(bytes_moved(op, type, operands, attrs),
+                                          flops(op, type, operands, attrs)))
+
+    def step_fit(self, step: str) -> Fit:
+        """The fit of an einsum step's class (``reduce`` or a contraction class), else of
+        contractions as a whole (a model without shape classes: ``kernels``)."""
+        if step == "reduce":
+            return self.kinds["reduce"]
+        return self.kinds.get(f"contraction:{step}") or self.kinds["contraction"]
 
     def fits(self) -> dict[str, Any]:
         """The coefficients, as a calibration file holds them."""
-        return {"kinds": {k: vars(f) for k, f in self.kinds.items()},
-                "element": dict(self.element), "node": self.node, "movement": self.movement}
+        return {"kinds": {k: f.document() for k, f in self.kinds.items()},
+                "element": dict(self.element), "element_ops": dict(self.element_ops),
+                "node": self.node, "movement": self.movement}
 
 
 _NOMINAL_LAUNCH, _NOMINAL_BYTE, _NOMINAL_FLOP = 5e6, 50.0, 10.0  # 5 us, 20 GB/s, 100 GFLOP/s
@@ -268,8 +365,7 @@ def _load(path: str, mtime_ns: int) -> KernelCost:
         if doc.get("format") != CALIBRATION_FORMAT:
             raise ValueError(f"format {doc.get('format')!r}, expected {CALIBRATION_FORMAT}")
         fits = doc["fits"]
-        kinds = {k: Fit(float(f["launch"]), float(f["per_byte"]), float(f["per_flop"]))
-                 for k, f in fits["kinds"].items()}
+        kinds = {k: Fit.read(f) for k, f in fits["kinds"].items()}
         missing = [k for k in HEAVY_KINDS if k not in kinds]
         if missing:
             raise ValueError(f"no fit for {', '.join(missing)}")
@@ -277,7 +373,8 @@ def _load(path: str, mtime_ns: int) -> KernelCost:
         device = doc.get("device", {}).get("key", "?")
         return KernelCost("measured", f"kernel times calibrated on {device}", kinds, element,
                           float(fits.get("node", 0.0)), float(fits.get("movement", 1.0)),
-                          source=path)
+                          source=path, element_ops={
+                              str(op): float(v) for op, v in fits.get("element_ops", {}).items()})
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise CalibrationMissingError(f"cost calibration {path} is unusable ({e}); run "
                                       f"`accy calibrate --force` to make it again") from None

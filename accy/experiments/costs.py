@@ -9,7 +9,9 @@ cost model prices is the one ``saturate`` produced (the contract stage's output 
 variant has no ``saturate``): what extraction compares. Its cost is taken under every model
 of ``MODELS``: ``flops-bytes`` (the default, kept for ablation), ``kernels`` (analytical)
 and ``measured`` (the device's calibration, made first when missing; see
-``accy.experiments.calibrate``).
+``accy.experiments.calibrate``); and ``measured-groups``, the same calibration over the fused
+kernel groups of the prepared program (:func:`group_cost`): not a cost extraction can use
+(fusion comes after it), but what it would take for a cost to see the fusion policy.
 
 Variants that give the same priced program and the same fusion policy run the same kernels:
 the summary merges them into one point (median of their times), so duplicates cannot inflate
@@ -24,7 +26,8 @@ a correlation. It reports per model:
   ``NOISE`` (relative), the fraction the model orders as the clock (a tie counts one half).
 
 A tensor-stage cost cannot see the fusion policy (``multi-output`` has the cost of the
-default variant), so that variant measures what no such model can predict.
+default variant), so that variant measures what no such model can predict; the kernel-group
+view (``measured-groups``) can.
 """
 
 from __future__ import annotations
@@ -40,9 +43,10 @@ from accy.experiments.suite import benchmark, benchmarks
 from accy.passes.base import Pass
 from accy.passes.manager import Instrument
 
-__all__ = ["MODELS", "NOISE", "VARIANTS", "pipeline_for", "run", "summarize", "tables"]
+__all__ = ["MODELS", "NOISE", "VARIANTS", "group_cost", "pipeline_for", "run", "summarize",
+           "tables"]
 
-MODELS = ("flops-bytes", "kernels", "measured")
+MODELS = ("flops-bytes", "kernels", "measured", "measured-groups")
 NOISE = 0.10  # relative time difference below which a pair of variants is not judged
 # variant -> (saturate options or None to drop it, canonicalize options, fusion policy)
 VARIANTS: dict[str, tuple[dict[str, Any] | None, dict[str, Any], str]] = {
@@ -95,6 +99,42 @@ class _Capture(Instrument):
             self.program = product.program
 
 
+def group_cost(product: Any, model: Any) -> int:
+    """The kernel-group view of a cost model (``measured-groups``): the fused kernel groups
+    of a prepared program's fusion plan priced with the model's coefficients, where a
+    tensor-stage cost prices e-nodes before fusion decides the kernels. Per group: its ops'
+    own costs (the heavy ops' launches, bytes and FLOPs, the elementwise ops' arithmetic);
+    a group with no heavy op (an elementwise or copy kernel) pays a launch and its bytes in
+    and out at the elementwise chains' fit; a heavy group pays, at the chains' bytes rate,
+    what it reads and writes beyond its heavy ops' operands and results (a multi-output
+    group's extra results, a prologue's extra inputs). So the fusion policy is seen: each
+    kernel it makes is a launch, each value it writes a trip through memory."""
+    from accy.egraph.cost import bytes_moved
+    from accy.egraph.kernel_cost import HEAVY_KINDS, Fit, op_class
+    from accy.plans import is_inlined
+
+    plan = product.require("fusion", "the kernel-group cost", "fusion-planning")
+    flat: Fit = model.kinds.get("elementwise") or model.kinds["reduce"]
+    total = 0.0
+    for g in plan.groups:
+        own = heavy_bytes = 0.0
+        heavy = False
+        for n in g.nodes:
+            types = tuple(s.type for s in n.srcs)
+            attrs = dict(n.attrs)
+            own += model.node_cost(n.op, n.type, types, attrs)
+            if op_class(n.op) in HEAVY_KINDS:
+                heavy = True
+                heavy_bytes += bytes_moved(n.op, n.type, types, attrs)
+        moved = float(sum(n.type.nbytes for n in g.inputs if not is_inlined(n))
+                      + sum(n.type.nbytes for n in g.outputs))
+        if heavy:
+            total += own + flat.per_byte * max(moved - heavy_bytes, 0.0)
+        else:
+            total += own + flat.time(moved, 0.0)
+    return round(total)
+
+
 def costs_task(program: str, size: str, seed: int, variant: str, pipeline: str,
                device: str | None, repeats: int, run: bool,
                calibration: str | None) -> dict[str, Any]:
@@ -128,6 +168,8 @@ def costs_task(program: str, size: str, seed: int, variant: str, pipeline: str,
         "kernels": job.kernel_count, "bytes_moved": job.product.buffers.bytes_moved,
         "correct": None,
     }
+    if "measured" in models:  # the same calibration over the kernels fusion made
+        row["cost"]["measured-groups"] = group_cost(job.product, models["measured"])
     measured: dict[str, Any] = {"prepare_ms": prepare_ms, "kernel_ms": None,
                                 "kernel_ms_min": None}
     if runtime is not None:

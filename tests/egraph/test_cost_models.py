@@ -8,13 +8,15 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 
 import accy
-from accy.builder import einsum, trace
+from accy.builder import cross_entropy, einsum, gather, trace
 from accy.egraph import kernel_cost as kc
 from accy.egraph.cost import cost_model, program_cost
 from accy.experiments import calibrate as cal
+from accy.ir.ops import Op
 
 f32 = accy.f32
 
@@ -73,19 +75,164 @@ def test_softmax_spelled_out_costs_two_kernels_more_than_the_row_op():
     assert diff >= LAUNCH  # two reductions (kernels) against one row kernel
 
 
-def test_a_multi_operand_einsum_is_priced_as_its_pairwise_path():
+def test_a_multi_operand_einsum_is_priced_as_its_searched_path():
     chain = tr(lambda a, b, c: einsum("ij,jk,kl->il", a, b, c),
                   f32[100, 2], f32[2, 100], f32[100, 100])
     steps = kc.einsum_steps("ij,jk,kl->il", ((100, 2), (2, 100), (100, 100)))
     assert len(steps) == 2  # two kernels, launched once each
-    # greedy takes the pair with the smallest result first: b @ c (2 x 100), then a @ that
-    assert steps[0][2] == 2 * 100 and steps[1][2] == 100 * 100
+    # the cheapest path: b @ c (2 x 100: a small output), then a @ that (100 x 100, k = 2)
+    assert [s[3] for s in steps] == [2 * 100, 100 * 100]
+    assert [s[0] for s in steps] == ["small-output", "small-k"]
     cost = own(KERNELS, chain, "einsum")
-    assert 2 * LAUNCH < cost < 3 * LAUNCH + 1e3 * sum(w for w, _, _ in steps)
+    assert 2 * LAUNCH < cost < 3 * LAUNCH + 1e3 * sum(s[1] for s in steps)
     # flops-bytes prices the whole index space at once: 3 x 100 x 2 x 100 x 100
     assert own(cost_model("flops-bytes"), chain, "einsum") >= 3 * 100 * 2 * 100 * 100
     # a trace: the last pair sums everything left, writing a scalar
-    assert kc.einsum_steps("ij,jk,ki->", ((4, 5), (5, 6), (6, 4)))[-1][2] == 1
+    assert kc.einsum_steps("ij,jk,ki->", ((4, 5), (5, 6), (6, 4)))[-1][3] == 1
+    # a letter only one operand has is summed first, by a reduction of its own
+    local = kc.einsum_steps("abx,bc,cd->ad", ((3, 4, 5), (4, 6), (6, 7)))
+    assert local[0] == ("reduce", 3 * 4 * 5, 3 * 4 * 5, 3 * 4) and len(local) == 3
+
+
+MPS = "aib,bjc,ckd,dla,eif,fjg,gkh,hle->"
+
+
+def test_the_searched_path_is_the_one_einsum_lowering_runs():
+    """Pricing an N-operand einsum is pricing what einsum-lowering makes of it: the same
+    pairwise steps (the same path search), each one kernel; only its transposes are extra."""
+    from accy.contraction import find_path
+
+    shapes = ((5, 2, 5),) * 8
+    steps = kc.einsum_steps(MPS, shapes)
+    assert len(steps) == len(find_path(MPS, shapes).path) == 7
+    net = tr(lambda *ops: einsum(MPS, *ops), *(f32[5, 2, 5] for _ in range(8)))
+    lowered = accy.prepare(net, "einsum-lowering", until="tensor").program
+    pairwise = [n for n in lowered.nodes() if n.op.value == "einsum"]
+    assert sorted(n.type.size for n in pairwise) == sorted(s[3] for s in steps)
+    for model in (KERNELS, measured_fixture()):
+        moved = sum(1 for n in lowered.nodes() if n.op.value == "transpose")
+        assert program_cost(net, model) == pytest.approx(program_cost(lowered, model) - moved,
+                                                         abs=len(steps))
+
+
+def test_contraction_steps_are_classed_by_shape():
+    cls = kc.contraction_class
+    assert cls(1, 256, 256, 256) == "square"
+    assert cls(1, 256, 256, 8) == "small-k"  # outer-product-like: little reuse
+    assert cls(1, 16, 16, 8) == "small-k"  # tiny
+    assert cls(1, 16, 16, 4096) == "small-output"  # a dot product per output: few items
+    assert cls(1, 1, 2048, 512) == "small-output"  # a matrix-vector product
+    assert cls(8, 64, 64, 64) == "batched"
+    # each calibration series times contractions of the class it is filed under
+    for size in ("quick", "full"):
+        for kind, dims in cal.MICRO_PROGRAMS[size]:
+            if kind.startswith("contraction:"):
+                program, grown = cal._program(kind, dims), cal.GROWTH[kind](dims)
+                for p in (program, cal._program(kind, cal.GROWTH[kind](grown))):
+                    (node,) = [n for n in p.nodes() if n.op.value == "einsum"]
+                    ((step, *_),) = kc.einsum_steps(
+                        node.attr("spec"), tuple(s.type.shape for s in node.srcs))
+                    assert f"contraction:{step}" == kind, (kind, dims)
+
+
+def test_fit_interpolates_its_series_and_extrapolates_with_the_linear_fit():
+    f = kc.Fit(100.0, 1.0, 0.0, "bytes", ((1e3, 1e4), (1e4, 2e4), (1e5, 4e5)))
+    assert f.time(1e3, 0) == pytest.approx(1e4) and f.time(1e5, 0) == pytest.approx(4e5)
+    assert f.time(10 ** 3.5, 0) == pytest.approx(math.sqrt(1e4 * 2e4))  # log-log halfway
+    # past the last point: the end's time scaled as the linear fit scales (here ~2x)
+    assert f.time(2e5, 0) == pytest.approx(4e5 * (100 + 2e5) / (100 + 1e5))
+    assert f.time(10, 0) == pytest.approx(1e4 * 110 / 1100)
+    xs = [10 ** (k / 4) for k in range(25)]
+    times = [f.time(x, 0) for x in xs]
+    assert times == sorted(times)
+    g = kc.Fit(5.0, 0.0, 2.0, "flops", ((100.0, 400.0),))  # one point: scale about it
+    assert g.time(0, 100) == pytest.approx(400) and g.time(0, 200) == pytest.approx(
+        400 * 405 / 205)
+    assert kc.Fit.read(f.document()) == f
+    with pytest.raises(ValueError, match="ascending"):
+        kc.Fit.read({**f.document(), "points": [[2, 1], [1, 1]]})
+    with pytest.raises(ValueError, match="feature"):
+        kc.Fit.read({**f.document(), "feature": "seconds"})
+
+
+OP_PS = {"pow": 500.0, "exp": 30.0, "tanh": 30.0}  # the synthetic device's dear ops
+
+
+def synthetic_samples():
+    """Timings a fake device would give: square contractions at 1 ps a FLOP, dot-product-like
+    ones at 10, gathers at 5 ps a byte, cheap elementwise ops 3 ps an element, pow 500; every
+    kind some launch-bound sizes."""
+    out = []
+    for kind, dims in cal.MICRO_PROGRAMS["full"]:
+        program = cal._program(kind, dims)
+        s = cal.samples_of(kind.rstrip("0123456789"), program)
+        per_flop = {"contraction:small-output": 10.0, "contraction:small-k": 3.0}.get(kind, 1.0)
+        ps = 2e6 + per_flop * s["flops"] + 5.0 * s["bytes"] + sum(
+            OP_PS.get(op, 3.0) * n for op, n in s["ops"].items())
+        out.append({"kind": kind, "dims": list(dims), "ns": ps / 1e3, **s})
+    return out
+
+
+def test_fit_prices_each_contraction_class_and_the_bytes_of_gathers():
+    samples = synthetic_samples()
+    fits = cal.fit(samples)
+    kinds = {k: kc.Fit.read(v) for k, v in fits["kinds"].items() if k != "elementwise"}
+    for s in samples:  # every sample is reproduced by its kind's fit
+        if s["kind"] in kinds:
+            assert kinds[s["kind"]].time(s["bytes"], s["flops"]) == pytest.approx(
+                1e3 * s["ns"], rel=1e-6)
+    gather = kinds["gather"]
+    assert gather.feature == "bytes" and gather.per_flop == 0
+    assert gather.per_byte == pytest.approx(5.0, rel=0.05)
+    assert gather.launch == pytest.approx(2e6, rel=0.05)
+    # a noisy series is made monotone: a larger kernel never costs less
+    noisy = [dict(s) for s in samples if s["kind"] == "gather"]
+    noisy[1]["ns"] = noisy[0]["ns"] / 2
+    pts = cal.series_points(noisy, "bytes")
+    assert [t for _, t in pts] == sorted(t for _, t in pts) and pts[1][1] == pts[0][1]
+
+
+def test_elementwise_ops_are_priced_each_by_its_own_series():
+    fits = cal.fit(synthetic_samples())
+    per_op = fits["element_ops"]
+    assert set(per_op) == set(cal.ELEMENT_OPS)
+    assert per_op["pow"] == pytest.approx(500.0, rel=0.05)
+    assert per_op["exp"] == pytest.approx(30.0, rel=0.2)
+    assert max(per_op[op] for op in ("add", "mul", "sub", "neg")) < 10
+    model = measured_fixture()
+    assert model.element_ops["pow"] == per_op["pow"]
+    squared = tr(lambda x: x.fb.op(Op.POW, x, x.fb.constant(np.array(2.0, np.float32))),
+                 f32[1 << 16])
+    times = tr(lambda x: x * x, f32[1 << 16])
+    diff = program_cost(squared, model) - program_cost(times, model)
+    assert diff == pytest.approx((1 << 16) * (per_op["pow"] - per_op["mul"]), rel=0.01)
+    # an op no series timed (a comparison) is priced by its class
+    assert own(model, tr(lambda x, y: x.fb.op(Op.LT, x, y), f32[64], f32[64]), "lt") == \
+        round(model.node + model.element["cheap"] * 64)
+    with pytest.raises(ValueError, match="no calibration samples of elementwise chains"):
+        cal.fit([s for s in synthetic_samples() if s["kind"] not in kc.ELEMENT_CLASSES])
+
+
+def measured_fixture():
+    fits = cal.fit(synthetic_samples())
+    return kc.KernelCost("measured", "synthetic", {k: kc.Fit.read(v) for k, v in
+                                                  fits["kinds"].items()},
+                         fits["element"], fits["node"], fits["movement"],
+                         element_ops=fits["element_ops"])
+
+
+def test_a_contraction_is_priced_by_its_shape_class():
+    """Same FLOPs, other shapes: the dot-product-like einsum (few outputs, a long sum) is
+    priced at its class's slower rate; one fit pooled over every contraction (all a model
+    without classes could have) prices the two much closer together."""
+    model = measured_fixture()
+    square = tr(lambda a, b: a @ b, f32[128, 128], f32[128, 128])
+    dots = tr(lambda a, b: einsum("ik,jk->ij", a, b), f32[16, 8192], f32[16, 8192])
+    ratio = program_cost(dots, model) / program_cost(square, model)
+    assert ratio > 4  # the synthetic device: 10x the time per FLOP, some of it launch
+    pooled = kc.KernelCost("pooled", "", {k: f for k, f in model.kinds.items()
+                                         if ":" not in k}, model.element)
+    assert ratio > 2 * program_cost(dots, pooled) / program_cost(square, pooled)
 
 
 def test_unknown_names_list_the_kernel_models_and_the_measured_family():
@@ -150,8 +297,8 @@ def test_calibration_is_cached_per_device_key_and_reloaded(cache, device):
     # the fits reproduce the fake clock's times (ps) on its samples
     fits = doc["fits"]
     for s in doc["samples"]:
-        if s["kind"] in kc.HEAVY_KINDS:
-            f = kc.Fit(**fits["kinds"][s["kind"]])
+        if s["kind"] in fits["kinds"]:
+            f = kc.Fit.read(fits["kinds"][s["kind"]])
             assert f.time(s["bytes"], s["flops"]) == pytest.approx(1e3 * s["ns"], rel=0.05)
     assert fits["element"]["transcendental"] > fits["element"]["cheap"] > 0
 
@@ -174,6 +321,12 @@ PROGRAMS = {
     "reduce": lambda n: tr(lambda x: x.sum(axes=-1), f32[n, 64]),
     "contraction": lambda n: tr(lambda a, b: a @ b, f32[n, n], f32[n, n]),
     "rowwise": lambda n: tr(lambda x: x.softmax(-1), f32[16, n]),
+    # priced by the bytes they move, not only their launch
+    "gather": lambda n: tr(lambda t, ids: gather(t, ids, axis=0), f32[64, 16], accy.i32[n]),
+    "loss": lambda n: tr(cross_entropy, f32[n, 64], accy.i32[n]),
+    "tensor network": lambda n: tr(lambda *ops: einsum(MPS, *ops),
+                                   *(f32[max(n // 64, 2), 2, max(n // 64, 2)]
+                                     for _ in range(8))),
 }
 
 
@@ -191,8 +344,8 @@ def test_saturate_runs_with_the_measured_model(cache, device):
     path = cal.calibrate(None, quick=True, repeats=1)
     doc = json.loads(path.read_text())
     assert set(doc["fits"]["kinds"]) >= set(kc.HEAVY_KINDS)
-    assert all(math.isfinite(v) and v >= 0 for f in doc["fits"]["kinds"].values()
-               for v in f.values())
+    assert all(math.isfinite(f[c]) and f[c] >= 0 for f in doc["fits"]["kinds"].values()
+               for c in ("launch", "per_byte", "per_flop"))
     from accy.experiments.suite import SUITE
 
     program = SUITE["softmax_xent"].program("ci")

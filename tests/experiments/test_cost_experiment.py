@@ -70,3 +70,65 @@ def test_costs_experiment_smoke(tmp_path, monkeypatch, device):
                                  run=False, show_progress=False))
     assert all(r["variant"] not in ("measured", "fast-math-measured") for r in dry["rows"])
     assert dry["summary"]["programs"] == {}
+
+
+def test_the_kernel_group_view_sees_the_fusion_policy():
+    """NasRNN saturated: multi-output splits the cell's elementwise work into many kernels
+    where single-output makes one. Extraction's cost (the saturated program) is the same for
+    both; the kernel-group cost pays the extra launches."""
+    import accy
+    from accy.egraph.cost import cost_model, program_cost
+    from accy.experiments.suite import benchmark
+
+    model = cost_model("kernels")  # nominal: a 5 us launch, no elementwise fit (reduce's)
+    program = benchmark("nasrnn").program("ci")
+    captures = {v: costs._Capture() for v in ("saturated", "multi-output")}
+    jobs = {v: accy.prepare(program, costs.pipeline_for(v), instruments=[c])
+            for v, c in captures.items()}
+    single, multi = jobs["saturated"], jobs["multi-output"]
+    assert multi.kernel_count > single.kernel_count
+    assert program_cost(captures["saturated"].program, model) == program_cost(
+        captures["multi-output"].program, model)
+    extra = costs.group_cost(multi.product, model) - costs.group_cost(single.product, model)
+    launches = (multi.kernel_count - single.kernel_count) * model.kinds["reduce"].launch
+    assert extra == pytest.approx(launches, rel=0.25)  # launches, and a few bytes more
+
+
+def test_a_single_kernel_costs_its_ops_in_the_group_view():
+    import accy
+    from accy.builder import trace
+    from accy.egraph.cost import cost_model, program_cost
+
+    model = cost_model("kernels")
+    one = accy.prepare(trace(lambda x: (x * 2.0).sum(axes=-1), accy.f32[64, 64], name="g"),
+                       costs.pipeline_for("unsaturated"))
+    assert one.kernel_count == 1  # the multiply is the reduction's prologue: no bytes more
+    assert costs.group_cost(one.product, model) == program_cost(one.product.program, model)
+
+
+def test_cost_ablation_reprices_a_run_without_each_part(experiment_script, tmp_path,
+                                                        monkeypatch, device):
+    """experiments/cost_ablation.py: the ablated models lack what they say, and a run's rows
+    (here made up: times of a fake clock) are prepared again and summarized per model."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    from accy.egraph.kernel_cost import load_calibration
+
+    def timer(program, runtime, repeats):
+        s = cal.samples_of(program.function().name.rstrip("0123456789"), program)
+        return 1000 + 0.01 * s["bytes"] + 0.001 * (s["flops"] + s["cheap"])
+
+    path = cal.calibrate(None, quick=True, timer=timer)
+    script = experiment_script("cost_ablation")
+    models = script.ablations(load_calibration(path))
+    assert models["-element-ops"].element_ops == {} and models["measured"].element_ops
+    assert not any(k.startswith("contraction:") for k in models["-shape-classes"].kinds)
+    assert all(not f.points for f in models["-interpolation"].kinds.values())
+    rows = [{"program": "matrix_chain", "size": "ci", "variant": v, "policy": "single-output",
+             "pipeline": costs.pipeline_for(v), "priced_fingerprint": v, "kernels": 1,
+             "measured": {"kernel_ms": ms}}
+            for v, ms in (("unsaturated", 3.0), ("saturated", 2.0), ("fast-math", 1.0))]
+    results, out = tmp_path / "costs.json", tmp_path / "ablation.json"
+    results.write_text(json.dumps({"rows": rows, "calibration": str(path)}))
+    assert script.main([str(results), "--out", str(out)]) == 0
+    summary = json.loads(out.read_text())
+    assert set(summary) == set(models) and all(s["points"] == 3 for s in summary.values())
