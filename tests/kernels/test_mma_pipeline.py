@@ -330,6 +330,10 @@ def test_f16_products_stay_f16_for_tensor_cores_without_cl_khr_fp16(pipe, used):
     assert product.type.dtype is DType.f16
     assert all(s.type.dtype is DType.f16 and s.op is Op.PARAM for s in product.srcs)
     assert {n.type.dtype for n in nodes if n.op is Op.ADD} == {DType.f32}
+    # B stored along K (cp.async cannot transpose it): promoted, not left to the loop nest
+    job = prepare(matmul16(512, 512, 64, b_transposed=True), "ieee",
+                  dataclasses.replace(ASYNC, dtypes=NV.dtypes), pipe)
+    assert "loop-nest" not in used(job) and "mma-f16" not in used(job)
     # without f16 tensor cores the product is promoted with everything else
     job = prepare(matmul16(512, 512, 64, bias=True), "ieee",
                   dataclasses.replace(NV, tensor_cores=(TF32_MMA, CP_ASYNC)), pipe)

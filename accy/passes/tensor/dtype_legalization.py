@@ -5,9 +5,9 @@ attached). Only dtypes the program uses and ``target.dtypes`` lacks are touched;
 to do the product is returned as it is (same program, same fingerprint). Per dtype, an option
 says what happens:
 
-* ``f16`` (``promote`` by default): every f16 value is computed in f32, except contractions
-  of f16 operands on targets with f16 tensor cores and ``cp.async`` (``mma-f16`` takes them
-  in f16, its result cast to f32 for its users). ``keep`` leaves f16
+* ``f16`` (``promote`` by default): every f16 value is computed in f32, except products of
+  f16 operands that ``mma-f16`` takes as stored, on targets with f16 tensor cores and
+  ``cp.async`` (kept in f16, the result cast to f32 for its users: :func:`f16_product`). ``keep`` leaves f16
   to the kernels, which compute it in float and round every f16 value they bind (the
   renderer's f16 without ``cl_khr_fp16``; legal wherever f32 is).
 * ``f64`` (``keep`` by default, or ``demote``): every f64 value is computed in f32. Values
@@ -48,6 +48,7 @@ computed in f32 and i32) and ``kept`` (nodes left in a dtype the target lacks).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -60,6 +61,7 @@ from accy.ir.ops import Op
 from accy.ir.printer import format_name
 from accy.ir.program import Function, Program, Stage
 from accy.ir.types import DType
+from accy.kernels.mma_plan import MIN_K, MIN_MN
 from accy.passes.base import Pass, option
 from accy.passes.rebuild import constant, make, rebuild
 from accy.passes.registry import register
@@ -94,10 +96,27 @@ def refusal(program: Program, dtype: DType, target: TargetProfile) -> Capability
 
 
 def f16_product(node: Node) -> bool:
-    """A contraction of f16 operands: kept in f16 on targets with f16 tensor cores
-    (``mma-f16`` multiplies f16 exactly and sums in f32, without ``cl_khr_fp16``)."""
-    return (node.op is Op.EINSUM and node.type.dtype is DType.f16
-            and all(s.type.dtype is DType.f16 for s in node.srcs))
+    """A product of two f16 operands that ``mma-f16`` takes as they are stored: kept in f16 on
+    targets with f16 tensor cores (it multiplies f16 exactly and sums in f32, without
+    ``cl_khr_fp16``). Its ``cp.async`` copies cannot transpose: A along K (its last letter
+    summed), B along N (its last letter an output letter), last axes in whole 16-byte
+    vectors, and the product at least the generator's minimum; any other f16 product is
+    promoted (no other generator takes f16 products but the loop nest)."""
+    if (node.op is not Op.EINSUM or node.type.dtype is not DType.f16 or len(node.srcs) != 2
+            or any(s.type.dtype is not DType.f16 for s in node.srcs)):
+        return False
+    ins, out = node.attr("spec").split("->")
+    a, b = ins.split(",")
+    if not a or not b:
+        return False
+    size = {c: n for t, s in zip((a, b), node.srcs, strict=True)
+            for c, n in zip(t, s.type.shape, strict=True)}
+    summed = (set(a) & set(b)) - set(out)
+    m, n, k = (math.prod(size[c] for c in group) for group in (
+        set(a) - set(b), set(b) - set(a), summed))
+    return (a[-1] in summed and b[-1] in out and b[-1] not in a
+            and all(s.type.shape[-1] % 8 == 0 for s in node.srcs)
+            and m >= MIN_MN and n >= MIN_MN and k >= MIN_K)
 
 
 def narrowed(program: Program, node: Node, dtype: DType) -> np.ndarray:
