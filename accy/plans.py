@@ -9,6 +9,7 @@ tensor: :class:`LaunchPlan`; dispatch: :class:`FusionPlan`, :class:`SchedulePlan
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -82,6 +83,19 @@ class ScheduleKind(Enum):
     indexed = "indexed"
     rowwise = "rowwise"
     movement = "movement"
+
+
+def outside_inputs(nodes: Iterable[Node]) -> tuple[Node, ...]:
+    """The values ``nodes`` read that none of them computes, in order of first use: a fusion
+    group's inputs."""
+    nodes = list(nodes)
+    inside = set(nodes)
+    found: dict[Node, None] = {}
+    for n in nodes:
+        for s in n.srcs:
+            if s not in inside:
+                found.setdefault(s)
+    return tuple(found)
 
 
 @dataclass(frozen=True)

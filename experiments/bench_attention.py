@@ -21,19 +21,16 @@ from __future__ import annotations
 
 import argparse
 import math
-import platform
 import sys
 from typing import Any
 
 import numpy as np
-import pyopencl as cl
 
 import accy
-from accy.backends.opencl.runtime import select_device
+from accy.backends.registry import get_backend
 from accy.builder import einsum, trace
-from accy.experiments.records import git_commit, median_ms, timestamp, write_json
+from accy.experiments.records import median_ms, provenance, write_json
 from accy.passes.spec import parse_pipeline
-from accy.target import TargetProfile
 
 f32 = accy.f32
 VARIANTS = {"fused": "fusion-planning{attention=always}",
@@ -117,7 +114,7 @@ def bench_torch(xs: list[np.ndarray], causal: bool, repeat: int) -> dict[str, An
 
 def bench_shape(b: int, h: int, s: int, d: int, causal: bool, runtime: Any,
                 repeat: int) -> dict[str, Any]:
-    target = TargetProfile.from_device(runtime.info)
+    target = get_backend().target_profile(runtime)
     prog = program(b, h, s, d, causal)
     xs = inputs(b, h, s, d)
     want = reference(xs, causal)
@@ -171,8 +168,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
-    runtime = select_device(args.device)
-    info = runtime.info
+    runtime = get_backend().select_device(args.device)
     rows = []
     for s in args.seq_list:
         row = bench_shape(args.batch, args.heads, s, args.head_dim, args.causal, runtime,
@@ -187,16 +183,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
               f"({u['kernel_count']} kernels)  x{row['fusion_speedup']:.2f}  "
               f"sdpa {row.get('torch_sdpa_ms')}  compile {row.get('torch_compile_ms')}  "
               f"ok={f['matches'] and u['matches']}", flush=True)
-    result = {
-        "rows": rows, "repeat": args.repeat,
-        "device": {"key": info.key, "platform": info.platform, "name": info.name,
-                   "driver": info.driver_version, "compute_units": info.compute_units},
-        "command": [sys.argv[0] if argv is None else "main",
-                    *(sys.argv[1:] if argv is None else argv)],
-        "versions": {"accy": accy.__version__, "numpy": np.__version__,
-                     "pyopencl": cl.VERSION_TEXT, "python": platform.python_version()},
-        "git_commit": git_commit(), "timestamp": timestamp(),
-    }
+    result = {"rows": rows, "repeat": args.repeat,
+              **provenance(args.device, ("pyopencl", "torch"),
+                           [sys.argv[0] if argv is None else "main",
+                            *(sys.argv[1:] if argv is None else argv)])}
     write_json(result, args.out)
     return result
 

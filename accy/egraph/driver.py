@@ -5,8 +5,9 @@ step of the selected rules followed by ``TYPE_RULES`` (so every new e-class has 
 before the next step), then it counts e-nodes (rows of the tensor and operand-list
 constructors) and e-classes (rows of ``tensor.type``: one per tensor e-class; both from one
 size command) and reads the time. The e-graph is checkpointed (``push``) before the first
-step (unless the caller can put a small input back itself: ``restore``) and before every step that starts within a sixteenth of the node limit (a push copies
-the whole e-graph, rules included: ~15 ms even for a tiny one, so not before every step); a
+step (unless the caller can put a small input back itself: ``restore``) and before every
+step that starts within a sixteenth of the node limit (a push copies the whole e-graph,
+rules included, so not before every step); a
 step that ends above the node limit is rolled back (``pop``) to the last checkpoint, with the
 iterations after it, and saturation stops. The stop reason is one of
 

@@ -46,8 +46,8 @@ order; the loop nest is the fallback. Stated here, not left to the order of impo
 name must be registered once the modules of :data:`BUILT_IN` are loaded (:func:`ranked`
 checks)."""
 
-BUILT_IN = ("flat", "reduction", "rowwise", "rowfused", "attention", "mma", "contraction", "indexed",
-            "conv")
+BUILT_IN = ("flat", "reduction", "rowwise", "rowfused", "attention", "mma", "contraction",
+            "indexed", "conv")
 """The modules of accy.kernels whose generators register themselves (in any order)."""
 
 

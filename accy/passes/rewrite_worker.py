@@ -42,8 +42,8 @@ import subprocess
 import sys
 import threading
 import time
-from multiprocessing.connection import Connection
 from dataclasses import dataclass, field, replace
+from multiprocessing.connection import Connection
 from typing import Any
 
 from accy.egraph.convert import Extraction

@@ -18,7 +18,7 @@ from __future__ import annotations
 from accy.ir.node import Node
 from accy.ir.ops import Op
 from accy.kernels import attention
-from accy.plans import FusionGroup, ScheduleKind
+from accy.plans import FusionGroup, ScheduleKind, outside_inputs
 from accy.target import TargetProfile
 
 
@@ -54,15 +54,9 @@ def merge_attention(groups: list[FusionGroup], users: dict[Node, list[Node]],
                        key=position.__getitem__)
         if max_ops and len(nodes) > max_ops:
             continue
-        inside = set(nodes)
-        inputs: list[Node] = []
-        for n in nodes:
-            for s in n.srcs:
-                if s not in inside and s not in inputs:
-                    inputs.append(s)
         last = groups[vi]
-        merged = FusionGroup(last.function, tuple(nodes), groups[vi].outputs, tuple(inputs),
-                             ScheduleKind.contraction, last.boundary)
+        merged = FusionGroup(last.function, tuple(nodes), groups[vi].outputs,
+                             outside_inputs(nodes), ScheduleKind.contraction, last.boundary)
         found = attention.plan(merged, target)
         if isinstance(found, str) or not (always or pays(target, found[1].cpu)):
             continue

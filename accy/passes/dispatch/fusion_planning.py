@@ -15,7 +15,7 @@ from accy.passes.dispatch.attention_fusion import merge_attention
 from accy.passes.dispatch.horizontal import join_sinks
 from accy.passes.dispatch.row_fusion import merge_row_groups
 from accy.passes.registry import register
-from accy.plans import FusionGroup, FusionPlan, ScheduleKind
+from accy.plans import FusionGroup, FusionPlan, ScheduleKind, outside_inputs
 from accy.product import Product
 from accy.target import TargetProfile
 
@@ -161,14 +161,8 @@ class FusionPlanning(Pass):
         groups = []
         for g in kept:
             ordered = sorted(members[g], key=position.__getitem__)
-            inside = set(ordered)
-            inputs = []
-            for n in ordered:
-                for s in n.srcs:
-                    if s not in inside and s not in inputs:
-                        inputs.append(s)
             groups.append(FusionGroup(fi, tuple(ordered), tuple(reversed(outputs[g])),
-                                      tuple(inputs), kinds[g], reasons[g]))
+                                      outside_inputs(ordered), kinds[g], reasons[g]))
         groups.reverse()  # producers first
         return groups, shared
 

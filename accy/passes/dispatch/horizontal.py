@@ -23,7 +23,7 @@ element instead of once per member.
 from __future__ import annotations
 
 from accy.ir.node import Node
-from accy.plans import FusionGroup, ScheduleKind, is_inlined
+from accy.plans import FusionGroup, ScheduleKind, is_inlined, outside_inputs
 
 
 def join_sinks(groups: list[FusionGroup], users: dict[Node, list[Node]], results: set[Node],
@@ -107,21 +107,9 @@ def _reads(g: FusionGroup) -> set[Node]:
     return {s for s in g.inputs if not is_inlined(s)}
 
 
-def _inputs(nodes: list[Node]) -> list[Node]:
-    inside = set(nodes)
-    inputs: list[Node] = []
-    seen: set[Node] = set()
-    for n in nodes:
-        for s in n.srcs:
-            if s not in inside and s not in seen:
-                seen.add(s)
-                inputs.append(s)
-    return inputs
-
-
 def _union(members: list[FusionGroup], position: dict[Node, int]) -> FusionGroup:
     nodes = sorted({n for g in members for n in g.nodes}, key=position.__getitem__)
     outputs = tuple(o for g in members for o in g.outputs)
-    return FusionGroup(members[0].function, tuple(nodes), outputs, tuple(_inputs(nodes)),
+    return FusionGroup(members[0].function, tuple(nodes), outputs, outside_inputs(nodes),
                        ScheduleKind.flat,
                        f"function results ({len(members)} independent groups joined)")

@@ -20,7 +20,7 @@ import heapq
 
 from accy.ir.node import Node
 from accy.kernels import rowgroup
-from accy.plans import FusionGroup, ScheduleKind
+from accy.plans import FusionGroup, ScheduleKind, outside_inputs
 
 _MERGEABLE = (ScheduleKind.flat, ScheduleKind.reduction, ScheduleKind.rowwise)
 
@@ -111,17 +111,11 @@ def _mergeable(groups: list[FusionGroup], ms: list[int], ancestors: list[int],
 def _union(groups: list[FusionGroup], ms: list[int], users: dict[Node, list[Node]],
            results: set[Node], position: dict[Node, int]) -> FusionGroup:
     nodes = _nodes(groups, ms, position)
-    inside = set(nodes)
-    inputs: list[Node] = []
-    for n in nodes:
-        for s in n.srcs:
-            if s not in inside and s not in inputs:
-                inputs.append(s)
-    outs = _outputs(groups, ms, inside, users, results)
+    outs = _outputs(groups, ms, set(nodes), users, results)
     full = rowgroup.analyse(nodes).full
     outs.sort(key=lambda o: o.type.shape != full)  # the row domain first: the group's domain
     last = groups[ms[-1]]
-    return FusionGroup(last.function, tuple(nodes), tuple(outs), tuple(inputs),
+    return FusionGroup(last.function, tuple(nodes), tuple(outs), outside_inputs(nodes),
                        ScheduleKind.reduction, last.boundary)
 
 

@@ -7,9 +7,9 @@ says what happens:
 
 * ``f16`` (``promote`` by default): every f16 value is computed in f32, except products of
   f16 operands that ``mma-f16`` takes as stored, on targets with f16 tensor cores and
-  ``cp.async`` (kept in f16, the result cast to f32 for its users: :func:`f16_product`). ``keep`` leaves f16
-  to the kernels, which compute it in float and round every f16 value they bind (the
-  renderer's f16 without ``cl_khr_fp16``; legal wherever f32 is).
+  ``cp.async`` (kept in f16, the result cast to f32 for its users: :func:`f16_product`).
+  ``keep`` leaves f16 to the kernels, which compute it in float and round every f16 value
+  they bind (the renderer's f16 without ``cl_khr_fp16``; legal wherever f32 is).
 * ``f64`` (``keep`` by default, or ``demote``): every f64 value is computed in f32. Values
   round to f32 and those beyond its range become infinities.
 * ``i64`` (``keep`` by default, or ``demote``): every i64 value is computed in i32. Values
