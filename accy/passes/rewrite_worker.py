@@ -24,7 +24,8 @@ warm. :func:`warm_up` starts one ahead of time (benchmarks do, to leave start-up
 their first measurement).
 
 What cannot go to a worker runs in the calling process (:func:`eligible`): rule sets defined
-at run time (the worker only knows the built-in themes), cost models that do not pickle, and
+at run time (the worker only knows the built-in themes), cost models that do not pickle or
+that name the caller's script (``__main__``), and
 calls from a daemonic multiprocessing worker (experiment pools: many processes already).
 
 Each message from the worker carries its peak resident memory (``ru_maxrss``), so callers
@@ -93,10 +94,7 @@ class Result:
     messages: int = field(default=0, compare=False)
 
 
-# The worker's first lines: the parent's import path, then the loop. A plain interpreter
-# started with this (not multiprocessing's spawn, which imports the caller's main module in
-# the child: a script without an ``if __name__ == "__main__":`` guard would run again there,
-# and fail on starting a worker of its own).
+# what the worker's interpreter runs: the parent's import path first, then the loop
 _BOOT = ("import sys\n"
          "from multiprocessing.connection import Connection\n"
          "conn = Connection(int(sys.argv[1]))\n"
@@ -203,10 +201,12 @@ def eligible(task_model: CostModel, rulesets: tuple[str, ...]) -> bool:
     if any(rewrites.THEMES.get(n) is None for n in rulesets):
         return False
     try:
-        pickle.dumps(task_model)
+        data = pickle.dumps(task_model)
     except Exception:  # noqa: BLE001 - any pickling failure means: not in a worker
         return False
-    return True
+    # a class or function of the caller's script pickles by reference to __main__, which
+    # the worker's interpreter does not import
+    return b"__main__" not in data
 
 
 def run(task: Task, deadline: float) -> Result:

@@ -62,9 +62,9 @@ def test_constants_are_written_once(job, device: rt.Runtime,
     written: list[np.ndarray] = []
     write = device.write
 
-    def recording(buf, array):
+    def recording(buf, array, **kw):
         written.append(np.asarray(array))
-        write(buf, array)
+        write(buf, array, **kw)
 
     monkeypatch.setattr(device, "write", recording)
     exe = job.executable(device=device)

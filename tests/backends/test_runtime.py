@@ -48,7 +48,8 @@ def test_select_device_gives_working_device(runtime: rt.Runtime) -> None:
     assert isinstance(info, rt.DeviceInfo)
     assert info.key == f"{info.platform}:{info.name}:{info.driver_version}"
     assert info.max_work_group_size >= 1 and info.compute_units >= 1
-    assert info in rt.list_devices()
+    # by key: the selected device's info also holds what the tensor-core probe found
+    assert info.key in {d.key for d in rt.list_devices()}
     assert rt.select_device() is runtime  # cached per selector
     assert runtime.build_count() >= 1  # the probe built a kernel with this runtime
 

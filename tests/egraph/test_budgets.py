@@ -216,3 +216,23 @@ def test_a_script_without_a_main_guard_saturates_in_a_worker(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "worker: finished changed: True" in done.stdout
     assert len(runs.read_text().split()) == 1  # the script's top level ran once
+
+
+def test_a_cost_model_of_the_callers_script_saturates_in_process(monkeypatch):
+    # a model class defined in the caller's script pickles by reference to __main__, which the
+    # worker's interpreter does not import: such a model is priced in the calling process
+    import pickle
+    import sys
+    import types
+
+    from accy.egraph.cost import cost_model
+
+    model = cost_model("flops-bytes")
+    assert worker.eligible(model, tuple(DEFAULT_RULESETS))
+    script = types.ModuleType("__main__")
+    script.ScriptModel = type("ScriptModel", (type(model),), {"__module__": "__main__"})
+    monkeypatch.setitem(sys.modules, "__main__", script)
+    scripted = object.__new__(script.ScriptModel)
+    scripted.__dict__.update(model.__dict__)
+    assert b"__main__" in pickle.dumps(scripted)
+    assert not worker.eligible(scripted, tuple(DEFAULT_RULESETS))
