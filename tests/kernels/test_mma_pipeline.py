@@ -22,6 +22,7 @@ import re
 import numpy as np
 import pytest
 from test_mma_generator import EMULATED_MMA, NV, emulated, matmul, num
+from test_mma_generator import prepared as prepare  # noqa: I001 (the name this file uses)
 
 try:
     import pyopencl as cl
@@ -225,10 +226,6 @@ def matmul16(m: int, n: int, k: int, batch: int = 0, bias: bool = False,
     f.return_((y + f.param(2)).relu() if bias else y)
     f.finish()
     return b.finish()
-
-
-def prepare(prog: accy.Program, precision: str, target: TargetProfile, pipe):
-    return accy.prepare(prog, pipe(f"precision={precision}"), target=target)
 
 
 @pytest.mark.parametrize("precision", ["tf32", "3xtf32"])
