@@ -22,7 +22,7 @@ import re
 import numpy as np
 import pytest
 from test_mma_generator import EMULATED_MMA, NV, emulated, matmul, num
-from test_mma_generator import prepared as prepare  # noqa: I001 (the name this file uses)
+from test_mma_generator import prepared as prepare
 
 try:
     import pyopencl as cl
