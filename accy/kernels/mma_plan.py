@@ -51,6 +51,9 @@ STAGES = (2, 3, 4)  # local buffers a pipeline may have
 # than the tensor cores win).
 MIN_MN = 64
 MIN_K = 32
+# an f32 product whose tiles leave half the compute units idle and whose K is this many times
+# its longer side goes to the tiled contraction, which splits K over work-groups
+SPLIT_K_RATIO = 8
 TF32_UNIT_ROUNDOFF = 2.0**-11  # rna rounding to 10 explicit mantissa bits
 
 
@@ -348,6 +351,13 @@ def plan(group: FusionGroup, target: TargetProfile) -> tuple[Contraction, MmaTil
         return (f"{c.m.size}x{c.n.size}x{c.k.size} is below {MIN_MN}x{MIN_MN}x{MIN_K}: the "
                 "other generators are faster there")
     t = choose_tiles(c, target, pipelined(c, target))
+    groups = c.batch_size * -(-c.m.size // t.bm) * -(-c.n.size // t.bn)
+    if (c.dtype is DType.f32 and 2 * groups < target.compute_units
+            and c.k.size >= SPLIT_K_RATIO * max(c.m.size, c.n.size)):
+        # no split of K here: the f32 tiled contraction splits a long K over work-groups
+        return (f"{groups} work-groups of {t.bm}x{t.bn} tiles would leave most of the "
+                f"{target.compute_units} compute units idle over a long K (the tiled "
+                "contraction splits it)")
     if t.threads > target.max_work_group_size or t.local_bytes() > target.local_mem_bytes:
         return (f"tiles of {t.threads} work-items and {t.local_bytes()} bytes of local "
                 "memory exceed the target")
