@@ -69,5 +69,5 @@ def merge_attention(groups: list[FusionGroup], users: dict[Node, list[Node]],
 def pays(target: TargetProfile, cpu_form: bool) -> bool:
     """Whether the fused kernel beats the three (``experiments/bench_attention.py``): on a CPU
     its CPU form does; the work-group form is slower than the three kernels on a CPU, and on
-    an H200 up to sequence 4096 (papers/kernels.md), so GPUs keep the three by default."""
+    the GPU measured (papers/kernels.md), so GPUs keep the three by default."""
     return target.device_type == "cpu" and cpu_form

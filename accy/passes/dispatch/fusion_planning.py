@@ -83,8 +83,8 @@ class FusionPlanning(Pass):
         "merge a softmax between two contractions (Q Kᵀ, a scale or mask, a softmax over the "
         "keys, P V) into one group, built as one kernel with an online softmax by the "
         "fused-attention generator: auto where its kernel is measured to beat the three "
-        "(the CPU form on CPUs; not on GPUs, where the work-group form was slower up to "
-        "sequence 4096 on an H200), always wherever the generator takes it; off: the scores "
+        "(the CPU form on CPUs; not on GPUs, where the work-group form measured slower: "
+        "papers/kernels.md), always wherever the generator takes it; off: the scores "
         "and probabilities go through memory",
     )
     horizontal: bool = option(
