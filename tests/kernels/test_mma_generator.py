@@ -101,12 +101,13 @@ TILES = pytest.mark.parametrize("tiles", [LARGE, SMALL, WIDE],
                                 ids=["128x128:2x4", "64x64:2x2", "128x128:2x2"])
 
 
-@TILES
-def test_fragment_formulas_compute_the_block_product_in_emulation(tiles: MmaTiles):
-    """Local tiles laid out as the copies store them, fragments gathered at the generator's
-    addresses, a warp's mma emulated per the PTX layout, accumulators placed by c_coords:
-    the work-group's tile is A @ B."""
-    rng = np.random.default_rng(1)
+def emulate_block(tiles: MmaTiles, seed: int, k_step: int, fragments) -> None:
+    """A work-group's tile computed in emulation: A and B laid out in local memory as the
+    copies store them (``local_index``), each warp's accumulators advanced per K sub-step of
+    ``k_step`` by ``fragments(a_loc, b_loc, wm, wn, mi, ni, kk, acc)`` (the fragments gathered
+    at the generator's addresses and one emulated mma), then placed by ``c_coords``: the tile
+    must be A @ B with every element stored once."""
+    rng = np.random.default_rng(seed)
     a = rng.integers(-4, 5, (tiles.bm, tiles.bk)).astype(np.float64)
     b = rng.integers(-4, 5, (tiles.bk, tiles.bn)).astype(np.float64)
     a_loc, b_loc = np.full(tiles.a_size, np.nan), np.full(tiles.b_size, np.nan)
@@ -120,18 +121,10 @@ def test_fragment_formulas_compute_the_block_product_in_emulation(tiles: MmaTile
     for warp in range(tiles.threads // 32):
         wm, wn = warp_origin(tiles, idx(warp))
         acc = np.zeros((tiles.frags_m, tiles.frags_n, 32, 4))
-        for kk in range(tiles.bk // MMA_K):
+        for kk in range(tiles.bk // k_step):
             for mi in range(tiles.frags_m):
                 for ni in range(tiles.frags_n):
-                    ar, br = np.zeros((32, 4)), np.zeros((32, 2))
-                    for lane in range(32):
-                        g, t = lane_parts(idx(lane))
-                        abase, bbase = a_lane_base(tiles, wm, g, t), b_lane_base(tiles, wn, g, t)
-                        ar[lane] = [a_loc[num(abase) + a_offset(tiles, mi, kk, r)]
-                                    for r in range(4)]
-                        br[lane] = [b_loc[num(bbase) + b_offset(tiles, ni, kk, r)]
-                                    for r in range(2)]
-                    acc[mi, ni] = emulate_mma(ar, br, acc[mi, ni])
+                    acc[mi, ni] = fragments(a_loc, b_loc, wm, wn, mi, ni, kk, acc[mi, ni])
         for mi in range(tiles.frags_m):
             for ni in range(tiles.frags_n):
                 for lane in range(32):
@@ -141,6 +134,23 @@ def test_fragment_formulas_compute_the_block_product_in_emulation(tiles: MmaTile
                         assert np.isnan(c[num(row), num(col)]), "an element stored twice"
                         c[num(row), num(col)] = acc[mi, ni, lane, r]
     np.testing.assert_array_equal(c, a @ b)
+
+
+@TILES
+def test_fragment_formulas_compute_the_block_product_in_emulation(tiles: MmaTiles):
+    """Fragments gathered at the generator's addresses, a warp's TF32 mma emulated per the
+    PTX layout: the work-group's tile is A @ B."""
+
+    def fragments(a_loc, b_loc, wm, wn, mi, ni, kk, acc):
+        ar, br = np.zeros((32, 4)), np.zeros((32, 2))
+        for lane in range(32):
+            g, t = lane_parts(idx(lane))
+            abase, bbase = a_lane_base(tiles, wm, g, t), b_lane_base(tiles, wn, g, t)
+            ar[lane] = [a_loc[num(abase) + a_offset(tiles, mi, kk, r)] for r in range(4)]
+            br[lane] = [b_loc[num(bbase) + b_offset(tiles, ni, kk, r)] for r in range(2)]
+        return emulate_mma(ar, br, acc)
+
+    emulate_block(tiles, 1, MMA_K, fragments)
 
 
 @TILES

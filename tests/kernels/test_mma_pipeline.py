@@ -21,7 +21,7 @@ import re
 
 import numpy as np
 import pytest
-from test_mma_generator import EMULATED_MMA, NV, emulated, matmul, num
+from test_mma_generator import EMULATED_MMA, NV, emulate_block, emulated, matmul, num
 from test_mma_generator import prepared as prepare
 
 try:
@@ -47,13 +47,11 @@ from accy.kernels.mma_plan import (
     b16_offset,
     b_lane_base,
     b_offset,
-    c_coords,
     copy_slot,
     lane_parts,
     local_index,
     parse_tiles,
     tf32_round,
-    warp_origin,
 )
 from accy.target import CP_ASYNC, F16_MMA, TF32_MMA, TargetProfile
 
@@ -101,47 +99,25 @@ def test_f16_fragment_formulas_compute_the_block_product_in_emulation(tiles: Mma
     """Halves laid out as the cp.async copies leave them (``As[m][k]``, ``Bs[k][n]``), A
     registers read as words at the generator's addresses, B halves picked from their words by
     the lane's shift, a warp's m16n8k16 emulated per the PTX layout: the tile is A @ B."""
-    rng = np.random.default_rng(2)
-    a = rng.integers(-4, 5, (tiles.bm, tiles.bk)).astype(np.float64)
-    b = rng.integers(-4, 5, (tiles.bk, tiles.bn)).astype(np.float64)
-    a_loc, b_loc = np.full(tiles.a_size, np.nan), np.full(tiles.b_size, np.nan)
-    for m in range(tiles.bm):
-        for k in range(tiles.bk):
-            a_loc[num(local_index(tiles, "x", idx(m), idx(k)))] = a[m, k]
-    for k in range(tiles.bk):
-        for n in range(tiles.bn):
-            b_loc[num(local_index(tiles, "y", idx(n), idx(k)))] = b[k, n]
-    c = np.full((tiles.bm, tiles.bn), np.nan)
-    for warp in range(tiles.threads // 32):
-        wm, wn = warp_origin(tiles, idx(warp))
-        acc = np.zeros((tiles.frags_m, tiles.frags_n, 32, 4))
-        for kk in range(tiles.bk // 16):
-            for mi in range(tiles.frags_m):
-                for ni in range(tiles.frags_n):
-                    ar, br = np.zeros((32, 8)), np.zeros((32, 4))
-                    for lane in range(32):
-                        g, t = lane_parts(idx(lane))
-                        word = num(a_lane_base(tiles, wm, g, t))
-                        for r in range(4):  # word w holds halves 2w (low) and 2w + 1
-                            w = word + a_offset(tiles, mi, kk, r)
-                            ar[lane, 2 * r:2 * r + 2] = a_loc[2 * w:2 * w + 2]
-                        half = num(b16_lane_base(tiles, wn, g, t))
-                        shift = half % 2  # the generator's b_shift / 16
-                        for i in range(4):
-                            off = b16_offset(tiles, ni, kk, i)
-                            assert off % 2 == 0
-                            w = half // 2 + off // 2
-                            br[lane, i] = b_loc[2 * w + shift]
-                    acc[mi, ni] = emulate_mma16(ar, br, acc[mi, ni])
-        for mi in range(tiles.frags_m):
-            for ni in range(tiles.frags_n):
-                for lane in range(32):
-                    g, t = lane_parts(idx(lane))
-                    for r in range(4):
-                        row, col = c_coords(wm, wn, g, t, mi, ni, r)
-                        assert np.isnan(c[num(row), num(col)]), "an element stored twice"
-                        c[num(row), num(col)] = acc[mi, ni, lane, r]
-    np.testing.assert_array_equal(c, a @ b)
+
+    def fragments(a_loc, b_loc, wm, wn, mi, ni, kk, acc):
+        ar, br = np.zeros((32, 8)), np.zeros((32, 4))
+        for lane in range(32):
+            g, t = lane_parts(idx(lane))
+            word = num(a_lane_base(tiles, wm, g, t))
+            for r in range(4):  # word w holds halves 2w (low) and 2w + 1
+                w = word + a_offset(tiles, mi, kk, r)
+                ar[lane, 2 * r:2 * r + 2] = a_loc[2 * w:2 * w + 2]
+            half = num(b16_lane_base(tiles, wn, g, t))
+            shift = half % 2  # the generator's b_shift / 16
+            for i in range(4):
+                off = b16_offset(tiles, ni, kk, i)
+                assert off % 2 == 0
+                w = half // 2 + off // 2
+                br[lane, i] = b_loc[2 * w + shift]
+        return emulate_mma16(ar, br, acc)
+
+    emulate_block(tiles, 2, 16, fragments)
 
 
 def conflict_free(words: list[int]) -> bool:

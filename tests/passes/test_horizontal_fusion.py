@@ -18,23 +18,18 @@ def with_fusion(options: str) -> str:
             "accy-memory,accy-kernel,accy-target")
 
 
-def many_outputs(outputs: int, n: int = 16) -> accy.Program:
-    b = accy.Builder()
-    t = b.tensor(accy.DType.f32, (n,))
-    f = b.begin_function("many", [t, t], ["a", "b"])
-    x, y = f.param(0), f.param(1)
-    forms = [lambda c: (x + y) * c, lambda c: (x - c) * y, lambda c: f.max(x * c, y),
-             lambda c: f.min(x, y + c)]
-    f.return_(*(forms[i % 4](1.0 + i / 8.0) for i in range(outputs)))
-    f.finish()
-    return b.finish()
+@pytest.fixture(scope="module")
+def many_outputs(experiment_script):
+    """``outputs`` independent results over two 16-vectors: the program bench_prepare times."""
+    bench = experiment_script("bench_prepare")
+    return lambda outputs: bench.many_outputs(outputs, n=16)
 
 
 def kernel_args(job: accy.PreparedJob) -> list[int]:
     return [len(k.args) for k in job.kernels]
 
 
-def test_independent_results_share_kernels_within_the_argument_bound(device) -> None:
+def test_independent_results_share_kernels_within_the_argument_bound(device, many_outputs):
     program = many_outputs(100)
     apart = accy.prepare(program, with_fusion("horizontal=false"))
     joined = accy.prepare(program)
@@ -53,7 +48,7 @@ def test_independent_results_share_kernels_within_the_argument_bound(device) -> 
             np.testing.assert_array_equal(g, w)
 
 
-def test_max_ops_bounds_a_joined_kernel() -> None:
+def test_max_ops_bounds_a_joined_kernel(many_outputs) -> None:
     job = accy.prepare(many_outputs(40), with_fusion("max-ops=10"))
     assert all(len(g.nodes) <= 10 for g in job.product.fusion.groups)
     assert job.kernel_count < 41
@@ -103,6 +98,6 @@ def test_only_flat_results_of_one_shape_join(device) -> None:
 
 
 @pytest.mark.parametrize("value", ["1", "1025"])
-def test_the_argument_bound_is_checked(value: str) -> None:
+def test_the_argument_bound_is_checked(value: str, many_outputs) -> None:
     with pytest.raises(Exception, match="horizontal-max-args"):
         accy.prepare(many_outputs(4), with_fusion(f"horizontal-max-args={value}"))
