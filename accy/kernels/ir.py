@@ -15,7 +15,9 @@ fingerprint is a hash of its structure.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from typing import Any
 
 from accy.ir.memo import memoized
 from accy.ir.ops import Op
@@ -392,32 +394,25 @@ class Kernel:
         return self.body_facts()[1]
 
     def body_facts(self) -> tuple[frozenset[DType], bool]:
-        """(dtypes, atomics64) from one walk of the body (legalization asks for both).
-
-        Not memoized: a frozenset of enum members kept on each kernel made loading a saved
-        job of 1,000 ops take 10x the collector's passes (256 instead of 22 per load)."""
-        out = {a.dtype for a in self.args}
-        atomics64 = False
-        for s in walk_stmts(self.body):
-            if isinstance(s, Let):
-                if s.dtype is not INDEX:
-                    out.add(s.dtype)
-            elif isinstance(s, LocalArray):
-                out.add(s.dtype)
-            elif isinstance(s, AtomicAdd) and s.dtype in ATOMICS64:
-                atomics64 = True
-        return frozenset(out), atomics64
+        """(dtypes, atomics64) from one walk of the body (legalization asks for both), kept
+        per body object (:func:`per_body`), not on the kernel: a frozenset of enum members
+        kept on each kernel made loading a saved job of 1,000 ops take 10x the collector's
+        passes (256 instead of 22 per load)."""
+        inner, atomics64 = per_body("facts", self.body, lambda: _body_facts(self.body))
+        return inner | {a.dtype for a in self.args}, atomics64
 
     def body_fingerprint(self) -> str:
         """Hash of what the kernel computes: argument types and body (not its name)."""
-        # memoized on the (immutable) kernel: product fingerprints ask for it after every pass,
-        # and the repr of a 20,000-statement body takes a good part of a second
+        # memoized on the (immutable) kernel: product fingerprints ask for it after every pass;
+        # the body's own hash per body object, which the kernels kernelization reuses for
+        # several work items share (the text of a 20,000-statement body takes a second)
         cached = self.__dict__.get("_body_fingerprint")
         if cached is None:
-            text = ir_text((self.schedule_kind.value, self.domain,
-                            [(a.dtype.value, a.is_output, a.space) for a in self.args],
-                            self.body))
-            cached = hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+            body = per_body("digest", self.body, lambda: hashlib.blake2b(
+                ir_text(self.body).encode(), digest_size=16).digest())
+            head = repr((self.schedule_kind.value, self.domain,
+                         [(a.dtype.value, a.is_output, a.space) for a in self.args]))
+            cached = hashlib.blake2b(head.encode() + body, digest_size=16).hexdigest()
             object.__setattr__(self, "_body_fingerprint", cached)
         return cached
 
@@ -433,6 +428,41 @@ class Kernel:
 register(Var, Lit, Bin, Un, Call, Cond, Cast, Load, Id, VectorLoad, VectorLoadAt, Lane, Splat,
          Let, Assign, Store, VectorStore, VectorStoreAt, AtomicAdd, For, If, Return, Barrier,
          LocalArray, InlineAsm)
+
+
+_PER_BODY: dict[tuple[Hashable, int], tuple[tuple[Stmt, ...], Any]] = {}
+PER_BODY_KEPT = 64  # bodies whose derived values are kept (oldest dropped first)
+
+
+def per_body[T](kind: Hashable, body: tuple[Stmt, ...], compute: Callable[[], T]) -> T:
+    """``compute()``, a value derived from ``body`` alone, kept per body *object* for the
+    last :data:`PER_BODY_KEPT` bodies asked about: the kernels kernelization reuses for the
+    repeated blocks of a model (``local_key``) share one body, so its hash, facts and
+    rendered text are made once. ``kind`` names the value (with whatever else it depends on,
+    e.g. the renderer's options)."""
+    key = (kind, id(body))
+    hit = _PER_BODY.get(key)
+    if hit is not None and hit[0] is body:
+        return hit[1]
+    value = compute()
+    while len(_PER_BODY) >= PER_BODY_KEPT:
+        _PER_BODY.pop(next(iter(_PER_BODY)), None)
+    _PER_BODY[key] = (body, value)
+    return value
+
+
+def _body_facts(body: tuple[Stmt, ...]) -> tuple[frozenset[DType], bool]:
+    found: set[DType] = set()
+    atomics64 = False
+    for s in walk_stmts(body):
+        if isinstance(s, Let):
+            if s.dtype is not INDEX:
+                found.add(s.dtype)
+        elif isinstance(s, LocalArray):
+            found.add(s.dtype)
+        elif isinstance(s, AtomicAdd) and s.dtype in ATOMICS64:
+            atomics64 = True
+    return frozenset(found), atomics64
 
 
 def walk_stmts(body: tuple[Stmt, ...]):

@@ -54,6 +54,7 @@ from accy.kernels.ir import (
     VectorLoadAt,
     VectorStore,
     VectorStoreAt,
+    per_body,
     walk_stmts,
 )
 from accy.target import TargetProfile
@@ -378,6 +379,21 @@ def stmts(body: tuple[Stmt, ...], indent: str, half: _Half | None = None) -> lis
     return out
 
 
+def _render_body(body: tuple, halves: frozenset[str]):
+    """(atomic dtypes, whether inline assembly, helper lines, body lines) of a kernel body
+    whose f16 arguments are ``halves``: what :func:`render` needs of the body, made once per
+    body object (:func:`accy.kernels.ir.per_body`)."""
+    atomics, asm = set(), False
+    for s in walk_stmts(body):
+        if isinstance(s, AtomicAdd):
+            atomics.add(s.dtype)
+        elif isinstance(s, InlineAsm):
+            asm = True
+    half = _Half(halves)
+    lines = stmts(body, "  ", half)
+    return frozenset(atomics), asm, tuple(half.helpers()), tuple(lines)
+
+
 def render(kernel: Kernel, target: TargetProfile | None = None) -> str:
     """OpenCL C source of ``kernel``. With a ``target``, a kernel holding inline assembly
     (:class:`~accy.kernels.ir.InlineAsm`, NVIDIA PTX) is refused unless the target's device
@@ -385,12 +401,9 @@ def render(kernel: Kernel, target: TargetProfile | None = None) -> str:
     lines = ["#pragma OPENCL FP_CONTRACT OFF"]
     if DType.f64 in kernel.dtypes:
         lines.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
-    atomics, asm = set(), False
-    for s in walk_stmts(kernel.body):
-        if isinstance(s, AtomicAdd):
-            atomics.add(s.dtype)
-        elif isinstance(s, InlineAsm):
-            asm = True
+    halves = frozenset(a.name for a in kernel.args if a.dtype is DType.f16)
+    atomics, asm, helpers, body = per_body(("opencl", halves), kernel.body,
+                                           lambda: _render_body(kernel.body, halves))
     if asm and target is not None and not target.tensor_cores:
         raise CapabilityMismatchError(
             f"{kernel.entry} holds inline PTX (InlineAsm), which the OpenCL renderer emits only "
@@ -398,7 +411,6 @@ def render(kernel: Kernel, target: TargetProfile | None = None) -> str:
             f"target {target.device} has none")
     if atomics & ATOMICS64:
         lines.append("#pragma OPENCL EXTENSION cl_khr_int64_base_atomics : enable")
-    half = _Half(frozenset(a.name for a in kernel.args if a.dtype is DType.f16))
     params = []
     slots = [a.slot for a in kernel.args if not a.is_scratch]
     for a in kernel.args:
@@ -415,8 +427,7 @@ def render(kernel: Kernel, target: TargetProfile | None = None) -> str:
     if kernel.fixed_local_size:
         dims = (*kernel.geometry.local_size, 1, 1)[:3]
         attrs = f"__attribute__((reqd_work_group_size({dims[0]}, {dims[1]}, {dims[2]}))) "
-    body = stmts(kernel.body, "  ", half)
-    lines.extend(half.helpers())
+    lines.extend(helpers)
     lines.extend(_float_atomic_add(d) for d in (DType.f32, DType.f64) if d in atomics)
     lines.append(f"__kernel {attrs}void {kernel.entry}({', '.join(params)}) {{")
     lines.extend(body)

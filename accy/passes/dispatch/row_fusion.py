@@ -38,6 +38,10 @@ def merge_row_groups(groups: list[FusionGroup], users: dict[Node, list[Node]],
         for p in ps:
             mask |= ancestors[p] | (1 << p)
         ancestors.append(mask)
+    descendants = [0] * len(groups)  # bit masks of the groups depending on each group
+    for g in reversed(range(len(groups))):
+        for p in producers[g]:
+            descendants[p] |= descendants[g] | (1 << g)
     cluster_of = list(range(len(groups)))
     members: dict[int, list[int]] = {g: [g] for g in range(len(groups))}
     for g, group in enumerate(groups):
@@ -47,7 +51,8 @@ def merge_row_groups(groups: list[FusionGroup], users: dict[Node, list[Node]],
             if c == cluster_of[g] or groups[c].kind not in _MERGEABLE:
                 continue
             trial = members[cluster_of[g]] + members[c]
-            if _mergeable(groups, trial, ancestors, users, results, position, max_ops):
+            if _mergeable(groups, trial, (ancestors, descendants), users, results, position,
+                          max_ops):
                 keep = cluster_of[g]
                 for m in members.pop(c):
                     cluster_of[m] = keep
@@ -88,22 +93,20 @@ def _outputs(groups: list[FusionGroup], ms: list[int], inside: set[Node],
     return outs
 
 
-def _mergeable(groups: list[FusionGroup], ms: list[int], ancestors: list[int],
+def _mergeable(groups: list[FusionGroup], ms: list[int], lineage: tuple[list[int], list[int]],
                users: dict[Node, list[Node]], results: set[Node], position: dict[Node, int],
                max_ops: int) -> bool:
     nodes = _nodes(groups, ms, position)
     if max_ops and len(nodes) > max_ops:
         return False
-    mask = sum(1 << m for m in ms)
-    between = 0
+    ancestors, descendants = lineage
+    mask = above = below = 0
     for m in ms:
-        between |= ancestors[m]
-    between &= ~mask
-    k = 0
-    while between >> k:  # a group outside fed by the union and feeding it: a cycle
-        if (between >> k) & 1 and ancestors[k] & mask:
-            return False
-        k += 1
+        mask |= 1 << m
+        above |= ancestors[m]
+        below |= descendants[m]
+    if above & below & ~mask:  # a group outside fed by the union and feeding it: a cycle
+        return False
     inside = set(nodes)
     return rowgroup.analyse(nodes, _outputs(groups, ms, inside, users, results)) is not None
 

@@ -6,12 +6,14 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
+from accy.ir.node import Node
+from accy.ir.ops import Op
 from accy.ir.program import Stage
 from accy.kernels.generators import GENERATORS, choose
 from accy.kernels.ir import Kernel
 from accy.passes.base import Pass, option
 from accy.passes.registry import register
-from accy.plans import MemorySpacePlan
+from accy.plans import FusionGroup, KernelOutline, MemorySpacePlan, ScheduleKind
 from accy.target import PRECISIONS, TargetProfile
 
 
@@ -29,6 +31,10 @@ class Kernelization(Pass):
         "ieee", "f32 contraction precision: ieee (f32, default), tf32 (TF32 operands on tensor "
         "cores, opt-in), 3xtf32 (split TF32, ~f32 accuracy); tensor cores only where the "
         "target recorded them", choices=PRECISIONS)
+    reuse: bool = option(
+        True, "give a work item the kernels built for an earlier one of the same local "
+        "structure (local_key: the repeated blocks of a model), renamed and rebound to its "
+        "slots, instead of building them again; false builds every one (the same kernels)")
 
     def run(self, ctx, product):
         fusion = product.require("fusion", self.name, "fusion-planning")
@@ -41,16 +47,76 @@ class Kernelization(Pass):
         target = product.target or TargetProfile()
         kernels = []
         used: dict[str, int] = {}
+        built: dict[tuple, Built] = {}
+        reused = 0
         for item, out in zip(schedule.items, outline.outlines, strict=True):
             group = fusion.groups[item.group]
-            gen = choose(group, target, frozenset(self.disable), self.precision)
-            used[gen.name] = used.get(gen.name, 0) + 1
-            kernels.extend(gen.build(group, out, item.kind, target))
+            key = local_key(group, out, item.kind)
+            earlier = built.get(key) if self.reuse else None
+            made = None if earlier is None else earlier.rebind(out)
+            if made is None:
+                gen = choose(group, target, frozenset(self.disable), self.precision)
+                made, name = gen.build(group, out, item.kind, target), gen.name
+                built.setdefault(key, Built(name, out, made))
+            else:
+                name, reused = earlier.generator, reused + 1
+            used[name] = used.get(name, 0) + 1
+            kernels.extend(made)
         for name, count in used.items():
             ctx.stat(f"generator {name}", count)
+        ctx.stat("work items reusing an earlier one's kernels", reused)
         if product.spaces is not None:
             kernels = [with_spaces(k, product.spaces) for k in kernels]
         return product.replace(kernels=tuple(kernels))
+
+
+@dataclass(frozen=True)
+class Built:
+    """The kernels a generator built for one work item, kept to be reused by work items of
+    the same :func:`local_key`."""
+
+    generator: str
+    outline: KernelOutline
+    kernels: tuple[Kernel, ...]
+
+    def rebind(self, out: KernelOutline) -> tuple[Kernel, ...] | None:
+        """These kernels for the work item of ``out``: its entry name, work item and slots
+        (the key equated the slots' pattern), or None where a kernel's entry or slots do not
+        follow the outline (built afresh then)."""
+        old = self.outline
+        slots = dict(zip(old.input_slots + old.output_slots,
+                         out.input_slots + out.output_slots, strict=True))
+        made = []
+        for k in self.kernels:
+            if not k.entry.startswith(old.entry) or any(
+                    a.slot not in slots for a in k.args if not a.is_scratch):
+                return None
+            args = tuple(a if a.is_scratch else dataclasses.replace(a, slot=slots[a.slot])
+                         for a in k.args)
+            made.append(dataclasses.replace(k, entry=out.entry + k.entry[len(old.entry):],
+                                            work_item=out.work_item, args=args))
+        return tuple(made)
+
+
+def local_key(group: FusionGroup, out: KernelOutline, kind: ScheduleKind) -> tuple:
+    """What a generator's kernels for ``group`` depend on, with every name and number that
+    places the group in its program left out: the group's nodes with operands named by
+    position (inputs by their place in ``group.inputs``), the inputs' types (and the op
+    and attributes of inputs that are not parameters: constants are inlined by value), the
+    launch asked for, and which slots are the same buffer. Work items of equal keys get the
+    same kernels up to entry names, work items and slots (the blocks of a stacked model)."""
+    place: dict[Node, object] = {n: ("in", i) for i, n in enumerate(group.inputs)}
+    inputs = tuple((n.type,) if n.op is Op.PARAM else (n.op, n.type, n.attrs)
+                   for n in group.inputs)
+    nodes = []
+    for j, n in enumerate(group.nodes):
+        nodes.append((n.op, n.type, n.attrs, tuple(place.get(s, s) for s in n.srcs)))
+        place[n] = j
+    slots = out.input_slots + out.output_slots
+    first = {}
+    return (kind, group.kind, group.boundary, inputs, tuple(nodes),
+            tuple(place[n] for n in group.outputs), out.geometry, out.thread_blocks,
+            len(out.input_slots), tuple(first.setdefault(s, i) for i, s in enumerate(slots)))
 
 
 def with_spaces(kernel: Kernel, spaces: MemorySpacePlan) -> Kernel:
