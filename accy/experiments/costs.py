@@ -135,6 +135,27 @@ def group_cost(product: Any, model: Any) -> int:
     return round(total)
 
 
+def kernel_detail(product: Any, times_us: list[float]) -> list[dict[str, Any]]:
+    """Per kernel: its fusion group's kind, ops, bytes in and out and FLOPs, and its median
+    time: the points a kernel-level model is judged on."""
+    from accy.egraph.cost import flops
+    from accy.plans import is_inlined
+
+    items = product.require("schedule", "kernel detail", "schedule-planning").items
+    groups = product.fusion.groups
+    out = []
+    for k, us in zip(product.kernels, times_us, strict=True):
+        g = groups[items[k.work_item].group]
+        out.append({
+            "entry": k.entry, "kind": g.kind.value, "ops": [n.op.value for n in g.nodes],
+            "bytes": sum(n.type.nbytes for n in g.inputs if not is_inlined(n))
+            + sum(n.type.nbytes for n in g.outputs),
+            "flops": sum(flops(n.op, n.type, tuple(s.type for s in n.srcs), dict(n.attrs))
+                         for n in g.nodes),
+            "us": us})
+    return out
+
+
 def costs_task(program: str, size: str, seed: int, variant: str, pipeline: str,
                device: str | None, repeats: int, run: bool,
                calibration: str | None) -> dict[str, Any]:
@@ -177,8 +198,11 @@ def costs_task(program: str, size: str, seed: int, variant: str, pipeline: str,
         timed = measure._run(job, runtime, inputs, repeats)
         err = measure.max_rel_error(timed.pop("outputs"), expected(program, bench.dims(size),
                                                                    inputs))
+        each = timed.pop("kernel_us_each")
         measured.update(timed, max_rel_error=err)
         row["correct"] = bool(err <= measure.TOLERANCE)
+        if len(each) == job.kernel_count:
+            row["kernel_detail"] = kernel_detail(job.product, each)
     row["measured"] = measured
     if no_device and run:
         row["device_error"] = no_device

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -204,18 +205,21 @@ def _run(job: Any, runtime: Any, inputs: Sequence[np.ndarray], repeats: int,
     base = other.executable(device=runtime) if other is not None else None
     if base is not None:
         base(*inputs)
-    kernel_ns, wall_ns, base_ns = [], [], []
+    kernel_ns, wall_ns, base_ns, each_ns = [], [], [], []
     for _ in range(max(repeats, 1)):
         t0 = time.perf_counter_ns()
         exe(*inputs)
         wall_ns.append(time.perf_counter_ns() - t0)
         kernel_ns.append(sum(exe.last_kernel_ns))
+        each_ns.append(list(exe.last_kernel_ns))
         if base is not None:
             base(*inputs)
             base_ns.append(sum(base.last_kernel_ns))
     out = {"build_ms": (built - start) / 1e6, "first_call_ms": (first - built) / 1e6,
            "kernel_ms": records.median_ms(kernel_ns), "kernel_ms_min": min(kernel_ns) / 1e6,
-           "wall_ms": records.median_ms(wall_ns), "outputs": outputs}
+           "wall_ms": records.median_ms(wall_ns), "outputs": outputs,
+           # each launch's median (launch order), for models priced kernel by kernel
+           "kernel_us_each": [statistics.median(ns) / 1e3 for ns in zip(*each_ns)]}
     if base_ns:
         ratios = sorted(k / max(b, 1) for k, b in zip(kernel_ns, base_ns, strict=True))
         out.update(paired="timed", paired_kernel_ms_min=min(base_ns) / 1e6,
