@@ -268,6 +268,10 @@ class KernelCost:
     source: str = "nominal"  # or the calibration file it came from
     # per element of an elementwise op timed on its own (op name -> ps), before its class
     element_ops: Mapping[str, float] = field(default_factory=dict)
+    # (launch, per summed element): the least time of a contraction step summing K elements
+    # per output, whose K loop runs in sequence when its outputs are few (the calibration's
+    # ``small-output`` series, a few outputs summing ever longer rows); none when (0, 0)
+    depth: tuple[float, float] = (0.0, 0.0)
 
     def node_cost(self, op: Op, type: TensorType, operands: tuple[TensorType, ...],
                   attrs: Mapping[str, Any]) -> int:
@@ -279,15 +283,29 @@ class KernelCost:
         if cls in self.element:
             per = self.element_ops.get(op.value)
             return round(self.node + (self.element[cls] if per is None else per) * type.size)
+        return round(sum(t for _, t in self.kernels(op, type, operands, attrs)))
+
+    def kernels(self, op: Op, type: TensorType, operands: tuple[TensorType, ...],
+                attrs: Mapping[str, Any], series: bool = True) -> list[tuple[float, float]]:
+        """``(launch, time)`` of each kernel a heavy op runs as on its own: an einsum's steps
+        (each at least its :attr:`depth` time), else one kernel of its kind. ``series``: the
+        time interpolated in the calibrated series (:meth:`Fit.time`), else the linear fit's."""
+        cls = op_class(op)
         if cls == "contraction" and op is Op.EINSUM:  # conv2d: bytes and FLOPs below
             item = _ITEMSIZE[id(type.dtype)]
-            total = 0.0
+            out = []
             for step, work, read, written in einsum_steps(str(attrs["spec"]),
                                                           tuple(t.shape for t in operands)):
-                total += self.step_fit(step).time(item * (read + written), work)
-            return round(total)
-        return round(self.kinds[cls].time(bytes_moved(op, type, operands, attrs),
-                                          flops(op, type, operands, attrs)))
+                fit = self.step_fit(step)
+                nbytes = item * (read + written)
+                t = fit.time(nbytes, work) if series else fit.linear(nbytes, work)
+                if step != "reduce":
+                    t = max(t, self.depth[0] + self.depth[1] * work / (2 * max(written, 1)))
+                out.append((fit.launch, t))
+            return out
+        fit = self.kinds[cls]
+        nbytes, nflops = bytes_moved(op, type, operands, attrs), flops(op, type, operands, attrs)
+        return [(fit.launch, fit.time(nbytes, nflops) if series else fit.linear(nbytes, nflops))]
 
     def step_fit(self, step: str) -> Fit:
         """The fit of an einsum step's class (``reduce`` or a contraction class), else of
@@ -300,7 +318,8 @@ class KernelCost:
         """The coefficients, as a calibration file holds them."""
         return {"kinds": {k: f.document() for k, f in self.kinds.items()},
                 "element": dict(self.element), "element_ops": dict(self.element_ops),
-                "node": self.node, "movement": self.movement}
+                "node": self.node, "movement": self.movement,
+                "depth": {"launch": self.depth[0], "per_element": self.depth[1]}}
 
 
 _NOMINAL_LAUNCH, _NOMINAL_BYTE, _NOMINAL_FLOP = 5e6, 50.0, 10.0  # 5 us, 20 GB/s, 100 GFLOP/s
@@ -371,10 +390,13 @@ def _load(path: str, mtime_ns: int) -> KernelCost:
             raise ValueError(f"no fit for {', '.join(missing)}")
         element = {c: float(fits["element"][c]) for c in ELEMENT_CLASSES}
         device = doc.get("device", {}).get("key", "?")
+        depth = fits.get("depth", {})  # files made before it have none: no bound
         return KernelCost("measured", f"kernel times calibrated on {device}", kinds, element,
                           float(fits.get("node", 0.0)), float(fits.get("movement", 1.0)),
                           source=path, element_ops={
-                              str(op): float(v) for op, v in fits.get("element_ops", {}).items()})
+                              str(op): float(v) for op, v in fits.get("element_ops", {}).items()},
+                          depth=(float(depth.get("launch", 0.0)),
+                                 float(depth.get("per_element", 0.0))))
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise CalibrationMissingError(f"cost calibration {path} is unusable ({e}); run "
                                       f"`accy calibrate --force` to make it again") from None

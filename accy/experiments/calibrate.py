@@ -328,9 +328,15 @@ def fit(samples: list[dict[str, Any]]) -> dict[str, Any]:
     # chain never ties a shorter one when the fit put the work on bytes (noise)
     floor = 1e-3 * max(per_byte, 1e-3)
     element = {"cheap": max(cheap, floor), "transcendental": max(trans, cheap, floor)}
+    # the least time of a contraction summing K elements per output: the small-output series
+    # (dims m, K, n: few outputs, ever longer sums) against K (kernel_cost.KernelCost.depth)
+    long = [s for s in samples if s["kind"] == "contraction:small-output"]
+    depth_launch, per_element = solve([[1.0, float(s["dims"][1])] for s in long],
+                                      [s["ns"] for s in long])
     return {"kinds": kinds_all, "element": element,
             "element_ops": element_ops(samples, kc.Fit.read(kinds["reduce"]), element, floor),
-            "node": 1.0, "movement": 1.0}
+            "node": 1.0, "movement": 1.0,
+            "depth": {"launch": depth_launch, "per_element": per_element}}
 
 
 def element_ops(samples: list[dict[str, Any]], reduce: kc.Fit,

@@ -102,13 +102,15 @@ class _Capture(Instrument):
 def group_cost(product: Any, model: Any) -> int:
     """The kernel-group view of a cost model (``measured-groups``): the fused kernel groups
     of a prepared program's fusion plan priced with the model's coefficients, where a
-    tensor-stage cost prices e-nodes before fusion decides the kernels. Per group: its ops'
-    own costs (the heavy ops' launches, bytes and FLOPs, the elementwise ops' arithmetic);
-    a group with no heavy op (an elementwise or copy kernel) pays a launch and its bytes in
-    and out at the elementwise chains' fit; a heavy group pays, at the chains' bytes rate,
-    what it reads and writes beyond its heavy ops' operands and results (a multi-output
-    group's extra results, a prologue's extra inputs). So the fusion policy is seen: each
-    kernel it makes is a launch, each value it writes a trip through memory."""
+    tensor-stage cost prices e-nodes before fusion decides the kernels. Each group is one
+    kernel: one launch (its heavy ops' largest, else the elementwise chains'), the work of
+    each of its heavy ops (:meth:`KernelCost.kernels` by the linear fits, less their launch:
+    bytes, FLOPs, and a contraction's time to run its summed length), its elementwise ops'
+    arithmetic, and, at the chains' bytes rate, what it reads and writes beyond its heavy
+    ops' operands and results (a multi-output group's extra results, a prologue's extra
+    inputs). So the fusion policy is seen (each kernel it makes is a launch, each value it
+    writes a trip through memory), and launch-bound programs of many small kernels are priced
+    by their kernels, not by the ops inside them."""
     from accy.egraph.cost import bytes_moved
     from accy.egraph.kernel_cost import HEAVY_KINDS, Fit, op_class
     from accy.plans import is_inlined
@@ -118,18 +120,21 @@ def group_cost(product: Any, model: Any) -> int:
     total = 0.0
     for g in plan.groups:
         own = heavy_bytes = 0.0
-        heavy = False
+        parts: list[tuple[float, float]] = []
         for n in g.nodes:
             types = tuple(s.type for s in n.srcs)
             attrs = dict(n.attrs)
-            own += model.node_cost(n.op, n.type, types, attrs)
             if op_class(n.op) in HEAVY_KINDS:
-                heavy = True
+                parts += model.kernels(n.op, n.type, types, attrs, series=False)
                 heavy_bytes += bytes_moved(n.op, n.type, types, attrs)
+            else:
+                own += model.node_cost(n.op, n.type, types, attrs)
         moved = float(sum(n.type.nbytes for n in g.inputs if not is_inlined(n))
                       + sum(n.type.nbytes for n in g.outputs))
-        if heavy:
-            total += own + flat.per_byte * max(moved - heavy_bytes, 0.0)
+        if parts:
+            total += (max(launch for launch, _ in parts)
+                      + sum(max(t - launch, 0.0) for launch, t in parts)
+                      + own + flat.per_byte * max(moved - heavy_bytes, 0.0))
         else:
             total += own + flat.time(moved, 0.0)
     return round(total)

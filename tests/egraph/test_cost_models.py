@@ -5,6 +5,7 @@ calibration only for what it must be (a file, fits, a usable model)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -382,3 +383,31 @@ def test_full_calibration_grows_each_series_until_it_is_long_enough(cache, devic
     calls.clear()
     cal.calibrate("pocl", force=True, timer=fake_timer(calls))
     assert len(calls) == fixed
+
+
+def test_a_long_sum_into_few_outputs_costs_at_least_its_depth():
+    """A contraction step summing K elements into few outputs runs its K loop in sequence:
+    ``KernelCost.depth`` bounds its time below by launch + K x per element, whatever its
+    FLOPs; a step whose own time is above the bound keeps it."""
+    model = measured_fixture()
+    flat = dataclasses.replace(model, depth=(0.0, 0.0))
+    deep = dataclasses.replace(model, depth=(1e6, 1e5))
+    dots = tr(lambda a, b: einsum("ik,jk->ij", a, b), f32[4, 4096], f32[4, 4096])
+    assert program_cost(dots, flat) < 1e6 + 1e5 * 4096 <= program_cost(dots, deep)
+    square = tr(lambda a, b: a @ b, f32[256, 256], f32[256, 256])
+    shallow = dataclasses.replace(model, depth=(1e3, 1.0))
+    assert program_cost(square, shallow) == program_cost(square, flat)
+
+
+def test_fit_finds_the_depth_of_the_long_sums():
+    samples = synthetic_samples()
+    for s in samples:
+        if s["kind"] == "contraction:small-output":
+            s["ns"] = (3e6 + 4e4 * s["dims"][1]) / 1e3
+    depth = cal.fit(samples)["depth"]
+    assert depth["launch"] == pytest.approx(3e6, rel=1e-3)
+    assert depth["per_element"] == pytest.approx(4e4, rel=1e-3)
+    model = kc.KernelCost("m", "", measured_fixture().kinds, {"cheap": 1.0,
+                          "transcendental": 1.0}, depth=(depth["launch"],
+                                                          depth["per_element"]))
+    assert model.fits()["depth"] == {"launch": model.depth[0], "per_element": model.depth[1]}

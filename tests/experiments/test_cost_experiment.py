@@ -132,3 +132,23 @@ def test_cost_ablation_reprices_a_run_without_each_part(experiment_script, tmp_p
     assert script.main([str(results), "--out", str(out)]) == 0
     summary = json.loads(out.read_text())
     assert set(summary) == set(models) and all(s["points"] == 3 for s in summary.values())
+
+
+def test_the_group_view_charges_one_launch_per_kernel():
+    """A layernorm's two row reductions run as one kernel: the group view pays one launch
+    for it where pricing its ops pays two."""
+    import accy
+    from accy.builder import trace
+    from accy.egraph.cost import cost_model, program_cost
+
+    def layernorm(x):
+        mu = x.mean(axes=-1, keepdims=True)
+        xc = x - mu
+        return xc / ((xc * xc).mean(axes=-1, keepdims=True) + 1e-5).sqrt()
+
+    model = cost_model("kernels")
+    job = accy.prepare(trace(layernorm, accy.f32[64, 256], name="ln"),
+                       costs.pipeline_for("unsaturated"))
+    assert job.kernel_count == 1
+    saved = program_cost(job.product.program, model) - costs.group_cost(job.product, model)
+    assert saved == pytest.approx(model.kinds["reduce"].launch, rel=0.05)
