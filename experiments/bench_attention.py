@@ -29,6 +29,7 @@ import numpy as np
 import accy
 from accy.backends.registry import get_backend
 from accy.builder import einsum, trace
+from accy.experiments.peers import cuda_torch
 from accy.experiments.records import median_ms, provenance, write_json
 from accy.passes.spec import parse_pipeline
 
@@ -66,13 +67,8 @@ def bench_torch(xs: list[np.ndarray], causal: bool, repeat: int) -> dict[str, An
     """torch eager, SDPA and torch.compile ms per call, or the reason they are missing."""
     out: dict[str, Any] = {"torch_eager_ms": None, "torch_sdpa_ms": None,
                            "torch_compile_ms": None, "torch_note": None}
-    try:
-        import torch
-    except ImportError:
-        out["torch_note"] = "torch is not installed"
-        return out
-    if not torch.cuda.is_available():
-        out["torch_note"] = "torch has no CUDA device"
+    torch, out["torch_note"] = cuda_torch()
+    if torch is None:
         return out
     torch.backends.cuda.matmul.allow_tf32 = False  # f32 on both sides
     q, k, v = (torch.from_numpy(a).cuda() for a in xs)

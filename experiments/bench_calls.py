@@ -41,6 +41,7 @@ from accy.backends.opencl.runtime import Runtime
 from accy.backends.registry import get_backend, open_device
 from accy.builder import einsum, trace
 from accy.experiments import records, suite
+from accy.experiments.peers import cuda_torch
 from accy.ir.types import DType
 
 FRONTS = {"egglog": "accy-contract,accy-tensor",
@@ -56,11 +57,7 @@ def _torch(runtime: Runtime) -> Any:
     """torch with a CUDA device when both exist and the accy device is a GPU, else None."""
     if runtime.info.device_type != "gpu":
         return None
-    try:
-        import torch
-    except ImportError:
-        return None
-    return torch if torch.cuda.is_available() else None
+    return cuda_torch()[0]
 
 
 def _time_calls(call: Callable[[], Any], repeat: int, kernel_ns: Callable[[], list[int]]

@@ -29,6 +29,7 @@ import numpy as np
 
 import accy
 from accy.builder import einsum
+from accy.experiments.peers import cuda_torch
 from accy.experiments.records import git_commit, timestamp, write_json
 from accy.ir.program import Stage
 from accy.ir.shapes import parse_einsum
@@ -125,11 +126,8 @@ def time_numpy(spec: str, inputs: list[np.ndarray], repeat: int) -> float:
 
 def time_torch(spec: str, inputs: list[np.ndarray], repeat: int) -> dict[str, Any] | None:
     """torch on CUDA with TF32 off (median of CUDA-event times), or None without it."""
-    try:
-        import torch
-    except ImportError:
-        return None
-    if not torch.cuda.is_available():
+    torch, _ = cuda_torch()
+    if torch is None:
         return None
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False

@@ -53,6 +53,7 @@ from typing import Any
 import numpy as np
 
 import accy
+from accy.experiments.peers import cuda_torch
 from accy.experiments.records import provenance, write_json
 from accy.target import TargetProfile
 
@@ -199,13 +200,10 @@ def onnxruntime_call(layer: Layer, inputs: list[np.ndarray], threads: int
 def torch_call(layer: Layer, inputs: list[np.ndarray]) -> Callable[[], float] | None:
     """One call of the layer in torch on CUDA (cuDNN, TF32 off), returning its milliseconds
     from CUDA events; None without torch or CUDA."""
-    try:
-        import torch
-        import torch.nn.functional as F
-    except ImportError:
+    torch, _ = cuda_torch()
+    if torch is None:
         return None
-    if not torch.cuda.is_available():
-        return None
+    import torch.nn.functional as F
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cudnn.benchmark = True

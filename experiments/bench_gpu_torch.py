@@ -33,7 +33,8 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-
 
 
 def load_torch() -> tuple[Any | None, str | None]:
-    """(torch, None) when torch with a CUDA device is importable, else (None, the reason)."""
+    """(torch, None) when torch with a CUDA device is importable, else (None, the reason).
+    (``accy.experiments.peers.cuda_torch`` again: this script loads without accy.)"""
     try:
         import torch
     except ImportError as e:

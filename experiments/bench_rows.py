@@ -32,6 +32,7 @@ import accy
 from accy.backends.registry import get_backend, open_device
 from accy.builder import trace
 from accy.experiments.kernels import copy_bandwidth
+from accy.experiments.peers import cuda_torch
 from accy.experiments.records import git_commit, median_ms, timestamp, write_json
 from accy.ir.ops import Op
 from accy.ir.types import DType
@@ -158,13 +159,8 @@ def torch_fn(name: str, torch: Any) -> Any:
 def bench_torch(name: str, rows: int, n: int, repeat: int) -> dict[str, Any]:
     """torch eager and torch.compile ms per call, or the reason they are missing."""
     out: dict[str, Any] = {"torch_eager_ms": None, "torch_compile_ms": None, "torch_note": None}
-    try:
-        import torch
-    except ImportError:
-        out["torch_note"] = "torch is not installed"
-        return out
-    if not torch.cuda.is_available():
-        out["torch_note"] = "torch has no CUDA device"
+    torch, out["torch_note"] = cuda_torch()
+    if torch is None:
         return out
     xs = [torch.from_numpy(a).cuda() for a in inputs(name, rows, n)]
     f = torch_fn(name, torch)
