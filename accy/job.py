@@ -198,11 +198,12 @@ class PreparedJob:
         return len(self.kernels)
 
     def _kernel(self, index: int) -> Kernel:
+        kernels = self.kernels
         if (isinstance(index, bool) or not isinstance(index, int | np.integer)
-                or not 0 <= index < self.kernel_count):
-            raise KernelLookupError(f"no kernel {index!r}; this job has {self.kernel_count} "
-                                    f"kernels (0..{self.kernel_count - 1})")
-        return self.kernels[int(index)]
+                or not 0 <= index < len(kernels)):
+            raise KernelLookupError(f"no kernel {index!r}; this job has {len(kernels)} "
+                                    f"kernels (0..{len(kernels) - 1})")
+        return kernels[int(index)]
 
     def _index_for_work(self, work_item: int) -> int:
         for i, k in enumerate(self.kernels):
