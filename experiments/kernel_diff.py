@@ -7,8 +7,9 @@
 Like tinygrad's process replay: a change that alters generated kernels shows up as a diff of
 ``experiments/kernels.snapshot.txt`` in review. The programs (the seed's, a reduction, a
 softmax, a matmul, a gather/scatter, a cross-entropy, a broadcasted chain) are prepared with
-``accy-default`` for the generic :class:`~accy.target.TargetProfile`, so the text does not
-depend on the machine; it needs no OpenCL device. A program that fails to prepare prints its
+``accy-default`` for the generic :class:`~accy.target.TargetProfile`, and a product under
+each tensor-core policy for a written-down NVIDIA profile (``TENSOR_CORES``), so the text does
+not depend on the machine; it needs no OpenCL device. A program that fails to prepare prints its
 error in place of its kernels, so a fix or a regression shows up in the diff too.
 """
 
@@ -25,7 +26,8 @@ import numpy as np
 import accy
 from accy.builder import Builder, cross_entropy, einsum, gather, scatter_add, trace
 from accy.ir.types import DType
-from accy.target import TargetProfile
+from accy.passes.spec import parse_pipeline
+from accy.target import TENSOR_CORE_SHAPES, TargetProfile
 
 SNAPSHOT = Path(__file__).with_name("kernels.snapshot.txt")
 PIPELINE = "accy-default"
@@ -115,6 +117,17 @@ def broadcast_chain() -> accy.Program:
     return traced("chain", chain, f32[32, 64], f32[64], f32[32, 1])
 
 
+def gemm(dtype: accy.DType = accy.f32) -> accy.Program:
+    """A 256x256x256 product with a bias and a relu: the tensor-core kernels' epilogue."""
+    return traced("gemm", lambda a, b, c: (a @ b + c).relu(), dtype[256, 256],
+                  dtype[256, 256], dtype[256])
+
+
+def gemm_f16() -> accy.Program:
+    """The same product in f16 (f16 tensor cores, f32 accumulators)."""
+    return gemm(accy.f16)
+
+
 PROGRAMS: tuple[tuple[str, Callable[[], accy.Program]], ...] = (
     ("seed-add", seed_add), ("seed-two-results", seed_two_results),
     ("seed-max-chain", seed_max_chain), ("seed-outer-einsum", seed_outer_einsum),
@@ -124,12 +137,31 @@ PROGRAMS: tuple[tuple[str, Callable[[], accy.Program]], ...] = (
     ("broadcast-chain", broadcast_chain),
 )
 
+# The tensor-core kernels (inline PTX mma.sync, cp.async), which no device here can build:
+# generated for a written-down profile of an NVIDIA GPU whose probe found them (an H200's
+# limits), under each precision policy that takes them.
+TENSOR_CORES = TargetProfile(
+    device="NVIDIA-like GPU (profile: compute capability 9.0, 132 units, 48 KiB local)",
+    dtypes=frozenset({DType.f32, DType.i32, DType.i64, DType.bool, DType.f64}),
+    max_work_group_size=1024, local_mem_bytes=48 * 1024, compute_units=132,
+    max_constant_args=9, device_type="gpu", native_vector_bytes=4, atomics64=True,
+    max_work_item_sizes=(1024, 1024, 64), tensor_cores=TENSOR_CORE_SHAPES)
+TENSOR_CORE_PROGRAMS: tuple[tuple[str, Callable[[], accy.Program], str], ...] = (
+    ("gemm-tf32", gemm, "accy-default,kernelization{precision=tf32}"),
+    ("gemm-3xtf32", gemm, "accy-default,kernelization{precision=3xtf32}"),
+    ("gemm-f16", gemm_f16, PIPELINE),
+)
 
-def render_program(name: str, make: Callable[[], accy.Program]) -> list[str]:
+
+def render_program(name: str, make: Callable[[], accy.Program],
+                   target: TargetProfile | None = None, pipeline: str = PIPELINE
+                   ) -> list[str]:
     """The section of one program: a header, then each kernel's summary line and source."""
     lines = [f"=== {name}: {(make.__doc__ or '').strip()}"]
     try:
-        job = accy.prepare(make(), PIPELINE, target=TargetProfile())
+        pipe = parse_pipeline(PIPELINE).replacing(pipeline.split(",", 1)[1]).text() \
+            if "," in pipeline else pipeline
+        job = accy.prepare(make(), pipe, target=target or TargetProfile())
         kernels = job.kernel_summaries()
     except accy.AccyError as exc:  # shown, not raised: a failure is a diff like any other
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
@@ -150,6 +182,9 @@ def generate() -> str:
              f"target {TargetProfile().device}", ""]
     for name, make in PROGRAMS:
         lines.extend(render_program(name, make))
+    lines += [f"# {len(TENSOR_CORE_PROGRAMS)} programs for target {TENSOR_CORES.device}", ""]
+    for name, make, pipeline in TENSOR_CORE_PROGRAMS:
+        lines.extend(render_program(f"{name} ({pipeline})", make, TENSOR_CORES, pipeline))
     return "\n".join(lines)
 
 
