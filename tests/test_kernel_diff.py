@@ -28,11 +28,22 @@ def test_generation_is_deterministic(kernel_diff, text: str) -> None:
 
 def test_every_program_has_a_section(kernel_diff, text: str) -> None:
     sections = [line for line in text.splitlines() if line.startswith("=== ")]
-    assert [s.split(":")[0][4:] for s in sections] == [n for n, _ in kernel_diff.PROGRAMS]
+    assert [s.split(":")[0][4:] for s in sections] == [n for n, _ in kernel_diff.PROGRAMS] + [
+        f"{n} ({p})" for n, _, p in kernel_diff.TENSOR_CORE_PROGRAMS]
     names = {"seed-add", "reduction", "softmax", "matmul", "gather-scatter", "cross-entropy",
              "broadcast-chain"}
     assert names <= {n for n, _ in kernel_diff.PROGRAMS}
     assert "__kernel void" in text
+
+
+def test_the_tensor_core_kernels_are_in_the_snapshot(kernel_diff, text: str) -> None:
+    """Each policy's GEMM is built by its tensor-core generator for the written-down profile:
+    TF32 and f16 mma.sync in inline PTX, fed by cp.async."""
+    gemms = text.split(f"# {len(kernel_diff.TENSOR_CORE_PROGRAMS)} programs for target")[1]
+    assert "!!!" not in gemms
+    for shape in ("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32",
+                  "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", "cp.async"):
+        assert shape in gemms
 
 
 def test_check_passes_on_its_own_snapshot_and_shows_a_diff_otherwise(
