@@ -236,3 +236,21 @@ def test_a_cost_model_of_the_callers_script_saturates_in_process(monkeypatch):
     scripted.__dict__.update(model.__dict__)
     assert b"__main__" in pickle.dumps(scripted)
     assert not worker.eligible(scripted, tuple(DEFAULT_RULESETS))
+
+
+def test_patience_in_the_worker_keeps_the_cheapest_extraction():
+    """The worker counts no-gain extractions at its checkpoints: whatever it stops at, the
+    result is the cheapest extraction, as cheap as the run without patience."""
+    worker.warm_up()
+
+    @accy.function
+    def chain(a: accy.f32[32, 4], b: accy.f32[4, 32], c: accy.f32[32, 4]):
+        return (a @ b) @ c
+
+    names = rewriting.select(DEFAULT_RULESETS, fast_math=True)
+    outs = [rewriting.rewrite_program(chain, DEFAULT_RULESETS, names, iterations=12,
+                                      node_limit=None, time_limit_s=60.0, cost="flops-bytes",
+                                      isolate=True, patience=p) for p in (0, 1)]
+    assert all(o.worker == "finished" for o in outs)
+    assert outs[1].report.stop_reason in ("saturated", "no_gain")
+    assert outs[1].cost_after == outs[0].cost_after < outs[0].cost_before
