@@ -30,6 +30,9 @@ DEFAULT_EXTRACT_TIME_LIMIT_S = 10.0  # the ilp extractor's (then it falls back t
 EXTRACTOR_NAMES = ("greedy-dag", "tree", "ilp")
 
 DEFAULT_REGION_SIZE = 2000  # operations per region; 0 saturates the whole program at once
+DEFAULT_REGION_CONTEXT = 0  # a region's e-graph holds its inputs' definitions this deep (off)
+# stop once a gain was found and this many extractions in a row found nothing cheaper
+DEFAULT_PATIENCE = 2
 OPERATIONS_PER_TIME_LIMIT = 1000  # operations per DEFAULT_TIME_LIMIT_S of the scaled limit
 # Programs (or regions) above this many operations are saturated in a worker process that
 # is killed at the deadline (accy.passes.rewrite_worker); smaller ones in the calling process, where

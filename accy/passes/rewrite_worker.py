@@ -79,6 +79,7 @@ class Task:
     capped: tuple[str, ...] = ()  # multi-pattern rules, run in the first iterations only
     capped_iterations: int | None = None
     patience: int = 0  # stop (no_gain) after this many extractions in a row found no gain
+    context: Any = None  # a region's context (accy.egraph.split.Context), or None
 
 
 @dataclass
@@ -338,7 +339,7 @@ def _work(task: Task, conn: Any, rewriting: Any) -> SaturationReport:
     ``task.patience``, the run stops (``no_gain``) after a checkpoint when that many
     extractions in a row found nothing cheaper than the best so far.
     """
-    from accy.egraph.convert import extract, to_egraph
+    from accy.egraph.convert import add_context, extract, to_egraph
     from accy.egraph.driver import saturate
 
     start = time.perf_counter()
@@ -347,6 +348,8 @@ def _work(task: Task, conn: Any, rewriting: Any) -> SaturationReport:
     eg = rewriting._WARM.take(task.rulesets, task.names)
     eg.push()
     peg = to_egraph(task.program, eg)
+    if task.context is not None:
+        add_context(peg, task.context)
     best = task.input_cost
     rate = fixed_rate = EXTRACT_S_PER_E_NODE  # extraction, and its part no deadline bounds
     done_at: tuple[int, int] | None = None  # (kept iterations, e-nodes) last extracted
@@ -396,7 +399,7 @@ def _work(task: Task, conn: Any, rewriting: Any) -> SaturationReport:
                       node_limit=task.node_limit, time_limit_s=task.time_limit_s,
                       match_limit=task.match_limit, on_step=on_step, capped=task.capped,
                       capped_iterations=task.capped_iterations,
-                      restore=lambda: rewriting.reload(task.program, eg))
+                      restore=lambda: rewriting.reload(task.program, eg, task.context))
     if done_at != (report.kept_iterations, report.e_nodes) and fits(report):
         extract_now(report, final=True)
     for _ in range(report.checkpoints + 1):  # the driver's checkpoints, then ours

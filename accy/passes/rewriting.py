@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from egglog import EGraph
 
 import rewrites
-from accy.egraph.convert import Extraction, extract, to_egraph
+from accy.egraph.convert import Extraction, add_context, extract, to_egraph
 from accy.egraph.cost import CostModel, cost_model, program_cost
 from accy.egraph.defaults import (
     DEFAULT_EXTRACTOR,
@@ -45,7 +45,7 @@ from accy.egraph.defaults import (
 from accy.egraph.driver import RuleStats, SaturationReport, saturate, select_rules
 from accy.egraph.rules import RULES, RULESETS, generation
 from accy.egraph.sorts import new_egraph
-from accy.egraph.split import split, stitch
+from accy.egraph.split import Context, split, stitch
 from accy.ir.ops import Op
 from accy.ir.program import Program
 from accy.ir.types import TensorType
@@ -198,7 +198,8 @@ def rewrite_program(program: Program, rulesets: Sequence[str], names: Sequence[s
                     extractor: str = DEFAULT_EXTRACTOR,
                     extract_options: dict[str, Any] | None = None, region_size: int = 0,
                     isolate: bool | None = None,
-                    multi_pattern_iterations: int | None = None, patience: int = 0) -> Outcome:
+                    multi_pattern_iterations: int | None = None, patience: int = 0,
+                    region_context: int = 0) -> Outcome:
     """Saturate ``program`` with the named rules and keep the extraction (taken region by
     region, ``accy.egraph.regions``) if it is cheaper.
 
@@ -213,6 +214,8 @@ def rewrite_program(program: Program, rulesets: Sequence[str], names: Sequence[s
     saturation (``no_gain``) once that many extractions in a row found nothing cheaper than
     the best so far (the input's cost at first): a run in this process extracts after every
     kept step, the worker at its checkpoints; the result is the cheapest extraction.
+    ``region_context`` gives each region its parameters' definitions that many operations
+    deep (``accy.egraph.split``; 0: none).
     """
     start = time.perf_counter()
     model = cost_model(cost)
@@ -229,7 +232,7 @@ def rewrite_program(program: Program, rulesets: Sequence[str], names: Sequence[s
                   extract_options=extract_options, isolate=isolate,
                   multi_pattern_iterations=multi_pattern_iterations, patience=patience)
     per_thousand = node_limit or DEFAULT_NODE_LIMIT
-    regions = split(program, region_size)
+    regions = split(program, region_size, region_context)
     if regions is None:
         out = _rewrite_one(program, rulesets, names, model, before, deadline,
                            node_limit=scaled_node_limit(ops, per_thousand), **budget)
@@ -247,7 +250,9 @@ def rewrite_program(program: Program, rulesets: Sequence[str], names: Sequence[s
                                     r_before, r_before))
             continue
         out = _rewrite_one(rp, rulesets, names, model, r_before, region_deadline,
-                           node_limit=scaled_node_limit(region.size, per_thousand), **budget)
+                           node_limit=scaled_node_limit(region.size + _size(region.context),
+                                                        per_thousand),
+                           context=region.context, **budget)
         outcomes.append(replace(out, seconds=time.perf_counter() - now,
                                 time_limit_s=region_deadline - now))
     result = stitch(program, regions, [o.program for o in outcomes])
@@ -263,6 +268,11 @@ def rewrite_program(program: Program, rulesets: Sequence[str], names: Sequence[s
 
 _STITCH_RESERVE = 0.02  # of the time limit, kept back from the regions for stitching
 _SEVERITY = ("saturated", "no_gain", "iteration_limit", "node_limit", "time_limit")
+
+
+def _size(context: Context | None) -> int:
+    """Operations a region's context adds to its e-graph."""
+    return 0 if context is None else operations(context.program)
 
 
 def operations(program: Program) -> int:
@@ -302,14 +312,17 @@ def _rewrite_one(program: Program, rulesets: Sequence[str], names: Sequence[str]
                  model: CostModel, before: int, deadline: float, *, iterations: int,
                  node_limit: int, match_limit: int | None, extractor: str,
                  extract_options: dict[str, Any] | None, isolate: bool | None,
-                 multi_pattern_iterations: int | None, patience: int = 0) -> Outcome:
-    """One e-graph: saturate ``program`` and extract, by ``deadline``."""
+                 multi_pattern_iterations: int | None, patience: int = 0,
+                 context: Context | None = None) -> Outcome:
+    """One e-graph: saturate ``program`` (with ``context``, a region's) and extract, by
+    ``deadline``."""
     use_worker = operations(program) > WORKER_MIN_OPERATIONS if isolate is None else isolate
     if use_worker and worker.eligible(model, tuple(rulesets)):
         task = worker.Task(program, tuple(rulesets), tuple(names), iterations, node_limit,
                            max(deadline - time.perf_counter(), 1e-6), match_limit, model,
                            extractor, dict(extract_options or {}), before,
-                           tuple(_capped(names)), multi_pattern_iterations, patience)
+                           tuple(_capped(names)), multi_pattern_iterations, patience,
+                           context)
         res = worker.run(task, deadline)
         kind = "late" if res.not_ready else "killed" if res.killed else "finished"
         x = res.extraction
@@ -321,7 +334,7 @@ def _rewrite_one(program: Program, rulesets: Sequence[str], names: Sequence[str]
                                         match_limit=match_limit, extractor=extractor,
                                         extract_options=extract_options, isolate=False,
                                         multi_pattern_iterations=multi_pattern_iterations,
-                                        patience=patience),
+                                        patience=patience, context=context),
                            worker="late")
         if res.not_ready or res.report is None:
             why = ("the time limit came before a saturation worker had started" if
@@ -336,6 +349,8 @@ def _rewrite_one(program: Program, rulesets: Sequence[str], names: Sequence[str]
     eg = _WARM.take(rulesets, names)
     eg.push()
     peg = to_egraph(program, eg)  # on failure the e-graph is dropped, not given back
+    if context is not None:
+        add_context(peg, context)
     # extraction follows in this process: no step starts whose predicted time plus that of
     # the extraction after it would end past the deadline (worker.guard)
     left = max(deadline - time.perf_counter(), 1e-6)
@@ -344,7 +359,7 @@ def _rewrite_one(program: Program, rulesets: Sequence[str], names: Sequence[str]
                       node_limit=node_limit, time_limit_s=left, match_limit=match_limit,
                       on_step=steps.on_step, capped=_capped(names),
                       capped_iterations=multi_pattern_iterations,
-                      restore=lambda: reload(program, eg))
+                      restore=lambda: reload(program, eg, context))
     out = steps.final(report)
     for _ in range(report.checkpoints + 1):  # the driver's checkpoints, then ours
         eg.pop()
@@ -401,12 +416,15 @@ class _Stepwise:
         return self.best
 
 
-def reload(program: Program, eg: EGraph) -> None:
-    """Back to the e-graph pushed before ``program`` was added, and ``program`` added again
-    (the same handles: the base is the same), for a rollback to the input."""
+def reload(program: Program, eg: EGraph, context: Context | None = None) -> None:
+    """Back to the e-graph pushed before ``program`` was added, and ``program`` (and its
+    region's ``context``) added again (the same handles: the base is the same), for a
+    rollback to the input."""
     eg.pop()
     eg.push()
-    to_egraph(program, eg)
+    peg = to_egraph(program, eg)
+    if context is not None:
+        add_context(peg, context)
 
 
 def _capped(names: Sequence[str]) -> list[str]:
