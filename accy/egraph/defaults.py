@@ -33,6 +33,14 @@ DEFAULT_REGION_SIZE = 2000  # operations per region; 0 saturates the whole progr
 DEFAULT_REGION_CONTEXT = 0  # a region's e-graph holds its inputs' definitions this deep (off)
 # stop once a gain was found and this many extractions in a row found nothing cheaper
 DEFAULT_PATIENCE = 2
+# what patience counts as a gain: at least this share of the best cost so far (cost models
+# round, so a rewrite can shave a few units off without changing anything that matters)
+PATIENCE_MIN_GAIN = 1e-6
+
+
+def pays(cost: int, best: int) -> bool:
+    """Whether ``cost`` is a gain over ``best`` for patience (``PATIENCE_MIN_GAIN``)."""
+    return best - cost > PATIENCE_MIN_GAIN * best
 OPERATIONS_PER_TIME_LIMIT = 1000  # operations per DEFAULT_TIME_LIMIT_S of the scaled limit
 # Programs (or regions) above this many operations are saturated in a worker process that
 # is killed at the deadline (accy.passes.rewrite_worker); smaller ones in the calling process, where

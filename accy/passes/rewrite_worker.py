@@ -49,6 +49,7 @@ from typing import Any
 
 from accy.egraph.convert import Extraction
 from accy.egraph.cost import CostModel
+from accy.egraph.defaults import pays
 from accy.egraph.driver import SaturationReport
 from accy.ir.program import Program
 
@@ -371,7 +372,7 @@ def _work(task: Task, conn: Any, rewriting: Any) -> SaturationReport:
         done_at = (report.kept_iterations, report.e_nodes)
         # ties go to the later extraction; the final one stands as the in-process run's does
         better = x.cost <= (task.input_cost if final else best)
-        stale = 0 if x.cost < best or best >= task.input_cost else stale + 1
+        stale = 0 if pays(x.cost, best) or not pays(best, task.input_cost) else stale + 1
         if better:
             best = x.cost
         conn.send(("step", (report, x if better else None), _maxrss()))

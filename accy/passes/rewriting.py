@@ -39,6 +39,7 @@ from accy.egraph.defaults import (
     DEFAULT_EXTRACTOR,
     DEFAULT_NODE_LIMIT,
     WORKER_MIN_OPERATIONS,
+    pays,
     scaled_node_limit,
     scaled_time_limit,
 )
@@ -389,7 +390,7 @@ class _Stepwise:
     def _take(self, x: Extraction) -> bool:
         if self.best is None or x.cost <= self.best.cost:
             self.best = x
-        better = x.cost < self.best_cost  # the input's cost at first
+        better = pays(x.cost, self.best_cost)  # over the input's cost at first
         self.best_cost = min(self.best_cost, x.cost)
         return better
 
@@ -403,7 +404,7 @@ class _Stepwise:
         self.rate = (time.perf_counter() - t0) / max(report.e_nodes, 1)
         self.done_at = (report.kept_iterations, report.e_nodes)
         # no gain counts once a gain was found: some rewrites take a few steps to pay
-        gained = self.best_cost < self.before
+        gained = pays(self.best_cost, self.before)
         self.stale = 0 if self._take(x) or not gained else self.stale + 1
         if self.stale >= self.patience:
             return "no_gain"

@@ -296,3 +296,9 @@ def test_split_context_defines_the_inputs():
     assert split(_recomputed, 3, context=0)[1].context is None
     with pytest.raises(ValueError, match="context must be a non-negative int"):
         split(_recomputed, 3, context=-1)
+
+
+def test_patience_counts_gains_above_rounding():
+    assert defaults.pays(90, 100) and not defaults.pays(100, 100)
+    best = 372_196_079_790  # a cost model's rounding shaves two units: not a gain
+    assert not defaults.pays(best - 2, best) and defaults.pays(best - best // 1000, best)

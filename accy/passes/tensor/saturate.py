@@ -11,7 +11,7 @@ the program by default; programs above ``region-size`` operations are saturated 
 (``accy.egraph.split``; ``region-context`` gives each region its inputs' definitions, so
 rewrites across a cut are found). ``patience`` (default 2; 0: off) stops saturation (stop reason
 ``no_gain``) once a gain was found and that many extractions in a row found nothing cheaper
-than the best so far: programs of up to ``WORKER_MIN_OPERATIONS`` operations extract after
+than the best so far (by more than ``defaults.PATIENCE_MIN_GAIN`` of it): programs of up to ``WORKER_MIN_OPERATIONS`` operations extract after
 every kept step, the saturation worker at its checkpoints, and the cheapest extraction is the
 result; the budget above still bounds every run. ``match-limit`` turns on egglog's backoff
 scheduler, which bounds what one step applies; its report (stop reason, e-graph size per iteration, matches and time per
