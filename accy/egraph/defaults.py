@@ -37,10 +37,6 @@ DEFAULT_PATIENCE = 2
 # round, so a rewrite can shave a few units off without changing anything that matters)
 PATIENCE_MIN_GAIN = 1e-6
 
-
-def pays(cost: int, best: int) -> bool:
-    """Whether ``cost`` is a gain over ``best`` for patience (``PATIENCE_MIN_GAIN``)."""
-    return best - cost > PATIENCE_MIN_GAIN * best
 OPERATIONS_PER_TIME_LIMIT = 1000  # operations per DEFAULT_TIME_LIMIT_S of the scaled limit
 # Programs (or regions) above this many operations are saturated in a worker process that
 # is killed at the deadline (accy.passes.rewrite_worker); smaller ones in the calling process, where
@@ -57,3 +53,8 @@ def scaled_node_limit(operations: int, per_thousand: int = DEFAULT_NODE_LIMIT) -
     """The node limit of one e-graph holding ``operations`` operations, ``per_thousand``
     e-nodes per 1000 operations and never fewer (``saturate{node-limit=N}`` sets it)."""
     return max(per_thousand, per_thousand * operations // OPERATIONS_PER_TIME_LIMIT)
+
+
+def pays(cost: int, best: int) -> bool:
+    """Whether ``cost`` is a gain over ``best`` for patience (``PATIENCE_MIN_GAIN``)."""
+    return best - cost > PATIENCE_MIN_GAIN * best
