@@ -9,13 +9,14 @@ each run, the time limit the whole pass (large programs saturate in a worker pro
 the deadline, keeping the last good iteration: ``accy.passes.rewrite_worker``), and scales with
 the program by default; programs above ``region-size`` operations are saturated region by region
 (``accy.egraph.split``; ``region-context`` gives each region its inputs' definitions, so
-rewrites across a cut are found). ``patience`` (default 2; 0: off) stops saturation (stop reason
-``no_gain``) once a gain was found and that many extractions in a row found nothing cheaper
-than the best so far (by more than ``defaults.PATIENCE_MIN_GAIN`` of it): programs of up to ``WORKER_MIN_OPERATIONS`` operations extract after
-every kept step, the saturation worker at its checkpoints, and the cheapest extraction is the
-result; the budget above still bounds every run. ``match-limit`` turns on egglog's backoff
-scheduler, which bounds what one step applies; its report (stop reason, e-graph size per iteration, matches and time per
-rule) goes to the pass's statistics (``accy prepare --statistics``, ``accy explain``).
+rewrites across a cut are found). ``patience`` (default 2; 0: off) stops saturation (stop
+reason ``no_gain``) once a gain was found and that many extractions in a row found nothing
+cheaper than the best so far (by more than ``defaults.PATIENCE_MIN_GAIN`` of it): programs of
+up to ``WORKER_MIN_OPERATIONS`` operations extract after every kept step, the saturation
+worker at its checkpoints, and the cheapest extraction is the result; the budget above still
+bounds every run. ``match-limit`` turns on egglog's backoff scheduler, which bounds what one
+step applies; its report (stop reason, e-graph size per iteration, matches and time per rule)
+goes to the pass's statistics (``accy prepare --statistics``, ``accy explain``).
 ``extractor`` picks how terms come out: ``greedy-dag`` (default; a shared subterm costs once),
 ``tree`` (once per use, the classic e-graph cost; for ablation) or ``ilp`` (exact, within
 ``extract-time-limit``, else the greedy-dag result, said in the statistics). The extraction is
