@@ -2,7 +2,7 @@
 
     python experiments/bench_saturation_scale.py [--sizes 100,1000,10000]
         [--programs transformer,nasrnn,elementwise] [--no-fast-math] [--no-tracemalloc]
-        [--out results/bench_saturation_scale.json]
+        [--region-context N] [--patience N] [--out results/bench_saturation_scale.json]
 
 Three program families, each built at about the target number of operations: a transformer
 stack (layer norm, multi-head attention with softmax, GELU MLP, residuals, repeated), a
@@ -10,8 +10,9 @@ NasRNN stack (the NasRNN-like cell of ``accy.experiments.suite`` unrolled over t
 and random elementwise DAGs (adds, multiplies, subtractions, maxima of reused values: the
 program that explodes under fast-math). Each runs through ``rewriting.rewrite_program`` as
 the ``saturate`` pass runs it with its defaults: time and node limits scaled with the program
-(``accy.egraph.defaults``), region by region above ``region-size`` (2000), large regions in
-the worker process killed at the deadline.
+(``accy.egraph.defaults``), region by region above ``region-size`` (2000), each region with
+its inputs' definitions ``region-context`` deep, ``patience``, large regions in the worker
+process killed at the deadline.
 
 Reported per run: the time limit, the wall time of the whole pass (e-graph build,
 saturation, extraction, region acceptance, stitching), whether it ended within budget (wall
@@ -49,6 +50,10 @@ from accy.passes.tensor.saturate import DEFAULT_RULESETS
 # whether this tree has budgets scaled with the program (region-size, the worker); main
 # before them is measured at its pass's fixed defaults (2 s, 20 000 e-nodes)
 _SCALED = "region_size" in inspect.signature(rewriting.rewrite_program).parameters
+# the pass's other defaults where this tree has them (patience, region context)
+_EXTRA = {k: getattr(defaults, f"DEFAULT_{k.upper()}") for k in ("patience", "region_context")
+          if k in inspect.signature(rewriting.rewrite_program).parameters
+          and hasattr(defaults, f"DEFAULT_{k.upper()}")}
 SLACK_S, SLACK_SHARE = 0.5, 0.10  # a run may end max(10%, 0.5 s) past its time limit
 
 
@@ -149,7 +154,7 @@ def measure(program: accy.Program, names: tuple[str, ...], *, use_tracemalloc: b
         out = rewriting.rewrite_program(program, DEFAULT_RULESETS, names,
                                         iterations=defaults.DEFAULT_ITERATIONS,
                                         node_limit=None, time_limit_s=None, cost="flops-bytes",
-                                        region_size=defaults.DEFAULT_REGION_SIZE)
+                                        region_size=defaults.DEFAULT_REGION_SIZE, **_EXTRA)
     else:  # a tree without scaled budgets (main before them): the pass's fixed defaults
         out = rewriting.rewrite_program(program, DEFAULT_RULESETS, names,
                                         iterations=defaults.DEFAULT_ITERATIONS,
@@ -189,8 +194,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--programs", default="transformer,nasrnn,elementwise")
     parser.add_argument("--no-fast-math", action="store_true")
     parser.add_argument("--no-tracemalloc", action="store_true")
+    parser.add_argument("--region-context", type=int, default=None,
+                        help="saturate{region-context=N} (default: the pass's)")
+    parser.add_argument("--patience", type=int, default=None,
+                        help="saturate{patience=N} (default: the pass's)")
     parser.add_argument("--out", default="results/bench_saturation_scale.json")
     args = parser.parse_args(argv)
+    for key in ("region_context", "patience"):
+        if getattr(args, key) is not None:
+            if key not in _EXTRA:
+                parser.error(f"--{key.replace('_', '-')}: this tree's pass has no such option")
+            _EXTRA[key] = getattr(args, key)
     rewrites.load()
     names = rewriting.select(DEFAULT_RULESETS, fast_math=not args.no_fast_math)
     if _SCALED:

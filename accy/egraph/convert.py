@@ -237,6 +237,19 @@ def to_egraph(program: Program | Function, egraph: EGraph | None = None) -> Prog
     return ProgramEGraph(program, eg, handles, refs)
 
 
+def add_context(peg: ProgramEGraph, context: Any) -> None:
+    """Add a region's :class:`accy.egraph.split.Context` to its e-graph: the definitions,
+    each made equal to the parameter it defines (the region's parameters are the same terms
+    in both programs, so the definitions read them)."""
+    ctx = to_egraph(context.program, peg.egraph)
+    params, results = context.program.functions[0].params, context.program.functions[0].results
+    lines = [f"(union ({HANDLE_EGG_NAME} {ctx.handles[params[i]]}) "
+             f"({HANDLE_EGG_NAME} {ctx.handles[r]}))"
+             for i, r in zip(context.defines, results, strict=True)]
+    peg.egraph._egraph.parse_and_run_program("\n".join(lines))
+    peg.constants.update(ctx.constants)
+
+
 # ---- e-graph -> IR ----------------------------------------------------------------------------
 
 

@@ -30,6 +30,13 @@ DEFAULT_EXTRACT_TIME_LIMIT_S = 10.0  # the ilp extractor's (then it falls back t
 EXTRACTOR_NAMES = ("greedy-dag", "tree", "ilp")
 
 DEFAULT_REGION_SIZE = 2000  # operations per region; 0 saturates the whole program at once
+DEFAULT_REGION_CONTEXT = 0  # a region's e-graph holds its inputs' definitions this deep (off)
+# stop once a gain was found and this many extractions in a row found nothing cheaper
+DEFAULT_PATIENCE = 2
+# what patience counts as a gain: at least this share of the best cost so far (cost models
+# round, so a rewrite can shave a few units off without changing anything that matters)
+PATIENCE_MIN_GAIN = 1e-6
+
 OPERATIONS_PER_TIME_LIMIT = 1000  # operations per DEFAULT_TIME_LIMIT_S of the scaled limit
 # Programs (or regions) above this many operations are saturated in a worker process that
 # is killed at the deadline (accy.passes.rewrite_worker); smaller ones in the calling process, where
@@ -46,3 +53,8 @@ def scaled_node_limit(operations: int, per_thousand: int = DEFAULT_NODE_LIMIT) -
     """The node limit of one e-graph holding ``operations`` operations, ``per_thousand``
     e-nodes per 1000 operations and never fewer (``saturate{node-limit=N}`` sets it)."""
     return max(per_thousand, per_thousand * operations // OPERATIONS_PER_TIME_LIMIT)
+
+
+def pays(cost: int, best: int) -> bool:
+    """Whether ``cost`` is a gain over ``best`` for patience (``PATIENCE_MIN_GAIN``)."""
+    return best - cost > PATIENCE_MIN_GAIN * best

@@ -25,6 +25,11 @@ iterations after it, and saturation stops. The stop reason is one of
                      its trend (rules that start feeding each other) can still end past the
                      limit, and ``match_limit`` bounds what one step applies.
 
+``no_gain``          the caller's ``on_step`` said so: its extractions found nothing cheaper
+                     for ``patience`` kept steps in a row (the ``saturate`` pass's
+                     ``patience``, ``accy.passes.rewriting``): the rules still fire, but
+                     what they add does not pay.
+
 ``report.predicted`` tells a stop before a step from a stop after one.
 
 Bounded steps: a step that overshoots the node limit is rolled back, and then the run goes on
@@ -67,7 +72,7 @@ import hashlib
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from egglog import (
     EGraph,
@@ -104,7 +109,8 @@ __all__ = [
     "equivalent", "saturate", "select_rules",
 ]
 
-StopReason = Literal["saturated", "iteration_limit", "node_limit", "time_limit"]
+StopReason = Literal["saturated", "no_gain", "iteration_limit", "node_limit", "time_limit"]
+_STOP_REASONS: tuple[str, ...] = get_args(StopReason)
 _MAX_PREDICTED_GROWTH = 16.0  # cap on the growth factor used to predict the next step's time
 _NODE_OVERSHOOT = 2.0  # skip a step predicted to end above this many times the node limit
 _CHECKPOINT_GROWTH = 16  # checkpoint before a step once e-nodes x this exceeds the node limit
@@ -341,7 +347,7 @@ def saturate(
     node_limit: int = DEFAULT_NODE_LIMIT,
     time_limit_s: float = DEFAULT_TIME_LIMIT_S,
     match_limit: int | None = None,
-    on_step: Callable[[SaturationReport], bool | None] | None = None,
+    on_step: Callable[[SaturationReport], bool | StopReason | None] | None = None,
     capped: Iterable[str] = (),
     capped_iterations: int | None = None,
     restore: Callable[[], None] | None = None,
@@ -353,7 +359,8 @@ def saturate(
     ``on_step`` is called after every step that is kept, with the report so far (the
     saturation worker extracts there, so that a step it cannot interrupt loses nothing);
     when it returns False the run stops there (``time_limit``, predicted: the caller's own
-    work after the next step would end past its deadline).
+    work after the next step would end past its deadline); when it returns a stop reason
+    (``no_gain``: its extractions stopped paying) the run stops there with that reason.
     The rules named in ``capped`` (multi-pattern rules) run only in the first
     ``capped_iterations`` iterations (None: in every one), as Tensat caps them.
     ``restore`` puts the input back into the e-graph (the caller's own ``pop``, ``push`` and
@@ -453,8 +460,15 @@ def saturate(
         if bounded is not None and not report.updated:
             reason = "node_limit"  # what fits the match limit is done; the rest overshoots
             break
-        if on_step is not None and on_step(report_now()) is False:
+        said = on_step(report_now()) if on_step is not None else None
+        if said is False:
             reason, predicted = "time_limit", True  # the caller predicts its own work late
+            break
+        if isinstance(said, str):
+            if said not in _STOP_REASONS:
+                raise ValueError(f"on_step returned {said!r}: a stop reason is one of "
+                                 f"{', '.join(_STOP_REASONS)}")
+            reason = said
             break
         if done:
             reason = "saturated"

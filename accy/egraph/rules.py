@@ -64,6 +64,7 @@ from egglog import Bool, Fact, String, eq, i64, rule, subsume, union, var
 from egglog import PyObject as _PyObject
 from egglog.egraph import RewriteOrRule
 
+from accy.egraph import pyobjects
 from accy.egraph.sorts import Tensor, TensorList, decode_attr, parse_type, signature
 from accy.ir.ops import Op
 from accy.ir.shapes import infer
@@ -75,6 +76,8 @@ __all__ = [
 ]
 
 # ---- Python inside rules ----------------------------------------------------------------------
+
+pyobjects.install()  # egglog pickles every PyObject value: plain ones the fast way
 
 
 def _pyobject(arg: Any) -> _PyObject:
@@ -109,8 +112,25 @@ def same_type(*type_texts: Any) -> Fact:
     return py_test(_all_equal, *type_texts)
 
 
+_INFERRED: dict[tuple[Any, ...], str] = {}  # _infer_text's results by its arguments
+_INFERRED_MAX = 1 << 16  # entries; the memo starts over when full
+
+
 def _infer_text(op_value: str, dynamic: tuple[str, ...], static: tuple[tuple[str, Any], ...],
                 *args: Any) -> str:
+    """The type text ``infer_type`` computes; remembered, as egglog calls it once per match
+    and matches repeat the same operand types many times (``shapes.infer`` is pure)."""
+    key = (op_value, dynamic, static, *args)
+    out = _INFERRED.get(key)
+    if out is None:
+        if len(_INFERRED) >= _INFERRED_MAX:
+            _INFERRED.clear()
+        out = _INFERRED[key] = _infer_uncached(op_value, dynamic, static, *args)
+    return out
+
+
+def _infer_uncached(op_value: str, dynamic: tuple[str, ...],
+                    static: tuple[tuple[str, Any], ...], *args: Any) -> str:
     op = Op(op_value)
     kinds = dict(signature(op).attrs)
     n = len(args) - len(dynamic)

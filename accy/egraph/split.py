@@ -15,9 +15,17 @@ program, a *region*:
 
 A region is rewritten on its own (its own e-graph and budget); ``stitch`` then substitutes,
 region by region in order, every region's (rewritten) results for the original values in the
-regions after it. Rewrites that would cross a boundary are not found; each region's rewrite
-is equal to its input for every value of its parameters, so the stitched program is equal to
-the input.
+regions after it. Each region's rewrite is equal to its input for every value of its
+parameters, so the stitched program is equal to the input.
+
+Context: a boundary value is an opaque leaf, so a rewrite that needs to see how it was made
+(``(a + b) - b``, or the region computing ``b * a`` again where ``a * b`` comes in) is lost at
+the cut. With ``context=d`` each region also carries the definitions of its parameters, up to
+``d`` operations deep, whose leaves are the region's own parameters or constants
+(:class:`Context`; a definition that needs any other value is left out, as the region could
+not use what it proves): the e-graph holds them equal to the parameters
+(:func:`accy.egraph.convert.add_context`). So what the region recomputes of its inputs, or
+what folds to another input, is found, and the rewritten region reads its parameters only.
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ from accy.ir.node import Node, topological
 from accy.ir.ops import Op
 from accy.ir.program import Function, Program
 
-__all__ = ["Region", "split", "stitch"]
+__all__ = ["Context", "Region", "split", "stitch"]
 
 _LEAVES = (Op.PARAM, Op.CONSTANT)
 
@@ -42,11 +50,26 @@ class Region:
     inputs: tuple[Node, ...]  # the original values read as parameters, in parameter order
     outputs: tuple[Node, ...]  # the original values its results stand for, in result order
     size: int  # operations (nodes other than parameters and constants) in it
+    context: Context | None = None  # its parameters' definitions (split's ``context``)
 
 
-def split(program: Program, size: int) -> list[Region] | None:
+@dataclass(frozen=True)
+class Context:
+    """Definitions of a region's parameters (module docstring): ``program``'s function takes
+    the region's parameters, and its result ``k`` equals the region's parameter
+    ``defines[k]``."""
+
+    program: Program
+    defines: tuple[int, ...]
+
+
+def split(program: Program, size: int, context: int = 0) -> list[Region] | None:
     """The regions of ``program``, at most ``size`` operations each; None when ``size`` is 0
-    or the program has no more operations than that (it is one region: itself)."""
+    or the program has no more operations than that (it is one region: itself). With
+    ``context`` > 0 each region carries its parameters' definitions that many operations
+    deep (module docstring)."""
+    if isinstance(context, bool) or not isinstance(context, int) or context < 0:
+        raise ValueError(f"context must be a non-negative int, got {context!r}")
     ops = [n for n in program.nodes() if n.op not in _LEAVES]
     if size <= 0 or len(ops) <= size:
         return None
@@ -81,9 +104,48 @@ def split(program: Program, size: int) -> list[Region] | None:
         fn = Function("region", tuple(inputs.values()),
                       tuple(f"v{i}" for i in range(len(inputs))),
                       tuple(local[n] for n in outputs))
-        regions.append(Region(Program((fn,)), tuple(inputs), outputs, len(chunk)))
+        defined = _context(fn.params, tuple(inputs), context) if context else None
+        regions.append(Region(Program((fn,)), tuple(inputs), outputs, len(chunk), defined))
         assert outputs, f"region {k} exports nothing"  # its last node is used later
     return regions
+
+
+def _context(params: tuple[Node, ...], inputs: tuple[Node, ...], depth: int
+             ) -> Context | None:
+    """The definitions of the parameters (standing for ``inputs``) that are operations,
+    over the region's parameters and constants, at most ``depth`` operations deep; a
+    parameter whose definition needs a value the region does not read has none."""
+    param_of = dict(zip(inputs, params, strict=True))
+    memo: dict[tuple[Node, int], Node | None] = {}
+
+    def define(n: Node, d: int) -> Node | None:  # n an operation, d >= 1 levels of it
+        stack = [(n, d, False)]
+        while stack:
+            m, k, ready = stack.pop()
+            if (m, k) in memo:
+                continue
+            deeper = [s for s in m.srcs if s not in param_of and s.op not in _LEAVES]
+            if not ready:
+                if deeper and k == 1:
+                    memo[(m, k)] = None  # reads a value the region does not
+                    continue
+                stack.append((m, k, True))
+                stack.extend((s, k - 1, False) for s in deeper if (s, k - 1) not in memo)
+                continue
+            srcs: list[Node | None] = [
+                param_of[s] if s in param_of else s if s.op is Op.CONSTANT
+                else None if s.op is Op.PARAM else memo[(s, k - 1)] for s in m.srcs]
+            memo[(m, k)] = (None if any(x is None for x in srcs)
+                            else Node(m.op, m.type, srcs, dict(m.attrs)))
+        return memo[(n, d)]
+
+    found = [(i, define(v, depth)) for i, v in enumerate(inputs) if v.op not in _LEAVES]
+    found = [(i, x) for i, x in found if x is not None]
+    if not found:
+        return None
+    fn = Function("context", params, tuple(f"v{i}" for i in range(len(params))),
+                  tuple(x for _, x in found))
+    return Context(Program((fn,)), tuple(i for i, _ in found))
 
 
 def stitch(program: Program, regions: Sequence[Region], rewritten: Sequence[Program]

@@ -49,6 +49,7 @@ from typing import Any
 
 from accy.egraph.convert import Extraction
 from accy.egraph.cost import CostModel
+from accy.egraph.defaults import pays
 from accy.egraph.driver import SaturationReport
 from accy.ir.program import Program
 
@@ -78,6 +79,8 @@ class Task:
     input_cost: int
     capped: tuple[str, ...] = ()  # multi-pattern rules, run in the first iterations only
     capped_iterations: int | None = None
+    patience: int = 0  # stop (no_gain) after this many extractions in a row found no gain
+    context: Any = None  # a region's context (accy.egraph.split.Context), or None
 
 
 @dataclass
@@ -293,7 +296,7 @@ def _serve(conn: Any) -> None:
 
 # first guess of extraction's cost (reading the e-graph, greedy-dag, acceptance by region,
 # rebuilding), until one is measured: ~1.5e-5 s per e-node measured on a loaded 2-core machine
-_EXTRACT_S_PER_E_NODE = 4e-5
+EXTRACT_S_PER_E_NODE = 4e-5
 _CHECKPOINT_SPACING = 0.3  # of the time limit: the least time between two checkpoints
 _CHEAP_SHARE = 0.1  # an extraction predicted within this share of the time left is cheap
 _CHECKPOINT_EXTRACT_SHARE = 0.25  # of the time left: what a checkpoint's acceptance may take
@@ -303,7 +306,7 @@ _FINISH_SHARE = 0.05
 _FINISH_MIN_S = 0.05
 
 
-def guard(report: SaturationReport, deadline: float, rate: float = _EXTRACT_S_PER_E_NODE
+def guard(report: SaturationReport, deadline: float, rate: float = EXTRACT_S_PER_E_NODE
           ) -> tuple[bool, bool]:
     """(go on, extract first) after a kept step: stop when the next step (the last one's time
     scaled by its growth, at most 16x) and the extraction after it (``rate`` seconds per
@@ -333,9 +336,11 @@ def _work(task: Task, conn: Any, rewriting: Any) -> SaturationReport:
     scales with the e-graph: seconds per e-node as last measured, and asked again right after
     an extraction has measured it); acceptance by region stops at the deadline. An extraction
     predicted to end past the deadline is not started (the last checkpoint stands): a worker
-    that finishes stays warm for the next call, a killed one does not.
+    that finishes stays warm for the next call, a killed one does not. With
+    ``task.patience``, the run stops (``no_gain``) after a checkpoint when that many
+    extractions in a row found nothing cheaper than the best so far.
     """
-    from accy.egraph.convert import extract, to_egraph
+    from accy.egraph.convert import add_context, extract, to_egraph
     from accy.egraph.driver import saturate
 
     start = time.perf_counter()
@@ -344,14 +349,17 @@ def _work(task: Task, conn: Any, rewriting: Any) -> SaturationReport:
     eg = rewriting._WARM.take(task.rulesets, task.names)
     eg.push()
     peg = to_egraph(task.program, eg)
+    if task.context is not None:
+        add_context(peg, task.context)
     best = task.input_cost
-    rate = fixed_rate = _EXTRACT_S_PER_E_NODE  # extraction, and its part no deadline bounds
+    rate = fixed_rate = EXTRACT_S_PER_E_NODE  # extraction, and its part no deadline bounds
     done_at: tuple[int, int] | None = None  # (kept iterations, e-nodes) last extracted
     last = start  # when the last extraction ended
+    stale = 0  # extractions in a row that found nothing cheaper than the best so far
 
     def extract_now(report: SaturationReport, final: bool = False, checkpoint: bool = False
                     ) -> None:
-        nonlocal best, rate, fixed_rate, done_at, last
+        nonlocal best, rate, fixed_rate, done_at, last, stale
         t0 = time.perf_counter()
         # the bounded parts (acceptance, sharing) leave time to build and send the program;
         # a checkpoint's take a share of the time left, so saturation goes on after it
@@ -364,6 +372,7 @@ def _work(task: Task, conn: Any, rewriting: Any) -> SaturationReport:
         done_at = (report.kept_iterations, report.e_nodes)
         # ties go to the later extraction; the final one stands as the in-process run's does
         better = x.cost <= (task.input_cost if final else best)
+        stale = 0 if pays(x.cost, best) or not pays(best, task.input_cost) else stale + 1
         if better:
             best = x.cost
         conn.send(("step", (report, x if better else None), _maxrss()))
@@ -374,7 +383,7 @@ def _work(task: Task, conn: Any, rewriting: Any) -> SaturationReport:
         anyway: there is nothing to lose)."""
         return done_at is None or time.perf_counter() + fixed_rate * report.e_nodes <= finish
 
-    def on_step(report: SaturationReport) -> bool:
+    def on_step(report: SaturationReport) -> bool | str:
         go_on, risky = guard(report, deadline, rate)
         now = time.perf_counter()
         spaced = now - last >= _CHECKPOINT_SPACING * task.time_limit_s
@@ -383,13 +392,15 @@ def _work(task: Task, conn: Any, rewriting: Any) -> SaturationReport:
                              or (risky and spaced)):
             extract_now(report, checkpoint=go_on)
             go_on = go_on and guard(report, deadline, rate)[0]  # with the rate just measured
+            if go_on and task.patience and stale >= task.patience:
+                return "no_gain"
         return go_on
 
     report = saturate(peg, task.rulesets, rules=task.names, iterations=task.iterations,
                       node_limit=task.node_limit, time_limit_s=task.time_limit_s,
                       match_limit=task.match_limit, on_step=on_step, capped=task.capped,
                       capped_iterations=task.capped_iterations,
-                      restore=lambda: rewriting.reload(task.program, eg))
+                      restore=lambda: rewriting.reload(task.program, eg, task.context))
     if done_at != (report.kept_iterations, report.e_nodes) and fits(report):
         extract_now(report, final=True)
     for _ in range(report.checkpoints + 1):  # the driver's checkpoints, then ours

@@ -33,19 +33,20 @@ from typing import TYPE_CHECKING, Any
 from egglog import EGraph
 
 import rewrites
-from accy.egraph.convert import Extraction, extract, to_egraph
+from accy.egraph.convert import Extraction, add_context, extract, to_egraph
 from accy.egraph.cost import CostModel, cost_model, program_cost
 from accy.egraph.defaults import (
     DEFAULT_EXTRACTOR,
     DEFAULT_NODE_LIMIT,
     WORKER_MIN_OPERATIONS,
+    pays,
     scaled_node_limit,
     scaled_time_limit,
 )
 from accy.egraph.driver import RuleStats, SaturationReport, saturate, select_rules
 from accy.egraph.rules import RULES, RULESETS, generation
 from accy.egraph.sorts import new_egraph
-from accy.egraph.split import split, stitch
+from accy.egraph.split import Context, split, stitch
 from accy.ir.ops import Op
 from accy.ir.program import Program
 from accy.ir.types import TensorType
@@ -198,7 +199,8 @@ def rewrite_program(program: Program, rulesets: Sequence[str], names: Sequence[s
                     extractor: str = DEFAULT_EXTRACTOR,
                     extract_options: dict[str, Any] | None = None, region_size: int = 0,
                     isolate: bool | None = None,
-                    multi_pattern_iterations: int | None = None) -> Outcome:
+                    multi_pattern_iterations: int | None = None, patience: int = 0,
+                    region_context: int = 0) -> Outcome:
     """Saturate ``program`` with the named rules and keep the extraction (taken region by
     region, ``accy.egraph.regions``) if it is cheaper.
 
@@ -209,7 +211,12 @@ def rewrite_program(program: Program, rulesets: Sequence[str], names: Sequence[s
     ``isolate`` runs saturation in a worker process killed at the deadline
     (``accy.passes.rewrite_worker``); None: for programs above ``WORKER_MIN_OPERATIONS``.
     Multi-pattern rules (``NamedRule.multi``) run in the first
-    ``multi_pattern_iterations`` iterations only (None: in all).
+    ``multi_pattern_iterations`` iterations only (None: in all). ``patience`` (0: off) stops
+    saturation (``no_gain``) once that many extractions in a row found nothing cheaper than
+    the best so far (the input's cost at first): a run in this process extracts after every
+    kept step, the worker at its checkpoints; the result is the cheapest extraction.
+    ``region_context`` gives each region its parameters' definitions that many operations
+    deep (``accy.egraph.split``; 0: none).
     """
     start = time.perf_counter()
     model = cost_model(cost)
@@ -224,9 +231,9 @@ def rewrite_program(program: Program, rulesets: Sequence[str], names: Sequence[s
                        seconds=time.perf_counter() - start, time_limit_s=limit)
     budget = dict(iterations=iterations, match_limit=match_limit, extractor=extractor,
                   extract_options=extract_options, isolate=isolate,
-                  multi_pattern_iterations=multi_pattern_iterations)
+                  multi_pattern_iterations=multi_pattern_iterations, patience=patience)
     per_thousand = node_limit or DEFAULT_NODE_LIMIT
-    regions = split(program, region_size)
+    regions = split(program, region_size, region_context)
     if regions is None:
         out = _rewrite_one(program, rulesets, names, model, before, deadline,
                            node_limit=scaled_node_limit(ops, per_thousand), **budget)
@@ -244,7 +251,9 @@ def rewrite_program(program: Program, rulesets: Sequence[str], names: Sequence[s
                                     r_before, r_before))
             continue
         out = _rewrite_one(rp, rulesets, names, model, r_before, region_deadline,
-                           node_limit=scaled_node_limit(region.size, per_thousand), **budget)
+                           node_limit=scaled_node_limit(region.size + _size(region.context),
+                                                        per_thousand),
+                           context=region.context, **budget)
         outcomes.append(replace(out, seconds=time.perf_counter() - now,
                                 time_limit_s=region_deadline - now))
     result = stitch(program, regions, [o.program for o in outcomes])
@@ -259,7 +268,12 @@ def rewrite_program(program: Program, rulesets: Sequence[str], names: Sequence[s
 
 
 _STITCH_RESERVE = 0.02  # of the time limit, kept back from the regions for stitching
-_SEVERITY = ("saturated", "iteration_limit", "node_limit", "time_limit")
+_SEVERITY = ("saturated", "no_gain", "iteration_limit", "node_limit", "time_limit")
+
+
+def _size(context: Context | None) -> int:
+    """Operations a region's context adds to its e-graph."""
+    return 0 if context is None else operations(context.program)
 
 
 def operations(program: Program) -> int:
@@ -299,14 +313,17 @@ def _rewrite_one(program: Program, rulesets: Sequence[str], names: Sequence[str]
                  model: CostModel, before: int, deadline: float, *, iterations: int,
                  node_limit: int, match_limit: int | None, extractor: str,
                  extract_options: dict[str, Any] | None, isolate: bool | None,
-                 multi_pattern_iterations: int | None) -> Outcome:
-    """One e-graph: saturate ``program`` and extract, by ``deadline``."""
+                 multi_pattern_iterations: int | None, patience: int = 0,
+                 context: Context | None = None) -> Outcome:
+    """One e-graph: saturate ``program`` (with ``context``, a region's) and extract, by
+    ``deadline``."""
     use_worker = operations(program) > WORKER_MIN_OPERATIONS if isolate is None else isolate
     if use_worker and worker.eligible(model, tuple(rulesets)):
         task = worker.Task(program, tuple(rulesets), tuple(names), iterations, node_limit,
                            max(deadline - time.perf_counter(), 1e-6), match_limit, model,
                            extractor, dict(extract_options or {}), before,
-                           tuple(_capped(names)), multi_pattern_iterations)
+                           tuple(_capped(names)), multi_pattern_iterations, patience,
+                           context)
         res = worker.run(task, deadline)
         kind = "late" if res.not_ready else "killed" if res.killed else "finished"
         x = res.extraction
@@ -317,7 +334,8 @@ def _rewrite_one(program: Program, rulesets: Sequence[str], names: Sequence[str]
                                         iterations=iterations, node_limit=node_limit,
                                         match_limit=match_limit, extractor=extractor,
                                         extract_options=extract_options, isolate=False,
-                                        multi_pattern_iterations=multi_pattern_iterations),
+                                        multi_pattern_iterations=multi_pattern_iterations,
+                                        patience=patience, context=context),
                            worker="late")
         if res.not_ready or res.report is None:
             why = ("the time limit came before a saturation worker had started" if
@@ -332,16 +350,18 @@ def _rewrite_one(program: Program, rulesets: Sequence[str], names: Sequence[str]
     eg = _WARM.take(rulesets, names)
     eg.push()
     peg = to_egraph(program, eg)  # on failure the e-graph is dropped, not given back
+    if context is not None:
+        add_context(peg, context)
     # extraction follows in this process: no step starts whose predicted time plus that of
     # the extraction after it would end past the deadline (worker.guard)
     left = max(deadline - time.perf_counter(), 1e-6)
+    steps = _Stepwise(peg, model, extractor, before, extract_options, deadline, patience)
     report = saturate(peg, rulesets, rules=names, iterations=iterations,
                       node_limit=node_limit, time_limit_s=left, match_limit=match_limit,
-                      on_step=lambda r: worker.guard(r, deadline)[0],
-                      capped=_capped(names), capped_iterations=multi_pattern_iterations,
-                      restore=lambda: reload(program, eg))
-    out = extract(peg, model, extractor=extractor, input_cost=before, options=extract_options,
-                  deadline=deadline)
+                      on_step=steps.on_step, capped=_capped(names),
+                      capped_iterations=multi_pattern_iterations,
+                      restore=lambda: reload(program, eg, context))
+    out = steps.final(report)
     for _ in range(report.checkpoints + 1):  # the driver's checkpoints, then ours
         eg.pop()
     _WARM.give_back(rulesets, names, eg)
@@ -350,12 +370,62 @@ def _rewrite_one(program: Program, rulesets: Sequence[str], names: Sequence[str]
     return Outcome(program, False, report, "", model.name, before, before, out)
 
 
-def reload(program: Program, eg: EGraph) -> None:
-    """Back to the e-graph pushed before ``program`` was added, and ``program`` added again
-    (the same handles: the base is the same), for a rollback to the input."""
+class _Stepwise:
+    """An in-process run's ``on_step``: the time guard (``worker.guard``), and with
+    ``patience`` an extraction after every kept step, stopping (``no_gain``) once
+    ``patience`` of them in a row found nothing cheaper than the best so far. ``final``
+    extracts once more unless the e-graph is the one last extracted (the run stopped right
+    after it), and returns the cheapest extraction (ties: the later one)."""
+
+    def __init__(self, peg: Any, model: CostModel, extractor: str, before: int,
+                 options: dict[str, Any] | None, deadline: float, patience: int) -> None:
+        self.extract = lambda: extract(peg, model, extractor=extractor, input_cost=before,
+                                       options=options, deadline=deadline)
+        self.deadline, self.patience = deadline, patience
+        self.best: Extraction | None = None
+        self.before, self.best_cost, self.stale = before, before, 0
+        self.done_at: tuple[int, int] | None = None  # (kept iterations, e-nodes) extracted
+        self.rate = worker.EXTRACT_S_PER_E_NODE  # extraction's seconds per e-node, measured
+
+    def _take(self, x: Extraction) -> bool:
+        if self.best is None or x.cost <= self.best.cost:
+            self.best = x
+        better = pays(x.cost, self.best_cost)  # over the input's cost at first
+        self.best_cost = min(self.best_cost, x.cost)
+        return better
+
+    def on_step(self, report: SaturationReport) -> bool | str:
+        if not worker.guard(report, self.deadline, self.rate)[0]:
+            return False
+        if not self.patience:
+            return True
+        t0 = time.perf_counter()
+        x = self.extract()
+        self.rate = (time.perf_counter() - t0) / max(report.e_nodes, 1)
+        self.done_at = (report.kept_iterations, report.e_nodes)
+        # no gain counts once a gain was found: some rewrites take a few steps to pay
+        gained = pays(self.best_cost, self.before)
+        self.stale = 0 if self._take(x) or not gained else self.stale + 1
+        if self.stale >= self.patience:
+            return "no_gain"
+        return worker.guard(report, self.deadline, self.rate)[0]  # after this extraction
+
+    def final(self, report: SaturationReport) -> Extraction:
+        if self.best is None or self.done_at != (report.kept_iterations, report.e_nodes):
+            self._take(self.extract())
+        assert self.best is not None
+        return self.best
+
+
+def reload(program: Program, eg: EGraph, context: Context | None = None) -> None:
+    """Back to the e-graph pushed before ``program`` was added, and ``program`` (and its
+    region's ``context``) added again (the same handles: the base is the same), for a
+    rollback to the input."""
     eg.pop()
     eg.push()
-    to_egraph(program, eg)
+    peg = to_egraph(program, eg)
+    if context is not None:
+        add_context(peg, context)
 
 
 def _capped(names: Sequence[str]) -> list[str]:

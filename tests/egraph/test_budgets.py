@@ -14,6 +14,7 @@ from accy.egraph.convert import to_egraph
 from accy.egraph.driver import saturate
 from accy.egraph.split import split, stitch
 from accy.ir.interpret import interpret
+from accy.ir.ops import Op
 from accy.passes import rewrite_worker as worker
 from accy.passes import rewriting
 from accy.passes.tensor.saturate import DEFAULT_RULESETS, Saturate
@@ -236,3 +237,68 @@ def test_a_cost_model_of_the_callers_script_saturates_in_process(monkeypatch):
     scripted.__dict__.update(model.__dict__)
     assert b"__main__" in pickle.dumps(scripted)
     assert not worker.eligible(scripted, tuple(DEFAULT_RULESETS))
+
+
+def test_patience_in_the_worker_keeps_the_cheapest_extraction():
+    """The worker counts no-gain extractions at its checkpoints: whatever it stops at, the
+    result is the cheapest extraction, as cheap as the run without patience."""
+    worker.warm_up()
+
+    @accy.function
+    def chain(a: accy.f32[32, 4], b: accy.f32[4, 32], c: accy.f32[32, 4]):
+        return (a @ b) @ c
+
+    names = rewriting.select(DEFAULT_RULESETS, fast_math=True)
+    outs = [rewriting.rewrite_program(chain, DEFAULT_RULESETS, names, iterations=12,
+                                      node_limit=None, time_limit_s=60.0, cost="flops-bytes",
+                                      isolate=True, patience=p) for p in (0, 1)]
+    assert all(o.worker == "finished" for o in outs)
+    assert outs[1].report.stop_reason in ("saturated", "no_gain")
+    assert outs[1].cost_after == outs[0].cost_after < outs[0].cost_before
+
+
+@accy.function
+def _recomputed(a: accy.f32[64], b: accy.f32[64]):
+    u = a * b  # regions of 3: u and its exps | b * a, * 1, u + ... | the sum
+    return u.exp().exp() + (u + (b * a) * 1.0)  # b * a, in the second region, is u
+
+
+def test_region_context_finds_what_a_region_recomputes():
+    names = rewriting.select(DEFAULT_RULESETS)
+    budget = dict(iterations=12, node_limit=20_000, time_limit_s=30.0, cost="flops-bytes",
+                  region_size=3, isolate=False)
+    outs = {depth: rewriting.rewrite_program(_recomputed, DEFAULT_RULESETS, names, **budget,
+                                             region_context=depth) for depth in (0, 1, 2)}
+    assert len(outs[0].regions) == 3  # b * a stays: u is opaque there
+    assert sum(n.op is Op.MUL for n in outs[0].program.nodes()) == 2
+    for depth in (1, 2):
+        out = outs[depth]
+        assert out.changed and out.cost_after < outs[0].cost_after
+        assert sum(n.op is Op.MUL for n in out.program.nodes()) == 1
+        xs = _inputs(_recomputed)
+        np.testing.assert_allclose(interpret(out.program, xs)[0],
+                                   interpret(_recomputed, xs)[0], rtol=1e-6)
+    # the same through the worker, whose task carries the context
+    worker.warm_up()
+    out = rewriting.rewrite_program(_recomputed, DEFAULT_RULESETS, names,
+                                    **{**budget, "isolate": True}, region_context=2)
+    assert out.cost_after == outs[2].cost_after
+
+
+def test_split_context_defines_the_inputs():
+    regions = split(_recomputed, 3, context=2)
+    assert regions is not None and regions[0].context is None  # it reads parameters only
+    ctx = regions[1].context
+    assert [regions[1].inputs[i].op for i in ctx.defines] == [Op.MUL]  # u
+    assert ctx.program.functions[0].params == regions[1].program.functions[0].params
+    # the last region reads exp(exp(u)) and u + ...: both need values it does not read
+    assert regions[2].context is None
+    assert split(_recomputed, 3, context=0)[1].context is None
+    with pytest.raises(ValueError, match="context must be a non-negative int"):
+        split(_recomputed, 3, context=-1)
+
+
+def test_patience_counts_gains_above_rounding():
+    assert defaults.pays(90, 100) and not defaults.pays(100, 100)
+    best = 372_196_079_790  # a cost model's rounding shaves two units: not a gain
+    assert not defaults.pays(best - 2, best) and defaults.pays(best - best // 1000, best)

@@ -67,6 +67,24 @@ def test_iteration_limit():
     assert len(report.iterations) == 2 and report.kept_iterations == 2
 
 
+def test_on_step_can_stop_with_no_gain():
+    peg = to_egraph(chain(8))
+    seen = []
+
+    def on_step(report):
+        seen.append(report.kept_iterations)
+        return "no_gain" if report.kept_iterations == 2 else True
+
+    report = saturate(peg, toy_rules(), iterations=10, on_step=on_step)
+    assert report.stop_reason == "no_gain" and not report.predicted
+    assert seen == [1, 2] and report.kept_iterations == 2
+
+
+def test_on_step_must_return_a_stop_reason():
+    with pytest.raises(ValueError, match="on_step returned 'tired'.*no_gain"):
+        saturate(to_egraph(chain(8)), toy_rules(), on_step=lambda r: "tired")
+
+
 def test_node_limit_rolls_back_the_step_that_overshot():
     peg = to_egraph(chain(8))
     start = egraph_size(peg.egraph)

@@ -8,9 +8,15 @@ rules that round differently (reassociation, distributivity; see ``rewrites``'s 
 each run, the time limit the whole pass (large programs saturate in a worker process killed at
 the deadline, keeping the last good iteration: ``accy.passes.rewrite_worker``), and scales with
 the program by default; programs above ``region-size`` operations are saturated region by region
-(``accy.egraph.split``). ``match-limit`` turns on egglog's backoff scheduler, which bounds what
-one step applies; its report (stop reason, e-graph size per iteration, matches and time per
-rule) goes to the pass's statistics (``accy prepare --statistics``, ``accy explain``).
+(``accy.egraph.split``; ``region-context`` gives each region its inputs' definitions, so
+rewrites across a cut are found). ``patience`` (default 2; 0: off) stops saturation (stop
+reason ``no_gain``) once a gain was found and that many extractions in a row found nothing
+cheaper than the best so far (by more than ``defaults.PATIENCE_MIN_GAIN`` of it): programs of
+up to ``WORKER_MIN_OPERATIONS`` operations extract after every kept step, the saturation
+worker at its checkpoints, and the cheapest extraction is the result; the budget above still
+bounds every run. ``match-limit`` turns on egglog's backoff scheduler, which bounds what one
+step applies; its report (stop reason, e-graph size per iteration, matches and time per rule)
+goes to the pass's statistics (``accy prepare --statistics``, ``accy explain``).
 ``extractor`` picks how terms come out: ``greedy-dag`` (default; a shared subterm costs once),
 ``tree`` (once per use, the classic e-graph cost; for ablation) or ``ilp`` (exact, within
 ``extract-time-limit``, else the greedy-dag result, said in the statistics). The extraction is
@@ -84,6 +90,16 @@ class Saturate(Pass):
     multi_pattern_iterations: int = option(
         2, "iterations in which multi-pattern rules (rule set merge) run; later ones run the "
         "others only (Tensat: 1-2; >= iterations: no cap)", minimum=0, maximum=COUNT_MAX)
+    region_context: int = option(
+        defaults.DEFAULT_REGION_CONTEXT, "with region-size: each region's e-graph also holds "
+        "its inputs' definitions, this many operations deep, so rewrites across the cut are "
+        "found (0: none)",
+        minimum=0, maximum=16)
+    patience: int = option(
+        defaults.DEFAULT_PATIENCE, "stop saturating (no_gain) once a gain was found and this "
+        "many extractions in a row found nothing cheaper (0: off; small programs extract "
+        "after every step)",
+        minimum=0, maximum=COUNT_MAX)
 
     def run(self, ctx, product):
         from accy.passes import rewriting
@@ -98,6 +114,7 @@ class Saturate(Pass):
             match_limit=self.match_limit or None, extractor=self.extractor,
             extract_options={"time_limit_s": self.extract_time_limit,
                              "sharing": self.sharing},
-            multi_pattern_iterations=self.multi_pattern_iterations)
+            multi_pattern_iterations=self.multi_pattern_iterations, patience=self.patience,
+            region_context=self.region_context)
         rewriting.record(ctx, outcome)
         return product.replace(program=outcome.program) if outcome.changed else product
