@@ -44,6 +44,8 @@ from accy.ir.types import DType
 from accy.kernels import loopnest
 from accy.kernels.contraction_plan import Contraction, analyse, stored_value
 from accy.kernels.generators import Generator, register_generator
+from accy.kernels.mma_frags import VectorLoads
+from accy.kernels.mma_layout import c_coords_v
 from accy.kernels.ir import (
     INDEX,
     Assign,
@@ -77,7 +79,6 @@ from accy.kernels.ir import (
     mul,
 )
 from accy.kernels.mma_plan import (
-    C_FRAG,
     VECTOR,
     MmaTiles,
     a_lane_base,
@@ -122,7 +123,7 @@ def _all(conds: list[Expr]) -> Expr | None:
     return out
 
 
-class _Builder:
+class _Builder(VectorLoads):
     def __init__(self, group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
                  einsum: Node, c: Contraction, tiles: MmaTiles, policy: str,
                  target: TargetProfile) -> None:
@@ -255,33 +256,43 @@ class _Builder:
 
     def compute(self, a_off: Expr, b_off: Expr) -> list[Stmt]:
         """The mma.sync instructions of one K step (``bk / 8`` TF32 or ``bk / 16`` f16
-        sub-steps, fully unrolled)."""
+        sub-steps, fully unrolled) and their fragment loads (:class:`VectorLoads` under the
+        vector scheme)."""
         t = self.t
+        if t.vector_loads:
+            return self.vector_compute(a_off, b_off)
         out: list[Stmt] = []
         for kk in range(t.bk // t.mma_k):
-            a = [[f"a{kk}_{mi}_{r}" for r in range(4)] for mi in range(t.frags_m)]
-            b = [[f"b{kk}_{ni}_{r}" for r in range(2)] for ni in range(t.frags_n)]
             for mi in range(t.frags_m):
                 for r in range(4):
                     at = add(add(a_off, self.a_base), idx(a_offset(t, mi, kk, r)))
-                    out += ([Let(a[mi][r], DType.i32, Load("a_tile", at))] if self.f16
-                            else self.operand(a[mi][r], Load("a_tile", at)))
+                    name = f"a{kk}_{mi}_{r}"
+                    out += ([Let(name, DType.i32, Load("a_tile", at))] if self.f16
+                            else self.operand(name, Load("a_tile", at)))
             for ni in range(t.frags_n):
                 for r in range(2):
+                    name = f"b{kk}_{ni}_{r}"
                     if self.f16:
-                        out.append(Let(b[ni][r], DType.i32, self.half_pair(b_off, ni, kk, r)))
+                        out.append(Let(name, DType.i32, self.half_pair(b_off, ni, kk, r)))
                         continue
                     at = add(add(b_off, self.b_base), idx(b_offset(t, ni, kk, r)))
-                    out += self.operand(b[ni][r], Load("b_tile", at))
-            for mi in range(t.frags_m):
-                for ni in range(t.frags_n):
-                    acc = tuple(("+f", f"acc_{mi}_{ni}_{r}") for r in range(4))
-                    terms = ([("_s", ""), ("", "_s"), ("", "")] if self.policy == "3xtf32"
-                             else [("", "")])
-                    for sa, sb in terms:  # small parts first: they are summed before big*big
-                        ins = tuple(("r", Var(n + sa)) for n in a[mi]) + tuple(
-                            ("r", Var(n + sb)) for n in b[ni])
-                        out.append(InlineAsm(MMA_F16 if self.f16 else MMA_TF32, acc, ins))
+                    out += self.operand(name, Load("b_tile", at))
+            out += self.mmas(kk)
+        return out
+
+    def mmas(self, kk: int) -> list[Stmt]:
+        """Sub-step ``kk``'s mma.sync of every fragment pair, from registers ``a{kk}_{mi}_{r}``
+        and ``b{kk}_{ni}_{r}`` (and their ``_s`` small parts under 3xtf32)."""
+        t, out = self.t, []
+        for mi in range(t.frags_m):
+            for ni in range(t.frags_n):
+                acc = tuple(("+f", f"acc_{mi}_{ni}_{r}") for r in range(4))
+                terms = ([("_s", ""), ("", "_s"), ("", "")] if self.policy == "3xtf32"
+                         else [("", "")])
+                for sa, sb in terms:  # small parts first: they are summed before big*big
+                    ins = tuple(("r", Var(f"a{kk}_{mi}_{r}{sa}")) for r in range(4)) + tuple(
+                        ("r", Var(f"b{kk}_{ni}_{r}{sb}")) for r in range(2))
+                    out.append(InlineAsm(MMA_F16 if self.f16 else MMA_TF32, acc, ins))
         return out
 
     def half_pair(self, b_off: Expr, ni: int, kk: int, r: int) -> Expr:
@@ -340,13 +351,10 @@ class _Builder:
         ltype, self.words = (DType.i32, 2) if self.f16 else (DType.f32, 1)
         self.body.append(LocalArray("a_tile", ltype, t.stages * t.a_size // self.words, 16))
         self.body.append(LocalArray("b_tile", ltype, t.stages * t.b_size // self.words, 16))
-        self.a_base = self.let("a_lane", a_lane_base(t, wm, g, tt))
-        if self.f16:  # a lane's B halves: the word, and which half of it (g's parity)
-            b16 = self.let("b_half", b16_lane_base(t, wn, g, tt))
-            self.b_base = self.let("b_lane", div(b16, 2))
-            self.b_shift = self.let("b_shift", mul(mod(g, 2), idx(16)))
+        if t.vector_loads:
+            self.vector_bases(wm, wn, g, tt, lane)
         else:
-            self.b_base = self.let("b_lane", b_lane_base(t, wn, g, tt))
+            self.scalar_bases(wm, wn, g, tt)
         for mi in range(t.frags_m):
             for ni in range(t.frags_n):
                 for r in range(4):
@@ -365,6 +373,17 @@ class _Builder:
                       loopnest.implemented_ops(self.group), fixed_local_size=True,
                       global_args=(frozenset(self.arg.values()) if self.pipelined
                                    else frozenset()))
+
+    def scalar_bases(self, wm: Expr, wn: Expr, g: Expr, tt: Expr) -> None:
+        """A lane's fragment bases under the scalar scheme."""
+        t = self.t
+        self.a_base = self.let("a_lane", a_lane_base(t, wm, g, tt))
+        if self.f16:  # a lane's B halves: the word, and which half of it (g's parity)
+            b16 = self.let("b_half", b16_lane_base(t, wn, g, tt))
+            self.b_base = self.let("b_lane", div(b16, 2))
+            self.b_shift = self.let("b_shift", mul(mod(g, 2), idx(16)))
+        else:
+            self.b_base = self.let("b_lane", b_lane_base(t, wn, g, tt))
 
     def plain_loop(self, origin: dict[str, Expr]) -> list[Stmt]:
         """K steps through two buffers: the next step loaded into registers while this one
@@ -446,44 +465,56 @@ class _Builder:
                  and all(d.out % 2 == 0 for d in c.batch))
         counter = 0
         for mi in range(t.frags_m):
-            for ni in range(t.frags_n):
-                for half in (0, 2):  # c0,c1 share a row; c2,c3 the row 8 below
-                    rr, cc = c_coords(wm, wn, g, tt, mi, ni, half)
-                    row, col = add(m0, rr), add(n0, cc)
-                    em = loopnest.Emitter()
-                    em.counter = counter
-                    self.epi.em = em
-                    lanes: list[list[Expr]] = [[] for _ in self.group.outputs]
-                    for r in (half, half + 1):
-                        cr = add(col, idx(C_FRAG[r][1]))
-                        self.epi.result = Var(f"acc_{mi}_{ni}_{r}")
-                        coords = self.coords(row, cr) if not plain else ()
-                        for o, node in enumerate(values):
-                            lanes[o].append(self.epi.value(node, coords))
-                    counter = em.counter
-                    body: list[Stmt] = list(em.scopes[0].body)
-                    at = add(self.bases["out"], add(mul(row, idx(c.m.out)),
-                                                    mul(col, idx(c.n.out))))
-                    row_ok = Bin("<", row, idx(c.m.size))
-                    if pairs:  # col even, N even: both columns inside or both outside
-                        body += [VectorStore(names[o], div(at, 2), DType.f32, tuple(v))
-                                 for o, v in enumerate(lanes) if self.out_args[o].dtype
-                                 is DType.f32] + [
-                            Store(names[o], add(at, idx(j)), v[j]) for o, v in
-                            enumerate(lanes) if self.out_args[o].dtype is not DType.f32
-                            for j in range(2)]
-                        guard = _all(([row_ok] if c.m.size % t.bm else [])
-                                     + ([Bin("<", col, idx(c.n.size))]
-                                        if c.n.size % t.bn else []))
-                        self.body += [If(guard, tuple(body))] if guard is not None else body
-                        continue
-                    for j in range(2):
-                        cj = add(col, idx(j))
-                        put = tuple(Store(names[o], add(at, idx(j * c.n.out)), v[j])
-                                    for o, v in enumerate(lanes))
-                        body += [If(Bin("<", cj, idx(c.n.size)), put)] if c.n.size % t.bn \
-                            else list(put)
-                    self.body += ([If(row_ok, tuple(body))] if c.m.size % t.bm else body)
+            for (ni, half), pair in self.store_pairs():
+                rr, cc = (c_coords_v(t, wm, wn, g, tt, mi, ni, half)
+                          if t.vector_loads and not self.f16
+                          else c_coords(wm, wn, g, tt, mi, ni, half))
+                row, col = add(m0, rr), add(n0, cc)
+                em = loopnest.Emitter()
+                em.counter = counter
+                self.epi.em = em
+                lanes: list[list[Expr]] = [[] for _ in self.group.outputs]
+                for j, (pn, r) in enumerate(pair):
+                    cr = add(col, idx(j))
+                    self.epi.result = Var(f"acc_{mi}_{pn}_{r}")
+                    coords = self.coords(row, cr) if not plain else ()
+                    for o, node in enumerate(values):
+                        lanes[o].append(self.epi.value(node, coords))
+                counter = em.counter
+                body: list[Stmt] = list(em.scopes[0].body)
+                at = add(self.bases["out"], add(mul(row, idx(c.m.out)),
+                                                mul(col, idx(c.n.out))))
+                row_ok = Bin("<", row, idx(c.m.size))
+                if pairs:  # col even, N even: both columns inside or both outside
+                    body += [VectorStore(names[o], div(at, 2), DType.f32, tuple(v))
+                             for o, v in enumerate(lanes) if self.out_args[o].dtype
+                             is DType.f32] + [
+                        Store(names[o], add(at, idx(j)), v[j]) for o, v in
+                        enumerate(lanes) if self.out_args[o].dtype is not DType.f32
+                        for j in range(2)]
+                    guard = _all(([row_ok] if c.m.size % t.bm else [])
+                                 + ([Bin("<", col, idx(c.n.size))]
+                                    if c.n.size % t.bn else []))
+                    self.body += [If(guard, tuple(body))] if guard is not None else body
+                    continue
+                for j in range(2):
+                    cj = add(col, idx(j))
+                    put = tuple(Store(names[o], add(at, idx(j * c.n.out)), v[j])
+                                for o, v in enumerate(lanes))
+                    body += [If(Bin("<", cj, idx(c.n.size)), put)] if c.n.size % t.bn \
+                        else list(put)
+                self.body += ([If(row_ok, tuple(body))] if c.m.size % t.bm else body)
+
+    def store_pairs(self) -> list[tuple[tuple[int, int], list[tuple[int, int]]]]:
+        """((ni, r) of the first, [(ni, r) of both]) of each pair of accumulators of a fragment
+        row at adjacent columns: c0,c1 and c2,c3 of a fragment; under the f32 vector scheme's
+        N permutation the same register of fragments ni and ni + 1."""
+        t = self.t
+        if t.vector_loads and not self.f16:
+            return [((ni, r), [(ni, r), (ni + 1, r)]) for ni in range(0, t.frags_n, 2)
+                    for r in range(4)]
+        return [((ni, half), [(ni, half), (ni, half + 1)]) for ni in range(t.frags_n)
+                for half in (0, 2)]
 
     def coords(self, row: Expr, col: Expr) -> tuple[Expr, ...]:
         """Output coordinates of the element at flattened (row, col)."""
