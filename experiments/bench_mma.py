@@ -3,7 +3,7 @@
     python experiments/bench_mma.py --device nvidia --out results/bench_mma.json
         [--repeat 20] [--cases 4096,2048,8192x8192x1024,1000x1030x520,b32x512x512x64,bias2048]
         [--policies ieee,tf32,3xtf32] [--tiles 128x128x16:2x4,128x128x16:2x2:3]
-        [--stages 2,3,4] [--dtypes f32,f16] [--no-torch] [--sources DIR]
+        [--stages 2,3,4] [--loads scalar,vector] [--dtypes f32,f16] [--no-torch] [--sources DIR]
         [--force-tensor-cores]
 
 Each case (``N`` is N^3, ``MxNxK``, ``bBxMxNxK`` batched, ``biasN`` N^3 with a bias + relu
@@ -26,6 +26,15 @@ tiles whose stages exceed the device's local memory are skipped with a note. Sta
 need the probe's ``cp.async`` entry (the kernel copies global -> local with ``cp.async`` then,
 waiting for the oldest group in flight before each step's one barrier); without it they fail
 with that reason.
+
+``--loads scalar,vector`` times each of those tiles (after ``--stages``; or, alone, the
+128x128 and 64x64 defaults) with each fragment-load scheme (``MmaTiles.loads``): ``scalar``,
+one 32-bit local load per fragment register from padded tiles (the original kernels), or
+``vector``, the heuristic's default (float4 loads through a K/N permutation for f32,
+``ldmatrix`` for f16, swizzled unpadded tiles: ``accy/kernels/mma_layout.py``). A tiles entry
+can also name its scheme itself: ``--tiles 128x256x16:2x4:2:vector``; without one it is
+``scalar``. Tiles a scheme cannot take (e.g. vector loads of 2 fragment columns per warp) are
+skipped with the reason.
 
 ``--dtypes f32,f16`` also runs every case with f16 operands (named ``CASE.f16``): f16 products
 take f16 tensor cores (``mma-f16``: m16n8k16, f32 accumulators, fed by ``cp.async``) whatever
@@ -74,6 +83,7 @@ from accy.experiments.records import git_commit, timestamp, write_json  # noqa: 
 from accy.ir.program import Stage  # noqa: E402
 from accy.kernels import mma  # noqa: E402
 from accy.kernels.mma_plan import (  # noqa: E402
+    LOADS,
     SMALL,
     SMALL16,
     WIDE,
@@ -402,6 +412,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stages", default="", help="local-memory stages to sweep, e.g. 2,3,4: "
                     "each --tiles entry (default: 128x128 and 64x64 tiles) at each; more than "
                     "2 needs the probe's cp.async; tiles over the local memory are skipped")
+    ap.add_argument("--loads", default="", help="fragment-load schemes to sweep, e.g. "
+                    f"scalar,vector (of {', '.join(LOADS)}): each --tiles entry (after "
+                    "--stages; default: 128x128 and 64x64 tiles) with each")
     ap.add_argument("--dtypes", default="f32", help="operand dtypes of the cases: f32, f16 or "
                     "f32,f16 (f16: f16 tensor cores under the first policy, against torch's "
                     "f16 matmul)")
@@ -431,6 +444,13 @@ def main(argv: list[str] | None = None) -> int:
         for dt, default in ((accy.DType.f32, [WIDE, SMALL]), (accy.DType.f16, [WIDE16, SMALL16])):
             sweeps[dt] = [dataclasses.replace(t, stages=n) for t in (sweep or default)
                           for n in stages]
+    loads = [v.strip() for v in args.loads.split(",") if v.strip()]
+    if set(loads) - set(LOADS):
+        ap.error(f"--loads {args.loads!r}: a list of {', '.join(LOADS)}")
+    if loads:  # each tile (default: the 128x128 and 64x64 ones) with each scheme
+        for dt, default in ((accy.DType.f32, [WIDE, SMALL]), (accy.DType.f16, [WIDE16, SMALL16])):
+            sweeps[dt] = [dataclasses.replace(t, loads=v) for t in (sweeps[dt] or default)
+                          for v in loads]
     sources = Path(args.sources) if args.sources else Path(args.out).with_suffix("") / "sources"
 
     runtime, target = open_device(args.device)
@@ -498,7 +518,7 @@ def main(argv: list[str] | None = None) -> int:
         "device": runtime.info.key, "compute_capability": list(runtime.info.compute_capability),
         "target": target.describe(), "tensor_cores": list(target.tensor_cores),
         "probe": probe, "forced_tensor_cores": args.force_tensor_cores,
-        "dtypes": dtypes, "stages": stages,
+        "dtypes": dtypes, "stages": stages, "loads": loads,
         "repeat": args.repeat, "results": results, "torch": torch_rows, "goals": goals,
         "bound": "2 * ((rtol_f32 * sqrt(K) + EXTRA_EINSUM_RTOL[policy]) * |A|@|B| + tiny) "
                  "+ atol_f32",

@@ -76,13 +76,13 @@ class VectorLoads:
             for e in range(wa):
                 kk, hk = f32_a_register(t, v, e)
                 regs[f"a{kk}_{mi}_{h + 2 * hk}"] = Lane(Var(name), e)
-        for kk, hk, v in itertools.product(range(t.bk // 8), range(2), range(len(self.b_bases))):
-            name = f"bv{kk}_{hk}_{v}"
-            at = add(Var("b_offv"), add(self.b_bases[v], idx(b_row_offset(t, kk, hk) // 4)))
-            out.append(Let(name, DType.f32, VectorLoad("b_tile", at, 4), lanes=4))
-            for e in range(4):
-                regs[f"b{kk}_{4 * v + e}_{hk}"] = Lane(Var(name), e)
-        for kk in range(t.bk // 8):
+        for kk in range(t.bk // 8):  # B per sub-step: its vectors die with the sub-step
+            for hk, v in itertools.product(range(2), range(len(self.b_bases))):
+                name = f"bv{kk}_{hk}_{v}"
+                at = add(Var("b_offv"), add(self.b_bases[v], idx(b_row_offset(t, kk, hk) // 4)))
+                out.append(Let(name, DType.f32, VectorLoad("b_tile", at, 4), lanes=4))
+                for e in range(4):
+                    regs[f"b{kk}_{4 * v + e}_{hk}"] = Lane(Var(name), e)
             for mi, r in itertools.product(range(t.frags_m), range(4)):
                 out += self.operand(f"a{kk}_{mi}_{r}", regs[f"a{kk}_{mi}_{r}"])
             for ni, r in itertools.product(range(t.frags_n), range(2)):

@@ -30,6 +30,7 @@ are a few per-lane bases plus constants.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 from typing import TYPE_CHECKING
@@ -190,10 +191,15 @@ def conflicts(t: MmaTiles, side: str, bits: tuple[tuple[int, int], ...],
     return total
 
 
-@functools.lru_cache(maxsize=None)
 def swizzle_bits(t: MmaTiles, side: str) -> tuple[tuple[int, int], ...]:
     """The (row bit, chunk bit) pairs of ``side``'s swizzle: fewest extra wavefronts of reads,
-    then of copies, then fewest bits; chunk bits stay below the chunks of a row."""
+    then of copies, then fewest bits; chunk bits stay below the chunks of a row. Stages and
+    the L2 walk do not matter: searched once per block shape."""
+    return _swizzle_bits(dataclasses.replace(t, stages=2, swizzle=8), side)
+
+
+@functools.lru_cache(maxsize=None)
+def _swizzle_bits(t: MmaTiles, side: str) -> tuple[tuple[int, int], ...]:
     chunks = row_length(t, side) // t.vector
     dst = [d for d in range(CHUNK_BITS) if (1 << d) < chunks]
     src = row_bits(t, side)

@@ -101,12 +101,13 @@ TILES = pytest.mark.parametrize("tiles", [LARGE, SMALL, WIDE],
                                 ids=["128x128:2x4", "64x64:2x2", "128x128:2x2"])
 
 
-def emulate_block(tiles: MmaTiles, seed: int, k_step: int, fragments) -> None:
+def emulate_block(tiles: MmaTiles, seed: int, k_step: int, fragments, coords=c_coords) -> None:
     """A work-group's tile computed in emulation: A and B laid out in local memory as the
     copies store them (``local_index``), each warp's accumulators advanced per K sub-step of
     ``k_step`` by ``fragments(a_loc, b_loc, wm, wn, mi, ni, kk, acc)`` (the fragments gathered
-    at the generator's addresses and one emulated mma), then placed by ``c_coords``: the tile
-    must be A @ B with every element stored once."""
+    at the generator's addresses and one emulated mma), then placed by ``coords`` (``c_coords``
+    or the vector scheme's ``c_coords_v``, with the tiles bound): the tile must be A @ B with
+    every element stored once."""
     rng = np.random.default_rng(seed)
     a = rng.integers(-4, 5, (tiles.bm, tiles.bk)).astype(np.float64)
     b = rng.integers(-4, 5, (tiles.bk, tiles.bn)).astype(np.float64)
@@ -130,7 +131,7 @@ def emulate_block(tiles: MmaTiles, seed: int, k_step: int, fragments) -> None:
                 for lane in range(32):
                     g, t = lane_parts(idx(lane))
                     for r in range(4):
-                        row, col = c_coords(wm, wn, g, t, mi, ni, r)
+                        row, col = coords(wm, wn, g, t, mi, ni, r)
                         assert np.isnan(c[num(row), num(col)]), "an element stored twice"
                         c[num(row), num(col)] = acc[mi, ni, lane, r]
     np.testing.assert_array_equal(c, a @ b)
