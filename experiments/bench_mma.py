@@ -3,7 +3,8 @@
     python experiments/bench_mma.py --device nvidia --out results/bench_mma.json
         [--repeat 20] [--cases 4096,2048,8192x8192x1024,1000x1030x520,b32x512x512x64,bias2048]
         [--policies ieee,tf32,3xtf32] [--tiles 128x128x16:2x4,128x128x16:2x2:3]
-        [--stages 2,3,4] [--loads scalar,vector] [--dtypes f32,f16] [--no-torch] [--sources DIR]
+        [--stages 2,3,4] [--loads scalar,vector] [--rounding fragment,tile]
+        [--dtypes f32,f16] [--no-torch] [--sources DIR]
         [--force-tensor-cores]
 
 Each case (``N`` is N^3, ``MxNxK``, ``bBxMxNxK`` batched, ``biasN`` N^3 with a bias + relu
@@ -35,6 +36,12 @@ one 32-bit local load per fragment register from padded tiles (the original kern
 can also name its scheme itself: ``--tiles 128x256x16:2x4:2:vector``; without one it is
 ``scalar``. Tiles a scheme cannot take (e.g. vector loads of 2 fragment columns per warp) are
 skipped with the reason.
+
+``--rounding fragment,tile`` times each of those tiles (after ``--loads``) with each place
+``tf32`` rounds operands that ``cp.async`` copied (``MmaTiles.rounding``): ``fragment``, each
+register as it is loaded (the default), or ``tile``, each work-item rounding the chunks it
+copied in local memory once before the step's barrier (``:round=tile`` in a tiles entry);
+other policies and dtypes ignore it.
 
 ``--dtypes f32,f16`` also runs every case with f16 operands (named ``CASE.f16``): f16 products
 take f16 tensor cores (``mma-f16``: m16n8k16, f32 accumulators, fed by ``cp.async``) whatever
@@ -84,6 +91,7 @@ from accy.ir.program import Stage  # noqa: E402
 from accy.kernels import mma  # noqa: E402
 from accy.kernels.mma_plan import (  # noqa: E402
     LOADS,
+    ROUNDINGS,
     SMALL,
     SMALL16,
     WIDE,
@@ -415,6 +423,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--loads", default="", help="fragment-load schemes to sweep, e.g. "
                     f"scalar,vector (of {', '.join(LOADS)}): each --tiles entry (after "
                     "--stages; default: 128x128 and 64x64 tiles) with each")
+    ap.add_argument("--rounding", default="", help="where tf32 rounds cp.async-copied "
+                    f"operands, to sweep, e.g. fragment,tile (of {', '.join(ROUNDINGS)}): each "
+                    "--tiles entry (after --loads; default: 128x128 and 64x64 tiles) with each")
     ap.add_argument("--dtypes", default="f32", help="operand dtypes of the cases: f32, f16 or "
                     "f32,f16 (f16: f16 tensor cores under the first policy, against torch's "
                     "f16 matmul)")
@@ -451,6 +462,13 @@ def main(argv: list[str] | None = None) -> int:
         for dt, default in ((accy.DType.f32, [WIDE, SMALL]), (accy.DType.f16, [WIDE16, SMALL16])):
             sweeps[dt] = [dataclasses.replace(t, loads=v) for t in (sweeps[dt] or default)
                           for v in loads]
+    rounding = [v.strip() for v in args.rounding.split(",") if v.strip()]
+    if set(rounding) - set(ROUNDINGS):
+        ap.error(f"--rounding {args.rounding!r}: a list of {', '.join(ROUNDINGS)}")
+    if rounding:
+        for dt, default in ((accy.DType.f32, [WIDE, SMALL]), (accy.DType.f16, [WIDE16, SMALL16])):
+            sweeps[dt] = [dataclasses.replace(t, rounding=v) for t in (sweeps[dt] or default)
+                          for v in rounding]
     sources = Path(args.sources) if args.sources else Path(args.out).with_suffix("") / "sources"
 
     runtime, target = open_device(args.device)
@@ -519,6 +537,7 @@ def main(argv: list[str] | None = None) -> int:
         "target": target.describe(), "tensor_cores": list(target.tensor_cores),
         "probe": probe, "forced_tensor_cores": args.force_tensor_cores,
         "dtypes": dtypes, "stages": stages, "loads": loads,
+        "rounding": rounding,
         "repeat": args.repeat, "results": results, "torch": torch_rows, "goals": goals,
         "bound": "2 * ((rtol_f32 * sqrt(K) + EXTRA_EINSUM_RTOL[policy]) * |A|@|B| + tiny) "
                  "+ atol_f32",

@@ -7,13 +7,17 @@ them) and the product is large enough (:func:`accy.kernels.mma_plan.plan`). The 
 tiled contraction's (:func:`accy.kernels.contraction_plan.analyse`: batched matrix products
 over strided views, elementwise epilogue, reshaped outputs); K is never split here.
 
-The kernel: a work-group of 8 warps (256 work-items, ``reqd_work_group_size``) computes a
-128x128 tile of C (4 warps, 64x64, where 128x128 tiles would leave compute units idle), each
-warp a 64x32 block as 4x4 m16n8 fragments held in 64 f32 registers per lane. K advances 16 at
+The kernel: a work-group of ``warps_m x warps_n`` warps (``reqd_work_group_size``) computes a
+``bm x bn`` tile of C (``mma_plan.choose_tiles``: by default 128x128 of 4 warps of 64x64, or
+64x64 where those would leave compute units idle), each warp its block as m16n8 fragments
+held in f32 registers per lane. K advances 16 at
 a time through two local buffers: the next step's A and B tiles are loaded from global memory
 into registers (float4 where strides allow, zeros outside the operands) before this step's
 mma.sync instructions run, then stored to the other buffer, so one barrier per step suffices.
-Local rows are padded (A by 4 words, B by 8) so a warp's fragment loads hit 32 distinct banks.
+Fragment loads (``MmaTiles.loads``): ``scalar`` pads local rows (A by 4 words, B by 8) so a
+warp's 32-bit fragment loads hit 32 distinct banks; ``vector`` (the default) swizzles unpadded
+rows and reads fragments in float4s through K and N permutations, or by ``ldmatrix`` for f16
+(:mod:`accy.kernels.mma_layout`, :mod:`accy.kernels.mma_frags`).
 ``tf32`` rounds each operand once, on its way into local memory (``cvt.rna.tf32.f32``);
 ``3xtf32`` keeps f32 in local memory and splits each fragment value ``x`` into ``big =
 tf32(x)`` and ``small = tf32(x - big)``, accumulating ``small*big + big*small + big*big``
@@ -27,14 +31,17 @@ the K loop is a ``tiles.stages``-deep pipeline instead: ``cp.async.cg.shared.glo
 16 bytes straight into local memory (zero-filled outside the operands), one commit group per
 K step, steps 0..S-2 issued before the loop; each step waits until at most S-2 groups are in
 flight, passes one barrier, issues step ``kt + S - 1`` into the buffer step ``kt - 1`` read,
-then runs its mma.sync. Under ``tf32`` the operands are then rounded at fragment load. The
+then runs its mma.sync. Under ``tf32`` the operands are then rounded at fragment load, or
+(``MmaTiles.rounding == "tile"``) by the work-item that copied them, in local memory, before
+the barrier. The
 copied operands stay in global memory (``Kernel.global_args``).
 
 ``mma-f16``: f16 products (f16 x f16 is exact in f32, sums f32, as every f16 contraction
 kernel computes, so any policy takes them) on ``mma.sync.m16n8k16.f16`` with f32
-accumulators, always through the cp.async pipeline: the tiles hold halves as words, an A
-register is one word (the same word offsets as TF32's A), a B register packs the halves of
-two K rows, each taken from its word by the lane's shift.
+accumulators, always through the cp.async pipeline: the tiles hold halves as words; under
+scalar loads an A register is one word (the same word offsets as TF32's A), a B register packs
+the halves of two K rows, each taken from its word by the lane's shift; under vector loads
+``ldmatrix`` reads them.
 """
 
 from __future__ import annotations
@@ -42,10 +49,8 @@ from __future__ import annotations
 from accy.ir.node import Node
 from accy.ir.types import DType
 from accy.kernels import loopnest
-from accy.kernels.contraction_plan import Contraction, analyse, stored_value
+from accy.kernels.contraction_plan import Contraction, analyse
 from accy.kernels.generators import Generator, register_generator
-from accy.kernels.mma_frags import VectorLoads
-from accy.kernels.mma_layout import c_coords_v
 from accy.kernels.ir import (
     INDEX,
     Assign,
@@ -60,7 +65,6 @@ from accy.kernels.ir import (
     If,
     InlineAsm,
     Kernel,
-    KernelArg,
     Lane,
     Let,
     Lit,
@@ -78,6 +82,7 @@ from accy.kernels.ir import (
     mod,
     mul,
 )
+from accy.kernels.mma_frags import VectorLoads
 from accy.kernels.mma_plan import (
     VECTOR,
     MmaTiles,
@@ -87,7 +92,6 @@ from accy.kernels.mma_plan import (
     b16_offset,
     b_lane_base,
     b_offset,
-    c_coords,
     copy_layout,
     copy_slot,
     for_dtype,
@@ -97,6 +101,7 @@ from accy.kernels.mma_plan import (
     plan,
     warp_origin,
 )
+from accy.kernels.mma_store import Stores
 from accy.plans import FusionGroup, KernelOutline, LaunchGeometry, ScheduleKind
 from accy.target import TargetProfile
 
@@ -123,7 +128,7 @@ def _all(conds: list[Expr]) -> Expr | None:
     return out
 
 
-class _Builder(VectorLoads):
+class _Builder(VectorLoads, Stores):
     def __init__(self, group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
                  einsum: Node, c: Contraction, tiles: MmaTiles, policy: str,
                  target: TargetProfile) -> None:
@@ -135,6 +140,8 @@ class _Builder(VectorLoads):
                              "along K / B along N in whole 16-byte vectors)")
         self.group, self.outline, self.kind, self.c, self.t = group, outline, kind, c, tiles
         self.policy = policy
+        # tf32 operands copied by cp.async rounded in local memory, once per element
+        self.round_tile = tiles.rounding == "tile" and policy == "tf32" and self.pipelined
         self.f16 = tiles.f16
         self.epi = loopnest.EpilogueBuilder(group, outline, einsum)
         self.arg = {"x": self.epi.arg_of[einsum.srcs[c.x]],
@@ -168,7 +175,7 @@ class _Builder(VectorLoads):
         f, k = add(f0, rf), add(k0, rk)
         at = add(self.bases[side], add(mul(f, idx(fs)), mul(k, idx(ks))))
         buf, size = ("a_tile", self.t.a_size) if side == "x" else ("b_tile", self.t.b_size)
-        local = add(mul(stage, idx(size)), local_index(self.t, side, rf, rk))
+        local = add(mul(stage, idx(size)), Var(f"{side}_l{i}"))
         if self.f16:  # the tiles are arrays of words
             local = div(local, 2)
         dst = Cast(DType.i32, Cast(INDEX, Bin("+", Var(buf), local)))
@@ -242,7 +249,7 @@ class _Builder(VectorLoads):
     def operand(self, name: str, value: Expr) -> list[Stmt]:
         """Registers of one fragment value: ``name`` (tf32 bits), or ``name`` (big) and
         ``name``_s (small) under 3xtf32."""
-        if self.policy == "tf32" and not self.pipelined:  # rounded on the way to local memory
+        if self.policy == "tf32" and (not self.pipelined or self.round_tile):  # rounded there
             return [Let(name, DType.i32, Call("bitcast_i32", (value,)))]
         raw, small = f"{name}_f", f"{name}_s"
         out: list[Stmt] = [Let(raw, DType.f32, value),
@@ -365,6 +372,9 @@ class _Builder(VectorLoads):
                 f, k = copy_slot(t, side, self.sides[side][3], add(tid, idx(i * t.threads)))
                 self.let(f"{side}_f{i}", f)
                 self.let(f"{side}_k{i}", k)
+                if self.pipelined:  # its place in a stage (cp.async copies, tile rounding)
+                    self.let(f"{side}_l{i}", local_index(t, side, Var(f"{side}_f{i}"),
+                                                         Var(f"{side}_k{i}")))
         self.body += self.async_loop(origin) if self.pipelined else self.plain_loop(origin)
         self.stores(m0, n0, wm, wn, g, tt)
         return Kernel(self.outline.entry, self.outline.work_item, self.kind, self.group.domain,
@@ -418,6 +428,27 @@ class _Builder(VectorLoads):
         out.append(For("kt", idx(0), idx(steps), tuple(loop)))
         return out
 
+    def round_copies(self, stage: Expr) -> list[Stmt]:
+        """Round the 16-byte chunks this work-item copied into ``stage`` to TF32 in place
+        (``MmaTiles.rounding == "tile"``): each element once, before the barrier that shows
+        them to the warps."""
+        out: list[Stmt] = []
+        for side in ("x", "y"):
+            buf, size = ("a_tile", self.t.a_size) if side == "x" else ("b_tile", self.t.b_size)
+            for i in range(self.t.slots(side)):
+                at = div(add(mul(stage, idx(size)), Var(f"{side}_l{i}")), VECTOR)
+                raw = f"{side}_o{i}"
+                out.append(Let(raw, DType.f32, VectorLoad(buf, at, VECTOR), lanes=VECTOR))
+                values: list[Expr] = []
+                for j in range(VECTOR):
+                    bits = f"{side}_t{i}_{j}"
+                    out += [Let(bits, DType.i32, Lit(0, DType.i32), True),
+                            InlineAsm(CVT_TF32, (("=r", bits),), (("f", Lane(Var(raw), j)),),
+                                      False)]
+                    values.append(Call("bitcast_f32", (Var(bits),)))
+                out.append(VectorStore(buf, at, DType.f32, tuple(values)))
+        return out
+
     def async_loop(self, origin: dict[str, Expr]) -> list[Stmt]:
         """K steps through ``stages`` buffers filled by ``cp.async``: steps 0..S-2 are issued
         first, one commit group each; step ``kt`` waits until at most S-2 groups are in flight
@@ -438,8 +469,10 @@ class _Builder(VectorLoads):
             out.append(commit)
         kt = Var("kt")
         nxt = add(kt, idx(stages - 1))
-        loop: list[Stmt] = [InlineAsm(CP_WAIT.format(stages - 2), (), (), True, ("memory",)),
-                            Barrier()]
+        loop: list[Stmt] = [InlineAsm(CP_WAIT.format(stages - 2), (), (), True, ("memory",))]
+        if self.round_tile:  # this work-item's own copies of step kt have landed
+            loop += self.round_copies(mod(kt, stages))
+        loop.append(Barrier())
         if steps > stages - 1:
             loop.append(If(Bin("<", nxt, idx(steps)),
                            tuple(issue_step(nxt, mod(nxt, stages)))))
@@ -450,85 +483,6 @@ class _Builder(VectorLoads):
         loop += self.compute(Var("a_off"), Var("b_off"))
         out.append(For("kt", idx(0), idx(steps), tuple(loop)))
         return out
-
-    def stores(self, m0: Expr, n0: Expr, wm: Expr, wn: Expr, g: Expr, tt: Expr) -> None:
-        """Epilogue and guarded stores of every accumulator; pairs of columns as float2
-        where the output's layout allows."""
-        c, t = self.c, self.t
-        self.out_args = [KernelArg(f"out{i}", n.type.dtype, True, slot) for i, (n, slot) in
-                         enumerate(zip(self.group.outputs, self.outline.output_slots,
-                                       strict=True))]
-        values = [stored_value(o) for o in self.group.outputs]
-        names = [a.name for a in self.out_args]
-        plain = all(v is self.epi.given for v in values)
-        pairs = (c.n.out == 1 and c.n.size % 2 == 0 and c.m.out % 2 == 0
-                 and all(d.out % 2 == 0 for d in c.batch))
-        counter = 0
-        for mi in range(t.frags_m):
-            for (ni, half), pair in self.store_pairs():
-                rr, cc = (c_coords_v(t, wm, wn, g, tt, mi, ni, half)
-                          if t.vector_loads and not self.f16
-                          else c_coords(wm, wn, g, tt, mi, ni, half))
-                row, col = add(m0, rr), add(n0, cc)
-                em = loopnest.Emitter()
-                em.counter = counter
-                self.epi.em = em
-                lanes: list[list[Expr]] = [[] for _ in self.group.outputs]
-                for j, (pn, r) in enumerate(pair):
-                    cr = add(col, idx(j))
-                    self.epi.result = Var(f"acc_{mi}_{pn}_{r}")
-                    coords = self.coords(row, cr) if not plain else ()
-                    for o, node in enumerate(values):
-                        lanes[o].append(self.epi.value(node, coords))
-                counter = em.counter
-                body: list[Stmt] = list(em.scopes[0].body)
-                at = add(self.bases["out"], add(mul(row, idx(c.m.out)),
-                                                mul(col, idx(c.n.out))))
-                row_ok = Bin("<", row, idx(c.m.size))
-                if pairs:  # col even, N even: both columns inside or both outside
-                    body += [VectorStore(names[o], div(at, 2), DType.f32, tuple(v))
-                             for o, v in enumerate(lanes) if self.out_args[o].dtype
-                             is DType.f32] + [
-                        Store(names[o], add(at, idx(j)), v[j]) for o, v in
-                        enumerate(lanes) if self.out_args[o].dtype is not DType.f32
-                        for j in range(2)]
-                    guard = _all(([row_ok] if c.m.size % t.bm else [])
-                                 + ([Bin("<", col, idx(c.n.size))]
-                                    if c.n.size % t.bn else []))
-                    self.body += [If(guard, tuple(body))] if guard is not None else body
-                    continue
-                for j in range(2):
-                    cj = add(col, idx(j))
-                    put = tuple(Store(names[o], add(at, idx(j * c.n.out)), v[j])
-                                for o, v in enumerate(lanes))
-                    body += [If(Bin("<", cj, idx(c.n.size)), put)] if c.n.size % t.bn \
-                        else list(put)
-                self.body += ([If(row_ok, tuple(body))] if c.m.size % t.bm else body)
-
-    def store_pairs(self) -> list[tuple[tuple[int, int], list[tuple[int, int]]]]:
-        """((ni, r) of the first, [(ni, r) of both]) of each pair of accumulators of a fragment
-        row at adjacent columns: c0,c1 and c2,c3 of a fragment; under the f32 vector scheme's
-        N permutation the same register of fragments ni and ni + 1."""
-        t = self.t
-        if t.vector_loads and not self.f16:
-            return [((ni, r), [(ni, r), (ni + 1, r)]) for ni in range(0, t.frags_n, 2)
-                    for r in range(4)]
-        return [((ni, half), [(ni, half), (ni, half + 1)]) for ni in range(t.frags_n)
-                for half in (0, 2)]
-
-    def coords(self, row: Expr, col: Expr) -> tuple[Expr, ...]:
-        """Output coordinates of the element at flattened (row, col)."""
-        out = []
-        for cls, i, inner, size in self.c.coords:
-            if cls == "b":
-                out.append(self.bcoords[i])
-            elif cls == "1":
-                out.append(idx(0))
-            else:
-                extent = self.c.m.size if cls == "m" else self.c.n.size
-                flat = div(row if cls == "m" else col, inner)
-                out.append(flat if inner * size == extent else mod(flat, size))
-        return tuple(out)
 
 
 def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,

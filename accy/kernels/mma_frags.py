@@ -15,8 +15,22 @@ import itertools
 from typing import TYPE_CHECKING
 
 from accy.ir.types import DType
-from accy.kernels.ir import INDEX, Bin, Cast, Expr, InlineAsm, Lane, Let, Lit, Stmt, Var, \
-    VectorLoad, add, div, idx
+from accy.kernels.ir import (
+    INDEX,
+    Bin,
+    Cast,
+    Expr,
+    InlineAsm,
+    Lane,
+    Let,
+    Lit,
+    Stmt,
+    Var,
+    VectorLoad,
+    add,
+    div,
+    idx,
+)
 from accy.kernels.mma_layout import (
     LDMATRIX,
     LDMATRIX_T,

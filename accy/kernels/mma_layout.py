@@ -198,7 +198,7 @@ def swizzle_bits(t: MmaTiles, side: str) -> tuple[tuple[int, int], ...]:
     return _swizzle_bits(dataclasses.replace(t, stages=2, swizzle=8), side)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _swizzle_bits(t: MmaTiles, side: str) -> tuple[tuple[int, int], ...]:
     chunks = row_length(t, side) // t.vector
     dst = [d for d in range(CHUNK_BITS) if (1 << d) < chunks]

@@ -29,8 +29,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from accy.ir.types import DType
-from accy.kernels.contraction_plan import Contraction, analyse
 from accy.kernels import mma_layout
+from accy.kernels.contraction_plan import Contraction, analyse
 from accy.kernels.ir import Expr, add, div, idx, mod, mul
 from accy.plans import FusionGroup
 from accy.target import CP_ASYNC, F16_MMA, TF32_MMA, TargetProfile
@@ -49,6 +49,10 @@ STAGES = (2, 3, 4)  # local buffers a pipeline may have
 # fragment loads: "scalar" (one 32-bit local load per register, padded tiles) or "vector"
 # (K/N-permuted float4 loads for f32, ldmatrix for f16, swizzled tiles: accy.kernels.mma_layout)
 LOADS = ("scalar", "vector")
+# where tf32 rounds operands copied by cp.async: "fragment" (each register as it is loaded, so
+# once per warp reading it) or "tile" (each work-item rounds the 16-byte chunks it copied, in
+# local memory, once per element, before the step's barrier; fragments then need no cvt)
+ROUNDINGS = ("fragment", "tile")
 
 # Selection: tensor cores pay once both tile sides are at least MIN_MN and K at least MIN_K;
 # smaller products go to the other generators (a 128x128 tile of mostly zeros wastes more
@@ -78,6 +82,7 @@ class MmaTiles:
     stages: int = 2
     f16: bool = False
     loads: str = "scalar"
+    rounding: str = "fragment"
 
     @property
     def threads(self) -> int:
@@ -151,10 +156,11 @@ class MmaTiles:
         return (self.bm if side == "x" else self.bn) * self.bk // self.vector // self.threads
 
     def text(self) -> str:
-        """``BMxBNxBK:WMxWN:S`` (``:vector`` appended for that load scheme), what
-        :func:`parse_tiles` reads."""
+        """``BMxBNxBK:WMxWN:S`` (``:vector`` appended for that load scheme, ``:round=tile``
+        for that rounding), what :func:`parse_tiles` reads."""
         return (f"{self.bm}x{self.bn}x{self.bk}:{self.warps_m}x{self.warps_n}:{self.stages}"
-                + ("" if self.loads == "scalar" else f":{self.loads}"))
+                + ("" if self.loads == "scalar" else f":{self.loads}")
+                + ("" if self.rounding == "fragment" else f":round={self.rounding}"))
 
     def check(self) -> None:
         """Raise when the tiling does not divide evenly (a programming error)."""
@@ -165,6 +171,9 @@ class MmaTiles:
                 or self.bk % v or self.bm % v or self.bn % v or self.stages not in STAGES):
             raise ValueError(f"tiles {self.text()} do not divide into m16n8k{self.mma_k} "
                              f"fragments and 16-byte copies, or stages not in {STAGES}")
+        if self.rounding not in ROUNDINGS:
+            raise ValueError(f"tiles {self.text()}: rounding {self.rounding!r}, one of "
+                             f"{', '.join(ROUNDINGS)}")
         if self.loads not in LOADS:
             raise ValueError(f"tiles {self.text()}: fragment loads {self.loads!r}, one of "
                              f"{', '.join(LOADS)}")
@@ -196,22 +205,31 @@ MAX_ACCUMULATORS = 128  # f32 accumulator registers per lane a tiling may hold (
 
 
 def parse_tiles(text: str) -> MmaTiles:
-    """``BMxBNxBK:WMxWN[:S[:LOADS]]`` (e.g. ``128x128x16:2x4``, ``64x64x16:2x2:3`` or
-    ``128x256x16:2x4:2:vector``; S stages, default 2; LOADS one of :data:`LOADS`, default
-    scalar) as tiles, checked (f32 layout; :func:`for_dtype` makes f16 ones)."""
+    """``BMxBNxBK:WMxWN[:S[:LOADS][:round=R]]`` (e.g. ``128x128x16:2x4``,
+    ``64x64x16:2x2:3`` or ``128x256x16:2x4:2:vector:round=tile``; S stages, default 2; LOADS
+    one of :data:`LOADS`, default scalar; R one of :data:`ROUNDINGS`, default fragment) as
+    tiles, checked (f32 layout; :func:`for_dtype` makes f16 ones)."""
     try:
         block, warps, *rest = text.strip().lower().split(":")
         bm, bn, bk = (int(v) for v in block.split("x"))
         wm, wn = (int(v) for v in warps.split("x"))
-        if len(rest) > 2 or (len(rest) == 2 and rest[1] not in LOADS):
-            raise ValueError
         s = int(rest[0]) if rest else 2
-        loads = rest[1] if len(rest) == 2 else "scalar"
+        loads, rounding = "scalar", "fragment"
+        for extra in rest[1:]:
+            if extra in LOADS and loads == "scalar" and rounding == "fragment":
+                loads = extra
+            elif extra.startswith("round=") and extra[6:] in ROUNDINGS:
+                rounding = extra[6:]
+            else:
+                raise ValueError
+        if len(rest) > 3:
+            raise ValueError
     except ValueError:
-        raise ValueError(f"tiles {text!r}: give BMxBNxBK:WMxWN[:STAGES[:LOADS]], e.g. "
-                         "128x128x16:2x4, 64x64x16:2x2:3 or 128x128x16:2x2:3:vector (LOADS: "
-                         f"{', '.join(LOADS)})") from None
-    tiles = MmaTiles(bm, bn, bk, wm, wn, stages=s, loads=loads)
+        raise ValueError(f"tiles {text!r}: give BMxBNxBK:WMxWN[:STAGES[:LOADS][:round=R]], "
+                         "e.g. 128x128x16:2x4, 64x64x16:2x2:3 or 128x128x16:2x2:3:vector"
+                         f":round=tile (LOADS: {', '.join(LOADS)}; R: "
+                         f"{', '.join(ROUNDINGS)})") from None
+    tiles = MmaTiles(bm, bn, bk, wm, wn, stages=s, loads=loads, rounding=rounding)
     tiles.check()
     return tiles
 

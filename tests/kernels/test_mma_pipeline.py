@@ -372,7 +372,8 @@ static float accy_h(uint bits) {
   for (int j_ = 0; j_ < 4; j_++) { \
     if (!(trans)) { q_[j_] = (uint)(buf)[emu_off[w_][8 * j_ + c_] + l_ % 4]; } \
     else { \
-      const int lo_ = emu_off[w_][8 * j_ + 2 * (l_ % 4)], hi_ = emu_off[w_][8 * j_ + 2 * (l_ % 4) + 1]; \
+      const int lo_ = emu_off[w_][8 * j_ + 2 * (l_ % 4)]; \
+      const int hi_ = emu_off[w_][8 * j_ + 2 * (l_ % 4) + 1]; \
       q_[j_] = ((((uint)(buf)[lo_ + c_ / 2]) >> (16 * (c_ % 2))) & 0xffffu) \
                | (((((uint)(buf)[hi_ + c_ / 2]) >> (16 * (c_ % 2))) & 0xffffu) << 16); } } \
   barrier(CLK_LOCAL_MEM_FENCE); \

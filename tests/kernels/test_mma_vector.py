@@ -68,7 +68,7 @@ def vector(text: str, f16: bool = False) -> MmaTiles:
 
 
 # f32: float4 loads through the K and N permutations ------------------------------------------
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def lane_addresses(tiles: MmaTiles, wm: int, wn: int, lane: int):
     """A lane's A loads {(h, v): word} and B loads {(kk, hk, v): word} at fragment row 0."""
     g, t = lane_parts(idx(lane))
@@ -247,6 +247,12 @@ def test_tiles_text_names_the_scheme():
                 "128x128x64:2x2:2:vector"):  # K steps of 64: lanes would need 16 words
         with pytest.raises(ValueError):
             parse_tiles(bad)
+    t = parse_tiles("128x128x16:2x2:3:vector:round=tile")
+    assert (t.rounding, t.text()) == ("tile", "128x128x16:2x2:3:vector:round=tile")
+    assert parse_tiles("64x64x16:2x2:2:round=tile").loads == "scalar"
+    for bad in ("64x64x16:2x2:2:round=never", "64x64x16:2x2:2:round=tile:vector"):
+        with pytest.raises(ValueError):
+            parse_tiles(bad)
     with pytest.raises(ValueError, match="pairs"):  # ldmatrix.trans reads two B fragments
         for_dtype(MmaTiles(128, 64, 32, 1, 8, loads="vector"), DType.f16)
 
@@ -287,11 +293,14 @@ needs_pocl = pytest.mark.skipif(cl is None, reason="needs pyopencl")
 
 @needs_pocl
 @pytest.mark.parametrize("target, m, n, k, precision, a_t, text", [
-    ("async", 136, 260, 40, "tf32", False, "128x256x16:2x4:2"),  # edges, 8 warps, cp.async
-    ("plain", 264, 72, 40, "3xtf32", True, "256x128x16:4x2:2"),  # A stored K x M, registers
-    ("async", 72, 68, 44, "tf32", False, "64x64x32:2x2:3"),  # K steps of 32: two float4
-    ("plain", 130, 64, 36, "tf32", False, "128x128x8:2x2:2"),  # K steps of 8: float2
-], ids=["128x256-async", "256x128-plain-transposed", "bk32-async", "bk8-plain"])
+    ("async", 136, 260, 40, "tf32", False, "128x256x16:2x4:2:vector"),  # edges, 8 warps
+    ("plain", 264, 72, 40, "3xtf32", True, "256x128x16:4x2:2:vector"),  # A is K x M
+    ("async", 72, 68, 44, "tf32", False, "64x64x32:2x2:3:vector"),  # 2 float4 of A
+    ("plain", 130, 64, 36, "tf32", False, "128x128x8:2x2:2:vector"),  # float2 of A
+    ("async", 100, 72, 56, "tf32", False, "64x64x16:2x2:3:vector:round=tile"),
+    ("async", 70, 64, 40, "tf32", False, "64x64x16:2x2:2:round=tile"),  # scalar loads
+], ids=["128x256-async", "256x128-plain-transposed", "bk32-async", "bk8-plain",
+        "round-tile-async", "round-tile-scalar"])
 def test_vector_kernels_compute_the_product_in_emulation(device, pipe, used, experiment_script,
                                                          target, m, n, k, precision, a_t,
                                                          text):
@@ -300,10 +309,14 @@ def test_vector_kernels_compute_the_product_in_emulation(device, pipe, used, exp
     tgt = ASYNC if target == "async" else NV
     job = prepare(matmul(m, n, k, a_transposed=a_t), precision, tgt, pipe)
     assert used(job) == {f"mma-{precision}": 1}
-    job = experiment_script("bench_mma").with_mma_tiles(job, parse_tiles(f"{text}:vector"),
-                                                       precision)
+    tiles = parse_tiles(text)
+    job = experiment_script("bench_mma").with_mma_tiles(job, tiles, precision)
     src = job.kernel_source(0)
-    assert ("cp.async" in src) == (target == "async") and "a_vb0" in src
+    assert ("cp.async" in src) == (target == "async")
+    assert ("a_vb0" in src) == (tiles.loads == "vector")
+    if tiles.rounding == "tile":  # each copied element rounded once: 4 per 16-byte slot
+        loop = src[src.index("for (long kt"):]
+        assert loop.count("cvt.rna.tf32.f32") == 4 * (tiles.slots("x") + tiles.slots("y"))
     if target == "plain":
         emulate_and_check(device, job, m, n, k, 0, False, a_t, precision)
         return
