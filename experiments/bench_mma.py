@@ -28,11 +28,13 @@ need the probe's ``cp.async`` entry (the kernel copies global -> local with ``cp
 waiting for the oldest group in flight before each step's one barrier); without it they fail
 with that reason.
 
-``--loads scalar,vector`` times each of those tiles (after ``--stages``; or, alone, the
+``--loads scalar,vector,ptx`` times each of those tiles (after ``--stages``; or, alone, the
 128x128 and 64x64 defaults) with each fragment-load scheme (``MmaTiles.loads``): ``scalar``,
 one 32-bit local load per fragment register from padded tiles (the original kernels), or
 ``vector``, the heuristic's default (float4 loads through a K/N permutation for f32,
-``ldmatrix`` for f16, swizzled unpadded tiles: ``accy/kernels/mma_layout.py``). A tiles entry
+``ldmatrix`` for f16, swizzled unpadded tiles: ``accy/kernels/mma_layout.py``), or ``ptx``,
+the vector layout with the f32 loads as inline ``ld.shared.v4.f32`` (16-byte loads even where
+the OpenCL compiler would split a ``vload4`` it cannot prove aligned). A tiles entry
 can also name its scheme itself: ``--tiles 128x256x16:2x4:2:vector``; without one it is
 ``scalar``. Tiles a scheme cannot take (e.g. vector loads of 2 fragment columns per warp) are
 skipped with the reason.

@@ -30,6 +30,7 @@ from accy.kernels.ir import (
     add,
     div,
     idx,
+    mul,
 )
 from accy.kernels.mma_layout import (
     LDMATRIX,
@@ -84,25 +85,37 @@ class VectorLoads:
                            Let("b_offv", INDEX, div(b_off, 4))]
         regs: dict[str, Expr] = {}
         for mi, h, v in itertools.product(range(t.frags_m), range(2), range(len(self.a_bases))):
-            name = f"av{mi}_{h}_{v}"
             at = add(Var("a_offv"), add(self.a_bases[v], idx(a_row_offset(t, mi, h) // wa)))
-            out.append(Let(name, DType.f32, VectorLoad("a_tile", at, wa), lanes=wa))
+            lanes = self.load("a_tile", at, wa, f"av{mi}_{h}_{v}", out)
             for e in range(wa):
                 kk, hk = f32_a_register(t, v, e)
-                regs[f"a{kk}_{mi}_{h + 2 * hk}"] = Lane(Var(name), e)
+                regs[f"a{kk}_{mi}_{h + 2 * hk}"] = lanes[e]
         for kk in range(t.bk // 8):  # B per sub-step: its vectors die with the sub-step
             for hk, v in itertools.product(range(2), range(len(self.b_bases))):
-                name = f"bv{kk}_{hk}_{v}"
                 at = add(Var("b_offv"), add(self.b_bases[v], idx(b_row_offset(t, kk, hk) // 4)))
-                out.append(Let(name, DType.f32, VectorLoad("b_tile", at, 4), lanes=4))
+                lanes = self.load("b_tile", at, 4, f"bv{kk}_{hk}_{v}", out)
                 for e in range(4):
-                    regs[f"b{kk}_{4 * v + e}_{hk}"] = Lane(Var(name), e)
+                    regs[f"b{kk}_{4 * v + e}_{hk}"] = lanes[e]
             for mi, r in itertools.product(range(t.frags_m), range(4)):
                 out += self.operand(f"a{kk}_{mi}_{r}", regs[f"a{kk}_{mi}_{r}"])
             for ni, r in itertools.product(range(t.frags_n), range(2)):
                 out += self.operand(f"b{kk}_{ni}_{r}", regs[f"b{kk}_{ni}_{r}"])
             out += self.mmas(kk)
         return out
+
+    def load(self, buf: str, at: Expr, lanes: int, name: str, out: list[Stmt]) -> list[Expr]:
+        """``lanes`` f32 of local ``buf`` from vector ``at`` (in vectors), appended to
+        ``out``: a vload, or under ``ptx`` loads one ``ld.shared.v{lanes}.f32``."""
+        if self.t.loads != "ptx":
+            out.append(Let(name, DType.f32, VectorLoad(buf, at, lanes), lanes=lanes))
+            return [Lane(Var(name), e) for e in range(lanes)]
+        names = [f"{name}_{e}" for e in range(lanes)]
+        regs = ",".join(f"%{e}" for e in range(lanes))
+        address = Cast(DType.i32, Cast(INDEX, Bin("+", Var(buf), mul(at, idx(lanes)))))
+        out += [Let(n, DType.f32, Lit(0.0, DType.f32), True) for n in names]
+        out.append(InlineAsm(f"ld.shared.v{lanes}.f32 {{{regs}}}, [%{lanes}];",
+                             tuple(("=f", n) for n in names), (("r", address),), True))
+        return [Var(n) for n in names]
 
     def ldmatrix_compute(self, a_off: Expr, b_off: Expr) -> list[Stmt]:
         t = self.t

@@ -46,9 +46,11 @@ B_PAD = 8  # elements added to each B tile row (stride bn + 8): lanes t, g in di
 VECTOR = 4  # f32 elements per copy slot (a float4 where strides allow; 16 bytes)
 COPY_BYTES = 16  # bytes per copy slot (a float4, or eight halves; one cp.async)
 STAGES = (2, 3, 4)  # local buffers a pipeline may have
-# fragment loads: "scalar" (one 32-bit local load per register, padded tiles) or "vector"
+# fragment loads: "scalar" (one 32-bit local load per register, padded tiles), "vector"
 # (K/N-permuted float4 loads for f32, ldmatrix for f16, swizzled tiles: accy.kernels.mma_layout)
-LOADS = ("scalar", "vector")
+# or "ptx": the vector layout with its f32 loads as inline PTX ld.shared.v4.f32 (16-byte loads
+# whatever alignment the OpenCL compiler proves for vload4; f16 as vector)
+LOADS = ("scalar", "vector", "ptx")
 # where tf32 rounds operands copied by cp.async: "fragment" (each register as it is loaded, so
 # once per warp reading it) or "tile" (each work-item rounds the 16-byte chunks it copied, in
 # local memory, once per element, before the step's barrier; fragments then need no cvt)
@@ -136,7 +138,8 @@ class MmaTiles:
 
     @property
     def vector_loads(self) -> bool:
-        return self.loads == "vector"
+        """The unpadded, swizzled layout and wide fragment loads (``vector`` or ``ptx``)."""
+        return self.loads in ("vector", "ptx")
 
     @property
     def a_size(self) -> int:

@@ -400,12 +400,24 @@ _MMA = re.compile(r'asm volatile\("mma\.sync[^"]*" : ' + ", ".join([r'"\+f"\((\w
                   + " : " + ", ".join([r'"r"\((\w+)\)'] * 6) + r"\);")
 
 
+_LDS = re.compile(r'asm volatile\("ld\.shared\.v\d\.f32 [^"]*" : (?P<outs>[^:]*) : '
+                  r'"r"\(\(\(int\)\(\(long\)\((?P<buf>\w+) \+ (?P<off>.*)\)\)\)\)\);$', re.M)
+
+
+def _lds(m: re.Match) -> str:
+    """``ld.shared.vN.f32 {outs}, [buf + off]``: N consecutive floats of ``buf``."""
+    outs = re.findall(r'"=f"\((\w+)\)', m["outs"])
+    reads = " ".join(f"{o} = {m['buf']}[o_ + {i}];" for i, o in enumerate(outs))
+    return f"{{ const long o_ = {m['off']}; {reads} }}"
+
+
 def emulated(src: str) -> str:
     """``src`` with its PTX replaced by C: ``cvt.rna.tf32.f32`` by the rounding formula of
     :func:`tf32_round`, each ``mma.sync`` by a work-group-wide exchange of the warp's registers
     through local memory and the products in the PTX layout (every work-item runs the same
     mma sequence, so the barriers are uniform)."""
     src = _CVT.sub(r"\1 = (int)((as_uint(\2) + 0x1000u) & 0xffffe000u);", src)
+    src = _LDS.sub(_lds, src)
     src = _MMA.sub(lambda m: f"ACCY_EMU_MMA({', '.join(m.groups())});", src)
     assert "asm" not in src
     lines = src.splitlines()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 
 import numpy as np
 import pytest
@@ -250,6 +251,7 @@ def test_tiles_text_names_the_scheme():
     t = parse_tiles("128x128x16:2x2:3:vector:round=tile")
     assert (t.rounding, t.text()) == ("tile", "128x128x16:2x2:3:vector:round=tile")
     assert parse_tiles("64x64x16:2x2:2:round=tile").loads == "scalar"
+    assert parse_tiles("64x64x16:2x2:2:ptx").vector_loads
     for bad in ("64x64x16:2x2:2:round=never", "64x64x16:2x2:2:round=tile:vector"):
         with pytest.raises(ValueError):
             parse_tiles(bad)
@@ -299,8 +301,10 @@ needs_pocl = pytest.mark.skipif(cl is None, reason="needs pyopencl")
     ("plain", 130, 64, 36, "tf32", False, "128x128x8:2x2:2:vector"),  # float2 of A
     ("async", 100, 72, 56, "tf32", False, "64x64x16:2x2:3:vector:round=tile"),
     ("async", 70, 64, 40, "tf32", False, "64x64x16:2x2:2:round=tile"),  # scalar loads
+    ("async", 130, 136, 48, "3xtf32", False, "128x128x16:2x2:3:ptx"),  # ld.shared.v4.f32
+    ("plain", 72, 64, 44, "tf32", True, "128x128x8:2x2:2:ptx"),  # ld.shared.v2.f32
 ], ids=["128x256-async", "256x128-plain-transposed", "bk32-async", "bk8-plain",
-        "round-tile-async", "round-tile-scalar"])
+        "round-tile-async", "round-tile-scalar", "ptx-async", "ptx-bk8-plain"])
 def test_vector_kernels_compute_the_product_in_emulation(device, pipe, used, experiment_script,
                                                          target, m, n, k, precision, a_t,
                                                          text):
@@ -313,7 +317,9 @@ def test_vector_kernels_compute_the_product_in_emulation(device, pipe, used, exp
     job = experiment_script("bench_mma").with_mma_tiles(job, tiles, precision)
     src = job.kernel_source(0)
     assert ("cp.async" in src) == (target == "async")
-    assert ("a_vb0" in src) == (tiles.loads == "vector")
+    assert ("a_vb0" in src) == tiles.vector_loads
+    if tiles.loads == "ptx":  # every fragment load inline PTX, no vload of the tiles
+        assert "ld.shared.v" in src and not re.search(r"vload\d\([^;]*_tile\)", src)
     if tiles.rounding == "tile":  # each copied element rounded once: 4 per 16-byte slot
         loop = src[src.index("for (long kt"):]
         assert loop.count("cvt.rna.tf32.f32") == 4 * (tiles.slots("x") + tiles.slots("y"))
@@ -325,7 +331,8 @@ def test_vector_kernels_compute_the_product_in_emulation(device, pipe, used, exp
     b = rng.uniform(-1, 1, (k, n)).astype(np.float32)
     from accy.kernels.mma_plan import tf32_round
     got = run_emulated(device, job, emulated_async(src, "deferred"), [a, b], (m, n), np.float32)
-    want = tf32_round(a).astype(np.float64) @ tf32_round(b).astype(np.float64)
+    want = (tf32_round(a).astype(np.float64) @ tf32_round(b).astype(np.float64)
+            if precision == "tf32" else a.astype(np.float64) @ b.astype(np.float64))
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-6 * k)
 
 
