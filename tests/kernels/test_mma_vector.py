@@ -357,3 +357,38 @@ def test_f16_ldmatrix_kernels_compute_the_product_in_emulation(device, pipe, use
     got = run_emulated(device, job, emulated_async(src, "deferred"), [a, b], (m, n), np.float16)
     exact = a.astype(np.float64) @ b.astype(np.float64)
     np.testing.assert_allclose(got.astype(np.float64), exact, rtol=2**-10, atol=1e-6 * k)
+
+
+
+@needs_pocl
+@pytest.mark.parametrize("loads", ["vector", "ptx"])
+def test_b_stored_n_by_k_is_stored_element_by_element_into_the_swizzled_tile(
+        device, pipe, used, experiment_script, loads):
+    """B stored N x K (``x @ w.T``): cp.async cannot transpose, so the register path stores B
+    element by element along K into the swizzled ``Bs[k][n]``, which the fragment loads read
+    back as float4."""
+    if "Portable Computing Language" not in device.info.platform:
+        pytest.skip("the emulation is checked on PoCL")
+    from test_mma_generator import emulated
+
+    import accy
+    from accy.builder import einsum
+    from accy.ir.types import TensorType
+    from accy.kernels.mma_plan import tf32_round
+    m, n, k = 136, 72, 44
+    b = accy.Builder()
+    f = b.begin_function("f", [TensorType((m, k), DType.f32), TensorType((n, k), DType.f32)])
+    f.return_(einsum("ik,jk->ij", f.param(0), f.param(1)))
+    f.finish()
+    job = prepare(b.finish(), "tf32", dataclasses.replace(ASYNC, compute_units=1), pipe)
+    assert used(job) == {"mma-tf32": 1}
+    job = experiment_script("bench_mma").with_mma_tiles(
+        job, parse_tiles(f"128x128x16:2x2:2:{loads}"), "tf32")
+    src = job.kernel_source(0)
+    assert "cp.async" not in src and "b_vb0" in src
+    rng = np.random.default_rng(17)
+    x = rng.uniform(-1, 1, (m, k)).astype(np.float32)
+    w = rng.uniform(-1, 1, (n, k)).astype(np.float32)
+    got = run_emulated(device, job, emulated(src), [x, w], (m, n), np.float32)
+    want = tf32_round(x).astype(np.float64) @ tf32_round(w).astype(np.float64).T
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6 * k)
