@@ -3,7 +3,7 @@
     python experiments/bench_mma.py --device nvidia --out results/bench_mma.json
         [--repeat 20] [--cases 4096,2048,8192x8192x1024,1000x1030x520,b32x512x512x64,bias2048]
         [--policies ieee,tf32,3xtf32] [--tiles 128x128x16:2x4,128x128x16:2x2:3]
-        [--stages 2,3,4] [--loads scalar,vector] [--rounding fragment,tile]
+        [--stages 2,3,4] [--loads scalar,vector,ptx] [--rounding fragment,tile]
         [--dtypes f32,f16] [--no-torch] [--sources DIR]
         [--force-tensor-cores]
 
@@ -336,13 +336,17 @@ def run_case(case: dict[str, Any], precision: str, target: TargetProfile, runtim
 
 
 def print_table(results: list[dict[str, Any]], torch_rows: dict[str, dict[str, Any]]) -> None:
-    head = (f"{'case':<18} {'policy':<7} {'generator':<30} {'ms':>9} {'TFLOP/s':>8} "
+    def generator(r: dict[str, Any]) -> str:
+        gen = ",".join(r.get("generators", {})) or "-"
+        return f"{gen} {r['tiles']}" if "tiles" in r else gen
+
+    w = max([30] + [len(generator(r)) for r in results])  # whole tiles texts: sweeps differ
+    head = (f"{'case':<18} {'policy':<7} {'generator':<{w}} {'ms':>9} {'TFLOP/s':>8} "
             f"{'rel err':>9} {'bound':>6} {'vs cuBLAS':>10}  status")
     print(head)
     print("-" * len(head))
     for r in results:
-        gen = ",".join(r.get("generators", {})) or "-"
-        gen = f"{gen} {r['tiles']}" if "tiles" in r else gen
+        gen = generator(r)
         chk = r.get("check", {})
         key = ("f16" if r["case"].endswith(".f16") else
                "tf32" if r["precision"] == "tf32" else "fp32")
@@ -352,13 +356,13 @@ def print_table(results: list[dict[str, Any]], torch_rows: dict[str, dict[str, A
         tf = f"{r['tflops']:.1f}" if "tflops" in r else "-"
         rel = f"{chk['rel_err']:.2e}" if chk else "-"
         use = f"{chk['bound_use']:.2f}" if chk else "-"
-        print(f"{r['case']:<18} {r['precision']:<7} {gen[:30]:<30} {ms:>9} {tf:>8} {rel:>9} "
+        print(f"{r['case']:<18} {r['precision']:<7} {gen:<{w}} {ms:>9} {tf:>8} {rel:>9} "
               f"{use:>6} {ratio:>10}  {r['status']}" + (f": {r['error']}" if "error" in r
                                                         else ""))
     for name, rows in torch_rows.items():
         for key, t in rows.items():
             if t:
-                print(f"{name:<18} {'torch':<7} {'cuBLAS ' + key:<30} {t['ms']:>9.3f} "
+                print(f"{name:<18} {'torch':<7} {'cuBLAS ' + key:<{w}} {t['ms']:>9.3f} "
                       f"{t['tflops']:>8.1f} {t['rel_err']:>9.2e}")
 
 

@@ -384,7 +384,7 @@ def choose_tiles(c: Contraction, target: TargetProfile, pipelined: bool,
             deeper = replace(tiles, stages=stages)
             if deeper.local_bytes() <= target.local_mem_bytes and stages <= max(2, steps):
                 return deeper
-    return tiles
+    return replace(tiles, stages=2)  # registers and plain stores: two buffers
 
 
 def pipelined(c: Contraction, target: TargetProfile) -> bool:
