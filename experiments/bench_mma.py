@@ -5,7 +5,7 @@
         [--policies ieee,tf32,3xtf32] [--tiles 128x128x16:2x4,128x128x16:2x2:3]
         [--stages 2,3,4] [--loads scalar,vector,ptx] [--rounding fragment,tile]
         [--dtypes f32,f16] [--no-torch] [--sources DIR]
-        [--force-tensor-cores]
+        [--force-tensor-cores] [--counts]
 
 Each case (``N`` is N^3, ``MxNxK``, ``bBxMxNxK`` batched, ``biasN`` N^3 with a bias + relu
 epilogue) is prepared for the device's own target profile (``TargetProfile.from_device``, whose
@@ -55,6 +55,12 @@ tensor cores; reported as "vs cuBLAS" for them).
 ``--force-tensor-cores`` marks the profile with TF32 and f16 tensor cores and ``cp.async``
 (and f16 among its dtypes) even when the device probes did not (to see the generated kernels'
 own build errors when a probe fails); each failed probe's build or run error is printed first.
+
+``--counts`` needs no device: it prepares each case for an H200-like profile (TF32 and f16
+tensor cores, ``cp.async``, 48 KiB of local memory, 132 compute units) and prints, per kernel
+(the heuristic's and each swept tiling), what its K loop issues per work-item and step: mma,
+cvt, local loads by kind (32-bit, vload, ``ld.shared.v``, ``ldmatrix``), ``cp.async``,
+barriers, and local loads and cvt per mma.
 
 A failing case (build error, launch error, wrong result) is reported with its first build-log
 error line and the run goes on; ``--sources DIR`` (default: next to ``--out``) receives the
@@ -414,6 +420,67 @@ def probe_report(runtime) -> str:
     return "; ".join(parts)
 
 
+COUNT_TARGET = TargetProfile(  # an H200-like profile: --counts needs no device
+    device="H200-like (counts only)", device_type="gpu", compute_units=132,
+    max_work_group_size=1024, local_mem_bytes=48 * 1024,
+    dtypes=frozenset({accy.DType.f32, accy.DType.f16, accy.DType.i32, accy.DType.i64,
+                      accy.DType.bool}),
+    tensor_cores=(TF32_MMA, CP_ASYNC, F16_MMA))
+COUNTED = {  # what the K loop issues per work-item and step, by the pattern of its source
+    "mma": r"mma\.sync", "cvt": r"cvt\.rna", "lds32": r"[ab]_tile\[[^\]]*\](?!\s*=[^=])",
+    "vload": r"vload\d\([^;]*_tile\)", "ld.shared.v": r"ld\.shared\.v", "ldmatrix": r"ldmatrix",
+    "cp.async": r"cp\.async\.cg", "barrier": r"barrier\("}
+
+
+def k_loop(src: str) -> str:
+    """The source of a kernel's K loop (``for (long kt ...) { ... }``)."""
+    start = src.index("for (long kt")
+    depth = 0
+    for end in range(src.index("{", start), len(src)):
+        depth += {"{": 1, "}": -1}.get(src[end], 0)
+        if depth == 0:
+            return src[start:end + 1]
+    raise ValueError("the K loop's braces do not close")
+
+
+def loop_counts(case: dict[str, Any], precision: str, tiles: MmaTiles | None
+                ) -> dict[str, Any]:
+    """Instructions the tensor-core kernel's K loop issues per work-item and K step (from its
+    OpenCL C source on :data:`COUNT_TARGET`; no device)."""
+    job = accy.prepare(program(case), pipeline(precision), target=COUNT_TARGET)
+    if tiles is not None:
+        job = with_mma_tiles(job, tiles, precision)
+    if not any(g.startswith("mma") for g in job.generators()):
+        return {"generators": job.generators()}
+    body = k_loop(job.kernel_source(0))
+    out: dict[str, Any] = {k: len(re.findall(v, body)) for k, v in COUNTED.items()}
+    loads = out["lds32"] + out["vload"] + out["ld.shared.v"] + out["ldmatrix"]
+    out["local loads per mma"] = loads / max(out["mma"], 1)
+    out["cvt per mma"] = out["cvt"] / max(out["mma"], 1)
+    return out
+
+
+def print_counts(cases: list[dict[str, Any]], policies: list[str],
+                 sweeps: dict[accy.DType, list[MmaTiles]]) -> list[dict[str, Any]]:
+    """``--counts``: each case's heuristic kernel and swept tiles, counted."""
+    rows = []
+    for case in cases:
+        dt = dtype_of(case)
+        for precision in policies[:1] if dt is accy.DType.f16 else policies:
+            for tiles in [None, *sweeps[dt]]:
+                try:
+                    t = None if tiles is None else for_dtype(tiles, dt)
+                    row = loop_counts(case, precision, t)
+                except ValueError as exc:
+                    row = {"error": str(exc)}
+                row = {"case": case["name"], "precision": precision,
+                       "tiles": "heuristic" if tiles is None else tiles.text(), **row}
+                rows.append(row)
+                print(" ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}"
+                               for k, v in row.items()), flush=True)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -435,6 +502,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtypes", default="f32", help="operand dtypes of the cases: f32, f16 or "
                     "f32,f16 (f16: f16 tensor cores under the first policy, against torch's "
                     "f16 matmul)")
+    ap.add_argument("--counts", action="store_true", help="no device: print what each "
+                    "tensor-core kernel's K loop issues per work-item and step (mma, cvt, "
+                    "local loads by kind, cp.async, barriers) for the cases and tiles asked")
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--force-tensor-cores", action="store_true",
                     help="use the mma generators (TF32, f16 and cp.async) even if the device "
@@ -476,6 +546,12 @@ def main(argv: list[str] | None = None) -> int:
             sweeps[dt] = [dataclasses.replace(t, rounding=v) for t in (sweeps[dt] or default)
                           for v in rounding]
     sources = Path(args.sources) if args.sources else Path(args.out).with_suffix("") / "sources"
+    if args.counts:  # no device: the K loops' instruction counts, to set beside the timings
+        rows = print_counts(cases, policies, sweeps)
+        write_json({"benchmark": "bench_mma --counts", "timestamp": timestamp(),
+                    "commit": git_commit(), "target": COUNT_TARGET.describe(),
+                    "counts": rows}, args.out)
+        return 0
 
     runtime, target = open_device(args.device)
     probe = probe_report(runtime)

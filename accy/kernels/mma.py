@@ -467,20 +467,26 @@ class _Builder(VectorLoads, Stores):
         for s in range(stages - 1):  # the prologue: the first S-1 steps in flight
             out += issue_step(idx(s), idx(s)) if s < steps else []
             out.append(commit)
-        kt = Var("kt")
+        kt, cur = Var("kt"), Var("cur")
         nxt = add(kt, idx(stages - 1))
+        # the stage of step kt, counted (no 64-bit modulo per step); kt + S - 1 goes where
+        # step kt - 1 was
+        out.append(Let("cur", INDEX, idx(0), True))
         loop: list[Stmt] = [InlineAsm(CP_WAIT.format(stages - 2), (), (), True, ("memory",))]
         if self.round_tile:  # this work-item's own copies of step kt have landed
-            loop += self.round_copies(mod(kt, stages))
+            loop += self.round_copies(cur)
         loop.append(Barrier())
         if steps > stages - 1:
+            prev = Let("prev", INDEX, Cond(Bin("==", cur, idx(0)), idx(stages - 1),
+                                           Bin("-", cur, idx(1))))
             loop.append(If(Bin("<", nxt, idx(steps)),
-                           tuple(issue_step(nxt, mod(nxt, stages)))))
+                           (prev, *issue_step(nxt, Var("prev")))))
         loop += [commit,
-                 Let("cur", INDEX, mod(kt, stages)),
-                 Let("a_off", INDEX, mul(Var("cur"), idx(t.a_size // self.words))),
-                 Let("b_off", INDEX, mul(Var("cur"), idx(t.b_size // self.words)))]
+                 Let("a_off", INDEX, mul(cur, idx(t.a_size // self.words))),
+                 Let("b_off", INDEX, mul(cur, idx(t.b_size // self.words)))]
         loop += self.compute(Var("a_off"), Var("b_off"))
+        loop.append(Assign("cur", Cond(Bin("==", cur, idx(stages - 1)), idx(0),
+                                       add(cur, idx(1)))))
         out.append(For("kt", idx(0), idx(steps), tuple(loop)))
         return out
 

@@ -75,10 +75,6 @@ def row_bits(t: MmaTiles, side: str) -> tuple[int, ...]:
     return (0, 1, 2)  # rows g (+ 8 h + 16 mi) or i % 8 (+ 8 (j % 2) + 16 kk)
 
 
-def swizzle_value(bits: tuple[tuple[int, int], ...], row: int) -> int:
-    return sum(((row >> s) & 1) << d for s, d in bits)
-
-
 def swizzle_expr(bits: tuple[tuple[int, int], ...], row: Expr) -> Expr:
     out: Expr = idx(0)
     for s, d in bits:
@@ -125,7 +121,7 @@ def f32_b_reads(t: MmaTiles) -> list[tuple[int, list[tuple[int, int]]]]:
     return out
 
 
-def ldmatrix_rows(side: str, lane: int) -> tuple[int, int]:
+def ldmatrix_rows(lane: int) -> tuple[int, int]:
     """(row, col) in halves, relative to the fragment's origin, whose address lane ``lane``
     gives to ``ldmatrix .x4``: A (non-transposed) matrix j at rows ``8 (j % 2)``, k
     ``8 (j // 2)``; B (``.trans``, rows k) matrix j at k ``8 (j % 2)``, columns ``8 (j // 2)``."""
@@ -138,11 +134,11 @@ def f16_reads(t: MmaTiles, side: str) -> list[tuple[int, list[tuple[int, int]]]]
     for kk in range(t.bk // 16):
         if side == "x":
             out.append((16, [(r, 16 * kk + c) for r, c in
-                             (ldmatrix_rows("x", lane) for lane in range(32))]))
+                             (ldmatrix_rows(lane) for lane in range(32))]))
         else:
             for p in range(t.frags_n // 2):
                 out.append((16, [(16 * kk + r, 16 * p + c) for r, c in
-                                 (ldmatrix_rows("y", lane) for lane in range(32))]))
+                                 (ldmatrix_rows(lane) for lane in range(32))]))
     return out
 
 
@@ -217,10 +213,6 @@ def _swizzle_bits(t: MmaTiles, side: str) -> tuple[tuple[int, int], ...]:
 
 
 # the generator's formulas -------------------------------------------------------------------
-def lane_row_swizzle(t: MmaTiles, side: str, row: Expr) -> Expr:
-    return swizzle_expr(swizzle_bits(t, side), row)
-
-
 def f32_a_base(t: MmaTiles, wm: Expr, g: Expr, tt: Expr, v: int) -> Expr:
     """f32 A: local word of a lane's load ``v`` of row ``wm + g`` (add ``a_row_offset``)."""
     s2, width = 2 * (t.bk // 8), min(2 * (t.bk // 8), 4)

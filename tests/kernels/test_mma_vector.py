@@ -392,3 +392,25 @@ def test_b_stored_n_by_k_is_stored_element_by_element_into_the_swizzled_tile(
     got = run_emulated(device, job, emulated(src), [x, w], (m, n), np.float32)
     want = tf32_round(x).astype(np.float64) @ tf32_round(w).astype(np.float64).T
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-6 * k)
+
+
+def test_bench_counts_the_k_loop_without_a_device(experiment_script, tmp_path):
+    """``bench_mma.py --counts``: per work-item and K step of 128x128x16 tiles of 4 warps,
+    64 TF32 mma read through 64 scalar local loads, or 16 float4 under vector loads (A: 4
+    fragment rows x rows g, g+8; B: 2 sub-steps x 2 k rows x 2 float4); f16 through 16
+    ldmatrix instead of 48 word loads per 32 mma at K steps of 16."""
+    import json
+    out = tmp_path / "c.json"
+    bench = experiment_script("bench_mma")
+    assert bench.main(["--counts", "--cases", "4096", "--policies", "tf32", "--dtypes",
+                       "f32,f16", "--tiles", "128x128x16:2x2:2", "--loads", "scalar,vector",
+                       "--out", str(out)]) == 0
+    rows = {(r["case"], r["tiles"]): r for r in json.loads(out.read_text())["counts"]}
+    heuristic = rows[("4096", "heuristic")]
+    assert (heuristic["mma"], heuristic["vload"], heuristic["lds32"], heuristic["cvt"]) == (
+        64, 16, 0, 64)
+    assert rows[("4096", "128x128x16:2x2:2")]["lds32"] == 64
+    assert rows[("4096", "128x128x16:2x2:2:vector")]["local loads per mma"] == 0.25
+    f16 = rows[("4096.f16", "heuristic")]
+    assert (f16["mma"], f16["ldmatrix"], f16["lds32"], f16["cvt"]) == (64, 16, 0, 0)
+    assert rows[("4096.f16", "128x128x16:2x2:2")]["lds32"] == 48
