@@ -452,8 +452,12 @@ def loop_counts(case: dict[str, Any], precision: str, tiles: MmaTiles | None
         job = with_mma_tiles(job, tiles, precision)
     if not any(g.startswith("mma") for g in job.generators()):
         return {"generators": job.generators()}
-    body = k_loop(job.kernel_source(0))
+    src = job.kernel_source(0)
+    body = k_loop(src)
     out: dict[str, Any] = {k: len(re.findall(v, body)) for k, v in COUNTED.items()}
+    # the tiles' local memory (float or int words), against the device's 48 KiB
+    out["local KiB"] = sum(4 * int(n) for n in re.findall(r"__local (?:float|int) \w+\[(\d+)\]",
+                                                          src)) / 1024
     loads = out["lds32"] + out["vload"] + out["ld.shared.v"] + out["ldmatrix"]
     out["local loads per mma"] = loads / max(out["mma"], 1)
     out["cvt per mma"] = out["cvt"] / max(out["mma"], 1)
