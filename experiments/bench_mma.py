@@ -3,8 +3,9 @@
     python experiments/bench_mma.py --device nvidia --out results/bench_mma.json
         [--repeat 20] [--cases 4096,2048,8192x8192x1024,1000x1030x520,b32x512x512x64,bias2048]
         [--policies ieee,tf32,3xtf32] [--tiles 128x128x16:2x4,128x128x16:2x2:3]
-        [--stages 2,3,4] [--dtypes f32,f16] [--no-torch] [--sources DIR]
-        [--force-tensor-cores]
+        [--stages 2,3,4] [--loads scalar,vector,ptx] [--rounding fragment,tile]
+        [--dtypes f32,f16] [--no-torch] [--sources DIR]
+        [--force-tensor-cores] [--counts]
 
 Each case (``N`` is N^3, ``MxNxK``, ``bBxMxNxK`` batched, ``biasN`` N^3 with a bias + relu
 epilogue) is prepared for the device's own target profile (``TargetProfile.from_device``, whose
@@ -27,6 +28,23 @@ need the probe's ``cp.async`` entry (the kernel copies global -> local with ``cp
 waiting for the oldest group in flight before each step's one barrier); without it they fail
 with that reason.
 
+``--loads scalar,vector,ptx`` times each of those tiles (after ``--stages``; or, alone, the
+128x128 and 64x64 defaults) with each fragment-load scheme (``MmaTiles.loads``): ``scalar``,
+one 32-bit local load per fragment register from padded tiles (the original kernels), or
+``vector``, the heuristic's default (float4 loads through a K/N permutation for f32,
+``ldmatrix`` for f16, swizzled unpadded tiles: ``accy/kernels/mma_layout.py``), or ``ptx``,
+the vector layout with the f32 loads as inline ``ld.shared.v4.f32`` (16-byte loads even where
+the OpenCL compiler would split a ``vload4`` it cannot prove aligned). A tiles entry
+can also name its scheme itself: ``--tiles 128x256x16:2x4:2:vector``; without one it is
+``scalar``. Tiles a scheme cannot take (e.g. vector loads of 2 fragment columns per warp) are
+skipped with the reason.
+
+``--rounding fragment,tile`` times each of those tiles (after ``--loads``) with each place
+``tf32`` rounds operands that ``cp.async`` copied (``MmaTiles.rounding``): ``fragment``, each
+register as it is loaded (the default), or ``tile``, each work-item rounding the chunks it
+copied in local memory once before the step's barrier (``:round=tile`` in a tiles entry);
+other policies and dtypes ignore it.
+
 ``--dtypes f32,f16`` also runs every case with f16 operands (named ``CASE.f16``): f16 products
 take f16 tensor cores (``mma-f16``: m16n8k16, f32 accumulators, fed by ``cp.async``) whatever
 the policy, so they run once, under the first of ``--policies``; checked against float64 with
@@ -37,6 +55,12 @@ tensor cores; reported as "vs cuBLAS" for them).
 ``--force-tensor-cores`` marks the profile with TF32 and f16 tensor cores and ``cp.async``
 (and f16 among its dtypes) even when the device probes did not (to see the generated kernels'
 own build errors when a probe fails); each failed probe's build or run error is printed first.
+
+``--counts`` needs no device: it prepares each case for an H200-like profile (TF32 and f16
+tensor cores, ``cp.async``, 48 KiB of local memory, 132 compute units) and prints, per kernel
+(the heuristic's and each swept tiling), what its K loop issues per work-item and step: mma,
+cvt, local loads by kind (32-bit, vload, ``ld.shared.v``, ``ldmatrix``), ``cp.async``,
+barriers, and local loads and cvt per mma.
 
 A failing case (build error, launch error, wrong result) is reported with its first build-log
 error line and the run goes on; ``--sources DIR`` (default: next to ``--out``) receives the
@@ -74,6 +98,8 @@ from accy.experiments.records import git_commit, timestamp, write_json  # noqa: 
 from accy.ir.program import Stage  # noqa: E402
 from accy.kernels import mma  # noqa: E402
 from accy.kernels.mma_plan import (  # noqa: E402
+    LOADS,
+    ROUNDINGS,
     SMALL,
     SMALL16,
     WIDE,
@@ -316,13 +342,17 @@ def run_case(case: dict[str, Any], precision: str, target: TargetProfile, runtim
 
 
 def print_table(results: list[dict[str, Any]], torch_rows: dict[str, dict[str, Any]]) -> None:
-    head = (f"{'case':<18} {'policy':<7} {'generator':<30} {'ms':>9} {'TFLOP/s':>8} "
+    def generator(r: dict[str, Any]) -> str:
+        gen = ",".join(r.get("generators", {})) or "-"
+        return f"{gen} {r['tiles']}" if "tiles" in r else gen
+
+    w = max([30] + [len(generator(r)) for r in results])  # whole tiles texts: sweeps differ
+    head = (f"{'case':<18} {'policy':<7} {'generator':<{w}} {'ms':>9} {'TFLOP/s':>8} "
             f"{'rel err':>9} {'bound':>6} {'vs cuBLAS':>10}  status")
     print(head)
     print("-" * len(head))
     for r in results:
-        gen = ",".join(r.get("generators", {})) or "-"
-        gen = f"{gen} {r['tiles']}" if "tiles" in r else gen
+        gen = generator(r)
         chk = r.get("check", {})
         key = ("f16" if r["case"].endswith(".f16") else
                "tf32" if r["precision"] == "tf32" else "fp32")
@@ -332,13 +362,13 @@ def print_table(results: list[dict[str, Any]], torch_rows: dict[str, dict[str, A
         tf = f"{r['tflops']:.1f}" if "tflops" in r else "-"
         rel = f"{chk['rel_err']:.2e}" if chk else "-"
         use = f"{chk['bound_use']:.2f}" if chk else "-"
-        print(f"{r['case']:<18} {r['precision']:<7} {gen[:30]:<30} {ms:>9} {tf:>8} {rel:>9} "
+        print(f"{r['case']:<18} {r['precision']:<7} {gen:<{w}} {ms:>9} {tf:>8} {rel:>9} "
               f"{use:>6} {ratio:>10}  {r['status']}" + (f": {r['error']}" if "error" in r
                                                         else ""))
     for name, rows in torch_rows.items():
         for key, t in rows.items():
             if t:
-                print(f"{name:<18} {'torch':<7} {'cuBLAS ' + key:<30} {t['ms']:>9.3f} "
+                print(f"{name:<18} {'torch':<7} {'cuBLAS ' + key:<{w}} {t['ms']:>9.3f} "
                       f"{t['tflops']:>8.1f} {t['rel_err']:>9.2e}")
 
 
@@ -390,6 +420,71 @@ def probe_report(runtime) -> str:
     return "; ".join(parts)
 
 
+COUNT_TARGET = TargetProfile(  # an H200-like profile: --counts needs no device
+    device="H200-like (counts only)", device_type="gpu", compute_units=132,
+    max_work_group_size=1024, local_mem_bytes=48 * 1024,
+    dtypes=frozenset({accy.DType.f32, accy.DType.f16, accy.DType.i32, accy.DType.i64,
+                      accy.DType.bool}),
+    tensor_cores=(TF32_MMA, CP_ASYNC, F16_MMA))
+COUNTED = {  # what the K loop issues per work-item and step, by the pattern of its source
+    "mma": r"mma\.sync", "cvt": r"cvt\.rna", "lds32": r"[ab]_tile\[[^\]]*\](?!\s*=[^=])",
+    "vload": r"vload\d\([^;]*_tile\)", "ld.shared.v": r"ld\.shared\.v", "ldmatrix": r"ldmatrix",
+    "cp.async": r"cp\.async\.cg", "barrier": r"barrier\("}
+
+
+def k_loop(src: str) -> str:
+    """The source of a kernel's K loop (``for (long kt ...) { ... }``)."""
+    start = src.index("for (long kt")
+    depth = 0
+    for end in range(src.index("{", start), len(src)):
+        depth += {"{": 1, "}": -1}.get(src[end], 0)
+        if depth == 0:
+            return src[start:end + 1]
+    raise ValueError("the K loop's braces do not close")
+
+
+def loop_counts(case: dict[str, Any], precision: str, tiles: MmaTiles | None
+                ) -> dict[str, Any]:
+    """Instructions the tensor-core kernel's K loop issues per work-item and K step (from its
+    OpenCL C source on :data:`COUNT_TARGET`; no device)."""
+    job = accy.prepare(program(case), pipeline(precision), target=COUNT_TARGET)
+    if tiles is not None:
+        job = with_mma_tiles(job, tiles, precision)
+    if not any(g.startswith("mma") for g in job.generators()):
+        return {"generators": job.generators()}
+    src = job.kernel_source(0)
+    body = k_loop(src)
+    out: dict[str, Any] = {k: len(re.findall(v, body)) for k, v in COUNTED.items()}
+    # the tiles' local memory (float or int words), against the device's 48 KiB
+    out["local KiB"] = sum(4 * int(n) for n in re.findall(r"__local (?:float|int) \w+\[(\d+)\]",
+                                                          src)) / 1024
+    loads = out["lds32"] + out["vload"] + out["ld.shared.v"] + out["ldmatrix"]
+    out["local loads per mma"] = loads / max(out["mma"], 1)
+    out["cvt per mma"] = out["cvt"] / max(out["mma"], 1)
+    return out
+
+
+def print_counts(cases: list[dict[str, Any]], policies: list[str],
+                 sweeps: dict[accy.DType, list[MmaTiles]]) -> list[dict[str, Any]]:
+    """``--counts``: each case's heuristic kernel and swept tiles, counted."""
+    rows = []
+    for case in cases:
+        dt = dtype_of(case)
+        for precision in policies[:1] if dt is accy.DType.f16 else policies:
+            for tiles in [None, *sweeps[dt]]:
+                try:
+                    t = None if tiles is None else for_dtype(tiles, dt)
+                    row = loop_counts(case, precision, t)
+                except ValueError as exc:
+                    row = {"error": str(exc)}
+                row = {"case": case["name"], "precision": precision,
+                       "tiles": "heuristic" if tiles is None else tiles.text(), **row}
+                rows.append(row)
+                print(" ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}"
+                               for k, v in row.items()), flush=True)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -402,9 +497,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stages", default="", help="local-memory stages to sweep, e.g. 2,3,4: "
                     "each --tiles entry (default: 128x128 and 64x64 tiles) at each; more than "
                     "2 needs the probe's cp.async; tiles over the local memory are skipped")
+    ap.add_argument("--loads", default="", help="fragment-load schemes to sweep, e.g. "
+                    f"scalar,vector (of {', '.join(LOADS)}): each --tiles entry (after "
+                    "--stages; default: 128x128 and 64x64 tiles) with each")
+    ap.add_argument("--rounding", default="", help="where tf32 rounds cp.async-copied "
+                    f"operands, to sweep, e.g. fragment,tile (of {', '.join(ROUNDINGS)}): each "
+                    "--tiles entry (after --loads; default: 128x128 and 64x64 tiles) with each")
     ap.add_argument("--dtypes", default="f32", help="operand dtypes of the cases: f32, f16 or "
                     "f32,f16 (f16: f16 tensor cores under the first policy, against torch's "
                     "f16 matmul)")
+    ap.add_argument("--counts", action="store_true", help="no device: print what each "
+                    "tensor-core kernel's K loop issues per work-item and step (mma, cvt, "
+                    "local loads by kind, cp.async, barriers) for the cases and tiles asked")
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--force-tensor-cores", action="store_true",
                     help="use the mma generators (TF32, f16 and cp.async) even if the device "
@@ -431,7 +535,27 @@ def main(argv: list[str] | None = None) -> int:
         for dt, default in ((accy.DType.f32, [WIDE, SMALL]), (accy.DType.f16, [WIDE16, SMALL16])):
             sweeps[dt] = [dataclasses.replace(t, stages=n) for t in (sweep or default)
                           for n in stages]
+    loads = [v.strip() for v in args.loads.split(",") if v.strip()]
+    if set(loads) - set(LOADS):
+        ap.error(f"--loads {args.loads!r}: a list of {', '.join(LOADS)}")
+    if loads:  # each tile (default: the 128x128 and 64x64 ones) with each scheme
+        for dt, default in ((accy.DType.f32, [WIDE, SMALL]), (accy.DType.f16, [WIDE16, SMALL16])):
+            sweeps[dt] = [dataclasses.replace(t, loads=v) for t in (sweeps[dt] or default)
+                          for v in loads]
+    rounding = [v.strip() for v in args.rounding.split(",") if v.strip()]
+    if set(rounding) - set(ROUNDINGS):
+        ap.error(f"--rounding {args.rounding!r}: a list of {', '.join(ROUNDINGS)}")
+    if rounding:
+        for dt, default in ((accy.DType.f32, [WIDE, SMALL]), (accy.DType.f16, [WIDE16, SMALL16])):
+            sweeps[dt] = [dataclasses.replace(t, rounding=v) for t in (sweeps[dt] or default)
+                          for v in rounding]
     sources = Path(args.sources) if args.sources else Path(args.out).with_suffix("") / "sources"
+    if args.counts:  # no device: the K loops' instruction counts, to set beside the timings
+        rows = print_counts(cases, policies, sweeps)
+        write_json({"benchmark": "bench_mma --counts", "timestamp": timestamp(),
+                    "commit": git_commit(), "target": COUNT_TARGET.describe(),
+                    "counts": rows}, args.out)
+        return 0
 
     runtime, target = open_device(args.device)
     probe = probe_report(runtime)
@@ -498,7 +622,8 @@ def main(argv: list[str] | None = None) -> int:
         "device": runtime.info.key, "compute_capability": list(runtime.info.compute_capability),
         "target": target.describe(), "tensor_cores": list(target.tensor_cores),
         "probe": probe, "forced_tensor_cores": args.force_tensor_cores,
-        "dtypes": dtypes, "stages": stages,
+        "dtypes": dtypes, "stages": stages, "loads": loads,
+        "rounding": rounding,
         "repeat": args.repeat, "results": results, "torch": torch_rows, "goals": goals,
         "bound": "2 * ((rtol_f32 * sqrt(K) + EXTRA_EINSUM_RTOL[policy]) * |A|@|B| + tiny) "
                  "+ atol_f32",

@@ -7,13 +7,17 @@ them) and the product is large enough (:func:`accy.kernels.mma_plan.plan`). The 
 tiled contraction's (:func:`accy.kernels.contraction_plan.analyse`: batched matrix products
 over strided views, elementwise epilogue, reshaped outputs); K is never split here.
 
-The kernel: a work-group of 8 warps (256 work-items, ``reqd_work_group_size``) computes a
-128x128 tile of C (4 warps, 64x64, where 128x128 tiles would leave compute units idle), each
-warp a 64x32 block as 4x4 m16n8 fragments held in 64 f32 registers per lane. K advances 16 at
+The kernel: a work-group of ``warps_m x warps_n`` warps (``reqd_work_group_size``) computes a
+``bm x bn`` tile of C (``mma_plan.choose_tiles``: by default 128x128 of 4 warps of 64x64, or
+64x64 where those would leave compute units idle), each warp its block as m16n8 fragments
+held in f32 registers per lane. K advances 16 at
 a time through two local buffers: the next step's A and B tiles are loaded from global memory
 into registers (float4 where strides allow, zeros outside the operands) before this step's
 mma.sync instructions run, then stored to the other buffer, so one barrier per step suffices.
-Local rows are padded (A by 4 words, B by 8) so a warp's fragment loads hit 32 distinct banks.
+Fragment loads (``MmaTiles.loads``): ``scalar`` pads local rows (A by 4 words, B by 8) so a
+warp's 32-bit fragment loads hit 32 distinct banks; ``vector`` (the default) swizzles unpadded
+rows and reads fragments in float4s through K and N permutations, or by ``ldmatrix`` for f16
+(:mod:`accy.kernels.mma_layout`, :mod:`accy.kernels.mma_frags`).
 ``tf32`` rounds each operand once, on its way into local memory (``cvt.rna.tf32.f32``);
 ``3xtf32`` keeps f32 in local memory and splits each fragment value ``x`` into ``big =
 tf32(x)`` and ``small = tf32(x - big)``, accumulating ``small*big + big*small + big*big``
@@ -27,14 +31,17 @@ the K loop is a ``tiles.stages``-deep pipeline instead: ``cp.async.cg.shared.glo
 16 bytes straight into local memory (zero-filled outside the operands), one commit group per
 K step, steps 0..S-2 issued before the loop; each step waits until at most S-2 groups are in
 flight, passes one barrier, issues step ``kt + S - 1`` into the buffer step ``kt - 1`` read,
-then runs its mma.sync. Under ``tf32`` the operands are then rounded at fragment load. The
+then runs its mma.sync. Under ``tf32`` the operands are then rounded at fragment load, or
+(``MmaTiles.rounding == "tile"``) by the work-item that copied them, in local memory, before
+the barrier. The
 copied operands stay in global memory (``Kernel.global_args``).
 
 ``mma-f16``: f16 products (f16 x f16 is exact in f32, sums f32, as every f16 contraction
 kernel computes, so any policy takes them) on ``mma.sync.m16n8k16.f16`` with f32
-accumulators, always through the cp.async pipeline: the tiles hold halves as words, an A
-register is one word (the same word offsets as TF32's A), a B register packs the halves of
-two K rows, each taken from its word by the lane's shift.
+accumulators, always through the cp.async pipeline: the tiles hold halves as words; under
+scalar loads an A register is one word (the same word offsets as TF32's A), a B register packs
+the halves of two K rows, each taken from its word by the lane's shift; under vector loads
+``ldmatrix`` reads them.
 """
 
 from __future__ import annotations
@@ -42,7 +49,7 @@ from __future__ import annotations
 from accy.ir.node import Node
 from accy.ir.types import DType
 from accy.kernels import loopnest
-from accy.kernels.contraction_plan import Contraction, analyse, stored_value
+from accy.kernels.contraction_plan import Contraction, analyse
 from accy.kernels.generators import Generator, register_generator
 from accy.kernels.ir import (
     INDEX,
@@ -58,7 +65,6 @@ from accy.kernels.ir import (
     If,
     InlineAsm,
     Kernel,
-    KernelArg,
     Lane,
     Let,
     Lit,
@@ -76,8 +82,8 @@ from accy.kernels.ir import (
     mod,
     mul,
 )
+from accy.kernels.mma_frags import VectorLoads
 from accy.kernels.mma_plan import (
-    C_FRAG,
     VECTOR,
     MmaTiles,
     a_lane_base,
@@ -86,7 +92,6 @@ from accy.kernels.mma_plan import (
     b16_offset,
     b_lane_base,
     b_offset,
-    c_coords,
     copy_layout,
     copy_slot,
     for_dtype,
@@ -96,6 +101,7 @@ from accy.kernels.mma_plan import (
     plan,
     warp_origin,
 )
+from accy.kernels.mma_store import Stores
 from accy.plans import FusionGroup, KernelOutline, LaunchGeometry, ScheduleKind
 from accy.target import TargetProfile
 
@@ -122,7 +128,7 @@ def _all(conds: list[Expr]) -> Expr | None:
     return out
 
 
-class _Builder:
+class _Builder(VectorLoads, Stores):
     def __init__(self, group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
                  einsum: Node, c: Contraction, tiles: MmaTiles, policy: str,
                  target: TargetProfile) -> None:
@@ -134,6 +140,8 @@ class _Builder:
                              "along K / B along N in whole 16-byte vectors)")
         self.group, self.outline, self.kind, self.c, self.t = group, outline, kind, c, tiles
         self.policy = policy
+        # tf32 operands copied by cp.async rounded in local memory, once per element
+        self.round_tile = tiles.rounding == "tile" and policy == "tf32" and self.pipelined
         self.f16 = tiles.f16
         self.epi = loopnest.EpilogueBuilder(group, outline, einsum)
         self.arg = {"x": self.epi.arg_of[einsum.srcs[c.x]],
@@ -167,7 +175,7 @@ class _Builder:
         f, k = add(f0, rf), add(k0, rk)
         at = add(self.bases[side], add(mul(f, idx(fs)), mul(k, idx(ks))))
         buf, size = ("a_tile", self.t.a_size) if side == "x" else ("b_tile", self.t.b_size)
-        local = add(mul(stage, idx(size)), local_index(self.t, side, rf, rk))
+        local = add(mul(stage, idx(size)), Var(f"{side}_l{i}"))
         if self.f16:  # the tiles are arrays of words
             local = div(local, 2)
         dst = Cast(DType.i32, Cast(INDEX, Bin("+", Var(buf), local)))
@@ -241,7 +249,7 @@ class _Builder:
     def operand(self, name: str, value: Expr) -> list[Stmt]:
         """Registers of one fragment value: ``name`` (tf32 bits), or ``name`` (big) and
         ``name``_s (small) under 3xtf32."""
-        if self.policy == "tf32" and not self.pipelined:  # rounded on the way to local memory
+        if self.policy == "tf32" and (not self.pipelined or self.round_tile):  # rounded there
             return [Let(name, DType.i32, Call("bitcast_i32", (value,)))]
         raw, small = f"{name}_f", f"{name}_s"
         out: list[Stmt] = [Let(raw, DType.f32, value),
@@ -255,33 +263,43 @@ class _Builder:
 
     def compute(self, a_off: Expr, b_off: Expr) -> list[Stmt]:
         """The mma.sync instructions of one K step (``bk / 8`` TF32 or ``bk / 16`` f16
-        sub-steps, fully unrolled)."""
+        sub-steps, fully unrolled) and their fragment loads (:class:`VectorLoads` under the
+        vector scheme)."""
         t = self.t
+        if t.vector_loads:
+            return self.vector_compute(a_off, b_off)
         out: list[Stmt] = []
         for kk in range(t.bk // t.mma_k):
-            a = [[f"a{kk}_{mi}_{r}" for r in range(4)] for mi in range(t.frags_m)]
-            b = [[f"b{kk}_{ni}_{r}" for r in range(2)] for ni in range(t.frags_n)]
             for mi in range(t.frags_m):
                 for r in range(4):
                     at = add(add(a_off, self.a_base), idx(a_offset(t, mi, kk, r)))
-                    out += ([Let(a[mi][r], DType.i32, Load("a_tile", at))] if self.f16
-                            else self.operand(a[mi][r], Load("a_tile", at)))
+                    name = f"a{kk}_{mi}_{r}"
+                    out += ([Let(name, DType.i32, Load("a_tile", at))] if self.f16
+                            else self.operand(name, Load("a_tile", at)))
             for ni in range(t.frags_n):
                 for r in range(2):
+                    name = f"b{kk}_{ni}_{r}"
                     if self.f16:
-                        out.append(Let(b[ni][r], DType.i32, self.half_pair(b_off, ni, kk, r)))
+                        out.append(Let(name, DType.i32, self.half_pair(b_off, ni, kk, r)))
                         continue
                     at = add(add(b_off, self.b_base), idx(b_offset(t, ni, kk, r)))
-                    out += self.operand(b[ni][r], Load("b_tile", at))
-            for mi in range(t.frags_m):
-                for ni in range(t.frags_n):
-                    acc = tuple(("+f", f"acc_{mi}_{ni}_{r}") for r in range(4))
-                    terms = ([("_s", ""), ("", "_s"), ("", "")] if self.policy == "3xtf32"
-                             else [("", "")])
-                    for sa, sb in terms:  # small parts first: they are summed before big*big
-                        ins = tuple(("r", Var(n + sa)) for n in a[mi]) + tuple(
-                            ("r", Var(n + sb)) for n in b[ni])
-                        out.append(InlineAsm(MMA_F16 if self.f16 else MMA_TF32, acc, ins))
+                    out += self.operand(name, Load("b_tile", at))
+            out += self.mmas(kk)
+        return out
+
+    def mmas(self, kk: int) -> list[Stmt]:
+        """Sub-step ``kk``'s mma.sync of every fragment pair, from registers ``a{kk}_{mi}_{r}``
+        and ``b{kk}_{ni}_{r}`` (and their ``_s`` small parts under 3xtf32)."""
+        t, out = self.t, []
+        for mi in range(t.frags_m):
+            for ni in range(t.frags_n):
+                acc = tuple(("+f", f"acc_{mi}_{ni}_{r}") for r in range(4))
+                terms = ([("_s", ""), ("", "_s"), ("", "")] if self.policy == "3xtf32"
+                         else [("", "")])
+                for sa, sb in terms:  # small parts first: they are summed before big*big
+                    ins = tuple(("r", Var(f"a{kk}_{mi}_{r}{sa}")) for r in range(4)) + tuple(
+                        ("r", Var(f"b{kk}_{ni}_{r}{sb}")) for r in range(2))
+                    out.append(InlineAsm(MMA_F16 if self.f16 else MMA_TF32, acc, ins))
         return out
 
     def half_pair(self, b_off: Expr, ni: int, kk: int, r: int) -> Expr:
@@ -340,13 +358,10 @@ class _Builder:
         ltype, self.words = (DType.i32, 2) if self.f16 else (DType.f32, 1)
         self.body.append(LocalArray("a_tile", ltype, t.stages * t.a_size // self.words, 16))
         self.body.append(LocalArray("b_tile", ltype, t.stages * t.b_size // self.words, 16))
-        self.a_base = self.let("a_lane", a_lane_base(t, wm, g, tt))
-        if self.f16:  # a lane's B halves: the word, and which half of it (g's parity)
-            b16 = self.let("b_half", b16_lane_base(t, wn, g, tt))
-            self.b_base = self.let("b_lane", div(b16, 2))
-            self.b_shift = self.let("b_shift", mul(mod(g, 2), idx(16)))
+        if t.vector_loads:
+            self.vector_bases(wm, wn, g, tt, lane)
         else:
-            self.b_base = self.let("b_lane", b_lane_base(t, wn, g, tt))
+            self.scalar_bases(wm, wn, g, tt)
         for mi in range(t.frags_m):
             for ni in range(t.frags_n):
                 for r in range(4):
@@ -357,6 +372,9 @@ class _Builder:
                 f, k = copy_slot(t, side, self.sides[side][3], add(tid, idx(i * t.threads)))
                 self.let(f"{side}_f{i}", f)
                 self.let(f"{side}_k{i}", k)
+                if self.pipelined:  # its place in a stage (cp.async copies, tile rounding)
+                    self.let(f"{side}_l{i}", local_index(t, side, Var(f"{side}_f{i}"),
+                                                         Var(f"{side}_k{i}")))
         self.body += self.async_loop(origin) if self.pipelined else self.plain_loop(origin)
         self.stores(m0, n0, wm, wn, g, tt)
         return Kernel(self.outline.entry, self.outline.work_item, self.kind, self.group.domain,
@@ -365,6 +383,17 @@ class _Builder:
                       loopnest.implemented_ops(self.group), fixed_local_size=True,
                       global_args=(frozenset(self.arg.values()) if self.pipelined
                                    else frozenset()))
+
+    def scalar_bases(self, wm: Expr, wn: Expr, g: Expr, tt: Expr) -> None:
+        """A lane's fragment bases under the scalar scheme."""
+        t = self.t
+        self.a_base = self.let("a_lane", a_lane_base(t, wm, g, tt))
+        if self.f16:  # a lane's B halves: the word, and which half of it (g's parity)
+            b16 = self.let("b_half", b16_lane_base(t, wn, g, tt))
+            self.b_base = self.let("b_lane", div(b16, 2))
+            self.b_shift = self.let("b_shift", mul(mod(g, 2), idx(16)))
+        else:
+            self.b_base = self.let("b_lane", b_lane_base(t, wn, g, tt))
 
     def plain_loop(self, origin: dict[str, Expr]) -> list[Stmt]:
         """K steps through two buffers: the next step loaded into registers while this one
@@ -399,6 +428,27 @@ class _Builder:
         out.append(For("kt", idx(0), idx(steps), tuple(loop)))
         return out
 
+    def round_copies(self, stage: Expr) -> list[Stmt]:
+        """Round the 16-byte chunks this work-item copied into ``stage`` to TF32 in place
+        (``MmaTiles.rounding == "tile"``): each element once, before the barrier that shows
+        them to the warps."""
+        out: list[Stmt] = []
+        for side in ("x", "y"):
+            buf, size = ("a_tile", self.t.a_size) if side == "x" else ("b_tile", self.t.b_size)
+            for i in range(self.t.slots(side)):
+                at = div(add(mul(stage, idx(size)), Var(f"{side}_l{i}")), VECTOR)
+                raw = f"{side}_o{i}"
+                out.append(Let(raw, DType.f32, VectorLoad(buf, at, VECTOR), lanes=VECTOR))
+                values: list[Expr] = []
+                for j in range(VECTOR):
+                    bits = f"{side}_t{i}_{j}"
+                    out += [Let(bits, DType.i32, Lit(0, DType.i32), True),
+                            InlineAsm(CVT_TF32, (("=r", bits),), (("f", Lane(Var(raw), j)),),
+                                      False)]
+                    values.append(Call("bitcast_f32", (Var(bits),)))
+                out.append(VectorStore(buf, at, DType.f32, tuple(values)))
+        return out
+
     def async_loop(self, origin: dict[str, Expr]) -> list[Stmt]:
         """K steps through ``stages`` buffers filled by ``cp.async``: steps 0..S-2 are issued
         first, one commit group each; step ``kt`` waits until at most S-2 groups are in flight
@@ -417,87 +467,28 @@ class _Builder:
         for s in range(stages - 1):  # the prologue: the first S-1 steps in flight
             out += issue_step(idx(s), idx(s)) if s < steps else []
             out.append(commit)
-        kt = Var("kt")
+        kt, cur = Var("kt"), Var("cur")
         nxt = add(kt, idx(stages - 1))
-        loop: list[Stmt] = [InlineAsm(CP_WAIT.format(stages - 2), (), (), True, ("memory",)),
-                            Barrier()]
+        # the stage of step kt, counted (no 64-bit modulo per step); kt + S - 1 goes where
+        # step kt - 1 was
+        out.append(Let("cur", INDEX, idx(0), True))
+        loop: list[Stmt] = [InlineAsm(CP_WAIT.format(stages - 2), (), (), True, ("memory",))]
+        if self.round_tile:  # this work-item's own copies of step kt have landed
+            loop += self.round_copies(cur)
+        loop.append(Barrier())
         if steps > stages - 1:
+            prev = Let("prev", INDEX, Cond(Bin("==", cur, idx(0)), idx(stages - 1),
+                                           Bin("-", cur, idx(1))))
             loop.append(If(Bin("<", nxt, idx(steps)),
-                           tuple(issue_step(nxt, mod(nxt, stages)))))
+                           (prev, *issue_step(nxt, Var("prev")))))
         loop += [commit,
-                 Let("cur", INDEX, mod(kt, stages)),
-                 Let("a_off", INDEX, mul(Var("cur"), idx(t.a_size // self.words))),
-                 Let("b_off", INDEX, mul(Var("cur"), idx(t.b_size // self.words)))]
+                 Let("a_off", INDEX, mul(cur, idx(t.a_size // self.words))),
+                 Let("b_off", INDEX, mul(cur, idx(t.b_size // self.words)))]
         loop += self.compute(Var("a_off"), Var("b_off"))
+        loop.append(Assign("cur", Cond(Bin("==", cur, idx(stages - 1)), idx(0),
+                                       add(cur, idx(1)))))
         out.append(For("kt", idx(0), idx(steps), tuple(loop)))
         return out
-
-    def stores(self, m0: Expr, n0: Expr, wm: Expr, wn: Expr, g: Expr, tt: Expr) -> None:
-        """Epilogue and guarded stores of every accumulator; pairs of columns as float2
-        where the output's layout allows."""
-        c, t = self.c, self.t
-        self.out_args = [KernelArg(f"out{i}", n.type.dtype, True, slot) for i, (n, slot) in
-                         enumerate(zip(self.group.outputs, self.outline.output_slots,
-                                       strict=True))]
-        values = [stored_value(o) for o in self.group.outputs]
-        names = [a.name for a in self.out_args]
-        plain = all(v is self.epi.given for v in values)
-        pairs = (c.n.out == 1 and c.n.size % 2 == 0 and c.m.out % 2 == 0
-                 and all(d.out % 2 == 0 for d in c.batch))
-        counter = 0
-        for mi in range(t.frags_m):
-            for ni in range(t.frags_n):
-                for half in (0, 2):  # c0,c1 share a row; c2,c3 the row 8 below
-                    rr, cc = c_coords(wm, wn, g, tt, mi, ni, half)
-                    row, col = add(m0, rr), add(n0, cc)
-                    em = loopnest.Emitter()
-                    em.counter = counter
-                    self.epi.em = em
-                    lanes: list[list[Expr]] = [[] for _ in self.group.outputs]
-                    for r in (half, half + 1):
-                        cr = add(col, idx(C_FRAG[r][1]))
-                        self.epi.result = Var(f"acc_{mi}_{ni}_{r}")
-                        coords = self.coords(row, cr) if not plain else ()
-                        for o, node in enumerate(values):
-                            lanes[o].append(self.epi.value(node, coords))
-                    counter = em.counter
-                    body: list[Stmt] = list(em.scopes[0].body)
-                    at = add(self.bases["out"], add(mul(row, idx(c.m.out)),
-                                                    mul(col, idx(c.n.out))))
-                    row_ok = Bin("<", row, idx(c.m.size))
-                    if pairs:  # col even, N even: both columns inside or both outside
-                        body += [VectorStore(names[o], div(at, 2), DType.f32, tuple(v))
-                                 for o, v in enumerate(lanes) if self.out_args[o].dtype
-                                 is DType.f32] + [
-                            Store(names[o], add(at, idx(j)), v[j]) for o, v in
-                            enumerate(lanes) if self.out_args[o].dtype is not DType.f32
-                            for j in range(2)]
-                        guard = _all(([row_ok] if c.m.size % t.bm else [])
-                                     + ([Bin("<", col, idx(c.n.size))]
-                                        if c.n.size % t.bn else []))
-                        self.body += [If(guard, tuple(body))] if guard is not None else body
-                        continue
-                    for j in range(2):
-                        cj = add(col, idx(j))
-                        put = tuple(Store(names[o], add(at, idx(j * c.n.out)), v[j])
-                                    for o, v in enumerate(lanes))
-                        body += [If(Bin("<", cj, idx(c.n.size)), put)] if c.n.size % t.bn \
-                            else list(put)
-                    self.body += ([If(row_ok, tuple(body))] if c.m.size % t.bm else body)
-
-    def coords(self, row: Expr, col: Expr) -> tuple[Expr, ...]:
-        """Output coordinates of the element at flattened (row, col)."""
-        out = []
-        for cls, i, inner, size in self.c.coords:
-            if cls == "b":
-                out.append(self.bcoords[i])
-            elif cls == "1":
-                out.append(idx(0))
-            else:
-                extent = self.c.m.size if cls == "m" else self.c.n.size
-                flat = div(row if cls == "m" else col, inner)
-                out.append(flat if inner * size == extent else mod(flat, size))
-        return tuple(out)
 
 
 def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,

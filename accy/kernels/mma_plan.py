@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from accy.ir.types import DType
+from accy.kernels import mma_layout
 from accy.kernels.contraction_plan import Contraction, analyse
 from accy.kernels.ir import Expr, add, div, idx, mod, mul
 from accy.plans import FusionGroup
@@ -45,6 +46,15 @@ B_PAD = 8  # elements added to each B tile row (stride bn + 8): lanes t, g in di
 VECTOR = 4  # f32 elements per copy slot (a float4 where strides allow; 16 bytes)
 COPY_BYTES = 16  # bytes per copy slot (a float4, or eight halves; one cp.async)
 STAGES = (2, 3, 4)  # local buffers a pipeline may have
+# fragment loads: "scalar" (one 32-bit local load per register, padded tiles), "vector"
+# (K/N-permuted float4 loads for f32, ldmatrix for f16, swizzled tiles: accy.kernels.mma_layout)
+# or "ptx": the vector layout with its f32 loads as inline PTX ld.shared.v4.f32 (16-byte loads
+# whatever alignment the OpenCL compiler proves for vload4; f16 as vector)
+LOADS = ("scalar", "vector", "ptx")
+# where tf32 rounds operands copied by cp.async: "fragment" (each register as it is loaded, so
+# once per warp reading it) or "tile" (each work-item rounds the 16-byte chunks it copied, in
+# local memory, once per element, before the step's barrier; fragments then need no cvt)
+ROUNDINGS = ("fragment", "tile")
 
 # Selection: tensor cores pay once both tile sides are at least MIN_MN and K at least MIN_K;
 # smaller products go to the other generators (a 128x128 tile of mostly zeros wastes more
@@ -73,6 +83,8 @@ class MmaTiles:
     swizzle: int = 8  # tile rows walked together for L2 reuse
     stages: int = 2
     f16: bool = False
+    loads: str = "scalar"
+    rounding: str = "fragment"
 
     @property
     def threads(self) -> int:
@@ -111,6 +123,8 @@ class MmaTiles:
     @property
     def lda(self) -> int:
         """Row stride of the A tile in local memory (``As[m][k]``), elements."""
+        if self.vector_loads:
+            return self.bk
         return self.bk + A_PAD * 4 // self.elem_bytes
 
     @property
@@ -120,7 +134,12 @@ class MmaTiles:
     @property
     def ldb(self) -> int:
         """Row stride of the B tile in local memory (``Bs[k][n]``), elements."""
-        return self.bn + B_PAD
+        return self.bn if self.vector_loads else self.bn + B_PAD
+
+    @property
+    def vector_loads(self) -> bool:
+        """The unpadded, swizzled layout and wide fragment loads (``vector`` or ``ptx``)."""
+        return self.loads in ("vector", "ptx")
 
     @property
     def a_size(self) -> int:
@@ -140,8 +159,11 @@ class MmaTiles:
         return (self.bm if side == "x" else self.bn) * self.bk // self.vector // self.threads
 
     def text(self) -> str:
-        """``BMxBNxBK:WMxWN:S``, what :func:`parse_tiles` reads."""
-        return (f"{self.bm}x{self.bn}x{self.bk}:{self.warps_m}x{self.warps_n}:{self.stages}")
+        """``BMxBNxBK:WMxWN:S`` (``:vector`` appended for that load scheme, ``:round=tile``
+        for that rounding), what :func:`parse_tiles` reads."""
+        return (f"{self.bm}x{self.bn}x{self.bk}:{self.warps_m}x{self.warps_n}:{self.stages}"
+                + ("" if self.loads == "scalar" else f":{self.loads}")
+                + ("" if self.rounding == "fragment" else f":round={self.rounding}"))
 
     def check(self) -> None:
         """Raise when the tiling does not divide evenly (a programming error)."""
@@ -152,6 +174,20 @@ class MmaTiles:
                 or self.bk % v or self.bm % v or self.bn % v or self.stages not in STAGES):
             raise ValueError(f"tiles {self.text()} do not divide into m16n8k{self.mma_k} "
                              f"fragments and 16-byte copies, or stages not in {STAGES}")
+        if self.rounding not in ROUNDINGS:
+            raise ValueError(f"tiles {self.text()}: rounding {self.rounding!r}, one of "
+                             f"{', '.join(ROUNDINGS)}")
+        if self.loads not in LOADS:
+            raise ValueError(f"tiles {self.text()}: fragment loads {self.loads!r}, one of "
+                             f"{', '.join(LOADS)}")
+        if self.vector_loads and self.f16 and self.frags_n % 2:
+            raise ValueError(f"tiles {self.text()}: ldmatrix reads B fragments in pairs; "
+                             f"a warp's {self.frags_n} fragment columns are odd")
+        if self.vector_loads and not self.f16 and (
+                self.frags_n % 4 or self.bk // 8 not in (1, 2, 4)):
+            raise ValueError(f"tiles {self.text()}: vector loads need fragment columns per "
+                             f"warp in fours (float4 along N; {self.frags_n} here) and K "
+                             f"steps of 8, 16 or 32 ({self.bk} here)")
 
 
 # 4 warps of 64x64 (4x8 fragments, 128 accumulators per lane): half the local-memory reads per
@@ -164,20 +200,39 @@ LARGE = MmaTiles(128, 128, 16, 2, 4)
 # f16: the same blocks, K steps of 32 (two m16n8k16 per step; the same bytes as 16 f32)
 WIDE16 = MmaTiles(128, 128, 32, 2, 2, f16=True)
 SMALL16 = MmaTiles(64, 64, 32, 2, 2, f16=True)
+# what choose_tiles picks from, largest first: the same blocks with vector fragment loads
+# (experiments/bench_mma.py --loads scalar,vector compares the schemes)
+CANDIDATES = tuple(replace(t, loads="vector") for t in (WIDE, SMALL))
+CANDIDATES16 = tuple(replace(t, loads="vector") for t in (WIDE16, SMALL16))
+MAX_ACCUMULATORS = 128  # f32 accumulator registers per lane a tiling may hold (of 255)
 
 
 def parse_tiles(text: str) -> MmaTiles:
-    """``BMxBNxBK:WMxWN[:S]`` (e.g. ``128x128x16:2x4`` or ``64x64x16:2x2:3``, S stages,
-    default 2) as tiles, checked (f32 layout; :func:`for_dtype` makes f16 ones)."""
+    """``BMxBNxBK:WMxWN[:S[:LOADS][:round=R]]`` (e.g. ``128x128x16:2x4``,
+    ``64x64x16:2x2:3`` or ``128x256x16:2x4:2:vector:round=tile``; S stages, default 2; LOADS
+    one of :data:`LOADS`, default scalar; R one of :data:`ROUNDINGS`, default fragment) as
+    tiles, checked (f32 layout; :func:`for_dtype` makes f16 ones)."""
     try:
-        block, warps, *stages = text.strip().lower().split(":")
+        block, warps, *rest = text.strip().lower().split(":")
         bm, bn, bk = (int(v) for v in block.split("x"))
         wm, wn = (int(v) for v in warps.split("x"))
-        (s,) = [int(v) for v in stages] or [2]
+        s = int(rest[0]) if rest else 2
+        loads, rounding = "scalar", "fragment"
+        for extra in rest[1:]:
+            if extra in LOADS and loads == "scalar" and rounding == "fragment":
+                loads = extra
+            elif extra.startswith("round=") and extra[6:] in ROUNDINGS:
+                rounding = extra[6:]
+            else:
+                raise ValueError
+        if len(rest) > 3:
+            raise ValueError
     except ValueError:
-        raise ValueError(f"tiles {text!r}: give BMxBNxBK:WMxWN or BMxBNxBK:WMxWN:STAGES, e.g. "
-                         "128x128x16:2x4 or 64x64x16:2x2:3") from None
-    tiles = MmaTiles(bm, bn, bk, wm, wn, stages=s)
+        raise ValueError(f"tiles {text!r}: give BMxBNxBK:WMxWN[:STAGES[:LOADS][:round=R]], "
+                         "e.g. 128x128x16:2x4, 64x64x16:2x2:3 or 128x128x16:2x2:3:vector"
+                         f":round=tile (LOADS: {', '.join(LOADS)}; R: "
+                         f"{', '.join(ROUNDINGS)})") from None
+    tiles = MmaTiles(bm, bn, bk, wm, wn, stages=s, loads=loads, rounding=rounding)
     tiles.check()
     return tiles
 
@@ -286,7 +341,10 @@ def async_copies(c: Contraction, vector: int) -> bool:
 
 
 def local_index(t: MmaTiles, side: str, f: Expr, k: Expr) -> Expr:
-    """Local address of tile element (free f, k): ``As[f][k]`` or ``Bs[k][f]``."""
+    """Local address of tile element (free f, k): ``As[f][k]`` or ``Bs[k][f]`` (under vector
+    loads unpadded, 16-byte chunks swizzled per row: :func:`mma_layout.address`)."""
+    if t.vector_loads:
+        return mma_layout.address(t, side, f if side == "x" else k, k if side == "x" else f)
     return add(mul(f, idx(t.lda)), k) if side == "x" else add(mul(k, idx(t.ldb)), f)
 
 
@@ -299,23 +357,34 @@ def tf32_round(x: np.ndarray) -> np.ndarray:
 
 
 # selection --------------------------------------------------------------------------------
-def choose_tiles(c: Contraction, target: TargetProfile, pipelined: bool) -> MmaTiles:
-    """128x128 tiles where they give every compute unit a work-group, else 64x64; with
-    ``cp.async`` (``pipelined``) as many stages, up to 3, as local memory holds and K has steps
-    (a stage beyond the last K step would only hold local memory; sweep others with
+def fits(t: MmaTiles, target: TargetProfile) -> bool:
+    """Whether a work-group of ``t`` (two stages) runs on ``target``: its work-items, its local
+    memory, and at most :data:`MAX_ACCUMULATORS` accumulators per lane."""
+    return (t.threads <= target.max_work_group_size
+            and replace(t, stages=2).local_bytes() <= target.local_mem_bytes
+            and t.frags_m * t.frags_n * 4 <= MAX_ACCUMULATORS)
+
+
+def choose_tiles(c: Contraction, target: TargetProfile, pipelined: bool,
+                 candidates: tuple[MmaTiles, ...] | None = None) -> MmaTiles:
+    """The first of ``candidates`` (largest first; default 128x128 then 64x64 tiles with
+    vector loads, :data:`CANDIDATES`) that fits the target (:func:`fits`) and gives every
+    compute unit a work-group, else the smallest that fits; with ``cp.async``
+    (``pipelined``) as many stages, up to 3, as local memory holds and K has steps (a stage
+    beyond the last K step would only hold local memory; sweep others with
     ``experiments/bench_mma.py --stages``)."""
-    wide, small = (WIDE16, SMALL16) if c.dtype is DType.f16 else (WIDE, SMALL)
-    groups = c.batch_size * -(-c.m.size // wide.bm) * -(-c.n.size // wide.bn)
-    fits = (wide.threads <= target.max_work_group_size
-            and wide.local_bytes() <= target.local_mem_bytes)
-    tiles = wide if fits and groups >= target.compute_units else small
+    pool = candidates or (CANDIDATES16 if c.dtype is DType.f16 else CANDIDATES)
+    pool = tuple(for_dtype(t, c.dtype) for t in pool)
+    fitting = [t for t in pool if fits(t, target)] or [pool[-1]]
+    tiles = next((t for t in fitting if c.batch_size * -(-c.m.size // t.bm)
+                  * -(-c.n.size // t.bn) >= target.compute_units), fitting[-1])
     if pipelined:
         steps = -(-c.k.size // tiles.bk)
         for stages in (3, 2):
             deeper = replace(tiles, stages=stages)
             if deeper.local_bytes() <= target.local_mem_bytes and stages <= max(2, steps):
                 return deeper
-    return tiles
+    return replace(tiles, stages=2)  # registers and plain stores: two buffers
 
 
 def pipelined(c: Contraction, target: TargetProfile) -> bool:

@@ -101,12 +101,13 @@ TILES = pytest.mark.parametrize("tiles", [LARGE, SMALL, WIDE],
                                 ids=["128x128:2x4", "64x64:2x2", "128x128:2x2"])
 
 
-def emulate_block(tiles: MmaTiles, seed: int, k_step: int, fragments) -> None:
+def emulate_block(tiles: MmaTiles, seed: int, k_step: int, fragments, coords=c_coords) -> None:
     """A work-group's tile computed in emulation: A and B laid out in local memory as the
     copies store them (``local_index``), each warp's accumulators advanced per K sub-step of
     ``k_step`` by ``fragments(a_loc, b_loc, wm, wn, mi, ni, kk, acc)`` (the fragments gathered
-    at the generator's addresses and one emulated mma), then placed by ``c_coords``: the tile
-    must be A @ B with every element stored once."""
+    at the generator's addresses and one emulated mma), then placed by ``coords`` (``c_coords``
+    or the vector scheme's ``c_coords_v``, with the tiles bound): the tile must be A @ B with
+    every element stored once."""
     rng = np.random.default_rng(seed)
     a = rng.integers(-4, 5, (tiles.bm, tiles.bk)).astype(np.float64)
     b = rng.integers(-4, 5, (tiles.bk, tiles.bn)).astype(np.float64)
@@ -130,7 +131,7 @@ def emulate_block(tiles: MmaTiles, seed: int, k_step: int, fragments) -> None:
                 for lane in range(32):
                     g, t = lane_parts(idx(lane))
                     for r in range(4):
-                        row, col = c_coords(wm, wn, g, t, mi, ni, r)
+                        row, col = coords(wm, wn, g, t, mi, ni, r)
                         assert np.isnan(c[num(row), num(col)]), "an element stored twice"
                         c[num(row), num(col)] = acc[mi, ni, lane, r]
     np.testing.assert_array_equal(c, a @ b)
@@ -399,12 +400,24 @@ _MMA = re.compile(r'asm volatile\("mma\.sync[^"]*" : ' + ", ".join([r'"\+f"\((\w
                   + " : " + ", ".join([r'"r"\((\w+)\)'] * 6) + r"\);")
 
 
+_LDS = re.compile(r'asm volatile\("ld\.shared\.v\d\.f32 [^"]*" : (?P<outs>[^:]*) : '
+                  r'"r"\(\(\(int\)\(\(long\)\((?P<buf>\w+) \+ (?P<off>.*)\)\)\)\)\);$', re.M)
+
+
+def _lds(m: re.Match) -> str:
+    """``ld.shared.vN.f32 {outs}, [buf + off]``: N consecutive floats of ``buf``."""
+    outs = re.findall(r'"=f"\((\w+)\)', m["outs"])
+    reads = " ".join(f"{o} = {m['buf']}[o_ + {i}];" for i, o in enumerate(outs))
+    return f"{{ const long o_ = {m['off']}; {reads} }}"
+
+
 def emulated(src: str) -> str:
     """``src`` with its PTX replaced by C: ``cvt.rna.tf32.f32`` by the rounding formula of
     :func:`tf32_round`, each ``mma.sync`` by a work-group-wide exchange of the warp's registers
     through local memory and the products in the PTX layout (every work-item runs the same
     mma sequence, so the barriers are uniform)."""
     src = _CVT.sub(r"\1 = (int)((as_uint(\2) + 0x1000u) & 0xffffe000u);", src)
+    src = _LDS.sub(_lds, src)
     src = _MMA.sub(lambda m: f"ACCY_EMU_MMA({', '.join(m.groups())});", src)
     assert "asm" not in src
     lines = src.splitlines()

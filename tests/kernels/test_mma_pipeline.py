@@ -209,10 +209,12 @@ def test_pipelined_with_cp_async(precision, pipe, used):
     job = prepare(matmul(2048, 2048, 256), precision, ASYNC, pipe)
     assert used(job) == {f"mma-{precision}": 1}
     src = job.kernel_source(0)
-    # 128x128 tiles: two 18.5 KiB stages fit 48 KiB, three do not
-    assert "cp.async.wait_group 0;" in src and src.count("cp.async.commit_group") == 2
-    assert src.count("cp.async.cg.shared.global") == 2 * 8  # 8 slots: prologue, loop
-    assert "__local float a_tile[5120]" in src and "vload4" not in src
+    # 128x128 tiles, vector loads: three unpadded 16 KiB stages fit 48 KiB
+    assert "cp.async.wait_group 1;" in src and src.count("cp.async.commit_group") == 3
+    assert src.count("cp.async.cg.shared.global") == 3 * 8  # 8 slots: 2 in the prologue, loop
+    assert "__local float a_tile[6144]" in src
+    assert not re.search(r"vload4\([^;]*, in[01]\)", src)  # float4 loads of local tiles only
+    assert src.count("vload4(") == 4 * 2 + 2 * 2 * 2  # A: rows g, g+8 of 4; B: 4 rows x 2
     assert "cp.async.cg.shared.global [%0], [%1], 16;" in src  # no guards: dividing tiles
     assert src.count("cvt.rna.tf32.f32") == (2 * (4 * 4 + 8 * 2)
                                              * (2 if precision == "3xtf32" else 1))
@@ -222,7 +224,7 @@ def test_pipelined_with_cp_async(precision, pipe, used):
 def test_deeper_pipelines_where_local_memory_allows(pipe):
     src = prepare(matmul(1000, 1024, 520, epilogue=True), "tf32", ASYNC, pipe).kernel_source(0)
     assert "cp.async.wait_group 1;" in src  # 64x64 tiles: 3 stages
-    assert "__local float a_tile[3840]" in src
+    assert "__local float a_tile[3072]" in src
     assert '16, %2;" ' in src and "? ((int)16) : ((int)0)" in src  # zero-filled edges
 
 
@@ -239,7 +241,7 @@ def test_copied_operands_stay_in_global_memory(pipe):
 def test_no_more_stages_than_k_steps(pipe):
     """64x64 tiles take 3 stages, but K = 32 has 2 steps of 16: 2 stages."""
     src = prepare(matmul(1000, 1024, 32), "tf32", ASYNC, pipe).kernel_source(0)
-    assert "cp.async.wait_group 0;" in src and "__local float a_tile[2560]" in src
+    assert "cp.async.wait_group 0;" in src and "__local float a_tile[2048]" in src
 
 
 def test_plain_loads_where_cp_async_cannot_copy(pipe):
@@ -271,9 +273,12 @@ def test_f16_products_take_f16_tensor_cores_under_any_policy(precision, pipe, us
     assert used(job) == {"mma-f16": 1}
     src = job.kernel_source(0)
     assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in src
-    assert "cvt" not in src and "__local int a_tile[5120]" in src
+    assert "cvt" not in src and "__local int a_tile[6144]" in src  # 3 stages of 16 KiB
     assert "__global const half* restrict in0" in src and "vstore_half" in src
     assert src.count("mma.sync") == 2 * 4 * 8
+    # per sub-step an ldmatrix per A fragment, an ldmatrix.trans per pair of B fragments
+    assert src.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16") == 2 * 4
+    assert src.count("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16") == 2 * 4
 
 
 @pytest.mark.parametrize("target, prog", [
@@ -359,6 +364,20 @@ EMULATED_ASYNC = r"""
   np_ = kept_; }
 static float accy_h(uint bits) {
   ushort b = (ushort)bits; return vload_half(0, (__private const half *)&b); }
+#define ACCY_LDSM(trans, buf, off, r0, r1, r2, r3) { \
+  const int l_ = get_local_id(0) % 32, w_ = get_local_id(0) / 32, c_ = l_ / 4; \
+  emu_off[w_][l_] = (int)(off); \
+  barrier(CLK_LOCAL_MEM_FENCE); \
+  uint q_[4]; \
+  for (int j_ = 0; j_ < 4; j_++) { \
+    if (!(trans)) { q_[j_] = (uint)(buf)[emu_off[w_][8 * j_ + c_] + l_ % 4]; } \
+    else { \
+      const int lo_ = emu_off[w_][8 * j_ + 2 * (l_ % 4)]; \
+      const int hi_ = emu_off[w_][8 * j_ + 2 * (l_ % 4) + 1]; \
+      q_[j_] = ((((uint)(buf)[lo_ + c_ / 2]) >> (16 * (c_ % 2))) & 0xffffu) \
+               | (((((uint)(buf)[hi_ + c_ / 2]) >> (16 * (c_ % 2))) & 0xffffu) << 16); } } \
+  barrier(CLK_LOCAL_MEM_FENCE); \
+  r0 = q_[0]; r1 = q_[1]; r2 = q_[2]; r3 = q_[3]; }
 #define ACCY_EMU_MMA16(c0, c1, c2, c3, a0, a1, a2, a3, b0, b1) { \
   const int l_ = get_local_id(0) % 32, w_ = get_local_id(0) / 32, g_ = l_ >> 2, t_ = l_ & 3; \
   const uint ar_[4] = {a0, a1, a2, a3}, br_[2] = {b0, b1}; \
@@ -382,6 +401,12 @@ _CP = re.compile(r'asm volatile\("cp\.async\.cg\.shared\.global [^"]*" :  : '
                  re.M)
 _COMMIT = re.compile(r'asm volatile\("cp\.async\.commit_group;" :  :  : "memory"\);')
 _WAIT = re.compile(r'asm volatile\("cp\.async\.wait_group (\d);" :  :  : "memory"\);')
+# ldmatrix: lane l gives the row address of row l % 8 of matrix l / 8 (16 bytes); it receives
+# from each matrix j the word at row l / 4, column l % 4, or with .trans the halves at rows
+# 2 (l % 4) and 2 (l % 4) + 1, column l / 4 (PTX ISA, "ldmatrix")
+_LDSM = re.compile(r'asm volatile\("ldmatrix\.sync\.aligned\.m8n8\.x4(?P<trans>\.trans)?'
+                   r'\.shared\.b16 [^"]*" : ' + ", ".join([r'"=r"\((\w+)\)'] * 4)
+                   + r' : "r"\(\(\(int\)\(\(long\)\((?P<buf>\w+) \+ (?P<off>.*)\)\)\)\)\);$', re.M)
 _MMA16 = re.compile(r'asm volatile\("mma\.sync\.aligned\.m16n8k16[^"]*" : '
                     + ", ".join([r'"\+f"\((\w+)\)'] * 4) + " : "
                     + ", ".join([r'"r"\((\w+)\)'] * 6) + r"\);")
@@ -394,6 +419,8 @@ def emulated_async(src: str, mode: str) -> str:
     src = _CP.sub(lambda m: f"{copy}({m['dst']}, {m['src']}, {m['n'] or '16'});", src)
     src = _COMMIT.sub("ACCY_COMMIT();" if mode == "deferred" else ";", src)
     src = _WAIT.sub((lambda m: f"ACCY_WAIT({m[1]});") if mode == "deferred" else ";", src)
+    src = _LDSM.sub(lambda m: f"ACCY_LDSM({int(bool(m['trans']))}, {m['buf']}, {m['off']}, "
+                    f"{', '.join(m.groups()[1:5])});", src)
     src = _MMA16.sub(lambda m: f"ACCY_EMU_MMA16({', '.join(m.groups())});", src)
     if "mma.sync" in src or "cvt.rna" in src:
         src = emulated(src)
@@ -405,6 +432,7 @@ def emulated_async(src: str, mode: str) -> str:
     body = next(i for i in range(at, len(lines)) if lines[i].rstrip().endswith("{"))
     lines[body + 1:body + 1] = [
         "  __local float emu_a16[8][16][16]; __local float emu_b16[8][16][8];",
+        "  __local int emu_off[8][32];",
         "  __local uchar *pd_[128]; __global const uchar *ps_[128]; int pn_[128], pg_[128];",
         "  int np_ = 0, ng_ = 0, overflow_ = 0;"]
     lines.insert(at, EMULATED_ASYNC)
