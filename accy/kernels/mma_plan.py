@@ -200,9 +200,10 @@ LARGE = MmaTiles(128, 128, 16, 2, 4)
 # f16: the same blocks, K steps of 32 (two m16n8k16 per step; the same bytes as 16 f32)
 WIDE16 = MmaTiles(128, 128, 32, 2, 2, f16=True)
 SMALL16 = MmaTiles(64, 64, 32, 2, 2, f16=True)
-# what choose_tiles picks from, largest first: the same blocks with vector fragment loads
-# (experiments/bench_mma.py --loads scalar,vector compares the schemes)
-CANDIDATES = tuple(replace(t, loads="vector") for t in (WIDE, SMALL))
+# what choose_tiles picks from, largest first, as measured (papers/kernels.md: bench_mma
+# --loads scalar,vector,ptx): f16 blocks with vector fragment loads (ldmatrix), f32 blocks
+# with scalar loads from padded tiles (their vector loads measured slower)
+CANDIDATES = (WIDE, SMALL)
 CANDIDATES16 = tuple(replace(t, loads="vector") for t in (WIDE16, SMALL16))
 MAX_ACCUMULATORS = 128  # f32 accumulator registers per lane a tiling may hold (of 255)
 
@@ -367,8 +368,8 @@ def fits(t: MmaTiles, target: TargetProfile) -> bool:
 
 def choose_tiles(c: Contraction, target: TargetProfile, pipelined: bool,
                  candidates: tuple[MmaTiles, ...] | None = None) -> MmaTiles:
-    """The first of ``candidates`` (largest first; default 128x128 then 64x64 tiles with
-    vector loads, :data:`CANDIDATES`) that fits the target (:func:`fits`) and gives every
+    """The first of ``candidates`` (largest first; default 128x128 then 64x64 tiles,
+    :data:`CANDIDATES`) that fits the target (:func:`fits`) and gives every
     compute unit a work-group, else the smallest that fits; with ``cp.async``
     (``pipelined``) as many stages, up to 3, as local memory holds and K has steps (a stage
     beyond the last K step would only hold local memory; sweep others with
