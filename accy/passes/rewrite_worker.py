@@ -353,7 +353,8 @@ def _work(task: Task, conn: Any, rewriting: Any) -> SaturationReport:
         add_context(peg, task.context)
     best = task.input_cost
     rate = fixed_rate = EXTRACT_S_PER_E_NODE  # extraction, and its part no deadline bounds
-    done_at: tuple[int, int] | None = None  # (kept iterations, e-nodes) last extracted
+    # (e-nodes, e-classes) last extracted: a step that changed neither left the same e-graph
+    done_at: tuple[int, int] | None = None
     last = start  # when the last extraction ended
     stale = 0  # extractions in a row that found nothing cheaper than the best so far
 
@@ -369,7 +370,7 @@ def _work(task: Task, conn: Any, rewriting: Any) -> SaturationReport:
         last = time.perf_counter()
         rate = (last - t0) / max(report.e_nodes, 1)
         fixed_rate = (last - t0 - x.search_seconds) / max(report.e_nodes, 1)
-        done_at = (report.kept_iterations, report.e_nodes)
+        done_at = (report.e_nodes, report.e_classes)
         # ties go to the later extraction; the final one stands as the in-process run's does
         better = x.cost <= (task.input_cost if final else best)
         stale = 0 if pays(x.cost, best) or not pays(best, task.input_cost) else stale + 1
@@ -401,7 +402,7 @@ def _work(task: Task, conn: Any, rewriting: Any) -> SaturationReport:
                       match_limit=task.match_limit, on_step=on_step, capped=task.capped,
                       capped_iterations=task.capped_iterations,
                       restore=lambda: rewriting.reload(task.program, eg, task.context))
-    if done_at != (report.kept_iterations, report.e_nodes) and fits(report):
+    if done_at != (report.e_nodes, report.e_classes) and fits(report):
         extract_now(report, final=True)
     for _ in range(report.checkpoints + 1):  # the driver's checkpoints, then ours
         eg.pop()

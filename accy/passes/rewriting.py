@@ -372,10 +372,15 @@ def _rewrite_one(program: Program, rulesets: Sequence[str], names: Sequence[str]
 
 class _Stepwise:
     """An in-process run's ``on_step``: the time guard (``worker.guard``), and with
-    ``patience`` an extraction after every kept step, stopping (``no_gain``) once
+    ``patience`` an extraction after a kept step once the steps since the last one matched
+    at least as many times as the e-graph has e-nodes (cheaper steps just go on, as without
+    patience: extracting would cost more than they do; counts, so the outcome does not
+    depend on the machine's speed), stopping (``no_gain``) once
     ``patience`` of them in a row found nothing cheaper than the best so far. ``final``
     extracts once more unless the e-graph is the one last extracted (the run stopped right
-    after it), and returns the cheapest extraction (ties: the later one)."""
+    after it), and returns the cheapest extraction (ties: the later one). A step that left
+    the e-graph's size as it was (no e-node or e-class more or less: nothing added, nothing
+    merged) is not extracted again: it counts as an extraction that found nothing cheaper."""
 
     def __init__(self, peg: Any, model: CostModel, extractor: str, before: int,
                  options: dict[str, Any] | None, deadline: float, patience: int) -> None:
@@ -384,8 +389,9 @@ class _Stepwise:
         self.deadline, self.patience = deadline, patience
         self.best: Extraction | None = None
         self.before, self.best_cost, self.stale = before, before, 0
-        self.done_at: tuple[int, int] | None = None  # (kept iterations, e-nodes) extracted
+        self.done_at: tuple[int, int] | None = None  # (e-nodes, e-classes) extracted
         self.rate = worker.EXTRACT_S_PER_E_NODE  # extraction's seconds per e-node, measured
+        self.matched = 0  # rule matches since the last extraction
 
     def _take(self, x: Extraction) -> bool:
         if self.best is None or x.cost <= self.best.cost:
@@ -399,19 +405,26 @@ class _Stepwise:
             return False
         if not self.patience:
             return True
-        t0 = time.perf_counter()
-        x = self.extract()
-        self.rate = (time.perf_counter() - t0) / max(report.e_nodes, 1)
-        self.done_at = (report.kept_iterations, report.e_nodes)
+        self.matched += report.iterations[-1].matches if report.iterations else 0
+        if self.matched < report.e_nodes:
+            return True  # fewer matches since the last extraction than e-nodes: step on
         # no gain counts once a gain was found: some rewrites take a few steps to pay
         gained = pays(self.best_cost, self.before)
-        self.stale = 0 if self._take(x) or not gained else self.stale + 1
+        better = False  # the e-graph extracted last: the same extraction, nothing cheaper
+        if self.done_at != (report.e_nodes, report.e_classes):
+            t0 = time.perf_counter()
+            x = self.extract()
+            self.rate = (time.perf_counter() - t0) / max(report.e_nodes, 1)
+            self.done_at = (report.e_nodes, report.e_classes)
+            self.matched = 0
+            better = self._take(x)
+        self.stale = 0 if better or not gained else self.stale + 1
         if self.stale >= self.patience:
             return "no_gain"
         return worker.guard(report, self.deadline, self.rate)[0]  # after this extraction
 
     def final(self, report: SaturationReport) -> Extraction:
-        if self.best is None or self.done_at != (report.kept_iterations, report.e_nodes):
+        if self.best is None or self.done_at != (report.e_nodes, report.e_classes):
             self._take(self.extract())
         assert self.best is not None
         return self.best

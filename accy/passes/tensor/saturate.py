@@ -12,9 +12,10 @@ the program by default; programs above ``region-size`` operations are saturated 
 rewrites across a cut are found). ``patience`` (default 2; 0: off) stops saturation (stop
 reason ``no_gain``) once a gain was found and that many extractions in a row found nothing
 cheaper than the best so far (by more than ``defaults.PATIENCE_MIN_GAIN`` of it): programs of
-up to ``WORKER_MIN_OPERATIONS`` operations extract after every kept step, the saturation
-worker at its checkpoints, and the cheapest extraction is the result; the budget above still
-bounds every run. ``match-limit`` turns on egglog's backoff scheduler, which bounds what one
+up to ``WORKER_MIN_OPERATIONS`` operations extract after a kept step once the steps since the
+last extraction matched as often as the e-graph has e-nodes (``rewriting._Stepwise``), the
+saturation worker at its checkpoints, and the cheapest extraction is the result; the budget
+above still bounds every run. ``match-limit`` turns on egglog's backoff scheduler, which bounds what one
 step applies; its report (stop reason, e-graph size per iteration, matches and time per rule)
 goes to the pass's statistics (``accy prepare --statistics``, ``accy explain``).
 ``extractor`` picks how terms come out: ``greedy-dag`` (default; a shared subterm costs once),
@@ -98,7 +99,7 @@ class Saturate(Pass):
     patience: int = option(
         defaults.DEFAULT_PATIENCE, "stop saturating (no_gain) once a gain was found and this "
         "many extractions in a row found nothing cheaper (0: off; small programs extract "
-        "after every step)",
+        "once the steps since the last extraction matched as often as there are e-nodes)",
         minimum=0, maximum=COUNT_MAX)
 
     def run(self, ctx, product):
