@@ -219,7 +219,7 @@ def _run(job: Any, runtime: Any, inputs: Sequence[np.ndarray], repeats: int,
            "kernel_ms": records.median_ms(kernel_ns), "kernel_ms_min": min(kernel_ns) / 1e6,
            "wall_ms": records.median_ms(wall_ns), "outputs": outputs,
            # each launch's median (launch order), for models priced kernel by kernel
-           "kernel_us_each": [statistics.median(ns) / 1e3 for ns in zip(*each_ns)]}
+           "kernel_us_each": [statistics.median(ns) / 1e3 for ns in zip(*each_ns, strict=True)]}
     if base_ns:
         ratios = sorted(k / max(b, 1) for k, b in zip(kernel_ns, base_ns, strict=True))
         out.update(paired="timed", paired_kernel_ms_min=min(base_ns) / 1e6,

@@ -15,9 +15,10 @@ cheaper than the best so far (by more than ``defaults.PATIENCE_MIN_GAIN`` of it)
 up to ``WORKER_MIN_OPERATIONS`` operations extract after a kept step once the steps since the
 last extraction matched as often as the e-graph has e-nodes (``rewriting._Stepwise``), the
 saturation worker at its checkpoints, and the cheapest extraction is the result; the budget
-above still bounds every run. ``match-limit`` turns on egglog's backoff scheduler, which bounds what one
-step applies; its report (stop reason, e-graph size per iteration, matches and time per rule)
-goes to the pass's statistics (``accy prepare --statistics``, ``accy explain``).
+above still bounds every run. ``match-limit`` turns on egglog's backoff scheduler, which
+bounds what one step applies; its report (stop reason, e-graph size per iteration, matches
+and time per rule) goes to the pass's statistics (``accy prepare --statistics``,
+``accy explain``).
 ``extractor`` picks how terms come out: ``greedy-dag`` (default; a shared subterm costs once),
 ``tree`` (once per use, the classic e-graph cost; for ablation) or ``ilp`` (exact, within
 ``extract-time-limit``, else the greedy-dag result, said in the statistics). The extraction is
