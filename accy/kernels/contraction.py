@@ -81,6 +81,7 @@ from accy.kernels.ir import (
     VectorLoad,
     VectorStore,
     add,
+    all_of,
     div,
     idx,
     linear,
@@ -106,13 +107,6 @@ class _Side:
     mode: str  # "free": copy along the free index, "k": along K (a transposing copy)
     lanes: int
     ld: int  # local row length
-
-
-def _all(conds: list[Expr]) -> Expr | None:
-    out = None
-    for c in conds:
-        out = c if out is None else Bin("&&", out, c)
-    return out
 
 
 class _Builder:
@@ -182,7 +176,7 @@ class _Builder:
         at = add(s.base, add(mul(f, idx(s.free_stride)), mul(k, idx(s.k_stride))))
         value = (Load(s.arg, at) if s.lanes == 1 else VectorLoad(s.arg, div(at, s.lanes),
                                                                  s.lanes))
-        guard = _all(([Bin("<", f, idx(s.extent))] if s.extent % s.tile else [])
+        guard = all_of(([Bin("<", f, idx(s.extent))] if s.extent % s.tile else [])
                      + ([Bin("<", k, idx(self.c.k.size))] if self.c.k.size % self.t.bk else []))
         return value if guard is None else Cond(guard, value, self.zero(s.lanes))
 
@@ -373,10 +367,10 @@ class _Builder:
                     if vector:
                         body += [VectorStore(names[o], div(at, t.vn), dt, tuple(vals))
                                  for o, vals in enumerate(lanes)]
-                        guard = _all(row_ok + ([Bin("<", cols[w], idx(c.n.size))]
+                        guard = all_of(row_ok + ([Bin("<", cols[w], idx(c.n.size))]
                                                if c.n.size % t.bn else []))
                     else:
-                        guard = _all(row_ok)
+                        guard = all_of(row_ok)
                         for lane in range(t.vn):
                             put = [Store(names[o], add(at, idx(lane * c.n.out)), vals[lane])
                                    for o, vals in enumerate(lanes)]

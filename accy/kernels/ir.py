@@ -514,6 +514,14 @@ def idx(value: int) -> Lit:
     return Lit(int(value), INDEX)
 
 
+def all_of(conds: list[Expr]) -> Expr | None:
+    """The conjunction (``&&``) of ``conds``; None for none (no guard)."""
+    out = None
+    for c in conds:
+        out = c if out is None else Bin("&&", out, c)
+    return out
+
+
 def add(a: Expr, b: Expr) -> Expr:
     if isinstance(a, Lit) and a.value == 0:
         return b

@@ -77,6 +77,7 @@ from accy.kernels.ir import (
     VectorLoad,
     VectorStore,
     add,
+    all_of,
     div,
     idx,
     mod,
@@ -121,13 +122,6 @@ POLICIES = ("tf32", "3xtf32")  # f32 products
 KINDS = (*POLICIES, "f16")
 
 
-def _all(conds: list[Expr]) -> Expr | None:
-    out = None
-    for c in conds:
-        out = c if out is None else Bin("&&", out, c)
-    return out
-
-
 class _Builder(VectorLoads, Stores):
     def __init__(self, group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
                  einsum: Node, c: Contraction, tiles: MmaTiles, policy: str,
@@ -164,7 +158,7 @@ class _Builder(VectorLoads, Stores):
         """Whether the whole vector at (f, k) is inside the operand (None: always)."""
         extent = self.sides[side][0]
         tile = self.t.bm if side == "x" else self.t.bn
-        return _all(([Bin("<", f, idx(extent))] if extent % tile else [])
+        return all_of(([Bin("<", f, idx(extent))] if extent % tile else [])
                     + ([Bin("<", k, idx(self.c.k.size))] if self.c.k.size % self.t.bk else []))
 
     def issue(self, side: str, i: int, f0: Expr, k0: Expr, stage: Expr) -> Stmt:
@@ -209,7 +203,7 @@ class _Builder(VectorLoads, Stores):
         for j in range(VECTOR):
             fj, kj = (f, add(k, idx(j))) if k_major else (add(f, idx(j)), k)
             at = add(self.bases[side], add(mul(fj, idx(fs)), mul(kj, idx(ks))))
-            guard = _all([Bin("<", fj, idx(extent)), Bin("<", kj, idx(self.c.k.size))])
+            guard = all_of([Bin("<", fj, idx(extent)), Bin("<", kj, idx(self.c.k.size))])
             value = Cond(guard, Load(self.arg[side], at), Lit(0.0, DType.f32))
             name = f"{side}_r{i}_{j}"
             out.append(Let(name, DType.f32, value, True) if first else Assign(name, value))

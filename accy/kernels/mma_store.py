@@ -22,6 +22,7 @@ from accy.kernels.ir import (
     Var,
     VectorStore,
     add,
+    all_of,
     div,
     idx,
     mod,
@@ -33,13 +34,6 @@ from accy.plans import FusionGroup, KernelOutline
 
 if TYPE_CHECKING:
     from accy.kernels.mma_plan import MmaTiles
-
-
-def _all(conds: list[Expr]) -> Expr | None:
-    out = None
-    for c in conds:
-        out = c if out is None else Bin("&&", out, c)
-    return out
 
 
 class Stores:
@@ -97,7 +91,7 @@ class Stores:
                         Store(names[o], add(at, idx(j)), v[j]) for o, v in
                         enumerate(lanes) if self.out_args[o].dtype is not DType.f32
                         for j in range(2)]
-                    guard = _all(([row_ok] if c.m.size % t.bm else [])
+                    guard = all_of(([row_ok] if c.m.size % t.bm else [])
                                  + ([Bin("<", col, idx(c.n.size))]
                                     if c.n.size % t.bn else []))
                     self.body += [If(guard, tuple(body))] if guard is not None else body
