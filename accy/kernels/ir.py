@@ -15,6 +15,7 @@ fingerprint is a hash of its structure.
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
@@ -432,6 +433,7 @@ register(Var, Lit, Bin, Un, Call, Cond, Cast, Load, Id, VectorLoad, VectorLoadAt
 
 _PER_BODY: dict[tuple[Hashable, int], tuple[tuple[Stmt, ...], Any]] = {}
 PER_BODY_KEPT = 64  # bodies whose derived values are kept (oldest dropped first)
+_PER_BODY_LOCK = threading.Lock()
 
 
 def per_body[T](kind: Hashable, body: tuple[Stmt, ...], compute: Callable[[], T]) -> T:
@@ -445,9 +447,10 @@ def per_body[T](kind: Hashable, body: tuple[Stmt, ...], compute: Callable[[], T]
     if hit is not None and hit[0] is body:
         return hit[1]
     value = compute()
-    while len(_PER_BODY) >= PER_BODY_KEPT:
-        _PER_BODY.pop(next(iter(_PER_BODY)), None)
-    _PER_BODY[key] = (body, value)
+    with _PER_BODY_LOCK:  # threads prepare jobs at once (issue #12): one writer at a time
+        while len(_PER_BODY) >= PER_BODY_KEPT:
+            _PER_BODY.pop(next(iter(_PER_BODY)), None)
+        _PER_BODY[key] = (body, value)
     return value
 
 
