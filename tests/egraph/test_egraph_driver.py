@@ -241,7 +241,8 @@ def test_saturation_is_deterministic():
     runs = []
     for _ in range(2):
         peg = to_egraph(chain(7))
-        report = saturate(peg, toy_rules(), node_limit=5_000)
+        # a time limit no run nears: the node limit and saturation decide, not the machine
+        report = saturate(peg, toy_rules(), node_limit=5_000, time_limit_s=600.0)
         runs.append(([(i.e_nodes, i.e_classes, i.matches, i.kept) for i in report.iterations],
                      report.matches(), report.stop_reason, extract(peg).program))
     assert runs[0] == runs[1]
