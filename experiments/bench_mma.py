@@ -74,6 +74,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import math
 import os
 import re
@@ -420,69 +421,28 @@ def probe_report(runtime) -> str:
     return "; ".join(parts)
 
 
-COUNT_TARGET = TargetProfile(  # an H200-like profile: --counts needs no device
-    device="H200-like (counts only)", device_type="gpu", compute_units=132,
-    max_work_group_size=1024, local_mem_bytes=48 * 1024,
-    dtypes=frozenset({accy.DType.f32, accy.DType.f16, accy.DType.i32, accy.DType.i64,
-                      accy.DType.bool}),
-    tensor_cores=(TF32_MMA, CP_ASYNC, F16_MMA))
-COUNTED = {  # what the K loop issues per work-item and step, by the pattern of its source
-    "mma": r"mma\.sync", "cvt": r"cvt\.rna", "lds32": r"[ab]_tile\[[^\]]*\](?!\s*=[^=])",
-    "vload": r"vload\d\([^;]*_tile\)", "ld.shared.v": r"ld\.shared\.v", "ldmatrix": r"ldmatrix",
-    "cp.async": r"cp\.async\.cg", "barrier": r"barrier\("}
-
-
-def k_loop(src: str) -> str:
-    """The source of a kernel's K loop (``for (long kt ...) { ... }``)."""
-    start = src.index("for (long kt")
-    depth = 0
-    for end in range(src.index("{", start), len(src)):
-        depth += {"{": 1, "}": -1}.get(src[end], 0)
-        if depth == 0:
-            return src[start:end + 1]
-    raise ValueError("the K loop's braces do not close")
+def _counts():
+    """experiments/mma_counts.py (beside this file), imported by path."""
+    name = "mma_counts"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
 
 
 def loop_counts(case: dict[str, Any], precision: str, tiles: MmaTiles | None
                 ) -> dict[str, Any]:
     """Instructions the tensor-core kernel's K loop issues per work-item and K step (from its
-    OpenCL C source on :data:`COUNT_TARGET`; no device)."""
-    job = accy.prepare(program(case), pipeline(precision), target=COUNT_TARGET)
+    OpenCL C source on ``mma_counts.COUNT_TARGET``; no device)."""
+    job = accy.prepare(program(case), pipeline(precision), target=_counts().COUNT_TARGET)
     if tiles is not None:
         job = with_mma_tiles(job, tiles, precision)
     if not any(g.startswith("mma") for g in job.generators()):
         return {"generators": job.generators()}
-    src = job.kernel_source(0)
-    body = k_loop(src)
-    out: dict[str, Any] = {k: len(re.findall(v, body)) for k, v in COUNTED.items()}
-    # the tiles' local memory (float or int words), against the device's 48 KiB
-    out["local KiB"] = sum(4 * int(n) for n in re.findall(r"__local (?:float|int) \w+\[(\d+)\]",
-                                                          src)) / 1024
-    loads = out["lds32"] + out["vload"] + out["ld.shared.v"] + out["ldmatrix"]
-    out["local loads per mma"] = loads / max(out["mma"], 1)
-    out["cvt per mma"] = out["cvt"] / max(out["mma"], 1)
-    return out
-
-
-def print_counts(cases: list[dict[str, Any]], policies: list[str],
-                 sweeps: dict[accy.DType, list[MmaTiles]]) -> list[dict[str, Any]]:
-    """``--counts``: each case's heuristic kernel and swept tiles, counted."""
-    rows = []
-    for case in cases:
-        dt = dtype_of(case)
-        for precision in policies[:1] if dt is accy.DType.f16 else policies:
-            for tiles in [None, *sweeps[dt]]:
-                try:
-                    t = None if tiles is None else for_dtype(tiles, dt)
-                    row = loop_counts(case, precision, t)
-                except ValueError as exc:
-                    row = {"error": str(exc)}
-                row = {"case": case["name"], "precision": precision,
-                       "tiles": "heuristic" if tiles is None else tiles.text(), **row}
-                rows.append(row)
-                print(" ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}"
-                               for k, v in row.items()), flush=True)
-    return rows
+    return _counts().count_k_loop(job.kernel_source(0))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -551,9 +511,9 @@ def main(argv: list[str] | None = None) -> int:
                           for v in rounding]
     sources = Path(args.sources) if args.sources else Path(args.out).with_suffix("") / "sources"
     if args.counts:  # no device: the K loops' instruction counts, to set beside the timings
-        rows = print_counts(cases, policies, sweeps)
+        rows = _counts().print_counts(cases, policies, sweeps, loop_counts, dtype_of)
         write_json({"benchmark": "bench_mma --counts", "timestamp": timestamp(),
-                    "commit": git_commit(), "target": COUNT_TARGET.describe(),
+                    "commit": git_commit(), "target": _counts().COUNT_TARGET.describe(),
                     "counts": rows}, args.out)
         return 0
 

@@ -52,6 +52,7 @@ from accy.kernels.contraction_plan import (
     Tiles,
     analyse,
     choose_tiles,
+    output_coords,
     stored_value,
     transposing,
 )
@@ -380,17 +381,7 @@ class _Builder:
 
     def coords(self, bcoords: list[Expr], row: Expr, col: Expr) -> tuple[Expr, ...]:
         """Output coordinates of the element at flattened (row, col)."""
-        out = []
-        for cls, i, inner, size in self.c.coords:
-            if cls == "b":
-                out.append(bcoords[i])
-            elif cls == "1":
-                out.append(idx(0))
-            else:
-                extent = self.c.m.size if cls == "m" else self.c.n.size
-                flat = div(row if cls == "m" else col, inner)
-                out.append(flat if inner * size == extent else mod(flat, size))
-        return tuple(out)
+        return output_coords(self.c, bcoords, row, col)
 
 
 class _Partials(loopnest.LoopNestBuilder):

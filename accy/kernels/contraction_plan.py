@@ -10,7 +10,7 @@ from accy.ir.node import Node
 from accy.ir.ops import Op
 from accy.ir.shapes import parse_einsum
 from accy.ir.types import DType
-from accy.kernels.ir import row_major
+from accy.kernels.ir import Expr, div, idx, mod, row_major
 from accy.plans import FusionGroup, ScheduleKind, is_inlined
 from accy.target import TargetProfile
 
@@ -333,3 +333,21 @@ def choose_tiles(c: Contraction, target: TargetProfile) -> Tiles:
 
 
 # kernel -----------------------------------------------------------------------------------
+
+
+def output_coords(c: Contraction, bcoords: list[Expr], row: Expr, col: Expr
+                  ) -> tuple[Expr, ...]:
+    """The output coordinates of the element at flattened (``row``, ``col``) of ``c``'s
+    product (batch coordinates ``bcoords``): what the tiled and tensor-core contractions'
+    epilogues read their operands at."""
+    out = []
+    for cls, i, inner, size in c.coords:
+        if cls == "b":
+            out.append(bcoords[i])
+        elif cls == "1":
+            out.append(idx(0))
+        else:
+            extent = c.m.size if cls == "m" else c.n.size
+            flat = div(row if cls == "m" else col, inner)
+            out.append(flat if inner * size == extent else mod(flat, size))
+    return tuple(out)

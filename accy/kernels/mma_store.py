@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from accy.ir.types import DType
 from accy.kernels import loopnest
-from accy.kernels.contraction_plan import Contraction, stored_value
+from accy.kernels.contraction_plan import Contraction, output_coords, stored_value
 from accy.kernels.ir import (
     Bin,
     Expr,
@@ -25,7 +25,6 @@ from accy.kernels.ir import (
     all_of,
     div,
     idx,
-    mod,
     mul,
 )
 from accy.kernels.mma_layout import c_coords_v
@@ -117,14 +116,4 @@ class Stores:
 
     def coords(self, row: Expr, col: Expr) -> tuple[Expr, ...]:
         """Output coordinates of the element at flattened (row, col)."""
-        out = []
-        for cls, i, inner, size in self.c.coords:
-            if cls == "b":
-                out.append(self.bcoords[i])
-            elif cls == "1":
-                out.append(idx(0))
-            else:
-                extent = self.c.m.size if cls == "m" else self.c.n.size
-                flat = div(row if cls == "m" else col, inner)
-                out.append(flat if inner * size == extent else mod(flat, size))
-        return tuple(out)
+        return output_coords(self.c, self.bcoords, row, col)
