@@ -309,7 +309,8 @@ class _Campaign:
         return max(numbers, default=0) + 1
 
     def make_executor(self) -> Any:
-        from accy.experiments.executor import DaskExecutor, LocalExecutor
+        from accy.experiments.dask_executor import DaskExecutor
+        from accy.experiments.executor import LocalExecutor
 
         # one round at a time, never retried (a crash or hang is a finding); the worker is
         # replaced after rounds_per_worker rounds (PoCL's per-process kernel mappings)

@@ -26,27 +26,17 @@ task settles (the task journal of :mod:`accy.experiments.journal` persists them 
 ``LocalExecutor`` (the default) runs tasks in ``workers`` processes of a pebble
 ``ProcessPool`` (spawned, so OpenCL and egglog state is never forked), one task per process
 at a time. Pebble charges a dead process to the task it was running and starts a fresh one,
-and kills the process of a task past its timeout. ``max_tasks`` replaces a worker process
+and kills the process of a task past its timeout. Pebble can lose a task whose process dies
+before the pool has read that it started (noxdafox/pebble#153): each task notes its process
+id as it starts, and a task whose process has been gone for :data:`LOST_AFTER_S` while its
+future is still pending is charged a crash here, and the pool replaced (the other running
+tasks start again in the new one, uncharged). ``max_tasks`` replaces a worker process
 after that many tasks (per-process state of a driver stays bounded: ``accy fuzz``'s
 ``--rounds-per-worker``). ``workers=0`` runs tasks in this process (no isolation and no
 timeout: for debugging and profiling).
 
-``DaskExecutor`` submits the same tasks to a ``distributed`` cluster: ``scheduler`` is the
-address of a running one (``tcp://host:8786``), or None for a local cluster of ``workers``
-processes (tests). Retries are this module's, not Dask's ``submit(retries=)``, which covers
-only exceptions: a worker that dies is rescheduled by Dask until the scheduler's
-``distributed.scheduler.allowed-failures`` is exhausted (``KilledWorker``), which counts as
-one crashed attempt here. A task past its timeout is cancelled and its worker restarted
-through its nanny (workers started by ``dask worker`` have one). Its clock starts when the
-scheduler hands it to a worker, so give the scheduler ``distributed.scheduler.
-worker-saturation: 1.0`` (the local cluster's setting): then a worker holds only the task it
-runs, and a crash or timeout is charged to that task alone. ``max_tasks`` restarts a worker
-(through its nanny) once it has run that many tasks, when the ``map`` that ran them ends.
-
-The local cluster (``scheduler=None``) listens on ``host`` only -- scheduler, workers and
-dashboard -- which is ``127.0.0.1`` unless asked otherwise (``accy experiment --dask-host``):
-a cluster runs whatever function it is sent, so it must not be reachable from the network by
-default.
+``DaskExecutor`` (:mod:`accy.experiments.dask_executor`) runs the same tasks on a Dask
+cluster.
 
 Progress bars (tqdm) are shown only when stderr is a terminal and tqdm is installed.
 """
@@ -55,14 +45,16 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import importlib
+import itertools
 import multiprocessing
 import os
 import platform
 import signal
 import sys
+import tempfile
 import time
 import traceback
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -70,7 +62,7 @@ from typing import Any, Literal, Protocol
 from pebble import ProcessExpired, ProcessPool
 
 __all__ = [
-    "LOCALHOST", "DaskExecutor", "Executor", "LocalExecutor", "OnResult", "Task",
+    "LOCALHOST", "Executor", "LocalExecutor", "OnResult", "Task",
     "TaskResult", "exit_text", "make_executor", "probe", "progress", "run_task", "sort_key",
 ]
 
@@ -132,6 +124,29 @@ def _worker_name(pid: int | None = None) -> str:
     return f"{platform.node()}:{os.getpid() if pid is None else pid}"
 
 
+def _run_noted(task: Task, note: str) -> tuple[str, Any, str]:
+    """:func:`run_task`, having written this process's id to the file ``note`` (the pool's
+    watchdog looks for it to tell a task the pool lost)."""
+    with open(note, "w") as f:
+        f.write(str(os.getpid()))
+    return run_task(task)
+
+
+def _gone(pid: int) -> bool:
+    """Whether process ``pid`` has exited (reaped, or a zombie waiting to be)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] == "Z"
+    except OSError:
+        return False
+
+
 def run_task(task: Task) -> tuple[str, Any, str]:
     """Run one task where it lands: (``"ok"``, value, worker) or (``"error"``, traceback,
     worker). Exceptions become text, so every result pickles."""
@@ -164,11 +179,7 @@ def probe(value: int, fail: str = "", sleep: float = 0.0) -> dict[str, Any]:
     return {"value": value, "square": value * value}
 
 
-def _run_task_on_dask(task: Task) -> tuple[str, Any, str, str]:
-    """:func:`run_task` and the address of the Dask worker it ran on (for recycling)."""
-    from distributed import get_worker
 
-    return (*run_task(task), get_worker().address)
 
 
 class Executor(Protocol):
@@ -211,11 +222,6 @@ def _check_keys(tasks: Sequence[Task]) -> None:
         seen.add(t.key)
 
 
-def _bracketed(host: str) -> str:
-    """An IPv6 literal in brackets, as an address with a port needs it."""
-    return f"[{host}]" if ":" in host and not host.startswith("[") else host
-
-
 def _sorted(results: Mapping[Key, TaskResult]) -> list[TaskResult]:
     return [results[k] for k in sorted(results, key=sort_key)]
 
@@ -244,6 +250,10 @@ def progress(total: int, desc: str = "", enabled: bool | None = None) -> Iterato
 
 
 # ---- local processes -------------------------------------------------------------------------
+
+
+WATCH_S = 1.0  # how often a running map looks for tasks the pool lost
+LOST_AFTER_S = 5.0  # a pending task whose process has been gone this long was lost
 
 
 class LocalExecutor:
@@ -290,30 +300,81 @@ class LocalExecutor:
         return _sorted(state.results)
 
     def _map_pool(self, tasks: Sequence[Task], state: _Attempts, bar: Any) -> None:
+        with tempfile.TemporaryDirectory(prefix="accy-tasks-") as notes:
+            self._watch_pool(tasks, state, bar, notes)
+
+    def _start_pool(self) -> ProcessPool:
         if self._pool is None:
             self._pool = ProcessPool(max_workers=self.workers, max_tasks=self.max_tasks,
                                      initializer=self.initializer,
                                      context=multiprocessing.get_context("spawn"))
-        pool = self._pool
+        return self._pool
+
+    def _stop_pool(self) -> None:
+        if self._pool is not None:
+            self._pool.stop()
+            self._pool.join()
+            self._pool = None
+
+    def _watch_pool(self, tasks: Sequence[Task], state: _Attempts, bar: Any,
+                    notes: str) -> None:
+        submitted = itertools.count()
+        note_of: dict[cf.Future, str] = {}
+        gone_since: dict[cf.Future, float] = {}
 
         def submit(task: Task) -> cf.Future:
-            return pool.schedule(run_task, (task,), timeout=self.timeout)
+            note = os.path.join(notes, str(next(submitted)))
+            future = self._start_pool().schedule(_run_noted, (task, note), timeout=self.timeout)
+            note_of[future] = note
+            return future
+
+        def settle(future: cf.Future, outcome: tuple[str, Any, str]) -> None:
+            task = running.pop(future)
+            note_of.pop(future)
+            gone_since.pop(future, None)
+            if state.settle(task, *outcome):
+                bar.update()
+            else:
+                running[submit(task)] = task
 
         running = {submit(task): task for task in tasks}
         try:
             while running:
-                done, _ = cf.wait(running, return_when=cf.FIRST_COMPLETED)
+                done, _ = cf.wait(running, timeout=WATCH_S, return_when=cf.FIRST_COMPLETED)
                 for future in done:
-                    task = running.pop(future)
-                    if state.settle(task, *self._outcome(future)):
-                        bar.update()
-                    else:
+                    settle(future, self._outcome(future))
+                lost = self._lost(running, note_of, gone_since)
+                if lost:  # the pool's books are wrong: a new pool, the others start again
+                    self._stop_pool()
+                    others = [f for f in running if f not in dict(lost)]
+                    for future, pid in lost:
+                        settle(future, ("crash", "worker process died and the pool lost its "
+                                        "task", _worker_name(pid)))
+                    for future in others:
+                        note_of.pop(future)
+                        gone_since.pop(future, None)
+                        task = running.pop(future)
                         running[submit(task)] = task
         except BaseException:  # Ctrl-C and the like: kill the workers rather than wait
-            pool.stop()
-            pool.join()
-            self._pool = None
+            self._stop_pool()
             raise
+
+    @staticmethod
+    def _lost(running: Mapping[cf.Future, Task], note_of: Mapping[cf.Future, str],
+              gone_since: dict[cf.Future, float]) -> list[tuple[cf.Future, int]]:
+        """The pending futures whose worker process has been gone for LOST_AFTER_S."""
+        now, lost = time.monotonic(), []
+        for future in running:
+            try:
+                with open(note_of[future]) as f:
+                    pid = int(f.read())
+            except (OSError, ValueError):
+                continue  # not started yet (or its note half-written)
+            if future.done() or not _gone(pid):
+                gone_since.pop(future, None)
+            elif now - gone_since.setdefault(future, now) >= LOST_AFTER_S:
+                lost.append((future, pid))
+        return lost
 
     def _outcome(self, future: cf.Future) -> tuple[str, Any, str]:
         try:
@@ -368,167 +429,18 @@ class _Attempts:
         return True
 
 
-# ---- Dask ------------------------------------------------------------------------------------
-
-
-class DaskExecutor:
-    """Tasks on a Dask ``distributed`` cluster (an address, or a local cluster for tests),
-    retried on error or crash, cancelled and their worker restarted past ``timeout``
-    seconds (None: no limit)."""
-
-    name = "dask"
-    poll_s = 0.2  # how often running tasks are checked against the timeout
-
-    def __init__(self, scheduler: str | None = None, workers: int = 2, retries: int = 2,
-                 show_progress: bool | None = None, timeout: float | None = None,
-                 max_tasks: int = 0, host: str = LOCALHOST) -> None:
-        try:
-            from distributed import Client, LocalCluster
-        except ImportError as e:
-            raise ImportError("the Dask executor needs dask[distributed]: "
-                              "pip install 'accy[dist]'") from e
-        _check_options(retries, timeout)
-        if max_tasks < 0:
-            raise ValueError(f"max_tasks must be >= 0 (0: no limit), got {max_tasks}")
-        self.retries = retries
-        self.timeout = timeout
-        self.show_progress = show_progress
-        self.scheduler = scheduler
-        self.max_tasks = max_tasks
-        self._ran: dict[str, int] = {}  # worker address -> tasks run since it (re)started
-        self._cluster = None
-        if scheduler is None:
-            import dask
-
-            # one task per worker process at a time, so a crash is charged to its own task
-            # host binds the scheduler and the workers (and their nannies); the dashboard
-            # needs its own, since ":0" alone binds it to every interface
-            with dask.config.set({"distributed.scheduler.worker-saturation": 1.0}):
-                self._cluster = LocalCluster(n_workers=workers, threads_per_worker=1,
-                                             processes=True, host=host,
-                                             dashboard_address=f"{_bracketed(host)}:0")
-            self.client = Client(self._cluster)
-        else:
-            self.client = Client(scheduler)
-
-    def describe(self) -> dict[str, Any]:
-        info = self.client.scheduler_info()
-        return {"executor": self.name, "scheduler": self.scheduler or "local",
-                "workers": len(info.get("workers", {})), "retries": self.retries,
-                "timeout": self.timeout}
-
-    def map(self, tasks: Sequence[Task], desc: str = "",
-            on_result: OnResult | None = None) -> list[TaskResult]:
-        from distributed import as_completed
-
-        _check_keys(tasks)
-        state = _Attempts(self.retries, on_result)
-        stamp = f"{time.time_ns():x}"
-        tries: dict[Key, int] = {}
-        ran: list[str] = []  # the Dask worker address of each task that returned
-        live: dict[str, tuple[Task, Any]] = {}  # Dask key -> (task, future) not settled yet
-        started: dict[str, tuple[float, str]] = {}  # Dask key -> (start, worker address)
-
-        def submit(task: Task) -> Any:
-            n = tries[task.key] = tries.get(task.key, 0) + 1
-            name = "accy-" + "-".join(map(str, task.key)) + f"-{stamp}-{n}"
-            future = self.client.submit(_run_task_on_dask, task, key=name, pure=False)
-            live[future.key] = (task, future)
-            return future
-
-        with progress(len(tasks), desc, self.show_progress) as bar:
-            pending = as_completed([submit(t) for t in tasks])
-
-            def settle(task: Task, outcome: tuple[str, Any, str]) -> None:
-                if state.settle(task, *outcome):
-                    bar.update()
-                else:
-                    pending.add(submit(task))
-
-            while not pending.is_empty():
-                batch = pending.next_batch(block=self.timeout is None)
-                for future in batch:
-                    if future.key not in live:  # cancelled at its timeout, settled then
-                        continue
-                    task, _ = live.pop(future.key)
-                    try:
-                        *outcome, address = future.result()
-                        ran.append(address)
-                    except Exception as e:  # noqa: BLE001 -- KilledWorker, lost worker
-                        outcome = ("crash", f"worker lost: {type(e).__name__}: {e}", "")
-                    settle(task, outcome)
-                    future.release()
-                if self.timeout is not None:
-                    for key, worker in self._expired(live, started, self.timeout):
-                        task, future = live.pop(key)
-                        future.cancel()
-                        restart = self._restart(worker)
-                        error = _timeout_error(self.timeout)
-                        if not restart.startswith("OK"):  # no nanny: the worker stays hung
-                            error += f" (restarting it: {restart})"
-                        settle(task, ("timeout", error, worker))
-                    if not batch:
-                        time.sleep(self.poll_s)
-        self._recycle(ran)
-        return _sorted(state.results)
-
-    def _restart(self, worker: str) -> str:
-        """Restart ``worker`` through its nanny: ``OK``, or why not. A worker that left the
-        cluster meanwhile (it died, or its nanny restarted it) needs no restart: distributed
-        then raises ``KeyError`` from inside ``restart_workers``, a race this absorbs."""
-        self._ran.pop(worker, None)
-        try:
-            out = self.client.restart_workers([worker], raise_for_error=False)
-        except KeyError:
-            return "OK (it had already left the cluster)"
-        except (ValueError, OSError, TimeoutError) as e:  # no nanny, scheduler unreachable
-            return f"{type(e).__name__}: {e}"
-        return str(out.get(worker, "OK (it had already left the cluster)"))
-
-    def _recycle(self, ran: Iterable[str]) -> None:
-        """Restart the workers that have run ``max_tasks`` tasks (0: never)."""
-        if not self.max_tasks:
-            return
-        for address in ran:  # (a timed-out task's worker was restarted already)
-            self._ran[address] = self._ran.get(address, 0) + 1
-        for worker, n in list(self._ran.items()):
-            if n >= self.max_tasks:
-                self._restart(worker)
-
-    def _expired(self, live: Mapping[str, Any], started: dict[str, tuple[float, str]],
-                 timeout: float) -> list[tuple[str, str]]:
-        """Keys of ``live`` running longer than ``timeout``, with their workers. A task's
-        clock starts when it is first seen processing on a worker."""
-        now = time.monotonic()
-        for worker, keys in self.client.processing().items():
-            for key in keys:
-                if key in live:
-                    started.setdefault(key, (now, worker))
-        return [(key, worker) for key, (t0, worker) in started.items()
-                if key in live and now - t0 > timeout]
-
-    def close(self) -> None:
-        self.client.close()
-        if self._cluster is not None:
-            self._cluster.close()
-
-    def __enter__(self) -> DaskExecutor:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
 def make_executor(kind: str = "local", *, workers: int | None = None, retries: int = 2,
                   scheduler: str | None = None, show_progress: bool | None = None,
                   timeout: float | None = None, max_tasks: int = 0,
-                  host: str = LOCALHOST) -> LocalExecutor | DaskExecutor:
+                  host: str = LOCALHOST) -> Executor:
     """``local`` (processes) or ``dask`` (``scheduler`` address, or a local cluster listening
     on ``host``); tasks are retried ``retries`` times on error or crash and killed past
     ``timeout`` seconds; a worker is replaced after ``max_tasks`` tasks (0: never)."""
     if kind == "local":
         return LocalExecutor(workers, retries, show_progress, timeout, max_tasks)
     if kind == "dask":
+        from accy.experiments.dask_executor import DaskExecutor
+
         return DaskExecutor(scheduler, workers or 2, retries, show_progress, timeout,
                             max_tasks, host)
     raise ValueError(f"unknown executor {kind!r}; valid: local, dask")

@@ -122,7 +122,7 @@ def dask_executor():
     pytest.importorskip("distributed")
     import dask
 
-    from accy.experiments.executor import DaskExecutor
+    from accy.experiments.dask_executor import DaskExecutor
 
     # Dask reschedules a task whose worker died once more, then fails it (KilledWorker); the
     # executor's own retry counts that as one attempt
@@ -200,3 +200,19 @@ def test_same_sweep_on_dask_gives_the_same_results(dask_executor) -> None:
         dask_executor.timeout = None
     assert [deterministic(r) for r in runs[0]["rows"]] == [deterministic(r)
                                                            for r in runs[1]["rows"]]
+
+
+def test_a_task_the_pool_loses_is_charged_a_crash_not_waited_for(monkeypatch) -> None:
+    # pebble can miss a worker's death when the process dies before the pool has read that its
+    # task started (noxdafox/pebble#153); here it misses every death, so the future of a task
+    # whose process exits stays pending forever unless the executor's watchdog notices
+    from pebble.pool.process import PoolManager
+    monkeypatch.setattr(PoolManager, "handle_worker_expiration", lambda self, expiration: None)
+    tasks = [*probes(3), Task(("b", "exits"), PROBE, {"value": 6, "fail": "exit"})]
+    with LocalExecutor(2, retries=1) as ex:
+        results = {r.key: r for r in ex.map(tasks)}
+        assert all(r.ok for r in ex.map(probes(2)))  # the replaced pool goes on
+    assert all(results[("p", i)].ok for i in range(3))
+    exited = results[("b", "exits")]
+    assert exited.status == "crashed" and exited.attempts == 2
+    assert "the pool lost its task" in exited.error

@@ -238,7 +238,7 @@ def test_a_local_dask_cluster_listens_on_loopback_only() -> None:
 
     import psutil
 
-    from accy.experiments.executor import DaskExecutor
+    from accy.experiments.dask_executor import DaskExecutor
 
     ex = DaskExecutor(None, workers=1, retries=0)
     try:
