@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from egglog import EGraph, Schedule, bindings
+from egglog.declarations import CombinedRulesetDecl
 
 _COMMANDS: dict[Any, tuple[Any, tuple[Any, ...]] | None] = {}  # decl -> (command, rule sets)
 _MAX_COMMANDS = 64
@@ -68,7 +69,18 @@ def _has(state: Any, schedule: Schedule, rulesets: tuple[Any, ...]) -> bool:
     """Whether the e-graph has registered these very rule sets (the declarations the schedule
     carries, by identity: a rule set defined again under the same name is new to it)."""
     mine, known = schedule.__egg_decls__._rulesets, state.__egg_decls__._rulesets
-    return all(r in state.rulesets and known.get(r) is mine.get(r) for r in rulesets)
+
+    def same(r: Any) -> bool:
+        k, m = known.get(r), mine.get(r)
+        if r not in state.rulesets or k is None:
+            return False
+        # a combined rule set is registered as an equal copy (its parts' names): the same if
+        # every part is the very rule set (this check by identity alone failed for every
+        # combined one, so each step took EGraph.run's slow path)
+        return k is m or (isinstance(m, CombinedRulesetDecl) and k == m
+                          and all(same(part) for part in m.rulesets))
+
+    return all(same(r) for r in rulesets)
 
 
 def _plain_rulesets(decl: Any) -> tuple[Any, ...] | None:

@@ -20,9 +20,11 @@ class DType(Enum):
     i64 = "i64"
     bool = "bool"
 
+    __hash__ = object.__hash__  # a singleton: identity hashing at C speed (see Op)
+
     @property
     def numpy(self) -> np.dtype:
-        return np.dtype(_NUMPY[self])
+        return _NUMPY_DTYPES[self]
 
     @property
     def itemsize(self) -> int:
@@ -65,6 +67,7 @@ _NUMPY = {
     DType.i64: "int64",
     DType.bool: "bool",
 }
+_NUMPY_DTYPES = {d: np.dtype(name) for d, name in _NUMPY.items()}
 
 
 @dataclass(frozen=True, slots=True)

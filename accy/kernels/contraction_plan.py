@@ -272,6 +272,24 @@ def _large(t: Tiles) -> bool:
     return t.vm * t.sm >= 8 and t.vn * t.sn >= 8
 
 
+TINY_THREADS = 256  # a product this small (rounded up to powers of two) is one work-group
+
+
+def _tiny(c: Contraction, target: TargetProfile) -> Tiles | None:
+    """One output per work-item, one work-group covering each batch entry's whole product
+    (rows and columns rounded up to powers of two), for a product of at most TINY_THREADS
+    outputs: the smallest register tile (32x32, 16 outputs per work-item) would pad it at
+    least 4x, and the kernel is launch-bound whatever it does; one output per work-item keeps
+    its source (unrolled K steps, one epilogue per accumulator) 16x smaller."""
+    wx = 1 << max(0, (c.n.size - 1).bit_length())
+    wy = 1 << max(0, (c.m.size - 1).bit_length())
+    if wx * wy > min(TINY_THREADS, target.max_work_group_size):
+        return None
+    bk = min(16, -(-c.k.size // 4) * 4)
+    t = Tiles(wx, wy, 1, 1, 1, 1, bk, bk, vector=1)
+    return t if t.local_bytes(c.dtype.itemsize) <= target.local_mem_bytes else None
+
+
 def choose_tiles(c: Contraction, target: TargetProfile) -> Tiles:
     """Tile sizes for ``c`` on ``target``: from its device type, limits and the problem shape."""
     item = c.dtype.itemsize
@@ -291,6 +309,9 @@ def choose_tiles(c: Contraction, target: TargetProfile) -> Tiles:
         bk = min(64, -(-c.k.size // 4) * 4)
         wy = max(1, min(4, c.m.size // tm))  # work-items of a group share the Y tile copy
         return Tiles(1, wy, vm, tm // vm, lanes, sn, bk, 4, vector=lanes)
+    tiny = _tiny(c, target)
+    if tiny is not None:
+        return tiny
     lanes = max(1, 16 // item)  # 16-byte vectors
     per = 8 // lanes if item == 4 else 2  # 8x8 f32 or 4x4 f64 outputs per work-item
     shapes = [Tiles(16, 16, lanes, per, lanes, per, 16, 16, True, 0, lanes, 8),

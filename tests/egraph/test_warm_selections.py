@@ -43,3 +43,22 @@ def test_selections_share_one_egraph_and_compute_as_on_a_fresh_one() -> None:
     assert eg_both is eg_all and declared == {everything, without}
     assert again == fresh
     assert fired[0] not in again[5]
+
+
+def test_warm_runs_step_without_egglog_pythons_run_and_report_the_same(monkeypatch) -> None:
+    # once an e-graph has registered a selection's combined rule set, its steps run the
+    # converted command directly (accy.egraph.steps); egglog registers an equal copy of a
+    # combined rule set, and comparing it by identity alone sent every step the slow way
+    from egglog import EGraph
+
+    everything = rewriting.select(DEFAULT_RULESETS)
+    rewriting._WARM.egraphs.clear()
+    calls: list[object] = []
+    slow = EGraph.run
+    monkeypatch.setattr(EGraph, "run", lambda self, *a, **k: calls.append(a) or slow(self, *a, **k))
+    fresh = summary(run(everything))
+    assert calls  # a new e-graph registers the rule sets through EGraph.run
+    calls.clear()
+    again = summary(run(everything))
+    assert calls == []
+    assert again == fresh

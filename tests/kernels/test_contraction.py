@@ -171,6 +171,15 @@ def test_gpu_tiles_shrink_until_the_device_is_filled():
     assert batched.bm == 128  # 64 batches x 16 tiles fill the device with large tiles
 
 
+def test_gpu_tiles_for_a_product_of_at_most_256_outputs_are_one_group_one_output_each():
+    t = tiles_for("ik,kj->ij", [(8, 16), (16, 16)], H200)
+    assert (t.bm, t.bn, t.threads, t.vm * t.sm * t.vn * t.sn, t.bk) == (8, 16, 128, 1, 16)
+    t = tiles_for("bik,bkj->bij", [(2, 5, 3), (2, 3, 7)], H200)  # rounded up: 8 x 8, K 4
+    assert (t.bm, t.bn, t.bk) == (8, 8, 4)
+    # 9 x 17 rounds up to 16 x 32 = 512 outputs: register tiles as before
+    assert tiles_for("ik,kj->ij", [(9, 5), (5, 17)], H200).bm == 32
+
+
 def test_gpu_tiles_for_f64_use_two_lane_vectors_and_fewer_outputs():
     t = tiles_for("ik,kj->ij", [(4096, 4096), (4096, 4096)], H200, DType.f64)
     assert (t.vm, t.vn, t.bm * t.bn // t.threads) == (2, 2, 16)
@@ -378,6 +387,14 @@ def test_bias_add_relu_epilogue(runtime, profiles, kind):
     prog = program("ik,kj->ij", [(37, 20), (20, 50)], epilogue=lambda y, b: (y + b).relu(),
                    extra=[(50,)])
     check(runtime, prog, profiles[kind], lambda x, w, b: np.maximum(x @ w + b, 0))
+
+
+@pytest.mark.parametrize("kind", ["device", "gpu-tiles"])
+def test_one_output_per_work_item_tiles_with_an_epilogue(runtime, profiles, kind):
+    prog = program("bik,bkj->bij", [(2, 6, 20), (2, 20, 10)], extra=[(10,)],
+                   epilogue=lambda y, b: (y + b).sigmoid())
+    check(runtime, prog, profiles[kind],
+          lambda x, w, b: 1 / (1 + np.exp(-(np.einsum("bik,bkj->bij", x, w) + b))))
 
 
 @pytest.mark.parametrize("kind", ["device", "gpu-tiles"])
