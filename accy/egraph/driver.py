@@ -351,6 +351,7 @@ def saturate(
     capped: Iterable[str] = (),
     capped_iterations: int | None = None,
     restore: Callable[[], None] | None = None,
+    dormant: Iterable[str] = (),
 ) -> SaturationReport:
     """Saturate ``target`` with the selected rules within the budget (module docstring).
 
@@ -367,21 +368,26 @@ def saturate(
     reload): given it, a small input (e-nodes x 16 within the node limit) is not pushed as
     the first checkpoint, and a rollback to the input calls it instead of ``pop``; a push and
     a pop cost more than most small runs' rule steps.
+    ``dormant`` names selected rules known never to match in this run
+    (``accy.passes.prefilter.dormant``): they are not run (nor need to be declared in the
+    e-graph) and are reported with no matches.
     """
     _check_limits(iterations, node_limit, time_limit_s, match_limit)
     eg = target.egraph if isinstance(target, ProgramEGraph) else target
     if isinstance(rulesets, RuleSet | str):
         rulesets = [rulesets]
     selected = select_rules(rulesets, rules, disable)
-    rule_of = {egg: r for r in selected for egg in r.egg_names}
-    step = _step(selected, match_limit)
+    quiet = frozenset(dormant)
+    running = [r for r in selected if r.name not in quiet]
+    rule_of = {egg: r for r in running for egg in r.egg_names}
+    step = _step(running, match_limit)
     if capped_iterations is not None and (not isinstance(capped_iterations, int)
                                           or capped_iterations < 0):
         raise ValueError(f"capped_iterations must be a non-negative int or None, "
                          f"got {capped_iterations!r}")
     capped = frozenset(capped)
-    capped_at = capped_iterations if capped & {r.name for r in selected} else None
-    later = _step([r for r in selected if r.name not in capped], match_limit)
+    capped_at = capped_iterations if capped & {r.name for r in running} else None
+    later = _step([r for r in running if r.name not in capped], match_limit)
     start = time.perf_counter()
     run_schedule(eg, run(TYPE_RULES))  # terms registered by hand get their types too
     nodes0, classes0 = nodes, classes = egraph_size(eg)
@@ -452,8 +458,8 @@ def saturate(
             if (overshoots > _BOUNDED_RETRIES or was == 1
                     or time.perf_counter() - start > time_limit_s):
                 break
-            step = _step(selected, bounded, persistent=False)
-            later = _step([r for r in selected if r.name not in capped], bounded,
+            step = _step(running, bounded, persistent=False)
+            later = _step([r for r in running if r.name not in capped], bounded,
                           persistent=False)
             continue
         previous_nodes, nodes, classes = nodes, after_nodes, after_classes

@@ -8,16 +8,24 @@ ops and einsum operand lists match in any order; unrecorded conditions count as 
 no rule can match, saturation could not change anything and no e-graph is built. Rules that
 only reorder operands (``permutes``) do not count. ``tests/rewrite_rules/test_prefilter.py``
 checks the over-approximation against egglog on random programs.
+
+:func:`dormant` answers a coarser question for the rules that remain: which can never match
+in a run on the program, whatever the others do. A rule's left-hand side needs the ops in
+it; the ops a run can ever hold are the program's and those that rules which can match
+mention (their right-hand sides and actions), to a fixed point. Declaring only the others
+keeps the e-graph small: egglog copies every declared rule on each ``push``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
+from egglog.declarations import ClassMethodRef
 from egglog.deconstruct import (
     get_callable_args,
     get_callable_fn,
@@ -232,3 +240,82 @@ def could_fire(program: Program, names: Iterable[str]) -> bool:
     return any(_holds(pat.conditions, env)
                for n in program.nodes() for pat in (*by_root.get(n.op, ()), *anywhere)
                for env in _match(pat.skeleton, n, {}))
+
+
+# ---- rules that can never match a run --------------------------------------------------------
+
+_OP_OF_METHOD = {sig.method: sig.op for sig in SIGNATURES.values()} | {
+    "full": Op.CONSTANT, "constant": Op.CONSTANT, "param": Op.PARAM}
+
+
+def _needs(sk: Skeleton, out: set[Op]) -> set[Op]:
+    """The ops a node matching ``sk`` must contain (a splat is a constant)."""
+    if sk.kind == "op" and sk.op is not None:
+        out.add(sk.op)
+    elif sk.kind == "full":
+        out.add(Op.CONSTANT)
+    for child in sk.children:
+        _needs(child, out)
+    return out
+
+
+def _mentioned(obj: Any, out: set[Op], seen: set[int]) -> set[Op]:
+    """Every op whose Tensor constructor the egglog declaration ``obj`` names."""
+    if id(obj) in seen:
+        return out
+    seen.add(id(obj))
+    if isinstance(obj, ClassMethodRef):
+        if obj.ident.name == "Tensor" and obj.method_name in _OP_OF_METHOD:
+            out.add(_OP_OF_METHOD[obj.method_name])
+    elif isinstance(obj, tuple | list | frozenset | set):
+        for x in obj:
+            _mentioned(x, out, seen)
+    elif isinstance(obj, dict):
+        for x in obj.values():
+            _mentioned(x, out, seen)
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for f in dataclasses.fields(obj):
+            _mentioned(getattr(obj, f.name), out, seen)
+    return out
+
+
+@cache
+def _reach(name: str) -> tuple[tuple[frozenset[Op], ...] | None, frozenset[Op]]:
+    """(the ops each of the rule's patterns needs, None for a rule without patterns; every op
+    the rule names, which include all it can make)."""
+    rule = RULES[name]
+    needs = tuple(frozenset(_needs(p.skeleton, set())) for p in _patterns(name)) or None
+    seen: set[int] = set()
+    makes: set[Op] = set()
+    for egg in rule.egg_rules:
+        _mentioned(egg.decl, makes, seen)
+    return needs, frozenset(makes)
+
+
+on_unregister(lambda rs: (_reach.cache_clear(), _dormant.cache_clear()))
+
+
+def dormant(programs: Iterable[Program], names: Sequence[str]) -> frozenset[str]:
+    """The rules among ``names`` that cannot match in any run on ``programs`` (one e-graph
+    holding them all): a pattern of theirs needs an op that neither the programs hold nor
+    any rule that can match names (module docstring). Over-approximates what can match, as
+    :func:`could_fire` does: conditions and attributes are not looked at."""
+    ops = frozenset(n.op for p in programs for n in p.nodes())
+    return _dormant(ops, tuple(names))
+
+
+@lru_cache(maxsize=256)
+def _dormant(ops: frozenset[Op], names: tuple[str, ...]) -> frozenset[str]:
+    reach, waiting = set(ops), list(names)
+    changed = True
+    while changed:
+        changed, still = False, []
+        for name in waiting:
+            needs, makes = _reach(name)
+            if needs is None or any(n <= reach for n in needs):
+                changed |= not makes <= reach
+                reach |= makes
+            else:
+                still.append(name)
+        waiting = still
+    return frozenset(waiting)

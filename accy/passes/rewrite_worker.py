@@ -346,7 +346,9 @@ def _work(task: Task, conn: Any, rewriting: Any) -> SaturationReport:
     start = time.perf_counter()
     deadline = start + task.time_limit_s
     finish = deadline - max(_FINISH_SHARE * task.time_limit_s, _FINISH_MIN_S)
-    eg = rewriting._WARM.take(task.rulesets, task.names)
+    eg, quiet = rewriting._WARM.take(
+        task.rulesets, task.names,
+        [task.program] + ([task.context.program] if task.context is not None else []))
     eg.push()
     peg = to_egraph(task.program, eg)
     if task.context is not None:
@@ -401,10 +403,11 @@ def _work(task: Task, conn: Any, rewriting: Any) -> SaturationReport:
                       node_limit=task.node_limit, time_limit_s=task.time_limit_s,
                       match_limit=task.match_limit, on_step=on_step, capped=task.capped,
                       capped_iterations=task.capped_iterations,
-                      restore=lambda: rewriting.reload(task.program, eg, task.context))
+                      restore=lambda: rewriting.reload(task.program, eg, task.context),
+                      dormant=quiet)
     if done_at != (report.e_nodes, report.e_classes) and fits(report):
         extract_now(report, final=True)
     for _ in range(report.checkpoints + 1):  # the driver's checkpoints, then ours
         eg.pop()
-    rewriting._WARM.give_back(task.rulesets, task.names, eg)
+    rewriting._WARM.give_back(task.rulesets, eg)
     return report

@@ -51,7 +51,7 @@ from accy.ir.ops import Op
 from accy.ir.program import Program
 from accy.ir.types import TensorType
 from accy.passes import rewrite_worker as worker
-from accy.passes.prefilter import could_fire
+from accy.passes.prefilter import could_fire, dormant
 
 if TYPE_CHECKING:
     from accy.passes.manager import PassContext
@@ -154,38 +154,66 @@ class _WarmEGraphs(threading.local):
     ``pop`` back to the empty e-graph (and the driver's checkpoints). A cache
     of declarations, not of results: what a run computes does not depend on earlier runs
     (extraction ignores e-class ids).
+
+    Selections of the same rule sets share one e-graph, where each rule is declared once (an
+    ablation's selections, one rule left out at a time, cost a command each). But egglog
+    copies every declared rule on each ``push`` and frees it on ``pop`` (~0.06 ms a rule a
+    run, against ~0.6 ms to declare one). So once a selection has been asked for
+    ``SEEN_FOR_OWN`` times for programs of the same ops (a loop preparing a program again and
+    again), the rules such programs can never use (``prefilter.dormant``) are left out if
+    that halves the selection: those programs get an e-graph of their own, declaring the
+    others only. Fewer askings would not pay back the declarations.
     """
 
+    SEEN_FOR_OWN = 4
+
     def __init__(self) -> None:
-        # rule sets and generation -> the e-graph and the rule selections declared in it
-        self.egraphs: OrderedDict[tuple[tuple[str, ...], int],
-                                  tuple[EGraph, set[tuple[str, ...]]]] = OrderedDict()
-        self.lent: dict[int, set[tuple[str, ...]]] = {}  # id(e-graph) -> its selections
+        # slot (rule-set key, or that and a selection) -> the e-graph, the rule selections
+        # declared in it
+        self.egraphs: OrderedDict[tuple, tuple[EGraph, set[tuple[str, ...]]]] = OrderedDict()
+        self.lent: dict[int, tuple[tuple, set[tuple[str, ...]]]] = {}
+        self.seen: dict[tuple, int] = {}  # (rule-set key, selection, ops) -> times asked for
 
     @staticmethod
     def key(rulesets: Sequence[str]) -> tuple:
         """Rule-set names, and the registry's generation: a rule set defined again under the
-        same names (after ``unregister``) never borrows an e-graph declaring the old rules.
-        Rule selections within them share one e-graph, where each rule is declared once
-        (``driver.egglog_ruleset``)."""
+        same names (after ``unregister``) never borrows an e-graph declaring the old rules."""
         return tuple(rulesets), generation()
 
-    def take(self, rulesets: Sequence[str], names: Sequence[str]) -> EGraph:
-        eg, declared = self.egraphs.pop(self.key(rulesets), (None, set()))
+    def take(self, rulesets: Sequence[str], names: Sequence[str],
+             programs: Sequence[Program] = ()) -> tuple[EGraph, frozenset[str]]:
+        """An e-graph declaring the rules ``names`` for a run on ``programs`` (one e-graph
+        holding them all), and the rules among ``names`` it leaves out (dormant: they
+        cannot match there; the driver's ``dormant``)."""
+        key, names = self.key(rulesets), tuple(names)
+        slot, quiet = key, frozenset()
+        if programs:
+            ops = frozenset(n.op for p in programs for n in p.nodes())
+            if len(self.seen) > 1024:
+                self.seen.clear()
+            seen = self.seen[(key, names, ops)] = self.seen.get((key, names, ops), 0) + 1
+            if seen >= self.SEEN_FOR_OWN:
+                quiet = dormant(programs, names)
+                if 2 * len(quiet) >= len(names):
+                    names = tuple(n for n in names if n not in quiet)
+                    slot = (key, names)
+                else:
+                    quiet = frozenset()
+        eg, declared = self.egraphs.pop(slot, (None, set()))
         if eg is None:
             eg = new_egraph()
-        if tuple(names) not in declared:
+        if names not in declared:
             # declares the rules and types here, before any push (a pop would forget them)
             saturate(eg, rulesets, rules=names, iterations=1)
-            declared.add(tuple(names))
+            declared.add(names)
         if len(self.lent) > 4 * _WARM_EGRAPHS:  # e-graphs dropped on failure, never given back
             self.lent.clear()
-        self.lent[id(eg)] = declared
-        return eg
+        self.lent[id(eg)] = (slot, declared)
+        return eg, quiet
 
-    def give_back(self, rulesets: Sequence[str], names: Sequence[str], eg: EGraph) -> None:
-        declared = self.lent.pop(id(eg), set())
-        self.egraphs[self.key(rulesets)] = (eg, declared)
+    def give_back(self, rulesets: Sequence[str], eg: EGraph) -> None:
+        slot, declared = self.lent.pop(id(eg), (self.key(rulesets), set()))
+        self.egraphs[slot] = (eg, declared)
         while len(self.egraphs) > _WARM_EGRAPHS:
             self.egraphs.popitem(last=False)
 
@@ -347,7 +375,8 @@ def _rewrite_one(program: Program, rulesets: Sequence[str], names: Sequence[str]
                            worker=kind, worker_maxrss_kb=res.worker_maxrss_kb)
         return Outcome(program, False, res.report, "", model.name, before, before, x,
                        worker=kind, worker_maxrss_kb=res.worker_maxrss_kb)
-    eg = _WARM.take(rulesets, names)
+    eg, quiet = _WARM.take(rulesets, names,
+                           [program] + ([context.program] if context is not None else []))
     eg.push()
     peg = to_egraph(program, eg)  # on failure the e-graph is dropped, not given back
     if context is not None:
@@ -360,11 +389,11 @@ def _rewrite_one(program: Program, rulesets: Sequence[str], names: Sequence[str]
                       node_limit=node_limit, time_limit_s=left, match_limit=match_limit,
                       on_step=steps.on_step, capped=_capped(names),
                       capped_iterations=multi_pattern_iterations,
-                      restore=lambda: reload(program, eg, context))
+                      restore=lambda: reload(program, eg, context), dormant=quiet)
     out = steps.final(report)
     for _ in range(report.checkpoints + 1):  # the driver's checkpoints, then ours
         eg.pop()
-    _WARM.give_back(rulesets, names, eg)
+    _WARM.give_back(rulesets, eg)
     if out.cost < before and out.program != program:
         return Outcome(out.program, True, report, "", model.name, before, out.cost, out)
     return Outcome(program, False, report, "", model.name, before, before, out)

@@ -110,7 +110,7 @@ def test_killed_worker_keeps_its_checkpoint_or_the_input(fast_names):
 
 def test_first_step_overshoot_keeps_a_bounded_iteration(fast_names):
     program = elementwise_dag(400)
-    eg = rewriting._WARM.take(DEFAULT_RULESETS, fast_names)
+    eg, _ = rewriting._WARM.take(DEFAULT_RULESETS, fast_names)
     eg.push()
     peg = to_egraph(program, eg)
     free = saturate(peg, DEFAULT_RULESETS, rules=fast_names, iterations=1)

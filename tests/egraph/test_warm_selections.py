@@ -4,7 +4,7 @@ declared once, and a run gives what it gives on a fresh e-graph."""
 from __future__ import annotations
 
 import accy
-from accy.passes import rewriting
+from accy.passes import prefilter, rewriting
 from accy.passes.tensor.saturate import DEFAULT_RULESETS
 
 f32 = accy.f32
@@ -43,6 +43,23 @@ def test_selections_share_one_egraph_and_compute_as_on_a_fresh_one() -> None:
     assert eg_both is eg_all and declared == {everything, without}
     assert again == fresh
     assert fired[0] not in again[5]
+
+
+def test_a_program_asked_for_again_and_again_gets_an_egraph_of_the_rules_it_can_use() -> None:
+    # the rules the program can use are a third of the rule sets': asked for often enough,
+    # an e-graph declaring only those (egglog copies every declared rule on each push)
+    everything = rewriting.select(DEFAULT_RULESETS)
+    quiet = prefilter.dormant([prog], everything)
+    small = tuple(n for n in everything if n not in quiet)
+    assert 2 * len(small) <= len(everything)
+    rewriting._WARM.egraphs.clear()
+    rewriting._WARM.seen.clear()
+    runs = [summary(run(everything)) for _ in range(rewriting._WARM.SEEN_FOR_OWN + 1)]
+    slots = {slot: declared for slot, (_, declared) in rewriting._WARM.egraphs.items()}
+    key = rewriting._WARM.key(DEFAULT_RULESETS)
+    assert slots == {key: {everything}, (key, small): {small}}
+    assert all(r == runs[0] for r in runs)  # the same run wherever it is declared
+    assert all(runs[0][5][n] == 0 for n in quiet)  # reported, with no matches
 
 
 def test_warm_runs_step_without_egglog_pythons_run_and_report_the_same(monkeypatch) -> None:

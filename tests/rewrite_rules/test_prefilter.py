@@ -39,3 +39,31 @@ def test_repeated_variables_and_conditions_narrow_the_prefilter():
     assert not prefilter.could_fire(ints, ["sub-self"])  # its condition: a float dtype
     moved = build(("f32[3,4]",), lambda f, x: x.transpose(1, 0))
     assert not prefilter.could_fire(moved, ["transpose-identity"])
+
+
+@settings(max_examples=25)
+@given(programs(max_nodes=6, ops=ALL_OPS, functions=(1, 2)))
+def test_dormant_rules_never_match_and_leaving_them_out_changes_nothing(program: Program):
+    themes = tuple(rewrites.THEMES)
+    report = saturate(to_egraph(program), themes, rules=EVERY_RULE, iterations=4,
+                      node_limit=20_000)
+    quiet = prefilter.dormant([program], EVERY_RULE)
+    assert all(not r.matches for r in report.rules if r.name in quiet)
+    without = saturate(to_egraph(program), themes, rules=EVERY_RULE, iterations=4,
+                       node_limit=20_000, dormant=quiet)
+    # the same rules reported (the dormant ones with no matches), the same e-graph
+    assert [(r.name, r.matches) for r in without.rules] == [
+        (r.name, r.matches) for r in report.rules]
+    assert (without.e_nodes, without.e_classes) == (report.e_nodes, report.e_classes)
+
+
+def test_dormant_follows_what_other_rules_can_make():
+    from rule_cases import build
+
+    # a softmax spelled out: the softmax rules' patterns need ops the program holds
+    spelled = build(("f32[4,8]",), lambda f, x: x.exp() / x.exp().sum((1,), keepdims=True))
+    plain = build(("f32[4,8]",), lambda f, x: x + x)
+    assert "softmax-from-exp" not in prefilter.dormant([spelled], EVERY_RULE)
+    assert "softmax-from-exp" in prefilter.dormant([plain], EVERY_RULE)
+    assert "add-commute" in prefilter.dormant([spelled], EVERY_RULE)  # nothing makes an add
+    assert "add-commute" not in prefilter.dormant([plain], EVERY_RULE)
