@@ -313,12 +313,18 @@ class _Builder:
                 rf = self.let(f"{s.local}_f{i}", self.slot_coords(s, v)[0])
                 rk = self.let(f"{s.local}_k{i}", self.slot_coords(s, v)[1])
                 reg = f"{s.local}_r{i}"
-                self.let(reg, self.load(s, f0, rf, self.k0, rk), self.dtype, s.lanes, True)
+                first = self.load(s, f0, rf, self.k0, rk)
                 st = self.store_local(s, rf, rk, Var(reg))
                 nxt = Assign(reg, self.load(s, f0, rf, add(kt, idx(t.bk)), rk))
                 if count % t.threads:
+                    # work-items past the tile's slots load nothing: their rows (or columns)
+                    # lie past the tile, past the operand's end where the tiles divide it
                     ok = Bin("<", v, idx(count))
+                    self.let(reg, self.zero(s.lanes), self.dtype, s.lanes, True)
+                    self.body.append(If(ok, (Assign(reg, first),)))
                     st, nxt = [If(ok, tuple(st))], If(ok, (nxt,))
+                else:
+                    self.let(reg, first, self.dtype, s.lanes, True)
                 store += st
                 fetch.append(nxt)
         more = Bin("<", add(kt, idx(t.bk)), idx(self.c.k.size))

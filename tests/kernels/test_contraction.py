@@ -31,8 +31,10 @@ from accy.kernels.contraction_plan import (
     transposing,
 )
 from accy.kernels.ir import (
+    Assign,
     Barrier,
     Call,
+    If,
     Kernel,
     KernelArg,
     Lane,
@@ -438,7 +440,55 @@ GPU_TILES = [
     Tiles(8, 16, 4, 2, 4, 4, 8, 8, True, 4, 4, 2),  # 8x16 per work-item, swizzled
     Tiles(4, 2, 2, 3, 8, 1, 12, 4, False, 0, 2, 0),  # odd sub-blocks, partly unrolled K
     Tiles(3, 5, 2, 1, 2, 2, 8, 8, True, 2, 2, 3),  # 15 work-items: copies do not divide
+    Tiles(32, 2, 4, 1, 4, 1, 16, 16, True, 4, 4, 0),  # 8x128: more work-items than X slots
 ]
+
+
+# 8 x 128 tiles over an 8-row X tile: its copy has 32 vector slots for 64 work-items, and
+# the tiles divide M = 40, so no edge guard stops a work-item past the slots from reading
+# rows 40-47: their first prefetched load must be guarded like the later ones (Oclgrind
+# found it: an invalid read past the end of X)
+NARROW = Tiles(32, 2, 4, 1, 4, 1, 16, 16, True, 4, 4, 0)
+
+
+def built_kernel(spec: str, shapes, tiles: Tiles, target: TargetProfile
+                 ) -> tuple[PreparedJob, Kernel]:
+    job = accy.prepare(program(spec, shapes), target=target)
+    group = job.product.fusion.groups[0]
+    outline = job.product.outline.outlines[0]
+    (kernel,) = contraction.build(group, outline, ScheduleKind.contraction, target, tiles)
+    return job, dataclasses.replace(kernel, args=job.kernels[0].args)
+
+
+def test_prefetch_slots_past_the_copy_load_nothing():
+    _, kernel = built_kernel("ik,kj->ij", [(40, 24), (24, 72)], NARROW, H200)
+    regs = [s for s in kernel.body if isinstance(s, Let) and s.var.startswith("x_tile_r")]
+    assert regs and all(isinstance(r.expr, Splat | Lit) for r in regs)  # zero, not a load
+    guarded = {a.var for s in kernel.body if isinstance(s, If) for a in s.then
+               if isinstance(a, Assign)}
+    assert {r.var for r in regs} <= guarded
+
+
+def test_narrow_tiles_read_within_their_operands_under_oclgrind(capfd):
+    """Oclgrind (an OpenCL simulator that checks every memory access; Debian's ``oclgrind``,
+    registered through ``OCL_ICD_VENDORS``) runs the tiles where it is installed."""
+    from accy.backends.opencl.runtime import select_device
+
+    try:
+        sim = select_device("oclgrind")
+    except DeviceError:
+        pytest.skip("Oclgrind is not installed")
+    target = dataclasses.replace(TargetProfile.from_device(sim.info), device_type="gpu",
+                                 max_work_group_size=1024)
+    for tiles in (NARROW, GPU_TILES[4]):
+        job, kernel = built_kernel("ik,kj->ij", [(40, 24), (24, 72)], tiles, target)
+        job = PreparedJob({**job.products, job.stage: job.product.replace(
+            kernels=(kernel,))}, job.records, job.pipeline)
+        rng = np.random.default_rng(5)
+        x, y = rng.standard_normal((40, 24), np.float32), rng.standard_normal((24, 72), np.float32)
+        (out,) = job.run(x, y, device=sim)
+        np.testing.assert_allclose(out, x @ y, rtol=1e-4, atol=1e-4)
+    assert "Invalid" not in capfd.readouterr().err
 
 
 @pytest.mark.parametrize("tiles", GPU_TILES, ids=lambda t: f"{t.bm}x{t.bn}x{t.bk}")
@@ -447,11 +497,7 @@ GPU_TILES = [
                                           ("bik,bkj->bij", [(2, 64, 16), (2, 16, 128)])])
 def test_explicit_tiles_with_edges(runtime, profiles, tiles, spec, shapes):
     target = dataclasses.replace(profiles["device"], max_work_group_size=4096)
-    job = accy.prepare(program(spec, shapes), target=target)
-    group = job.product.fusion.groups[0]
-    outline = job.product.outline.outlines[0]
-    (kernel,) = contraction.build(group, outline, ScheduleKind.contraction, target, tiles)
-    kernel = dataclasses.replace(kernel, args=job.kernels[0].args)
+    job, kernel = built_kernel(spec, shapes, tiles, target)
     job = PreparedJob({**job.products, job.stage: job.product.replace(
         kernels=(kernel,))}, job.records, job.pipeline)
     rng = np.random.default_rng(5)
