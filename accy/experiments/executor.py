@@ -28,7 +28,7 @@ task settles (the task journal of :mod:`accy.experiments.journal` persists them 
 at a time. Pebble charges a dead process to the task it was running and starts a fresh one,
 and kills the process of a task past its timeout. Pebble can lose a task whose process dies
 before the pool has read that it started (noxdafox/pebble#153): each task notes its process
-id as it starts, and a task whose process has been gone for :data:`LOST_AFTER_S` while its
+id as it starts, and a task whose process has been gone for ``lost_after_s`` while its
 future is still pending is charged a crash here, and the pool replaced (the other running
 tasks start again in the new one, uncharged). ``max_tasks`` replaces a worker process
 after that many tasks (per-process state of a driver stays bounded: ``accy fuzz``'s
@@ -253,7 +253,6 @@ def progress(total: int, desc: str = "", enabled: bool | None = None) -> Iterato
 
 
 WATCH_S = 1.0  # how often a running map looks for tasks the pool lost
-LOST_AFTER_S = 5.0  # a pending task whose process has been gone this long was lost
 
 
 class LocalExecutor:
@@ -261,6 +260,7 @@ class LocalExecutor:
     killed past ``timeout`` seconds (None: no limit)."""
 
     name = "local"
+    lost_after_s = 5.0  # a pending task whose process has been gone this long was lost
 
     def __init__(self, workers: int | None = None, retries: int = 2,
                  show_progress: bool | None = None, timeout: float | None = None,
@@ -359,10 +359,9 @@ class LocalExecutor:
             self._stop_pool()
             raise
 
-    @staticmethod
-    def _lost(running: Mapping[cf.Future, Task], note_of: Mapping[cf.Future, str],
+    def _lost(self, running: Mapping[cf.Future, Task], note_of: Mapping[cf.Future, str],
               gone_since: dict[cf.Future, float]) -> list[tuple[cf.Future, int]]:
-        """The pending futures whose worker process has been gone for LOST_AFTER_S."""
+        """The pending futures whose worker process has been gone for ``lost_after_s``."""
         now, lost = time.monotonic(), []
         for future in running:
             try:
@@ -372,7 +371,7 @@ class LocalExecutor:
                 continue  # not started yet (or its note half-written)
             if future.done() or not _gone(pid):
                 gone_since.pop(future, None)
-            elif now - gone_since.setdefault(future, now) >= LOST_AFTER_S:
+            elif now - gone_since.setdefault(future, now) >= self.lost_after_s:
                 lost.append((future, pid))
         return lost
 

@@ -159,6 +159,7 @@ def test_dask_failures_are_retried_then_reported(dask_executor, tmp_path: Path) 
 def test_dask_hung_task_is_cancelled_at_its_timeout_and_reported(dask_executor) -> None:
     hung = Task(("h", "sleeps"), PROBE, {"value": 9, "sleep": HANG_S})
     dask_executor.timeout = 10.0
+    dask_executor.restart_s = 10.0  # (a nanny still settling an earlier crash: test_executor)
     try:
         start = time.monotonic()
         results = {r.key: r for r in dask_executor.map([*probes(3), hung])}
@@ -167,6 +168,7 @@ def test_dask_hung_task_is_cancelled_at_its_timeout_and_reported(dask_executor) 
         assert all(r.ok for r in dask_executor.map(probes(4)))
     finally:
         dask_executor.timeout = None
+        dask_executor.restart_s = type(dask_executor).restart_s
     assert all(results[("p", i)].ok for i in range(3))
     record = results[("h", "sleeps")].failure()
     # the hung worker was restarted: a new process at a new address
@@ -210,6 +212,7 @@ def test_a_task_the_pool_loses_is_charged_a_crash_not_waited_for(monkeypatch) ->
     monkeypatch.setattr(PoolManager, "handle_worker_expiration", lambda self, expiration: None)
     tasks = [*probes(3), Task(("b", "exits"), PROBE, {"value": 6, "fail": "exit"})]
     with LocalExecutor(2, retries=1) as ex:
+        ex.lost_after_s = 1.0
         results = {r.key: r for r in ex.map(tasks)}
         assert all(r.ok for r in ex.map(probes(2)))  # the replaced pool goes on
     assert all(results[("p", i)].ok for i in range(3))

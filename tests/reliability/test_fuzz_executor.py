@@ -47,7 +47,7 @@ def test_a_campaign_runs_on_a_dask_cluster(tmp_path: Path, monkeypatch, device,
     code = main(["fuzz", "--rounds", "2", "--seed", "2", "--out", str(tmp_path / "out"),
                  "--max-nodes", "3", "--pipeline", f"{PidOrHang.name},accy-default",
                  "--rounds-per-worker", "1", "--executor", "dask",
-                 *(["--round-timeout", "10"] if hang else [])])
+                 *(["--round-timeout", "4"] if hang else [])])
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["executor"] == "dask" and summary["rounds"] == 2 and summary["finished"]
     ran = {int(p.name) for p in pids.iterdir()}
@@ -56,6 +56,6 @@ def test_a_campaign_runs_on_a_dask_cluster(tmp_path: Path, monkeypatch, device,
     if hang:
         assert code == 1 and summary["timeouts"] == 2 and summary["repeats"] == 1
         record = json.loads((tmp_path / "out" / "001-timeout.json").read_text())
-        assert record["check"] == "timeout" and "10 s" in record["error"]
+        assert record["check"] == "timeout" and "4 s" in record["error"]
     else:
         assert summary["programs"] > 0 and summary["timeouts"] == summary["crashes"] == 0
