@@ -302,3 +302,28 @@ def test_patience_counts_gains_above_rounding():
     assert defaults.pays(90, 100) and not defaults.pays(100, 100)
     best = 372_196_079_790  # a cost model's rounding shaves two units: not a gain
     assert not defaults.pays(best - 2, best) and defaults.pays(best - best // 1000, best)
+
+
+def test_contract_passes_scale_their_budgets_and_split_large_programs():
+    # canonicalize kept a fixed second and one e-graph: a 10,000-op program was killed before
+    # its first extraction and gained nothing; now its budgets scale as saturate's do
+    from accy.passes.contract.canonicalize import Canonicalize
+    from accy.passes.contract.constant_fold import ConstantFold
+
+    for p in (Canonicalize(), ConstantFold()):
+        assert (p.time_limit, p.region_size) == (0.0, defaults.DEFAULT_REGION_SIZE)
+
+    @accy.function
+    def ones(x: accy.f32[8]):
+        for _ in range(60):
+            x = (x * 1.0).exp() + x
+        return x
+
+    whole = accy.prepare(ones, "canonicalize", until="contract")
+    cut = accy.prepare(ones, "canonicalize{region-size=40}", until="contract")
+    stats = dict(cut.records[-1].passes[0].stats)
+    assert "regions-saturated" in stats and "regions-saturated" not in dict(
+        whole.records[-1].passes[0].stats)
+    # every x * 1.0 is gone either way
+    for job in (whole, cut):
+        assert not any(n.op is Op.MUL for n in job.product.program.nodes())

@@ -125,7 +125,7 @@ def test_bad_value_is_refused_by_the_python_constructor(case) -> None:
     "saturate{iterations=-1}", "saturate{node-limit=0}", "saturate{time-limit=nan}",
     "saturate{max-elements=-1}", "canonicalize{time-limit=inf}", "constant-fold{node-limit=0}",
     "saturate{match-limit=-1}", "saturate{cost=\"\"}", "canonicalize{iterations=-1}",
-    "constant-fold{time-limit=0}", "constant-fold{max-elements=-1}",
+    "constant-fold{time-limit=-1}", "constant-fold{max-elements=-1}",
     "indexing-lowering{gather-thread-blocks=4294967296}",
     "indexing-lowering{scatter-thread-blocks=2147483648}",
     "loss-lowering{row-sparse-cross-entropy-thread-blocks=4294967296}",
@@ -178,5 +178,6 @@ def test_accy_passes_shows_ranges(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert "iterations: int [1 <= iterations <= 2147483647] = 12" in out
     assert "gather-thread-blocks: int [0 <= gather-thread-blocks <= 2147483647]" in out
-    assert "time-limit: float [0 < time-limit <= 86400, finite]" in out
+    assert "extract-time-limit: float [0 < extract-time-limit <= 86400, finite]" in out
+    assert "time-limit: float [0 <= time-limit <= 86400, finite] = 0.0" in out
     assert "alignment: int [1 <= alignment <= 4096, a power of two]" in out

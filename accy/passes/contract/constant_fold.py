@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from accy.egraph import defaults
 from accy.ir.interpret import interpret
 from accy.ir.node import Node
 from accy.ir.ops import Op
@@ -59,7 +60,13 @@ class ConstantFold(Pass):
                              minimum=1, maximum=COUNT_MAX)
     node_limit: int = option(10_000, "most e-nodes the e-graph may grow to",
                              minimum=1, maximum=COUNT_MAX)
-    time_limit: float = option(1.0, "most seconds of saturation", above=0, maximum=SECONDS_MAX)
+    time_limit: float = option(
+        0.0, "most seconds of the rules (0: 2 s per 1000 operations, at least 2 s)",
+        minimum=0, maximum=SECONDS_MAX)
+    region_size: int = option(
+        defaults.DEFAULT_REGION_SIZE, "run the rules region by region on programs above this "
+        "many operations, each region at most this big (0: the whole program at once)",
+        minimum=0, maximum=COUNT_MAX)
 
     def run(self, ctx, product):
         from accy.passes import rewriting
@@ -68,7 +75,7 @@ class ConstantFold(Pass):
         names = rewriting.select(("fold",), (), self.disable)
         outcome = rewriting.rewrite_program(
             program, ("fold",), names, iterations=self.iterations, node_limit=self.node_limit,
-            time_limit_s=self.time_limit,
+            time_limit_s=self.time_limit or None, region_size=self.region_size,
             cost=rewriting.capped("flops-bytes", program, self.max_elements))
         rewriting.record(ctx, outcome, prefix="rules: ")
         by_rules = _ops(program) - _ops(outcome.program)
