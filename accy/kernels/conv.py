@@ -195,7 +195,10 @@ def choose_tiles(s: ConvShape, dtype: DType, target: TargetProfile) -> ConvTiles
             tiles = -(-vectors // (budget // tm))
             sn = min(-(-vectors // tiles), s.pixels // lanes)
             return ConvTiles(tm, sn, lanes, 1, False, True)
-        cheap = tm == 1 and s.cg == 1  # a pool or depthwise: rows aligned to the runs
+        # a pool or depthwise: rows aligned to the runs (runs of one pixel need no aligning:
+        # with them every aligned row's last run was taken as a partial one of 0 lanes, so a
+        # device reporting 4-byte vectors got nothing stored there)
+        cheap = tm == 1 and s.cg == 1 and lanes > 1
         if cheap and 16 <= s.ow < 2 * lanes:
             lanes //= 2  # rows of 16 to 2 x lanes pixels: half the alignment padding
         pixels = dataclasses.replace(s, align=lanes).pixels if cheap else s.pixels
