@@ -10,6 +10,7 @@ their effect can be measured.
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -61,6 +62,7 @@ def register_generator(gen: Generator) -> Generator:
 def ranked() -> list[Generator]:
     """The specialised generators in the order kernelization tries them: :data:`PRIORITY`,
     then those registered from outside in registration order (the loop nest left out)."""
+    load_built_ins()
     missing = [name for name in PRIORITY if name not in GENERATORS]
     if missing:
         raise LookupError(f"kernel generators in PRIORITY but not registered: "
@@ -81,10 +83,23 @@ def choose(group: FusionGroup, target: TargetProfile, disabled: frozenset[str],
     return GENERATORS["loop-nest"]
 
 
+def load_built_ins() -> None:
+    """Import the modules of :data:`BUILT_IN` (each registers its generators when imported),
+    unless one of them is being imported right now: a program importing, say,
+    ``accy.kernels.reduction`` first gets here from its import of ``flat`` before it has
+    defined what ``rowfused`` takes from it. Then :func:`ranked` loads them when first asked,
+    once every import has finished."""
+    names = [f"accy.kernels.{m}" for m in BUILT_IN]
+    if any(getattr(getattr(sys.modules.get(n), "__spec__", None), "_initializing", False)
+           for n in names):
+        return
+    for name in names:
+        importlib.import_module(name)
+
+
 register_generator(Generator(
     "loop-nest", "any group: one work-item per output element, loops for reductions",
     lambda group, target: True,
     lambda group, outline, kind, target: (loopnest.build(group, outline, kind),),
 ))
-for _module in BUILT_IN:  # each registers its generators when imported (a module importing
-    importlib.import_module(f"accy.kernels.{_module}")  # this one first registers after it)
+load_built_ins()

@@ -33,3 +33,18 @@ def test_a_priority_name_nothing_registered_is_an_error(monkeypatch) -> None:
     monkeypatch.setattr(generators, "PRIORITY", (*PRIORITY, "warp-specialised"))
     with pytest.raises(LookupError, match="in PRIORITY but not registered: warp-specialised"):
         ranked()
+
+
+@pytest.mark.parametrize("module", BUILT_IN)
+def test_every_generator_module_can_be_imported_first(module: str) -> None:
+    # reduction imports flat, whose registration loaded every built-in module, rowfused among
+    # them, which needs names reduction had not defined yet: ImportError in a fresh process
+    import subprocess
+    import sys
+
+    code = (f"import accy.kernels.{module}\n"
+            "from accy.kernels.generators import PRIORITY, ranked\n"
+            "assert [g.name for g in ranked()] == list(PRIORITY)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]

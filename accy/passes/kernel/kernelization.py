@@ -9,7 +9,7 @@ from typing import Literal
 from accy.ir.node import Node
 from accy.ir.ops import Op
 from accy.ir.program import Stage
-from accy.kernels.generators import GENERATORS, choose
+from accy.kernels.generators import GENERATORS, choose, load_built_ins
 from accy.kernels.ir import Kernel
 from accy.passes.base import Pass, option
 from accy.passes.registry import register
@@ -40,6 +40,7 @@ class Kernelization(Pass):
         fusion = product.require("fusion", self.name, "fusion-planning")
         schedule = product.require("schedule", self.name, "schedule-planning")
         outline = product.require("outline", self.name, "kernel-outlining-planning")
+        load_built_ins()
         unknown = sorted(set(self.disable) - set(GENERATORS))
         if unknown:
             raise ValueError(f"unknown kernel generators {unknown}; known: "
