@@ -365,6 +365,10 @@ class _Builder:
                     lanes: list[list[Expr]] = [[] for _ in self.group.outputs]
                     for lane in range(t.vn):
                         col = add(cols[w], idx(lane))
+                        if not vector and c.n.size % t.bn:
+                            # a lane past N is computed, not stored: its epilogue reads the
+                            # last column's operands rather than past their end
+                            col = Call("min", (col, idx(c.n.size - 1)))
                         self.epi.result = acc[i][w] if t.vn == 1 else Lane(acc[i][w], lane)
                         coords = self.coords(bcoords, row, col) if not plain else ()
                         for o, node in enumerate(values):

@@ -488,6 +488,15 @@ def test_narrow_tiles_read_within_their_operands_under_oclgrind(capfd):
         x, y = rng.standard_normal((40, 24), np.float32), rng.standard_normal((24, 72), np.float32)
         (out,) = job.run(x, y, device=sim)
         np.testing.assert_allclose(out, x @ y, rtol=1e-4, atol=1e-4)
+    # its own (CPU) tiles overhang N = 50: the lanes past it compute their epilogue, which
+    # read the bias past its end before they were clamped to the last column
+    prog = program("ik,kj->ij", [(37, 20), (20, 50)], epilogue=lambda y, b: (y + b).relu(),
+                   extra=[(50,)])
+    job = accy.prepare(prog, target=TargetProfile.from_device(sim.info))
+    rng = np.random.default_rng(6)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((37, 20), (20, 50), (50,)))
+    (out,) = job.run(x, w, b, device=sim)
+    np.testing.assert_allclose(out, np.maximum(x @ w + b, 0), rtol=1e-4, atol=1e-4)
     assert "Invalid" not in capfd.readouterr().err
 
 
