@@ -386,6 +386,10 @@ class _Builder:
                 jo = j * s.dw % s.sw * s.hq * s.wq + j * s.dw // s.sw  # column phase, offset
                 for v in range(t.sn):
                     at = add(add(Var("xc"), row), idx(jo + v * step))
+                    if t.in_place and t.lanes == 1:
+                        # pixels past the output's rows (computed, never stored) read past the
+                        # input's end in the last channel: read its last element instead
+                        at = Call("min", (at, idx(s.n * s.c * s.h * s.w - 1)))
                     load = (Load(self.src, at) if t.lanes == 1
                             else VectorLoadAt(self.src, at, t.lanes))
                     out.append(Let(f"b{tag}{j}_{v}", dt, load, lanes=t.lanes))

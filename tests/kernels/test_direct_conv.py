@@ -224,3 +224,23 @@ def test_random_pools_match_interpret(device, profiles, data):
     prog = trace(pool, accy.f32[shape], name="pool")
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32) - 3.0
     run(device, prog, [x], profiles[d(st.sampled_from(["device", "gpu-tiles"]))])
+
+
+def test_in_place_convs_read_within_their_input_under_oclgrind(capfd):
+    """On Oclgrind (a simulator checking every access; where installed, through
+    ``OCL_ICD_VENDORS``): pixels past a conv's output rows, read in place, read past the
+    input's end in its last channel (never stored) until clamped."""
+    from accy.backends.opencl.runtime import select_device
+    from accy.errors import DeviceError
+
+    try:
+        sim = select_device("oclgrind")
+    except DeviceError:
+        pytest.skip("Oclgrind is not installed")
+    for xs, ws, kw in (CASES[8], CASES[9]):
+        prog = trace(lambda x, w: accy.conv2d(x, w, **kw), accy.f32[xs], accy.f32[ws],  # noqa: B023
+                     name="c")
+        rng = np.random.default_rng(0)
+        run(sim, prog, [rng.standard_normal(s).astype(np.float32) for s in (xs, ws)],
+            TargetProfile.from_device(sim.info))
+    assert "Invalid" not in capfd.readouterr().err
