@@ -74,7 +74,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.util
 import math
 import os
 import re
@@ -87,6 +86,9 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # mma_counts, beside this file
+
+import mma_counts  # noqa: E402
 
 import accy  # noqa: E402
 from accy.backends.opencl import tensor_cores  # noqa: E402
@@ -421,28 +423,16 @@ def probe_report(runtime) -> str:
     return "; ".join(parts)
 
 
-def _counts():
-    """experiments/mma_counts.py (beside this file), imported by path."""
-    name = "mma_counts"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
 def loop_counts(case: dict[str, Any], precision: str, tiles: MmaTiles | None
                 ) -> dict[str, Any]:
     """Instructions the tensor-core kernel's K loop issues per work-item and K step (from its
     OpenCL C source on ``mma_counts.COUNT_TARGET``; no device)."""
-    job = accy.prepare(program(case), pipeline(precision), target=_counts().COUNT_TARGET)
+    job = accy.prepare(program(case), pipeline(precision), target=mma_counts.COUNT_TARGET)
     if tiles is not None:
         job = with_mma_tiles(job, tiles, precision)
     if not any(g.startswith("mma") for g in job.generators()):
         return {"generators": job.generators()}
-    return _counts().count_k_loop(job.kernel_source(0))
+    return mma_counts.count_k_loop(job.kernel_source(0))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -511,9 +501,9 @@ def main(argv: list[str] | None = None) -> int:
                           for v in rounding]
     sources = Path(args.sources) if args.sources else Path(args.out).with_suffix("") / "sources"
     if args.counts:  # no device: the K loops' instruction counts, to set beside the timings
-        rows = _counts().print_counts(cases, policies, sweeps, loop_counts, dtype_of)
+        rows = mma_counts.print_counts(cases, policies, sweeps, loop_counts, dtype_of)
         write_json({"benchmark": "bench_mma --counts", "timestamp": timestamp(),
-                    "commit": git_commit(), "target": _counts().COUNT_TARGET.describe(),
+                    "commit": git_commit(), "target": mma_counts.COUNT_TARGET.describe(),
                     "counts": rows}, args.out)
         return 0
 

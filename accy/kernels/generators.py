@@ -89,12 +89,19 @@ def load_built_ins() -> None:
     ``accy.kernels.reduction`` first gets here from its import of ``flat`` before it has
     defined what ``rowfused`` takes from it. Then :func:`ranked` loads them when first asked,
     once every import has finished."""
+    global _LOADED
+    if _LOADED:
+        return
     names = [f"accy.kernels.{m}" for m in BUILT_IN]
     if any(getattr(getattr(sys.modules.get(n), "__spec__", None), "_initializing", False)
            for n in names):
         return
     for name in names:
         importlib.import_module(name)
+    _LOADED = True
+
+
+_LOADED = False  # every module of BUILT_IN imported (ranked() asks once per work item)
 
 
 register_generator(Generator(

@@ -157,8 +157,9 @@ class _WarmEGraphs(threading.local):
 
     Selections of the same rule sets share one e-graph, where each rule is declared once (an
     ablation's selections, one rule left out at a time, cost a command each). But egglog
-    copies every declared rule on each ``push`` and frees it on ``pop`` (~0.06 ms a rule a
-    run, against ~0.6 ms to declare one). So once a selection has been asked for
+    copies every declared rule on each ``push`` and frees it on ``pop``, a cost per rule and
+    run about a tenth of declaring the rule (papers/prepare.md). So once a selection has been
+    asked for
     ``SEEN_FOR_OWN`` times for programs of the same ops (a loop preparing a program again and
     again), the rules such programs can never use (``prefilter.dormant``) are left out if
     that halves the selection: those programs get an e-graph of their own, declaring the
