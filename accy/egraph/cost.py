@@ -26,8 +26,8 @@ input element (``reduce_mean`` one more per result element); an N-operand einsum
 point of the index space); movement ops none; ``scatter_add`` one per update; softmax and
 log-softmax five per element (max, subtract, exp, sum, divide/log); cross-entropy five per
 logit and one per label. Bytes (``bytes_moved``): every operand read once plus the result
-written once (a gather reads only what it gathers). Parameters and constants cost nothing:
-their users pay for reading them.
+written once (a gather reads only what it gathers, a slice only what it keeps). Parameters
+and constants cost nothing: their users pay for reading them.
 
 Extraction
 ----------
@@ -118,6 +118,8 @@ def bytes_moved(op: Op, type: TensorType, operands: tuple[TensorType, ...],
         return 0
     if op is Op.GATHER:  # reads the gathered elements and the indices
         return 2 * _nbytes(type) + _nbytes(operands[1])
+    if op is Op.SLICE:  # reads the elements it keeps
+        return 2 * _nbytes(type)
     return sum([_nbytes(t) for t in operands]) + _nbytes(type)
 
 

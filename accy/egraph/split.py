@@ -70,20 +70,18 @@ def split(program: Program, size: int, context: int = 0) -> list[Region] | None:
     deep (module docstring)."""
     if isinstance(context, bool) or not isinstance(context, int) or context < 0:
         raise ValueError(f"context must be a non-negative int, got {context!r}")
-    ops = [n for n in program.nodes() if n.op not in _LEAVES]
-    if size <= 0 or len(ops) <= size:
+    dfs = [n for n in program.nodes() if n.op not in _LEAVES]
+    if size <= 0 or len(dfs) <= size:
         return None
-    count = -(-len(ops) // size)
-    per = -(-len(ops) // count)  # even chunks: no tiny last region
-    region_of: dict[Node, int] = {n: i // per for i, n in enumerate(ops)}
+    count = -(-len(dfs) // size)
+    per = -(-len(dfs) // count)  # even chunks: no tiny last region
+    results = [r for f in program.functions for r in f.results]
+    ops, region_of, exported = min(
+        (_cut(order, per, results) for order in (dfs, _as_late_as_possible(dfs, results))),
+        key=lambda cut: len(cut[2]))
     chunks: list[list[Node]] = [[] for _ in range(count)]
     for n in ops:
         chunks[region_of[n]].append(n)
-    exported: set[Node] = {r for f in program.functions for r in f.results if r in region_of}
-    for n in ops:
-        for s in n.srcs:
-            if s in region_of and region_of[s] != region_of[n]:
-                exported.add(s)
     regions = []
     for k, chunk in enumerate(chunks):
         inputs: dict[Node, Node] = {}  # original value -> the region's parameter
@@ -108,6 +106,35 @@ def split(program: Program, size: int, context: int = 0) -> list[Region] | None:
         regions.append(Region(Program((fn,)), tuple(inputs), outputs, len(chunk), defined))
         assert outputs, f"region {k} exports nothing"  # its last node is used later
     return regions
+
+
+def _as_late_as_possible(ops: list[Node], results: Sequence[Node]) -> list[Node]:
+    """``ops`` (in topological order) reordered so that each comes as late as its users
+    allow: by decreasing height (the longest path from it to a result), ties in ``ops``'
+    order. Where the depth-first order puts a value computed early for a late user (an
+    unrolled loop's input projections, all of which the first step's traversal reaches)
+    far from that user, this keeps it beside the user, in the same region."""
+    height: dict[Node, int] = {r: 0 for r in results}
+    for n in reversed(ops):  # users before operands
+        h = height.get(n, 0) + 1
+        for s in n.srcs:
+            if height.get(s, -1) < h:
+                height[s] = h
+    position = {n: i for i, n in enumerate(ops)}
+    return sorted(ops, key=lambda n: (-height.get(n, 0), position[n]))
+
+
+def _cut(ops: list[Node], per: int, results: Sequence[Node]
+         ) -> tuple[list[Node], dict[Node, int], set[Node]]:
+    """``ops`` cut into consecutive chunks of ``per``: the order, each operation's chunk,
+    and the values used outside their chunk (by a later chunk or as a result)."""
+    region_of = {n: i // per for i, n in enumerate(ops)}
+    exported = {r for r in results if r in region_of}
+    for n in ops:
+        for s in n.srcs:
+            if s in region_of and region_of[s] != region_of[n]:
+                exported.add(s)
+    return ops, region_of, exported
 
 
 def _context(params: tuple[Node, ...], inputs: tuple[Node, ...], depth: int

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import accy
+from accy.builder import einsum, trace
 from accy.egraph import defaults
 from accy.egraph.convert import to_egraph
 from accy.egraph.driver import saturate
@@ -147,6 +148,28 @@ def test_split_and_stitch_round_trip():
     assert sum(r.size for r in regions) == ops
     assert stitch(program, regions, [r.program for r in regions]) == program
     assert split(program, 0) is None and split(program, ops) is None
+
+
+def _unrolled(steps: int) -> accy.Program:
+    """A loop unrolled: step t reads xs[t] through a projection computed from parameters only
+    (the depth-first order reaches every step's projection before the first step)."""
+    def loop(xs, h, w):
+        for t in range(steps):
+            h = (einsum("k,kj->j", xs[t:t + 1].reshape(4), w) + h).tanh()
+        return h
+
+    return trace(loop, accy.f32[steps, 4], accy.f32[4], accy.f32[4, 4])
+
+
+def test_split_keeps_an_unrolled_loops_steps_together():
+    program = _unrolled(12)
+    regions = split(program, -(-rewriting.operations(program) // 3))
+    assert regions is not None and len(regions) == 3
+    # the state and a step's projections cross a cut: 7 values exported in all, where the
+    # program's own (depth-first) order exports 13, most later steps' projections from the
+    # first region
+    assert sum(len(r.outputs) for r in regions) == 7
+    assert stitch(program, regions, [r.program for r in regions]) == program
 
 
 def test_region_by_region_matches_whole_program_and_interpret(fast_names):

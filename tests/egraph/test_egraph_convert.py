@@ -9,6 +9,7 @@ from egraph_support import BOOL, F32, T, const, func, mk, op_case, prog, toy_rul
 from hypothesis import given, settings
 
 from accy.egraph.convert import extract, from_egraph, handle, read_egraph, term, to_egraph
+from accy.egraph.cost import bytes_moved
 from accy.egraph.driver import saturate
 from accy.egraph.rules import RuleSet
 from accy.egraph.sorts import Tensor, tensors, types
@@ -133,10 +134,18 @@ def test_ill_typed_term_is_caught_beside_a_well_typed_one_of_the_same_op():
                                               steps=(1, 1)))))
     peg = to_egraph(p)
     saturate(peg, bad)
-    # the bad reshape costs what the slice does: acceptance by region keeps the input on a
-    # tie, so take the whole extraction (ties go to it) to reach the check
+    # priced so that the bad reshape is cheaper than the slice: extraction takes it
     with pytest.raises(EGraphError, match="ill-typed term.*cannot reshape 6 elements"):
-        extract(peg, regions=False)
+        extract(peg, _SlicesDear(), regions=False)
+
+
+class _SlicesDear:
+    """Bytes moved, slices eight times dearer."""
+
+    name, description = "slices-dear", "bytes moved, slices eight times dearer"
+
+    def node_cost(self, op, type, operands, attrs):
+        return (8 if op is Op.SLICE else 1) * bytes_moved(op, type, operands, attrs)
 
 
 def test_extraction_is_deterministic():

@@ -80,6 +80,8 @@ def test_bytes_moved_counts_each_dtypes_item_size(dtype):
     assert bytes_moved(Op.ADD, x, (x, s), {}) == 2 * x.nbytes + s.nbytes
     i = TensorType((4,), DType.i64)
     assert bytes_moved(Op.GATHER, s, (x, i), {"axis": 0}) == 2 * s.nbytes + i.nbytes
+    row = TensorType((1, 3), dtype)  # a slice reads only the elements it keeps
+    assert bytes_moved(Op.SLICE, row, (x,), {"axis": 0, "start": 1, "stop": 2}) == 2 * row.nbytes
 
 
 def test_extraction_takes_the_factored_form():
