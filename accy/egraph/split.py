@@ -3,10 +3,12 @@
 E-graph growth is worse than linear in the program's size (more places for every rule to
 match, and rules feed each other across the whole program), so one e-graph for a 10,000-node
 program reaches any node limit in a step or two and gains less per block than the same
-block saturated alone. ``split`` cuts the program's operations, in topological order (the
-depth-first order of ``accy.ir.node.topological``, which keeps a block's nodes together), into
-consecutive chunks of at most ``size`` nodes, sized evenly. Each chunk becomes a one-function
-program, a *region*:
+block saturated alone. ``split`` cuts the program's operations, in a topological order, into
+consecutive chunks of at most ``size`` nodes, sized evenly. Of two orders it keeps the one
+whose cut exports fewer values: the depth-first order of ``accy.ir.node.topological`` (which
+keeps a block's nodes together) and the as-late-as-possible one (which keeps a value beside
+its user where the depth-first order reaches it early: an unrolled loop's input
+projections). Each chunk becomes a one-function program, a *region*:
 
 - its parameters are the values it reads from outside: the program's parameters and the
   results of earlier regions (boundary values, opaque leaves to the rules);
