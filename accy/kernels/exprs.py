@@ -6,7 +6,7 @@ import numpy as np
 
 from accy.ir.ops import Op
 from accy.ir.types import DType
-from accy.kernels.ir import Bin, Call, Cast, Cond, Expr, Lit, Un
+from accy.kernels.ir import Bin, Call, Cast, Cond, Expr, Lit, Splat, Un
 
 _FLOAT_CALL = {
     Op.ABS: "fabs", Op.EXP: "exp", Op.LOG: "log", Op.SQRT: "sqrt", Op.RSQRT: "rsqrt",
@@ -64,6 +64,8 @@ def elementwise(op: Op, args: list[Expr], operand: DType, result: DType) -> Expr
         return Un("-", a)
     if not operand.is_float:
         return _integer(op, a, b, operand, zero)
+    if op is Op.POW and _literal(b) == 2.0:  # exact, and pow is a slow call on some CPUs
+        return Bin("*", a, a)
     if op in _FLOAT_CALL:
         return Call(_FLOAT_CALL[op], tuple(args))
     if op in (Op.MAX, Op.MIN):
@@ -86,6 +88,13 @@ def elementwise(op: Op, args: list[Expr], operand: DType, result: DType) -> Expr
         # at -inf the formula is -inf * 0 (NaN); the function's limit is 0 (+inf stays inf)
         return Cond(Call("isinf", (a,)), Call("fmax", (a, zero)), gelu)
     raise ValueError(f"no kernel expression for {op.value} on {operand.value}")
+
+
+def _literal(e: Expr | None) -> float | int | bool | None:
+    """The value of a literal (or of a splat of one), else None."""
+    if isinstance(e, Splat):
+        e = e.value
+    return e.value if isinstance(e, Lit) else None
 
 
 def _integer(op: Op, a: Expr, b: Expr | None, dtype: DType, zero: Lit) -> Expr:

@@ -202,14 +202,14 @@ class VectorEvaluator:
     def _leaf(self, node: Node) -> Expr:
         dtype = node.type.dtype
         key = None
+        if is_inlined(node) and node.type.size == 1:  # a literal: left in place (pow(x, 2))
+            return Splat(dtype, self.lanes, exprs.const(node.value.reshape(-1)[0].item(), dtype))
         if node.type.size == 1:  # the same splat at every step: bound once
             key = ("splat", node, self.lanes)
             hit = self.em.lookup(key)
             if hit is not None:
                 return hit
-            value = (exprs.const(node.value.reshape(-1)[0].item(), dtype) if is_inlined(node)
-                     else Load(self.arg_of[node], idx(0)))
-            e = Splat(dtype, self.lanes, value)
+            e = Splat(dtype, self.lanes, Load(self.arg_of[node], idx(0)))
         else:
             size = node.type.size
             at = self.vindex if size == self.root_size else Bin(

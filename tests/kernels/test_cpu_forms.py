@@ -3,6 +3,8 @@ contiguous vectors into independent accumulators, on PoCL."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -112,6 +114,22 @@ def test_prologue_and_epilogue(check, rng, used) -> None:
     assert reduction.analyse(group_of(job), CPU).cpu == 16
     src = job.kernel_source(0)
     assert "float16 x" in src and "exp(" in src
+
+
+@pytest.mark.parametrize("target", [CPU, None], ids=["cpu", "generic"])
+def test_square_is_a_multiplication(check, rng, pipe, target) -> None:
+    # pow(x, 2) is x * x in every kernel form (exact; PoCL's pow is a slow call): without
+    # saturate, which would rewrite it, through reductions, rows, flat and loop-nest kernels
+    def fn(x, y):
+        return ((x - y) ** 2.0).mean(axes=-1), (x ** 2.0).softmax(-1), x ** 2.0 + y, x.T ** 2.0
+
+    prog = trace(fn, f32[64, 256], f32[64, 256], name="f")
+    x, y = data(rng, (64, 256)), data(rng, (64, 256))
+    job = check(prog, [x, y], pipeline=pipe(tensor=""), target=target)
+    assert not any(re.search(r"[^_]pow\(", job.kernel_source(k))  # kernel names say "_pow"
+                   for k in range(job.kernel_count))
+    exe = job.executable()
+    np.testing.assert_array_equal(exe(x, y)[2], x * x + y)  # exactly numpy's square
 
 
 def test_declines_to_the_work_group_tree(check, rng) -> None:
