@@ -51,7 +51,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, NamedTuple, Protocol
@@ -65,7 +65,7 @@ from accy.ir.types import DType, TensorType
 __all__ = [
     "COST_MODELS", "COST_MODEL_FAMILIES", "DEFAULT_COST_MODEL", "Choice", "CostModel",
     "EClassGraph", "ENode", "FlopsBytes", "NodeCount", "bytes_moved", "cost_model",
-    "extract_best", "flops", "program_cost", "register_cost_model",
+    "extract_best", "flops", "priced_operands", "program_cost", "register_cost_model",
 ]
 
 # ---- FLOPs and bytes -------------------------------------------------------------------------
@@ -129,6 +129,15 @@ _ITEMSIZE = {id(d): d.itemsize for d in DType}
 def _nbytes(t: TensorType) -> int:
     """``t.nbytes`` without a numpy dtype lookup per call (an e-graph prices thousands)."""
     return math.prod(t.shape) * _ITEMSIZE[id(t.dtype)]
+
+
+def priced_operands[T](op: Op, operands: Sequence[T]) -> Sequence[T]:
+    """The operands a cost model is given: all of them, but an elementwise op's repeated
+    operand once (``x * x`` reads ``x`` once: else the byte model prices ``pow(x, 2)``
+    below ``x * x``). ``operands`` are the operand values (nodes or e-classes)."""
+    if len(operands) < 2 or not op.is_elementwise or len(set(operands)) == len(operands):
+        return operands
+    return tuple(dict.fromkeys(operands))
 
 
 # ---- models and their registry -------------------------------------------------------------
@@ -223,7 +232,7 @@ def program_cost(program: Program, model: str | CostModel = DEFAULT_COST_MODEL) 
     prices: dict[tuple[Any, ...], int] = {}
     total = 0
     for n in program.nodes():
-        t, srcs = n.type, n.srcs
+        t, srcs = n.type, priced_operands(n.op, n.srcs)
         key = (id(n.op), t.shape, id(t.dtype),
                tuple([(s.type.shape, id(s.type.dtype)) for s in srcs]), n.attrs)
         own = prices.get(key)
@@ -371,7 +380,7 @@ class NodePricer:
         if op is None:
             return 0, ((n.children[0], *kids[1].elements) if n.children else ())
         operands = kids[0].elements if id(op) in self.variadic else n.children
-        types = tuple([best[o].node.type for o in operands])
+        types = tuple([best[o].node.type for o in priced_operands(op, operands)])
         key = (id(op), id(n.type), tuple(map(id, types)), n.attrs)
         own = self.own_costs.get(key, -1)
         if own < 0:

@@ -27,7 +27,7 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_array
 
-from accy.egraph.cost import Choice, CostModel, EClassGraph, ENode, _reachable
+from accy.egraph.cost import Choice, CostModel, EClassGraph, ENode, _reachable, priced_operands
 from accy.egraph.defaults import DEFAULT_EXTRACT_TIME_LIMIT_S
 
 __all__ = ["extract_ilp"]
@@ -115,7 +115,7 @@ def _own(n: ENode, greedy: dict[int, Choice], model: CostModel) -> int:
     if n.op is None:
         return 0
     operands = greedy[n.children[0]].elements if n.op.arity is None else n.children
-    types = tuple([greedy[o].node.type for o in operands])
+    types = tuple([greedy[o].node.type for o in priced_operands(n.op, operands)])
     return model.node_cost(n.op, n.type, types, dict(n.attrs))  # type: ignore[arg-type]
 
 

@@ -37,7 +37,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from accy.egraph.cost import Choice, CostModel, EClassGraph
+from accy.egraph.cost import Choice, CostModel, EClassGraph, priced_operands
 from accy.egraph.live import LiveSelection, Pick
 from accy.ir.node import Node
 from accy.ir.program import Program
@@ -85,11 +85,11 @@ def input_picks(program: Program, class_of: Mapping[Node, int], model: CostModel
         c = class_of[n]
         if c in picks:
             continue
-        key = (id(n.op), n.type, tuple([s.type for s in n.srcs]), n.attrs)
+        types = tuple([s.type for s in priced_operands(n.op, n.srcs)])
+        key = (id(n.op), n.type, types, n.attrs)
         own = prices.get(key)
         if own is None:
-            own = prices[key] = model.node_cost(n.op, n.type, tuple([s.type for s in n.srcs]),
-                                                dict(n.attrs))
+            own = prices[key] = model.node_cost(n.op, n.type, types, dict(n.attrs))
         picks[c] = Pick(n.op, n.type, n.attrs, tuple([class_of[s] for s in n.srcs]), own,
                         node=n)
         order.append(c)

@@ -111,7 +111,7 @@ def group_cost(product: Any, model: Any) -> int:
     inputs). So the fusion policy is seen (each kernel it makes is a launch, each value it
     writes a trip through memory), and launch-bound programs of many small kernels are priced
     by their kernels, not by the ops inside them."""
-    from accy.egraph.cost import bytes_moved
+    from accy.egraph.cost import bytes_moved, priced_operands
     from accy.egraph.kernel_cost import HEAVY_KINDS, Fit, op_class
     from accy.plans import is_inlined
 
@@ -122,7 +122,7 @@ def group_cost(product: Any, model: Any) -> int:
         own = heavy_bytes = 0.0
         parts: list[tuple[float, float]] = []
         for n in g.nodes:
-            types = tuple(s.type for s in n.srcs)
+            types = tuple(s.type for s in priced_operands(n.op, n.srcs))
             attrs = dict(n.attrs)
             if op_class(n.op) in HEAVY_KINDS:
                 parts += model.kernels(n.op, n.type, types, attrs, series=False)
