@@ -78,10 +78,7 @@ algebra.rewrite("exp-add", Tensor.mul(Tensor.exp(a, ta), Tensor.exp(b, tb), t),
 
 # ---- pow ----------------------------------------------------------------------------------------
 
-algebra.rewrite("pow-one", Tensor.pow(x, Tensor.full(1.0, tc), t), x, has_type(x, t),
-                policy="stable", doc="pow(x, 1) -> x")
-algebra.rewrite("pow-two", Tensor.pow(x, Tensor.full(2.0, tc), t), Tensor.mul(x, x, t),
-                has_type(x, t), policy="stable", doc="pow(x, 2) -> x * x (correctly rounded)")
+# pow(x, 1) and pow(x, 2) are canonical forms: rewrites/canonical.py
 algebra.rewrite("pow-half", Tensor.pow(x, Tensor.full(0.5, tc), t), Tensor.sqrt(x, t),
                 has_type(x, t), policy="finite-math",
                 doc="pow(x, 0.5) -> sqrt(x) (they differ at -0 and -inf)")

@@ -1,8 +1,8 @@
 """Canonical forms and constant folding: the rule sets ``canonical`` and ``fold``.
 
-``canonical``: identities (``x*1``, ``x-0``, ``max(x,x)``, double negation, ...), movement
-chains folded (transpose of transpose, reshape of reshape, broadcast of broadcast, identity
-movement), explicit broadcasts folded into the implicit broadcasting of binary ops, splat
+``canonical``: identities (``x*1``, ``x-0``, ``max(x,x)``, double negation, ``x**2 -> x*x``,
+...), movement chains folded (transpose of transpose, reshape of reshape, broadcast of
+broadcast, identity movement), explicit broadcasts folded into the implicit broadcasting of binary ops, splat
 constants commuted to the right of ``add``/``mul`` so one-sided identity rules see them, and
 constants gathered by oriented associativity (``(x+1)+2 -> x+(1+2)``, which ``fold`` then
 folds). No unbounded commutativity or associativity: every reordering here is oriented or
@@ -113,6 +113,12 @@ canonical.rewrite("sub-self", Tensor.sub(x, x, t), Tensor.full(0.0, t), holds(is
                   policy="finite-math", doc="x - x -> 0 for floats (inf - inf is nan)")
 canonical.rewrite("sub-self-int", Tensor.sub(x, x, t), Tensor.full(0.0, t), holds(is_int, t),
                   policy="exact", doc="x - x -> 0 for ints")
+canonical.rewrite("pow-one", Tensor.pow(x, Tensor.full(1.0, tc), t), x, has_type(x, t),
+                  policy="stable", doc="pow(x, 1) -> x")
+canonical.rewrite("pow-two", Tensor.pow(x, Tensor.full(2.0, tc), t), Tensor.mul(x, x, t),
+                  has_type(x, t), policy="stable",
+                  doc="pow(x, 2) -> x * x (correctly rounded, numpy's square; pow is a slow "
+                  "call on some devices)")
 canonical.rewrite("max-self", Tensor.max(x, x, t), x, policy="exact", doc="max(x, x) -> x")
 canonical.rewrite("min-self", Tensor.min(x, x, t), x, policy="exact", doc="min(x, x) -> x")
 canonical.rewrite("neg-neg", Tensor.neg(Tensor.neg(x, t1), t), x, policy="exact",

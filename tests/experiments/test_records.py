@@ -50,7 +50,7 @@ def test_flatten_and_files_round_trip(tmp_path: Path) -> None:
 
 
 def test_measured_row_has_every_required_field(device) -> None:
-    row = measure_program("layernorm", "ci", 0, "accy-default", repeats=1)
+    row = measure_program("softmax_xent", "ci", 0, "accy-default", repeats=1)
     for key in ("program", "program_fingerprint", "pipeline", "seed", "stages", "cost",
                 "kernels", "bytes_moved", "e_nodes", "e_classes", "stop_reason", "rewrites",
                 "correct", "measured", "provenance"):
@@ -60,7 +60,7 @@ def test_measured_row_has_every_required_field(device) -> None:
     assert row["provenance"]["device"]["driver"]
     assert row["correct"] is True and row["measured"]["max_rel_error"] < 1e-5
     assert row["rewrites"]["saturate"]["stop_reason"] == "saturated"
-    off = measure_program("layernorm", "ci", 0, "accy-default", run=False)
+    off = measure_program("softmax_xent", "ci", 0, "accy-default", run=False)
     assert off["measured"]["kernel_ms"] is None and off["correct"] is None
     assert off["provenance"]["device"] is None
     assert off["target_profile"] == "generic" and row["target_profile"] == "device"
