@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from accy.ir.node import Node
 from accy.ir.types import DType
 from accy.ir.walk import Pending
-from accy.kernels import loopnest
+from accy.kernels import loopnest, vector_epilogue
 from accy.kernels.contraction_plan import (
     FLOATS,
     Contraction,
@@ -112,8 +112,9 @@ class _Side:
 
 class _Builder:
     def __init__(self, group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
-                 einsum: Node, c: Contraction, tiles: Tiles) -> None:
+                 einsum: Node, c: Contraction, tiles: Tiles, cpu: bool = False) -> None:
         self.group, self.outline, self.kind, self.c, self.t = group, outline, kind, c, tiles
+        self.cpu = cpu  # epilogues on whole vectors where they allow it (vector_epilogue)
         self.epi = loopnest.EpilogueBuilder(group, outline, einsum)
         self.x_arg = self.epi.arg_of[einsum.srcs[c.x]]
         self.y_arg = self.epi.arg_of[einsum.srcs[1 - c.x]]
@@ -350,6 +351,8 @@ class _Builder:
                   and (self.chunk is None or self.epi.given.type.size % t.vn == 0))
         cols = [self.let(f"col{w}", add(n0, add(idx(w * t.wx * t.vn), mul(tx, idx(t.vn)))))
                 for w in range(t.sn)]
+        whole = (vector and self.cpu and not plain
+                 and vector_epilogue.accepts(values, self.epi.given, self.epi.inside, t.vn))
         counter = 0
         for s in range(t.sm):
             for r in range(t.vm):
@@ -363,7 +366,13 @@ class _Builder:
                     em.counter = counter
                     self.epi.em = em
                     lanes: list[list[Expr]] = [[] for _ in self.group.outputs]
-                    for lane in range(t.vn):
+                    if whole:
+                        coords, memo = self.coords(bcoords, row, cols[w]), {}
+                        for o, node in enumerate(values):
+                            y = vector_epilogue.value(self.epi, node, acc[i][w], coords, t.vn,
+                                                      memo)
+                            lanes[o] = [Lane(y, lane) for lane in range(t.vn)]
+                    for lane in range(t.vn if not whole else 0):
                         col = add(cols[w], idx(lane))
                         if not vector and c.n.size % t.bn:
                             # a lane past N is computed, not stored: its epilogue reads the
@@ -429,7 +438,7 @@ def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
         raise ValueError(f"tiled-contraction cannot take this group: {found}")
     einsum, form = found
     chosen = tiles or choose_tiles(form, target)
-    b = _Builder(group, outline, kind, einsum, form, chosen)
+    b = _Builder(group, outline, kind, einsum, form, chosen, target.device_type == "cpu")
     first = b.build()
     if b.chunks == 1:
         return (first,)

@@ -8,6 +8,7 @@ the H200 runs are checked here too; results are compared with numpy in float64.
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 import pytest
@@ -389,6 +390,29 @@ def test_bias_add_relu_epilogue(runtime, profiles, kind):
     prog = program("ik,kj->ij", [(37, 20), (20, 50)], epilogue=lambda y, b: (y + b).relu(),
                    extra=[(50,)])
     check(runtime, prog, profiles[kind], lambda x, w, b: np.maximum(x @ w + b, 0))
+
+
+def _gelu(z):
+    from math import erf, sqrt
+    return 0.5 * z * (1 + np.vectorize(erf)(z / sqrt(2)))
+
+
+@pytest.mark.parametrize("epilogue, reference", [
+    (lambda y, b, r: (y + b).gelu(), lambda y, b, r: _gelu(y + b)),
+    (lambda y, b, r: (y * r - b).sigmoid() + (y > b).astype(DType.f32),
+     lambda y, b, r: 1 / (1 + np.exp(-(y * r - b))) + (y > b)),
+    (lambda y, b, r: accy.maximum(y, r) * 2.0 + (y + b).tanh().exp(),
+     lambda y, b, r: np.maximum(y, r) * 2.0 + np.exp(np.tanh(y + b))),
+], ids=["gelu", "sigmoid-compare-cast", "max-scalar-tanh-exp"])
+def test_cpu_epilogues_compute_on_whole_vectors(runtime, epilogue, reference):
+    # bias b along the row (one vector load), r one per row (a splat): on a CPU the epilogue
+    # computes on the accumulator vectors (erf, exp, tanh as vector calls), not lane by lane
+    prog = program("ik,kj->ij", [(64, 40), (40, 128)], extra=[(128,), (64, 1)],
+                   epilogue=epilogue)
+    check(runtime, prog, AVX512, lambda x, w, b, r: reference(x @ w, b, r))
+    src = accy.prepare(prog, target=AVX512).kernel_source(0)
+    assert "vload" in src and "(0, in" in src  # the bias read along the row
+    assert not re.search(r"= (erf|exp|tanh)\(v", src)  # no scalar lane calls
 
 
 @pytest.mark.parametrize("kind", ["device", "gpu-tiles"])
