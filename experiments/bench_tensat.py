@@ -13,6 +13,12 @@ Programs (accy builder, einsums/matmuls, f32):
                     projection.
 ``nasrnn``          a NasRNN cell as in Tensat/TASO: 8 gate projections (4 of ``x``, 4 of
                     ``h``), relu/sigmoid/tanh gates, the tree of adds and multiplies.
+``nasrnn_stack``    the cell unrolled over 4 time steps, weights shared (the x projections
+                    of all steps can be one product).
+``transformer_block`` a pre-norm block: layer norm, the attention above, residual, layer
+                    norm, a GELU MLP four times as wide, residual.
+``mlp_stack``       three GELU layers with biases: nothing to merge (saturation must not
+                    make it dearer).
 ``inception``       an Inception-like block in matmul form: four parallel branches of one
                     input (1, 2, 2 and 1 layers deep), concatenated.
 
@@ -83,13 +89,12 @@ def _function(name: str, params: list[tuple[str, tuple[int, ...]]]):  # noqa: AN
     return b, f, [f.param(i) for i in range(len(params))]
 
 
-def bert_attention(sz: Sizes, *, merged: bool = False) -> accy.Program:
-    """One self-attention layer; ``merged``: Q, K, V as slices of ``x @ [Wq Wk Wv]``."""
+def _attention(x: Value, wq: Value, wk: Value, wv: Value, wo: Value, sz: Sizes,
+               merged: bool) -> Value:
+    """Multi-head self-attention of ``x`` [tokens, hidden]; ``merged``: Q, K, V as slices of
+    ``x @ [Wq Wk Wv]``."""
     n, h, heads = sz.tokens, sz.hidden, sz.heads
     d, seq = h // heads, max(1, sz.tokens // 4)
-    b, f, (x, wq, wk, wv, wo) = _function(
-        "bert_attention", [("x", (n, h)), ("wq", (h, h)), ("wk", (h, h)), ("wv", (h, h)),
-                           ("wo", (h, h))])
     if merged:
         m = x @ concat([wq, wk, wv], axis=1)
         q, k, v = m[:, :h], m[:, h:2 * h], m[:, 2 * h:]
@@ -102,9 +107,69 @@ def bert_attention(sz: Sizes, *, merged: bool = False) -> accy.Program:
 
     scores = einsum("bqhd,bkhd->bhqk", heads_of(q), heads_of(k)) * (1.0 / math.sqrt(d))
     ctx = einsum("bhqk,bkhd->bqhd", scores.softmax(-1), heads_of(v)).reshape(n, h)
-    f.return_(ctx @ wo)
+    return ctx @ wo
+
+
+def bert_attention(sz: Sizes, *, merged: bool = False) -> accy.Program:
+    """One self-attention layer; ``merged``: Q, K, V as slices of ``x @ [Wq Wk Wv]``."""
+    n, h = sz.tokens, sz.hidden
+    b, f, (x, *ws) = _function(
+        "bert_attention", [("x", (n, h)), ("wq", (h, h)), ("wk", (h, h)), ("wv", (h, h)),
+                           ("wo", (h, h))])
+    f.return_(_attention(x, *ws, sz, merged))
     f.finish()
     return b.finish()
+
+
+def transformer_block(sz: Sizes, *, merged: bool = False) -> accy.Program:
+    """A pre-norm transformer block: layer norm, attention (``_attention``), residual, layer
+    norm, a GELU MLP four times as wide, residual."""
+    n, h = sz.tokens, sz.hidden
+    b, f, (x, wq, wk, wv, wo, w1, w2) = _function(
+        "transformer_block", [("x", (n, h)), ("wq", (h, h)), ("wk", (h, h)), ("wv", (h, h)),
+                              ("wo", (h, h)), ("w1", (h, 4 * h)), ("w2", (4 * h, h))])
+
+    def norm(v: Value) -> Value:
+        c = v - v.mean(axes=-1, keepdims=True)
+        return c / ((c * c).mean(axes=-1, keepdims=True) + 1e-5).sqrt()
+
+    x = x + _attention(norm(x), wq, wk, wv, wo, sz, merged)
+    f.return_(x + (norm(x) @ w1).gelu() @ w2)
+    f.finish()
+    return b.finish()
+
+
+def mlp_stack(sz: Sizes, *, merged: bool = False, layers: int = 3) -> accy.Program:
+    """``layers`` GELU layers with biases on ``[tokens, hidden]``: nothing shares an operand,
+    so the merged program is the program itself (the row saturation must not make dearer)."""
+    del merged
+    n, h = sz.tokens, sz.hidden
+    params = [("x", (n, h))]
+    for i in range(layers):
+        params += [(f"w{i}", (h, h)), (f"b{i}", (h,))]
+    b, f, (x, *ws) = _function("mlp_stack", params)
+    for i in range(layers):
+        x = (x @ ws[2 * i] + ws[2 * i + 1]).gelu()
+    f.return_(x)
+    f.finish()
+    return b.finish()
+
+
+def _nas_cell(t: list[Value]) -> Value:
+    """A NasRNN cell's gates from its 8 projections (4 of x, 4 of h)."""
+    mid = [t[0].relu() + t[3].sigmoid(), t[1].sigmoid() + t[2].tanh(),
+           t[4].sigmoid() * t[5].tanh(), t[6].sigmoid() * t[7].relu()]
+    mid.append(mid[1].sigmoid() + mid[2].tanh())
+    mid.append(mid[0].tanh() * mid[3].tanh())
+    return (mid[4].tanh() * mid[5].tanh()).tanh()
+
+
+def _projections(v: Value, ws: list[Value], h: int, merged: bool) -> list[Value]:
+    """``v @ w`` for each weight, or slices of ``v @ [w ...]`` when ``merged``."""
+    if not merged:
+        return [v @ w for w in ws]
+    m = v @ concat(ws, axis=1)
+    return [m[:, i * h:(i + 1) * h] for i in range(len(ws))]
 
 
 def nasrnn(sz: Sizes, *, merged: bool = False) -> accy.Program:
@@ -113,17 +178,31 @@ def nasrnn(sz: Sizes, *, merged: bool = False) -> accy.Program:
     params = [("x", (n, h)), ("h", (n, h))]
     params += [(f"w{i}", (h, h)) for i in range(4)] + [(f"u{i}", (h, h)) for i in range(4)]
     b, f, (x, hs, *ws) = _function("nasrnn", params)
+    f.return_(_nas_cell(_projections(x, ws[:4], h, merged) + _projections(hs, ws[4:], h, merged)))
+    f.finish()
+    return b.finish()
+
+
+NAS_STEPS = 4
+
+
+def nasrnn_stack(sz: Sizes, *, merged: bool = False) -> accy.Program:
+    """The NasRNN cell unrolled over ``NAS_STEPS`` steps, weights shared; ``merged``: every
+    step's x projections as slices of one product of all steps' inputs with ``[w0 ... w3]``,
+    each step's h projections as slices of ``h @ [u0 ... u3]``."""
+    n, h = sz.batch, sz.hidden
+    params = [("xs", (NAS_STEPS, n, h)), ("h", (n, h))]
+    params += [(f"w{i}", (h, h)) for i in range(4)] + [(f"u{i}", (h, h)) for i in range(4)]
+    b, f, (xs, hs, *ws) = _function("nasrnn_stack", params)
     if merged:
-        mx, mh = x @ concat(ws[:4], axis=1), hs @ concat(ws[4:], axis=1)
-        t = [mx[:, i * h:(i + 1) * h] for i in range(4)]
-        t += [mh[:, i * h:(i + 1) * h] for i in range(4)]
+        every = _projections(xs.reshape(NAS_STEPS * n, h), ws[:4], h, True)
+        per_step = [[p[t * n:(t + 1) * n] for p in every] for t in range(NAS_STEPS)]
     else:
-        t = [x @ w for w in ws[:4]] + [hs @ u for u in ws[4:]]
-    mid = [t[0].relu() + t[3].sigmoid(), t[1].sigmoid() + t[2].tanh(),
-           t[4].sigmoid() * t[5].tanh(), t[6].sigmoid() * t[7].relu()]
-    mid.append(mid[1].sigmoid() + mid[2].tanh())
-    mid.append(mid[0].tanh() * mid[3].tanh())
-    f.return_((mid[4].tanh() * mid[5].tanh()).tanh())
+        per_step = [_projections(xs[t:t + 1].reshape(n, h), ws[:4], h, False)
+                    for t in range(NAS_STEPS)]
+    for t in range(NAS_STEPS):
+        hs = _nas_cell(per_step[t] + _projections(hs, ws[4:], h, merged))
+    f.return_(hs)
     f.finish()
     return b.finish()
 
@@ -150,7 +229,9 @@ def inception(sz: Sizes, *, merged: bool = False) -> accy.Program:
     return b.finish()
 
 
-PROGRAMS = {"bert_attention": bert_attention, "nasrnn": nasrnn, "inception": inception}
+PROGRAMS = {"bert_attention": bert_attention, "nasrnn": nasrnn, "nasrnn_stack": nasrnn_stack,
+            "transformer_block": transformer_block, "mlp_stack": mlp_stack,
+            "inception": inception}
 
 
 # ---- measurement ------------------------------------------------------------------------------

@@ -132,7 +132,8 @@ def _pipeline(saturate_options: str) -> str:
                      "accy-target"])
 
 
-@pytest.mark.parametrize("name", ["bert_attention", "nasrnn", "inception"])
+@pytest.mark.parametrize("name", ["bert_attention", "nasrnn", "nasrnn_stack",
+                                  "transformer_block", "mlp_stack", "inception"])
 def test_merged_programs_match_interpret_on_opencl(bench, small, name: str):
     program, merged = bench.PROGRAMS[name](small), bench.PROGRAMS[name](small, merged=True)
     args = _inputs(program)
