@@ -63,6 +63,7 @@ from accy.kernels.ir import (
     Barrier,
     Bin,
     Call,
+    Cast,
     Cond,
     Expr,
     For,
@@ -119,11 +120,14 @@ class _Builder:
         self.x_arg = self.epi.arg_of[einsum.srcs[c.x]]
         self.y_arg = self.epi.arg_of[einsum.srcs[1 - c.x]]
         self.body: list[Stmt] = []
-        self.dtype = c.dtype
+        # f16 products load f16, compute and keep their tiles and sums in f32 (as the mma
+        # generator's f16 tensor cores do) and round once on the way out
+        self.dtype = DType.f32 if c.dtype is DType.f16 else c.dtype
         # split K: chunks of chunk_k (a multiple of bk), none empty
         self.chunk_k = -(-c.k.size // (tiles.split * tiles.bk)) * tiles.bk
         self.chunks = -(-c.k.size // self.chunk_k)
-        self.scratch = KernelArg("scratch0", c.dtype, True, -1, self.chunks * einsum.type.size)
+        self.scratch = KernelArg("scratch0", self.dtype, True, -1,
+                                 self.chunks * einsum.type.size)
 
     def let(self, name: str, e: Expr, dtype: DType = INDEX, lanes: int = 1,
             mutable: bool = False) -> Var:
@@ -379,6 +383,8 @@ class _Builder:
                             # last column's operands rather than past their end
                             col = Call("min", (col, idx(c.n.size - 1)))
                         self.epi.result = acc[i][w] if t.vn == 1 else Lane(acc[i][w], lane)
+                        if c.dtype is DType.f16 and not plain:  # the einsum's f16 value
+                            self.epi.result = Cast(DType.f16, self.epi.result)
                         coords = self.coords(bcoords, row, col) if not plain else ()
                         for o, node in enumerate(values):
                             lanes[o].append(self.epi.value(node, coords))
@@ -446,11 +452,11 @@ def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
 
 
 def _form(group: FusionGroup) -> tuple[Node, Contraction] | str:
-    """:func:`analyse`'s answer, f16 declined (f16 products are the loop nest's, or the mma
-    generator's on f16 tensor cores)."""
+    """:func:`analyse`'s answer for floats (f16 computed in f32: the f16 products the mma
+    generator's tensor cores do not take, such as a B operand stored along K)."""
     found = analyse(group)
-    if not isinstance(found, str) and found[1].dtype not in FLOATS:
-        return f"dtype {found[1].dtype.value} (tiled contractions are f32 or f64)"
+    if not isinstance(found, str) and found[1].dtype not in (*FLOATS, DType.f16):
+        return f"dtype {found[1].dtype.value} (tiled contractions are f16, f32 or f64)"
     return found
 
 

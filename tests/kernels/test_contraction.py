@@ -386,6 +386,33 @@ def test_matches_numpy_f64(runtime, profiles, kind, spec, shapes):
 
 
 @pytest.mark.parametrize("kind", ["device", "gpu-tiles"])
+@pytest.mark.parametrize("spec, shapes", [("bqd,bkd->bqk", [(4, 96, 64), (4, 80, 64)]),
+                                          ("ik,jk->ij", [(67, 48), (100, 48)]),
+                                          ("ik,kj->ij", [(128, 256), (256, 64)])])
+def test_f16_products_compute_in_f32_and_round_once(runtime, profiles, kind, spec, shapes):
+    # on a target computing f16 (dtype-legalization keeps it), f16 products the f16 tensor
+    # cores do not take (none here; on the H200 those with B stored along K, as attention's
+    # scores) are tiled, not the loop nest's one output per work-item: f16 loads, f32 tiles
+    # and sums, one rounding to f16 on the store
+    target = dataclasses.replace(profiles[kind], dtypes=profiles[kind].dtypes | {DType.f16})
+    prog = program(spec, shapes, DType.f16, epilogue=lambda y: (y, (y * 0.5).exp()))
+    job = accy.prepare(prog, target=target)
+    assert job.generators().get("tiled-contraction") == 1, job.generators()
+    rng = np.random.default_rng(0)
+    xs = [rng.uniform(-1, 1, s).astype(np.float16) for s in shapes]
+    exact = np.einsum(spec, *(x.astype(np.float64) for x in xs))
+    product, scaled = job.run(*xs, device=runtime)
+    assert product.dtype == np.float16
+    # within one f16 step of the exact product: one rounding of an f32 sum (f16 sums would be
+    # off by several steps at K = 48-256)
+    step = np.spacing(np.abs(exact).astype(np.float16)).astype(np.float64)
+    assert (np.abs(product.astype(np.float64) - exact) <= step + 1e-6).all()
+    ref = accy.interpret(prog, xs)[1].astype(np.float64)
+    # exp of a product one f16 step apart: a few steps apart
+    np.testing.assert_allclose(scaled.astype(np.float64), ref, rtol=1e-2, atol=1e-3)
+
+
+@pytest.mark.parametrize("kind", ["device", "gpu-tiles"])
 def test_bias_add_relu_epilogue(runtime, profiles, kind):
     prog = program("ik,kj->ij", [(37, 20), (20, 50)], epilogue=lambda y, b: (y + b).relu(),
                    extra=[(50,)])
