@@ -3,8 +3,8 @@
 The tiled contraction keeps ``vn`` consecutive outputs of a row in one vector accumulator. Its
 epilogue (bias, activation, ...) is generated lane by lane by the loop-nest machinery, which is
 what a GPU wants (lanes are registers) but not a CPU: PoCL compiles each lane's ``erf`` or
-``exp`` as a scalar library call, and a GELU epilogue took several times the product itself
-(a 64x512x128 MLP layer on PoCL). Here the epilogue computes on the accumulator as a whole:
+``exp`` as a scalar library call, which can cost more than the product itself (see
+papers/kernels.md). Here the epilogue computes on the accumulator as a whole:
 every op in its vector form (the forms :class:`accy.kernels.reduction.VectorEvaluator` uses),
 inputs read as vectors along the row (``vloadN`` at the first lane's element) or splat where
 they are broadcast along it, comparisons as lane masks for ``select`` and casts to float.
@@ -51,7 +51,6 @@ def accepts(values: Sequence[Node], given: Node, inside: set[Node], lanes: int) 
     if not shape or shape[-1] % lanes or any(
             v.type.dtype is not _F32 or v.type.shape != shape for v in values):
         return False
-    masks: set[Node] = set()  # comparisons, to be read as conditions only
     seen: set[Node] = set()
     stack = list(values)
     while stack:
@@ -65,20 +64,19 @@ def accepts(values: Sequence[Node], given: Node, inside: set[Node], lanes: int) 
                                                  not in (1, shape[-1]))):
                 return False
             continue
-        srcs = n.srcs
+        # a comparison's mask (its bool result) may only be a select's condition or cast
+        # to f32: every other op takes f32 operands
+        condition = n.srcs[0]
         if n.op in _COMPARE:
-            masks.add(n)
-            ok = all(s.type.dtype is _F32 for s in srcs)
-        elif n.op is Op.SELECT:
-            ok = srcs[0].op in _COMPARE and srcs[0] in inside and n.type.dtype is _F32
-            srcs = srcs[1:]
-        elif n.op is Op.CAST:
-            ok = n.type.dtype is _F32 and srcs[0].op in _COMPARE and srcs[0] in inside
+            ok = all(s.type.dtype is _F32 for s in n.srcs)
+        elif n.op in (Op.SELECT, Op.CAST):
+            ok = (n.type.dtype is _F32 and condition.op in _COMPARE and condition in inside
+                  and all(s.type.dtype is _F32 for s in n.srcs[1:]))
         else:
             ok = (n.op in _VECTOR_FLOAT and n.type.dtype is _F32
-                  and all(s.type.dtype is _F32 for s in srcs))
-        if not ok or any(s in masks for s in srcs):
-            return False  # a mask read as a value
+                  and all(s.type.dtype is _F32 for s in n.srcs))
+        if not ok:
+            return False
         stack.extend(n.srcs)
     return True
 
