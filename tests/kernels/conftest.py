@@ -3,6 +3,7 @@ differential check (the OpenCL ``device`` fixture is in tests/conftest.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -67,3 +68,13 @@ def check(device) -> Check:
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(0)
+
+
+@pytest.fixture(scope="module")
+def profiles(device) -> dict[str, TargetProfile]:
+    """The device's own profile and a GPU-style one on it (the tiled-contraction tests run
+    both; test_direct_conv has its own)."""
+    real = TargetProfile.from_device(device.info)
+    gpu_like = dataclasses.replace(real, device_type="gpu", compute_units=4,
+                                   max_work_group_size=min(256, real.max_work_group_size))
+    return {"device": real, "gpu-tiles": gpu_like}

@@ -8,10 +8,10 @@ the H200 runs are checked here too; results are compared with numpy in float64.
 from __future__ import annotations
 
 import dataclasses
-import re
 
 import numpy as np
 import pytest
+from contraction_support import AVX512, check, program
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -54,8 +54,6 @@ from accy.target import TargetProfile
 H200 = TargetProfile(device="H200-like", device_type="gpu", compute_units=132,
                      max_work_group_size=1024, local_mem_bytes=48 * 1024,
                      dtypes=frozenset({DType.f32, DType.f64}))
-AVX512 = TargetProfile(device="avx512-like", device_type="cpu", compute_units=2,
-                       max_work_group_size=4096, local_mem_bytes=1 << 20, native_vector_bytes=64)
 AVX2 = dataclasses.replace(AVX512, native_vector_bytes=32)
 
 
@@ -64,18 +62,6 @@ def einsum_node(spec: str, *shapes: tuple[int, ...], dtype: DType = DType.f32) -
     f = b.begin_function("f", [TensorType(s, dtype) for s in shapes])
     out = einsum(spec, *(f.param(i) for i in range(len(shapes))))
     return out.node
-
-
-def program(spec: str, shapes: list[tuple[int, ...]], dtype: DType = DType.f32,
-            epilogue=None, extra: list[tuple[int, ...]] = ()) -> accy.Program:
-    b = accy.Builder()
-    f = b.begin_function("f", [TensorType(s, dtype) for s in [*shapes, *extra]])
-    xs = [f.param(i) for i in range(len(shapes) + len(extra))]
-    out = einsum(spec, xs[0], xs[1])
-    results = epilogue(out, *xs[2:]) if epilogue else out
-    f.return_(*(results if isinstance(results, tuple) else (results,)))
-    f.finish()
-    return b.finish()
 
 
 # classification ---------------------------------------------------------------------------
@@ -309,41 +295,6 @@ def test_render_vector_nodes_golden():
 
 
 # numerics on the device -------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def runtime():
-    from accy.backends.opencl.runtime import select_device
-
-    try:
-        return select_device()
-    except DeviceError as exc:
-        pytest.skip(f"no usable OpenCL device: {exc}")
-
-
-@pytest.fixture(scope="module")
-def profiles(runtime) -> dict[str, TargetProfile]:
-    real = TargetProfile.from_device(runtime.info)
-    gpu_like = dataclasses.replace(real, device_type="gpu", compute_units=4,
-                                   max_work_group_size=min(256, real.max_work_group_size))
-    return {"device": real, "gpu-tiles": gpu_like}
-
-
-def check(runtime, prog: accy.Program, target: TargetProfile, reference, seed: int = 0
-          ) -> None:
-    job = accy.prepare(prog, target=target)
-    assert any(k.fixed_local_size for k in job.kernels), "tiled-contraction was not chosen"
-    fn = prog.functions[0]
-    rng = np.random.default_rng(seed)
-    inputs = [rng.standard_normal(p.type.shape).astype(p.type.dtype.numpy) for p in fn.params]
-    outs = job.run(*inputs, device=runtime)
-    refs = reference(*(x.astype(np.float64) for x in inputs))
-    refs = refs if isinstance(refs, tuple) else (refs,)
-    tol = 1e-5 if fn.params[0].type.dtype is DType.f32 else 1e-12
-    for out, ref in zip(outs, refs, strict=True):
-        assert out.shape == ref.shape and out.dtype == fn.params[0].type.dtype.numpy
-        scale = max(1.0, float(np.abs(ref).max()))
-        np.testing.assert_allclose(out, ref, rtol=tol, atol=tol * scale * 8)
-
-
 CASES = [
     ("ik,kj->ij", [(64, 48), (48, 96)]),  # tiles divide
     ("ik,kj->ij", [(67, 45), (45, 129)]),  # every edge overhangs
@@ -370,119 +321,19 @@ CASES = [
 
 @pytest.mark.parametrize("kind", ["device", "gpu-tiles"])
 @pytest.mark.parametrize("spec, shapes", CASES, ids=[f"{s}:{x}" for s, x in CASES])
-def test_matches_numpy_f32(runtime, profiles, kind, spec, shapes):
-    check(runtime, program(spec, shapes), profiles[kind],
+def test_matches_numpy_f32(device, profiles, kind, spec, shapes):
+    check(device, program(spec, shapes), profiles[kind],
           lambda x, y: np.einsum(spec, x, y))
 
 
 @pytest.mark.parametrize("kind", ["device", "gpu-tiles"])
 @pytest.mark.parametrize("spec, shapes", [CASES[1], CASES[3], CASES[8], CASES[10], CASES[-3],
                                           CASES[-1]])
-def test_matches_numpy_f64(runtime, profiles, kind, spec, shapes):
+def test_matches_numpy_f64(device, profiles, kind, spec, shapes):
     if DType.f64 not in profiles["device"].dtypes:
         pytest.skip("the device has no fp64")
-    check(runtime, program(spec, shapes, DType.f64), profiles[kind],
+    check(device, program(spec, shapes, DType.f64), profiles[kind],
           lambda x, y: np.einsum(spec, x, y))
-
-
-@pytest.mark.parametrize("kind", ["device", "gpu-tiles"])
-@pytest.mark.parametrize("spec, shapes", [("bqd,bkd->bqk", [(4, 96, 64), (4, 80, 64)]),
-                                          ("ik,jk->ij", [(67, 48), (100, 48)]),
-                                          ("ik,kj->ij", [(128, 256), (256, 64)])])
-def test_f16_products_compute_in_f32_and_round_once(runtime, profiles, kind, spec, shapes):
-    # on a target computing f16 (dtype-legalization keeps it), f16 products the f16 tensor
-    # cores do not take (none here; on the H200 those with B stored along K, as attention's
-    # scores) are tiled, not the loop nest's one output per work-item: f16 loads, f32 tiles
-    # and sums, one rounding to f16 on the store
-    target = dataclasses.replace(profiles[kind], dtypes=profiles[kind].dtypes | {DType.f16})
-    prog = program(spec, shapes, DType.f16, epilogue=lambda y: (y, (y * 0.5).exp()))
-    job = accy.prepare(prog, target=target)
-    assert job.generators().get("tiled-contraction") == 1, job.generators()
-    rng = np.random.default_rng(0)
-    xs = [rng.uniform(-1, 1, s).astype(np.float16) for s in shapes]
-    exact = np.einsum(spec, *(x.astype(np.float64) for x in xs))
-    product, scaled = job.run(*xs, device=runtime)
-    assert product.dtype == np.float16
-    # within one f16 step of the exact product: one rounding of an f32 sum (f16 sums would be
-    # off by several steps at K = 48-256)
-    step = np.spacing(np.abs(exact).astype(np.float16)).astype(np.float64)
-    assert (np.abs(product.astype(np.float64) - exact) <= step + 1e-6).all()
-    ref = accy.interpret(prog, xs)[1].astype(np.float64)
-    # exp of a product one f16 step apart: a few steps apart
-    np.testing.assert_allclose(scaled.astype(np.float64), ref, rtol=1e-2, atol=1e-3)
-
-
-@pytest.mark.parametrize("kind", ["device", "gpu-tiles"])
-def test_bias_add_relu_epilogue(runtime, profiles, kind):
-    prog = program("ik,kj->ij", [(37, 20), (20, 50)], epilogue=lambda y, b: (y + b).relu(),
-                   extra=[(50,)])
-    check(runtime, prog, profiles[kind], lambda x, w, b: np.maximum(x @ w + b, 0))
-
-
-def _gelu(z):
-    from math import erf, sqrt
-    return 0.5 * z * (1 + np.vectorize(erf)(z / sqrt(2)))
-
-
-@pytest.mark.parametrize("epilogue, reference", [
-    (lambda y, b, r: (y + b).gelu(), lambda y, b, r: _gelu(y + b)),
-    (lambda y, b, r: (y * r - b).sigmoid() + (y > b).astype(DType.f32),
-     lambda y, b, r: 1 / (1 + np.exp(-(y * r - b))) + (y > b)),
-    (lambda y, b, r: accy.maximum(y, r) * 2.0 + (y + b).tanh().exp(),
-     lambda y, b, r: np.maximum(y, r) * 2.0 + np.exp(np.tanh(y + b))),
-], ids=["gelu", "sigmoid-compare-cast", "max-scalar-tanh-exp"])
-def test_cpu_epilogues_compute_on_whole_vectors(runtime, epilogue, reference):
-    # bias b along the row (one vector load), r one per row (a splat): on a CPU the epilogue
-    # computes on the accumulator vectors (erf, exp, tanh as vector calls), not lane by lane
-    prog = program("ik,kj->ij", [(64, 40), (40, 128)], extra=[(128,), (64, 1)],
-                   epilogue=epilogue)
-    check(runtime, prog, AVX512, lambda x, w, b, r: reference(x @ w, b, r))
-    src = accy.prepare(prog, target=AVX512).kernel_source(0)
-    assert "vload" in src and "(0, in" in src  # the bias read along the row
-    assert not re.search(r"= (erf|exp|tanh)\(v", src)  # no scalar lane calls
-
-
-@pytest.mark.parametrize("kind", ["device", "gpu-tiles"])
-def test_one_output_per_work_item_tiles_with_an_epilogue(runtime, profiles, kind):
-    prog = program("bik,bkj->bij", [(2, 6, 20), (2, 20, 10)], extra=[(10,)],
-                   epilogue=lambda y, b: (y + b).sigmoid())
-    check(runtime, prog, profiles[kind],
-          lambda x, w, b: 1 / (1 + np.exp(-(np.einsum("bik,bkj->bij", x, w) + b))))
-
-
-@pytest.mark.parametrize("kind", ["device", "gpu-tiles"])
-def test_epilogue_with_batch_and_row_operands(runtime, profiles, kind):
-    prog = program("bik,bkj->bij", [(2, 9, 8), (2, 8, 21)],
-                   epilogue=lambda y, r, s: (y * r - s).sigmoid(), extra=[(2, 9, 1), (21,)])
-    check(runtime, prog, profiles[kind],
-          lambda x, w, r, s: 1 / (1 + np.exp(-(np.einsum("bik,bkj->bij", x, w) * r - s))))
-
-
-@pytest.mark.parametrize("kind", ["device", "gpu-tiles"])
-def test_reshaped_results_are_stored_at_the_einsum_places(runtime, profiles, kind):
-    prog = program("ik,jk->ij", [(24, 16), (32, 16)], extra=[(32,)],
-                   epilogue=lambda y, b: (y + b).relu().reshape(24, 4, 8))
-    check(runtime, prog, profiles[kind],
-          lambda x, w, b: np.maximum(x @ w.T + b, 0).reshape(24, 4, 8))
-    attention_pv = program("hqk,khd->qhd", [(2, 5, 7), (7, 2, 3)],
-                           epilogue=lambda y: y.reshape(5, 6))
-    check(runtime, attention_pv, profiles[kind],
-          lambda p, v: np.einsum("hqk,khd->qhd", p, v).reshape(5, 6))
-
-
-def test_results_of_the_einsum_and_its_epilogue_both_written(runtime, profiles):
-    prog = program("ik,kj->ij", [(10, 6), (6, 12)], epilogue=lambda y: (y, y * 2.0))
-    job = accy.prepare(prog, "accy-contract,accy-tensor,fusion-planning{policy=multi-output},"
-                             "schedule-planning,accy-memory,accy-kernel,accy-target",
-                       target=profiles["device"])
-    (kernel,) = job.kernels  # one tiled kernel writes both
-    assert kernel.fixed_local_size and [a.name for a in kernel.args if a.is_output] == [
-        "out0", "out1"]
-    rng = np.random.default_rng(3)
-    x, w = rng.standard_normal((10, 6), np.float32), rng.standard_normal((6, 12), np.float32)
-    y, y2 = job.run(x, w, device=runtime)
-    np.testing.assert_allclose(y, x @ w, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(y2, 2 * (x @ w), rtol=1e-5, atol=1e-5)
 
 
 GPU_TILES = [
@@ -555,14 +406,14 @@ def test_narrow_tiles_read_within_their_operands_under_oclgrind(capfd):
 @pytest.mark.parametrize("spec, shapes", [("ik,kj->ij", [(200, 70), (70, 260)]),
                                           ("ki,jk->ij", [(33, 130), (129, 33)]),
                                           ("bik,bkj->bij", [(2, 64, 16), (2, 16, 128)])])
-def test_explicit_tiles_with_edges(runtime, profiles, tiles, spec, shapes):
+def test_explicit_tiles_with_edges(device, profiles, tiles, spec, shapes):
     target = dataclasses.replace(profiles["device"], max_work_group_size=4096)
     job, kernel = built_kernel(spec, shapes, tiles, target)
     job = PreparedJob({**job.products, job.stage: job.product.replace(
         kernels=(kernel,))}, job.records, job.pipeline)
     rng = np.random.default_rng(5)
     x, y = (rng.standard_normal(s).astype(np.float32) for s in shapes)
-    (out,) = job.run(x, y, device=runtime)
+    (out,) = job.run(x, y, device=device)
     np.testing.assert_allclose(out, np.einsum(spec, x, y), rtol=1e-4, atol=1e-4)
 
 
@@ -592,14 +443,14 @@ def contractions(draw):
 
 @settings(max_examples=12)
 @given(case=contractions(), gpu=st.booleans())
-def test_random_contractions_match_numpy(runtime, profiles, case, gpu):
+def test_random_contractions_match_numpy(device, profiles, case, gpu):
     spec, shapes = case
     prog = program(spec, shapes)
     target = profiles["gpu-tiles" if gpu else "device"]
     job = accy.prepare(prog, target=target)
     rng = np.random.default_rng(7)
     x, y = (rng.standard_normal(s).astype(np.float32) for s in shapes)
-    (out,) = job.run(x, y, device=runtime)
+    (out,) = job.run(x, y, device=device)
     ref = np.einsum(spec, x.astype(np.float64), y.astype(np.float64))
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * max(1.0, np.abs(ref).max()))
 
@@ -625,7 +476,7 @@ def test_gpu_large_tiles_fill_most_units_split_k_and_run_one_wave_twice_as_deep(
     assert tiles_for("ik,kj->ij", [(130, 256), (256, 384)], H200).split == 1  # K too short
 
 
-def test_split_k_sums_partials_in_a_second_kernel_with_the_epilogue(runtime, profiles):
+def test_split_k_sums_partials_in_a_second_kernel_with_the_epilogue(device, profiles):
     """gpu-tiles, one 128x128 tile, K = 4100 in 4 chunks: a partials kernel writes each chunk's
     sums to scratch, a second kernel adds them in chunk order (deterministic) and applies the
     bias, relu and the reshape of the output."""
@@ -637,8 +488,8 @@ def test_split_k_sums_partials_in_a_second_kernel_with_the_epilogue(runtime, pro
     assert first.entry.endswith("_partials") and not second.entry.endswith("_partials")
     scratch = [a for a in first.args if a.is_scratch]
     assert len(scratch) == 1 and scratch[0].scratch_elems == 4 * 128 * 128
-    check(runtime, prog, target, lambda x, w, b: np.maximum(x @ w + b, 0).reshape(128, 16, 8))
+    check(device, prog, target, lambda x, w, b: np.maximum(x @ w + b, 0).reshape(128, 16, 8))
     x, w, b = (np.random.default_rng(1).standard_normal(p.type.shape).astype(np.float32)
                for p in prog.functions[0].params)
-    exe = job.executable(device=runtime)
+    exe = job.executable(device=device)
     np.testing.assert_array_equal(exe(x, w, b)[0], exe(x, w, b)[0])
