@@ -15,14 +15,15 @@ _FLOAT_CALL = {
     Op.POW: "pow",
 }
 _ARITH = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*", Op.DIV: "/"}
-_COMPARE = {Op.EQ: "==", Op.NE: "!=", Op.LT: "<", Op.LE: "<=", Op.GT: ">", Op.GE: ">="}
+# the C operator of each comparison (a scalar one is a 0/1 bool, a vector one a lane mask)
+COMPARE = {Op.EQ: "==", Op.NE: "!=", Op.LT: "<", Op.LE: "<=", Op.GT: ">", Op.GE: ">="}
 _LOGICAL = {Op.AND: "&&", Op.OR: "||"}
 _INT_ONLY = {Op.NEG, Op.ABS, Op.RELU, Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.MAX, Op.MIN}
 
 
 def supported(op: Op, dtype: DType) -> bool:
     """Whether :func:`elementwise` has an expression for ``op`` on ``dtype`` operands."""
-    if op in _COMPARE or op in _LOGICAL or op in (Op.NOT, Op.SELECT, Op.CAST):
+    if op in COMPARE or op in _LOGICAL or op in (Op.NOT, Op.SELECT, Op.CAST):
         return True
     if dtype.is_float:
         return op.is_elementwise
@@ -50,8 +51,8 @@ def elementwise(op: Op, args: list[Expr], operand: DType, result: DType) -> Expr
         if result is DType.bool:
             return Cast(DType.bool, Bin("!=", a, zero))
         return Cast(result, a)
-    if op in _COMPARE:
-        return Cast(DType.bool, Bin(_COMPARE[op], a, b))
+    if op in COMPARE:
+        return Cast(DType.bool, Bin(COMPARE[op], a, b))
     if op in _LOGICAL:
         return Cast(DType.bool, Bin(_LOGICAL[op], a, b))
     if op is Op.NOT:

@@ -40,7 +40,6 @@ from accy.plans import is_inlined
 
 __all__ = ["accepts", "value"]
 
-_COMPARE = {Op.EQ: "==", Op.NE: "!=", Op.LT: "<", Op.LE: "<=", Op.GT: ">", Op.GE: ">="}
 _F32, _MASK = DType.f32, DType.i32  # a float vector's comparison is a mask of ints (-1 or 0)
 
 
@@ -67,10 +66,10 @@ def accepts(values: Sequence[Node], given: Node, inside: set[Node], lanes: int) 
         # a comparison's mask (its bool result) may only be a select's condition or cast
         # to f32: every other op takes f32 operands
         condition = n.srcs[0]
-        if n.op in _COMPARE:
+        if n.op in exprs.COMPARE:
             ok = all(s.type.dtype is _F32 for s in n.srcs)
         elif n.op in (Op.SELECT, Op.CAST):
-            ok = (n.type.dtype is _F32 and condition.op in _COMPARE and condition in inside
+            ok = (n.type.dtype is _F32 and condition.op in exprs.COMPARE and condition in inside
                   and all(s.type.dtype is _F32 for s in n.srcs[1:]))
         else:
             ok = (n.op in _VECTOR_FLOAT and n.type.dtype is _F32
@@ -100,8 +99,8 @@ def value(epi: EpilogueBuilder, node: Node, acc: Expr, coords: tuple[Expr, ...],
             stack.extend((s, False) for s in n.srcs if s not in memo)
             continue
         args = [memo[s] for s in n.srcs]
-        if n.op in _COMPARE:
-            memo[n] = _bind(epi, Bin(_COMPARE[n.op], args[0], args[1]), _MASK, lanes)
+        if n.op in exprs.COMPARE:
+            memo[n] = _bind(epi, Bin(exprs.COMPARE[n.op], args[0], args[1]), _MASK, lanes)
         elif n.op is Op.SELECT:
             memo[n] = _bind(epi, Cond(args[0], args[1], args[2]), _F32, lanes)
         elif n.op is Op.CAST:
