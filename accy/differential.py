@@ -29,7 +29,7 @@ from accy.passes.base import Pass
 from accy.passes.manager import Instrument, PassRecord
 from accy.passes.spec import Pipeline, parse_pipeline
 from accy.product import Product
-from accy.target import KernelStatus, TargetProfile
+from accy.target import KernelStatus, TargetProfile, resolve_precision
 
 ProgramInputs = dict[str, tuple[np.ndarray, ...]]  # function name -> one array per parameter
 
@@ -166,11 +166,13 @@ def unsupported_reason(error: BaseException) -> str | None:
     return None
 
 
-def precision_of(pipeline: Pipeline) -> str:
-    """The contraction precision policy a pipeline's kernelization uses ("ieee" if none):
-    what the error bounds of its results must allow (``kernelization{precision=tf32}``)."""
-    return next((getattr(p, "precision", "ieee") for p in pipeline.passes
-                 if p.name == "kernelization"), "ieee")
+def precision_of(pipeline: Pipeline, target: TargetProfile | None) -> str:
+    """The contraction precision policy a pipeline's kernelization uses on ``target`` (``f32``
+    resolved by :func:`accy.target.resolve_precision`; "ieee" without a kernelization): what
+    the error bounds of its results must allow (``kernelization{precision=tf32}``)."""
+    policy = next((getattr(p, "precision", "ieee") for p in pipeline.passes
+                   if p.name == "kernelization"), "ieee")
+    return resolve_precision(policy, target or TargetProfile())
 
 
 def _pipeline(pipeline: str | Pipeline) -> Pipeline:
@@ -212,7 +214,8 @@ def check_end_to_end(program: Program, inputs: ProgramInputs | Sequence[Any],
             got = job.run(*by_fn[fn.name], function=fn.name, device=runtime)
         except AccyError as e:
             raise _failure(f"end-to-end: running {fn.name} failed: {e}", program, by_fn) from e
-        _compare(program, fn.name, got, want, by_fn[fn.name], out, precision_of(pipe))
+        _compare(program, fn.name, got, want, by_fn[fn.name], out,
+                 precision_of(pipe, target))
     if out.problems:
         raise _failure(f"end-to-end ({pipe.text()}) on {backend.describe_device(runtime)}: results "
                        f"differ from interpret:\n  " + "\n  ".join(out.problems), program, by_fn)

@@ -40,14 +40,33 @@ CP_ASYNC = "cp.async.cg.16"
 """PTX ``cp.async.cg.shared.global`` 16-byte copies with ``commit_group`` / ``wait_group``
 (sm_80+), addressing local memory by ``(uint)(size_t)`` of a ``__local`` pointer: what the mma
 generators' multi-stage pipeline needs (the probe runs one such copy before listing it)."""
-TENSOR_CORE_SHAPES = (TF32_MMA, F16_MMA, CP_ASYNC)
+TF32_SATFINITE = "cvt.rna.satfinite.tf32"
+"""PTX ``cvt.rna.satfinite.tf32.f32``: TF32 rounding that gives the largest finite TF32 for an
+infinity or a value rounding past it (NaN stays NaN). The 3xTF32 split takes its big part so:
+an infinite ``x`` splits as the largest TF32 plus ``small = x - big`` infinite (plain rounding
+gives ``inf - inf``, NaN), and an ``x`` above the largest TF32 does not overflow. The ``f32`` policy needs it for 3xtf32."""
+TENSOR_CORE_SHAPES = (TF32_MMA, F16_MMA, CP_ASYNC, TF32_SATFINITE)
 
-PRECISIONS = ("ieee", "tf32", "3xtf32")
-"""Precision policies for f32 contractions (``kernelization{precision=...}``): ``ieee`` f32
-products and sums (the default, every generator); ``tf32`` operands rounded to TF32 (10
-explicit mantissa bits) on tensor cores, f32 sums (opt-in, as torch's ``allow_tf32``);
-``3xtf32`` each operand split as big + small TF32 parts, three products summed (CUTLASS's
-"3xTF32"), about f32 accuracy. :func:`accy.error_bounds.error_bounds` takes the same name."""
+PRECISIONS = ("f32", "ieee", "tf32", "3xtf32")
+"""Precision policies for f32 contractions (``kernelization{precision=...}``): ``f32`` (the
+default) f32 accuracy by the fastest kernels the target has: ``3xtf32`` where it recorded TF32
+tensor cores (and ``TF32_SATFINITE``), ``ieee`` elsewhere (:func:`resolve_precision`); ``ieee`` f32
+products and sums (every generator); ``tf32`` operands rounded to TF32 (10 explicit mantissa bits)
+on tensor cores, f32 sums (opt-in, as torch's ``allow_tf32``); ``3xtf32`` each operand split as big
++ small TF32 parts, three products summed (CUTLASS's "3xTF32"), about f32 accuracy.
+:func:`accy.error_bounds.error_bounds` takes the resolved names."""
+
+
+def resolve_precision(policy: str, target: TargetProfile) -> str:
+    """The concrete policy ``policy`` means on ``target``: ``f32`` becomes ``3xtf32`` where
+    the target's probe found TF32 tensor cores and the saturating TF32 rounding (so that
+    infinities stay infinities), else ``ieee``; the others stay."""
+    if policy not in PRECISIONS:
+        raise ValueError(f"precision {policy!r}: one of {', '.join(PRECISIONS)}")
+    if policy != "f32":
+        return policy
+    return "3xtf32" if {TF32_MMA, TF32_SATFINITE} <= set(target.tensor_cores) else "ieee"
+
 
 MAX_WORK_GROUPS = 2**31 - 1
 """Work-groups per dimension a launch may have. OpenCL bounds only the global size (by

@@ -2,7 +2,8 @@
 every contraction shape class, attention, row reductions, an MLP and an elementwise chain.
 
     python experiments/bench_gpu.py --device nvidia [--programs gemm_4096,layernorm,...]
-        [--size full|small] [--repeat 20] [--tf32] [--compile-mode default] [--no-torch]
+        [--size full|small] [--repeat 20] [--policies f32,ieee,...] [--tf32]
+        [--compile-mode default] [--no-torch]
         [--out results/bench_gpu.json]
 
 Programs (``--programs``; the shapes of ``--size full``, the default; ``--size small`` runs
@@ -15,17 +16,18 @@ dim 64), ``layernorm`` and ``rmsnorm`` (8192x4096), ``softmax`` (8192x8192), ``m
 elements), and f16 variants (``*_f16``) of GEMM, batched GEMM, attention, layernorm, softmax
 and the MLP.
 
-accy: each program is prepared for the device's own target profile
-(``TargetProfile.from_device``) with ``accy-default``, or with ``kernelization{precision=P}`` for
-P = tf32 and 3xtf32 under ``--tf32``; inputs and the output live on the device, and one call is
-``exe(*inputs, out=out)``. Kernel time: the OpenCL profiling events of one call summed; call
-time: wall clock of the (synchronous) call; both medians over ``--repeat`` calls after
-warm-up. torch (``bench_gpu_torch.py``): the same maths in eager and ``torch.compile`` (fresh
-per program, ``dynamic=False``, compiled in its warm-up), kernel time from torch.profiler
-(CUDA kernels, memsets and copies of one call summed), call time with
-``torch.cuda.synchronize()``; TF32 off (``allow_tf32`` False, matmul precision "highest")
-unless ``--tf32``. Without torch, or without CUDA, or with ``--no-torch``, the torch fields
-are null and ``torch_note`` says why; the accy side runs regardless.
+accy: each program is prepared for the device's own target profile (``TargetProfile.from_device``)
+with ``kernelization{precision=P}`` for each P of ``--policies`` (default ``f32``, ``accy-default``
+itself: 3xtf32 tensor-core kernels where the device has them), or P = tf32 and 3xtf32 under
+``--tf32``; inputs and the output live on the device, and one call is ``exe(*inputs, out=out)``.
+Kernel time: the OpenCL profiling events of one call summed; call time: wall clock of the
+(synchronous) call; both medians over ``--repeat`` calls after warm-up. torch
+(``bench_gpu_torch.py``): the same maths in eager and ``torch.compile`` (fresh per program,
+``dynamic=False``, compiled in its warm-up), kernel time from torch.profiler (CUDA kernels, memsets
+and copies of one call summed), call time with ``torch.cuda.synchronize()``; TF32 off
+(``allow_tf32`` False, matmul precision "highest") unless ``--tf32``. Without torch, or without
+CUDA, or with ``--no-torch``, the torch fields are null and ``torch_note`` says why; the accy side
+runs regardless.
 
 Correctness: the accy result (and torch's) is checked against numpy in float64 on a slice of
 the output (the first rows, batches or elements; the rest of the program is the same for every
@@ -71,7 +73,7 @@ from accy.error_bounds import error_bounds
 from accy.experiments.records import provenance, write_json
 from accy.ir.types import DType, TensorType
 from accy.passes.spec import parse_pipeline
-from accy.target import TargetProfile
+from accy.target import PRECISIONS, TargetProfile, resolve_precision
 
 
 def _torch_side():
@@ -296,7 +298,7 @@ class Checker:
 
 def pipeline_text(precision: str) -> str:
     base = parse_pipeline("accy-default")
-    if precision == "ieee":
+    if precision == "f32":  # the default
         return base.text()
     return base.replacing(f"kernelization{{precision={precision}}}").text()
 
@@ -330,7 +332,7 @@ def bench_accy(spec: Spec, dims: dict[str, int], xs: list[np.ndarray], precision
         "call_ms": statistics.median(wall) / 1e6,
         "kernel_ms_each": {f"{i}:{e}": statistics.median(c[i] for c in per_call) / 1e6
                            for i, e in enumerate(entries) if i < len(per_call[0])},
-        "prepare_s": prepare_s, "check": check(result, precision),
+        "prepare_s": prepare_s, "check": check(result, resolve_precision(precision, target)),
     }
 
 
@@ -344,8 +346,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--size", choices=("full", "small"), default="full",
                    help="full: the shapes above; small: tiny ones (PoCL, CI)")
     p.add_argument("--repeat", type=int, default=20, help="timed calls per program and side")
+    p.add_argument("--policies", default="f32",
+                   help="accy's precision policies, comma-separated: " + ",".join(PRECISIONS))
     p.add_argument("--tf32", action="store_true",
-                   help="accy under precision=tf32 and 3xtf32, torch with allow_tf32")
+                   help="accy under precision=tf32 and 3xtf32 (for --policies), torch with "
+                   "allow_tf32")
     p.add_argument("--compile-mode", default="default", choices=bt.COMPILE_MODES,
                    help="torch.compile mode")
     p.add_argument("--no-torch", action="store_true", help="time accy only")
@@ -358,6 +363,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if unknown or not args.programs:
         p.error(f"--programs: unknown {', '.join(unknown) or '(none given)'}; choose from "
                 f"{','.join(PROGRAMS)}")
+    args.policies = tuple(x.strip() for x in args.policies.split(",") if x.strip())
+    bad = [x for x in args.policies if x not in PRECISIONS]
+    if bad or not args.policies:
+        p.error(f"--policies: unknown {', '.join(bad) or '(none given)'}; choose from "
+                f"{','.join(PRECISIONS)}")
     return args
 
 
@@ -476,7 +486,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     runtime, target = open_device(args.device)
     info = runtime.info
-    policies = ("tf32", "3xtf32") if args.tf32 else ("ieee",)
+    policies = ("tf32", "3xtf32") if args.tf32 else args.policies
     torch, torch_note = (None, "--no-torch") if args.no_torch else bt.load_torch()
     torch_info = bt.configure(torch, args.tf32) if torch is not None else {"note": torch_note}
     print(f"device: {info.key}; tensor cores: {', '.join(target.tensor_cores) or 'none'}; "

@@ -112,7 +112,14 @@ from accy.kernels.mma_plan import (  # noqa: E402
     parse_tiles,
 )
 from accy.passes.kernel.kernelization import with_spaces  # noqa: E402
-from accy.target import CP_ASYNC, F16_MMA, PRECISIONS, TF32_MMA, TargetProfile  # noqa: E402
+from accy.target import (  # noqa: E402
+    CP_ASYNC,
+    F16_MMA,
+    PRECISIONS,
+    TF32_MMA,
+    TargetProfile,
+    resolve_precision,
+)
 
 DEFAULT_CASES = "4096,2048,8192x8192x1024,1000x1030x520,b32x512x512x64,bias2048"
 DTYPES = ("f32", "f16")
@@ -331,7 +338,7 @@ def run_case(case: dict[str, Any], precision: str, target: TargetProfile, runtim
         ms, out = time_accy(job, xs, runtime, args.repeat)
         res["ms"] = ms
         res["tflops"] = flops(case) / ms / 1e9
-        res["check"] = check(case, out, exact, mag, precision)
+        res["check"] = check(case, out, exact, mag, resolve_precision(precision, target))
         res["status"] = "ok" if res["check"]["ok"] else "wrong"
     except Exception as exc:  # one case must not end the run
         res["status"] = "failed"
@@ -440,7 +447,9 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default=os.environ.get("ACCY_DEVICE", "nvidia"))
     ap.add_argument("--cases", default=DEFAULT_CASES)
-    ap.add_argument("--policies", default=",".join(PRECISIONS))
+    ap.add_argument("--policies", default="ieee,tf32,3xtf32",
+                    help="precision policies, of " + ",".join(PRECISIONS) + " (f32: what the "
+                    "device's default is, 3xtf32 with tensor cores)")
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--tiles", default="", help="other tiles for the tensor-core kernels, "
                     "BMxBNxBK:WMxWN[:STAGES],... (e.g. 128x128x16:2x2,64x64x16:2x2:3)")

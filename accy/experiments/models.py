@@ -165,7 +165,7 @@ def _measure(program: Any, which: str, runtime: Any, target: Any, ref: dict[str,
                wall_ms=records.median_ms(wall_ns))
     if ref["outputs"] is not None:
         row.update(_check(program, ref["inputs"], outputs, ref["outputs"],
-                          precision_of(job.pipeline), bounds))
+                          precision_of(job.pipeline, job.target), bounds))
     return row
 
 

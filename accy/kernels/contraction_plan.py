@@ -290,6 +290,46 @@ def _tiny(c: Contraction, target: TargetProfile) -> Tiles | None:
     return t if t.local_bytes(c.dtype.itemsize) <= target.local_mem_bytes else None
 
 
+# A side of at most SKINNY (f32, GPUs) takes a tile that short and 128 long, 4x4 or 8x4 outputs
+# per work-item, with K split until every compute unit has SKINNY_WAVES groups (chunks of at
+# least MIN_SKINNY_K): GEMV-like products are bound by reading the long operand, which wants
+# many groups streaming it. H200, f32, experiments/bench_contraction.py --tiles sweep (best
+# of 80 tilings; torch's cuBLAS): 16x4096x4096 0.039 ms (0.226 before; torch 0.105),
+# 8x4096x16384 0.10 (0.89; 0.21), 32x8192x4096 0.094 (0.24; 0.118), 4096x16x4096 0.045
+# (0.25; 0.056), 8192x32x4096 0.108 (0.25; 0.091).
+SKINNY = 32
+SKINNY_WAVES = 3
+MIN_SKINNY_K = 256
+# work-items across the short side and 4-element register blocks each, by its padded length
+_SKINNY_SHAPES = {8: (2, 1), 16: (4, 1), 32: (4, 2)}
+
+
+def _skinny(c: Contraction, target: TargetProfile) -> Tiles | None:
+    """The tiles of an f32 product with M or N at most :data:`SKINNY` on a GPU (see above), or
+    None: the short side padded to 8, 16 or 32, the long one in tiles of 128 (32 work-items of
+    float4 columns, or rows); K split over as many groups as give each compute unit
+    SKINNY_WAVES, in chunks of at least MIN_SKINNY_K; K steps of 32 (16 for a side of 32)."""
+    short, long = min(c.m.size, c.n.size), max(c.m.size, c.n.size)
+    if c.dtype.itemsize != 4 or short > SKINNY or long < 4 * SKINNY:
+        return None
+    side = max(8, 1 << (short - 1).bit_length())
+    across, blocks = _SKINNY_SHAPES[side]
+    bk = 32 if side <= 16 else 16
+    if c.m.size <= c.n.size:  # bm = side, bn = 128
+        t = Tiles(32, across, 4, blocks, 4, 1, bk, bk, True, 0, 4)
+    else:  # bm = 128, bn = side
+        t = Tiles(across, 32, 4, 1, 4, blocks, bk, bk, True, 0, 4)
+    t = replace(t, pad=bank_padding(t.bm, 4, 4, target))
+    if t.threads > target.max_work_group_size or t.local_bytes(4) > target.local_mem_bytes:
+        return None
+    groups = c.batch_size * _padded(c, t.bm, t.bn) // (t.bm * t.bn)
+    split = 1
+    while (groups * split < SKINNY_WAVES * target.compute_units
+           and c.k.size >= 2 * split * MIN_SKINNY_K):
+        split *= 2
+    return replace(t, split=split)
+
+
 def choose_tiles(c: Contraction, target: TargetProfile) -> Tiles:
     """Tile sizes for ``c`` on ``target``: from its device type, limits and the problem shape."""
     item = c.dtype.itemsize
@@ -309,7 +349,7 @@ def choose_tiles(c: Contraction, target: TargetProfile) -> Tiles:
         bk = min(64, -(-c.k.size // 4) * 4)
         wy = max(1, min(4, c.m.size // tm))  # work-items of a group share the Y tile copy
         return Tiles(1, wy, vm, tm // vm, lanes, sn, bk, 4, vector=lanes)
-    tiny = _tiny(c, target)
+    tiny = _tiny(c, target) or _skinny(c, target)
     if tiny is not None:
         return tiny
     lanes = max(1, 16 // item)  # 16-byte vectors

@@ -2,10 +2,11 @@
 
 Taken only where the target recorded TF32 tensor cores (``TargetProfile.tensor_cores``, filled
 by the device probe in :mod:`accy.backends.opencl.runtime`), the precision policy allows
-(``kernelization{precision=tf32}`` or ``{precision=3xtf32}``; the default ``ieee`` never picks
-them) and the product is large enough (:func:`accy.kernels.mma_plan.plan`). The groups are the
-tiled contraction's (:func:`accy.kernels.contraction_plan.analyse`: batched matrix products
-over strided views, elementwise epilogue, reshaped outputs); K is never split here.
+(``kernelization{precision=tf32}`` or ``{precision=3xtf32}``, which the default ``f32`` is on
+targets with tensor cores; ``ieee`` never picks them) and the product is large enough
+(:func:`accy.kernels.mma_plan.plan`). The groups are the tiled contraction's
+(:func:`accy.kernels.contraction_plan.analyse`: batched matrix products over strided views,
+elementwise epilogue, reshaped outputs); K is never split here.
 
 The kernel: a work-group of ``warps_m x warps_n`` warps (``reqd_work_group_size``) computes a
 ``bm x bn`` tile of C (``mma_plan.choose_tiles``: by default 128x128 of 4 warps of 64x64, or
@@ -21,7 +22,11 @@ rows and reads fragments in float4s through K and N permutations, or by ``ldmatr
 ``tf32`` rounds each operand once, on its way into local memory (``cvt.rna.tf32.f32``);
 ``3xtf32`` keeps f32 in local memory and splits each fragment value ``x`` into ``big =
 tf32(x)`` and ``small = tf32(x - big)``, accumulating ``small*big + big*small + big*big``
-(three mma per fragment pair; the dropped ``small*small`` is ~2^-22 relative). Accumulators
+(three mma per fragment pair; the dropped ``small*small`` is ~2^-22 relative). Where the
+target's probe found ``TF32_SATFINITE``, ``big`` rounds saturating (``cvt.rna.satfinite``): an
+infinite ``x`` splits as the largest TF32 plus an infinite ``small``, so products keep
+IEEE's infinities (plain rounding gives ``inf - inf``, NaN), and an ``x`` beyond the largest
+TF32 does not overflow; the default ``f32`` policy takes 3xtf32 only on such targets. Accumulators
 stay f32 in either case. Edges: loads outside M, N or K give zeros, stores are guarded. The
 group's epilogue runs on each accumulator before its store (the loop nest's value machinery).
 
@@ -104,13 +109,14 @@ from accy.kernels.mma_plan import (
 )
 from accy.kernels.mma_store import Stores
 from accy.plans import FusionGroup, KernelOutline, LaunchGeometry, ScheduleKind
-from accy.target import TargetProfile
+from accy.target import TF32_SATFINITE, TargetProfile
 
 MMA_TF32 = ("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, "
             "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};")
 MMA_F16 = ("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
            "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};")
 CVT_TF32 = "cvt.rna.tf32.f32 %0, %1;"
+CVT_TF32_SAT = "cvt.rna.satfinite.tf32.f32 %0, %1;"  # +-inf and overflow: the largest TF32
 # 16 bytes global -> local, bypassing L1; the second form copies the first %2 bytes and fills
 # the rest with zeros (0: zeros outside the operands). Local addresses are the 32-bit
 # shared-window address, (uint)(size_t) of the __local pointer (the probe checks it).
@@ -134,6 +140,9 @@ class _Builder(VectorLoads, Stores):
                              "along K / B along N in whole 16-byte vectors)")
         self.group, self.outline, self.kind, self.c, self.t = group, outline, kind, c, tiles
         self.policy = policy
+        # the 3xtf32 split's big part saturating (infinities stay finite-split, see operand)
+        self.big_cvt = (CVT_TF32_SAT if policy == "3xtf32"
+                        and TF32_SATFINITE in target.tensor_cores else CVT_TF32)
         # tf32 operands copied by cp.async rounded in local memory, once per element
         self.round_tile = tiles.rounding == "tile" and policy == "tf32" and self.pipelined
         self.f16 = tiles.f16
@@ -246,9 +255,10 @@ class _Builder(VectorLoads, Stores):
         if self.policy == "tf32" and (not self.pipelined or self.round_tile):  # rounded there
             return [Let(name, DType.i32, Call("bitcast_i32", (value,)))]
         raw, small = f"{name}_f", f"{name}_s"
+        cvt = CVT_TF32 if self.policy == "tf32" else self.big_cvt
         out: list[Stmt] = [Let(raw, DType.f32, value),
                            Let(name, DType.i32, Lit(0, DType.i32), True),
-                           InlineAsm(CVT_TF32, (("=r", name),), (("f", Var(raw)),), False)]
+                           InlineAsm(cvt, (("=r", name),), (("f", Var(raw)),), False)]
         if self.policy == "tf32":  # cp.async copied f32: rounded here, once per register
             return out
         return out + [Let(small, DType.i32, Lit(0, DType.i32), True),
@@ -511,7 +521,9 @@ for _policy in POLICIES:
     register_generator(Generator(
         f"mma-{_policy}",
         f"f32 batched matrix products on TF32 tensor cores (mma.sync through inline PTX), "
-        f"only under kernelization{{precision={_policy}}} on targets whose probe found them",
+        f"under kernelization{{precision={_policy}}}"
+        + (" (and the default f32 where the saturating TF32 rounding was found too)"
+           if _policy == "3xtf32" else "") + " on targets whose probe found them",
         accepts,
         lambda group, outline, kind, target, p=_policy: build(group, outline, kind, target, p),
         precisions=frozenset({_policy}),

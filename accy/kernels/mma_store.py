@@ -1,6 +1,7 @@
 """Epilogue and stores of the tensor-core kernels' accumulators (a mixin of
 :class:`accy.kernels.mma._Builder`): each pair of accumulators at adjacent columns of a row goes
-through the group's fused epilogue and out as a float2 where the output's layout allows, else
+through the group's fused epilogue and out as a float2 (f16 outputs: ``vstore_half2``) where
+the output's layout allows, else
 as guarded scalars. Pairs are c0,c1 and c2,c3 of a fragment (``c_coords``), or under the f32
 vector scheme's N permutation the same register of fragments ni and ni + 1 (``c_coords_v``).
 """
@@ -33,6 +34,8 @@ from accy.plans import FusionGroup, KernelOutline
 
 if TYPE_CHECKING:
     from accy.kernels.mma_plan import MmaTiles
+
+PAIRED = (DType.f32, DType.f16)  # outputs stored a pair at a time (float2, vstore_half2)
 
 
 class Stores:
@@ -86,9 +89,9 @@ class Stores:
                 if pairs:  # col even, N even: both columns inside or both outside
                     body += [VectorStore(names[o], div(at, 2), DType.f32, tuple(v))
                              for o, v in enumerate(lanes) if self.out_args[o].dtype
-                             is DType.f32] + [
+                             in PAIRED] + [
                         Store(names[o], add(at, idx(j)), v[j]) for o, v in
-                        enumerate(lanes) if self.out_args[o].dtype is not DType.f32
+                        enumerate(lanes) if self.out_args[o].dtype not in PAIRED
                         for j in range(2)]
                     guard = all_of(([row_ok] if c.m.size % t.bm else [])
                                  + ([Bin("<", col, idx(c.n.size))]

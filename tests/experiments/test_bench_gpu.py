@@ -32,7 +32,7 @@ def test_bench_gpu_smoke(bench, device, tmp_path: Path) -> None:
     assert data["versions"]["accy"] and "torch" in data["versions"]
     assert data["accy_device"]["key"] == device.info.key
     assert isinstance(data["accy_device"]["cl_khr_fp16"], bool)
-    assert data["torch"] == {"note": "--no-torch"} and data["policies"] == ["ieee"]
+    assert data["torch"] == {"note": "--no-torch"} and data["policies"] == ["f32"]
     assert [r["program"] for r in data["rows"]] == names
     for row in data["rows"]:
         assert row["status"] == "ok", row
@@ -46,7 +46,7 @@ def test_bench_gpu_smoke(bench, device, tmp_path: Path) -> None:
         assert row["torch_note"] == "--no-torch" and row["speed_vs_compile"] is None
     by = {r["program"]: r for r in data["rows"]}
     assert by["softmax_f16"]["dtype"] == "f16" and by["layernorm"]["class"] == "row reduction"
-    s = data["summary"]["ieee"]
+    s = data["summary"]["f32"]
     assert s["programs"] == 3 and s["accy_ok"] == 3 and s["programs_compared"] == 0
     assert s["geomean_vs_compile"] is None
 
@@ -70,9 +70,12 @@ def test_bench_gpu_options_are_checked(bench) -> None:
         bench.parse_args(["--programs", "gemm_4096,nope"])
     with pytest.raises(SystemExit):
         bench.parse_args(["--repeat", "0"])
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--policies", "f32,fp8"])
+    assert bench.parse_args(["--policies", "f32, ieee"]).policies == ("f32", "ieee")
     assert bench.pipeline_text("tf32").endswith("kernelization{precision=tf32},"
                                                 "backend-legalization")
-    assert "precision" not in bench.pipeline_text("ieee")
+    assert "precision" not in bench.pipeline_text("f32")
 
 
 def test_bench_gpu_torch_side_needs_neither_torch_nor_accy(tmp_path: Path) -> None:
@@ -138,7 +141,7 @@ def test_bench_gpu_speeds_and_summary_with_torch_results(bench, device, monkeypa
         assert r["speed_vs_compile"] == pytest.approx(ms / r["accy"]["kernel_ms"])
         assert r["speed_vs_eager"] == pytest.approx(2 * ms / r["accy"]["kernel_ms"])
         assert r["call_speed_vs_compile"] == pytest.approx(1.5 * ms / r["accy"]["call_ms"])
-    s = result["summary"]["ieee"]
+    s = result["summary"]["f32"]
     speeds = [r["speed_vs_compile"] for r in rows.values()]
     assert s["programs_compared"] == 3
     assert s["geomean_vs_compile"] == pytest.approx(np.prod(speeds) ** (1 / 3))

@@ -476,6 +476,38 @@ def test_gpu_large_tiles_fill_most_units_split_k_and_run_one_wave_twice_as_deep(
     assert tiles_for("ik,kj->ij", [(130, 256), (256, 384)], H200).split == 1  # K too short
 
 
+def test_gpu_tiles_for_a_skinny_product_stream_the_long_side_with_k_split():
+    """M or N at most 32 (f32): a tile that short and 128 long, K split until each of the 132
+    units has 3 groups, in chunks of at least 256 (the H200 sweep: contraction_plan)."""
+    def shape(m, n, k, batch=0, dtype=DType.f32):
+        lead = (batch,) if batch else ()
+        spec = "bik,bkj->bij" if batch else "ik,kj->ij"
+        t = tiles_for(spec, [(*lead, m, k), (*lead, k, n)], H200, dtype)
+        return t.bm, t.bn, t.threads, t.bk, t.split
+
+    assert shape(16, 4096, 4096) == (16, 128, 128, 32, 16)  # 32 tiles x 16 = 512 >= 396
+    assert shape(8, 4096, 16384) == (8, 128, 64, 32, 16)
+    assert shape(1, 4096, 4096) == (8, 128, 64, 32, 16)  # a GEMV: the short side padded to 8
+    assert shape(32, 8192, 4096) == (32, 128, 128, 16, 8)
+    assert shape(4096, 16, 4096) == (128, 16, 128, 32, 16)  # N short: the mirror image
+    assert shape(16, 4096, 4096, batch=4) == (16, 128, 128, 32, 4)
+    assert shape(16, 4096, 300)[-1] == 1  # K too short to split into chunks of 256
+    assert shape(16, 4096, 4096, dtype=DType.f64)[:2] == (16, 16)  # f32 only: f64 square
+    assert shape(48, 4096, 4096)[:2] == (32, 32)  # not skinny: the square tiles
+
+
+@pytest.mark.parametrize("m, n, k", [(16, 300, 1000), (1, 257, 700), (600, 24, 900)],
+                         ids=["m16", "gemv-edges", "n24"])
+def test_skinny_tiles_compute_the_product(device, profiles, m, n, k):
+    """Skinny tiles with edges in every dimension, K split, and a bias + relu epilogue."""
+    prog = program("ik,kj->ij", [(m, k), (k, n)], epilogue=lambda y, b: (y + b).relu(),
+                   extra=[(n,)])
+    target = profiles["gpu-tiles"]
+    t = tiles_for("ik,kj->ij", [(m, k), (k, n)], target)
+    assert min(t.bm, t.bn) <= 32 < max(t.bm, t.bn) and t.split > 1
+    check(device, prog, target, lambda x, w, b: np.maximum(x @ w + b, 0))
+
+
 def test_split_k_sums_partials_in_a_second_kernel_with_the_epilogue(device, profiles):
     """gpu-tiles, one 128x128 tile, K = 4100 in 4 chunks: a partials kernel writes each chunk's
     sums to scratch, a second kernel adds them in chunk order (deterministic) and applies the

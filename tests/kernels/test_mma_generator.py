@@ -256,7 +256,7 @@ def test_chosen_with_tensor_cores_and_a_tf32_policy(precision, pipe, used):
 
 
 @pytest.mark.parametrize("target, precision, size", [
-    (NV, "ieee", 2048),  # the default policy: f32 arithmetic, never tensor cores
+    (NV, "ieee", 2048),  # f32 arithmetic, never tensor cores
     (NO_CORES, "tf32", 2048),  # no tensor cores recorded
     (NV, "tf32", 48),  # too small
 ])
@@ -315,7 +315,7 @@ def test_generated_c_builds_with_the_ptx_stubbed_out(device, pipe):
 
 # options, profile, bounds ---------------------------------------------------------------------
 def test_precision_option_is_validated():
-    assert Kernelization().precision == "ieee"
+    assert Kernelization().precision == "f32"
     assert parse_pipeline("kernelization{precision=3xtf32}").passes[0].precision == "3xtf32"
     with pytest.raises(PipelineError):
         parse_pipeline("kernelization{precision=fp8}")
@@ -378,6 +378,11 @@ def test_unit_roundoff_constant():
 
 # whole kernels, emulated on PoCL ---------------------------------------------------------------
 EMULATED_MMA = r"""
+static inline uint accy_emu_tf32(uint x, int sat) {  /* cvt.rna[.satfinite].tf32.f32 */
+  const uint r = (x + 0x1000u) & 0xffffe000u;
+  const int nan = (x & 0x7fffffffu) > 0x7f800000u;
+  return (sat && !nan && (r & 0x7f800000u) == 0x7f800000u) ? (r & 0x80000000u) | 0x7f7fe000u
+                                                           : r; }
 #define ACCY_EMU_MMA(c0, c1, c2, c3, a0, a1, a2, a3, b0, b1) { \
   const uint l_ = get_local_id(0) % 32, w_ = get_local_id(0) / 32; \
   emu_a[w_][l_][0] = as_float(a0); emu_a[w_][l_][1] = as_float(a1); \
@@ -395,7 +400,8 @@ EMULATED_MMA = r"""
   barrier(CLK_LOCAL_MEM_FENCE); \
   c0 = d_[0]; c1 = d_[1]; c2 = d_[2]; c3 = d_[3]; }
 """
-_CVT = re.compile(r'asm\("cvt\.rna\.tf32\.f32 %0, %1;" : "=r"\((\w+)\) : "f"\((.*)\)\);$', re.M)
+_CVT = re.compile(r'asm\("cvt\.rna(\.satfinite)?\.tf32\.f32 %0, %1;" : "=r"\((\w+)\) : '
+                  r'"f"\((.*)\)\);$', re.M)
 _MMA = re.compile(r'asm volatile\("mma\.sync[^"]*" : ' + ", ".join([r'"\+f"\((\w+)\)'] * 4)
                   + " : " + ", ".join([r'"r"\((\w+)\)'] * 6) + r"\);")
 
@@ -413,10 +419,12 @@ def _lds(m: re.Match) -> str:
 
 def emulated(src: str) -> str:
     """``src`` with its PTX replaced by C: ``cvt.rna.tf32.f32`` by the rounding formula of
-    :func:`tf32_round`, each ``mma.sync`` by a work-group-wide exchange of the warp's registers
-    through local memory and the products in the PTX layout (every work-item runs the same
-    mma sequence, so the barriers are uniform)."""
-    src = _CVT.sub(r"\1 = (int)((as_uint(\2) + 0x1000u) & 0xffffe000u);", src)
+    :func:`tf32_round` (``.satfinite``: infinite results the largest finite TF32, NaN kept), each
+    ``mma.sync`` by a work-group-wide exchange of the warp's registers through local memory and the
+    products in the PTX layout (every work-item runs the same mma sequence, so the barriers are
+    uniform)."""
+    src = _CVT.sub(lambda m: f"{m[2]} = (int)accy_emu_tf32(as_uint({m[3]}), {int(bool(m[1]))});",
+                   src)
     src = _LDS.sub(_lds, src)
     src = _MMA.sub(lambda m: f"ACCY_EMU_MMA({', '.join(m.groups())});", src)
     assert "asm" not in src

@@ -4,13 +4,14 @@ right.
 Run once per device at selection (:func:`accy.backends.opencl.runtime._probe`, after the basic
 probe), only on NVIDIA devices of compute capability >= 8.0 (read through
 ``cl_nv_device_attribute_query``); what passes is recorded in ``DeviceInfo.tensor_cores`` and
-from there in ``TargetProfile.tensor_cores``. Nothing else assumes tensor cores. Three probes,
+from there in ``TargetProfile.tensor_cores``. Nothing else assumes tensor cores. Four probes,
 each one kernel with the very instruction forms the generators emit (accy/kernels/mma.py):
 TF32 ``mma.sync`` (``TF32_MMA``), ``cp.async`` into local memory addressed by ``(int)(long)``
 of the ``__local`` pointer, from global memory addressed by ``(long)`` of the ``__global``
 pointer plus bytes, with a zero-filled copy and commit/wait groups (``CP_ASYNC``), and
-f16 ``mma.sync`` m16n8k16 on half pairs packed as the generator packs them (``F16_MMA``). The
-last two run in a context of their own, so that a driver that faults on them (a wrong local
+f16 ``mma.sync`` m16n8k16 on half pairs packed as the generator packs them (``F16_MMA``), and
+the saturating TF32 rounding of the 3xTF32 split (``TF32_SATFINITE``). The last three run in a
+context of their own, so that a driver that faults on them (a wrong local
 address would) leaves the runtime's context intact; a device that rejects them keeps the
 plain-load kernels.
 """
@@ -23,7 +24,7 @@ import numpy as np
 import pyopencl as cl
 
 from accy.errors import DeviceError, KernelBuildError
-from accy.target import CP_ASYNC, F16_MMA, TF32_MMA
+from accy.target import CP_ASYNC, F16_MMA, TF32_MMA, TF32_SATFINITE
 
 if TYPE_CHECKING:
     from accy.backends.opencl.runtime import Runtime
@@ -98,6 +99,37 @@ void accy_mma_f16_probe(__global const uint *a, __global const ushort *b, __glob
 """
 
 
+# cvt.rna.satfinite.tf32.f32 as the 3xTF32 split rounds its big part (accy/kernels/mma.py).
+SATFINITE_PROBE_SOURCE = r"""
+__kernel __attribute__((reqd_work_group_size(32, 1, 1)))
+void accy_satfinite_probe(__global const float *x, __global uint *d) {
+  const uint lane = get_local_id(0); uint r;
+  asm volatile("cvt.rna.satfinite.tf32.f32 %0, %1;" : "=r"(r) : "f"(x[lane]));
+  d[lane] = r;
+}
+"""
+
+
+def satfinite_probe_case() -> tuple[np.ndarray, np.ndarray]:
+    """(32 inputs, the bits ``cvt.rna.satfinite.tf32.f32`` must give) of the probe: the
+    infinities and the f32 extremes saturate to the largest finite TF32, ordinary values
+    round to nearest (ties away), NaN stays NaN (checked apart: any NaN bits)."""
+    f32 = np.finfo(np.float32)
+    x = np.array([np.inf, -np.inf, f32.max, -f32.max, 1.0, 1.0 + 2**-11, -(1.0 + 2**-11),
+                  1.0 + 2**-12, 3.0, np.nan] + [0.0] * 22, np.float32)
+    top = 0x7F7FE000  # (2 - 2^-10) * 2^127, the largest finite TF32
+    want = np.zeros(32, np.uint32)
+    want[:9] = [top, 0x80000000 | top, top, 0x80000000 | top, 0x3F800000, 0x3F802000,
+                0xBF802000, 0x3F800000, 0x40400000]
+    return x, want
+
+
+def satfinite_ok(got: np.ndarray, want: np.ndarray) -> bool:
+    """The probe's bits right: all but the NaN exactly, the NaN a NaN."""
+    nan = got[9:10].view(np.float32)
+    return bool(np.array_equal(np.delete(got, 9), np.delete(want, 9)) and np.isnan(nan).all())
+
+
 def mma_probe_expected() -> np.ndarray:
     """The 16x8 product the tensor-core probe must write (as its macros A and B define)."""
     i, k, n = np.arange(16)[:, None], np.arange(8)[None, :], np.arange(8)[None, :]
@@ -141,8 +173,9 @@ def run_isolated(device: cl.Device, source: str, entry: str, args: list[np.ndarr
     return out
 
 
-def probe_async_and_f16(device: cl.Device) -> tuple[str, ...]:
-    """``CP_ASYNC`` and ``F16_MMA`` where their probes build and compute right."""
+def probe_isolated(device: cl.Device) -> tuple[str, ...]:
+    """``CP_ASYNC``, ``F16_MMA`` and ``TF32_SATFINITE`` where their probes build and compute
+    right."""
     found = []
     try:
         src, want = cp_async_probe_case()
@@ -160,6 +193,14 @@ def probe_async_and_f16(device: cl.Device) -> tuple[str, ...]:
             found.append(F16_MMA)
     except cl.Error:
         pass
+    try:
+        x, want = satfinite_probe_case()
+        got = run_isolated(device, SATFINITE_PROBE_SOURCE, "accy_satfinite_probe", [x],
+                           np.zeros(32, np.uint32))
+        if satfinite_ok(got, want):
+            found.append(TF32_SATFINITE)
+    except cl.Error:
+        pass
     return tuple(found)
 
 
@@ -174,8 +215,9 @@ def compute_capability(device: cl.Device) -> tuple[int, ...]:
 
 def probe_tensor_cores(runtime: Runtime, nvidia: bool) -> tuple[str, ...]:
     """The tensor-core and copy instructions ``runtime``'s device builds and computes right
-    (``TF32_MMA``, ``CP_ASYNC``, ``F16_MMA``, each if its probe passes) on NVIDIA devices
-    (``nvidia``: its platform is NVIDIA's) of compute capability >= 8.0; () anywhere else."""
+    (``TF32_MMA``, ``CP_ASYNC``, ``F16_MMA``, ``TF32_SATFINITE``, each if its probe passes)
+    on NVIDIA devices (``nvidia``: its platform is NVIDIA's) of compute capability >= 8.0; ()
+    anywhere else."""
     info = runtime.info
     if not nvidia or info.compute_capability < (8, 0):
         return ()
@@ -189,4 +231,4 @@ def probe_tensor_cores(runtime: Runtime, nvidia: bool) -> tuple[str, ...]:
         found = (TF32_MMA,) if np.array_equal(got, mma_probe_expected()) else ()
     except (cl.Error, KernelBuildError, DeviceError):
         pass
-    return found + probe_async_and_f16(runtime.device)
+    return found + probe_isolated(runtime.device)

@@ -14,7 +14,7 @@ from accy.kernels.ir import Kernel
 from accy.passes.base import Pass, option
 from accy.passes.registry import register
 from accy.plans import FusionGroup, KernelOutline, MemorySpacePlan, ScheduleKind
-from accy.target import PRECISIONS, TargetProfile
+from accy.target import PRECISIONS, TargetProfile, resolve_precision
 
 
 @register
@@ -27,10 +27,11 @@ class Kernelization(Pass):
     preserves = frozenset({"uses", "liveness", "slot-map"})
 
     disable: tuple[str, ...] = option((), "kernel generators not to use (the loop nest stays)")
-    precision: Literal["ieee", "tf32", "3xtf32"] = option(
-        "ieee", "f32 contraction precision: ieee (f32, default), tf32 (TF32 operands on tensor "
-        "cores, opt-in), 3xtf32 (split TF32, ~f32 accuracy); tensor cores only where the "
-        "target recorded them", choices=PRECISIONS)
+    precision: Literal["f32", "ieee", "tf32", "3xtf32"] = option(
+        "f32", "f32 contraction precision: f32 (default: f32 accuracy, 3xtf32 where the target "
+        "recorded TF32 tensor cores, else ieee), ieee (f32 products), tf32 (TF32 operands on "
+        "tensor cores, opt-in), 3xtf32 (split TF32, ~f32 accuracy); tensor cores only where "
+        "the target recorded them", choices=PRECISIONS)
     reuse: bool = option(
         True, "give a work item the kernels built for an earlier one of the same local "
         "structure (local_key: the repeated blocks of a model), renamed and rebound to its "
@@ -46,6 +47,7 @@ class Kernelization(Pass):
             raise ValueError(f"unknown kernel generators {unknown}; known: "
                              f"{', '.join(GENERATORS)}")
         target = product.target or TargetProfile()
+        precision = resolve_precision(self.precision, target)
         kernels = []
         used: dict[str, int] = {}
         built: dict[tuple, Built] = {}
@@ -56,7 +58,7 @@ class Kernelization(Pass):
             earlier = built.get(key) if self.reuse else None
             made = None if earlier is None else earlier.rebind(out)
             if made is None:
-                gen = choose(group, target, frozenset(self.disable), self.precision)
+                gen = choose(group, target, frozenset(self.disable), precision)
                 made, name = gen.build(group, out, item.kind, target), gen.name
                 built.setdefault(key, Built(name, out, made))
             else:

@@ -1,0 +1,115 @@
+"""The precision policies on tensor-core targets: the default ``f32`` (3xtf32 where the target
+has TF32 tensor cores and the saturating TF32 rounding, ieee elsewhere) and 3xtf32's handling
+of infinities and values beyond the largest TF32, checked on PoCL with the PTX emulated as
+``test_mma_generator`` does (the real instructions: the device probe on an NVIDIA GPU)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import numpy as np
+import pytest
+from test_mma_generator import EMULATED_MMA, NO_CORES, NV, emulated, matmul, prepared
+from test_mma_pipeline import run_emulated
+
+import accy
+from accy.backends.opencl import tensor_cores
+from accy.target import TF32_MMA, TF32_SATFINITE, resolve_precision
+
+SAT = dataclasses.replace(NV, tensor_cores=(TF32_MMA, TF32_SATFINITE))
+
+
+@pytest.mark.parametrize("target, policy, generator", [
+    (SAT, "3xtf32", "mma-3xtf32"),
+    (NV, "ieee", "tiled-contraction"),  # tensor cores, but infinities would split to NaN
+    (NO_CORES, "ieee", "tiled-contraction"),
+], ids=["saturating", "plain-rounding", "no-cores"])
+def test_the_default_f32_policy_takes_3xtf32_only_where_it_keeps_f32_results(
+        target, policy, generator, used):
+    job = accy.prepare(matmul(2048, 2048, 256), "accy-default", target=target)
+    assert used(job) == {generator: 1}
+    assert resolve_precision("f32", target) == policy
+    for other in ("ieee", "tf32", "3xtf32"):
+        assert resolve_precision(other, target) == other
+    with pytest.raises(ValueError, match="fp8"):
+        resolve_precision("fp8", target)
+
+
+def test_the_big_part_rounds_saturating_only_where_the_probe_found_it(pipe):
+    sat = prepared(matmul(256, 256, 64), "3xtf32", SAT, pipe).kernel_source(0)
+    plain = prepared(matmul(256, 256, 64), "3xtf32", NV, pipe).kernel_source(0)
+    tf32 = prepared(matmul(256, 256, 64), "tf32", SAT, pipe).kernel_source(0)
+    assert "cvt.rna.satfinite.tf32.f32" in sat and "cvt.rna.tf32.f32" in sat  # small: plain
+    assert "satfinite" not in plain and "satfinite" not in tf32
+
+
+def _operands(m: int, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Uniform(-1, 1) operands with a +inf and a -inf in A (rows 3 and 7), the largest f32 in
+    A's row 9 (above the largest TF32), +inf in B (column 4: every row meets it) and a zero
+    meeting A's -inf (row 7, column 0: NaN)."""
+    rng = np.random.default_rng(3)
+    a = rng.uniform(-1, 1, (m, k)).astype(np.float32)
+    b = rng.uniform(-1, 1, (k, n)).astype(np.float32)
+    a[3, 5], a[7, 2], a[9, 6] = np.inf, -np.inf, np.finfo(np.float32).max
+    b[1, 4], b[2, 0] = np.inf, 0.0
+    return a, b
+
+
+def test_3xtf32_keeps_infinities_and_the_f32_range_in_emulation(device, pipe, used):
+    """Rows and columns meeting an infinity are +-inf or NaN exactly where the f64 product
+    is; a row holding the largest f32 stays finite (plain rounding: NaN instead, and NaN
+    wherever an infinity is met)."""
+    if "Portable Computing Language" not in device.info.platform:
+        pytest.skip("the emulation is checked on PoCL")
+    m, n, k = 70, 66, 40
+    a, b = _operands(m, n, k)
+    with np.errstate(invalid="ignore", over="ignore"):
+        want = a.astype(np.float64) @ b.astype(np.float64)
+    got = {}
+    for name, target in (("saturating", SAT), ("plain", NV)):
+        job = prepared(matmul(m, n, k), "3xtf32", target, pipe)
+        assert used(job) == {"mma-3xtf32": 1}
+        got[name] = run_emulated(device, job, emulated(job.kernel_source(0)), [a, b],
+                                 (m, n), np.float32)
+    sat = got["saturating"].astype(np.float64)
+    away = np.arange(n) != 4  # columns not meeting B's infinity
+    assert np.isinf(want).any() and np.isnan(want).any() and np.isfinite(want[9, away]).all()
+    np.testing.assert_array_equal(np.isnan(sat), np.isnan(want))
+    np.testing.assert_array_equal(np.isinf(sat), np.isinf(want))
+    both = np.isinf(want)
+    np.testing.assert_array_equal(np.sign(sat[both]), np.sign(want[both]))
+    finite = np.isfinite(want)
+    scale = np.abs(a.astype(np.float64)).clip(max=1e300) @ np.abs(b.astype(np.float64)).clip(
+        max=1e300)
+    assert (np.abs(sat[finite] - want[finite]) <= 1e-5 * scale[finite] + 1e-6 * k).all()
+    # without the saturating rounding the split turns infinities (and the largest f32) to NaN
+    plain = got["plain"]
+    assert np.isnan(plain[np.isinf(want)]).all() and np.isnan(plain[9]).all()
+
+
+_VOLATILE_CVT = re.compile(r'asm volatile\("cvt\.rna\.satfinite\.tf32\.f32 %0, %1;" : '
+                           r'"=r"\((\w+)\) : "f"\((.*?)\)\);')
+
+
+@pytest.mark.skipif(tensor_cores.cl is None, reason="needs pyopencl")
+def test_satfinite_probe_expects_what_the_rounding_gives(device):
+    """The probe's expected bits are the emulated ``cvt.rna.satfinite`` of its inputs, and
+    plain rounding would fail it (infinities stay infinite)."""
+    if "Portable Computing Language" not in device.info.platform:
+        pytest.skip("the emulation is checked on PoCL")
+    cl = tensor_cores.cl
+    x, want = tensor_cores.satfinite_probe_case()
+    for sat, passes in ((1, True), (0, False)):
+        src = _VOLATILE_CVT.sub(lambda m, s=sat: f"{m[1]} = accy_emu_tf32(as_uint({m[2]}), {s});",
+                                tensor_cores.SATFINITE_PROBE_SOURCE)
+        assert "asm" not in src
+        program = cl.Program(device.context, EMULATED_MMA + src).build()
+        flags = cl.mem_flags
+        inp = cl.Buffer(device.context, flags.READ_ONLY | flags.COPY_HOST_PTR, hostbuf=x)
+        got = np.zeros(32, np.uint32)
+        out = cl.Buffer(device.context, flags.WRITE_ONLY, got.nbytes)
+        program.accy_satfinite_probe(device.queue, (32,), (32,), inp, out)
+        cl.enqueue_copy(device.queue, got, out)
+        device.queue.finish()
+        assert tensor_cores.satfinite_ok(got, want) is passes
