@@ -205,6 +205,11 @@ SMALL16 = MmaTiles(64, 64, 32, 2, 2, f16=True)
 # with scalar loads from padded tiles (their vector loads measured slower)
 CANDIDATES = (WIDE, SMALL)
 CANDIDATES16 = tuple(replace(t, loads="vector") for t in (WIDE16, SMALL16))
+# an f16 product of at most SHORT_K16 (4 K steps) takes the small tiles: each group's copies
+# and stores outweigh its few mma, and 4x the groups overlap them (H200, bench_mma --tiles:
+# 32 x 512x512x64 0.043 -> 0.033 ms, 4096x4096x64 0.074 -> 0.061, 8 x 1024x1024x128 0.042 ->
+# 0.036; f32 products measured no better or slower so)
+SHORT_K16 = 128
 MAX_ACCUMULATORS = 128  # f32 accumulator registers per lane a tiling may hold (of 255)
 
 
@@ -369,12 +374,15 @@ def fits(t: MmaTiles, target: TargetProfile) -> bool:
 def choose_tiles(c: Contraction, target: TargetProfile, pipelined: bool,
                  candidates: tuple[MmaTiles, ...] | None = None) -> MmaTiles:
     """The first of ``candidates`` (largest first; default 128x128 then 64x64 tiles,
-    :data:`CANDIDATES`) that fits the target (:func:`fits`) and gives every
+    :data:`CANDIDATES`, :data:`CANDIDATES16` for f16, its 64x64 alone for K of at most
+    :data:`SHORT_K16`) that fits the target (:func:`fits`) and gives every
     compute unit a work-group, else the smallest that fits; with ``cp.async``
     (``pipelined``) as many stages, up to 3, as local memory holds and K has steps (a stage
     beyond the last K step would only hold local memory; sweep others with
     ``experiments/bench_mma.py --stages``)."""
-    pool = candidates or (CANDIDATES16 if c.dtype is DType.f16 else CANDIDATES)
+    if candidates is None and c.dtype is DType.f16:
+        candidates = CANDIDATES16[1:] if c.k.size <= SHORT_K16 else CANDIDATES16
+    pool = candidates or CANDIDATES
     pool = tuple(for_dtype(t, c.dtype) for t in pool)
     fitting = [t for t in pool if fits(t, target)] or [pool[-1]]
     tiles = next((t for t in fitting if c.batch_size * -(-c.m.size // t.bm)
