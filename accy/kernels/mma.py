@@ -22,7 +22,9 @@ rows and reads fragments in float4s through K and N permutations, or by ``ldmatr
 ``tf32`` rounds each operand once, on its way into local memory (``cvt.rna.tf32.f32``);
 ``3xtf32`` keeps f32 in local memory and splits each fragment value ``x`` into ``big =
 tf32(x)`` and ``small = tf32(x - big)``, accumulating ``small*big + big*small + big*big``
-(three mma per fragment pair; the dropped ``small*small`` is ~2^-22 relative). Where the
+(three mma per fragment pair; the dropped ``small*small`` is ~2^-22 relative); an operand whose
+values are exact in TF32 (f16 cast to f32: :func:`exact_in_tf32`) is not split, and the
+products with its zero small part are skipped (two mma, or one: TF32's, exact then). Where the
 target's probe found ``TF32_SATFINITE``, ``big`` rounds saturating (``cvt.rna.satfinite``): an
 infinite ``x`` splits as the largest TF32 plus an infinite ``small``, so products keep
 IEEE's infinities (plain rounding gives ``inf - inf``, NaN), and an ``x`` beyond the largest
@@ -52,6 +54,7 @@ the halves of two K rows, each taken from its word by the lane's shift; under ve
 from __future__ import annotations
 
 from accy.ir.node import Node
+from accy.ir.ops import Op, OpKind
 from accy.ir.types import DType
 from accy.kernels import loopnest
 from accy.kernels.contraction_plan import Contraction, analyse
@@ -143,6 +146,10 @@ class _Builder(VectorLoads, Stores):
         # the 3xtf32 split's big part saturating (infinities stay finite-split, see operand)
         self.big_cvt = (CVT_TF32_SAT if policy == "3xtf32"
                         and TF32_SATFINITE in target.tensor_cores else CVT_TF32)
+        # under 3xtf32, whether a side's registers ("a", "b") split into big and small parts:
+        # not where its values are exact in TF32 (small part zero: its products are skipped)
+        self.split = {reg: policy == "3xtf32" and not exact_in_tf32(einsum.srcs[i])
+                      for reg, i in (("a", c.x), ("b", 1 - c.x))}
         # tf32 operands copied by cp.async rounded in local memory, once per element
         self.round_tile = tiles.rounding == "tile" and policy == "tf32" and self.pipelined
         self.f16 = tiles.f16
@@ -251,8 +258,9 @@ class _Builder(VectorLoads, Stores):
     # compute ----------------------------------------------------------------------------
     def operand(self, name: str, value: Expr) -> list[Stmt]:
         """Registers of one fragment value: ``name`` (tf32 bits), or ``name`` (big) and
-        ``name``_s (small) under 3xtf32."""
-        if self.policy == "tf32" and (not self.pipelined or self.round_tile):  # rounded there
+        ``name``_s (small) under 3xtf32 (the value's bits alone where it is exact in TF32)."""
+        if (self.policy == "tf32" and (not self.pipelined or self.round_tile)  # rounded there
+                or self.policy == "3xtf32" and not self.split[name[0]]):
             return [Let(name, DType.i32, Call("bitcast_i32", (value,)))]
         raw, small = f"{name}_f", f"{name}_s"
         cvt = CVT_TF32 if self.policy == "tf32" else self.big_cvt
@@ -298,8 +306,8 @@ class _Builder(VectorLoads, Stores):
         for mi in range(t.frags_m):
             for ni in range(t.frags_n):
                 acc = tuple(("+f", f"acc_{mi}_{ni}_{r}") for r in range(4))
-                terms = ([("_s", ""), ("", "_s"), ("", "")] if self.policy == "3xtf32"
-                         else [("", "")])
+                terms = [(sa, sb) for sa, sb in (("_s", ""), ("", "_s")) if
+                         self.split["a" if sa else "b"]] + [("", "")]
                 for sa, sb in terms:  # small parts first: they are summed before big*big
                     ins = tuple(("r", Var(f"a{kk}_{mi}_{r}{sa}")) for r in range(4)) + tuple(
                         ("r", Var(f"b{kk}_{ni}_{r}{sb}")) for r in range(2))
@@ -510,6 +518,15 @@ def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
         raise ValueError(f"mma kind {policy!r} does not take a {c.dtype.value} product")
     einsum, _ = analyse(group)  # type: ignore[misc]  (plan accepted it)
     return (_Builder(group, outline, kind, einsum, c, tiles or chosen, policy, target).build(),)
+
+
+def exact_in_tf32(node: Node) -> bool:
+    """Whether every value of ``node`` is exact in TF32 (10 explicit mantissa bits, f32's
+    exponent range): f16 values cast to f32 (11 significant bits), through views and concats
+    of them."""
+    if node.op.kind is OpKind.MOVEMENT:
+        return all(exact_in_tf32(s) for s in node.srcs)
+    return node.op is Op.CAST and node.srcs[0].type.dtype is DType.f16
 
 
 def accepts(group: FusionGroup, target: TargetProfile, dtype: DType = DType.f32) -> bool:

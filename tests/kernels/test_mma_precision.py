@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -15,6 +16,9 @@ from test_mma_pipeline import run_emulated
 
 import accy
 from accy.backends.opencl import tensor_cores
+from accy.builder import einsum
+from accy.ir.types import DType, TensorType
+from accy.kernels.mma import exact_in_tf32
 from accy.target import TF32_MMA, TF32_SATFINITE, resolve_precision
 
 SAT = dataclasses.replace(NV, tensor_cores=(TF32_MMA, TF32_SATFINITE))
@@ -113,3 +117,51 @@ def test_satfinite_probe_expects_what_the_rounding_gives(device):
         cl.enqueue_copy(device.queue, got, out)
         device.queue.finish()
         assert tensor_cores.satfinite_ok(got, want) is passes
+
+
+def cast_matmul(m: int, n: int, k: int, cast_a: bool, cast_b: bool) -> accy.Program:
+    """``A @ B`` in f32, A (B) an f16 parameter cast to f32 where asked."""
+    b = accy.Builder()
+    f = b.begin_function("f", [TensorType((m, k), DType.f16 if cast_a else DType.f32),
+                               TensorType((k, n), DType.f16 if cast_b else DType.f32)])
+    x, y = (p.astype(DType.f32) if cast else p
+            for p, cast in ((f.param(0), cast_a), (f.param(1), cast_b)))
+    f.return_(einsum("ik,kj->ij", x, y))
+    f.finish()
+    return b.finish()
+
+
+@pytest.mark.parametrize("cast_a, cast_b, terms", [(True, True, 1), (True, False, 2),
+                                                   (False, True, 2), (False, False, 3)])
+def test_3xtf32_skips_the_small_parts_of_operands_exact_in_tf32(
+        device, pipe, used, cast_a, cast_b, terms):
+    """An f16 value cast to f32 is exact in TF32: its small part is zero, so 3xtf32 neither
+    splits it nor multiplies by it (one mma per fragment pair when both operands are such:
+    then exact products, f32 sums). The contraction kernel checked against float64 in
+    emulation, fed the casts' values."""
+    m, n, k = 70, 66, 40
+    job = prepared(cast_matmul(m, n, k, cast_a, cast_b), "3xtf32", SAT, pipe)
+    assert used(job)["mma-3xtf32"] == 1
+    (src,) = [job.kernel_source(i) for i, kn in enumerate(job.kernels) if kn.fixed_local_size]
+    plain = prepared(cast_matmul(m, n, k, False, False), "3xtf32", SAT, pipe).kernel_source(0)
+    assert src.count("mma.sync") * 3 == plain.count("mma.sync") * terms
+    assert ("a0_0_0_s" in src) == (not cast_a) and ("b0_0_0_s" in src) == (not cast_b)
+    if "Portable Computing Language" not in device.info.platform:
+        return
+    rng = np.random.default_rng(4)
+    a, b = (rng.uniform(-1, 1, shape).astype(np.float16 if cast else np.float32).astype(
+        np.float32) for shape, cast in (((m, k), cast_a), ((k, n), cast_b)))
+    mma_only = SimpleNamespace(kernels=[kn for kn in job.kernels if kn.fixed_local_size])
+    got = run_emulated(device, mma_only, emulated(src), [a, b], (m, n), np.float32)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6 * k)
+
+
+def test_exactness_is_followed_through_views_and_concats():
+    b = accy.Builder()
+    f = b.begin_function("f", [TensorType((4, 6), DType.f16), TensorType((4, 6), DType.f32)])
+    h, x = f.param(0).astype(DType.f32), f.param(1)
+    assert exact_in_tf32(h.transpose((1, 0)).reshape(3, 8).node)
+    assert not exact_in_tf32(x.node) and not exact_in_tf32((h + h).node)
+    assert not exact_in_tf32(accy.concat([h, x], axis=0).node)
+    assert exact_in_tf32(accy.concat([h, h], axis=0).node)
