@@ -44,7 +44,8 @@ TF32_SATFINITE = "cvt.rna.satfinite.tf32"
 """PTX ``cvt.rna.satfinite.tf32.f32``: TF32 rounding that gives the largest finite TF32 for an
 infinity or a value rounding past it (NaN stays NaN). The 3xTF32 split takes its big part so:
 an infinite ``x`` splits as the largest TF32 plus ``small = x - big`` infinite (plain rounding
-gives ``inf - inf``, NaN), and an ``x`` above the largest TF32 does not overflow. The ``f32`` policy needs it for 3xtf32."""
+gives ``inf - inf``, NaN), and an ``x`` above the largest TF32 does not overflow. The ``f32``
+policy needs it for 3xtf32."""
 TENSOR_CORE_SHAPES = (TF32_MMA, F16_MMA, CP_ASYNC, TF32_SATFINITE)
 
 PRECISIONS = ("f32", "ieee", "tf32", "3xtf32")

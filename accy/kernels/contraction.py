@@ -412,7 +412,7 @@ class _Builder:
         return output_coords(self.c, bcoords, row, col)
 
 
-class _Partials(loopnest.LoopNestBuilder):
+class Partials(loopnest.LoopNestBuilder):
     """The group's outputs, one work-item per element, with the einsum's value the sum of the
     split-K partials in ``scratch`` (chunk by chunk, in a fixed order: deterministic)."""
 
@@ -451,7 +451,7 @@ def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
     first = b.build()
     if b.chunks == 1:
         return (first,)
-    return first, _Partials(group, outline, einsum, b.scratch, b.chunks).build(kind)
+    return first, Partials(group, outline, einsum, b.scratch, b.chunks).build(kind)
 
 
 def _form(group: FusionGroup) -> tuple[Node, Contraction] | str:

@@ -57,6 +57,7 @@ from accy.ir.node import Node
 from accy.ir.ops import Op, OpKind
 from accy.ir.types import DType
 from accy.kernels import loopnest
+from accy.kernels.contraction import Partials
 from accy.kernels.contraction_plan import Contraction, analyse
 from accy.kernels.generators import Generator, register_generator
 from accy.kernels.ir import (
@@ -73,6 +74,7 @@ from accy.kernels.ir import (
     If,
     InlineAsm,
     Kernel,
+    KernelArg,
     Lane,
     Let,
     Lit,
@@ -142,6 +144,14 @@ class _Builder(VectorLoads, Stores):
                              "(the target's probe did not list it, or an operand is not A "
                              "along K / B along N in whole 16-byte vectors)")
         self.group, self.outline, self.kind, self.c, self.t = group, outline, kind, c, tiles
+        self.einsum = einsum
+        # split K: chunks of chunk_k (a multiple of bk), none empty
+        self.chunk_k = -(-c.k.size // (tiles.split * tiles.bk)) * tiles.bk
+        self.chunks = -(-c.k.size // self.chunk_k)
+        self.k0: Expr = idx(0)
+        self.chunk: Expr | None = None
+        self.scratch = KernelArg("scratch0", DType.f32, True, -1,
+                                 self.chunks * einsum.type.size)
         self.policy = policy
         # the 3xtf32 split's big part saturating (infinities stay finite-split, see operand)
         self.big_cvt = (CVT_TF32_SAT if policy == "3xtf32"
@@ -175,7 +185,8 @@ class _Builder(VectorLoads, Stores):
         extent = self.sides[side][0]
         tile = self.t.bm if side == "x" else self.t.bn
         return all_of(([Bin("<", f, idx(extent))] if extent % tile else [])
-                    + ([Bin("<", k, idx(self.c.k.size))] if self.c.k.size % self.t.bk else []))
+                    + ([Bin("<", k, idx(self.c.k.size))]
+                       if self.chunks * self.chunk_k > self.c.k.size else []))
 
     def issue(self, side: str, i: int, f0: Expr, k0: Expr, stage: Expr) -> Stmt:
         """``cp.async`` of copy slot ``i`` of the K step at ``k0`` into stage ``stage``: 16
@@ -340,6 +351,10 @@ class _Builder(VectorLoads, Stores):
         wm_, wn_ = warp_origin(t, warp)
         wm, wn = self.let("wm", wm_), self.let("wn", wn_)
         grp = self.let("grp", Id("group", 0))
+        if self.chunks > 1:  # group g: K chunk g / groups of tile g % groups
+            self.chunk = self.let("chunk", div(grp, groups))
+            grp = self.let("grp_t", mod(grp, groups))
+            self.k0 = self.let("k0", mul(self.chunk, idx(self.chunk_k)))
         tile = self.let("tile", mod(grp, tiles_m * tiles_n)) if c.batch else grp
         if t.swizzle > 1 and tiles_m > t.swizzle:  # walk 8 tile rows together: L2 reuse
             band = self.let("band", div(tile, t.swizzle * tiles_n))
@@ -389,9 +404,10 @@ class _Builder(VectorLoads, Stores):
                                                          Var(f"{side}_k{i}")))
         self.body += self.async_loop(origin) if self.pipelined else self.plain_loop(origin)
         self.stores(m0, n0, wm, wn, g, tt)
-        return Kernel(self.outline.entry, self.outline.work_item, self.kind, self.group.domain,
+        entry = f"{self.outline.entry}_partials" if self.chunks > 1 else self.outline.entry
+        return Kernel(entry, self.outline.work_item, self.kind, self.group.domain,
                       tuple(self.epi.args + self.out_args), tuple(self.body),
-                      LaunchGeometry((groups * t.threads,), (t.threads,)),
+                      LaunchGeometry((self.chunks * groups * t.threads,), (t.threads,)),
                       loopnest.implemented_ops(self.group), fixed_local_size=True,
                       global_args=(frozenset(self.arg.values()) if self.pipelined
                                    else frozenset()))
@@ -413,18 +429,18 @@ class _Builder(VectorLoads, Stores):
         t, out = self.t, []
         for side in ("x", "y"):  # prologue: K step 0 into buffer 0
             for i in range(t.slots(side)):
-                out += self.fetch(side, i, origin[side], idx(0), first=True)
+                out += self.fetch(side, i, origin[side], self.k0, first=True)
         for side in ("x", "y"):
             for i in range(t.slots(side)):
                 out += self.put(side, i, idx(0))
         out.append(Barrier())
-        steps = -(-self.c.k.size // t.bk)
+        steps = self.chunk_k // t.bk
         kt = Var("kt")
         loop: list[Stmt] = [Let("cur", INDEX, mod(kt, 2)),
                             Let("a_off", INDEX, mul(Var("cur"), idx(t.a_size))),
                             Let("b_off", INDEX, mul(Var("cur"), idx(t.b_size)))]
         more = Bin("<", add(kt, idx(1)), idx(steps))
-        nxt = mul(add(kt, idx(1)), idx(t.bk))
+        nxt = add(self.k0, mul(add(kt, idx(1)), idx(t.bk)))
         prefetch: list[Stmt] = []
         store: list[Stmt] = []
         for side in ("x", "y"):
@@ -468,11 +484,11 @@ class _Builder(VectorLoads, Stores):
         copies visible and frees the buffer step ``kt-1`` read, which step ``kt+S-1`` is issued
         into before this step's mma.sync run. Empty groups keep the count uniform."""
         t, stages = self.t, self.t.stages
-        steps = -(-self.c.k.size // t.bk)
+        steps = self.chunk_k // t.bk
         commit = InlineAsm(CP_COMMIT, (), (), True, ("memory",))
 
         def issue_step(step: Expr, stage: Expr) -> list[Stmt]:
-            return [self.issue(side, i, origin[side], mul(step, idx(t.bk)), stage)
+            return [self.issue(side, i, origin[side], add(self.k0, mul(step, idx(t.bk))), stage)
                     for side in ("x", "y") for i in range(t.slots(side))]
 
         out: list[Stmt] = []
@@ -517,7 +533,11 @@ def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
     if (policy == "f16") != (c.dtype is DType.f16):
         raise ValueError(f"mma kind {policy!r} does not take a {c.dtype.value} product")
     einsum, _ = analyse(group)  # type: ignore[misc]  (plan accepted it)
-    return (_Builder(group, outline, kind, einsum, c, tiles or chosen, policy, target).build(),)
+    b = _Builder(group, outline, kind, einsum, c, tiles or chosen, policy, target)
+    first = b.build()
+    if b.chunks == 1:
+        return (first,)
+    return first, Partials(group, outline, einsum, b.scratch, b.chunks).build(kind)
 
 
 def exact_in_tf32(node: Node) -> bool:

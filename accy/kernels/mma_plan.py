@@ -30,7 +30,7 @@ import numpy as np
 
 from accy.ir.types import DType
 from accy.kernels import mma_layout
-from accy.kernels.contraction_plan import Contraction, analyse
+from accy.kernels.contraction_plan import FILL, Contraction, analyse
 from accy.kernels.ir import Expr, add, div, idx, mod, mul
 from accy.plans import FusionGroup
 from accy.target import CP_ASYNC, F16_MMA, TF32_MMA, TargetProfile
@@ -61,9 +61,11 @@ ROUNDINGS = ("fragment", "tile")
 # than the tensor cores win).
 MIN_MN = 64
 MIN_K = 32
-# an f32 product whose tiles leave half the compute units idle and whose K is this many times
-# its longer side goes to the tiled contraction, which splits K over work-groups
-SPLIT_K_RATIO = 8
+# tiles that leave more than half the compute units idle (groups * SPLIT_IDLE <= units) split
+# K over work-groups, in chunks of at least MIN_SPLIT_K, the partials summed by a second kernel
+# (as the tiled contraction does): 256x256x65536 makes 16 tiles of 64x64 for 132 units
+SPLIT_IDLE = 2
+MIN_SPLIT_K = 1024
 TF32_UNIT_ROUNDOFF = 2.0**-11  # rna rounding to 10 explicit mantissa bits
 
 
@@ -85,6 +87,7 @@ class MmaTiles:
     f16: bool = False
     loads: str = "scalar"
     rounding: str = "fragment"
+    split: int = 1  # K split over this many work-groups per tile, partials summed by a 2nd kernel
 
     @property
     def threads(self) -> int:
@@ -163,7 +166,8 @@ class MmaTiles:
         for that rounding), what :func:`parse_tiles` reads."""
         return (f"{self.bm}x{self.bn}x{self.bk}:{self.warps_m}x{self.warps_n}:{self.stages}"
                 + ("" if self.loads == "scalar" else f":{self.loads}")
-                + ("" if self.rounding == "fragment" else f":round={self.rounding}"))
+                + ("" if self.rounding == "fragment" else f":round={self.rounding}")
+                + ("" if self.split == 1 else f":split={self.split}"))
 
     def check(self) -> None:
         """Raise when the tiling does not divide evenly (a programming error)."""
@@ -174,6 +178,8 @@ class MmaTiles:
                 or self.bk % v or self.bm % v or self.bn % v or self.stages not in STAGES):
             raise ValueError(f"tiles {self.text()} do not divide into m16n8k{self.mma_k} "
                              f"fragments and 16-byte copies, or stages not in {STAGES}")
+        if self.split < 1:
+            raise ValueError(f"tiles {self.text()}: split {self.split} (at least 1)")
         if self.rounding not in ROUNDINGS:
             raise ValueError(f"tiles {self.text()}: rounding {self.rounding!r}, one of "
                              f"{', '.join(ROUNDINGS)}")
@@ -214,31 +220,33 @@ MAX_ACCUMULATORS = 128  # f32 accumulator registers per lane a tiling may hold (
 
 
 def parse_tiles(text: str) -> MmaTiles:
-    """``BMxBNxBK:WMxWN[:S[:LOADS][:round=R]]`` (e.g. ``128x128x16:2x4``,
+    """``BMxBNxBK:WMxWN[:S[:LOADS][:round=R][:split=N]]`` (e.g. ``128x128x16:2x4``,
     ``64x64x16:2x2:3`` or ``128x256x16:2x4:2:vector:round=tile``; S stages, default 2; LOADS
-    one of :data:`LOADS`, default scalar; R one of :data:`ROUNDINGS`, default fragment) as
-    tiles, checked (f32 layout; :func:`for_dtype` makes f16 ones)."""
+    one of :data:`LOADS`, default scalar; R one of :data:`ROUNDINGS`, default fragment; N
+    work-groups sharing a tile's K, default 1) as tiles, checked (f32 layout;
+    :func:`for_dtype` makes f16 ones)."""
     try:
         block, warps, *rest = text.strip().lower().split(":")
         bm, bn, bk = (int(v) for v in block.split("x"))
         wm, wn = (int(v) for v in warps.split("x"))
         s = int(rest[0]) if rest else 2
-        loads, rounding = "scalar", "fragment"
+        loads, rounding, split = "scalar", "fragment", None
         for extra in rest[1:]:
-            if extra in LOADS and loads == "scalar" and rounding == "fragment":
+            if extra in LOADS and loads == "scalar" and rounding == "fragment" and split is None:
                 loads = extra
-            elif extra.startswith("round=") and extra[6:] in ROUNDINGS:
+            elif extra.startswith("round=") and extra[6:] in ROUNDINGS and split is None:
                 rounding = extra[6:]
+            elif extra.startswith("split=") and split is None:
+                split = int(extra[6:])
             else:
                 raise ValueError
-        if len(rest) > 3:
-            raise ValueError
     except ValueError:
-        raise ValueError(f"tiles {text!r}: give BMxBNxBK:WMxWN[:STAGES[:LOADS][:round=R]], "
-                         "e.g. 128x128x16:2x4, 64x64x16:2x2:3 or 128x128x16:2x2:3:vector"
-                         f":round=tile (LOADS: {', '.join(LOADS)}; R: "
+        raise ValueError(f"tiles {text!r}: give BMxBNxBK:WMxWN[:STAGES[:LOADS][:round=R]"
+                         "[:split=N]], e.g. 128x128x16:2x4, 64x64x16:2x2:3 or "
+                         f"128x128x16:2x2:3:vector:round=tile (LOADS: {', '.join(LOADS)}; R: "
                          f"{', '.join(ROUNDINGS)})") from None
-    tiles = MmaTiles(bm, bn, bk, wm, wn, stages=s, loads=loads, rounding=rounding)
+    tiles = MmaTiles(bm, bn, bk, wm, wn, stages=s, loads=loads, rounding=rounding,
+                     split=1 if split is None else split)
     tiles.check()
     return tiles
 
@@ -387,6 +395,8 @@ def choose_tiles(c: Contraction, target: TargetProfile, pipelined: bool,
     fitting = [t for t in pool if fits(t, target)] or [pool[-1]]
     tiles = next((t for t in fitting if c.batch_size * -(-c.m.size // t.bm)
                   * -(-c.n.size // t.bn) >= target.compute_units), fitting[-1])
+    if candidates is None:
+        tiles = replace(tiles, split=split_k(c, tiles, target))
     if pipelined:
         steps = -(-c.k.size // tiles.bk)
         for stages in (3, 2):
@@ -394,6 +404,20 @@ def choose_tiles(c: Contraction, target: TargetProfile, pipelined: bool,
             if deeper.local_bytes() <= target.local_mem_bytes and stages <= max(2, steps):
                 return deeper
     return replace(tiles, stages=2)  # registers and plain stores: two buffers
+
+
+def split_k(c: Contraction, tiles: MmaTiles, target: TargetProfile) -> int:
+    """Work-groups to share each tile's K: where the tiles leave more than half the compute
+    units idle (SPLIT_IDLE) over a long K, the fewest (a power of two) that give FILL of the
+    units a group (one wave, as the tiled contraction's large tiles), in chunks of at least
+    MIN_SPLIT_K; else 1."""
+    groups = c.batch_size * -(-c.m.size // tiles.bm) * -(-c.n.size // tiles.bn)
+    split = 1
+    if SPLIT_IDLE * groups > target.compute_units:
+        return split
+    while groups * split < FILL * target.compute_units and c.k.size >= 2 * split * MIN_SPLIT_K:
+        split *= 2
+    return split
 
 
 def pipelined(c: Contraction, target: TargetProfile) -> bool:
@@ -429,13 +453,6 @@ def plan(group: FusionGroup, target: TargetProfile) -> tuple[Contraction, MmaTil
         return (f"{c.m.size}x{c.n.size}x{c.k.size} is below {MIN_MN}x{MIN_MN}x{MIN_K}: the "
                 "other generators are faster there")
     t = choose_tiles(c, target, pipelined(c, target))
-    groups = c.batch_size * -(-c.m.size // t.bm) * -(-c.n.size // t.bn)
-    if (c.dtype is DType.f32 and 2 * groups < target.compute_units
-            and c.k.size >= SPLIT_K_RATIO * max(c.m.size, c.n.size)):
-        # no split of K here: the f32 tiled contraction splits a long K over work-groups
-        return (f"{groups} work-groups of {t.bm}x{t.bn} tiles would leave most of the "
-                f"{target.compute_units} compute units idle over a long K (the tiled "
-                "contraction splits it)")
     if t.threads > target.max_work_group_size or t.local_bytes() > target.local_mem_bytes:
         return (f"tiles of {t.threads} work-items and {t.local_bytes()} bytes of local "
                 "memory exceed the target")

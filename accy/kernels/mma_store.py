@@ -40,7 +40,8 @@ PAIRED = (DType.f32, DType.f16)  # outputs stored a pair at a time (float2, vsto
 
 class Stores:
     """Uses the builder's ``c``, ``t``, ``f16``, ``group``, ``outline``, ``epi`` (the
-    epilogue builder), ``bases``, ``bcoords`` and ``body``."""
+    epilogue builder), ``bases``, ``bcoords``, ``body`` and, with K split, ``chunk`` (the
+    group's chunk, else None) and ``scratch`` (the partial sums)."""
 
     c: Contraction
     t: MmaTiles
@@ -51,15 +52,23 @@ class Stores:
     bases: dict[str, Expr]
     bcoords: list[Expr]
     body: list[Stmt]
+    chunk: Expr | None
+    scratch: KernelArg
 
     def stores(self, m0: Expr, n0: Expr, wm: Expr, wn: Expr, g: Expr, tt: Expr) -> None:
         """Epilogue and guarded stores of every accumulator; pairs of columns as float2
         where the output's layout allows."""
         c, t = self.c, self.t
-        self.out_args = [KernelArg(f"out{i}", n.type.dtype, True, slot) for i, (n, slot) in
-                         enumerate(zip(self.group.outputs, self.outline.output_slots,
-                                       strict=True))]
-        values = [stored_value(o) for o in self.group.outputs]
+        obase = self.bases["out"]
+        if self.chunk is None:
+            self.out_args = [KernelArg(f"out{i}", n.type.dtype, True, slot) for i, (n, slot)
+                             in enumerate(zip(self.group.outputs, self.outline.output_slots,
+                                              strict=True))]
+            values = [stored_value(o) for o in self.group.outputs]
+        else:  # this chunk's partial sums, laid out as the einsum, after the other chunks'
+            size = self.epi.given.type.size
+            self.out_args, values = [self.scratch], [self.epi.given]
+            obase = add(mul(self.chunk, idx(size)), obase)
         names = [a.name for a in self.out_args]
         plain = all(v is self.epi.given for v in values)
         pairs = (c.n.out == 1 and c.n.size % 2 == 0 and c.m.out % 2 == 0
@@ -83,8 +92,7 @@ class Stores:
                         lanes[o].append(self.epi.value(node, coords))
                 counter = em.counter
                 body: list[Stmt] = list(em.scopes[0].body)
-                at = add(self.bases["out"], add(mul(row, idx(c.m.out)),
-                                                mul(col, idx(c.n.out))))
+                at = add(obase, add(mul(row, idx(c.m.out)), mul(col, idx(c.n.out))))
                 row_ok = Bin("<", row, idx(c.m.size))
                 if pairs:  # col even, N even: both columns inside or both outside
                     body += [VectorStore(names[o], div(at, 2), DType.f32, tuple(v))

@@ -230,17 +230,6 @@ def prepared(prog: accy.Program, precision: str, target: TargetProfile, pipe):
 
 
 @pytest.mark.parametrize("precision", ["tf32", "3xtf32"])
-def test_long_k_on_few_tiles_keeps_the_split_k_contraction(precision, pipe, used):
-    # 256x256 makes 16 tiles of 64x64 on 132 compute units and the mma kernels do not split
-    # K: the tiled contraction does (on the H200 5x faster at 256x256x65536)
-    job = prepared(matmul(256, 256, 65536), precision, NV, pipe)
-    assert not any(name.startswith("mma") for name in used(job)), used(job)
-    assert "tiled-contraction" in used(job)
-    job = prepared(matmul(1024, 1024, 4096), precision, NV, pipe)  # 256 tiles: enough
-    assert used(job) == {f"mma-{precision}": 1}
-
-
-@pytest.mark.parametrize("precision", ["tf32", "3xtf32"])
 def test_chosen_with_tensor_cores_and_a_tf32_policy(precision, pipe, used):
     job = prepared(matmul(2048, 2048, 256), precision, NV, pipe)
     assert used(job) == {f"mma-{precision}": 1}

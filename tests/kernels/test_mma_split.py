@@ -1,0 +1,85 @@
+"""K split over work-groups in the tensor-core kernels: where the tiles leave more than half
+the compute units idle over a long K, each group sums one chunk of its tile's K into scratch
+memory and a second kernel (the tiled contraction's ``Partials``) adds the chunks in a fixed
+order and applies the epilogue. Checked on PoCL with the PTX emulated."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from test_mma_generator import NV, emulated, matmul, prepared
+
+from accy.kernels.mma_plan import MmaTiles, parse_tiles
+
+try:
+    import pyopencl as cl
+except ImportError:  # the emulation test skips without it
+    cl = None
+
+
+@pytest.mark.parametrize("precision", ["tf32", "3xtf32"])
+def test_long_k_on_few_tiles_splits_k_over_work_groups(precision, pipe, used):
+    # 256x256: 16 tiles of 64x64 on 132 units; K in 8 chunks of 8192 (128 groups)
+    job = prepared(matmul(256, 256, 65536), precision, NV, pipe)
+    assert used(job) == {f"mma-{precision}": 1}
+    first, second = job.kernels
+    assert first.entry.endswith("_partials") and not second.entry.endswith("_partials")
+    assert first.geometry.global_size == (16 * 8 * 128,)
+    (scratch,) = [a for a in first.args if a.is_scratch]
+    assert scratch.scratch_elems == 8 * 256 * 256
+    assert "k0 = (chunk * 8192L)" in job.kernel_source(0)
+    # 256 tiles of 64x64 fill the units: one kernel; a short K is never split
+    assert len(prepared(matmul(1024, 1024, 4096), precision, NV, pipe).kernels) == 1
+    assert len(prepared(matmul(256, 256, 1536), precision, NV, pipe).kernels) == 1
+
+
+def test_split_is_part_of_the_tiles_text():
+    t = parse_tiles("64x64x16:2x2:3:split=4")
+    assert (t.split, t.stages) == (4, 3) and t.text() == "64x64x16:2x2:3:split=4"
+    assert parse_tiles("64x64x16:2x2:2:vector:split=2").loads == "vector"
+    for bad in ("64x64x16:2x2:2:split=0", "64x64x16:2x2:2:split=2:vector"):
+        with pytest.raises(ValueError):
+            parse_tiles(bad)
+    with pytest.raises(ValueError):
+        MmaTiles(64, 64, 16, 2, 2, split=0).check()
+
+
+@pytest.mark.skipif(cl is None, reason="needs pyopencl")
+@pytest.mark.parametrize("precision", ["tf32", "3xtf32"])
+def test_split_kernels_compute_the_product_in_emulation(device, pipe, used, precision):
+    """70x66 (edges in M and N) over K = 2600 on 132 units: two chunks of 1312, the second
+    overhanging K (zeros); the bias + relu epilogue runs in the summing kernel."""
+    if "Portable Computing Language" not in device.info.platform:
+        pytest.skip("the emulation is checked on PoCL")
+    m, n, k = 70, 66, 2600
+    job = prepared(matmul(m, n, k, epilogue=True), precision,
+                   dataclasses.replace(NV, compute_units=132), pipe)
+    assert used(job) == {f"mma-{precision}": 1}
+    first, second = job.kernels
+    (scratch,) = [a for a in first.args if a.is_scratch]
+    assert scratch.scratch_elems == 2 * m * n
+    rng = np.random.default_rng(2)
+    a, b = (rng.uniform(-1, 1, s).astype(np.float32) for s in ((m, k), (k, n)))
+    bias = rng.uniform(-1, 1, n).astype(np.float32)
+    ctx, queue, flags = device.context, device.queue, cl.mem_flags
+
+    def buf(x):
+        return cl.Buffer(ctx, flags.READ_WRITE | flags.COPY_HOST_PTR, hostbuf=x)
+
+    parts = buf(np.full(scratch.scratch_elems, np.nan, np.float32))
+    out = np.zeros((m, n), np.float32)
+    out_buf = buf(out)
+    bufs = {"in0": buf(a), "in1": buf(b), "in2": buf(bias), "scratch0": parts, "out0": out_buf}
+    for i, kernel in enumerate(job.kernels):
+        src = job.kernel_source(i)
+        program = cl.Program(ctx, emulated(src) if i == 0 else src).build()
+        getattr(program, kernel.entry)(queue, kernel.geometry.global_size,
+                                       kernel.geometry.local_size,
+                                       *(bufs[arg.name] for arg in kernel.args))
+    cl.enqueue_copy(queue, out, out_buf)
+    queue.finish()
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    tol = 2e-3 * np.sqrt(k) if precision == "tf32" else 1e-6 * k  # TF32: operands rounded
+    np.testing.assert_allclose(out, np.maximum(exact + bias, 0), rtol=0, atol=tol)
