@@ -3,8 +3,8 @@
 ``canonical``: identities (``x*1``, ``x-0``, ``max(x,x)``, double negation, ``x**2 -> x*x``,
 ...), movement chains folded (transpose of transpose, reshape of reshape, broadcast of
 broadcast, identity movement), explicit broadcasts folded into the implicit broadcasting of
-binary ops, splat constants commuted to the right of ``add``/``mul`` so one-sided identity rules see them, and
-constants gathered by oriented associativity (``(x+1)+2 -> x+(1+2)``, which ``fold`` then
+binary ops, splat constants commuted to the right of ``add``/``mul`` so one-sided identity
+rules see them, and constants gathered by oriented associativity (``(x+1)+2 -> x+(1+2)``, which ``fold`` then
 folds). No unbounded commutativity or associativity: every reordering here is oriented or
 bounded (a term and its mirror).
 
