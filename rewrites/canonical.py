@@ -4,9 +4,9 @@
 ...), movement chains folded (transpose of transpose, reshape of reshape, broadcast of
 broadcast, identity movement), explicit broadcasts folded into the implicit broadcasting of
 binary ops, splat constants commuted to the right of ``add``/``mul`` so one-sided identity
-rules see them, and constants gathered by oriented associativity (``(x+1)+2 -> x+(1+2)``, which ``fold`` then
-folds). No unbounded commutativity or associativity: every reordering here is oriented or
-bounded (a term and its mirror).
+rules see them, and constants gathered by oriented associativity (``(x+1)+2 -> x+(1+2)``, which
+``fold`` then folds). No unbounded commutativity or associativity: every reordering here is
+oriented or bounded (a term and its mirror).
 
 ``fold``: every elementwise op and cast over splat constants (``Tensor.full``) evaluated with
 the interpreter's numpy semantics in the op's dtype, movement of splats, ``select`` on a splat
