@@ -57,6 +57,8 @@ the halves of two K rows, each taken from its word by the lane's shift; under ve
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from accy.ir.node import Node
 from accy.ir.ops import Op, OpKind
 from accy.ir.types import DType
@@ -103,6 +105,7 @@ from accy.kernels.mma_plan import (
     MmaTiles,
     a_lane_base,
     a_offset,
+    along_k,
     b16_lane_base,
     b16_offset,
     b_lane_base,
@@ -141,7 +144,9 @@ class _Builder(VectorLoads, Stores):
     def __init__(self, group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
                  einsum: Node, c: Contraction, tiles: MmaTiles, policy: str,
                  target: TargetProfile) -> None:
-        tiles = for_dtype(tiles, c.dtype)
+        # f16 B stored along K: its tile too (cp.async copies it as stored, ldmatrix reads it)
+        tiles = for_dtype(replace(tiles, b_k_major=c.dtype is DType.f16 and along_k(c, "y")),
+                          c.dtype)
         self.pipelined = pipelined(c, target)
         if tiles.stages != 2 and not self.pipelined:
             raise ValueError(f"tiles {tiles.text()}: {tiles.stages} stages need cp.async "

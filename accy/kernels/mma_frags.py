@@ -1,12 +1,13 @@
 """Fragment loads of the tensor-core kernels under the ``vector`` scheme (the layout and its
 formulas: :mod:`accy.kernels.mma_layout`): a mixin of :class:`accy.kernels.mma._Builder`.
 
-f32: per K step each lane loads its A rows' ``2 S`` K-permuted words in float4s (float2 for
-K steps of 8) and its B K rows' ``F`` N-permuted words in float4s, then takes each fragment
-register from a vector lane (rounded to TF32 where the policy says). f16: one
-``ldmatrix.x4`` per A fragment and one ``ldmatrix.x4.trans`` per pair of B fragments per
-sub-step. Per-lane bases (swizzle included) are computed once, before the K loop; inside it
-every address is a base, the stage offset and a constant.
+f32: per K step each lane loads its A rows' ``2 S`` K-permuted words in float4s (float2 for K
+steps of 8) and its B K rows' ``F`` N-permuted words in float4s, then takes each fragment
+register from a vector lane (rounded to TF32 where the policy says). f16: one ``ldmatrix.x4``
+per A fragment and one ``ldmatrix.x4.trans`` per pair of B fragments per sub-step (a plain
+``ldmatrix.x4`` from a B tile along K, ``MmaTiles.b_k_major``). Per-lane bases (swizzle
+included) are computed once, before the K loop; inside it every address is a base, the stage
+offset and a constant.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from accy.kernels.mma_layout import (
     b_row_offset,
     f16_a_base,
     f16_b_base,
+    f16_bk_base,
     f32_a_base,
     f32_a_register,
     f32_b_base,
@@ -66,8 +68,10 @@ class VectorLoads:
         if t.f16:  # halves -> words (each base is a whole 16-byte chunk)
             self.a_bases = [self.let(f"a_lb{kk}", div(f16_a_base(t, wm, lane, kk), 2))
                             for kk in range(t.bk // 16)]
-            self.b_bases = [self.let(f"b_lb{p}", div(f16_b_base(t, wn, lane, p), 2))
-                            for p in range(t.frags_n // 2)]
+            self.b_bases = ([self.let(f"b_lb{kk}", div(f16_bk_base(t, wn, lane, kk), 2))
+                             for kk in range(t.bk // 16)] if t.b_k_major else
+                            [self.let(f"b_lb{p}", div(f16_b_base(t, wn, lane, p), 2))
+                             for p in range(t.frags_n // 2)])
             return
         wa = self.a_width()
         self.a_bases = [self.let(f"a_vb{v}", div(f32_a_base(t, wm, g, tt, v), wa))
@@ -127,6 +131,10 @@ class VectorLoads:
                 out += self.ldmatrix(LDMATRIX, "a_tile", at, names)
             for p in range(t.frags_n // 2):
                 names = [f"b{kk}_{ni}_{r}" for ni in (2 * p, 2 * p + 1) for r in range(2)]
+                if t.b_k_major:  # rows n: fragments 2p, 2p + 1 are 16 p rows down
+                    at = add(b_off, add(self.b_bases[kk], idx(16 * p * t.bk // 2)))
+                    out += self.ldmatrix(LDMATRIX, "b_tile", at, names)
+                    continue
                 at = add(b_off, add(self.b_bases[p], idx(b16_row_offset(t, kk) // 2)))
                 out += self.ldmatrix(LDMATRIX_T, "b_tile", at, names)
             out += self.mmas(kk)

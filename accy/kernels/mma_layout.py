@@ -84,8 +84,9 @@ def swizzle_expr(bits: tuple[tuple[int, int], ...], row: Expr) -> Expr:
 
 
 def row_length(t: MmaTiles, side: str) -> int:
-    """Elements per local row: A rows run along K, B rows along N (no padding)."""
-    return t.bk if side == "x" else t.bn
+    """Elements per local row: A rows run along K, B rows along N (along K too for a B tile
+    along K; no padding)."""
+    return t.bk if side == "x" or t.b_k_major else t.bn
 
 
 def address(t: MmaTiles, side: str, row: Expr, col: Expr,
@@ -129,12 +130,23 @@ def ldmatrix_rows(lane: int) -> tuple[int, int]:
     return 8 * (j % 2) + r, 8 * (j // 2)
 
 
+def ldmatrix_b_rows(lane: int) -> tuple[int, int]:
+    """The same for a B tile along K (``ldmatrix`` without ``.trans``, rows n): matrix j at
+    rows (n) ``8 (j // 2)``, k ``8 (j % 2)``: b0, b1 of fragment column 2p, then of 2p + 1."""
+    j, r = divmod(lane, 8)
+    return 8 * (j // 2) + r, 8 * (j % 2)
+
+
 def f16_reads(t: MmaTiles, side: str) -> list[tuple[int, list[tuple[int, int]]]]:
     out = []
     for kk in range(t.bk // 16):
         if side == "x":
             out.append((16, [(r, 16 * kk + c) for r, c in
                              (ldmatrix_rows(lane) for lane in range(32))]))
+        elif t.b_k_major:
+            for p in range(t.frags_n // 2):
+                out.append((16, [(16 * p + r, 16 * kk + c) for r, c in
+                                 (ldmatrix_b_rows(lane) for lane in range(32))]))
         else:
             for p in range(t.frags_n // 2):
                 out.append((16, [(16 * kk + r, 16 * p + c) for r, c in
@@ -151,8 +163,9 @@ def reads(t: MmaTiles, side: str) -> list[tuple[int, list[tuple[int, int]]]]:
 
 
 def writes(t: MmaTiles, side: str) -> list[tuple[int, list[tuple[int, int]]]]:
-    """The 16-byte copies of one K step (A along K, B along N), 32 work-items at a time."""
-    rows, cols = (t.bm, t.bk) if side == "x" else (t.bk, t.bn)
+    """The 16-byte copies of one K step (A along K, B along N or K), 32 work-items at a
+    time."""
+    rows, cols = (t.bm, t.bk) if side == "x" else (t.bn, t.bk) if t.b_k_major else (t.bk, t.bn)
     per = cols // t.vector
     slots = [(s // per, s % per * t.vector) for s in range(rows * per)]
     return [(16, slots[i:i + 32]) for i in range(0, len(slots), 32)]
@@ -271,3 +284,12 @@ def f16_b_base(t: MmaTiles, wn: Expr, lane: Expr, p: int) -> Expr:
 
 def b16_row_offset(t: MmaTiles, kk: int) -> int:
     return 16 * kk * row_length(t, "y")
+
+
+def f16_bk_base(t: MmaTiles, wn: Expr, lane: Expr, kk: int) -> Expr:
+    """f16, B tile along K: local half of the row lane ``lane`` gives ``ldmatrix`` for B
+    fragments 0 and 1 at sub-step ``kk`` (add ``a_row_offset``-like ``16 p`` rows for
+    fragments ``2 p``, ``2 p + 1``: the swizzle reads only row bits 0-2)."""
+    j, r = div(lane, 8), mod(lane, 8)
+    row = add(wn, add(mul(div(j, 2), idx(8)), r))
+    return address(t, "y", row, add(idx(16 * kk), mul(mod(j, 2), idx(8))))

@@ -88,6 +88,10 @@ class MmaTiles:
     loads: str = "scalar"
     rounding: str = "fragment"
     split: int = 1  # K split over this many work-groups per tile, partials summed by a 2nd kernel
+    # B tile rows along K (``Bs[n][k]``, as A's): for f16 B operands stored along K, copied by
+    # cp.async as they are and read by ldmatrix without .trans (vector loads only); set by the
+    # generator from the operand's layout
+    b_k_major: bool = False
 
     @property
     def threads(self) -> int:
@@ -178,6 +182,9 @@ class MmaTiles:
                 or self.bk % v or self.bm % v or self.bn % v or self.stages not in STAGES):
             raise ValueError(f"tiles {self.text()} do not divide into m16n8k{self.mma_k} "
                              f"fragments and 16-byte copies, or stages not in {STAGES}")
+        if self.b_k_major and not (self.f16 and self.vector_loads):
+            raise ValueError(f"tiles {self.text()}: a B tile along K is for f16 vector "
+                             "(ldmatrix) loads only")
         if self.split < 1:
             raise ValueError(f"tiles {self.text()}: split {self.split} (at least 1)")
         if self.rounding not in ROUNDINGS:
@@ -346,19 +353,21 @@ def copy_layout(c: Contraction, side: str, vector: int) -> tuple[bool, bool]:
     return k_major, whole
 
 
-def async_copies(c: Contraction, vector: int) -> bool:
+def async_copies(c: Contraction, vector: int, b_along_k: bool = False) -> bool:
     """Whether both operands can go to local memory by 16-byte ``cp.async`` copies, which
-    cannot transpose: A stored along K (``As[m][k]``), B along N (``Bs[k][n]``), whole
-    vectors."""
+    cannot transpose: A stored along K (``As[m][k]``), B along N (``Bs[k][n]``; or along K,
+    ``Bs[n][k]``, where ``b_along_k``: f16 tiles read by ldmatrix), whole vectors."""
     (xk, xv), (yk, yv) = copy_layout(c, "x", vector), copy_layout(c, "y", vector)
-    return xk and xv and not yk and yv
+    return xk and xv and (not yk or b_along_k) and yv
 
 
 def local_index(t: MmaTiles, side: str, f: Expr, k: Expr) -> Expr:
-    """Local address of tile element (free f, k): ``As[f][k]`` or ``Bs[k][f]`` (under vector
-    loads unpadded, 16-byte chunks swizzled per row: :func:`mma_layout.address`)."""
+    """Local address of tile element (free f, k): ``As[f][k]`` or ``Bs[k][f]`` (``Bs[f][k]``
+    for a B tile along K; under vector loads unpadded, 16-byte chunks swizzled per row:
+    :func:`mma_layout.address`)."""
     if t.vector_loads:
-        return mma_layout.address(t, side, f if side == "x" else k, k if side == "x" else f)
+        rows_k = side == "x" or t.b_k_major  # rows along K: (f, k), else (k, f)
+        return mma_layout.address(t, side, f if rows_k else k, k if rows_k else f)
     return add(mul(f, idx(t.lda)), k) if side == "x" else add(mul(k, idx(t.ldb)), f)
 
 
@@ -423,8 +432,8 @@ def split_k(c: Contraction, tiles: MmaTiles, target: TargetProfile) -> int:
 def pipelined(c: Contraction, target: TargetProfile) -> bool:
     """Whether the kernel of ``c`` copies by ``cp.async`` (the target's probe found it and
     both operands' layouts allow it); else registers and plain stores, two buffers."""
-    return CP_ASYNC in target.tensor_cores and async_copies(c, 8 if c.dtype is DType.f16
-                                                           else VECTOR)
+    f16 = c.dtype is DType.f16
+    return CP_ASYNC in target.tensor_cores and async_copies(c, 8 if f16 else VECTOR, f16)
 
 
 def plan(group: FusionGroup, target: TargetProfile) -> tuple[Contraction, MmaTiles] | str:
