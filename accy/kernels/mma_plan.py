@@ -223,6 +223,9 @@ CANDIDATES16 = tuple(replace(t, loads="vector") for t in (WIDE16, SMALL16))
 # 32 x 512x512x64 0.043 -> 0.033 ms, 4096x4096x64 0.074 -> 0.061, 8 x 1024x1024x128 0.042 ->
 # 0.036; f32 products measured no better or slower so)
 SHORT_K16 = 128
+# tiles padding M x N by more than this are passed over for smaller ones: attention's P V
+# (N = 64, the head dimension) on 128x128 tiles computes twice its outputs
+MAX_PADDING = 1.25
 MAX_ACCUMULATORS = 128  # f32 accumulator registers per lane a tiling may hold (of 255)
 
 
@@ -392,19 +395,28 @@ def choose_tiles(c: Contraction, target: TargetProfile, pipelined: bool,
                  candidates: tuple[MmaTiles, ...] | None = None) -> MmaTiles:
     """The first of ``candidates`` (largest first; default 128x128 then 64x64 tiles,
     :data:`CANDIDATES`, :data:`CANDIDATES16` for f16, its 64x64 alone for K of at most
-    :data:`SHORT_K16`) that fits the target (:func:`fits`) and gives every
-    compute unit a work-group, else the smallest that fits; with ``cp.async``
-    (``pipelined``) as many stages, up to 3, as local memory holds and K has steps (a stage
-    beyond the last K step would only hold local memory; sweep others with
+    :data:`SHORT_K16`) that fits the target (:func:`fits`), pads M x N by at most
+    :data:`MAX_PADDING` (else the least padding) and gives every compute unit a work-group,
+    else the smallest such; K split where :func:`split_k` says (not for given candidates); with
+    ``cp.async`` (``pipelined``) as many stages, up to 3, as local memory holds and K has steps
+    (a stage beyond the last K step would only hold local memory; sweep others with
     ``experiments/bench_mma.py --stages``)."""
-    if candidates is None and c.dtype is DType.f16:
-        candidates = CANDIDATES16[1:] if c.k.size <= SHORT_K16 else CANDIDATES16
-    pool = candidates or CANDIDATES
-    pool = tuple(for_dtype(t, c.dtype) for t in pool)
+    given = candidates is not None
+    if not given:
+        candidates = CANDIDATES
+        if c.dtype is DType.f16:
+            candidates = CANDIDATES16[1:] if c.k.size <= SHORT_K16 else CANDIDATES16
+    pool = tuple(for_dtype(t, c.dtype) for t in candidates)
     fitting = [t for t in pool if fits(t, target)] or [pool[-1]]
-    tiles = next((t for t in fitting if c.batch_size * -(-c.m.size // t.bm)
-                  * -(-c.n.size // t.bn) >= target.compute_units), fitting[-1])
-    if candidates is None:
+
+    def padded(t: MmaTiles) -> int:
+        return -(-c.m.size // t.bm) * t.bm * -(-c.n.size // t.bn) * t.bn
+
+    snug = ([t for t in fitting if padded(t) <= MAX_PADDING * c.m.size * c.n.size]
+            or [min(fitting, key=padded)])
+    tiles = next((t for t in snug if c.batch_size * padded(t) // (t.bm * t.bn)
+                  >= target.compute_units), snug[-1])
+    if not given:
         tiles = replace(tiles, split=split_k(c, tiles, target))
     if pipelined:
         steps = -(-c.k.size // tiles.bk)

@@ -83,3 +83,13 @@ def test_split_kernels_compute_the_product_in_emulation(device, pipe, used, prec
     exact = a.astype(np.float64) @ b.astype(np.float64)
     tol = 2e-3 * np.sqrt(k) if precision == "tf32" else 1e-6 * k  # TF32: operands rounded
     np.testing.assert_allclose(out, np.maximum(exact + bias, 0), rtol=0, atol=tol)
+
+
+def test_tiles_padding_the_product_much_are_passed_over(pipe, used):
+    """Attention's P V: N = 64 (the head dimension) would leave half of each 128x128 tile
+    empty; 64x64 tiles compute no padding (and still fill the units)."""
+    job = prepared(matmul(2048, 64, 2048, batch=16), "3xtf32", NV, pipe)
+    assert used(job) == {"mma-3xtf32": 1}
+    assert job.kernels[0].geometry.global_size == (16 * 32 * 128,)  # 64x64 tiles, 4 warps
+    wide = prepared(matmul(2048, 128, 2048, batch=16), "3xtf32", NV, pipe)
+    assert wide.kernels[0].geometry.global_size == (16 * 16 * 128,)  # 128x128 tiles
