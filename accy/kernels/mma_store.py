@@ -14,18 +14,24 @@ from accy.ir.types import DType
 from accy.kernels import loopnest
 from accy.kernels.contraction_plan import Contraction, output_coords, stored_value
 from accy.kernels.ir import (
+    Barrier,
     Bin,
+    Call,
     Expr,
     If,
     KernelArg,
+    Lane,
+    Let,
     Stmt,
     Store,
     Var,
+    VectorLoad,
     VectorStore,
     add,
     all_of,
     div,
     idx,
+    mod,
     mul,
 )
 from accy.kernels.mma_layout import c_coords_v
@@ -36,6 +42,8 @@ if TYPE_CHECKING:
     from accy.kernels.mma_plan import MmaTiles
 
 PAIRED = (DType.f32, DType.f16)  # outputs stored a pair at a time (float2, vstore_half2)
+VEC = 4  # elements per staged store (float4, vstore_half4)
+STAGE_PAD = 4  # words added to each staged row: a warp's pairs in distinct banks
 
 
 class Stores:
@@ -56,8 +64,10 @@ class Stores:
     scratch: KernelArg
 
     def stores(self, m0: Expr, n0: Expr, wm: Expr, wn: Expr, g: Expr, tt: Expr) -> None:
-        """Epilogue and guarded stores of every accumulator; pairs of columns as float2
-        where the output's layout allows."""
+        """Epilogue and guarded stores of every accumulator: staged through local memory and
+        written a row-contiguous 16-byte vector per work-item where :meth:`stage_rows`
+        allows, else pairs of columns as float2 where the output's layout allows, else
+        scalars."""
         c, t = self.c, self.t
         obase = self.bases["out"]
         if self.chunk is None:
@@ -69,29 +79,19 @@ class Stores:
             size = self.epi.given.type.size
             self.out_args, values = [self.scratch], [self.epi.given]
             obase = add(mul(self.chunk, idx(size)), obase)
+        self.counter = 0
+        rows = self.stage_rows(values)
+        if rows:
+            self.staged(values, rows, obase, m0, n0, wm, wn, g, tt)
+            return
         names = [a.name for a in self.out_args]
-        plain = all(v is self.epi.given for v in values)
         pairs = (c.n.out == 1 and c.n.size % 2 == 0 and c.m.out % 2 == 0
                  and all(d.out % 2 == 0 for d in c.batch))
-        counter = 0
         for mi in range(t.frags_m):
             for (ni, half), pair in self.store_pairs():
-                rr, cc = (c_coords_v(t, wm, wn, g, tt, mi, ni, half)
-                          if t.vector_loads and not self.f16
-                          else c_coords(wm, wn, g, tt, mi, ni, half))
+                rr, cc, body, lanes = self.pair_values(values, m0, n0, wm, wn, g, tt, mi, ni,
+                                                       half, pair)
                 row, col = add(m0, rr), add(n0, cc)
-                em = loopnest.Emitter()
-                em.counter = counter
-                self.epi.em = em
-                lanes: list[list[Expr]] = [[] for _ in self.group.outputs]
-                for j, (pn, r) in enumerate(pair):
-                    cr = add(col, idx(j))
-                    self.epi.result = Var(f"acc_{mi}_{pn}_{r}")
-                    coords = self.coords(row, cr) if not plain else ()
-                    for o, node in enumerate(values):
-                        lanes[o].append(self.epi.value(node, coords))
-                counter = em.counter
-                body: list[Stmt] = list(em.scopes[0].body)
                 at = add(obase, add(mul(row, idx(c.m.out)), mul(col, idx(c.n.out))))
                 row_ok = Bin("<", row, idx(c.m.size))
                 if pairs:  # col even, N even: both columns inside or both outside
@@ -101,10 +101,7 @@ class Stores:
                         Store(names[o], add(at, idx(j)), v[j]) for o, v in
                         enumerate(lanes) if self.out_args[o].dtype not in PAIRED
                         for j in range(2)]
-                    guard = all_of(([row_ok] if c.m.size % t.bm else [])
-                                 + ([Bin("<", col, idx(c.n.size))]
-                                    if c.n.size % t.bn else []))
-                    self.body += [If(guard, tuple(body))] if guard is not None else body
+                    self.guarded(row, col, body)
                     continue
                 for j in range(2):
                     cj = add(col, idx(j))
@@ -113,6 +110,98 @@ class Stores:
                     body += [If(Bin("<", cj, idx(c.n.size)), put)] if c.n.size % t.bn \
                         else list(put)
                 self.body += ([If(row_ok, tuple(body))] if c.m.size % t.bm else body)
+
+    def pair_values(self, values: list, m0: Expr, n0: Expr, wm: Expr, wn: Expr, g: Expr,
+                    tt: Expr, mi: int, ni: int, half: int, pair: list[tuple[int, int]]
+                    ) -> tuple[Expr, Expr, list[Stmt], list[list[Expr]]]:
+        """Tile-relative (row, col) of a pair of accumulators, the statements computing its
+        outputs (the epilogue) and those outputs per output, two columns each."""
+        t = self.t
+        rr, cc = (c_coords_v(t, wm, wn, g, tt, mi, ni, half) if t.vector_loads and not self.f16
+                  else c_coords(wm, wn, g, tt, mi, ni, half))
+        row, col = add(m0, rr), add(n0, cc)
+        plain = all(v is self.epi.given for v in values)
+        em = loopnest.Emitter()
+        em.counter = self.counter
+        self.epi.em = em
+        lanes: list[list[Expr]] = [[] for _ in values]
+        for j, (pn, r) in enumerate(pair):
+            self.epi.result = Var(f"acc_{mi}_{pn}_{r}")
+            coords = self.coords(row, add(col, idx(j))) if not plain else ()
+            for o, node in enumerate(values):
+                lanes[o].append(self.epi.value(node, coords))
+        self.counter = em.counter
+        return rr, cc, list(em.scopes[0].body), lanes
+
+    def guarded(self, row: Expr, col: Expr, body: list[Stmt]) -> None:
+        """``body`` where (row, col) is inside the output (where tiles overhang it)."""
+        c, t = self.c, self.t
+        guard = all_of(([Bin("<", row, idx(c.m.size))] if c.m.size % t.bm else [])
+                       + ([Bin("<", col, idx(c.n.size))] if c.n.size % t.bn else []))
+        self.body += [If(guard, tuple(body))] if guard is not None else body
+
+    def stage_rows(self, values: list) -> int:
+        """Tile rows per pass of the staged stores (0: not staged): one output, rows
+        contiguous in whole 4-element vectors (N, the row stride and batch strides multiples
+        of 4), and the pass's rows (a power of two, 16 to a warp's rows, padded by
+        STAGE_PAD) fitting the A tile's local memory, free once the K loop is done."""
+        c, t = self.c, self.t
+        if (len(values) != 1 or c.n.out != 1 or c.n.size % VEC or c.m.out % VEC
+                or any(d.out % VEC for d in c.batch)):
+            return 0
+        room = t.stages * t.a_size // (2 if self.f16 else 1)  # 32-bit words
+        rows = t.warp_m
+        while rows >= 16 and rows * (t.bn + STAGE_PAD) > room:
+            rows //= 2
+        return rows if rows >= 16 and rows * t.bn // VEC % t.threads == 0 else 0
+
+    def staged(self, values: list, rows: int, obase: Expr, m0: Expr, n0: Expr, wm: Expr,
+               wn: Expr, g: Expr, tt: Expr) -> None:
+        """Stores through local memory, ``rows`` tile rows a pass: the warps holding them
+        write their outputs (epilogue applied) to the A tile, rows ``bn + STAGE_PAD`` words
+        apart (a warp's pairs then hit distinct banks); after a barrier every work-item
+        copies 4-element row vectors to the output (``vstore4``, ``vstore_half4``), so a
+        warp writes whole rows instead of 8 rows of 8 or 16 bytes."""
+        c, t = self.c, self.t
+        (out,) = self.out_args
+        stride = t.bn + STAGE_PAD
+        per_row = t.bn // VEC
+        for band in range(t.bm // rows):
+            first = band * rows  # tile rows first .. first + rows - 1: warp row, fragments
+            warp_row, mi0 = divmod(first, t.warp_m)
+            writes: list[Stmt] = []
+            for mi in range(mi0 // 16, (mi0 + rows) // 16):
+                for (ni, half), pair in self.store_pairs():
+                    rr, cc, body, lanes = self.pair_values(values, m0, n0, wm, wn, g, tt, mi,
+                                                           ni, half, pair)
+                    at = add(mul(Bin("-", rr, idx(first)), idx(stride)), cc)
+                    for j in range(2):
+                        v = lanes[0][j]
+                        body.append(Store("a_tile", add(at, idx(j)), Call("bitcast_i32", (v,))
+                                          if self.f16 else v))
+                    guard = all_of(([Bin("<", add(m0, rr), idx(c.m.size))]
+                                    if c.m.size % t.bm else [])
+                                   + ([Bin("<", add(n0, cc), idx(c.n.size))]
+                                      if c.n.size % t.bn else []))
+                    writes += [If(guard, tuple(body))] if guard is not None else body
+            self.body += [Barrier(),  # the K loop's (or the last pass's) reads are done
+                          If(Bin("==", wm, idx(warp_row * t.warp_m)), tuple(writes)),
+                          Barrier()]
+            for i in range(rows * per_row // t.threads):
+                chunk = add(Var("tid"), idx(i * t.threads))
+                r, q = div(chunk, per_row), mod(chunk, per_row)
+                raw = Var(f"staged{band}_{i}")
+                self.body.append(Let(raw.name, DType.i32 if self.f16 else DType.f32,
+                                     VectorLoad("a_tile", div(add(mul(r, idx(stride)),
+                                                                  mul(q, idx(VEC))), VEC), VEC),
+                                     lanes=VEC))
+                lanes_v: list[Expr] = ([Call("bitcast_f32", (Lane(raw, j),)) for j in range(VEC)]
+                                       if self.f16 else [Lane(raw, j) for j in range(VEC)])
+                row = add(m0, add(idx(first), r))
+                col = add(n0, mul(q, idx(VEC)))
+                at = add(obase, add(mul(row, idx(c.m.out)), col))
+                store = VectorStore(out.name, div(at, VEC), DType.f32, tuple(lanes_v))
+                self.guarded(row, col, [store])
 
     def store_pairs(self) -> list[tuple[tuple[int, int], list[tuple[int, int]]]]:
         """((ni, r) of the first, [(ni, r) of both]) of each pair of accumulators of a fragment

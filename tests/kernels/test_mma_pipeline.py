@@ -213,7 +213,7 @@ def test_pipelined_with_cp_async(precision, pipe, used):
     # do not
     assert "cp.async.wait_group 0;" in src and src.count("cp.async.commit_group") == 2
     assert src.count("cp.async.cg.shared.global") == 2 * 8  # 8 slots: prologue, loop
-    assert "__local float a_tile[5120]" in src and "vload4" not in src
+    assert "__local float a_tile[5120]" in src and ", in0)" not in src  # no register copies
     assert "cp.async.cg.shared.global [%0], [%1], 16;" in src  # no guards: dividing tiles
     assert src.count("cvt.rna.tf32.f32") == (2 * (4 * 4 + 8 * 2)
                                              * (2 if precision == "3xtf32" else 1))
