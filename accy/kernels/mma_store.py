@@ -14,6 +14,7 @@ from accy.ir.types import DType
 from accy.kernels import loopnest
 from accy.kernels.contraction_plan import Contraction, output_coords, stored_value
 from accy.kernels.ir import (
+    Assign,
     Barrier,
     Bin,
     Call,
@@ -116,9 +117,7 @@ class Stores:
                     ) -> tuple[Expr, Expr, list[Stmt], list[list[Expr]]]:
         """Tile-relative (row, col) of a pair of accumulators, the statements computing its
         outputs (the epilogue) and those outputs per output, two columns each."""
-        t = self.t
-        rr, cc = (c_coords_v(t, wm, wn, g, tt, mi, ni, half) if t.vector_loads and not self.f16
-                  else c_coords(wm, wn, g, tt, mi, ni, half))
+        rr, cc = self.coords_of(wm, wn, g, tt, mi, ni, half)
         row, col = add(m0, rr), add(n0, cc)
         plain = all(v is self.epi.given for v in values)
         em = loopnest.Emitter()
@@ -132,6 +131,13 @@ class Stores:
                 lanes[o].append(self.epi.value(node, coords))
         self.counter = em.counter
         return rr, cc, list(em.scopes[0].body), lanes
+
+    def coords_of(self, wm: Expr, wn: Expr, g: Expr, tt: Expr, mi: int, ni: int, half: int
+                  ) -> tuple[Expr, Expr]:
+        """Tile-relative (row, col) of the first of a pair of accumulators."""
+        t = self.t
+        return (c_coords_v(t, wm, wn, g, tt, mi, ni, half) if t.vector_loads and not self.f16
+                else c_coords(wm, wn, g, tt, mi, ni, half))
 
     def guarded(self, row: Expr, col: Expr, body: list[Stmt]) -> None:
         """``body`` where (row, col) is inside the output (where tiles overhang it)."""
@@ -157,33 +163,36 @@ class Stores:
 
     def staged(self, values: list, rows: int, obase: Expr, m0: Expr, n0: Expr, wm: Expr,
                wn: Expr, g: Expr, tt: Expr) -> None:
-        """Stores through local memory, ``rows`` tile rows a pass: the warps holding them
-        write their outputs (epilogue applied) to the A tile, rows ``bn + STAGE_PAD`` words
-        apart (a warp's pairs then hit distinct banks); after a barrier every work-item
-        copies 4-element row vectors to the output (``vstore4``, ``vstore_half4``), so a
-        warp writes whole rows instead of 8 rows of 8 or 16 bytes."""
+        """Stores through local memory: every warp computes its outputs (the epilogue) into its
+        accumulators, then, ``rows`` tile rows a pass, the warps holding them write them
+        to the A tile, rows ``bn + STAGE_PAD`` words apart (a warp's pairs then hit
+        distinct banks); after a barrier every work-item copies 4-element row vectors to
+        the output (``vstore4``, ``vstore_half4``), so a warp writes whole rows instead
+        of 8 rows of 8 or 16 bytes."""
         c, t = self.c, self.t
         (out,) = self.out_args
         stride = t.bn + STAGE_PAD
         per_row = t.bn // VEC
+        for mi in range(t.frags_m):  # every warp at once: the outputs replace the sums
+            for (ni, half), pair in self.store_pairs():
+                rr, cc, body, lanes = self.pair_values(values, m0, n0, wm, wn, g, tt, mi, ni,
+                                                       half, pair)
+                if lanes[0] != [Var(f"acc_{mi}_{pn}_{r}") for pn, r in pair]:
+                    body += [Assign(f"acc_{mi}_{pn}_{r}", v)
+                             for (pn, r), v in zip(pair, lanes[0], strict=True)]
+                    self.guarded(add(m0, rr), add(n0, cc), body)
         for band in range(t.bm // rows):
             first = band * rows  # tile rows first .. first + rows - 1: warp row, fragments
             warp_row, mi0 = divmod(first, t.warp_m)
             writes: list[Stmt] = []
             for mi in range(mi0 // 16, (mi0 + rows) // 16):
                 for (ni, half), pair in self.store_pairs():
-                    rr, cc, body, lanes = self.pair_values(values, m0, n0, wm, wn, g, tt, mi,
-                                                           ni, half, pair)
+                    rr, cc = self.coords_of(wm, wn, g, tt, mi, ni, half)
                     at = add(mul(Bin("-", rr, idx(first)), idx(stride)), cc)
-                    for j in range(2):
-                        v = lanes[0][j]
-                        body.append(Store("a_tile", add(at, idx(j)), Call("bitcast_i32", (v,))
-                                          if self.f16 else v))
-                    guard = all_of(([Bin("<", add(m0, rr), idx(c.m.size))]
-                                    if c.m.size % t.bm else [])
-                                   + ([Bin("<", add(n0, cc), idx(c.n.size))]
-                                      if c.n.size % t.bn else []))
-                    writes += [If(guard, tuple(body))] if guard is not None else body
+                    for j, (pn, r) in enumerate(pair):
+                        v: Expr = Var(f"acc_{mi}_{pn}_{r}")
+                        writes.append(Store("a_tile", add(at, idx(j)), Call(
+                            "bitcast_i32", (v,)) if self.f16 else v))
             self.body += [Barrier(),  # the K loop's (or the last pass's) reads are done
                           If(Bin("==", wm, idx(warp_row * t.warp_m)), tuple(writes)),
                           Barrier()]
