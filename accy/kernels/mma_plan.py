@@ -396,8 +396,9 @@ def choose_tiles(c: Contraction, target: TargetProfile, pipelined: bool,
     """The first of ``candidates`` (largest first; default 128x128 then 64x64 tiles,
     :data:`CANDIDATES`, :data:`CANDIDATES16` for f16, its 64x64 alone for K of at most
     :data:`SHORT_K16`) that fits the target (:func:`fits`), pads M x N by at most
-    :data:`MAX_PADDING` (else the least padding) and gives every compute unit a work-group,
-    else the smallest such; K split where :func:`split_k` says (not for given candidates); with
+    :data:`MAX_PADDING` (else the least padding) and gives every compute unit a work-group
+    with K split where :func:`split_k` says (not for given candidates), else the one making
+    the most work-groups, the larger on a tie; with
     ``cp.async`` (``pipelined``) as many stages, up to 3, as local memory holds and K has steps
     (a stage beyond the last K step would only hold local memory; sweep others with
     ``experiments/bench_mma.py --stages``)."""
@@ -414,10 +415,16 @@ def choose_tiles(c: Contraction, target: TargetProfile, pipelined: bool,
 
     snug = ([t for t in fitting if padded(t) <= MAX_PADDING * c.m.size * c.n.size]
             or [min(fitting, key=padded)])
-    tiles = next((t for t in snug if c.batch_size * padded(t) // (t.bm * t.bn)
-                  >= target.compute_units), snug[-1])
-    if not given:
-        tiles = replace(tiles, split=split_k(c, tiles, target))
+
+    def groups(t: MmaTiles) -> int:
+        return c.batch_size * padded(t) // (t.bm * t.bn) * t.split
+
+    if not given:  # K split where the tiles leave units idle
+        snug = [replace(t, split=split_k(c, t, target)) for t in snug]
+    # the first that fills the units; else the most groups, the larger tile on a tie (a long K
+    # over few 128x128 tiles splits into as many groups as over 64x64 ones)
+    tiles = next((t for t in snug if groups(t) >= target.compute_units),
+                 max(snug, key=lambda t: (groups(t), t.bm * t.bn)))
     if pipelined:
         steps = -(-c.k.size // tiles.bk)
         for stages in (3, 2):

@@ -21,15 +21,19 @@ except ImportError:  # the emulation test skips without it
 
 @pytest.mark.parametrize("precision", ["tf32", "3xtf32"])
 def test_long_k_on_few_tiles_splits_k_over_work_groups(precision, pipe, used):
-    # 256x256: 16 tiles of 64x64 on 132 units; K in 8 chunks of 8192 (128 groups)
+    # 256x256: 4 tiles of 128x128 (or 16 of 64x64) on 132 units: K in 32 chunks of 2048,
+    # 128 groups (as many as 64x64 tiles in 8 chunks make: the larger tiles win the tie)
     job = prepared(matmul(256, 256, 65536), precision, NV, pipe)
     assert used(job) == {f"mma-{precision}": 1}
     first, second = job.kernels
     assert first.entry.endswith("_partials") and not second.entry.endswith("_partials")
-    assert first.geometry.global_size == (16 * 8 * 128,)
+    assert first.geometry.global_size == (4 * 32 * 128,)
     (scratch,) = [a for a in first.args if a.is_scratch]
-    assert scratch.scratch_elems == 8 * 256 * 256
-    assert "k0 = (chunk * 8192L)" in job.kernel_source(0)
+    assert scratch.scratch_elems == 32 * 256 * 256
+    assert "k0 = (chunk * 2048L)" in job.kernel_source(0)
+    # 192x192: no 128x128 tile pads it little enough; 9 tiles of 64x64 in 16 chunks
+    job = prepared(matmul(192, 192, 65536), precision, NV, pipe)
+    assert job.kernels[0].geometry.global_size == (9 * 16 * 128,)
     # 256 tiles of 64x64 fill the units: one kernel; a short K is never split
     assert len(prepared(matmul(1024, 1024, 4096), precision, NV, pipe).kernels) == 1
     assert len(prepared(matmul(256, 256, 1536), precision, NV, pipe).kernels) == 1
