@@ -23,6 +23,7 @@ from accy.kernels.ir import (
     KernelArg,
     Lane,
     Let,
+    Load,
     Stmt,
     Store,
     Var,
@@ -147,19 +148,25 @@ class Stores:
         self.body += [If(guard, tuple(body))] if guard is not None else body
 
     def stage_rows(self, values: list) -> int:
-        """Tile rows per pass of the staged stores (0: not staged): one output, rows
-        contiguous in whole 4-element vectors (N, the row stride and batch strides multiples
-        of 4), and the pass's rows (a power of two, 16 to a warp's rows, padded by
+        """Tile rows per pass of the staged stores (0: not staged): one output, its rows
+        contiguous, and the pass's rows (a power of two, 16 to a warp's rows, padded by
         STAGE_PAD) fitting the A tile's local memory, free once the K loop is done."""
         c, t = self.c, self.t
-        if (len(values) != 1 or c.n.out != 1 or c.n.size % VEC or c.m.out % VEC
-                or any(d.out % VEC for d in c.batch)):
+        if len(values) != 1 or c.n.out != 1:
             return 0
         room = t.stages * t.a_size // (2 if self.f16 else 1)  # 32-bit words
         rows = t.warp_m
         while rows >= 16 and rows * (t.bn + STAGE_PAD) > room:
             rows //= 2
         return rows if rows >= 16 and rows * t.bn // VEC % t.threads == 0 else 0
+
+    def stage_vector(self) -> int:
+        """Elements per staged store: 4 where rows are whole 4-element vectors (N, the row
+        stride and batch strides multiples of 4), else 1 (still a warp's 32 consecutive
+        elements per store)."""
+        c = self.c
+        aligned = not (c.n.size % VEC or c.m.out % VEC or any(d.out % VEC for d in c.batch))
+        return VEC if aligned else 1
 
     def staged(self, values: list, rows: int, obase: Expr, m0: Expr, n0: Expr, wm: Expr,
                wn: Expr, g: Expr, tt: Expr) -> None:
@@ -172,7 +179,8 @@ class Stores:
         c, t = self.c, self.t
         (out,) = self.out_args
         stride = t.bn + STAGE_PAD
-        per_row = t.bn // VEC
+        vec = self.stage_vector()
+        per_row = t.bn // vec
         for mi in range(t.frags_m):  # every warp at once: the outputs replace the sums
             for (ni, half), pair in self.store_pairs():
                 rr, cc, body, lanes = self.pair_values(values, m0, n0, wm, wn, g, tt, mi, ni,
@@ -200,16 +208,17 @@ class Stores:
                 chunk = add(Var("tid"), idx(i * t.threads))
                 r, q = div(chunk, per_row), mod(chunk, per_row)
                 raw = Var(f"staged{band}_{i}")
+                local = add(mul(r, idx(stride)), mul(q, idx(vec)))
                 self.body.append(Let(raw.name, DType.i32 if self.f16 else DType.f32,
-                                     VectorLoad("a_tile", div(add(mul(r, idx(stride)),
-                                                                  mul(q, idx(VEC))), VEC), VEC),
-                                     lanes=VEC))
-                lanes_v: list[Expr] = ([Call("bitcast_f32", (Lane(raw, j),)) for j in range(VEC)]
-                                       if self.f16 else [Lane(raw, j) for j in range(VEC)])
+                                     VectorLoad("a_tile", div(local, vec), vec) if vec > 1
+                                     else Load("a_tile", local), lanes=vec))
+                got = [Lane(raw, j) for j in range(vec)] if vec > 1 else [raw]
+                lanes_v = [Call("bitcast_f32", (x,)) for x in got] if self.f16 else got
                 row = add(m0, add(idx(first), r))
-                col = add(n0, mul(q, idx(VEC)))
+                col = add(n0, mul(q, idx(vec)))
                 at = add(obase, add(mul(row, idx(c.m.out)), col))
-                store = VectorStore(out.name, div(at, VEC), DType.f32, tuple(lanes_v))
+                store = (VectorStore(out.name, div(at, vec), DType.f32, tuple(lanes_v))
+                         if vec > 1 else Store(out.name, at, lanes_v[0]))
                 self.guarded(row, col, [store])
 
     def store_pairs(self) -> list[tuple[tuple[int, int], list[tuple[int, int]]]]:
