@@ -342,15 +342,8 @@ class _Builder:
                bcoords: list[Expr], obase: Expr) -> None:
         """Epilogue and stores of every accumulator, guarded where tiles overhang."""
         c, t, dt = self.c, self.t, self.dtype
-        if self.chunk is None:
-            self.out_args = [KernelArg(f"out{i}", n.type.dtype, True, slot) for i, (n, slot) in
-                             enumerate(zip(self.group.outputs, self.outline.output_slots,
-                                           strict=True))]
-            values = [stored_value(o) for o in self.group.outputs]
-        else:  # this chunk's partial sums, laid out as the einsum, after the other chunks'
-            size = self.epi.given.type.size
-            self.out_args, values = [self.scratch], [self.epi.given]
-            obase = add(mul(self.chunk, idx(size)), obase)
+        self.out_args, values, obase = store_targets(self.group, self.outline, self.epi.given,
+                                                     self.chunk, self.scratch, obase)
         names = [a.name for a in self.out_args]
         plain = all(v is self.epi.given for v in values)
         vector = (t.vn > 1 and c.n.out == 1 and c.n.size % t.vn == 0 and c.m.out % t.vn == 0
@@ -410,6 +403,19 @@ class _Builder:
     def coords(self, bcoords: list[Expr], row: Expr, col: Expr) -> tuple[Expr, ...]:
         """Output coordinates of the element at flattened (row, col)."""
         return output_coords(self.c, bcoords, row, col)
+
+
+def store_targets(group: FusionGroup, outline: KernelOutline, given: Node, chunk: Expr | None,
+                  scratch: KernelArg, obase: Expr
+                  ) -> tuple[list[KernelArg], list[Node], Expr]:
+    """What a contraction kernel stores, and from where: the group's outputs (the values they
+    store) at ``obase``; with K split (``chunk``: the group's chunk) this chunk's partial sums
+    of the einsum (``given``) in ``scratch``, laid out as the einsum after the other chunks'."""
+    if chunk is None:
+        args = [KernelArg(f"out{i}", n.type.dtype, True, slot) for i, (n, slot) in
+                enumerate(zip(group.outputs, outline.output_slots, strict=True))]
+        return args, [stored_value(o) for o in group.outputs], obase
+    return [scratch], [given], add(mul(chunk, idx(given.type.size)), obase)
 
 
 class Partials(loopnest.LoopNestBuilder):

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 
 from accy.ir.types import DType
 from accy.kernels import loopnest
-from accy.kernels.contraction_plan import Contraction, output_coords, stored_value
+from accy.kernels.contraction import store_targets
+from accy.kernels.contraction_plan import Contraction, output_coords
 from accy.kernels.ir import (
     Assign,
     Barrier,
@@ -71,16 +72,9 @@ class Stores:
         allows, else pairs of columns as float2 where the output's layout allows, else
         scalars."""
         c, t = self.c, self.t
-        obase = self.bases["out"]
-        if self.chunk is None:
-            self.out_args = [KernelArg(f"out{i}", n.type.dtype, True, slot) for i, (n, slot)
-                             in enumerate(zip(self.group.outputs, self.outline.output_slots,
-                                              strict=True))]
-            values = [stored_value(o) for o in self.group.outputs]
-        else:  # this chunk's partial sums, laid out as the einsum, after the other chunks'
-            size = self.epi.given.type.size
-            self.out_args, values = [self.scratch], [self.epi.given]
-            obase = add(mul(self.chunk, idx(size)), obase)
+        self.out_args, values, obase = store_targets(self.group, self.outline, self.epi.given,
+                                                     self.chunk, self.scratch,
+                                                     self.bases["out"])
         self.counter = 0
         rows = self.stage_rows(values)
         if rows:
