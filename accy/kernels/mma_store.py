@@ -1,8 +1,10 @@
 """Epilogue and stores of the tensor-core kernels' accumulators (a mixin of
-:class:`accy.kernels.mma._Builder`): each pair of accumulators at adjacent columns of a row goes
-through the group's fused epilogue and out as a float2 (f16 outputs: ``vstore_half2``) where
-the output's layout allows, else
-as guarded scalars. Pairs are c0,c1 and c2,c3 of a fragment (``c_coords``), or under the f32
+:class:`accy.kernels.mma._Builder`). One f32 or f16 output with contiguous rows is staged: every
+warp applies the epilogue to its accumulators, then a band of tile rows at a time goes through
+local memory (the A tile, free after the K loop) and out as row vectors. Otherwise each pair of
+accumulators at adjacent columns of a row goes through the group's fused epilogue and out as a
+float2 (f16 outputs: ``vstore_half2``) where the output's layout allows, else as guarded
+scalars. Pairs are c0,c1 and c2,c3 of a fragment (``c_coords``), or under the f32
 vector scheme's N permutation the same register of fragments ni and ni + 1 (``c_coords_v``).
 """
 
@@ -68,9 +70,8 @@ class Stores:
 
     def stores(self, m0: Expr, n0: Expr, wm: Expr, wn: Expr, g: Expr, tt: Expr) -> None:
         """Epilogue and guarded stores of every accumulator: staged through local memory and
-        written a row-contiguous 16-byte vector per work-item where :meth:`stage_rows`
-        allows, else pairs of columns as float2 where the output's layout allows, else
-        scalars."""
+        written along rows where :meth:`stage_rows` allows, else pairs of columns as float2
+        where the output's layout allows, else scalars."""
         c, t = self.c, self.t
         self.out_args, values, obase = store_targets(self.group, self.outline, self.epi.given,
                                                      self.chunk, self.scratch,
@@ -142,11 +143,11 @@ class Stores:
         self.body += [If(guard, tuple(body))] if guard is not None else body
 
     def stage_rows(self, values: list) -> int:
-        """Tile rows per pass of the staged stores (0: not staged): one output, its rows
-        contiguous, and the pass's rows (a power of two, 16 to a warp's rows, padded by
+        """Tile rows per pass of the staged stores (0: not staged): one f32 or f16 output, its
+        rows contiguous, and the pass's rows (a power of two, 16 to a warp's rows, padded by
         STAGE_PAD) fitting the A tile's local memory, free once the K loop is done."""
         c, t = self.c, self.t
-        if len(values) != 1 or c.n.out != 1:
+        if len(values) != 1 or c.n.out != 1 or self.out_args[0].dtype not in PAIRED:
             return 0
         room = t.stages * t.a_size // (2 if self.f16 else 1)  # 32-bit words
         rows = t.warp_m
@@ -168,8 +169,8 @@ class Stores:
         accumulators, then, ``rows`` tile rows a pass, the warps holding them write them
         to the A tile, rows ``bn + STAGE_PAD`` words apart (a warp's pairs then hit
         distinct banks); after a barrier every work-item copies 4-element row vectors to
-        the output (``vstore4``, ``vstore_half4``), so a warp writes whole rows instead
-        of 8 rows of 8 or 16 bytes."""
+        the output (``vstore4``, ``vstore_half4``; single elements where rows are not whole
+        vectors), so a warp writes whole rows instead of 8 rows of 8 or 16 bytes."""
         c, t = self.c, self.t
         (out,) = self.out_args
         stride = t.bn + STAGE_PAD
