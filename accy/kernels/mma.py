@@ -153,7 +153,6 @@ class _Builder(VectorLoads, Stores):
                              "(the target's probe did not list it, or an operand is not A "
                              "along K / B along N in whole 16-byte vectors)")
         self.group, self.outline, self.kind, self.c, self.t = group, outline, kind, c, tiles
-        self.einsum = einsum
         # split K: chunks of chunk_k (a multiple of bk), none empty
         self.chunk_k = -(-c.k.size // (tiles.split * tiles.bk)) * tiles.bk
         self.chunks = -(-c.k.size // self.chunk_k)
@@ -162,7 +161,7 @@ class _Builder(VectorLoads, Stores):
         self.scratch = KernelArg("scratch0", DType.f32, True, -1,
                                  self.chunks * einsum.type.size)
         self.policy = policy
-        # the 3xtf32 split's big part saturating (infinities stay finite-split, see operand)
+        # the 3xtf32 split's big part, saturating where the probe found it (see operand)
         self.big_cvt = (CVT_TF32_SAT if policy == "3xtf32"
                         and TF32_SATFINITE in target.tensor_cores else CVT_TF32)
         # under 3xtf32, whether a side's registers ("a", "b") split into big and small parts:
