@@ -293,10 +293,8 @@ def _tiny(c: Contraction, target: TargetProfile) -> Tiles | None:
 # A side of at most SKINNY (f32, GPUs) takes a tile that short and 128 long, 4x4 or 8x4 outputs
 # per work-item, with K split until every compute unit has SKINNY_WAVES groups (chunks of at
 # least MIN_SKINNY_K): GEMV-like products are bound by reading the long operand, which wants
-# many groups streaming it. H200, f32, experiments/bench_contraction.py --tiles sweep (best
-# of 80 tilings; torch's cuBLAS): 16x4096x4096 0.039 ms (0.226 before; torch 0.105),
-# 8x4096x16384 0.10 (0.89; 0.21), 32x8192x4096 0.094 (0.24; 0.118), 4096x16x4096 0.045
-# (0.25; 0.056), 8192x32x4096 0.108 (0.25; 0.091).
+# many groups streaming it. Chosen by a sweep of experiments/bench_contraction.py --tiles over
+# six skinny shapes on a GPU (papers/kernels.md, "Seventh session").
 SKINNY = 32
 SKINNY_WAVES = 3
 MIN_SKINNY_K = 256

@@ -219,9 +219,8 @@ SMALL16 = MmaTiles(64, 64, 32, 2, 2, f16=True)
 CANDIDATES = (WIDE, SMALL)
 CANDIDATES16 = tuple(replace(t, loads="vector") for t in (WIDE16, SMALL16))
 # an f16 product of at most SHORT_K16 (4 K steps) takes the small tiles: each group's copies
-# and stores outweigh its few mma, and 4x the groups overlap them (H200, bench_mma --tiles:
-# 32 x 512x512x64 0.043 -> 0.033 ms, 4096x4096x64 0.074 -> 0.061, 8 x 1024x1024x128 0.042 ->
-# 0.036; f32 products measured no better or slower so)
+# and stores outweigh its few mma, and 4x the groups overlap them (a bench_mma --tiles sweep,
+# papers/kernels.md "Seventh session"; f32 products measured no better or slower so)
 SHORT_K16 = 128
 # tiles padding M x N by more than this are passed over for smaller ones: attention's P V
 # (N = 64, the head dimension) on 128x128 tiles computes twice its outputs
