@@ -242,8 +242,23 @@ def bank_padding(row: int, itemsize: int, vector: int, target: TargetProfile) ->
     return min(range(0, LOCAL_BANKS * vector, vector), key=ways)  # the first of the least
 
 
-def _padded(c: Contraction, bm: int, bn: int) -> int:
+def padded(c: Contraction, bm: int, bn: int) -> int:
+    """M x N rounded up to whole ``bm x bn`` tiles."""
     return -(-c.m.size // bm) * bm * -(-c.n.size // bn) * bn
+
+
+def tile_groups(c: Contraction, bm: int, bn: int) -> int:
+    """Work-groups of one ``bm x bn`` tile each over the product (every batch entry)."""
+    return c.batch_size * -(-c.m.size // bm) * -(-c.n.size // bn)
+
+
+def k_split(groups: int, need: float, k: int, min_chunk: int) -> int:
+    """The fewest work-groups (a power of two) to share each tile's K so that ``groups``
+    tiles make at least ``need`` groups, while K chunks stay at least ``min_chunk`` long."""
+    split = 1
+    while groups * split < need and k >= 2 * split * min_chunk:
+        split *= 2
+    return split
 
 
 def _pow2_at_most(n: int, cap: int) -> int:
@@ -320,12 +335,8 @@ def _skinny(c: Contraction, target: TargetProfile) -> Tiles | None:
     t = replace(t, pad=bank_padding(t.bm, 4, 4, target))
     if t.threads > target.max_work_group_size or t.local_bytes(4) > target.local_mem_bytes:
         return None
-    groups = c.batch_size * _padded(c, t.bm, t.bn) // (t.bm * t.bn)
-    split = 1
-    while (groups * split < SKINNY_WAVES * target.compute_units
-           and c.k.size >= 2 * split * MIN_SKINNY_K):
-        split *= 2
-    return replace(t, split=split)
+    return replace(t, split=k_split(tile_groups(c, t.bm, t.bn),
+                                    SKINNY_WAVES * target.compute_units, c.k.size, MIN_SKINNY_K))
 
 
 def choose_tiles(c: Contraction, target: TargetProfile) -> Tiles:
@@ -341,8 +352,8 @@ def choose_tiles(c: Contraction, target: TargetProfile) -> Tiles:
         columns = -(-c.n.size // lanes)
         shapes = [(tm, min(sn, columns)) for tm, sn in
                   preferred + [(m, budget // m) for m in (4, 2, 1)]]  # the last: few rows
-        least = min(_padded(c, tm, sn * lanes) for tm, sn in shapes)
-        tm, sn = next(s for s in shapes if _padded(c, s[0], s[1] * lanes) <= 1.05 * least)
+        least = min(padded(c, tm, sn * lanes) for tm, sn in shapes)
+        tm, sn = next(s for s in shapes if padded(c, s[0], s[1] * lanes) <= 1.05 * least)
         vm = math.gcd(tm, 16) if math.gcd(tm, 16) in (2, 4, 8, 16) else 1
         bk = min(64, -(-c.k.size // 4) * 4)
         wy = max(1, min(4, c.m.size // tm))  # work-items of a group share the Y tile copy
@@ -364,12 +375,10 @@ def choose_tiles(c: Contraction, target: TargetProfile) -> Tiles:
     # (256x256x8192: 128x128 in 16 chunks rather than 64 groups of 32x32 over all of K)
     options = []  # (groups, tile area, tiles) of the sizes that pad little enough
     for t in fits:
-        groups = c.batch_size * _padded(c, t.bm, t.bn) // (t.bm * t.bn)
+        groups = tile_groups(c, t.bm, t.bn)
         need = (FILL if _large(t) else 1.0) * target.compute_units
-        split = 1
-        while _large(t) and groups * split < need and c.k.size >= 2 * split * MIN_SPLIT_K:
-            split *= 2
-        if _padded(c, t.bm, t.bn) > 1.25 * actual:
+        split = k_split(groups, need, c.k.size, MIN_SPLIT_K) if _large(t) else 1
+        if padded(c, t.bm, t.bn) > 1.25 * actual:
             continue
         options.append((groups * split, t.bm * t.bn, replace(t, split=split)))
         if groups * split >= need:
@@ -378,9 +387,8 @@ def choose_tiles(c: Contraction, target: TargetProfile) -> Tiles:
         options.sort(key=lambda o: (o[0], o[1]))
     groups, _, chosen = options[-1] if options else (0, 0, fits[-1])
     if not _large(chosen) and 0 < groups < target.compute_units and c.k.size >= LONG_K:
-        split = 1  # small tiles, idle units, long K: split it into chunks of >= MIN_SMALL_K
-        while groups * split < target.compute_units and c.k.size >= 2 * split * MIN_SMALL_K:
-            split *= 2
+        # small tiles, idle units, long K: split it into chunks of >= MIN_SMALL_K
+        split = k_split(groups, target.compute_units, c.k.size, MIN_SMALL_K)
         chosen, groups = replace(chosen, split=split), groups * split
     bk = chosen.bk
     deep = replace(chosen, bk=2 * bk)

@@ -30,7 +30,14 @@ import numpy as np
 
 from accy.ir.types import DType
 from accy.kernels import mma_layout
-from accy.kernels.contraction_plan import FILL, Contraction, analyse
+from accy.kernels.contraction_plan import (
+    FILL,
+    Contraction,
+    analyse,
+    k_split,
+    padded,
+    tile_groups,
+)
 from accy.kernels.ir import Expr, add, div, idx, mod, mul
 from accy.plans import FusionGroup
 from accy.target import CP_ASYNC, F16_MMA, TF32_MMA, TargetProfile
@@ -409,14 +416,14 @@ def choose_tiles(c: Contraction, target: TargetProfile, pipelined: bool,
     pool = tuple(for_dtype(t, c.dtype) for t in candidates)
     fitting = [t for t in pool if fits(t, target)] or [pool[-1]]
 
-    def padded(t: MmaTiles) -> int:
-        return -(-c.m.size // t.bm) * t.bm * -(-c.n.size // t.bn) * t.bn
+    def area(t: MmaTiles) -> int:
+        return padded(c, t.bm, t.bn)
 
-    snug = ([t for t in fitting if padded(t) <= MAX_PADDING * c.m.size * c.n.size]
-            or [min(fitting, key=padded)])
+    snug = ([t for t in fitting if area(t) <= MAX_PADDING * c.m.size * c.n.size]
+            or [min(fitting, key=area)])
 
     def groups(t: MmaTiles) -> int:
-        return c.batch_size * padded(t) // (t.bm * t.bn) * t.split
+        return tile_groups(c, t.bm, t.bn) * t.split
 
     if not given:  # K split where the tiles leave units idle
         snug = [replace(t, split=split_k(c, t, target)) for t in snug]
@@ -438,13 +445,10 @@ def split_k(c: Contraction, tiles: MmaTiles, target: TargetProfile) -> int:
     units idle (SPLIT_IDLE) over a long K, the fewest (a power of two) that give FILL of the
     units a group (one wave, as the tiled contraction's large tiles), in chunks of at least
     MIN_SPLIT_K; else 1."""
-    groups = c.batch_size * -(-c.m.size // tiles.bm) * -(-c.n.size // tiles.bn)
-    split = 1
+    groups = tile_groups(c, tiles.bm, tiles.bn)
     if SPLIT_IDLE * groups > target.compute_units:
-        return split
-    while groups * split < FILL * target.compute_units and c.k.size >= 2 * split * MIN_SPLIT_K:
-        split *= 2
-    return split
+        return 1
+    return k_split(groups, FILL * target.compute_units, c.k.size, MIN_SPLIT_K)
 
 
 def pipelined(c: Contraction, target: TargetProfile) -> bool:
