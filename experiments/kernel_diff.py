@@ -128,6 +128,18 @@ def gemm_f16() -> accy.Program:
     return gemm(accy.f16)
 
 
+def attention(dtype: accy.DType = accy.f32) -> accy.Program:
+    """Scaled attention, 2 heads of 128 x 64: one tensor-core kernel, scores in registers."""
+    t = dtype[1, 2, 128, 64]
+    return traced("attention", lambda q, k, v: einsum(
+        "bhqk,bhkd->bhqd", (einsum("bhqd,bhkd->bhqk", q, k) * 0.125).softmax(), v), t, t, t)
+
+
+def attention_f16() -> accy.Program:
+    """The same attention in f16 (f16 tensor cores; the softmax in f32)."""
+    return attention(accy.f16)
+
+
 PROGRAMS: tuple[tuple[str, Callable[[], accy.Program]], ...] = (
     ("seed-add", seed_add), ("seed-two-results", seed_two_results),
     ("seed-max-chain", seed_max_chain), ("seed-outer-einsum", seed_outer_einsum),
@@ -150,6 +162,8 @@ TENSOR_CORE_PROGRAMS: tuple[tuple[str, Callable[[], accy.Program], str], ...] = 
     ("gemm-tf32", gemm, "accy-default,kernelization{precision=tf32}"),
     ("gemm-3xtf32", gemm, "accy-default,kernelization{precision=3xtf32}"),
     ("gemm-f16", gemm_f16, PIPELINE),
+    ("attention-3xtf32", attention, PIPELINE),
+    ("attention-f16", attention_f16, PIPELINE),
 )
 
 

@@ -81,10 +81,13 @@ def _depends(nodes: list[Node], root: Node) -> set[Node]:
     return out
 
 
-def analyse(nodes: list[Node] | tuple[Node, ...], outputs: list[Node] | tuple[Node, ...]
-            ) -> Attention | str:
+def analyse(nodes: list[Node] | tuple[Node, ...], outputs: list[Node] | tuple[Node, ...],
+            dtypes: tuple[DType, ...] = (DType.f32,)) -> Attention | str:
     """The attention a group of ``nodes`` (program order) writing ``outputs`` computes, or why
-    it is not one."""
+    it is not one: its operands and both einsums all of one of ``dtypes``; the softmax and
+    the output of that dtype too, except that f16 attention may compute the score chain, the
+    softmax and the epilogue in f32 (as dtype-legalization promotes f16 around the products
+    it keeps for f16 tensor cores), the probabilities cast back to f16 for P V."""
     einsums = [n for n in nodes if n.op is Op.EINSUM]
     softmaxes = [n for n in nodes if n.op is Op.SOFTMAX]
     if len(einsums) != 2 or len(softmaxes) != 1:
@@ -94,15 +97,22 @@ def analyse(nodes: list[Node] | tuple[Node, ...], outputs: list[Node] | tuple[No
     inside = set(nodes)
     if len(values.srcs) != 2 or len(scores.srcs) != 2:
         return "an einsum does not have two operands"
-    if [s for s in values.srcs if s is sm] != [sm] or values.srcs[0] is values.srcs[1]:
+    probs = [s for s in values.srcs
+             if s is sm or s.op is Op.CAST and s.srcs[0] is sm and s in inside]
+    if len(probs) != 1 or values.srcs[0] is values.srcs[1]:
         return "the softmax is not one operand of the second einsum"
-    p_pos = values.srcs.index(sm)
+    p_pos = values.srcs.index(probs[0])
     v_node = values.srcs[1 - p_pos]
     for s in (*scores.srcs, v_node):
         if s in inside or is_inlined(s):
             return "an einsum operand is not read from a buffer"
-    if any(n.type.dtype is not DType.f32 for n in (scores, sm, values, *scores.srcs, v_node)):
-        return "not f32"
+    dtype = scores.type.dtype
+    names = "/".join(d.value for d in dtypes)
+    # f16 attention: the softmax and the output may be f32
+    wide = {dtype, DType.f32} if dtype is DType.f16 else {dtype}
+    if (dtype not in dtypes or sm.type.dtype not in wide or probs[0].type.dtype is not dtype
+            or any(n.type.dtype is not dtype for n in (values, *scores.srcs, v_node))):
+        return f"not all {names}"
     # the chain between the scores and the softmax: elementwise at the scores' shape
     dep = _depends(list(nodes), scores)
     feeds = _ancestors(sm, inside)
@@ -128,8 +138,8 @@ def analyse(nodes: list[Node] | tuple[Node, ...], outputs: list[Node] | tuple[No
             continue
         if not (n.op.is_elementwise or n.op.kind is OpKind.MOVEMENT):
             return f"{n.op.value} beside the attention"
-    if any(n not in after and n is not sm and n is not scores and n not in chain
-           for n in dep):
+    if any(n not in after and n is not sm and n is not probs[0] and n is not scores
+           and n not in chain for n in dep):
         return "a value of the scores is read besides the softmax"
     if len(outputs) != 1:
         return "more than one output"
@@ -139,8 +149,8 @@ def analyse(nodes: list[Node] | tuple[Node, ...], outputs: list[Node] | tuple[No
         stored = stored.srcs[0]
     if stored is not values and stored not in epilogue:
         return "the output is not the second einsum (or an elementwise function of it)"
-    if stored.type.dtype is not DType.f32:
-        return "not f32"
+    if stored.type.dtype not in wide:
+        return f"not all {names}"
     return _letters(scores, sm, values, p_pos, v_node, stored)
 
 

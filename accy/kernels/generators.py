@@ -36,7 +36,9 @@ class Generator:
 GENERATORS: dict[str, Generator] = {}
 
 PRIORITY: tuple[str, ...] = (
-    "vector-flat", "row-fused", "tree-reduction", "row-softmax", "fused-attention",
+    "vector-flat", "row-fused", "tree-reduction", "row-softmax",
+    "mma-attention-tf32", "mma-attention-3xtf32",  # under their policy, before the work-group
+    "mma-attention-f16", "fused-attention",
     "mma-tf32", "mma-3xtf32",  # only under their precision policy, before the f32 tiles
     "mma-f16",  # f16 products, on targets with f16 tensor cores and cp.async
     "tiled-contraction", "direct-conv", "indexed-gather", "indexed-scatter",
@@ -47,8 +49,8 @@ order; the loop nest is the fallback. Stated here, not left to the order of impo
 name must be registered once the modules of :data:`BUILT_IN` are loaded (:func:`ranked`
 checks)."""
 
-BUILT_IN = ("flat", "reduction", "rowwise", "rowfused", "attention", "mma", "contraction",
-            "indexed", "conv")
+BUILT_IN = ("flat", "reduction", "rowwise", "rowfused", "attention", "attention_mma", "mma",
+            "contraction", "indexed", "conv")
 """The modules of accy.kernels whose generators register themselves (in any order)."""
 
 

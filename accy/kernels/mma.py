@@ -119,23 +119,21 @@ from accy.kernels.mma_plan import (
     plan,
     warp_origin,
 )
+from accy.kernels.mma_ptx import (
+    CP_ASYNC_16,
+    CP_ASYNC_ZFILL,
+    CP_COMMIT,
+    CP_WAIT,
+    CVT_TF32,
+    CVT_TF32_SAT,
+    MMA_F16,
+    tf32_products,
+    tf32_registers,
+)
 from accy.kernels.mma_store import Stores
 from accy.plans import FusionGroup, KernelOutline, LaunchGeometry, ScheduleKind
 from accy.target import TF32_SATFINITE, TargetProfile
 
-MMA_TF32 = ("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, "
-            "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};")
-MMA_F16 = ("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
-           "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};")
-CVT_TF32 = "cvt.rna.tf32.f32 %0, %1;"
-CVT_TF32_SAT = "cvt.rna.satfinite.tf32.f32 %0, %1;"  # +-inf and overflow: the largest TF32
-# 16 bytes global -> local, bypassing L1; the second form copies the first %2 bytes and fills
-# the rest with zeros (0: zeros outside the operands). Local addresses are the 32-bit
-# shared-window address, (uint)(size_t) of the __local pointer (the probe checks it).
-CP_ASYNC_16 = "cp.async.cg.shared.global [%0], [%1], 16;"
-CP_ASYNC_ZFILL = "cp.async.cg.shared.global [%0], [%1], 16, %2;"
-CP_COMMIT = "cp.async.commit_group;"
-CP_WAIT = "cp.async.wait_group {};"  # groups that may stay in flight
 POLICIES = ("tf32", "3xtf32")  # f32 products
 KINDS = (*POLICIES, "f16")
 
@@ -281,16 +279,7 @@ class _Builder(VectorLoads, Stores):
         if (self.policy == "tf32" and (not self.pipelined or self.round_tile)  # rounded there
                 or self.policy == "3xtf32" and not self.split[name[0]]):
             return [Let(name, DType.i32, Call("bitcast_i32", (value,)))]
-        raw, small = f"{name}_f", f"{name}_s"
-        cvt = CVT_TF32 if self.policy == "tf32" else self.big_cvt
-        out: list[Stmt] = [Let(raw, DType.f32, value),
-                           Let(name, DType.i32, Lit(0, DType.i32), True),
-                           InlineAsm(cvt, (("=r", name),), (("f", Var(raw)),), False)]
-        if self.policy == "tf32":  # cp.async copied f32: rounded here, once per register
-            return out
-        return out + [Let(small, DType.i32, Lit(0, DType.i32), True),
-                      InlineAsm(CVT_TF32, (("=r", small),), (("f", Bin(
-                          "-", Var(raw), Call("bitcast_f32", (Var(name),)))),), False)]
+        return tf32_registers(name, value, self.policy, self.big_cvt)
 
     def compute(self, a_off: Expr, b_off: Expr) -> list[Stmt]:
         """The mma.sync instructions of one K step (``bk / 8`` TF32 or ``bk / 16`` f16
@@ -324,13 +313,14 @@ class _Builder(VectorLoads, Stores):
         t, out = self.t, []
         for mi in range(t.frags_m):
             for ni in range(t.frags_n):
-                acc = tuple(("+f", f"acc_{mi}_{ni}_{r}") for r in range(4))
-                terms = [(sa, sb) for sa, sb in (("_s", ""), ("", "_s")) if
-                         self.split["a" if sa else "b"]] + [("", "")]
-                for sa, sb in terms:  # small parts first: they are summed before big*big
-                    ins = tuple(("r", Var(f"a{kk}_{mi}_{r}{sa}")) for r in range(4)) + tuple(
-                        ("r", Var(f"b{kk}_{ni}_{r}{sb}")) for r in range(2))
-                    out.append(InlineAsm(MMA_F16 if self.f16 else MMA_TF32, acc, ins))
+                acc = [f"acc_{mi}_{ni}_{r}" for r in range(4)]
+                a = [f"a{kk}_{mi}_{r}" for r in range(4)]
+                b = [f"b{kk}_{ni}_{r}" for r in range(2)]
+                if self.f16:
+                    out.append(InlineAsm(MMA_F16, tuple(("+f", c) for c in acc),
+                                         tuple(("r", Var(v)) for v in a + b)))
+                else:
+                    out += tf32_products(acc, a, b, self.split["a"], self.split["b"])
         return out
 
     def half_pair(self, b_off: Expr, ni: int, kk: int, r: int) -> Expr:

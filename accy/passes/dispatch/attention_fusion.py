@@ -2,22 +2,24 @@
 contractions, planned as three groups (the scores einsum; the score chain and the softmax;
 the P V einsum with its epilogue), becomes one group in the online-softmax attention form
 :func:`accy.kernels.attention_plan.analyse` recognises, which the ``fused-attention``
-generator builds as one kernel; the scores and probabilities never go through memory.
+generator (or, on tensor cores, ``mma-attention-*``: :mod:`accy.kernels.attention_mma`)
+builds as one kernel; the scores and probabilities never go through memory.
 
-A merge needs: the softmax group writes only the softmax, read only by the P V einsum's
-group; the scores group is the scores einsum alone, read only by the softmax group; and
-the union is an attention (:func:`~accy.kernels.attention_plan.analyse`) of at most
-``max-ops`` ops that the generator takes for the target and, under ``auto``, where the fused
-kernel pays (:func:`pays`: the CPU form on CPUs; ``always`` merges wherever the generator
-takes it, the GPU work-group form too). The merged group
-takes the P V group's place: every group it reads from comes before it.
+A merge needs: the softmax group writes only the softmax (or its cast to f16, where
+dtype-legalization computed an f16 softmax in f32), read only by the P V einsum's group;
+the scores group is the scores einsum alone, read only by the softmax group; and the union
+is an attention of at most ``max-ops`` ops that a generator takes for the target and, under
+``auto``, where the fused kernel pays (:func:`pays`: the CPU form on CPUs, the tensor-core
+form on GPUs that have it; ``always`` merges wherever the work-group generator takes it
+too). The merged group takes the P V group's place: every group it reads from comes before
+it.
 """
 
 from __future__ import annotations
 
 from accy.ir.node import Node
 from accy.ir.ops import Op
-from accy.kernels import attention
+from accy.kernels import attention, attention_mma
 from accy.plans import FusionGroup, ScheduleKind, outside_inputs
 from accy.target import TargetProfile
 
@@ -33,10 +35,12 @@ def merge_attention(groups: list[FusionGroup], users: dict[Node, list[Node]],
     dropped: set[int] = set()
     for si, soft in enumerate(groups):
         sms = [n for n in soft.nodes if n.op is Op.SOFTMAX]
-        if len(sms) != 1 or soft.outputs != (sms[0],) or sms[0] in results:
+        if len(sms) != 1 or len(soft.outputs) != 1:
             continue
-        (sm,) = sms
-        readers = users[sm]
+        (sm,), (probs,) = sms, soft.outputs  # the softmax, or its cast (f16 attention)
+        if probs in results or not (probs is sm or probs.op is Op.CAST and probs.srcs[0] is sm):
+            continue
+        readers = users[probs]
         if len(readers) != 1 or readers[0].op is not Op.EINSUM:
             continue
         vi = group_of[readers[0]]
@@ -57,8 +61,9 @@ def merge_attention(groups: list[FusionGroup], users: dict[Node, list[Node]],
         last = groups[vi]
         merged = FusionGroup(last.function, tuple(nodes), groups[vi].outputs,
                              outside_inputs(nodes), ScheduleKind.contraction, last.boundary)
-        found = attention.plan(merged, target)
-        if isinstance(found, str) or not (always or pays(target, found[1].cpu)):
+        found = attention.plan(merged, target)  # f32 attention; f16 only on tensor cores
+        cpu_form = not isinstance(found, str) and found[1].cpu
+        if not (pays(target, cpu_form, merged) or always and not isinstance(found, str)):
             continue
         replaced[vi] = merged
         dropped |= {ki, si}
@@ -66,8 +71,14 @@ def merge_attention(groups: list[FusionGroup], users: dict[Node, list[Node]],
     return out, len(replaced)
 
 
-def pays(target: TargetProfile, cpu_form: bool) -> bool:
-    """Whether the fused kernel beats the three (``experiments/bench_attention.py``): on a CPU
-    its CPU form does; the work-group form is slower than the three kernels on a CPU, and on
-    the GPU measured (papers/kernels.md), so GPUs keep the three by default."""
-    return target.device_type == "cpu" and cpu_form
+def pays(target: TargetProfile, cpu_form: bool, group: FusionGroup) -> bool:
+    """Whether the fused kernel beats the three (``experiments/bench_attention.py``,
+    ``experiments/bench_gpu.py``): on a CPU its CPU form does; on a GPU the tensor-core form
+    (:mod:`accy.kernels.attention_mma`) does, where it takes the group under the default
+    ``f32`` policy (f32 attention: TF32 tensor cores with the saturating rounding; f16: f16
+    tensor cores). The work-group form is slower than the three kernels on a CPU and on the
+    GPU (papers/kernels.md), so other GPUs keep the three by default; under
+    ``kernelization{precision=ieee}`` a merged f32 group is built by that form."""
+    if target.device_type == "cpu":
+        return cpu_form
+    return attention_mma.default_kind(group, target) is not None

@@ -82,9 +82,10 @@ class FusionPlanning(Pass):
         "auto",
         "merge a softmax between two contractions (Q Kᵀ, a scale or mask, a softmax over the "
         "keys, P V) into one group, built as one kernel with an online softmax by the "
-        "fused-attention generator: auto where its kernel is measured to beat the three "
-        "(the CPU form on CPUs; not on GPUs, where the work-group form measured slower: "
-        "papers/kernels.md), always wherever the generator takes it; off: the scores "
+        "fused-attention generator (mma-attention on TF32 tensor cores): auto where its "
+        "kernel is measured to beat the three (the CPU form on CPUs, the tensor-core form on "
+        "GPUs whose default f32 precision takes it; not the work-group form, measured "
+        "slower: papers/kernels.md), always wherever a generator takes it; off: the scores "
         "and probabilities go through memory",
     )
     horizontal: bool = option(

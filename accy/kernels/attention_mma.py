@@ -1,0 +1,600 @@
+"""mma-attention-tf32 / mma-attention-3xtf32: an f32 attention group
+(:mod:`accy.kernels.attention_plan`) as one kernel on TF32 tensor cores, FlashAttention-2's
+way: the scores and probabilities stay in ``mma.sync`` accumulator registers.
+
+A work-group of 4 warps (tf32: 8 where there are 128 queries or more; :data:`WARPS`) takes
+16 queries a warp of one batch, one m16 fragment row, its query fragments held in registers
+(split once under 3xtf32). The keys are walked in tiles of ``bk``: the work-group copies the
+tile's K and V rows into local memory (rows padded by 4 words: a warp's fragment loads hit 32
+banks), the next tile's rows loaded into registers while this one computes, one barrier a tile.
+Per tile a warp computes its 16 x bk scores ``S = Q Kᵀ`` (m16n8k8, K's rows are the "col"
+B operand as stored), runs the score chain (scale, mask: the loop-nest machinery at each
+accumulator's coordinates; keys past the end score -inf), takes each row's maximum over its
+lanes and the four lanes sharing the row (``shfl.sync.bfly``), rescales the running sums and
+output accumulators by ``exp(m_old - m_new)`` and adds ``P V``. The probabilities go from
+the scores' accumulator layout straight into A fragments: lane ``4g + t`` holds keys
+``2t, 2t + 1`` of rows ``g, g + 8``, which are A's columns ``t, t + 4`` once the tile's keys
+are taken in the order ``0, 2, 4, 6, 1, 3, 5, 7``, so V's fragment rows are read in that
+order too. A maximum that is not finite shifts by 0 (as the row softmax), so masked keys add
+nothing. The running sums are per lane and summed over the four lanes at the end; the output
+``O / l`` goes through the epilogue and is stored from the accumulators. Queries past the end
+compute the last query's row and store nothing.
+
+``tf32`` rounds every operand to TF32; ``3xtf32`` splits Q, K, P and V into big and small
+TF32 parts and sums three products each (:func:`accy.kernels.mma_ptx.tf32_products`), the
+precision the default ``f32`` policy asks on targets with the saturating rounding.
+
+Selection: the kernelization precision policy (as the mma contraction generators), a target
+whose probe found TF32 tensor cores, head and value features multiples of 8 up to
+:data:`MAX_FEATURES`, and a key tile of at least 16 keys fitting local memory twice.
+``fusion-planning{attention=auto}`` merges the three attention groups on such targets
+(:func:`accy.passes.dispatch.attention_fusion.pays`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from accy.ir.types import DType
+from accy.kernels import exprs, loopnest
+from accy.kernels.attention import _Builder as _AttentionBuilder
+from accy.kernels.attention_cpu import key_stop_var
+from accy.kernels.attention_plan import Attention, Side, analyse
+from accy.kernels.ir import (
+    INDEX,
+    Assign,
+    Barrier,
+    Bin,
+    Call,
+    Cast,
+    Cond,
+    Expr,
+    For,
+    Id,
+    If,
+    InlineAsm,
+    Kernel,
+    KernelArg,
+    Lane,
+    Let,
+    Load,
+    LocalArray,
+    Splat,
+    Stmt,
+    Store,
+    Var,
+    VectorLoad,
+    VectorStore,
+    add,
+    div,
+    idx,
+    mod,
+    mul,
+)
+from accy.kernels.mma_frags import VectorLoads
+from accy.kernels.mma_layout import LDMATRIX, LDMATRIX_T
+from accy.kernels.mma_ptx import (
+    CP_ASYNC_16,
+    CP_ASYNC_ZFILL,
+    CP_COMMIT,
+    CP_WAIT,
+    CVT_F16X2,
+    CVT_TF32,
+    CVT_TF32_SAT,
+    EX2_APPROX,
+    MMA_F16,
+    SHFL_BFLY,
+    tf32_products,
+    tf32_registers,
+)
+from accy.plans import FusionGroup, KernelOutline, LaunchGeometry, ScheduleKind
+from accy.target import (
+    CP_ASYNC,
+    F16_MMA,
+    TF32_MMA,
+    TF32_SATFINITE,
+    TargetProfile,
+    resolve_precision,
+)
+
+# warps per work-group, the first the target's work-groups and the queries fill, per policy:
+# 3xtf32 holds twice the registers a lane (split query fragments), and 8 warps of it measured
+# slower than 4, tf32 faster (papers/kernels.md, "Tensor-core attention")
+WARPS = {"tf32": (8, 4), "3xtf32": (4,), "f16": (8, 4)}
+# keys per local tile, the largest whose two buffers fit
+KEY_TILES = {"tf32": (32, 16), "3xtf32": (32, 16), "f16": (64, 32, 16)}
+MAX_FEATURES = 128  # head or value features (registers: query fragments and accumulators)
+LOG2E = 1.4426950408889634
+POLICIES = ("tf32", "3xtf32")  # f32 attention; f16 attention takes "f16" under any policy
+KINDS = (*POLICIES, "f16")
+F32 = DType.f32
+
+
+def _row16(features: int) -> int:
+    """f16: local row length of a K or V tile row in words (halves + 8: 16 bytes past a
+    multiple of 128, so the 8 rows of an ``ldmatrix`` matrix fall in distinct banks)."""
+    return (features + 8) // 2
+
+
+def _row(features: int) -> int:
+    """Local row length of a K or V tile row: 4 words past a multiple of 8, so the rows of a
+    warp's fragment loads (8 rows at lane offsets ``t``, or 4 row pairs at ``g``) fall in
+    distinct banks."""
+    return features + 4
+
+
+@dataclass(frozen=True)
+class Tiles:
+    bk: int  # keys per local tile
+    warps: int  # per work-group, 16 queries each
+    k_lanes: int  # vector width of the copies of K's rows (1: scalar)
+    v_lanes: int
+    stages: int = 2  # local buffers (f16: cp.async pipeline depth)
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps
+
+    @property
+    def queries(self) -> int:
+        """Queries per work-group: one m16 fragment row per warp."""
+        return 16 * self.warps
+
+
+def _lanes(side: Side, features: int) -> int:
+    return 4 if side.feature == 1 and features % 4 == 0 else 1
+
+
+def plan(group: FusionGroup, target: TargetProfile, kind: str = "3xtf32"
+         ) -> tuple[Attention, Tiles] | str:
+    """The attention and tiles of a group the generator of ``kind`` (:data:`KINDS`) takes,
+    or why not."""
+    if group.kind is not ScheduleKind.contraction:
+        return f"a {group.kind.value} group"
+    f16 = kind == "f16"
+    if (F16_MMA if f16 else TF32_MMA) not in target.tensor_cores:
+        return (f"the target has no {'f16' if f16 else 'TF32'} tensor cores "
+                "(TargetProfile.tensor_cores)")
+    warps = [w for w in WARPS[kind] if 32 * w <= target.max_work_group_size]
+    if not warps:
+        return f"work-groups of {32 * WARPS[kind][-1]} work-items exceed the target"
+    a = analyse(group.nodes, group.outputs, (DType.f16,) if f16 else (F32,))
+    if isinstance(a, str):
+        return a
+    step = 16 if f16 else 8  # the K of one mma
+    if a.d % step or a.dv % step or max(a.d, a.dv) > MAX_FEATURES:
+        return (f"head and value features {a.d}, {a.dv}: multiples of {step} up to "
+                f"{MAX_FEATURES} take tensor cores")
+    if f16:  # K and V rows copied by cp.async: 16 aligned bytes at a time
+        if CP_ASYNC not in target.tensor_cores:
+            return "f16 attention copies by cp.async, which the target's probe did not find"
+        if any(s.feature != 1 or s.seq % 8 or any(b % 8 for b in s.batch) for s in (a.k, a.v)):
+            return "K or V rows are not contiguous, 16-byte aligned f16 rows"
+
+    def tile_bytes(bk: int) -> int:
+        return (4 * bk * (_row16(a.d) + _row16(a.dv)) if f16
+                else 4 * bk * (_row(a.d) + _row(a.dv)))
+
+    fitting = [bk for bk in KEY_TILES[kind] if 2 * tile_bytes(bk) <= target.local_mem_bytes]
+    if not fitting:
+        return "two key tiles do not fit local memory"
+    # 4 warps where 8 would leave half a work-group's queries idle
+    w = next((w for w in warps if a.nq >= 16 * w), warps[-1])
+    stages = 3 if f16 and 3 * tile_bytes(fitting[0]) <= target.local_mem_bytes else 2
+    return a, Tiles(fitting[0], w, _lanes(a.k, a.d), _lanes(a.v, a.dv), stages)
+
+
+def default_kind(group: FusionGroup, target: TargetProfile) -> str | None:
+    """The kind the default ``f32`` policy builds ``group`` with (f16 attention: ``f16``; f32:
+    ``3xtf32`` where the policy resolves to it), or None where none takes it."""
+    for kind in ("f16", resolve_precision("f32", target)):
+        if kind in KINDS and not isinstance(plan(group, target, kind), str):
+            return kind
+    return None
+
+
+class _Builder(_AttentionBuilder):
+    def __init__(self, group: FusionGroup, outline: KernelOutline, a: Attention, t: Tiles,
+                 policy: str, target: TargetProfile) -> None:
+        super().__init__(group, outline, a, t)  # type: ignore[arg-type]
+        self.policy, self.f16 = policy, policy == "f16"
+        self.big_cvt = (CVT_TF32_SAT if policy == "3xtf32"
+                        and TF32_SATFINITE in target.tensor_cores else CVT_TF32)
+        self.split = policy == "3xtf32"
+        self.step = 16 if self.f16 else 8  # the K of one mma
+
+    def operand(self, out: list[Stmt], name: str, value: Expr, high: Expr | None = None
+                ) -> str:
+        """A fragment register: TF32 (split under 3xtf32) of ``value``, or under f16 the
+        halves of ``value`` (low) and ``high``, rounded to nearest even."""
+        if not self.f16:
+            out += tf32_registers(name, value, self.policy, self.big_cvt)
+            return name
+        out += [Let(name, DType.i32, exprs.const(0, DType.i32), True),
+                InlineAsm(CVT_F16X2, (("=r", name),), (("f", high), ("f", value)), False)]
+        return name
+
+    def exp(self, out: list[Stmt], prefix: str, x: Expr, shift: Expr) -> Var:
+        """``exp(x - shift)``; f16: ``2^(x log2 e - shift log2 e)``, one fma and PTX
+        ``ex2.approx.ftz`` (relative error about 2^-19 for scores within 2^5 of the
+        maximum, far below f16's 2^-11; -inf gives 0)."""
+        if not self.f16:
+            return self.let(out, prefix, Call("exp", (Bin("-", x, shift),)), F32)
+        name = self.fresh(prefix)
+        arg = Call("fma", (x, exprs.const(LOG2E, F32), Bin("*", shift, exprs.const(
+            -LOG2E, F32))))
+        out += [Let(name, F32, exprs.const(0.0, F32), True),
+                InlineAsm(EX2_APPROX, (("=f", name),), (("f", arg),), False)]
+        return Var(name)
+
+    def pair(self, out: list[Stmt], name: str, load) -> str:
+        """A register of the value ``load(0)`` (f16: with ``load(1)``, its next column)."""
+        return self.operand(out, name, load(0), load(1) if self.f16 else None)
+
+    def products(self, acc: str, a: list[str], b: list[str]) -> list[Stmt]:
+        """One fragment pair's mma.sync into accumulators ``acc``_0..3."""
+        accs = [f"{acc}_{r}" for r in range(4)]
+        if self.f16:
+            return [InlineAsm(MMA_F16, tuple(("+f", c) for c in accs),
+                              tuple(("r", Var(v)) for v in a + b))]
+        return tf32_products(accs, a, b, self.split, self.split)
+
+    def shfl(self, out: list[Stmt], x: Expr, mask: int) -> Expr:
+        """``x`` of lane ``lane ^ mask``."""
+        name = self.fresh("fa_x")
+        out += [Let(name, DType.i32, exprs.const(0, DType.i32), True),
+                InlineAsm(SHFL_BFLY.format(mask), (("=r", name),),
+                          (("r", Call("bitcast_i32", (x,))),))]
+        return Call("bitcast_f32", (Var(name),))
+
+    def quad(self, out: list[Stmt], x: Expr, f) -> Var:
+        """``f`` over ``x`` of the four lanes sharing a fragment row."""
+        for mask in (1, 2):
+            x = self.let(out, "fa_r", f(x, self.shfl(out, x, mask)), F32)
+        return x  # type: ignore[return-value]
+
+    def build(self, kind: ScheduleKind) -> Kernel:
+        a, t, body = self.a, self.t, self.body
+        tiles_q = -(-a.nq // t.queries)
+        groups = math.prod(a.batch) * tiles_q
+        lid = self.let(body, "lid", Id("local", 0))
+        lane = self.let(body, "lane", mod(lid, 32))
+        g, tt = self.let(body, "g", div(lane, 4)), self.let(body, "t", mod(lane, 4))
+        grp = self.let(body, "grp", Id("group", 0))
+        bh = div(grp, tiles_q)
+        q0 = self.let(body, "q0", mul(mod(grp, tiles_q), idx(t.queries)))
+        bcoords: list[Expr] = []
+        inner = math.prod(a.batch)
+        for i, n in enumerate(a.batch):
+            inner //= n
+            bcoords.append(self.let(body, f"b{i}_", div(bh, inner) if i == 0
+                                    else mod(div(bh, inner), n)))
+        # the warp's two fragment rows (g and g + 8), and the same clamped into the queries
+        ra = self.let(body, "ra", add(add(q0, mul(div(lid, 32), idx(16))), g))
+        rows = (ra, self.let(body, "rb", add(ra, idx(8))))
+        clamped = rows if a.nq % t.queries == 0 else tuple(
+            self.let(body, "rc", Call("min", (r, idx(a.nq - 1)))) for r in rows)
+        args = self.scores.arg_of
+        self.kb = self.let(body, "kb", self.base(a.k, bcoords, None))
+        self.vb = self.let(body, "vb", self.base(a.v, bcoords, None))
+        # the query fragments: a0..a3 at (row g, col t), (g + 8, t), (g, t + 4), (g + 8, t + 4)
+        # (f16: columns 2t, 2t + 1 and 2t + 8, 2t + 9)
+        col = mul(tt, idx(2)) if self.f16 else tt
+        qbase = [self.let(body, "qb", self.base(a.q, bcoords, r)) for r in clamped]
+        for kk in range(a.d // self.step):
+            for r in range(4):
+                c0 = self.step * kk + self.step // 2 * (r // 2)
+                self.pair(body, f"fa_q{kk}_{r}", lambda e, c0=c0, r=r: Load(
+                    args[a.q.node], add(qbase[r % 2], mul(add(col, idx(c0 + e)),
+                                                          idx(a.q.feature)))))
+        self.m = [self.let(body, "m", exprs.const(-np.inf, F32), F32, mutable=True)
+                  for _ in rows]
+        self.l = [self.let(body, "l", exprs.const(0.0, F32), F32, mutable=True) for _ in rows]
+        for n in range(a.dv // 8):
+            for r in range(4):
+                body.append(Let(f"fa_o{n}_{r}", F32, exprs.const(0.0, F32), True))
+        self.ld = ({"k": _row16(a.d), "v": _row16(a.dv)} if self.f16
+                   else {"k": _row(a.d), "v": _row(a.dv)})
+        self.sizes = {side: t.bk * ld for side, ld in self.ld.items()}
+        ldk, ldv = self.ld["k"], self.ld["v"]
+        for side in ("k", "v"):  # f16: words of half pairs, as cp.async leaves them
+            body.append(LocalArray(f"{side}_tile", DType.i32 if self.f16 else F32,
+                                   t.stages * self.sizes[side], 16))
+        if self.f16:  # the row each lane gives ldmatrix (matrix j = lane / 8, its row r):
+            # K: keys 8 (j / 2) + r at head words 4 (j % 2) (b0, b1 of fragment columns 2p,
+            # 2p + 1); V (.trans): keys 8 (j % 2) + r at value words 4 (j / 2)
+            j, r = div(lane, 8), mod(lane, 8)
+            self.k_lane = self.let(body, "kl", add(mul(add(mul(div(j, 2), idx(8)), r),
+                                                       idx(ldk)), mul(mod(j, 2), idx(4))))
+            self.v_lane = self.let(body, "vl", add(mul(add(mul(mod(j, 2), idx(8)), r),
+                                                       idx(ldv)), mul(div(j, 2), idx(4))))
+        else:  # K row g at column t; V rows 2t (and 2t + 1) at column g
+            self.k_lane = self.let(body, "kl", add(mul(g, idx(ldk)), col))
+            self.v_lane = self.let(body, "vl", add(mul(mul(tt, idx(2)), idx(ldv)), g))
+        self.lid, self.g, self.tt, self.rows, self.clamped = lid, g, tt, rows, clamped
+        self.bcoords = bcoords
+        self.kstop = key_stop_var(self, body, q0, t.queries)
+        body += self.async_loop() if self.f16 else self.key_loop()
+        body += self.stores(kind)
+        out = KernelArg("out0", a.stored.type.dtype, True, self.outline.output_slots[0])
+        copied = frozenset(args[s.node] for s in (a.k, a.v)) if self.f16 else frozenset()
+        return Kernel(self.outline.entry, self.outline.work_item, kind, self.group.domain,
+                      (*self.scores.args, out), tuple(body),
+                      LaunchGeometry((groups * t.threads,), (t.threads,)),
+                      loopnest.implemented_ops(self.group), fixed_local_size=True,
+                      global_args=copied)
+
+    # copies ---------------------------------------------------------------------------
+    def slots(self, side: str) -> tuple[Side, int, int, int]:
+        """(side, features, lanes, copy slots per work-item) of K ("k") or V ("v")."""
+        a, t = self.a, self.t
+        s, feats, w = (a.k, a.d, t.k_lanes) if side == "k" else (a.v, a.dv, t.v_lanes)
+        return s, feats, w, -(-t.bk * feats // w // t.threads)
+
+    def fetch(self, out: list[Stmt], k0: Expr, first: bool) -> None:
+        """Load the rows of the key tile at ``k0`` into this work-item's registers (zeros
+        past the keys, or past the tile where the slots do not divide it)."""
+        a, t = self.a, self.t
+        for side in ("k", "v"):
+            s, feats, w, count = self.slots(side)
+            for i in range(count):
+                slot = add(self.lid, idx(i * t.threads))
+                key, col = div(slot, feats // w), mul(mod(slot, feats // w), idx(w))
+                at = add(self.kb if side == "k" else self.vb,
+                         add(mul(add(k0, key), idx(s.seq)), mul(col, idx(s.feature))))
+                src = self.scores.arg_of[s.node]
+                value: Expr = Load(src, at) if w == 1 else VectorLoad(src, div(at, w), w)
+                ok = [Bin("<", add(k0, key), idx(a.nk))] if a.nk % t.bk else []
+                if (t.bk * feats // w) % t.threads:
+                    ok.append(Bin("<", key, idx(t.bk)))
+                if ok:
+                    zero = exprs.const(0.0, F32)
+                    cond = ok[0] if len(ok) == 1 else Bin("&&", ok[0], ok[1])
+                    value = Cond(cond, value, zero if w == 1 else Splat(F32, w, zero))
+                name = f"fa_{side}r{i}"
+                out.append(Let(name, F32, value, True, w) if first else Assign(name, value))
+
+    def put(self, out: list[Stmt], stage: Expr) -> None:
+        """Store the fetched rows into buffer ``stage`` of the local tiles."""
+        t = self.t
+        for side in ("k", "v"):
+            _, feats, w, count = self.slots(side)
+            ld, buf = _row(feats), f"{side}_tile"
+            stmts: list[Stmt] = []
+            for i in range(count):
+                slot = add(self.lid, idx(i * t.threads))
+                key, col = div(slot, feats // w), mul(mod(slot, feats // w), idx(w))
+                at = add(mul(stage, idx(self.sizes[side])), add(mul(key, idx(ld)), col))
+                name = f"fa_{side}r{i}"
+                store: Stmt = (Store(buf, at, Var(name)) if w == 1 else VectorStore(
+                    buf, div(at, w), F32, tuple(Lane(Var(name), e) for e in range(w))))
+                if (t.bk * feats // w) % t.threads:
+                    store = If(Bin("<", key, idx(t.bk)), (store,))
+                stmts.append(store)
+            out += stmts
+
+    def tile_count(self, body: list[Stmt]) -> Var:
+        end = idx(self.a.nk) if self.kstop is None else self.kstop
+        return self.let(body, "tiles", div(add(end, idx(self.t.bk - 1)), self.t.bk))
+
+    def key_loop(self) -> list[Stmt]:
+        """f32: tile 0 copied first; then per tile: the next tile's rows into registers,
+        this tile's compute, those rows into the other buffer, one barrier."""
+        t, body = self.t, []
+        count = self.tile_count(body)
+        self.fetch(body, idx(0), first=True)
+        self.put(body, idx(0))
+        body.append(Barrier())
+        kt = Var("kt")
+        more = Bin("<", add(kt, idx(1)), count)
+        k0 = mul(kt, idx(t.bk))
+        prefetch: list[Stmt] = []
+        self.fetch(prefetch, add(k0, idx(t.bk)), first=False)
+        store: list[Stmt] = []
+        self.put(store, Bin("-", idx(1), Var("cur")))
+        loop: list[Stmt] = [Let("cur", INDEX, mod(kt, 2)), If(more, tuple(prefetch))]
+        loop += self.tile(k0, Var("cur"))
+        loop += [If(more, tuple(store)), Barrier()]
+        body.append(For("kt", idx(0), count, tuple(loop)))
+        return body
+
+    def issue(self, stage: Expr, tile: Expr) -> list[Stmt]:
+        """f16: the ``cp.async`` copies of key tile ``tile``'s K and V rows into buffer
+        ``stage``, 16 bytes each (keys past the end zero-filled)."""
+        a, t, out = self.a, self.t, []
+        for side, s, feats in (("k", a.k, a.d), ("v", a.v, a.dv)):
+            per_row = feats // 8
+            chunks = t.bk * per_row
+            arg = self.scores.arg_of[s.node]
+            for i in range(-(-chunks // t.threads)):
+                slot = add(self.lid, idx(i * t.threads))
+                key, c = div(slot, per_row), mul(mod(slot, per_row), idx(8))
+                row = add(mul(tile, idx(t.bk)), key)
+                word = add(mul(stage, idx(self.sizes[side])),
+                           add(mul(key, idx(self.ld[side])), div(c, 2)))
+                dst = Cast(DType.i32, Cast(INDEX, Bin("+", Var(f"{side}_tile"), word)))
+                at = add(self.kb if side == "k" else self.vb, add(mul(row, idx(s.seq)), c))
+                base = Cast(INDEX, Var(arg))
+                if a.nk % t.bk:
+                    inside = Bin("<", row, idx(a.nk))
+                    stmt = InlineAsm(CP_ASYNC_ZFILL, (), (
+                        ("r", dst), ("l", Bin("+", base, mul(Cond(inside, at, idx(0)), idx(2)))),
+                        ("r", Cond(inside, exprs.const(16, DType.i32),
+                                   exprs.const(0, DType.i32)))), True, ("memory",))
+                else:
+                    stmt = InlineAsm(CP_ASYNC_16, (), (("r", dst), ("l", Bin(
+                        "+", base, mul(at, idx(2))))), True, ("memory",))
+                out.append(If(Bin("<", key, idx(t.bk)), (stmt,)) if chunks % t.threads
+                           else stmt)
+        return out
+
+    def async_loop(self) -> list[Stmt]:
+        """f16: key tiles through ``stages`` buffers filled by ``cp.async``, as the mma
+        contractions' pipeline: tiles 0..S-2 issued first, a commit group each; tile ``kt``
+        waits until at most S-2 groups are in flight, passes a barrier (every work-item's
+        copies visible, the buffer tile ``kt - 1`` read free), issues tile ``kt + S - 1``
+        into that buffer, then computes. Empty groups keep the count uniform."""
+        t, body = self.t, []
+        count = self.tile_count(body)
+        commit = InlineAsm(CP_COMMIT, (), (), True, ("memory",))
+        for s in range(t.stages - 1):
+            body += [If(Bin("<", idx(s), count), tuple(self.issue(idx(s), idx(s)))), commit]
+        kt = Var("kt")
+        nxt = add(kt, idx(t.stages - 1))
+        loop: list[Stmt] = [
+            InlineAsm(CP_WAIT.format(t.stages - 2), (), (), True, ("memory",)), Barrier(),
+            If(Bin("<", nxt, count), tuple(self.issue(mod(nxt, t.stages), nxt))), commit]
+        loop += self.tile(mul(kt, idx(t.bk)), mod(kt, t.stages))
+        body.append(For("kt", idx(0), count, tuple(loop)))
+        return body
+
+    # one key tile ---------------------------------------------------------------------
+    def tile(self, k0: Expr, cur: Expr) -> list[Stmt]:
+        a, t, out = self.a, self.t, []
+        frags = t.bk // 8
+        koff = self.let(out, "ko", add(mul(cur, idx(self.sizes["k"])), self.k_lane))
+        for j in range(frags):
+            for r in range(4):
+                out.append(Let(f"fa_s{j}_{r}", F32, exprs.const(0.0, F32), True))
+        ldk = self.ld["k"]
+        for kk in range(a.d // self.step):  # S = Q Kᵀ: B = K rows (keys) at head columns
+            if self.f16:  # fragment columns 2p, 2p + 1: one ldmatrix of 16 keys
+                for p2 in range(frags // 2):
+                    out += VectorLoads.ldmatrix(
+                        LDMATRIX, "k_tile", add(koff, idx(16 * p2 * ldk + 8 * kk)),
+                        [f"fa_k{kk}_{j}_{r}" for j in (2 * p2, 2 * p2 + 1) for r in range(2)])
+            for j in range(frags):
+                b = [f"fa_k{kk}_{j}_{r}" if self.f16 else self.pair(
+                    out, f"fa_k{kk}_{j}_{r}", lambda e, o=8 * j * ldk + 8 * kk + 4 * r: Load(
+                        "k_tile", add(koff, idx(o + e)))) for r in range(2)]
+                out += self.products(f"fa_s{j}", [f"fa_q{kk}_{r}" for r in range(4)], b)
+        # the score chain at each accumulator's (row, key); keys past the end: -inf
+        x: dict[tuple[int, int], Var] = {}
+        for j in range(frags):
+            for r in range(4):
+                key = self.let(out, "key", add(k0, add(mul(self.tt, idx(2)),
+                                                        idx(8 * j + r % 2))))
+                at: dict[str, Expr] = {f"b{i}": c for i, c in enumerate(self.bcoords)}
+                # the chain reads its operands (a mask) at keys inside the scores
+                at["q"], at["k"] = self.clamped[r // 2], (
+                    Call("min", (key, idx(a.nk - 1))) if a.nk % t.bk else key)
+                v = self.through(self.scores, out, Var(f"fa_s{j}_{r}"), a.softmax.srcs[0],
+                                 tuple(at[role] for role in a.score_roles))
+                if a.nk % t.bk:
+                    v = Cond(Bin("<", key, idx(a.nk)), v, exprs.const(-np.inf, F32))
+                x[j, r] = self.let(out, "x", v, F32)
+        p: dict[tuple[int, int], Var] = {}
+        alphas = []
+        for h in range(2):  # rows g (registers 0, 1) and g + 8 (2, 3)
+            top: Expr = x[0, 2 * h]
+            for j in range(frags):
+                for r in (2 * h, 2 * h + 1):
+                    if (j, r) != (0, 2 * h):
+                        top = Call("fmax", (top, x[j, r]))
+            top = self.quad(out, self.let(out, "top", top, F32),
+                            lambda u, w: Call("fmax", (u, w)))
+            m_new = self.let(out, "mn", Call("fmax", (self.m[h], top)), F32)
+            shift = self.let(out, "shift", Cond(Call("isfinite", (m_new,)), m_new,
+                                                exprs.const(0.0, F32)), F32)
+            alpha = self.exp(out, "alpha", self.m[h], shift)
+            total: Expr = Bin("*", self.l[h], alpha)
+            for j in range(frags):
+                for r in (2 * h, 2 * h + 1):
+                    p[j, r] = self.exp(out, "p", x[j, r], shift)
+                    total = Bin("+", total, p[j, r])
+            out += [Assign(self.l[h].name, total), Assign(self.m[h].name, m_new)]
+            alphas.append(alpha)
+        for n in range(a.dv // 8):
+            for r in range(4):
+                o = f"fa_o{n}_{r}"
+                out.append(Assign(o, Bin("*", Var(o), alphas[r // 2])))
+        # O += P V. TF32: A registers a0..a3 = p of (row g, key 2t), (g + 8, 2t), (g, 2t + 1),
+        # (g + 8, 2t + 1): columns t and t + 4 in the key order 0, 2, 4, 6, 1, 3, 5, 7, V's
+        # rows 2t, 2t + 1 for B's k rows t, t + 4. f16: a0..a3 = the pairs of fragments 2kk
+        # (keys 2t, 2t + 1 of rows g, g + 8) and 2kk + 1 (keys 8 + 2t, 9 + 2t), as B takes V's
+        # rows 2t, 2t + 1 and 8 + 2t, 9 + 2t
+        ldv = self.ld["v"]
+        voff = self.let(out, "vo", add(mul(cur, idx(self.sizes["v"])), self.v_lane))
+        for kk in range(t.bk // self.step):
+            if self.f16:
+                pa = [self.operand(out, f"fa_p{kk}_{r}", p[2 * kk + r // 2, 2 * (r % 2)],
+                                   p[2 * kk + r // 2, 2 * (r % 2) + 1]) for r in range(4)]
+            else:
+                pa = [self.operand(out, f"fa_p{kk}_{r}", p[kk, (0, 2, 1, 3)[r]])
+                      for r in range(4)]
+            if self.f16:  # value fragments 2q, 2q + 1 of 16 keys: one ldmatrix.trans
+                for q2 in range(a.dv // 16):
+                    out += VectorLoads.ldmatrix(
+                        LDMATRIX_T, "v_tile", add(voff, idx(16 * kk * ldv + 8 * q2)),
+                        [f"fa_v{kk}_{n}_{r}" for n in (2 * q2, 2 * q2 + 1) for r in range(2)])
+            for n in range(a.dv // 8):
+                b = [f"fa_v{kk}_{n}_{r}" if self.f16 else self.operand(
+                    out, f"fa_v{kk}_{n}_{r}", Load("v_tile", add(
+                        voff, idx((8 * kk + r) * ldv + 8 * n)))) for r in range(2)]
+                out += self.products(f"fa_o{n}", pa, b)
+        return out
+
+    def stores(self, kind: ScheduleKind) -> list[Stmt]:
+        """``O / l`` through the epilogue into the output, from the accumulators: register
+        ``r`` of fragment ``n`` at row ``g`` (``g + 8`` for r >= 2), value ``8n + 2t + r % 2``."""
+        a, out = self.a, []
+        total = [self.quad(out, ll, lambda u, w: Bin("+", u, w)) for ll in self.l]
+        inv = [self.let(out, "inv", Bin("/", exprs.const(1.0, F32), s), F32) for s in total]
+        dest = KernelArg("out0", a.stored.type.dtype, True, self.outline.output_slots[0])
+        for h, row in enumerate(self.rows):
+            ob = self.let(out, "ob", self.base(a.out, self.bcoords, row))
+            rowwise: list[Stmt] = []
+            for n in range(a.dv // 8):
+                for r in (2 * h, 2 * h + 1):
+                    col = self.let(rowwise, "col", add(mul(self.tt, idx(2)),
+                                                       idx(8 * n + r % 2)))
+                    at = self.out_coords(self.bcoords, row)
+                    at["e"] = col
+                    v = self.through(self.epilogue, rowwise,
+                                     Bin("*", Var(f"fa_o{n}_{r}"), inv[h]), a.stored,
+                                     tuple(at[role] for role in a.out_roles))
+                    rowwise.append(Store(dest.name, add(ob, mul(col, idx(a.out.feature))), v))
+            out += ([If(Bin("<", row, idx(a.nq)), tuple(rowwise))] if a.nq % self.t.queries
+                    else rowwise)
+        return out
+
+
+def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
+          target: TargetProfile, policy: str) -> tuple[Kernel, ...]:
+    if policy not in KINDS:
+        raise ValueError(f"mma attention kind {policy!r}: one of {KINDS}")
+    found = plan(group, target, policy)
+    if isinstance(found, str):
+        raise ValueError(f"the mma attention generator cannot take this group: {found}")
+    a, t = found
+    return (_Builder(group, outline, a, t, policy, target).build(kind),)
+
+
+def _register() -> None:
+    from accy.kernels.generators import Generator, register_generator
+
+    for policy in POLICIES:
+        register_generator(Generator(
+            f"mma-attention-{policy}",
+            "f32 attention (Q Kᵀ, a scale or mask, a softmax over the keys, P V) as one kernel "
+            f"on TF32 tensor cores ({policy}), the scores and probabilities in registers, under "
+            f"kernelization{{precision={policy}}}"
+            + (" (and the default f32 where the saturating TF32 rounding was found too)"
+               if policy == "3xtf32" else ""),
+            lambda group, target, p=policy: not isinstance(plan(group, target, p), str),
+            lambda group, outline, kind, target, p=policy: build(group, outline, kind,
+                                                                  target, p),
+            precisions=frozenset({policy})))
+    # f16 x f16 is exact in f32 and the sums are f32 (as mma-f16): any policy takes it
+    register_generator(Generator(
+        "mma-attention-f16",
+        "f16 attention as one kernel on f16 tensor cores (m16n8k16, f32 accumulators), the "
+        "scores in registers, the probabilities rounded to f16 for P V",
+        lambda group, target: not isinstance(plan(group, target, "f16"), str),
+        lambda group, outline, kind, target: build(group, outline, kind, target, "f16")))
+
+
+_register()

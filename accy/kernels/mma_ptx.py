@@ -1,0 +1,63 @@
+"""The PTX the tensor-core generators emit through inline assembly
+(:class:`accy.kernels.ir.InlineAsm`), and the TF32 operand registers and products of the
+``tf32`` / ``3xtf32`` precision policies, shared by :mod:`accy.kernels.mma` (contractions) and
+:mod:`accy.kernels.attention_mma` (attention). The NVIDIA OpenCL compiler accepts them inside
+OpenCL C; the target's probe (:mod:`accy.backends.opencl.tensor_cores`) says which run."""
+
+from __future__ import annotations
+
+from accy.ir.types import DType
+from accy.kernels.ir import Bin, Call, Expr, InlineAsm, Let, Lit, Stmt, Var
+
+MMA_TF32 = ("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, "
+            "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};")
+MMA_F16 = ("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+           "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};")
+CVT_TF32 = "cvt.rna.tf32.f32 %0, %1;"
+CVT_TF32_SAT = "cvt.rna.satfinite.tf32.f32 %0, %1;"  # +-inf and overflow: the largest TF32
+# 16 bytes global -> local, bypassing L1; the second form copies the first %2 bytes and fills
+# the rest with zeros (0: zeros outside the operands). Local addresses are the 32-bit
+# shared-window address, (uint)(size_t) of the __local pointer (the probe checks it).
+CP_ASYNC_16 = "cp.async.cg.shared.global [%0], [%1], 16;"
+CP_ASYNC_ZFILL = "cp.async.cg.shared.global [%0], [%1], 16, %2;"
+CP_COMMIT = "cp.async.commit_group;"
+CP_WAIT = "cp.async.wait_group {};"  # groups that may stay in flight
+# two f32 values rounded to f16 (to nearest even) as one register of halves: %1 the high
+# half, %2 the low one (sm_80 PTX, as mma.m16n8k16.f16)
+CVT_F16X2 = "cvt.rn.f16x2.f32 %0, %1, %2;"
+# 2^x, approximate (about 2 ulp), subnormal results flushed to zero
+EX2_APPROX = "ex2.approx.ftz.f32 %0, %1;"
+# the value of the lane ``lane ^ MASK`` of the warp (all 32 lanes take part): quad reductions
+# over a row of an mma accumulator fragment
+SHFL_BFLY = "shfl.sync.bfly.b32 %0, %1, {}, 0x1f, 0xffffffff;"
+
+
+def tf32_registers(name: str, value: Expr, policy: str, big_cvt: str = CVT_TF32
+                   ) -> list[Stmt]:
+    """The registers of one f32 fragment value under ``policy``: ``name``, its TF32 rounding
+    (``tf32``), or ``name``, the big part (rounded by ``big_cvt``), and ``name``_s, the small
+    part ``tf32(value - big)`` (``3xtf32``)."""
+    raw, small = f"{name}_f", f"{name}_s"
+    cvt = CVT_TF32 if policy == "tf32" else big_cvt
+    out: list[Stmt] = [Let(raw, DType.f32, value),
+                       Let(name, DType.i32, Lit(0, DType.i32), True),
+                       InlineAsm(cvt, (("=r", name),), (("f", Var(raw)),), False)]
+    if policy == "tf32":
+        return out
+    return out + [Let(small, DType.i32, Lit(0, DType.i32), True),
+                  InlineAsm(CVT_TF32, (("=r", small),), (("f", Bin(
+                      "-", Var(raw), Call("bitcast_f32", (Var(name),)))),), False)]
+
+
+def tf32_products(acc: list[str], a: list[str], b: list[str], split_a: bool, split_b: bool
+                  ) -> list[Stmt]:
+    """The TF32 ``mma.sync`` of one fragment pair into accumulators ``acc``, from registers
+    ``a`` (4) and ``b`` (2); a side that is split (:func:`tf32_registers` under 3xtf32) adds
+    the product of its small parts (``name``_s) with the other's big ones, first: the small
+    products are summed before big*big."""
+    terms = [(sa, sb) for sa, sb, used in (("_s", "", split_a), ("", "_s", split_b)) if used]
+    return [InlineAsm(MMA_TF32, tuple(("+f", c) for c in acc),
+                      tuple(("r", Var(f"{v}{sa}")) for v in a)
+                      + tuple(("r", Var(f"{v}{sb}")) for v in b))
+            for sa, sb in (*terms, ("", ""))]
+

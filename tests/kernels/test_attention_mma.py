@@ -1,0 +1,194 @@
+"""mma-attention-tf32 / -3xtf32 without a GPU: selection (tensor-core targets under a TF32
+policy, auto-fused where the default f32 policy takes it, never on PoCL or under ieee), and
+whole generated kernels run on PoCL through the job's own executable with their PTX replaced
+by C (``mma.sync`` and ``cvt.rna`` as in test_mma_generator, ``shfl.sync.bfly`` by an
+exchange through local memory), checked against the interpreter: scales, additive and causal
+masks, ragged query and key counts, an epilogue with a reshape, K and V read along the
+sequence (scalar copies), both policies. Speed: ``experiments/bench_gpu.py`` on an H200."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import numpy as np
+import pytest
+from test_attention import heads, matmul_attention
+from test_mma_generator import NV, emulated
+from test_mma_pipeline import emulated_async
+
+import accy
+from accy.builder import einsum, trace
+from accy.ir.interpret import interpret
+from accy.ir.types import DType, TensorType
+from accy.passes.spec import parse_pipeline
+from accy.target import CP_ASYNC, F16_MMA, TF32_MMA, TF32_SATFINITE
+
+f32 = accy.f32
+SAT = dataclasses.replace(NV, tensor_cores=(TF32_MMA, TF32_SATFINITE))  # default f32: 3xtf32
+F16 = dataclasses.replace(NV, dtypes=NV.dtypes | {DType.f16},
+                          tensor_cores=(TF32_MMA, TF32_SATFINITE, F16_MMA, CP_ASYNC))
+KEEP_F16 = parse_pipeline("accy-default").replacing("dtype-legalization{f16=keep}").text()
+
+
+def precision(policy: str, attention: str = "auto") -> str:
+    return parse_pipeline("accy-default").replacing(
+        f"kernelization{{precision={policy}}}").replacing(
+        f"fusion-planning{{attention={attention}}}").text()
+
+
+_SHFL = re.compile(r'asm volatile\("shfl\.sync\.bfly\.b32 %0, %1, (\d+), 0x1f, 0xffffffff;" : '
+                   r'"=r"\((\w+)\) : "r"\((.*)\)\);$', re.M)
+EMULATED_SHFL = r"""
+#define ACCY_EMU_SHFL(d, x, m) { \
+  const uint l_ = get_local_id(0) % 32, w_ = get_local_id(0) / 32; \
+  emu_s[w_][l_] = (x); barrier(CLK_LOCAL_MEM_FENCE); \
+  d = emu_s[w_][l_ ^ (m)]; barrier(CLK_LOCAL_MEM_FENCE); }
+"""
+
+
+_F16X2 = re.compile(r'asm\("cvt\.rn\.f16x2\.f32 %0, %1, %2;" : "=r"\((\w+)\) : '
+                    r'"f"\((.*)\), "f"\((.*)\)\);$', re.M)
+_EX2 = re.compile(r'asm\("ex2\.approx\.ftz\.f32 %0, %1;" : "=f"\((\w+)\) : "f"\((.*)\)\);$',
+                  re.M)
+EMULATED_F16X2 = r"""
+#define ACCY_EMU_F16X2(d, hi, lo) { __private ushort h_[2]; \
+  vstore_half((lo), 0, (__private half*)h_); vstore_half((hi), 1, (__private half*)h_); \
+  d = (int)((uint)h_[0] | ((uint)h_[1] << 16)); }
+"""
+
+
+def emulated_attention(src: str, mode: str = "eager") -> str:
+    """``src`` with ``shfl.sync.bfly`` by a warp exchange through local memory (every lane
+    runs the same shuffles: uniform barriers), ``cvt.rn.f16x2`` by two ``vstore_half``, then
+    the mma and cvt as :func:`test_mma_generator.emulated` (TF32) or
+    :func:`test_mma_pipeline.emulated_async` (f16: its cp.async copies ``mode``, "eager" or
+    "deferred" to the wait that covers them) replace them."""
+    src = _SHFL.sub(lambda m: f"ACCY_EMU_SHFL({m[2]}, {m[3]}, {m[1]});", src)
+    if "f16.f16" in src:
+        src = EMULATED_F16X2 + _F16X2.sub(
+            lambda m: f"ACCY_EMU_F16X2({m[1]}, {m[2]}, {m[3]});", src)
+        src = _EX2.sub(lambda m: f"{m[1]} = exp2({m[2]});", src)
+        src = emulated_async(src, mode)
+    else:
+        src = emulated(src)
+    lines = src.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("__kernel"))
+    lines.insert(at + 1, "  __local int emu_s[8][32];")
+    lines.insert(at, EMULATED_SHFL)
+    return "\n".join(lines) + "\n"
+
+
+def run_emulated(device, prog: accy.Program, inputs, pipeline: str = "accy-default",
+                 target=SAT, policy: str = "3xtf32", mode: str = "eager") -> str:
+    """Prepare for ``target``, check the one kernel is the tensor-core attention, run it
+    emulated on PoCL and compare with the interpreter (tf32: its rounding's bound); the
+    kernel's source."""
+    if "Portable Computing Language" not in device.info.platform:
+        pytest.skip("the emulation is checked on PoCL")
+    job = accy.prepare(prog, pipeline, target=target)
+    assert job.generators() == {f"mma-attention-{policy}": 1}
+    src = job.kernel_source(0)
+    job._sources[0] = emulated_attention(src, mode)
+    (got,) = job.executable(device=device)(*inputs)
+    (want,) = interpret(prog, list(inputs))
+    tol = {"3xtf32": 1e-5, "tf32": 3e-3, "f16": 1e-2}[policy]
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    return src
+
+
+def data(rng, prog: accy.Program) -> list[np.ndarray]:
+    return [rng.standard_normal(p.type.shape).astype(np.float32) for p in prog.functions[0].params]
+
+
+@pytest.mark.parametrize("shape, mask", [
+    ((1, 2, 64, 64, 16, 16), "none"),  # whole tiles
+    ((2, 1, 70, 45, 24, 8), "additive"),  # ragged queries and keys, a mask operand
+    ((1, 2, 40, 72, 16, 32), "causal"),  # a constant mask bounding the keys a block reads
+    ((1, 1, 140, 50, 8, 16), "causal"),  # three query blocks, the last ragged
+])
+def test_emulated_kernel_matches_the_interpreter(device, rng, shape, mask):
+    prog = heads(*shape, mask=mask)
+    run_emulated(device, prog, data(rng, prog))
+
+
+def test_tf32_policy_rounds_the_operands(device, rng):
+    prog = heads(1, 1, 133, 40, 16, 16)  # 8 warps, a ragged second query block
+    inputs = data(rng, prog)
+    src = run_emulated(device, prog, inputs, precision("tf32", "always"), NV, "tf32")
+    # one product per fragment pair, per key tile of 32: S 4 key x 2 head fragments, P V
+    # 4 key x 2 value fragments (3xtf32: three each)
+    assert src.count("mma.sync") == 16 and "_s)" not in src
+    assert "reqd_work_group_size(256, 1, 1)" in src
+
+
+def test_epilogue_and_reshape_through_the_matmul_spelling(device, rng):
+    prog = matmul_attention(2, 48, 16)
+    run_emulated(device, prog, data(rng, prog))
+
+
+def test_keys_and_values_along_the_sequence_are_copied_scalar(device, rng):
+    """K and V stored feature-major (their sequence contiguous): scalar copies."""
+
+    def f(q, kt, vt):
+        s = einsum("bqd,bdk->bqk", q, kt) * 0.25
+        return einsum("bqk,bek->bqe", accy.softmax(s, -1), vt)
+
+    prog = trace(f, f32[2, 50, 16], f32[2, 16, 37], f32[2, 8, 37], name="attn_t")
+    assert "vload4" not in run_emulated(device, prog, data(rng, prog))
+
+
+@pytest.mark.parametrize("mode", ["eager", "deferred"])
+def test_f16_attention_on_f16_tensor_cores(device, rng, mode):
+    """f16 operands, scores, softmax and output kept f16 (as on the H200 at full size): the
+    f16 kernel, its probabilities rounded to f16 for P V, against the interpreter's f16."""
+
+    def f(q, k, v):
+        s = einsum("bhqd,bhkd->bhqk", q, k) * 0.25
+        return einsum("bhqk,bhkd->bhqd", accy.softmax(s, -1), v)
+
+    types = [TensorType((2, 1, n, d), DType.f16) for n, d in ((140, 16), (70, 16), (70, 32))]
+    prog = trace(f, *types, name="attn16")
+    inputs = [x.astype(np.float16) for x in data(rng, prog)]
+    src = run_emulated(device, prog, inputs, KEEP_F16, F16, "f16", mode)
+    assert "mma.sync.aligned.m16n8k16" in src and "ldmatrix" in src
+    assert "cp.async.wait_group 1;" in src  # three stages
+
+
+@pytest.mark.parametrize("mode", ["eager", "deferred"])
+def test_f16_attention_promoted_around_its_products(device, rng, mode):
+    """On a target without native f16 (the H200's OpenCL) dtype-legalization keeps the f16
+    products for f16 tensor cores and computes the scale and softmax in f32, the
+    probabilities cast back to f16: that group is fused and built by the f16 kernel."""
+
+    def f(q, k, v):
+        s = einsum("bhqd,bhkd->bhqk", q, k) * 0.125
+        return einsum("bhqk,bhkd->bhqd", accy.softmax(s, -1), v)
+
+    storage = dataclasses.replace(F16, dtypes=NV.dtypes)  # f16 stored, not computed
+    types = [TensorType((1, 2, n, d), DType.f16) for n, d in ((130, 32), (96, 32), (96, 64))]
+    prog = trace(f, *types, name="attn16")
+    inputs = [x.astype(np.float16) for x in data(rng, prog)]
+    run_emulated(device, prog, inputs, target=storage, policy="f16", mode=mode)
+
+
+def test_auto_fuses_where_the_default_policy_takes_tensor_cores():
+    prog = heads(1, 2, 128, 128, 64, 64)
+    assert accy.prepare(prog, target=SAT).generators() == {"mma-attention-3xtf32": 1}
+    # without the saturating rounding the default f32 policy is ieee: three kernels
+    assert "mma-attention-3xtf32" not in accy.prepare(prog, target=NV).generators()
+    # an explicit ieee policy gets the merged group from the work-group form
+    assert accy.prepare(prog, precision("ieee"), target=SAT).generators() == {
+        "fused-attention": 1}
+    # heads of features not a multiple of 8, or too wide: the three kernels
+    for d in (12, 136):
+        assert "mma-attention-3xtf32" not in accy.prepare(
+            heads(1, 1, 64, 64, d, 16), target=SAT).generators()
+
+
+def test_never_on_the_pocl_device(device):
+    if "Portable Computing Language" not in device.info.platform:
+        pytest.skip("PoCL's probe finds no tensor cores")
+    job = accy.prepare(heads(1, 2, 64, 64, 16, 16), target=accy.TargetProfile.from_device(
+        device.info))
+    assert not any(g.startswith("mma") for g in job.generators())
