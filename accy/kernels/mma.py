@@ -112,6 +112,7 @@ from accy.kernels.mma_plan import (
     b_offset,
     copy_layout,
     copy_slot,
+    copy_widths,
     for_dtype,
     lane_parts,
     local_index,
@@ -121,6 +122,8 @@ from accy.kernels.mma_plan import (
 )
 from accy.kernels.mma_ptx import (
     CP_ASYNC_16,
+    CP_ASYNC_CA,
+    CP_ASYNC_CA_ZFILL,
     CP_ASYNC_ZFILL,
     CP_COMMIT,
     CP_WAIT,
@@ -166,8 +169,13 @@ class _Builder(VectorLoads, Stores):
         # not where its values are exact in TF32 (small part zero: its products are skipped)
         self.split = {reg: policy == "3xtf32" and not exact_in_tf32(einsum.srcs[i])
                       for reg, i in (("a", c.x), ("b", 1 - c.x))}
+        # elements per copy slot of each side: 16 bytes, or f32 rows copied by cp.async 8 or
+        # 4 bytes at a time where they are not whole 16-byte vectors
+        widths = copy_widths(c) if self.pipelined and c.dtype is DType.f32 else None
+        self.width = widths or {"x": tiles.vector, "y": tiles.vector}
         # tf32 operands copied by cp.async rounded in local memory, once per element
-        self.round_tile = tiles.rounding == "tile" and policy == "tf32" and self.pipelined
+        self.round_tile = (tiles.rounding == "tile" and policy == "tf32" and self.pipelined
+                           and widths == {"x": VECTOR, "y": VECTOR})
         self.f16 = tiles.f16
         self.epi = loopnest.EpilogueBuilder(group, outline, einsum)
         self.arg = {"x": self.epi.arg_of[einsum.srcs[c.x]],
@@ -194,9 +202,15 @@ class _Builder(VectorLoads, Stores):
                     + ([Bin("<", k, idx(self.c.k.size))]
                        if self.chunks * self.chunk_k > self.c.k.size else []))
 
+    def slots(self, side: str) -> int:
+        """Copy slots per work-item for one K step of ``side``."""
+        t = self.t
+        return (t.bm if side == "x" else t.bn) * t.bk // self.width[side] // t.threads
+
     def issue(self, side: str, i: int, f0: Expr, k0: Expr, stage: Expr) -> Stmt:
         """``cp.async`` of copy slot ``i`` of the K step at ``k0`` into stage ``stage``: 16
-        bytes, along the local row (A along K, B along N; :func:`async_copies`)."""
+        bytes (or 8 or 4: :attr:`width`), along the local row (A along K, B along N;
+        :func:`async_copies`)."""
         _, fs, ks, _, _ = self.sides[side]
         rf, rk = Var(f"{side}_f{i}"), Var(f"{side}_k{i}")
         f, k = add(f0, rf), add(k0, rk)
@@ -209,13 +223,15 @@ class _Builder(VectorLoads, Stores):
         guard = self.guard(side, f, k)
         # the global address as an integer: no pointer arithmetic on half* (cl_khr_fp16 or not)
         base = Cast(INDEX, Var(self.arg[side]))
+        size = self.width[side] * self.t.elem_bytes
         if guard is None:
             src = Bin("+", base, mul(at, idx(self.t.elem_bytes)))
-            return InlineAsm(CP_ASYNC_16, (), (("r", dst), ("l", src)), True, ("memory",))
+            return InlineAsm(CP_ASYNC_16 if size == 16 else CP_ASYNC_CA.format(size), (),
+                             (("r", dst), ("l", src)), True, ("memory",))
         src = Bin("+", base, mul(Cond(guard, at, idx(0)), idx(self.t.elem_bytes)))
-        size_ = Cond(guard, Lit(16, DType.i32), Lit(0, DType.i32))
-        return InlineAsm(CP_ASYNC_ZFILL, (), (("r", dst), ("l", src), ("r", size_)), True,
-                         ("memory",))
+        size_ = Cond(guard, Lit(size, DType.i32), Lit(0, DType.i32))
+        return InlineAsm(CP_ASYNC_ZFILL if size == 16 else CP_ASYNC_CA_ZFILL.format(size), (),
+                         (("r", dst), ("l", src), ("r", size_)), True, ("memory",))
 
     def fetch(self, side: str, i: int, f0: Expr, k0: Expr, first: bool) -> list[Stmt]:
         """Load copy slot ``i`` of the K step at ``k0`` into its registers (zeros outside)."""
@@ -393,8 +409,9 @@ class _Builder(VectorLoads, Stores):
                     self.let(f"acc_{mi}_{ni}_{r}", Lit(0.0, DType.f32), DType.f32, mutable=True)
         origin = {"x": m0, "y": n0}
         for side in ("x", "y"):  # slot coordinates: fixed over K
-            for i in range(t.slots(side)):
-                f, k = copy_slot(t, side, self.sides[side][3], add(tid, idx(i * t.threads)))
+            for i in range(self.slots(side)):
+                f, k = copy_slot(t, side, self.sides[side][3], add(tid, idx(i * t.threads)),
+                                 self.width[side])
                 self.let(f"{side}_f{i}", f)
                 self.let(f"{side}_k{i}", k)
                 if self.pipelined:  # its place in a stage (cp.async copies, tile rounding)
@@ -426,10 +443,10 @@ class _Builder(VectorLoads, Stores):
         computes, then stored to the other buffer; one barrier per step."""
         t, out = self.t, []
         for side in ("x", "y"):  # prologue: K step 0 into buffer 0
-            for i in range(t.slots(side)):
+            for i in range(self.slots(side)):
                 out += self.fetch(side, i, origin[side], self.k0, first=True)
         for side in ("x", "y"):
-            for i in range(t.slots(side)):
+            for i in range(self.slots(side)):
                 out += self.put(side, i, idx(0))
         out.append(Barrier())
         steps = self.chunk_k // t.bk
@@ -442,7 +459,7 @@ class _Builder(VectorLoads, Stores):
         prefetch: list[Stmt] = []
         store: list[Stmt] = []
         for side in ("x", "y"):
-            for i in range(t.slots(side)):
+            for i in range(self.slots(side)):
                 prefetch += self.fetch(side, i, origin[side], nxt, first=False)
                 other = mul(Bin("-", idx(1), Var("cur")), idx(t.a_size if side == "x"
                                                              else t.b_size))
@@ -461,7 +478,7 @@ class _Builder(VectorLoads, Stores):
         out: list[Stmt] = []
         for side in ("x", "y"):
             buf, size = ("a_tile", self.t.a_size) if side == "x" else ("b_tile", self.t.b_size)
-            for i in range(self.t.slots(side)):
+            for i in range(self.slots(side)):
                 at = div(add(mul(stage, idx(size)), Var(f"{side}_l{i}")), VECTOR)
                 raw = f"{side}_o{i}"
                 out.append(Let(raw, DType.f32, VectorLoad(buf, at, VECTOR), lanes=VECTOR))
@@ -487,7 +504,7 @@ class _Builder(VectorLoads, Stores):
 
         def issue_step(step: Expr, stage: Expr) -> list[Stmt]:
             return [self.issue(side, i, origin[side], add(self.k0, mul(step, idx(t.bk))), stage)
-                    for side in ("x", "y") for i in range(t.slots(side))]
+                    for side in ("x", "y") for i in range(self.slots(side))]
 
         out: list[Stmt] = []
         for s in range(stages - 1):  # the prologue: the first S-1 steps in flight

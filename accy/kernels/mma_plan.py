@@ -335,11 +335,13 @@ def along_k(c: Contraction, side: str) -> bool:
     return k == 1 or (free != 1 and (k or math.inf) < (free or math.inf))
 
 
-def copy_slot(t: MmaTiles, side: str, k_major: bool, slot: Expr) -> tuple[Expr, Expr]:
-    """Tile-relative (free, k) of the first element of copy slot ``slot`` (its ``VECTOR``
-    elements run along K when ``k_major``, else along the free index M or N); consecutive
-    slots run along the same index, so consecutive work-items read consecutive memory."""
-    free, v = (t.bm if side == "x" else t.bn), t.vector
+def copy_slot(t: MmaTiles, side: str, k_major: bool, slot: Expr, width: int | None = None
+              ) -> tuple[Expr, Expr]:
+    """Tile-relative (free, k) of the first element of copy slot ``slot`` (its ``width``
+    elements, default a 16-byte vector, run along K when ``k_major``, else along the free
+    index M or N); consecutive slots run along the same index, so consecutive work-items
+    read consecutive memory."""
+    free, v = (t.bm if side == "x" else t.bn), width or t.vector
     if k_major:
         per = t.bk // v
         return div(slot, per), mul(mod(slot, per), idx(v))
@@ -368,6 +370,19 @@ def async_copies(c: Contraction, vector: int, b_along_k: bool = False) -> bool:
     ``Bs[n][k]``, where ``b_along_k``: f16 tiles read by ldmatrix), whole vectors."""
     (xk, xv), (yk, yv) = copy_layout(c, "x", vector), copy_layout(c, "y", vector)
     return xk and xv and (not yk or b_along_k) and yv
+
+
+def copy_widths(c: Contraction) -> dict[str, int] | None:
+    """f32: elements per ``cp.async`` of each side (4, 2 or 1: 16, 8 or 4 bytes, the widest
+    whose copies are whole, aligned vectors: :func:`copy_layout`) where A is stored along K
+    and B along N (a copy cannot transpose), else None: operands whose rows are not a multiple
+    of 4 elements (N = 1030) are copied 8 or 4 bytes at a time instead of through
+    registers."""
+    if not along_k(c, "x") or along_k(c, "y"):
+        return None
+    widths = {side: next((w for w in (VECTOR, 2, 1) if copy_layout(c, side, w)[1]), 0)
+              for side in ("x", "y")}
+    return widths if all(widths.values()) else None
 
 
 def local_index(t: MmaTiles, side: str, f: Expr, k: Expr) -> Expr:
@@ -453,9 +468,13 @@ def split_k(c: Contraction, tiles: MmaTiles, target: TargetProfile) -> int:
 
 def pipelined(c: Contraction, target: TargetProfile) -> bool:
     """Whether the kernel of ``c`` copies by ``cp.async`` (the target's probe found it and
-    both operands' layouts allow it); else registers and plain stores, two buffers."""
-    f16 = c.dtype is DType.f16
-    return CP_ASYNC in target.tensor_cores and async_copies(c, 8 if f16 else VECTOR, f16)
+    both operands' layouts allow it: f16 in whole 16-byte vectors, f32 A along K and B along N,
+    :func:`copy_widths`); else registers and plain stores, two buffers."""
+    if CP_ASYNC not in target.tensor_cores:
+        return False
+    if c.dtype is DType.f16:
+        return async_copies(c, 8, True)
+    return copy_widths(c) is not None
 
 
 def plan(group: FusionGroup, target: TargetProfile) -> tuple[Contraction, MmaTiles] | str:

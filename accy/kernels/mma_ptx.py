@@ -20,6 +20,9 @@ CVT_TF32_SAT = "cvt.rna.satfinite.tf32.f32 %0, %1;"  # +-inf and overflow: the l
 # shared-window address, (uint)(size_t) of the __local pointer (the probe checks it).
 CP_ASYNC_16 = "cp.async.cg.shared.global [%0], [%1], 16;"
 CP_ASYNC_ZFILL = "cp.async.cg.shared.global [%0], [%1], 16, %2;"
+# 4 or 8 bytes ({} the size; through L1, as .cg takes 16 only), plain and zero-filling
+CP_ASYNC_CA = "cp.async.ca.shared.global [%0], [%1], {};"
+CP_ASYNC_CA_ZFILL = "cp.async.ca.shared.global [%0], [%1], {}, %2;"
 CP_COMMIT = "cp.async.commit_group;"
 CP_WAIT = "cp.async.wait_group {};"  # groups that may stay in flight
 # two f32 values rounded to f16 (to nearest even) as one register of halves: %1 the high

@@ -244,10 +244,13 @@ def test_no_more_stages_than_k_steps(pipe):
 
 
 def test_plain_loads_where_cp_async_cannot_copy(pipe):
-    """cp.async cannot transpose or split a vector: A stored K x M, or rows not a multiple of
-    4, keep the register path (two buffers), as do targets without the probe's entry."""
+    """cp.async cannot transpose: A stored K x M keeps the register path (two buffers), as do
+    targets without the probe's entry; f32 rows not a multiple of 4 go 8 or 4 bytes a copy."""
+    for n, copy in ((258, "cp.async.ca.shared.global [%0], [%1], 8"),
+                    (257, "cp.async.ca.shared.global [%0], [%1], 4")):
+        src = prepare(matmul(256, n, 64), "tf32", ASYNC, pipe).kernel_source(0)
+        assert copy in src and "cp.async.cg.shared.global [%0], [%1], 16" in src  # A: 16
     for prog, target in ((matmul(256, 256, 64, a_transposed=True), ASYNC),
-                         (matmul(256, 258, 64), ASYNC),
                          (matmul(256, 256, 64), NV)):
         src = prepare(prog, "tf32", target, pipe).kernel_source(0)
         assert "mma.sync" in src and "cp.async" not in src
@@ -347,19 +350,19 @@ def test_probe_sources_use_the_generators_instruction_forms():
 
 # whole kernels on PoCL, cp.async and f16 mma emulated -----------------------------------------
 EMULATED_ASYNC = r"""
-#define ACCY_CP_NOW(dst, src, n) { \
+#define ACCY_CP_NOW(dst, src, n, size) { \
   __local uchar *d_ = (__local uchar *)(dst); \
   __global const uchar *s_ = (__global const uchar *)(src); \
-  for (int q_ = 0; q_ < 16; q_++) d_[q_] = q_ < (n) ? s_[q_] : 0; }
-#define ACCY_CP_LATER(dst, src, n) { \
+  for (int q_ = 0; q_ < (size); q_++) d_[q_] = q_ < (n) ? s_[q_] : 0; }
+#define ACCY_CP_LATER(dst, src, n, size) { \
   pd_[np_] = (__local uchar *)(dst); ps_[np_] = (__global const uchar *)(src); pn_[np_] = (n); \
-  pg_[np_] = ng_; np_++; if (np_ > 96) overflow_ = 1; }
+  pz_[np_] = (size); pg_[np_] = ng_; np_++; if (np_ > 96) overflow_ = 1; }
 #define ACCY_COMMIT() { ng_++; }
 #define ACCY_WAIT(keep) { int kept_ = 0; \
   for (int p_ = 0; p_ < np_; p_++) { \
-    if (pg_[p_] < ng_ - (keep)) { ACCY_CP_NOW(pd_[p_], ps_[p_], pn_[p_]); } \
+    if (pg_[p_] < ng_ - (keep)) { ACCY_CP_NOW(pd_[p_], ps_[p_], pn_[p_], pz_[p_]); } \
     else { pd_[kept_] = pd_[p_]; ps_[kept_] = ps_[p_]; pn_[kept_] = pn_[p_]; \
-           pg_[kept_] = pg_[p_]; kept_++; } } \
+           pz_[kept_] = pz_[p_]; pg_[kept_] = pg_[p_]; kept_++; } } \
   np_ = kept_; }
 static float accy_h(uint bits) {
   ushort b = (ushort)bits; return vload_half(0, (__private const half *)&b); }
@@ -394,7 +397,9 @@ static float accy_h(uint bits) {
   barrier(CLK_LOCAL_MEM_FENCE); \
   c0 = d_[0]; c1 = d_[1]; c2 = d_[2]; c3 = d_[3]; }
 """
-_CP = re.compile(r'asm volatile\("cp\.async\.cg\.shared\.global [^"]*" :  : '
+# cp.async.cg (16 bytes) or .ca (4 or 8), optionally zero-filling past its source size
+_CP = re.compile(r'asm volatile\("cp\.async\.c[ag]\.shared\.global \[%0\], \[%1\], '
+                 r'(?P<size>\d+)(?:, %2)?;" :  : '
                  r'"r"\(\(\(int\)\(\(long\)\((?P<dst>.*)\)\)\)\), '
                  r'"l"\((?P<src>.*?)\)(?:, "r"\((?P<n>.*?)\))? : "memory"\);$',
                  re.M)
@@ -415,7 +420,8 @@ def emulated_async(src: str, mode: str) -> str:
     """``src`` with cp.async (``mode``: "eager" or "deferred"), its groups and f16 mma.sync
     replaced by C, then TF32 mma.sync and cvt as test_mma_generator's :func:`emulated` does."""
     copy = "ACCY_CP_NOW" if mode == "eager" else "ACCY_CP_LATER"
-    src = _CP.sub(lambda m: f"{copy}({m['dst']}, {m['src']}, {m['n'] or '16'});", src)
+    src = _CP.sub(lambda m: f"{copy}({m['dst']}, {m['src']}, {m['n'] or m['size']}, "
+                  f"{m['size']});", src)
     src = _COMMIT.sub("ACCY_COMMIT();" if mode == "deferred" else ";", src)
     src = _WAIT.sub((lambda m: f"ACCY_WAIT({m[1]});") if mode == "deferred" else ";", src)
     src = _LDSM.sub(lambda m: f"ACCY_LDSM({int(bool(m['trans']))}, {m['buf']}, {m['off']}, "
@@ -432,7 +438,8 @@ def emulated_async(src: str, mode: str) -> str:
     lines[body + 1:body + 1] = [
         "  __local float emu_a16[8][16][16]; __local float emu_b16[8][16][8];",
         "  __local int emu_off[8][32];",
-        "  __local uchar *pd_[128]; __global const uchar *ps_[128]; int pn_[128], pg_[128];",
+        "  __local uchar *pd_[128]; __global const uchar *ps_[128]; int pn_[128], pg_[128], "
+        "pz_[128];",
         "  int np_ = 0, ng_ = 0, overflow_ = 0;"]
     lines.insert(at, EMULATED_ASYNC)
     return "\n".join(lines) + "\n"
@@ -453,7 +460,9 @@ needs_pocl = pytest.mark.skipif(cl is None, reason="needs pyopencl")
     (64, 72, 36, 2, False, "3xtf32", "128x128x16:2x2:2"),  # batched, N edge
     (96, 64, 200, 0, False, "tf32", "64x64x16:2x2:4"),  # 13 K steps through 4 stages
     (72, 64, 96, 0, False, "3xtf32", "64x64x8:2x2:3"),  # K steps of 8
-], ids=["bias-tf32-3", "batched-3xtf32-2", "tf32-4", "3xtf32-bk8-3"])
+    (66, 70, 40, 2, True, "3xtf32", None),  # B rows of 70: 8-byte copies, N and M edges
+    (64, 65, 33, 0, False, "tf32", None),  # odd N and K: 4-byte copies of both sides
+], ids=["bias-tf32-3", "batched-3xtf32-2", "tf32-4", "3xtf32-bk8-3", "8-byte", "4-byte"])
 def test_pipelined_kernels_compute_the_product_in_emulation(device, pipe, used, experiment_script,
                                                             mode, m, n, k, batch, bias,
                                                             precision, tiles):
