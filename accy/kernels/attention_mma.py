@@ -1,34 +1,34 @@
-"""mma-attention-tf32 / mma-attention-3xtf32: an f32 attention group
-(:mod:`accy.kernels.attention_plan`) as one kernel on TF32 tensor cores, FlashAttention-2's
-way: the scores and probabilities stay in ``mma.sync`` accumulator registers.
+"""mma-attention-tf32 / -3xtf32 / -f16: an attention group (:mod:`accy.kernels.attention_plan`)
+as one kernel on tensor cores, FlashAttention-2's way: the scores and probabilities stay in
+``mma.sync`` accumulator registers.
 
-A work-group of 4 warps (tf32: 8 where there are 128 queries or more; :data:`WARPS`) takes
-16 queries a warp of one batch, one m16 fragment row, its query fragments held in registers
-(split once under 3xtf32). The keys are walked in tiles of ``bk``: the work-group copies the
-tile's K and V rows into local memory (rows padded by 4 words: a warp's fragment loads hit 32
-banks), the next tile's rows loaded into registers while this one computes, one barrier a tile.
-Per tile a warp computes its 16 x bk scores ``S = Q Kᵀ`` (m16n8k8, K's rows are the "col"
-B operand as stored), runs the score chain (scale, mask: the loop-nest machinery at each
-accumulator's coordinates; keys past the end score -inf), takes each row's maximum over its
-lanes and the four lanes sharing the row (``shfl.sync.bfly``), rescales the running sums and
-output accumulators by ``exp(m_old - m_new)`` and adds ``P V``. The probabilities go from
-the scores' accumulator layout straight into A fragments: lane ``4g + t`` holds keys
-``2t, 2t + 1`` of rows ``g, g + 8``, which are A's columns ``t, t + 4`` once the tile's keys
-are taken in the order ``0, 2, 4, 6, 1, 3, 5, 7``, so V's fragment rows are read in that
-order too. A maximum that is not finite shifts by 0 (as the row softmax), so masked keys add
-nothing. The running sums are per lane and summed over the four lanes at the end; the output
-``O / l`` goes through the epilogue and is stored from the accumulators. Queries past the end
-compute the last query's row and store nothing.
+A work-group of 4 or 8 warps (:data:`WARPS`) takes 16 queries a warp of one batch, one m16
+fragment row, its query fragments in registers. Key tiles of ``bk`` go through local memory:
+f32 through registers into rows padded by 4 words (scalar fragment loads hit 32 banks), the
+next tile loaded while this one computes; f16 by ``cp.async`` into ``stages`` buffers of
+half-pair words (rows an odd number of 16-byte chunks), read by ``ldmatrix`` (``.trans`` for
+V). Per tile a warp computes ``S = Q Kᵀ`` (m16n8k8 TF32 or m16n8k16 f16; K's rows are the
+"col" B operand as stored), the score chain at each accumulator's coordinates (keys past the
+end: -inf), each row's maximum over its registers and the four lanes sharing the row
+(``shfl.sync.bfly``), the rescale of the per-lane running sums and of the output accumulators,
+and ``P V`` with the probabilities taken straight from the scores' registers: TF32 lane
+``4g + t`` holds keys ``2t, 2t + 1`` of rows ``g, g + 8``, A's columns ``t, t + 4`` once a
+tile's keys are taken in the order ``0, 2, 4, 6, 1, 3, 5, 7`` (V's rows read in that order);
+f16 packs the pairs (``cvt.rn.f16x2``) into m16n8k16 A registers as they are, and takes exp
+as one fma and ``ex2.approx``. A maximum that is not finite shifts by 0 (as the row softmax).
+``O / l`` goes through the epilogue; queries past the end compute the last query's row and
+store nothing.
 
-``tf32`` rounds every operand to TF32; ``3xtf32`` splits Q, K, P and V into big and small
-TF32 parts and sums three products each (:func:`accy.kernels.mma_ptx.tf32_products`), the
-precision the default ``f32`` policy asks on targets with the saturating rounding.
-
-Selection: the kernelization precision policy (as the mma contraction generators), a target
-whose probe found TF32 tensor cores, head and value features multiples of 8 up to
-:data:`MAX_FEATURES`, and a key tile of at least 16 keys fitting local memory twice.
-``fusion-planning{attention=auto}`` merges the three attention groups on such targets
-(:func:`accy.passes.dispatch.attention_fusion.pays`).
+``tf32`` rounds the operands to TF32; ``3xtf32`` (the default ``f32`` policy's, where the
+saturating rounding was found) splits Q, K, P and V into big and small parts, three products
+each (:func:`accy.kernels.mma_ptx.tf32_products`); f16 (any policy) rounds the probabilities
+to f16 for ``P V`` as the program's cast does, its scale and softmax in f32 as
+dtype-legalization leaves them. Selection (:func:`plan`): the target's probe found the
+tensor cores (f16: and ``cp.async``; ``shfl``, ``ldmatrix``, ``cvt.rn.f16x2`` and ``ex2``
+exist wherever ``mma.sync`` does), features multiples of 8 (f16: 16) up to
+:data:`MAX_FEATURES`, f16 K and V rows contiguous and 16-byte aligned, two key tiles in local
+memory. ``fusion-planning{attention=auto}`` merges attention where the default policy takes
+this form (:func:`accy.passes.dispatch.attention_fusion.pays`).
 """
 
 from __future__ import annotations
@@ -69,6 +69,7 @@ from accy.kernels.ir import (
     VectorLoad,
     VectorStore,
     add,
+    all_of,
     div,
     idx,
     mod,
@@ -102,7 +103,7 @@ from accy.target import (
 
 # warps per work-group, the first the target's work-groups and the queries fill, per policy:
 # 3xtf32 holds twice the registers a lane (split query fragments), and 8 warps of it measured
-# slower than 4, tf32 faster (papers/kernels.md, "Tensor-core attention")
+# slower than 4, tf32 and f16 faster (papers/kernels.md, "Eighth session")
 WARPS = {"tf32": (8, 4), "3xtf32": (4,), "f16": (8, 4)}
 # keys per local tile, the largest whose two buffers fit
 KEY_TILES = {"tf32": (32, 16), "3xtf32": (32, 16), "f16": (64, 32, 16)}
@@ -114,8 +115,9 @@ F32 = DType.f32
 
 
 def _row16(features: int) -> int:
-    """f16: local row length of a K or V tile row in words (halves + 8: 16 bytes past a
-    multiple of 128, so the 8 rows of an ``ldmatrix`` matrix fall in distinct banks)."""
+    """f16: local row length of a K or V tile row in words (features + 8 halves: an odd
+    number of 16-byte chunks, so the 8 rows of an ``ldmatrix`` matrix fall in distinct
+    banks)."""
     return (features + 8) // 2
 
 
@@ -350,9 +352,8 @@ class _Builder(_AttentionBuilder):
                 ok = [Bin("<", add(k0, key), idx(a.nk))] if a.nk % t.bk else []
                 if (t.bk * feats // w) % t.threads:
                     ok.append(Bin("<", key, idx(t.bk)))
-                if ok:
-                    zero = exprs.const(0.0, F32)
-                    cond = ok[0] if len(ok) == 1 else Bin("&&", ok[0], ok[1])
+                zero = exprs.const(0.0, F32)
+                if (cond := all_of(ok)) is not None:
                     value = Cond(cond, value, zero if w == 1 else Splat(F32, w, zero))
                 name = f"fa_{side}r{i}"
                 out.append(Let(name, F32, value, True, w) if first else Assign(name, value))
@@ -363,7 +364,6 @@ class _Builder(_AttentionBuilder):
         for side in ("k", "v"):
             _, feats, w, count = self.slots(side)
             ld, buf = _row(feats), f"{side}_tile"
-            stmts: list[Stmt] = []
             for i in range(count):
                 slot = add(self.lid, idx(i * t.threads))
                 key, col = div(slot, feats // w), mul(mod(slot, feats // w), idx(w))
@@ -373,8 +373,7 @@ class _Builder(_AttentionBuilder):
                     buf, div(at, w), F32, tuple(Lane(Var(name), e) for e in range(w))))
                 if (t.bk * feats // w) % t.threads:
                     store = If(Bin("<", key, idx(t.bk)), (store,))
-                stmts.append(store)
-            out += stmts
+                out.append(store)
 
     def tile_count(self, body: list[Stmt]) -> Var:
         end = idx(self.a.nk) if self.kstop is None else self.kstop
