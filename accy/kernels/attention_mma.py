@@ -189,10 +189,10 @@ def plan(group: FusionGroup, target: TargetProfile, kind: str = "3xtf32"
     return a, Tiles(fitting[0], w, _lanes(a.k, a.d), _lanes(a.v, a.dv), stages)
 
 
-def default_kind(group: FusionGroup, target: TargetProfile) -> str | None:
-    """The kind the default ``f32`` policy builds ``group`` with (f16 attention: ``f16``; f32:
-    ``3xtf32`` where the policy resolves to it), or None where none takes it."""
-    for kind in ("f16", resolve_precision("f32", target)):
+def kind_for(group: FusionGroup, target: TargetProfile, precision: str = "f32") -> str | None:
+    """The kind kernelization under ``precision`` builds ``group`` with (f16 attention:
+    ``f16``; f32: the policy ``precision`` resolves to, if a TF32 one), or None."""
+    for kind in ("f16", resolve_precision(precision, target)):
         if kind in KINDS and not isinstance(plan(group, target, kind), str):
             return kind
     return None

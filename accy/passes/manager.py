@@ -60,10 +60,18 @@ class StageRecord:
 
 @dataclass
 class PassContext:
-    """What a running pass may use: the analysis cache and a place for statistics."""
+    """What a running pass may use: the analysis cache, a place for statistics, and the
+    pipeline it runs in (a pass whose choice depends on a later pass's option reads it there:
+    fusion-planning merges attention where kernelization's precision takes the fused kernel)."""
 
     cache: AnalysisCache = field(default_factory=AnalysisCache)
     stats: dict[str, Any] = field(default_factory=dict)
+    pipeline: Pipeline | None = None
+
+    def option_of(self, pass_name: str, option: str, default: Any) -> Any:
+        """``option`` of the pipeline's pass ``pass_name`` (its first), else ``default``."""
+        passes = self.pipeline.passes if self.pipeline is not None else ()
+        return next((getattr(p, option) for p in passes if p.name == pass_name), default)
 
     def analysis(self, name: str, product: Product) -> Any:
         return self.cache.get(name, product)
@@ -154,7 +162,7 @@ class PassManager:
         )
 
     def _run_pass(self, p: Pass, product: Product) -> tuple[Product, PassRecord]:
-        ctx = PassContext(cache=self.cache)
+        ctx = PassContext(cache=self.cache, pipeline=self.pipeline)
         hits0, misses0 = self.cache.hits, self.cache.misses
         for ins in self.instruments:
             ins.before_pass(p, product)

@@ -177,9 +177,14 @@ def test_auto_fuses_where_the_default_policy_takes_tensor_cores():
     assert accy.prepare(prog, target=SAT).generators() == {"mma-attention-3xtf32": 1}
     # without the saturating rounding the default f32 policy is ieee: three kernels
     assert "mma-attention-3xtf32" not in accy.prepare(prog, target=NV).generators()
-    # an explicit ieee policy gets the merged group from the work-group form
-    assert accy.prepare(prog, precision("ieee"), target=SAT).generators() == {
+    # an explicit ieee policy keeps the three kernels (the work-group form is slower), unless
+    # attention=always asks for the fused one
+    assert "fused-attention" not in accy.prepare(prog, precision("ieee"), target=SAT).generators()
+    assert accy.prepare(prog, precision("ieee", "always"), target=SAT).generators() == {
         "fused-attention": 1}
+    # an explicit tf32 policy fuses without the saturating rounding too
+    assert accy.prepare(prog, precision("tf32"), target=NV).generators() == {
+        "mma-attention-tf32": 1}
     # heads of features not a multiple of 8, or too wide: the three kernels
     for d in (12, 136):
         assert "mma-attention-3xtf32" not in accy.prepare(

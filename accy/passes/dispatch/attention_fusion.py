@@ -10,9 +10,9 @@ dtype-legalization computed an f16 softmax in f32), read only by the P V einsum'
 the scores group is the scores einsum alone, read only by the softmax group; and the union
 is an attention of at most ``max-ops`` ops that a generator takes for the target and, under
 ``auto``, where the fused kernel pays (:func:`pays`: the CPU form on CPUs, the tensor-core
-form on GPUs that have it; ``always`` merges wherever the work-group generator takes it
-too). The merged group takes the P V group's place: every group it reads from comes before
-it.
+form on GPUs that have it under the pipeline's kernelization precision; ``always`` merges
+wherever the work-group generator takes it too). The merged group takes the P V group's
+place: every group it reads from comes before it.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from accy.target import TargetProfile
 
 def merge_attention(groups: list[FusionGroup], users: dict[Node, list[Node]],
                     results: set[Node], position: dict[Node, int], target: TargetProfile,
-                    max_ops: int = 0, always: bool = False) -> tuple[list[FusionGroup], int]:
+                    max_ops: int = 0, always: bool = False, precision: str = "f32"
+                    ) -> tuple[list[FusionGroup], int]:
     """``groups`` (producers first) with each attention's three groups merged into one; how
     many were merged. Unless ``always``, only where the fused kernel pays (module
     docstring)."""
@@ -63,7 +64,8 @@ def merge_attention(groups: list[FusionGroup], users: dict[Node, list[Node]],
                              outside_inputs(nodes), ScheduleKind.contraction, last.boundary)
         found = attention.plan(merged, target)  # f32 attention; f16 only on tensor cores
         cpu_form = not isinstance(found, str) and found[1].cpu
-        if not (pays(target, cpu_form, merged) or always and not isinstance(found, str)):
+        if not (pays(target, cpu_form, merged, precision)
+                or always and not isinstance(found, str)):
             continue
         replaced[vi] = merged
         dropped |= {ki, si}
@@ -71,14 +73,15 @@ def merge_attention(groups: list[FusionGroup], users: dict[Node, list[Node]],
     return out, len(replaced)
 
 
-def pays(target: TargetProfile, cpu_form: bool, group: FusionGroup) -> bool:
+def pays(target: TargetProfile, cpu_form: bool, group: FusionGroup,
+         precision: str = "f32") -> bool:
     """Whether the fused kernel beats the three (``experiments/bench_attention.py``,
     ``experiments/bench_gpu.py``): on a CPU its CPU form does; on a GPU the tensor-core form
-    (:mod:`accy.kernels.attention_mma`) does, where it takes the group under the default
-    ``f32`` policy (f32 attention: TF32 tensor cores with the saturating rounding; f16: f16
-    tensor cores). The work-group form is slower than the three kernels on a CPU and on the
-    GPU (papers/kernels.md), so other GPUs keep the three by default; under
-    ``kernelization{precision=ieee}`` a merged f32 group is built by that form."""
+    (:mod:`accy.kernels.attention_mma`) does, where it takes the group under kernelization's
+    ``precision`` (f32 attention: TF32 tensor cores and a TF32 policy, which the default
+    ``f32`` is with the saturating rounding; f16: f16 tensor cores, any policy). The
+    work-group form is slower than the three kernels on a CPU and on the GPU
+    (papers/kernels.md), so GPUs keep the three otherwise (``precision=ieee`` too)."""
     if target.device_type == "cpu":
         return cpu_form
-    return attention_mma.default_kind(group, target) is not None
+    return attention_mma.kind_for(group, target, precision) is not None

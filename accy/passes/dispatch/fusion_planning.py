@@ -82,9 +82,9 @@ class FusionPlanning(Pass):
         "auto",
         "merge a softmax between two contractions (Q Kᵀ, a scale or mask, a softmax over the "
         "keys, P V) into one group, built as one kernel with an online softmax by the "
-        "fused-attention generator (mma-attention on TF32 tensor cores): auto where its "
-        "kernel is measured to beat the three (the CPU form on CPUs, the tensor-core form on "
-        "GPUs whose default f32 precision takes it; not the work-group form, measured "
+        "fused-attention generator (mma-attention on tensor cores): auto where its kernel is "
+        "measured to beat the three (the CPU form on CPUs, the tensor-core form on GPUs where "
+        "the pipeline's kernelization precision takes it; not the work-group form, measured "
         "slower: papers/kernels.md), always wherever a generator takes it; off: the scores "
         "and probabilities go through memory",
     )
@@ -109,10 +109,11 @@ class FusionPlanning(Pass):
             nodes = fn.nodes()
             planned, shared = self._plan(fi, nodes, u)
             position = {n: i for i, n in enumerate(nodes)}
-            if self.attention != "off":
-                planned, fused = merge_attention(planned, u.users, u.results, position,
-                                                   target, self.max_ops,
-                                                   always=self.attention == "always")
+            if self.attention != "off":  # auto: under the pipeline's kernel precision
+                planned, fused = merge_attention(
+                    planned, u.users, u.results, position, target, self.max_ops,
+                    always=self.attention == "always",
+                    precision=ctx.option_of("kernelization", "precision", "f32"))
                 attentions += fused
             if self.row_fusion:
                 planned, rows = merge_row_groups(planned, u.users, u.results, position,
