@@ -37,9 +37,10 @@ stay f32 in either case. Edges: loads outside M, N or K give zeros, stores are g
 group's epilogue runs on each accumulator before its store (the loop nest's value machinery).
 
 Where the target's probe found ``cp.async`` (``CP_ASYNC``) and both operands can be copied
-without transposing (A along K, B along N, whole 16-byte vectors: ``mma_plan.async_copies``),
+without transposing (A along K, B along N; f16 in whole 16-byte vectors: ``mma_plan.pipelined``),
 the K loop is a ``tiles.stages``-deep pipeline instead: ``cp.async.cg.shared.global`` copies
-16 bytes straight into local memory (zero-filled outside the operands), one commit group per
+16 bytes straight into local memory (zero-filled outside the operands; f32 rows that are not
+whole 16-byte vectors ``cp.async.ca`` 8 or 4 bytes: ``mma_plan.copy_widths``), one commit group per
 K step, steps 0..S-2 issued before the loop; each step waits until at most S-2 groups are in
 flight, passes one barrier, issues step ``kt + S - 1`` into the buffer step ``kt - 1`` read,
 then runs its mma.sync. Under ``tf32`` the operands are then rounded at fragment load, or
@@ -203,9 +204,8 @@ class _Builder(VectorLoads, Stores):
                        if self.chunks * self.chunk_k > self.c.k.size else []))
 
     def slots(self, side: str) -> int:
-        """Copy slots per work-item for one K step of ``side``."""
-        t = self.t
-        return (t.bm if side == "x" else t.bn) * t.bk // self.width[side] // t.threads
+        """Copy slots per work-item for one K step of ``side`` (of :attr:`width`)."""
+        return self.t.slots(side, self.width[side])
 
     def issue(self, side: str, i: int, f0: Expr, k0: Expr, stage: Expr) -> Stmt:
         """``cp.async`` of copy slot ``i`` of the K step at ``k0`` into stage ``stage``: 16

@@ -168,9 +168,11 @@ class MmaTiles:
         """Every stage of both tiles."""
         return self.stages * (self.a_size + self.b_size) * self.elem_bytes
 
-    def slots(self, side: str) -> int:
-        """Copy slots (16 bytes each) per work-item for one K step of ``side``."""
-        return (self.bm if side == "x" else self.bn) * self.bk // self.vector // self.threads
+    def slots(self, side: str, width: int | None = None) -> int:
+        """Copy slots (16 bytes each, or ``width`` elements) per work-item for one K step of
+        ``side``."""
+        free = self.bm if side == "x" else self.bn
+        return free * self.bk // (width or self.vector) // self.threads
 
     def text(self) -> str:
         """``BMxBNxBK:WMxWN:S`` (``:vector`` appended for that load scheme, ``:round=tile``
