@@ -159,6 +159,16 @@ class _Builder:
         out.extend(em.scopes[0].body)
         return v
 
+    def batch_coords(self, out: list[Stmt], bh: Expr) -> list[Expr]:
+        """The batch coordinates (in the scores' batch order) of flat batch index ``bh``."""
+        coords: list[Expr] = []
+        inner = math.prod(self.a.batch)
+        for i, n in enumerate(self.a.batch):
+            inner //= n
+            coords.append(self.let(out, f"b{i}_", div(bh, inner) if i == 0
+                                   else mod(div(bh, inner), n)))
+        return coords
+
     def base(self, s: Side, bcoords: list[Expr], seq: Expr | None) -> Expr:
         e: Expr = idx(0)
         for c, stride in zip(bcoords, s.batch, strict=True):
@@ -179,12 +189,7 @@ class _Builder:
         qrow = self.let(body, "qrow", add(q0, lid))
         qc = qrow if a.nq % t.bq == 0 else self.let(
             body, "qc", Call("min", (qrow, idx(a.nq - 1))))
-        bcoords: list[Expr] = []
-        inner = math.prod(a.batch)
-        for i, n in enumerate(a.batch):
-            inner //= n
-            coord = div(bh, inner) if i == 0 else mod(div(bh, inner), n)
-            bcoords.append(self.let(body, f"b{i}_", coord))
+        bcoords = self.batch_coords(body, bh)
         qb = self.let(body, "qb", self.base(a.q, bcoords, qc))
         kb = self.let(body, "kb", self.base(a.k, bcoords, None))
         vb = self.let(body, "vb", self.base(a.v, bcoords, None))

@@ -137,21 +137,12 @@ def build(b: _Builder, kind: ScheduleKind) -> tuple[Kernel, Kernel]:
     scratch = KernelArg("scratch0", f32, True, -1, batches * a.d * nkp)
     args = b.scores.arg_of
 
-    def batch_coords(out: list[Stmt], bh: Expr) -> list[Expr]:
-        coords: list[Expr] = []
-        inner = batches
-        for i, n in enumerate(a.batch):
-            inner //= n
-            coords.append(b.let(out, f"b{i}_", div(bh, inner) if i == 0
-                                else mod(div(bh, inner), n)))
-        return coords
-
     # the transposing copy: one work-item per element of Kt
     tb: list[Stmt] = []
     gid = b.let(tb, "gid", Id("global", 0))
     key = b.let(tb, "key", mod(gid, nkp))
     feat = b.let(tb, "feat", mod(div(gid, nkp), a.d))
-    bc = batch_coords(tb, div(gid, nkp * a.d))
+    bc = b.batch_coords(tb, div(gid, nkp * a.d))
     src = add(b.base(a.k, bc, Call("min", (key, idx(a.nk - 1)))), mul(feat, idx(a.k.feature)))
     value: Expr = Load(args[a.k.node], src)
     if nkp != a.nk:
@@ -166,7 +157,7 @@ def build(b: _Builder, kind: ScheduleKind) -> tuple[Kernel, Kernel]:
     body: list[Stmt] = []
     blocks_q = -(-a.nq // rows)
     grp = b.let(body, "grp", Id("global", 0))
-    bcoords = batch_coords(body, div(grp, blocks_q))
+    bcoords = b.batch_coords(body, div(grp, blocks_q))
     q0 = b.let(body, "q0", mul(mod(grp, blocks_q), idx(rows)))
     qrows = [add(q0, idx(r)) for r in range(rows)]
     qc = [b.let(body, "qc", Call("min", (qr, idx(a.nq - 1))) if a.nq % rows else qr)

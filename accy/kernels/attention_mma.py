@@ -268,12 +268,7 @@ class _Builder(_AttentionBuilder):
         grp = self.let(body, "grp", Id("group", 0))
         bh = div(grp, tiles_q)
         q0 = self.let(body, "q0", mul(mod(grp, tiles_q), idx(t.queries)))
-        bcoords: list[Expr] = []
-        inner = math.prod(a.batch)
-        for i, n in enumerate(a.batch):
-            inner //= n
-            bcoords.append(self.let(body, f"b{i}_", div(bh, inner) if i == 0
-                                    else mod(div(bh, inner), n)))
+        bcoords = self.batch_coords(body, bh)
         # the warp's two fragment rows (g and g + 8), and the same clamped into the queries
         ra = self.let(body, "ra", add(add(q0, mul(div(lid, 32), idx(16))), g))
         rows = (ra, self.let(body, "rb", add(ra, idx(8))))
@@ -316,7 +311,7 @@ class _Builder(_AttentionBuilder):
         else:  # K row g at column t; V rows 2t (and 2t + 1) at column g
             self.k_lane = self.let(body, "kl", add(mul(g, idx(ldk)), col))
             self.v_lane = self.let(body, "vl", add(mul(mul(tt, idx(2)), idx(ldv)), g))
-        self.lid, self.g, self.tt, self.rows, self.clamped = lid, g, tt, rows, clamped
+        self.lid, self.tt, self.rows, self.clamped = lid, tt, rows, clamped
         self.bcoords = bcoords
         self.kstop = key_stop_var(self, body, q0, t.queries)
         body += self.async_loop() if self.f16 else self.key_loop()

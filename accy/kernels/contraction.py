@@ -28,8 +28,8 @@ single wave with ``bk`` 32). Large tiles that would leave units idle split K ins
 (``Tiles.split``, chunks of at least 512); 64x64 and 32x32 tiles are taken when K is too short
 for that, or larger tiles would pad more than 25%. With K split, each work-group sums one chunk
 of its tile into scratch memory and a second kernel, one work-item per output element, adds the
-chunks in a fixed order and applies the epilogue (H200, 512x1024x4096 f32: 16.8 -> 30.1 TFLOP/s
-with 32 tiles in 4 chunks; 1024^3: 21.7 -> 26.6; mlp_gelu 0.47 -> 0.29 ms, torch 0.28). A tile
+chunks in a fixed order and applies the epilogue (the split's measurements: papers/kernels.md,
+"Observations"). A tile
 filled by a transposing copy has its rows padded against local-memory bank conflicts
 (:func:`~accy.kernels.contraction_plan.bank_padding`: 4 f32 or 2 f64 elements on GPUs, none on
 CPUs), which layout-planning reports. CPUs get groups of up to 4 work-items that share the Y

@@ -13,9 +13,9 @@ import re
 
 import numpy as np
 import pytest
+from mma_emulation import emulated_async
 from test_attention import heads, matmul_attention
 from test_mma_generator import NV, emulated
-from test_mma_pipeline import emulated_async
 
 import accy
 from accy.builder import einsum, trace
@@ -62,7 +62,7 @@ def emulated_attention(src: str, mode: str = "eager") -> str:
     """``src`` with ``shfl.sync.bfly`` by a warp exchange through local memory (every lane
     runs the same shuffles: uniform barriers), ``cvt.rn.f16x2`` by two ``vstore_half``, then
     the mma and cvt as :func:`test_mma_generator.emulated` (TF32) or
-    :func:`test_mma_pipeline.emulated_async` (f16: its cp.async copies ``mode``, "eager" or
+    :func:`mma_emulation.emulated_async` (f16: its cp.async copies ``mode``, "eager" or
     "deferred" to the wait that covers them) replace them."""
     src = _SHFL.sub(lambda m: f"ACCY_EMU_SHFL({m[2]}, {m[3]}, {m[1]});", src)
     if "f16.f16" in src:

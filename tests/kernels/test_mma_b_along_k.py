@@ -10,9 +10,10 @@ import dataclasses
 
 import numpy as np
 import pytest
+from mma_emulation import emulated_async, run_emulated
 from test_mma_generator import emulate_block, num
 from test_mma_generator import prepared as prepare
-from test_mma_pipeline import ASYNC, NV, emulate_mma16, emulated_async, matmul16, run_emulated
+from test_mma_pipeline import ASYNC, NV, emulate_mma16, matmul16
 from test_mma_vector import F16, ldmatrix, vector, wavefronts_ok
 
 from accy.ir.ops import Op

@@ -5,12 +5,9 @@ literals against a NumPy emulation of one warp's ``mma.sync`` m16n8k16 ``.f16`` 
 "Matrix Fragments for mma.m16n8k16" layout, written out independently below), bank conflicts
 and 16-byte alignment of the local tiles are counted, selection is checked (only with the
 probe's ``cp.async`` / f16 entries, never on PoCL), and whole generated kernels run on PoCL
-with their PTX replaced by C: ``cp.async`` either copied at once ("eager": catches a copy into
-a stage still being read) or held back until the ``cp.async.wait_group`` that covers it
-("deferred": catches a stage read before its copies were waited for), the group accounting
-emulated per work-item as PTX defines it. The probe kernels run emulated the same way against
-their expected results. Speed and the real PTX come from ``experiments/bench_mma.py`` on an
-H200.
+with their PTX replaced by C (mma_emulation.py), ``cp.async`` copied "eager" and "deferred".
+The probe kernels run emulated the same way against their expected results. Speed and the
+real PTX come from ``experiments/bench_mma.py`` on an H200.
 """
 
 from __future__ import annotations
@@ -21,7 +18,8 @@ import re
 
 import numpy as np
 import pytest
-from test_mma_generator import EMULATED_MMA, NV, emulate_block, emulated, matmul, num
+from mma_emulation import emulated_async, one_line, run_emulated
+from test_mma_generator import NV, emulate_block, matmul, num
 from test_mma_generator import prepared as prepare
 
 try:
@@ -348,108 +346,7 @@ def test_probe_sources_use_the_generators_instruction_forms():
     assert '"r"(((int)((long)(tile + ' in tensor_cores.CP_ASYNC_PROBE_SOURCE
 
 
-# whole kernels on PoCL, cp.async and f16 mma emulated -----------------------------------------
-EMULATED_ASYNC = r"""
-#define ACCY_CP_NOW(dst, src, n, size) { \
-  __local uchar *d_ = (__local uchar *)(dst); \
-  __global const uchar *s_ = (__global const uchar *)(src); \
-  for (int q_ = 0; q_ < (size); q_++) d_[q_] = q_ < (n) ? s_[q_] : 0; }
-#define ACCY_CP_LATER(dst, src, n, size) { \
-  pd_[np_] = (__local uchar *)(dst); ps_[np_] = (__global const uchar *)(src); pn_[np_] = (n); \
-  pz_[np_] = (size); pg_[np_] = ng_; np_++; if (np_ > 96) overflow_ = 1; }
-#define ACCY_COMMIT() { ng_++; }
-#define ACCY_WAIT(keep) { int kept_ = 0; \
-  for (int p_ = 0; p_ < np_; p_++) { \
-    if (pg_[p_] < ng_ - (keep)) { ACCY_CP_NOW(pd_[p_], ps_[p_], pn_[p_], pz_[p_]); } \
-    else { pd_[kept_] = pd_[p_]; ps_[kept_] = ps_[p_]; pn_[kept_] = pn_[p_]; \
-           pz_[kept_] = pz_[p_]; pg_[kept_] = pg_[p_]; kept_++; } } \
-  np_ = kept_; }
-static float accy_h(uint bits) {
-  ushort b = (ushort)bits; return vload_half(0, (__private const half *)&b); }
-#define ACCY_LDSM(trans, buf, off, r0, r1, r2, r3) { \
-  const int l_ = get_local_id(0) % 32, w_ = get_local_id(0) / 32, c_ = l_ / 4; \
-  emu_off[w_][l_] = (int)(off); \
-  barrier(CLK_LOCAL_MEM_FENCE); \
-  uint q_[4]; \
-  for (int j_ = 0; j_ < 4; j_++) { \
-    if (!(trans)) { q_[j_] = (uint)(buf)[emu_off[w_][8 * j_ + c_] + l_ % 4]; } \
-    else { \
-      const int lo_ = emu_off[w_][8 * j_ + 2 * (l_ % 4)]; \
-      const int hi_ = emu_off[w_][8 * j_ + 2 * (l_ % 4) + 1]; \
-      q_[j_] = ((((uint)(buf)[lo_ + c_ / 2]) >> (16 * (c_ % 2))) & 0xffffu) \
-               | (((((uint)(buf)[hi_ + c_ / 2]) >> (16 * (c_ % 2))) & 0xffffu) << 16); } } \
-  barrier(CLK_LOCAL_MEM_FENCE); \
-  r0 = q_[0]; r1 = q_[1]; r2 = q_[2]; r3 = q_[3]; }
-#define ACCY_EMU_MMA16(c0, c1, c2, c3, a0, a1, a2, a3, b0, b1) { \
-  const int l_ = get_local_id(0) % 32, w_ = get_local_id(0) / 32, g_ = l_ >> 2, t_ = l_ & 3; \
-  const uint ar_[4] = {a0, a1, a2, a3}, br_[2] = {b0, b1}; \
-  for (int r_ = 0; r_ < 4; r_++) for (int h_ = 0; h_ < 2; h_++) \
-    emu_a16[w_][g_ + 8 * (r_ % 2)][2 * t_ + h_ + 8 * (r_ / 2)] = accy_h(ar_[r_] >> (16 * h_)); \
-  for (int r_ = 0; r_ < 2; r_++) for (int h_ = 0; h_ < 2; h_++) \
-    emu_b16[w_][2 * t_ + h_ + 8 * r_][g_] = accy_h(br_[r_] >> (16 * h_)); \
-  barrier(CLK_LOCAL_MEM_FENCE); \
-  float d_[4] = {c0, c1, c2, c3}; \
-  for (int r_ = 0; r_ < 4; r_++) { \
-    const int row_ = g_ + 8 * (r_ / 2), col_ = 2 * t_ + (r_ % 2); \
-    float s_ = 0.0f; \
-    for (int k_ = 0; k_ < 16; k_++) s_ += emu_a16[w_][row_][k_] * emu_b16[w_][k_][col_]; \
-    d_[r_] += s_; } \
-  barrier(CLK_LOCAL_MEM_FENCE); \
-  c0 = d_[0]; c1 = d_[1]; c2 = d_[2]; c3 = d_[3]; }
-"""
-# cp.async.cg (16 bytes) or .ca (4 or 8), optionally zero-filling past its source size
-_CP = re.compile(r'asm volatile\("cp\.async\.c[ag]\.shared\.global \[%0\], \[%1\], '
-                 r'(?P<size>\d+)(?:, %2)?;" :  : '
-                 r'"r"\(\(\(int\)\(\(long\)\((?P<dst>.*)\)\)\)\), '
-                 r'"l"\((?P<src>.*?)\)(?:, "r"\((?P<n>.*?)\))? : "memory"\);$',
-                 re.M)
-_COMMIT = re.compile(r'asm volatile\("cp\.async\.commit_group;" :  :  : "memory"\);')
-_WAIT = re.compile(r'asm volatile\("cp\.async\.wait_group (\d);" :  :  : "memory"\);')
-# ldmatrix: lane l gives the row address of row l % 8 of matrix l / 8 (16 bytes); it receives
-# from each matrix j the word at row l / 4, column l % 4, or with .trans the halves at rows
-# 2 (l % 4) and 2 (l % 4) + 1, column l / 4 (PTX ISA, "ldmatrix")
-_LDSM = re.compile(r'asm volatile\("ldmatrix\.sync\.aligned\.m8n8\.x4(?P<trans>\.trans)?'
-                   r'\.shared\.b16 [^"]*" : ' + ", ".join([r'"=r"\((\w+)\)'] * 4)
-                   + r' : "r"\(\(\(int\)\(\(long\)\((?P<buf>\w+) \+ (?P<off>.*)\)\)\)\)\);$', re.M)
-_MMA16 = re.compile(r'asm volatile\("mma\.sync\.aligned\.m16n8k16[^"]*" : '
-                    + ", ".join([r'"\+f"\((\w+)\)'] * 4) + " : "
-                    + ", ".join([r'"r"\((\w+)\)'] * 6) + r"\);")
-
-
-def emulated_async(src: str, mode: str) -> str:
-    """``src`` with cp.async (``mode``: "eager" or "deferred"), its groups and f16 mma.sync
-    replaced by C, then TF32 mma.sync and cvt as test_mma_generator's :func:`emulated` does."""
-    copy = "ACCY_CP_NOW" if mode == "eager" else "ACCY_CP_LATER"
-    src = _CP.sub(lambda m: f"{copy}({m['dst']}, {m['src']}, {m['n'] or m['size']}, "
-                  f"{m['size']});", src)
-    src = _COMMIT.sub("ACCY_COMMIT();" if mode == "deferred" else ";", src)
-    src = _WAIT.sub((lambda m: f"ACCY_WAIT({m[1]});") if mode == "deferred" else ";", src)
-    src = _LDSM.sub(lambda m: f"ACCY_LDSM({int(bool(m['trans']))}, {m['buf']}, {m['off']}, "
-                    f"{', '.join(m.groups()[1:5])});", src)
-    src = _MMA16.sub(lambda m: f"ACCY_EMU_MMA16({', '.join(m.groups())});", src)
-    if "mma.sync" in src or "cvt.rna" in src:
-        src = emulated(src)
-    else:
-        assert "asm" not in src, src
-        src = EMULATED_MMA + src
-    lines = src.splitlines()
-    at = next(i for i, line in enumerate(lines) if line.startswith("__kernel"))
-    body = next(i for i in range(at, len(lines)) if lines[i].rstrip().endswith("{"))
-    lines[body + 1:body + 1] = [
-        "  __local float emu_a16[8][16][16]; __local float emu_b16[8][16][8];",
-        "  __local int emu_off[8][32];",
-        "  __local uchar *pd_[128]; __global const uchar *ps_[128]; int pn_[128], pg_[128], "
-        "pz_[128];",
-        "  int np_ = 0, ng_ = 0, overflow_ = 0;"]
-    lines.insert(at, EMULATED_ASYNC)
-    return "\n".join(lines) + "\n"
-
-
-def one_line(src: str) -> str:
-    """A probe's source with each asm statement on one line, as the generators write them."""
-    return re.sub(r'\n\s+(?=[:"])', " ", re.sub(r'"\n\s+"', "", src))
-
-
+# whole kernels on PoCL, cp.async and f16 mma emulated (mma_emulation.py) -------------------
 needs_pocl = pytest.mark.skipif(cl is None, reason="needs pyopencl")
 
 
@@ -516,21 +413,6 @@ def test_f16_kernels_compute_the_product_in_emulation(device, pipe, used, experi
         exact = np.maximum(exact + args[2], 0.0)
     # f32 sums of exact products, one f16 rounding of the result (and of the bias sum)
     np.testing.assert_allclose(got.astype(np.float64), exact, rtol=2**-10, atol=1e-6 * k)
-
-
-def run_emulated(device, job, source: str, args: list[np.ndarray], shape, dtype) -> np.ndarray:
-    (kernel,) = job.kernels
-    program = cl.Program(device.context, source).build()
-    flags = cl.mem_flags
-    bufs = [cl.Buffer(device.context, flags.READ_ONLY | flags.COPY_HOST_PTR, hostbuf=x)
-            for x in args]
-    got = np.zeros(shape, dtype)
-    out = cl.Buffer(device.context, flags.READ_WRITE | flags.COPY_HOST_PTR, hostbuf=got)
-    getattr(program, kernel.entry)(device.queue, kernel.geometry.global_size,
-                                   kernel.geometry.local_size, *bufs, out)
-    cl.enqueue_copy(device.queue, got, out)
-    device.queue.finish()
-    return got
 
 
 @needs_pocl

@@ -11,8 +11,8 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from mma_emulation import run_emulated
 from test_mma_generator import EMULATED_MMA, NO_CORES, NV, emulated, matmul, prepared
-from test_mma_pipeline import run_emulated
 
 import accy
 from accy.backends.opencl import tensor_cores

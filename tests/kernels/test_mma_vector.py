@@ -21,9 +21,10 @@ import re
 
 import numpy as np
 import pytest
+from mma_emulation import emulated_async, run_emulated
 from test_mma_generator import NV, emulate_and_check, emulate_block, emulate_mma, matmul, num
 from test_mma_generator import prepared as prepare
-from test_mma_pipeline import ASYNC, emulate_mma16, emulated_async, matmul16, run_emulated
+from test_mma_pipeline import ASYNC, emulate_mma16, matmul16
 
 try:
     import pyopencl as cl

@@ -1,0 +1,134 @@
+"""The PTX of the tensor-core kernels replaced by C, for running whole generated kernels on
+PoCL (test_mma_pipeline.py and the mma and attention tests after it): ``cp.async`` either
+copied at once ("eager": catches a copy into a stage still being read) or held back until the
+``cp.async.wait_group`` that covers it ("deferred": catches a stage read before its copies
+were waited for), the group accounting emulated per work-item as PTX defines it;
+``ldmatrix`` and f16 ``mma.sync`` by exchanges through local memory in the PTX ISA's layouts;
+TF32 ``mma.sync`` and ``cvt`` as test_mma_generator's :func:`emulated` replaces them."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+from test_mma_generator import EMULATED_MMA, emulated
+
+try:
+    import pyopencl as cl
+except ImportError:  # the emulation tests skip without it
+    cl = None
+
+EMULATED_ASYNC = r"""
+#define ACCY_CP_NOW(dst, src, n, size) { \
+  __local uchar *d_ = (__local uchar *)(dst); \
+  __global const uchar *s_ = (__global const uchar *)(src); \
+  for (int q_ = 0; q_ < (size); q_++) d_[q_] = q_ < (n) ? s_[q_] : 0; }
+#define ACCY_CP_LATER(dst, src, n, size) { \
+  pd_[np_] = (__local uchar *)(dst); ps_[np_] = (__global const uchar *)(src); pn_[np_] = (n); \
+  pz_[np_] = (size); pg_[np_] = ng_; np_++; if (np_ > 96) overflow_ = 1; }
+#define ACCY_COMMIT() { ng_++; }
+#define ACCY_WAIT(keep) { int kept_ = 0; \
+  for (int p_ = 0; p_ < np_; p_++) { \
+    if (pg_[p_] < ng_ - (keep)) { ACCY_CP_NOW(pd_[p_], ps_[p_], pn_[p_], pz_[p_]); } \
+    else { pd_[kept_] = pd_[p_]; ps_[kept_] = ps_[p_]; pn_[kept_] = pn_[p_]; \
+           pz_[kept_] = pz_[p_]; pg_[kept_] = pg_[p_]; kept_++; } } \
+  np_ = kept_; }
+static float accy_h(uint bits) {
+  ushort b = (ushort)bits; return vload_half(0, (__private const half *)&b); }
+#define ACCY_LDSM(trans, buf, off, r0, r1, r2, r3) { \
+  const int l_ = get_local_id(0) % 32, w_ = get_local_id(0) / 32, c_ = l_ / 4; \
+  emu_off[w_][l_] = (int)(off); \
+  barrier(CLK_LOCAL_MEM_FENCE); \
+  uint q_[4]; \
+  for (int j_ = 0; j_ < 4; j_++) { \
+    if (!(trans)) { q_[j_] = (uint)(buf)[emu_off[w_][8 * j_ + c_] + l_ % 4]; } \
+    else { \
+      const int lo_ = emu_off[w_][8 * j_ + 2 * (l_ % 4)]; \
+      const int hi_ = emu_off[w_][8 * j_ + 2 * (l_ % 4) + 1]; \
+      q_[j_] = ((((uint)(buf)[lo_ + c_ / 2]) >> (16 * (c_ % 2))) & 0xffffu) \
+               | (((((uint)(buf)[hi_ + c_ / 2]) >> (16 * (c_ % 2))) & 0xffffu) << 16); } } \
+  barrier(CLK_LOCAL_MEM_FENCE); \
+  r0 = q_[0]; r1 = q_[1]; r2 = q_[2]; r3 = q_[3]; }
+#define ACCY_EMU_MMA16(c0, c1, c2, c3, a0, a1, a2, a3, b0, b1) { \
+  const int l_ = get_local_id(0) % 32, w_ = get_local_id(0) / 32, g_ = l_ >> 2, t_ = l_ & 3; \
+  const uint ar_[4] = {a0, a1, a2, a3}, br_[2] = {b0, b1}; \
+  for (int r_ = 0; r_ < 4; r_++) for (int h_ = 0; h_ < 2; h_++) \
+    emu_a16[w_][g_ + 8 * (r_ % 2)][2 * t_ + h_ + 8 * (r_ / 2)] = accy_h(ar_[r_] >> (16 * h_)); \
+  for (int r_ = 0; r_ < 2; r_++) for (int h_ = 0; h_ < 2; h_++) \
+    emu_b16[w_][2 * t_ + h_ + 8 * r_][g_] = accy_h(br_[r_] >> (16 * h_)); \
+  barrier(CLK_LOCAL_MEM_FENCE); \
+  float d_[4] = {c0, c1, c2, c3}; \
+  for (int r_ = 0; r_ < 4; r_++) { \
+    const int row_ = g_ + 8 * (r_ / 2), col_ = 2 * t_ + (r_ % 2); \
+    float s_ = 0.0f; \
+    for (int k_ = 0; k_ < 16; k_++) s_ += emu_a16[w_][row_][k_] * emu_b16[w_][k_][col_]; \
+    d_[r_] += s_; } \
+  barrier(CLK_LOCAL_MEM_FENCE); \
+  c0 = d_[0]; c1 = d_[1]; c2 = d_[2]; c3 = d_[3]; }
+"""
+# cp.async.cg (16 bytes) or .ca (4 or 8), optionally zero-filling past its source size
+_CP = re.compile(r'asm volatile\("cp\.async\.c[ag]\.shared\.global \[%0\], \[%1\], '
+                 r'(?P<size>\d+)(?:, %2)?;" :  : '
+                 r'"r"\(\(\(int\)\(\(long\)\((?P<dst>.*)\)\)\)\), '
+                 r'"l"\((?P<src>.*?)\)(?:, "r"\((?P<n>.*?)\))? : "memory"\);$',
+                 re.M)
+_COMMIT = re.compile(r'asm volatile\("cp\.async\.commit_group;" :  :  : "memory"\);')
+_WAIT = re.compile(r'asm volatile\("cp\.async\.wait_group (\d);" :  :  : "memory"\);')
+# ldmatrix: lane l gives the row address of row l % 8 of matrix l / 8 (16 bytes); it receives
+# from each matrix j the word at row l / 4, column l % 4, or with .trans the halves at rows
+# 2 (l % 4) and 2 (l % 4) + 1, column l / 4 (PTX ISA, "ldmatrix")
+_LDSM = re.compile(r'asm volatile\("ldmatrix\.sync\.aligned\.m8n8\.x4(?P<trans>\.trans)?'
+                   r'\.shared\.b16 [^"]*" : ' + ", ".join([r'"=r"\((\w+)\)'] * 4)
+                   + r' : "r"\(\(\(int\)\(\(long\)\((?P<buf>\w+) \+ (?P<off>.*)\)\)\)\)\);$', re.M)
+_MMA16 = re.compile(r'asm volatile\("mma\.sync\.aligned\.m16n8k16[^"]*" : '
+                    + ", ".join([r'"\+f"\((\w+)\)'] * 4) + " : "
+                    + ", ".join([r'"r"\((\w+)\)'] * 6) + r"\);")
+
+
+def emulated_async(src: str, mode: str) -> str:
+    """``src`` with cp.async (``mode``: "eager" or "deferred"), its groups and f16 mma.sync
+    replaced by C, then TF32 mma.sync and cvt as test_mma_generator's :func:`emulated` does."""
+    copy = "ACCY_CP_NOW" if mode == "eager" else "ACCY_CP_LATER"
+    src = _CP.sub(lambda m: f"{copy}({m['dst']}, {m['src']}, {m['n'] or m['size']}, "
+                  f"{m['size']});", src)
+    src = _COMMIT.sub("ACCY_COMMIT();" if mode == "deferred" else ";", src)
+    src = _WAIT.sub((lambda m: f"ACCY_WAIT({m[1]});") if mode == "deferred" else ";", src)
+    src = _LDSM.sub(lambda m: f"ACCY_LDSM({int(bool(m['trans']))}, {m['buf']}, {m['off']}, "
+                    f"{', '.join(m.groups()[1:5])});", src)
+    src = _MMA16.sub(lambda m: f"ACCY_EMU_MMA16({', '.join(m.groups())});", src)
+    if "mma.sync" in src or "cvt.rna" in src:
+        src = emulated(src)
+    else:
+        assert "asm" not in src, src
+        src = EMULATED_MMA + src
+    lines = src.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("__kernel"))
+    body = next(i for i in range(at, len(lines)) if lines[i].rstrip().endswith("{"))
+    lines[body + 1:body + 1] = [
+        "  __local float emu_a16[8][16][16]; __local float emu_b16[8][16][8];",
+        "  __local int emu_off[8][32];",
+        "  __local uchar *pd_[128]; __global const uchar *ps_[128]; int pn_[128], pg_[128], "
+        "pz_[128];",
+        "  int np_ = 0, ng_ = 0, overflow_ = 0;"]
+    lines.insert(at, EMULATED_ASYNC)
+    return "\n".join(lines) + "\n"
+
+
+def one_line(src: str) -> str:
+    """A probe's source with each asm statement on one line, as the generators write them."""
+    return re.sub(r'\n\s+(?=[:"])', " ", re.sub(r'"\n\s+"', "", src))
+
+
+def run_emulated(device, job, source: str, args: list[np.ndarray], shape, dtype) -> np.ndarray:
+    (kernel,) = job.kernels
+    program = cl.Program(device.context, source).build()
+    flags = cl.mem_flags
+    bufs = [cl.Buffer(device.context, flags.READ_ONLY | flags.COPY_HOST_PTR, hostbuf=x)
+            for x in args]
+    got = np.zeros(shape, dtype)
+    out = cl.Buffer(device.context, flags.READ_WRITE | flags.COPY_HOST_PTR, hostbuf=got)
+    getattr(program, kernel.entry)(device.queue, kernel.geometry.global_size,
+                                   kernel.geometry.local_size, *bufs, out)
+    cl.enqueue_copy(device.queue, got, out)
+    device.queue.finish()
+    return got
