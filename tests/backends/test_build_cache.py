@@ -256,11 +256,19 @@ _CONCURRENT = textwrap.dedent("""
 """)
 
 
-def _processes(env: dict[str, str], count: int) -> list[list]:
-    """``count`` processes running ``_CONCURRENT`` at once; their JSON lines."""
-    procs = [subprocess.Popen([sys.executable, "-c", _CONCURRENT], env=env, text=True,
+def _processes(env: dict[str, str], count: int, pocl_caches: Path) -> list[list]:
+    """``count`` processes running ``_CONCURRENT`` at once; their JSON lines.
+
+    Each process gets its own PoCL kernel cache (a new folder under ``pocl_caches``): PoCL's
+    cache is not safe for processes compiling the same program at once into a cold folder
+    (pocl/pocl#430, #1480; a CI run's process died of SIGSEGV there), and accy's cache, which
+    these tests are about, is."""
+    pocl_caches.mkdir(exist_ok=True)
+    first = len(list(pocl_caches.iterdir()))
+    procs = [subprocess.Popen([sys.executable, "-c", _CONCURRENT], text=True,
+                              env=dict(env, POCL_CACHE_DIR=str(pocl_caches / str(first + i))),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-             for _ in range(count)]
+             for i in range(count)]
     out = []
     for p in procs:
         stdout, stderr = p.communicate(timeout=300)
@@ -278,7 +286,7 @@ def test_concurrent_processes_share_the_cache_under_xdg(device, tmp_path: Path) 
     env.pop("ACCY_BUILD_CACHE_DIR", None)
     env.pop("ACCY_BUILD_CACHE_MIB", None)
     want = [12.0, -2.0, 6.0]
-    for compiled, loaded, values in _processes(env, 3):
+    for compiled, loaded, values in _processes(env, 3, tmp_path / "pocl"):
         assert values == want and compiled + loaded == 1
     folder = tmp_path / "xdg" / "accy" / "kernels"
     entries = list(folder.glob("*" + build_cache.SUFFIX))  # the program's, the probe's
@@ -286,7 +294,7 @@ def test_concurrent_processes_share_the_cache_under_xdg(device, tmp_path: Path) 
     cache = build_cache.DiskCache(folder, 1 << 30)
     assert all(cache.load(e.name.removesuffix(build_cache.SUFFIX)) is not None
                for e in entries)
-    (later,) = _processes(env, 1)
+    (later,) = _processes(env, 1, tmp_path / "pocl")
     assert later == [0, 1, want]
 
 
@@ -297,6 +305,6 @@ def test_processes_keep_the_cache_within_its_size_bound(device, tmp_path: Path) 
     env = dict(os.environ, PYTHONPATH=str(Path(accy.__file__).parents[1]),
                ACCY_BUILD_CACHE_DIR=str(folder), ACCY_BUILD_CACHE="on",
                ACCY_BUILD_CACHE_MIB="0.001")
-    for compiled, loaded, values in _processes(env, 2):
+    for compiled, loaded, values in _processes(env, 2, tmp_path / "pocl"):
         assert values == [12.0, -2.0, 6.0] and (compiled, loaded) == (1, 0)
     assert build_cache.DiskCache(folder, 1024).size() <= 1024

@@ -22,7 +22,9 @@ Safe against concurrent processes without a lock: entries are written with
 :func:`accy.files.atomic_write` (a reader sees a whole entry or none), carry their key and a
 digest of the binary, and an entry that is truncated, foreign or that the driver refuses is
 removed and rebuilt; it never fails a build. A folder that is unsafe or cannot be made turns
-the cache off with a warning.
+the cache off with a warning. PoCL's own kernel cache is not that safe (pocl/pocl#430, #1480):
+processes compiling the same program at once into one cold ``POCL_CACHE_DIR`` can crash inside
+PoCL, so give concurrent processes on PoCL their own ``POCL_CACHE_DIR``.
 """
 
 from __future__ import annotations
