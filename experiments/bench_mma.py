@@ -251,8 +251,8 @@ def with_mma_tiles(job: accy.PreparedJob, tiles: MmaTiles, policy: str) -> accy.
         kind = ("f16" if mma.accepts(group, p.target, accy.DType.f16) else
                 policy if policy in mma.POLICIES and mma.accepts(group, p.target) else None)
         if kind is not None:
-            (built,) = mma.build(group, outlines[k.work_item], item.kind, p.target, kind, tiles)
-            kernels.append(with_spaces(built, p.spaces) if p.spaces is not None else built)
+            built = mma.build(group, outlines[k.work_item], item.kind, p.target, kind, tiles)
+            kernels += [with_spaces(b, p.spaces) if p.spaces is not None else b for b in built]
         else:
             kernels.append(k)
     products = {s: q for s, q in job.products.items() if s.index < Stage.target.index}

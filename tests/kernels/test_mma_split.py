@@ -97,3 +97,17 @@ def test_tiles_padding_the_product_much_are_passed_over(pipe, used):
     assert job.kernels[0].geometry.global_size == (16 * 32 * 128,)  # 64x64 tiles, 4 warps
     wide = prepared(matmul(2048, 128, 2048, batch=16), "3xtf32", NV, pipe)
     assert wide.kernels[0].geometry.global_size == (16 * 16 * 128,)  # 128x128 tiles
+
+
+def test_bench_mma_rebuilds_a_job_with_split_tiles(pipe, used, experiment_script):
+    """``bench_mma --tiles ...:split=N``: the rebuilt job holds both kernels (the chunks' and
+    the summing one), its scratch sized for N chunks."""
+    job = prepared(matmul(128, 128, 1024), "tf32", NV, pipe)
+    assert len(job.kernels) == 1
+    job = experiment_script("bench_mma").with_mma_tiles(
+        job, parse_tiles("64x64x16:2x2:2:split=4"), "tf32")
+    first, second = job.kernels
+    (scratch,) = [a for a in first.args if a.is_scratch]
+    assert scratch.scratch_elems == 4 * 128 * 128
+    assert "k0 = (chunk * 256L)" in job.kernel_source(0)
+    assert [a.name for a in second.args if a.is_scratch] == [scratch.name]  # sums the chunks
