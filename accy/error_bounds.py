@@ -19,8 +19,9 @@ exact arithmetic) and carries, op by op, two things next to every value:
   ``div``, ``rsqrt``, ``reciprocal`` or ``pow`` whose operand's error is comparable to the
   operand (the slope bound no longer holds); a ``pow`` whose base is within its error of 1
   under a non-finite exponent, or negative under an exponent within its error of an integer;
-  a value within its error of the dtype's overflow; and everything computed from such
-  elements.
+  a value within its error of the dtype's overflow, or a (log-)softmax whose exponentials may
+  overflow its dtype (an f16 term beside a +inf in its row, a row summing past the largest
+  value); and everything computed from such elements.
 
 An op without a rule here (one added to the IR later) gets its error by evaluating it with
 its operands moved by their bounds, which is sound for elementwise ops.
@@ -424,16 +425,32 @@ def _row_stats(c: _Ctx) -> tuple[int, Any, Any, Any]:
     return c.vs[0].shape[axis], worst, biggest, u
 
 
+def _exp_overflow(c: _Ctx) -> tuple[np.ndarray, np.ndarray]:
+    """Where a (log-)softmax's exponentials overflow its dtype although float64's do not: the
+    elements whose own term ``exp(x - shift)`` may (the shift is the row's maximum, or 0 when
+    that is not finite, as the interpreter and the kernels take it: so only beside a +inf,
+    where the term's inf / the row's inf gives nan instead of 0), and the rows of finite terms
+    whose sum may (every element then differs)."""
+    axis, x = c.node.attr("axis"), c.vs[0].astype(F64)
+    top = np.max(x, axis=axis, keepdims=True, initial=-np.inf)
+    terms = np.exp(x - np.where(np.isfinite(top), top, 0.0) + c.es[0])  # at the error's top
+    big = float(np.finfo(c.node.type.dtype.numpy).max)
+    finite = np.isfinite(terms)  # a row with an infinite term sums to inf in every dtype
+    total = np.sum(np.where(finite, terms, np.inf), axis=axis, keepdims=True)
+    return finite & (terms >= big), np.isfinite(total) & (total >= big)
+
+
 def _softmax(c: _Ctx) -> tuple[Any, Any]:
     n, worst, biggest, u = _row_stats(c)
     rel = 2 * worst + c.rounding(math.sqrt(n) + _finite(c.mag(0)) + biggest)
-    return np.abs(c.out) * np.expm1(rel) + c.tiny, u
+    term, row = _exp_overflow(c)
+    return np.abs(c.out) * np.expm1(rel) + c.tiny, u | term | row
 
 
 def _log_softmax(c: _Ctx) -> tuple[Any, Any]:
     n, worst, biggest, u = _row_stats(c)
     scale = math.sqrt(n) + _finite(c.mag(0)) + 2 * biggest + _finite(np.abs(c.out))
-    return c.es[0] + worst + c.rounding(scale), u
+    return c.es[0] + worst + c.rounding(scale), u | _exp_overflow(c)[1]
 
 
 def _cross_entropy(c: _Ctx) -> tuple[Any, Any]:

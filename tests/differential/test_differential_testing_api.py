@@ -125,6 +125,28 @@ def test_comparisons_within_rounding_of_their_threshold_are_skipped() -> None:
         1, 1)
 
 
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+def test_softmax_exponentials_overflowing_f16_are_unstable(op: str) -> None:
+    program = parse_program(f"""
+        func @f(%a: f16[3,3]) -> (f16[3,3]) {{
+          %0 = {op}(%a) {{axis=1}} : f16[3,3]
+          return %0
+        }}""")
+    # row 0: beside +inf the shift is 0 and exp(20) overflows f16 (not float64);
+    # row 1: finite, terms at most 1; row 2: beside +inf, exp(3) fits
+    x = np.float16([[20, np.inf, 0], [20, 0, -1], [3, np.inf, 0]])
+    (bound,) = error_bounds(program, [x], {d: t.rtol for d, t in TOLERANCES.items()})
+    want = [[True, False, False], [False] * 3, [False] * 3]
+    assert bound.unstable.tolist() == (want if op == "softmax" else [[False] * 3] * 3)
+    # 70000 terms of exp(0) = 1 sum past f16's largest value (65504): the whole row
+    (long,) = error_bounds(parse_program(f"""
+        func @f(%a: f16[1,70000]) -> (f16[1,70000]) {{
+          %0 = {op}(%a) {{axis=1}} : f16[1,70000]
+          return %0
+        }}"""), [np.zeros((1, 70000), np.float16)], {d: t.rtol for d, t in TOLERANCES.items()})
+    assert long.unstable.all()
+
+
 def test_nan_matches_nan_and_infinities_match_exactly() -> None:
     program = parse_program("""
         func @f(%a: f32[3]) -> (f32[3]) {
