@@ -19,9 +19,12 @@ exact arithmetic) and carries, op by op, two things next to every value:
   ``div``, ``rsqrt``, ``reciprocal`` or ``pow`` whose operand's error is comparable to the
   operand (the slope bound no longer holds); a ``pow`` whose base is within its error of 1
   under a non-finite exponent, or negative under an exponent within its error of an integer;
-  a value within its error of the dtype's overflow, or a (log-)softmax whose exponentials may
-  overflow its dtype (an f16 term beside a +inf in its row, a row summing past the largest
-  value); and everything computed from such elements.
+  a value within its error of the dtype's overflow, a sum (a reduction, an einsum, a
+  convolution, an average pool, a scatter-add) whose terms' magnitudes add up past the
+  dtype's largest value (some order of summing overflows, though the result may not: an f16
+  mean of 60000 and 60000), or a (log-)softmax whose exponentials may overflow its dtype (an
+  f16 term beside a +inf in its row, a row summing past the largest value); and everything
+  computed from such elements.
 
 An op without a rule here (one added to the IR later) gets its error by evaluating it with
 its operands moved by their bounds, which is sound for elementwise ops.
@@ -133,6 +136,15 @@ class _Ctx:
 
     def rounding(self, scale: Any) -> np.ndarray:
         return self.r * np.asarray(scale, F64) + self.tiny
+
+    def overflows(self, total: Any) -> Any:
+        """Where a sum whose (finite) terms' magnitudes add up to ``total`` may overflow the
+        node's dtype in some order of summing (partial sums can reach ``total``; every order
+        is correct), though its result need not (cancellation, or a mean's division); beside
+        an infinite term that decides between inf and nan."""
+        if not self.node.type.dtype.is_float:
+            return False
+        return np.asarray(total, F64) >= float(np.finfo(self.node.type.dtype.numpy).max)
 
     def joined(self) -> np.ndarray:
         shape = self.out.shape
@@ -337,6 +349,7 @@ def _reduce(c: _Ctx) -> tuple[Any, Any]:
         return np.max(c.es[0], axis=axes, keepdims=keep, initial=0.0), u
     e = np.sum(c.es[0], axis=axes, keepdims=keep)
     e = e + c.rounding(math.sqrt(max(count, 1)) * np.sum(c.mag(0), axis=axes, keepdims=keep))
+    u = u | c.overflows(np.sum(_finite(c.mag(0)), axis=axes, keepdims=keep))
     return (e / count if c.node.op is Op.REDUCE_MEAN and count else e), u
 
 
@@ -360,7 +373,7 @@ def _einsum(c: _Ctx) -> tuple[Any, Any]:
         mask = mask | ~np.isfinite(m)
         if mask.any():
             u |= np.einsum(spec, *ones[:i], mask.astype(F64), *ones[i + 1:]) > 0
-    return e, u
+    return e, u | c.overflows(exact)
 
 
 # ---- shaped ops -------------------------------------------------------------------------
@@ -409,7 +422,7 @@ def _scatter_add(c: _Ctx) -> tuple[Any, Any]:
     e = _scatter(c, c.es[0], c.es[2])
     e = e + c.rounding(np.sqrt(count) * _scatter(c, c.mag(0), c.mag(2)))
     u = c.us[0] | (_scatter(c, np.zeros(c.out.shape), c.us[2]) > 0) | c.us[1].any()
-    return e, u
+    return e, u | c.overflows(_scatter(c, _finite(c.mag(0)), _finite(c.mag(2))))
 
 
 def _finite(x: np.ndarray) -> np.ndarray:
@@ -490,7 +503,7 @@ def _conv(c: _Ctx) -> tuple[Any, Any]:
             args = [np.ones(m.shape) for m in mags]
             args[i] = mask.astype(F64)
             u |= _window_f64(c.node, args) > 0
-    return e, u
+    return e, u | c.overflows(exact)
 
 
 def _avg_pool(c: _Ctx) -> tuple[Any, Any]:
@@ -498,7 +511,8 @@ def _avg_pool(c: _Ctx) -> tuple[Any, Any]:
     k = math.prod(c.node.attr("kernel"))
     e = _window_f64(c.node, [c.es[0]])
     e = e + c.rounding(math.sqrt(k) * _window_f64(c.node, [c.mag(0)]))
-    return e, _window_f64(c.node, [c.us[0].astype(F64)]) > 0
+    u = _window_f64(c.node, [c.us[0].astype(F64)]) > 0
+    return e, u | c.overflows(_window_f64(c.node, [_finite(c.mag(0))]))
 
 
 def _windowed(c: _Ctx) -> tuple[Any, Any]:

@@ -31,6 +31,7 @@ from accy.testing import (
     TOLERANCES,
     DifferentialFailure,
     assert_close,
+    check_passes,
     index_bounds,
     programs,
     programs_with,
@@ -145,6 +146,30 @@ def test_softmax_exponentials_overflowing_f16_are_unstable(op: str) -> None:
           return %0
         }}"""), [np.zeros((1, 70000), np.float16)], {d: t.rtol for d, t in TOLERANCES.items()})
     assert long.unstable.all()
+
+
+def test_sums_whose_terms_may_overflow_f16_are_unstable() -> None:
+    program = parse_program("""
+        func @f(%a: f16[3,3]) -> (f16[3], f16[3], f16[3]) {
+          %0 = reduce_mean(%a) {axes=[1], keepdims=false} : f16[3]
+          %1 = reduce_sum(%a) {axes=[1], keepdims=false} : f16[3]
+          %2 = einsum(%a, %a) {spec="ij,ij->i"} : f16[3]
+          return %0, %1, %2
+        }""")
+    # row 0: 60000 + 60000 overflows f16 before the mean divides (and cancels in the sum);
+    # row 1: small; row 2: an inf beside small terms is inf in every order
+    x = np.float16([[6e4, 6e4, -6e4], [1, 2, 3], [np.inf, 1, 2]])
+    rtol = {d: t.rtol for d, t in TOLERANCES.items()}
+    mean, total, dot = error_bounds(program, [x], rtol)
+    assert mean.unstable.tolist() == total.unstable.tolist() == [True, False, False]
+    assert dot.unstable.tolist() == [True, False, True]  # squares of 6e4; an inf term
+    # the f16 mean promoted to f32 by dtype-legalization (6e4, where f16 gives inf) passes
+    mean_only = parse_program("""
+        func @f(%a: f16[2]) -> (f16[]) {
+          %0 = reduce_mean(%a) {axes=[0], keepdims=false} : f16[]
+          return %0
+        }""")
+    assert check_passes(mean_only, [np.float16([6e4, 6e4])]).status == "ok"
 
 
 def test_nan_matches_nan_and_infinities_match_exactly() -> None:
