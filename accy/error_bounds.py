@@ -512,7 +512,8 @@ def _avg_pool(c: _Ctx) -> tuple[Any, Any]:
     e = _window_f64(c.node, [c.es[0]])
     e = e + c.rounding(math.sqrt(k) * _window_f64(c.node, [c.mag(0)]))
     u = _window_f64(c.node, [c.us[0].astype(F64)]) > 0
-    return e, u | c.overflows(_window_f64(c.node, [_finite(c.mag(0))]))
+    # the window's sum (at most k terms: the mean of magnitudes times k bounds it)
+    return e, u | c.overflows(k * _window_f64(c.node, [_finite(c.mag(0))]))
 
 
 def _windowed(c: _Ctx) -> tuple[Any, Any]:

@@ -163,6 +163,15 @@ def test_sums_whose_terms_may_overflow_f16_are_unstable() -> None:
     mean, total, dot = error_bounds(program, [x], rtol)
     assert mean.unstable.tolist() == total.unstable.tolist() == [True, False, False]
     assert dot.unstable.tolist() == [True, False, True]  # squares of 6e4; an inf term
+    # an average pool sums its window before dividing: beside the inf, -6e4 - 6e4 decides
+    # between inf and nan (accy fuzz's f16 search)
+    pool = parse_program("""
+        func @f(%c: f16[1,1,2,4]) -> (f16[1,1,1,2]) {
+          %0 = avg_pool2d(%c) {count_include_pad=false, kernel=[2, 2], pads=[0, 0, 0, 0], strides=[2, 2]} : f16[1,1,1,2]
+          return %0
+        }""")  # noqa: E501
+    (pooled,) = error_bounds(pool, [np.float16([[[[np.inf, -6e4, 1, 2], [-6e4, 1, 3, 4]]]])], rtol)
+    assert pooled.unstable.tolist() == [[[[True, False]]]]
     # the f16 mean promoted to f32 by dtype-legalization (6e4, where f16 gives inf) passes
     mean_only = parse_program("""
         func @f(%a: f16[2]) -> (f16[]) {
