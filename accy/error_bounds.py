@@ -445,7 +445,7 @@ def _exp_overflow(c: _Ctx) -> tuple[np.ndarray, np.ndarray]:
     where the term's inf / the row's inf gives nan instead of 0), and the rows of finite terms
     whose sum may (every element then differs)."""
     axis, x = c.node.attr("axis"), c.vs[0].astype(F64)
-    top = np.max(x, axis=axis, keepdims=True, initial=-np.inf)
+    top = np.fmax.reduce(x, axis=axis, keepdims=True, initial=-np.inf)  # nan ignored
     terms = np.exp(x - np.where(np.isfinite(top), top, 0.0) + c.es[0])  # at the error's top
     big = float(np.finfo(c.node.type.dtype.numpy).max)
     finite = np.isfinite(terms)  # a row with an infinite term sums to inf in every dtype
