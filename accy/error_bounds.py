@@ -19,12 +19,13 @@ exact arithmetic) and carries, op by op, two things next to every value:
   ``div``, ``rsqrt``, ``reciprocal`` or ``pow`` whose operand's error is comparable to the
   operand (the slope bound no longer holds); a ``pow`` whose base is within its error of 1
   under a non-finite exponent, or negative under an exponent within its error of an integer;
-  a value within its error of the dtype's overflow, a sum (a reduction, an einsum, a
-  convolution, an average pool, a scatter-add) whose terms' magnitudes add up past the
-  dtype's largest value (some order of summing overflows, though the result may not: an f16
-  mean of 60000 and 60000), or a (log-)softmax whose exponentials may overflow its dtype (an
-  f16 term beside a +inf in its row, a row summing past the largest value); and everything
-  computed from such elements.
+  a convolution output whose window puts a non-finite weight on the padding (a kernel may
+  skip the padding's 0 * w terms); a value within its error of the dtype's overflow; a sum
+  (a reduction, an einsum, a convolution, an average pool, a scatter-add) whose terms'
+  magnitudes add up past the dtype's largest value (some order of summing overflows, though
+  the result may not: an f16 mean of 60000 and 60000); a (log-)softmax whose exponentials may
+  overflow its dtype (an f16 term beside a +inf in its row, a row summing past the largest
+  value); and everything computed from such elements.
 
 An op without a rule here (one added to the IR later) gets its error by evaluating it with
 its operands moved by their bounds, which is sound for elementwise ops.
@@ -503,6 +504,13 @@ def _conv(c: _Ctx) -> tuple[Any, Any]:
             args = [np.ones(m.shape) for m in mags]
             args[i] = mask.astype(F64)
             u |= _window_f64(c.node, args) > 0
+    # a kernel may skip the padding's terms (0 * w), which are 0 unless w is not finite:
+    # outputs whose window puts a non-finite weight on the padding are unstable
+    bad = ~np.isfinite(c.vs[1])
+    if bad.any():
+        taps = bad.sum(axis=(1, 2, 3)).reshape(1, -1, 1, 1)  # per output channel
+        inside = _window_f64(c.node, [np.ones(c.vs[0].shape), bad.astype(F64)])
+        u |= taps > inside + 0.5
     return e, u | c.overflows(exact)
 
 

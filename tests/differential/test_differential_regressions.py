@@ -78,6 +78,21 @@ def test_promoted_f16_pow_of_a_base_rounding_to_one_under_nan() -> None:
     assert result.status == "ok"
 
 
+def test_convolution_with_a_nan_weight_over_the_padding(device_dtypes: list[DType]) -> None:
+    """accy fuzz (seed 1202): an output whose whole window is padding, under a nan weight, is
+    nan in the interpreter (0 * nan) and 0 in the loop-nest kernel of a constant input, which
+    skips the padding's terms (the direct convolution multiplies them). Both are correct: the
+    error bounds now call such outputs unstable."""
+    program = parse_program("""
+        func @f(%b: f32[1,1,1,1]) -> (f32[1,1,1,2]) {
+          %0 = constant() {value=dense<[0.0]>} : f32[1,1,1,1]
+          %1 = conv2d(%0, %b) {dilations=[1, 1], groups=1, pads=[0, 0, 0, 1], strides=[1, 1]} : f32[1,1,1,2]
+          return %1
+        }""")  # noqa: E501
+    result = check_end_to_end(program, [np.full((1, 1, 1, 1), np.nan, np.float32)])
+    assert result.status == "ok"
+
+
 def test_promoted_f16_softmax_whose_exponential_overflows_f16() -> None:
     """accy fuzz (seed 1202): f16 ``softmax(exp(d))`` with ``d`` = [3, inf] is nan at [0] in
     f16 (beside the +inf the row's shift is 0, and exp(exp(3)) overflows f16: inf / inf) but 0
