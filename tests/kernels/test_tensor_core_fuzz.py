@@ -1,0 +1,169 @@
+"""The tensor-core kernels over random shapes, run on PoCL with their PTX replaced by C (the
+emulation of mma_emulation.py and test_attention_mma.py), against float64 or the interpreter.
+
+Long (tens of seconds an example: PoCL builds each emulated kernel), so these run only under
+the ``fuzz`` hypothesis profile:
+``HYPOTHESIS_PROFILE=fuzz pytest tests/kernels/test_tensor_core_fuzz.py``
+(``max_examples`` a fiftieth of the profile's, 100 each, or ``ACCY_FUZZ_EXAMPLES``). The
+tests of fixed shapes beside this file run in CI.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from mma_emulation import emulated_async
+from test_attention import heads
+from test_attention_mma import F16, KEEP_F16, SAT, emulated_attention, precision
+from test_mma_generator import NV, emulated, matmul, tf32_round
+from test_mma_pipeline import ASYNC, matmul16
+
+import accy
+from accy.builder import einsum, trace
+from accy.ir.interpret import interpret
+from accy.ir.types import DType, TensorType
+
+try:
+    import pyopencl as cl
+except ImportError:
+    cl = None
+
+pytestmark = [
+    pytest.mark.skipif(os.environ.get("HYPOTHESIS_PROFILE") != "fuzz",
+                       reason="long: runs under HYPOTHESIS_PROFILE=fuzz"),
+    pytest.mark.skipif(cl is None, reason="needs pyopencl"),
+]
+_SETTINGS = settings(max_examples=int(os.environ.get("ACCY_FUZZ_EXAMPLES", 0))
+                     or max(1, settings.default.max_examples // 50), deadline=None,
+                     suppress_health_check=list(HealthCheck))
+_SIDES = st.integers(64, 140)  # tensor cores take products from 64 x 64 x 32
+_DEPTHS = st.one_of(st.integers(32, 140), st.sampled_from([2100, 2600]))  # long K: split
+# f16 operands are copied in whole 16-byte vectors: rows of a multiple of 8 halves
+_SIDES16, _DEPTHS16 = (_SIDES.map(lambda x: x // 8 * 8),
+                       st.one_of(st.integers(4, 17).map(lambda x: 8 * x), st.just(2104)))
+_BATCHES = st.sampled_from([0, 0, 1, 3])
+_MODES = st.sampled_from(["eager", "deferred"])  # cp.async copies landing at once or late
+
+
+def _on_pocl(device) -> None:
+    if "Portable Computing Language" not in device.info.platform:
+        pytest.skip("the emulation is checked on PoCL")
+
+
+def _run(device, job: accy.PreparedJob, args: list[np.ndarray], shape, dtype, emulate
+         ) -> np.ndarray:
+    """Every kernel of ``job`` in order (a split product's two), those with PTX emulated,
+    scratch filled with nan; the output."""
+    ctx, queue, flags = device.context, device.queue, cl.mem_flags
+
+    def buf(x):
+        return cl.Buffer(ctx, flags.READ_WRITE | flags.COPY_HOST_PTR, hostbuf=x)
+
+    bufs = {f"in{i}": buf(x) for i, x in enumerate(args)}
+    got = np.zeros(shape, dtype)
+    bufs["out0"] = buf(got)
+    for i, kernel in enumerate(job.kernels):
+        for a in kernel.args:
+            if a.is_scratch and a.name not in bufs:
+                bufs[a.name] = buf(np.full(a.scratch_elems, np.nan, np.float32))
+        src = job.kernel_source(i)
+        program = cl.Program(ctx, emulate(src) if "asm" in src else src).build()
+        getattr(program, kernel.entry)(queue, kernel.geometry.global_size,
+                                       kernel.geometry.local_size,
+                                       *(bufs[a.name] for a in kernel.args))
+    cl.enqueue_copy(queue, got, bufs["out0"])
+    queue.finish()
+    return got
+
+
+@_SETTINGS
+@given(m=_SIDES, n=_SIDES, k=_DEPTHS, batch=_BATCHES, bias=st.booleans(), a_t=st.booleans(),
+       policy=st.sampled_from(["tf32", "3xtf32"]), target=st.sampled_from(["loads", "cp.async",
+                                                                          "one unit"]),
+       mode=_MODES, seed=st.integers(0, 2**16))
+def test_f32_products(device, pipe, used, m, n, k, batch, bias, a_t, policy, target, mode,
+                      seed):
+    _on_pocl(device)
+    profile = {"loads": NV, "cp.async": ASYNC,
+               "one unit": dataclasses.replace(ASYNC, compute_units=1)}[target]
+    job = accy.prepare(matmul(m, n, k, batch, bias, a_t), pipe(f"precision={policy}"),
+                       target=profile)
+    assert used(job) == {f"mma-{policy}": 1}
+    rng = np.random.default_rng(seed)
+    lead = (batch,) if batch else ()
+    a = rng.uniform(-1, 1, (*lead, m, k)).astype(np.float32)
+    b = rng.uniform(-1, 1, (*lead, k, n)).astype(np.float32)
+    args = [np.ascontiguousarray(np.swapaxes(a, -1, -2)) if a_t else a, b]
+    args += [rng.uniform(-1, 1, n).astype(np.float32)] if bias else []
+    emulate = emulated if target == "loads" else lambda src: emulated_async(src, mode)
+    got = _run(device, job, args, (*lead, m, n), np.float32, emulate)
+    want = (tf32_round(a).astype(np.float64) @ tf32_round(b).astype(np.float64)
+            if policy == "tf32" else a.astype(np.float64) @ b.astype(np.float64))
+    want = np.maximum(want + args[2], 0.0) if bias else want
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6 * k)
+
+
+@_SETTINGS
+@given(m=_SIDES, n=_SIDES16, k=_DEPTHS16, batch=_BATCHES, bias=st.booleans(), b_t=st.booleans(),
+       units=st.sampled_from([132, 1]), mode=_MODES, seed=st.integers(0, 2**16))
+def test_f16_products(device, pipe, used, m, n, k, batch, bias, b_t, units, mode, seed):
+    _on_pocl(device)
+    job = accy.prepare(matmul16(m, n, k, batch, bias, b_t), pipe("precision=ieee"),
+                       target=dataclasses.replace(ASYNC, compute_units=units))
+    assert used(job) == {"mma-f16": 1}
+    rng = np.random.default_rng(seed)
+    lead = (batch,) if batch else ()
+    a = rng.uniform(-1, 1, (*lead, m, k)).astype(np.float16)
+    b = rng.uniform(-1, 1, (*lead, k, n)).astype(np.float16)
+    args = [a, np.ascontiguousarray(np.swapaxes(b, -1, -2)) if b_t else b]
+    args += [rng.uniform(-1, 1, n).astype(np.float16)] if bias else []
+    got = _run(device, job, args, (*lead, m, n), np.float16,
+               lambda src: emulated_async(src, mode))
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    exact = np.maximum(exact + args[2], 0.0) if bias else exact
+    # f32 sums of exact products, one f16 rounding of the result (and of the bias sum)
+    np.testing.assert_allclose(got.astype(np.float64), exact, rtol=2**-10, atol=1e-6 * k)
+
+
+@_SETTINGS
+@given(b=st.integers(1, 2), h=st.integers(1, 2), sq=st.integers(1, 150),
+       sk=st.integers(1, 150), d=st.sampled_from([8, 16, 24, 32, 64]),
+       dv=st.sampled_from([8, 16, 32, 64]), mask=st.sampled_from(["none", "additive", "causal"]),
+       kind=st.sampled_from(["3xtf32", "tf32", "f16", "f16 promoted"]), mode=_MODES,
+       seed=st.integers(0, 2**16))
+def test_attention(device, b, h, sq, sk, d, dv, mask, kind, mode, seed):
+    _on_pocl(device)
+    rng = np.random.default_rng(seed)
+    if kind.startswith("f16"):
+        scale = 1.0 / np.sqrt(d)
+
+        def f(q, k, v):
+            s = einsum("bhqd,bhkd->bhqk", q, k) * scale
+            return einsum("bhqk,bhkd->bhqd", accy.softmax(s, -1), v)
+
+        types = [TensorType((b, h, n, e), DType.f16) for n, e in ((sq, d), (sk, d), (sk, dv))]
+        prog = trace(f, *types, name="attn16")
+        inputs = [rng.standard_normal(t.shape).astype(np.float16) for t in types]
+        # f16 kept (native f16), or stored only: scale and softmax promoted to f32
+        pipeline, target = ((KEEP_F16, F16) if kind == "f16" else
+                            ("accy-default", dataclasses.replace(F16, dtypes=NV.dtypes)))
+        policy = "f16"
+    else:
+        prog = heads(b, h, sq, sk, d, dv, mask=mask)
+        inputs = [rng.standard_normal(p.type.shape).astype(np.float32)
+                  for p in prog.functions[0].params]
+        pipeline, target, policy = ((precision("tf32", "always"), NV, "tf32") if kind == "tf32"
+                                    else ("accy-default", SAT, "3xtf32"))
+    job = accy.prepare(prog, pipeline, target=target)
+    assume(job.generators() == {f"mma-attention-{policy}": 1})  # not e.g. a single key
+    job._sources[0] = emulated_attention(job.kernel_source(0), mode)
+    (got,) = job.executable(device=device)(*inputs)
+    (want,) = interpret(prog, list(inputs))
+    tol = {"3xtf32": 1e-5, "tf32": 3e-3, "f16": 1e-2}[policy]
+    np.testing.assert_allclose(np.asarray(got, np.float64), np.asarray(want, np.float64),
+                               rtol=tol, atol=tol)
