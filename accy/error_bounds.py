@@ -448,10 +448,9 @@ def _exp_overflow(c: _Ctx) -> tuple[np.ndarray, np.ndarray]:
     axis, x = c.node.attr("axis"), c.vs[0].astype(F64)
     top = np.fmax.reduce(x, axis=axis, keepdims=True, initial=-np.inf)  # nan ignored
     terms = np.exp(x - np.where(np.isfinite(top), top, 0.0) + c.es[0])  # at the error's top
-    big = float(np.finfo(c.node.type.dtype.numpy).max)
     finite = np.isfinite(terms)  # a row with an infinite term sums to inf in every dtype
     total = np.sum(np.where(finite, terms, np.inf), axis=axis, keepdims=True)
-    return finite & (terms >= big), np.isfinite(total) & (total >= big)
+    return finite & c.overflows(terms), np.isfinite(total) & c.overflows(total)
 
 
 def _softmax(c: _Ctx) -> tuple[Any, Any]:

@@ -27,8 +27,8 @@ dtype-legalization leaves them. Selection (:func:`plan`): the target's probe fou
 tensor cores (f16: and ``cp.async``; ``shfl``, ``ldmatrix``, ``cvt.rn.f16x2`` and ``ex2``
 exist wherever ``mma.sync`` does), features multiples of 8 (f16: 16) up to
 :data:`MAX_FEATURES`, f16 K and V rows contiguous and 16-byte aligned, two key tiles in local
-memory. ``fusion-planning{attention=auto}`` merges attention where the default policy takes
-this form (:func:`accy.passes.dispatch.attention_fusion.pays`).
+memory. ``fusion-planning{attention=auto}`` merges attention where kernelization's precision
+takes this form (:func:`accy.passes.dispatch.attention_fusion.pays`).
 """
 
 from __future__ import annotations
@@ -347,8 +347,8 @@ class _Builder(_AttentionBuilder):
                 ok = [Bin("<", add(k0, key), idx(a.nk))] if a.nk % t.bk else []
                 if (t.bk * feats // w) % t.threads:
                     ok.append(Bin("<", key, idx(t.bk)))
-                zero = exprs.const(0.0, F32)
                 if (cond := all_of(ok)) is not None:
+                    zero = exprs.const(0.0, F32)
                     value = Cond(cond, value, zero if w == 1 else Splat(F32, w, zero))
                 name = f"fa_{side}r{i}"
                 out.append(Let(name, F32, value, True, w) if first else Assign(name, value))

@@ -120,15 +120,33 @@ def one_line(src: str) -> str:
 
 
 def run_emulated(device, job, source: str, args: list[np.ndarray], shape, dtype) -> np.ndarray:
-    (kernel,) = job.kernels
-    program = cl.Program(device.context, source).build()
-    flags = cl.mem_flags
-    bufs = [cl.Buffer(device.context, flags.READ_ONLY | flags.COPY_HOST_PTR, hostbuf=x)
-            for x in args]
+    """The one kernel of ``job`` built from ``source`` (its emulated form), run on ``args``;
+    the output."""
+    (_,) = job.kernels
+    return run_kernels(device, job, [source], args, shape, dtype)
+
+
+def run_kernels(device, job, sources: list[str], args: list[np.ndarray], shape, dtype
+                ) -> np.ndarray:
+    """Every kernel of ``job`` in order (a split product's two), each built from its entry of
+    ``sources``, its arguments bound by name (``in<i>`` the i-th of ``args``, scratch filled
+    with nan, ``out0``); the output."""
+    ctx, queue, flags = device.context, device.queue, cl.mem_flags
+
+    def buf(x):
+        return cl.Buffer(ctx, flags.READ_WRITE | flags.COPY_HOST_PTR, hostbuf=x)
+
+    bufs = {f"in{i}": buf(x) for i, x in enumerate(args)}
     got = np.zeros(shape, dtype)
-    out = cl.Buffer(device.context, flags.READ_WRITE | flags.COPY_HOST_PTR, hostbuf=got)
-    getattr(program, kernel.entry)(device.queue, kernel.geometry.global_size,
-                                   kernel.geometry.local_size, *bufs, out)
-    cl.enqueue_copy(device.queue, got, out)
-    device.queue.finish()
+    bufs["out0"] = buf(got)
+    for kernel, source in zip(job.kernels, sources, strict=True):
+        for a in kernel.args:
+            if a.is_scratch and a.name not in bufs:
+                bufs[a.name] = buf(np.full(a.scratch_elems, np.nan, np.float32))
+        program = cl.Program(ctx, source).build()
+        getattr(program, kernel.entry)(queue, kernel.geometry.global_size,
+                                       kernel.geometry.local_size,
+                                       *(bufs[a.name] for a in kernel.args))
+    cl.enqueue_copy(queue, got, bufs["out0"])
+    queue.finish()
     return got

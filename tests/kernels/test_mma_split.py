@@ -9,6 +9,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+from mma_emulation import run_kernels
 from test_mma_generator import NV, emulated, matmul, prepared
 
 from accy.kernels.mma_plan import MmaTiles, parse_tiles
@@ -67,23 +68,8 @@ def test_split_kernels_compute_the_product_in_emulation(device, pipe, used, prec
     rng = np.random.default_rng(2)
     a, b = (rng.uniform(-1, 1, s).astype(np.float32) for s in ((m, k), (k, n)))
     bias = rng.uniform(-1, 1, n).astype(np.float32)
-    ctx, queue, flags = device.context, device.queue, cl.mem_flags
-
-    def buf(x):
-        return cl.Buffer(ctx, flags.READ_WRITE | flags.COPY_HOST_PTR, hostbuf=x)
-
-    parts = buf(np.full(scratch.scratch_elems, np.nan, np.float32))
-    out = np.zeros((m, n), np.float32)
-    out_buf = buf(out)
-    bufs = {"in0": buf(a), "in1": buf(b), "in2": buf(bias), "scratch0": parts, "out0": out_buf}
-    for i, kernel in enumerate(job.kernels):
-        src = job.kernel_source(i)
-        program = cl.Program(ctx, emulated(src) if i == 0 else src).build()
-        getattr(program, kernel.entry)(queue, kernel.geometry.global_size,
-                                       kernel.geometry.local_size,
-                                       *(bufs[arg.name] for arg in kernel.args))
-    cl.enqueue_copy(queue, out, out_buf)
-    queue.finish()
+    sources = [emulated(job.kernel_source(0)), job.kernel_source(1)]  # PTX in the first
+    out = run_kernels(device, job, sources, [a, b, bias], (m, n), np.float32)
     exact = a.astype(np.float64) @ b.astype(np.float64)
     tol = 2e-3 * np.sqrt(k) if precision == "tf32" else 1e-6 * k  # TF32: operands rounded
     np.testing.assert_allclose(out, np.maximum(exact + bias, 0), rtol=0, atol=tol)

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from mma_emulation import emulated_async
+from mma_emulation import emulated_async, run_kernels
 from test_attention import heads
 from test_attention_mma import F16, KEEP_F16, SAT, emulated_attention, precision
 from test_mma_generator import NV, emulated, matmul, tf32_round
@@ -57,28 +57,10 @@ def _on_pocl(device) -> None:
 
 def _run(device, job: accy.PreparedJob, args: list[np.ndarray], shape, dtype, emulate
          ) -> np.ndarray:
-    """Every kernel of ``job`` in order (a split product's two), those with PTX emulated,
-    scratch filled with nan; the output."""
-    ctx, queue, flags = device.context, device.queue, cl.mem_flags
-
-    def buf(x):
-        return cl.Buffer(ctx, flags.READ_WRITE | flags.COPY_HOST_PTR, hostbuf=x)
-
-    bufs = {f"in{i}": buf(x) for i, x in enumerate(args)}
-    got = np.zeros(shape, dtype)
-    bufs["out0"] = buf(got)
-    for i, kernel in enumerate(job.kernels):
-        for a in kernel.args:
-            if a.is_scratch and a.name not in bufs:
-                bufs[a.name] = buf(np.full(a.scratch_elems, np.nan, np.float32))
-        src = job.kernel_source(i)
-        program = cl.Program(ctx, emulate(src) if "asm" in src else src).build()
-        getattr(program, kernel.entry)(queue, kernel.geometry.global_size,
-                                       kernel.geometry.local_size,
-                                       *(bufs[a.name] for a in kernel.args))
-    cl.enqueue_copy(queue, got, bufs["out0"])
-    queue.finish()
-    return got
+    """Every kernel of ``job`` (a split product's two), those with PTX emulated."""
+    sources = [job.kernel_source(i) for i in range(len(job.kernels))]
+    return run_kernels(device, job, [emulate(s) if "asm" in s else s for s in sources], args,
+                       shape, dtype)
 
 
 @_SETTINGS
