@@ -289,11 +289,12 @@ class _Builder(VectorLoads, Stores):
         return out
 
     # compute ----------------------------------------------------------------------------
-    def operand(self, name: str, value: Expr) -> list[Stmt]:
-        """Registers of one fragment value: ``name`` (tf32 bits), or ``name`` (big) and
-        ``name``_s (small) under 3xtf32 (the value's bits alone where it is exact in TF32)."""
+    def operand(self, side: str, name: str, value: Expr) -> list[Stmt]:
+        """Registers of one fragment value of operand ``side`` (``a`` or ``b``): ``name``
+        (tf32 bits), or ``name`` (big) and ``name``_s (small) under 3xtf32 (the value's bits
+        alone where that operand is exact in TF32)."""
         if (self.policy == "tf32" and (not self.pipelined or self.round_tile)  # rounded there
-                or self.policy == "3xtf32" and not self.split[name[0]]):
+                or self.policy == "3xtf32" and not self.split[side]):
             return [Let(name, DType.i32, Call("bitcast_i32", (value,)))]
         return tf32_registers(name, value, self.policy, self.big_cvt)
 
@@ -311,7 +312,7 @@ class _Builder(VectorLoads, Stores):
                     at = add(add(a_off, self.a_base), idx(a_offset(t, mi, kk, r)))
                     name = f"a{kk}_{mi}_{r}"
                     out += ([Let(name, DType.i32, Load("a_tile", at))] if self.f16
-                            else self.operand(name, Load("a_tile", at)))
+                            else self.operand("a", name, Load("a_tile", at)))
             for ni in range(t.frags_n):
                 for r in range(2):
                     name = f"b{kk}_{ni}_{r}"
@@ -319,7 +320,7 @@ class _Builder(VectorLoads, Stores):
                         out.append(Let(name, DType.i32, self.half_pair(b_off, ni, kk, r)))
                         continue
                     at = add(add(b_off, self.b_base), idx(b_offset(t, ni, kk, r)))
-                    out += self.operand(name, Load("b_tile", at))
+                    out += self.operand("b", name, Load("b_tile", at))
             out += self.mmas(kk)
         return out
 

@@ -101,9 +101,9 @@ class VectorLoads:
                 for e in range(4):
                     regs[f"b{kk}_{4 * v + e}_{hk}"] = lanes[e]
             for mi, r in itertools.product(range(t.frags_m), range(4)):
-                out += self.operand(f"a{kk}_{mi}_{r}", regs[f"a{kk}_{mi}_{r}"])
+                out += self.operand("a", f"a{kk}_{mi}_{r}", regs[f"a{kk}_{mi}_{r}"])
             for ni, r in itertools.product(range(t.frags_n), range(2)):
-                out += self.operand(f"b{kk}_{ni}_{r}", regs[f"b{kk}_{ni}_{r}"])
+                out += self.operand("b", f"b{kk}_{ni}_{r}", regs[f"b{kk}_{ni}_{r}"])
             out += self.mmas(kk)
         return out
 

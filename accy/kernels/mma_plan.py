@@ -227,10 +227,6 @@ SMALL16 = MmaTiles(64, 64, 32, 2, 2, f16=True)
 # with scalar loads from padded tiles (their vector loads measured slower)
 CANDIDATES = (WIDE, SMALL)
 CANDIDATES16 = tuple(replace(t, loads="vector") for t in (WIDE16, SMALL16))
-# an f16 product of at most SHORT_K16 (4 K steps) takes the small tiles: each group's copies
-# and stores outweigh its few mma, and 4x the groups overlap them (a bench_mma --tiles sweep,
-# papers/kernels.md "Seventh session"; f32 products measured no better or slower so)
-SHORT_K16 = 128
 # tiles padding M x N by more than this are passed over for smaller ones: attention's P V
 # (N = 64, the head dimension) on 128x128 tiles computes twice its outputs
 MAX_PADDING = 1.25
@@ -417,19 +413,16 @@ def fits(t: MmaTiles, target: TargetProfile) -> bool:
 def choose_tiles(c: Contraction, target: TargetProfile, pipelined: bool,
                  candidates: tuple[MmaTiles, ...] | None = None) -> MmaTiles:
     """The first of ``candidates`` (largest first; default 128x128 then 64x64 tiles,
-    :data:`CANDIDATES`, :data:`CANDIDATES16` for f16, its 64x64 alone for K of at most
-    :data:`SHORT_K16`) that fits the target (:func:`fits`), pads M x N by at most
-    :data:`MAX_PADDING` (else the least padding) and gives every compute unit a work-group
-    with K split where :func:`split_k` says (not for given candidates), else the one making
-    the most work-groups, the larger on a tie; with
+    :data:`CANDIDATES`, :data:`CANDIDATES16` for f16, whatever K is) that fits the target
+    (:func:`fits`), pads M x N by at most :data:`MAX_PADDING` (else the least padding) and
+    gives every compute unit a work-group with K split where :func:`split_k` says (not for
+    given candidates), else the one making the most work-groups, the larger on a tie; with
     ``cp.async`` (``pipelined``) as many stages, up to 3, as local memory holds and K has steps
     (a stage beyond the last K step would only hold local memory; sweep others with
     ``experiments/bench_mma.py --stages``)."""
     given = candidates is not None
     if not given:
-        candidates = CANDIDATES
-        if c.dtype is DType.f16:
-            candidates = CANDIDATES16[1:] if c.k.size <= SHORT_K16 else CANDIDATES16
+        candidates = CANDIDATES16 if c.dtype is DType.f16 else CANDIDATES
     pool = tuple(for_dtype(t, c.dtype) for t in candidates)
     fitting = [t for t in pool if fits(t, target)] or [pool[-1]]
 

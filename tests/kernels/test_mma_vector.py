@@ -292,11 +292,13 @@ def test_choose_tiles_weighs_compute_units_work_group_size_and_local_memory(pipe
     assert choose_tiles(c, NV, True).loads == "scalar"
 
 
-def test_f16_products_of_short_k_take_the_small_tiles(pipe, used):
-    """K of at most 4 steps of 32 (SHORT_K16): 64x64 tiles, four times the groups to overlap
-    each one's copies and stores; longer K keeps 128x128 (bench_mma sweep, mma_plan)."""
-    for k, groups in ((64, 32 * 8 * 8), (128, 32 * 8 * 8), (256, 32 * 4 * 4)):
-        job = prepare(matmul16(512, 512, k, batch=32), "ieee", ASYNC, pipe)
+def test_f16_products_of_short_k_take_the_large_tiles(pipe, used):
+    """Short K as long K: 128x128 tiles where they fill the units (a bench_mma sweep of five
+    f16 shapes of K 64 to 256 with staged stores, papers/kernels.md "Tenth session": 3-25%
+    faster than 64x64 ones); 64x64 where 128x128 would leave units idle."""
+    for batch, k, groups in ((32, 64, 32 * 4 * 4), (32, 128, 32 * 4 * 4), (32, 256, 32 * 4 * 4),
+                             (1, 64, 8 * 8)):  # 16 tiles of 128x128 for 132 units
+        job = prepare(matmul16(512, 512, k, batch=batch), "ieee", ASYNC, pipe)
         assert used(job) == {"mma-f16": 1}
         assert job.kernels[0].geometry.global_size == (groups * 128,)
 
