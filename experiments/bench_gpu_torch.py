@@ -25,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-KINDS = ("gemm", "bgemm", "attention", "layernorm", "rmsnorm", "softmax", "mlp", "chain")
+KINDS = ("gemm", "bgemm", "attention", "layernorm", "rmsnorm", "softmax", "mlp", "chain",
+         "add")
 WARMUP = 3
 LN_EPS, RMS_EPS = 1e-5, 1e-6
 GPU_WORK = ("kernel", "gpu_memset", "gpu_memcpy")  # Kineto activity types of GPU work
@@ -94,6 +95,9 @@ def torch_fn(kind: str, dims: dict[str, int], torch: Any) -> Callable[..., Any]:
     elif kind == "chain":
         def f(a, b):
             return torch.maximum((a + b) * b - b, b)
+    elif kind == "add":
+        def f(a, b):
+            return a + b
     else:
         raise ValueError(f"program kind {kind!r}: one of {', '.join(KINDS)}")
     return f

@@ -123,6 +123,9 @@ def test_bench_gpu_speeds_and_summary_with_torch_results(bench, device, monkeypa
 
     def fake_bench_torch(kind, dims, arrays, repeat, compile_mode, check, torch):
         assert torch == "fake-torch" and compile_mode == "default" and repeat == 2
+        if kind == "add":  # the timer calibration: torch's launch takes no time here
+            t = {"kernel_ms": 1e-9, "call_ms": 1.0, "kernels": 1, "kernel_names": ["k"]}
+            return {"eager": t, "compile": t, "note": None}
         name = kind if kind != "gemm" else "gemm_skinny" if dims["M"] == 4 else "gemm_small_k"
         t = {"kernel_ms": compile_ms[name], "call_ms": 1.5 * compile_ms[name], "kernels": 1,
              "kernel_names": ["k"]}
@@ -151,3 +154,23 @@ def test_bench_gpu_speeds_and_summary_with_torch_results(bench, device, monkeypa
         "row reduction": rows["rmsnorm"]["speed_vs_compile"]}
     assert s["goal_geomean_ge_1"] == (s["geomean_vs_compile"] >= 1.0)
     assert result["torch"] == {"device": "fake"}
+    # the calibration: accy's 32-element a + b less torch's is taken off every accy row
+    cal = result["calibration"]
+    tiny, add = cal["rows"]
+    assert [tiny["program"], add["program"]] == ["calibration_tiny", "calibration_add"]
+    assert tiny["status"] == add["status"] == "ok" and tiny["dims"] == {"N": 32}
+    offset = cal["offset_ms"]
+    assert offset == pytest.approx(tiny["accy"]["kernel_ms"] - 1e-9)
+    assert tiny["accy"]["kernel_ms_net"] == pytest.approx(1e-9)  # torch's, by construction
+    nets = {}
+    for name, ms in compile_ms.items():
+        a = rows[name]["accy"]
+        net = a["kernel_ms"] - offset
+        assert a["kernel_ms_net"] == (pytest.approx(net) if net > 0 else None)
+        want = ms / net if net > 0 else None
+        assert rows[name]["speed_vs_compile_net"] == (want and pytest.approx(want))
+        if want:
+            nets[name] = want
+    assert s["geomean_vs_compile_net"] == (
+        pytest.approx(np.prod(list(nets.values())) ** (1 / len(nets))) if nets else None)
+    assert "calibration" not in s["class_min_vs_compile"]
