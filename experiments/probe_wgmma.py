@@ -1,0 +1,314 @@
+"""Probe: Hopper's wgmma from OpenCL through PTX program binaries (NVIDIA H100/H200 only).
+
+    ACCY_DEVICE=nvidia OUT=results python experiments/probe_wgmma.py
+        [WG_VARIANT=k_adjacent.lbo=k] [WG_DECODE=a_lo|a_hi|b] [WG_SINGLE=1] [WG_ITERS=4000]
+
+NVIDIA's OpenCL compiles OpenCL C to PTX for `.target sm_90`, where ptxas rejects wgmma.* (an
+sm_90a feature), and has no option for sm_90a. Its program binaries are PTX text, and a program
+can be created from a binary. So: build OpenCL C whose inline asm holds placeholder comments
+(`// @@NAME operands`: ptxas ignores comments; the operands make the compiler keep and bind
+the registers), take the PTX, replace the placeholders by wgmma instructions and the target by
+sm_90a, build the program from that PTX. Steps: (1) round trip of a plain kernel through its
+PTX; (2) the same at .target sm_90a; (3) one wgmma m64n8k16 f16 -> f32 against numpy, A and B
+in local memory as 8x16-byte core matrices (no swizzle), K-adjacent or row-adjacent, the
+descriptor's (LBO, SBO) both ways; (4) a loop of wgmma m64n128k16 (4 per K step of 64) on
+local tiles: TFLOP/s with no global traffic, as the mma.sync probes. Results to
+$OUT/probe_wgmma.json.
+
+``WG_VARIANT`` runs one variant of step (3) alone (a fault ends the OpenCL context, so each in
+its own process); ``WG_DECODE`` replaces its random operands by ones that show which element
+lands where (``a_lo``/``a_hi``: A numbered 16r + k, B picking column k = c or c + 8; ``b``: A
+picking row k = r % 16 of B numbered 8k + n); ``WG_SINGLE=1`` has one work-item write both
+tiles. On the H200 (papers/kernels.md, "Tenth session") steps (1), (2) and (4) pass (960
+TFLOP/s); step (3)'s layout is not right yet."""
+import json
+import os
+import re
+import statistics
+import sys
+
+import numpy as np
+import pyopencl as cl
+
+from accy.backends.registry import open_device
+
+OUT = os.environ.get("OUT", "/tmp")
+runtime, target = open_device(os.environ.get("ACCY_DEVICE", "nvidia"))
+ctx, q, dev = runtime.context, runtime.queue, runtime.device
+res: dict = {"device": dev.name}
+
+
+VARIANT = os.environ.get("WG_VARIANT")  # one layout.fields of step (3) alone, in its own process
+
+
+def save():
+    tag = "".join(f"_{v}" for v in (VARIANT, os.environ.get("WG_DECODE"),
+                                    os.environ.get("WG_SINGLE")) if v)
+    with open(os.path.join(OUT, f"probe_wgmma{tag.replace('=', '_')}.json"), "w") as f:
+        json.dump(res, f, indent=1, default=str)
+
+
+def ptx_of(src: str) -> str:
+    prg = cl.Program(ctx, src).build()
+    return prg.binaries[0].decode()
+
+
+def from_ptx(ptx: str) -> cl.Program:
+    return cl.Program(ctx, [dev], [ptx.encode()]).build()
+
+
+def sm90a(ptx: str) -> str:
+    ptx = re.sub(r"\.target\s+sm_90\b", ".target sm_90a", ptx)
+    m = re.search(r"\.version\s+(\d+)\.(\d+)", ptx)
+    if m and (int(m.group(1)), int(m.group(2))) < (8, 0):
+        ptx = ptx.replace(m.group(0), ".version 8.0")
+    return ptx
+
+
+WG = {
+    "FENCE": lambda ops: "wgmma.fence.sync.aligned;",
+    "COMMIT": lambda ops: "wgmma.commit_group.sync.aligned;",
+    "WAIT0": lambda ops: "wgmma.wait_group.sync.aligned 0;",  # operands: registers it settles
+    "PROXY": lambda ops: "fence.proxy.async.shared::cta;",
+}
+
+
+def mma_text(n: int):
+    def f(ops: list[str]) -> str:
+        d, da, db, one = ops[:-3], ops[-3], ops[-2], ops[-1]
+        assert len(d) == n // 2, (n, len(d))
+        return (f"{{ .reg .pred p; setp.ne.b32 p, {one}, 0; "
+                f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16 {{{', '.join(d)}}}, "
+                f"{da}, {db}, p, 1, 1, 0, 0; }}")
+    return f
+
+
+def substitute(ptx: str) -> str:
+    def repl(m):
+        name, rest = m.group(1), m.group(2)
+        ops = [o.strip() for o in rest.split(",") if o.strip()]
+        if name.startswith("MMA"):
+            return mma_text(int(name[3:]))(ops)
+        return WG[name](ops)
+    return re.sub(r"//\s*@@(\w+)([^\n]*)", repl, ptx)
+
+
+def step(name, fn):
+    try:
+        r = fn()
+        res[name] = {"ok": True, **(r or {})}
+        print(name, "ok", r if r else "", flush=True)
+        return True
+    except Exception as exc:  # noqa: BLE001
+        res[name] = {"ok": False, "error": str(exc)[:1500]}
+        print(name, "FAILED", str(exc)[:1500], flush=True)
+        return False
+    finally:
+        save()
+
+
+# (1), (2): round trips --------------------------------------------------------------------
+AXPY = """__kernel void axpy(__global float* y, __global const float* x) {
+  const int i = get_global_id(0); y[i] += 2.0f * x[i]; }"""
+
+
+def round_trip(edit):
+    ptx = edit(ptx_of(AXPY))
+    prg = from_ptx(ptx)
+    x = np.arange(256, dtype=np.float32)
+    y = np.ones(256, np.float32)
+    bx = cl.Buffer(ctx, cl.mem_flags.COPY_HOST_PTR, hostbuf=x)
+    by = cl.Buffer(ctx, cl.mem_flags.COPY_HOST_PTR, hostbuf=y)
+    prg.axpy(q, (256,), (64,), by, bx)
+    out = np.empty_like(y)
+    cl.enqueue_copy(q, out, by)
+    q.finish()
+    assert np.array_equal(out, 1 + 2 * x), out[:8]
+    head = [ln for ln in ptx.splitlines() if ln.startswith((".version", ".target"))]
+    return {"ptx_head": head}
+
+
+if not VARIANT:
+    step("round_trip", lambda: round_trip(lambda p: p))
+    step("round_trip_sm90a", lambda: round_trip(sm90a))
+
+# (3) one wgmma m64n8k16 -----------------------------------------------------------------------
+COMMON = r"""
+ulong desc(uint addr, uint lbo, uint sbo) {
+  return (ulong)((addr & 0x3FFFF) >> 4) | ((ulong)((lbo >> 4) & 0x3FFF) << 16)
+       | ((ulong)((sbo >> 4) & 0x3FFF) << 32);
+}
+/* element (r, k) of a rows x K f16 tile at byte (r/8)*S + (k/8)*128 + (r%8)*16 + (k%8)*2,
+   S = K/8*128: 8x16-byte core matrices, K-adjacent ones 128 bytes apart */
+int cm(int r, int k, int K) {
+  return ((r / 8) * (K / 8) * 128 + (k / 8) * 128 + (r % 8) * 16 + (k % 8) * 2) / 2;
+}
+"""
+ONE = COMMON + r"""
+/* element (r, k) of a tile at byte (r/8)*smn + (k/8)*sk + (r%8)*16 + (k%8)*2 */
+int at(int r, int k, uint smn, uint sk) {
+  return ((r / 8) * smn + (k / 8) * sk + (r % 8) * 16 + (k % 8) * 2) / 2;
+}
+__kernel __attribute__((reqd_work_group_size(128, 1, 1)))
+void wg1(__global const ushort* A, __global const ushort* Bt, __global float* D,
+         uint amn, uint ak, uint bmn, uint bk, uint alo, uint aso, uint blo, uint bso) {
+  __local ushort As[64 * 16];
+  __local ushort Bs[8 * 16];
+  const int t = get_local_id(0);
+#if SINGLE_WRITER
+  if (t == 0) {
+    for (int i = 0; i < 64 * 16; i++) As[at(i / 16, i % 16, amn, ak)] = A[i];
+    for (int i = 0; i < 8 * 16; i++) Bs[at(i / 16, i % 16, bmn, bk)] = Bt[i];
+  }
+#else
+  for (int i = t; i < 64 * 16; i += 128) As[at(i / 16, i % 16, amn, ak)] = A[i];
+  for (int i = t; i < 8 * 16; i += 128) Bs[at(i / 16, i % 16, bmn, bk)] = Bt[i];
+#endif
+  asm volatile("// @@PROXY" ::: "memory");
+  barrier(CLK_LOCAL_MEM_FENCE);
+  asm volatile("// @@PROXY" ::: "memory");
+  float d0 = 0.0f, d1 = 0.0f, d2 = 0.0f, d3 = 0.0f;
+  const ulong da = desc((uint)(size_t)As, alo, aso), db = desc((uint)(size_t)Bs, blo, bso);
+  const int one = 1;
+  asm volatile("// @@FENCE" ::: "memory");
+  asm volatile("// @@MMA8 %0, %1, %2, %3, %4, %5, %6"
+               : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3) : "l"(da), "l"(db), "r"(one) : "memory");
+  asm volatile("// @@COMMIT" ::: "memory");
+  asm volatile("// @@WAIT0 %0, %1, %2, %3" : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3) :: "memory");
+  const int w = t / 32, g = (t % 32) / 4, qq = t % 4;
+  D[(16 * w + g) * 8 + 2 * qq] = d0; D[(16 * w + g) * 8 + 2 * qq + 1] = d1;
+  D[(16 * w + g + 8) * 8 + 2 * qq] = d2; D[(16 * w + g + 8) * 8 + 2 * qq + 1] = d3;
+}
+"""
+rng = np.random.default_rng(0)
+# (name, A strides (mn, k), B strides (mn, k)) of two layouts: K-adjacent core matrices (as
+# CUTLASS's K-major INTERLEAVE: ((8,m),(1,k)):((1,SBO),(1,LBO)) in 16-byte units) or M/N-adjacent
+LAYOUTS = (("k_adjacent", (256, 128), (256, 128)), ("mn_adjacent", (128, 1024), (128, 128)))
+
+
+def one_wgmma():
+    ptx = ptx_of(f"#define SINGLE_WRITER {int(os.environ.get('WG_SINGLE', '0'))}\n" + ONE)
+    res["wg1_ptx_placeholders"] = [ln.strip() for ln in ptx.splitlines() if "@@" in ln]
+    prg = from_ptx(sm90a(substitute(ptx)))
+    A = rng.integers(-4, 5, (64, 16)).astype(np.float16)
+    B = rng.integers(-4, 5, (16, 8)).astype(np.float16)
+    decode = os.environ.get("WG_DECODE")  # inputs that show which element lands where
+    if decode == "a_lo" or decode == "a_hi":  # A numbered, B picks column k = c (+8)
+        A = np.arange(64 * 16).reshape(64, 16).astype(np.float16)
+        B = np.zeros((16, 8), np.float16)
+        for c in range(8):
+            B[c + (8 if decode == "a_hi" else 0), c] = 1
+    elif decode == "b":  # A picks row k = r % 16 of a numbered B
+        A = np.zeros((64, 16), np.float16)
+        A[np.arange(64), np.arange(64) % 16] = 1
+        B = np.arange(16 * 8).reshape(16, 8).astype(np.float16)
+    want = A.astype(np.float32) @ B.astype(np.float32)
+    res["wg1_inputs"] = {"A": A.astype(np.float32).tolist(), "B": B.astype(np.float32).tolist()}
+    bA = cl.Buffer(ctx, cl.mem_flags.COPY_HOST_PTR, hostbuf=A.view(np.uint16).copy())
+    bB = cl.Buffer(ctx, cl.mem_flags.COPY_HOST_PTR,
+                   hostbuf=np.ascontiguousarray(B.T).view(np.uint16).copy())
+    bD = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, size=64 * 8 * 4)
+    out = {}
+    for name, (amn, ak), (bmn, bk) in LAYOUTS:
+        for fields in ("lbo=k", "lbo=mn"):
+            if VARIANT and VARIANT != f"{name}.{fields}":
+                continue
+            a_desc = (ak, amn) if fields == "lbo=k" else (amn, ak)
+            b_desc = (bk, bmn) if fields == "lbo=k" else (bmn, bk)
+            D = np.full((64, 8), np.nan, np.float32)
+            cl.enqueue_copy(q, bD, D)
+            prg.wg1(q, (128,), (128,), bA, bB, bD,
+                    *(np.uint32(v) for v in (amn, ak, bmn, bk, *a_desc, *b_desc)))
+            cl.enqueue_copy(q, D, bD)
+            q.finish()
+            out[f"{name}.{fields}"] = {"exact": bool(np.array_equal(D, want)), "D": D.tolist(),
+                                       "max_err": None if np.isnan(D).all()
+                                       else float(np.nanmax(np.abs(D - want)))}
+    res["wgmma_m64n8k16_variants"] = out
+    save()
+    assert any(v["exact"] for v in out.values()), {k: v["max_err"] for k, v in out.items()}
+    return {"exact": [k for k, v in out.items() if v["exact"]]}
+
+
+have_one = step("wgmma_m64n8k16", one_wgmma)
+if VARIANT:
+    sys.exit(0)
+
+# (4) throughput ---------------------------------------------------------------------------------
+N, KT, ITERS = 128, 64, int(os.environ.get("WG_ITERS", "4000"))
+d = ", ".join(f"%{i}" for i in range(N // 2))
+cons = ", ".join(f'"+f"(d[{i}])' for i in range(N // 2))
+LOOP = COMMON + r"""
+#define N %(N)d
+#define KT %(KT)d
+__kernel __attribute__((reqd_work_group_size(128, 1, 1)))
+void wgloop(__global const ushort* A, __global const ushort* Bt, __global float* D, uint lbo,
+            uint sbo, int iters) {
+  __local ushort As[64 * KT];
+  __local ushort Bs[N * KT];
+  const int t = get_local_id(0);
+  for (int i = t; i < 64 * KT; i += 128) As[cm(i / KT, i %% KT, KT)] = A[i];
+  for (int i = t; i < N * KT; i += 128) Bs[cm(i / KT, i %% KT, KT)] = Bt[i];
+  asm volatile("// @@PROXY" ::: "memory");
+  barrier(CLK_LOCAL_MEM_FENCE);
+  float d[N / 2];
+  for (int i = 0; i < N / 2; i++) d[i] = 0.0f;
+  const uint a0 = (uint)(size_t)As, b0 = (uint)(size_t)Bs;
+  const int one = 1;
+  for (int it = 0; it < iters; it++) {
+    asm volatile("// @@FENCE" ::: "memory");
+    for (int ks = 0; ks < KT / 16; ks++) {
+      const ulong da = desc(a0 + ks * 256, lbo, sbo), db = desc(b0 + ks * 256, lbo, sbo);
+      asm volatile("// @@MMA%(N)d %(D)s, %%%(I)d, %%%(J)d, %%%(K)d"
+                   : %(C)s : "l"(da), "l"(db), "r"(one) : "memory");
+    }
+    asm volatile("// @@COMMIT" ::: "memory");
+    asm volatile("// @@WAIT0 %(D)s" : %(C)s :: "memory");
+  }
+  const int w = t / 32, g = (t %% 32) / 4, qq = t %% 4;
+  __global float* o = D + (long)get_group_id(0) * 64 * N;
+  for (int j = 0; j < N / 8; j++) {
+    o[(16 * w + g) * N + 8 * j + 2 * qq] = d[4 * j];
+    o[(16 * w + g) * N + 8 * j + 2 * qq + 1] = d[4 * j + 1];
+    o[(16 * w + g + 8) * N + 8 * j + 2 * qq] = d[4 * j + 2];
+    o[(16 * w + g + 8) * N + 8 * j + 2 * qq + 1] = d[4 * j + 3];
+  }
+}
+""" % {"N": N, "KT": KT, "D": d.replace("%", "%%"), "C": cons,  # noqa: UP031  (C's braces)
+       "I": N // 2, "J": N // 2 + 1, "K": N // 2 + 2}
+LOOP = LOOP.replace("%%", "%")
+
+
+def loop():
+    lbo, sbo = 128, KT // 8 * 128
+    if have_one and res["wgmma_m64n8k16"]["exact"][0].endswith("lbo=mn"):
+        lbo, sbo = sbo, lbo  # the descriptor fields as step (3) found them
+    ptx = ptx_of(LOOP)
+    prg = from_ptx(sm90a(substitute(ptx)))
+    A = rng.integers(-2, 3, (64, KT)).astype(np.float16)
+    B = rng.integers(-2, 3, (KT, N)).astype(np.float16)
+    bA = cl.Buffer(ctx, cl.mem_flags.COPY_HOST_PTR, hostbuf=A.view(np.uint16).copy())
+    bB = cl.Buffer(ctx, cl.mem_flags.COPY_HOST_PTR,
+                   hostbuf=np.ascontiguousarray(B.T).view(np.uint16).copy())
+    groups = target.compute_units * 4
+    bD = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, size=groups * 64 * N * 4)
+    k = prg.wgloop
+    k(q, (128,), (128,), bA, bB, bD, np.uint32(lbo), np.uint32(sbo), np.int32(1))
+    D = np.empty((64, N), np.float32)
+    cl.enqueue_copy(q, D, bD)
+    q.finish()
+    exact = bool(np.array_equal(D, A.astype(np.float32) @ B.astype(np.float32)))
+    times = []
+    for _ in range(7):
+        e = k(q, (groups * 128,), (128,), bA, bB, bD, np.uint32(lbo), np.uint32(sbo),
+              np.int32(ITERS))
+        e.wait()
+        times.append((e.profile.end - e.profile.start) * 1e-9)
+    s = statistics.median(times[2:])
+    flops = 2.0 * 64 * N * KT * ITERS * groups
+    return {"exact_one_step": exact, "lbo": lbo, "sbo": sbo, "groups": groups, "iters": ITERS,
+            "seconds": s, "tflops": flops / s / 1e12}
+
+
+step(f"wgmma_m64n{N}k16_loop", loop)
+save()
