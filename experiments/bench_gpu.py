@@ -31,8 +31,8 @@ runs regardless.
 
 Timer calibration (with torch, unless ``--no-calibration``): the two timers do not agree on
 the same work. An OpenCL profiling event spans more than the kernel: on the H200 an empty
-kernel launched alone reads 12.5 us by its event and a 1-element torch kernel 0.9 us by the
-profiler, and the same 128 MiB copy 75.9 us by an event against 63.4 by the profiler
+kernel launched alone reads 12.4 us by its event and a 1-element torch kernel 0.9 us by the
+profiler, and the same 128 MiB copy 73.8 us by an event against 63.3 by the profiler
 (``papers/kernels.md``, "Tenth session"). So the run first times ``a + b`` on 32 elements on
 both sides (``calibration_tiny``: the launch alone) and takes the difference of the kernel
 times, accy's minus torch eager's, as ``offset_ms``; every accy row gets ``kernel_ms_net`` =

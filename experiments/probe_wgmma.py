@@ -152,8 +152,8 @@ int at(int r, int k, uint smn, uint sk) {
 __kernel __attribute__((reqd_work_group_size(128, 1, 1)))
 void wg1(__global const ushort* A, __global const ushort* Bt, __global float* D,
          uint amn, uint ak, uint bmn, uint bk, uint alo, uint aso, uint blo, uint bso) {
-  __local ushort As[64 * 16];
-  __local ushort Bs[8 * 16];
+  __local ushort As[64 * 16] __attribute__((aligned(128)));
+  __local ushort Bs[8 * 16] __attribute__((aligned(128)));
   const int t = get_local_id(0);
 #if SINGLE_WRITER
   if (t == 0) {
@@ -189,7 +189,8 @@ LAYOUTS = (("k_adjacent", (256, 128), (256, 128)), ("mn_adjacent", (128, 1024), 
 def one_wgmma():
     ptx = ptx_of(f"#define SINGLE_WRITER {int(os.environ.get('WG_SINGLE', '0'))}\n" + ONE)
     res["wg1_ptx_placeholders"] = [ln.strip() for ln in ptx.splitlines() if "@@" in ln]
-    prg = from_ptx(sm90a(substitute(ptx)))
+    res["wg1_ptx"] = sm90a(substitute(ptx))  # what runs, to read
+    prg = from_ptx(res["wg1_ptx"])
     A = rng.integers(-4, 5, (64, 16)).astype(np.float16)
     B = rng.integers(-4, 5, (16, 8)).astype(np.float16)
     decode = os.environ.get("WG_DECODE")  # inputs that show which element lands where
@@ -244,8 +245,8 @@ LOOP = COMMON + r"""
 __kernel __attribute__((reqd_work_group_size(128, 1, 1)))
 void wgloop(__global const ushort* A, __global const ushort* Bt, __global float* D, uint lbo,
             uint sbo, int iters) {
-  __local ushort As[64 * KT];
-  __local ushort Bs[N * KT];
+  __local ushort As[64 * KT] __attribute__((aligned(128)));
+  __local ushort Bs[N * KT] __attribute__((aligned(128)));
   const int t = get_local_id(0);
   for (int i = t; i < 64 * KT; i += 128) As[cm(i / KT, i %% KT, KT)] = A[i];
   for (int i = t; i < N * KT; i += 128) Bs[cm(i / KT, i %% KT, KT)] = Bt[i];
