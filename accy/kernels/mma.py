@@ -37,10 +37,10 @@ stay f32 in either case. Edges: loads outside M, N or K give zeros, stores are g
 group's epilogue runs on each accumulator before its store (the loop nest's value machinery).
 
 Where the target's probe found ``cp.async`` (``CP_ASYNC``) and both operands can be copied
-without transposing (A along K, B along N; f16 in whole 16-byte vectors: ``mma_plan.pipelined``),
-the K loop is a ``tiles.stages``-deep pipeline instead: ``cp.async.cg.shared.global`` copies
-16 bytes straight into local memory (zero-filled outside the operands; f32 rows that are not
-whole 16-byte vectors ``cp.async.ca`` 8 or 4 bytes: ``mma_plan.copy_widths``), one commit group per
+without transposing (A along K, B along N; f16 B along K too: ``mma_plan.pipelined``), the K
+loop is a ``tiles.stages``-deep pipeline instead: ``cp.async.cg.shared.global`` copies 16
+bytes straight into local memory (zero-filled outside the operands; rows that are not whole
+16-byte vectors ``cp.async.ca`` 8 or 4 bytes: ``mma_plan.copy_widths``), one commit group per
 K step, steps 0..S-2 issued before the loop; each step waits until at most S-2 groups are in
 flight, passes one barrier, issues step ``kt + S - 1`` into the buffer step ``kt - 1`` read,
 then runs its mma.sync. Under ``tf32`` the operands are then rounded at fragment load, or
@@ -170,9 +170,9 @@ class _Builder(VectorLoads, Stores):
         # not where its values are exact in TF32 (small part zero: its products are skipped)
         self.split = {reg: policy == "3xtf32" and not exact_in_tf32(einsum.srcs[i])
                       for reg, i in (("a", c.x), ("b", 1 - c.x))}
-        # elements per copy slot of each side: 16 bytes, or f32 rows copied by cp.async 8 or
-        # 4 bytes at a time where they are not whole 16-byte vectors
-        widths = copy_widths(c) if self.pipelined and c.dtype is DType.f32 else None
+        # elements per copy slot of each side: 16 bytes, or rows copied by cp.async 8 or 4
+        # bytes at a time where they are not whole 16-byte vectors
+        widths = copy_widths(c) if self.pipelined else None
         self.width = widths or {"x": tiles.vector, "y": tiles.vector}
         # tf32 operands copied by cp.async rounded in local memory, once per element
         self.round_tile = (tiles.rounding == "tile" and policy == "tf32" and self.pipelined

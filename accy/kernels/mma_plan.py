@@ -362,24 +362,19 @@ def copy_layout(c: Contraction, side: str, vector: int) -> tuple[bool, bool]:
     return k_major, whole
 
 
-def async_copies(c: Contraction, vector: int, b_along_k: bool = False) -> bool:
-    """Whether both operands can go to local memory by 16-byte ``cp.async`` copies, which
-    cannot transpose: A stored along K (``As[m][k]``), B along N (``Bs[k][n]``; or along K,
-    ``Bs[n][k]``, where ``b_along_k``: f16 tiles read by ldmatrix), whole vectors."""
-    (xk, xv), (yk, yv) = copy_layout(c, "x", vector), copy_layout(c, "y", vector)
-    return xk and xv and (not yk or b_along_k) and yv
-
-
 def copy_widths(c: Contraction) -> dict[str, int] | None:
-    """f32: elements per ``cp.async`` of each side (4, 2 or 1: 16, 8 or 4 bytes, the widest
-    whose copies are whole, aligned vectors: :func:`copy_layout`) where A is stored along K
-    and B along N (a copy cannot transpose), else None: operands whose rows are not a multiple
-    of 4 elements (N = 1030) are copied 8 or 4 bytes at a time instead of through
-    registers."""
-    if not along_k(c, "x") or along_k(c, "y"):
+    """Elements per ``cp.async`` of each side: 16 bytes (4 f32, 8 halves), or 8 or 4 where
+    rows are not whole 16-byte vectors (N = 1030: 4 bytes), the widest whose copies are whole,
+    aligned vectors (:func:`copy_layout`); None where cp.async cannot copy: a copy cannot
+    transpose, so A must be stored along K (``As[m][k]``) and f32 B along N (``Bs[k][n]``;
+    f16 B either way: a B tile along K, ``Bs[n][k]``, is read by ldmatrix), and rows of odd
+    halves have no 4-byte vectors."""
+    f16 = c.dtype is DType.f16
+    if not along_k(c, "x") or (along_k(c, "y") and not f16):
         return None
-    widths = {side: next((w for w in (VECTOR, 2, 1) if copy_layout(c, side, w)[1]), 0)
-              for side in ("x", "y")}
+    vector = COPY_BYTES // (2 if f16 else 4)
+    widths = {side: next((w for w in (vector, vector // 2, vector // 4)
+                          if copy_layout(c, side, w)[1]), 0) for side in ("x", "y")}
     return widths if all(widths.values()) else None
 
 
@@ -463,13 +458,9 @@ def split_k(c: Contraction, tiles: MmaTiles, target: TargetProfile) -> int:
 
 def pipelined(c: Contraction, target: TargetProfile) -> bool:
     """Whether the kernel of ``c`` copies by ``cp.async`` (the target's probe found it and
-    both operands' layouts allow it: f16 in whole 16-byte vectors, f32 A along K and B along N,
-    :func:`copy_widths`); else registers and plain stores, two buffers."""
-    if CP_ASYNC not in target.tensor_cores:
-        return False
-    if c.dtype is DType.f16:
-        return async_copies(c, 8, True)
-    return copy_widths(c) is not None
+    both operands' layouts allow it: :func:`copy_widths`); else registers and plain stores,
+    two buffers."""
+    return CP_ASYNC in target.tensor_cores and copy_widths(c) is not None
 
 
 def plan(group: FusionGroup, target: TargetProfile) -> tuple[Contraction, MmaTiles] | str:
@@ -487,8 +478,8 @@ def plan(group: FusionGroup, target: TargetProfile) -> tuple[Contraction, MmaTil
         if DType.f16 not in target.usable_dtypes:
             return "the target cannot store f16"
         if not pipelined(c, target):
-            return ("f16 tensor cores need cp.async copies: the target has none, or the "
-                    "operands are not A along K and B along N in whole 16-byte vectors")
+            return ("f16 tensor cores need cp.async copies: the target has none, or A is "
+                    "not stored along K, or a side's rows are not whole 4-byte pairs of halves")
     elif c.dtype is DType.f32:
         if TF32_MMA not in target.tensor_cores:
             return "the target has no TF32 tensor cores (TargetProfile.tensor_cores)"

@@ -117,3 +117,25 @@ def test_b_along_k_kernels_compute_the_product_in_emulation(device, pipe, used, 
     if bias:
         exact = np.maximum(exact + args[2], 0.0)
     np.testing.assert_allclose(got.astype(np.float64), exact, rtol=2**-10, atol=1e-6 * k)
+
+
+@pytest.mark.skipif(cl is None, reason="needs pyopencl")
+@pytest.mark.parametrize("m, n, k, b_t", [
+    (72, 66, 44, False),  # A's rows 8 bytes a copy, B's (along N) 4
+    (70, 64, 42, True),  # both stored along K, 4 bytes a copy
+], ids=["b-along-n", "b-along-k"])
+def test_f16_rows_not_whole_16_byte_vectors_compute_the_product_in_emulation(device, pipe, used,
+                                                                             m, n, k, b_t):
+    """f16 operands whose rows are not whole 16-byte vectors (N = 1030, K = 300) still take
+    the f16 tensor cores, copied 8 or 4 bytes at a time (``mma_plan.copy_widths``)."""
+    if "Portable Computing Language" not in device.info.platform:
+        pytest.skip("the emulation is checked on PoCL")
+    job = prepare(matmul16(m, n, k, b_transposed=b_t), "ieee", ASYNC, pipe)
+    src = job.kernel_source(0)
+    assert used(job) == {"mma-f16": 1} and "cp.async.ca.shared.global [%0], [%1], 4" in src
+    rng = np.random.default_rng(8)
+    a = rng.uniform(-1, 1, (m, k)).astype(np.float16)
+    b = rng.uniform(-1, 1, (n, k) if b_t else (k, n)).astype(np.float16)
+    got = run_emulated(device, job, emulated_async(src, "deferred"), [a, b], (m, n), np.float16)
+    exact = a.astype(np.float64) @ (b.T if b_t else b).astype(np.float64)
+    np.testing.assert_allclose(got.astype(np.float64), exact, rtol=2**-10, atol=1e-6 * k)

@@ -248,6 +248,14 @@ def test_plain_loads_where_cp_async_cannot_copy(pipe):
                     (257, "cp.async.ca.shared.global [%0], [%1], 4")):
         src = prepare(matmul(256, n, 64), "tf32", ASYNC, pipe).kernel_source(0)
         assert copy in src and "cp.async.cg.shared.global [%0], [%1], 16" in src  # A: 16
+    # f16 likewise: rows of 4 or 2 halves (N = 1030) copied 8 or 4 bytes at a time, B
+    # stored along N or along K
+    for prog, copy in ((matmul16(256, 516, 64), "8"), (matmul16(256, 1030, 64), "4"),
+                       (matmul16(256, 256, 36, b_transposed=True), "8")):
+        job = prepare(prog, "ieee", ASYNC, pipe)
+        src = job.kernel_source(0)
+        assert "mma.sync.aligned.m16n8k16" in src
+        assert f"cp.async.ca.shared.global [%0], [%1], {copy}" in src
     for prog, target in ((matmul(256, 256, 64, a_transposed=True), ASYNC),
                          (matmul(256, 256, 64), NV)):
         src = prepare(prog, "tf32", target, pipe).kernel_source(0)
@@ -284,9 +292,10 @@ def test_f16_products_take_f16_tensor_cores_under_any_policy(precision, pipe, us
 @pytest.mark.parametrize("target, prog", [
     (dataclasses.replace(ASYNC, tensor_cores=(TF32_MMA, CP_ASYNC)), matmul16(512, 512, 64)),
     (dataclasses.replace(ASYNC, tensor_cores=(TF32_MMA, F16_MMA)), matmul16(512, 512, 64)),
-    (ASYNC, matmul16(512, 512, 36, b_transposed=True)),  # B along K, rows not 16-byte
+    (ASYNC, matmul16(512, 512, 37, b_transposed=True)),  # rows of odd halves: no 4 bytes
+    (ASYNC, matmul16(512, 511, 64)),  # B's rows of odd halves
     (ASYNC, matmul16(512, 512, 20)),  # K too small
-], ids=["no-f16-mma", "no-cp-async", "b-rows-not-whole-vectors", "small-k"])
+], ids=["no-f16-mma", "no-cp-async", "rows-of-odd-halves", "b-rows-of-odd-halves", "small-k"])
 def test_f16_not_chosen_without_everything_it_needs(target, prog, pipe, used):
     job = prepare(prog, "ieee", target, pipe)
     assert not any(name.startswith("mma") for name in used(job))
@@ -308,10 +317,15 @@ def test_f16_products_stay_f16_for_tensor_cores_without_cl_khr_fp16(pipe, used):
     assert product.type.dtype is DType.f16
     assert all(s.type.dtype is DType.f16 and s.op is Op.PARAM for s in product.srcs)
     assert {n.type.dtype for n in nodes if n.op is Op.ADD} == {DType.f32}
-    # B stored along K (x @ W.T): kept too, its tile along K as well
-    job = prepare(matmul16(512, 512, 64, b_transposed=True), "ieee",
-                  dataclasses.replace(ASYNC, dtypes=NV.dtypes), pipe)
-    assert used(job) == {"mma-f16": 1}
+    # B stored along K (x @ W.T): kept too, its tile along K as well; rows that are not
+    # whole 16-byte vectors too (copied 8 or 4 bytes at a time), but not rows of odd halves
+    for prog in (matmul16(512, 512, 64, b_transposed=True), matmul16(1000, 1030, 520),
+                 matmul16(512, 512, 36, b_transposed=True)):
+        job = prepare(prog, "ieee", dataclasses.replace(ASYNC, dtypes=NV.dtypes), pipe)
+        assert used(job) == {"mma-f16": 1}
+    job = prepare(matmul16(512, 511, 64), "ieee", dataclasses.replace(ASYNC, dtypes=NV.dtypes),
+                  pipe)
+    assert not any(name.startswith("mma") for name in used(job))
     # without f16 tensor cores the product is promoted with everything else
     job = prepare(matmul16(512, 512, 64, bias=True), "ieee",
                   dataclasses.replace(NV, tensor_cores=(TF32_MMA, CP_ASYNC)), pipe)

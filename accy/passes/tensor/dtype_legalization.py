@@ -100,8 +100,9 @@ def f16_product(node: Node) -> bool:
     targets with f16 tensor cores (it multiplies f16 exactly and sums in f32, without
     ``cl_khr_fp16``). Its ``cp.async`` copies cannot transpose: A along K (its last letter
     summed), B along N (its last letter an output letter) or along K (its tile then along K
-    too, read by ``ldmatrix`` untransposed: ``x @ W.T``, attention's ``q k^T``), last axes in
-    whole 16-byte vectors, and the product at least the generator's minimum; any other f16
+    too, read by ``ldmatrix`` untransposed: ``x @ W.T``, attention's ``q k^T``), last axes of
+    an even length (copies of 16, 8 or 4 bytes: ``mma_plan.copy_widths``), and the product at
+    least the generator's minimum; any other f16
     product is promoted (no other generator takes f16 products but the loop nest)."""
     if (node.op is not Op.EINSUM or node.type.dtype is not DType.f16 or len(node.srcs) != 2
             or any(s.type.dtype is not DType.f16 for s in node.srcs)):
@@ -117,7 +118,7 @@ def f16_product(node: Node) -> bool:
         set(a) - set(b), set(b) - set(a), summed))
     b_ok = (b[-1] in out and b[-1] not in a) or b[-1] in summed  # along N, or along K
     return (a[-1] in summed and b_ok
-            and all(s.type.shape[-1] % 8 == 0 for s in node.srcs)
+            and all(s.type.shape[-1] % 2 == 0 for s in node.srcs)
             and m >= MIN_MN and n >= MIN_MN and k >= MIN_K)
 
 
