@@ -13,8 +13,8 @@ tiny shapes of the same programs, for PoCL and CI): ``gemm_4096`` (4096^3), ``ge
 (softmax(q k^T / sqrt(d)) v, batch 8 x 16 heads, sequence S = 512, 1024, 2048, 4096, head
 dim 64), ``layernorm`` and ``rmsnorm`` (8192x4096), ``softmax`` (8192x8192), ``mlp_gelu``
 (4096 tokens, 1024 -> 4096 -> 1024, erf GELU, biases), ``chain`` (max((a+b)*b-b, b) on 2^28
-elements), and f16 variants (``*_f16``) of GEMM, batched GEMM, attention, layernorm, softmax
-and the MLP.
+elements), and f16 variants (``*_f16``) of GEMM, batched GEMM, the between GEMM, attention,
+layernorm, softmax and the MLP.
 
 accy: each program is prepared for the device's own target profile (``TargetProfile.from_device``)
 with ``kernelization{precision=P}`` for each P of ``--policies`` (default ``f32``, ``accy-default``
@@ -174,7 +174,7 @@ _F32 = (
          {"T": 40, "D": 32, "F": 128}),
     Spec("chain", "chain", "elementwise", {"N": 1 << 28}, {"N": 1 << 12}),
 )
-_F16_OF = ("gemm_4096", "gemm_batched", "layernorm", "softmax", "mlp_gelu")
+_F16_OF = ("gemm_4096", "gemm_batched", "gemm_between", "layernorm", "softmax", "mlp_gelu")
 PROGRAMS: dict[str, Spec] = {s.name: s for s in _F32}
 PROGRAMS.update({f"{n}_f16": dataclasses.replace(PROGRAMS[n], name=f"{n}_f16", dtype="f16")
                  for n in _F16_OF})

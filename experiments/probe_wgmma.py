@@ -2,6 +2,7 @@
 
     ACCY_DEVICE=nvidia OUT=results python experiments/probe_wgmma.py
         [WG_VARIANT=k_adjacent.lbo=k] [WG_DECODE=a_lo|a_hi|b] [WG_SINGLE=1] [WG_ITERS=4000]
+        [WG_GEMM=0] [WG_GEMM_TILES="256x16x3x0 ..."] [WG_GEMM_SHAPES="4096x4096x4096 ..."]
 
 NVIDIA's OpenCL compiles OpenCL C to PTX for `.target sm_90`, where ptxas rejects wgmma.* (an
 sm_90a feature), and has no option for sm_90a. Its program binaries are PTX text, and a program
@@ -12,15 +13,22 @@ sm_90a, build the program from that PTX. Steps: (1) round trip of a plain kernel
 PTX; (2) the same at .target sm_90a; (3) one wgmma m64n8k16 f16 -> f32 against numpy, A and B
 in local memory as 8x16-byte core matrices (no swizzle), K-adjacent or row-adjacent, the
 descriptor's (LBO, SBO) both ways; (4) a loop of wgmma m64n128k16 (4 per K step of 64) on
-local tiles: TFLOP/s with no global traffic, as the mma.sync probes. Results to
+local tiles: TFLOP/s with no global traffic, as the mma.sync probes; (5) f16 GEMMs (f32
+accumulation, f16 out) on wgmma fed by cp.async over tilings ``BNxBKxSxW`` (``WG_GEMM_TILES``;
+BM 128, two warpgroups) and shapes (``WG_GEMM_SHAPES``), checked against numpy; (6) how much
+local memory a work-group may take as a ``__local`` kernel argument. Results to
 $OUT/probe_wgmma.json.
 
-``WG_VARIANT`` runs one variant of step (3) alone (a fault ends the OpenCL context, so each in
+``WG_VARIANT`` runs another variant of step (3) (a fault ends the OpenCL context, so each in
 its own process); ``WG_DECODE`` replaces its random operands by ones that show which element
 lands where (``a_lo``/``a_hi``: A numbered 16r + k, B picking column k = c or c + 8; ``b``: A
 picking row k = r % 16 of B numbered 8k + n); ``WG_SINGLE=1`` has one work-item write both
-tiles. On the H200 (papers/kernels.md, "Tenth session") steps (1), (2) and (4) pass (960
-TFLOP/s); step (3)'s layout is not right yet."""
+tiles; ``WG_GEMM=0`` skips steps (5) and (6). On the H200 (papers/kernels.md, "Eleventh
+session"): the tiles must start on a 16-byte boundary (a descriptor drops the address's low 4
+bits: tiles at 2 bytes past one read every core-matrix row from 2 bytes early, the tenth
+session's decodes), then K-adjacent core matrices with LBO = 128 (K) and SBO = the 8-row
+stride are exact; the GEMMs are exact but slower than the mma.sync kernels, local memory
+capped at 48 KiB a work-group."""
 import json
 import os
 import re
@@ -53,8 +61,12 @@ def ptx_of(src: str) -> str:
     return prg.binaries[0].decode()
 
 
-def from_ptx(ptx: str) -> cl.Program:
-    return cl.Program(ctx, [dev], [ptx.encode()]).build()
+def from_ptx(ptx: str, options: tuple[str, ...] = ()) -> cl.Program:
+    return cl.Program(ctx, [dev], [ptx.encode()]).build(options=list(options))
+
+
+def build_log(prg: cl.Program) -> str:
+    return prg.get_build_info(dev, cl.program_build_info.LOG).strip()
 
 
 def sm90a(ptx: str) -> str:
@@ -83,10 +95,30 @@ def mma_text(n: int):
     return f
 
 
+def step_text(n: int, steps: int):
+    """A K step of ``steps`` wgmma m64n``n``k16: fence, the wgmma (descriptors advanced 256
+    bytes, two core matrices along K, each), commit."""
+    def f(ops: list[str]) -> str:
+        d, da, db, one = ops[:-3], ops[-3], ops[-2], ops[-1]
+        regs = ", ".join(d)
+        text = [f"{{ .reg .pred p; .reg .b64 xa, xb; setp.ne.b32 p, {one}, 0; "
+                f"mov.b64 xa, {da}; mov.b64 xb, {db}; wgmma.fence.sync.aligned;"]
+        for i in range(steps):
+            if i:
+                text.append("add.s64 xa, xa, 16; add.s64 xb, xb, 16;")
+            text.append(f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16 {{{regs}}}, "
+                        "xa, xb, p, 1, 1, 0, 0;")
+        return " ".join(text) + " wgmma.commit_group.sync.aligned; }"
+    return f
+
+
 def substitute(ptx: str) -> str:
     def repl(m):
         name, rest = m.group(1), m.group(2)
         ops = [o.strip() for o in rest.split(",") if o.strip()]
+        if name.startswith("STEP"):
+            n, steps = name[4:].split("_")
+            return step_text(int(n), int(steps))(ops)
         if name.startswith("MMA"):
             return mma_text(int(name[3:]))(ops)
         return WG[name](ops)
@@ -134,6 +166,7 @@ if not VARIANT:
 
 # (3) one wgmma m64n8k16 -----------------------------------------------------------------------
 COMMON = r"""
+#define PAD 64 /* halves: room to move a tile to a 128-byte boundary */
 ulong desc(uint addr, uint lbo, uint sbo) {
   return (ulong)((addr & 0x3FFFF) >> 4) | ((ulong)((lbo >> 4) & 0x3FFF) << 16)
        | ((ulong)((sbo >> 4) & 0x3FFF) << 32);
@@ -151,10 +184,16 @@ int at(int r, int k, uint smn, uint sk) {
 }
 __kernel __attribute__((reqd_work_group_size(128, 1, 1)))
 void wg1(__global const ushort* A, __global const ushort* Bt, __global float* D,
-         uint amn, uint ak, uint bmn, uint bk, uint alo, uint aso, uint blo, uint bso) {
-  __local ushort As[64 * 16] __attribute__((aligned(128)));
-  __local ushort Bs[8 * 16] __attribute__((aligned(128)));
+         __global uint* info, uint amn, uint ak, uint bmn, uint bk, uint alo, uint aso,
+         uint blo, uint bso) {
+  __local ushort raw[64 * 16 + 8 * 16 + PAD] __attribute__((aligned(128)));
   const int t = get_local_id(0);
+  /* the tiles from the first 128-byte boundary of raw: a descriptor's address drops its low
+     4 bits, so a tile off a 16-byte boundary is read from before its start */
+  const uint ra = (uint)(size_t)raw;
+  __local ushort* As = raw + ((((ra + 127u) & ~127u) - ra) / 2);
+  __local ushort* Bs = As + 64 * 16;
+  if (t == 0) info[0] = ra;
 #if SINGLE_WRITER
   if (t == 0) {
     for (int i = 0; i < 64 * 16; i++) As[at(i / 16, i % 16, amn, ak)] = A[i];
@@ -209,16 +248,17 @@ def one_wgmma():
     bB = cl.Buffer(ctx, cl.mem_flags.COPY_HOST_PTR,
                    hostbuf=np.ascontiguousarray(B.T).view(np.uint16).copy())
     bD = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, size=64 * 8 * 4)
+    bI = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, size=4)
     out = {}
     for name, (amn, ak), (bmn, bk) in LAYOUTS:
         for fields in ("lbo=k", "lbo=mn"):
-            if VARIANT and VARIANT != f"{name}.{fields}":
-                continue
+            if (VARIANT or "k_adjacent.lbo=k") != f"{name}.{fields}":
+                continue  # one variant a process: a wrong descriptor can end the context
             a_desc = (ak, amn) if fields == "lbo=k" else (amn, ak)
             b_desc = (bk, bmn) if fields == "lbo=k" else (bmn, bk)
             D = np.full((64, 8), np.nan, np.float32)
             cl.enqueue_copy(q, bD, D)
-            prg.wg1(q, (128,), (128,), bA, bB, bD,
+            prg.wg1(q, (128,), (128,), bA, bB, bD, bI,
                     *(np.uint32(v) for v in (amn, ak, bmn, bk, *a_desc, *b_desc)))
             cl.enqueue_copy(q, D, bD)
             q.finish()
@@ -226,6 +266,9 @@ def one_wgmma():
                                        "max_err": None if np.isnan(D).all()
                                        else float(np.nanmax(np.abs(D - want)))}
     res["wgmma_m64n8k16_variants"] = out
+    info = np.empty(1, np.uint32)
+    cl.enqueue_copy(q, info, bI)
+    res["local_array_address_mod_128"] = int(info[0] % 128)  # aligned(128) honoured if 0
     save()
     assert any(v["exact"] for v in out.values()), {k: v["max_err"] for k, v in out.items()}
     return {"exact": [k for k, v in out.items() if v["exact"]]}
@@ -245,9 +288,11 @@ LOOP = COMMON + r"""
 __kernel __attribute__((reqd_work_group_size(128, 1, 1)))
 void wgloop(__global const ushort* A, __global const ushort* Bt, __global float* D, uint lbo,
             uint sbo, int iters) {
-  __local ushort As[64 * KT] __attribute__((aligned(128)));
-  __local ushort Bs[N * KT] __attribute__((aligned(128)));
+  __local ushort raw[(64 + N) * KT + PAD] __attribute__((aligned(128)));
   const int t = get_local_id(0);
+  const uint ra = (uint)(size_t)raw;
+  __local ushort* As = raw + ((((ra + 127u) & ~127u) - ra) / 2);
+  __local ushort* Bs = As + 64 * KT;
   for (int i = t; i < 64 * KT; i += 128) As[cm(i / KT, i %% KT, KT)] = A[i];
   for (int i = t; i < N * KT; i += 128) Bs[cm(i / KT, i %% KT, KT)] = Bt[i];
   asm volatile("// @@PROXY" ::: "memory");
@@ -313,3 +358,193 @@ def loop():
 
 step(f"wgmma_m64n{N}k16_loop", loop)
 save()
+
+# (5) a GEMM: C (f16, M x N) = A (M x K) @ Bt (N x K)^T, f32 accumulation ----------------------
+# 256 work-items (two warpgroups, 64 rows each) a 128 x BN tile; A and B tiles in S stages of
+# core matrices filled by cp.async (16 bytes a work-item); wgmma m64nBNk16 on each 16 of BK.
+# A step: wait for its copies, barrier, issue its wgmma, issue the copies of a later step,
+# wait for wgmma. WAIT1=0: copies S-1 steps ahead, each step's wgmma waited for before the
+# next barrier; WAIT1=1: copies S-2 steps ahead, one step's wgmma left in flight.
+GEMM = COMMON + r"""
+#define BN @BN@
+#define BK @BK@
+#define S @S@
+#define SBO (BK / 8 * 128)
+#define A_ST (128 * BK * 2)
+#define B_ST (BN * BK * 2)
+#define NPAD @NPAD@
+
+void load(uint dst, __global const ushort* src, int rows, int ld, int k0, int t) {
+  for (int c = t; c < rows * BK / 8; c += 256) {  /* row (c / BK) * 8 + c % 8, K chunk */
+    const int r = (c / BK) * 8 + c % 8, kc = (c / 8) % (BK / 8);
+    const uint d = dst + (c / BK) * SBO + kc * 128 + (c % 8) * 16;
+    const ulong g = (ulong)(size_t)(src + (long)r * ld + k0 + kc * 8);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(d), "l"(g) : "memory");
+  }
+}
+
+__kernel __attribute__((reqd_work_group_size(256, 1, 1)))
+void gemm(__global const ushort* A, __global const ushort* Bt, __global uint* C, int M, int N,
+          int K) {
+  __local ushort raw[(S * (A_ST + B_ST)) / 2 + NPAD] __attribute__((aligned(128)));
+  const int t = get_local_id(0), wg = t / 128, l = t % 128;
+  const uint ra = (uint)(size_t)raw;
+  const uint a0 = NPAD ? (ra + 127u) & ~127u : ra, b0 = a0 + S * A_ST;
+  const int m0 = get_group_id(1) * 128, n0 = get_group_id(0) * BN;
+  __global const ushort* Ag = A + (long)m0 * K;
+  __global const ushort* Bg = Bt + (long)n0 * K;
+  float d[BN / 2];
+  for (int i = 0; i < BN / 2; i++) d[i] = 0.0f;
+  const int KT = K / BK, one = 1;
+  for (int s = 0; s < S - 1 - @WAIT1@; s++) {
+    if (s < KT) {
+      load(a0 + s * A_ST, Ag, 128, K, s * BK, t);
+      load(b0 + s * B_ST, Bg, BN, K, s * BK, t);
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+  }
+  for (int kt = 0; kt < KT; kt++) {
+    asm volatile("cp.async.wait_group @WAITN@;" ::: "memory");
+    asm volatile("// @@PROXY" ::: "memory");
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const uint sa = a0 + (kt % S) * A_ST + wg * 8 * SBO, sb = b0 + (kt % S) * B_ST;
+    /* fence, the BK / 16 wgmma of the step and their commit in one statement: the compiler
+       moves no accumulator between them */
+    asm volatile("// @@STEP@BN@_@NK@ @D@, %@I@, %@J@, %@K@"
+                 : @C@ : "l"(desc(sa, 128, SBO)), "l"(desc(sb, 128, SBO)), "r"(one) : "memory");
+    const int nk = kt + S - 1 - @WAIT1@;  /* its stage was read by step kt - 1 (- 1) */
+    if (nk < KT) {
+      load(a0 + (nk % S) * A_ST, Ag, 128, K, nk * BK, t);
+      load(b0 + (nk % S) * B_ST, Bg, BN, K, nk * BK, t);
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    asm volatile("// @@WAIT@WAIT1@ @D@" : @C@ :: "memory");
+  }
+  asm volatile("// @@WAIT0 @D@" : @C@ :: "memory");
+  const int w = l / 32, g = (l % 32) / 4, qq = l % 4;
+  const long r0 = m0 + wg * 64 + 16 * w + g;
+  for (int j = 0; j < BN / 8; j++) {
+    uint h0, h1;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(h0) : "f"(d[4 * j + 1]), "f"(d[4 * j]));
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(h1) : "f"(d[4 * j + 3]), "f"(d[4 * j + 2]));
+    C[(r0 * N + n0 + 8 * j + 2 * qq) / 2] = h0;
+    C[((r0 + 8) * N + n0 + 8 * j + 2 * qq) / 2] = h1;
+  }
+}
+"""
+WG["WAIT1"] = lambda ops: "wgmma.wait_group.sync.aligned 1;"
+
+
+def gemm_source(bn: int, bk: int, stages: int, wait1: int, npad: int) -> str:
+    n = bn // 2
+    src = GEMM
+    for key, val in (("BN", bn), ("BK", bk), ("S", stages), ("WAIT1", wait1), ("NPAD", npad),
+                     ("WAITN", stages - 2 - wait1), ("NK", bk // 16),
+                     ("I", n), ("J", n + 1), ("K", n + 2),
+                     ("D", ", ".join(f"%{i}" for i in range(n))),
+                     ("C", ", ".join(f'"+f"(d[{i}])' for i in range(n)))):
+        src = src.replace(f"@{key}@", str(val))
+    return src
+
+
+GEMM_TILES = tuple(tuple(int(v) for v in c.split("x")) for c in os.environ.get(
+    "WG_GEMM_TILES", "256x16x3x0 256x16x3x1 256x16x2x0 128x16x4x0 128x16x4x1 128x16x5x1 "
+    "128x32x3x0 128x32x3x1 128x32x2x0 256x32x2x0 64x32x4x1 64x64x2x0").split())
+GEMM_SHAPES = tuple(tuple(int(v) for v in c.split("x")) for c in os.environ.get(
+    "WG_GEMM_SHAPES", "4096x4096x4096 2048x2048x2048 8192x8192x1024 4096x4096x512").split())
+
+
+def gemm():
+    mod = res.get("local_array_address_mod_128")
+    npad = 0 if mod == 0 else 64
+    out = {"npad": npad, "local_mem_size": dev.local_mem_size, "runs": [], "build_logs": {}}
+    res["gemm_runs"] = out
+    for bn, bk, stages, wait1 in GEMM_TILES:
+        if stages * (128 + bn) * bk * 2 + npad * 2 > dev.local_mem_size or stages - 2 - wait1 < 0:
+            continue
+        tag = f"{bn}x{bk}x{stages}x{wait1}"
+        try:
+            prg = from_ptx(sm90a(substitute(ptx_of(gemm_source(bn, bk, stages, wait1, npad)))),
+                           ("-cl-nv-verbose",))
+            out["build_logs"][tag] = build_log(prg)[-1500:]  # ptxas: registers, serialization
+        except Exception as exc:  # noqa: BLE001
+            out["runs"].append({"tiles": tag, "error": str(exc)[:800]})
+            save()
+            continue
+        for m, n, k in GEMM_SHAPES:
+            if m % 128 or n % bn or k % bk:
+                continue
+            A = rng.standard_normal((m, k)).astype(np.float16)
+            Bt = rng.standard_normal((n, k)).astype(np.float16)
+            bA = cl.Buffer(ctx, cl.mem_flags.COPY_HOST_PTR, hostbuf=A.view(np.uint16))
+            bB = cl.Buffer(ctx, cl.mem_flags.COPY_HOST_PTR, hostbuf=Bt.view(np.uint16))
+            bC = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, size=m * n * 2)
+            kernel = prg.gemm
+            args = (q, (n // bn * 256, m // 128), (256, 1), bA, bB, bC, *(np.int32(v)
+                                                                          for v in (m, n, k)))
+            run: dict = {"tiles": tag, "shape": [m, n, k]}
+            try:
+                kernel(*args).wait()
+                Cv = np.empty((m, n), np.float16)
+                cl.enqueue_copy(q, Cv, bC)
+                q.finish()
+                rows = slice(0, m, max(1, m // 256))  # a sample of rows against numpy
+                want = A[rows].astype(np.float32) @ Bt.astype(np.float32).T
+                run["max_rel_err"] = float(np.max(np.abs(Cv[rows] - want)) / np.max(np.abs(want)))
+                times = []
+                for _ in range(12):
+                    e = kernel(*args)
+                    e.wait()
+                    times.append((e.profile.end - e.profile.start) * 1e-9)
+                s = statistics.median(times[2:])
+                run.update(ms=s * 1e3, tflops=2.0 * m * n * k / s / 1e12)
+            except Exception as exc:  # noqa: BLE001
+                run["error"] = str(exc)[:800]
+            out["runs"].append(run)
+            print(run, flush=True)
+            save()
+            if "error" in run:
+                return {"stopped_at": tag}
+    best = {}
+    for r in out["runs"]:
+        if "shape" not in r:
+            continue
+        key = "x".join(map(str, r.get("shape", [])))
+        if r.get("tflops") and r["max_rel_err"] < 1e-2 and r["tflops"] > best.get(key, {}).get(
+                "tflops", 0):
+            best[key] = r
+    return {"best": best}
+
+
+LOCAL_ARG = r"""__kernel void k(__global float* out, __local float* buf, int n) {
+  const int t = get_local_id(0);
+  for (int i = t; i < n; i += get_local_size(0)) buf[i] = (float)i;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  float s = 0.0f;
+  for (int i = t; i < n; i += get_local_size(0)) s += buf[n - 1 - i];
+  out[get_global_id(0)] = s;
+}"""
+
+
+def local_limit():
+    """Whether a ``__local`` argument of 32-227 KiB launches (the device reports a limit; the
+    hardware has 228 KiB a multiprocessor)."""
+    k = cl.Program(ctx, LOCAL_ARG).build().k
+    out = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, size=256 * 4)
+    found = {"local_mem_size": dev.local_mem_size}
+    for kib in (32, 48, 64, 96, 160, 227):
+        n = kib * 1024 // 4
+        try:
+            k(q, (256,), (256,), out, cl.LocalMemory(n * 4), np.int32(n)).wait()
+            o = np.empty(256, np.float32)
+            cl.enqueue_copy(q, o, out)
+            found[f"{kib}KiB"] = "ok" if o.sum() == n * (n - 1) / 2 else f"wrong {o.sum()}"
+        except cl.Error as exc:
+            found[f"{kib}KiB"] = str(exc)[:200]
+    return found
+
+
+if os.environ.get("WG_GEMM", "1") == "1":
+    step("gemm", gemm)
+    step("local_argument", local_limit)
+    save()
