@@ -102,8 +102,8 @@ def f16_product(node: Node) -> bool:
     summed), B along N (its last letter an output letter) or along K (its tile then along K
     too, read by ``ldmatrix`` untransposed: ``x @ W.T``, attention's ``q k^T``), last axes of
     an even length (copies of 16, 8 or 4 bytes: ``mma_plan.copy_widths``), and the product at
-    least the generator's minimum; any other f16
-    product is promoted (no other generator takes f16 products but the loop nest)."""
+    least the generator's minimum; any other f16 product is promoted (no other generator takes
+    f16 products but the loop nest)."""
     if (node.op is not Op.EINSUM or node.type.dtype is not DType.f16 or len(node.srcs) != 2
             or any(s.type.dtype is not DType.f16 for s in node.srcs)):
         return False
