@@ -425,19 +425,24 @@ def emulated(src: str) -> str:
 
 
 @pytest.mark.skipif(cl is None, reason="needs pyopencl")
-@pytest.mark.parametrize("m, n, k, batch, bias, a_t, precision, units", [
-    (130, 96, 40, 0, True, False, "tf32", 132),  # 64x64 tiles, edges in M, N and K, epilogue
-    (64, 72, 36, 2, False, False, "3xtf32", 1),  # 128x128 tiles (one unit), batched
-    (70, 66, 33, 0, False, True, "3xtf32", 132),  # A stored K x M, K not a multiple of 4
-    (68, 64, 34, 0, False, True, "tf32", 1),  # float4 loads along M, 128x128 tiles
+@pytest.mark.parametrize("m, n, k, batch, bias, a_t, precision, units, tiles", [
+    (130, 96, 40, 0, True, False, "tf32", 132, None),  # 64x64 tiles, edges, epilogue
+    (64, 72, 36, 2, False, False, "3xtf32", 1, None),  # 128x128 tiles (one unit), batched
+    # A stored K x M, K not a multiple of 4; one warp (PoCL builds 3xtf32's 64x64 slowly)
+    (70, 66, 33, 0, False, True, "3xtf32", 132, "32x16x8:1x1"),
+    (68, 64, 34, 0, False, True, "tf32", 1, None),  # float4 loads along M, 128x128 tiles
 ], ids=["bias-tf32", "batched-3xtf32", "transposed-3xtf32", "transposed-tf32"])
-def test_generated_kernels_compute_the_product_in_emulation(device, pipe, used, m, n, k, batch,
-                                                            bias, a_t, precision, units):
+def test_generated_kernels_compute_the_product_in_emulation(device, pipe, used,
+                                                            experiment_script, m, n, k, batch,
+                                                            bias, a_t, precision, units, tiles):
     if "Portable Computing Language" not in device.info.platform:
         pytest.skip("the emulation is checked on PoCL")
     target = dataclasses.replace(NV, compute_units=units)
     job = prepared(matmul(m, n, k, batch, bias, a_t), precision, target, pipe)
     assert used(job) == {f"mma-{precision}": 1}
+    if tiles is not None:
+        job = experiment_script("bench_mma").with_mma_tiles(job, mma_plan.parse_tiles(tiles),
+                                                           precision)
     emulate_and_check(device, job, m, n, k, batch, bias, a_t, precision)
 
 

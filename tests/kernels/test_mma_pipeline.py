@@ -368,10 +368,10 @@ needs_pocl = pytest.mark.skipif(cl is None, reason="needs pyopencl")
 @pytest.mark.parametrize("mode", ["eager", "deferred"])
 @pytest.mark.parametrize("m, n, k, batch, bias, precision, tiles", [
     (130, 96, 40, 0, True, "tf32", None),  # 3 stages of 64x64, edges in M and K, epilogue
-    (64, 72, 36, 2, False, "3xtf32", "128x128x16:2x2:2"),  # batched, N edge
+    (64, 72, 36, 2, False, "3xtf32", "32x16x8:1x1:2"),  # batched, N edge, one warp
     (96, 64, 200, 0, False, "tf32", "64x64x16:2x2:4"),  # 13 K steps through 4 stages
     (72, 64, 96, 0, False, "3xtf32", "64x64x8:2x2:3"),  # K steps of 8
-    (66, 70, 40, 2, True, "3xtf32", None),  # B rows of 70: 8-byte copies, N and M edges
+    (66, 70, 40, 2, True, "3xtf32", "32x16x8:1x1:3"),  # B rows of 70: 8-byte copies, edges
     (64, 65, 33, 0, False, "tf32", None),  # odd N and K: 4-byte copies of both sides
 ], ids=["bias-tf32-3", "batched-3xtf32-2", "tf32-4", "3xtf32-bk8-3", "8-byte", "4-byte"])
 def test_pipelined_kernels_compute_the_product_in_emulation(device, pipe, used, experiment_script,
