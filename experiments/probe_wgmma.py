@@ -467,6 +467,7 @@ def gemm():
             prg = from_ptx(sm90a(substitute(ptx_of(gemm_source(bn, bk, stages, wait1, npad)))),
                            ("-cl-nv-verbose",))
             out["build_logs"][tag] = build_log(prg)[-1500:]  # ptxas: registers, serialization
+            kernel = prg.gemm
         except Exception as exc:  # noqa: BLE001
             out["runs"].append({"tiles": tag, "error": str(exc)[:800]})
             save()
@@ -479,7 +480,6 @@ def gemm():
             bA = cl.Buffer(ctx, cl.mem_flags.COPY_HOST_PTR, hostbuf=A.view(np.uint16))
             bB = cl.Buffer(ctx, cl.mem_flags.COPY_HOST_PTR, hostbuf=Bt.view(np.uint16))
             bC = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, size=m * n * 2)
-            kernel = prg.gemm
             args = (q, (n // bn * 256, m // 128), (256, 1), bA, bB, bC, *(np.int32(v)
                                                                           for v in (m, n, k)))
             run: dict = {"tiles": tag, "shape": [m, n, k]}
@@ -509,7 +509,7 @@ def gemm():
     for r in out["runs"]:
         if "shape" not in r:
             continue
-        key = "x".join(map(str, r.get("shape", [])))
+        key = "x".join(map(str, r["shape"]))
         if r.get("tflops") and r["max_rel_err"] < 1e-2 and r["tflops"] > best.get(key, {}).get(
                 "tflops", 0):
             best[key] = r
