@@ -2,12 +2,13 @@
 as one kernel on tensor cores, FlashAttention-2's way: the scores and probabilities stay in
 ``mma.sync`` accumulator registers.
 
-A work-group of 4 or 8 warps (:data:`WARPS`) takes 16 queries a warp of one batch, one m16
-fragment row, its query fragments in registers. Key tiles of ``bk`` go through local memory:
-f32 through registers into rows padded by 4 words (scalar fragment loads hit 32 banks), the
-next tile loaded while this one computes; f16 by ``cp.async`` into ``stages`` buffers of
-half-pair words (rows an odd number of 16-byte chunks), read by ``ldmatrix`` (``.trans`` for
-V). Per tile a warp computes ``S = Q Kᵀ`` (m16n8k8 TF32 or m16n8k16 f16; K's rows are the
+A work-group of 4 or 8 warps (:data:`FORMS`) takes 16 or 32 queries a warp of one batch, one
+or two m16 fragment rows, their query fragments in registers. Key tiles of ``bk`` go through
+local memory: f32 through registers into rows padded by 4 words (scalar fragment loads hit 32
+banks), the next tile loaded while this one computes; f16 by ``cp.async`` into ``stages``
+buffers of half-pair words (rows an odd number of 16-byte chunks), read by ``ldmatrix``
+(``.trans`` for V). Per tile and fragment row a warp computes ``S = Q Kᵀ`` (m16n8k8 TF32 or
+m16n8k16 f16, each K and V fragment loaded once for both rows; K's rows are the
 "col" B operand as stored), the score chain at each accumulator's coordinates (keys past the
 end: -inf), each row's maximum over its registers and the four lanes sharing the row
 (``shfl.sync.bfly``), the rescale of the per-lane running sums and of the output accumulators,
@@ -101,10 +102,15 @@ from accy.target import (
     resolve_precision,
 )
 
-# warps per work-group, the first the target's work-groups and the queries fill, per policy:
-# 3xtf32 holds twice the registers a lane (split query fragments), and 8 warps of it measured
-# slower than 4, tf32 and f16 faster (papers/kernels.md, "Eighth session")
-WARPS = {"tf32": (8, 4), "3xtf32": (4,), "f16": (8, 4)}
+# (warps per work-group, m16 fragment rows per warp), the first whose registers fit
+# (MAX_REGISTERS) and whose work-groups the target and the queries fill, per policy. Two rows a
+# warp halve the K and V fragment loads per mma; on the H200 (papers/kernels.md, "Twelfth
+# session") 8 warps of two rows were the fastest for tf32, 4 of two for 3xtf32 (which holds
+# twice the query registers; 8 warps of one row had measured slower than 4) and f16
+FORMS = {"tf32": ((8, 2), (4, 2), (4, 1)), "3xtf32": ((4, 2), (4, 1)), "f16": ((4, 2), (4, 1))}
+# fragment and accumulator registers a lane may hold (of 255): the most a measured-faster
+# form held (3xtf32, two rows of 64 features: 224); one row of 128 features holds at most 208
+MAX_REGISTERS = 224
 # keys per local tile, the largest whose two buffers fit
 KEY_TILES = {"tf32": (32, 16), "3xtf32": (32, 16), "f16": (64, 32, 16)}
 MAX_FEATURES = 128  # head or value features (registers: query fragments and accumulators)
@@ -135,6 +141,7 @@ class Tiles:
     k_lanes: int  # vector width of the copies of K's rows (1: scalar)
     v_lanes: int
     stages: int = 2  # local buffers (f16: cp.async pipeline depth)
+    rows: int = 1  # m16 fragment rows (16 queries each) per warp, sharing its K and V loads
 
     @property
     def threads(self) -> int:
@@ -142,8 +149,8 @@ class Tiles:
 
     @property
     def queries(self) -> int:
-        """Queries per work-group: one m16 fragment row per warp."""
-        return 16 * self.warps
+        """Queries per work-group: ``rows`` m16 fragment rows per warp."""
+        return 16 * self.rows * self.warps
 
 
 def _lanes(side: Side, features: int) -> int:
@@ -160,9 +167,9 @@ def plan(group: FusionGroup, target: TargetProfile, kind: str = "3xtf32"
     if (F16_MMA if f16 else TF32_MMA) not in target.tensor_cores:
         return (f"the target has no {'f16' if f16 else 'TF32'} tensor cores "
                 "(TargetProfile.tensor_cores)")
-    warps = [w for w in WARPS[kind] if 32 * w <= target.max_work_group_size]
-    if not warps:
-        return f"work-groups of {32 * WARPS[kind][-1]} work-items exceed the target"
+    forms = [f for f in FORMS[kind] if 32 * f[0] <= target.max_work_group_size]
+    if not forms:
+        return f"work-groups of {32 * FORMS[kind][-1][0]} work-items exceed the target"
     a = analyse(group.nodes, group.outputs, (DType.f16,) if f16 else (F32,))
     if isinstance(a, str):
         return a
@@ -183,10 +190,20 @@ def plan(group: FusionGroup, target: TargetProfile, kind: str = "3xtf32"
     fitting = [bk for bk in KEY_TILES[kind] if 2 * tile_bytes(bk) <= target.local_mem_bytes]
     if not fitting:
         return "two key tiles do not fit local memory"
-    # 4 warps where 8 would leave half a work-group's queries idle
-    w = next((w for w in warps if a.nq >= 16 * w), warps[-1])
-    stages = 3 if f16 and 3 * tile_bytes(fitting[0]) <= target.local_mem_bytes else 2
-    return a, Tiles(fitting[0], w, _lanes(a.k, a.d), _lanes(a.v, a.dv), stages)
+    # fewer queries a work-group where more would leave some of them idle
+    bk = fitting[0]
+    forms = [f for f in forms if registers(a, kind, bk, f[1]) <= MAX_REGISTERS] or forms[-1:]
+    w, rows = next((f for f in forms if a.nq >= 16 * f[0] * f[1]), forms[-1])
+    stages = 3 if f16 and 3 * tile_bytes(bk) <= target.local_mem_bytes else 2
+    return a, Tiles(bk, w, _lanes(a.k, a.d), _lanes(a.v, a.dv), stages, rows)
+
+
+def registers(a: Attention, kind: str, bk: int, rows: int) -> int:
+    """Fragment and accumulator registers a lane holds for ``rows`` fragment rows: the query
+    fragments (3xtf32: big and small parts), the scores of a key tile and the outputs."""
+    step = 16 if kind == "f16" else 8
+    query = a.d // step * 4 * (2 if kind == "3xtf32" else 1)
+    return rows * (query + 4 * (bk // 8) + 4 * (a.dv // 8))
 
 
 def kind_for(group: FusionGroup, target: TargetProfile, precision: str = "f32") -> str | None:
@@ -269,9 +286,11 @@ class _Builder(_AttentionBuilder):
         bh = div(grp, tiles_q)
         q0 = self.let(body, "q0", mul(mod(grp, tiles_q), idx(t.queries)))
         bcoords = self.batch_coords(body, bh)
-        # the warp's two fragment rows (g and g + 8), and the same clamped into the queries
-        ra = self.let(body, "ra", add(add(q0, mul(div(lid, 32), idx(16))), g))
-        rows = (ra, self.let(body, "rb", add(ra, idx(8))))
+        # each fragment row's two rows of queries (g and g + 8), and the same clamped into the
+        # queries: rows[2 i + h] is row g + 8 h of fragment row i
+        ra = self.let(body, "ra", add(add(q0, mul(div(lid, 32), idx(16 * t.rows))), g))
+        rows = tuple(ra if i == h == 0 else self.let(body, "rb", add(ra, idx(16 * i + 8 * h)))
+                     for i in range(t.rows) for h in range(2))
         clamped = rows if a.nq % t.queries == 0 else tuple(
             self.let(body, "rc", Call("min", (r, idx(a.nq - 1)))) for r in rows)
         args = self.scores.arg_of
@@ -281,18 +300,20 @@ class _Builder(_AttentionBuilder):
         # (f16: columns 2t, 2t + 1 and 2t + 8, 2t + 9)
         col = mul(tt, idx(2)) if self.f16 else tt
         qbase = [self.let(body, "qb", self.base(a.q, bcoords, r)) for r in clamped]
-        for kk in range(a.d // self.step):
-            for r in range(4):
-                c0 = self.step * kk + self.step // 2 * (r // 2)
-                self.pair(body, f"fa_q{kk}_{r}", lambda e, c0=c0, r=r: Load(
-                    args[a.q.node], add(qbase[r % 2], mul(add(col, idx(c0 + e)),
-                                                          idx(a.q.feature)))))
+        for i in range(t.rows):
+            for kk in range(a.d // self.step):
+                for r in range(4):
+                    c0 = self.step * kk + self.step // 2 * (r // 2)
+                    self.pair(body, f"fa_q{i}_{kk}_{r}", lambda e, c0=c0, b=qbase[2 * i + r % 2]:
+                              Load(args[a.q.node], add(b, mul(add(col, idx(c0 + e)),
+                                                             idx(a.q.feature)))))
         self.m = [self.let(body, "m", exprs.const(-np.inf, F32), F32, mutable=True)
                   for _ in rows]
         self.l = [self.let(body, "l", exprs.const(0.0, F32), F32, mutable=True) for _ in rows]
-        for n in range(a.dv // 8):
-            for r in range(4):
-                body.append(Let(f"fa_o{n}_{r}", F32, exprs.const(0.0, F32), True))
+        for i in range(t.rows):
+            for n in range(a.dv // 8):
+                for r in range(4):
+                    body.append(Let(f"fa_o{i}_{n}_{r}", F32, exprs.const(0.0, F32), True))
         self.ld = ({"k": _row16(a.d), "v": _row16(a.dv)} if self.f16
                    else {"k": _row(a.d), "v": _row(a.dv)})
         self.sizes = {side: t.bk * ld for side, ld in self.ld.items()}
@@ -447,12 +468,15 @@ class _Builder(_AttentionBuilder):
 
     # one key tile ---------------------------------------------------------------------
     def tile(self, k0: Expr, cur: Expr) -> list[Stmt]:
+        """One key tile for each of the warp's fragment rows ``i``: each K and V fragment is
+        loaded once and taken by every row's mma."""
         a, t, out = self.a, self.t, []
-        frags = t.bk // 8
+        frags, fr = t.bk // 8, range(t.rows)
         koff = self.let(out, "ko", add(mul(cur, idx(self.sizes["k"])), self.k_lane))
-        for j in range(frags):
-            for r in range(4):
-                out.append(Let(f"fa_s{j}_{r}", F32, exprs.const(0.0, F32), True))
+        for i in fr:
+            for j in range(frags):
+                for r in range(4):
+                    out.append(Let(f"fa_s{i}_{j}_{r}", F32, exprs.const(0.0, F32), True))
         ldk = self.ld["k"]
         for kk in range(a.d // self.step):  # S = Q Kᵀ: B = K rows (keys) at head columns
             if self.f16:  # fragment columns 2p, 2p + 1: one ldmatrix of 16 keys
@@ -464,47 +488,53 @@ class _Builder(_AttentionBuilder):
                 b = [f"fa_k{kk}_{j}_{r}" if self.f16 else self.pair(
                     out, f"fa_k{kk}_{j}_{r}", lambda e, o=8 * j * ldk + 8 * kk + 4 * r: Load(
                         "k_tile", add(koff, idx(o + e)))) for r in range(2)]
-                out += self.products(f"fa_s{j}", [f"fa_q{kk}_{r}" for r in range(4)], b)
+                for i in fr:
+                    out += self.products(f"fa_s{i}_{j}",
+                                         [f"fa_q{i}_{kk}_{r}" for r in range(4)], b)
         # the score chain at each accumulator's (row, key); keys past the end: -inf
-        x: dict[tuple[int, int], Var] = {}
+        x: dict[tuple[int, int, int], Var] = {}
         for j in range(frags):
             for r in range(4):
                 key = self.let(out, "key", add(k0, add(mul(self.tt, idx(2)),
                                                         idx(8 * j + r % 2))))
-                at: dict[str, Expr] = {f"b{i}": c for i, c in enumerate(self.bcoords)}
-                # the chain reads its operands (a mask) at keys inside the scores
-                at["q"], at["k"] = self.clamped[r // 2], (
-                    Call("min", (key, idx(a.nk - 1))) if a.nk % t.bk else key)
-                v = self.through(self.scores, out, Var(f"fa_s{j}_{r}"), a.softmax.srcs[0],
-                                 tuple(at[role] for role in a.score_roles))
-                if a.nk % t.bk:
-                    v = Cond(Bin("<", key, idx(a.nk)), v, exprs.const(-np.inf, F32))
-                x[j, r] = self.let(out, "x", v, F32)
-        p: dict[tuple[int, int], Var] = {}
+                for i in fr:
+                    at: dict[str, Expr] = {f"b{n}": c for n, c in enumerate(self.bcoords)}
+                    # the chain reads its operands (a mask) at keys inside the scores
+                    at["q"], at["k"] = self.clamped[2 * i + r // 2], (
+                        Call("min", (key, idx(a.nk - 1))) if a.nk % t.bk else key)
+                    v = self.through(self.scores, out, Var(f"fa_s{i}_{j}_{r}"),
+                                     a.softmax.srcs[0], tuple(at[role] for role in a.score_roles))
+                    if a.nk % t.bk:
+                        v = Cond(Bin("<", key, idx(a.nk)), v, exprs.const(-np.inf, F32))
+                    x[i, j, r] = self.let(out, "x", v, F32)
+        p: dict[tuple[int, int, int], Var] = {}
         alphas = []
-        for h in range(2):  # rows g (registers 0, 1) and g + 8 (2, 3)
-            top: Expr = x[0, 2 * h]
-            for j in range(frags):
-                for r in (2 * h, 2 * h + 1):
-                    if (j, r) != (0, 2 * h):
-                        top = Call("fmax", (top, x[j, r]))
-            top = self.quad(out, self.let(out, "top", top, F32),
-                            lambda u, w: Call("fmax", (u, w)))
-            m_new = self.let(out, "mn", Call("fmax", (self.m[h], top)), F32)
-            shift = self.let(out, "shift", Cond(Call("isfinite", (m_new,)), m_new,
-                                                exprs.const(0.0, F32)), F32)
-            alpha = self.exp(out, "alpha", self.m[h], shift)
-            total: Expr = Bin("*", self.l[h], alpha)
-            for j in range(frags):
-                for r in (2 * h, 2 * h + 1):
-                    p[j, r] = self.exp(out, "p", x[j, r], shift)
-                    total = Bin("+", total, p[j, r])
-            out += [Assign(self.l[h].name, total), Assign(self.m[h].name, m_new)]
-            alphas.append(alpha)
-        for n in range(a.dv // 8):
-            for r in range(4):
-                o = f"fa_o{n}_{r}"
-                out.append(Assign(o, Bin("*", Var(o), alphas[r // 2])))
+        for i in fr:
+            for h in range(2):  # rows g (registers 0, 1) and g + 8 (2, 3)
+                top: Expr = x[i, 0, 2 * h]
+                for j in range(frags):
+                    for r in (2 * h, 2 * h + 1):
+                        if (j, r) != (0, 2 * h):
+                            top = Call("fmax", (top, x[i, j, r]))
+                top = self.quad(out, self.let(out, "top", top, F32),
+                                lambda u, w: Call("fmax", (u, w)))
+                m, l = self.m[2 * i + h], self.l[2 * i + h]
+                m_new = self.let(out, "mn", Call("fmax", (m, top)), F32)
+                shift = self.let(out, "shift", Cond(Call("isfinite", (m_new,)), m_new,
+                                                    exprs.const(0.0, F32)), F32)
+                alpha = self.exp(out, "alpha", m, shift)
+                total: Expr = Bin("*", l, alpha)
+                for j in range(frags):
+                    for r in (2 * h, 2 * h + 1):
+                        p[i, j, r] = self.exp(out, "p", x[i, j, r], shift)
+                        total = Bin("+", total, p[i, j, r])
+                out += [Assign(l.name, total), Assign(m.name, m_new)]
+                alphas.append(alpha)
+        for i in fr:
+            for n in range(a.dv // 8):
+                for r in range(4):
+                    o = f"fa_o{i}_{n}_{r}"
+                    out.append(Assign(o, Bin("*", Var(o), alphas[2 * i + r // 2])))
         # O += P V. TF32: A registers a0..a3 = p of (row g, key 2t), (g + 8, 2t), (g, 2t + 1),
         # (g + 8, 2t + 1): columns t and t + 4 in the key order 0, 2, 4, 6, 1, 3, 5, 7, V's
         # rows 2t, 2t + 1 for B's k rows t, t + 4. f16: a0..a3 = the pairs of fragments 2kk
@@ -514,11 +544,12 @@ class _Builder(_AttentionBuilder):
         voff = self.let(out, "vo", add(mul(cur, idx(self.sizes["v"])), self.v_lane))
         for kk in range(t.bk // self.step):
             if self.f16:
-                pa = [self.operand(out, f"fa_p{kk}_{r}", p[2 * kk + r // 2, 2 * (r % 2)],
-                                   p[2 * kk + r // 2, 2 * (r % 2) + 1]) for r in range(4)]
+                pa = [[self.operand(out, f"fa_p{i}_{kk}_{r}", p[i, 2 * kk + r // 2, 2 * (r % 2)],
+                                    p[i, 2 * kk + r // 2, 2 * (r % 2) + 1]) for r in range(4)]
+                      for i in fr]
             else:
-                pa = [self.operand(out, f"fa_p{kk}_{r}", p[kk, (0, 2, 1, 3)[r]])
-                      for r in range(4)]
+                pa = [[self.operand(out, f"fa_p{i}_{kk}_{r}", p[i, kk, (0, 2, 1, 3)[r]])
+                       for r in range(4)] for i in fr]
             if self.f16:  # value fragments 2q, 2q + 1 of 16 keys: one ldmatrix.trans
                 for q2 in range(a.dv // 16):
                     out += VectorLoads.ldmatrix(
@@ -528,7 +559,8 @@ class _Builder(_AttentionBuilder):
                 b = [f"fa_v{kk}_{n}_{r}" if self.f16 else self.operand(
                     out, f"fa_v{kk}_{n}_{r}", Load("v_tile", add(
                         voff, idx((8 * kk + r) * ldv + 8 * n)))) for r in range(2)]
-                out += self.products(f"fa_o{n}", pa, b)
+                for i in fr:
+                    out += self.products(f"fa_o{i}_{n}", pa[i], b)
         return out
 
     def stores(self, kind: ScheduleKind) -> list[Stmt]:
@@ -538,17 +570,17 @@ class _Builder(_AttentionBuilder):
         total = [self.quad(out, ll, lambda u, w: Bin("+", u, w)) for ll in self.l]
         inv = [self.let(out, "inv", Bin("/", exprs.const(1.0, F32), s), F32) for s in total]
         dest = KernelArg("out0", a.stored.type.dtype, True, self.outline.output_slots[0])
-        for h, row in enumerate(self.rows):
+        for h, row in enumerate(self.rows):  # row g + 8 (h % 2) of fragment row h // 2
             ob = self.let(out, "ob", self.base(a.out, self.bcoords, row))
             rowwise: list[Stmt] = []
             for n in range(a.dv // 8):
-                for r in (2 * h, 2 * h + 1):
+                for r in (2 * (h % 2), 2 * (h % 2) + 1):
                     col = self.let(rowwise, "col", add(mul(self.tt, idx(2)),
                                                        idx(8 * n + r % 2)))
                     at = self.out_coords(self.bcoords, row)
                     at["e"] = col
                     v = self.through(self.epilogue, rowwise,
-                                     Bin("*", Var(f"fa_o{n}_{r}"), inv[h]), a.stored,
+                                     Bin("*", Var(f"fa_o{h // 2}_{n}_{r}"), inv[h]), a.stored,
                                      tuple(at[role] for role in a.out_roles))
                     rowwise.append(Store(dest.name, add(ob, mul(col, idx(a.out.feature))), v))
             out += ([If(Bin("<", row, idx(a.nq)), tuple(rowwise))] if a.nq % self.t.queries

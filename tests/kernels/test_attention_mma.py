@@ -15,12 +15,13 @@ import numpy as np
 import pytest
 from mma_emulation import emulated_async
 from test_attention import heads, matmul_attention
-from test_mma_generator import NV, emulated
+from test_mma_generator import NV, emulated, emulated_builds
 
 import accy
 from accy.builder import einsum, trace
 from accy.ir.interpret import interpret
 from accy.ir.types import DType, TensorType
+from accy.kernels import attention_mma
 from accy.passes.spec import parse_pipeline
 from accy.target import CP_ASYNC, F16_MMA, TF32_MMA, TF32_SATFINITE
 
@@ -90,7 +91,8 @@ def run_emulated(device, prog: accy.Program, inputs, pipeline: str = "accy-defau
     assert job.generators() == {f"mma-attention-{policy}": 1}
     src = job.kernel_source(0)
     job._sources[0] = emulated_attention(src, mode)
-    (got,) = job.executable(device=device)(*inputs)
+    with emulated_builds(device):
+        (got,) = job.executable(device=device)(*inputs)
     (want,) = interpret(prog, list(inputs))
     tol = {"3xtf32": 1e-5, "tf32": 3e-3, "f16": 1e-2}[policy]
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
@@ -113,13 +115,13 @@ def test_emulated_kernel_matches_the_interpreter(device, rng, shape, mask):
 
 
 def test_tf32_policy_rounds_the_operands(device, rng):
-    prog = heads(1, 1, 133, 40, 16, 16)  # 8 warps, a ragged second query block
+    prog = heads(1, 1, 133, 40, 16, 16)  # 4 warps of 32 queries, a ragged second query block
     inputs = data(rng, prog)
     src = run_emulated(device, prog, inputs, precision("tf32", "always"), NV, "tf32")
-    # one product per fragment pair, per key tile of 32: S 4 key x 2 head fragments, P V
-    # 4 key x 2 value fragments (3xtf32: three each)
-    assert src.count("mma.sync") == 16 and "_s)" not in src
-    assert "reqd_work_group_size(256, 1, 1)" in src
+    # one product per fragment pair and fragment row, per key tile of 32: S 4 key x 2 head
+    # fragments, P V 4 key x 2 value fragments (3xtf32: three each)
+    assert src.count("mma.sync") == 2 * 16 and "_s)" not in src
+    assert "reqd_work_group_size(128, 1, 1)" in src
 
 
 def test_epilogue_and_reshape_through_the_matmul_spelling(device, rng):
@@ -170,6 +172,45 @@ def test_f16_attention_promoted_around_its_products(device, rng, mode):
     prog = trace(f, *types, name="attn16")
     inputs = [x.astype(np.float16) for x in data(rng, prog)]
     run_emulated(device, prog, inputs, target=storage, policy="f16", mode=mode)
+
+
+@pytest.mark.parametrize("policy, form", [("3xtf32", (2, 2)), ("tf32", (4, 2)),
+                                          ("f16", (2, 2))])
+def test_warps_of_two_fragment_rows(device, rng, monkeypatch, policy, form):
+    """Warps taking two m16 fragment rows (32 queries) share each K and V fragment between
+    them: ragged query blocks (the last one's second fragment row past the queries), a causal
+    mask bounding the keys a block reads, every policy."""
+    monkeypatch.setitem(attention_mma.FORMS, policy, (form,))
+    if policy == "f16":
+        def f(q, k, v):
+            s = einsum("bhqd,bhkd->bhqk", q, k) * 0.25
+            return einsum("bhqk,bhkd->bhqd", accy.softmax(s, -1), v)
+
+        types = [TensorType((1, 2, n, d), DType.f16) for n, d in ((75, 16), (70, 16), (70, 32))]
+        prog = trace(f, *types, name="attn16")
+        inputs = [x.astype(np.float16) for x in data(rng, prog)]
+        src = run_emulated(device, prog, inputs, KEEP_F16, F16, "f16", "deferred")
+        per_tile = 2 * (8 + 4 * 4)  # two rows: S 8 key x 1 head, P V 4 key x 4 value fragments
+    else:
+        prog = heads(1, 1, 75, 50, 8, 16, mask="causal")
+        inputs = data(rng, prog)
+        src = run_emulated(device, prog, inputs, precision(policy, "always"),
+                           SAT if policy == "3xtf32" else NV, policy)
+        per_tile = 2 * (4 + 4 * 2) * (3 if policy == "3xtf32" else 1)  # S 4 x 1, P V 4 x 2
+    assert src.count("mma.sync") == per_tile
+    assert f"reqd_work_group_size({32 * form[0]}, 1, 1)" in src
+
+
+def test_two_fragment_rows_a_warp_where_their_registers_fit():
+    """tf32 heads of 64 features: 8 warps of two fragment rows (160 registers a lane); of
+    128 (key tiles of 16 in local memory): two rows would hold 288, so 4 warps of one row
+    (144)."""
+    for d, threads, rows, bk in ((64, 256, 2, 32), (128, 128, 1, 16)):
+        src = accy.prepare(heads(1, 1, 256, 64, d, d), precision("tf32"),
+                           target=NV).kernel_source(0)
+        assert f"reqd_work_group_size({threads}, 1, 1)" in src
+        # per fragment row: S and P V, bk / 8 key x d / 8 feature fragments each
+        assert src.count("mma.sync") == rows * 2 * (bk // 8) * (d // 8)
 
 
 def test_auto_fuses_where_the_default_policy_takes_tensor_cores():
