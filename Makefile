@@ -23,8 +23,9 @@ opencl:
 demo: $(BIN)/accy opencl
 	$(BIN)/accy demo
 
+# the suite on every core (pytest-xdist; a plain `pytest` runs it in one process)
 test: $(BIN)/accy opencl
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --dist worksteal
 
 lint: $(BIN)/accy
 	$(BIN)/ruff check accy rewrites experiments tests

@@ -17,6 +17,7 @@ import functools
 import importlib.util
 import os
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,15 @@ settings.register_profile("fuzz", deadline=None, max_examples=5000, database=_DA
                           suppress_health_check=_SLOW)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE")
                       or ("ci" if os.environ.get("CI") else "dev"))
+
+# `make test` runs the suite in pytest-xdist workers, one per core. PoCL's kernel cache is not
+# safe for processes compiling the same program at once (accy/backends/opencl/build_cache.py):
+# each worker keeps its own, beside the default one (set before PoCL is first loaded).
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if _WORKER:
+    _POCL_CACHE = os.environ.get("POCL_CACHE_DIR") or str(Path(
+        os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pocl" / "kcache")
+    os.environ["POCL_CACHE_DIR"] = f"{_POCL_CACHE}-{_WORKER}"
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -77,3 +87,31 @@ def _experiment_script(name: str):
 def experiment_script():
     """Import a script of ``experiments/`` by name: ``experiment_script("bench_paths")``."""
     return _experiment_script
+
+
+# the differential suite's count of programs checked per check (diff_support.TALLY), printed
+# at the end of the run; under pytest-xdist each worker hands its count to the controller
+_WORKERS_TALLY: Counter[str] = Counter()
+
+
+def _tally() -> Counter[str]:
+    support = sys.modules.get("diff_support")
+    return Counter(support.TALLY) if support is not None else Counter()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if hasattr(session.config, "workeroutput"):  # a pytest-xdist worker
+        session.config.workeroutput["differential_tally"] = dict(_tally())
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:  # the pytest-xdist controller
+    _WORKERS_TALLY.update(getattr(node, "workeroutput", {}).get("differential_tally", {}))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    tally = _tally() + _WORKERS_TALLY
+    if tally:
+        terminalreporter.section("differential programs")
+        for key, count in sorted(tally.items()):
+            terminalreporter.write_line(f"{count:6d}  {key}")

@@ -1,9 +1,9 @@
-"""The differential suite's OpenCL device fixture and its summary of programs checked."""
+"""The differential suite's OpenCL device fixture (its count of programs checked is printed by
+tests/conftest.py)."""
 
 from __future__ import annotations
 
 import pytest
-from diff_support import TALLY
 
 from accy.errors import DeviceError
 from accy.ir.types import DType
@@ -21,9 +21,3 @@ def device_dtypes() -> list[DType]:
         pytest.skip(f"no OpenCL device: {str(e).splitlines()[0]}")
     return sorted(TargetProfile.from_device(runtime.info).usable_dtypes, key=lambda d: d.value)
 
-
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if TALLY:
-        terminalreporter.section("differential programs")
-        for key, count in sorted(TALLY.items()):
-            terminalreporter.write_line(f"{count:6d}  {key}")

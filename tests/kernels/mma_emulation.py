@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 import numpy as np
-from test_mma_generator import EMULATED_MMA, emulated
+from test_mma_generator import EMULATED_MMA, build_emulated, emulated
 
 try:
     import pyopencl as cl
@@ -143,7 +143,7 @@ def run_kernels(device, job, sources: list[str], args: list[np.ndarray], shape, 
         for a in kernel.args:
             if a.is_scratch and a.name not in bufs:
                 bufs[a.name] = buf(np.full(a.scratch_elems, np.nan, np.float32))
-        program = cl.Program(ctx, source).build()
+        program = build_emulated(ctx, source)
         getattr(program, kernel.entry)(queue, kernel.geometry.global_size,
                                        kernel.geometry.local_size,
                                        *(bufs[a.name] for a in kernel.args))

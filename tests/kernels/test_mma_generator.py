@@ -9,6 +9,7 @@ H200."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import re
@@ -424,6 +425,31 @@ def emulated(src: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+# Emulated kernels are built unoptimized: every emulated mma is a work-group exchange behind
+# barriers, and PoCL's LLVM optimizing them took most of a cold suite's time (the wide-tile
+# kernel: 19 s to build and run once, 3.4 s unoptimized). The values are the same: the
+# kernels turn FP_CONTRACT off and the emulation rounds with integer operations.
+EMULATION_OPTIONS = ("-cl-opt-disable",)
+
+
+def build_emulated(context, source: str):
+    """``source`` (an emulated kernel) built for PoCL's ``context`` with
+    :data:`EMULATION_OPTIONS`."""
+    return cl.Program(context, source).build(options=list(EMULATION_OPTIONS))
+
+
+@contextlib.contextmanager
+def emulated_builds(device):
+    """Inside: ``device`` (a session's runtime) builds every program with
+    :data:`EMULATION_OPTIONS` (jobs whose source was swapped for an emulated one, run through
+    their own executable)."""
+    build = device.build
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(device, "build", lambda source, options=(): build(
+            source, (*options, *EMULATION_OPTIONS)))
+        yield
+
+
 @pytest.mark.skipif(cl is None, reason="needs pyopencl")
 @pytest.mark.parametrize("m, n, k, batch, bias, a_t, precision, units, tiles", [
     (130, 96, 40, 0, True, False, "tf32", 132, None),  # 64x64 tiles, edges, epilogue
@@ -457,7 +483,7 @@ def emulate_and_check(device, job, m: int, n: int, k: int, batch: int, bias: boo
     if bias:
         args.append(rng.uniform(-1, 1, n).astype(np.float32))
     (kernel,) = job.kernels
-    program = cl.Program(device.context, emulated(job.kernel_source(0))).build()
+    program = build_emulated(device.context, emulated(job.kernel_source(0)))
     flags = cl.mem_flags
     bufs = [cl.Buffer(device.context, flags.READ_ONLY | flags.COPY_HOST_PTR, hostbuf=x)
             for x in args]

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from mma_emulation import emulated_async, run_kernels
 from test_attention import heads
 from test_attention_mma import F16, KEEP_F16, SAT, emulated_attention, precision
-from test_mma_generator import NV, emulated, matmul, tf32_round
+from test_mma_generator import NV, emulated, emulated_builds, matmul, tf32_round
 from test_mma_pipeline import ASYNC, matmul16
 
 import accy
@@ -144,7 +144,8 @@ def test_attention(device, b, h, sq, sk, d, dv, mask, kind, mode, seed):
     job = accy.prepare(prog, pipeline, target=target)
     assume(job.generators() == {f"mma-attention-{policy}": 1})  # not e.g. a single key
     job._sources[0] = emulated_attention(job.kernel_source(0), mode)
-    (got,) = job.executable(device=device)(*inputs)
+    with emulated_builds(device):
+        (got,) = job.executable(device=device)(*inputs)
     (want,) = interpret(prog, list(inputs))
     tol = {"3xtf32": 1e-5, "tf32": 3e-3, "f16": 1e-2}[policy]
     np.testing.assert_allclose(np.asarray(got, np.float64), np.asarray(want, np.float64),
