@@ -1,41 +1,40 @@
-"""mma-attention-tf32 / -3xtf32 / -f16: an attention group (:mod:`accy.kernels.attention_plan`)
-as one kernel on tensor cores, FlashAttention-2's way: the scores and probabilities stay in
+"""mma-attention-tf32 / -3xtf32 / -f16: an attention group (:mod:`accy.kernels.attention_plan`) as
+one kernel on tensor cores, FlashAttention-2's way: the scores and probabilities stay in
 ``mma.sync`` accumulator registers.
 
-A work-group of 4 or 8 warps (:data:`FORMS`) takes 16 or 32 queries a warp of one batch, one
-or two m16 fragment rows, their query fragments in registers. Key tiles of ``bk`` go through
-local memory: f32 through registers into rows padded by 4 words (scalar fragment loads hit 32
-banks), the next tile loaded while this one computes; f16 by ``cp.async`` into ``stages``
-buffers of half-pair words (rows an odd number of 16-byte chunks), read by ``ldmatrix``
-(``.trans`` for V). Per tile and fragment row a warp computes ``S = Q Kᵀ`` (m16n8k8 TF32 or
-m16n8k16 f16, each K and V fragment loaded once for both rows; K's rows are the
+A work-group of 4 or 8 warps (:data:`~accy.kernels.attention_mma_plan.FORMS`) takes 16 or 32
+queries a warp of one batch, one or two m16 fragment rows, their query fragments in registers.
+Key tiles of ``bk`` go through local memory: f32 through registers into rows padded by 4 words
+(scalar fragment loads hit 32 banks), the next tile loaded while this one computes; f16 by
+``cp.async`` into ``stages`` buffers of half-pair words (rows an odd number of 16-byte chunks),
+read by ``ldmatrix`` (``.trans`` for V). Per tile and fragment row a warp computes ``S = Q Kᵀ``
+(m16n8k8 TF32 or m16n8k16 f16, each K and V fragment loaded once for both rows; K's rows are the
 "col" B operand as stored), the score chain at each accumulator's coordinates (keys past the
 end: -inf), each row's maximum over its registers and the four lanes sharing the row
 (``shfl.sync.bfly``), the rescale of the per-lane running sums and of the output accumulators,
 and ``P V`` with the probabilities taken straight from the scores' registers: TF32 lane
 ``4g + t`` holds keys ``2t, 2t + 1`` of rows ``g, g + 8``, A's columns ``t, t + 4`` once a
-tile's keys are taken in the order ``0, 2, 4, 6, 1, 3, 5, 7`` (V's rows read in that order);
-f16 packs the pairs (``cvt.rn.f16x2``) into m16n8k16 A registers as they are, and takes exp
-as one fma and ``ex2.approx``. A maximum that is not finite shifts by 0 (as the row softmax).
-``O / l`` goes through the epilogue; queries past the end compute the last query's row and
-store nothing.
+tile's keys are taken in the order ``0, 2, 4, 6, 1, 3, 5, 7`` (V's rows read in that order); f16
+packs the pairs (``cvt.rn.f16x2``) into m16n8k16 A registers as they are, and takes exp as one
+fma and ``ex2.approx``. A maximum that is not finite shifts by 0 (as the row softmax). ``O / l``
+goes through the epilogue; queries past the end compute the last query's row and store nothing.
 
 ``tf32`` rounds the operands to TF32; ``3xtf32`` (the default ``f32`` policy's, where the
 saturating rounding was found) splits Q, K, P and V into big and small parts, three products
-each (:func:`accy.kernels.mma_ptx.tf32_products`); f16 (any policy) rounds the probabilities
-to f16 for ``P V`` as the program's cast does, its scale and softmax in f32 as
-dtype-legalization leaves them. Selection (:func:`plan`): the target's probe found the
-tensor cores (f16: and ``cp.async``; ``shfl``, ``ldmatrix``, ``cvt.rn.f16x2`` and ``ex2``
-exist wherever ``mma.sync`` does), features multiples of 8 (f16: 16) up to
-:data:`MAX_FEATURES`, f16 K and V rows contiguous and 16-byte aligned, two key tiles in local
-memory. ``fusion-planning{attention=auto}`` merges attention where kernelization's precision
-takes this form (:func:`accy.passes.dispatch.attention_fusion.pays`).
+each (:func:`accy.kernels.mma_ptx.tf32_products`); f16 (any policy) rounds the probabilities to
+f16 for ``P V`` as the program's cast does, its scale and softmax in f32 as dtype-legalization
+leaves them. Selection (:func:`~accy.kernels.attention_mma_plan.plan`): the target's probe
+found the tensor cores (f16: and ``cp.async``; ``shfl``, ``ldmatrix``, ``cvt.rn.f16x2`` and
+``ex2`` exist wherever ``mma.sync`` does), features multiples of 8 (f16: 16) up to
+:data:`~accy.kernels.attention_mma_plan.MAX_FEATURES`, f16 K and V rows contiguous and 16-byte
+aligned, two key tiles in local memory. ``fusion-planning{attention=auto}`` merges attention
+where kernelization's precision takes this form
+(:func:`accy.passes.dispatch.attention_fusion.pays`).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -43,7 +42,8 @@ from accy.ir.types import DType
 from accy.kernels import exprs, loopnest
 from accy.kernels.attention import _Builder as _AttentionBuilder
 from accy.kernels.attention_cpu import key_stop_var
-from accy.kernels.attention_plan import Attention, Side, analyse
+from accy.kernels.attention_mma_plan import KINDS, POLICIES, Tiles, local_row, local_row16, plan
+from accy.kernels.attention_plan import Attention, Side
 from accy.kernels.ir import (
     INDEX,
     Assign,
@@ -94,125 +94,12 @@ from accy.kernels.mma_ptx import (
 )
 from accy.plans import FusionGroup, KernelOutline, LaunchGeometry, ScheduleKind
 from accy.target import (
-    CP_ASYNC,
-    F16_MMA,
-    TF32_MMA,
     TF32_SATFINITE,
     TargetProfile,
-    resolve_precision,
 )
 
-# (warps per work-group, m16 fragment rows per warp), the first whose registers fit
-# (MAX_REGISTERS) and whose work-groups the target and the queries fill, per policy. Two rows a
-# warp halve the K and V fragment loads per mma; on the H200 (papers/kernels.md, "Twelfth
-# session") 8 warps of two rows were the fastest for tf32, 4 of two for 3xtf32 (which holds
-# twice the query registers; 8 warps of one row had measured slower than 4) and f16
-FORMS = {"tf32": ((8, 2), (4, 2), (4, 1)), "3xtf32": ((4, 2), (4, 1)), "f16": ((4, 2), (4, 1))}
-# fragment and accumulator registers a lane may hold (of 255): the most a measured-faster
-# form held (3xtf32, two rows of 64 features: 224); one row of 128 features holds at most 208
-MAX_REGISTERS = 224
-# keys per local tile, the largest whose two buffers fit
-KEY_TILES = {"tf32": (32, 16), "3xtf32": (32, 16), "f16": (64, 32, 16)}
-MAX_FEATURES = 128  # head or value features (registers: query fragments and accumulators)
 LOG2E = 1.4426950408889634
-POLICIES = ("tf32", "3xtf32")  # f32 attention; f16 attention takes "f16" under any policy
-KINDS = (*POLICIES, "f16")
 F32 = DType.f32
-
-
-def _row16(features: int) -> int:
-    """f16: local row length of a K or V tile row in words (features + 8 halves: an odd
-    number of 16-byte chunks, so the 8 rows of an ``ldmatrix`` matrix fall in distinct
-    banks)."""
-    return (features + 8) // 2
-
-
-def _row(features: int) -> int:
-    """Local row length of a K or V tile row: 4 words past a multiple of 8, so the rows of a
-    warp's fragment loads (8 rows at lane offsets ``t``, or 4 row pairs at ``g``) fall in
-    distinct banks."""
-    return features + 4
-
-
-@dataclass(frozen=True)
-class Tiles:
-    bk: int  # keys per local tile
-    warps: int  # per work-group, 16 queries each
-    k_lanes: int  # vector width of the copies of K's rows (1: scalar)
-    v_lanes: int
-    stages: int = 2  # local buffers (f16: cp.async pipeline depth)
-    rows: int = 1  # m16 fragment rows (16 queries each) per warp, sharing its K and V loads
-
-    @property
-    def threads(self) -> int:
-        return 32 * self.warps
-
-    @property
-    def queries(self) -> int:
-        """Queries per work-group: ``rows`` m16 fragment rows per warp."""
-        return 16 * self.rows * self.warps
-
-
-def _lanes(side: Side, features: int) -> int:
-    return 4 if side.feature == 1 and features % 4 == 0 else 1
-
-
-def plan(group: FusionGroup, target: TargetProfile, kind: str = "3xtf32"
-         ) -> tuple[Attention, Tiles] | str:
-    """The attention and tiles of a group the generator of ``kind`` (:data:`KINDS`) takes,
-    or why not."""
-    if group.kind is not ScheduleKind.contraction:
-        return f"a {group.kind.value} group"
-    f16 = kind == "f16"
-    if (F16_MMA if f16 else TF32_MMA) not in target.tensor_cores:
-        return (f"the target has no {'f16' if f16 else 'TF32'} tensor cores "
-                "(TargetProfile.tensor_cores)")
-    forms = [f for f in FORMS[kind] if 32 * f[0] <= target.max_work_group_size]
-    if not forms:
-        return f"work-groups of {32 * FORMS[kind][-1][0]} work-items exceed the target"
-    a = analyse(group.nodes, group.outputs, (DType.f16,) if f16 else (F32,))
-    if isinstance(a, str):
-        return a
-    step = 16 if f16 else 8  # the K of one mma
-    if a.d % step or a.dv % step or max(a.d, a.dv) > MAX_FEATURES:
-        return (f"head and value features {a.d}, {a.dv}: multiples of {step} up to "
-                f"{MAX_FEATURES} take tensor cores")
-    if f16:  # K and V rows copied by cp.async: 16 aligned bytes at a time
-        if CP_ASYNC not in target.tensor_cores:
-            return "f16 attention copies by cp.async, which the target's probe did not find"
-        if any(s.feature != 1 or s.seq % 8 or any(b % 8 for b in s.batch) for s in (a.k, a.v)):
-            return "K or V rows are not contiguous, 16-byte aligned f16 rows"
-
-    def tile_bytes(bk: int) -> int:
-        return (4 * bk * (_row16(a.d) + _row16(a.dv)) if f16
-                else 4 * bk * (_row(a.d) + _row(a.dv)))
-
-    fitting = [bk for bk in KEY_TILES[kind] if 2 * tile_bytes(bk) <= target.local_mem_bytes]
-    if not fitting:
-        return "two key tiles do not fit local memory"
-    # fewer queries a work-group where more would leave some of them idle
-    bk = fitting[0]
-    forms = [f for f in forms if registers(a, kind, bk, f[1]) <= MAX_REGISTERS] or forms[-1:]
-    w, rows = next((f for f in forms if a.nq >= 16 * f[0] * f[1]), forms[-1])
-    stages = 3 if f16 and 3 * tile_bytes(bk) <= target.local_mem_bytes else 2
-    return a, Tiles(bk, w, _lanes(a.k, a.d), _lanes(a.v, a.dv), stages, rows)
-
-
-def registers(a: Attention, kind: str, bk: int, rows: int) -> int:
-    """Fragment and accumulator registers a lane holds for ``rows`` fragment rows: the query
-    fragments (3xtf32: big and small parts), the scores of a key tile and the outputs."""
-    step = 16 if kind == "f16" else 8
-    query = a.d // step * 4 * (2 if kind == "3xtf32" else 1)
-    return rows * (query + 4 * (bk // 8) + 4 * (a.dv // 8))
-
-
-def kind_for(group: FusionGroup, target: TargetProfile, precision: str = "f32") -> str | None:
-    """The kind kernelization under ``precision`` builds ``group`` with (f16 attention:
-    ``f16``; f32: the policy ``precision`` resolves to, if a TF32 one), or None."""
-    for kind in ("f16", resolve_precision(precision, target)):
-        if kind in KINDS and not isinstance(plan(group, target, kind), str):
-            return kind
-    return None
 
 
 class _Builder(_AttentionBuilder):
@@ -314,8 +201,8 @@ class _Builder(_AttentionBuilder):
             for n in range(a.dv // 8):
                 for r in range(4):
                     body.append(Let(f"fa_o{i}_{n}_{r}", F32, exprs.const(0.0, F32), True))
-        self.ld = ({"k": _row16(a.d), "v": _row16(a.dv)} if self.f16
-                   else {"k": _row(a.d), "v": _row(a.dv)})
+        self.ld = ({"k": local_row16(a.d), "v": local_row16(a.dv)} if self.f16
+                   else {"k": local_row(a.d), "v": local_row(a.dv)})
         self.sizes = {side: t.bk * ld for side, ld in self.ld.items()}
         ldk, ldv = self.ld["k"], self.ld["v"]
         for side in ("k", "v"):  # f16: words of half pairs, as cp.async leaves them
@@ -379,7 +266,7 @@ class _Builder(_AttentionBuilder):
         t = self.t
         for side in ("k", "v"):
             _, feats, w, count = self.slots(side)
-            ld, buf = _row(feats), f"{side}_tile"
+            ld, buf = local_row(feats), f"{side}_tile"
             for i in range(count):
                 slot = add(self.lid, idx(i * t.threads))
                 key, col = div(slot, feats // w), mul(mod(slot, feats // w), idx(w))

@@ -21,7 +21,7 @@ import accy
 from accy.builder import einsum, trace
 from accy.ir.interpret import interpret
 from accy.ir.types import DType, TensorType
-from accy.kernels import attention_mma
+from accy.kernels import attention_mma_plan
 from accy.passes.spec import parse_pipeline
 from accy.target import CP_ASYNC, F16_MMA, TF32_MMA, TF32_SATFINITE
 
@@ -180,7 +180,7 @@ def test_warps_of_two_fragment_rows(device, rng, monkeypatch, policy, form):
     """Warps taking two m16 fragment rows (32 queries) share each K and V fragment between
     them: ragged query blocks (the last one's second fragment row past the queries), a causal
     mask bounding the keys a block reads, every policy."""
-    monkeypatch.setitem(attention_mma.FORMS, policy, (form,))
+    monkeypatch.setitem(attention_mma_plan.FORMS, policy, (form,))
     if policy == "f16":
         def f(q, k, v):
             s = einsum("bhqd,bhkd->bhqk", q, k) * 0.25

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from accy.ir.node import Node
 from accy.ir.ops import Op
-from accy.kernels import attention, attention_mma
+from accy.kernels import attention, attention_mma_plan
 from accy.plans import FusionGroup, ScheduleKind, outside_inputs
 from accy.target import TargetProfile
 
@@ -84,4 +84,4 @@ def pays(target: TargetProfile, cpu_form: bool, group: FusionGroup,
     (papers/kernels.md), so GPUs keep the three otherwise (``precision=ieee`` too)."""
     if target.device_type == "cpu":
         return cpu_form
-    return attention_mma.kind_for(group, target, precision) is not None
+    return attention_mma_plan.kind_for(group, target, precision) is not None

@@ -1,0 +1,131 @@
+"""The tiles of :mod:`accy.kernels.attention_mma` (attention on tensor cores): which groups it
+takes under which kind (:data:`KINDS`: ``tf32``, ``3xtf32``, ``f16``) and with what work-group
+form, key tile and local buffers (:func:`plan`), and the kind kernelization's precision gives
+a group (:func:`kind_for`, also asked by fusion planning)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from accy.ir.types import DType
+from accy.kernels.attention_plan import Attention, Side, analyse
+from accy.plans import FusionGroup, ScheduleKind
+from accy.target import (
+    CP_ASYNC,
+    F16_MMA,
+    TF32_MMA,
+    TargetProfile,
+    resolve_precision,
+)
+
+# (warps per work-group, m16 fragment rows per warp), the first whose registers fit
+# (MAX_REGISTERS) and whose work-groups the target and the queries fill, per policy. Two rows a
+# warp halve the K and V fragment loads per mma; on the H200 (papers/kernels.md, "Twelfth
+# session") 8 warps of two rows were the fastest for tf32, 4 of two for 3xtf32 (which holds
+# twice the query registers; 8 warps of one row had measured slower than 4) and f16 (8 of
+# two, or key tiles of 32, slower). NVIDIA's compiler gives the two-row f16 and 3xtf32 forms
+# 255 registers a lane (3xtf32 spilling a few hundred bytes, faster all the same)
+FORMS = {"tf32": ((8, 2), (4, 2), (4, 1)), "3xtf32": ((4, 2), (4, 1)), "f16": ((4, 2), (4, 1))}
+# fragment and accumulator registers a lane may hold (of 255): the most a measured-faster
+# form held (3xtf32, two rows of 64 features: 224); one row of 128 features holds at most 208
+MAX_REGISTERS = 224
+# keys per local tile, the largest whose two buffers fit
+KEY_TILES = {"tf32": (32, 16), "3xtf32": (32, 16), "f16": (64, 32, 16)}
+MAX_FEATURES = 128  # head or value features (registers: query fragments and accumulators)
+POLICIES = ("tf32", "3xtf32")  # f32 attention; f16 attention takes "f16" under any policy
+KINDS = (*POLICIES, "f16")
+
+
+def local_row16(features: int) -> int:
+    """f16: local row length of a K or V tile row in words (features + 8 halves: an odd
+    number of 16-byte chunks, so the 8 rows of an ``ldmatrix`` matrix fall in distinct
+    banks)."""
+    return (features + 8) // 2
+
+
+def local_row(features: int) -> int:
+    """Local row length of a K or V tile row: 4 words past a multiple of 8, so the rows of a
+    warp's fragment loads (8 rows at lane offsets ``t``, or 4 row pairs at ``g``) fall in
+    distinct banks."""
+    return features + 4
+
+
+@dataclass(frozen=True)
+class Tiles:
+    bk: int  # keys per local tile
+    warps: int  # per work-group, 16 queries each
+    k_lanes: int  # vector width of the copies of K's rows (1: scalar)
+    v_lanes: int
+    stages: int = 2  # local buffers (f16: cp.async pipeline depth)
+    rows: int = 1  # m16 fragment rows (16 queries each) per warp, sharing its K and V loads
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps
+
+    @property
+    def queries(self) -> int:
+        """Queries per work-group: ``rows`` m16 fragment rows per warp."""
+        return 16 * self.rows * self.warps
+
+
+def _lanes(side: Side, features: int) -> int:
+    return 4 if side.feature == 1 and features % 4 == 0 else 1
+
+
+def plan(group: FusionGroup, target: TargetProfile, kind: str = "3xtf32"
+         ) -> tuple[Attention, Tiles] | str:
+    """The attention and tiles of a group the generator of ``kind`` (:data:`KINDS`) takes,
+    or why not."""
+    if group.kind is not ScheduleKind.contraction:
+        return f"a {group.kind.value} group"
+    f16 = kind == "f16"
+    if (F16_MMA if f16 else TF32_MMA) not in target.tensor_cores:
+        return (f"the target has no {'f16' if f16 else 'TF32'} tensor cores "
+                "(TargetProfile.tensor_cores)")
+    forms = [f for f in FORMS[kind] if 32 * f[0] <= target.max_work_group_size]
+    if not forms:
+        return f"work-groups of {32 * FORMS[kind][-1][0]} work-items exceed the target"
+    a = analyse(group.nodes, group.outputs, (DType.f16,) if f16 else (DType.f32,))
+    if isinstance(a, str):
+        return a
+    step = 16 if f16 else 8  # the K of one mma
+    if a.d % step or a.dv % step or max(a.d, a.dv) > MAX_FEATURES:
+        return (f"head and value features {a.d}, {a.dv}: multiples of {step} up to "
+                f"{MAX_FEATURES} take tensor cores")
+    if f16:  # K and V rows copied by cp.async: 16 aligned bytes at a time
+        if CP_ASYNC not in target.tensor_cores:
+            return "f16 attention copies by cp.async, which the target's probe did not find"
+        if any(s.feature != 1 or s.seq % 8 or any(b % 8 for b in s.batch) for s in (a.k, a.v)):
+            return "K or V rows are not contiguous, 16-byte aligned f16 rows"
+
+    def tile_bytes(bk: int) -> int:
+        return (4 * bk * (local_row16(a.d) + local_row16(a.dv)) if f16
+                else 4 * bk * (local_row(a.d) + local_row(a.dv)))
+
+    fitting = [bk for bk in KEY_TILES[kind] if 2 * tile_bytes(bk) <= target.local_mem_bytes]
+    if not fitting:
+        return "two key tiles do not fit local memory"
+    # fewer queries a work-group where more would leave some of them idle
+    bk = fitting[0]
+    forms = [f for f in forms if registers(a, kind, bk, f[1]) <= MAX_REGISTERS] or forms[-1:]
+    w, rows = next((f for f in forms if a.nq >= 16 * f[0] * f[1]), forms[-1])
+    stages = 3 if f16 and 3 * tile_bytes(bk) <= target.local_mem_bytes else 2
+    return a, Tiles(bk, w, _lanes(a.k, a.d), _lanes(a.v, a.dv), stages, rows)
+
+
+def registers(a: Attention, kind: str, bk: int, rows: int) -> int:
+    """Fragment and accumulator registers a lane holds for ``rows`` fragment rows: the query
+    fragments (3xtf32: big and small parts), the scores of a key tile and the outputs."""
+    step = 16 if kind == "f16" else 8
+    query = a.d // step * 4 * (2 if kind == "3xtf32" else 1)
+    return rows * (query + 4 * (bk // 8) + 4 * (a.dv // 8))
+
+
+def kind_for(group: FusionGroup, target: TargetProfile, precision: str = "f32") -> str | None:
+    """The kind kernelization under ``precision`` builds ``group`` with (f16 attention:
+    ``f16``; f32: the policy ``precision`` resolves to, if a TF32 one), or None."""
+    for kind in ("f16", resolve_precision(precision, target)):
+        if kind in KINDS and not isinstance(plan(group, target, kind), str):
+            return kind
+    return None
