@@ -8,7 +8,11 @@ sources into few programs (:mod:`accy.backends.opencl.batching`).
 selector string in a process). Every candidate device is probed by building and running a tiny
 kernel first, because a platform can be listed yet unable to compile anything (the PoCL bundled
 with the PyPI wheel uses an LLVM too old for some newer CPUs: "unknown target CPU 'generic'").
-Devices that fail the probe are skipped, and the reason is kept for error messages.
+Devices that fail the probe are skipped, and the reason is kept for error messages. A PoCL
+device whose compiler targets a CPU without AVX-512 while reporting vectors of 16 floats (the
+PyPI wheel's LLVM 14 on a CPU newer than it knows, e.g. AMD Zen 4) is given vectors of 8:
+LLVM aborts the process on some 16-float operations there
+(:func:`accy.backends.opencl.pocl.pocl_vector_width`).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from accy.backends.opencl.builds import BuildStats, ProgramCache, build_error, i
 from accy.backends.opencl.builds import digest as _digest
 from accy.backends.opencl.builds import error_sites as _error_sites  # noqa: F401 (tests)
 from accy.backends.opencl.icd import IcdDecision, register_nvidia_icd
+from accy.backends.opencl.pocl import pocl_vector_width
 from accy.backends.opencl.tensor_cores import compute_capability, probe_tensor_cores
 from accy.errors import DeviceError, KernelBuildError
 
@@ -192,6 +197,10 @@ def _probe(device: cl.Device) -> Runtime | str:
                 runtime.launch(kernel, (4,), None, [buf])
                 if not (runtime.read(buf, out) == 42).all():
                     raise DeviceError("probe kernel ran but produced wrong results")
+                if _is_pocl(device) and info.preferred_vector_width_float > 8:
+                    runtime.info = replace(runtime.info, preferred_vector_width_float=(
+                        pocl_vector_width(runtime.context, runtime.device,
+                                          info.preferred_vector_width_float)))
                 cores = probe_tensor_cores(runtime, _is_nvidia(device))
                 if cores:  # recorded on the runtime's info: TargetProfile.from_device reads it
                     runtime.info = replace(runtime.info, tensor_cores=cores)
