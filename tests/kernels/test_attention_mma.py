@@ -103,6 +103,18 @@ def data(rng, prog: accy.Program) -> list[np.ndarray]:
     return [rng.standard_normal(p.type.shape).astype(np.float32) for p in prog.functions[0].params]
 
 
+def f16_heads(rng, b: int, h: int, shapes, scale: float) -> tuple[accy.Program, list]:
+    """f16 attention over Q, K and V of ``(b, h, n, d)`` for ``(n, d)`` in ``shapes``, scores
+    scaled by ``scale``, and f16 inputs for it."""
+
+    def f(q, k, v):
+        s = einsum("bhqd,bhkd->bhqk", q, k) * scale
+        return einsum("bhqk,bhkd->bhqd", accy.softmax(s, -1), v)
+
+    prog = trace(f, *[TensorType((b, h, n, d), DType.f16) for n, d in shapes], name="attn16")
+    return prog, [x.astype(np.float16) for x in data(rng, prog)]
+
+
 @pytest.mark.parametrize("shape, mask", [
     ((1, 2, 64, 64, 16, 16), "none"),  # whole tiles
     ((2, 1, 70, 45, 24, 8), "additive"),  # ragged queries and keys, a mask operand
@@ -144,14 +156,7 @@ def test_keys_and_values_along_the_sequence_are_copied_scalar(device, rng):
 def test_f16_attention_on_f16_tensor_cores(device, rng, mode):
     """f16 operands, scores, softmax and output kept f16 (as on the H200 at full size): the
     f16 kernel, its probabilities rounded to f16 for P V, against the interpreter's f16."""
-
-    def f(q, k, v):
-        s = einsum("bhqd,bhkd->bhqk", q, k) * 0.25
-        return einsum("bhqk,bhkd->bhqd", accy.softmax(s, -1), v)
-
-    types = [TensorType((2, 1, n, d), DType.f16) for n, d in ((140, 16), (70, 16), (70, 32))]
-    prog = trace(f, *types, name="attn16")
-    inputs = [x.astype(np.float16) for x in data(rng, prog)]
+    prog, inputs = f16_heads(rng, 2, 1, ((140, 16), (70, 16), (70, 32)), 0.25)
     src = run_emulated(device, prog, inputs, KEEP_F16, F16, "f16", mode)
     assert "mma.sync.aligned.m16n8k16" in src and "ldmatrix" in src
     assert "cp.async.wait_group 1;" in src  # three stages
@@ -162,15 +167,8 @@ def test_f16_attention_promoted_around_its_products(device, rng, mode):
     """On a target without native f16 (the H200's OpenCL) dtype-legalization keeps the f16
     products for f16 tensor cores and computes the scale and softmax in f32, the
     probabilities cast back to f16: that group is fused and built by the f16 kernel."""
-
-    def f(q, k, v):
-        s = einsum("bhqd,bhkd->bhqk", q, k) * 0.125
-        return einsum("bhqk,bhkd->bhqd", accy.softmax(s, -1), v)
-
     storage = dataclasses.replace(F16, dtypes=NV.dtypes)  # f16 stored, not computed
-    types = [TensorType((1, 2, n, d), DType.f16) for n, d in ((130, 32), (96, 32), (96, 64))]
-    prog = trace(f, *types, name="attn16")
-    inputs = [x.astype(np.float16) for x in data(rng, prog)]
+    prog, inputs = f16_heads(rng, 1, 2, ((130, 32), (96, 32), (96, 64)), 0.125)
     run_emulated(device, prog, inputs, target=storage, policy="f16", mode=mode)
 
 
@@ -182,13 +180,7 @@ def test_warps_of_two_fragment_rows(device, rng, monkeypatch, policy, form):
     mask bounding the keys a block reads, every policy."""
     monkeypatch.setitem(attention_mma_plan.FORMS, policy, (form,))
     if policy == "f16":
-        def f(q, k, v):
-            s = einsum("bhqd,bhkd->bhqk", q, k) * 0.25
-            return einsum("bhqk,bhkd->bhqd", accy.softmax(s, -1), v)
-
-        types = [TensorType((1, 2, n, d), DType.f16) for n, d in ((75, 16), (70, 16), (70, 32))]
-        prog = trace(f, *types, name="attn16")
-        inputs = [x.astype(np.float16) for x in data(rng, prog)]
+        prog, inputs = f16_heads(rng, 1, 2, ((75, 16), (70, 16), (70, 32)), 0.25)
         src = run_emulated(device, prog, inputs, KEEP_F16, F16, "f16", "deferred")
         per_tile = 2 * (8 + 4 * 4)  # two rows: S 8 key x 1 head, P V 4 key x 4 value fragments
     else:
