@@ -217,3 +217,23 @@ def test_host_memory_is_checked_before_allocating(device) -> None:
     assert need == 4096 + (3 * 4096 if device.info.host_unified_memory else 0)
     assert launch_refusal(job.product, kernels, 0, None, available=1000) is not None
     still_alive(device)
+
+
+def test_jobs_for_wider_vectors_than_the_compiler_handles_are_refused(device, monkeypatch
+                                                                      ) -> None:
+    """A device whose compiler fails on wide vectors (``max_vector_floats``: a PoCL whose LLVM
+    targets a CPU without AVX-512) refuses a job prepared for wider ones before anything is
+    built, naming the widths; a job prepared for its own profile runs."""
+    narrow = dataclasses.replace(device.info, preferred_vector_width_float=8,
+                                 max_vector_floats=8)
+    monkeypatch.setattr(device, "info", narrow)
+    wide = accy.prepare(adder(4096), target=TargetProfile(device_type="cpu",
+                                                          native_vector_bytes=64))
+    with pytest.raises(LimitExceededError, match="64-byte vectors") as info:
+        wide.executable(device=device)
+    assert info.value.limits == (("vector width (bytes)", 64, 32),)
+    own = accy.prepare(adder(4096), target=TargetProfile.from_device(narrow))
+    assert own.product.target.native_vector_bytes == 32
+    x = np.arange(4096, dtype=np.float32)
+    (got,) = own.executable(device=device)(x, x)
+    np.testing.assert_array_equal(got, 2 * x)

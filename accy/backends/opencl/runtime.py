@@ -96,6 +96,9 @@ class DeviceInfo:
     # matrix instructions that built and ran at selection (tensor_cores.py); what
     # TargetProfile.from_device records, never assumed from the name or capability alone
     tensor_cores: tuple[str, ...] = ()
+    # the widest float vectors its compiler handles, where selection found a limit (pocl.py);
+    # 0: none known. Jobs prepared for wider vectors are refused (target.launch_refusal)
+    max_vector_floats: int = 0
 
     @property
     def key(self) -> str:
@@ -198,9 +201,11 @@ def _probe(device: cl.Device) -> Runtime | str:
                 if not (runtime.read(buf, out) == 42).all():
                     raise DeviceError("probe kernel ran but produced wrong results")
                 if _is_pocl(device) and info.preferred_vector_width_float > 8:
-                    runtime.info = replace(runtime.info, preferred_vector_width_float=(
-                        pocl_vector_width(runtime.context, runtime.device,
-                                          info.preferred_vector_width_float)))
+                    width = pocl_vector_width(runtime.context, runtime.device,
+                                              info.preferred_vector_width_float)
+                    if width < info.preferred_vector_width_float:
+                        runtime.info = replace(runtime.info, preferred_vector_width_float=width,
+                                               max_vector_floats=width)
                 cores = probe_tensor_cores(runtime, _is_nvidia(device))
                 if cores:  # recorded on the runtime's info: TargetProfile.from_device reads it
                     runtime.info = replace(runtime.info, tensor_cores=cores)
