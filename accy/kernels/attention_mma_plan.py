@@ -20,14 +20,14 @@ from accy.target import (
 
 # (warps per work-group, m16 fragment rows per warp), the first whose registers fit
 # (MAX_REGISTERS) and whose work-groups the target and the queries fill, per policy. Two rows a
-# warp halve the K and V fragment loads per mma; on the H200 (papers/kernels.md, "Twelfth
-# session") 8 warps of two rows were the fastest for tf32, 4 of two for 3xtf32 (which holds
-# twice the query registers; 8 warps of one row had measured slower than 4) and f16 (8 of
-# two, or key tiles of 32, slower). NVIDIA's compiler gives the two-row f16 and 3xtf32 forms
-# 255 registers a lane (3xtf32 spilling a few hundred bytes, faster all the same)
+# warp halve the K and V fragment loads per mma. The order is the sweep's (papers/kernels.md,
+# "Twelfth session"): 8 warps of two rows first for tf32, 4 of two for 3xtf32 (twice the query
+# registers; 8 warps of one row had lost to 4) and f16 (8 of two, or key tiles of 32, lost).
+# The compiler gives the two-row f16 and 3xtf32 forms every register a lane may have (3xtf32
+# spilling some, faster all the same)
 FORMS = {"tf32": ((8, 2), (4, 2), (4, 1)), "3xtf32": ((4, 2), (4, 1)), "f16": ((4, 2), (4, 1))}
-# fragment and accumulator registers a lane may hold (of 255): the most a measured-faster
-# form held (3xtf32, two rows of 64 features: 224); one row of 128 features holds at most 208
+# fragment and accumulator registers a lane may hold (of 255): the most a form the sweep found
+# faster held (3xtf32, two rows of 64 features: 224); one row of 128 features holds at most 208
 MAX_REGISTERS = 224
 # keys per local tile, the largest whose two buffers fit
 KEY_TILES = {"tf32": (32, 16), "3xtf32": (32, 16), "f16": (64, 32, 16)}
