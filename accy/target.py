@@ -314,15 +314,13 @@ def launch_refusal(product: Any, kernels: Iterable[tuple[int, Any]], fi: int,
 
     The job was legalized for its own profile, maybe not this device's: ``kernels`` (index,
     kernel) are checked again against ``TargetProfile.from_device(info)``, and a job prepared
-    for wider vectors than the device's compiler handles (``DeviceInfo.max_vector_floats``:
-    a PoCL whose LLVM targets a CPU without AVX-512, where 16-float vectors aborted the process
-    or computed wrong sums) is refused. The host must hold
-    the results (fresh arrays each call) and, where the device shares host memory, every
-    buffer too: more than ``available`` (default: :func:`host_available_bytes`) is refused
-    rather than left to the OOM killer.
+    for wider vectors than the device's compiler handles (``DeviceInfo.max_vector_floats``: a
+    PoCL whose LLVM targets a CPU without AVX-512, where 16-float vectors aborted the process
+    or computed wrong sums) is refused. The host must hold the results (fresh arrays each
+    call) and, where the device shares host memory, every buffer too: more than
+    ``available`` (default: :func:`host_available_bytes`) is refused rather than left to the
+    OOM killer.
     """
-    kernels = list(kernels)
-    totals = function_bytes(product, [k for _, k in kernels])
     widest = 4 * getattr(info, "max_vector_floats", 0)
     if widest and product.target.native_vector_bytes > widest:
         what = "vector width (bytes)"
@@ -332,6 +330,8 @@ def launch_refusal(product: Any, kernels: Iterable[tuple[int, Any]], fi: int,
             f"targets a CPU without AVX-512): prepare the job for this device (prepare(..., "
             f"device=...) or TargetProfile.from_device)",
             ((what, product.target.native_vector_bytes, widest),))
+    kernels = list(kernels)
+    totals = function_bytes(product, [k for _, k in kernels])
     if info is not None:
         profile = TargetProfile.from_device(info)
         for index, k in kernels:

@@ -65,7 +65,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import importlib.util
 import math
 import statistics
 import sys
@@ -84,21 +83,12 @@ from accy.ir.types import DType
 from accy.passes.spec import parse_pipeline
 from accy.target import PRECISIONS, TargetProfile, resolve_precision
 
-
-def _sibling(name: str):
-    """``experiments/<name>.py`` (beside this file), imported by path, once."""
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the scripts beside this file
 
 # the programs, their inputs and float64 check live in bench_gpu_programs.py
-bp = _sibling("bench_gpu_programs")
-bt = bp.bt
+import bench_gpu_programs as bp  # noqa: E402
+import bench_gpu_torch as bt  # noqa: E402
+
 WARMUP = bt.WARMUP
 CHECK_ROWS, PROGRAMS, CALIBRATION = bp.CHECK_ROWS, bp.PROGRAMS, bp.CALIBRATION
 KINDS, Spec, Checker, inputs, program = bp.KINDS, bp.Spec, bp.Checker, bp.inputs, bp.program

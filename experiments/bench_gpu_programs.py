@@ -6,7 +6,6 @@ bench_gpu.py's docstring). The torch side's maths is ``bench_gpu_torch.py``'s.""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import math
 import sys
 from pathlib import Path
@@ -20,19 +19,10 @@ from accy.differential import TOLERANCES
 from accy.error_bounds import error_bounds
 from accy.ir.types import DType, TensorType
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_gpu_torch, beside this file
 
-def sibling(name: str):
-    """``experiments/<name>.py`` (beside this file), imported by path, once."""
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+import bench_gpu_torch as bt  # noqa: E402
 
-
-bt = sibling("bench_gpu_torch")
 CHECK_ROWS = 32  # rows (tokens, query positions) of the output checked against float64
 CHECK_ELEMENTS = 1 << 16  # elements of the chain checked
 
