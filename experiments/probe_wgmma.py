@@ -3,6 +3,7 @@
     ACCY_DEVICE=nvidia OUT=results python experiments/probe_wgmma.py
         [WG_VARIANT=k_adjacent.lbo=k] [WG_DECODE=a_lo|a_hi|b] [WG_SINGLE=1] [WG_ITERS=4000]
         [WG_GEMM=0] [WG_GEMM_TILES="256x16x3x0 ..."] [WG_GEMM_SHAPES="4096x4096x4096 ..."]
+        [WG_RA=1] [WG_RA_TILES="4x128x64x3x0x1x1 ..."]
 
 NVIDIA's OpenCL compiles OpenCL C to PTX for `.target sm_90`, where ptxas rejects wgmma.* (an
 sm_90a feature), and has no option for sm_90a. Its program binaries are PTX text, and a program
@@ -16,7 +17,13 @@ descriptor's (LBO, SBO) both ways; (4) a loop of wgmma m64n128k16 (4 per K step 
 local tiles: TFLOP/s with no global traffic, as the mma.sync probes; (5) f16 GEMMs (f32
 accumulation, f16 out) on wgmma fed by cp.async over tilings ``BNxBKxSxW`` (``WG_GEMM_TILES``;
 BM 128, two warpgroups) and shapes (``WG_GEMM_SHAPES``), checked against numpy; (6) how much
-local memory a work-group may take as a ``__local`` kernel argument. Results to
+local memory a work-group may take as a ``__local`` kernel argument; (7, ``WG_RA=1``, in place
+of (5)) the GEMMs with A's fragments in registers, loaded from global memory, and only B in
+local memory, over tilings ``WxBNxBKxSxDxBxPxL`` (``WG_RA_TILES``): W warpgroups (BM = 64 W),
+S stages of B, D = 1 leaves one step's wgmma in flight, B = 0 takes B as N x K (K-major core
+matrices), 1 or 2 as K x N (MN-major, ``trans-b``; descriptor (LBO, SBO) = (K step, N step) or
+swapped), P = 1 (with B = 1) loads A 16 bytes at a time, K permuted to match, L the steps
+ahead A is loaded, 1 or 2. Results to
 $OUT/probe_wgmma.json.
 
 ``WG_VARIANT`` runs another variant of step (3) (a fault ends the OpenCL context, so each in
@@ -28,7 +35,9 @@ session"): the tiles must start on a 16-byte boundary (a descriptor drops the ad
 bits: tiles at 2 bytes past one read every core-matrix row from 2 bytes early, the tenth
 session's decodes), then K-adjacent core matrices with LBO = 128 (K) and SBO = the 8-row
 stride are exact; the GEMMs are exact but slower than the mma.sync kernels, local memory
-capped at 48 KiB a work-group."""
+capped at 48 KiB a work-group. Step (7) ("Thirteenth session"): MN-major B takes (LBO, SBO) =
+(K step, N step) (B = 1; swapped is wrong); 4x128x32x6x0x1x1 (256x128 tiles, 16-byte A loads)
+is 15-27% faster than the mma.sync f16 kernel on the four shapes swept."""
 import json
 import os
 import re
@@ -112,10 +121,32 @@ def step_text(n: int, steps: int):
     return f
 
 
+def rstep_text(n: int, steps: int, trans_b: int):
+    """As ``step_text`` with A from registers: each wgmma takes 4 registers of f16 pairs (the
+    mma.sync m16n8k16 A fragment of the warp's 16 rows) and only B's descriptor (B MN-major
+    where ``trans_b``)."""
+    def f(ops: list[str]) -> str:
+        d, a, db, one = ops[:n // 2], ops[n // 2:-2], ops[-2], ops[-1]
+        assert len(a) == 4 * steps, (n, steps, len(ops))
+        regs = ", ".join(d)
+        text = [f"{{ .reg .pred p; .reg .b64 xb; setp.ne.b32 p, {one}, 0; mov.b64 xb, {db}; "
+                "wgmma.fence.sync.aligned;"]
+        for i in range(steps):
+            if i:
+                text.append("add.s64 xb, xb, 16;")
+            text.append(f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16 {{{regs}}}, "
+                        f"{{{', '.join(a[4 * i:4 * i + 4])}}}, xb, p, 1, 1, {trans_b};")
+        return " ".join(text) + " wgmma.commit_group.sync.aligned; }"
+    return f
+
+
 def substitute(ptx: str) -> str:
     def repl(m):
         name, rest = m.group(1), m.group(2)
         ops = [o.strip() for o in rest.split(",") if o.strip()]
+        if name.startswith("RSTEP"):
+            n, steps, trans = name[5:].split("_")
+            return rstep_text(int(n), int(steps), int(trans))(ops)
         if name.startswith("STEP"):
             n, steps = name[4:].split("_")
             return step_text(int(n), int(steps))(ops)
@@ -447,11 +478,178 @@ def gemm_source(bn: int, bk: int, stages: int, wait1: int, npad: int) -> str:
     return src
 
 
-GEMM_TILES = tuple(tuple(int(v) for v in c.split("x")) for c in os.environ.get(
-    "WG_GEMM_TILES", "256x16x3x0 256x16x3x1 256x16x2x0 128x16x4x0 128x16x4x1 128x16x5x1 "
-    "128x32x3x0 128x32x3x1 128x32x2x0 256x32x2x0 64x32x4x1 64x64x2x0").split())
-GEMM_SHAPES = tuple(tuple(int(v) for v in c.split("x")) for c in os.environ.get(
-    "WG_GEMM_SHAPES", "4096x4096x4096 2048x2048x2048 8192x8192x1024 4096x4096x512").split())
+# (7) the same GEMM with A from registers (WG_RA=1): W warpgroups of 64 rows a 64W x BN tile,
+# only B staged in local memory (S stages), so each stage can hold twice the K of (5). Each
+# work-item loads its A fragments (4-byte f16 pairs: rows g and g + 8, K 2t and 2t + 8 of each
+# 16) for the next step from global memory while this step's wgmma run; the wgmma statement
+# takes them as inputs and the wait keeps them live, so the compiler reuses none before it.
+RA_GEMM = COMMON + r"""
+#define W @W@
+#define BMN @BMN@ /* 0: B given N x K; 1, 2: K x N, MN-major core matrices, descriptor fields
+                     (LBO, SBO) = (128, SBO) or swapped */
+#define DEFER @DEFER@
+#define APERM @APERM@ /* (BMN 1) A loaded 16 bytes at a time along K, K permuted to match */
+#define ADIST @ADIST@ /* steps ahead A's fragments are loaded: 1 or 2 */
+#define BN @BN@
+#define BK @BK@
+#define S @S@
+#define KS (BK / 16)
+#define SBO (BK / 8 * 128)
+#define B_ST (BN * BK * 2)
+#define NPAD @NPAD@
+
+void load(uint dst, __global const ushort* src, int ld, int k0, int t) {
+  for (int c = t; c < BN * BK / 8; c += 128 * W) {
+#if BMN  /* core matrix (N block nc, K block c / BN) rows: 8 K rows of 8 N halves */
+    const int kr = (c / BN) * 8 + c % 8, nc = (c / 8) % (BN / 8);
+    /* K row kr of the stage holds (APERM) the row a lane's 16-byte A loads put there:
+       position 16 i + 8 h + 2 t + e <- K t BK / 4 + 4 i + 2 h + e */
+    const int kg = APERM ? ((kr % 8) / 2) * (BK / 4) + 4 * (kr / 16) + 2 * ((kr / 8) % 2)
+                           + kr % 2 : kr;
+    const uint d = dst + nc * SBO + (c / BN) * 128 + (c % 8) * 16;
+    const ulong g = (ulong)(size_t)(src + (long)(k0 + kg) * ld + nc * 8);
+#else
+    const int r = (c / BK) * 8 + c % 8, kc = (c / 8) % (BK / 8);
+    const uint d = dst + (c / BK) * SBO + kc * 128 + (c % 8) * 16;
+    const ulong g = (ulong)(size_t)(src + (long)r * ld + k0 + kc * 8);
+#endif
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(d), "l"(g) : "memory");
+  }
+}
+
+#if APERM  /* lane t: K t BK / 4 .. + BK / 4 of rows g and g + 8, 16 bytes a load */
+#define LOADA(X, kk) { const int k8 = ((kk) * BK + qq * (BK / 4)) / 8; \
+  for (int v = 0; v < BK / 32; v++) { const uint4 p0 = A0v[k8 + v], p1 = A1v[k8 + v]; \
+    X[8 * v] = p0.x; X[8 * v + 1] = p1.x; X[8 * v + 2] = p0.y; X[8 * v + 3] = p1.y; \
+    X[8 * v + 4] = p0.z; X[8 * v + 5] = p1.z; X[8 * v + 6] = p0.w; X[8 * v + 7] = p1.w; } }
+#else
+/* A's fragments of step kk into X */
+#define LOADA(X, kk) { const int k2 = (kk) * BK / 2; for (int i = 0; i < KS; i++) { \
+  X[4 * i] = A0[k2 + 8 * i]; X[4 * i + 1] = A1[k2 + 8 * i]; \
+  X[4 * i + 2] = A0[k2 + 8 * i + 4]; X[4 * i + 3] = A1[k2 + 8 * i + 4]; } }
+#endif
+#define ISSUE(X, kt) \
+  asm volatile("cp.async.wait_group @WAITN@;" ::: "memory"); \
+  asm volatile("// @@PROXY" ::: "memory"); \
+  barrier(CLK_LOCAL_MEM_FENCE); \
+  asm volatile("// @@RSTEP@BN@_@KS@_@TB@ @D@, @A@, %@J@, %@K@" : @C@ : @AC(X)@, \
+               "l"(desc(b0 + ((kt) % S) * B_ST, BMN == 2 ? SBO : 128, BMN == 2 ? 128 : SBO)), \
+               "r"(one) : "memory");
+#define COPY(nk) { if ((nk) < KT) load(b0 + ((nk) % S) * B_ST, Bg, BLD, (nk) * BK, t); \
+  asm volatile("cp.async.commit_group;" ::: "memory"); }
+#if DEFER
+/* step kt's wgmma left in flight: the wait settles kt - 1's, which read Y and the stage the
+   copies S - 2 steps ahead go to; then Y takes step kt + ADIST's fragments */
+#define STEP(X, Y, kt) { ISSUE(X, kt) \
+  asm volatile("// @@WAIT1 @D@, @A@" : @C@ : @AC(Y)@ : "memory"); \
+  if ((kt) + ADIST < KT) LOADA(Y, (kt) + ADIST); COPY((kt) + S - 2) }
+#else
+/* Y (read by step kt - 1's wgmma, waited for) takes step kt + ADIST's fragments first */
+#define STEP(X, Y, kt) { if ((kt) + ADIST < KT) LOADA(Y, (kt) + ADIST); ISSUE(X, kt) \
+  COPY((kt) + S - 1) \
+  asm volatile("// @@WAIT0 @D@, @A@" : @C@ : @AC(X)@ : "memory"); }
+#endif
+
+__kernel __attribute__((reqd_work_group_size(128 * W, 1, 1)))
+void gemm(__global const ushort* A, __global const ushort* Bt, __global uint* C, int M, int N,
+          int K) {
+  __local ushort raw[(S * B_ST) / 2 + NPAD] __attribute__((aligned(128)));
+  const int t = get_local_id(0), wg = t / 128, l = t % 128;
+  const uint ra = (uint)(size_t)raw;
+  const uint b0 = NPAD ? (ra + 127u) & ~127u : ra;
+  const int m0 = get_group_id(1) * 64 * W, n0 = get_group_id(0) * BN;
+  const int w = l / 32, g = (l % 32) / 4, qq = l % 4;
+  const long r0 = m0 + wg * 64 + 16 * w + g;
+  __global const uint* A0 = (__global const uint*)(A + r0 * K) + qq;
+  __global const uint* A1 = A0 + 4 * (long)K;
+  __global const uint4* A0v = (__global const uint4*)(A + r0 * K);
+  __global const uint4* A1v = (__global const uint4*)(A + (r0 + 8) * K);
+#if BMN
+  __global const ushort* Bg = Bt + n0;
+  const int BLD = N;
+#else
+  __global const ushort* Bg = Bt + (long)n0 * K;
+  const int BLD = K;
+#endif
+  float d[BN / 2];
+  for (int i = 0; i < BN / 2; i++) d[i] = 0.0f;
+  uint aE[4 * KS], aO[4 * KS];
+  for (int i = 0; i < 4 * KS; i++) aO[i] = 0;
+  const int KT = K / BK, one = 1;
+  for (int s = 0; s < S - 1 - DEFER; s++) {
+    if (s < KT) load(b0 + s * B_ST, Bg, BLD, s * BK, t);
+    asm volatile("cp.async.commit_group;" ::: "memory");
+  }
+  LOADA(aE, 0);
+#if ADIST == 2  /* three sets: A loaded two steps ahead */
+  uint aT[4 * KS];
+  if (KT > 1) LOADA(aO, 1);
+  for (int kt = 0; kt < KT; kt += 3) {
+    STEP(aE, aT, kt);
+    if (kt + 1 < KT) STEP(aO, aE, kt + 1);
+    if (kt + 2 < KT) STEP(aT, aO, kt + 2);
+  }
+#else
+  for (int kt = 0; kt < KT; kt += 2) {
+    STEP(aE, aO, kt);
+    if (kt + 1 < KT) STEP(aO, aE, kt + 1);
+  }
+#endif
+  asm volatile("// @@WAIT0 @D@" : @C@ :: "memory");
+  for (int j = 0; j < BN / 8; j++) {
+    uint h0, h1;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(h0) : "f"(d[4 * j + 1]), "f"(d[4 * j]));
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(h1) : "f"(d[4 * j + 3]), "f"(d[4 * j + 2]));
+    C[(r0 * N + n0 + 8 * j + 2 * qq) / 2] = h0;
+    C[((r0 + 8) * N + n0 + 8 * j + 2 * qq) / 2] = h1;
+  }
+}
+"""
+
+
+def ra_gemm_source(warpgroups: int, bn: int, bk: int, stages: int, defer: int, b_mn: int,
+                   aperm: int, adist: int, npad: int) -> str:
+    n, na = bn // 2, 4 * (bk // 16)
+    src = RA_GEMM.replace("@AC(X)@", ", ".join(f'"r"(X[{i}])' for i in range(na)))
+    src = src.replace("@AC(Y)@", ", ".join(f'"r"(Y[{i}])' for i in range(na)))
+    for key, val in (("W", warpgroups), ("BN", bn), ("BK", bk), ("S", stages), ("NPAD", npad),
+                     ("DEFER", defer), ("WAITN", stages - 2 - defer), ("KS", bk // 16),
+                     ("BMN", b_mn), ("TB", int(b_mn > 0)), ("APERM", aperm), ("ADIST", adist),
+                     ("J", n + na), ("K", n + na + 1),
+                     ("D", ", ".join(f"%{i}" for i in range(n))),
+                     ("A", ", ".join(f"%{n + i}" for i in range(na))),
+                     ("C", ", ".join(f'"+f"(d[{i}])' for i in range(n)))):
+        src = src.replace(f"@{key}@", str(val))
+    return src
+
+
+def tiles(var: str, default: str) -> tuple[tuple[int, ...], ...]:
+    return tuple(tuple(int(v) for v in c.split("x")) for c in os.environ.get(var, default).split())
+
+
+GEMM_TILES = tiles("WG_GEMM_TILES", "256x16x3x0 256x16x3x1 256x16x2x0 128x16x4x0 128x16x4x1 "
+                   "128x16x5x1 128x32x3x0 128x32x3x1 128x32x2x0 256x32x2x0 64x32x4x1 64x64x2x0")
+RA_TILES = tiles("WG_RA_TILES", "4x128x32x6x0x1x1x1 4x128x32x6x0x1x1x2 4x128x32x5x0x1x1x1 "
+                 "2x128x32x6x0x1x1x1 4x128x64x3x0x0x0x1 4x128x32x6x1x0x0x1")
+GEMM_SHAPES = tiles("WG_GEMM_SHAPES",
+                    "4096x4096x4096 2048x2048x2048 8192x8192x1024 4096x4096x512")
+
+
+def configs(npad: int):
+    """(tag, source, rows and columns of a tile, work-items) of each tiling that fits"""
+    if os.environ.get("WG_RA") == "1":
+        for tile in RA_TILES:  # trailing fields default to 0 (B, P) and 1 (A distance)
+            w, bn, bk, stages, defer, b_mn, aperm, adist = tile + (0, 0, 0, 1)[len(tile) - 4:]
+            if stages * bn * bk * 2 + npad * 2 <= dev.local_mem_size + 128 and stages >= 2 + defer:
+                yield (f"ra{w}x{bn}x{bk}x{stages}x{defer}x{b_mn}x{aperm}x{adist}",
+                       ra_gemm_source(w, bn, bk, stages, defer, b_mn, aperm, adist, npad),
+                       64 * w, bn, 128 * w, bk, b_mn > 0)
+        return
+    for bn, bk, stages, wait1 in GEMM_TILES:
+        fits = stages * (128 + bn) * bk * 2 + npad * 2 <= dev.local_mem_size
+        if fits and stages - 2 - wait1 >= 0:
+            yield (f"{bn}x{bk}x{stages}x{wait1}", gemm_source(bn, bk, stages, wait1, npad),
+                   128, bn, 256, bk, False)
 
 
 def gemm():
@@ -459,13 +657,9 @@ def gemm():
     npad = 0 if mod == 0 else 64
     out = {"npad": npad, "local_mem_size": dev.local_mem_size, "runs": [], "build_logs": {}}
     res["gemm_runs"] = out
-    for bn, bk, stages, wait1 in GEMM_TILES:
-        if stages * (128 + bn) * bk * 2 + npad * 2 > dev.local_mem_size or stages - 2 - wait1 < 0:
-            continue
-        tag = f"{bn}x{bk}x{stages}x{wait1}"
+    for tag, source, bm, bn, items, bk, b_mn in configs(npad):
         try:
-            prg = from_ptx(sm90a(substitute(ptx_of(gemm_source(bn, bk, stages, wait1, npad)))),
-                           ("-cl-nv-verbose",))
+            prg = from_ptx(sm90a(substitute(ptx_of(source))), ("-cl-nv-verbose",))
             out["build_logs"][tag] = build_log(prg)[-1500:]  # ptxas: registers, serialization
             kernel = prg.gemm
         except Exception as exc:  # noqa: BLE001
@@ -473,15 +667,16 @@ def gemm():
             save()
             continue
         for m, n, k in GEMM_SHAPES:
-            if m % 128 or n % bn or k % bk:
+            if m % bm or n % bn or k % bk:
                 continue
             A = rng.standard_normal((m, k)).astype(np.float16)
             Bt = rng.standard_normal((n, k)).astype(np.float16)
             bA = cl.Buffer(ctx, cl.mem_flags.COPY_HOST_PTR, hostbuf=A.view(np.uint16))
-            bB = cl.Buffer(ctx, cl.mem_flags.COPY_HOST_PTR, hostbuf=Bt.view(np.uint16))
+            bB = cl.Buffer(ctx, cl.mem_flags.COPY_HOST_PTR, hostbuf=np.ascontiguousarray(
+                Bt.T if b_mn else Bt).view(np.uint16))  # K x N where B is MN-major
             bC = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, size=m * n * 2)
-            args = (q, (n // bn * 256, m // 128), (256, 1), bA, bB, bC, *(np.int32(v)
-                                                                          for v in (m, n, k)))
+            args = (q, (n // bn * items, m // bm), (items, 1), bA, bB, bC,
+                    *(np.int32(v) for v in (m, n, k)))
             run: dict = {"tiles": tag, "shape": [m, n, k]}
             try:
                 kernel(*args).wait()
