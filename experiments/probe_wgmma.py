@@ -638,9 +638,11 @@ GEMM_SHAPES = tiles("WG_GEMM_SHAPES",
 def configs(npad: int):
     """(tag, source, rows and columns of a tile, work-items) of each tiling that fits"""
     if os.environ.get("WG_RA") == "1":
-        for tile in RA_TILES:  # trailing fields default to 0 (B, P) and 1 (A distance)
+        for tile in RA_TILES:  # fields left off: D, B, P 0 and L 1
             w, bn, bk, stages, defer, b_mn, aperm, adist = tile + (0, 0, 0, 1)[len(tile) - 4:]
-            if stages * bn * bk * 2 + npad * 2 <= dev.local_mem_size + 128 and stages >= 2 + defer:
+            fits = stages * bn * bk * 2 + npad * 2 <= dev.local_mem_size + 128
+            # 16-byte A loads: B along N (its rows take the permutation), a vector a lane a row
+            if fits and stages >= 2 + defer and (not aperm or b_mn == 1 and bk >= 32):
                 yield (f"ra{w}x{bn}x{bk}x{stages}x{defer}x{b_mn}x{aperm}x{adist}",
                        ra_gemm_source(w, bn, bk, stages, defer, b_mn, aperm, adist, npad),
                        64 * w, bn, 128 * w, bk, b_mn > 0)
