@@ -3,7 +3,7 @@
     ACCY_DEVICE=nvidia OUT=results python experiments/probe_wgmma.py
         [WG_VARIANT=k_adjacent.lbo=k] [WG_DECODE=a_lo|a_hi|b] [WG_SINGLE=1] [WG_ITERS=4000]
         [WG_GEMM=0] [WG_GEMM_TILES="256x16x3x0 ..."] [WG_GEMM_SHAPES="4096x4096x4096 ..."]
-        [WG_RA=1] [WG_RA_TILES="4x128x64x3x0x1x1 ..."]
+        [WG_RA=1] [WG_RA_TILES="4x128x32x6x0x1x1x1 ..."]
 
 NVIDIA's OpenCL compiles OpenCL C to PTX for `.target sm_90`, where ptxas rejects wgmma.* (an
 sm_90a feature), and has no option for sm_90a. Its program binaries are PTX text, and a program
@@ -36,8 +36,8 @@ bits: tiles at 2 bytes past one read every core-matrix row from 2 bytes early, t
 session's decodes), then K-adjacent core matrices with LBO = 128 (K) and SBO = the 8-row
 stride are exact; the GEMMs are exact but slower than the mma.sync kernels, local memory
 capped at 48 KiB a work-group. Step (7) ("Thirteenth session"): MN-major B takes (LBO, SBO) =
-(K step, N step) (B = 1; swapped is wrong); 4x128x32x6x0x1x1 (256x128 tiles, 16-byte A loads)
-is 15-27% faster than the mma.sync f16 kernel on the four shapes swept."""
+(K step, N step) (B = 1; swapped is wrong); 4x128x32x6x0x1x1x1 (256x128 tiles, 16-byte A
+loads) is 15-27% faster than the mma.sync f16 kernel on the four shapes swept."""
 import json
 import os
 import re
@@ -207,6 +207,11 @@ ulong desc(uint addr, uint lbo, uint sbo) {
 int cm(int r, int k, int K) {
   return ((r / 8) * (K / 8) * 128 + (k / 8) * 128 + (r % 8) * 16 + (k % 8) * 2) / 2;
 }
+/* the GEMMs' accumulators d (rows r0 and r0 + 8 of a wgmma m64nBN fragment) as f16 pairs */
+#define STORE_C() for (int j = 0; j < BN / 8; j++) { uint h0, h1; \
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(h0) : "f"(d[4 * j + 1]), "f"(d[4 * j])); \
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(h1) : "f"(d[4 * j + 3]), "f"(d[4 * j + 2])); \
+  C[(r0 * N + n0 + 8 * j + 2 * qq) / 2] = h0; C[((r0 + 8) * N + n0 + 8 * j + 2 * qq) / 2] = h1; }
 """
 ONE = COMMON + r"""
 /* element (r, k) of a tile at byte (r/8)*smn + (k/8)*sk + (r%8)*16 + (k%8)*2 */
@@ -454,13 +459,7 @@ void gemm(__global const ushort* A, __global const ushort* Bt, __global uint* C,
   asm volatile("// @@WAIT0 @D@" : @C@ :: "memory");
   const int w = l / 32, g = (l % 32) / 4, qq = l % 4;
   const long r0 = m0 + wg * 64 + 16 * w + g;
-  for (int j = 0; j < BN / 8; j++) {
-    uint h0, h1;
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(h0) : "f"(d[4 * j + 1]), "f"(d[4 * j]));
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(h1) : "f"(d[4 * j + 3]), "f"(d[4 * j + 2]));
-    C[(r0 * N + n0 + 8 * j + 2 * qq) / 2] = h0;
-    C[((r0 + 8) * N + n0 + 8 * j + 2 * qq) / 2] = h1;
-  }
+  STORE_C();
 }
 """
 WG["WAIT1"] = lambda ops: "wgmma.wait_group.sync.aligned 1;"
@@ -481,8 +480,9 @@ def gemm_source(bn: int, bk: int, stages: int, wait1: int, npad: int) -> str:
 # (7) the same GEMM with A from registers (WG_RA=1): W warpgroups of 64 rows a 64W x BN tile,
 # only B staged in local memory (S stages), so each stage can hold twice the K of (5). Each
 # work-item loads its A fragments (4-byte f16 pairs: rows g and g + 8, K 2t and 2t + 8 of each
-# 16) for the next step from global memory while this step's wgmma run; the wgmma statement
-# takes them as inputs and the wait keeps them live, so the compiler reuses none before it.
+# 16; or, APERM, 16-byte vectors along a permuted K) for a later step from global memory while
+# this step's wgmma run; the wgmma statement takes them as inputs and the wait keeps them live,
+# so the compiler reuses none before it.
 RA_GEMM = COMMON + r"""
 #define W @W@
 #define BMN @BMN@ /* 0: B given N x K; 1, 2: K x N, MN-major core matrices, descriptor fields
@@ -596,13 +596,7 @@ void gemm(__global const ushort* A, __global const ushort* Bt, __global uint* C,
   }
 #endif
   asm volatile("// @@WAIT0 @D@" : @C@ :: "memory");
-  for (int j = 0; j < BN / 8; j++) {
-    uint h0, h1;
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(h0) : "f"(d[4 * j + 1]), "f"(d[4 * j]));
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(h1) : "f"(d[4 * j + 3]), "f"(d[4 * j + 2]));
-    C[(r0 * N + n0 + 8 * j + 2 * qq) / 2] = h0;
-    C[((r0 + 8) * N + n0 + 8 * j + 2 * qq) / 2] = h1;
-  }
+  STORE_C();
 }
 """
 
@@ -636,7 +630,8 @@ GEMM_SHAPES = tiles("WG_GEMM_SHAPES",
 
 
 def configs(npad: int):
-    """(tag, source, rows and columns of a tile, work-items) of each tiling that fits"""
+    """(tag, source, tile rows, tile columns, work-items, K step, whether B is given K x N)
+    of each tiling that fits"""
     if os.environ.get("WG_RA") == "1":
         for tile in RA_TILES:  # fields left off: D, B, P 0 and L 1
             w, bn, bk, stages, defer, b_mn, aperm, adist = tile + (0, 0, 0, 1)[len(tile) - 4:]
