@@ -61,7 +61,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from accy.ir.node import Node
-from accy.ir.ops import Op, OpKind
 from accy.ir.types import DType
 from accy.kernels import loopnest
 from accy.kernels.contraction import Partials
@@ -131,6 +130,7 @@ from accy.kernels.mma_ptx import (
     CVT_TF32,
     CVT_TF32_SAT,
     MMA_F16,
+    exact_in_tf32,
     tf32_products,
     tf32_registers,
 )
@@ -354,7 +354,10 @@ class _Builder(VectorLoads, Stores):
                                                       Lit(16, DType.i32))),))
 
     # kernel -----------------------------------------------------------------------------
-    def build(self) -> Kernel:
+    def place(self) -> tuple[int, Expr, Expr, Expr, Expr, Expr, Expr, Expr]:
+        """Work-groups per K chunk, then ``lane``, ``g``, ``t``, the warp's block origin
+        (``wm``, ``wn``) and the tile's (``m0``, ``n0``) as variables; sets :attr:`bcoords`,
+        :attr:`bases` and, K split, the chunk."""
         c, t = self.c, self.t
         tiles_m, tiles_n = -(-c.m.size // t.bm), -(-c.n.size // t.bn)
         groups = c.batch_size * tiles_m * tiles_n
@@ -395,6 +398,12 @@ class _Builder(VectorLoads, Stores):
                 for coord, d in zip(self.bcoords, c.batch, strict=True):
                     e = add(e, mul(coord, idx(getattr(d, key))))
                 self.bases[key] = e if isinstance(e, Lit) else self.let(f"{key}_base", e)
+        return groups, lane, g, tt, wm, wn, m0, n0
+
+    def build(self) -> Kernel:
+        t = self.t
+        groups, lane, g, tt, wm, wn, m0, n0 = self.place()
+        tid = Var("tid")
         self.sides = {s: self.side_info(s) for s in ("x", "y")}
         # f16 tiles are arrays of words (pairs of halves: what the mma registers take)
         ltype, self.words = (DType.i32, 2) if self.f16 else (DType.f32, 1)
@@ -420,6 +429,11 @@ class _Builder(VectorLoads, Stores):
                                                          Var(f"{side}_k{i}")))
         self.body += self.async_loop(origin) if self.pipelined else self.plain_loop(origin)
         self.stores(m0, n0, wm, wn, g, tt)
+        return self.kernel(groups)
+
+    def kernel(self, groups: int) -> Kernel:
+        """The kernel of :attr:`body` over ``groups`` work-groups per K chunk."""
+        t = self.t
         entry = f"{self.outline.entry}_partials" if self.chunks > 1 else self.outline.entry
         return Kernel(entry, self.outline.work_item, self.kind, self.group.domain,
                       tuple(self.epi.args + self.out_args), tuple(self.body),
@@ -554,15 +568,6 @@ def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
     if b.chunks == 1:
         return (first,)
     return first, Partials(group, outline, einsum, b.scratch, b.chunks).build(kind)
-
-
-def exact_in_tf32(node: Node) -> bool:
-    """Whether every value of ``node`` is exact in TF32 (10 explicit mantissa bits, f32's
-    exponent range): f16 values cast to f32 (11 significant bits), through views and concats
-    of them."""
-    if node.op.kind is OpKind.MOVEMENT:
-        return all(exact_in_tf32(s) for s in node.srcs)
-    return node.op is Op.CAST and node.srcs[0].type.dtype is DType.f16
 
 
 def accepts(group: FusionGroup, target: TargetProfile, dtype: DType = DType.f32) -> bool:

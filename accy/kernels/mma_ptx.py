@@ -6,6 +6,8 @@ OpenCL C; the target's probe (:mod:`accy.backends.opencl.tensor_cores`) says whi
 
 from __future__ import annotations
 
+from accy.ir.node import Node
+from accy.ir.ops import Op, OpKind
 from accy.ir.types import DType
 from accy.kernels.ir import Bin, Call, Expr, InlineAsm, Let, Lit, Stmt, Var
 
@@ -64,3 +66,11 @@ def tf32_products(acc: list[str], a: list[str], b: list[str], split_a: bool, spl
                       + tuple(("r", Var(f"{v}{sb}")) for v in b))
             for sa, sb in (*terms, ("", ""))]
 
+
+def exact_in_tf32(node: Node) -> bool:
+    """Whether every value of ``node`` is exact in TF32 (10 explicit mantissa bits, f32's
+    exponent range): f16 values cast to f32 (11 significant bits), through views and concats
+    of them."""
+    if node.op.kind is OpKind.MOVEMENT:
+        return all(exact_in_tf32(s) for s in node.srcs)
+    return node.op is Op.CAST and node.srcs[0].type.dtype is DType.f16

@@ -149,11 +149,15 @@ class Stores:
         c, t = self.c, self.t
         if len(values) != 1 or c.n.out != 1 or self.out_args[0].dtype not in PAIRED:
             return 0
-        room = t.stages * t.a_size // (2 if self.f16 else 1)  # 32-bit words
+        room = self.stage_room()
         rows = t.warp_m
         while rows >= 16 and rows * (t.bn + STAGE_PAD) > room:
             rows //= 2
         return rows if rows >= 16 and rows * t.bn // VEC % t.threads == 0 else 0
+
+    def stage_room(self) -> int:
+        """32-bit words of local memory the staged stores may use: the A tile's stages."""
+        return self.t.stages * self.t.a_size // (2 if self.f16 else 1)
 
     def stage_vector(self) -> int:
         """Elements per staged store: 4 where rows are whole 4-element vectors (N, the row

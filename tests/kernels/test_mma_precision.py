@@ -18,8 +18,8 @@ import accy
 from accy.backends.opencl import tensor_cores
 from accy.builder import einsum
 from accy.ir.types import DType, TensorType
-from accy.kernels.mma import exact_in_tf32
 from accy.kernels.mma_plan import parse_tiles
+from accy.kernels.mma_ptx import exact_in_tf32
 from accy.target import TF32_MMA, TF32_SATFINITE, resolve_precision
 
 SAT = dataclasses.replace(NV, tensor_cores=(TF32_MMA, TF32_SATFINITE))
