@@ -46,7 +46,12 @@ infinity or a value rounding past it (NaN stays NaN). The 3xTF32 split takes its
 an infinite ``x`` splits as the largest TF32 plus ``small = x - big`` infinite (plain rounding
 gives ``inf - inf``, NaN), and an ``x`` above the largest TF32 does not overflow. The ``f32``
 policy needs it for 3xtf32."""
-TENSOR_CORE_SHAPES = (TF32_MMA, F16_MMA, CP_ASYNC, TF32_SATFINITE)
+WGMMA_F16 = "wgmma.m64nNk16.f16"
+"""PTX ``wgmma.mma_async`` m64nNk16 with f16 operands (A from registers, B from local memory by
+descriptor) and f32 accumulators, an ``sm_90a`` feature NVIDIA's OpenCL compiler does not emit:
+written as markers in inline asm and expanded in the program's PTX, built for ``sm_90a``
+(:mod:`accy.kernels.wgmma_ptx`). Probed on compute capability 9.0 only."""
+TENSOR_CORE_SHAPES = (TF32_MMA, F16_MMA, CP_ASYNC, TF32_SATFINITE, WGMMA_F16)
 
 PRECISIONS = ("f32", "ieee", "tf32", "3xtf32")
 """Precision policies for f32 contractions (``kernelization{precision=...}``): ``f32`` (the

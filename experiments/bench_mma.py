@@ -4,7 +4,7 @@
         [--repeat 20] [--cases 4096,2048,8192x8192x1024,1000x1030x520,b32x512x512x64,bias2048]
         [--policies ieee,tf32,3xtf32] [--tiles 128x128x16:2x4,128x128x16:2x2:3]
         [--stages 2,3,4] [--loads scalar,vector,ptx] [--rounding fragment,tile]
-        [--dtypes f32,f16] [--no-torch] [--sources DIR]
+        [--dtypes f32,f16] [--no-torch] [--sources DIR] [--disable wgmma-f16]
         [--force-tensor-cores] [--counts]
 
 Each case (``N`` is N^3, ``MxNxK``, ``bBxMxNxK`` batched, ``biasN`` N^3 with a bias + relu
@@ -168,9 +168,10 @@ def dtype_of(case: dict[str, Any]) -> accy.DType:
     return accy.DType(case.get("dtype", "f32"))
 
 
-def pipeline(precision: str) -> str:
+def pipeline(precision: str, disable: str = "") -> str:
+    off = f" disable={disable}" if disable else ""
     return ("accy-contract,accy-tensor,accy-dispatch,accy-memory,kernel-outlining-planning,"
-            f"kernelization{{precision={precision}}},accy-target")
+            f"kernelization{{precision={precision}{off}}},accy-target")
 
 
 def program(case: dict[str, Any]) -> accy.Program:
@@ -326,13 +327,13 @@ def run_case(case: dict[str, Any], precision: str, target: TargetProfile, runtim
         res["tiles"] = tiles.text()
         stem += "." + res["tiles"].replace(":", "_")
     try:
-        job = accy.prepare(program(case), pipeline(precision), target=target)
+        job = accy.prepare(program(case), pipeline(precision, args.disable), target=target)
         if tiles is not None:
             job = with_mma_tiles(job, tiles, precision)
         res["generators"] = job.generators()
         res["kernels"] = [{"entry": k.entry, "global": list(k.geometry.global_size),
                            "local": list(k.geometry.local_size)} for k in job.kernels]
-        if any(name.startswith("mma") for name in res["generators"]):
+        if any("mma" in name for name in res["generators"]):
             sources.mkdir(parents=True, exist_ok=True)
             (sources / f"{stem}.cl").write_text(job.kernel_source(0))
         ms, out = time_accy(job, xs, runtime, args.repeat)
@@ -469,6 +470,7 @@ def main(argv: list[str] | None = None) -> int:
                     "tensor-core kernel's K loop issues per work-item and step (mma, cvt, "
                     "local loads by kind, cp.async, barriers) for the cases and tiles asked")
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--disable", default="", help="generators switched off, e.g. wgmma-f16")
     ap.add_argument("--force-tensor-cores", action="store_true",
                     help="use the mma generators (TF32, f16 and cp.async) even if the device "
                     "probe did not record them")

@@ -9,6 +9,8 @@ the GEMMs' f16 stores); :func:`gemm_source` is step (5)'s GEMM (A and B in local
 :func:`ra_gemm_source` step (7)'s (A's fragments in registers, only B in local memory)."""
 import re
 
+from accy.kernels.wgmma_ptx import step_instructions
+
 
 def sm90a(ptx: str) -> str:
     ptx = re.sub(r"\.target\s+sm_90\b", ".target sm_90a", ptx)
@@ -57,20 +59,8 @@ def step_text(n: int, steps: int):
 def rstep_text(n: int, steps: int, trans_b: int):
     """As ``step_text`` with A from registers: each wgmma takes 4 registers of f16 pairs (the
     mma.sync m16n8k16 A fragment of the warp's 16 rows) and only B's descriptor (B MN-major
-    where ``trans_b``)."""
-    def f(ops: list[str]) -> str:
-        d, a, db, one = ops[:n // 2], ops[n // 2:-2], ops[-2], ops[-1]
-        assert len(a) == 4 * steps, (n, steps, len(ops))
-        regs = ", ".join(d)
-        text = [f"{{ .reg .pred p; .reg .b64 xb; setp.ne.b32 p, {one}, 0; mov.b64 xb, {db}; "
-                "wgmma.fence.sync.aligned;"]
-        for i in range(steps):
-            if i:
-                text.append("add.s64 xb, xb, 16;")
-            text.append(f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16 {{{regs}}}, "
-                        f"{{{', '.join(a[4 * i:4 * i + 4])}}}, xb, p, 1, 1, {trans_b};")
-        return " ".join(text) + " wgmma.commit_group.sync.aligned; }"
-    return f
+    where ``trans_b``): accy's own expansion (accy/kernels/wgmma_ptx.py)."""
+    return lambda ops: step_instructions(n, steps, trans_b, ops)
 
 
 def substitute(ptx: str) -> str:

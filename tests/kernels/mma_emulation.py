@@ -150,3 +150,95 @@ def run_kernels(device, job, sources: list[str], args: list[np.ndarray], shape, 
     cl.enqueue_copy(queue, got, bufs["out0"])
     queue.finish()
     return got
+
+
+# wgmma (accy/kernels/wgmma.py, markers of accy/kernels/wgmma_ptx.py): a K step of S register-A
+# wgmma m64nNk16, B MN-major through its descriptor; the A fragments of each warpgroup's 64
+# rows exchanged through local memory (mma.sync m16n8k16's A layout per warp), B's halves read
+# at the core-matrix address the descriptor gives (start: the 18-bit local address >> 4, made
+# relative to b_tile; leading offset between K-adjacent core matrices, stride between
+# N-adjacent ones; 256 bytes further per wgmma); the waits and fences have nothing to do
+_RSTEP = re.compile(r'asm volatile\("// @@RSTEP(\d+)_(\d+)_1 [^"]*" : (?P<outs>[^:]*) : '
+                    r'(?P<ins>[^:]*), "l"\((?P<desc>\w+)\), "r"\([^:]*\) : "memory"\);')
+_WG_NOP = re.compile(r'asm volatile\("// @@(?:WAIT0|PROXY)[^"]*" :[^;]*;')
+_LD_V4 = re.compile(r'asm volatile\("(?:\{ \.reg \.pred p; setp\.ne\.b32 p, %5, 0; @p )?'
+                    r'ld\.global\.v4\.u32 [^"]*" : '
+                    + ", ".join([r'"=r"\((\w+)\)'] * 4)
+                    + r' : "l"\((?P<at>.*?)\)(?:, "r"\((?P<ok>.*)\))?\);$', re.M)
+WGMMA_STEP = r"""{
+  const int l_ = get_local_id(0) % 128, wg_ = get_local_id(0) / 128, w_ = l_ / 32;
+  const int g_ = (l_ % 32) / 4, t_ = l_ % 4;
+  float d_[@ND@] = {@D@};
+  const uint a_[@NA@] = {@A@};
+  const ulong desc_ = @DESC@;
+  const int base_ = (((int)((desc_ & 0x3FFF) << 4)) - (((int)((long)b_tile)) & 0x3FFFF)) & 0x3FFFF;
+  const int lbo_ = (int)(((desc_ >> 16) & 0x3FFF) << 4);
+  const int sbo_ = (int)(((desc_ >> 32) & 0x3FFF) << 4);
+  for (int s_ = 0; s_ < @S@; s_++) {
+    for (int r_ = 0; r_ < 4; r_++) for (int h_ = 0; h_ < 2; h_++)
+      emu_wa[wg_][16 * w_ + g_ + 8 * (r_ % 2)][2 * t_ + h_ + 8 * (r_ / 2)] =
+        accy_h(a_[4 * s_ + r_] >> (16 * h_));
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int j_ = 0; j_ < @ND@ / 4; j_++) for (int r_ = 0; r_ < 4; r_++) {
+      const int row_ = 16 * w_ + g_ + 8 * (r_ / 2), col_ = 8 * j_ + 2 * t_ + r_ % 2;
+      float sum_ = 0.0f;
+      for (int k_ = 0; k_ < 16; k_++) {
+        const int at_ = base_ + 256 * s_ + (col_ / 8) * sbo_ + (k_ / 8) * lbo_ + (k_ % 8) * 16
+                        + (col_ % 8) * 2;
+        sum_ += emu_wa[wg_][row_][k_] * accy_h(((__local const ushort *)b_tile)[at_ / 2]);
+      }
+      d_[4 * j_ + r_] += sum_;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+@OUT@
+}"""
+
+
+def emulated_wgmma(src: str, mode: str) -> str:
+    """``src`` (a wgmma-f16 kernel) with its wgmma steps, waits, fences and 16-byte A loads
+    replaced by C, then its cp.async as :func:`emulated_async` replaces them (``mode``)."""
+    def step(m: re.Match) -> str:
+        outs = re.findall(r'"\+f"\((\w+)\)', m["outs"])
+        ins = re.findall(r'"r"\(([\w\[\]]+)\)', m["ins"])
+        assert len(outs) == int(m[1]) // 2 and len(ins) == 4 * int(m[2]), m[0][:200]
+        text = WGMMA_STEP
+        for key, value in (("@ND@", str(len(outs))), ("@D@", ", ".join(outs)),
+                           ("@NA@", str(len(ins))), ("@A@", ", ".join(ins)),
+                           ("@DESC@", m["desc"]), ("@S@", m[2]),
+                           ("@OUT@", " ".join(f"{o} = d_[{i}];" for i, o in enumerate(outs)))):
+            text = text.replace(key, value)
+        return text
+
+    def load(m: re.Match) -> str:
+        regs = m.groups()[:4]
+        got = " ".join(f"{r} = q_[{i}];" for i, r in enumerate(regs))
+        zero = " ".join(f"{r} = 0;" for r in regs)
+        body = f"{{ __global const uint *q_ = (__global const uint *)({m['at']}); {got} }}"
+        return body if m["ok"] is None else f"if ({m['ok']}) {body} else {{ {zero} }}"
+
+    src = _LD_V4.sub(load, _WG_NOP.sub(";", _RSTEP.sub(step, src)))
+    assert "@@" not in src and "ld.global" not in src, src
+    lines = src.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("__kernel"))
+    body = next(i for i in range(at, len(lines)) if lines[i].rstrip().endswith("{"))
+    lines.insert(body + 1, "  __local float emu_wa[4][64][16];")
+    return emulated_async("\n".join(lines) + "\n", mode)
+
+
+def check_f16_product(device, job, source: str, m: int, n: int, k: int, batch: int, bias: bool,
+                      seed: int, b_transposed: bool = False) -> None:
+    """Run ``job``'s one kernel from ``source`` (its emulated form) on seeded f16 operands of
+    ``A @ B`` (B stored N x K when ``b_transposed``; + bias and relu when ``bias``) and check
+    the result: f32 sums of exact products, one f16 rounding (and of the bias sum)."""
+    rng = np.random.default_rng(seed)
+    lead = (batch,) if batch else ()
+    a = rng.uniform(-1, 1, (*lead, m, k)).astype(np.float16)
+    b = rng.uniform(-1, 1, (*lead, *((n, k) if b_transposed else (k, n)))).astype(np.float16)
+    args = [a, b] + ([rng.uniform(-1, 1, n).astype(np.float16)] if bias else [])
+    got = run_emulated(device, job, source, args, (*lead, m, n), np.float16)
+    exact = a.astype(np.float64) @ (np.swapaxes(b, -1, -2) if b_transposed else b).astype(
+        np.float64)
+    if bias:
+        exact = np.maximum(exact + args[2], 0.0)
+    np.testing.assert_allclose(got.astype(np.float64), exact, rtol=2**-10, atol=1e-6 * k)

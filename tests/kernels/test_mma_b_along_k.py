@@ -10,7 +10,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from mma_emulation import emulated_async, run_emulated
+from mma_emulation import check_f16_product, emulated_async, run_emulated
 from test_mma_generator import emulate_block, num
 from test_mma_generator import prepared as prepare
 from test_mma_pipeline import ASYNC, NV, emulate_mma16, matmul16
@@ -106,17 +106,8 @@ def test_b_along_k_kernels_compute_the_product_in_emulation(device, pipe, used, 
         pytest.skip("the emulation is checked on PoCL")
     job = prepare(matmul16(m, n, k, batch, bias, b_transposed=True), "ieee", ASYNC, pipe)
     assert used(job) == {"mma-f16": 1} and ".trans" not in job.kernel_source(0)
-    rng = np.random.default_rng(6)
-    lead = (batch,) if batch else ()
-    a = rng.uniform(-1, 1, (*lead, m, k)).astype(np.float16)
-    b = rng.uniform(-1, 1, (*lead, n, k)).astype(np.float16)  # stored N x K
-    args = [a, b] + ([rng.uniform(-1, 1, n).astype(np.float16)] if bias else [])
-    got = run_emulated(device, job, emulated_async(job.kernel_source(0), mode), args,
-                       (*lead, m, n), np.float16)
-    exact = a.astype(np.float64) @ np.swapaxes(b, -1, -2).astype(np.float64)
-    if bias:
-        exact = np.maximum(exact + args[2], 0.0)
-    np.testing.assert_allclose(got.astype(np.float64), exact, rtol=2**-10, atol=1e-6 * k)
+    check_f16_product(device, job, emulated_async(job.kernel_source(0), mode), m, n, k, batch,
+                      bias, seed=6, b_transposed=True)
 
 
 @pytest.mark.skipif(cl is None, reason="needs pyopencl")

@@ -18,7 +18,7 @@ import re
 
 import numpy as np
 import pytest
-from mma_emulation import emulated_async, one_line, run_emulated
+from mma_emulation import check_f16_product, emulated_async, one_line, run_emulated
 from test_mma_generator import NV, emulate_block, matmul, num
 from test_mma_generator import prepared as prepare
 
@@ -415,18 +415,8 @@ def test_f16_kernels_compute_the_product_in_emulation(device, pipe, used, experi
     assert used(job) == {"mma-f16": 1}
     if tiles is not None:
         job = experiment_script("bench_mma").with_mma_tiles(job, parse_tiles(tiles), "f16")
-    rng = np.random.default_rng(5)
-    lead = (batch,) if batch else ()
-    a = rng.uniform(-1, 1, (*lead, m, k)).astype(np.float16)
-    b = rng.uniform(-1, 1, (*lead, k, n)).astype(np.float16)
-    args = [a, b] + ([rng.uniform(-1, 1, n).astype(np.float16)] if bias else [])
-    got = run_emulated(device, job, emulated_async(job.kernel_source(0), mode), args,
-                       (*lead, m, n), np.float16)
-    exact = a.astype(np.float64) @ b.astype(np.float64)
-    if bias:
-        exact = np.maximum(exact + args[2], 0.0)
-    # f32 sums of exact products, one f16 rounding of the result (and of the bias sum)
-    np.testing.assert_allclose(got.astype(np.float64), exact, rtol=2**-10, atol=1e-6 * k)
+    check_f16_product(device, job, emulated_async(job.kernel_source(0), mode), m, n, k, batch,
+                      bias, seed=5)
 
 
 @needs_pocl

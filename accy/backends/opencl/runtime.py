@@ -36,7 +36,7 @@ from accy.backends.opencl.builds import digest as _digest
 from accy.backends.opencl.builds import error_sites as _error_sites  # noqa: F401 (tests)
 from accy.backends.opencl.icd import IcdDecision, register_nvidia_icd
 from accy.backends.opencl.pocl import pocl_vector_width
-from accy.backends.opencl.tensor_cores import compute_capability, probe_tensor_cores
+from accy.backends.opencl.tensor_cores import build_program, compute_capability, probe_tensor_cores
 from accy.errors import DeviceError, KernelBuildError
 
 ENV_VAR = "ACCY_DEVICE"
@@ -406,7 +406,7 @@ class Runtime:
                     self.stats.load_ns += time.perf_counter_ns() - start
                 return program
         start = time.perf_counter_ns()
-        program = cl.Program(self.context, source).build(options=list(options))
+        program = build_program(self.context, self.device, source, options)
         with _LOCK:
             self._builds += 1
             self.stats.compiled += 1

@@ -4,16 +4,18 @@ right.
 Run once per device at selection (:func:`accy.backends.opencl.runtime._probe`, after the basic
 probe), only on NVIDIA devices of compute capability >= 8.0 (read through
 ``cl_nv_device_attribute_query``); what passes is recorded in ``DeviceInfo.tensor_cores`` and
-from there in ``TargetProfile.tensor_cores``. Nothing else assumes tensor cores. Four probes,
+from there in ``TargetProfile.tensor_cores``. Nothing else assumes tensor cores. Five probes,
 each one kernel with the very instruction forms the generators emit (accy/kernels/mma.py):
 TF32 ``mma.sync`` (``TF32_MMA``), ``cp.async`` into local memory addressed by ``(int)(long)``
 of the ``__local`` pointer, from global memory addressed by ``(long)`` of the ``__global``
 pointer plus bytes, with a zero-filled copy and commit/wait groups (``CP_ASYNC``), and
 f16 ``mma.sync`` m16n8k16 on half pairs packed as the generator packs them (``F16_MMA``), and
-the saturating TF32 rounding of the 3xTF32 split (``TF32_SATFINITE``). The last three run in a
-context of their own, so that a driver that faults on them (a wrong local
-address would) leaves the runtime's context intact; a device that rejects them keeps the
-plain-load kernels.
+the saturating TF32 rounding of the 3xTF32 split (``TF32_SATFINITE``), and, on compute
+capability 9.0 only, a K step of register-A ``wgmma`` as accy/kernels/wgmma.py issues it
+(``WGMMA_F16``; built by :func:`build_program`, which every build of the runtime goes through:
+deferred PTX expanded for ``sm_90a``). The last four run in a context of their own, so that a
+driver that faults on them (a wrong local address would) leaves the runtime's context intact;
+a device that rejects them keeps the plain-load kernels.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ import numpy as np
 import pyopencl as cl
 
 from accy.errors import DeviceError, KernelBuildError
-from accy.target import CP_ASYNC, F16_MMA, TF32_MMA, TF32_SATFINITE
+from accy.kernels import wgmma_ptx
+from accy.target import CP_ASYNC, F16_MMA, TF32_MMA, TF32_SATFINITE, WGMMA_F16
 
 if TYPE_CHECKING:
     from accy.backends.opencl.runtime import Runtime
@@ -110,6 +113,78 @@ void accy_satfinite_probe(__global const float *x, __global uint *d) {
 """
 
 
+# One K step of two register-A wgmma m64n128k16 (a warpgroup), as accy/kernels/wgmma.py issues
+# them (accy/kernels/wgmma_ptx.py: markers expanded in the PTX): A (64 x 32 halves) as words in
+# each warp's m16n8k16 fragments, B (32 x 128 halves, K x N) stored by plain stores into local
+# memory as MN-major core matrices (element (k, n) at byte (n/8) 512 + (k/8) 128 + (k%8) 16 +
+# (n%8) 2), made visible to wgmma by the proxy fence, then the wait.
+WGMMA_PROBE_N = 128  # the generator's tile width
+
+
+def wgmma_probe_source() -> str:
+    n = WGMMA_PROBE_N
+    acc = ", ".join(f'"+f"(c{i})' for i in range(n // 2))
+    stores = "\n".join(  # unrolled: the accumulators stay registers, none in memory
+        f"  d[(r + {8 * (i % 4 // 2)}) * {n} + {8 * (i // 4) + i % 2} + 2 * t] = c{i};"
+        for i in range(n // 2))
+    subs = {"@N@": str(n), "@C@": ", ".join(f"c{i} = 0.0f" for i in range(n // 2)),
+            "@STORES@": stores, "@PROXY@": wgmma_ptx.PROXY, "@WAIT@": wgmma_ptx.WAIT0,
+            "@STEP@": wgmma_ptx.rstep(n, 2, 1), "@ACC@": acc,
+            "@OPS@": ", ".join(f"%{i}" for i in range(n // 2 + 10)),
+            "@REGS@": ", ".join(f"%{i}" for i in range(n // 2)),
+            "@INS@": ", ".join(f'"r"(x[{i}])' for i in range(8)),
+            "@DESC@": f"{wgmma_ptx.descriptor_bits(128, 512)}UL"}
+    source = r"""
+__kernel __attribute__((reqd_work_group_size(128, 1, 1)))
+void accy_wgmma_probe(__global const uint *a, __global const ushort *b, __global float *d) {
+  __local ushort b_tile[32 * @N@] __attribute__((aligned(128)));
+  const int l = get_local_id(0), r = 16 * (l / 32) + (l % 32) / 4, t = l % 4;
+  for (int e = l; e < 32 * @N@; e += 128) {
+    const int k = e / @N@, n = e % @N@;
+    b_tile[((n / 8) * 512 + (k / 8) * 128 + (k % 8) * 16 + (n % 8) * 2) / 2] = b[e];
+  }
+  asm volatile("@PROXY@" ::: "memory");
+  barrier(CLK_LOCAL_MEM_FENCE);
+  uint x[8];
+  for (int i = 0; i < 2; i++) {
+    x[4 * i] = a[r * 16 + 8 * i + t]; x[4 * i + 1] = a[(r + 8) * 16 + 8 * i + t];
+    x[4 * i + 2] = a[r * 16 + 8 * i + t + 4]; x[4 * i + 3] = a[(r + 8) * 16 + 8 * i + t + 4];
+  }
+  float @C@;
+  const ulong db = ((ulong)((((int)((long)b_tile)) & 262143) >> 4)) | @DESC@;
+  const int one = 1;
+  asm volatile("@STEP@ @OPS@" : @ACC@ : @INS@, "l"(db), "r"(one) : "memory");
+  asm volatile("@WAIT@ @REGS@" : @ACC@ :  : "memory");
+@STORES@
+}
+"""
+    for key, value in subs.items():
+        source = source.replace(key, value)
+    return source
+
+
+def wgmma_probe_case() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(A 64x32, B 32xN as f16, the f32 product) of the wgmma probe: small integers, exact."""
+    i, k = np.arange(64)[:, None], np.arange(32)[None, :]
+    a = ((i + 2 * k) % 5 - 2).astype(np.float16)
+    n = np.arange(WGMMA_PROBE_N)[None, :]
+    b = ((3 * np.arange(32)[:, None] + n) % 7 - 3).astype(np.float16)
+    return a, b, (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
+
+
+def build_program(context: cl.Context, device: cl.Device, source: str,
+                  options: tuple[str, ...] = ()) -> cl.Program:
+    """``source`` built for ``device``; a source holding deferred PTX (wgmma markers,
+    :mod:`accy.kernels.wgmma_ptx`) is built twice: its PTX taken from the first build, the
+    markers expanded and ``.target sm_90a`` set, then built from that PTX (what the program's
+    binary, and so the disk cache, then holds)."""
+    program = cl.Program(context, source).build(options=list(options))
+    if wgmma_ptx.MARK not in source:
+        return program
+    ptx = wgmma_ptx.expand(program.binaries[0].decode())
+    return cl.Program(context, [device], [ptx.encode()]).build(options=list(options))
+
+
 def satfinite_probe_case() -> tuple[np.ndarray, np.ndarray]:
     """(32 inputs, the bits ``cvt.rna.satfinite.tf32.f32`` must give) of the probe: the
     infinities and the f32 extremes saturate to the largest finite TF32, ordinary values
@@ -158,24 +233,25 @@ def mma_f16_probe_case() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def run_isolated(device: cl.Device, source: str, entry: str, args: list[np.ndarray],
-                 out: np.ndarray) -> np.ndarray:
-    """Build ``source`` and run ``entry`` on one warp (32 work-items) in a context of its own
-    with ``args`` (read-only buffers) then ``out`` (written back); raises ``cl.Error``."""
+                 out: np.ndarray, items: int = 32) -> np.ndarray:
+    """Build ``source`` and run ``entry`` on one work-group of ``items`` (default one warp) in
+    a context of its own with ``args`` (read-only buffers) then ``out`` (written back); raises
+    ``cl.Error``."""
     context = cl.Context([device])
     queue = cl.CommandQueue(context)
-    program = cl.Program(context, source).build()
+    program = build_program(context, device, source)
     flags = cl.mem_flags
     bufs = [cl.Buffer(context, flags.READ_ONLY | flags.COPY_HOST_PTR, hostbuf=a) for a in args]
     result = cl.Buffer(context, flags.WRITE_ONLY, out.nbytes)
-    getattr(program, entry)(queue, (32,), (32,), *bufs, result)
+    getattr(program, entry)(queue, (items,), (items,), *bufs, result)
     cl.enqueue_copy(queue, out, result)
     queue.finish()
     return out
 
 
-def probe_isolated(device: cl.Device) -> tuple[str, ...]:
-    """``CP_ASYNC``, ``F16_MMA`` and ``TF32_SATFINITE`` where their probes build and compute
-    right."""
+def probe_isolated(device: cl.Device, wgmma: bool) -> tuple[str, ...]:
+    """``CP_ASYNC``, ``F16_MMA``, ``TF32_SATFINITE`` and (``wgmma``: compute capability 9.0)
+    ``WGMMA_F16`` where their probes build and compute right."""
     found = []
     try:
         src, want = cp_async_probe_case()
@@ -201,6 +277,16 @@ def probe_isolated(device: cl.Device) -> tuple[str, ...]:
             found.append(TF32_SATFINITE)
     except cl.Error:
         pass
+    if wgmma:
+        try:
+            a, b, want = wgmma_probe_case()
+            got = run_isolated(device, wgmma_probe_source(), "accy_wgmma_probe",
+                               [a.view(np.uint32), b.view(np.uint16)],
+                               np.zeros(want.size, np.float32), items=128)
+            if np.array_equal(got.reshape(want.shape), want):
+                found.append(WGMMA_F16)
+        except cl.Error:
+            pass
     return tuple(found)
 
 
@@ -231,4 +317,4 @@ def probe_tensor_cores(runtime: Runtime, nvidia: bool) -> tuple[str, ...]:
         found = (TF32_MMA,) if np.array_equal(got, mma_probe_expected()) else ()
     except (cl.Error, KernelBuildError, DeviceError):
         pass
-    return found + probe_isolated(runtime.device)
+    return found + probe_isolated(runtime.device, info.compute_capability == (9, 0))

@@ -1,0 +1,260 @@
+"""wgmma-f16: f16 matrix products on Hopper's warpgroup tensor-core instructions, A's fragments
+in registers, from OpenCL C.
+
+Taken before ``mma-f16`` where the target's probe ran a register-A ``wgmma`` (``WGMMA_F16`` in
+``TargetProfile.tensor_cores``: compute capability 9.0; the instructions are deferred PTX,
+expanded and built for ``sm_90a`` by the runtime, :mod:`accy.kernels.wgmma_ptx`), the product
+is one ``mma-f16`` takes (:func:`accy.kernels.mma_plan.plan`) with A stored along K and B along
+N (``x @ W``), both in whole 16-byte vectors, and its tiles fill the device (:func:`plan`).
+
+The kernel (``experiments/probe_wgmma.py`` step (7), where it was measured): a work-group of
+``WARPGROUPS`` warpgroups (128 work-items each) computes a ``64 WARPGROUPS x BN`` tile; each
+warpgroup's 64 rows are one ``wgmma m64nBNk16`` accumulator, which per warp is exactly
+``mma.sync``'s m16n8 C fragments of its 16 rows (``acc_0_{j}_{r}``), so the epilogue and
+stores are ``mma-f16``'s (:class:`accy.kernels.mma_store.Stores`, unstaged). Only B goes
+through local memory: ``STAGES`` stages of ``BK x BN`` filled by ``cp.async`` (zero-filled
+outside the operand), stored as MN-major core matrices (8 K rows of 8 N halves, 128 bytes;
+K-adjacent ones 128 bytes apart: the descriptor's leading offset; N-adjacent ones ``BK / 8 *
+128``: its stride). A's fragments come straight from global memory, 16 bytes a row at a time:
+lane ``t`` of a warp loads K ``t BK/4 ..`` of its rows ``g`` and ``g + 8``, so register
+position ``16 i + 8 h + 2 t + e`` of the fragments holds K ``t BK/4 + 4 i + 2 h + e``; B's
+stage rows are copied from the K rows so permuted, which makes the product the same.
+
+A K step: the next step's A fragments are loaded (into the other of two register sets, read
+by the previous step's wgmma, which was waited for), the step's copies waited for, a barrier,
+the step's ``BK / 16`` wgmma issued, the copies of step ``kt + STAGES - 1`` issued into the
+stage step ``kt - 1`` read, then the wgmma waited for (the wait names the A registers, so the
+compiler reuses none before it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from accy.ir.types import DType
+from accy.kernels.contraction_plan import Contraction, analyse, padded, tile_groups
+from accy.kernels.generators import Generator, register_generator
+from accy.kernels.ir import (
+    INDEX,
+    Barrier,
+    Bin,
+    Cast,
+    Cond,
+    Expr,
+    For,
+    If,
+    InlineAsm,
+    Kernel,
+    Let,
+    Lit,
+    LocalArray,
+    Stmt,
+    Var,
+    add,
+    all_of,
+    div,
+    idx,
+    mod,
+    mul,
+)
+from accy.kernels.mma import _Builder
+from accy.kernels.mma_plan import MAX_PADDING, MmaTiles, along_k, copy_widths
+from accy.kernels.mma_plan import plan as mma_plan
+from accy.kernels.mma_ptx import CP_ASYNC_16, CP_ASYNC_ZFILL, CP_COMMIT, CP_WAIT
+from accy.kernels.wgmma_ptx import PROXY, WAIT0, descriptor_bits, rstep
+from accy.plans import FusionGroup, KernelOutline, ScheduleKind
+from accy.target import WGMMA_F16, TargetProfile
+
+WARPGROUPS = 4  # of 64 rows each: 256-row tiles
+BN, BK, STAGES = 128, 32, 4
+# as MmaTiles: 16 warps of 16 x BN (one m16n8 fragment row each), for the shared stores; tiles
+# in row-major order (swizzle 1: consecutive work-groups share A's rows), which measured faster
+# here than mma-f16's bands of tile rows (papers/kernels.md)
+TILES = MmaTiles(64 * WARPGROUPS, BN, BK, 4 * WARPGROUPS, 1, swizzle=1, stages=STAGES,
+                 f16=True, loads="vector")
+CORE = 128  # bytes of a core matrix (8 rows of 16 bytes); B's descriptor's leading offset
+SBO = BK // 8 * CORE  # bytes between N-adjacent core matrices
+STAGE_BYTES = BN * BK * 2
+# Selection, as measured against mma-f16 (papers/kernels.md, "Fourteenth session"): the tiles
+# must give at least MIN_FILL of the compute units a work-group each (fewer tiles: mma-f16's
+# smaller ones are faster), and K must be at least MIN_K (a tile's fixed costs, the pipeline's
+# fill and drain and the stores, need a long K to pay off; mma-f16 wins below)
+MIN_FILL = 1 / 3
+MIN_K = 1024
+# one 16-byte load of global memory into four registers, and where ``%5`` is 0 zeros instead
+LD_V4 = "ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+LD_V4_IF = ("{ .reg .pred p; setp.ne.b32 p, %5, 0; @p ld.global.v4.u32 {%0, %1, %2, %3}, "
+            "[%4]; @!p mov.b32 %0, 0; @!p mov.b32 %1, 0; @!p mov.b32 %2, 0; "
+            "@!p mov.b32 %3, 0; }")
+
+
+def k_row(kr: Expr) -> Expr:
+    """The K row (of a step) that stage row ``kr`` holds: position ``16 i + 8 h + 2 t + e``
+    of the A fragments holds K ``t BK/4 + 4 i + 2 h + e`` (each lane's 16-byte loads)."""
+    t, rest = div(mod(kr, 8), 2), add(mul(div(kr, 16), idx(4)), mod(kr, 2))
+    return add(mul(t, idx(BK // 4)), add(rest, mul(mod(div(kr, 8), 2), idx(2))))
+
+
+class _Wgmma(_Builder):
+    def stage_room(self) -> int:
+        return 0  # no A tile: stores go straight out
+
+    def build(self) -> Kernel:
+        c, t = self.c, self.t
+        groups, _, g, tt, wm, wn, m0, n0 = self.place()
+        self.sides = {s: self.side_info(s) for s in ("x", "y")}
+        self.body.append(LocalArray("b_tile", DType.i32, STAGES * STAGE_BYTES // 4, 128))
+        frags = BN // 8
+        self.acc = [f"acc_0_{j}_{r}" for j in range(frags) for r in range(4)]
+        for name in self.acc:
+            self.let(name, Lit(0.0, DType.f32), DType.f32, mutable=True)
+        self.regs = {s: [f"a{s}{i}" for i in range(4 * (BK // 16))] for s in "EO"}
+        for name in self.regs["E"] + self.regs["O"]:
+            self.let(name, Lit(0, DType.i32), DType.i32, mutable=True)
+        # A: this lane's rows g and g + 8 of its warp's 16, as byte addresses of K 0
+        rows = [self.let(f"a_row{h}", add(m0, add(wm, add(g, idx(8 * h))))) for h in (0, 1)]
+        self.a_at = [self.let(f"a_at{h}", Bin("+", Cast(INDEX, Var(self.arg["x"])), mul(
+            add(self.bases["x"], add(mul(r, idx(c.m.x)), mul(tt, idx(BK // 4)))), idx(2))))
+            for h, r in enumerate(rows)]
+        self.a_ok = [Bin("<", r, idx(c.m.size)) if c.m.size % t.bm else None for r in rows]
+        # B: this work-item's 16-byte chunks of a stage, fixed over K
+        self.copies = []
+        for i in range(BN * BK // 8 // t.threads):
+            ch = add(Var("tid"), idx(i * t.threads))
+            kb, nc = div(ch, BN), mod(div(ch, 8), BN // 8)
+            kr = self.let(f"y_kr{i}", add(mul(kb, idx(8)), mod(ch, 8)))
+            n = self.let(f"y_n{i}", add(n0, mul(nc, idx(8))))
+            local = self.let(f"y_l{i}", div(add(mul(nc, idx(SBO)), add(mul(kb, idx(CORE)),
+                                                                        mul(mod(ch, 8), idx(16)))),
+                                            4))
+            self.copies.append((self.let(f"y_k{i}", k_row(kr)), n, local))
+        steps = -(-c.k.size // BK)
+        commit = InlineAsm(CP_COMMIT, (), (), True, ("memory",))
+        for s in range(STAGES - 1):
+            self.body += self.copy(idx(s), idx(s)) if s < steps else []
+            self.body.append(commit)
+        self.body += self.load_a("E", idx(0))
+        kt = Var("kt")
+        loop = self.step("E", "O", kt, steps, 0)
+        loop.append(If(Bin("<", add(kt, idx(1)), idx(steps)),
+                       tuple(self.step("O", "E", add(kt, idx(1)), steps, 1))))
+        self.body.append(For("kt", idx(0), idx(steps), tuple(loop), step=2))
+        self.stores(m0, n0, wm, wn, g, tt)
+        return self.kernel(groups)
+
+    def load_a(self, regs: str, step: Expr) -> list[Stmt]:
+        """A's fragments of K step ``step`` into register set ``regs``: per row one 16-byte
+        load per 32 of K (zeros outside the operand)."""
+        out: list[Stmt] = []
+        names = self.regs[regs]
+        for v in range(BK // 32):
+            k = add(mul(step, idx(BK)), idx(8 * v))
+            k_ok = Bin("<", add(k, mul(Var("t"), idx(BK // 4))), idx(self.c.k.size)) \
+                if self.c.k.size % BK else None
+            for h in (0, 1):  # row g: registers 0, 2, 4, 6 of the eight; row g + 8: 1, 3, 5, 7
+                dst = tuple(("=r", names[8 * v + 2 * e + h]) for e in range(4))
+                at = Bin("+", self.a_at[h], mul(k, idx(2)))
+                guard = all_of([x for x in (self.a_ok[h], k_ok) if x is not None])
+                out.append(InlineAsm(LD_V4, dst, (("l", at),), True) if guard is None else
+                           InlineAsm(LD_V4_IF, dst, (("l", at), ("r", Cast(DType.i32, guard))),
+                                     True))
+        return out
+
+    def copy(self, step: Expr, stage: Expr) -> list[Stmt]:
+        """The ``cp.async`` of K step ``step``'s B chunks into stage ``stage``."""
+        c, out = self.c, []
+        for k, n, local in self.copies:
+            kg = add(mul(step, idx(BK)), k)
+            at = add(self.bases["y"], add(mul(kg, idx(c.k.y)), n))
+            dst = Cast(DType.i32, Cast(INDEX, Bin("+", Var("b_tile"), add(
+                mul(stage, idx(STAGE_BYTES // 4)), local))))
+            base = Cast(INDEX, Var(self.arg["y"]))
+            guard = all_of(([Bin("<", n, idx(c.n.size))] if c.n.size % BN else [])
+                           + ([Bin("<", kg, idx(c.k.size))] if c.k.size % BK else []))
+            if guard is None:
+                out.append(InlineAsm(CP_ASYNC_16, (), (("r", dst), ("l", Bin(
+                    "+", base, mul(at, idx(2))))), True, ("memory",)))
+                continue
+            src = Bin("+", base, mul(Cond(guard, at, idx(0)), idx(2)))
+            size = Cond(guard, Lit(16, DType.i32), Lit(0, DType.i32))
+            out.append(InlineAsm(CP_ASYNC_ZFILL, (), (("r", dst), ("l", src), ("r", size)),
+                                 True, ("memory",)))
+        return out
+
+    def step(self, regs: str, other: str, kt: Expr, steps: int, n: int) -> list[Stmt]:
+        """K step ``kt`` from A register set ``regs``, loading step ``kt + 1``'s into
+        ``other`` first (``n``: the step's place in the loop body, naming its variables)."""
+        out: list[Stmt] = [If(Bin("<", add(kt, idx(1)), idx(steps)),
+                              tuple(self.load_a(other, add(kt, idx(1)))))]
+        stage = self.let_in(out, f"stage{n}", mod(kt, STAGES))
+        addr = Cast(DType.i32, Cast(INDEX, Bin("+", Var("b_tile"),
+                                                mul(stage, idx(STAGE_BYTES // 4)))))
+        desc = Bin("|", Cast(INDEX, Bin(">>", Bin("&", addr, Lit(0x3FFFF, DType.i32)),
+                                        Lit(4, DType.i32))),
+                   Lit(descriptor_bits(CORE, SBO), INDEX))
+        out += [InlineAsm(CP_WAIT.format(STAGES - 2), (), (), True, ("memory",)),
+                InlineAsm(PROXY, (), (), True, ("memory",)), Barrier()]
+        bdesc = self.let_in(out, f"bdesc{n}", desc)
+        acc = tuple(("+f", name) for name in self.acc)
+        a = tuple(("r", Var(name)) for name in self.regs[regs])
+        ops = ", ".join(f"%{i}" for i in range(len(acc) + len(a) + 2))
+        out.append(InlineAsm(f"{rstep(BN, BK // 16, 1)} {ops}", acc,
+                             (*a, ("l", bdesc), ("r", Lit(1, DType.i32))), True, ("memory",)))
+        nxt = add(kt, idx(STAGES - 1))
+        out.append(If(Bin("<", nxt, idx(steps)),
+                      tuple(self.copy(nxt, mod(nxt, STAGES)))))
+        out.append(InlineAsm(CP_COMMIT, (), (), True, ("memory",)))
+        held = ", ".join(f"%{i}" for i in range(len(acc) + len(a)))
+        out.append(InlineAsm(f"{WAIT0} {held}", acc, a, True, ("memory",)))
+        return out
+
+    @staticmethod
+    def let_in(out: list[Stmt], name: str, e: Expr) -> Var:
+        out.append(Let(name, INDEX, e))
+        return Var(name)
+
+
+def plan(group: FusionGroup, target: TargetProfile) -> Contraction | str:
+    """The contraction of a group ``wgmma-f16`` takes, or why not."""
+    if WGMMA_F16 not in target.tensor_cores:
+        return "the target's probe found no register-A wgmma (TargetProfile.tensor_cores)"
+    found = mma_plan(group, target)
+    if isinstance(found, str):
+        return found
+    c, _ = found
+    if c.dtype is not DType.f16:
+        return f"dtype {c.dtype.value}: wgmma-f16 takes f16 products"
+    if not along_k(c, "x") or along_k(c, "y") or copy_widths(c) != {"x": 8, "y": 8}:
+        return ("wgmma-f16 needs A stored along K and B along N, rows in whole 16-byte "
+                "vectors")
+    if TILES.threads > target.max_work_group_size or \
+            STAGES * STAGE_BYTES > target.local_mem_bytes:
+        return f"a work-group of {TILES.threads} work-items and {STAGES * STAGE_BYTES} bytes"
+    if c.k.size < MIN_K:
+        return f"K = {c.k.size} is below {MIN_K}: mma-f16 is faster there"
+    if padded(c, TILES.bm, TILES.bn) > MAX_PADDING * c.m.size * c.n.size:
+        return f"{c.m.size}x{c.n.size} pads {TILES.bm}x{TILES.bn} tiles by over {MAX_PADDING}"
+    tiles = tile_groups(c, TILES.bm, TILES.bn)
+    if tiles < MIN_FILL * target.compute_units:
+        return (f"{tiles} tiles of {TILES.bm}x{TILES.bn} for {target.compute_units} compute "
+                "units: mma-f16's smaller tiles are faster")
+    return c
+
+
+def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
+          target: TargetProfile) -> tuple[Kernel, ...]:
+    """The wgmma kernel of an accepted group."""
+    c = plan(group, target)
+    if isinstance(c, str):
+        raise ValueError(f"the wgmma generator cannot take this group: {c}")
+    einsum, _ = analyse(group)  # type: ignore[misc]  (plan accepted it)
+    return (_Wgmma(group, outline, kind, einsum, c, replace(TILES), "f16", target).build(),)
+
+
+register_generator(Generator(
+    "wgmma-f16",
+    "f16 matrix products (A along K, B along N) on Hopper's wgmma with A in registers "
+    "(deferred PTX built for sm_90a), on targets whose probe ran it",
+    lambda group, target: not isinstance(plan(group, target), str),
+    build,
+))

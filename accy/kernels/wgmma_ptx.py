@@ -1,0 +1,90 @@
+"""Hopper's ``wgmma`` through OpenCL C: deferred PTX instructions and their expansion.
+
+NVIDIA's OpenCL compiler emits PTX for ``.target sm_90`` and rejects ``wgmma``, an ``sm_90a``
+feature (it has no option for ``sm_90a``). So a generator writes each such instruction as a
+*marker*, a PTX comment inside inline asm (``// @@NAME operands``): the compiler binds the
+operands to registers and keeps the statement where it is (volatile, memory clobber), ptxas
+ignores the text. The OpenCL runtime then takes the program's PTX, replaces every marker by its
+instructions (:func:`expand`: the registers the compiler bound are in the comment), sets
+``.target sm_90a`` and builds the program again from that PTX
+(:func:`accy.backends.opencl.tensor_cores.build_program`); only on devices of compute
+capability 9.0 whose probe ran the very forms below (``WGMMA_F16`` in
+``TargetProfile.tensor_cores``).
+
+Markers (the operands the comment lists, in order):
+
+- ``RSTEP{n}_{s}_{t}``: one K step of ``s`` wgmma ``m64n{n}k16`` with f32 accumulators, A from
+  registers and B from local memory by descriptor (``t`` = 1: B's core matrices MN-major, B
+  stored K x N): the ``n / 2`` accumulators, ``4 s`` A registers (the ``mma.sync`` m16n8k16 A
+  fragment of the warp's 16 rows, per wgmma), B's descriptor (advanced 256 bytes, two core
+  matrices along K, per wgmma), a register holding 1 (accumulate). Fenced before, committed
+  after, in one statement, so the compiler moves no accumulator between them.
+- ``WAIT0``: ``wgmma.wait_group 0``; its operands (the accumulators, the A registers) are the
+  registers the waited-for wgmma read or write, kept live until here.
+- ``PROXY``: ``fence.proxy.async.shared::cta``: copies into local memory made visible to the
+  asynchronous proxy wgmma reads it through.
+"""
+
+from __future__ import annotations
+
+import re
+
+MARK = "// @@"
+"""What a source with deferred instructions holds (and nothing else does)."""
+
+_MARKER = re.compile(r"//\s*@@(\w+)([^\n]*)")
+_TARGET = re.compile(r"\.target\s+sm_90\b")
+_VERSION = re.compile(r"\.version\s+(\d+)\.(\d+)")
+
+
+def rstep(n: int, steps: int, trans_b: int) -> str:
+    """The marker text of :func:`step_instructions` (operands follow)."""
+    return f"{MARK}RSTEP{n}_{steps}_{trans_b}"
+
+
+def step_instructions(n: int, steps: int, trans_b: int, ops: list[str]) -> str:
+    """What marker ``RSTEP{n}_{steps}_{trans_b}`` with operands ``ops`` expands to."""
+    d, a, db, one = ops[:n // 2], ops[n // 2:-2], ops[-2], ops[-1]
+    if len(a) != 4 * steps:
+        raise ValueError(f"wgmma step marker: {len(ops)} operands for n={n}, {steps} steps")
+    regs = ", ".join(d)
+    text = [f"{{ .reg .pred p; .reg .b64 xb; setp.ne.b32 p, {one}, 0; mov.b64 xb, {db}; "
+            "wgmma.fence.sync.aligned;"]
+    for i in range(steps):
+        if i:
+            text.append("add.s64 xb, xb, 16;")
+        text.append(f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16 {{{regs}}}, "
+                    f"{{{', '.join(a[4 * i:4 * i + 4])}}}, xb, p, 1, 1, {trans_b};")
+    return " ".join(text) + " wgmma.commit_group.sync.aligned; }"
+
+
+WAIT0 = f"{MARK}WAIT0"
+PROXY = f"{MARK}PROXY"
+_FIXED = {"WAIT0": "wgmma.wait_group.sync.aligned 0;",
+          "PROXY": "fence.proxy.async.shared::cta;"}
+
+
+def descriptor_bits(lbo: int, sbo: int) -> int:
+    """The fixed fields of a wgmma shared-memory matrix descriptor without swizzling: leading
+    and stride byte offsets (each stored >> 4 in 14 bits, at bits 16 and 32). The start
+    address (bits 0-13: the 18-bit local address >> 4) is added per use."""
+    return ((lbo >> 4) & 0x3FFF) << 16 | ((sbo >> 4) & 0x3FFF) << 32
+
+
+def expand(ptx: str) -> str:
+    """``ptx`` with every marker replaced by its instructions, for ``.target sm_90a`` (PTX ISA
+    8.0 at least). Raises ValueError on a marker it does not know."""
+    def repl(m: re.Match) -> str:
+        name, ops = m.group(1), [o.strip() for o in m.group(2).split(",") if o.strip()]
+        if name in _FIXED:
+            return _FIXED[name]
+        step = re.fullmatch(r"RSTEP(\d+)_(\d+)_([01])", name)
+        if step is None:
+            raise ValueError(f"unknown deferred PTX marker @@{name}")
+        return step_instructions(int(step[1]), int(step[2]), int(step[3]), ops)
+
+    ptx = _TARGET.sub(".target sm_90a", _MARKER.sub(repl, ptx))
+    m = _VERSION.search(ptx)
+    if m and (int(m.group(1)), int(m.group(2))) < (8, 0):
+        ptx = ptx.replace(m.group(0), ".version 8.0", 1)
+    return ptx

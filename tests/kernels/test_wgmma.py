@@ -1,0 +1,162 @@
+"""wgmma-f16 (accy/kernels/wgmma.py) without a GPU: the deferred PTX's expansion, selection
+(only with the probe's ``WGMMA_F16``, never on PoCL), the K permutation of A's 16-byte loads,
+whole generated kernels and the probe kernel on PoCL with wgmma emulated (mma_emulation.py),
+and, where clang and CUDA's ptxas are installed, the expanded PTX of a generated kernel
+assembled for sm_90a. Speed and the real instructions: ``experiments/bench_gpu.py`` on an H200.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+from mma_emulation import check_f16_product, emulated_wgmma, one_line
+from test_mma_generator import prepared as prepare
+from test_mma_pipeline import ASYNC, matmul16
+
+try:
+    import pyopencl as cl
+except ImportError:  # the emulation tests skip without it
+    cl = None
+
+import accy
+from accy.backends.opencl import tensor_cores
+from accy.ir.types import DType, TensorType
+from accy.kernels import wgmma, wgmma_ptx
+from accy.kernels.ir import idx
+from accy.target import WGMMA_F16
+
+HOPPER = dataclasses.replace(ASYNC, tensor_cores=(*ASYNC.tensor_cores, WGMMA_F16))
+FEW_UNITS = dataclasses.replace(HOPPER, compute_units=3)  # one tile fills it: small tests
+
+
+def test_expand_replaces_markers_and_targets_sm_90a():
+    ptx = (".version 7.8\n.target sm_90\n"
+           "\t// @@RSTEP16_1_1 %f1, %f2, %f3, %f4, %f5, %f6, %f7, %f8, %r1, %r2, %r3, %r4, "
+           "%rd1, %r5\n\t// @@WAIT0 %f1\n\t// @@PROXY\n")
+    out = wgmma_ptx.expand(ptx)
+    assert ".version 8.0" in out and ".target sm_90a" in out and "@@" not in out
+    assert ("wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%f1, %f2, %f3, %f4, %f5, %f6, "
+            "%f7, %f8}, {%r1, %r2, %r3, %r4}, xb, p, 1, 1, 1;") in out
+    assert "setp.ne.b32 p, %r5, 0; mov.b64 xb, %rd1;" in out
+    assert "wgmma.wait_group.sync.aligned 0;" in out
+    assert "fence.proxy.async.shared::cta;" in out
+    assert wgmma_ptx.expand(".version 8.3\n.target sm_90\n").startswith(".version 8.3")
+    with pytest.raises(ValueError, match="unknown deferred PTX marker @@NOPE"):
+        wgmma_ptx.expand("// @@NOPE %r1\n")
+    with pytest.raises(ValueError, match="operands"):
+        wgmma_ptx.expand("// @@RSTEP16_1_1 %f1, %r1\n")
+
+
+def test_descriptor_fields():
+    bits = wgmma_ptx.descriptor_bits(128, 512)
+    assert (bits >> 16) & 0x3FFF == 8 and (bits >> 32) & 0x3FFF == 32 and bits & 0xFFFF == 0
+
+
+def test_k_rows_of_a_stage_are_the_permutation_of_the_a_loads():
+    """Stage row ``kr`` holds the K row whose value the lane's 16-byte loads put at fragment
+    position ``kr``: lane t's vector of 8 halves (K t BK/4 .. + 7) fills registers 0, 2, 4, 6
+    of row g, in mma.sync's order: register 4 i + 2 h (h: K 8 .. 15 of the k16 step i) holds
+    positions 16 i + 8 h + 2 t, + 1."""
+    rows = [int(wgmma.k_row(idx(kr)).value) for kr in range(wgmma.BK)]
+    assert sorted(rows) == list(range(wgmma.BK))
+    for t in range(4):
+        for e in range(8):  # the e-th half of lane t's vector: register e // 2, half e % 2
+            i, h = divmod(e // 2, 2)
+            assert rows[16 * i + 8 * h + 2 * t + e % 2] == t * wgmma.BK // 4 + e
+
+
+def test_chosen_where_the_probe_found_wgmma_and_the_tiles_fill_the_units(pipe, used):
+    job = prepare(matmul16(2048, 2048, 1024), "ieee", HOPPER, pipe)
+    assert used(job) == {"wgmma-f16": 1}
+    src = job.kernel_source(0)
+    assert "reqd_work_group_size(512, 1, 1)" in src
+    assert src.count(wgmma_ptx.rstep(128, 2, 1)) == 2 and "ld.global.v4.u32" in src
+    assert job.kernels[0].geometry.global_size == (8 * 16 * 512,)
+    for prog, target, why in (
+            (matmul16(2048, 2048, 1024), ASYNC, "no probe entry"),
+            (matmul16(2048, 2048, 1024, b_transposed=True), HOPPER, "B along K"),
+            (matmul16(1024, 1024, 1024), HOPPER, "32 tiles for 132 units"),
+            (matmul16(2048, 2048, 1020), HOPPER, "rows of K not whole 16-byte vectors"),
+            (matmul16(4096, 4096, 512), HOPPER, "K below MIN_K"),
+            (matmul16(320, 4096, 1024), HOPPER, "pads 256-row tiles by 1.6")):
+        assert used(prepare(prog, "ieee", target, pipe)) == {"mma-f16": 1}, why
+    off = accy.prepare(matmul16(2048, 2048, 1024), pipe("disable=wgmma-f16"), target=HOPPER)
+    assert used(off) == {"mma-f16": 1}
+
+
+def test_x_at_w_through_traced_values_takes_wgmma(pipe, used):
+    """``x @ w`` written with operators on traced f16 values (the front end) takes it too."""
+    prog = accy.trace(lambda x, w: (x @ w).relu(), TensorType((4096, 1024), DType.f16),
+                      TensorType((1024, 1024), DType.f16))
+    job = prepare(prog, "ieee", HOPPER, pipe)
+    assert used(job) == {"wgmma-f16": 1}
+
+
+@pytest.mark.skipif(cl is None, reason="needs pyopencl")
+@pytest.mark.parametrize("mode", ["eager", "deferred"])
+@pytest.mark.parametrize("m, n, k, batch, bias", [
+    (500, 248, 72, 0, True),  # edges in M, N and K (K steps of 32 over 72), bias and relu
+    (256, 128, 200, 0, False),  # 7 K steps through 4 stages, an odd count (the loop's pair)
+    (256, 128, 64, 2, False),  # batched
+], ids=["edges-bias", "stages", "batched"])
+def test_kernels_compute_the_product_in_emulation(device, pipe, used, monkeypatch, mode, m, n,
+                                                  k, batch, bias):
+    if "Portable Computing Language" not in device.info.platform:
+        pytest.skip("the emulation is checked on PoCL")
+    monkeypatch.setattr(wgmma, "MIN_K", 32)  # selection only: short K keeps the emulation quick
+    job = prepare(matmul16(m, n, k, batch, bias), "ieee", FEW_UNITS, pipe)
+    assert used(job) == {"wgmma-f16": 1}
+    check_f16_product(device, job, emulated_wgmma(job.kernel_source(0), mode), m, n, k, batch,
+                      bias, seed=9)
+
+
+@pytest.mark.skipif(cl is None, reason="needs pyopencl")
+def test_wgmma_probe_expects_what_its_kernel_computes(device):
+    if "Portable Computing Language" not in device.info.platform:
+        pytest.skip("the emulation is checked on PoCL")
+    a, b, want = tensor_cores.wgmma_probe_case()
+    src = tensor_cores.wgmma_probe_source()
+    assert wgmma_ptx.rstep(wgmma.BN, wgmma.BK // 16, 1) in src  # the generator's form
+    got = np.zeros(want.size, np.float32)
+    program = cl.Program(device.context, emulated_wgmma(one_line(src), "eager")).build()
+    flags = cl.mem_flags
+    bufs = [cl.Buffer(device.context, flags.READ_ONLY | flags.COPY_HOST_PTR, hostbuf=x)
+            for x in (a.view(np.uint32), b.view(np.uint16))]
+    out = cl.Buffer(device.context, flags.WRITE_ONLY, got.nbytes)
+    program.accy_wgmma_probe(device.queue, (128,), (128,), *bufs, out)
+    cl.enqueue_copy(device.queue, got, out)
+    device.queue.finish()
+    np.testing.assert_array_equal(got.reshape(want.shape), want)
+
+
+# the OpenCL builtins a generated kernel calls, for clang's NVPTX target (no OpenCL library)
+_NVPTX_BUILTINS = r"""
+#define get_local_id(i) ((size_t)__nvvm_read_ptx_sreg_tid_x())
+#define get_group_id(i) ((size_t)__nvvm_read_ptx_sreg_ctaid_x())
+#define barrier(f) __nvvm_bar_sync(0)
+#define vstore_half2(v, i, p) { float2 v_ = (v); ((__global float *)(p))[i] = v_.x + v_.y; }
+"""
+
+
+@pytest.mark.skipif(not (shutil.which("clang-15") and shutil.which("ptxas")),
+                    reason="needs clang-15 and CUDA's ptxas")
+def test_expanded_ptx_assembles_for_sm_90a_without_spills(pipe, tmp_path):
+    """The generated kernel through clang's PTX (as NVIDIA's compiler would emit it for sm_90,
+    markers kept), expanded, assembled by ptxas for sm_90a: the wgmma forms are valid PTX and
+    the accumulators, A registers and addresses fit in registers."""
+    job = prepare(matmul16(2048, 2048, 1024), "ieee", HOPPER, pipe)
+    (tmp_path / "k.cl").write_text(_NVPTX_BUILTINS + job.kernel_source(0))
+    subprocess.run(["clang-15", "-S", "-x", "cl", "-cl-std=CL1.2", "-O2",
+                    "-target", "nvptx64-nvidia-nvcl", "-march=sm_80", "-Dasm=__asm__",
+                    str(tmp_path / "k.cl"), "-o", str(tmp_path / "k.ptx")], check=True)
+    ptx = re.sub(r"\.target\s+sm_80[^\n]*", ".target sm_90", (tmp_path / "k.ptx").read_text())
+    (tmp_path / "x.ptx").write_text(wgmma_ptx.expand(ptx))
+    done = subprocess.run(["ptxas", "-arch=sm_90a", "-v", str(tmp_path / "x.ptx"), "-o",
+                           str(tmp_path / "x.cubin")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "0 bytes spill stores" in done.stderr, done.stderr[-2000:]
