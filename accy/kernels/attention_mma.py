@@ -201,12 +201,24 @@ class _Builder(_AttentionBuilder):
             for n in range(a.dv // 8):
                 for r in range(4):
                     body.append(Let(f"fa_o{i}_{n}_{r}", F32, exprs.const(0.0, F32), True))
-        self.ld = self.local_rows()
+        self.ld = ({"k": local_row16(a.d), "v": local_row16(a.dv)} if self.f16
+                   else {"k": local_row(a.d), "v": local_row(a.dv)})
         self.sizes = {side: t.bk * ld for side, ld in self.ld.items()}
+        ldk, ldv = self.ld["k"], self.ld["v"]
         for side in ("k", "v"):  # f16: words of half pairs, as cp.async leaves them
             body.append(LocalArray(f"{side}_tile", DType.i32 if self.f16 else F32,
-                                   t.stages * self.sizes[side], self.TILE_ALIGN))
-        self.lane_bases(body, lane, g, tt, col)
+                                   t.stages * self.sizes[side], 16))
+        if self.f16:  # the row each lane gives ldmatrix (matrix j = lane / 8, its row r):
+            # K: keys 8 (j / 2) + r at head words 4 (j % 2) (b0, b1 of fragment columns 2p,
+            # 2p + 1); V (.trans): keys 8 (j % 2) + r at value words 4 (j / 2)
+            j, r = div(lane, 8), mod(lane, 8)
+            self.k_lane = self.let(body, "kl", add(mul(add(mul(div(j, 2), idx(8)), r),
+                                                       idx(ldk)), mul(mod(j, 2), idx(4))))
+            self.v_lane = self.let(body, "vl", add(mul(add(mul(mod(j, 2), idx(8)), r),
+                                                       idx(ldv)), mul(div(j, 2), idx(4))))
+        else:  # K row g at column t; V rows 2t (and 2t + 1) at column g
+            self.k_lane = self.let(body, "kl", add(mul(g, idx(ldk)), col))
+            self.v_lane = self.let(body, "vl", add(mul(mul(tt, idx(2)), idx(ldv)), g))
         self.lid, self.tt, self.rows, self.clamped = lid, tt, rows, clamped
         self.bcoords = bcoords
         self.kstop = key_stop_var(self, body, q0, t.queries)
@@ -219,35 +231,6 @@ class _Builder(_AttentionBuilder):
                       LaunchGeometry((groups * t.threads,), (t.threads,)),
                       loopnest.implemented_ops(self.group), fixed_local_size=True,
                       global_args=copied)
-
-    TILE_ALIGN = 16  # bytes: the local tiles' alignment (16-byte copies and loads)
-    PROXY: tuple[Stmt, ...] = ()  # after a step's copies landed, before its barrier
-
-    def local_rows(self) -> dict[str, int]:
-        """Words (f16: of half pairs) a K ("k") and V ("v") tile row takes, padded."""
-        a = self.a
-        return ({"k": local_row16(a.d), "v": local_row16(a.dv)} if self.f16
-                else {"k": local_row(a.d), "v": local_row(a.dv)})
-
-    def lane_bases(self, body: list[Stmt], lane: Expr, g: Expr, tt: Expr, col: Expr) -> None:
-        """Where a lane's K and V fragment loads start in a tile (``kl``, ``vl``)."""
-        ldk, ldv = self.ld["k"], self.ld["v"]
-        if self.f16:  # the row each lane gives ldmatrix (matrix j = lane / 8, its row r):
-            # K: keys 8 (j / 2) + r at head words 4 (j % 2) (b0, b1 of fragment columns 2p,
-            # 2p + 1); V (.trans): keys 8 (j % 2) + r at value words 4 (j / 2)
-            j, r = div(lane, 8), mod(lane, 8)
-            self.k_lane = self.let(body, "kl", add(mul(add(mul(div(j, 2), idx(8)), r),
-                                                       idx(ldk)), mul(mod(j, 2), idx(4))))
-            self.v_lane = self.let(body, "vl", add(mul(add(mul(mod(j, 2), idx(8)), r),
-                                                       idx(ldv)), mul(div(j, 2), idx(4))))
-        else:  # K row g at column t; V rows 2t (and 2t + 1) at column g
-            self.k_lane = self.let(body, "kl", add(mul(g, idx(ldk)), col))
-            self.v_lane = self.let(body, "vl", add(mul(mul(tt, idx(2)), idx(ldv)), g))
-
-    def tile_word(self, side: str, key: Expr, c: Expr) -> Expr:
-        """f16: the word of a K or V tile holding key ``key``'s halves ``c`` (a multiple of
-        8), ``c + 1``: rows of :meth:`local_rows` words."""
-        return add(mul(key, idx(self.ld[side])), div(c, 2))
 
     # copies ---------------------------------------------------------------------------
     def slots(self, side: str) -> tuple[Side, int, int, int]:
@@ -332,7 +315,8 @@ class _Builder(_AttentionBuilder):
                 slot = add(self.lid, idx(i * t.threads))
                 key, c = div(slot, per_row), mul(mod(slot, per_row), idx(8))
                 row = add(mul(tile, idx(t.bk)), key)
-                word = add(mul(stage, idx(self.sizes[side])), self.tile_word(side, key, c))
+                word = add(mul(stage, idx(self.sizes[side])),
+                           add(mul(key, idx(self.ld[side])), div(c, 2)))
                 dst = Cast(DType.i32, Cast(INDEX, Bin("+", Var(f"{side}_tile"), word)))
                 at = add(self.kb if side == "k" else self.vb, add(mul(row, idx(s.seq)), c))
                 base = Cast(INDEX, Var(arg))
@@ -363,8 +347,7 @@ class _Builder(_AttentionBuilder):
         kt = Var("kt")
         nxt = add(kt, idx(t.stages - 1))
         loop: list[Stmt] = [
-            InlineAsm(CP_WAIT.format(t.stages - 2), (), (), True, ("memory",)), *self.PROXY,
-            Barrier(),
+            InlineAsm(CP_WAIT.format(t.stages - 2), (), (), True, ("memory",)), Barrier(),
             If(Bin("<", nxt, count), tuple(self.issue(mod(nxt, t.stages), nxt))), commit]
         loop += self.tile(mul(kt, idx(t.bk)), mod(kt, t.stages))
         body.append(For("kt", idx(0), count, tuple(loop)))
@@ -374,9 +357,27 @@ class _Builder(_AttentionBuilder):
     def tile(self, k0: Expr, cur: Expr) -> list[Stmt]:
         """One key tile for each of the warp's fragment rows ``i``: each K and V fragment is
         loaded once and taken by every row's mma."""
-        a, t = self.a, self.t
+        a, t, out = self.a, self.t, []
         frags, fr = t.bk // 8, range(t.rows)
-        out = self.score_products(cur)
+        koff = self.let(out, "ko", add(mul(cur, idx(self.sizes["k"])), self.k_lane))
+        for i in fr:
+            for j in range(frags):
+                for r in range(4):
+                    out.append(Let(f"fa_s{i}_{j}_{r}", F32, exprs.const(0.0, F32), True))
+        ldk = self.ld["k"]
+        for kk in range(a.d // self.step):  # S = Q Kᵀ: B = K rows (keys) at head columns
+            if self.f16:  # fragment columns 2p, 2p + 1: one ldmatrix of 16 keys
+                for p2 in range(frags // 2):
+                    out += VectorLoads.ldmatrix(
+                        LDMATRIX, "k_tile", add(koff, idx(16 * p2 * ldk + 8 * kk)),
+                        [f"fa_k{kk}_{j}_{r}" for j in (2 * p2, 2 * p2 + 1) for r in range(2)])
+            for j in range(frags):
+                b = [f"fa_k{kk}_{j}_{r}" if self.f16 else self.pair(
+                    out, f"fa_k{kk}_{j}_{r}", lambda e, o=8 * j * ldk + 8 * kk + 4 * r: Load(
+                        "k_tile", add(koff, idx(o + e)))) for r in range(2)]
+                for i in fr:
+                    out += self.products(f"fa_s{i}_{j}",
+                                         [f"fa_q{i}_{kk}_{r}" for r in range(4)], b)
         # the score chain at each accumulator's (row, key); keys past the end: -inf
         x: dict[tuple[int, int, int], Var] = {}
         for j in range(frags):
@@ -426,58 +427,16 @@ class _Builder(_AttentionBuilder):
         # rows 2t, 2t + 1 for B's k rows t, t + 4. f16: a0..a3 = the pairs of fragments 2kk
         # (keys 2t, 2t + 1 of rows g, g + 8) and 2kk + 1 (keys 8 + 2t, 9 + 2t), as B takes V's
         # rows 2t, 2t + 1 and 8 + 2t, 9 + 2t
-        return out + self.value_products(cur, p)
-
-    def zero_scores(self, out: list[Stmt]) -> None:
-        for i in range(self.t.rows):
-            for j in range(self.t.bk // 8):
-                for r in range(4):
-                    out.append(Let(f"fa_s{i}_{j}_{r}", F32, exprs.const(0.0, F32), True))
-
-    def score_products(self, cur: Expr) -> list[Stmt]:
-        """``S = Q Kᵀ`` of the tile in buffer ``cur`` into ``fa_s`` accumulators (zeroed
-        here): per fragment column, K's fragments loaded once for every fragment row."""
-        a, t, out = self.a, self.t, []
-        frags, fr = t.bk // 8, range(t.rows)
-        koff = self.let(out, "ko", add(mul(cur, idx(self.sizes["k"])), self.k_lane))
-        self.zero_scores(out)
-        ldk = self.ld["k"]
-        for kk in range(a.d // self.step):  # S = Q Kᵀ: B = K rows (keys) at head columns
-            if self.f16:  # fragment columns 2p, 2p + 1: one ldmatrix of 16 keys
-                for p2 in range(frags // 2):
-                    out += VectorLoads.ldmatrix(
-                        LDMATRIX, "k_tile", add(koff, idx(16 * p2 * ldk + 8 * kk)),
-                        [f"fa_k{kk}_{j}_{r}" for j in (2 * p2, 2 * p2 + 1) for r in range(2)])
-            for j in range(frags):
-                b = [f"fa_k{kk}_{j}_{r}" if self.f16 else self.pair(
-                    out, f"fa_k{kk}_{j}_{r}", lambda e, o=8 * j * ldk + 8 * kk + 4 * r: Load(
-                        "k_tile", add(koff, idx(o + e)))) for r in range(2)]
-                for i in fr:
-                    out += self.products(f"fa_s{i}_{j}",
-                                         [f"fa_q{i}_{kk}_{r}" for r in range(4)], b)
-        return out
-        return out
-
-    def p_registers(self, out: list[Stmt], p: dict[tuple[int, int, int], Var], kk: int
-                    ) -> list[list[str]]:
-        """Per fragment row, the A registers of ``P`` for the ``kk``-th mma K step."""
-        fr = range(self.t.rows)
-        if self.f16:
-            return [[self.operand(out, f"fa_p{i}_{kk}_{r}", p[i, 2 * kk + r // 2, 2 * (r % 2)],
-                                  p[i, 2 * kk + r // 2, 2 * (r % 2) + 1]) for r in range(4)]
-                    for i in fr]
-        return [[self.operand(out, f"fa_p{i}_{kk}_{r}", p[i, kk, (0, 2, 1, 3)[r]])
-                 for r in range(4)] for i in fr]
-
-    def value_products(self, cur: Expr, p: dict[tuple[int, int, int], Var]) -> list[Stmt]:
-        """``O += P V`` of the tile in buffer ``cur``, ``p`` the probabilities by (fragment
-        row, fragment column, register)."""
-        a, t, out = self.a, self.t, []
-        fr = range(t.rows)
         ldv = self.ld["v"]
         voff = self.let(out, "vo", add(mul(cur, idx(self.sizes["v"])), self.v_lane))
         for kk in range(t.bk // self.step):
-            pa = self.p_registers(out, p, kk)
+            if self.f16:
+                pa = [[self.operand(out, f"fa_p{i}_{kk}_{r}", p[i, 2 * kk + r // 2, 2 * (r % 2)],
+                                    p[i, 2 * kk + r // 2, 2 * (r % 2) + 1]) for r in range(4)]
+                      for i in fr]
+            else:
+                pa = [[self.operand(out, f"fa_p{i}_{kk}_{r}", p[i, kk, (0, 2, 1, 3)[r]])
+                       for r in range(4)] for i in fr]
             if self.f16:  # value fragments 2q, 2q + 1 of 16 keys: one ldmatrix.trans
                 for q2 in range(a.dv // 16):
                     out += VectorLoads.ldmatrix(

@@ -38,7 +38,7 @@ GENERATORS: dict[str, Generator] = {}
 PRIORITY: tuple[str, ...] = (
     "vector-flat", "row-fused", "tree-reduction", "row-softmax",
     "mma-attention-tf32", "mma-attention-3xtf32",  # under their policy, before the work-group
-    "wgmma-attention-f16", "mma-attention-f16", "fused-attention",
+    "mma-attention-f16", "fused-attention",
     "mma-tf32", "mma-3xtf32",  # only under their precision policy, before the f32 tiles
     "wgmma-f16",  # f16 products on Hopper's wgmma (A along K, B along N, tiles filling units)
     "mma-f16",  # f16 products, on targets with f16 tensor cores and cp.async
@@ -51,7 +51,7 @@ name must be registered once the modules of :data:`BUILT_IN` are loaded (:func:`
 checks)."""
 
 BUILT_IN = ("flat", "reduction", "rowwise", "rowfused", "attention", "attention_mma", "mma",
-            "wgmma", "wgmma_attention", "contraction", "indexed", "conv")
+            "wgmma", "contraction", "indexed", "conv")
 """The modules of accy.kernels whose generators register themselves (in any order)."""
 
 

@@ -81,41 +81,11 @@ STAGE_BYTES = BN * BK * 2
 # fill and drain and the stores, need a long K to pay off; mma-f16 wins below)
 MIN_FILL = 1 / 3
 MIN_K = 1024
-PROXY_FENCE = InlineAsm(PROXY, (), (), True, ("memory",))  # cp.async's copies -> wgmma's reads
 # one 16-byte load of global memory into four registers, and where ``%5`` is 0 zeros instead
 LD_V4 = "ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
 LD_V4_IF = ("{ .reg .pred p; setp.ne.b32 p, %5, 0; @p ld.global.v4.u32 {%0, %1, %2, %3}, "
             "[%4]; @!p mov.b32 %0, 0; @!p mov.b32 %1, 0; @!p mov.b32 %2, 0; "
             "@!p mov.b32 %3, 0; }")
-
-
-def descriptor(buf: str, words: Expr, sbo: int) -> Expr:
-    """The wgmma descriptor of the core matrices at word ``words`` of local array ``buf``
-    (its 18-bit local address >> 4), K-adjacent ones :data:`CORE` bytes apart, M/N-adjacent
-    ones ``sbo``."""
-    addr = Cast(DType.i32, Cast(INDEX, Bin("+", Var(buf), words)))
-    return Bin("|", Cast(INDEX, Bin(">>", Bin("&", addr, Lit(0x3FFFF, DType.i32)),
-                                    Lit(4, DType.i32))),
-               Lit(descriptor_bits(CORE, sbo), INDEX))
-
-
-def issue(n: int, steps: int, trans_b: int, acc: list[str], regs: list[str], desc: Var
-          ) -> list[Stmt]:
-    """A K step of ``steps`` register-A wgmma m64n``n``k16 into accumulators ``acc`` (``n /
-    2`` of them, ``mma.sync``'s C fragment order), A from ``regs``, B by descriptor ``desc``
-    (``trans_b``: MN-major), then nothing: :func:`wait` settles them."""
-    ops = ", ".join(f"%{i}" for i in range(len(acc) + len(regs) + 2))
-    return [InlineAsm(f"{rstep(n, steps, trans_b)} {ops}", tuple(("+f", c) for c in acc),
-                      (*(("r", Var(r)) for r in regs), ("l", desc), ("r", Lit(1, DType.i32))),
-                      True, ("memory",))]
-
-
-def wait(acc: list[str], regs: list[str]) -> InlineAsm:
-    """Wait for every wgmma in flight; names the accumulators and A registers they use, so
-    the compiler moves or reuses none of them before."""
-    held = ", ".join(f"%{i}" for i in range(len(acc) + len(regs)))
-    return InlineAsm(f"{WAIT0} {held}", tuple(("+f", c) for c in acc),
-                     tuple(("r", Var(r)) for r in regs), True, ("memory",))
 
 
 def k_row(kr: Expr) -> Expr:
@@ -217,16 +187,25 @@ class _Wgmma(_Builder):
         out: list[Stmt] = [If(Bin("<", add(kt, idx(1)), idx(steps)),
                               tuple(self.load_a(other, add(kt, idx(1)))))]
         stage = self.let_in(out, f"stage{n}", mod(kt, STAGES))
-        out += [InlineAsm(CP_WAIT.format(STAGES - 2), (), (), True, ("memory",)), PROXY_FENCE,
-                Barrier()]
-        bdesc = self.let_in(out, f"bdesc{n}", descriptor(
-            "b_tile", mul(stage, idx(STAGE_BYTES // 4)), SBO))
-        out += issue(BN, BK // 16, 1, self.acc, self.regs[regs], bdesc)
+        addr = Cast(DType.i32, Cast(INDEX, Bin("+", Var("b_tile"),
+                                                mul(stage, idx(STAGE_BYTES // 4)))))
+        desc = Bin("|", Cast(INDEX, Bin(">>", Bin("&", addr, Lit(0x3FFFF, DType.i32)),
+                                        Lit(4, DType.i32))),
+                   Lit(descriptor_bits(CORE, SBO), INDEX))
+        out += [InlineAsm(CP_WAIT.format(STAGES - 2), (), (), True, ("memory",)),
+                InlineAsm(PROXY, (), (), True, ("memory",)), Barrier()]
+        bdesc = self.let_in(out, f"bdesc{n}", desc)
+        acc = tuple(("+f", name) for name in self.acc)
+        a = tuple(("r", Var(name)) for name in self.regs[regs])
+        ops = ", ".join(f"%{i}" for i in range(len(acc) + len(a) + 2))
+        out.append(InlineAsm(f"{rstep(BN, BK // 16, 1)} {ops}", acc,
+                             (*a, ("l", bdesc), ("r", Lit(1, DType.i32))), True, ("memory",)))
         nxt = add(kt, idx(STAGES - 1))
         out.append(If(Bin("<", nxt, idx(steps)),
                       tuple(self.copy(nxt, mod(nxt, STAGES)))))
         out.append(InlineAsm(CP_COMMIT, (), (), True, ("memory",)))
-        out.append(wait(self.acc, self.regs[regs]))
+        held = ", ".join(f"%{i}" for i in range(len(acc) + len(a)))
+        out.append(InlineAsm(f"{WAIT0} {held}", acc, a, True, ("memory",)))
         return out
 
     @staticmethod

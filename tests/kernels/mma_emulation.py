@@ -158,7 +158,7 @@ def run_kernels(device, job, sources: list[str], args: list[np.ndarray], shape, 
 # at the core-matrix address the descriptor gives (start: the 18-bit local address >> 4, made
 # relative to b_tile; leading offset between K-adjacent core matrices, stride between
 # N-adjacent ones; 256 bytes further per wgmma); the waits and fences have nothing to do
-_RSTEP = re.compile(r'asm volatile\("// @@RSTEP(\d+)_(\d+)_([01]) [^"]*" : (?P<outs>[^:]*) : '
+_RSTEP = re.compile(r'asm volatile\("// @@RSTEP(\d+)_(\d+)_1 [^"]*" : (?P<outs>[^:]*) : '
                     r'(?P<ins>[^:]*), "l"\((?P<desc>\w+)\), "r"\([^:]*\) : "memory"\);')
 _WG_NOP = re.compile(r'asm volatile\("// @@(?:WAIT0|PROXY)[^"]*" :[^;]*;')
 _LD_V4 = re.compile(r'asm volatile\("(?:\{ \.reg \.pred p; setp\.ne\.b32 p, %5, 0; @p )?'
@@ -171,7 +171,7 @@ WGMMA_STEP = r"""{
   float d_[@ND@] = {@D@};
   const uint a_[@NA@] = {@A@};
   const ulong desc_ = @DESC@;
-  const int base_ = (((int)((desc_ & 0x3FFF) << 4)) - (((int)((long)@BUF@)) & 0x3FFFF)) & 0x3FFFF;
+  const int base_ = (((int)((desc_ & 0x3FFF) << 4)) - (((int)((long)b_tile)) & 0x3FFFF)) & 0x3FFFF;
   const int lbo_ = (int)(((desc_ >> 16) & 0x3FFF) << 4);
   const int sbo_ = (int)(((desc_ >> 32) & 0x3FFF) << 4);
   for (int s_ = 0; s_ < @S@; s_++) {
@@ -183,9 +183,9 @@ WGMMA_STEP = r"""{
       const int row_ = 16 * w_ + g_ + 8 * (r_ / 2), col_ = 8 * j_ + 2 * t_ + r_ % 2;
       float sum_ = 0.0f;
       for (int k_ = 0; k_ < 16; k_++) {
-        const int at_ = base_ + 256 * s_ + (col_ / 8) * sbo_ + (k_ / 8) * lbo_ + (@TRANS@
-                        ? (k_ % 8) * 16 + (col_ % 8) * 2 : (col_ % 8) * 16 + (k_ % 8) * 2);
-        sum_ += emu_wa[wg_][row_][k_] * accy_h(((__local const ushort *)@BUF@)[at_ / 2]);
+        const int at_ = base_ + 256 * s_ + (col_ / 8) * sbo_ + (k_ / 8) * lbo_ + (k_ % 8) * 16
+                        + (col_ % 8) * 2;
+        sum_ += emu_wa[wg_][row_][k_] * accy_h(((__local const ushort *)b_tile)[at_ / 2]);
       }
       d_[4 * j_ + r_] += sum_;
     }
@@ -195,20 +195,17 @@ WGMMA_STEP = r"""{
 }"""
 
 
-def emulated_wgmma_steps(src: str) -> str:
-    """``src`` with its wgmma steps, waits, fences and 16-byte A loads replaced by C (B's
-    local array found from the definition of the step's descriptor variable)."""
+def emulated_wgmma(src: str, mode: str) -> str:
+    """``src`` (a wgmma-f16 kernel) with its wgmma steps, waits, fences and 16-byte A loads
+    replaced by C, then its cp.async as :func:`emulated_async` replaces them (``mode``)."""
     def step(m: re.Match) -> str:
         outs = re.findall(r'"\+f"\((\w+)\)', m["outs"])
         ins = re.findall(r'"r"\(([\w\[\]]+)\)', m["ins"])
         assert len(outs) == int(m[1]) // 2 and len(ins) == 4 * int(m[2]), m[0][:200]
-        buf = re.search(rf"{m['desc']} = .*?\(long\)\(?(\w+)\b", src)
-        assert buf is not None, m["desc"]
         text = WGMMA_STEP
         for key, value in (("@ND@", str(len(outs))), ("@D@", ", ".join(outs)),
                            ("@NA@", str(len(ins))), ("@A@", ", ".join(ins)),
-                           ("@DESC@", m["desc"]), ("@S@", m[2]), ("@TRANS@", m[3]),
-                           ("@BUF@", buf[1]),
+                           ("@DESC@", m["desc"]), ("@S@", m[2]),
                            ("@OUT@", " ".join(f"{o} = d_[{i}];" for i, o in enumerate(outs)))):
             text = text.replace(key, value)
         return text
@@ -226,13 +223,7 @@ def emulated_wgmma_steps(src: str) -> str:
     at = next(i for i, line in enumerate(lines) if line.startswith("__kernel"))
     body = next(i for i in range(at, len(lines)) if lines[i].rstrip().endswith("{"))
     lines.insert(body + 1, "  __local float emu_wa[4][64][16];")
-    return "\n".join(lines) + "\n"
-
-
-def emulated_wgmma(src: str, mode: str) -> str:
-    """``src`` (a wgmma-f16 kernel) as :func:`emulated_wgmma_steps` leaves it, then its
-    cp.async as :func:`emulated_async` replaces them (``mode``)."""
-    return emulated_async(emulated_wgmma_steps(src), mode)
+    return emulated_async("\n".join(lines) + "\n", mode)
 
 
 def check_f16_product(device, job, source: str, m: int, n: int, k: int, batch: int, bias: bool,

@@ -59,15 +59,14 @@ EMULATED_F16X2 = r"""
 """
 
 
-def emulated_attention(src: str, mode: str = "eager", f16: bool | None = None) -> str:
+def emulated_attention(src: str, mode: str = "eager") -> str:
     """``src`` with ``shfl.sync.bfly`` by a warp exchange through local memory (every lane
     runs the same shuffles: uniform barriers), ``cvt.rn.f16x2`` by two ``vstore_half``, then
     the mma and cvt as :func:`test_mma_generator.emulated` (TF32) or
     :func:`mma_emulation.emulated_async` (f16: its cp.async copies ``mode``, "eager" or
-    "deferred" to the wait that covers them) replace them. ``f16``: whether it is the f16
-    kernel (default: whether it holds an f16 mma)."""
+    "deferred" to the wait that covers them) replace them."""
     src = _SHFL.sub(lambda m: f"ACCY_EMU_SHFL({m[2]}, {m[3]}, {m[1]});", src)
-    if f16 or (f16 is None and "f16.f16" in src):
+    if "f16.f16" in src:
         src = EMULATED_F16X2 + _F16X2.sub(
             lambda m: f"ACCY_EMU_F16X2({m[1]}, {m[2]}, {m[3]});", src)
         src = _EX2.sub(lambda m: f"{m[1]} = exp2({m[2]});", src)
