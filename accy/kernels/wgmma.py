@@ -29,8 +29,6 @@ compiler reuses none before it).
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from accy.ir.types import DType
 from accy.kernels.contraction_plan import Contraction, analyse, padded, tile_groups
 from accy.kernels.generators import Generator, register_generator
@@ -102,7 +100,6 @@ class _Wgmma(_Builder):
     def build(self) -> Kernel:
         c, t = self.c, self.t
         groups, _, g, tt, wm, wn, m0, n0 = self.place()
-        self.sides = {s: self.side_info(s) for s in ("x", "y")}
         self.body.append(LocalArray("b_tile", DType.i32, STAGES * STAGE_BYTES // 4, 128))
         frags = BN // 8
         self.acc = [f"acc_0_{j}_{r}" for j in range(frags) for r in range(4)]
@@ -124,9 +121,8 @@ class _Wgmma(_Builder):
             kb, nc = div(ch, BN), mod(div(ch, 8), BN // 8)
             kr = self.let(f"y_kr{i}", add(mul(kb, idx(8)), mod(ch, 8)))
             n = self.let(f"y_n{i}", add(n0, mul(nc, idx(8))))
-            local = self.let(f"y_l{i}", div(add(mul(nc, idx(SBO)), add(mul(kb, idx(CORE)),
-                                                                        mul(mod(ch, 8), idx(16)))),
-                                            4))
+            byte = add(mul(nc, idx(SBO)), add(mul(kb, idx(CORE)), mul(mod(ch, 8), idx(16))))
+            local = self.let(f"y_l{i}", div(byte, 4))
             self.copies.append((self.let(f"y_k{i}", k_row(kr)), n, local))
         steps = -(-c.k.size // BK)
         commit = InlineAsm(CP_COMMIT, (), (), True, ("memory",))
@@ -248,7 +244,7 @@ def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
     if isinstance(c, str):
         raise ValueError(f"the wgmma generator cannot take this group: {c}")
     einsum, _ = analyse(group)  # type: ignore[misc]  (plan accepted it)
-    return (_Wgmma(group, outline, kind, einsum, c, replace(TILES), "f16", target).build(),)
+    return (_Wgmma(group, outline, kind, einsum, c, TILES, "f16", target).build(),)
 
 
 register_generator(Generator(
