@@ -18,7 +18,7 @@ import re
 
 import numpy as np
 import pytest
-from mma_emulation import check_f16_product, emulated_async, one_line, run_emulated
+from mma_emulation import check_f16_product, emulated_async, one_line, run_emulated, run_probe
 from test_mma_generator import NV, emulate_block, matmul, num
 from test_mma_generator import prepared as prepare
 
@@ -423,15 +423,8 @@ def test_f16_kernels_compute_the_product_in_emulation(device, pipe, used, experi
 @pytest.mark.parametrize("mode", ["eager", "deferred"])
 def test_cp_async_probe_expects_what_its_kernel_copies(device, mode):
     src, want = tensor_cores.cp_async_probe_case()
-    got = np.zeros(256, np.float32)
-    program = cl.Program(device.context, emulated_async(
-        one_line(tensor_cores.CP_ASYNC_PROBE_SOURCE), mode)).build()
-    flags = cl.mem_flags
-    inp = cl.Buffer(device.context, flags.READ_ONLY | flags.COPY_HOST_PTR, hostbuf=src)
-    out = cl.Buffer(device.context, flags.WRITE_ONLY, got.nbytes)
-    program.accy_cp_async_probe(device.queue, (32,), (32,), inp, out)
-    cl.enqueue_copy(device.queue, got, out)
-    device.queue.finish()
+    got = run_probe(device, emulated_async(one_line(tensor_cores.CP_ASYNC_PROBE_SOURCE), mode),
+                    "accy_cp_async_probe", [src], np.zeros(256, np.float32))
     np.testing.assert_array_equal(got, want)
     assert (want[0:4] == 0).all() and (want[4:8] == src[132:136]).all()
 
@@ -439,16 +432,9 @@ def test_cp_async_probe_expects_what_its_kernel_copies(device, mode):
 @needs_pocl
 def test_f16_probe_expects_what_its_kernel_computes(device):
     a, b, want = tensor_cores.mma_f16_probe_case()
-    got = np.zeros(128, np.float32)
-    program = cl.Program(device.context, emulated_async(
-        one_line(tensor_cores.MMA_F16_PROBE_SOURCE), "eager")).build()
-    flags = cl.mem_flags
-    bufs = [cl.Buffer(device.context, flags.READ_ONLY | flags.COPY_HOST_PTR, hostbuf=x)
-            for x in (a.view(np.uint32), b.view(np.uint16))]
-    out = cl.Buffer(device.context, flags.WRITE_ONLY, got.nbytes)
-    program.accy_mma_f16_probe(device.queue, (32,), (32,), *bufs, out)
-    cl.enqueue_copy(device.queue, got, out)
-    device.queue.finish()
+    got = run_probe(device, emulated_async(one_line(tensor_cores.MMA_F16_PROBE_SOURCE), "eager"),
+                    "accy_mma_f16_probe", [a.view(np.uint32), b.view(np.uint16)],
+                    np.zeros(128, np.float32))
     np.testing.assert_array_equal(got.reshape(16, 8), want)
 
 
