@@ -128,6 +128,20 @@ def test_wgmma_probe_expects_what_its_kernel_computes(device):
     np.testing.assert_array_equal(got.reshape(want.shape), want)
 
 
+def test_a_wgmma_probe_that_cannot_expand_leaves_the_device_usable(device, monkeypatch):
+    """A driver whose program binaries are not PTX text (or PTX the expansion does not know)
+    fails the wgmma probe with ValueError: no WGMMA_F16, the other probes' findings kept."""
+    real = tensor_cores.run_isolated
+
+    def run(dev, source, entry, *args, **kw):
+        if entry == "accy_wgmma_probe":
+            raise UnicodeDecodeError("utf-8", b"\x7fELF", 0, 1, "not PTX")
+        return real(dev, source, entry, *args, **kw)
+
+    monkeypatch.setattr(tensor_cores, "run_isolated", run)
+    assert WGMMA_F16 not in tensor_cores.probe_isolated(device.device, True)
+
+
 # the OpenCL builtins a generated kernel calls, for clang's NVPTX target (no OpenCL library)
 _NVPTX_BUILTINS = r"""
 #define get_local_id(i) ((size_t)__nvvm_read_ptx_sreg_tid_x())

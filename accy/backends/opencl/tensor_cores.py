@@ -285,8 +285,8 @@ def probe_isolated(device: cl.Device, wgmma: bool) -> tuple[str, ...]:
                                np.zeros(want.size, np.float32), items=128)
             if np.array_equal(got.reshape(want.shape), want):
                 found.append(WGMMA_F16)
-        except cl.Error:
-            pass
+        except (cl.Error, ValueError):  # ValueError: binaries that are not PTX text (decode),
+            pass  # or PTX the expansion does not know: no wgmma, the device stays usable
     return tuple(found)
 
 
