@@ -79,8 +79,6 @@ from accy.kernels.ir import (
 from accy.kernels.mma_frags import VectorLoads
 from accy.kernels.mma_layout import LDMATRIX, LDMATRIX_T
 from accy.kernels.mma_ptx import (
-    CP_ASYNC_16,
-    CP_ASYNC_ZFILL,
     CP_COMMIT,
     CP_WAIT,
     CVT_F16X2,
@@ -89,6 +87,7 @@ from accy.kernels.mma_ptx import (
     EX2_APPROX,
     MMA_F16,
     SHFL_BFLY,
+    cp_async,
     tf32_products,
     tf32_registers,
 )
@@ -319,16 +318,8 @@ class _Builder(_AttentionBuilder):
                            add(mul(key, idx(self.ld[side])), div(c, 2)))
                 dst = Cast(DType.i32, Cast(INDEX, Bin("+", Var(f"{side}_tile"), word)))
                 at = add(self.kb if side == "k" else self.vb, add(mul(row, idx(s.seq)), c))
-                base = Cast(INDEX, Var(arg))
-                if a.nk % t.bk:
-                    inside = Bin("<", row, idx(a.nk))
-                    stmt = InlineAsm(CP_ASYNC_ZFILL, (), (
-                        ("r", dst), ("l", Bin("+", base, mul(Cond(inside, at, idx(0)), idx(2)))),
-                        ("r", Cond(inside, exprs.const(16, DType.i32),
-                                   exprs.const(0, DType.i32)))), True, ("memory",))
-                else:
-                    stmt = InlineAsm(CP_ASYNC_16, (), (("r", dst), ("l", Bin(
-                        "+", base, mul(at, idx(2))))), True, ("memory",))
+                stmt = cp_async(dst, arg, at, 2, 16,
+                                Bin("<", row, idx(a.nk)) if a.nk % t.bk else None)
                 out.append(If(Bin("<", key, idx(t.bk)), (stmt,)) if chunks % t.threads
                            else stmt)
         return out

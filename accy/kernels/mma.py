@@ -121,15 +121,12 @@ from accy.kernels.mma_plan import (
     warp_origin,
 )
 from accy.kernels.mma_ptx import (
-    CP_ASYNC_16,
-    CP_ASYNC_CA,
-    CP_ASYNC_CA_ZFILL,
-    CP_ASYNC_ZFILL,
     CP_COMMIT,
     CP_WAIT,
     CVT_TF32,
     CVT_TF32_SAT,
     MMA_F16,
+    cp_async,
     exact_in_tf32,
     tf32_products,
     tf32_registers,
@@ -220,18 +217,8 @@ class _Builder(VectorLoads, Stores):
         if self.f16:  # the tiles are arrays of words
             local = div(local, 2)
         dst = Cast(DType.i32, Cast(INDEX, Bin("+", Var(buf), local)))
-        guard = self.guard(side, f, k)
-        # the global address as an integer: no pointer arithmetic on half* (cl_khr_fp16 or not)
-        base = Cast(INDEX, Var(self.arg[side]))
-        size = self.width[side] * self.t.elem_bytes
-        if guard is None:
-            src = Bin("+", base, mul(at, idx(self.t.elem_bytes)))
-            return InlineAsm(CP_ASYNC_16 if size == 16 else CP_ASYNC_CA.format(size), (),
-                             (("r", dst), ("l", src)), True, ("memory",))
-        src = Bin("+", base, mul(Cond(guard, at, idx(0)), idx(self.t.elem_bytes)))
-        size_ = Cond(guard, Lit(size, DType.i32), Lit(0, DType.i32))
-        return InlineAsm(CP_ASYNC_ZFILL if size == 16 else CP_ASYNC_CA_ZFILL.format(size), (),
-                         (("r", dst), ("l", src), ("r", size_)), True, ("memory",))
+        return cp_async(dst, self.arg[side], at, self.t.elem_bytes,
+                        self.width[side] * self.t.elem_bytes, self.guard(side, f, k))
 
     def fetch(self, side: str, i: int, f0: Expr, k0: Expr, first: bool) -> list[Stmt]:
         """Load copy slot ``i`` of the K step at ``k0`` into its registers (zeros outside)."""

@@ -9,7 +9,21 @@ from __future__ import annotations
 from accy.ir.node import Node
 from accy.ir.ops import Op, OpKind
 from accy.ir.types import DType
-from accy.kernels.ir import Bin, Call, Expr, InlineAsm, Let, Lit, Stmt, Var
+from accy.kernels.ir import (
+    INDEX,
+    Bin,
+    Call,
+    Cast,
+    Cond,
+    Expr,
+    InlineAsm,
+    Let,
+    Lit,
+    Stmt,
+    Var,
+    idx,
+    mul,
+)
 
 MMA_TF32 = ("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, "
             "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};")
@@ -35,6 +49,23 @@ EX2_APPROX = "ex2.approx.ftz.f32 %0, %1;"
 # the value of the lane ``lane ^ MASK`` of the warp (all 32 lanes take part): quad reductions
 # over a row of an mma accumulator fragment
 SHFL_BFLY = "shfl.sync.bfly.b32 %0, %1, {}, 0x1f, 0xffffffff;"
+
+
+def cp_async(dst: Expr, buf: str, at: Expr, elem_bytes: int, size: int,
+             guard: Expr | None) -> InlineAsm:
+    """``cp.async`` of ``size`` bytes (16: ``.cg``, else ``.ca``) from element ``at`` of
+    global argument ``buf`` (addressed as an integer: no pointer arithmetic on ``half*``) to
+    local address ``dst``; where ``guard`` is given and false, from element 0 with a source
+    size of 0 (zeros)."""
+    base = Cast(INDEX, Var(buf))
+    if guard is None:
+        return InlineAsm(CP_ASYNC_16 if size == 16 else CP_ASYNC_CA.format(size), (),
+                         (("r", dst), ("l", Bin("+", base, mul(at, idx(elem_bytes))))), True,
+                         ("memory",))
+    src = Bin("+", base, mul(Cond(guard, at, idx(0)), idx(elem_bytes)))
+    n = Cond(guard, Lit(size, DType.i32), Lit(0, DType.i32))
+    return InlineAsm(CP_ASYNC_ZFILL if size == 16 else CP_ASYNC_CA_ZFILL.format(size), (),
+                     (("r", dst), ("l", src), ("r", n)), True, ("memory",))
 
 
 def tf32_registers(name: str, value: Expr, policy: str, big_cvt: str = CVT_TF32

@@ -37,7 +37,6 @@ from accy.kernels.ir import (
     Barrier,
     Bin,
     Cast,
-    Cond,
     Expr,
     For,
     If,
@@ -58,7 +57,7 @@ from accy.kernels.ir import (
 from accy.kernels.mma import _Builder
 from accy.kernels.mma_plan import MAX_PADDING, MmaTiles, along_k, copy_widths
 from accy.kernels.mma_plan import plan as mma_plan
-from accy.kernels.mma_ptx import CP_ASYNC_16, CP_ASYNC_ZFILL, CP_COMMIT, CP_WAIT
+from accy.kernels.mma_ptx import CP_COMMIT, CP_WAIT, cp_async
 from accy.kernels.wgmma_ptx import PROXY, WAIT0, descriptor_bits, rstep
 from accy.plans import FusionGroup, KernelOutline, ScheduleKind
 from accy.target import WGMMA_F16, TargetProfile
@@ -164,17 +163,9 @@ class _Wgmma(_Builder):
             at = add(self.bases["y"], add(mul(kg, idx(c.k.y)), n))
             dst = Cast(DType.i32, Cast(INDEX, Bin("+", Var("b_tile"), add(
                 mul(stage, idx(STAGE_BYTES // 4)), local))))
-            base = Cast(INDEX, Var(self.arg["y"]))
             guard = all_of(([Bin("<", n, idx(c.n.size))] if c.n.size % BN else [])
                            + ([Bin("<", kg, idx(c.k.size))] if c.k.size % BK else []))
-            if guard is None:
-                out.append(InlineAsm(CP_ASYNC_16, (), (("r", dst), ("l", Bin(
-                    "+", base, mul(at, idx(2))))), True, ("memory",)))
-                continue
-            src = Bin("+", base, mul(Cond(guard, at, idx(0)), idx(2)))
-            size = Cond(guard, Lit(16, DType.i32), Lit(0, DType.i32))
-            out.append(InlineAsm(CP_ASYNC_ZFILL, (), (("r", dst), ("l", src), ("r", size)),
-                                 True, ("memory",)))
+            out.append(cp_async(dst, self.arg["y"], at, 2, 16, guard))
         return out
 
     def step(self, regs: str, other: str, kt: Expr, steps: int, n: int) -> list[Stmt]:

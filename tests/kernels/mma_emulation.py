@@ -243,16 +243,3 @@ def check_f16_product(device, job, source: str, m: int, n: int, k: int, batch: i
         exact = np.maximum(exact + args[2], 0.0)
     np.testing.assert_allclose(got.astype(np.float64), exact, rtol=2**-10, atol=1e-6 * k)
 
-
-def run_probe(device, source: str, entry: str, args: list[np.ndarray], out: np.ndarray,
-              items: int = 32) -> np.ndarray:
-    """A probe kernel's (emulated) ``source`` run as the probe runs it: one work-group of
-    ``items``, ``args`` as read-only buffers, then ``out``, written back and returned."""
-    ctx, queue, flags = device.context, device.queue, cl.mem_flags
-    program = cl.Program(ctx, source).build()
-    bufs = [cl.Buffer(ctx, flags.READ_ONLY | flags.COPY_HOST_PTR, hostbuf=x) for x in args]
-    result = cl.Buffer(ctx, flags.WRITE_ONLY, out.nbytes)
-    getattr(program, entry)(queue, (items,), (items,), *bufs, result)
-    cl.enqueue_copy(queue, out, result)
-    queue.finish()
-    return out

@@ -18,7 +18,7 @@ import re
 
 import numpy as np
 import pytest
-from mma_emulation import check_f16_product, emulated_async, one_line, run_emulated, run_probe
+from mma_emulation import check_f16_product, emulated_async, one_line, run_emulated
 from test_mma_generator import NV, emulate_block, matmul, num
 from test_mma_generator import prepared as prepare
 
@@ -31,7 +31,7 @@ import accy
 from accy.backends.opencl import tensor_cores
 from accy.builder import einsum
 from accy.ir.types import DType, TensorType
-from accy.kernels import mma
+from accy.kernels import mma, mma_ptx
 from accy.kernels.ir import idx
 from accy.kernels.mma_plan import (
     SMALL,
@@ -354,8 +354,9 @@ def test_generated_c_builds_with_the_ptx_stubbed_out(device, pipe):
 
 
 def test_probe_sources_use_the_generators_instruction_forms():
-    assert mma.MMA_F16.split(" {")[0] in tensor_cores.MMA_F16_PROBE_SOURCE.replace('"\n', "")
-    for form in (mma.CP_ASYNC_16, mma.CP_ASYNC_ZFILL, mma.CP_COMMIT, mma.CP_WAIT.format(0)):
+    assert mma_ptx.MMA_F16.split(" {")[0] in tensor_cores.MMA_F16_PROBE_SOURCE.replace('"\n', "")
+    for form in (mma_ptx.CP_ASYNC_16, mma_ptx.CP_ASYNC_ZFILL, mma_ptx.CP_COMMIT,
+                 mma_ptx.CP_WAIT.format(0)):
         assert form in tensor_cores.CP_ASYNC_PROBE_SOURCE, form
     assert '"r"(((int)((long)(tile + ' in tensor_cores.CP_ASYNC_PROBE_SOURCE
 
@@ -423,8 +424,9 @@ def test_f16_kernels_compute_the_product_in_emulation(device, pipe, used, experi
 @pytest.mark.parametrize("mode", ["eager", "deferred"])
 def test_cp_async_probe_expects_what_its_kernel_copies(device, mode):
     src, want = tensor_cores.cp_async_probe_case()
-    got = run_probe(device, emulated_async(one_line(tensor_cores.CP_ASYNC_PROBE_SOURCE), mode),
-                    "accy_cp_async_probe", [src], np.zeros(256, np.float32))
+    got = tensor_cores.run_isolated(
+        device.device, emulated_async(one_line(tensor_cores.CP_ASYNC_PROBE_SOURCE), mode),
+        "accy_cp_async_probe", [src], np.zeros(256, np.float32))
     np.testing.assert_array_equal(got, want)
     assert (want[0:4] == 0).all() and (want[4:8] == src[132:136]).all()
 
@@ -432,9 +434,9 @@ def test_cp_async_probe_expects_what_its_kernel_copies(device, mode):
 @needs_pocl
 def test_f16_probe_expects_what_its_kernel_computes(device):
     a, b, want = tensor_cores.mma_f16_probe_case()
-    got = run_probe(device, emulated_async(one_line(tensor_cores.MMA_F16_PROBE_SOURCE), "eager"),
-                    "accy_mma_f16_probe", [a.view(np.uint32), b.view(np.uint16)],
-                    np.zeros(128, np.float32))
+    got = tensor_cores.run_isolated(
+        device.device, emulated_async(one_line(tensor_cores.MMA_F16_PROBE_SOURCE), "eager"),
+        "accy_mma_f16_probe", [a.view(np.uint32), b.view(np.uint16)], np.zeros(128, np.float32))
     np.testing.assert_array_equal(got.reshape(16, 8), want)
 
 

@@ -14,7 +14,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from mma_emulation import check_f16_product, emulated_wgmma, one_line, run_probe
+from mma_emulation import check_f16_product, emulated_wgmma, one_line
 from test_mma_generator import prepared as prepare
 from test_mma_pipeline import ASYNC, matmul16
 
@@ -122,9 +122,9 @@ def test_wgmma_probe_expects_what_its_kernel_computes(device):
     a, b, want = tensor_cores.wgmma_probe_case()
     src = tensor_cores.wgmma_probe_source()
     assert wgmma_ptx.rstep(wgmma.BN, wgmma.BK // 16, 1) in src  # the generator's form
-    got = run_probe(device, emulated_wgmma(one_line(src), "eager"), "accy_wgmma_probe",
-                    [a.view(np.uint32), b.view(np.uint16)], np.zeros(want.size, np.float32),
-                    items=128)
+    got = tensor_cores.run_isolated(device.device, emulated_wgmma(one_line(src), "eager"),
+                                    "accy_wgmma_probe", [a.view(np.uint32), b.view(np.uint16)],
+                                    np.zeros(want.size, np.float32), items=128)
     np.testing.assert_array_equal(got.reshape(want.shape), want)
 
 
