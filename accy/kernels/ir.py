@@ -47,6 +47,8 @@ MATH_OPS: dict[str, tuple[int, str]] = {
     "bitcast_f32": (1, "the 32 bits of x read as an f32"),
     "bitcast_i32": (1, "the 32 bits of x read as an i32"),
     "bitcast_u32": (1, "the 32 bits of x read as an unsigned 32-bit integer"),
+    "pack_half2": (2, "x and y rounded to f16 (nearest even), their bits in one i32: x in the "
+                      "low 16, y in the high"),
 }
 """The math operations :class:`Call` may name, with their arity."""
 
@@ -231,7 +233,9 @@ class Store:
 @dataclass(frozen=True)
 class VectorStore:
     """Store ``values`` (one per lane, of ``dtype``) to ``len(values)`` consecutive elements of
-    ``buf`` from element ``index * len(values)`` (``vstoreN``)."""
+    ``buf`` from element ``index * len(values)`` (``vstoreN``). Lanes of i32 into an f16
+    buffer are each two halves' bits (``pack_half2``): ``2 len(values)`` halves from half
+    ``2 index len(values)``; one such lane is a store of one word."""
 
     buf: str
     index: Expr  # in units of whole vectors

@@ -1,7 +1,8 @@
 """Epilogue and stores of the tensor-core kernels' accumulators (a mixin of
 :class:`accy.kernels.mma._Builder`). One f32 or f16 output with contiguous rows is staged: every
-warp applies the epilogue to its accumulators, then a band of tile rows at a time goes through
-local memory (the A tile, free after the K loop) and out as row vectors. Otherwise each pair of
+warp applies the epilogue to its accumulators, then a pass of tile rows at a time goes through
+local memory (the A and B tiles in turn, free after the K loop; f16 outputs packed two halves
+a word) and out as row vectors (:class:`StagePlan`). Otherwise each pair of
 accumulators at adjacent columns of a row goes through the group's fused epilogue and out as a
 float2 (f16 outputs: ``vstore_half2``) where the output's layout allows, else as guarded
 scalars. Pairs are c0,c1 and c2,c3 of a fragment (``c_coords``), or under the f32
@@ -10,6 +11,7 @@ vector scheme's N permutation the same register of fragments ni and ni + 1 (``c_
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from accy.ir.types import DType
@@ -51,6 +53,27 @@ VEC = 4  # elements per staged store (float4, vstore_half4)
 STAGE_PAD = 4  # words added to each staged row: a warp's pairs in distinct banks
 
 
+@dataclass(frozen=True)
+class StagePlan:
+    """Staged stores (:meth:`Stores.staged`): a pass holds ``frag_rows`` m16 fragment rows of
+    each of ``warp_rows`` warp rows (``16 warp_rows frag_rows`` tile rows); ``packed``: f16
+    outputs two halves a 32-bit word (else one element a word); ``vec``: words (packed) or
+    elements per read and store."""
+
+    packed: bool
+    warp_rows: int
+    frag_rows: int
+    vec: int
+
+
+def _less(a: Expr, n: int) -> Expr:
+    return Bin("-", a, idx(n)) if n else a
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
 class Stores:
     """Uses the builder's ``c``, ``t``, ``f16``, ``group``, ``outline``, ``epi`` (the
     epilogue builder), ``bases``, ``bcoords``, ``body`` and, with K split, ``chunk`` (the
@@ -77,9 +100,9 @@ class Stores:
                                                      self.chunk, self.scratch,
                                                      self.bases["out"])
         self.counter = 0
-        rows = self.stage_rows(values)
-        if rows:
-            self.staged(values, rows, obase, m0, n0, wm, wn, g, tt)
+        plan = self.stage_plan(values)
+        if plan:
+            self.staged(values, plan, obase, m0, n0, wm, wn, g, tt)
             return
         names = [a.name for a in self.out_args]
         pairs = (c.n.out == 1 and c.n.size % 2 == 0 and c.m.out % 2 == 0
@@ -142,44 +165,58 @@ class Stores:
                        + ([Bin("<", col, idx(c.n.size))] if c.n.size % t.bn else []))
         self.body += [If(guard, tuple(body))] if guard is not None else body
 
-    def stage_rows(self, values: list) -> int:
-        """Tile rows per pass of the staged stores (0: not staged): one f32 or f16 output, its
-        rows contiguous, and the pass's rows (a power of two, 16 to a warp's rows, padded by
-        STAGE_PAD) fitting the A tile's local memory, free once the K loop is done."""
+    def stage_buffers(self) -> list[tuple[str, int, int]]:
+        """Local memory the staged stores may use, free once the K loop is done: (array,
+        first word, 32-bit words) of each buffer, passes taking them in turn (two: one pass
+        written while the last is read, one barrier a pass; one: two barriers a pass). The
+        A and B tiles' stages."""
+        t, per = self.t, 2 if self.f16 else 1
+        return [("a_tile", 0, t.stages * t.a_size // per),
+                ("b_tile", 0, t.stages * t.b_size // per)]
+
+    def stage_plan(self, values: list) -> StagePlan | None:
+        """How the stores are staged (None: not staged): one f32 or f16 output, its rows
+        contiguous, f16 outputs of an f16 kernel two halves a word where rows have an even
+        length (:attr:`StagePlan.packed`); each pass takes the most rows (fragment rows of
+        every warp row first) that fit the smallest buffer, rows ``STAGE_PAD`` words longer
+        than their data (a warp's writes then hit distinct banks), and reads and stores the
+        widest vectors whose rows divide into them."""
         c, t = self.c, self.t
         if len(values) != 1 or c.n.out != 1 or self.out_args[0].dtype not in PAIRED:
-            return 0
-        room = self.stage_room()
-        rows = t.warp_m
-        while rows >= 16 and rows * (t.bn + STAGE_PAD) > room:
-            rows //= 2
-        return rows if rows >= 16 and rows * t.bn // VEC % t.threads == 0 else 0
+            return None
+        buffers = self.stage_buffers()
+        if not buffers:
+            return None
+        room = min(words for _, _, words in buffers)
 
-    def stage_room(self) -> int:
-        """32-bit words of local memory the staged stores may use: the A tile's stages."""
-        return self.t.stages * self.t.a_size // (2 if self.f16 else 1)
+        def whole(n: int) -> bool:  # rows and batches are whole runs of n elements
+            return not (c.n.size % n or c.m.out % n or any(d.out % n for d in c.batch))
 
-    def stage_vector(self) -> int:
-        """Elements per staged store: 4 where rows are whole 4-element vectors (N, the row
-        stride and batch strides multiples of 4), else 1 (still a warp's 32 consecutive
-        elements per store)."""
-        c = self.c
-        aligned = not (c.n.size % VEC or c.m.out % VEC or any(d.out % VEC for d in c.batch))
-        return VEC if aligned else 1
+        packed = self.f16 and self.out_args[0].dtype is DType.f16 and whole(2)
+        per = 2 if packed else 1
+        words = t.bn // per  # of a staged row
+        forms = sorted(((ws, fr) for ws in _divisors(t.warps_m) for fr in _divisors(t.frags_m)),
+                       key=lambda f: (f[0] * f[1], f[0]), reverse=True)
+        for ws, fr in forms:
+            rows = 16 * ws * fr
+            if rows * (words + STAGE_PAD) > room:
+                continue
+            vec = next((v for v in ((4, 2, 1) if packed else (VEC, 1))
+                        if whole(v * per) and rows * words % (v * t.threads) == 0), None)
+            if vec:
+                return StagePlan(packed, ws, fr, vec)
+        return None
 
-    def staged(self, values: list, rows: int, obase: Expr, m0: Expr, n0: Expr, wm: Expr,
+    def staged(self, values: list, plan: StagePlan, obase: Expr, m0: Expr, n0: Expr, wm: Expr,
                wn: Expr, g: Expr, tt: Expr) -> None:
         """Stores through local memory: every warp computes its outputs (the epilogue) into its
-        accumulators, then, ``rows`` tile rows a pass, the warps holding them write them
-        to the A tile, rows ``bn + STAGE_PAD`` words apart (a warp's pairs then hit
-        distinct banks); after a barrier every work-item copies 4-element row vectors to
-        the output (``vstore4``, ``vstore_half4``; single elements where rows are not whole
-        vectors), so a warp writes whole rows instead of 8 rows of 8 or 16 bytes."""
+        accumulators; then a pass at a time (:class:`StagePlan`) the warps holding the
+        pass's rows write them to a buffer (f16 outputs packed two halves a word:
+        ``pack_half2``), and after a barrier every work-item copies row vectors of it to the
+        output (``vstore4`` of words or floats, ``vstore_half4``), so a warp writes whole
+        rows instead of 8 rows of 8 or 16 bytes."""
         c, t = self.c, self.t
         (out,) = self.out_args
-        stride = t.bn + STAGE_PAD
-        vec = self.stage_vector()
-        per_row = t.bn // vec
         for mi in range(t.frags_m):  # every warp at once: the outputs replace the sums
             for (ni, half), pair in self.store_pairs():
                 rr, cc, body, lanes = self.pair_values(values, m0, n0, wm, wn, g, tt, mi, ni,
@@ -188,36 +225,55 @@ class Stores:
                     body += [Assign(f"acc_{mi}_{pn}_{r}", v)
                              for (pn, r), v in zip(pair, lanes[0], strict=True)]
                     self.guarded(add(m0, rr), add(n0, cc), body)
-        for band in range(t.bm // rows):
-            first = band * rows  # tile rows first .. first + rows - 1: warp row, fragments
-            warp_row, mi0 = divmod(first, t.warp_m)
+        per = 2 if plan.packed else 1
+        words = t.bn // per
+        stride, vec, band = words + STAGE_PAD, plan.vec, 16 * plan.frag_rows
+        wrow = div(wm, t.warp_m)
+        buffers = self.stage_buffers()
+        self.body.append(Barrier())  # the K loop's reads are done
+        passes = [(w0, mi0) for w0 in range(0, t.warps_m, plan.warp_rows)
+                  for mi0 in range(0, t.frags_m, plan.frag_rows)]
+        for p, (w0, mi0) in enumerate(passes):
+            buf, first, _ = buffers[p % len(buffers)]
+            if p and len(buffers) == 1:
+                self.body.append(Barrier())  # the last pass's reads are done
             writes: list[Stmt] = []
-            for mi in range(mi0 // 16, (mi0 + rows) // 16):
+            for mi in range(mi0, mi0 + plan.frag_rows):
                 for (ni, half), pair in self.store_pairs():
-                    rr, cc = self.coords_of(wm, wn, g, tt, mi, ni, half)
-                    at = add(mul(Bin("-", rr, idx(first)), idx(stride)), cc)
-                    for j, (pn, r) in enumerate(pair):
-                        v: Expr = Var(f"acc_{mi}_{pn}_{r}")
-                        writes.append(Store("a_tile", add(at, idx(j)), Call(
-                            "bitcast_i32", (v,)) if self.f16 else v))
-            self.body += [Barrier(),  # the K loop's (or the last pass's) reads are done
-                          If(Bin("==", wm, idx(warp_row * t.warp_m)), tuple(writes)),
-                          Barrier()]
-            for i in range(rows * per_row // t.threads):
+                    rr, cc = self.coords_of(idx(0), wn, g, tt, mi, ni, half)  # rr: in the warp
+                    row = add(mul(_less(wrow, w0), idx(band)), _less(rr, 16 * mi0))
+                    at = add(idx(first), add(mul(row, idx(stride)), div(cc, per)))
+                    v = [Var(f"acc_{mi}_{pn}_{r}") for pn, r in pair]
+                    if plan.packed:
+                        writes.append(Store(buf, at, Call("pack_half2", (v[0], v[1]))))
+                        continue
+                    writes += [Store(buf, add(at, idx(j)), Call("bitcast_i32", (x,))
+                                     if self.f16 else x) for j, x in enumerate(v)]
+            mine = ([] if plan.warp_rows == t.warps_m else
+                    [Bin(">=", wrow, idx(w0)), Bin("<", wrow, idx(w0 + plan.warp_rows))])
+            self.body += ([If(all_of(mine), tuple(writes))] if mine else writes)
+            self.body.append(Barrier())
+            per_row = words // vec
+            for i in range(16 * plan.warp_rows * plan.frag_rows * per_row // t.threads):
                 chunk = add(Var("tid"), idx(i * t.threads))
                 r, q = div(chunk, per_row), mod(chunk, per_row)
-                raw = Var(f"staged{band}_{i}")
-                local = add(mul(r, idx(stride)), mul(q, idx(vec)))
+                raw = Var(f"staged{p}_{i}")
+                local = add(idx(first), add(mul(r, idx(stride)), mul(q, idx(vec))))
                 self.body.append(Let(raw.name, DType.i32 if self.f16 else DType.f32,
-                                     VectorLoad("a_tile", div(local, vec), vec) if vec > 1
-                                     else Load("a_tile", local), lanes=vec))
+                                     VectorLoad(buf, div(local, vec), vec) if vec > 1
+                                     else Load(buf, local), lanes=vec))
                 got = [Lane(raw, j) for j in range(vec)] if vec > 1 else [raw]
-                lanes_v = [Call("bitcast_f32", (x,)) for x in got] if self.f16 else got
-                row = add(m0, add(idx(first), r))
-                col = add(n0, mul(q, idx(vec)))
+                row = add(m0, add(mul(add(div(r, band), idx(w0)), idx(t.warp_m)),
+                                  add(idx(16 * mi0), mod(r, band))))
+                col = add(n0, mul(q, idx(vec * per)))
                 at = add(obase, add(mul(row, idx(c.m.out)), col))
-                store = (VectorStore(out.name, div(at, vec), DType.f32, tuple(lanes_v))
-                         if vec > 1 else Store(out.name, at, lanes_v[0]))
+                if plan.packed:  # words of two halves
+                    store: Stmt = VectorStore(out.name, div(at, vec * 2), DType.i32,
+                                              tuple(got))
+                else:
+                    lanes_v = [Call("bitcast_f32", (x,)) for x in got] if self.f16 else got
+                    store = (VectorStore(out.name, div(at, vec), DType.f32, tuple(lanes_v))
+                             if vec > 1 else Store(out.name, at, lanes_v[0]))
                 self.guarded(row, col, [store])
 
     def store_pairs(self) -> list[tuple[tuple[int, int], list[tuple[int, int]]]]:

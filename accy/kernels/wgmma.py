@@ -11,11 +11,12 @@ The kernel (``experiments/probe_wgmma.py`` step (7), where it was measured): a w
 ``WARPGROUPS`` warpgroups (128 work-items each) computes a ``64 WARPGROUPS x BN`` tile; each
 warpgroup's 64 rows are one ``wgmma m64nBNk16`` accumulator, which per warp is exactly
 ``mma.sync``'s m16n8 C fragments of its 16 rows (``acc_0_{j}_{r}``), so the epilogue and
-stores are ``mma-f16``'s (:class:`accy.kernels.mma_store.Stores`, unstaged). Only B goes
-through local memory: ``STAGES`` stages of ``BK x BN`` filled by ``cp.async`` (zero-filled
-outside the operand), stored as MN-major core matrices (8 K rows of 8 N halves, 128 bytes;
-K-adjacent ones 128 bytes apart: the descriptor's leading offset; N-adjacent ones ``BK / 8 *
-128``: its stride). A's fragments come straight from global memory, 16 bytes a row at a time:
+stores are ``mma-f16``'s (:class:`accy.kernels.mma_store.Stores`, staged through the B stages'
+local memory, two halves in turn). Only B goes through local memory during the K loop:
+``STAGES`` stages of ``BK x BN`` filled by ``cp.async`` (zero-filled outside the operand),
+stored as MN-major core matrices (8 K rows of 8 N halves, 128 bytes; K-adjacent ones 128 bytes
+apart: the descriptor's leading offset; N-adjacent ones ``BK / 8 * 128``: its stride).
+A's fragments come straight from global memory, 16 bytes a row at a time:
 lane ``t`` of a warp loads K ``t BK/4 ..`` of its rows ``g`` and ``g + 8``, so register
 position ``16 i + 8 h + 2 t + e`` of the fragments holds K ``t BK/4 + 4 i + 2 h + e``; B's
 stage rows are copied from the K rows so permuted, which makes the product the same.
@@ -72,12 +73,13 @@ TILES = MmaTiles(64 * WARPGROUPS, BN, BK, 4 * WARPGROUPS, 1, swizzle=1, stages=S
 CORE = 128  # bytes of a core matrix (8 rows of 16 bytes); B's descriptor's leading offset
 SBO = BK // 8 * CORE  # bytes between N-adjacent core matrices
 STAGE_BYTES = BN * BK * 2
-# Selection, as measured against mma-f16 (papers/kernels.md, "Fourteenth session"): the tiles
-# must give at least MIN_FILL of the compute units a work-group each (fewer tiles: mma-f16's
-# smaller ones are faster), and K must be at least MIN_K (a tile's fixed costs, the pipeline's
-# fill and drain and the stores, need a long K to pay off; mma-f16 wins below)
+# Selection, as measured against mma-f16 (papers/kernels.md, "Fourteenth session" and
+# "Fifteenth session"): the tiles must give at least MIN_FILL of the compute units a work-group
+# each (fewer tiles: mma-f16's smaller ones are faster), and K must be at least MIN_K (a tile's
+# fixed costs, the pipeline's fill and drain and the stores, need some K to pay off: K 64 lost,
+# K 128 won once the stores were staged)
 MIN_FILL = 1 / 3
-MIN_K = 1024
+MIN_K = 128
 # one 16-byte load of global memory into four registers, and where ``%5`` is 0 zeros instead
 LD_V4 = "ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
 LD_V4_IF = ("{ .reg .pred p; setp.ne.b32 p, %5, 0; @p ld.global.v4.u32 {%0, %1, %2, %3}, "
@@ -93,8 +95,9 @@ def k_row(kr: Expr) -> Expr:
 
 
 class _Wgmma(_Builder):
-    def stage_room(self) -> int:
-        return 0  # no A tile: stores go straight out
+    def stage_buffers(self) -> list[tuple[str, int, int]]:
+        half = STAGES * STAGE_BYTES // 8  # the B stages' words, two buffers
+        return [("b_tile", 0, half), ("b_tile", half, half)]
 
     def build(self) -> Kernel:
         c, t = self.c, self.t

@@ -6,11 +6,13 @@ import numpy as np
 import pytest
 
 import accy
-from accy.backends.opencl.render import literal
+from accy.backends.opencl.render import literal, render
 from accy.ir.interpret import interpret
 from accy.ir.parser import parse_program
 from accy.ir.types import DType
+from accy.kernels.ir import Call, Id, Kernel, KernelArg, Load, VectorStore, add, idx, mul
 from accy.passes.pipelines import PIPELINES
+from accy.plans import LaunchGeometry, ScheduleKind
 from accy.target import KernelStatus, TargetProfile
 
 PROGRAM = """
@@ -81,3 +83,37 @@ def test_f16_row_ops_run(op: str, device) -> None:
     (got,) = accy.prepare(program, pipeline=NATIVE).run(x, device=device)
     (want,) = interpret(program, [x], precision="float64")
     np.testing.assert_allclose(got.astype(np.float64), want, rtol=4e-3, atol=4e-3)
+
+
+def _pack_kernel(lanes: int) -> Kernel:
+    """Work-item i rounds floats 2 lanes i .. 2 lanes (i + 1) - 1 to halves two to a word
+    (``pack_half2``) and stores the words into the half buffer (a word, or ``vstore`` of
+    ``lanes`` words)."""
+    i = Id("global", 0)
+    words = tuple(Call("pack_half2", (Load("in0", add(mul(i, idx(2 * lanes)), idx(2 * j))),
+                                      Load("in0", add(mul(i, idx(2 * lanes)), idx(2 * j + 1)))))
+                  for j in range(lanes))
+    return Kernel("pack", 0, ScheduleKind.flat, (64,),
+                  (KernelArg("in0", DType.f32, False, 0), KernelArg("out0", DType.f16, True, 1)),
+                  (VectorStore("out0", i, DType.i32, words),), LaunchGeometry((32,), (32,)))
+
+
+@pytest.mark.parametrize("lanes", [1, 2, 4])
+def test_packed_halves_are_numpys_rounding_in_order(device, lanes: int) -> None:
+    """``pack_half2`` rounds as numpy (nearest even; overflow to inf, subnormals, -0, NaN) and
+    i32 lanes stored into a half buffer put the first operand at the lower address."""
+    from accy.backends.opencl.tensor_cores import run_isolated
+
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal(64 * lanes) * 100).astype(np.float32)
+    special = np.array([1 + 2.0**-11, 1 + 3 * 2.0**-11, 65519, 65520, -np.inf, np.nan, -0.0,
+                        1e-7, 2.0**-25, 70000], np.float32)
+    x[:special.size] = special
+    src = render(_pack_kernel(lanes))
+    assert "accy_pack_half2" in src and "(__global int *)out0" in src
+    got = run_isolated(device.device, src, "pack", [x], np.zeros(x.size, np.float16))
+    with np.errstate(over="ignore"):
+        want = x.astype(np.float16)
+    nan = np.isnan(want)  # any NaN: payloads differ
+    assert np.isnan(got[nan]).all()
+    np.testing.assert_array_equal(got[~nan].view(np.uint16), want[~nan].view(np.uint16))

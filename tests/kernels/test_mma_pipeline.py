@@ -289,6 +289,24 @@ def test_f16_products_take_f16_tensor_cores_under_any_policy(precision, pipe, us
     assert src.count("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16") == 2 * 4
 
 
+@pytest.mark.parametrize("prog, precision, passes, packs, vstores", [
+    # f16 out, 128x128 tiles, 3 stages: 64 rows (2 fragment rows of both warp rows) a pass
+    (matmul16(2048, 2048, 256), "ieee", 2, 64, 16),
+    # f32 out, 2 stages of padded tiles: 32 rows (a fragment row of both warp rows) a pass
+    (matmul(2048, 2048, 256), "tf32", 4, 0, 32),
+], ids=["f16", "f32"])
+def test_staged_stores_take_the_tiles_in_turn(prog, precision, passes, packs, vstores, pipe,
+                                              used):
+    """Every warp writes in every pass, passes alternate between the A and B tiles (one
+    barrier a pass, after the K loop's), f16 outputs go two halves a word, 16 bytes a store."""
+    src = prepare(prog, precision, ASYNC, pipe).kernel_source(0)
+    assert src.count("barrier(") == 1 + 1 + passes
+    assert src.count("accy_pack_half2(") == packs + (1 if packs else 0)  # calls, definition
+    assert src.count("vstore4(") == vstores and "if ((wm" not in src
+    stores = [line for line in src.splitlines() if "_tile[" in line and "] = " in line]
+    assert {s.split("[")[0].strip() for s in stores} == {"a_tile", "b_tile"}
+
+
 @pytest.mark.parametrize("target, prog", [
     (dataclasses.replace(ASYNC, tensor_cores=(TF32_MMA, CP_ASYNC)), matmul16(512, 512, 64)),
     (dataclasses.replace(ASYNC, tensor_cores=(TF32_MMA, F16_MMA)), matmul16(512, 512, 64)),
@@ -407,7 +425,14 @@ def test_pipelined_kernels_compute_the_product_in_emulation(device, pipe, used, 
     (130, 72, 48, 0, True, None),  # edges in M, N and K (3 steps of 32 over 48), epilogue
     (64, 64, 64, 3, False, None),  # batched
     (80, 64, 112, 0, False, "64x64x16:2x2:4"),  # 7 steps through 4 stages
-], ids=["bias", "batched", "4-stages"])
+    # staged stores: packed halves a word at a time (N = 70), 8 bytes (N = 100); one warp row
+    # a pass; 128x128 tiles, four passes through both tiles in turn
+    (64, 70, 32, 0, True, None),
+    (96, 100, 32, 2, False, None),
+    (70, 64, 48, 0, True, "64x64x16:2x2:2:vector"),
+    (200, 136, 64, 0, True, "128x128x32:2x2:2:vector"),
+], ids=["bias", "batched", "4-stages", "word-stores", "8-byte-stores", "warp-row-passes",
+        "128x128"])
 def test_f16_kernels_compute_the_product_in_emulation(device, pipe, used, experiment_script, mode,
                                                       m, n, k, batch, bias, tiles):
     if "Portable Computing Language" not in device.info.platform:

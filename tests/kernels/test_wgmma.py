@@ -82,7 +82,7 @@ def test_chosen_where_the_probe_found_wgmma_and_the_tiles_fill_the_units(pipe, u
             (matmul16(2048, 2048, 1024, b_transposed=True), HOPPER, "B along K"),
             (matmul16(1024, 1024, 1024), HOPPER, "32 tiles for 132 units"),
             (matmul16(2048, 2048, 1020), HOPPER, "rows of K not whole 16-byte vectors"),
-            (matmul16(4096, 4096, 512), HOPPER, "K below MIN_K"),
+            (matmul16(4096, 4096, 64), HOPPER, "K below MIN_K"),
             (matmul16(320, 4096, 1024), HOPPER, "pads 256-row tiles by 1.6")):
         assert used(prepare(prog, "ieee", target, pipe)) == {"mma-f16": 1}, why
     off = accy.prepare(matmul16(2048, 2048, 1024), pipe("disable=wgmma-f16"), target=HOPPER)
@@ -142,12 +142,18 @@ def test_a_wgmma_probe_that_cannot_expand_leaves_the_device_usable(device, monke
     assert WGMMA_F16 not in tensor_cores.probe_isolated(device.device, True)
 
 
-# the OpenCL builtins a generated kernel calls, for clang's NVPTX target (no OpenCL library)
+# the OpenCL builtins a generated kernel calls, for clang's NVPTX target (no OpenCL library;
+# stand-ins where only the instructions around them matter: the f16 packing)
 _NVPTX_BUILTINS = r"""
 #define get_local_id(i) ((size_t)__nvvm_read_ptx_sreg_tid_x())
 #define get_group_id(i) ((size_t)__nvvm_read_ptx_sreg_ctaid_x())
 #define barrier(f) __nvvm_bar_sync(0)
-#define vstore_half2(v, i, p) { float2 v_ = (v); ((__global float *)(p))[i] = v_.x + v_.y; }
+int4 __attribute__((overloadable)) vload4(size_t i, const __local int *p) {
+  return ((const __local int4 *)p)[i]; }
+void __attribute__((overloadable)) vstore4(int4 v, size_t i, __global int *p) {
+  ((__global int4 *)p)[i] = v; }
+void __attribute__((overloadable)) vstore_half2(float2 v, size_t i, __private half *p) {
+  ((__private uint *)p)[i] = as_uint(v.x) ^ (as_uint(v.y) << 16); }
 """
 
 

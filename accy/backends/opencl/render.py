@@ -77,7 +77,12 @@ MATH_FUNCTIONS = {  # Call.fn (accy.kernels.ir.MATH_OPS) -> the OpenCL C built-i
     "fma": "fma", "fabs": "fabs", "fmax": "fmax", "fmin": "fmin", "abs": "abs", "max": "max",
     "min": "min", "clamp": "clamp", "isnan": "isnan", "isinf": "isinf",
     "isfinite": "isfinite", "bitcast_f32": "as_float", "bitcast_i32": "as_int",
-    "bitcast_u32": "as_uint",
+    "bitcast_u32": "as_uint", "pack_half2": "accy_pack_half2",
+}
+HELPERS = {  # MATH_FUNCTIONS that are the renderer's own functions, defined where used
+    "accy_pack_half2": "static inline int accy_pack_half2(float lo, float hi) { uint u; "
+                       "vstore_half2((float2)(lo, hi), 0, (__private half*)&u); "
+                       "return as_int(u); }",
 }
 
 
@@ -170,14 +175,23 @@ class _Half:
         self.local: set[str] = set()  # f16 local arrays (``float``, holding f16 values)
         self.variables: set[str] = set()  # f16 variables (``float``, holding f16 values)
         self.rounding: set[int] = set()  # lane counts whose rounding helper the kernel calls
+        self.called: set[str] = set()  # HELPERS the kernel calls
 
     def round(self, text: str, lanes: int = 1) -> str:
         self.rounding.add(lanes)
         return f"accy_half{_suffix(lanes)}({text})"
 
+    def call(self, name: str) -> str:
+        """The OpenCL C function of math op ``name``, noting the helpers called."""
+        fn = _function(MATH_FUNCTIONS, name, "math op")
+        if fn in HELPERS:
+            self.called.add(fn)
+        return fn
+
     def helpers(self) -> list[str]:
-        """``accy_halfN``: round N floats to f16 and back, through a private half buffer."""
-        out = []
+        """``accy_halfN``: round N floats to f16 and back, through a private half buffer; and
+        the :data:`HELPERS` called."""
+        out = [HELPERS[fn] for fn in sorted(self.called)]
         for lanes in sorted(self.rounding):
             n, t = _suffix(lanes), vector_type(DType.f32, lanes)
             out.append(f"static inline {t} accy_half{n}({t} x) {{ ushort b[{lanes}]; "
@@ -234,7 +248,7 @@ def _direct(e: Expr, half: _Half) -> str:
     if t is Un:
         return f"({e.op}{_direct(e.a, half)})"
     if t is Call:
-        fn = _function(MATH_FUNCTIONS, e.fn, "math op")
+        fn = half.call(e.fn)
         return f"{fn}({', '.join([_direct(a, half) for a in e.args])})"
     if t is Cond:
         return f"({_direct(e.c, half)} ? {_direct(e.a, half)} : {_direct(e.b, half)})"
@@ -281,7 +295,7 @@ def _open(e: Expr, half: _Half) -> str | Pending:
         case Un(op, a):
             return then((a,), lambda t: f"({op}{t[0]})")
         case Call(name, args):
-            fn = _function(MATH_FUNCTIONS, name, "math op")
+            fn = half.call(name)
             return then(args, lambda t: f"{fn}({', '.join(t)})")
         case Cond(c, a, b):
             return then((c, a, b), lambda t: f"({t[0]} ? {t[1]} : {t[2]})")
@@ -335,6 +349,13 @@ def stmts(body: tuple[Stmt, ...], indent: str, half: _Half | None = None) -> lis
             case Store(buf, index, value):
                 dtype = DType.f16 if buf in half.local else DType.f32
                 out.append(f"{indent}{buf}[{expr(index, half)}] = {_value(value, dtype, half)};")
+            case VectorStore(buf, index, DType.i32, values) if buf in half.buffers:
+                words, at = f"((__global int *){buf})", expr(index, half)  # halves' bits
+                if len(values) == 1:
+                    out.append(f"{indent}{words}[{at}] = {expr(values[0], half)};")
+                else:
+                    _, vec = _vector_store("", DType.i32, values, half)
+                    out.append(f"{indent}vstore{len(values)}({vec}, {at}, {words});")
             case VectorStore(buf, index, dtype, values):
                 store, vec = _vector_store(buf, dtype, values, half)
                 out.append(f"{indent}{store}({vec}, {expr(index, half)}, {buf});")
