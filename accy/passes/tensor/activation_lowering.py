@@ -9,17 +9,26 @@ from typing import Literal
 from accy.ir.node import Node
 from accy.ir.ops import Op
 from accy.ir.program import Stage
+from accy.ir.types import DType
 from accy.passes.base import Pass, option
 from accy.passes.rebuild import constant, make, rebuild, with_srcs
 from accy.passes.registry import register
 
 LOWERABLE = ("relu", "gelu", "gelu_tanh", "sigmoid", "softmax", "log_softmax")
 LIBRARY = ("softmax", "log_softmax")  # what the kernel library (row-softmax) computes whole
+# gelu of these dtypes is computed in the wider one and rounded once, as interpret computes it
+# (in f64, rounded once to the tensor's dtype): in f16 steps it rounded six times (and
+# 1/sqrt(2) itself), up to 2,000 f16 ulps off where the result is small, at six roundings' cost.
+# (interpret's sigmoid rounds each step in the tensor's dtype; its lowering does the same.)
+WIDER = {DType.f16: DType.f32}
+ROUNDED_ONCE = (Op.GELU, Op.GELU_TANH)
 
 
 def lower(node: Node, x: Node) -> Node:
     """The primitive form of activation ``node`` applied to ``x``."""
     dtype = x.type.dtype
+    if node.op in ROUNDED_ONCE and dtype in WIDER:
+        return make(Op.CAST, lower(node, make(Op.CAST, x, dtype=WIDER[dtype])), dtype=dtype)
     one, half = constant(1.0, dtype), constant(0.5, dtype)
     if node.op is Op.RELU:
         return make(Op.MAX, x, constant(0, dtype))
