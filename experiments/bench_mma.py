@@ -8,7 +8,8 @@
         [--force-tensor-cores] [--counts]
 
 Each case (``N`` is N^3, ``MxNxK``, ``bBxMxNxK`` batched, ``biasN`` N^3 with a bias + relu
-epilogue) is prepared for the device's own target profile (``TargetProfile.from_device``, whose
+epilogue; a trailing ``t``, e.g. ``4096x4096x4096t``: B stored N x K, ``A @ B.T``) is
+prepared for the device's own target profile (``TargetProfile.from_device``, whose
 ``tensor_cores`` the device probe fills) with ``kernelization{precision=P}`` for each policy P,
 run on uniform(-1, 1) operands, and checked against numpy in float64 with the policy's error
 bound: per element ``2 * bound + atol``, bound = ``rtol_f32 * sqrt(K) * (|A| @ |B|) +
@@ -138,10 +139,13 @@ def error_line(text: str) -> str:
 
 
 def parse_case(text: str) -> dict[str, Any]:
-    """``{"name", "batch", "m", "n", "k", "bias"}`` of a case's text."""
+    """``{"name", "batch", "m", "n", "k", "bias", "bt"}`` of a case's text (a trailing ``t``:
+    B stored N x K, ``A @ B.T``)."""
     t = text.strip().lower()
     bias = t.startswith("bias")
     t = t[4:] if bias else t
+    bt = t.endswith("t")
+    t = t[:-1] if bt else t
     batch = 0
     if t.startswith("b"):
         parts = [int(p) for p in t[1:].split("x")]
@@ -152,9 +156,11 @@ def parse_case(text: str) -> dict[str, Any]:
         parts = [int(p) for p in t.split("x")]
         parts = parts * 3 if len(parts) == 1 else parts
     if len(parts) != 3 or min(parts) < 1:
-        raise ValueError(f"case {text!r}: give N, MxNxK, bBxMxNxK or biasN")
+        raise ValueError(f"case {text!r}: give N, MxNxK, bBxMxNxK or biasN (a trailing t: "
+                         "B stored N x K)")
     m, n, k = parts
-    return {"name": text.strip(), "batch": batch, "m": m, "n": n, "k": k, "bias": bias}
+    return {"name": text.strip(), "batch": batch, "m": m, "n": n, "k": k, "bias": bias,
+            "bt": bt}
 
 
 def with_dtype(case: dict[str, Any], dtype: str) -> dict[str, Any]:
@@ -179,11 +185,15 @@ def program(case: dict[str, Any]) -> accy.Program:
     m, n, k = case["m"], case["n"], case["k"]
     b = accy.Builder()
     dt = dtype_of(case)
-    types = [accy.TensorType((*lead, m, k), dt), accy.TensorType((*lead, k, n), dt)]
+    bt = case.get("bt", False)
+    types = [accy.TensorType((*lead, m, k), dt),
+             accy.TensorType((*lead, *((n, k) if bt else (k, n))), dt)]
     if case["bias"]:
         types.append(accy.TensorType((n,), dt))
     f = b.begin_function("gemm", types)
-    y = einsum("bik,bkj->bij" if lead else "ik,kj->ij", f.param(0), f.param(1))
+    spec = "ik,jk->ij" if bt else "ik,kj->ij"
+    y = einsum(f"b{spec.replace(',', ',b').replace('->', '->b')}" if lead else spec,
+               f.param(0), f.param(1))
     f.return_((y + f.param(2)).relu() if case["bias"] else y)
     f.finish()
     return b.finish()
@@ -193,8 +203,9 @@ def inputs_of(case: dict[str, Any], seed: int = 0) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     lead = (case["batch"],) if case["batch"] else ()
     dt = dtype_of(case).numpy
+    b = (case["n"], case["k"]) if case.get("bt") else (case["k"], case["n"])
     xs = [rng.uniform(-1, 1, (*lead, case["m"], case["k"])).astype(dt),
-          rng.uniform(-1, 1, (*lead, case["k"], case["n"])).astype(dt)]
+          rng.uniform(-1, 1, (*lead, *b)).astype(dt)]
     if case["bias"]:
         xs.append(rng.uniform(-1, 1, case["n"]).astype(dt))
     return xs
@@ -203,6 +214,8 @@ def inputs_of(case: dict[str, Any], seed: int = 0) -> list[np.ndarray]:
 def reference(case: dict[str, Any], xs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """float64 result and ``|A| @ |B|`` (the magnitude the error bound scales)."""
     a, b = (x.astype(np.float64) for x in xs[:2])
+    if case.get("bt"):
+        b = np.swapaxes(b, -1, -2)
     exact, mag = a @ b, np.abs(a) @ np.abs(b)
     if case["bias"]:
         # bias add and relu: one more f32 rounding of |y| + |bias|, relu exact
@@ -289,6 +302,8 @@ def time_torch(case: dict[str, Any], xs: list[np.ndarray], repeat: int, tf32: bo
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
     a, b = (torch.from_numpy(x).cuda() for x in xs[:2])  # f16 cases: f16 cuBLAS
+    if case.get("bt"):
+        b = b.transpose(-1, -2)  # a view: cuBLAS reads it as stored
     bias = torch.from_numpy(xs[2]).cuda() if case["bias"] else None
 
     def call():

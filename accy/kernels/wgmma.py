@@ -56,7 +56,7 @@ from accy.kernels.ir import (
     mul,
 )
 from accy.kernels.mma import _Builder
-from accy.kernels.mma_plan import MAX_PADDING, MmaTiles, along_k, copy_widths
+from accy.kernels.mma_plan import MAX_PADDING, MmaTiles, along_k, copy_layout
 from accy.kernels.mma_plan import plan as mma_plan
 from accy.kernels.mma_ptx import CP_COMMIT, CP_WAIT, cp_async
 from accy.kernels.wgmma_ptx import PROXY, WAIT0, descriptor_bits, rstep
@@ -94,6 +94,14 @@ def k_row(kr: Expr) -> Expr:
     return add(mul(t, idx(BK // 4)), add(rest, mul(mod(div(kr, 8), 2), idx(2))))
 
 
+def k_position(k: Expr) -> Expr:
+    """Where (of a step's K positions) the A fragments hold K ``k``: :func:`k_row` inverted,
+    K ``t BK/4 + 4 i + 2 h + e`` at position ``16 i + 8 h + 2 t + e``."""
+    t, r = div(k, BK // 4), mod(k, BK // 4)
+    return add(add(mul(div(r, 4), idx(16)), mul(div(mod(r, 4), 2), idx(8))),
+               add(mul(t, idx(2)), mod(r, 2)))
+
+
 class _Wgmma(_Builder):
     def stage_buffers(self) -> list[tuple[str, int, int]]:
         half = STAGES * STAGE_BYTES // 8  # the B stages' words, two buffers
@@ -116,16 +124,26 @@ class _Wgmma(_Builder):
             add(self.bases["x"], add(mul(r, idx(c.m.x)), mul(tt, idx(BK // 4)))), idx(2))))
             for h, r in enumerate(rows)]
         self.a_ok = [Bin("<", r, idx(c.m.size)) if c.m.size % t.bm else None for r in rows]
-        # B: this work-item's 16-byte chunks of a stage, fixed over K
-        self.copies = []
-        for i in range(BN * BK // 8 // t.threads):
+        # B: this work-item's chunks of a stage, fixed over K: 16 bytes of a K row (B along N,
+        # MN-major core matrices), or a pair of halves along K (B along K, K-major ones)
+        self.trans, self.copies = 0 if along_k(c, "y") else 1, []
+        width = 8 if self.trans else 2  # halves per copy
+        for i in range(BN * BK // width // t.threads):
             ch = add(Var("tid"), idx(i * t.threads))
-            kb, nc = div(ch, BN), mod(div(ch, 8), BN // 8)
-            kr = self.let(f"y_kr{i}", add(mul(kb, idx(8)), mod(ch, 8)))
-            n = self.let(f"y_n{i}", add(n0, mul(nc, idx(8))))
-            byte = add(mul(nc, idx(SBO)), add(mul(kb, idx(CORE)), mul(mod(ch, 8), idx(16))))
+            if self.trans:
+                kb, nc = div(ch, BN), mod(div(ch, 8), BN // 8)
+                kr = self.let(f"y_kr{i}", add(mul(kb, idx(8)), mod(ch, 8)))
+                n = self.let(f"y_n{i}", add(n0, mul(nc, idx(8))))
+                byte = add(mul(nc, idx(SBO)), add(mul(kb, idx(CORE)), mul(mod(ch, 8), idx(16))))
+                k = k_row(kr)
+            else:  # consecutive work-items: consecutive pairs of a row of B
+                nl, k = div(ch, BK // 2), mul(mod(ch, BK // 2), idx(2))
+                n = self.let(f"y_n{i}", add(n0, nl))
+                p = self.let(f"y_p{i}", k_position(k))
+                byte = add(add(mul(div(nl, 8), idx(SBO)), mul(div(p, 8), idx(CORE))),
+                           add(mul(mod(nl, 8), idx(16)), mul(mod(p, 8), idx(2))))
             local = self.let(f"y_l{i}", div(byte, 4))
-            self.copies.append((self.let(f"y_k{i}", k_row(kr)), n, local))
+            self.copies.append((self.let(f"y_k{i}", k), n, local))
         steps = -(-c.k.size // BK)
         commit = InlineAsm(CP_COMMIT, (), (), True, ("memory",))
         for s in range(STAGES - 1):
@@ -163,12 +181,12 @@ class _Wgmma(_Builder):
         c, out = self.c, []
         for k, n, local in self.copies:
             kg = add(mul(step, idx(BK)), k)
-            at = add(self.bases["y"], add(mul(kg, idx(c.k.y)), n))
+            at = add(self.bases["y"], add(mul(kg, idx(c.k.y)), mul(n, idx(c.n.y))))
             dst = Cast(DType.i32, Cast(INDEX, Bin("+", Var("b_tile"), add(
                 mul(stage, idx(STAGE_BYTES // 4)), local))))
             guard = all_of(([Bin("<", n, idx(c.n.size))] if c.n.size % BN else [])
                            + ([Bin("<", kg, idx(c.k.size))] if c.k.size % BK else []))
-            out.append(cp_async(dst, self.arg["y"], at, 2, 16, guard))
+            out.append(cp_async(dst, self.arg["y"], at, 2, 16 if self.trans else 4, guard))
         return out
 
     def step(self, regs: str, other: str, kt: Expr, steps: int, n: int) -> list[Stmt]:
@@ -188,7 +206,7 @@ class _Wgmma(_Builder):
         acc = tuple(("+f", name) for name in self.acc)
         a = tuple(("r", Var(name)) for name in self.regs[regs])
         ops = ", ".join(f"%{i}" for i in range(len(acc) + len(a) + 2))
-        out.append(InlineAsm(f"{rstep(BN, BK // 16, 1)} {ops}", acc,
+        out.append(InlineAsm(f"{rstep(BN, BK // 16, self.trans)} {ops}", acc,
                              (*a, ("l", bdesc), ("r", Lit(1, DType.i32))), True, ("memory",)))
         nxt = add(kt, idx(STAGES - 1))
         out.append(If(Bin("<", nxt, idx(steps)),
@@ -214,9 +232,10 @@ def plan(group: FusionGroup, target: TargetProfile) -> Contraction | str:
     c, _ = found
     if c.dtype is not DType.f16:
         return f"dtype {c.dtype.value}: wgmma-f16 takes f16 products"
-    if not along_k(c, "x") or along_k(c, "y") or copy_widths(c) != {"x": 8, "y": 8}:
-        return ("wgmma-f16 needs A stored along K and B along N, rows in whole 16-byte "
-                "vectors")
+    if not (along_k(c, "x") and copy_layout(c, "x", 8)[1]
+            and copy_layout(c, "y", 2 if along_k(c, "y") else 8)[1]):
+        return ("wgmma-f16 needs A stored along K in whole 16-byte vectors, and B along N in "
+                "whole 16-byte vectors or along K in whole pairs of halves")
     if TILES.threads > target.max_work_group_size or \
             STAGES * STAGE_BYTES > target.local_mem_bytes:
         return f"a work-group of {TILES.threads} work-items and {STAGES * STAGE_BYTES} bytes"

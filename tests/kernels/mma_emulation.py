@@ -153,12 +153,13 @@ def run_kernels(device, job, sources: list[str], args: list[np.ndarray], shape, 
 
 
 # wgmma (accy/kernels/wgmma.py, markers of accy/kernels/wgmma_ptx.py): a K step of S register-A
-# wgmma m64nNk16, B MN-major through its descriptor; the A fragments of each warpgroup's 64
-# rows exchanged through local memory (mma.sync m16n8k16's A layout per warp), B's halves read
+# wgmma m64nNk16, B MN-major (trans-b 1) or K-major (0) through its descriptor; the A fragments
+# of each warpgroup's 64 rows exchanged through local memory (mma.sync m16n8k16's A layout per
+# warp), B's halves read
 # at the core-matrix address the descriptor gives (start: the 18-bit local address >> 4, made
 # relative to b_tile; leading offset between K-adjacent core matrices, stride between
 # N-adjacent ones; 256 bytes further per wgmma); the waits and fences have nothing to do
-_RSTEP = re.compile(r'asm volatile\("// @@RSTEP(\d+)_(\d+)_1 [^"]*" : (?P<outs>[^:]*) : '
+_RSTEP = re.compile(r'asm volatile\("// @@RSTEP(\d+)_(\d+)_([01]) [^"]*" : (?P<outs>[^:]*) : '
                     r'(?P<ins>[^:]*), "l"\((?P<desc>\w+)\), "r"\([^:]*\) : "memory"\);')
 _WG_NOP = re.compile(r'asm volatile\("// @@(?:WAIT0|PROXY)[^"]*" :[^;]*;')
 _LD_V4 = re.compile(r'asm volatile\("(?:\{ \.reg \.pred p; setp\.ne\.b32 p, %5, 0; @p )?'
@@ -183,8 +184,8 @@ WGMMA_STEP = r"""{
       const int row_ = 16 * w_ + g_ + 8 * (r_ / 2), col_ = 8 * j_ + 2 * t_ + r_ % 2;
       float sum_ = 0.0f;
       for (int k_ = 0; k_ < 16; k_++) {
-        const int at_ = base_ + 256 * s_ + (col_ / 8) * sbo_ + (k_ / 8) * lbo_ + (k_ % 8) * 16
-                        + (col_ % 8) * 2;
+        const int at_ = base_ + 256 * s_ + (col_ / 8) * sbo_ + (k_ / 8) * lbo_ + (@TRANS@
+                        ? (k_ % 8) * 16 + (col_ % 8) * 2 : (col_ % 8) * 16 + (k_ % 8) * 2);
         sum_ += emu_wa[wg_][row_][k_] * accy_h(((__local const ushort *)b_tile)[at_ / 2]);
       }
       d_[4 * j_ + r_] += sum_;
@@ -205,7 +206,7 @@ def emulated_wgmma(src: str, mode: str) -> str:
         text = WGMMA_STEP
         for key, value in (("@ND@", str(len(outs))), ("@D@", ", ".join(outs)),
                            ("@NA@", str(len(ins))), ("@A@", ", ".join(ins)),
-                           ("@DESC@", m["desc"]), ("@S@", m[2]),
+                           ("@DESC@", m["desc"]), ("@S@", m[2]), ("@TRANS@", m[3]),
                            ("@OUT@", " ".join(f"{o} = d_[{i}];" for i, o in enumerate(outs)))):
             text = text.replace(key, value)
         return text

@@ -526,13 +526,15 @@ def test_bench_mma_smoke(device, experiment_script, tmp_path):
         pytest.skip("the smoke run is on PoCL")
     bench = experiment_script("bench_mma")
     assert bench.parse_case("b32x512x512x64") == {
-        "name": "b32x512x512x64", "batch": 32, "m": 512, "n": 512, "k": 64, "bias": False}
+        "name": "b32x512x512x64", "batch": 32, "m": 512, "n": 512, "k": 64, "bias": False,
+        "bt": False}
     assert bench.parse_case("bias2048")["bias"] and bench.parse_case("4096")["k"] == 4096
+    assert bench.parse_case("64x32x48t")["bt"]  # B stored N x K
     out = tmp_path / "m.json"
-    rc = bench.main(["--device", "pocl", "--cases", "64,b2x64x64x32,bias72x80x40",
+    rc = bench.main(["--device", "pocl", "--cases", "64,b2x64x64x32,bias72x80x40,b2x40x24x16t",
                      "--repeat", "1", "--no-torch", "--out", str(out)])
     data = json.loads(out.read_text())
-    assert rc == 0 and len(data["results"]) == 9 and data["tensor_cores"] == []
+    assert rc == 0 and len(data["results"]) == 12 and data["tensor_cores"] == []
     assert all(r["status"] == "ok" and r["check"]["bound_use"] <= 1 for r in data["results"])
     rc = bench.main(["--device", "pocl", "--cases", "64x64x32", "--policies", "tf32",
                      "--tiles", "128x128x16:2x2", "--repeat", "1", "--no-torch",

@@ -68,6 +68,8 @@ def test_k_rows_of_a_stage_are_the_permutation_of_the_a_loads():
         for e in range(8):  # the e-th half of lane t's vector: register e // 2, half e % 2
             i, h = divmod(e // 2, 2)
             assert rows[16 * i + 8 * h + 2 * t + e % 2] == t * wgmma.BK // 4 + e
+    # B along K is copied a pair at a time to the position that holds its K
+    assert [int(wgmma.k_position(idx(k)).value) for k in rows] == list(range(wgmma.BK))
 
 
 def test_chosen_where_the_probe_found_wgmma_and_the_tiles_fill_the_units(pipe, used):
@@ -77,9 +79,13 @@ def test_chosen_where_the_probe_found_wgmma_and_the_tiles_fill_the_units(pipe, u
     assert "reqd_work_group_size(512, 1, 1)" in src
     assert src.count(wgmma_ptx.rstep(128, 2, 1)) == 2 and "ld.global.v4.u32" in src
     assert job.kernels[0].geometry.global_size == (8 * 16 * 512,)
+    along_k = prepare(matmul16(2048, 2048, 1024, b_transposed=True), "ieee", HOPPER, pipe)
+    assert used(along_k) == {"wgmma-f16": 1}  # x @ W.T: B's K-major core matrices
+    assert along_k.kernel_source(0).count(wgmma_ptx.rstep(128, 2, 0)) == 2
+    assert "cp.async.ca.shared.global [%0], [%1], 4;" in along_k.kernel_source(0)
     for prog, target, why in (
             (matmul16(2048, 2048, 1024), ASYNC, "no probe entry"),
-            (matmul16(2048, 2048, 1024, b_transposed=True), HOPPER, "B along K"),
+            (matmul16(2048, 2048, 1022, b_transposed=True), HOPPER, "A's rows of 1,022 halves"),
             (matmul16(1024, 1024, 1024), HOPPER, "32 tiles for 132 units"),
             (matmul16(2048, 2048, 1020), HOPPER, "rows of K not whole 16-byte vectors"),
             (matmul16(4096, 4096, 64), HOPPER, "K below MIN_K"),
@@ -99,29 +105,32 @@ def test_x_at_w_through_traced_values_takes_wgmma(pipe, used):
 
 @pytest.mark.skipif(cl is None, reason="needs pyopencl")
 @pytest.mark.parametrize("mode", ["eager", "deferred"])
-@pytest.mark.parametrize("m, n, k, batch, bias", [
-    (500, 248, 72, 0, True),  # edges in M, N and K (K steps of 32 over 72), bias and relu
-    (256, 128, 200, 0, False),  # 7 K steps through 4 stages, an odd count (the loop's pair)
-    (256, 128, 64, 2, False),  # batched
-], ids=["edges-bias", "stages", "batched"])
+@pytest.mark.parametrize("m, n, k, batch, bias, b_transposed", [
+    (500, 248, 72, 0, True, False),  # edges in M, N and K (K steps of 32 over 72), bias, relu
+    (256, 128, 200, 0, False, False),  # 7 K steps through 4 stages, an odd count (loop pairs)
+    (256, 128, 64, 2, False, False),  # batched
+    (500, 248, 80, 0, True, True),  # B along K (K-major core matrices): edges, bias, relu
+    (256, 128, 96, 2, False, True),  # B along K, batched
+], ids=["edges-bias", "stages", "batched", "b-along-k", "b-along-k-batched"])
 def test_kernels_compute_the_product_in_emulation(device, pipe, used, monkeypatch, mode, m, n,
-                                                  k, batch, bias):
+                                                  k, batch, bias, b_transposed):
     if "Portable Computing Language" not in device.info.platform:
         pytest.skip("the emulation is checked on PoCL")
     monkeypatch.setattr(wgmma, "MIN_K", 32)  # selection only: short K keeps the emulation quick
-    job = prepare(matmul16(m, n, k, batch, bias), "ieee", FEW_UNITS, pipe)
+    job = prepare(matmul16(m, n, k, batch, bias, b_transposed), "ieee", FEW_UNITS, pipe)
     assert used(job) == {"wgmma-f16": 1}
     check_f16_product(device, job, emulated_wgmma(job.kernel_source(0), mode), m, n, k, batch,
-                      bias, seed=9)
+                      bias, seed=9, b_transposed=b_transposed)
 
 
 @pytest.mark.skipif(cl is None, reason="needs pyopencl")
-def test_wgmma_probe_expects_what_its_kernel_computes(device):
+@pytest.mark.parametrize("trans", [1, 0], ids=["b-mn-major", "b-k-major"])
+def test_wgmma_probe_expects_what_its_kernel_computes(device, trans):
     if "Portable Computing Language" not in device.info.platform:
         pytest.skip("the emulation is checked on PoCL")
     a, b, want = tensor_cores.wgmma_probe_case()
-    src = tensor_cores.wgmma_probe_source()
-    assert wgmma_ptx.rstep(wgmma.BN, wgmma.BK // 16, 1) in src  # the generator's form
+    src = tensor_cores.wgmma_probe_source(trans)
+    assert wgmma_ptx.rstep(wgmma.BN, wgmma.BK // 16, trans) in src  # the generator's form
     got = tensor_cores.run_isolated(device.device, emulated_wgmma(one_line(src), "eager"),
                                     "accy_wgmma_probe", [a.view(np.uint32), b.view(np.uint16)],
                                     np.zeros(want.size, np.float32), items=128)
@@ -159,11 +168,12 @@ void __attribute__((overloadable)) vstore_half2(float2 v, size_t i, __private ha
 
 @pytest.mark.skipif(not (shutil.which("clang-15") and shutil.which("ptxas")),
                     reason="needs clang-15 and CUDA's ptxas")
-def test_expanded_ptx_assembles_for_sm_90a_without_spills(pipe, tmp_path):
+@pytest.mark.parametrize("b_transposed", [False, True], ids=["b-along-n", "b-along-k"])
+def test_expanded_ptx_assembles_for_sm_90a_without_spills(pipe, tmp_path, b_transposed):
     """The generated kernel through clang's PTX (as NVIDIA's compiler would emit it for sm_90,
     markers kept), expanded, assembled by ptxas for sm_90a: the wgmma forms are valid PTX and
     the accumulators, A registers and addresses fit in registers."""
-    job = prepare(matmul16(2048, 2048, 1024), "ieee", HOPPER, pipe)
+    job = prepare(matmul16(2048, 2048, 1024, b_transposed=b_transposed), "ieee", HOPPER, pipe)
     (tmp_path / "k.cl").write_text(_NVPTX_BUILTINS + job.kernel_source(0))
     subprocess.run(["clang-15", "-S", "-x", "cl", "-cl-std=CL1.2", "-O2",
                     "-target", "nvptx64-nvidia-nvcl", "-march=sm_80", "-Dasm=__asm__",

@@ -117,11 +117,15 @@ void accy_satfinite_probe(__global const float *x, __global uint *d) {
 # them (accy/kernels/wgmma_ptx.py: markers expanded in the PTX): A (64 x 32 halves) as words in
 # each warp's m16n8k16 fragments, B (32 x 128 halves, K x N) stored by plain stores into local
 # memory as MN-major core matrices (element (k, n) at byte (n/8) 512 + (k/8) 128 + (k%8) 16 +
-# (n%8) 2), made visible to wgmma by the proxy fence, then the wait.
+# (n%8) 2; or K-major, see wgmma_probe_source), made visible to wgmma by the proxy fence, then
+# the wait.
 WGMMA_PROBE_N = 128  # the generator's tile width
 
 
-def wgmma_probe_source() -> str:
+def wgmma_probe_source(trans_b: int = 1) -> str:
+    """The probe kernel; ``trans_b`` 0: B stored into local memory as K-major core matrices
+    instead (element (k, n) at byte (n/8) 512 + (k/8) 128 + (n%8) 16 + (k%8) 2), the form of
+    a B stored along K."""
     n = WGMMA_PROBE_N
     acc = ", ".join(f'"+f"(c{i})' for i in range(n // 2))
     stores = "\n".join(  # unrolled: the accumulators stay registers, none in memory
@@ -129,7 +133,8 @@ def wgmma_probe_source() -> str:
         for i in range(n // 2))
     subs = {"@N@": str(n), "@C@": ", ".join(f"c{i} = 0.0f" for i in range(n // 2)),
             "@STORES@": stores, "@PROXY@": wgmma_ptx.PROXY, "@WAIT@": wgmma_ptx.WAIT0,
-            "@STEP@": wgmma_ptx.rstep(n, 2, 1), "@ACC@": acc,
+            "@STEP@": wgmma_ptx.rstep(n, 2, trans_b), "@ACC@": acc,
+            "@AT@": ("(k % 8) * 16 + (n % 8) * 2" if trans_b else "(n % 8) * 16 + (k % 8) * 2"),
             "@OPS@": ", ".join(f"%{i}" for i in range(n // 2 + 10)),
             "@REGS@": ", ".join(f"%{i}" for i in range(n // 2)),
             "@INS@": ", ".join(f'"r"(x[{i}])' for i in range(8)),
@@ -141,7 +146,7 @@ void accy_wgmma_probe(__global const uint *a, __global const ushort *b, __global
   const int l = get_local_id(0), r = 16 * (l / 32) + (l % 32) / 4, t = l % 4;
   for (int e = l; e < 32 * @N@; e += 128) {
     const int k = e / @N@, n = e % @N@;
-    b_tile[((n / 8) * 512 + (k / 8) * 128 + (k % 8) * 16 + (n % 8) * 2) / 2] = b[e];
+    b_tile[((n / 8) * 512 + (k / 8) * 128 + @AT@) / 2] = b[e];
   }
   asm volatile("@PROXY@" ::: "memory");
   barrier(CLK_LOCAL_MEM_FENCE);
@@ -277,13 +282,13 @@ def probe_isolated(device: cl.Device, wgmma: bool) -> tuple[str, ...]:
             found.append(TF32_SATFINITE)
     except cl.Error:
         pass
-    if wgmma:
+    if wgmma:  # both forms of B the generator uses: MN-major (B along N), K-major (along K)
         try:
             a, b, want = wgmma_probe_case()
-            got = run_isolated(device, wgmma_probe_source(), "accy_wgmma_probe",
-                               [a.view(np.uint32), b.view(np.uint16)],
-                               np.zeros(want.size, np.float32), items=128)
-            if np.array_equal(got.reshape(want.shape), want):
+            if all(np.array_equal(run_isolated(
+                    device, wgmma_probe_source(trans), "accy_wgmma_probe",
+                    [a.view(np.uint32), b.view(np.uint16)], np.zeros(want.size, np.float32),
+                    items=128).reshape(want.shape), want) for trans in (1, 0)):
                 found.append(WGMMA_F16)
         except (cl.Error, ValueError):  # ValueError: binaries that are not PTX text (decode),
             pass  # or PTX the expansion does not know: no wgmma, the device stays usable
