@@ -4,8 +4,9 @@ in registers, from OpenCL C.
 Taken before ``mma-f16`` where the target's probe ran a register-A ``wgmma`` (``WGMMA_F16`` in
 ``TargetProfile.tensor_cores``: compute capability 9.0; the instructions are deferred PTX,
 expanded and built for ``sm_90a`` by the runtime, :mod:`accy.kernels.wgmma_ptx`), the product
-is one ``mma-f16`` takes (:func:`accy.kernels.mma_plan.plan`) with A stored along K and B along
-N (``x @ W``), both in whole 16-byte vectors, and its tiles fill the device (:func:`plan`).
+is one ``mma-f16`` takes (:func:`accy.kernels.mma_plan.plan`) with A stored along K in whole
+16-byte vectors, B along N in whole 16-byte vectors (``x @ W``) or along K in whole pairs of
+halves (``x @ W.T``), and its tiles fill the device (:func:`plan`).
 
 The kernel (``experiments/probe_wgmma.py`` step (7), where it was measured): a work-group of
 ``WARPGROUPS`` warpgroups (128 work-items each) computes a ``64 WARPGROUPS x BN`` tile; each
@@ -14,12 +15,15 @@ warpgroup's 64 rows are one ``wgmma m64nBNk16`` accumulator, which per warp is e
 stores are ``mma-f16``'s (:class:`accy.kernels.mma_store.Stores`, staged through the B stages'
 local memory, two halves in turn). Only B goes through local memory during the K loop:
 ``STAGES`` stages of ``BK x BN`` filled by ``cp.async`` (zero-filled outside the operand),
-stored as MN-major core matrices (8 K rows of 8 N halves, 128 bytes; K-adjacent ones 128 bytes
-apart: the descriptor's leading offset; N-adjacent ones ``BK / 8 * 128``: its stride).
+stored as MN-major core matrices for a B along N (8 K rows of 8 N halves, 128 bytes, copied 16
+bytes at a time) or K-major ones for a B along K (8 N rows of 8 K positions, copied a pair of
+halves at a time); K-adjacent ones 128 bytes apart: the descriptor's leading offset;
+N-adjacent ones ``BK / 8 * 128``: its stride.
 A's fragments come straight from global memory, 16 bytes a row at a time:
 lane ``t`` of a warp loads K ``t BK/4 ..`` of its rows ``g`` and ``g + 8``, so register
 position ``16 i + 8 h + 2 t + e`` of the fragments holds K ``t BK/4 + 4 i + 2 h + e``; B's
-stage rows are copied from the K rows so permuted, which makes the product the same.
+stage holds the same permutation of its K (:func:`k_row`, :func:`k_position`), which makes the
+product the same.
 
 A K step: the next step's A fragments are loaded (into the other of two register sets, read
 by the previous step's wgmma, which was waited for), the step's copies waited for, a barrier,
