@@ -65,6 +65,11 @@ class StagePlan:
     frag_rows: int
     vec: int
 
+    @property
+    def per(self) -> int:
+        """Elements a 32-bit word of local memory holds."""
+        return 2 if self.packed else 1
+
 
 def _less(a: Expr, n: int) -> Expr:
     return Bin("-", a, idx(n)) if n else a
@@ -225,9 +230,9 @@ class Stores:
                     body += [Assign(f"acc_{mi}_{pn}_{r}", v)
                              for (pn, r), v in zip(pair, lanes[0], strict=True)]
                     self.guarded(add(m0, rr), add(n0, cc), body)
-        per = 2 if plan.packed else 1
+        per, vec, band = plan.per, plan.vec, 16 * plan.frag_rows
         words = t.bn // per
-        stride, vec, band = words + STAGE_PAD, plan.vec, 16 * plan.frag_rows
+        stride = words + STAGE_PAD
         wrow = div(wm, t.warp_m)
         buffers = self.stage_buffers()
         self.body.append(Barrier())  # the K loop's reads are done
