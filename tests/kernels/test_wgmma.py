@@ -96,11 +96,16 @@ def test_chosen_where_the_probe_found_wgmma_and_the_tiles_fill_the_units(pipe, u
 
 
 def test_x_at_w_through_traced_values_takes_wgmma(pipe, used):
-    """``x @ w`` written with operators on traced f16 values (the front end) takes it too."""
+    """``x @ w`` and ``x @ w.T`` (a Linear layer's weight layout) written with operators on
+    traced f16 values (the front end) take it too."""
     prog = accy.trace(lambda x, w: (x @ w).relu(), TensorType((4096, 1024), DType.f16),
                       TensorType((1024, 1024), DType.f16))
     job = prepare(prog, "ieee", HOPPER, pipe)
     assert used(job) == {"wgmma-f16": 1}
+    prog = accy.trace(lambda x, w: (x @ w.T).relu(), TensorType((4096, 1024), DType.f16),
+                      TensorType((2048, 1024), DType.f16))
+    job = prepare(prog, "ieee", HOPPER, pipe)
+    assert used(job) == {"wgmma-f16": 1} and wgmma_ptx.rstep(128, 2, 0) in job.kernel_source(0)
 
 
 @pytest.mark.skipif(cl is None, reason="needs pyopencl")
