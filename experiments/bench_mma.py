@@ -258,8 +258,10 @@ def with_mma_tiles(job: accy.PreparedJob, tiles: MmaTiles, policy: str) -> accy.
     (f32 products under tf32 or 3xtf32; f16 products under any policy), legalized again."""
     p = job.products[Stage.kernel]
     outlines = {o.work_item: o for o in p.outline.outlines}
-    kernels = []
+    kernels, rebuilt = [], set()
     for k in p.kernels:
+        if k.work_item in rebuilt:  # a split K's partial sums: rebuilt with its products
+            continue
         item = p.schedule.item(k.work_item)
         group = p.fusion.groups[item.group]
         kind = ("f16" if mma.accepts(group, p.target, accy.DType.f16) else
@@ -267,6 +269,7 @@ def with_mma_tiles(job: accy.PreparedJob, tiles: MmaTiles, policy: str) -> accy.
         if kind is not None:
             built = mma.build(group, outlines[k.work_item], item.kind, p.target, kind, tiles)
             kernels += [with_spaces(b, p.spaces) if p.spaces is not None else b for b in built]
+            rebuilt.add(k.work_item)
         else:
             kernels.append(k)
     products = {s: q for s, q in job.products.items() if s.index < Stage.target.index}

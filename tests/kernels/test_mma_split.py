@@ -97,3 +97,15 @@ def test_bench_mma_rebuilds_a_job_with_split_tiles(pipe, used, experiment_script
     assert scratch.scratch_elems == 4 * 128 * 128
     assert "k0 = (chunk * 256L)" in job.kernel_source(0)
     assert [a.name for a in second.args if a.is_scratch] == [scratch.name]  # sums the chunks
+
+
+def test_bench_mma_rebuilds_a_split_job_once(pipe, used, experiment_script):
+    """A job the heuristic split already has two kernels of one work item: rebuilt with other
+    tiles it has the new tiles' kernels only (it had both pairs, every product computed twice)."""
+    job = prepared(matmul(256, 256, 65536), "3xtf32", NV, pipe)
+    assert len(job.kernels) == 2 and len({k.work_item for k in job.kernels}) == 1
+    bench = experiment_script("bench_mma")
+    split = bench.with_mma_tiles(job, parse_tiles("64x64x16:2x2:2:split=8"), "3xtf32")
+    assert [k.entry for k in split.kernels] == ["einsum_kernel_partials", "einsum_kernel"]
+    whole = bench.with_mma_tiles(job, parse_tiles("64x64x16:2x2:2"), "3xtf32")
+    assert [k.entry for k in whole.kernels] == ["einsum_kernel"]
