@@ -155,10 +155,10 @@ def run_kernels(device, job, sources: list[str], args: list[np.ndarray], shape, 
 # wgmma (accy/kernels/wgmma.py, markers of accy/kernels/wgmma_ptx.py): a K step of S register-A
 # wgmma m64nNk16, B MN-major (trans-b 1) or K-major (0) through its descriptor; the A fragments
 # of each warpgroup's 64 rows exchanged through local memory (mma.sync m16n8k16's A layout per
-# warp), B's halves read
-# at the core-matrix address the descriptor gives (start: the 18-bit local address >> 4, made
-# relative to b_tile; leading offset between K-adjacent core matrices, stride between
-# N-adjacent ones; 256 bytes further per wgmma); the waits and fences have nothing to do
+# warp), B's halves read at the core-matrix address the descriptor gives (start: the 18-bit
+# local address >> 4, made relative to b_tile; leading offset between K-adjacent core
+# matrices, stride between N-adjacent ones; 256 bytes further per wgmma); the waits and fences
+# have nothing to do
 _RSTEP = re.compile(r'asm volatile\("// @@RSTEP(\d+)_(\d+)_([01]) [^"]*" : (?P<outs>[^:]*) : '
                     r'(?P<ins>[^:]*), "l"\((?P<desc>\w+)\), "r"\([^:]*\) : "memory"\);')
 _WG_NOP = re.compile(r'asm volatile\("// @@(?:WAIT0|PROXY)[^"]*" :[^;]*;')
