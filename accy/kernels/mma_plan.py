@@ -216,6 +216,8 @@ class MmaTiles:
 # mma of LARGE, at more registers; the fastest of the three on the H200 (papers/kernels.md)
 WIDE = MmaTiles(128, 128, 16, 2, 2)
 SMALL = MmaTiles(64, 64, 16, 2, 2)  # 4 warps of 32x32, where 128x128 tiles leave units idle
+# 4 warps of 32x16 (f32): where 64x64 tiles leave a short last wave of work-groups
+NARROW = MmaTiles(64, 32, 16, 2, 2)
 # 8 warps of 64x32 (4x4 fragments, 64 accumulators): a candidate for sweeps
 # (experiments/bench_mma.py --tiles)
 LARGE = MmaTiles(128, 128, 16, 2, 4)
@@ -225,8 +227,17 @@ SMALL16 = MmaTiles(64, 64, 32, 2, 2, f16=True)
 # what choose_tiles picks from, largest first, as measured (papers/kernels.md: bench_mma
 # --loads scalar,vector,ptx): f16 blocks with vector fragment loads (ldmatrix), f32 blocks
 # with scalar loads from padded tiles (their vector loads measured slower)
-CANDIDATES = (WIDE, SMALL)
+CANDIDATES = (WIDE, SMALL, NARROW)
 CANDIDATES16 = tuple(replace(t, loads="vector") for t in (WIDE16, SMALL16))
+# The choice among them (choose_tiles): a tiling's waves are its work-groups over the compute
+# units, rounded up, its *balance* the share of those waves' slots it fills, and its score the
+# balance times the tiling's relative rate (a unit's throughput on it: 64x32 tiles reuse each
+# fragment less, RATES); the largest tiling within BALANCE_TIE of the best score is taken.
+# Fitted to the H200 sweeps of papers/kernels.md ("Sixteenth session": 13 shapes, f32 3xTF32
+# and f16), where 1000x1030x520 on 64x64 tiles makes 272 groups, three waves of which the last
+# holds 8 (balance 0.69), and 64x32 tiles run 1.22x faster in four full waves.
+RATES = {(64, 32): 0.8}
+BALANCE_TIE = 0.02
 # tiles padding M x N by more than this are passed over for smaller ones: attention's P V
 # (N = 64, the head dimension) on 128x128 tiles computes twice its outputs
 MAX_PADDING = 1.25
@@ -407,11 +418,12 @@ def fits(t: MmaTiles, target: TargetProfile) -> bool:
 
 def choose_tiles(c: Contraction, target: TargetProfile, pipelined: bool,
                  candidates: tuple[MmaTiles, ...] | None = None) -> MmaTiles:
-    """The first of ``candidates`` (largest first; default 128x128 then 64x64 tiles,
-    :data:`CANDIDATES`, :data:`CANDIDATES16` for f16, whatever K is) that fits the target
-    (:func:`fits`), pads M x N by at most :data:`MAX_PADDING` (else the least padding) and
-    gives every compute unit a work-group with K split where :func:`split_k` says (not for
-    given candidates), else the one making the most work-groups, the larger on a tie; with
+    """Of ``candidates`` (largest first; default :data:`CANDIDATES`, 128x128, 64x64 and 64x32
+    tiles, or :data:`CANDIDATES16` for f16, whatever K is) that fit the target (:func:`fits`)
+    and pad M x N by at most :data:`MAX_PADDING` (else the least padding), with K split where
+    :func:`split_k` says (not for given candidates), the largest whose waves of work-groups are
+    best filled (:func:`balance` times :data:`RATES`, within :data:`BALANCE_TIE`; on a tie
+    one without a split); with
     ``cp.async`` (``pipelined``) as many stages, up to 3, as local memory holds and K has steps
     (a stage beyond the last K step would only hold local memory; sweep others with
     ``experiments/bench_mma.py --stages``)."""
@@ -432,10 +444,12 @@ def choose_tiles(c: Contraction, target: TargetProfile, pipelined: bool,
 
     if not given:  # K split where the tiles leave units idle
         snug = [replace(t, split=split_k(c, t, target)) for t in snug]
-    # the first that fills the units; else the most groups, the larger tile on a tie (a long K
-    # over few 128x128 tiles splits into as many groups as over 64x64 ones)
-    tiles = next((t for t in snug if groups(t) >= target.compute_units),
-                 max(snug, key=lambda t: (groups(t), t.bm * t.bn)))
+    # the best balanced waves; on a tie one kernel (no split: a long K over few 128x128 tiles
+    # splits into as many groups as 64x64 tiles make unsplit), then the larger tile
+    scores = [balance(groups(t), target.compute_units) * RATES.get((t.bm, t.bn), 1.0)
+              for t in snug]
+    tied = [t for t, s in zip(snug, scores, strict=True) if s >= (1 - BALANCE_TIE) * max(scores)]
+    tiles = next((t for t in tied if t.split == 1), tied[0])
     if pipelined:
         steps = -(-c.k.size // tiles.bk)
         for stages in (3, 2):
@@ -443,6 +457,12 @@ def choose_tiles(c: Contraction, target: TargetProfile, pipelined: bool,
             if deeper.local_bytes() <= target.local_mem_bytes and stages <= max(2, steps):
                 return deeper
     return replace(tiles, stages=2)  # registers and plain stores: two buffers
+
+
+def balance(groups: int, units: int) -> float:
+    """The share of its waves' slots ``groups`` work-groups fill on ``units`` compute units (a
+    wave: one work-group a unit); 1 when the last wave is full."""
+    return groups / (units * -(-groups // units))
 
 
 def split_k(c: Contraction, tiles: MmaTiles, target: TargetProfile) -> int:

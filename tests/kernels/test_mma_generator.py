@@ -37,6 +37,7 @@ from accy.kernels.mma_plan import (
     MMA_K,
     MMA_M,
     MMA_N,
+    NARROW,
     SMALL,
     VECTOR,
     WIDE,
@@ -98,8 +99,8 @@ def emulate_mma(a_regs: np.ndarray, b_regs: np.ndarray, c_regs: np.ndarray) -> n
     return np.array([[d[ptx_c(lane, i)] for i in range(4)] for lane in range(32)])
 
 
-TILES = pytest.mark.parametrize("tiles", [LARGE, SMALL, WIDE],
-                                ids=["128x128:2x4", "64x64:2x2", "128x128:2x2"])
+TILES = pytest.mark.parametrize("tiles", [LARGE, SMALL, WIDE, NARROW],
+                                ids=["128x128:2x4", "64x64:2x2", "128x128:2x2", "64x32:2x2"])
 
 
 def emulate_block(tiles: MmaTiles, seed: int, k_step: int, fragments, coords=c_coords) -> None:
@@ -452,7 +453,7 @@ def emulated_builds(device):
 
 @pytest.mark.skipif(cl is None, reason="needs pyopencl")
 @pytest.mark.parametrize("m, n, k, batch, bias, a_t, precision, units, tiles", [
-    (130, 96, 40, 0, True, False, "tf32", 132, None),  # 64x64 tiles, edges, epilogue
+    (130, 96, 40, 0, True, False, "tf32", 132, None),  # 64x32 tiles, edges, epilogue
     (64, 72, 36, 2, False, False, "3xtf32", 1, None),  # 128x128 tiles (one unit), batched
     # A stored K x M, K not a multiple of 4; one warp (PoCL builds 3xtf32's 64x64 slowly)
     (70, 66, 33, 0, False, True, "3xtf32", 132, "32x16x8:1x1"),
@@ -501,6 +502,28 @@ def emulate_and_check(device, job, m: int, n: int, k: int, batch: int, bias: boo
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-6 * k)
     if precision == "tf32":  # the operands were rounded: not the f32 product
         assert np.abs(got - exact).max() > 1e-5
+
+
+@pytest.mark.parametrize("m, n, k, tiles, groups", [
+    # 64x64 tiles make 272 groups: three waves on 132 units, the last holding 8
+    (1000, 1030, 520, NARROW, 16 * 33),
+    (1024, 1040, 512, NARROW, 16 * 33),
+    (1536, 1536, 512, SMALL, 24 * 24),  # 144 tiles of 128x128: two waves, the last of 12
+    (2048, 1024, 512, WIDE, 16 * 8),  # 128 tiles of 128x128: one wave, nearly full
+    (4096, 4096, 64, WIDE, 32 * 32),  # a tie of full waves: the larger tiles
+    (1100, 1000, 700, SMALL, 18 * 16),  # 64x32 tiles fill theirs better, not by their rate
+])
+def test_tiles_fill_their_waves_of_work_groups(pipe, m, n, k, tiles, groups):
+    """The tiles whose waves of work-groups (one a compute unit) are best filled, weighed by
+    the tiling's rate: the H200 sweeps of papers/kernels.md, "Sixteenth session"."""
+    job = prepared(matmul(m, n, k), "3xtf32", NV, pipe)
+    assert job.kernels[0].geometry.global_size == (groups * tiles.threads,)
+
+
+def test_balance_is_the_share_of_the_waves_slots_filled():
+    assert mma_plan.balance(272, 132) == 272 / 396
+    assert mma_plan.balance(264, 132) == mma_plan.balance(132, 132) == 1
+    assert mma_plan.balance(66, 132) == 0.5
 
 
 @pytest.mark.skipif(cl is None, reason="needs pyopencl")

@@ -46,7 +46,7 @@ from accy.kernels.mma_layout import (
     f32_b_base,
 )
 from accy.kernels.mma_plan import (
-    CANDIDATES,
+    SMALL,
     WIDE,
     MmaTiles,
     choose_tiles,
@@ -273,7 +273,7 @@ def test_choose_tiles_weighs_compute_units_work_group_size_and_local_memory(pipe
         return analyse(group)[1]
 
     big = parse_tiles("128x256x16:2x4:2:vector")
-    vectors = tuple(dataclasses.replace(t, loads="vector") for t in CANDIDATES)
+    vectors = tuple(dataclasses.replace(t, loads="vector") for t in (WIDE, SMALL))
     pool = (big, *vectors)
     c = contraction(4096, 4096, 256)
     assert choose_tiles(c, NV, True, pool) == dataclasses.replace(big, stages=2)
