@@ -233,14 +233,13 @@ CANDIDATES16 = tuple(replace(t, loads="vector") for t in (WIDE16, SMALL16))
 # units, rounded up, its *balance* the share of those waves' slots it fills, and its score the
 # balance times the tiling's relative rate (a unit's throughput on it, :func:`rate`); the
 # largest tiling within BALANCE_TIE of the best score is taken. Fitted to the H200 sweeps of
-# papers/kernels.md ("Sixteenth session": 30 f32 3xTF32 shapes, all then on their fastest of
-# the three tilings, and 24 f16 ones), where 1000x1030x520 on 64x64 tiles makes 272 groups,
-# three waves of which the last holds 8 (balance 0.69), and 64x32 tiles run 1.22x faster in
-# four full waves. f32 rates: 128x128 tiles 1.2 where they divide M and N, 0.8 where their
-# edges are guarded (3xTF32's kernel then needs 255 registers and spills), 64x32 0.8; f16
-# tilings all 1 (any in 0.8-0.9 and 1.1-1.3 chooses the same on those sweeps).
+# papers/kernels.md ("Sixteenth session": 40 f32 3xTF32 shapes, the choice on average 1.0%
+# slower than the fastest of the three tilings, against 6.4% for "the first that fills the
+# units"; 24 f16 ones, 1.6% against 6.1%), where 1000x1030x520 on 64x64 tiles makes 272
+# groups, three waves of which the last holds 8 (balance 0.69), and 64x32 tiles run 1.22x
+# faster in four full waves. f32 rates: 128x128 tiles 1.1, 64x32 0.8; f16 tilings all 1.
 RATES = {(64, 32): 0.8}
-WIDE_RATES = (1.2, 0.8)  # f32 128x128 tiles: M and N whole tiles, or guarded edges
+WIDE_RATE = 1.1  # f32 tiles of 128x128 or more
 BALANCE_TIE = 0.02
 # tiles padding M x N by more than this are passed over for smaller ones: attention's P V
 # (N = 64, the head dimension) on 128x128 tiles computes twice its outputs
@@ -426,8 +425,8 @@ def choose_tiles(c: Contraction, target: TargetProfile, pipelined: bool,
     tiles, or :data:`CANDIDATES16` for f16, whatever K is) that fit the target (:func:`fits`)
     and pad M x N by at most :data:`MAX_PADDING` (else the least padding), with K split where
     :func:`split_k` says (not for given candidates), the largest whose waves of work-groups are
-    best filled (:func:`balance` times :func:`rate`, within :data:`BALANCE_TIE`; only those
-    without a split where one of them gives FILL of the units a group); with
+    best filled (:func:`balance` times :func:`rate`, within :data:`BALANCE_TIE`; on a tie one
+    without a split); with
     ``cp.async`` (``pipelined``) as many stages, up to 3, as local memory holds and K has steps
     (a stage beyond the last K step would only hold local memory; sweep others with
     ``experiments/bench_mma.py --stages``)."""
@@ -448,14 +447,11 @@ def choose_tiles(c: Contraction, target: TargetProfile, pipelined: bool,
 
     if not given:  # K split where the tiles leave units idle
         snug = [replace(t, split=split_k(c, t, target)) for t in snug]
-    # one kernel where a tiling fills the units unsplit; of those left, the best balanced waves,
-    # the larger tile on a tie (a long K over few 128x128 tiles splits into as many groups as
-    # over 64x64 ones)
-    if any(t.split == 1 and groups(t) >= FILL * target.compute_units for t in snug):
-        snug = [t for t in snug if t.split == 1]
-    scores = [balance(groups(t), target.compute_units) * rate(t, c) for t in snug]
-    tiles = next(t for t, s in zip(snug, scores, strict=True)
-                 if s >= (1 - BALANCE_TIE) * max(scores))
+    # the best balanced waves; on a tie one kernel (no split), then the larger tile (a long K
+    # over few 128x128 tiles splits into as many groups as over 64x64 ones)
+    scores = [balance(groups(t), target.compute_units) * rate(t) for t in snug]
+    tied = [t for t, s in zip(snug, scores, strict=True) if s >= (1 - BALANCE_TIE) * max(scores)]
+    tiles = next((t for t in tied if t.split == 1), tied[0])
     if pipelined:
         steps = -(-c.k.size // tiles.bk)
         for stages in (3, 2):
@@ -465,13 +461,13 @@ def choose_tiles(c: Contraction, target: TargetProfile, pipelined: bool,
     return replace(tiles, stages=2)  # registers and plain stores: two buffers
 
 
-def rate(t: MmaTiles, c: Contraction) -> float:
-    """A compute unit's throughput on tiling ``t`` for ``c``, relative to 64x64 tiles (as
-    measured; :data:`RATES`, :data:`WIDE_RATES`)."""
+def rate(t: MmaTiles) -> float:
+    """A compute unit's throughput on tiling ``t``, relative to 64x64 tiles (as measured;
+    :data:`RATES`, :data:`WIDE_RATE`)."""
     if t.f16:
         return 1.0
     if t.bm * t.bn >= WIDE.bm * WIDE.bn:  # as 128x128 tiles (the others measured are 64 wide)
-        return WIDE_RATES[0 if c.m.size % t.bm == 0 and c.n.size % t.bn == 0 else 1]
+        return WIDE_RATE
     return RATES.get((t.bm, t.bn), 1.0)
 
 
