@@ -215,7 +215,7 @@ class MmaTiles:
 # 4 warps of 64x64 (4x8 fragments, 128 accumulators per lane): half the local-memory reads per
 # mma of LARGE, at more registers; the fastest of the three on the H200 (papers/kernels.md)
 WIDE = MmaTiles(128, 128, 16, 2, 2)
-SMALL = MmaTiles(64, 64, 16, 2, 2)  # 4 warps of 32x32, where 128x128 tiles leave units idle
+SMALL = MmaTiles(64, 64, 16, 2, 2)  # 4 warps of 32x32, where they fill the waves better
 # 4 warps of 32x16 (f32): where 64x64 tiles leave a short last wave of work-groups
 NARROW = MmaTiles(64, 32, 16, 2, 2)
 # 8 warps of 64x32 (4x4 fragments, 64 accumulators): a candidate for sweeps
@@ -426,10 +426,9 @@ def choose_tiles(c: Contraction, target: TargetProfile, pipelined: bool,
     and pad M x N by at most :data:`MAX_PADDING` (else the least padding), with K split where
     :func:`split_k` says (not for given candidates), the largest whose waves of work-groups are
     best filled (:func:`balance` times :func:`rate`, within :data:`BALANCE_TIE`; on a tie one
-    without a split); with
-    ``cp.async`` (``pipelined``) as many stages, up to 3, as local memory holds and K has steps
-    (a stage beyond the last K step would only hold local memory; sweep others with
-    ``experiments/bench_mma.py --stages``)."""
+    without a split); with ``cp.async`` (``pipelined``) as many stages, up to 3, as local
+    memory holds and K has steps (a stage beyond the last K step would only hold local memory;
+    sweep others with ``experiments/bench_mma.py --stages``)."""
     given = candidates is not None
     if not given:
         candidates = CANDIDATES16 if c.dtype is DType.f16 else CANDIDATES
