@@ -41,9 +41,10 @@ def _gelu_tanh(x: np.ndarray) -> np.ndarray:
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
-    z = np.exp(-np.abs(x))
-    one = x.dtype.type(1)
-    return np.where(x >= 0, one / (one + z), z / (one + z)).astype(x.dtype)
+    w = x.astype(np.float64) if x.dtype == np.float16 else x  # f16 rounded once, as gelu
+    z = np.exp(-np.abs(w))
+    one = w.dtype.type(1)
+    return np.where(w >= 0, one / (one + z), z / (one + z)).astype(x.dtype)
 
 
 def _div(a: np.ndarray, b: np.ndarray) -> np.ndarray:

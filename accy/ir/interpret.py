@@ -240,9 +240,11 @@ def _erf(x: np.ndarray) -> np.ndarray:
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
-    z = np.exp(-np.abs(x))  # in (0, 1]: never overflows
-    one = x.dtype.type(1)
-    return np.where(x >= 0, one / (one + z), z / (one + z)).astype(x.dtype)
+    """Stable sigmoid in the tensor's dtype; f16 in f64, rounded once (as gelu)."""
+    w = x.astype(np.float64) if x.dtype == np.float16 else x
+    z = np.exp(-np.abs(w))  # in (0, 1]: never overflows
+    one = w.dtype.type(1)
+    return np.where(w >= 0, one / (one + z), z / (one + z)).astype(x.dtype)
 
 
 def _div(node: Node, xs: list[np.ndarray]) -> np.ndarray:
