@@ -232,12 +232,11 @@ CANDIDATES16 = tuple(replace(t, loads="vector") for t in (WIDE16, SMALL16))
 # The choice among them (choose_tiles): a tiling's waves are its work-groups over the compute
 # units, rounded up, its *balance* the share of those waves' slots it fills, and its score the
 # balance times the tiling's relative rate (a unit's throughput on it, :func:`rate`); the
-# largest tiling within BALANCE_TIE of the best score is taken. Fitted to the H200 sweeps of
-# papers/kernels.md ("Sixteenth session": 40 f32 3xTF32 shapes, the choice on average 1.0%
-# slower than the fastest of the three tilings, against 6.4% for "the first that fills the
-# units"; 24 f16 ones, 1.6% against 6.1%), where 1000x1030x520 on 64x64 tiles makes 272
-# groups, three waves of which the last holds 8 (balance 0.69), and 64x32 tiles run 1.22x
-# faster in four full waves. f32 rates: 128x128 tiles 1.1, 64x32 0.8; f16 tilings all 1.
+# largest tiling within BALANCE_TIE of the best score is taken. Why: 64x64 tiles can leave a
+# last wave nearly empty (1000x1030 makes 272 work-groups on 132 units, the third wave 8)
+# where 64x32 tiles fill whole waves. The rates are fitted to the sweeps of papers/kernels.md
+# ("Sixteenth session", where the fit's error against the fastest tiling is given): f32
+# 128x128 tiles 1.1, 64x32 0.8; f16 tilings all 1.
 RATES = {(64, 32): 0.8}
 WIDE_RATE = 1.1  # f32 tiles of 128x128 or more
 BALANCE_TIE = 0.02

@@ -36,8 +36,8 @@ def test_long_k_on_few_tiles_splits_k_over_work_groups(precision, pipe, used):
     job = prepared(matmul(192, 192, 65536), precision, NV, pipe)
     assert job.kernels[0].geometry.global_size == (9 * 16 * 128,)
     # 256 tiles of 64x64 fill two waves as well as 64 of 128x128 with K split in two, whose
-    # rate is higher (0.184 against 0.214 ms on the H200, 3xtf32): split; one kernel where the
-    # tiles fill the units without a split, and a short K is never split
+    # rate is higher (measured faster: papers/kernels.md, "Sixteenth session"): split; one
+    # kernel where the tiles fill the units without a split, and a short K is never split
     assert len(prepared(matmul(1024, 1024, 4096), precision, NV, pipe).kernels) == 2
     assert len(prepared(matmul(2048, 2048, 4096), precision, NV, pipe).kernels) == 1
     assert len(prepared(matmul(256, 256, 1536), precision, NV, pipe).kernels) == 1
