@@ -51,7 +51,12 @@ WGMMA_F16 = "wgmma.m64nNk16.f16"
 descriptor) and f32 accumulators, an ``sm_90a`` feature NVIDIA's OpenCL compiler does not emit:
 written as markers in inline asm and expanded in the program's PTX, built for ``sm_90a``
 (:mod:`accy.kernels.wgmma_ptx`). Probed on compute capability 9.0 only."""
-TENSOR_CORE_SHAPES = (TF32_MMA, F16_MMA, CP_ASYNC, TF32_SATFINITE, WGMMA_F16)
+WGMMA_TF32 = "wgmma.m64nNk8.tf32"
+"""PTX ``wgmma.mma_async`` m64nNk8 with TF32 operands (A from registers, B from local memory as
+K-major core matrices) and f32 accumulators, deferred and built as ``WGMMA_F16``; probed on
+compute capability 9.0 only, where the tf32 and 3xtf32 policies take it
+(:mod:`accy.kernels.wgmma_tf32`)."""
+TENSOR_CORE_SHAPES = (TF32_MMA, F16_MMA, CP_ASYNC, TF32_SATFINITE, WGMMA_F16, WGMMA_TF32)
 
 PRECISIONS = ("f32", "ieee", "tf32", "3xtf32")
 """Precision policies for f32 contractions (``kernelization{precision=...}``): ``f32`` (the

@@ -39,7 +39,9 @@ PRIORITY: tuple[str, ...] = (
     "vector-flat", "row-fused", "tree-reduction", "row-softmax",
     "mma-attention-tf32", "mma-attention-3xtf32",  # under their policy, before the work-group
     "mma-attention-f16", "fused-attention",
-    "mma-tf32", "mma-3xtf32",  # only under their precision policy, before the f32 tiles
+    # f32 products under the tf32 / 3xtf32 policies: Hopper's wgmma (A along K, tiles
+    # filling the units), else mma.sync; before the f32 tiles
+    "wgmma-tf32", "wgmma-3xtf32", "mma-tf32", "mma-3xtf32",
     "wgmma-f16",  # f16 products on Hopper's wgmma (A along K, B along N, tiles filling units)
     "mma-f16",  # f16 products, on targets with f16 tensor cores and cp.async
     "tiled-contraction", "direct-conv", "indexed-gather", "indexed-scatter",
@@ -51,7 +53,7 @@ name must be registered once the modules of :data:`BUILT_IN` are loaded (:func:`
 checks)."""
 
 BUILT_IN = ("flat", "reduction", "rowwise", "rowfused", "attention", "attention_mma", "mma",
-            "wgmma", "contraction", "indexed", "conv")
+            "wgmma", "wgmma_tf32", "contraction", "indexed", "conv")
 """The modules of accy.kernels whose generators register themselves (in any order)."""
 
 

@@ -34,6 +34,8 @@ compiler reuses none before it).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from accy.ir.types import DType
 from accy.kernels.contraction_plan import Contraction, analyse, padded, tile_groups
 from accy.kernels.generators import Generator, register_generator
@@ -41,6 +43,7 @@ from accy.kernels.ir import (
     INDEX,
     Barrier,
     Bin,
+    Call,
     Cast,
     Expr,
     For,
@@ -53,7 +56,6 @@ from accy.kernels.ir import (
     Stmt,
     Var,
     add,
-    all_of,
     div,
     idx,
     mod,
@@ -91,6 +93,25 @@ LD_V4_IF = ("{ .reg .pred p; setp.ne.b32 p, %5, 0; @p ld.global.v4.u32 {%0, %1, 
             "@!p mov.b32 %3, 0; }")
 
 
+def by_tail(step: Expr, k: int, bk: int, make: Callable[[bool], list[Stmt]]) -> list[Stmt]:
+    """``make(tail)``'s statements for K step ``step`` (of ``bk``) where it exists: without K
+    guards for a whole step, with them (``tail``) for a last step K ends inside. Guards on
+    every step predicated every load and copy of the loop and measured much slower
+    (papers/kernels.md, "Seventeenth session")."""
+    whole = k // bk
+    out: list[Stmt] = [If(Bin("<", step, idx(whole)), tuple(make(False)))] if whole else []
+    if k % bk:
+        out.append(If(Bin("==", step, idx(whole)), tuple(make(True))))
+    return out
+
+
+def clamped(e: Expr, last: int, needed: bool) -> Expr:
+    """``e``, at most ``last`` where the tiles overrun the operand (``needed``): a row or
+    column past the end reads the last one instead of a guard on every load, its results
+    never stored (each output depends on its own row of A and column of B only)."""
+    return Call("min", (e, idx(last))) if needed else e
+
+
 def k_row(kr: Expr) -> Expr:
     """The K row (of a step) that stage row ``kr`` holds: position ``16 i + 8 h + 2 t + e``
     of the A fragments holds K ``t BK/4 + 4 i + 2 h + e`` (each lane's 16-byte loads)."""
@@ -123,11 +144,12 @@ class _Wgmma(_Builder):
         for name in self.regs["E"] + self.regs["O"]:
             self.let(name, Lit(0, DType.i32), DType.i32, mutable=True)
         # A: this lane's rows g and g + 8 of its warp's 16, as byte addresses of K 0
-        rows = [self.let(f"a_row{h}", add(m0, add(wm, add(g, idx(8 * h))))) for h in (0, 1)]
+        rows = [self.let(f"a_row{h}", clamped(add(m0, add(wm, add(g, idx(8 * h)))),
+                                              c.m.size - 1, c.m.size % t.bm != 0))
+                for h in (0, 1)]
         self.a_at = [self.let(f"a_at{h}", Bin("+", Cast(INDEX, Var(self.arg["x"])), mul(
             add(self.bases["x"], add(mul(r, idx(c.m.x)), mul(tt, idx(BK // 4)))), idx(2))))
             for h, r in enumerate(rows)]
-        self.a_ok = [Bin("<", r, idx(c.m.size)) if c.m.size % t.bm else None for r in rows]
         # B: this work-item's chunks of a stage, fixed over K: 16 bytes of a K row (B along N,
         # MN-major core matrices), or a pair of halves along K (B along K, K-major ones)
         self.trans, self.copies = 0 if along_k(c, "y") else 1, []
@@ -137,12 +159,13 @@ class _Wgmma(_Builder):
             if self.trans:
                 kb, nc = div(ch, BN), mod(div(ch, 8), BN // 8)
                 kr = self.let(f"y_kr{i}", add(mul(kb, idx(8)), mod(ch, 8)))
-                n = self.let(f"y_n{i}", add(n0, mul(nc, idx(8))))
+                n = self.let(f"y_n{i}", clamped(add(n0, mul(nc, idx(8))), c.n.size - 8,
+                                                c.n.size % BN != 0))
                 byte = add(mul(nc, idx(SBO)), add(mul(kb, idx(CORE)), mul(mod(ch, 8), idx(16))))
                 k = k_row(kr)
             else:  # consecutive work-items: consecutive pairs of a row of B
                 nl, k = div(ch, BK // 2), mul(mod(ch, BK // 2), idx(2))
-                n = self.let(f"y_n{i}", add(n0, nl))
+                n = self.let(f"y_n{i}", clamped(add(n0, nl), c.n.size - 1, c.n.size % BN != 0))
                 p = self.let(f"y_p{i}", k_position(k))
                 byte = add(add(mul(div(nl, 8), idx(SBO)), mul(div(p, 8), idx(CORE))),
                            add(mul(mod(nl, 8), idx(16)), mul(mod(p, 8), idx(2))))
@@ -151,9 +174,9 @@ class _Wgmma(_Builder):
         steps = -(-c.k.size // BK)
         commit = InlineAsm(CP_COMMIT, (), (), True, ("memory",))
         for s in range(STAGES - 1):
-            self.body += self.copy(idx(s), idx(s)) if s < steps else []
+            self.body += self.copy(idx(s), idx(s), s * BK + BK > c.k.size) if s < steps else []
             self.body.append(commit)
-        self.body += self.load_a("E", idx(0))
+        self.body += self.load_a("E", idx(0), BK > c.k.size)
         kt = Var("kt")
         loop = self.step("E", "O", kt, steps, 0)
         loop.append(If(Bin("<", add(kt, idx(1)), idx(steps)),
@@ -162,42 +185,41 @@ class _Wgmma(_Builder):
         self.stores(m0, n0, wm, wn, g, tt)
         return self.kernel(groups)
 
-    def load_a(self, regs: str, step: Expr) -> list[Stmt]:
+    def load_a(self, regs: str, step: Expr, tail: bool) -> list[Stmt]:
         """A's fragments of K step ``step`` into register set ``regs``: per row one 16-byte
-        load per 32 of K (zeros outside the operand)."""
+        load per 32 of K (zeros outside the operand; ``tail``: K ends inside the step)."""
         out: list[Stmt] = []
         names = self.regs[regs]
         for v in range(BK // 32):
             k = add(mul(step, idx(BK)), idx(8 * v))
             k_ok = Bin("<", add(k, mul(Var("t"), idx(BK // 4))), idx(self.c.k.size)) \
-                if self.c.k.size % BK else None
+                if tail else None
             for h in (0, 1):  # row g: registers 0, 2, 4, 6 of the eight; row g + 8: 1, 3, 5, 7
                 dst = tuple(("=r", names[8 * v + 2 * e + h]) for e in range(4))
                 at = Bin("+", self.a_at[h], mul(k, idx(2)))
-                guard = all_of([x for x in (self.a_ok[h], k_ok) if x is not None])
-                out.append(InlineAsm(LD_V4, dst, (("l", at),), True) if guard is None else
-                           InlineAsm(LD_V4_IF, dst, (("l", at), ("r", Cast(DType.i32, guard))),
+                out.append(InlineAsm(LD_V4, dst, (("l", at),), True) if k_ok is None else
+                           InlineAsm(LD_V4_IF, dst, (("l", at), ("r", Cast(DType.i32, k_ok))),
                                      True))
         return out
 
-    def copy(self, step: Expr, stage: Expr) -> list[Stmt]:
-        """The ``cp.async`` of K step ``step``'s B chunks into stage ``stage``."""
+    def copy(self, step: Expr, stage: Expr, tail: bool) -> list[Stmt]:
+        """The ``cp.async`` of K step ``step``'s B chunks into stage ``stage`` (``tail``: K
+        ends inside the step)."""
         c, out = self.c, []
         for k, n, local in self.copies:
             kg = add(mul(step, idx(BK)), k)
             at = add(self.bases["y"], add(mul(kg, idx(c.k.y)), mul(n, idx(c.n.y))))
             dst = Cast(DType.i32, Cast(INDEX, Bin("+", Var("b_tile"), add(
                 mul(stage, idx(STAGE_BYTES // 4)), local))))
-            guard = all_of(([Bin("<", n, idx(c.n.size))] if c.n.size % BN else [])
-                           + ([Bin("<", kg, idx(c.k.size))] if c.k.size % BK else []))
+            guard = Bin("<", kg, idx(c.k.size)) if tail else None
             out.append(cp_async(dst, self.arg["y"], at, 2, 16 if self.trans else 4, guard))
         return out
 
     def step(self, regs: str, other: str, kt: Expr, steps: int, n: int) -> list[Stmt]:
         """K step ``kt`` from A register set ``regs``, loading step ``kt + 1``'s into
         ``other`` first (``n``: the step's place in the loop body, naming its variables)."""
-        out: list[Stmt] = [If(Bin("<", add(kt, idx(1)), idx(steps)),
-                              tuple(self.load_a(other, add(kt, idx(1)))))]
+        out = by_tail(add(kt, idx(1)), self.c.k.size, BK,
+                      lambda tail: self.load_a(other, add(kt, idx(1)), tail))
         stage = self.let_in(out, f"stage{n}", mod(kt, STAGES))
         addr = Cast(DType.i32, Cast(INDEX, Bin("+", Var("b_tile"),
                                                 mul(stage, idx(STAGE_BYTES // 4)))))
@@ -213,8 +235,7 @@ class _Wgmma(_Builder):
         out.append(InlineAsm(f"{rstep(BN, BK // 16, self.trans)} {ops}", acc,
                              (*a, ("l", bdesc), ("r", Lit(1, DType.i32))), True, ("memory",)))
         nxt = add(kt, idx(STAGES - 1))
-        out.append(If(Bin("<", nxt, idx(steps)),
-                      tuple(self.copy(nxt, mod(nxt, STAGES)))))
+        out += by_tail(nxt, self.c.k.size, BK, lambda tail: self.copy(nxt, mod(nxt, STAGES), tail))
         out.append(InlineAsm(CP_COMMIT, (), (), True, ("memory",)))
         held = ", ".join(f"%{i}" for i in range(len(acc) + len(a)))
         out.append(InlineAsm(f"{WAIT0} {held}", acc, a, True, ("memory",)))

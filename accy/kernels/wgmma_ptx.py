@@ -19,6 +19,10 @@ Markers (the operands the comment lists, in order):
   fragment of the warp's 16 rows, per wgmma), B's descriptor (advanced 256 bytes, two core
   matrices along K, per wgmma), a register holding 1 (accumulate). Fenced before, committed
   after, in one statement, so the compiler moves no accumulator between them.
+- ``TSTEP{n}_{s}_{p}``: the same for TF32 (``m64n{n}k8``, B's core matrices K-major, the only
+  form TF32 has): ``p`` products of ``s`` k8 steps each, the ``n / 2`` accumulators, then
+  ``4 s`` A registers per product (the ``mma.sync`` m16n8k8 TF32 A fragment), then one B
+  descriptor per product (3xTF32: small x big, big x small, big x big).
 - ``WAIT0``: ``wgmma.wait_group 0``; its operands (the accumulators, the A registers) are the
   registers the waited-for wgmma read or write, kept live until here.
 - ``PROXY``: ``fence.proxy.async.shared::cta``: copies into local memory made visible to the
@@ -58,6 +62,33 @@ def step_instructions(n: int, steps: int, trans_b: int, ops: list[str]) -> str:
     return " ".join(text) + " wgmma.commit_group.sync.aligned; }"
 
 
+def tstep(n: int, steps: int, products: int) -> str:
+    """The marker text of :func:`tf32_instructions` (operands follow)."""
+    return f"{MARK}TSTEP{n}_{steps}_{products}"
+
+
+def tf32_instructions(n: int, steps: int, products: int, ops: list[str]) -> str:
+    """What marker ``TSTEP{n}_{steps}_{products}`` expands to: ``products`` runs of ``steps``
+    TF32 wgmma ``m64n{n}k8`` into the ``n / 2`` accumulators (operands first), each from its
+    ``4 steps`` A registers (the operands after the accumulators, product by product) and its
+    B descriptor (the last ``products`` operands, advanced 256 bytes per wgmma)."""
+    d, a, descs = ops[:n // 2], ops[n // 2:-products], ops[-products:]
+    if len(a) != 4 * steps * products:
+        raise ValueError(f"TF32 wgmma step marker: {len(ops)} operands for n={n}, {steps} "
+                         f"steps, {products} products")
+    regs = ", ".join(d)
+    text = ["{ .reg .pred p; .reg .b64 xb; setp.ne.b32 p, 1, 0; wgmma.fence.sync.aligned;"]
+    for j, desc in enumerate(descs):
+        text.append(f"mov.b64 xb, {desc};")
+        for i in range(steps):
+            if i:
+                text.append("add.s64 xb, xb, 16;")
+            at = 4 * (steps * j + i)
+            text.append(f"wgmma.mma_async.sync.aligned.m64n{n}k8.f32.tf32.tf32 {{{regs}}}, "
+                        f"{{{', '.join(a[at:at + 4])}}}, xb, p, 1, 1;")
+    return " ".join(text) + " wgmma.commit_group.sync.aligned; }"
+
+
 WAIT0 = f"{MARK}WAIT0"
 PROXY = f"{MARK}PROXY"
 _FIXED = {"WAIT0": "wgmma.wait_group.sync.aligned 0;",
@@ -78,6 +109,8 @@ def expand(ptx: str) -> str:
         name, ops = m.group(1), [o.strip() for o in m.group(2).split(",") if o.strip()]
         if name in _FIXED:
             return _FIXED[name]
+        if tf32 := re.fullmatch(r"TSTEP(\d+)_(\d+)_(\d+)", name):
+            return tf32_instructions(int(tf32[1]), int(tf32[2]), int(tf32[3]), ops)
         step = re.fullmatch(r"RSTEP(\d+)_(\d+)_([01])", name)
         if step is None:
             raise ValueError(f"unknown deferred PTX marker @@{name}")

@@ -196,9 +196,66 @@ WGMMA_STEP = r"""{
 }"""
 
 
+# TF32 wgmma (accy/kernels/wgmma_tf32.py, marker TSTEP): P products of S k8 steps each, A's
+# fragments (mma.sync m16n8k8 TF32's layout per warp: rows g, g + 8 at column t, then t + 4)
+# exchanged through local memory, B's words read at the K-major core-matrix address of the
+# product's descriptor (4 K words a 16-byte core-matrix row; 256 bytes further per k8 step)
+_TSTEP = re.compile(r'asm volatile\("// @@TSTEP(\d+)_(\d+)_(\d+) [^"]*" : (?P<outs>[^:]*) : '
+                    r'(?P<ins>[^:]*) : "memory"\);')
+WGMMA_TF32_STEP = r"""{
+  const int l_ = get_local_id(0) % 128, wg_ = get_local_id(0) / 128, w_ = l_ / 32;
+  const int g_ = (l_ % 32) / 4, t_ = l_ % 4;
+  float d_[@ND@] = {@D@};
+  const uint a_[@NA@] = {@A@};
+  const ulong descs_[@P@] = {@DESCS@};
+  for (int j_ = 0; j_ < @P@; j_++) {
+    const ulong desc_ = descs_[j_];
+    const int base_ = (((int)((desc_ & 0x3FFF) << 4))
+                       - (((int)((long)b_tile)) & 0x3FFFF)) & 0x3FFFF;
+    const int lbo_ = (int)(((desc_ >> 16) & 0x3FFF) << 4);
+    const int sbo_ = (int)(((desc_ >> 32) & 0x3FFF) << 4);
+    for (int s_ = 0; s_ < @S@; s_++) {
+      for (int r_ = 0; r_ < 4; r_++)
+        emu_wa[wg_][16 * w_ + g_ + 8 * (r_ % 2)][t_ + 4 * (r_ / 2)] =
+          as_float(a_[4 * (@S@ * j_ + s_) + r_]);
+      barrier(CLK_LOCAL_MEM_FENCE);
+      for (int q_ = 0; q_ < @ND@ / 4; q_++) for (int r_ = 0; r_ < 4; r_++) {
+        const int row_ = 16 * w_ + g_ + 8 * (r_ / 2), col_ = 8 * q_ + 2 * t_ + r_ % 2;
+        float sum_ = 0.0f;
+        for (int k_ = 0; k_ < 8; k_++) {
+          const int at_ = base_ + 256 * s_ + (col_ / 8) * sbo_ + (k_ / 4) * lbo_
+                          + (col_ % 8) * 16 + (k_ % 4) * 4;
+          sum_ += emu_wa[wg_][row_][k_] * ((__local const float *)b_tile)[at_ / 4];
+        }
+        d_[4 * q_ + r_] += sum_;
+      }
+      barrier(CLK_LOCAL_MEM_FENCE);
+    }
+  }
+@OUT@
+}"""
+
+
 def emulated_wgmma(src: str, mode: str) -> str:
-    """``src`` (a wgmma-f16 kernel) with its wgmma steps, waits, fences and 16-byte A loads
-    replaced by C, then its cp.async as :func:`emulated_async` replaces them (``mode``)."""
+    """``src`` (a wgmma-f16, -tf32 or -3xtf32 kernel) with its wgmma steps, waits, fences and
+    16-byte A loads replaced by C, then its cp.async (and TF32 roundings) as
+    :func:`emulated_async` replaces them (``mode``)."""
+    def tstep(m: re.Match) -> str:
+        outs = re.findall(r'"\+f"\((\w+)\)', m["outs"])
+        ins = re.findall(r'"r"\(([\w\[\]]+)\)', m["ins"])
+        descs = re.findall(r'"l"\((\(?\w+(?: \+ \d+L\))?)\)', m["ins"])
+        n, steps, products = int(m[1]), int(m[2]), int(m[3])
+        assert len(outs) == n // 2 and len(ins) == 4 * steps * products, m[0][:200]
+        assert len(descs) == products, m["ins"][-200:]
+        text = WGMMA_TF32_STEP
+        for key, value in (("@ND@", str(len(outs))), ("@D@", ", ".join(outs)),
+                           ("@NA@", str(len(ins))), ("@A@", ", ".join(ins)),
+                           ("@P@", str(products)), ("@DESCS@", ", ".join(descs)),
+                           ("@S@", str(steps)),
+                           ("@OUT@", " ".join(f"{o} = d_[{i}];" for i, o in enumerate(outs)))):
+            text = text.replace(key, value)
+        return text
+
     def step(m: re.Match) -> str:
         outs = re.findall(r'"\+f"\((\w+)\)', m["outs"])
         ins = re.findall(r'"r"\(([\w\[\]]+)\)', m["ins"])
@@ -218,7 +275,7 @@ def emulated_wgmma(src: str, mode: str) -> str:
         body = f"{{ __global const uint *q_ = (__global const uint *)({m['at']}); {got} }}"
         return body if m["ok"] is None else f"if ({m['ok']}) {body} else {{ {zero} }}"
 
-    src = _LD_V4.sub(load, _WG_NOP.sub(";", _RSTEP.sub(step, src)))
+    src = _LD_V4.sub(load, _WG_NOP.sub(";", _TSTEP.sub(tstep, _RSTEP.sub(step, src))))
     assert "@@" not in src and "ld.global" not in src, src
     lines = src.splitlines()
     at = next(i for i, line in enumerate(lines) if line.startswith("__kernel"))

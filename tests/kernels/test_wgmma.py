@@ -28,9 +28,9 @@ from accy.backends.opencl import tensor_cores
 from accy.ir.types import DType, TensorType
 from accy.kernels import wgmma, wgmma_ptx
 from accy.kernels.ir import idx
-from accy.target import WGMMA_F16
+from accy.target import WGMMA_F16, WGMMA_TF32
 
-HOPPER = dataclasses.replace(ASYNC, tensor_cores=(*ASYNC.tensor_cores, WGMMA_F16))
+HOPPER = dataclasses.replace(ASYNC, tensor_cores=(*ASYNC.tensor_cores, WGMMA_F16, WGMMA_TF32))
 FEW_UNITS = dataclasses.replace(HOPPER, compute_units=3)  # one tile fills it: small tests
 
 
@@ -148,12 +148,13 @@ def test_a_wgmma_probe_that_cannot_expand_leaves_the_device_usable(device, monke
     real = tensor_cores.run_isolated
 
     def run(dev, source, entry, *args, **kw):
-        if entry == "accy_wgmma_probe":
+        if entry in ("accy_wgmma_probe", "accy_wgmma_tf32_probe"):
             raise UnicodeDecodeError("utf-8", b"\x7fELF", 0, 1, "not PTX")
         return real(dev, source, entry, *args, **kw)
 
     monkeypatch.setattr(tensor_cores, "run_isolated", run)
-    assert WGMMA_F16 not in tensor_cores.probe_isolated(device.device, True)
+    found = tensor_cores.probe_isolated(device.device, True)
+    assert WGMMA_F16 not in found and WGMMA_TF32 not in found
 
 
 # the OpenCL builtins a generated kernel calls, for clang's NVPTX target (no OpenCL library;

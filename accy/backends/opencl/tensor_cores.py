@@ -13,9 +13,10 @@ f16 ``mma.sync`` m16n8k16 on half pairs packed as the generator packs them (``F1
 the saturating TF32 rounding of the 3xTF32 split (``TF32_SATFINITE``), and, on compute
 capability 9.0 only, a K step of register-A ``wgmma`` as accy/kernels/wgmma.py issues it
 (``WGMMA_F16``; built by :func:`build_program`, which every build of the runtime goes through:
-deferred PTX expanded for ``sm_90a``). The last four run in a context of their own, so that a
-driver that faults on them (a wrong local address would) leaves the runtime's context intact;
-a device that rejects them keeps the plain-load kernels.
+deferred PTX expanded for ``sm_90a``) and a K step of TF32 register-A ``wgmma`` as
+accy/kernels/wgmma_tf32.py issues it (``WGMMA_TF32``). The last five run in a context of their
+own, so that a driver that faults on them (a wrong local address would) leaves the runtime's
+context intact; a device that rejects them keeps the plain-load kernels.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import pyopencl as cl
 
 from accy.errors import DeviceError, KernelBuildError
 from accy.kernels import wgmma_ptx
-from accy.target import CP_ASYNC, F16_MMA, TF32_MMA, TF32_SATFINITE, WGMMA_F16
+from accy.target import CP_ASYNC, F16_MMA, TF32_MMA, TF32_SATFINITE, WGMMA_F16, WGMMA_TF32
 
 if TYPE_CHECKING:
     from accy.backends.opencl.runtime import Runtime
@@ -126,20 +127,32 @@ def wgmma_probe_source(trans_b: int = 1) -> str:
     """The probe kernel; ``trans_b`` 0: B stored into local memory as K-major core matrices
     instead (element (k, n) at byte (n/8) 512 + (k/8) 128 + (n%8) 16 + (k%8) 2), the form of
     a B stored along K."""
+    at = "(k % 8) * 16 + (n % 8) * 2" if trans_b else "(n % 8) * 16 + (k % 8) * 2"
+    return _wgmma_probe(WGMMA_PROBE_SOURCE.replace("@AT@", at),
+                        wgmma_ptx.rstep(WGMMA_PROBE_N, 2, trans_b), 10)
+
+
+def _wgmma_probe(template: str, step: str, operands: int) -> str:
+    """``template`` with the accumulators (zeroed, bound to the step and the wait, stored
+    unrolled so they stay registers), the step marker and its ``operands`` besides them."""
     n = WGMMA_PROBE_N
     acc = ", ".join(f'"+f"(c{i})' for i in range(n // 2))
-    stores = "\n".join(  # unrolled: the accumulators stay registers, none in memory
+    stores = "\n".join(
         f"  d[(r + {8 * (i % 4 // 2)}) * {n} + {8 * (i // 4) + i % 2} + 2 * t] = c{i};"
         for i in range(n // 2))
     subs = {"@N@": str(n), "@C@": ", ".join(f"c{i} = 0.0f" for i in range(n // 2)),
             "@STORES@": stores, "@PROXY@": wgmma_ptx.PROXY, "@WAIT@": wgmma_ptx.WAIT0,
-            "@STEP@": wgmma_ptx.rstep(n, 2, trans_b), "@ACC@": acc,
-            "@AT@": ("(k % 8) * 16 + (n % 8) * 2" if trans_b else "(n % 8) * 16 + (k % 8) * 2"),
-            "@OPS@": ", ".join(f"%{i}" for i in range(n // 2 + 10)),
+            "@STEP@": step, "@ACC@": acc,
+            "@OPS@": ", ".join(f"%{i}" for i in range(n // 2 + operands)),
             "@REGS@": ", ".join(f"%{i}" for i in range(n // 2)),
             "@INS@": ", ".join(f'"r"(x[{i}])' for i in range(8)),
             "@DESC@": f"{wgmma_ptx.descriptor_bits(128, 512)}UL"}
-    source = r"""
+    for key, value in subs.items():
+        template = template.replace(key, value)
+    return template
+
+
+WGMMA_PROBE_SOURCE = r"""
 __kernel __attribute__((reqd_work_group_size(128, 1, 1)))
 void accy_wgmma_probe(__global const uint *a, __global const ushort *b, __global float *d) {
   __local ushort b_tile[32 * @N@] __attribute__((aligned(128)));
@@ -163,9 +176,6 @@ void accy_wgmma_probe(__global const uint *a, __global const ushort *b, __global
 @STORES@
 }
 """
-    for key, value in subs.items():
-        source = source.replace(key, value)
-    return source
 
 
 def wgmma_probe_case() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -174,6 +184,50 @@ def wgmma_probe_case() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     a = ((i + 2 * k) % 5 - 2).astype(np.float16)
     n = np.arange(WGMMA_PROBE_N)[None, :]
     b = ((3 * np.arange(32)[:, None] + n) % 7 - 3).astype(np.float16)
+    return a, b, (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
+
+
+# One K step (16) of TF32 register-A wgmma m64n128k8 as accy/kernels/wgmma_tf32.py issues it
+# (marker TSTEP, one product): A (64 x 16 f32) as words in each warp's m16n8k8 TF32 fragments
+# (rows r, r + 8 at column t, then t + 4), B (16 x 128, K x N) stored into local memory as
+# K-major core matrices of 4 K words (element (k, n) at byte (n/8) 512 + (k/4) 128 + (n%8) 16
+# + (k%4) 4), then the proxy fence, the step and the wait.
+WGMMA_TF32_PROBE_SOURCE = r"""
+__kernel __attribute__((reqd_work_group_size(128, 1, 1)))
+void accy_wgmma_tf32_probe(__global const uint *a, __global const float *b, __global float *d) {
+  __local float b_tile[16 * @N@] __attribute__((aligned(128)));
+  const int l = get_local_id(0), r = 16 * (l / 32) + (l % 32) / 4, t = l % 4;
+  for (int e = l; e < 16 * @N@; e += 128) {
+    const int k = e / @N@, n = e % @N@;
+    b_tile[((n / 8) * 512 + (k / 4) * 128 + (n % 8) * 16 + (k % 4) * 4) / 4] = b[e];
+  }
+  asm volatile("@PROXY@" ::: "memory");
+  barrier(CLK_LOCAL_MEM_FENCE);
+  uint x[8];
+  for (int i = 0; i < 2; i++) {
+    x[4 * i] = a[r * 16 + 8 * i + t]; x[4 * i + 1] = a[(r + 8) * 16 + 8 * i + t];
+    x[4 * i + 2] = a[r * 16 + 8 * i + t + 4]; x[4 * i + 3] = a[(r + 8) * 16 + 8 * i + t + 4];
+  }
+  float @C@;
+  const ulong db = ((ulong)((((int)((long)b_tile)) & 262143) >> 4)) | @DESC@;
+  asm volatile("@STEP@ @OPS@" : @ACC@ : @INS@, "l"(db) : "memory");
+  asm volatile("@WAIT@ @REGS@" : @ACC@ :  : "memory");
+@STORES@
+}
+"""
+
+
+def wgmma_tf32_probe_source() -> str:
+    """The TF32 wgmma probe kernel."""
+    return _wgmma_probe(WGMMA_TF32_PROBE_SOURCE, wgmma_ptx.tstep(WGMMA_PROBE_N, 2, 1), 9)
+
+
+def wgmma_tf32_probe_case() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(A 64x16, B 16xN, the f32 product) of the TF32 wgmma probe: small integers, exact."""
+    i, k = np.arange(64)[:, None], np.arange(16)[None, :]
+    a = ((i + 2 * k) % 5 - 2).astype(np.float32)
+    b = ((3 * np.arange(16)[:, None] + np.arange(WGMMA_PROBE_N)[None, :]) % 7 - 3).astype(
+        np.float32)
     return a, b, (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
 
 
@@ -256,7 +310,7 @@ def run_isolated(device: cl.Device, source: str, entry: str, args: list[np.ndarr
 
 def probe_isolated(device: cl.Device, wgmma: bool) -> tuple[str, ...]:
     """``CP_ASYNC``, ``F16_MMA``, ``TF32_SATFINITE`` and (``wgmma``: compute capability 9.0)
-    ``WGMMA_F16`` where their probes build and compute right."""
+    ``WGMMA_F16`` and ``WGMMA_TF32`` where their probes build and compute right."""
     found = []
     try:
         src, want = cp_async_probe_case()
@@ -292,6 +346,15 @@ def probe_isolated(device: cl.Device, wgmma: bool) -> tuple[str, ...]:
                 found.append(WGMMA_F16)
         except (cl.Error, ValueError):  # ValueError: binaries that are not PTX text (decode),
             pass  # or PTX the expansion does not know: no wgmma, the device stays usable
+        try:
+            a, b, want = wgmma_tf32_probe_case()
+            got = run_isolated(device, wgmma_tf32_probe_source(), "accy_wgmma_tf32_probe",
+                               [a.view(np.uint32), b], np.zeros(want.size, np.float32),
+                               items=128)
+            if np.array_equal(got.reshape(want.shape), want):
+                found.append(WGMMA_TF32)
+        except (cl.Error, ValueError):
+            pass
     return tuple(found)
 
 

@@ -1,0 +1,200 @@
+"""wgmma-tf32 / wgmma-3xtf32 (accy/kernels/wgmma_tf32.py) without a GPU: the TF32 step's
+expansion, the K order A's 16-byte loads give, selection (only under the tf32 policies, only
+with the probe's ``WGMMA_F16``), whole generated kernels on PoCL with wgmma emulated
+(mma_emulation.py) against float64 under each policy's error, and, where clang and CUDA's
+ptxas are installed, the expanded PTX assembled for sm_90a. Speed and the real instructions:
+``experiments/bench_mma.py`` and ``experiments/bench_gpu.py`` on an H200."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+from mma_emulation import emulated_wgmma, one_line, run_emulated
+from test_mma_generator import matmul
+from test_mma_generator import prepared as prepare
+from test_wgmma import _NVPTX_BUILTINS, HOPPER
+
+try:
+    import pyopencl as cl
+except ImportError:  # the emulation tests skip without it
+    cl = None
+
+from test_mma_pipeline import ASYNC
+
+import accy
+from accy.backends.opencl import tensor_cores
+from accy.builder import einsum
+from accy.ir.types import DType, TensorType
+from accy.kernels import wgmma_ptx, wgmma_tf32
+from accy.kernels.ir import idx
+from accy.kernels.wgmma_tf32 import BK, position
+from accy.target import WGMMA_TF32
+
+FEW_UNITS = dataclasses.replace(HOPPER, compute_units=3)  # one tile fills it: small tests
+POLICIES = ("tf32", "3xtf32")
+# the f32 staged stores' builtins, for clang's NVPTX target (besides test_wgmma's)
+_F32_BUILTINS = _NVPTX_BUILTINS + r"""
+float4 __attribute__((overloadable)) vload4(size_t i, const __local float *p) {
+  return ((const __local float4 *)p)[i]; }
+void __attribute__((overloadable)) vstore4(float4 v, size_t i, __global float *p) {
+  ((__global float4 *)p)[i] = v; }
+"""
+
+
+def test_tf32_step_expands_to_one_run_of_wgmma_per_product():
+    acc = [f"%f{i}" for i in range(8)]
+    a = [f"%r{i}" for i in range(16)]
+    ptx = (".version 7.8\n.target sm_90\n\t// @@TSTEP16_2_2 "
+           + ", ".join([*acc, *a, "%rd1", "%rd2"]) + "\n")
+    out = wgmma_ptx.expand(ptx)
+    assert ".target sm_90a" in out and "@@" not in out
+    steps = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n16k8\.f32\.tf32\.tf32 "
+                       r"\{([^}]*)\}, \{([^}]*)\}, xb, p, 1, 1;", out)
+    assert [s[1] for s in steps] == [", ".join(a[i:i + 4]) for i in range(0, 16, 4)]
+    assert all(s[0] == ", ".join(acc) for s in steps)
+    # each product from its descriptor, advanced 256 bytes (16 in descriptor units) per k8
+    assert re.findall(r"mov\.b64 xb, (%rd\d);", out) == ["%rd1", "%rd2"]
+    assert out.count("add.s64 xb, xb, 16;") == 2 and out.count("commit_group") == 1
+    with pytest.raises(ValueError, match="operands"):
+        wgmma_ptx.expand("// @@TSTEP16_2_2 %f1, %r1, %rd1, %rd2\n")
+
+
+def test_stage_positions_are_the_k_order_of_the_a_loads():
+    """Lane t's 16-byte load holds K 4t .. 4t + 3; fragment column 4h + t of k8 step i (stage
+    position 8i + 4h + t) must be K 4t + 2i + h, and every position is used once."""
+    got = [position(idx(k)).value for k in range(BK)]
+    assert sorted(got) == list(range(BK))
+    for t in range(4):
+        for i in range(BK // 8):
+            for h in (0, 1):
+                assert got[4 * t + 2 * i + h] == 8 * i + 4 * h + t
+
+
+@pytest.mark.skipif(cl is None, reason="needs pyopencl")
+def test_the_probe_expects_what_its_kernel_computes(device):
+    if "Portable Computing Language" not in device.info.platform:
+        pytest.skip("the emulation is checked on PoCL")
+    a, b, want = tensor_cores.wgmma_tf32_probe_case()
+    src = tensor_cores.wgmma_tf32_probe_source()
+    assert wgmma_ptx.tstep(128, 2, 1) in src  # the generator's step, one product
+    got = tensor_cores.run_isolated(device.device, emulated_wgmma(one_line(src), "eager"),
+                                    "accy_wgmma_tf32_probe", [a.view(np.uint32), b],
+                                    np.zeros(want.size, np.float32), items=128)
+    np.testing.assert_array_equal(got.reshape(want.shape), want)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_chosen_under_the_tf32_policies_where_the_probe_found_wgmma(pipe, used, policy):
+    prog = matmul(2048, 2048, 1024)
+    assert used(prepare(prog, policy, HOPPER, pipe)) == {f"wgmma-{policy}": 1}
+    assert used(prepare(prog, policy, ASYNC, pipe)) == {f"mma-{policy}": 1}  # no wgmma probe
+    f16_only = dataclasses.replace(HOPPER, tensor_cores=tuple(
+        c for c in HOPPER.tensor_cores if c != WGMMA_TF32))
+    assert used(prepare(prog, policy, f16_only, pipe)) == {f"mma-{policy}": 1}
+    assert "wgmma-" not in str(used(prepare(prog, "ieee", HOPPER, pipe)))  # f32 arithmetic
+    # short K and too few tiles: mma's smaller tiles
+    assert used(prepare(matmul(2048, 2048, 64), policy, HOPPER, pipe)) == {f"mma-{policy}": 1}
+    assert used(prepare(matmul(512, 512, 1024), policy, HOPPER, pipe)) == {f"mma-{policy}": 1}
+    # A stored K x M: no 16-byte A loads along K
+    assert used(prepare(matmul(2048, 2048, 1024, a_transposed=True), policy, HOPPER,
+                        pipe)) == {f"mma-{policy}": 1}
+
+
+def test_x_at_w_through_traced_values_takes_wgmma_3xtf32(pipe, used):
+    prog = accy.trace(lambda x, w: (x @ w).relu(), TensorType((4096, 1024), DType.f32),
+                      TensorType((1024, 1024), DType.f32))
+    job = prepare(prog, "3xtf32", HOPPER, pipe)
+    assert used(job) == {"wgmma-3xtf32": 1}
+    src = job.kernel_source(0)
+    assert wgmma_ptx.tstep(128, 2, 3) in src  # small x big, big x small, big x big
+    assert "__local float b_tile[12288]" in src  # three stages of big and small B tiles
+
+
+def product_nk(m: int, n: int, k: int) -> accy.Program:
+    """f32 ``A @ B.T``, B stored N x K."""
+    b = accy.Builder()
+    f = b.begin_function("f", [TensorType((m, k), DType.f32), TensorType((n, k), DType.f32)])
+    f.return_(einsum("ik,jk->ij", f.param(0), f.param(1)))
+    f.finish()
+    return b.finish()
+
+
+def check_values(got: np.ndarray, a: np.ndarray, b: np.ndarray, policy: str,
+                 bias: np.ndarray | None = None) -> None:
+    """``got`` against float64 ``A @ B`` (+ bias, relu): TF32 rounding of the operands (2^-11
+    relative each) for tf32; for 3xtf32 only f32's summation error, a bound a kernel that
+    dropped its small products would exceed."""
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    exact, mag = a64 @ b64, np.abs(a64) @ np.abs(b64)
+    if bias is not None:
+        exact, mag = np.maximum(exact + bias, 0.0), mag + np.abs(bias)
+    rtol = 2 * 2.0**-11 if policy == "tf32" else 4 * a.shape[-1] * 2.0**-24
+    assert np.all(np.abs(got - exact) <= rtol * mag), np.max(np.abs(got - exact) / mag)
+
+
+@pytest.mark.skipif(cl is None, reason="needs pyopencl")
+@pytest.mark.parametrize("mode", ["eager", "deferred"])
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("m, n, k, batch, bias, layout", [
+    (500, 248, 72, 0, True, "kn"),  # edges in M, N and K (K steps of 16 over 72), bias, relu
+    (256, 128, 104, 0, False, "kn"),  # 7 K steps, an odd count, the last one peeled
+    (256, 128, 48, 2, False, "kn"),  # batched
+    (500, 248, 40, 0, False, "nk"),  # B stored N x K: 4-byte copies along K, edges
+], ids=["edges-bias", "stages", "batched", "b-along-k"])
+def test_kernels_compute_the_product_in_emulation(device, pipe, used, monkeypatch, mode,
+                                                  policy, m, n, k, batch, bias, layout):
+    if "Portable Computing Language" not in device.info.platform:
+        pytest.skip("the emulation is checked on PoCL")
+    monkeypatch.setattr(wgmma_tf32, "MIN_K", 32)  # selection only: short K keeps it quick
+    rng = np.random.default_rng(5)
+    lead = (batch,) if batch else ()
+    a = rng.uniform(-1, 1, (*lead, m, k)).astype(np.float32)
+    b = rng.uniform(-1, 1, (*lead, k, n)).astype(np.float32)
+    prog = product_nk(m, n, k) if layout == "nk" else matmul(m, n, k, batch, bias)
+    job = prepare(prog, policy, FEW_UNITS, pipe)
+    assert used(job) == {f"wgmma-{policy}": 1}
+    bias_v = rng.uniform(-1, 1, n).astype(np.float32) if bias else None
+    args = [a, np.ascontiguousarray(b.T) if layout == "nk" else b]
+    got = run_emulated(device, job, emulated_wgmma(job.kernel_source(0), mode),
+                       args + ([bias_v] if bias else []), (*lead, m, n), np.float32)
+    check_values(got, a, b, policy, bias_v)
+
+
+@pytest.mark.skipif(not (shutil.which("clang-15") and shutil.which("ptxas")),
+                    reason="needs clang-15 and CUDA's ptxas")
+@pytest.mark.parametrize("policy", POLICIES)
+def test_expanded_ptx_assembles_for_sm_90a(pipe, tmp_path, policy):
+    """The generated kernel through clang's PTX (as NVIDIA's compiler would emit it for sm_90,
+    markers kept), expanded, assembled by ptxas for sm_90a at 512 work-items a group."""
+    job = prepare(matmul(2048, 2048, 1024), policy, HOPPER, pipe)
+    (tmp_path / "k.cl").write_text(_F32_BUILTINS + job.kernel_source(0))
+    subprocess.run(["clang-15", "-S", "-x", "cl", "-cl-std=CL1.2", "-O2",
+                    "-target", "nvptx64-nvidia-nvcl", "-march=sm_80", "-Dasm=__asm__",
+                    str(tmp_path / "k.cl"), "-o", str(tmp_path / "k.ptx")], check=True)
+    ptx = re.sub(r"\.target\s+sm_80[^\n]*", ".target sm_90", (tmp_path / "k.ptx").read_text())
+    (tmp_path / "x.ptx").write_text(wgmma_ptx.expand(ptx))
+    done = subprocess.run(["ptxas", "-arch=sm_90a", "-v", "--maxrregcount", "128",
+                           str(tmp_path / "x.ptx"), "-o", str(tmp_path / "x.cubin")],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "wgmma" not in done.stderr.lower(), done.stderr[-2000:]  # no serialization warning
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_k_guards_only_in_a_peeled_last_step_and_edge_rows_clamped(pipe, policy):
+    """K = 1000 ends 8 into step 62: whole steps load and copy without guards, step 62 alone
+    has K guards; rows past M = 2000 and columns past N = 2040 read the last ones (never
+    stored) instead of guarding every load (accy/kernels/wgmma.py, by_tail and clamped)."""
+    src = prepare(matmul(2000, 2040, 1000), policy, HOPPER, pipe).kernel_source(0)
+    ahead = wgmma_tf32.STAGES[policy] - 1  # the step whose copies a step issues
+    whole = src.split(f"if (((kt + {ahead}L) < 62L)) {{")[1].split("}")[0]
+    assert "[%1], 4;" in whole and "%2" not in whole  # plain copies, no zero-filling
+    tail = src.split(f"if (((kt + {ahead}L) == 62L)) {{")[1].split("}")[0]
+    assert "[%1], 4, %2;" in tail and "< 1000L" in tail
+    assert "min(" in src.split("a_row0 =")[1].split(";")[0] and "1999L" in src
+    assert "ld.global.v4.u32 {%0, %1, %2, %3}, [%4];" in src  # unguarded A loads
