@@ -35,7 +35,7 @@ from accy.kernels.ir import idx
 from accy.kernels.wgmma_tf32 import BK, position
 from accy.target import WGMMA_TF32
 
-FEW_UNITS = dataclasses.replace(HOPPER, compute_units=3)  # one tile fills it: small tests
+FEW_UNITS = dataclasses.replace(HOPPER, compute_units=1)  # one tile fills it: small tests
 POLICIES = ("tf32", "3xtf32")
 # the f32 staged stores' builtins, for clang's NVPTX target (besides test_wgmma's)
 _F32_BUILTINS = _NVPTX_BUILTINS + r"""
@@ -90,24 +90,24 @@ def test_the_probe_expects_what_its_kernel_computes(device):
 
 @pytest.mark.parametrize("policy", POLICIES)
 def test_chosen_under_the_tf32_policies_where_the_probe_found_wgmma(pipe, used, policy):
-    prog = matmul(2048, 2048, 1024)
+    prog = matmul(4096, 2048, 1024)  # 256 tiles for 132 units
     assert used(prepare(prog, policy, HOPPER, pipe)) == {f"wgmma-{policy}": 1}
     assert used(prepare(prog, policy, ASYNC, pipe)) == {f"mma-{policy}": 1}  # no wgmma probe
     f16_only = dataclasses.replace(HOPPER, tensor_cores=tuple(
         c for c in HOPPER.tensor_cores if c != WGMMA_TF32))
     assert used(prepare(prog, policy, f16_only, pipe)) == {f"mma-{policy}": 1}
     assert "wgmma-" not in str(used(prepare(prog, "ieee", HOPPER, pipe)))  # f32 arithmetic
-    # short K and too few tiles: mma's smaller tiles
-    assert used(prepare(matmul(2048, 2048, 64), policy, HOPPER, pipe)) == {f"mma-{policy}": 1}
-    assert used(prepare(matmul(512, 512, 1024), policy, HOPPER, pipe)) == {f"mma-{policy}": 1}
+    # short K, and tiles for less than a third of the units: mma's smaller tiles
+    for m, n, k in ((4096, 2048, 64), (512, 512, 1024)):
+        assert used(prepare(matmul(m, n, k), policy, HOPPER, pipe)) == {f"mma-{policy}": 1}
     # A stored K x M: no 16-byte A loads along K
-    assert used(prepare(matmul(2048, 2048, 1024, a_transposed=True), policy, HOPPER,
+    assert used(prepare(matmul(4096, 2048, 1024, a_transposed=True), policy, HOPPER,
                         pipe)) == {f"mma-{policy}": 1}
 
 
 def test_x_at_w_through_traced_values_takes_wgmma_3xtf32(pipe, used):
     prog = accy.trace(lambda x, w: (x @ w).relu(), TensorType((4096, 1024), DType.f32),
-                      TensorType((1024, 1024), DType.f32))
+                      TensorType((1024, 2048), DType.f32))
     job = prepare(prog, "3xtf32", HOPPER, pipe)
     assert used(job) == {"wgmma-3xtf32": 1}
     src = job.kernel_source(0)
@@ -171,7 +171,8 @@ def test_kernels_compute_the_product_in_emulation(device, pipe, used, monkeypatc
 def test_expanded_ptx_assembles_for_sm_90a(pipe, tmp_path, policy):
     """The generated kernel through clang's PTX (as NVIDIA's compiler would emit it for sm_90,
     markers kept), expanded, assembled by ptxas for sm_90a at 512 work-items a group."""
-    job = prepare(matmul(2048, 2048, 1024), policy, HOPPER, pipe)
+    job = prepare(matmul(4096, 2048, 1024), policy, HOPPER, pipe)
+    assert job.generators() == {f"wgmma-{policy}": 1}
     (tmp_path / "k.cl").write_text(_F32_BUILTINS + job.kernel_source(0))
     subprocess.run(["clang-15", "-S", "-x", "cl", "-cl-std=CL1.2", "-O2",
                     "-target", "nvptx64-nvidia-nvcl", "-march=sm_80", "-Dasm=__asm__",
@@ -188,13 +189,13 @@ def test_expanded_ptx_assembles_for_sm_90a(pipe, tmp_path, policy):
 @pytest.mark.parametrize("policy", POLICIES)
 def test_k_guards_only_in_a_peeled_last_step_and_edge_rows_clamped(pipe, policy):
     """K = 1000 ends 8 into step 62: whole steps load and copy without guards, step 62 alone
-    has K guards; rows past M = 2000 and columns past N = 2040 read the last ones (never
+    has K guards; rows past M = 4000 and columns past N = 2040 read the last ones (never
     stored) instead of guarding every load (accy/kernels/wgmma.py, by_tail and clamped)."""
-    src = prepare(matmul(2000, 2040, 1000), policy, HOPPER, pipe).kernel_source(0)
+    src = prepare(matmul(4000, 2040, 1000), policy, HOPPER, pipe).kernel_source(0)
     ahead = wgmma_tf32.STAGES[policy] - 1  # the step whose copies a step issues
     whole = src.split(f"if (((kt + {ahead}L) < 62L)) {{")[1].split("}")[0]
     assert "[%1], 4;" in whole and "%2" not in whole  # plain copies, no zero-filling
     tail = src.split(f"if (((kt + {ahead}L) == 62L)) {{")[1].split("}")[0]
     assert "[%1], 4, %2;" in tail and "< 1000L" in tail
-    assert "min(" in src.split("a_row0 =")[1].split(";")[0] and "1999L" in src
+    assert "min(" in src.split("a_row0 =")[1].split(";")[0] and "3999L" in src
     assert "ld.global.v4.u32 {%0, %1, %2, %3}, [%4];" in src  # unguarded A loads
