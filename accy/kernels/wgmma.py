@@ -14,7 +14,8 @@ warpgroup's 64 rows are one ``wgmma m64nBNk16`` accumulator, which per warp is e
 ``mma.sync``'s m16n8 C fragments of its 16 rows (``acc_0_{j}_{r}``), so the epilogue and
 stores are ``mma-f16``'s (:class:`accy.kernels.mma_store.Stores`, staged through the B stages'
 local memory, two halves in turn). Only B goes through local memory during the K loop:
-``STAGES`` stages of ``BK x BN`` filled by ``cp.async`` (zero-filled outside the operand),
+``STAGES`` stages of ``BK x BN`` filled by ``cp.async`` (zero-filled past K; rows and columns
+past M and N read the last ones, :func:`clamped`),
 stored as MN-major core matrices for a B along N (8 K rows of 8 N halves, 128 bytes, copied 16
 bytes at a time) or K-major ones for a B along K (8 N rows of 8 K positions, copied a pair of
 halves at a time); K-adjacent ones 128 bytes apart: the descriptor's leading offset;
@@ -128,31 +129,69 @@ def k_position(k: Expr) -> Expr:
 
 
 class _Wgmma(_Builder):
+    """The kernel; :class:`accy.kernels.wgmma_tf32._WgmmaTf32` changes its K step and element
+    size (:attr:`bk`, :attr:`elem`, :attr:`sbo`), its stages (:meth:`stages`,
+    :meth:`stage_words`), A's registers and loads (:meth:`registers`, :meth:`load_a`,
+    :meth:`a_operands`), B's copies (:meth:`b_copies`, :meth:`copy_bytes`, :meth:`landed`)
+    and the wgmma a step issues (:meth:`issue`)."""
+
+    bk, elem, sbo = BK, 2, SBO  # K per step, bytes of an operand element, B's stride offset
+    tile_dtype = DType.i32  # of the B stages' local array
+
+    def stages(self) -> int:
+        return STAGES
+
+    def stage_words(self) -> int:
+        return STAGE_BYTES // 4
+
     def stage_buffers(self) -> list[tuple[str, int, int]]:
-        half = STAGES * STAGE_BYTES // 8  # the B stages' words, two buffers
+        half = self.stages() * self.stage_words() // 2  # the B stages' words, two buffers
         return [("b_tile", 0, half), ("b_tile", half, half)]
 
     def build(self) -> Kernel:
         c, t = self.c, self.t
         groups, _, g, tt, wm, wn, m0, n0 = self.place()
-        self.body.append(LocalArray("b_tile", DType.i32, STAGES * STAGE_BYTES // 4, 128))
-        frags = BN // 8
-        self.acc = [f"acc_0_{j}_{r}" for j in range(frags) for r in range(4)]
+        self.body.append(LocalArray("b_tile", self.tile_dtype,
+                                    self.stages() * self.stage_words(), 128))
+        self.acc = [f"acc_0_{j}_{r}" for j in range(BN // 8) for r in range(4)]
         for name in self.acc:
             self.let(name, Lit(0.0, DType.f32), DType.f32, mutable=True)
-        self.regs = {s: [f"a{s}{i}" for i in range(4 * (BK // 16))] for s in "EO"}
-        for name in self.regs["E"] + self.regs["O"]:
+        for name in self.registers():
             self.let(name, Lit(0, DType.i32), DType.i32, mutable=True)
-        # A: this lane's rows g and g + 8 of its warp's 16, as byte addresses of K 0
+        # A: this lane's rows g and g + 8 of its warp's 16 (the last row for rows past M), as
+        # byte addresses of its first K (t BK/4)
         rows = [self.let(f"a_row{h}", clamped(add(m0, add(wm, add(g, idx(8 * h)))),
                                               c.m.size - 1, c.m.size % t.bm != 0))
                 for h in (0, 1)]
-        self.a_at = [self.let(f"a_at{h}", Bin("+", Cast(INDEX, Var(self.arg["x"])), mul(
-            add(self.bases["x"], add(mul(r, idx(c.m.x)), mul(tt, idx(BK // 4)))), idx(2))))
-            for h, r in enumerate(rows)]
-        # B: this work-item's chunks of a stage, fixed over K: 16 bytes of a K row (B along N,
-        # MN-major core matrices), or a pair of halves along K (B along K, K-major ones)
-        self.trans, self.copies = 0 if along_k(c, "y") else 1, []
+        self.a_at = [self.let(f"a_at{h}", Bin("+", Cast(INDEX, Var(self.arg["x"])), mul(add(
+            self.bases["x"], add(mul(r, idx(c.m.x)), mul(tt, idx(self.bk // 4)))),
+            idx(self.elem)))) for h, r in enumerate(rows)]
+        self.copies = self.b_copies(n0)
+        steps, bk = -(-c.k.size // self.bk), self.bk
+        commit = InlineAsm(CP_COMMIT, (), (), True, ("memory",))
+        for s in range(self.stages() - 1):
+            self.body += self.copy(idx(s), idx(s), s * bk + bk > c.k.size) if s < steps else []
+            self.body.append(commit)
+        self.body += self.load_a("E", idx(0), bk > c.k.size)
+        kt = Var("kt")
+        loop = self.step("E", "O", kt, 0)
+        loop.append(If(Bin("<", add(kt, idx(1)), idx(steps)),
+                       tuple(self.step("O", "E", add(kt, idx(1)), 1))))
+        self.body.append(For("kt", idx(0), idx(steps), tuple(loop), step=2))
+        self.stores(m0, n0, wm, wn, g, tt)
+        return self.kernel(groups)
+
+    def registers(self) -> list[str]:
+        """The A fragment registers, two sets (``E``, ``O``)."""
+        self.regs = {s: [f"a{s}{i}" for i in range(4 * (BK // 16))] for s in "EO"}
+        return self.regs["E"] + self.regs["O"]
+
+    def b_copies(self, n0: Expr) -> list[tuple[Expr, Expr, Expr]]:
+        """(K of the step, N of the operand, local word) of this work-item's B chunks, fixed
+        over K: 16 bytes of a K row (B along N, MN-major core matrices), or a pair of halves
+        along K (B along K, K-major ones)."""
+        c, t = self.c, self.t
+        self.trans, copies = 0 if along_k(c, "y") else 1, []
         width = 8 if self.trans else 2  # halves per copy
         for i in range(BN * BK // width // t.threads):
             ch = add(Var("tid"), idx(i * t.threads))
@@ -170,24 +209,21 @@ class _Wgmma(_Builder):
                 byte = add(add(mul(div(nl, 8), idx(SBO)), mul(div(p, 8), idx(CORE))),
                            add(mul(mod(nl, 8), idx(16)), mul(mod(p, 8), idx(2))))
             local = self.let(f"y_l{i}", div(byte, 4))
-            self.copies.append((self.let(f"y_k{i}", k), n, local))
-        steps = -(-c.k.size // BK)
-        commit = InlineAsm(CP_COMMIT, (), (), True, ("memory",))
-        for s in range(STAGES - 1):
-            self.body += self.copy(idx(s), idx(s), s * BK + BK > c.k.size) if s < steps else []
-            self.body.append(commit)
-        self.body += self.load_a("E", idx(0), BK > c.k.size)
-        kt = Var("kt")
-        loop = self.step("E", "O", kt, steps, 0)
-        loop.append(If(Bin("<", add(kt, idx(1)), idx(steps)),
-                       tuple(self.step("O", "E", add(kt, idx(1)), steps, 1))))
-        self.body.append(For("kt", idx(0), idx(steps), tuple(loop), step=2))
-        self.stores(m0, n0, wm, wn, g, tt)
-        return self.kernel(groups)
+            copies.append((self.let(f"y_k{i}", k), n, local))
+        return copies
+
+    def b_desc(self, out: list[Stmt], stage: Var, n: int) -> Var:
+        """B's descriptor of stage ``stage`` (core matrices :attr:`sbo` bytes apart along N,
+        128 along K), as variable ``bdesc{n}`` appended to ``out``."""
+        addr = Cast(DType.i32, Cast(INDEX, Bin("+", Var("b_tile"),
+                                                mul(stage, idx(self.stage_words())))))
+        return self.let_in(out, f"bdesc{n}", Bin("|", Cast(INDEX, Bin(">>", Bin(
+            "&", addr, Lit(0x3FFFF, DType.i32)), Lit(4, DType.i32))),
+            Lit(descriptor_bits(CORE, self.sbo), INDEX)))
 
     def load_a(self, regs: str, step: Expr, tail: bool) -> list[Stmt]:
         """A's fragments of K step ``step`` into register set ``regs``: per row one 16-byte
-        load per 32 of K (zeros outside the operand; ``tail``: K ends inside the step)."""
+        load per 32 of K (zeros past K where ``tail``: K ends inside the step)."""
         out: list[Stmt] = []
         names = self.regs[regs]
         for v in range(BK // 32):
@@ -203,43 +239,56 @@ class _Wgmma(_Builder):
         return out
 
     def copy(self, step: Expr, stage: Expr, tail: bool) -> list[Stmt]:
-        """The ``cp.async`` of K step ``step``'s B chunks into stage ``stage`` (``tail``: K
-        ends inside the step)."""
+        """The ``cp.async`` of K step ``step``'s B chunks (:meth:`b_copies`, each
+        :meth:`copy_bytes` long) into stage ``stage`` (``tail``: K ends inside the step)."""
         c, out = self.c, []
         for k, n, local in self.copies:
-            kg = add(mul(step, idx(BK)), k)
+            kg = add(mul(step, idx(self.bk)), k)
             at = add(self.bases["y"], add(mul(kg, idx(c.k.y)), mul(n, idx(c.n.y))))
             dst = Cast(DType.i32, Cast(INDEX, Bin("+", Var("b_tile"), add(
-                mul(stage, idx(STAGE_BYTES // 4)), local))))
+                mul(stage, idx(self.stage_words())), local))))
             guard = Bin("<", kg, idx(c.k.size)) if tail else None
-            out.append(cp_async(dst, self.arg["y"], at, 2, 16 if self.trans else 4, guard))
+            out.append(cp_async(dst, self.arg["y"], at, self.elem, self.copy_bytes(), guard))
         return out
 
-    def step(self, regs: str, other: str, kt: Expr, steps: int, n: int) -> list[Stmt]:
+    def copy_bytes(self) -> int:
+        return 16 if self.trans else 4
+
+    def step(self, regs: str, other: str, kt: Expr, n: int) -> list[Stmt]:
         """K step ``kt`` from A register set ``regs``, loading step ``kt + 1``'s into
         ``other`` first (``n``: the step's place in the loop body, naming its variables)."""
-        out = by_tail(add(kt, idx(1)), self.c.k.size, BK,
+        out = by_tail(add(kt, idx(1)), self.c.k.size, self.bk,
                       lambda tail: self.load_a(other, add(kt, idx(1)), tail))
-        stage = self.let_in(out, f"stage{n}", mod(kt, STAGES))
-        addr = Cast(DType.i32, Cast(INDEX, Bin("+", Var("b_tile"),
-                                                mul(stage, idx(STAGE_BYTES // 4)))))
-        desc = Bin("|", Cast(INDEX, Bin(">>", Bin("&", addr, Lit(0x3FFFF, DType.i32)),
-                                        Lit(4, DType.i32))),
-                   Lit(descriptor_bits(CORE, SBO), INDEX))
-        out += [InlineAsm(CP_WAIT.format(STAGES - 2), (), (), True, ("memory",)),
-                InlineAsm(PROXY, (), (), True, ("memory",)), Barrier()]
-        bdesc = self.let_in(out, f"bdesc{n}", desc)
+        prep, a = self.a_operands(regs, n)
+        out += prep
+        stage = self.let_in(out, f"stage{n}", mod(kt, self.stages()))
+        out.append(InlineAsm(CP_WAIT.format(self.stages() - 2), (), (), True, ("memory",)))
+        out += self.landed(stage, n)
+        out += [InlineAsm(PROXY, (), (), True, ("memory",)), Barrier()]
         acc = tuple(("+f", name) for name in self.acc)
-        a = tuple(("r", Var(name)) for name in self.regs[regs])
-        ops = ", ".join(f"%{i}" for i in range(len(acc) + len(a) + 2))
-        out.append(InlineAsm(f"{rstep(BN, BK // 16, self.trans)} {ops}", acc,
-                             (*a, ("l", bdesc), ("r", Lit(1, DType.i32))), True, ("memory",)))
-        nxt = add(kt, idx(STAGES - 1))
-        out += by_tail(nxt, self.c.k.size, BK, lambda tail: self.copy(nxt, mod(nxt, STAGES), tail))
+        marker, rest = self.issue(self.b_desc(out, stage, n))
+        ops = ", ".join(f"%{i}" for i in range(len(acc) + len(a) + len(rest)))
+        out.append(InlineAsm(f"{marker} {ops}", acc, (*a, *rest), True, ("memory",)))
+        nxt = add(kt, idx(self.stages() - 1))
+        out += by_tail(nxt, self.c.k.size, self.bk,
+                       lambda tail: self.copy(nxt, mod(nxt, self.stages()), tail))
         out.append(InlineAsm(CP_COMMIT, (), (), True, ("memory",)))
         held = ", ".join(f"%{i}" for i in range(len(acc) + len(a)))
         out.append(InlineAsm(f"{WAIT0} {held}", acc, a, True, ("memory",)))
         return out
+
+    def a_operands(self, regs: str, n: int) -> tuple[list[Stmt], tuple[tuple[str, Expr], ...]]:
+        """What prepares the step's A operands from register set ``regs``, and the operands."""
+        return [], tuple(("r", Var(name)) for name in self.regs[regs])
+
+    def landed(self, stage: Var, n: int) -> list[Stmt]:
+        """What each work-item does to its copies of stage ``stage`` once they landed."""
+        return []
+
+    def issue(self, bdesc: Var) -> tuple[str, tuple[tuple[str, Expr], ...]]:
+        """The step's marker and its operands after the A registers (B's descriptor ...)."""
+        return (rstep(BN, BK // 16, self.trans),
+                (("l", bdesc), ("r", Lit(1, DType.i32))))
 
     @staticmethod
     def let_in(out: list[Stmt], name: str, e: Expr) -> Var:
@@ -249,29 +298,43 @@ class _Wgmma(_Builder):
 
 def plan(group: FusionGroup, target: TargetProfile) -> Contraction | str:
     """The contraction of a group ``wgmma-f16`` takes, or why not."""
-    if WGMMA_F16 not in target.tensor_cores:
-        return "the target's probe found no register-A wgmma (TargetProfile.tensor_cores)"
+    def layout(c: Contraction) -> str | None:
+        if along_k(c, "x") and copy_layout(c, "x", 8)[1] and \
+                copy_layout(c, "y", 2 if along_k(c, "y") else 8)[1]:
+            return None
+        return ("wgmma-f16 needs A stored along K in whole 16-byte vectors, and B along N in "
+                "whole 16-byte vectors or along K in whole pairs of halves")
+
+    return plan_for(group, target, WGMMA_F16, DType.f16, layout, STAGES * STAGE_BYTES)
+
+
+def plan_for(group: FusionGroup, target: TargetProfile, capability: str, dtype: DType,
+             layout: Callable[[Contraction], str | None], local_bytes: int
+             ) -> Contraction | str:
+    """The contraction of a group a wgmma generator takes (its probe's ``capability``, its
+    ``dtype``, operands ``layout`` accepts, ``local_bytes`` of stages), or why not: K of at
+    least ``MIN_K``, at most ``MAX_PADDING`` of its tiles padding, and tiles for at least
+    ``MIN_FILL`` of the compute units (fewer: the mma kernels' smaller tiles are faster)."""
+    if capability not in target.tensor_cores:
+        return f"the target's probe found no {capability} (TargetProfile.tensor_cores)"
     found = mma_plan(group, target)
     if isinstance(found, str):
         return found
     c, _ = found
-    if c.dtype is not DType.f16:
-        return f"dtype {c.dtype.value}: wgmma-f16 takes f16 products"
-    if not (along_k(c, "x") and copy_layout(c, "x", 8)[1]
-            and copy_layout(c, "y", 2 if along_k(c, "y") else 8)[1]):
-        return ("wgmma-f16 needs A stored along K in whole 16-byte vectors, and B along N in "
-                "whole 16-byte vectors or along K in whole pairs of halves")
-    if TILES.threads > target.max_work_group_size or \
-            STAGES * STAGE_BYTES > target.local_mem_bytes:
-        return f"a work-group of {TILES.threads} work-items and {STAGES * STAGE_BYTES} bytes"
+    if c.dtype is not dtype:
+        return f"dtype {c.dtype.value}: {capability} takes {dtype.value} products"
+    if (why := layout(c)) is not None:
+        return why
+    if TILES.threads > target.max_work_group_size or local_bytes > target.local_mem_bytes:
+        return f"a work-group of {TILES.threads} work-items and {local_bytes} bytes"
     if c.k.size < MIN_K:
-        return f"K = {c.k.size} is below {MIN_K}: mma-f16 is faster there"
+        return f"K = {c.k.size} is below {MIN_K}: the mma kernels are faster there"
     if padded(c, TILES.bm, TILES.bn) > MAX_PADDING * c.m.size * c.n.size:
         return f"{c.m.size}x{c.n.size} pads {TILES.bm}x{TILES.bn} tiles by over {MAX_PADDING}"
     tiles = tile_groups(c, TILES.bm, TILES.bn)
     if tiles < MIN_FILL * target.compute_units:
         return (f"{tiles} tiles of {TILES.bm}x{TILES.bn} for {target.compute_units} compute "
-                "units: mma-f16's smaller tiles are faster")
+                "units: the mma kernels' smaller tiles are faster")
     return c
 
 

@@ -7,22 +7,22 @@ instructions built for ``sm_90a`` by the runtime, :mod:`accy.kernels.wgmma_ptx`)
 is one the mma generators take (:func:`accy.kernels.mma_plan.plan`) with A stored along K in
 whole 16-byte vectors, and its tiles fill the device (:func:`plan`).
 
-The kernel is ``wgmma-f16``'s (:mod:`accy.kernels.wgmma`) with TF32's ``wgmma m64nBNk8``: a
-work-group of ``WARPGROUPS`` warpgroups computes a ``64 WARPGROUPS x BN`` tile, per warp
+The kernel is ``wgmma-f16``'s (a subclass of :class:`accy.kernels.wgmma._Wgmma`) with TF32's
+``wgmma m64nBNk8``: a work-group of four warpgroups computes a 256 x ``BN`` tile, per warp
 exactly ``mma.sync``'s m16n8 C fragments (so the stores are the mma kernels'), K steps of
-``BK``. A's fragments come straight from global memory, 16 bytes a row a step: lane ``t``
-loads K ``4t .. 4t + 3`` of its rows ``g`` and ``g + 8``, so fragment column ``4h + t`` of
-k8 step ``i`` holds K ``4t + 2i + h`` (:func:`position`); B goes through local memory in that
-K order, copied by ``cp.async`` 4 bytes at a time (any layout of B: TF32 wgmma reads B only
-K-major, 8 N rows of 4 K words a core matrix, K-adjacent ones 128 bytes apart, N-adjacent
-ones ``BK / 4 * 128``). Each work-item rounds the words it copied once they land: ``tf32``
-in place (``cvt.rna``); ``3xtf32`` the big part in place and the small part
-(``tf32(x - big)``) into a second tile beside it, A's fragments split the same way in
-registers, and each K step is the small products then big x big (small x small dropped), as
-:func:`accy.kernels.mma_ptx.tf32_products` does with ``mma.sync``; a side exact in TF32 (f16
-values cast to f32) is not split and its small products are skipped. The rounding is the mma
-kernels' (saturating for the big part where the probe found it), so the error bounds are
-theirs.
+``BK``; K tails peeled and edge rows and columns clamped as there. A's fragments come straight
+from global memory, 16 bytes a row a step: lane ``t`` loads K ``4t .. 4t + 3`` of its rows
+``g`` and ``g + 8``, so fragment column ``4h + t`` of k8 step ``i`` holds K ``4t + 2i + h``
+(:func:`position`); B goes through local memory in that K order, copied by ``cp.async`` 4 bytes
+at a time (any layout of B: TF32 wgmma reads B only K-major, 8 N rows of 4 K words a core
+matrix, K-adjacent ones 128 bytes apart, N-adjacent ones ``BK / 4 * 128``). Each work-item
+rounds the words it copied once they land: ``tf32`` in place (``cvt.rna``); ``3xtf32`` the big
+part in place and the small part (``tf32(x - big)``) into a second tile beside it, A's
+fragments split the same way in registers, and each K step is the small products then big x big
+(small x small dropped), as :func:`accy.kernels.mma_ptx.tf32_products` does with ``mma.sync``;
+a side exact in TF32 (f16 values cast to f32) is not split and its small products are skipped.
+The rounding is the mma kernels' (saturating for the big part where the probe found it), so the
+error bounds are theirs.
 
 A K step: the next step's A words loaded (into the other of two register sets), this step's
 A split, the copies waited for and rounded, a barrier, the step's wgmma issued, the copies of
@@ -32,23 +32,18 @@ step ``kt + STAGES - 1`` issued, the wgmma waited for.
 from __future__ import annotations
 
 from accy.ir.types import DType
-from accy.kernels.contraction_plan import Contraction, analyse, padded, tile_groups
+from accy.kernels.contraction_plan import Contraction, analyse
 from accy.kernels.generators import Generator, register_generator
 from accy.kernels.ir import (
     INDEX,
-    Barrier,
     Bin,
     Call,
     Cast,
     Expr,
-    For,
-    If,
     InlineAsm,
     Kernel,
-    Let,
     Lit,
     Load,
-    LocalArray,
     Stmt,
     Store,
     Var,
@@ -58,23 +53,20 @@ from accy.kernels.ir import (
     mod,
     mul,
 )
-from accy.kernels.mma import _Builder
-from accy.kernels.mma_plan import MAX_PADDING, MmaTiles, along_k, copy_layout
-from accy.kernels.mma_plan import plan as mma_plan
-from accy.kernels.mma_ptx import CP_COMMIT, CP_WAIT, cp_async, tf32_registers
-from accy.kernels.wgmma import LD_V4, LD_V4_IF, MIN_FILL, by_tail, clamped
-from accy.kernels.wgmma_ptx import PROXY, WAIT0, descriptor_bits, tstep
+from accy.kernels.mma_plan import MmaTiles, along_k, copy_layout
+from accy.kernels.mma_ptx import tf32_registers
+from accy.kernels.wgmma import BN, CORE, LD_V4, LD_V4_IF, _Wgmma, clamped, plan_for
+from accy.kernels.wgmma import TILES as F16_TILES
+from accy.kernels.wgmma_ptx import tstep
 from accy.plans import FusionGroup, KernelOutline, ScheduleKind
 from accy.target import WGMMA_TF32, TargetProfile
 
-WARPGROUPS = 4  # of 64 rows each: 256-row tiles
-BN, BK = 128, 16
+BK = 16
 STAGES = {"tf32": 4, "3xtf32": 3}  # a 3xtf32 stage holds the small parts too
-TILES = MmaTiles(64 * WARPGROUPS, BN, BK, 4 * WARPGROUPS, 1, swizzle=1, loads="scalar")
-CORE = 128  # bytes of a core matrix (8 rows of 16 bytes); B's descriptor's leading offset
+# wgmma-f16's tiles (the stores read them) in K steps of 16 f32
+TILES = MmaTiles(F16_TILES.bm, BN, BK, F16_TILES.warps_m, 1, swizzle=1, loads="scalar")
 SBO = BK // 4 * CORE  # bytes between N-adjacent core matrices
 TILE_WORDS = BN * BK  # of one B tile (big or small parts)
-MIN_K = 128  # as wgmma-f16: the pipeline's fill and drain and the stores need some K
 COPIES = TILE_WORDS // TILES.threads  # 4-byte copies a work-item makes a step
 
 
@@ -93,34 +85,26 @@ def word(k: Expr, n: Expr) -> Expr:
                    add(mul(mod(n, 8), idx(16)), mul(mod(p, 4), idx(4)))), 4)
 
 
-class _WgmmaTf32(_Builder):
+class _WgmmaTf32(_Wgmma):
+    bk, elem, sbo = BK, 4, SBO
+    tile_dtype = DType.f32
+
+    def stages(self) -> int:
+        return STAGES[self.policy]
+
     def stage_words(self) -> int:
         return TILE_WORDS * (2 if self.split["b"] else 1)
 
-    def stage_buffers(self) -> list[tuple[str, int, int]]:
-        half = STAGES[self.policy] * self.stage_words() // 2  # the B stages, two buffers
-        return [("b_tile", 0, half), ("b_tile", half, half)]
-
-    def build(self) -> Kernel:
-        c = self.c
-        groups, _, g, tt, wm, wn, m0, n0 = self.place()
-        stages = STAGES[self.policy]
-        self.body.append(LocalArray("b_tile", DType.f32, stages * self.stage_words(), 128))
-        self.acc = [f"acc_0_{j}_{r}" for j in range(BN // 8) for r in range(4)]
-        for name in self.acc:
-            self.let(name, Lit(0.0, DType.f32), DType.f32, mutable=True)
+    def registers(self) -> list[str]:
+        """A's words as loaded (K ``4t .. 4t + 3`` of rows g, g + 8), two sets."""
         self.raw = {s: [[f"a{s}{h}_{r}" for r in range(4)] for h in (0, 1)] for s in "EO"}
-        for name in (n for s in "EO" for row in self.raw[s] for n in row):
-            self.let(name, Lit(0, DType.i32), DType.i32, mutable=True)
-        rows = [self.let(f"a_row{h}", clamped(add(m0, add(wm, add(g, idx(8 * h)))),
-                                              c.m.size - 1, c.m.size % TILES.bm != 0))
-                for h in (0, 1)]
-        self.a_at = [self.let(f"a_at{h}", Bin("+", Cast(INDEX, Var(self.arg["x"])), mul(
-            add(self.bases["x"], add(mul(r, idx(c.m.x)), mul(tt, idx(4)))), idx(4))))
-            for h, r in enumerate(rows)]
-        # B: this work-item's words of a step, fixed over K; consecutive work-items take
-        # consecutive N (B along N) or K (B along K) of the operand
-        self.copies = []
+        return [n for s in "EO" for row in self.raw[s] for n in row]
+
+    def b_copies(self, n0: Expr) -> list[tuple[Expr, Expr, Expr]]:
+        """(K of the step, N of the operand, local word) of this work-item's 4-byte B copies,
+        fixed over K; consecutive work-items take consecutive N (B along N) or K (B along
+        K) of the operand, columns past N the last one."""
+        c, copies = self.c, []
         for i in range(COPIES):
             e = add(Var("tid"), idx(i * TILES.threads))
             if along_k(c, "y"):
@@ -129,26 +113,14 @@ class _WgmmaTf32(_Builder):
                 k = add(mul(mod(div(e, 8), 4), idx(4)), div(e, TILES.threads))
                 n = add(mod(e, 8), mul(mod(div(e, 32), BN // 8), idx(8)))
             kk, nn = self.let(f"y_k{i}", k), self.let(f"y_n{i}", n)
-            self.copies.append((kk, self.let(f"y_gn{i}", clamped(
+            copies.append((kk, self.let(f"y_gn{i}", clamped(
                 add(n0, nn), c.n.size - 1, c.n.size % BN != 0)),
-                                self.let(f"y_w{i}", word(kk, nn))))
-        steps = -(-c.k.size // BK)
-        commit = InlineAsm(CP_COMMIT, (), (), True, ("memory",))
-        for s in range(stages - 1):
-            self.body += self.copy(idx(s), idx(s), s * BK + BK > c.k.size) if s < steps else []
-            self.body.append(commit)
-        self.body += self.load_a("E", idx(0), BK > c.k.size)
-        kt = Var("kt")
-        loop = self.step("E", "O", kt, steps, 0)
-        loop.append(If(Bin("<", add(kt, idx(1)), idx(steps)),
-                       tuple(self.step("O", "E", add(kt, idx(1)), steps, 1))))
-        self.body.append(For("kt", idx(0), idx(steps), tuple(loop), step=2))
-        self.stores(m0, n0, wm, wn, g, tt)
-        return self.kernel(groups)
+                self.let(f"y_w{i}", word(kk, nn))))
+        return copies
 
     def load_a(self, regs: str, step: Expr, tail: bool) -> list[Stmt]:
         """A's words of K step ``step`` into register set ``regs``: one 16-byte load per row
-        (zeros outside the operand; ``tail``: K ends inside the step)."""
+        (zeros past K where ``tail``: K ends inside the step)."""
         c, out = self.c, []
         k = mul(step, idx(BK))
         k_ok = Bin("<", add(k, mul(Var("t"), idx(4))), idx(c.k.size)) if tail else None
@@ -179,18 +151,8 @@ class _WgmmaTf32(_Builder):
         products = ([small] if self.split["a"] else []) + ([big] if self.split["b"] else [])
         return out, [*products, big]
 
-    def copy(self, step: Expr, stage: Expr, tail: bool) -> list[Stmt]:
-        """The 4-byte ``cp.async`` of K step ``step``'s B words into stage ``stage``
-        (``tail``: K ends inside the step)."""
-        c, out = self.c, []
-        for k, n, w in self.copies:
-            kg = add(mul(step, idx(BK)), k)
-            at = add(self.bases["y"], add(mul(kg, idx(c.k.y)), mul(n, idx(c.n.y))))
-            dst = Cast(DType.i32, Cast(INDEX, Bin("+", Var("b_tile"), add(
-                mul(stage, idx(self.stage_words())), w))))
-            guard = Bin("<", kg, idx(c.k.size)) if tail else None
-            out.append(cp_async(dst, self.arg["y"], at, 4, 4, guard))
-        return out
+    def copy_bytes(self) -> int:
+        return 4
 
     def round_b(self, stage: Var, n: int) -> list[Stmt]:
         """This work-item's words of the stage rounded once they landed: the big part (or
@@ -207,67 +169,33 @@ class _WgmmaTf32(_Builder):
                                  Call("bitcast_f32", (Var(f"{name}_s"),))))
         return out
 
-    def step(self, regs: str, other: str, kt: Expr, steps: int, n: int) -> list[Stmt]:
-        """K step ``kt`` from A register set ``regs``, loading step ``kt + 1``'s into
-        ``other`` first (``n``: the step's place in the loop body, naming its variables)."""
-        stages = STAGES[self.policy]
-        out = by_tail(add(kt, idx(1)), self.c.k.size, BK,
-                      lambda tail: self.load_a(other, add(kt, idx(1)), tail))
-        frags, products = self.fragments(regs, n)
-        out += frags
-        stage = Var(f"stage{n}")
-        out.append(Let(stage.name, INDEX, mod(kt, stages)))
-        out.append(InlineAsm(CP_WAIT.format(stages - 2), (), (), True, ("memory",)))
-        out += self.round_b(stage, n)
-        out += [InlineAsm(PROXY, (), (), True, ("memory",)), Barrier()]
-        addr = Cast(DType.i32, Cast(INDEX, Bin("+", Var("b_tile"),
-                                                mul(stage, idx(self.stage_words())))))
-        base = Bin("|", Cast(INDEX, Bin(">>", Bin("&", addr, Lit(0x3FFFF, DType.i32)),
-                                        Lit(4, DType.i32))),
-                   Lit(descriptor_bits(CORE, SBO), INDEX))
-        out.append(Let(f"bdesc{n}", INDEX, base))
-        small = Bin("+", Var(f"bdesc{n}"), Lit(TILE_WORDS * 4 >> 4, INDEX))
-        # B's descriptor per product: big, except where A's big part meets B's small one
-        descs = [Var(f"bdesc{n}")] * len(products)
+    def a_operands(self, regs: str, n: int) -> tuple[list[Stmt], tuple[tuple[str, Expr], ...]]:
+        """A's registers split or rounded under the policy (:meth:`fragments`), each
+        product's in turn."""
+        frags, self.products = self.fragments(regs, n)
+        return frags, tuple(("r", Var(name)) for names in self.products for name in names)
+
+    def landed(self, stage: Var, n: int) -> list[Stmt]:
+        return self.round_b(stage, n)
+
+    def issue(self, bdesc: Var) -> tuple[str, tuple[tuple[str, Expr], ...]]:
+        """``TSTEP`` with B's descriptor per product: the big tile's, except where A's big
+        part meets B's small one (the tile beside it)."""
+        descs: list[Expr] = [bdesc] * len(self.products)
         if self.split["b"]:
-            descs[len(products) - 2] = small
-        acc = tuple(("+f", name) for name in self.acc)
-        a = tuple(("r", Var(name)) for names in products for name in names)
-        ops = ", ".join(f"%{i}" for i in range(len(acc) + len(a) + len(descs)))
-        out.append(InlineAsm(f"{tstep(BN, BK // 8, len(products))} {ops}", acc,
-                             (*a, *(("l", d) for d in descs)), True, ("memory",)))
-        nxt = add(kt, idx(stages - 1))
-        out += by_tail(nxt, self.c.k.size, BK, lambda tail: self.copy(nxt, mod(nxt, stages), tail))
-        out.append(InlineAsm(CP_COMMIT, (), (), True, ("memory",)))
-        held = ", ".join(f"%{i}" for i in range(len(acc) + len(a)))
-        out.append(InlineAsm(f"{WAIT0} {held}", acc, a, True, ("memory",)))
-        return out
+            descs[len(self.products) - 2] = Bin("+", bdesc, Lit(TILE_WORDS * 4 >> 4, INDEX))
+        return tstep(BN, BK // 8, len(self.products)), tuple(("l", d) for d in descs)
 
 
 def plan(group: FusionGroup, target: TargetProfile) -> Contraction | str:
     """The contraction of a group ``wgmma-tf32`` / ``wgmma-3xtf32`` take, or why not."""
-    if WGMMA_TF32 not in target.tensor_cores:
-        return "the target's probe found no register-A TF32 wgmma (TargetProfile.tensor_cores)"
-    found = mma_plan(group, target)
-    if isinstance(found, str):
-        return found
-    c, _ = found
-    if c.dtype is not DType.f32:
-        return f"dtype {c.dtype.value}: wgmma-tf32 takes f32 products"
-    if not (along_k(c, "x") and copy_layout(c, "x", 4)[1]):
+    def layout(c: Contraction) -> str | None:
+        if along_k(c, "x") and copy_layout(c, "x", 4)[1]:
+            return None
         return "wgmma-tf32 needs A stored along K in whole 16-byte vectors"
-    if TILES.threads > target.max_work_group_size or \
-            STAGES["3xtf32"] * 2 * TILE_WORDS * 4 > target.local_mem_bytes:
-        return f"a work-group of {TILES.threads} work-items and 48 KiB of local memory"
-    if c.k.size < MIN_K:
-        return f"K = {c.k.size} is below {MIN_K}: mma's smaller tiles are faster"
-    if padded(c, TILES.bm, TILES.bn) > MAX_PADDING * c.m.size * c.n.size:
-        return f"{c.m.size}x{c.n.size} pads {TILES.bm}x{TILES.bn} tiles by over {MAX_PADDING}"
-    tiles = tile_groups(c, TILES.bm, TILES.bn)
-    if tiles < MIN_FILL * target.compute_units:
-        return (f"{tiles} tiles of {TILES.bm}x{TILES.bn} for {target.compute_units} compute "
-                "units: mma's smaller tiles are faster")
-    return c
+
+    return plan_for(group, target, WGMMA_TF32, DType.f32, layout,
+                    STAGES["3xtf32"] * 2 * TILE_WORDS * 4)
 
 
 def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,

@@ -128,38 +128,56 @@ def wgmma_probe_source(trans_b: int = 1) -> str:
     instead (element (k, n) at byte (n/8) 512 + (k/8) 128 + (n%8) 16 + (k%8) 2), the form of
     a B stored along K."""
     at = "(k % 8) * 16 + (n % 8) * 2" if trans_b else "(n % 8) * 16 + (k % 8) * 2"
-    return _wgmma_probe(WGMMA_PROBE_SOURCE.replace("@AT@", at),
-                        wgmma_ptx.rstep(WGMMA_PROBE_N, 2, trans_b), 10)
+    return _wgmma_probe("accy_wgmma_probe", "ushort", 32, f"(k / 8) * 128 + {at}",
+                        wgmma_ptx.rstep(WGMMA_PROBE_N, 2, trans_b), ', "r"(one)')
 
 
-def _wgmma_probe(template: str, step: str, operands: int) -> str:
-    """``template`` with the accumulators (zeroed, bound to the step and the wait, stored
-    unrolled so they stay registers), the step marker and its ``operands`` besides them."""
+# One K step (16) of TF32 register-A wgmma m64n128k8 as accy/kernels/wgmma_tf32.py issues it
+# (marker TSTEP, one product): A (64 x 16 f32) as words in each warp's m16n8k8 TF32 fragments
+# (rows r, r + 8 at column t, then t + 4: the same words as the f16 probe's), B (16 x 128, K x
+# N) stored as K-major core matrices of 4 K words (element (k, n) at byte (n/8) 512 + (k/4)
+# 128 + (n%8) 16 + (k%4) 4).
+def wgmma_tf32_probe_source() -> str:
+    """The TF32 wgmma probe kernel."""
+    return _wgmma_probe("accy_wgmma_tf32_probe", "float", 16,
+                        "(k / 4) * 128 + (n % 8) * 16 + (k % 4) * 4",
+                        wgmma_ptx.tstep(WGMMA_PROBE_N, 2, 1), "")
+
+
+def _wgmma_probe(name: str, btype: str, k: int, at: str, step: str, one: str) -> str:
+    """Kernel ``name``: B (``k`` x N of ``btype``) stored into local memory at byte ``(n/8)
+    512 + at``, A's fragment words loaded, then ``step`` (operands: the accumulators, the
+    eight A words, B's descriptor, ``one``: the accumulate flag where the step takes one) and
+    the wait; the accumulators zeroed before and stored unrolled after, so they stay
+    registers."""
     n = WGMMA_PROBE_N
     acc = ", ".join(f'"+f"(c{i})' for i in range(n // 2))
     stores = "\n".join(
         f"  d[(r + {8 * (i % 4 // 2)}) * {n} + {8 * (i // 4) + i % 2} + 2 * t] = c{i};"
         for i in range(n // 2))
-    subs = {"@N@": str(n), "@C@": ", ".join(f"c{i} = 0.0f" for i in range(n // 2)),
+    ins = ", ".join(f'"r"(x[{i}])' for i in range(8)) + ', "l"(db)' + one
+    subs = {"@NAME@": name, "@B@": btype, "@K@": str(k), "@AT@": at,
+            "@BYTES@": "2" if btype == "ushort" else "4",
+            "@N@": str(n), "@C@": ", ".join(f"c{i} = 0.0f" for i in range(n // 2)),
             "@STORES@": stores, "@PROXY@": wgmma_ptx.PROXY, "@WAIT@": wgmma_ptx.WAIT0,
-            "@STEP@": step, "@ACC@": acc,
-            "@OPS@": ", ".join(f"%{i}" for i in range(n // 2 + operands)),
+            "@STEP@": step, "@ACC@": acc, "@INS@": ins,
+            "@OPS@": ", ".join(f"%{i}" for i in range(n // 2 + ins.count("("))),
             "@REGS@": ", ".join(f"%{i}" for i in range(n // 2)),
-            "@INS@": ", ".join(f'"r"(x[{i}])' for i in range(8)),
             "@DESC@": f"{wgmma_ptx.descriptor_bits(128, 512)}UL"}
+    source = WGMMA_PROBE_SOURCE
     for key, value in subs.items():
-        template = template.replace(key, value)
-    return template
+        source = source.replace(key, value)
+    return source
 
 
 WGMMA_PROBE_SOURCE = r"""
 __kernel __attribute__((reqd_work_group_size(128, 1, 1)))
-void accy_wgmma_probe(__global const uint *a, __global const ushort *b, __global float *d) {
-  __local ushort b_tile[32 * @N@] __attribute__((aligned(128)));
+void @NAME@(__global const uint *a, __global const @B@ *b, __global float *d) {
+  __local @B@ b_tile[@K@ * @N@] __attribute__((aligned(128)));
   const int l = get_local_id(0), r = 16 * (l / 32) + (l % 32) / 4, t = l % 4;
-  for (int e = l; e < 32 * @N@; e += 128) {
+  for (int e = l; e < @K@ * @N@; e += 128) {
     const int k = e / @N@, n = e % @N@;
-    b_tile[((n / 8) * 512 + (k / 8) * 128 + @AT@) / 2] = b[e];
+    b_tile[((n / 8) * 512 + @AT@) / @BYTES@] = b[e];
   }
   asm volatile("@PROXY@" ::: "memory");
   barrier(CLK_LOCAL_MEM_FENCE);
@@ -171,63 +189,21 @@ void accy_wgmma_probe(__global const uint *a, __global const ushort *b, __global
   float @C@;
   const ulong db = ((ulong)((((int)((long)b_tile)) & 262143) >> 4)) | @DESC@;
   const int one = 1;
-  asm volatile("@STEP@ @OPS@" : @ACC@ : @INS@, "l"(db), "r"(one) : "memory");
+  asm volatile("@STEP@ @OPS@" : @ACC@ : @INS@ : "memory");
   asm volatile("@WAIT@ @REGS@" : @ACC@ :  : "memory");
 @STORES@
 }
 """
 
 
-def wgmma_probe_case() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(A 64x32, B 32xN as f16, the f32 product) of the wgmma probe: small integers, exact."""
-    i, k = np.arange(64)[:, None], np.arange(32)[None, :]
-    a = ((i + 2 * k) % 5 - 2).astype(np.float16)
+def wgmma_probe_case(k: int = 32, dtype: type = np.float16
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(A 64 x k, B k x N of ``dtype``, the f32 product) of a wgmma probe: small integers,
+    exact (the TF32 probe's: ``k`` 16, f32)."""
+    i, kk = np.arange(64)[:, None], np.arange(k)[None, :]
+    a = ((i + 2 * kk) % 5 - 2).astype(dtype)
     n = np.arange(WGMMA_PROBE_N)[None, :]
-    b = ((3 * np.arange(32)[:, None] + n) % 7 - 3).astype(np.float16)
-    return a, b, (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
-
-
-# One K step (16) of TF32 register-A wgmma m64n128k8 as accy/kernels/wgmma_tf32.py issues it
-# (marker TSTEP, one product): A (64 x 16 f32) as words in each warp's m16n8k8 TF32 fragments
-# (rows r, r + 8 at column t, then t + 4), B (16 x 128, K x N) stored into local memory as
-# K-major core matrices of 4 K words (element (k, n) at byte (n/8) 512 + (k/4) 128 + (n%8) 16
-# + (k%4) 4), then the proxy fence, the step and the wait.
-WGMMA_TF32_PROBE_SOURCE = r"""
-__kernel __attribute__((reqd_work_group_size(128, 1, 1)))
-void accy_wgmma_tf32_probe(__global const uint *a, __global const float *b, __global float *d) {
-  __local float b_tile[16 * @N@] __attribute__((aligned(128)));
-  const int l = get_local_id(0), r = 16 * (l / 32) + (l % 32) / 4, t = l % 4;
-  for (int e = l; e < 16 * @N@; e += 128) {
-    const int k = e / @N@, n = e % @N@;
-    b_tile[((n / 8) * 512 + (k / 4) * 128 + (n % 8) * 16 + (k % 4) * 4) / 4] = b[e];
-  }
-  asm volatile("@PROXY@" ::: "memory");
-  barrier(CLK_LOCAL_MEM_FENCE);
-  uint x[8];
-  for (int i = 0; i < 2; i++) {
-    x[4 * i] = a[r * 16 + 8 * i + t]; x[4 * i + 1] = a[(r + 8) * 16 + 8 * i + t];
-    x[4 * i + 2] = a[r * 16 + 8 * i + t + 4]; x[4 * i + 3] = a[(r + 8) * 16 + 8 * i + t + 4];
-  }
-  float @C@;
-  const ulong db = ((ulong)((((int)((long)b_tile)) & 262143) >> 4)) | @DESC@;
-  asm volatile("@STEP@ @OPS@" : @ACC@ : @INS@, "l"(db) : "memory");
-  asm volatile("@WAIT@ @REGS@" : @ACC@ :  : "memory");
-@STORES@
-}
-"""
-
-
-def wgmma_tf32_probe_source() -> str:
-    """The TF32 wgmma probe kernel."""
-    return _wgmma_probe(WGMMA_TF32_PROBE_SOURCE, wgmma_ptx.tstep(WGMMA_PROBE_N, 2, 1), 9)
-
-
-def wgmma_tf32_probe_case() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(A 64x16, B 16xN, the f32 product) of the TF32 wgmma probe: small integers, exact."""
-    i, k = np.arange(64)[:, None], np.arange(16)[None, :]
-    a = ((i + 2 * k) % 5 - 2).astype(np.float32)
-    b = ((3 * np.arange(16)[:, None] + np.arange(WGMMA_PROBE_N)[None, :]) % 7 - 3).astype(
-        np.float32)
+    b = ((3 * np.arange(k)[:, None] + n) % 7 - 3).astype(dtype)
     return a, b, (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
 
 
@@ -347,7 +323,7 @@ def probe_isolated(device: cl.Device, wgmma: bool) -> tuple[str, ...]:
         except (cl.Error, ValueError):  # ValueError: binaries that are not PTX text (decode),
             pass  # or PTX the expansion does not know: no wgmma, the device stays usable
         try:
-            a, b, want = wgmma_tf32_probe_case()
+            a, b, want = wgmma_probe_case(16, np.float32)
             got = run_isolated(device, wgmma_tf32_probe_source(), "accy_wgmma_tf32_probe",
                                [a.view(np.uint32), b], np.zeros(want.size, np.float32),
                                items=128)
