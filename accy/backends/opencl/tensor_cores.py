@@ -129,7 +129,7 @@ def wgmma_probe_source(trans_b: int = 1) -> str:
     a B stored along K."""
     at = "(k % 8) * 16 + (n % 8) * 2" if trans_b else "(n % 8) * 16 + (k % 8) * 2"
     return _wgmma_probe("accy_wgmma_probe", "ushort", 32, f"(k / 8) * 128 + {at}",
-                        wgmma_ptx.rstep(WGMMA_PROBE_N, 2, trans_b), ', "r"(one)')
+                        wgmma_ptx.rstep(WGMMA_PROBE_N, 2, trans_b), True)
 
 
 # One K step (16) of TF32 register-A wgmma m64n128k8 as accy/kernels/wgmma_tf32.py issues it
@@ -141,27 +141,27 @@ def wgmma_tf32_probe_source() -> str:
     """The TF32 wgmma probe kernel."""
     return _wgmma_probe("accy_wgmma_tf32_probe", "float", 16,
                         "(k / 4) * 128 + (n % 8) * 16 + (k % 4) * 4",
-                        wgmma_ptx.tstep(WGMMA_PROBE_N, 2, 1), "")
+                        wgmma_ptx.tstep(WGMMA_PROBE_N, 2, 1), False)
 
 
-def _wgmma_probe(name: str, btype: str, k: int, at: str, step: str, one: str) -> str:
+def _wgmma_probe(name: str, btype: str, k: int, at: str, step: str, flag: bool) -> str:
     """Kernel ``name``: B (``k`` x N of ``btype``) stored into local memory at byte ``(n/8)
     512 + at``, A's fragment words loaded, then ``step`` (operands: the accumulators, the
-    eight A words, B's descriptor, ``one``: the accumulate flag where the step takes one) and
-    the wait; the accumulators zeroed before and stored unrolled after, so they stay
+    eight A words, B's descriptor and, ``flag``, a register holding 1: accumulate) and the
+    wait; the accumulators zeroed before and stored unrolled after, so they stay
     registers."""
     n = WGMMA_PROBE_N
     acc = ", ".join(f'"+f"(c{i})' for i in range(n // 2))
     stores = "\n".join(
         f"  d[(r + {8 * (i % 4 // 2)}) * {n} + {8 * (i // 4) + i % 2} + 2 * t] = c{i};"
         for i in range(n // 2))
-    ins = ", ".join(f'"r"(x[{i}])' for i in range(8)) + ', "l"(db)' + one
+    ins = [f'"r"(x[{i}])' for i in range(8)] + ['"l"(db)'] + (['"r"(one)'] if flag else [])
     subs = {"@NAME@": name, "@B@": btype, "@K@": str(k), "@AT@": at,
             "@BYTES@": "2" if btype == "ushort" else "4",
             "@N@": str(n), "@C@": ", ".join(f"c{i} = 0.0f" for i in range(n // 2)),
             "@STORES@": stores, "@PROXY@": wgmma_ptx.PROXY, "@WAIT@": wgmma_ptx.WAIT0,
-            "@STEP@": step, "@ACC@": acc, "@INS@": ins,
-            "@OPS@": ", ".join(f"%{i}" for i in range(n // 2 + ins.count("("))),
+            "@STEP@": step, "@ACC@": acc, "@INS@": ", ".join(ins),
+            "@OPS@": ", ".join(f"%{i}" for i in range(n // 2 + len(ins))),
             "@REGS@": ", ".join(f"%{i}" for i in range(n // 2)),
             "@DESC@": f"{wgmma_ptx.descriptor_bits(128, 512)}UL"}
     source = WGMMA_PROBE_SOURCE
