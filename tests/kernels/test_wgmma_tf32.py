@@ -1,8 +1,9 @@
 """wgmma-tf32 / wgmma-3xtf32 (accy/kernels/wgmma_tf32.py) without a GPU: the TF32 step's
-expansion, the K order A's 16-byte loads give, selection (only under the tf32 policies, only
-with the probe's ``WGMMA_F16``), whole generated kernels on PoCL with wgmma emulated
-(mma_emulation.py) against float64 under each policy's error, and, where clang and CUDA's
-ptxas are installed, the expanded PTX assembled for sm_90a. Speed and the real instructions:
+expansion, the K order A's 16-byte loads give, the probe's kernel, selection (only under the
+tf32 policies, only with the probe's ``WGMMA_TF32``), whole generated kernels on PoCL with
+wgmma emulated (mma_emulation.py) against float64 under each policy's error, the peeled K
+tail and clamped edges, and, where clang and CUDA's ptxas are installed, the expanded PTX
+assembled for sm_90a. Speed and the real instructions:
 ``experiments/bench_mma.py`` and ``experiments/bench_gpu.py`` on an H200."""
 
 from __future__ import annotations
