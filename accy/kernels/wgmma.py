@@ -6,16 +6,18 @@ Taken before ``mma-f16`` where the target's probe ran a register-A ``wgmma`` (``
 expanded and built for ``sm_90a`` by the runtime, :mod:`accy.kernels.wgmma_ptx`), the product
 is one ``mma-f16`` takes (:func:`accy.kernels.mma_plan.plan`) with A stored along K in whole
 16-byte vectors, B along N in whole 16-byte vectors (``x @ W``) or along K in whole pairs of
-halves (``x @ W.T``), and its tiles fill the device (:func:`plan`).
+halves (``x @ W.T``), K is at least ``MIN_K`` and its tiles score above the mma kernels'
+(:func:`plan_for`).
 
 The kernel (``experiments/probe_wgmma.py`` step (7), where it was measured): a work-group of
-``WARPGROUPS`` warpgroups (128 work-items each) computes a ``64 WARPGROUPS x BN`` tile; each
-warpgroup's 64 rows are one ``wgmma m64nBNk16`` accumulator, which per warp is exactly
+4 or 2 warpgroups (128 work-items each; :data:`WARPGROUPS`) computes a 256 or 128 x ``BN``
+tile (:func:`tiles`); each warpgroup's 64 rows are one ``wgmma m64nBNk16`` accumulator, which
+per warp is exactly
 ``mma.sync``'s m16n8 C fragments of its 16 rows (``acc_0_{j}_{r}``), so the epilogue and
 stores are ``mma-f16``'s (:class:`accy.kernels.mma_store.Stores`, staged through the B stages'
 local memory, two halves in turn). Only B goes through local memory during the K loop:
 ``STAGES`` stages of ``BK x BN`` filled by ``cp.async`` (zero-filled past K; rows and columns
-past M and N read the last ones, :func:`clamped`),
+past M and N read ones from the start, :func:`wrapped`),
 stored as MN-major core matrices for a B along N (8 K rows of 8 N halves, 128 bytes, copied 16
 bytes at a time) or K-major ones for a B along K (8 N rows of 8 K positions, copied a pair of
 halves at a time); K-adjacent ones 128 bytes apart: the descriptor's leading offset;
@@ -44,7 +46,6 @@ from accy.kernels.ir import (
     INDEX,
     Barrier,
     Bin,
-    Call,
     Cast,
     Expr,
     For,
@@ -63,29 +64,40 @@ from accy.kernels.ir import (
     mul,
 )
 from accy.kernels.mma import _Builder
-from accy.kernels.mma_plan import MAX_PADDING, MmaTiles, along_k, copy_layout
+from accy.kernels.mma_plan import MAX_PADDING, MmaTiles, along_k, balance, copy_layout
 from accy.kernels.mma_plan import plan as mma_plan
 from accy.kernels.mma_ptx import CP_COMMIT, CP_WAIT, cp_async
 from accy.kernels.wgmma_ptx import PROXY, WAIT0, descriptor_bits, rstep
 from accy.plans import FusionGroup, KernelOutline, ScheduleKind
 from accy.target import WGMMA_F16, TargetProfile
 
-WARPGROUPS = 4  # of 64 rows each: 256-row tiles
 BN, BK, STAGES = 128, 32, 4
-# as MmaTiles: 16 warps of 16 x BN (one m16n8 fragment row each), for the shared stores; tiles
-# in row-major order (swizzle 1: consecutive work-groups share A's rows), which measured faster
-# here than mma-f16's bands of tile rows (papers/kernels.md)
-TILES = MmaTiles(64 * WARPGROUPS, BN, BK, 4 * WARPGROUPS, 1, swizzle=1, stages=STAGES,
-                 f16=True, loads="vector")
+# work-group heights in warpgroups of 64 rows, scored by plan_for: 256-row and 128-row tiles
+# (64-row ones build too, and were slower than another tiling on every shape swept)
+WARPGROUPS = (4, 2)
+
+
+def tiles(warpgroups: int) -> MmaTiles:
+    """As MmaTiles, for the shared stores: ``4 warpgroups`` warps of 16 x BN (one m16n8
+    fragment row each); tiles in row-major order (swizzle 1: consecutive work-groups share A's
+    rows), which measured faster here than mma-f16's bands of tile rows (papers/kernels.md)."""
+    return MmaTiles(64 * warpgroups, BN, BK, 4 * warpgroups, 1, swizzle=1, stages=STAGES,
+                    f16=True, loads="vector")
+
+
 CORE = 128  # bytes of a core matrix (8 rows of 16 bytes); B's descriptor's leading offset
 SBO = BK // 8 * CORE  # bytes between N-adjacent core matrices
 STAGE_BYTES = BN * BK * 2
-# Selection, as measured against mma-f16 (papers/kernels.md, "Fourteenth session" and
-# "Fifteenth session"): the tiles must give at least MIN_FILL of the compute units a work-group
-# each (fewer tiles: mma-f16's smaller ones are faster), and K must be at least MIN_K (a tile's
-# fixed costs, the pipeline's fill and drain and the stores, need some K to pay off: K 64 lost,
-# K 128 won once the stores were staged)
-MIN_FILL = 1 / 3
+# Selection (plan_for), as swept against the mma kernels under every policy (papers/kernels.md,
+# "Eighteenth session"): each tiling's score is its rate (a compute unit's throughput on it
+# with full waves, relative to the mma kernels' 128x128 tiles) times the share of its waves'
+# slots its work-groups fill (:func:`accy.kernels.mma_plan.balance`); the wgmma tiles are
+# taken where they score above the tiles the mma kernels would use. The rates are fitted to
+# those sweeps (where the fit's error is given).
+RATES = {4: 1.5, 2: 1.1}  # 256-row and 128-row tiles
+MMA_SMALL_RATE = 0.65  # the mma kernels' tiles smaller than 128x128
+# K must be at least MIN_K (a tile's fixed costs, the pipeline's fill and drain and the stores,
+# need some K to pay off: K 64 lost under f16 and 3xtf32, K 128 won)
 MIN_K = 128
 # one 16-byte load of global memory into four registers, and where ``%5`` is 0 zeros instead
 LD_V4 = "ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
@@ -106,11 +118,13 @@ def by_tail(step: Expr, k: int, bk: int, make: Callable[[bool], list[Stmt]]) -> 
     return out
 
 
-def clamped(e: Expr, last: int, needed: bool) -> Expr:
-    """``e``, at most ``last`` where the tiles overrun the operand (``needed``): a row or
-    column past the end reads the last one instead of a guard on every load, its results
-    never stored (each output depends on its own row of A and column of B only)."""
-    return Call("min", (e, idx(last))) if needed else e
+def wrapped(e: Expr, size: int, needed: bool) -> Expr:
+    """``e`` modulo ``size`` where the tiles overrun the operand (``needed``): a row or column
+    past the end reads one from its start instead of a guard on every load, its results never
+    stored (each output depends on its own row of A and column of B only). Distinct rows and
+    columns, not the last one for all: many work-items' cp.async of one address made the TF32
+    kernel up to 1.8x slower (papers/kernels.md, "Eighteenth session")."""
+    return mod(e, size) if needed else e
 
 
 def k_row(kr: Expr) -> Expr:
@@ -158,10 +172,10 @@ class _Wgmma(_Builder):
             self.let(name, Lit(0.0, DType.f32), DType.f32, mutable=True)
         for name in self.registers():
             self.let(name, Lit(0, DType.i32), DType.i32, mutable=True)
-        # A: this lane's rows g and g + 8 of its warp's 16 (the last row for rows past M), as
+        # A: this lane's rows g and g + 8 of its warp's 16 (rows past M wrapped), as
         # byte addresses of its first K (t BK/4)
-        rows = [self.let(f"a_row{h}", clamped(add(m0, add(wm, add(g, idx(8 * h)))),
-                                              c.m.size - 1, c.m.size % t.bm != 0))
+        rows = [self.let(f"a_row{h}", wrapped(add(m0, add(wm, add(g, idx(8 * h)))),
+                                              c.m.size, c.m.size % t.bm != 0))
                 for h in (0, 1)]
         self.a_at = [self.let(f"a_at{h}", Bin("+", Cast(INDEX, Var(self.arg["x"])), mul(add(
             self.bases["x"], add(mul(r, idx(c.m.x)), mul(tt, idx(self.bk // 4)))),
@@ -198,13 +212,13 @@ class _Wgmma(_Builder):
             if self.trans:
                 kb, nc = div(ch, BN), mod(div(ch, 8), BN // 8)
                 kr = self.let(f"y_kr{i}", add(mul(kb, idx(8)), mod(ch, 8)))
-                n = self.let(f"y_n{i}", clamped(add(n0, mul(nc, idx(8))), c.n.size - 8,
+                n = self.let(f"y_n{i}", wrapped(add(n0, mul(nc, idx(8))), c.n.size,
                                                 c.n.size % BN != 0))
                 byte = add(mul(nc, idx(SBO)), add(mul(kb, idx(CORE)), mul(mod(ch, 8), idx(16))))
                 k = k_row(kr)
             else:  # consecutive work-items: consecutive pairs of a row of B
                 nl, k = div(ch, BK // 2), mul(mod(ch, BK // 2), idx(2))
-                n = self.let(f"y_n{i}", clamped(add(n0, nl), c.n.size - 1, c.n.size % BN != 0))
+                n = self.let(f"y_n{i}", wrapped(add(n0, nl), c.n.size, c.n.size % BN != 0))
                 p = self.let(f"y_p{i}", k_position(k))
                 byte = add(add(mul(div(nl, 8), idx(SBO)), mul(div(p, 8), idx(CORE))),
                            add(mul(mod(nl, 8), idx(16)), mul(mod(p, 8), idx(2))))
@@ -296,8 +310,8 @@ class _Wgmma(_Builder):
         return Var(name)
 
 
-def plan(group: FusionGroup, target: TargetProfile) -> Contraction | str:
-    """The contraction of a group ``wgmma-f16`` takes, or why not."""
+def plan(group: FusionGroup, target: TargetProfile) -> tuple[Contraction, MmaTiles] | str:
+    """The contraction of a group ``wgmma-f16`` takes and its tiles, or why not."""
     def layout(c: Contraction) -> str | None:
         if along_k(c, "x") and copy_layout(c, "x", 8)[1] and \
                 copy_layout(c, "y", 2 if along_k(c, "y") else 8)[1]:
@@ -305,47 +319,65 @@ def plan(group: FusionGroup, target: TargetProfile) -> Contraction | str:
         return ("wgmma-f16 needs A stored along K in whole 16-byte vectors, and B along N in "
                 "whole 16-byte vectors or along K in whole pairs of halves")
 
-    return plan_for(group, target, WGMMA_F16, DType.f16, layout, STAGES * STAGE_BYTES)
+    return plan_for(group, target, WGMMA_F16, DType.f16, layout, STAGES * STAGE_BYTES,
+                    tiles, WARPGROUPS)
 
 
 def plan_for(group: FusionGroup, target: TargetProfile, capability: str, dtype: DType,
-             layout: Callable[[Contraction], str | None], local_bytes: int
-             ) -> Contraction | str:
-    """The contraction of a group a wgmma generator takes (its probe's ``capability``, its
-    ``dtype``, operands ``layout`` accepts, ``local_bytes`` of stages), or why not: K of at
-    least ``MIN_K``, at most ``MAX_PADDING`` of its tiles padding, and tiles for at least
-    ``MIN_FILL`` of the compute units (fewer: the mma kernels' smaller tiles are faster)."""
+             layout: Callable[[Contraction], str | None], local_bytes: int,
+             tiles_of: Callable[[int], MmaTiles], heights: tuple[int, ...]
+             ) -> tuple[Contraction, MmaTiles] | str:
+    """The contraction of a group a wgmma generator takes and its tiles (its probe's
+    ``capability``, its ``dtype``, operands ``layout`` accepts, ``local_bytes`` of stages,
+    ``tiles_of`` a number of warpgroups, of ``heights``), or why not: K of at least ``MIN_K``,
+    and of the tiles padding M x N by at most ``MAX_PADDING``, the best scoring (:func:`score`)
+    where that beats the mma kernels' tiles."""
     if capability not in target.tensor_cores:
         return f"the target's probe found no {capability} (TargetProfile.tensor_cores)"
     found = mma_plan(group, target)
     if isinstance(found, str):
         return found
-    c, _ = found
+    c, theirs = found
     if c.dtype is not dtype:
         return f"dtype {c.dtype.value}: {capability} takes {dtype.value} products"
     if (why := layout(c)) is not None:
         return why
-    if TILES.threads > target.max_work_group_size or local_bytes > target.local_mem_bytes:
-        return f"a work-group of {TILES.threads} work-items and {local_bytes} bytes"
+    if local_bytes > target.local_mem_bytes:
+        return f"{local_bytes} bytes of local memory"
     if c.k.size < MIN_K:
         return f"K = {c.k.size} is below {MIN_K}: the mma kernels are faster there"
-    if padded(c, TILES.bm, TILES.bn) > MAX_PADDING * c.m.size * c.n.size:
-        return f"{c.m.size}x{c.n.size} pads {TILES.bm}x{TILES.bn} tiles by over {MAX_PADDING}"
-    tiles = tile_groups(c, TILES.bm, TILES.bn)
-    if tiles < MIN_FILL * target.compute_units:
-        return (f"{tiles} tiles of {TILES.bm}x{TILES.bn} for {target.compute_units} compute "
-                "units: the mma kernels' smaller tiles are faster")
-    return c
+    units = target.compute_units
+    to_beat = score(tile_groups(c, theirs.bm, theirs.bn) * theirs.split, units,
+                    1.0 if theirs.bm * theirs.bn >= 128 * 128 else MMA_SMALL_RATE)
+    best, why = None, "no tiles"
+    for t in map(tiles_of, heights):
+        tiles = tile_groups(c, t.bm, t.bn)
+        if t.threads > target.max_work_group_size:
+            why = f"a work-group of {t.threads} work-items"
+        elif padded(c, t.bm, t.bn) > MAX_PADDING * c.m.size * c.n.size:
+            why = f"{c.m.size}x{c.n.size} pads {t.bm}x{t.bn} tiles by over {MAX_PADDING}"
+        elif (mine := score(tiles, units, RATES[t.warps_m // 4])) <= to_beat:
+            why = (f"{tiles} tiles of {t.bm}x{t.bn} on {units} compute units score "
+                   f"{mine:.2f}, the mma kernels' {theirs.bm}x{theirs.bn} {to_beat:.2f}")
+        elif best is None or mine > best[0]:
+            best = (mine, t)
+    return (c, best[1]) if best else why
+
+
+def score(groups: int, units: int, rate: float) -> float:
+    """A tiling's expected throughput: its ``rate`` times the share of its waves' slots its
+    ``groups`` fill on ``units`` compute units."""
+    return rate * balance(groups, units)
 
 
 def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
           target: TargetProfile) -> tuple[Kernel, ...]:
     """The wgmma kernel of an accepted group."""
-    c = plan(group, target)
-    if isinstance(c, str):
-        raise ValueError(f"the wgmma generator cannot take this group: {c}")
+    found = plan(group, target)
+    if isinstance(found, str):
+        raise ValueError(f"the wgmma generator cannot take this group: {found}")
     einsum, _ = analyse(group)  # type: ignore[misc]  (plan accepted it)
-    return (_Wgmma(group, outline, kind, einsum, c, TILES, "f16", target).build(),)
+    return (_Wgmma(group, outline, kind, einsum, *found, "f16", target).build(),)
 
 
 register_generator(Generator(

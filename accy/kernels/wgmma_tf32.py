@@ -5,12 +5,14 @@ Taken before ``mma-tf32`` / ``mma-3xtf32`` where the target's probe ran a regist
 ``wgmma`` (``WGMMA_TF32`` in ``TargetProfile.tensor_cores``: compute capability 9.0, the
 instructions built for ``sm_90a`` by the runtime, :mod:`accy.kernels.wgmma_ptx`), the product
 is one the mma generators take (:func:`accy.kernels.mma_plan.plan`) with A stored along K in
-whole 16-byte vectors, and its tiles fill the device (:func:`plan`).
+whole 16-byte vectors, K is at least ``MIN_K`` and its tiles score above the mma kernels'
+(:func:`accy.kernels.wgmma.plan_for`).
 
 The kernel is ``wgmma-f16``'s (a subclass of :class:`accy.kernels.wgmma._Wgmma`) with TF32's
-``wgmma m64nBNk8``: a work-group of four warpgroups computes a 256 x ``BN`` tile, per warp
+``wgmma m64nBNk8``: a work-group of four warpgroups computes a 256 x ``BN`` tile (under
+``3xtf32`` also two warpgroups a 128 x ``BN`` one: :data:`WARPGROUPS`), per warp
 exactly ``mma.sync``'s m16n8 C fragments (so the stores are the mma kernels'), K steps of
-``BK``; K tails peeled and edge rows and columns clamped as there. A's fragments come straight
+``BK``; K tails peeled and edge rows and columns wrapped as there. A's fragments come straight
 from global memory, 16 bytes a row a step: lane ``t`` loads K ``4t .. 4t + 3`` of its rows
 ``g`` and ``g + 8``, so fragment column ``4h + t`` of k8 step ``i`` holds K ``4t + 2i + h``
 (:func:`position`); B goes through local memory in that K order, copied by ``cp.async`` 4 bytes
@@ -55,19 +57,24 @@ from accy.kernels.ir import (
 )
 from accy.kernels.mma_plan import MmaTiles, along_k, copy_layout
 from accy.kernels.mma_ptx import tf32_registers
-from accy.kernels.wgmma import BN, CORE, LD_V4, LD_V4_IF, _Wgmma, clamped, plan_for
-from accy.kernels.wgmma import TILES as F16_TILES
+from accy.kernels.wgmma import BN, CORE, LD_V4, LD_V4_IF, _Wgmma, plan_for, wrapped
 from accy.kernels.wgmma_ptx import tstep
 from accy.plans import FusionGroup, KernelOutline, ScheduleKind
 from accy.target import WGMMA_TF32, TargetProfile
 
 BK = 16
 STAGES = {"tf32": 4, "3xtf32": 3}  # a 3xtf32 stage holds the small parts too
-# wgmma-f16's tiles (the stores read them) in K steps of 16 f32
-TILES = MmaTiles(F16_TILES.bm, BN, BK, F16_TILES.warps_m, 1, swizzle=1, loads="scalar")
+# work-group heights tried (wgmma.plan_for): 128-row tiles read B twice as often a product as
+# 256-row ones, which 3xTF32's three products a step hide and TF32's one does not (it lost to
+# mma-tf32 wherever 256-row tiles did not fill the device; papers/kernels.md)
+WARPGROUPS = {"tf32": (4,), "3xtf32": (4, 2)}
 SBO = BK // 4 * CORE  # bytes between N-adjacent core matrices
 TILE_WORDS = BN * BK  # of one B tile (big or small parts)
-COPIES = TILE_WORDS // TILES.threads  # 4-byte copies a work-item makes a step
+
+
+def tiles(warpgroups: int) -> MmaTiles:
+    """wgmma-f16's tiles (the stores read them) in K steps of 16 f32."""
+    return MmaTiles(64 * warpgroups, BN, BK, 4 * warpgroups, 1, swizzle=1, loads="scalar")
 
 
 def position(k: Expr) -> Expr:
@@ -103,18 +110,18 @@ class _WgmmaTf32(_Wgmma):
     def b_copies(self, n0: Expr) -> list[tuple[Expr, Expr, Expr]]:
         """(K of the step, N of the operand, local word) of this work-item's 4-byte B copies,
         fixed over K; consecutive work-items take consecutive N (B along N) or K (B along
-        K) of the operand, columns past N the last one."""
+        K) of the operand, columns past N wrapped."""
         c, copies = self.c, []
-        for i in range(COPIES):
-            e = add(Var("tid"), idx(i * TILES.threads))
+        for i in range(TILE_WORDS // self.t.threads):
+            e = add(Var("tid"), idx(i * self.t.threads))
             if along_k(c, "y"):
                 k, n = mod(e, BK), div(e, BK)
             else:  # 8 N of 4 K a warp: its local writes in 32 distinct banks
-                k = add(mul(mod(div(e, 8), 4), idx(4)), div(e, TILES.threads))
+                k = add(mul(mod(div(e, 8), 4), idx(4)), div(e, TILE_WORDS // 4))
                 n = add(mod(e, 8), mul(mod(div(e, 32), BN // 8), idx(8)))
             kk, nn = self.let(f"y_k{i}", k), self.let(f"y_n{i}", n)
-            copies.append((kk, self.let(f"y_gn{i}", clamped(
-                add(n0, nn), c.n.size - 1, c.n.size % BN != 0)),
+            copies.append((kk, self.let(f"y_gn{i}", wrapped(
+                add(n0, nn), c.n.size, c.n.size % BN != 0)),
                 self.let(f"y_w{i}", word(kk, nn))))
         return copies
 
@@ -187,25 +194,27 @@ class _WgmmaTf32(_Wgmma):
         return tstep(BN, BK // 8, len(self.products)), tuple(("l", d) for d in descs)
 
 
-def plan(group: FusionGroup, target: TargetProfile) -> Contraction | str:
-    """The contraction of a group ``wgmma-tf32`` / ``wgmma-3xtf32`` take, or why not."""
+def plan(group: FusionGroup, target: TargetProfile, policy: str
+         ) -> tuple[Contraction, MmaTiles] | str:
+    """The contraction of a group ``wgmma-{policy}`` takes and its tiles, or why not."""
     def layout(c: Contraction) -> str | None:
         if along_k(c, "x") and copy_layout(c, "x", 4)[1]:
             return None
         return "wgmma-tf32 needs A stored along K in whole 16-byte vectors"
 
+    tiles_a_stage = 2 if policy == "3xtf32" else 1  # big and small parts (at most)
     return plan_for(group, target, WGMMA_TF32, DType.f32, layout,
-                    STAGES["3xtf32"] * 2 * TILE_WORDS * 4)
+                    STAGES[policy] * tiles_a_stage * TILE_WORDS * 4, tiles, WARPGROUPS[policy])
 
 
 def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
           target: TargetProfile, policy: str) -> tuple[Kernel, ...]:
     """The TF32 wgmma kernel of an accepted group under ``policy``."""
-    c = plan(group, target)
-    if isinstance(c, str):
-        raise ValueError(f"the wgmma-tf32 generator cannot take this group: {c}")
+    found = plan(group, target, policy)
+    if isinstance(found, str):
+        raise ValueError(f"the wgmma-{policy} generator cannot take this group: {found}")
     einsum, _ = analyse(group)  # type: ignore[misc]  (plan accepted it)
-    return (_WgmmaTf32(group, outline, kind, einsum, c, TILES, policy, target).build(),)
+    return (_WgmmaTf32(group, outline, kind, einsum, *found, policy, target).build(),)
 
 
 for _policy in STAGES:
@@ -214,7 +223,7 @@ for _policy in STAGES:
         f"f32 matrix products (A along K) on Hopper's TF32 wgmma with A in registers under "
         f"kernelization{{precision={_policy}}} (deferred PTX built for sm_90a), on targets "
         "whose probe ran TF32 wgmma",
-        lambda group, target: not isinstance(plan(group, target), str),
+        lambda group, target, p=_policy: not isinstance(plan(group, target, p), str),
         lambda group, outline, kind, target, p=_policy: build(group, outline, kind, target, p),
         precisions=frozenset({_policy}),
     ))

@@ -31,7 +31,7 @@ from accy.kernels.ir import idx
 from accy.target import WGMMA_F16, WGMMA_TF32
 
 HOPPER = dataclasses.replace(ASYNC, tensor_cores=(*ASYNC.tensor_cores, WGMMA_F16, WGMMA_TF32))
-FEW_UNITS = dataclasses.replace(HOPPER, compute_units=3)  # one tile fills it: small tests
+FEW_UNITS = dataclasses.replace(HOPPER, compute_units=1)  # one tile fills it: small tests
 
 
 def test_expand_replaces_markers_and_targets_sm_90a():
@@ -86,11 +86,17 @@ def test_chosen_where_the_probe_found_wgmma_and_the_tiles_fill_the_units(pipe, u
     for prog, target, why in (
             (matmul16(2048, 2048, 1024), ASYNC, "no probe entry"),
             (matmul16(2048, 2048, 1022, b_transposed=True), HOPPER, "A's rows of 1,022 halves"),
-            (matmul16(1024, 1024, 1024), HOPPER, "32 tiles for 132 units"),
+            (matmul16(1024, 1024, 1024), HOPPER, "32 or 64 tiles for 132 units"),
             (matmul16(2048, 2048, 1020), HOPPER, "rows of K not whole 16-byte vectors"),
-            (matmul16(4096, 4096, 64), HOPPER, "K below MIN_K"),
-            (matmul16(320, 4096, 1024), HOPPER, "pads 256-row tiles by 1.6")):
+            (matmul16(4096, 4096, 64), HOPPER, "K below MIN_K")):
         assert used(prepare(prog, "ieee", target, pipe)) == {"mma-f16": 1}, why
+    for prog, items, why in (
+            (matmul16(2048, 1024, 512), 256, "64 tiles of 256 rows, 128 of 128 fill the units"),
+            (matmul16(320, 4096, 1024), 256, "pads 256-row tiles by 1.6, 128-row ones by 1.2"),
+            (matmul16(1536, 1536, 768), 512, "72 tiles of 256 rows beat mma's 64x64 ones")):
+        job = prepare(prog, "ieee", HOPPER, pipe)
+        assert used(job) == {"wgmma-f16": 1}, why
+        assert f"reqd_work_group_size({items}, 1, 1)" in job.kernel_source(0), why
     off = accy.prepare(matmul16(2048, 2048, 1024), pipe("disable=wgmma-f16"), target=HOPPER)
     assert used(off) == {"mma-f16": 1}
 
@@ -110,20 +116,25 @@ def test_x_at_w_through_traced_values_takes_wgmma(pipe, used):
 
 @pytest.mark.skipif(cl is None, reason="needs pyopencl")
 @pytest.mark.parametrize("mode", ["eager", "deferred"])
-@pytest.mark.parametrize("m, n, k, batch, bias, b_transposed", [
-    (500, 248, 72, 0, True, False),  # edges in M, N and K (K steps of 32 over 72), bias, relu
-    (256, 128, 200, 0, False, False),  # 7 K steps through 4 stages, an odd count (loop pairs)
-    (256, 128, 64, 2, False, False),  # batched
-    (500, 248, 80, 0, True, True),  # B along K (K-major core matrices): edges, bias, relu
-    (256, 128, 96, 2, False, True),  # B along K, batched
-], ids=["edges-bias", "stages", "batched", "b-along-k", "b-along-k-batched"])
+@pytest.mark.parametrize("m, n, k, batch, bias, b_transposed, warpgroups", [
+    (500, 248, 72, 0, True, False, 4),  # edges in M, N and K (K steps of 32 over 72), bias, relu
+    (256, 128, 200, 0, False, False, 4),  # 7 K steps through 4 stages, an odd count (loop pairs)
+    (256, 128, 64, 2, False, False, 4),  # batched
+    (500, 248, 80, 0, True, True, 4),  # B along K (K-major core matrices): edges, bias, relu
+    (256, 128, 96, 2, False, True, 4),  # B along K, batched
+    (250, 248, 72, 0, True, False, 2),  # 128-row tiles: edges, bias, relu
+    (250, 248, 80, 0, False, True, 2),  # 128-row tiles, B along K
+], ids=["edges-bias", "stages", "batched", "b-along-k", "b-along-k-batched", "edges-bias-128",
+        "b-along-k-128"])
 def test_kernels_compute_the_product_in_emulation(device, pipe, used, monkeypatch, mode, m, n,
-                                                  k, batch, bias, b_transposed):
+                                                  k, batch, bias, b_transposed, warpgroups):
     if "Portable Computing Language" not in device.info.platform:
         pytest.skip("the emulation is checked on PoCL")
     monkeypatch.setattr(wgmma, "MIN_K", 32)  # selection only: short K keeps the emulation quick
+    monkeypatch.setattr(wgmma, "WARPGROUPS", (warpgroups,))
     job = prepare(matmul16(m, n, k, batch, bias, b_transposed), "ieee", FEW_UNITS, pipe)
     assert used(job) == {"wgmma-f16": 1}
+    assert f"reqd_work_group_size({128 * warpgroups}, 1, 1)" in job.kernel_source(0)
     check_f16_product(device, job, emulated_wgmma(job.kernel_source(0), mode), m, n, k, batch,
                       bias, seed=9, b_transposed=b_transposed)
 

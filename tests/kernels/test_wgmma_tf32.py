@@ -2,7 +2,7 @@
 expansion, the K order A's 16-byte loads give, the probe's kernel, selection (only under the
 tf32 policies, only with the probe's ``WGMMA_TF32``), whole generated kernels on PoCL with
 wgmma emulated (mma_emulation.py) against float64 under each policy's error, the peeled K
-tail and clamped edges, and, where clang and CUDA's ptxas are installed, the expanded PTX
+tail and wrapped edges, and, where clang and CUDA's ptxas are installed, the expanded PTX
 assembled for sm_90a. Speed and the real instructions:
 ``experiments/bench_mma.py`` and ``experiments/bench_gpu.py`` on an H200."""
 
@@ -97,9 +97,21 @@ def test_chosen_under_the_tf32_policies_where_the_probe_found_wgmma(pipe, used, 
         c for c in HOPPER.tensor_cores if c != WGMMA_TF32))
     assert used(prepare(prog, policy, f16_only, pipe)) == {f"mma-{policy}": 1}
     assert "wgmma-" not in str(used(prepare(prog, "ieee", HOPPER, pipe)))  # f32 arithmetic
-    # short K, and tiles for less than a third of the units: mma's smaller tiles
-    for m, n, k in ((4096, 2048, 64), (512, 512, 1024)):
+    # short K, and tiles filling too little of their waves: mma's smaller tiles
+    for m, n, k in ((4096, 2048, 64), (512, 512, 1024), (1000, 1030, 520)):
         assert used(prepare(matmul(m, n, k), policy, HOPPER, pipe)) == {f"mma-{policy}": 1}
+    # 64 tiles of 256 rows, 128 of 128: 128-row tiles under 3xtf32 only (their one product a
+    # step does not hide B's loads under tf32)
+    job = prepare(matmul(2048, 1024, 512), policy, HOPPER, pipe)
+    if policy == "3xtf32":
+        assert used(job) == {"wgmma-3xtf32": 1}
+        assert "reqd_work_group_size(256, 1, 1)" in job.kernel_source(0)
+    else:
+        assert used(job) == {"mma-tf32": 1}
+    # 40 KiB of local memory: tf32's four stages fit (32 KiB), 3xtf32's three of two tiles not
+    small = dataclasses.replace(HOPPER, local_mem_bytes=40 * 1024)
+    assert used(prepare(prog, policy, small, pipe)) == {
+        "tf32": {"wgmma-tf32": 1}, "3xtf32": {"mma-3xtf32": 1}}[policy]
     # A stored K x M: no 16-byte A loads along K
     assert used(prepare(matmul(4096, 2048, 1024, a_transposed=True), policy, HOPPER,
                         pipe)) == {f"mma-{policy}": 1}
@@ -140,17 +152,21 @@ def check_values(got: np.ndarray, a: np.ndarray, b: np.ndarray, policy: str,
 @pytest.mark.skipif(cl is None, reason="needs pyopencl")
 @pytest.mark.parametrize("mode", ["eager", "deferred"])
 @pytest.mark.parametrize("policy", POLICIES)
-@pytest.mark.parametrize("m, n, k, batch, bias, layout", [
-    (500, 248, 72, 0, True, "kn"),  # edges in M, N and K (K steps of 16 over 72), bias, relu
-    (256, 128, 104, 0, False, "kn"),  # 7 K steps, an odd count, the last one peeled
-    (256, 128, 48, 2, False, "kn"),  # batched
-    (500, 248, 40, 0, False, "nk"),  # B stored N x K: 4-byte copies along K, edges
-], ids=["edges-bias", "stages", "batched", "b-along-k"])
+@pytest.mark.parametrize("m, n, k, batch, bias, layout, warpgroups", [
+    (500, 248, 72, 0, True, "kn", 4),  # edges in M, N and K (K steps of 16 over 72), bias, relu
+    (256, 128, 104, 0, False, "kn", 4),  # 7 K steps, an odd count, the last one peeled
+    (256, 128, 48, 2, False, "kn", 4),  # batched
+    (500, 248, 40, 0, False, "nk", 4),  # B stored N x K: 4-byte copies along K, edges
+    (250, 248, 72, 0, True, "kn", 2),  # 128-row tiles: edges, bias, relu
+    (250, 248, 40, 0, False, "nk", 2),  # 128-row tiles, B stored N x K
+], ids=["edges-bias", "stages", "batched", "b-along-k", "edges-bias-128", "b-along-k-128"])
 def test_kernels_compute_the_product_in_emulation(device, pipe, used, monkeypatch, mode,
-                                                  policy, m, n, k, batch, bias, layout):
+                                                  policy, m, n, k, batch, bias, layout,
+                                                  warpgroups):
     if "Portable Computing Language" not in device.info.platform:
         pytest.skip("the emulation is checked on PoCL")
     monkeypatch.setattr(wgmma, "MIN_K", 32)  # selection only: short K keeps it quick
+    monkeypatch.setitem(wgmma_tf32.WARPGROUPS, policy, (warpgroups,))
     rng = np.random.default_rng(5)
     lead = (batch,) if batch else ()
     a = rng.uniform(-1, 1, (*lead, m, k)).astype(np.float32)
@@ -158,6 +174,7 @@ def test_kernels_compute_the_product_in_emulation(device, pipe, used, monkeypatc
     prog = product_nk(m, n, k) if layout == "nk" else matmul(m, n, k, batch, bias)
     job = prepare(prog, policy, FEW_UNITS, pipe)
     assert used(job) == {f"wgmma-{policy}": 1}
+    assert f"reqd_work_group_size({128 * warpgroups}, 1, 1)" in job.kernel_source(0)
     bias_v = rng.uniform(-1, 1, n).astype(np.float32) if bias else None
     args = [a, np.ascontiguousarray(b.T) if layout == "nk" else b]
     got = run_emulated(device, job, emulated_wgmma(job.kernel_source(0), mode),
@@ -178,15 +195,17 @@ def test_expanded_ptx_assembles_for_sm_90a(pipe, tmp_path, policy):
 
 
 @pytest.mark.parametrize("policy", POLICIES)
-def test_k_guards_only_in_a_peeled_last_step_and_edge_rows_clamped(pipe, policy):
+def test_k_guards_only_in_a_peeled_last_step_and_edge_rows_wrapped(pipe, policy):
     """K = 1000 ends 8 into step 62: whole steps load and copy without guards, step 62 alone
-    has K guards; rows past M = 4000 and columns past N = 2040 read the last ones (never
-    stored) instead of guarding every load (accy/kernels/wgmma.py, by_tail and clamped)."""
+    has K guards; rows past M = 4000 and columns past N = 2040 read rows and columns from the
+    start (never stored), distinct ones, instead of guarding every load
+    (accy/kernels/wgmma.py, by_tail and wrapped)."""
     src = prepare(matmul(4000, 2040, 1000), policy, HOPPER, pipe).kernel_source(0)
     ahead = wgmma_tf32.STAGES[policy] - 1  # the step whose copies a step issues
     whole = src.split(f"if (((kt + {ahead}L) < 62L)) {{")[1].split("}")[0]
     assert "[%1], 4;" in whole and "%2" not in whole  # plain copies, no zero-filling
     tail = src.split(f"if (((kt + {ahead}L) == 62L)) {{")[1].split("}")[0]
     assert "[%1], 4, %2;" in tail and "< 1000L" in tail
-    assert "min(" in src.split("a_row0 =")[1].split(";")[0] and "3999L" in src
+    assert "% 4000L" in src.split("a_row0 =")[1].split(";")[0]
+    assert "% 2040L" in src.split("y_gn0 =")[1].split(";")[0] and "min(" not in src
     assert "ld.global.v4.u32 {%0, %1, %2, %3}, [%4];" in src  # unguarded A loads

@@ -1,0 +1,47 @@
+"""experiments/sweep_wgmma.py: ``--plan`` (no device) reports selection's picks and the scores
+behind them on an H200-like profile; a run on the default device times the mma kernel, reports
+the wgmma variants' reasons where the device has no wgmma, and writes the JSON it returns."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def sweep(experiment_script):
+    return experiment_script("sweep_wgmma")
+
+
+def test_plan_reports_picks_and_scores(sweep, tmp_path: Path) -> None:
+    out = tmp_path / "p.json"
+    result = sweep.main(["--plan", "--cases", "2048x1024x512,1000x1030x520",
+                         "--policies", "f16,tf32,3xtf32", "--out", str(out)])
+    assert json.loads(out.read_text()) == json.loads(json.dumps(result))
+    rows = {(r["case"], r["policy"]): r for r in result["rows"]}
+    # 64 tiles of 256 rows, 128 of 128 rows: 128-row tiles beat mma's, except under tf32
+    assert rows["2048x1024x512", "f16"]["picked"] == {"wgmma-f16": 1}
+    assert rows["2048x1024x512", "3xtf32"]["w2"]["score"] > \
+        rows["2048x1024x512", "3xtf32"]["mma"]["score"]
+    assert rows["2048x1024x512", "tf32"]["picked"] == {"mma-tf32": 1}
+    assert "w2" not in rows["2048x1024x512", "tf32"]  # tf32 tries 256-row tiles only
+    for policy in ("tf32", "3xtf32"):  # 36 tiles of 256 rows: the mma kernels' 64x32 tiles
+        row = rows["1000x1030x520", policy]
+        assert row["picked"] == {f"mma-{policy}": 1} and "score" in row["why_not_wgmma"]
+    assert "16-byte" in rows["1000x1030x520", "f16"]["why_not_wgmma"]  # rows of 1,030 halves
+
+
+def test_run_times_the_mma_kernel_and_reports_why_no_wgmma(sweep, device, tmp_path: Path
+                                                           ) -> None:
+    if "Portable Computing Language" not in device.info.platform:
+        pytest.skip("checked on PoCL (no tensor cores)")
+    out = tmp_path / "r.json"
+    result = sweep.main(["--device", "pocl", "--cases", "64x128x256",
+                         "--policies", "tf32", "--repeat", "2", "--out", str(out)])
+    assert json.loads(out.read_text()) == json.loads(json.dumps(result))
+    (row,) = result["rows"]
+    assert row["mma"]["ok"] and row["auto"]["ok"] and row["mma"]["ms"] > 0
+    assert "probe found no" in row["w4"]["error"] and "probe found no" in row["w2"]["error"]
+    assert row["auto_regret"] > 0 and result["auto_regret_geomean"] == row["auto_regret"]
