@@ -22,7 +22,7 @@ rounds the words it copied once they land: ``tf32`` in place (``cvt.rna``); ``3x
 part in place and the small part (``tf32(x - big)``) into a second tile beside it, A's
 fragments split the same way in registers, and each K step is the small products then big x big
 (small x small dropped), as :func:`accy.kernels.mma_ptx.tf32_products` does with ``mma.sync``;
-a side exact in TF32 (f16 values cast to f32) is not split and its small products are skipped.
+a side exact in TF32 (f16 values cast to f32) is neither split nor rounded, its small products skipped.
 The rounding is the mma kernels' (saturating for the big part where the probe found it), so the
 error bounds are theirs.
 
@@ -44,6 +44,7 @@ from accy.kernels.ir import (
     Expr,
     InlineAsm,
     Kernel,
+    Let,
     Lit,
     Load,
     Stmt,
@@ -149,9 +150,10 @@ class _WgmmaTf32(_Wgmma):
             for h in (0, 1):
                 for row in (0, 1):
                     name = f"f{n}_{i}{h}{row}"
-                    value = Call("bitcast_f32", (Var(self.raw[regs][row][2 * i + h]),))
-                    out += tf32_registers(name, value, self.policy if self.split["a"]
-                                          else "tf32", self.big_cvt)
+                    word = Var(self.raw[regs][row][2 * i + h])
+                    out += (tf32_registers(name, Call("bitcast_f32", (word,)), self.policy,
+                                           self.big_cvt) if self.rounds("a")
+                            else [Let(name, DType.i32, word)])
                     names.append(name)
         big = names
         small = [f"{name}_s" for name in names]
@@ -168,8 +170,7 @@ class _WgmmaTf32(_Wgmma):
         for i, (_, _, w) in enumerate(self.copies):
             at = add(mul(stage, idx(self.stage_words())), w)
             name = f"r{n}_{i}"
-            policy = "3xtf32" if self.split["b"] else "tf32"
-            out += tf32_registers(name, Load("b_tile", at), policy, self.big_cvt)
+            out += tf32_registers(name, Load("b_tile", at), self.policy, self.big_cvt)
             out.append(Store("b_tile", at, Call("bitcast_f32", (Var(name),))))
             if self.split["b"]:
                 out.append(Store("b_tile", add(at, idx(TILE_WORDS)),
@@ -183,7 +184,12 @@ class _WgmmaTf32(_Wgmma):
         return frags, tuple(("r", Var(name)) for names in self.products for name in names)
 
     def landed(self, stage: Var, n: int) -> list[Stmt]:
-        return self.round_b(stage, n)
+        return self.round_b(stage, n) if self.rounds("b") else []
+
+    def rounds(self, side: str) -> bool:
+        """Whether operand ``side`` is rounded (or split): not under 3xtf32 where its values
+        are exact in TF32 (f16 cast to f32), as the mma kernels' ``operand``."""
+        return self.policy == "tf32" or self.split[side]
 
     def issue(self, bdesc: Var) -> tuple[str, tuple[tuple[str, Expr], ...]]:
         """``TSTEP`` with B's descriptor per product: the big tile's, except where A's big

@@ -11,12 +11,14 @@ from __future__ import annotations
 import dataclasses
 import re
 import shutil
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from mma_emulation import emulated_wgmma, one_line, run_emulated
 from test_mma_generator import matmul
 from test_mma_generator import prepared as prepare
+from test_mma_precision import cast_matmul
 from test_wgmma import _NVPTX_BUILTINS, HOPPER, assembled
 
 try:
@@ -180,6 +182,34 @@ def test_kernels_compute_the_product_in_emulation(device, pipe, used, monkeypatc
     got = run_emulated(device, job, emulated_wgmma(job.kernel_source(0), mode),
                        args + ([bias_v] if bias else []), (*lead, m, n), np.float32)
     check_values(got, a, b, policy, bias_v)
+
+
+@pytest.mark.skipif(cl is None, reason="needs pyopencl")
+@pytest.mark.parametrize("cast_a, cast_b, products", [(True, False, 2), (False, True, 2),
+                                                      (True, True, 1)])
+def test_3xtf32_neither_splits_nor_rounds_operands_exact_in_tf32(device, pipe, used, monkeypatch,
+                                                                 cast_a, cast_b, products):
+    """An f16 value cast to f32 is exact in TF32: under 3xtf32 its side is neither split nor
+    rounded (A's words used as loaded, B's stage words as copied) and the products with its
+    zero small part are skipped; both sides so, the products are exact and the sums f32. The
+    kernel in emulation against float64, fed the casts' values."""
+    if "Portable Computing Language" not in device.info.platform:
+        pytest.skip("the emulation is checked on PoCL")
+    monkeypatch.setattr(wgmma, "MIN_K", 32)  # selection only: short K keeps it quick
+    m, n, k = 256, 128, 48
+    job = prepare(cast_matmul(m, n, k, cast_a, cast_b), "3xtf32", FEW_UNITS, pipe)
+    assert used(job)["wgmma-3xtf32"] == 1
+    (kernel,) = [kn for kn in job.kernels if kn.fixed_local_size]
+    src = job.kernel_source(job.kernels.index(kernel))
+    assert wgmma_ptx.tstep(128, 2, products) in src
+    # A's fragments rounded (or split) from a raw value, B's stage words rounded once landed
+    assert ("f0_000_f =" in src) == (not cast_a) and ("r0_0_f =" in src) == (not cast_b)
+    rng = np.random.default_rng(6)
+    a, b = (rng.uniform(-1, 1, shape).astype(np.float16 if cast else np.float32).astype(
+        np.float32) for shape, cast in (((m, k), cast_a), ((k, n), cast_b)))
+    got = run_emulated(device, SimpleNamespace(kernels=[kernel]), emulated_wgmma(src, "eager"),
+                       [a, b], (m, n), np.float32)
+    check_values(got, a, b, "3xtf32", None)
 
 
 @pytest.mark.skipif(not (shutil.which("clang-15") and shutil.which("ptxas")),
