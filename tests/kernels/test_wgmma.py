@@ -186,11 +186,14 @@ void __attribute__((overloadable)) vstore_half2(float2 v, size_t i, __private ha
 @pytest.mark.skipif(not (shutil.which("clang-15") and shutil.which("ptxas")),
                     reason="needs clang-15 and CUDA's ptxas")
 @pytest.mark.parametrize("b_transposed", [False, True], ids=["b-along-n", "b-along-k"])
-def test_expanded_ptx_assembles_for_sm_90a_without_spills(pipe, tmp_path, b_transposed):
+@pytest.mark.parametrize("m, n, k", [(2048, 2048, 1024), (2048, 1024, 512)],
+                         ids=["256-rows", "128-rows"])
+def test_expanded_ptx_assembles_for_sm_90a_without_spills(pipe, tmp_path, b_transposed, m, n,
+                                                          k):
     """The generated kernel through clang's PTX (as NVIDIA's compiler would emit it for sm_90,
     markers kept), expanded, assembled by ptxas for sm_90a: the wgmma forms are valid PTX and
-    the accumulators, A registers and addresses fit in registers."""
-    job = prepare(matmul16(2048, 2048, 1024, b_transposed=b_transposed), "ieee", HOPPER, pipe)
+    the accumulators, A registers and addresses fit in registers (256- and 128-row tiles)."""
+    job = prepare(matmul16(m, n, k, b_transposed=b_transposed), "ieee", HOPPER, pipe)
     log = assembled(_NVPTX_BUILTINS + job.kernel_source(0), tmp_path)
     assert "0 bytes spill stores" in log, log[-2000:]
 

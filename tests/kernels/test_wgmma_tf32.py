@@ -214,13 +214,18 @@ def test_3xtf32_neither_splits_nor_rounds_operands_exact_in_tf32(device, pipe, u
 
 @pytest.mark.skipif(not (shutil.which("clang-15") and shutil.which("ptxas")),
                     reason="needs clang-15 and CUDA's ptxas")
-@pytest.mark.parametrize("policy", POLICIES)
-def test_expanded_ptx_assembles_for_sm_90a(pipe, tmp_path, policy):
+@pytest.mark.parametrize("policy, shape, items", [
+    ("tf32", (4096, 2048, 1024), 512), ("3xtf32", (4096, 2048, 1024), 512),
+    ("3xtf32", (2048, 1024, 512), 256)], ids=["tf32", "3xtf32", "3xtf32-128-rows"])
+def test_expanded_ptx_assembles_for_sm_90a(pipe, tmp_path, policy, shape, items):
     """The generated kernel through clang's PTX (as NVIDIA's compiler would emit it for sm_90,
-    markers kept), expanded, assembled by ptxas for sm_90a at 512 work-items a group."""
-    job = prepare(matmul(4096, 2048, 1024), policy, HOPPER, pipe)
+    markers kept), expanded, assembled by ptxas for sm_90a in the registers its work-group
+    size leaves (128 at 512 work-items)."""
+    job = prepare(matmul(*shape), policy, HOPPER, pipe)
     assert job.generators() == {f"wgmma-{policy}": 1}
-    log = assembled(_F32_BUILTINS + job.kernel_source(0), tmp_path, "--maxrregcount", "128")
+    assert f"reqd_work_group_size({items}, 1, 1)" in job.kernel_source(0)
+    log = assembled(_F32_BUILTINS + job.kernel_source(0), tmp_path, "--maxrregcount",
+                    str(min(255, 65536 // items)))
     assert "wgmma" not in log.lower(), log[-2000:]  # no serialization warning
 
 
