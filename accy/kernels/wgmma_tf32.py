@@ -22,9 +22,9 @@ rounds the words it copied once they land: ``tf32`` in place (``cvt.rna``); ``3x
 part in place and the small part (``tf32(x - big)``) into a second tile beside it, A's
 fragments split the same way in registers, and each K step is the small products then big x big
 (small x small dropped), as :func:`accy.kernels.mma_ptx.tf32_products` does with ``mma.sync``;
-a side exact in TF32 (f16 values cast to f32) is neither split nor rounded, its small products skipped.
-The rounding is the mma kernels' (saturating for the big part where the probe found it), so the
-error bounds are theirs.
+a side exact in TF32 (f16 values cast to f32) is neither split nor rounded, its small products
+skipped. The rounding is the mma kernels' (saturating for the big part where the probe found
+it), so the error bounds are theirs.
 
 A K step: the next step's A words loaded (into the other of two register sets), this step's
 A split, the copies waited for and rounded, a barrier, the step's wgmma issued, the copies of
