@@ -83,7 +83,7 @@ def rebuilt(job: accy.PreparedJob, policy: str, height: int) -> accy.PreparedJob
     generator cannot take it (its layout, its probe)."""
     p = job.products[Stage.kernel]
     outlines = {o.work_item: o for o in p.outline.outlines}
-    kernels, why = [], "no kernel"
+    kernels, rebuilt_one, why = [], False, "no kernel"
     with forced(height):
         for k in p.kernels:
             item = p.schedule.item(k.work_item)
@@ -98,8 +98,8 @@ def rebuilt(job: accy.PreparedJob, policy: str, height: int) -> accy.PreparedJob
                      if policy == "f16" else
                      wgmma_tf32.build(group, outlines[k.work_item], item.kind, p.target, policy))
             kernels += [with_spaces(b, p.spaces) if p.spaces is not None else b for b in built]
-            why = ""
-    if why:
+            rebuilt_one = True
+    if not rebuilt_one:
         raise ValueError(why)
     products = {s: q for s, q in job.products.items() if s.index < Stage.target.index}
     products[Stage.kernel] = p.replace(kernels=tuple(kernels))
