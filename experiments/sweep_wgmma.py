@@ -128,14 +128,15 @@ def plan_row(text: str, policy: str) -> dict[str, Any]:
     if isinstance(found, str):
         return {**row, "mma": found}
     c, theirs = found
-    rate = 1.0 if theirs.bm * theirs.bn >= 128 * 128 else wgmma.MMA_SMALL_RATE
-    groups = tile_groups(c, theirs.bm, theirs.bn) * theirs.split
-    row["mma"] = {"tiles": theirs.text(), "groups": groups,
-                  "score": wgmma.score(groups, units, rate)}
-    heights = wgmma.WARPGROUPS if policy == "f16" else wgmma_tf32.WARPGROUPS[policy]
+    row["mma"] = {"tiles": theirs.text(),
+                  "groups": tile_groups(c, theirs.bm, theirs.bn) * theirs.split,
+                  "score": wgmma.mma_score(c, theirs, units)}
+    heights, tiles_of = ((wgmma.WARPGROUPS, wgmma.tiles) if policy == "f16" else
+                         (wgmma_tf32.WARPGROUPS[policy], wgmma_tf32.tiles))
     for h in heights:
-        tiles = tile_groups(c, 64 * h, wgmma.BN)
-        row[f"w{h}"] = {"tiles": tiles, "score": wgmma.score(tiles, units, wgmma.RATES[h])}
+        t = tiles_of(h)
+        row[f"w{h}"] = {"tiles": tile_groups(c, t.bm, t.bn),
+                        "score": wgmma.wgmma_score(c, t, units)}
     return row
 
 

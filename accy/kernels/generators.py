@@ -40,9 +40,9 @@ PRIORITY: tuple[str, ...] = (
     "mma-attention-tf32", "mma-attention-3xtf32",  # under their policy, before the work-group
     "mma-attention-f16", "fused-attention",
     # f32 products under the tf32 / 3xtf32 policies: Hopper's wgmma (A along K, tiles
-    # filling the units), else mma.sync; before the f32 tiles
+    # scoring above mma's: wgmma.plan_for), else mma.sync; before the f32 tiles
     "wgmma-tf32", "wgmma-3xtf32", "mma-tf32", "mma-3xtf32",
-    "wgmma-f16",  # f16 products on Hopper's wgmma (A along K, B along N, tiles filling units)
+    "wgmma-f16",  # f16 products on Hopper's wgmma (A along K, B along N, tiles scoring above)
     "mma-f16",  # f16 products, on targets with f16 tensor cores and cp.async
     "tiled-contraction", "direct-conv", "indexed-gather", "indexed-scatter",
 )

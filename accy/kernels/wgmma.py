@@ -347,18 +347,17 @@ def plan_for(group: FusionGroup, target: TargetProfile, capability: str, dtype: 
     if c.k.size < MIN_K:
         return f"K = {c.k.size} is below {MIN_K}: the mma kernels are faster there"
     units = target.compute_units
-    to_beat = score(tile_groups(c, theirs.bm, theirs.bn) * theirs.split, units,
-                    1.0 if theirs.bm * theirs.bn >= 128 * 128 else MMA_SMALL_RATE)
+    to_beat = mma_score(c, theirs, units)
     best, why = None, "no tiles"
     for t in map(tiles_of, heights):
-        tiles = tile_groups(c, t.bm, t.bn)
         if t.threads > target.max_work_group_size:
             why = f"a work-group of {t.threads} work-items"
         elif padded(c, t.bm, t.bn) > MAX_PADDING * c.m.size * c.n.size:
             why = f"{c.m.size}x{c.n.size} pads {t.bm}x{t.bn} tiles by over {MAX_PADDING}"
-        elif (mine := score(tiles, units, RATES[t.warps_m // 4])) <= to_beat:
-            why = (f"{tiles} tiles of {t.bm}x{t.bn} on {units} compute units score "
-                   f"{mine:.2f}, the mma kernels' {theirs.bm}x{theirs.bn} {to_beat:.2f}")
+        elif (mine := wgmma_score(c, t, units)) <= to_beat:
+            why = (f"{tile_groups(c, t.bm, t.bn)} tiles of {t.bm}x{t.bn} on {units} compute "
+                   f"units score {mine:.2f}, the mma kernels' {theirs.bm}x{theirs.bn} "
+                   f"{to_beat:.2f}")
         elif best is None or mine > best[0]:
             best = (mine, t)
     return (c, best[1]) if best else why
@@ -368,6 +367,18 @@ def score(groups: int, units: int, rate: float) -> float:
     """A tiling's expected throughput: its ``rate`` times the share of its waves' slots its
     ``groups`` fill on ``units`` compute units."""
     return rate * balance(groups, units)
+
+
+def wgmma_score(c: Contraction, t: MmaTiles, units: int) -> float:
+    """The :func:`score` of wgmma tiles ``t`` (their height's rate, :data:`RATES`) on ``c``."""
+    return score(tile_groups(c, t.bm, t.bn), units, RATES[t.warps_m // 4])
+
+
+def mma_score(c: Contraction, t: MmaTiles, units: int) -> float:
+    """The :func:`score` of the mma kernels' tiles ``t`` on ``c`` (K split: its groups too):
+    rate 1 for 128x128 tiles or larger, :data:`MMA_SMALL_RATE` for smaller ones."""
+    rate = 1.0 if t.bm * t.bn >= 128 * 128 else MMA_SMALL_RATE
+    return score(tile_groups(c, t.bm, t.bn) * t.split, units, rate)
 
 
 def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
