@@ -56,7 +56,13 @@ WGMMA_TF32 = "wgmma.m64nNk8.tf32"
 K-major core matrices) and f32 accumulators, deferred and built as ``WGMMA_F16``; probed on
 compute capability 9.0 only, where the tf32 and 3xtf32 policies take it
 (:mod:`accy.kernels.wgmma_tf32`)."""
-TENSOR_CORE_SHAPES = (TF32_MMA, F16_MMA, CP_ASYNC, TF32_SATFINITE, WGMMA_F16, WGMMA_TF32)
+TMA_COPY = "cp.async.bulk.tensor"
+"""PTX ``cp.async.bulk.tensor`` (Hopper's TMA) from a tensor map the kernel writes from a
+template the CUDA driver encoded, completing on an ``mbarrier``, deferred and built as
+``WGMMA_F16`` (:mod:`accy.kernels.tma`); probed on compute capability 9.0 where the CUDA driver
+library loads. ``wgmma-f16`` copies B with it (:mod:`accy.kernels.wgmma_tma`)."""
+TENSOR_CORE_SHAPES = (TF32_MMA, F16_MMA, CP_ASYNC, TF32_SATFINITE, WGMMA_F16, WGMMA_TF32,
+                      TMA_COPY)
 
 PRECISIONS = ("f32", "ieee", "tf32", "3xtf32")
 """Precision policies for f32 contractions (``kernelization{precision=...}``): ``f32`` (the

@@ -50,13 +50,13 @@ from accy.ir.program import Stage  # noqa: E402
 from accy.kernels import mma_plan, wgmma, wgmma_tf32  # noqa: E402
 from accy.kernels.contraction_plan import tile_groups  # noqa: E402
 from accy.passes.kernel.kernelization import with_spaces  # noqa: E402
-from accy.target import WGMMA_F16, WGMMA_TF32  # noqa: E402
+from accy.target import TMA_COPY, WGMMA_F16, WGMMA_TF32  # noqa: E402
 
 DEFAULT_CASES = "1536x1536x768,2048x1024x512,b8x700x700x256,4096x1024x4096"
 OFF = "wgmma-f16,wgmma-tf32,wgmma-3xtf32"
 PLAN_TARGET = dataclasses.replace(  # H200-like, with the wgmma probes' entries: --plan
     mma_counts.COUNT_TARGET, device="H200-like (plan only)",
-    tensor_cores=(*mma_counts.COUNT_TARGET.tensor_cores, WGMMA_F16, WGMMA_TF32))
+    tensor_cores=(*mma_counts.COUNT_TARGET.tensor_cores, WGMMA_F16, WGMMA_TF32, TMA_COPY))
 
 
 def precision_of(policy: str) -> str:
@@ -67,13 +67,15 @@ def precision_of(policy: str) -> str:
 @contextlib.contextmanager
 def forced(height: int):
     """Selection's limits lifted and only ``height`` warpgroups tried, while inside."""
-    saved = wgmma.WARPGROUPS, dict(wgmma_tf32.WARPGROUPS), wgmma.RATES, wgmma.MIN_K
-    wgmma.WARPGROUPS, wgmma.RATES, wgmma.MIN_K = (height,), {height: math.inf}, 0
+    saved = (wgmma.WARPGROUPS, dict(wgmma_tf32.WARPGROUPS), wgmma.RATES, wgmma.TMA_RATES,
+             wgmma.MIN_K)
+    wgmma.WARPGROUPS, wgmma.MIN_K = (height,), 0
+    wgmma.RATES = wgmma.TMA_RATES = {height: math.inf}
     wgmma_tf32.WARPGROUPS.update({p: (height,) for p in wgmma_tf32.WARPGROUPS})
     try:
         yield
     finally:
-        wgmma.WARPGROUPS, tf32, wgmma.RATES, wgmma.MIN_K = saved
+        wgmma.WARPGROUPS, tf32, wgmma.RATES, wgmma.TMA_RATES, wgmma.MIN_K = saved
         wgmma_tf32.WARPGROUPS.update(tf32)
 
 
@@ -133,10 +135,11 @@ def plan_row(text: str, policy: str) -> dict[str, Any]:
                   "score": wgmma.mma_score(c, theirs, units)}
     heights, tiles_of = ((wgmma.WARPGROUPS, wgmma.tiles) if policy == "f16" else
                          (wgmma_tf32.WARPGROUPS[policy], wgmma_tf32.tiles))
+    rates = wgmma.rates(c, PLAN_TARGET) if policy == "f16" else wgmma.RATES
     for h in heights:
         t = tiles_of(h)
         row[f"w{h}"] = {"tiles": tile_groups(c, t.bm, t.bn),
-                        "score": wgmma.wgmma_score(c, t, units)}
+                        "score": wgmma.wgmma_score(c, t, units, rates)}
     return row
 
 

@@ -69,7 +69,7 @@ from accy.kernels.mma_plan import plan as mma_plan
 from accy.kernels.mma_ptx import CP_COMMIT, CP_WAIT, cp_async
 from accy.kernels.wgmma_ptx import PROXY, WAIT0, descriptor_bits, rstep
 from accy.plans import FusionGroup, KernelOutline, ScheduleKind
-from accy.target import WGMMA_F16, TargetProfile
+from accy.target import TMA_COPY, WGMMA_F16, TargetProfile
 
 BN, BK, STAGES = 128, 32, 4
 # work-group heights in warpgroups of 64 rows, scored by plan_for: 256-row and 128-row tiles
@@ -95,6 +95,9 @@ STAGE_BYTES = BN * BK * 2
 # taken where they score above the tiles the mma kernels would use. The rates are fitted to
 # those sweeps (where the fit's error is given).
 RATES = {4: 1.5, 2: 1.1}  # 256-row and 128-row tiles
+# the same for the f16 kernel copying B by TMA (accy/kernels/wgmma_tma.py; fitted to its own
+# sweep, papers/kernels.md "Nineteenth session"): 128-row tiles gain the most from it
+TMA_RATES = {4: 1.6, 2: 1.5}
 MMA_SMALL_RATE = 0.65  # the mma kernels' tiles smaller than 128x128
 # K must be at least MIN_K (a tile's fixed costs, the pipeline's fill and drain and the stores,
 # need some K to pay off: K 64 lost under f16 and 3xtf32, K 128 won)
@@ -182,10 +185,9 @@ class _Wgmma(_Builder):
             idx(self.elem)))) for h, r in enumerate(rows)]
         self.copies = self.b_copies(n0)
         steps, bk = -(-c.k.size // self.bk), self.bk
-        commit = InlineAsm(CP_COMMIT, (), (), True, ("memory",))
         for s in range(self.stages() - 1):
             self.body += self.copy(idx(s), idx(s), s * bk + bk > c.k.size) if s < steps else []
-            self.body.append(commit)
+            self.body += self.commit()
         self.body += self.load_a("E", idx(0), bk > c.k.size)
         kt = Var("kt")
         loop = self.step("E", "O", kt, 0)
@@ -276,9 +278,7 @@ class _Wgmma(_Builder):
         prep, a = self.a_operands(regs, n)
         out += prep
         stage = self.let_in(out, f"stage{n}", mod(kt, self.stages()))
-        out.append(InlineAsm(CP_WAIT.format(self.stages() - 2), (), (), True, ("memory",)))
-        out += self.landed(stage, n)
-        out += [InlineAsm(PROXY, (), (), True, ("memory",)), Barrier()]
+        out += self.arrived(stage, kt, n)
         acc = tuple(("+f", name) for name in self.acc)
         marker, rest = self.issue(self.b_desc(out, stage, n))
         ops = ", ".join(f"%{i}" for i in range(len(acc) + len(a) + len(rest)))
@@ -286,14 +286,31 @@ class _Wgmma(_Builder):
         nxt = add(kt, idx(self.stages() - 1))
         out += by_tail(nxt, self.c.k.size, self.bk,
                        lambda tail: self.copy(nxt, mod(nxt, self.stages()), tail))
-        out.append(InlineAsm(CP_COMMIT, (), (), True, ("memory",)))
+        out += self.commit()
         held = ", ".join(f"%{i}" for i in range(len(acc) + len(a)))
         out.append(InlineAsm(f"{WAIT0} {held}", acc, a, True, ("memory",)))
-        return out
+        return out + self.released(stage)
 
     def a_operands(self, regs: str, n: int) -> tuple[list[Stmt], tuple[tuple[str, Expr], ...]]:
         """What prepares the step's A operands from register set ``regs``, and the operands."""
         return [], tuple(("r", Var(name)) for name in self.regs[regs])
+
+    def commit(self) -> list[Stmt]:
+        """What closes a step's copies (a ``cp.async`` group)."""
+        return [InlineAsm(CP_COMMIT, (), (), True, ("memory",))]
+
+    def arrived(self, stage: Var, kt: Expr, n: int) -> list[Stmt]:
+        """What waits for step ``kt``'s copies into ``stage`` before its wgmma: all but the
+        last ``STAGES - 2`` groups, each work-item's landed copies seen to (:meth:`landed`),
+        the fence that shows them to wgmma's proxy, a barrier (after which every work-item's
+        copies are in, and the stage the step's copies go to was read by all)."""
+        return [InlineAsm(CP_WAIT.format(self.stages() - 2), (), (), True, ("memory",)),
+                *self.landed(stage, n), InlineAsm(PROXY, (), (), True, ("memory",)),
+                Barrier()]
+
+    def released(self, stage: Var) -> list[Stmt]:
+        """What follows the wait for a step's wgmma, which read ``stage``."""
+        return []
 
     def landed(self, stage: Var, n: int) -> list[Stmt]:
         """What each work-item does to its copies of stage ``stage`` once they landed."""
@@ -320,18 +337,28 @@ def plan(group: FusionGroup, target: TargetProfile) -> tuple[Contraction, MmaTil
                 "whole 16-byte vectors or along K in whole pairs of halves")
 
     return plan_for(group, target, WGMMA_F16, DType.f16, layout, STAGES * STAGE_BYTES,
-                    tiles, WARPGROUPS)
+                    tiles, WARPGROUPS, lambda c: rates(c, target))
+
+
+def rates(c: Contraction, target: TargetProfile) -> dict[int, float]:
+    """The f16 kernel's rates on ``c``: :data:`TMA_RATES` where it copies B by TMA."""
+    from accy.kernels.wgmma_tma import geometry  # (it builds on this module)
+
+    tma = TMA_COPY in target.tensor_cores and not isinstance(geometry(c), str)
+    return TMA_RATES if tma else RATES
 
 
 def plan_for(group: FusionGroup, target: TargetProfile, capability: str, dtype: DType,
              layout: Callable[[Contraction], str | None], local_bytes: int,
-             tiles_of: Callable[[int], MmaTiles], heights: tuple[int, ...]
+             tiles_of: Callable[[int], MmaTiles], heights: tuple[int, ...],
+             rates_of: Callable[[Contraction], dict[int, float]] = lambda c: RATES
              ) -> tuple[Contraction, MmaTiles] | str:
     """The contraction of a group a wgmma generator takes and its tiles (its probe's
     ``capability``, its ``dtype``, operands ``layout`` accepts, ``local_bytes`` of stages,
-    ``tiles_of`` a number of warpgroups, of ``heights``), or why not: K of at least ``MIN_K``,
-    and of the tiles padding M x N by at most ``MAX_PADDING``, the best scoring (:func:`score`)
-    where that beats the mma kernels' tiles."""
+    ``tiles_of`` a number of warpgroups, of ``heights``, at ``rates_of`` the contraction), or
+    why not: K of at least ``MIN_K``, and of the tiles padding M x N by at most
+    ``MAX_PADDING``, the best scoring (:func:`score`) where that beats the mma kernels'
+    tiles."""
     if capability not in target.tensor_cores:
         return f"the target's probe found no {capability} (TargetProfile.tensor_cores)"
     found = mma_plan(group, target)
@@ -354,7 +381,7 @@ def plan_for(group: FusionGroup, target: TargetProfile, capability: str, dtype: 
             why = f"a work-group of {t.threads} work-items"
         elif padded(c, t.bm, t.bn) > MAX_PADDING * c.m.size * c.n.size:
             why = f"{c.m.size}x{c.n.size} pads {t.bm}x{t.bn} tiles by over {MAX_PADDING}"
-        elif (mine := wgmma_score(c, t, units)) <= to_beat:
+        elif (mine := wgmma_score(c, t, units, rates_of(c))) <= to_beat:
             why = (f"{tile_groups(c, t.bm, t.bn)} tiles of {t.bm}x{t.bn} on {units} compute "
                    f"units score {mine:.2f}, the mma kernels' {theirs.bm}x{theirs.bn} "
                    f"{to_beat:.2f}")
@@ -369,9 +396,11 @@ def score(groups: int, units: int, rate: float) -> float:
     return rate * balance(groups, units)
 
 
-def wgmma_score(c: Contraction, t: MmaTiles, units: int) -> float:
-    """The :func:`score` of wgmma tiles ``t`` (their height's rate, :data:`RATES`) on ``c``."""
-    return score(tile_groups(c, t.bm, t.bn), units, RATES[t.warps_m // 4])
+def wgmma_score(c: Contraction, t: MmaTiles, units: int,
+                rates: dict[int, float] | None = None) -> float:
+    """The :func:`score` of wgmma tiles ``t`` (their height's rate in ``rates``, by default
+    :data:`RATES`) on ``c``."""
+    return score(tile_groups(c, t.bm, t.bn), units, (rates or RATES)[t.warps_m // 4])
 
 
 def mma_score(c: Contraction, t: MmaTiles, units: int) -> float:
@@ -388,7 +417,11 @@ def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
     if isinstance(found, str):
         raise ValueError(f"the wgmma generator cannot take this group: {found}")
     einsum, _ = analyse(group)  # type: ignore[misc]  (plan accepted it)
-    return (_Wgmma(group, outline, kind, einsum, *found, "f16", target).build(),)
+    from accy.kernels.wgmma_tma import _WgmmaTma, template  # (it builds on _Wgmma)
+
+    cls = (_WgmmaTma if TMA_COPY in target.tensor_cores
+           and not isinstance(template(found[0]), str) else _Wgmma)
+    return (cls(group, outline, kind, einsum, *found, "f16", target).build(),)
 
 
 register_generator(Generator(

@@ -27,6 +27,10 @@ Markers (the operands the comment lists, in order):
   registers the waited-for wgmma read or write, kept live until here.
 - ``PROXY``: ``fence.proxy.async.shared::cta``: copies into local memory made visible to the
   asynchronous proxy wgmma reads it through.
+
+``RSTEP`` takes a fourth field, ``_{advance}``, where B's descriptor advances other than 16
+(16-byte units) per wgmma (the TMA kernel's swizzled stages, :mod:`accy.kernels.wgmma_tma`).
+:func:`expand` also expands the TMA and ``mbarrier`` markers (:mod:`accy.kernels.tma`).
 """
 
 from __future__ import annotations
@@ -41,13 +45,15 @@ _TARGET = re.compile(r"\.target\s+sm_90\b")
 _VERSION = re.compile(r"\.version\s+(\d+)\.(\d+)")
 
 
-def rstep(n: int, steps: int, trans_b: int) -> str:
+def rstep(n: int, steps: int, trans_b: int, advance: int = 16) -> str:
     """The marker text of :func:`step_instructions` (operands follow)."""
-    return f"{MARK}RSTEP{n}_{steps}_{trans_b}"
+    return f"{MARK}RSTEP{n}_{steps}_{trans_b}" + (f"_{advance}" if advance != 16 else "")
 
 
-def step_instructions(n: int, steps: int, trans_b: int, ops: list[str]) -> str:
-    """What marker ``RSTEP{n}_{steps}_{trans_b}`` with operands ``ops`` expands to."""
+def step_instructions(n: int, steps: int, trans_b: int, ops: list[str], advance: int = 16
+                      ) -> str:
+    """What marker ``RSTEP{n}_{steps}_{trans_b}[_{advance}]`` with operands ``ops`` expands
+    to (B's descriptor advanced by ``advance`` (16-byte units) per wgmma)."""
     d, a, db, one = ops[:n // 2], ops[n // 2:-2], ops[-2], ops[-1]
     if len(a) != 4 * steps:
         raise ValueError(f"wgmma step marker: {len(ops)} operands for n={n}, {steps} steps")
@@ -56,7 +62,7 @@ def step_instructions(n: int, steps: int, trans_b: int, ops: list[str]) -> str:
             "wgmma.fence.sync.aligned;"]
     for i in range(steps):
         if i:
-            text.append("add.s64 xb, xb, 16;")
+            text.append(f"add.s64 xb, xb, {advance};")
         text.append(f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16 {{{regs}}}, "
                     f"{{{', '.join(a[4 * i:4 * i + 4])}}}, xb, p, 1, 1, {trans_b};")
     return " ".join(text) + " wgmma.commit_group.sync.aligned; }"
@@ -95,11 +101,12 @@ _FIXED = {"WAIT0": "wgmma.wait_group.sync.aligned 0;",
           "PROXY": "fence.proxy.async.shared::cta;"}
 
 
-def descriptor_bits(lbo: int, sbo: int) -> int:
-    """The fixed fields of a wgmma shared-memory matrix descriptor without swizzling: leading
-    and stride byte offsets (each stored >> 4 in 14 bits, at bits 16 and 32). The start
-    address (bits 0-13: the 18-bit local address >> 4) is added per use."""
-    return ((lbo >> 4) & 0x3FFF) << 16 | ((sbo >> 4) & 0x3FFF) << 32
+def descriptor_bits(lbo: int, sbo: int, swizzle_128b: bool = False) -> int:
+    """The fixed fields of a wgmma shared-memory matrix descriptor: leading and stride byte
+    offsets (each stored >> 4 in 14 bits, at bits 16 and 32) and the layout (bits 62-63: 0
+    no swizzling, 1 the 128-byte swizzle TMA writes). The start address (bits 0-13: the
+    18-bit local address >> 4) is added per use."""
+    return ((lbo >> 4) & 0x3FFF) << 16 | ((sbo >> 4) & 0x3FFF) << 32 | int(swizzle_128b) << 62
 
 
 def expand(ptx: str) -> str:
@@ -111,12 +118,15 @@ def expand(ptx: str) -> str:
             return _FIXED[name]
         if tf32 := re.fullmatch(r"TSTEP(\d+)_(\d+)_(\d+)", name):
             return tf32_instructions(int(tf32[1]), int(tf32[2]), int(tf32[3]), ops)
-        step = re.fullmatch(r"RSTEP(\d+)_(\d+)_([01])", name)
+        step = re.fullmatch(r"RSTEP(\d+)_(\d+)_([01])(?:_(\d+))?", name)
         if step is None:
             raise ValueError(f"unknown deferred PTX marker @@{name}")
-        return step_instructions(int(step[1]), int(step[2]), int(step[3]), ops)
+        return step_instructions(int(step[1]), int(step[2]), int(step[3]), ops,
+                                 int(step[4] or 16))
 
-    ptx = _TARGET.sub(".target sm_90a", _MARKER.sub(repl, ptx))
+    from accy.kernels.tma import expand as tma_expand  # (tma imports MARK from here)
+
+    ptx = _TARGET.sub(".target sm_90a", _MARKER.sub(repl, tma_expand(ptx)))
     m = _VERSION.search(ptx)
     if m and (int(m.group(1)), int(m.group(2))) < (8, 0):
         ptx = ptx.replace(m.group(0), ".version 8.0", 1)

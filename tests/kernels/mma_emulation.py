@@ -142,7 +142,9 @@ def run_kernels(device, job, sources: list[str], args: list[np.ndarray], shape, 
     for kernel, source in zip(job.kernels, sources, strict=True):
         for a in kernel.args:
             if a.is_scratch and a.name not in bufs:
-                bufs[a.name] = buf(np.full(a.scratch_elems, np.nan, np.float32))
+                bufs[a.name] = buf(np.full(a.scratch_elems, np.nan, np.float32)
+                                   if a.dtype.numpy == "float32" else
+                                   np.zeros(a.scratch_elems, a.dtype.numpy))
         program = build_emulated(ctx, source)
         getattr(program, kernel.entry)(queue, kernel.geometry.global_size,
                                        kernel.geometry.local_size,
@@ -159,9 +161,11 @@ def run_kernels(device, job, sources: list[str], args: list[np.ndarray], shape, 
 # local address >> 4, made relative to b_tile; leading offset between K-adjacent core
 # matrices, stride between N-adjacent ones; 256 bytes further per wgmma); the waits and fences
 # have nothing to do
-_RSTEP = re.compile(r'asm volatile\("// @@RSTEP(\d+)_(\d+)_([01]) [^"]*" : (?P<outs>[^:]*) : '
+_RSTEP = re.compile(r'asm volatile\("// @@RSTEP(\d+)_(\d+)_([01])(?:_(?P<adv>\d+))? [^"]*" : '
+                    r'(?P<outs>[^:]*) : '
                     r'(?P<ins>[^:]*), "l"\((?P<desc>\w+)\), "r"\([^:]*\) : "memory"\);')
-_WG_NOP = re.compile(r'asm volatile\("// @@(?:WAIT0|PROXY)[^"]*" :[^;]*;')
+_WG_NOP = re.compile(r'asm volatile\("// @@(?:WAIT0|PROXY|MBINIT\d+|MBEXPECT\d+|MBARRIVE|MBWAIT)'
+                     r'[^"]*" :[^;]*;')
 _LD_V4 = re.compile(r'asm volatile\("(?:\{ \.reg \.pred p; setp\.ne\.b32 p, %5, 0; @p )?'
                     r'ld\.global\.v4\.u32 [^"]*" : '
                     + ", ".join([r'"=r"\((\w+)\)'] * 4)
@@ -175,6 +179,7 @@ WGMMA_STEP = r"""{
   const int base_ = (((int)((desc_ & 0x3FFF) << 4)) - (((int)((long)b_tile)) & 0x3FFFF)) & 0x3FFFF;
   const int lbo_ = (int)(((desc_ >> 16) & 0x3FFF) << 4);
   const int sbo_ = (int)(((desc_ >> 32) & 0x3FFF) << 4);
+  const int swizzled_ = (int)(desc_ >> 62) == 1;
   for (int s_ = 0; s_ < @S@; s_++) {
     for (int r_ = 0; r_ < 4; r_++) for (int h_ = 0; h_ < 2; h_++)
       emu_wa[wg_][16 * w_ + g_ + 8 * (r_ % 2)][2 * t_ + h_ + 8 * (r_ / 2)] =
@@ -184,7 +189,10 @@ WGMMA_STEP = r"""{
       const int row_ = 16 * w_ + g_ + 8 * (r_ / 2), col_ = 8 * j_ + 2 * t_ + r_ % 2;
       float sum_ = 0.0f;
       for (int k_ = 0; k_ < 16; k_++) {
-        const int at_ = base_ + 256 * s_ + (col_ / 8) * sbo_ + (k_ / 8) * lbo_ + (@TRANS@
+        const int at_ = swizzled_  /* MN-major, 128-byte swizzle: 64 columns a 128-byte row */
+          ? base_ + 16 * @ADV@ * s_ + (col_ / 64) * lbo_ + (k_ / 8) * sbo_ + (k_ % 8) * 128
+            + ((((col_ % 64) / 8) ^ (k_ % 8)) * 16) + (col_ % 8) * 2
+          : base_ + 16 * @ADV@ * s_ + (col_ / 8) * sbo_ + (k_ / 8) * lbo_ + (@TRANS@
                         ? (k_ % 8) * 16 + (col_ % 8) * 2 : (col_ % 8) * 16 + (k_ % 8) * 2);
         sum_ += emu_wa[wg_][row_][k_] * accy_h(((__local const ushort *)b_tile)[at_ / 2]);
       }
@@ -236,6 +244,52 @@ WGMMA_TF32_STEP = r"""{
 }"""
 
 
+# TMA (accy/kernels/tma.py, accy/kernels/wgmma_tma.py): the tensor map's first word holds the
+# operand's address (TMAP), the work-item issuing a copy copies the box at once, 128-byte
+# swizzled (16-byte chunk c of a box row r at c ^ (r % 8)) from the geometry the marker's text
+# gives (dims / strides / box); the mbarriers have nothing to do (the emulated wgmma steps
+# hold every work-item together by their barriers)
+_TMAP = re.compile(r'asm volatile\("// @@TMAP [^"]*"\s*:\s*:\s*"l"\((?P<map>.*?)\), '
+                   r'"l"\((?P<ptr>.*)\)\s*:\s*"memory"\);$', re.M)
+_TMA = re.compile(r'asm volatile\("// @@TMA(\d) [^;"]*; (?P<geo>[^"]*)"\s*:\s*:\s*(?P<ins>.*?)'
+                  r'\s*:\s*"memory"\);$', re.M)
+TMA_COPY = r"""{
+  __global const uchar *src_ = (__global const uchar *)(*(__global const ulong *)(@MAP@));
+  __local uchar *dst_ = (__local uchar *)b_tile + ((@DST@) - (int)((long)b_tile));
+  const long c_[@R@] = {@C@}, dims_[@R@] = {@DIMS@}, str_[@R@] = {2, @STRIDES@};
+  const int box_[@R@] = {@BOX@};
+  int n_ = 1;
+  for (int d_ = 0; d_ < @R@; d_++) n_ *= box_[d_];
+  for (int e_ = 0; e_ < n_; e_++) {
+    int rest_ = e_, in_ = 1;
+    long off_ = 0;
+    for (int d_ = 0; d_ < @R@; d_++) {
+      const long x_ = c_[d_] + rest_ % box_[d_];
+      rest_ /= box_[d_];
+      in_ = in_ && x_ >= 0 && x_ < dims_[d_];
+      off_ += x_ * str_[d_];
+    }
+    const int byte_ = 2 * e_, row_ = byte_ / 128;
+    *(__local ushort *)(dst_ + row_ * 128 + ((((byte_ % 128) / 16) ^ (row_ % 8)) * 16)
+                        + byte_ % 16) = in_ ? *(__global const ushort *)(src_ + off_) : 0;
+  }
+}"""
+
+
+def tma_copy(m: re.Match) -> str:
+    ins = [re.fullmatch(r'"[rl]"\((.*)\)', op.strip())[1]
+           for op in re.split(r',\s*(?=")', m["ins"])]
+    rank = int(m[1])
+    dims, strides, box = (v.split() for v in m["geo"].split("/"))
+    assert len(ins) == rank + 3 and len(dims) == len(box) == rank, m[0][:300]
+    text = TMA_COPY
+    for key, value in (("@MAP@", ins[1]), ("@DST@", ins[0]), ("@R@", str(rank)),
+                       ("@C@", ", ".join(ins[2:2 + rank])), ("@DIMS@", ", ".join(dims)),
+                       ("@STRIDES@", ", ".join(strides)), ("@BOX@", ", ".join(box))):
+        text = text.replace(key, value)
+    return text
+
+
 def emulated_wgmma(src: str, mode: str) -> str:
     """``src`` (a wgmma-f16, -tf32 or -3xtf32 kernel) with its wgmma steps, waits, fences and
     16-byte A loads replaced by C, then its cp.async (and TF32 roundings) as
@@ -264,6 +318,7 @@ def emulated_wgmma(src: str, mode: str) -> str:
         for key, value in (("@ND@", str(len(outs))), ("@D@", ", ".join(outs)),
                            ("@NA@", str(len(ins))), ("@A@", ", ".join(ins)),
                            ("@DESC@", m["desc"]), ("@S@", m[2]), ("@TRANS@", m[3]),
+                           ("@ADV@", m["adv"] or "16"),
                            ("@OUT@", " ".join(f"{o} = d_[{i}];" for i, o in enumerate(outs)))):
             text = text.replace(key, value)
         return text
@@ -275,6 +330,8 @@ def emulated_wgmma(src: str, mode: str) -> str:
         body = f"{{ __global const uint *q_ = (__global const uint *)({m['at']}); {got} }}"
         return body if m["ok"] is None else f"if ({m['ok']}) {body} else {{ {zero} }}"
 
+    src = _TMA.sub(tma_copy, _TMAP.sub(lambda m: f"*(__global ulong *)({m['map']}) = "
+                                       f"(ulong)({m['ptr']});", src))
     src = _LD_V4.sub(load, _WG_NOP.sub(";", _TSTEP.sub(tstep, _RSTEP.sub(step, src))))
     assert "@@" not in src and "ld.global" not in src, src
     lines = src.splitlines()

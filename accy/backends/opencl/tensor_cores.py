@@ -27,8 +27,16 @@ import numpy as np
 import pyopencl as cl
 
 from accy.errors import DeviceError, KernelBuildError
-from accy.kernels import wgmma_ptx
-from accy.target import CP_ASYNC, F16_MMA, TF32_MMA, TF32_SATFINITE, WGMMA_F16, WGMMA_TF32
+from accy.kernels import tma, wgmma_ptx
+from accy.target import (
+    CP_ASYNC,
+    F16_MMA,
+    TF32_MMA,
+    TF32_SATFINITE,
+    TMA_COPY,
+    WGMMA_F16,
+    WGMMA_TF32,
+)
 
 if TYPE_CHECKING:
     from accy.backends.opencl.runtime import Runtime
@@ -207,6 +215,75 @@ def wgmma_probe_case(k: int = 32, dtype: type = np.float16
     return a, b, (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
 
 
+# TMA as accy/kernels/wgmma_tma.py issues it: one work-item writes each tensor map from its
+# template (TMAP) and initialises an mbarrier, then arrives expecting both boxes' bytes and
+# issues a 3-d box (64, 2, 4) (an atom) and a 5-d box (64, 2, 4, 4, 1) (a block) of a K x N f16
+# matrix into 1024-byte aligned local memory; every work-item waits, then the landed words
+# (128-byte swizzled) are written out. Both geometries are wgmma_tma's (:data:`TMA_PROBE_MAPS`).
+TMA_PROBE_SOURCE = r"""
+__kernel __attribute__((reqd_work_group_size(128, 1, 1)))
+void accy_tma_probe(__global ulong* maps, __global const ushort* y, __global uint* out) {
+  __local uint b_tile[(5120 + 1024) / 4];
+  __local ulong bar[1];
+  const int tid = get_local_id(0);
+  const int base = (((int)(size_t)b_tile) + 1023) & -1024, b = (int)(size_t)bar;
+  if (tid == 0) {
+    asm volatile("@TMAP0@" :: "l"((ulong)maps), "l"((ulong)y) : "memory");
+    asm volatile("@TMAP1@" :: "l"((ulong)(maps + 16)), "l"((ulong)y) : "memory");
+    asm volatile("// @@MBINIT1 %0" :: "r"(b) : "memory");
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+  if (tid == 0) {
+    asm volatile("// @@MBEXPECT5120 %0" :: "r"(b) : "memory");
+    asm volatile("// @@TMA3 %0, %1, %2, %3, %4, %5 ; @GEO0@" :: "r"(base), "l"((ulong)maps),
+                 "r"(64), "r"(2), "r"(4), "r"(b) : "memory");
+    asm volatile("// @@TMA5 %0, %1, %2, %3, %4, %5, %6, %7 ; @GEO1@" :: "r"(base + 1024),
+                 "l"((ulong)(maps + 16)), "r"(128), "r"(0), "r"(0), "r"(0), "r"(2), "r"(b)
+                 : "memory");
+  }
+  asm volatile("// @@MBWAIT %0, %1" :: "r"(b), "r"(0) : "memory");
+  const int off = (base - (int)(size_t)b_tile) / 4;
+  for (int i = tid; i < 1280; i += 128) out[i] = b_tile[off + i];
+}
+"""
+TMA_PROBE_K, TMA_PROBE_N = 96, 192
+# (dims, strides in bytes, box, coordinates) of the probe's two boxes, as wgmma_tma.geometry
+TMA_PROBE_MAPS = (
+    ((TMA_PROBE_N, 8, TMA_PROBE_K // 8), (2 * TMA_PROBE_N, 16 * TMA_PROBE_N), (64, 2, 4),
+     (64, 2, 4)),
+    ((TMA_PROBE_N, 2, 4, 4, TMA_PROBE_K // 32),
+     (2 * TMA_PROBE_N, 16 * TMA_PROBE_N, 4 * TMA_PROBE_N, 64 * TMA_PROBE_N), (64, 2, 4, 4, 1),
+     (128, 0, 0, 0, 2)))
+
+
+def tma_box(y: np.ndarray, dims, strides, box, coords) -> np.ndarray:
+    """The halves a box of ``y`` (a C-contiguous f16 matrix, as uint16) lands in local
+    memory: box elements in order, zero out of bounds, 128-byte swizzled (16-byte chunk c of
+    128-byte row r at c ^ (r % 8))."""
+    flat, out = y.ravel(), np.zeros(int(np.prod(box)), np.uint16)
+    for e, at in enumerate(np.ndindex(*reversed(box))):
+        x = [c + i for c, i in zip(coords, reversed(at), strict=True)]
+        if all(0 <= v < d for v, d in zip(x, dims, strict=True)):
+            byte = 2 * x[0] + sum(v * s for v, s in zip(x[1:], strides, strict=True))
+            row, rest = divmod(2 * e, 128)
+            out[(row * 128 + ((rest // 16) ^ (row % 8)) * 16 + rest % 16) // 2] = \
+                flat[byte // 2]
+    return out
+
+
+def tma_probe_source() -> str | None:
+    """The TMA probe kernel with its two templates, or None where none encode (no CUDA
+    driver)."""
+    source = TMA_PROBE_SOURCE
+    for i, (dims, strides, box, _) in enumerate(TMA_PROBE_MAPS):
+        words = tma.template(tma.F16, dims, strides, box)
+        if isinstance(words, str):
+            return None
+        geometry = " / ".join(" ".join(map(str, v)) for v in (dims, strides, box))
+        source = source.replace(f"@TMAP{i}@", tma.tmap(words)).replace(f"@GEO{i}@", geometry)
+    return source
+
+
 def build_program(context: cl.Context, device: cl.Device, source: str,
                   options: tuple[str, ...] = ()) -> cl.Program:
     """``source`` built for ``device``; a source holding deferred PTX (wgmma markers,
@@ -268,15 +345,17 @@ def mma_f16_probe_case() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def run_isolated(device: cl.Device, source: str, entry: str, args: list[np.ndarray],
-                 out: np.ndarray, items: int = 32) -> np.ndarray:
+                 out: np.ndarray, items: int = 32, scratch: int = 0) -> np.ndarray:
     """Build ``source`` and run ``entry`` on one work-group of ``items`` (default one warp) in
-    a context of its own with ``args`` (read-only buffers) then ``out`` (written back); raises
-    ``cl.Error``."""
+    a context of its own with ``scratch`` bytes of memory (where nonzero), ``args`` (read-only
+    buffers) then ``out`` (written back); raises ``cl.Error``."""
     context = cl.Context([device])
     queue = cl.CommandQueue(context)
     program = build_program(context, device, source)
     flags = cl.mem_flags
-    bufs = [cl.Buffer(context, flags.READ_ONLY | flags.COPY_HOST_PTR, hostbuf=a) for a in args]
+    bufs = [cl.Buffer(context, flags.READ_WRITE, scratch)] if scratch else []
+    bufs += [cl.Buffer(context, flags.READ_ONLY | flags.COPY_HOST_PTR, hostbuf=a)
+             for a in args]
     result = cl.Buffer(context, flags.WRITE_ONLY, out.nbytes)
     getattr(program, entry)(queue, (items,), (items,), *bufs, result)
     cl.enqueue_copy(queue, out, result)
@@ -286,7 +365,8 @@ def run_isolated(device: cl.Device, source: str, entry: str, args: list[np.ndarr
 
 def probe_isolated(device: cl.Device, wgmma: bool) -> tuple[str, ...]:
     """``CP_ASYNC``, ``F16_MMA``, ``TF32_SATFINITE`` and (``wgmma``: compute capability 9.0)
-    ``WGMMA_F16`` and ``WGMMA_TF32`` where their probes build and compute right."""
+    ``WGMMA_F16``, ``WGMMA_TF32`` and ``TMA_COPY`` where their probes build and compute right
+    (TMA's also needs the CUDA driver library to encode its tensor maps)."""
     found = []
     try:
         src, want = cp_async_probe_case()
@@ -329,6 +409,17 @@ def probe_isolated(device: cl.Device, wgmma: bool) -> tuple[str, ...]:
                                items=128)
             if np.array_equal(got.reshape(want.shape), want):
                 found.append(WGMMA_TF32)
+        except (cl.Error, ValueError):
+            pass
+        try:
+            source = tma_probe_source()
+            y = (np.arange(TMA_PROBE_K * TMA_PROBE_N) % 65521).astype(np.uint16).reshape(
+                TMA_PROBE_K, TMA_PROBE_N)
+            want = np.concatenate([tma_box(y, *m) for m in TMA_PROBE_MAPS])
+            if source is not None and np.array_equal(run_isolated(
+                    device, source, "accy_tma_probe", [y], np.zeros(want.size // 2, np.uint32),
+                    items=128, scratch=2 * tma.MAP_BYTES).view(np.uint16), want):
+                found.append(TMA_COPY)
         except (cl.Error, ValueError):
             pass
     return tuple(found)

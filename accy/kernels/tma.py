@@ -1,0 +1,141 @@
+"""Hopper's Tensor Memory Accelerator (TMA) from OpenCL C: tensor maps and bulk tensor copies.
+
+A ``cp.async.bulk.tensor`` copies a box of a tensor from global into local memory in one
+instruction, swizzling it on the way (the layout ``wgmma`` reads without bank conflicts), and
+signals an ``mbarrier`` when its bytes have landed. It reads the tensor's geometry from a
+*tensor map*, a 128-byte object the CUDA driver encodes (``cuTensorMapEncodeTiled``; NVIDIA's
+OpenCL has no such call, and its format is not documented). So a generator encodes a
+*template* when it builds the kernel (:func:`template`, through the driver's ``libcuda``, with a
+placeholder address: the kernel's geometry is fixed, its buffers are not), the template's words
+go into the kernel as immediates, and at run time one work-item of each work-group writes them
+to its own 128 bytes of scratch memory, puts the operand's address in with
+``tensormap.replace`` and fences the tensor-map proxy (marker ``TMAP``): no host code runs per
+launch.
+
+The instructions are deferred PTX like ``wgmma`` (:mod:`accy.kernels.wgmma_ptx`: markers in
+inline asm, expanded by :func:`expand` for ``.target sm_90a``, PTX ISA 8.3). Markers:
+
+- ``TMAP`` ``map, address ; w0 .. w15``: the tensor map at global ``map`` from the template's
+  words with global address ``address``.
+- ``MBINIT{count}`` ``bar``: ``mbarrier`` at local ``bar`` initialised for ``count``
+  arrivals.
+- ``MBEXPECT{bytes}`` ``bar``: the arrival that expects ``bytes`` of copies.
+- ``MBARRIVE`` ``bar``: an arrival.
+- ``TMA{rank}`` ``dst, map, c0 .. c{rank-1}, bar``: the box at coordinates ``c`` into local
+  ``dst``, completing on ``bar``.
+- ``MBWAIT`` ``bar, phase``: wait until ``bar``'s phase of parity ``phase`` has completed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import re
+
+from accy.kernels.wgmma_ptx import MARK
+
+F16 = 6  # CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+SWIZZLE_128B = 3  # CU_TENSOR_MAP_SWIZZLE_128B: 16-byte chunk c of row r at c ^ (r % 8)
+PLACEHOLDER = 1 << 20  # the template's global address (aligned; replaced per launch)
+MAP_BYTES = 128
+
+
+@functools.cache
+def _libcuda() -> tuple[ctypes.CDLL, ctypes.c_void_p] | None:
+    """The CUDA driver and a context on its first device (encoding wants a current one;
+    the device's primary context, which NVIDIA's OpenCL does not use), or None."""
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    dev, ctx = ctypes.c_int(), ctypes.c_void_p()
+    if lib.cuInit(0) or lib.cuDeviceGet(ctypes.byref(dev), 0) or \
+            lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev):
+        return None
+    return lib, ctx
+
+
+@functools.lru_cache(maxsize=256)
+def template(dtype: int, dims: tuple[int, ...], strides: tuple[int, ...],
+             box: tuple[int, ...], swizzle: int = SWIZZLE_128B) -> tuple[int, ...] | str:
+    """The 16 little-endian 64-bit words of a tensor map of a ``dtype`` tensor of ``dims``
+    (innermost first) whose dimensions after the first are ``strides`` bytes apart, copied in
+    boxes of ``box`` elements, with out-of-bounds elements zero-filled; or why not (no CUDA
+    driver on this machine, or one that refuses the geometry)."""
+    found = _libcuda()
+    if found is None:
+        return "no CUDA driver (libcuda.so.1) to encode a tensor map"
+    lib, ctx = found
+    raw = ctypes.create_string_buffer(MAP_BYTES + 64)
+    at = (ctypes.addressof(raw) + 63) & ~63  # a CUtensorMap is 64-byte aligned
+    rank = len(dims)
+    u64, u32 = ctypes.c_uint64 * rank, ctypes.c_uint32 * rank
+    lib.cuCtxPushCurrent(ctx)
+    err = lib.cuTensorMapEncodeTiled(
+        ctypes.c_void_p(at), ctypes.c_int(dtype), ctypes.c_uint32(rank),
+        ctypes.c_void_p(PLACEHOLDER), u64(*dims), (ctypes.c_uint64 * max(rank - 1, 1))(*strides),
+        u32(*box), u32(*([1] * rank)), ctypes.c_int(0), ctypes.c_int(swizzle), ctypes.c_int(2),
+        ctypes.c_int(0))
+    lib.cuCtxPopCurrent(ctypes.byref(ctypes.c_void_p()))
+    if err:
+        return (f"cuTensorMapEncodeTiled refused dims {dims}, strides {strides}, box {box} "
+                f"(CUresult {err})")
+    return tuple(int.from_bytes(ctypes.string_at(at + 8 * i, 8), "little") for i in range(16))
+
+
+def tmap(words: tuple[int, ...]) -> str:
+    """The marker text of ``TMAP`` (operands: the map's and the operand's global addresses)."""
+    return f"{MARK}TMAP %0, %1 ; " + " ".join(f"{w:#x}" for w in words)
+
+
+def mbexpect(nbytes: int) -> str:
+    return f"{MARK}MBEXPECT{nbytes}"
+
+
+def tma(rank: int) -> str:
+    return f"{MARK}TMA{rank}"
+
+
+def mbinit(count: int) -> str:
+    return f"{MARK}MBINIT{count}"
+
+
+MBARRIVE, MBWAIT = f"{MARK}MBARRIVE", f"{MARK}MBWAIT"
+_MARKER = re.compile(r"//\s*@@(TMAP|MBINIT\d+|MBEXPECT\d+|MBARRIVE|TMA\d|MBWAIT)([^\n]*)")
+
+
+def _instructions(name: str, rest: str) -> str:
+    text, _, words = rest.partition(";")
+    ops = [o.strip() for o in text.split(",") if o.strip()]
+    if name == "TMAP":
+        stores = " ".join(f"mov.b64 w, {w}; st.global.u64 [{ops[0]}+{8 * i}], w;"
+                          for i, w in enumerate(words.split()))
+        return (f"{{ .reg .b64 w; {stores} tensormap.replace.tile.global_address.global.b1024"
+                f".b64 [{ops[0]}], {ops[1]}; fence.proxy.tensormap::generic.release.gpu; "
+                f"fence.proxy.tensormap::generic.acquire.gpu [{ops[0]}], 128; }}")
+    if name.startswith("MBINIT"):
+        return (f"mbarrier.init.shared::cta.b64 [{ops[0]}], {name[6:]}; "
+                "fence.mbarrier_init.release.cluster; fence.proxy.async.shared::cta;")
+    if name.startswith("MBEXPECT"):
+        return (f"{{ .reg .b64 s; mbarrier.arrive.expect_tx.shared::cta.b64 s, [{ops[0]}], "
+                f"{name[8:]}; }}")
+    if name == "MBARRIVE":
+        return f"{{ .reg .b64 s; mbarrier.arrive.shared::cta.b64 s, [{ops[0]}]; }}"
+    if name == "MBWAIT":
+        return (f"{{ .reg .pred p; WAIT: mbarrier.try_wait.parity.shared::cta.b64 p, "
+                f"[{ops[0]}], {ops[1]}; @!p bra WAIT; }}")
+    rank = int(name[3:])
+    coords = ", ".join(ops[2:2 + rank])
+    return (f"cp.async.bulk.tensor.{rank}d.shared::cluster.global.tile.mbarrier::complete_tx"
+            f"::bytes [{ops[0]}], [{ops[1]}, {{{coords}}}], [{ops[2 + rank]}];")
+
+
+def expand(ptx: str) -> str:
+    """``ptx`` with its TMA markers replaced by their instructions (PTX ISA 8.3 at least)."""
+    if not _MARKER.search(ptx):
+        return ptx
+    ptx = _MARKER.sub(lambda m: _instructions(m.group(1), m.group(2)), ptx)
+    m = re.search(r"\.version\s+(\d+)\.(\d+)", ptx)
+    if m and (int(m.group(1)), int(m.group(2))) < (8, 3):
+        ptx = ptx.replace(m.group(0), ".version 8.3", 1)
+    return ptx

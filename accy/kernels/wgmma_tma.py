@@ -1,0 +1,212 @@
+"""wgmma-f16 with B copied by TMA: one ``cp.async.bulk.tensor`` a box instead of a ``cp.async``
+a work-item a step (:mod:`accy.kernels.tma`), and no work-group barrier in the K loop.
+
+Where the target's probe ran a TMA copy (``TMA_COPY`` in ``TargetProfile.tensor_cores``) and
+B is stored along N (``x @ W``) with K a multiple of 8 (:func:`geometry`), ``wgmma-f16``'s kernel
+(:class:`accy.kernels.wgmma._Wgmma`) takes B through TMA. Each stage has two ``mbarrier``:
+*full*, on which work-item 0 arrives expecting the step's box bytes before issuing the boxes
+(the copies complete it), and *empty*, on which each warp's lane 0 arrives once the warp's
+wgmma of the step read the stage (after its wait). Work-item 0 waits on a stage's empty barrier
+before refilling it, every work-item waits on the full one before its wgmma: the stages are
+handed back by arrivals, not by a barrier a step (measured 1.1-1.3x the barrier form at
+4096^3 and 8192x8192x1024, papers/kernels.md "Nineteenth session"). The boxes land 128-byte
+swizzled, the layout wgmma's descriptors name with layout type 1. Everything else is the
+``cp.async`` kernel's: A's fragments from global memory one step ahead, four stages, the
+stores (which begin with a barrier). Boxes past N or K are zero-filled by the copy (no wrapped
+columns, no K tail).
+
+The K order: A's 16-byte loads put K ``8t + 4i + 2h + e`` at fragment position
+``16 i + 8 h + 2 t + e`` (:func:`accy.kernels.wgmma.k_row`), so an atom (8 rows of 64 halves,
+1024 bytes) holds wgmma ``i``'s K half ``h`` as K rows ``8t + 4i + 2h + e`` in row ``2t + e``.
+Unbatched with K a multiple of ``BK``, the tensor map views B (K x N, N contiguous) as
+``(N, e, t, a, K / 32)`` with strides of 1, 8, 2 and 32 rows, so one box ``(64, 2, 4, 4, 1)``
+is a 64-column block's four atoms ``a = 2i + h``; otherwise as ``(N, 8, K / 8[, batch])``, a
+box ``(64, 2, 4[, 1])`` at ``(n, 2a, 4 kt)`` one atom. A stage is ``BN / 64`` column blocks
+(:data:`BLOCK` bytes apart: the descriptor's leading offset) of four atoms (1024 bytes apart:
+its stride offset); each wgmma of the step starts two atoms on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from accy.ir.types import DType
+from accy.kernels import tma
+from accy.kernels.contraction_plan import Contraction
+from accy.kernels.ir import (
+    INDEX,
+    Barrier,
+    Bin,
+    Cast,
+    Expr,
+    If,
+    InlineAsm,
+    Kernel,
+    KernelArg,
+    Lit,
+    LocalArray,
+    Stmt,
+    Var,
+    add,
+    div,
+    idx,
+    mod,
+    mul,
+)
+from accy.kernels.mma_plan import along_k
+from accy.kernels.wgmma import BK, BN, _Wgmma
+from accy.kernels.wgmma_ptx import descriptor_bits, rstep
+
+ATOM = 1024  # bytes of an 8-row swizzle atom: 8 K rows of 64 halves
+BLOCK = 4 * ATOM  # bytes of a stage's 64-column block (BK = 32 rows)
+BOX = (64, 2, 4)  # N, K within 8, K / 8
+MAP_ARG = "tmaps0"
+
+
+def i32(v: int) -> Lit:
+    return Lit(v, DType.i32)
+
+
+@dataclasses.dataclass(frozen=True)
+class Geometry:
+    """B's tensor map: ``dims`` (innermost first), ``strides`` (bytes, of the dims after the
+    first), the ``box``, and the batch dimensions (indexes into ``Contraction.batch``) it
+    spans; ``blocks``: a box is a stage's 64-column block (four atoms), else one atom."""
+
+    dims: tuple[int, ...]
+    strides: tuple[int, ...]
+    box: tuple[int, ...]
+    batch: tuple[int, ...]
+
+    @property
+    def blocks(self) -> bool:
+        return len(self.box) == 5 and not self.batch
+
+    def text(self) -> str:
+        """The marker's trailing text (what an emulation of the copy reads)."""
+        return " / ".join(" ".join(map(str, v)) for v in (self.dims, self.strides, self.box))
+
+
+def geometry(c: Contraction) -> Geometry | str:
+    """B's tensor map, or why B cannot be copied by TMA. Unbatched with K a multiple of
+    ``BK``: K = e + 8t + 2a + 32 kt, dims (N, e, t, a, kt), a box (64, 2, 4, 4, 1) a block's
+    four atoms (one copy a block: faster than one an atom at 4096^3, papers/kernels.md);
+    else (N, K % 8, K / 8[, batch]) a box (64, 2, 4[, 1]) an atom."""
+    if along_k(c, "y") or c.n.y != 1:
+        return "TMA copies B stored along N (x @ W)"
+    if c.k.size % 8 or (2 * c.k.y) % 16:
+        return f"K = {c.k.size} or B's row stride {c.k.y} is not a multiple of 8"
+    batch = tuple(i for i, d in enumerate(c.batch) if d.y)
+    rowb = 2 * c.k.y
+    if not batch and c.k.size % BK == 0:
+        return Geometry((c.n.size, 2, 4, 4, c.k.size // BK),
+                        (rowb, 8 * rowb, 2 * rowb, BK * rowb), (64, 2, 4, 4, 1), ())
+    if len(batch) > 2 or any((2 * c.batch[i].y) % 16 for i in batch):
+        return "B's batch dimensions do not fit a tensor map (at most two, 16-byte strides)"
+    return Geometry((c.n.size, 8, c.k.size // 8, *(c.batch[i].size for i in batch)),
+                    (rowb, 8 * rowb, *(2 * c.batch[i].y for i in batch)),
+                    (*BOX, *([1] * len(batch))), batch)
+
+
+def template(c: Contraction) -> tuple[int, ...] | str:
+    """The words of B's tensor map template, or why there are none."""
+    g = geometry(c)
+    return g if isinstance(g, str) else tma.template(tma.F16, g.dims, g.strides, g.box)
+
+
+class _WgmmaTma(_Wgmma):
+    """The kernel; see the module docstring."""
+
+    def build(self) -> Kernel:
+        self.words = template(self.c)
+        if isinstance(self.words, str):
+            raise ValueError(f"wgmma-f16 cannot copy B by TMA: {self.words}")
+        return super().build()
+
+    def b_copies(self, n0: Expr) -> list[tuple[Expr, Expr, Expr]]:
+        """Sets up the copies instead: local memory 1024-byte aligned (``b_base``, a local
+        address; ``b_tile`` gets an atom more), the stages' barriers, and this work-group's
+        tensor map (one work-item writes it)."""
+        self.trans, self.n0 = 1, n0
+        tile = next(s for s in self.body if isinstance(s, LocalArray) and s.name == "b_tile")
+        self.body[self.body.index(tile)] = LocalArray(
+            "b_tile", tile.dtype, tile.size + ATOM // 4, 128)
+        self.body.append(LocalArray("tma_bar", DType.i32, 4 * self.stages(), 8))
+        base = Cast(DType.i32, Cast(INDEX, Var("b_tile")))
+        self.let("b_base", Bin("&", Bin("+", base, i32(ATOM - 1)), i32(-ATOM)), DType.i32)
+        self.map = self.let("tma_map", Bin("+", Cast(INDEX, Var(MAP_ARG)),
+                                           mul(Var("grp"), idx(tma.MAP_BYTES))))
+        init: list[Stmt] = [InlineAsm(tma.tmap(self.words), (), (
+            ("l", self.map), ("l", Cast(INDEX, Var(self.arg["y"])))), True, ("memory",))]
+        warps = self.t.threads // 32
+        init += [InlineAsm(f"{tma.mbinit(count)} %0", (), (("r", self.bar(idx(s), empty)),),
+                           True, ("memory",))
+                 for s in range(self.stages()) for empty, count in ((0, 1), (1, warps))]
+        self.body += [If(Bin("==", Var("tid"), idx(0)), tuple(init)), Barrier()]
+        return []
+
+    def bar(self, stage: Expr, empty: int = 0) -> Expr:
+        """The local address of ``stage``'s mbarrier: full (its copies landed) or ``empty``
+        (every warp's wgmma read it)."""
+        at = add(mul(stage, idx(2)), idx(2 * self.stages() * empty))
+        return Cast(DType.i32, Cast(INDEX, Bin("+", Var("tma_bar"), at)))
+
+    def wait(self, bar: Expr, phase: Expr) -> Stmt:
+        return InlineAsm(f"{tma.MBWAIT} %0, %1", (), (("r", bar), ("r", Cast(DType.i32, phase))),
+                         True, ("memory",))
+
+    def copy(self, step: Expr, stage: Expr, tail: bool) -> list[Stmt]:
+        """Step ``step``'s boxes into ``stage``, issued by work-item 0 once every warp read
+        the stage's last step (``tail`` needs nothing: rows past K are zero-filled)."""
+        g = geometry(self.c)
+        assert not isinstance(g, str)  # build checked it
+        bar = ("r", self.bar(stage))
+        out: list[Stmt] = []
+        if not (isinstance(step, Lit) and step.value < self.stages()):  # the stage was used
+            out.append(If(Bin(">=", step, idx(self.stages())), (self.wait(
+                self.bar(stage, 1), mod(add(div(step, self.stages()), idx(1)), 2)),)))
+        out.append(InlineAsm(f"{tma.mbexpect(BN * BK * 2)} %0", (), (bar,), True, ("memory",)))
+        rank = len(g.box)
+        text = f"{tma.tma(rank)} {', '.join(f'%{i}' for i in range(rank + 3))} ; {g.text()}"
+        for nb in range(BN // 64):
+            n = add(self.n0, idx(64 * nb))
+            for atom in (None,) if g.blocks else range(4):  # wgmma atom // 2, K half atom % 2
+                at = nb * BLOCK + (atom or 0) * ATOM
+                dst = Bin("+", Var("b_base"), Cast(DType.i32, add(
+                    mul(stage, idx(BN * BK * 2)), idx(at))))
+                coords = ([n, idx(0), idx(0), idx(0), step] if atom is None else
+                          [n, idx(2 * atom), mul(step, idx(BK // 8)),
+                           *(self.bcoords[i] for i in g.batch)])
+                out.append(InlineAsm(text, (), (
+                    ("r", dst), ("l", self.map), *(("r", Cast(DType.i32, e)) for e in coords),
+                    bar), True, ("memory",)))
+        return [If(Bin("==", Var("tid"), idx(0)), tuple(out))]
+
+    def commit(self) -> list[Stmt]:
+        return []
+
+    def arrived(self, stage: Var, kt: Expr, n: int) -> list[Stmt]:
+        """Wait on the stage's full barrier for its phase of step ``kt`` (no work-group
+        barrier: the stages are given back by :meth:`released`)."""
+        return [self.wait(self.bar(stage), mod(div(kt, self.stages()), 2))]
+
+    def released(self, stage: Var) -> list[Stmt]:
+        """Each warp's arrival on the stage's empty barrier once its wgmma read it."""
+        return [If(Bin("==", Var("lane"), idx(0)), (InlineAsm(
+            f"{tma.MBARRIVE} %0", (), (("r", self.bar(stage, 1)),), True, ("memory",)),))]
+
+    def b_desc(self, out: list[Stmt], stage: Var, n: int) -> Var:
+        addr = Bin("+", Var("b_base"), Cast(DType.i32, mul(stage, idx(BN * BK * 2))))
+        return self.let_in(out, f"bdesc{n}", Bin("|", Cast(INDEX, Bin(">>", Bin(
+            "&", addr, i32(0x3FFFF)), i32(4))), Lit(descriptor_bits(BLOCK, ATOM, True), INDEX)))
+
+    def issue(self, bdesc: Var) -> tuple[str, tuple[tuple[str, Expr], ...]]:
+        """The cp.async kernel's step, each wgmma's descriptor two atoms on."""
+        return (rstep(BN, BK // 16, 1, 2 * ATOM // 16),
+                (("l", bdesc), ("r", i32(1))))
+
+    def kernel(self, groups: int) -> Kernel:
+        """The cp.async kernel's, with the work-groups' tensor maps as scratch."""
+        k = super().kernel(groups)
+        maps = KernelArg(MAP_ARG, DType.i64, True, -1, groups * tma.MAP_BYTES // 8)
+        return dataclasses.replace(k, args=(*k.args, maps))

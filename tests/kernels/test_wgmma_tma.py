@@ -1,0 +1,183 @@
+"""wgmma-f16 with B copied by TMA (accy/kernels/tma.py, accy/kernels/wgmma_tma.py) without a
+GPU: the markers' expansion, the tensor map's geometry (a box a block or a box an atom, the K
+order A's loads give), when the generator takes TMA (the probe's ``TMA_COPY`` and a driver to
+encode the template), whole generated kernels on PoCL with TMA and wgmma emulated
+(mma_emulation.py: the box copied at once, 128-byte swizzled) against float64, and, where
+clang and CUDA's ptxas are installed, the expanded PTX assembled for sm_90a. On the H200:
+``experiments/probe_tma.py`` (the box layout, the kernels against the cp.async ones)."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+
+import numpy as np
+import pytest
+from mma_emulation import check_f16_product, emulated_wgmma, one_line
+from test_mma_generator import prepared as prepare
+from test_mma_pipeline import matmul16
+from test_wgmma import _NVPTX_BUILTINS, HOPPER, assembled
+
+try:
+    import pyopencl as cl
+except ImportError:  # the emulation tests skip without it
+    cl = None
+
+from accy.backends.opencl import tensor_cores
+from accy.ir.program import Stage
+from accy.kernels import tma, wgmma, wgmma_ptx, wgmma_tma
+from accy.kernels.contraction_plan import analyse
+from accy.kernels.ir import idx
+from accy.target import TMA_COPY
+
+WITH_TMA = dataclasses.replace(HOPPER, tensor_cores=(*HOPPER.tensor_cores, TMA_COPY))
+FEW_UNITS = dataclasses.replace(WITH_TMA, compute_units=1)
+WORDS = tuple(range(0x100, 0x110))  # a template's stand-in (no CUDA driver here)
+
+
+@pytest.fixture
+def encodes(monkeypatch):
+    """Templates encode (as stand-in words) without a CUDA driver; the geometries asked."""
+    asked = []
+
+    def template(dtype, dims, strides, box, swizzle=tma.SWIZZLE_128B):
+        asked.append((dims, strides, box))
+        return WORDS
+
+    monkeypatch.setattr(tma, "template", template)
+    return asked
+
+
+def test_expand_writes_the_copies_and_barriers():
+    ptx = (".version 7.8\n.target sm_90\n"
+           "\t// @@TMAP %rd1, %rd2 ; 0x1 0x2\n"
+           "\t// @@MBINIT16 %r1\n\t// @@MBEXPECT8192 %r1\n\t// @@MBARRIVE %r2\n"
+           "\t// @@MBWAIT %r1, %r3\n\t// @@TMA3 %r4, %rd1, %r5, %r6, %r7, %r1 ; 9 / 9 / 9\n")
+    out = wgmma_ptx.expand(ptx)
+    assert ".version 8.3" in out and ".target sm_90a" in out and "@@" not in out
+    assert "mov.b64 w, 0x2; st.global.u64 [%rd1+8], w;" in out
+    assert "tensormap.replace.tile.global_address.global.b1024.b64 [%rd1], %rd2;" in out
+    assert "fence.proxy.tensormap::generic.acquire.gpu [%rd1], 128;" in out
+    assert "mbarrier.init.shared::cta.b64 [%r1], 16;" in out
+    assert "mbarrier.arrive.expect_tx.shared::cta.b64 s, [%r1], 8192;" in out
+    assert "mbarrier.arrive.shared::cta.b64 s, [%r2];" in out
+    assert "mbarrier.try_wait.parity.shared::cta.b64 p, [%r1], %r3;" in out
+    assert ("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+            "[%r4], [%rd1, {%r5, %r6, %r7}], [%r1];") in out
+
+
+def test_descriptor_of_the_swizzled_layout():
+    bits = wgmma_ptx.descriptor_bits(wgmma_tma.BLOCK, wgmma_tma.ATOM, True)
+    assert bits >> 62 == 1 and (bits >> 16) & 0x3FFF == 256 and (bits >> 32) & 0x3FFF == 64
+
+
+def geometry_of(prog, pipe):
+    job = prepare(prog, "ieee", HOPPER, pipe)
+    return wgmma_tma.geometry(analyse(job.products[Stage.kernel].fusion.groups[0])[1])
+
+
+def test_geometry_boxes_hold_the_k_rows_the_a_loads_want(pipe):
+    """A box's rows, in the order it lands them, are the K rows the stage's row order
+    (:func:`accy.kernels.wgmma.k_row`) wants: a block's four atoms where K is a multiple of
+    BK and nothing is batched, one atom a box otherwise; B along K or K not a multiple of 8
+    take no TMA."""
+    g = geometry_of(matmul16(512, 384, 1024), pipe)
+    assert g.blocks and g.dims == (384, 2, 4, 4, 32) and g.box == (64, 2, 4, 4, 1)
+    rowb = 2 * 384
+    assert g.strides == (rowb, 8 * rowb, 2 * rowb, 32 * rowb)
+    # box element (e, t, a) lands in stage row e + 2t + 8a and is K row e + 8t + 2a
+    for e in range(2):
+        for t in range(4):
+            for a in range(4):
+                row = e + 2 * t + 8 * a
+                assert int(wgmma.k_row(idx(row)).value) == \
+                    (e * g.strides[0] + t * g.strides[1] + a * g.strides[2]) // rowb
+    atoms = geometry_of(matmul16(512, 384, 72, batch=3), pipe)
+    assert not atoms.blocks and atoms.box == (64, 2, 4, 1) and atoms.dims == (384, 8, 9, 3)
+    # atom a's box at K (2a, 0): element (e, t) is K 8t + 2a + e, stage row 8a + 2t + e
+    for a in range(4):
+        for e in range(2):
+            for t in range(4):
+                assert int(wgmma.k_row(idx(8 * a + 2 * t + e)).value) == \
+                    8 * t + 2 * a + e
+    assert "along N" in geometry_of(matmul16(512, 384, 1024, b_transposed=True), pipe)
+    assert "multiple of 8" in geometry_of(matmul16(512, 384, 1028), pipe)
+
+
+def test_taken_with_the_probe_and_a_driver_else_cp_async(pipe, used, encodes, monkeypatch):
+    job = prepare(matmul16(2048, 2048, 1024), "ieee", WITH_TMA, pipe)
+    assert used(job) == {"wgmma-f16": 1}
+    src = job.kernel_source(0)
+    # 2 blocks a step: 3 steps before the loop, the loop body's 2
+    assert src.count("@@TMA5") == 2 * (3 + 2) and "cp.async" not in src
+    assert "@@TMAP" in src and "0x10f" in src and "tmaps0" in src
+    assert job.kernels[0].args[-1].scratch_elems == 8 * 16 * 16  # a map a work-group
+    assert set(encodes) == {((2048, 2, 4, 4, 32), (4096, 32768, 8192, 131072), (64, 2, 4, 4, 1))}
+    for target in (HOPPER, WITH_TMA):  # no probe entry; no driver (the template's reason)
+        if target is WITH_TMA:
+            monkeypatch.undo()
+            monkeypatch.setattr(tma, "_libcuda", lambda: None)
+        src = prepare(matmul16(2048, 2048, 1024), "ieee", target, pipe).kernel_source(0)
+        assert "@@TMA" not in src and "cp.async.cg.shared.global" in src
+    assert "CUDA driver" in tma.template(tma.F16, (64, 8), (128,), (64, 8))
+
+
+@pytest.mark.parametrize("m, n, k, without, with_tma", [
+    (1024, 1024, 1024, ("mma-f16", 128), ("wgmma-f16", 256)),  # 64 tiles of 128 rows
+    (512, 2048, 2048, ("mma-f16", 128), ("wgmma-f16", 256)),
+    (960, 5120, 1024, ("wgmma-f16", 512), ("wgmma-f16", 256)),  # 128-row tiles gain the most
+])
+def test_selection_scores_the_tma_kernel_at_its_rates(pipe, used, encodes, m, n, k, without,
+                                                      with_tma):
+    """Measured on the H200 (papers/kernels.md, "Nineteenth session"): 1024^3 0.0160 ms on
+    128-row TMA tiles against 0.0193 for mma-f16, 960x5120x1024 0.0345 against 0.0388 on
+    256-row ones."""
+    for target, (gen, items) in ((HOPPER, without), (WITH_TMA, with_tma)):
+        job = prepare(matmul16(m, n, k), "ieee", target, pipe)
+        assert used(job) == {gen: 1} and job.kernels[0].geometry.local_size == (items,)
+
+
+@pytest.mark.skipif(cl is None, reason="needs pyopencl")
+@pytest.mark.parametrize("m, n, k, batch, bias, warpgroups", [
+    (500, 248, 96, 0, True, 4),  # a box a block: edges in M and N (zero-filled), bias, relu
+    (256, 128, 72, 0, False, 4),  # a box an atom: K ends inside a step (zero-filled rows)
+    (256, 248, 64, 2, False, 4),  # batched: the batch a coordinate of the map, N edge
+    (250, 248, 160, 0, True, 2),  # 128-row tiles, 5 K steps through 4 stages (phases wrap)
+], ids=["blocks-edges-bias", "atoms-k-tail", "batched", "rows-128"])
+def test_kernels_compute_the_product_in_emulation(device, pipe, used, monkeypatch, encodes, m,
+                                                  n, k, batch, bias, warpgroups):
+    if "Portable Computing Language" not in device.info.platform:
+        pytest.skip("the emulation is checked on PoCL")
+    monkeypatch.setattr(wgmma, "MIN_K", 32)  # selection only: short K keeps the emulation quick
+    monkeypatch.setattr(wgmma, "WARPGROUPS", (warpgroups,))
+    job = prepare(matmul16(m, n, k, batch, bias), "ieee", FEW_UNITS, pipe)
+    assert used(job) == {"wgmma-f16": 1} and "@@TMA" in job.kernel_source(0)
+    check_f16_product(device, job, emulated_wgmma(job.kernel_source(0), "eager"), m, n, k,
+                      batch, bias, seed=5)
+
+
+@pytest.mark.skipif(not (shutil.which("clang-15") and shutil.which("ptxas")),
+                    reason="needs clang-15 and CUDA's ptxas")
+@pytest.mark.parametrize("k, batch", [(1024, 0), (520, 2)], ids=["blocks", "atoms-batched"])
+def test_expanded_ptx_assembles_for_sm_90a_without_spills(pipe, tmp_path, encodes, k, batch):
+    job = prepare(matmul16(2048, 2048, k, batch), "ieee", WITH_TMA, pipe)
+    assert "@@TMA" in job.kernel_source(0)
+    log = assembled(_NVPTX_BUILTINS + job.kernel_source(0), tmp_path)
+    assert "0 bytes spill stores" in log, log[-2000:]
+
+
+@pytest.mark.skipif(cl is None, reason="needs pyopencl")
+def test_tma_probe_expects_what_its_kernel_copies(device, encodes):
+    """The probe's expected layout (``tma_box``, numpy) is what the emulated copies land (the
+    emulation the generated kernels' tests trust), for both of its boxes."""
+    if "Portable Computing Language" not in device.info.platform:
+        pytest.skip("the emulation is checked on PoCL")
+    source = tensor_cores.tma_probe_source()
+    y = (np.arange(tensor_cores.TMA_PROBE_K * tensor_cores.TMA_PROBE_N) % 65521).astype(
+        np.uint16).reshape(tensor_cores.TMA_PROBE_K, tensor_cores.TMA_PROBE_N)
+    want = np.concatenate([tensor_cores.tma_box(y, *m) for m in tensor_cores.TMA_PROBE_MAPS])
+    got = tensor_cores.run_isolated(device.device, emulated_wgmma(one_line(source), "eager"),
+                                    "accy_tma_probe", [y], np.zeros(want.size // 2, np.uint32),
+                                    items=128, scratch=2 * tma.MAP_BYTES)
+    np.testing.assert_array_equal(got.view(np.uint16), want)
+    assert (want != 0).sum() > 2000  # boxes of the matrix, not of zeros
