@@ -342,10 +342,15 @@ def plan(group: FusionGroup, target: TargetProfile) -> tuple[Contraction, MmaTil
 
 def rates(c: Contraction, target: TargetProfile) -> dict[int, float]:
     """The f16 kernel's rates on ``c``: :data:`TMA_RATES` where it copies B by TMA."""
-    from accy.kernels.wgmma_tma import geometry  # (it builds on this module)
+    return TMA_RATES if copies_by_tma(c, target) else RATES
 
-    tma = TMA_COPY in target.tensor_cores and not isinstance(geometry(c), str)
-    return TMA_RATES if tma else RATES
+
+def copies_by_tma(c: Contraction, target: TargetProfile) -> bool:
+    """Whether the f16 kernel copies ``c``'s B by TMA: the probe ran it and B's tensor map
+    encodes (:mod:`accy.kernels.wgmma_tma`)."""
+    from accy.kernels.wgmma_tma import template  # (it builds on this module)
+
+    return TMA_COPY in target.tensor_cores and not isinstance(template(c), str)
 
 
 def plan_for(group: FusionGroup, target: TargetProfile, capability: str, dtype: DType,
@@ -417,10 +422,9 @@ def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
     if isinstance(found, str):
         raise ValueError(f"the wgmma generator cannot take this group: {found}")
     einsum, _ = analyse(group)  # type: ignore[misc]  (plan accepted it)
-    from accy.kernels.wgmma_tma import _WgmmaTma, template  # (it builds on _Wgmma)
+    from accy.kernels.wgmma_tma import _WgmmaTma  # (it builds on _Wgmma)
 
-    cls = (_WgmmaTma if TMA_COPY in target.tensor_cores
-           and not isinstance(template(found[0]), str) else _Wgmma)
+    cls = _WgmmaTma if copies_by_tma(found[0], target) else _Wgmma
     return (cls(group, outline, kind, einsum, *found, "f16", target).build(),)
 
 

@@ -117,8 +117,11 @@ def test_taken_with_the_probe_and_a_driver_else_cp_async(pipe, used, encodes, mo
         if target is WITH_TMA:
             monkeypatch.undo()
             monkeypatch.setattr(tma, "_libcuda", lambda: None)
-        src = prepare(matmul16(2048, 2048, 1024), "ieee", target, pipe).kernel_source(0)
-        assert "@@TMA" not in src and "cp.async.cg.shared.global" in src
+        job = prepare(matmul16(2048, 2048, 1024), "ieee", target, pipe)
+        assert "@@TMA" not in job.kernel_source(0)
+        assert "cp.async.cg.shared.global" in job.kernel_source(0)
+        c = analyse(job.products[Stage.kernel].fusion.groups[0])[1]
+        assert wgmma.rates(c, target) is wgmma.RATES  # scored as the kernel it gets
     assert "CUDA driver" in tma.template(tma.F16, (64, 8), (128,), (64, 8))
 
 
