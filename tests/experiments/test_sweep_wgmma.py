@@ -31,6 +31,10 @@ def test_plan_reports_picks_and_scores(sweep, tmp_path: Path) -> None:
         row = rows["1000x1030x520", policy]
         assert row["picked"] == {f"mma-{policy}": 1} and "score" in row["why_not_wgmma"]
     assert "16-byte" in rows["1000x1030x520", "f16"]["why_not_wgmma"]  # rows of 1,030 halves
+    # f16 scored as the TMA kernel an H200 builds (no CUDA driver needed), TF32 as cp.async's
+    f16, tf32 = rows["2048x1024x512", "f16"]["w4"], rows["2048x1024x512", "3xtf32"]["w4"]
+    assert f16["tiles"] == tf32["tiles"] and f16["score"] / tf32["score"] == pytest.approx(
+        sweep.wgmma.TMA_RATES[4] / sweep.wgmma.RATES[4])
 
 
 def test_run_times_the_mma_kernel_and_reports_why_no_wgmma(sweep, device, tmp_path: Path
