@@ -38,6 +38,7 @@ compiler reuses none before it).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from accy.ir.types import DType
 from accy.kernels.contraction_plan import Contraction, analyse, padded, tile_groups
@@ -422,10 +423,13 @@ def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
     if isinstance(found, str):
         raise ValueError(f"the wgmma generator cannot take this group: {found}")
     einsum, _ = analyse(group)  # type: ignore[misc]  (plan accepted it)
-    from accy.kernels.wgmma_tma import _WgmmaTma  # (it builds on _Wgmma)
+    from accy.kernels.wgmma_tma import SWIZZLE, _WgmmaTma  # (it builds on _Wgmma)
 
-    cls = _WgmmaTma if copies_by_tma(found[0], target) else _Wgmma
-    return (cls(group, outline, kind, einsum, *found, "f16", target).build(),)
+    c, t = found
+    if copies_by_tma(c, target):
+        return (_WgmmaTma(group, outline, kind, einsum, c, replace(t, swizzle=SWIZZLE), "f16",
+                          target).build(),)
+    return (_Wgmma(group, outline, kind, einsum, c, t, "f16", target).build(),)
 
 
 register_generator(Generator(

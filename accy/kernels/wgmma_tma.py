@@ -9,7 +9,8 @@ B is stored along N (``x @ W``) with K a multiple of 8 (:func:`geometry`), ``wgm
 wgmma of the step read the stage (after its wait). Work-item 0 waits on a stage's empty barrier
 before refilling it, every work-item waits on the full one before its wgmma: the stages are
 handed back by arrivals, not by a barrier a step (measured 1.1-1.3x the barrier form at
-4096^3 and 8192x8192x1024, papers/kernels.md "Nineteenth session"). The boxes land 128-byte
+4096^3 and 8192x8192x1024, papers/kernels.md "Nineteenth session"). Tiles are walked in bands
+of :data:`SWIZZLE` tile rows (the cp.async kernel's, row-major). The boxes land 128-byte
 swizzled, the layout wgmma's descriptors name with layout type 1. Everything else is the
 ``cp.async`` kernel's: A's fragments from global memory one step ahead, four stages, the
 stores (which begin with a barrier). Boxes past N or K are zero-filled by the copy (no wrapped
@@ -61,6 +62,9 @@ ATOM = 1024  # bytes of an 8-row swizzle atom: 8 K rows of 64 halves
 BLOCK = 4 * ATOM  # bytes of a stage's 64-column block (BK = 32 rows)
 BOX = (64, 2, 4)  # N, K within 8, K / 8
 MAP_ARG = "tmaps0"
+# tiles walked in bands of SWIZZLE tile rows (the cp.async kernel's row-major order measured
+# 1.05x slower over 16 shapes, up to 1.17x at 4096x4096x1024; papers/kernels.md)
+SWIZZLE = 4
 
 
 def i32(v: int) -> Lit:

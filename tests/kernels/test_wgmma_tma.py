@@ -146,7 +146,8 @@ def test_selection_scores_the_tma_kernel_at_its_rates(pipe, used, encodes, m, n,
     (256, 128, 72, 0, False, 4),  # a box an atom: K ends inside a step (zero-filled rows)
     (256, 248, 64, 2, False, 4),  # batched: the batch a coordinate of the map, N edge
     (250, 248, 160, 0, True, 2),  # 128-row tiles, 5 K steps through 4 stages (phases wrap)
-], ids=["blocks-edges-bias", "atoms-k-tail", "batched", "rows-128"])
+    (1100, 256, 64, 0, False, 2),  # 9 x 2 tiles walked in bands of 4 tile rows (the last 1)
+], ids=["blocks-edges-bias", "atoms-k-tail", "batched", "rows-128", "bands"])
 def test_kernels_compute_the_product_in_emulation(device, pipe, used, monkeypatch, encodes, m,
                                                   n, k, batch, bias, warpgroups):
     if "Portable Computing Language" not in device.info.platform:
