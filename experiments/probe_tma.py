@@ -63,9 +63,7 @@ def encode():
 def box():
     """The device probe's kernel (two boxes: a 3-d and a 5-d tensor map), element by element
     against the swizzled layout it predicts."""
-    k, n = tensor_cores.TMA_PROBE_K, tensor_cores.TMA_PROBE_N
-    y = (np.arange(k * n) % 65521).astype(np.uint16).reshape(k, n)
-    want = np.concatenate([tensor_cores.tma_box(y, *m) for m in tensor_cores.TMA_PROBE_MAPS])
+    y, want = tensor_cores.tma_probe_case()
     got = tensor_cores.run_isolated(dev, tensor_cores.tma_probe_source(), "accy_tma_probe", [y],
                                     np.zeros(want.size // 2, np.uint32), items=128,
                                     scratch=2 * tma.MAP_BYTES).view(np.uint16)

@@ -21,8 +21,8 @@ inline asm, expanded by :func:`expand` for ``.target sm_90a``, PTX ISA 8.3). Mar
   arrivals.
 - ``MBEXPECT{bytes}`` ``bar``: the arrival that expects ``bytes`` of copies.
 - ``MBARRIVE`` ``bar``: an arrival.
-- ``TMA{rank}`` ``dst, map, c0 .. c{rank-1}, bar``: the box at coordinates ``c`` into local
-  ``dst``, completing on ``bar``.
+- ``TMA{rank}`` ``dst, map, c0 .. c{rank-1}, bar ; geometry``: the box at coordinates ``c``
+  into local ``dst``, completing on ``bar`` (:func:`geometry_text` after the operands).
 - ``MBWAIT`` ``bar, phase``: wait until ``bar``'s phase of parity ``phase`` has completed.
 """
 
@@ -81,6 +81,13 @@ def template(dtype: int, dims: tuple[int, ...], strides: tuple[int, ...],
         return (f"cuTensorMapEncodeTiled refused dims {dims}, strides {strides}, box {box} "
                 f"(CUresult {err})")
     return tuple(int.from_bytes(ctypes.string_at(at + 8 * i, 8), "little") for i in range(16))
+
+
+def geometry_text(dims: tuple[int, ...], strides: tuple[int, ...], box: tuple[int, ...]
+                  ) -> str:
+    """A ``TMA{rank}`` marker's trailing text: the map's geometry, for an emulation of the
+    copy (the expansion ignores it)."""
+    return " / ".join(" ".join(map(str, v)) for v in (dims, strides, box))
 
 
 def tmap(words: tuple[int, ...]) -> str:

@@ -86,9 +86,6 @@ class Geometry:
     def blocks(self) -> bool:
         return len(self.box) == 5 and not self.batch
 
-    def text(self) -> str:
-        """The marker's trailing text (what an emulation of the copy reads)."""
-        return " / ".join(" ".join(map(str, v)) for v in (self.dims, self.strides, self.box))
 
 
 def geometry(c: Contraction) -> Geometry | str:
@@ -171,7 +168,8 @@ class _WgmmaTma(_Wgmma):
                 self.bar(stage, 1), mod(add(div(step, self.stages()), idx(1)), 2)),)))
         out.append(InlineAsm(f"{tma.mbexpect(BN * BK * 2)} %0", (), (bar,), True, ("memory",)))
         rank = len(g.box)
-        text = f"{tma.tma(rank)} {', '.join(f'%{i}' for i in range(rank + 3))} ; {g.text()}"
+        text = (f"{tma.tma(rank)} {', '.join(f'%{i}' for i in range(rank + 3))} ; "
+                f"{tma.geometry_text(g.dims, g.strides, g.box)}")
         for nb in range(BN // 64):
             n = add(self.n0, idx(64 * nb))
             for atom in (None,) if g.blocks else range(4):  # wgmma atom // 2, K half atom % 2

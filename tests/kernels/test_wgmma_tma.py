@@ -177,9 +177,7 @@ def test_tma_probe_expects_what_its_kernel_copies(device, encodes):
     if "Portable Computing Language" not in device.info.platform:
         pytest.skip("the emulation is checked on PoCL")
     source = tensor_cores.tma_probe_source()
-    y = (np.arange(tensor_cores.TMA_PROBE_K * tensor_cores.TMA_PROBE_N) % 65521).astype(
-        np.uint16).reshape(tensor_cores.TMA_PROBE_K, tensor_cores.TMA_PROBE_N)
-    want = np.concatenate([tensor_cores.tma_box(y, *m) for m in tensor_cores.TMA_PROBE_MAPS])
+    y, want = tensor_cores.tma_probe_case()
     got = tensor_cores.run_isolated(device.device, emulated_wgmma(one_line(source), "eager"),
                                     "accy_tma_probe", [y], np.zeros(want.size // 2, np.uint32),
                                     items=128, scratch=2 * tma.MAP_BYTES)

@@ -279,9 +279,17 @@ def tma_probe_source() -> str | None:
         words = tma.template(tma.F16, dims, strides, box)
         if isinstance(words, str):
             return None
-        geometry = " / ".join(" ".join(map(str, v)) for v in (dims, strides, box))
-        source = source.replace(f"@TMAP{i}@", tma.tmap(words)).replace(f"@GEO{i}@", geometry)
+        source = source.replace(f"@TMAP{i}@", tma.tmap(words)).replace(
+            f"@GEO{i}@", tma.geometry_text(dims, strides, box))
     return source
+
+
+def tma_probe_case() -> tuple[np.ndarray, np.ndarray]:
+    """(the probe's K x N matrix of distinct halves, as uint16; the halves its two boxes
+    should land, in order)."""
+    y = (np.arange(TMA_PROBE_K * TMA_PROBE_N) % 65521).astype(np.uint16).reshape(
+        TMA_PROBE_K, TMA_PROBE_N)
+    return y, np.concatenate([tma_box(y, *m) for m in TMA_PROBE_MAPS])
 
 
 def build_program(context: cl.Context, device: cl.Device, source: str,
@@ -413,9 +421,7 @@ def probe_isolated(device: cl.Device, wgmma: bool) -> tuple[str, ...]:
             pass
         try:
             source = tma_probe_source()
-            y = (np.arange(TMA_PROBE_K * TMA_PROBE_N) % 65521).astype(np.uint16).reshape(
-                TMA_PROBE_K, TMA_PROBE_N)
-            want = np.concatenate([tma_box(y, *m) for m in TMA_PROBE_MAPS])
+            y, want = tma_probe_case()
             if source is not None and np.array_equal(run_isolated(
                     device, source, "accy_tma_probe", [y], np.zeros(want.size // 2, np.uint32),
                     items=128, scratch=2 * tma.MAP_BYTES).view(np.uint16), want):
