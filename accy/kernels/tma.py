@@ -32,7 +32,7 @@ import ctypes
 import functools
 import re
 
-from accy.kernels.wgmma_ptx import MARK
+from accy.kernels.wgmma_ptx import MARK, at_least
 
 F16 = 6  # CU_TENSOR_MAP_DATA_TYPE_FLOAT16
 SWIZZLE_128B = 3  # CU_TENSOR_MAP_SWIZZLE_128B: 16-byte chunk c of row r at c ^ (r % 8)
@@ -141,8 +141,4 @@ def expand(ptx: str) -> str:
     """``ptx`` with its TMA markers replaced by their instructions (PTX ISA 8.3 at least)."""
     if not _MARKER.search(ptx):
         return ptx
-    ptx = _MARKER.sub(lambda m: _instructions(m.group(1), m.group(2)), ptx)
-    m = re.search(r"\.version\s+(\d+)\.(\d+)", ptx)
-    if m and (int(m.group(1)), int(m.group(2))) < (8, 3):
-        ptx = ptx.replace(m.group(0), ".version 8.3", 1)
-    return ptx
+    return at_least(_MARKER.sub(lambda m: _instructions(m.group(1), m.group(2)), ptx), (8, 3))

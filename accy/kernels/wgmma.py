@@ -230,13 +230,21 @@ class _Wgmma(_Builder):
         return copies
 
     def b_desc(self, out: list[Stmt], stage: Var, n: int) -> Var:
-        """B's descriptor of stage ``stage`` (core matrices :attr:`sbo` bytes apart along N,
-        128 along K), as variable ``bdesc{n}`` appended to ``out``."""
-        addr = Cast(DType.i32, Cast(INDEX, Bin("+", Var("b_tile"),
-                                                mul(stage, idx(self.stage_words())))))
+        """B's descriptor of stage ``stage`` (:meth:`stage_address`, :meth:`descriptor`), as
+        variable ``bdesc{n}`` appended to ``out``."""
         return self.let_in(out, f"bdesc{n}", Bin("|", Cast(INDEX, Bin(">>", Bin(
-            "&", addr, Lit(0x3FFFF, DType.i32)), Lit(4, DType.i32))),
-            Lit(descriptor_bits(CORE, self.sbo), INDEX)))
+            "&", self.stage_address(stage), Lit(0x3FFFF, DType.i32)), Lit(4, DType.i32))),
+            Lit(self.descriptor(), INDEX)))
+
+    def stage_address(self, stage: Expr) -> Expr:
+        """The local address (an i32) of stage ``stage``."""
+        return Cast(DType.i32, Cast(INDEX, Bin("+", Var("b_tile"),
+                                               mul(stage, idx(self.stage_words())))))
+
+    def descriptor(self) -> int:
+        """B's descriptor's fixed fields: core matrices :attr:`sbo` bytes apart along N, 128
+        along K, no swizzling."""
+        return descriptor_bits(CORE, self.sbo)
 
     def load_a(self, regs: str, step: Expr, tail: bool) -> list[Stmt]:
         """A's fragments of K step ``step`` into register set ``regs``: per row one 16-byte

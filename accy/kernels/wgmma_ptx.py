@@ -127,7 +127,12 @@ def expand(ptx: str) -> str:
     from accy.kernels.tma import expand as tma_expand  # (tma imports MARK from here)
 
     ptx = _TARGET.sub(".target sm_90a", _MARKER.sub(repl, tma_expand(ptx)))
+    return at_least(ptx, (8, 0))
+
+
+def at_least(ptx: str, version: tuple[int, int]) -> str:
+    """``ptx`` declaring PTX ISA ``version`` where it declared an older one."""
     m = _VERSION.search(ptx)
-    if m and (int(m.group(1)), int(m.group(2))) < (8, 0):
-        ptx = ptx.replace(m.group(0), ".version 8.0", 1)
+    if m and (int(m.group(1)), int(m.group(2))) < version:
+        ptx = ptx.replace(m.group(0), f".version {version[0]}.{version[1]}", 1)
     return ptx

@@ -119,9 +119,10 @@ class _WgmmaTma(_Wgmma):
     """The kernel; see the module docstring."""
 
     def build(self) -> Kernel:
-        self.words = template(self.c)
-        if isinstance(self.words, str):
+        self.words, g = template(self.c), geometry(self.c)
+        if isinstance(self.words, str) or isinstance(g, str):
             raise ValueError(f"wgmma-f16 cannot copy B by TMA: {self.words}")
+        self.g = g
         return super().build()
 
     def b_copies(self, n0: Expr) -> list[tuple[Expr, Expr, Expr]]:
@@ -159,9 +160,7 @@ class _WgmmaTma(_Wgmma):
     def copy(self, step: Expr, stage: Expr, tail: bool) -> list[Stmt]:
         """Step ``step``'s boxes into ``stage``, issued by work-item 0 once every warp read
         the stage's last step (``tail`` needs nothing: rows past K are zero-filled)."""
-        g = geometry(self.c)
-        assert not isinstance(g, str)  # build checked it
-        bar = ("r", self.bar(stage))
+        g, bar = self.g, ("r", self.bar(stage))
         out: list[Stmt] = []
         if not (isinstance(step, Lit) and step.value < self.stages()):  # the stage was used
             out.append(If(Bin(">=", step, idx(self.stages())), (self.wait(
@@ -174,8 +173,8 @@ class _WgmmaTma(_Wgmma):
             n = add(self.n0, idx(64 * nb))
             for atom in (None,) if g.blocks else range(4):  # wgmma atom // 2, K half atom % 2
                 at = nb * BLOCK + (atom or 0) * ATOM
-                dst = Bin("+", Var("b_base"), Cast(DType.i32, add(
-                    mul(stage, idx(BN * BK * 2)), idx(at))))
+                dst = (Bin("+", self.stage_address(stage), i32(at)) if at
+                       else self.stage_address(stage))
                 coords = ([n, idx(0), idx(0), idx(0), step] if atom is None else
                           [n, idx(2 * atom), mul(step, idx(BK // 8)),
                            *(self.bcoords[i] for i in g.batch)])
@@ -197,10 +196,13 @@ class _WgmmaTma(_Wgmma):
         return [If(Bin("==", Var("lane"), idx(0)), (InlineAsm(
             f"{tma.MBARRIVE} %0", (), (("r", self.bar(stage, 1)),), True, ("memory",)),))]
 
-    def b_desc(self, out: list[Stmt], stage: Var, n: int) -> Var:
-        addr = Bin("+", Var("b_base"), Cast(DType.i32, mul(stage, idx(BN * BK * 2))))
-        return self.let_in(out, f"bdesc{n}", Bin("|", Cast(INDEX, Bin(">>", Bin(
-            "&", addr, i32(0x3FFFF)), i32(4))), Lit(descriptor_bits(BLOCK, ATOM, True), INDEX)))
+    def stage_address(self, stage: Expr) -> Expr:
+        """In the 1024-byte aligned stages (``b_base``)."""
+        return Bin("+", Var("b_base"), Cast(DType.i32, mul(stage, idx(BN * BK * 2))))
+
+    def descriptor(self) -> int:
+        """The swizzled layout: column blocks :data:`BLOCK` bytes apart, atoms :data:`ATOM`."""
+        return descriptor_bits(BLOCK, ATOM, True)
 
     def issue(self, bdesc: Var) -> tuple[str, tuple[tuple[str, Expr], ...]]:
         """The cp.async kernel's step, each wgmma's descriptor two atoms on."""

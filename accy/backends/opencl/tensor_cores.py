@@ -420,12 +420,14 @@ def probe_isolated(device: cl.Device, wgmma: bool) -> tuple[str, ...]:
         except (cl.Error, ValueError):
             pass
         try:
-            source = tma_probe_source()
-            y, want = tma_probe_case()
-            if source is not None and np.array_equal(run_isolated(
-                    device, source, "accy_tma_probe", [y], np.zeros(want.size // 2, np.uint32),
-                    items=128, scratch=2 * tma.MAP_BYTES).view(np.uint16), want):
-                found.append(TMA_COPY)
+            source = tma_probe_source()  # None: no CUDA driver to encode its maps
+            if source is not None:
+                y, want = tma_probe_case()
+                if np.array_equal(run_isolated(
+                        device, source, "accy_tma_probe", [y],
+                        np.zeros(want.size // 2, np.uint32), items=128,
+                        scratch=2 * tma.MAP_BYTES).view(np.uint16), want):
+                    found.append(TMA_COPY)
         except (cl.Error, ValueError):
             pass
     return tuple(found)
