@@ -136,6 +136,18 @@ class TargetProfile:
     # second probe): names from TENSOR_CORE_SHAPES; empty unless detected, so nothing assumes
     # tensor cores
     tensor_cores: tuple[str, ...] = ()
+    # bytes of local memory a work-group may declare in static arrays, where the device allows
+    # more than local_mem_bytes (the size it reports, which also bounds __local arguments):
+    # NVIDIA's OpenCL builds static arrays up to the multiprocessor's opt-in limit (227 KiB on
+    # compute capability 9.0), found by a probe (runtime.py); 0: local_mem_bytes. Generators
+    # that declare their local memory statically and were measured with more read
+    # group_local_bytes
+    static_local_bytes: int = 0
+
+    @property
+    def group_local_bytes(self) -> int:
+        """The local memory a work-group's static arrays may take (see static_local_bytes)."""
+        return max(self.local_mem_bytes, self.static_local_bytes)
 
     @classmethod
     def from_device(cls, info: DeviceInfo) -> TargetProfile:
@@ -161,6 +173,7 @@ class TargetProfile:
             global_mem_size=info.global_mem_size,
             address_bits=info.address_bits,
             tensor_cores=tuple(getattr(info, "tensor_cores", ())),
+            static_local_bytes=getattr(info, "static_local_bytes", 0),
         )
 
     @property
@@ -183,7 +196,8 @@ class TargetProfile:
                      self.max_constant_args, self.device_type, self.native_vector_bytes,
                      self.atomics64, self.max_work_item_sizes, self.address_bits,
                      self.max_work_groups)
-                    + ((self.tensor_cores,) if self.tensor_cores else ()))
+                    + ((self.tensor_cores,) if self.tensor_cores else ())
+                    + ((self.static_local_bytes,) if self.static_local_bytes else ()))
         return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
     def describe(self) -> str:
@@ -197,7 +211,9 @@ class TargetProfile:
                 f"{', 64-bit atomics' if self.atomics64 else ''}); work-items per dimension "
                 f"{list(self.work_item_sizes)}; buffers up to {self.max_mem_alloc_size} B, "
                 f"{self.global_mem_size} B in all; {self.address_bits}-bit sizes"
-                + (f"; tensor cores {','.join(self.tensor_cores)}" if self.tensor_cores else ""))
+                + (f"; tensor cores {','.join(self.tensor_cores)}" if self.tensor_cores else "")
+                + (f"; static local arrays up to {self.static_local_bytes} B"
+                   if self.static_local_bytes else ""))
 
     @property
     def work_item_sizes(self) -> tuple[int, ...]:

@@ -125,9 +125,10 @@ def gemm():
 
 
 def fuzz():
-    """``TMA_FUZZ`` random f16 products the TMA kernel takes (ragged M, N a multiple of 8, K
-    a multiple of 8 from 128, batched or not, bias and relu or not), each checked against
-    float64 with bench_mma's bounds."""
+    """``TMA_FUZZ`` random f16 products the TMA kernels take (ragged M, N a multiple of 8, K
+    a multiple of 8 from 128, batched or not, bias and relu or not, B stored N x K or not:
+    the kernel copying A too takes that from K 512), each checked against float64 with
+    bench_mma's bounds."""
     import random
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -140,9 +141,9 @@ def fuzz():
         batch = rng.choice([0, 0, 0, rng.randint(2, 6)])
         case = {"name": "", "batch": batch, "m": rng.randint(64, 3000),
                 "n": 8 * rng.randint(8, 400), "k": 8 * rng.randint(16, 300),
-                "bias": rng.random() < 0.3, "bt": False, "dtype": "f16"}
+                "bias": rng.random() < 0.3, "bt": rng.random() < 0.25, "dtype": "f16"}
         case["name"] = (f"{'bias' if case['bias'] else ''}{f'b{batch}x' if batch else ''}"
-                        f"{case['m']}x{case['n']}x{case['k']}.f16")
+                        f"{case['m']}x{case['n']}x{case['k']}{'t' if case['bt'] else ''}.f16")
         job = accy.prepare(program(case), bench_mma.pipeline("3xtf32"), target=target)
         if "@@TMA" not in job.kernel_source(0):
             rows.append({"case": case["name"], "tma": False, "generators": job.generators()})
@@ -153,12 +154,14 @@ def fuzz():
         verdict = check(case, got, exact, mag, "3xtf32")
         bad += not verdict["ok"]
         rows.append({"case": case["name"], "tma": True, "ms": ms, "ok": verdict["ok"],
+                     "a_copied": "@@SSTEP" in job.kernel_source(0),
                      "bound_use": verdict["bound_use"]})
         print(rows[-1], flush=True)
     res["fuzz_rows"] = rows
     if bad:
         raise RuntimeError(f"{bad} products out of bounds")
-    return {"cases": len(rows), "tma": sum(r["tma"] for r in rows)}
+    return {"cases": len(rows), "tma": sum(r["tma"] for r in rows),
+            "a_copied": sum(r.get("a_copied", False) for r in rows)}
 
 
 if __name__ == "__main__":

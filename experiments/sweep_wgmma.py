@@ -2,7 +2,7 @@
 
     python experiments/sweep_wgmma.py --device nvidia --out results/sweep_wgmma.json
         [--cases 1536x1536x768,2048x1024x512,b8x700x700x256] [--policies f16,tf32,3xtf32]
-        [--heights 4,2] [--repeat 10] [--plan]
+        [--forms 4,2,s2x256,s2] [--repeat 10] [--plan]
 
 Each case (``bench_mma``'s form: ``MxNxK``, ``bBxMxNxK``, a trailing ``t`` for B stored
 N x K) runs under each policy (``f16``: the case's operands are f16; ``tf32``, ``3xtf32``:
@@ -10,9 +10,11 @@ f32 operands under that precision policy), as
 
 * ``mma``: the job prepared with the wgmma generators switched off (``mma-f16``,
   ``mma-tf32``, ``mma-3xtf32`` or what else takes it);
-* ``w4``, ``w2`` (``--heights``): that job's product kernel rebuilt by the wgmma generator at
-  that many warpgroups a work-group (256- or 128-row tiles), the selection's limits lifted
-  (``wgmma.WARPGROUPS``, ``wgmma_tf32.WARPGROUPS``, ``wgmma.RATES``, ``wgmma.MIN_K``);
+* ``w4``, ``w2``, ``ws2x256``, ``ws2`` (``--forms``): that job's product kernel rebuilt by the
+  wgmma generator at that many warpgroups a work-group (256- or 128-row tiles), A in registers
+  or, with ``s``, A and B both copied by TMA (f16 only, :mod:`accy.kernels.wgmma_ss`; ``x256``
+  its 256 columns), the selection's limits lifted (``wgmma.WARPGROUPS``,
+  ``wgmma_tf32.WARPGROUPS``, ``wgmma.RATES``, ``wgmma.MIN_K``, ``wgmma_ss.FORMS`` ...);
 * ``auto``: the default pipeline, whatever selection (``wgmma.plan_for``) picks.
 
 Each is timed (OpenCL profiling events, two warm-up calls, median of ``--repeat``) and checked
@@ -21,8 +23,8 @@ policy says) is timed with CUDA events where torch has CUDA. The JSON holds ever
 for each case the regret of ``auto`` (its time over the fastest variant's).
 
 ``--plan`` needs no device: it prepares each case for an H200-like profile with the wgmma
-probes' entries and prints what selection picks and why (the mma kernels' tiles, each wgmma
-height's score), for setting beside the timings.
+probes' entries and its static local memory, and prints what selection picks and why (the mma
+kernels' tiles, each wgmma tiling's score), for setting beside the timings.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ import accy  # noqa: E402
 from accy.backends.registry import open_device  # noqa: E402
 from accy.experiments.records import git_commit, timestamp, write_json  # noqa: E402
 from accy.ir.program import Stage  # noqa: E402
-from accy.kernels import mma_plan, tma, wgmma, wgmma_tf32  # noqa: E402
+from accy.kernels import mma_plan, tma, wgmma, wgmma_ss, wgmma_tf32  # noqa: E402
 from accy.kernels.contraction_plan import tile_groups  # noqa: E402
 from accy.passes.kernel.kernelization import with_spaces  # noqa: E402
 from accy.target import TMA_COPY, WGMMA_F16, WGMMA_TF32  # noqa: E402
@@ -56,7 +58,8 @@ DEFAULT_CASES = "1536x1536x768,2048x1024x512,b8x700x700x256,4096x1024x4096"
 OFF = "wgmma-f16,wgmma-tf32,wgmma-3xtf32"
 PLAN_TARGET = dataclasses.replace(  # H200-like, with the wgmma probes' entries: --plan
     mma_counts.COUNT_TARGET, device="H200-like (plan only)",
-    tensor_cores=(*mma_counts.COUNT_TARGET.tensor_cores, WGMMA_F16, WGMMA_TF32, TMA_COPY))
+    tensor_cores=(*mma_counts.COUNT_TARGET.tensor_cores, WGMMA_F16, WGMMA_TF32, TMA_COPY),
+    static_local_bytes=231424)  # as the H200's probe found
 
 
 def precision_of(policy: str) -> str:
@@ -64,18 +67,29 @@ def precision_of(policy: str) -> str:
     return "3xtf32" if policy == "f16" else policy
 
 
+def parse_form(text: str) -> tuple[bool, int, int]:
+    """``--forms`` entry ``[s]W[xN]`` as (A copied too, warpgroups, columns)."""
+    copied = text.startswith("s")
+    height, _, columns = text.removeprefix("s").partition("x")
+    return copied, int(height), int(columns or wgmma.BN)
+
+
 @contextlib.contextmanager
-def forced(height: int):
-    """Selection's limits lifted and only ``height`` warpgroups tried, while inside."""
+def forced(form: tuple[bool, int, int]):
+    """Selection's limits lifted and only ``form`` (:func:`parse_form`) tried, while inside."""
+    copied, height, columns = form
     saved = (wgmma.WARPGROUPS, dict(wgmma_tf32.WARPGROUPS), wgmma.RATES, wgmma.TMA_RATES,
-             wgmma.MIN_K)
+             wgmma.MIN_K, wgmma_ss.ENABLED, wgmma_ss.FORMS, wgmma_ss.RATES, wgmma_ss.MIN_K)
     wgmma.WARPGROUPS, wgmma.MIN_K = (height,), 0
     wgmma.RATES = wgmma.TMA_RATES = {height: math.inf}
     wgmma_tf32.WARPGROUPS.update({p: (height,) for p in wgmma_tf32.WARPGROUPS})
+    wgmma_ss.ENABLED, wgmma_ss.FORMS, wgmma_ss.MIN_K = copied, ((height, columns),), 0
+    wgmma_ss.RATES = {(height, columns): math.inf}
     try:
         yield
     finally:
-        wgmma.WARPGROUPS, tf32, wgmma.RATES, wgmma.TMA_RATES, wgmma.MIN_K = saved
+        (wgmma.WARPGROUPS, tf32, wgmma.RATES, wgmma.TMA_RATES, wgmma.MIN_K, wgmma_ss.ENABLED,
+         wgmma_ss.FORMS, wgmma_ss.RATES, wgmma_ss.MIN_K) = saved
         wgmma_tf32.WARPGROUPS.update(tf32)
 
 
@@ -94,14 +108,19 @@ def encodable():
         tma.template = real
 
 
-def rebuilt(job: accy.PreparedJob, policy: str, height: int) -> accy.PreparedJob:
-    """``job`` with its product kernel rebuilt by the wgmma generator of ``policy`` at
-    ``height`` warpgroups (selection's limits lifted), legalized again; ValueError where the
-    generator cannot take it (its layout, its probe)."""
+def rebuilt(job: accy.PreparedJob, policy: str, form: tuple[bool, int, int]
+            ) -> accy.PreparedJob:
+    """``job`` with its product kernel rebuilt by the wgmma generator of ``policy`` in
+    ``form`` (:func:`parse_form`; selection's limits lifted), legalized again; ValueError
+    where the generator cannot take it (its layout, its probe, a form not its own)."""
+    if form[0] and policy != "f16":
+        raise ValueError("A copied by TMA (wgmma_ss) is wgmma-f16's")
+    if not form[0] and form[2] != wgmma.BN:
+        raise ValueError(f"A in registers takes {wgmma.BN} columns (wider: the s forms)")
     p = job.products[Stage.kernel]
     outlines = {o.work_item: o for o in p.outline.outlines}
     kernels, rebuilt_one, why = [], False, "no kernel"
-    with forced(height):
+    with forced(form):
         for k in p.kernels:
             item = p.schedule.item(k.work_item)
             group = p.fusion.groups[item.group]
@@ -148,17 +167,15 @@ def plan_row(text: str, policy: str) -> dict[str, Any]:
     row["mma"] = {"tiles": theirs.text(),
                   "groups": tile_groups(c, theirs.bm, theirs.bn) * theirs.split,
                   "score": wgmma.mma_score(c, theirs, units)}
-    heights, tiles_of = ((wgmma.WARPGROUPS, wgmma.tiles) if policy == "f16" else
-                         (wgmma_tf32.WARPGROUPS[policy], wgmma_tf32.tiles))
-    rates = wgmma.rates(c, PLAN_TARGET) if policy == "f16" else wgmma.RATES
-    for h in heights:
-        t = tiles_of(h)
-        row[f"w{h}"] = {"tiles": tile_groups(c, t.bm, t.bn),
-                        "score": wgmma.wgmma_score(c, t, units, rates)}
+    tilings = (wgmma.tilings(c, PLAN_TARGET) if policy == "f16" else
+               [(wgmma_tf32.tiles(h), wgmma.RATES[h]) for h in wgmma_tf32.WARPGROUPS[policy]])
+    for t, rate in tilings:
+        row[f"w{t.bm}x{t.bn}"] = {"tiles": tile_groups(c, t.bm, t.bn), "rate": rate,
+                                  "score": wgmma.wgmma_score(c, t, units, rate)}
     return row
 
 
-def run_row(text: str, policy: str, heights: list[int], target, runtime, repeat: int
+def run_row(text: str, policy: str, forms: list[str], target, runtime, repeat: int
             ) -> dict[str, Any]:
     """Every variant of a case timed and checked (see the module docstring)."""
     case = case_of(text, policy)
@@ -169,11 +186,11 @@ def run_row(text: str, policy: str, heights: list[int], target, runtime, repeat:
     base = accy.prepare(program(case), bench_mma.pipeline(precision, OFF), target=target)
     variants = {"mma": base,
                 "auto": accy.prepare(program(case), bench_mma.pipeline(precision), target=target)}
-    for h in heights:
+    for form in forms:
         try:
-            variants[f"w{h}"] = rebuilt(base, policy, h)
+            variants[f"w{form}"] = rebuilt(base, policy, parse_form(form))
         except ValueError as e:
-            row[f"w{h}"] = {"error": str(e)}
+            row[f"w{form}"] = {"error": str(e)}
     for name, job in variants.items():
         try:
             ms, got = bench_mma.time_accy(job, xs, runtime, repeat)
@@ -199,7 +216,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--device", default=os.environ.get("ACCY_DEVICE", "nvidia"))
     ap.add_argument("--cases", default=DEFAULT_CASES)
     ap.add_argument("--policies", default="f16,tf32,3xtf32")
-    ap.add_argument("--heights", default="4,2", help="warpgroups a work-group, forced")
+    ap.add_argument("--forms", default="4,2,s2x256,s2",
+                    help="[s]W[xN]: W warpgroups a work-group, A copied too (s), N columns")
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--plan", action="store_true", help="no device: what selection picks")
     ap.add_argument("--out", default="results/sweep_wgmma.json")
@@ -219,10 +237,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                   "rows": rows}
     else:
         runtime, target = open_device(args.device)
-        heights = [int(h) for h in args.heights.split(",") if h]
+        forms = [f for f in args.forms.split(",") if f]
         for text in cases:
             for policy in policies:
-                row = run_row(text, policy, heights, target, runtime, args.repeat)
+                row = run_row(text, policy, forms, target, runtime, args.repeat)
                 rows.append(row)
                 times = " ".join(f"{k}={v['ms']:.4f}" for k, v in row.items()
                                  if isinstance(v, dict) and "ms" in v)

@@ -78,11 +78,11 @@ BN, BK, STAGES = 128, 32, 4
 WARPGROUPS = (4, 2)
 
 
-def tiles(warpgroups: int) -> MmaTiles:
-    """As MmaTiles, for the shared stores: ``4 warpgroups`` warps of 16 x BN (one m16n8
+def tiles(warpgroups: int, bn: int = BN) -> MmaTiles:
+    """As MmaTiles, for the shared stores: ``4 warpgroups`` warps of 16 x ``bn`` (one m16n8
     fragment row each); tiles in row-major order (swizzle 1: consecutive work-groups share A's
     rows), which measured faster here than mma-f16's bands of tile rows (papers/kernels.md)."""
-    return MmaTiles(64 * warpgroups, BN, BK, 4 * warpgroups, 1, swizzle=1, stages=STAGES,
+    return MmaTiles(64 * warpgroups, bn, BK, 4 * warpgroups, 1, swizzle=1, stages=STAGES,
                     f16=True, loads="vector")
 
 
@@ -160,30 +160,23 @@ class _Wgmma(_Builder):
         return STAGES
 
     def stage_words(self) -> int:
-        return STAGE_BYTES // 4
+        return self.t.bn * self.bk * self.elem // 4
 
     def stage_buffers(self) -> list[tuple[str, int, int]]:
         half = self.stages() * self.stage_words() // 2  # the B stages' words, two buffers
         return [("b_tile", 0, half), ("b_tile", half, half)]
 
     def build(self) -> Kernel:
-        c, t = self.c, self.t
+        c = self.c
         groups, _, g, tt, wm, wn, m0, n0 = self.place()
         self.body.append(LocalArray("b_tile", self.tile_dtype,
                                     self.stages() * self.stage_words(), 128))
-        self.acc = [f"acc_0_{j}_{r}" for j in range(BN // 8) for r in range(4)]
+        self.acc = [f"acc_0_{j}_{r}" for j in range(self.t.bn // 8) for r in range(4)]
         for name in self.acc:
             self.let(name, Lit(0.0, DType.f32), DType.f32, mutable=True)
         for name in self.registers():
             self.let(name, Lit(0, DType.i32), DType.i32, mutable=True)
-        # A: this lane's rows g and g + 8 of its warp's 16 (rows past M wrapped), as
-        # byte addresses of its first K (t BK/4)
-        rows = [self.let(f"a_row{h}", wrapped(add(m0, add(wm, add(g, idx(8 * h)))),
-                                              c.m.size, c.m.size % t.bm != 0))
-                for h in (0, 1)]
-        self.a_at = [self.let(f"a_at{h}", Bin("+", Cast(INDEX, Var(self.arg["x"])), mul(add(
-            self.bases["x"], add(mul(r, idx(c.m.x)), mul(tt, idx(self.bk // 4)))),
-            idx(self.elem)))) for h, r in enumerate(rows)]
+        self.a_rows(m0, wm, g, tt)
         self.copies = self.b_copies(n0)
         steps, bk = -(-c.k.size // self.bk), self.bk
         for s in range(self.stages() - 1):
@@ -197,6 +190,16 @@ class _Wgmma(_Builder):
         self.body.append(For("kt", idx(0), idx(steps), tuple(loop), step=2))
         self.stores(m0, n0, wm, wn, g, tt)
         return self.kernel(groups)
+
+    def a_rows(self, m0: Expr, wm: Expr, g: Expr, tt: Expr) -> None:
+        """A's addresses: this lane's rows g and g + 8 of its warp's 16 (rows past M
+        wrapped), as byte addresses of its first K (t BK/4)."""
+        c = self.c
+        rows = [self.let(f"a_row{h}", wrapped(add(m0, add(wm, add(g, idx(8 * h)))), c.m.size,
+                                              c.m.size % self.t.bm != 0)) for h in (0, 1)]
+        self.a_at = [self.let(f"a_at{h}", Bin("+", Cast(INDEX, Var(self.arg["x"])), mul(add(
+            self.bases["x"], add(mul(r, idx(c.m.x)), mul(tt, idx(self.bk // 4)))),
+            idx(self.elem)))) for h, r in enumerate(rows)]
 
     def registers(self) -> list[str]:
         """The A fragment registers, two sets (``E``, ``O``)."""
@@ -327,7 +330,7 @@ class _Wgmma(_Builder):
 
     def issue(self, bdesc: Var) -> tuple[str, tuple[tuple[str, Expr], ...]]:
         """The step's marker and its operands after the A registers (B's descriptor ...)."""
-        return (rstep(BN, BK // 16, self.trans),
+        return (rstep(self.t.bn, BK // 16, self.trans),
                 (("l", bdesc), ("r", Lit(1, DType.i32))))
 
     @staticmethod
@@ -346,12 +349,19 @@ def plan(group: FusionGroup, target: TargetProfile) -> tuple[Contraction, MmaTil
                 "whole 16-byte vectors or along K in whole pairs of halves")
 
     return plan_for(group, target, WGMMA_F16, DType.f16, layout, STAGES * STAGE_BYTES,
-                    tiles, WARPGROUPS, lambda c: rates(c, target))
+                    lambda c: tilings(c, target))
 
 
-def rates(c: Contraction, target: TargetProfile) -> dict[int, float]:
-    """The f16 kernel's rates on ``c``: :data:`TMA_RATES` where it copies B by TMA."""
-    return TMA_RATES if copies_by_tma(c, target) else RATES
+def tilings(c: Contraction, target: TargetProfile) -> list[tuple[MmaTiles, float]]:
+    """The f16 kernel's tilings of ``c`` and their rates: A and B both copied
+    (:mod:`accy.kernels.wgmma_ss`, its forms and rates) where that kernel is usable, else A
+    in registers at :data:`TMA_RATES` where B is copied by TMA, :data:`RATES` otherwise."""
+    from accy.kernels import wgmma_ss  # (it builds on this module)
+
+    if wgmma_ss.unusable(c, target) is None:
+        return [(tiles(*f), wgmma_ss.RATES[f]) for f in wgmma_ss.FORMS]
+    rates = TMA_RATES if copies_by_tma(c, target) else RATES
+    return [(tiles(h), rates[h]) for h in WARPGROUPS]
 
 
 def copies_by_tma(c: Contraction, target: TargetProfile) -> bool:
@@ -364,15 +374,13 @@ def copies_by_tma(c: Contraction, target: TargetProfile) -> bool:
 
 def plan_for(group: FusionGroup, target: TargetProfile, capability: str, dtype: DType,
              layout: Callable[[Contraction], str | None], local_bytes: int,
-             tiles_of: Callable[[int], MmaTiles], heights: tuple[int, ...],
-             rates_of: Callable[[Contraction], dict[int, float]] = lambda c: RATES
+             tilings: Callable[[Contraction], list[tuple[MmaTiles, float]]]
              ) -> tuple[Contraction, MmaTiles] | str:
     """The contraction of a group a wgmma generator takes and its tiles (its probe's
-    ``capability``, its ``dtype``, operands ``layout`` accepts, ``local_bytes`` of stages,
-    ``tiles_of`` a number of warpgroups, of ``heights``, at ``rates_of`` the contraction), or
-    why not: K of at least ``MIN_K``, and of the tiles padding M x N by at most
-    ``MAX_PADDING``, the best scoring (:func:`score`) where that beats the mma kernels'
-    tiles."""
+    ``capability``, its ``dtype``, operands ``layout`` accepts, ``local_bytes`` of stages, the
+    ``tilings`` of the contraction with their rates), or why not: K of at least ``MIN_K``,
+    and of the tiles padding M x N by at most ``MAX_PADDING``, the best scoring
+    (:func:`score`) where that beats the mma kernels' tiles."""
     if capability not in target.tensor_cores:
         return f"the target's probe found no {capability} (TargetProfile.tensor_cores)"
     found = mma_plan(group, target)
@@ -390,12 +398,12 @@ def plan_for(group: FusionGroup, target: TargetProfile, capability: str, dtype: 
     units = target.compute_units
     to_beat = mma_score(c, theirs, units)
     best, why = None, "no tiles"
-    for t in map(tiles_of, heights):
+    for t, rate in tilings(c):
         if t.threads > target.max_work_group_size:
             why = f"a work-group of {t.threads} work-items"
         elif padded(c, t.bm, t.bn) > MAX_PADDING * c.m.size * c.n.size:
             why = f"{c.m.size}x{c.n.size} pads {t.bm}x{t.bn} tiles by over {MAX_PADDING}"
-        elif (mine := wgmma_score(c, t, units, rates_of(c))) <= to_beat:
+        elif (mine := wgmma_score(c, t, units, rate)) <= to_beat:
             why = (f"{tile_groups(c, t.bm, t.bn)} tiles of {t.bm}x{t.bn} on {units} compute "
                    f"units score {mine:.2f}, the mma kernels' {theirs.bm}x{theirs.bn} "
                    f"{to_beat:.2f}")
@@ -410,11 +418,9 @@ def score(groups: int, units: int, rate: float) -> float:
     return rate * balance(groups, units)
 
 
-def wgmma_score(c: Contraction, t: MmaTiles, units: int,
-                rates: dict[int, float] | None = None) -> float:
-    """The :func:`score` of wgmma tiles ``t`` (their height's rate in ``rates``, by default
-    :data:`RATES`) on ``c``."""
-    return score(tile_groups(c, t.bm, t.bn), units, (rates or RATES)[t.warps_m // 4])
+def wgmma_score(c: Contraction, t: MmaTiles, units: int, rate: float) -> float:
+    """The :func:`score` of wgmma tiles ``t`` at ``rate`` on ``c``."""
+    return score(tile_groups(c, t.bm, t.bn), units, rate)
 
 
 def mma_score(c: Contraction, t: MmaTiles, units: int) -> float:
@@ -431,9 +437,13 @@ def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
     if isinstance(found, str):
         raise ValueError(f"the wgmma generator cannot take this group: {found}")
     einsum, _ = analyse(group)  # type: ignore[misc]  (plan accepted it)
-    from accy.kernels.wgmma_tma import SWIZZLE, _WgmmaTma  # (it builds on _Wgmma)
+    from accy.kernels import wgmma_ss  # (they build on _Wgmma)
+    from accy.kernels.wgmma_tma import SWIZZLE, _WgmmaTma
 
     c, t = found
+    if wgmma_ss.unusable(c, target) is None:
+        return (wgmma_ss._WgmmaSs(group, outline, kind, einsum, c, replace(
+            t, swizzle=SWIZZLE), "f16", target).build(),)
     if copies_by_tma(c, target):
         return (_WgmmaTma(group, outline, kind, einsum, c, replace(t, swizzle=SWIZZLE), "f16",
                           target).build(),)

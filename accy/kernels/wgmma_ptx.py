@@ -23,6 +23,10 @@ Markers (the operands the comment lists, in order):
   form TF32 has): ``p`` products of ``s`` k8 steps each, the ``n / 2`` accumulators, then
   ``4 s`` A registers per product (the ``mma.sync`` m16n8k8 TF32 A fragment), then one B
   descriptor per product (3xTF32: small x big, big x small, big x big).
+- ``SSTEP{n}_{s}_{a}_{b}_{t}``: one K step of ``s`` wgmma ``m64n{n}k16`` with A and B both
+  from local memory by descriptor (A K-major, B MN-major where ``t`` = 1, else K-major;
+  :mod:`accy.kernels.wgmma_ss`): the ``n / 2`` accumulators, A's descriptor, B's, a register
+  holding 1; the descriptors advance by ``a`` and ``b`` (16-byte units) per wgmma.
 - ``WAIT0``: ``wgmma.wait_group 0``; its operands (the accumulators, the A registers) are the
   registers the waited-for wgmma read or write, kept live until here.
 - ``PROXY``: ``fence.proxy.async.shared::cta``: copies into local memory made visible to the
@@ -65,6 +69,30 @@ def step_instructions(n: int, steps: int, trans_b: int, ops: list[str], advance:
             text.append(f"add.s64 xb, xb, {advance};")
         text.append(f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16 {{{regs}}}, "
                     f"{{{', '.join(a[4 * i:4 * i + 4])}}}, xb, p, 1, 1, {trans_b};")
+    return " ".join(text) + " wgmma.commit_group.sync.aligned; }"
+
+
+def sstep(n: int, steps: int, a_advance: int, b_advance: int, trans_b: int) -> str:
+    """The marker text of :func:`ss_instructions` (operands follow)."""
+    return f"{MARK}SSTEP{n}_{steps}_{a_advance}_{b_advance}_{trans_b}"
+
+
+def ss_instructions(n: int, steps: int, a_advance: int, b_advance: int, trans_b: int,
+                    ops: list[str]) -> str:
+    """What marker ``SSTEP{n}_{steps}_{a_advance}_{b_advance}_{trans_b}`` with operands
+    ``ops`` expands to: ``steps`` wgmma ``m64n{n}k16`` with A (K-major) and B (MN-major where
+    ``trans_b``, else K-major) both from local memory by descriptor, each advanced by its
+    ``advance`` (16-byte units) per wgmma."""
+    if len(ops) != n // 2 + 3:
+        raise ValueError(f"wgmma SS step marker: {len(ops)} operands for n={n}")
+    d, da, db, one = ops[:n // 2], *ops[n // 2:]
+    text = [f"{{ .reg .pred p; .reg .b64 xa, xb; setp.ne.b32 p, {one}, 0; mov.b64 xa, {da}; "
+            f"mov.b64 xb, {db}; wgmma.fence.sync.aligned;"]
+    for i in range(steps):
+        if i:
+            text.append(f"add.s64 xa, xa, {a_advance}; add.s64 xb, xb, {b_advance};")
+        text.append(f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16 {{{', '.join(d)}}}, "
+                    f"xa, xb, p, 1, 1, 0, {trans_b};")
     return " ".join(text) + " wgmma.commit_group.sync.aligned; }"
 
 
@@ -118,6 +146,8 @@ def expand(ptx: str) -> str:
             return _FIXED[name]
         if tf32 := re.fullmatch(r"TSTEP(\d+)_(\d+)_(\d+)", name):
             return tf32_instructions(int(tf32[1]), int(tf32[2]), int(tf32[3]), ops)
+        if ss := re.fullmatch(r"SSTEP(\d+)_(\d+)_(\d+)_(\d+)_([01])", name):
+            return ss_instructions(*(int(v) for v in ss.groups()), ops)
         step = re.fullmatch(r"RSTEP(\d+)_(\d+)_([01])(?:_(\d+))?", name)
         if step is None:
             raise ValueError(f"unknown deferred PTX marker @@{name}")

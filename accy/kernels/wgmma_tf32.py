@@ -58,7 +58,7 @@ from accy.kernels.ir import (
 )
 from accy.kernels.mma_plan import MmaTiles, along_k, copy_layout
 from accy.kernels.mma_ptx import tf32_registers
-from accy.kernels.wgmma import BN, CORE, LD_V4, LD_V4_IF, _Wgmma, plan_for, wrapped
+from accy.kernels.wgmma import BN, CORE, LD_V4, LD_V4_IF, RATES, _Wgmma, plan_for, wrapped
 from accy.kernels.wgmma_ptx import tstep
 from accy.plans import FusionGroup, KernelOutline, ScheduleKind
 from accy.target import WGMMA_TF32, TargetProfile
@@ -210,7 +210,8 @@ def plan(group: FusionGroup, target: TargetProfile, policy: str
 
     tiles_a_stage = 2 if policy == "3xtf32" else 1  # big and small parts (at most)
     return plan_for(group, target, WGMMA_TF32, DType.f32, layout,
-                    STAGES[policy] * tiles_a_stage * TILE_WORDS * 4, tiles, WARPGROUPS[policy])
+                    STAGES[policy] * tiles_a_stage * TILE_WORDS * 4,
+                    lambda c: [(tiles(h), RATES[h]) for h in WARPGROUPS[policy]])
 
 
 def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,

@@ -22,8 +22,8 @@ The K order: A's 16-byte loads put K ``8t + 4i + 2h + e`` at fragment position
 Unbatched with K a multiple of ``BK``, the tensor map views B (K x N, N contiguous) as
 ``(N, e, t, a, K / 32)`` with strides of 1, 8, 2 and 32 rows, so one box ``(64, 2, 4, 4, 1)``
 is a 64-column block's four atoms ``a = 2i + h``; otherwise as ``(N, 8, K / 8[, batch])``, a
-box ``(64, 2, 4[, 1])`` at ``(n, 2a, 4 kt)`` one atom. A stage is ``BN / 64`` column blocks
-(:data:`BLOCK` bytes apart: the descriptor's leading offset) of four atoms (1024 bytes apart:
+box ``(64, 2, 4[, 1])`` at ``(n, 2a, 4 kt)`` one atom. A stage is the tile's ``BN / 64`` column
+blocks (:data:`BLOCK` bytes apart: the descriptor's leading offset) of four atoms (1024 bytes apart:
 its stride offset); each wgmma of the step starts two atoms on.
 """
 
@@ -55,7 +55,7 @@ from accy.kernels.ir import (
     mul,
 )
 from accy.kernels.mma_plan import along_k
-from accy.kernels.wgmma import BK, BN, _Wgmma
+from accy.kernels.wgmma import BK, _Wgmma
 from accy.kernels.wgmma_ptx import descriptor_bits, rstep
 
 ATOM = 1024  # bytes of an 8-row swizzle atom: 8 K rows of 64 halves
@@ -136,10 +136,12 @@ class _WgmmaTma(_Wgmma):
         self.body.append(LocalArray("tma_bar", DType.i32, 4 * self.stages(), 8))
         base = Cast(DType.i32, Cast(INDEX, Var("b_tile")))
         self.let("b_base", Bin("&", Bin("+", base, i32(ATOM - 1)), i32(-ATOM)), DType.i32)
+        maps = self.tensor_maps()
         self.map = self.let("tma_map", Bin("+", Cast(INDEX, Var(MAP_ARG)),
-                                           mul(Var("grp"), idx(tma.MAP_BYTES))))
-        init: list[Stmt] = [InlineAsm(tma.tmap(self.words), (), (
-            ("l", self.map), ("l", Cast(INDEX, Var(self.arg["y"])))), True, ("memory",))]
+                                           mul(Var("grp"), idx(len(maps) * tma.MAP_BYTES))))
+        init: list[Stmt] = [InlineAsm(tma.tmap(words), (), (
+            ("l", self.map_at(at)), ("l", Cast(INDEX, Var(self.arg[side])))), True,
+            ("memory",)) for words, side, at in maps]
         warps = self.t.threads // 32
         init += [InlineAsm(f"{tma.mbinit(count)} %0", (), (("r", self.bar(idx(s), empty)),),
                            True, ("memory",))
@@ -157,31 +159,51 @@ class _WgmmaTma(_Wgmma):
         return InlineAsm(f"{tma.MBWAIT} %0, %1", (), (("r", bar), ("r", Cast(DType.i32, phase))),
                          True, ("memory",))
 
+    def tensor_maps(self) -> list[tuple[tuple[int, ...], str, int]]:
+        """(template words, operand, byte offset) of each of a work-group's tensor maps."""
+        return [(self.words, "y", 0)]
+
+    def map_at(self, at: int) -> Expr:
+        return Bin("+", self.map, Lit(at, INDEX)) if at else self.map
+
     def copy(self, step: Expr, stage: Expr, tail: bool) -> list[Stmt]:
         """Step ``step``'s boxes into ``stage``, issued by work-item 0 once every warp read
         the stage's last step (``tail`` needs nothing: rows past K are zero-filled)."""
-        g, bar = self.g, ("r", self.bar(stage))
-        out: list[Stmt] = []
-        if not (isinstance(step, Lit) and step.value < self.stages()):  # the stage was used
-            out.append(If(Bin(">=", step, idx(self.stages())), (self.wait(
-                self.bar(stage, 1), mod(add(div(step, self.stages()), idx(1)), 2)),)))
-        out.append(InlineAsm(f"{tma.mbexpect(BN * BK * 2)} %0", (), (bar,), True, ("memory",)))
-        rank = len(g.box)
-        text = (f"{tma.tma(rank)} {', '.join(f'%{i}' for i in range(rank + 3))} ; "
-                f"{tma.geometry_text(g.dims, g.strides, g.box)}")
-        for nb in range(BN // 64):
+        g = self.g
+        out = self.refill(step, stage, self.t.bn * BK * 2)
+        for nb in range(self.t.bn // 64):
             n = add(self.n0, idx(64 * nb))
             for atom in (None,) if g.blocks else range(4):  # wgmma atom // 2, K half atom % 2
                 at = nb * BLOCK + (atom or 0) * ATOM
                 dst = (Bin("+", self.stage_address(stage), i32(at)) if at
                        else self.stage_address(stage))
                 coords = ([n, idx(0), idx(0), idx(0), step] if atom is None else
-                          [n, idx(2 * atom), mul(step, idx(BK // 8)),
-                           *(self.bcoords[i] for i in g.batch)])
-                out.append(InlineAsm(text, (), (
-                    ("r", dst), ("l", self.map), *(("r", Cast(DType.i32, e)) for e in coords),
-                    bar), True, ("memory",)))
+                          [n, idx(2 * atom), mul(step, idx(BK // 8))])
+                out.append(self.box(g, dst, 0, coords, stage))
         return [If(Bin("==", Var("tid"), idx(0)), tuple(out))]
+
+    def refill(self, step: Expr, stage: Expr, nbytes: int) -> list[Stmt]:
+        """Work-item 0's wait for every warp to have read ``stage`` (where step ``step`` is
+        not its first use), then its arrival expecting the step's ``nbytes``."""
+        out: list[Stmt] = []
+        if not (isinstance(step, Lit) and step.value < self.stages()):  # the stage was used
+            out.append(If(Bin(">=", step, idx(self.stages())), (self.wait(
+                self.bar(stage, 1), mod(add(div(step, self.stages()), idx(1)), 2)),)))
+        out.append(InlineAsm(f"{tma.mbexpect(nbytes)} %0", (), (("r", self.bar(stage)),),
+                             True, ("memory",)))
+        return out
+
+    def box(self, g: Geometry, dst: Expr, at: int, coords: list[Expr], stage: Expr) -> Stmt:
+        """The copy of the box of map ``g`` (``at`` bytes into the work-group's maps) at
+        ``coords`` (and the tile's batch) to local address ``dst``, completing on
+        ``stage``'s full barrier."""
+        rank = len(g.box)
+        text = (f"{tma.tma(rank)} {', '.join(f'%{i}' for i in range(rank + 3))} ; "
+                f"{tma.geometry_text(g.dims, g.strides, g.box)}")
+        coords = [*coords, *(self.bcoords[i] for i in g.batch)]
+        return InlineAsm(text, (), (
+            ("r", dst), ("l", self.map_at(at)), *(("r", Cast(DType.i32, e)) for e in coords),
+            ("r", self.bar(stage))), True, ("memory",))
 
     def commit(self) -> list[Stmt]:
         return []
@@ -198,7 +220,7 @@ class _WgmmaTma(_Wgmma):
 
     def stage_address(self, stage: Expr) -> Expr:
         """In the 1024-byte aligned stages (``b_base``)."""
-        return Bin("+", Var("b_base"), Cast(DType.i32, mul(stage, idx(BN * BK * 2))))
+        return Bin("+", Var("b_base"), Cast(DType.i32, mul(stage, idx(self.t.bn * BK * 2))))
 
     def descriptor(self) -> int:
         """The swizzled layout: column blocks :data:`BLOCK` bytes apart, atoms :data:`ATOM`."""
@@ -206,11 +228,12 @@ class _WgmmaTma(_Wgmma):
 
     def issue(self, bdesc: Var) -> tuple[str, tuple[tuple[str, Expr], ...]]:
         """The cp.async kernel's step, each wgmma's descriptor two atoms on."""
-        return (rstep(BN, BK // 16, 1, 2 * ATOM // 16),
+        return (rstep(self.t.bn, BK // 16, 1, 2 * ATOM // 16),
                 (("l", bdesc), ("r", i32(1))))
 
     def kernel(self, groups: int) -> Kernel:
         """The cp.async kernel's, with the work-groups' tensor maps as scratch."""
         k = super().kernel(groups)
-        maps = KernelArg(MAP_ARG, DType.i64, True, -1, groups * tma.MAP_BYTES // 8)
+        maps = KernelArg(MAP_ARG, DType.i64, True, -1,
+                         groups * len(self.tensor_maps()) * tma.MAP_BYTES // 8)
         return dataclasses.replace(k, args=(*k.args, maps))

@@ -23,18 +23,20 @@ def test_plan_reports_picks_and_scores(sweep, tmp_path: Path) -> None:
     rows = {(r["case"], r["policy"]): r for r in result["rows"]}
     # 64 tiles of 256 rows, 128 of 128 rows: 128-row tiles beat mma's, except under tf32
     assert rows["2048x1024x512", "f16"]["picked"] == {"wgmma-f16": 1}
-    assert rows["2048x1024x512", "3xtf32"]["w2"]["score"] > \
+    assert rows["2048x1024x512", "3xtf32"]["w128x128"]["score"] > \
         rows["2048x1024x512", "3xtf32"]["mma"]["score"]
     assert rows["2048x1024x512", "tf32"]["picked"] == {"mma-tf32": 1}
-    assert "w2" not in rows["2048x1024x512", "tf32"]  # tf32 tries 256-row tiles only
+    assert "w128x128" not in rows["2048x1024x512", "tf32"]  # tf32 tries 256-row tiles only
     for policy in ("tf32", "3xtf32"):  # 36 tiles of 256 rows: the mma kernels' 64x32 tiles
         row = rows["1000x1030x520", policy]
         assert row["picked"] == {f"mma-{policy}": 1} and "score" in row["why_not_wgmma"]
     assert "16-byte" in rows["1000x1030x520", "f16"]["why_not_wgmma"]  # rows of 1,030 halves
-    # f16 scored as the TMA kernel an H200 builds (no CUDA driver needed), TF32 as cp.async's
-    f16, tf32 = rows["2048x1024x512", "f16"]["w4"], rows["2048x1024x512", "3xtf32"]["w4"]
-    assert f16["tiles"] == tf32["tiles"] and f16["score"] / tf32["score"] == pytest.approx(
-        sweep.wgmma.TMA_RATES[4] / sweep.wgmma.RATES[4])
+    # f16 scored as the kernel an H200 builds (no CUDA driver needed): A and B copied by TMA
+    # (K 512) in its two forms; TF32 as cp.async's
+    f16, tf32 = rows["2048x1024x512", "f16"], rows["2048x1024x512", "3xtf32"]
+    assert f16["w128x256"]["rate"] == sweep.wgmma_ss.RATES[2, 256] and "w256x128" not in f16
+    assert f16["w128x128"]["rate"] == sweep.wgmma_ss.RATES[2, 128]
+    assert tf32["w256x128"]["rate"] == sweep.wgmma.RATES[4]
 
 
 def test_run_times_the_mma_kernel_and_reports_why_no_wgmma(sweep, device, tmp_path: Path
@@ -48,4 +50,5 @@ def test_run_times_the_mma_kernel_and_reports_why_no_wgmma(sweep, device, tmp_pa
     (row,) = result["rows"]
     assert row["mma"]["ok"] and row["auto"]["ok"] and row["mma"]["ms"] > 0
     assert "probe found no" in row["w4"]["error"] and "probe found no" in row["w2"]["error"]
+    assert "wgmma-f16's" in row["ws2x256"]["error"]  # the s forms are f16's
     assert row["auto_regret"] > 0 and result["auto_regret_geomean"] == row["auto_regret"]

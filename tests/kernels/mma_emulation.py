@@ -204,6 +204,50 @@ WGMMA_STEP = r"""{
 }"""
 
 
+# wgmma with A and B from local memory (accy/kernels/wgmma_ss.py, marker SSTEP): S k16 steps,
+# A's halves read at the K-major 128-byte swizzled address of A's descriptor (8-row atoms its
+# stride offset apart; the 16-byte chunk of K in a row XORed with the row % 8; 32 bytes
+# further per step), B's as the MN-major swizzled ones of RSTEP or (trans-b 0) as A's; barriers
+# before (the copies
+# work-item 0 made landed) and after (every work-item read the stage before it is refilled)
+_SSTEP = re.compile(r'asm volatile\("// @@SSTEP(\d+)_(\d+)_(\d+)_(\d+)_([01]) [^"]*" : '
+                    r'(?P<outs>[^:]*) : "l"\((?P<adesc>.*?)\), "l"\((?P<bdesc>\w+)\), '
+                    r'"r"\([^:]*\) : "memory"\);')
+WGMMA_SS_STEP = r"""{
+  const int l_ = get_local_id(0) % 128, w_ = l_ / 32;
+  const int g_ = (l_ % 32) / 4, t_ = l_ % 4;
+  float d_[@ND@] = {@D@};
+  const ulong adesc_ = @ADESC@, desc_ = @DESC@;
+  const int tile_ = ((int)((long)b_tile)) & 0x3FFFF;
+  const int abase_ = (((int)((adesc_ & 0x3FFF) << 4)) - tile_) & 0x3FFFF;
+  const int asbo_ = (int)(((adesc_ >> 32) & 0x3FFF) << 4);
+  const int base_ = (((int)((desc_ & 0x3FFF) << 4)) - tile_) & 0x3FFFF;
+  const int lbo_ = (int)(((desc_ >> 16) & 0x3FFF) << 4);
+  const int sbo_ = (int)(((desc_ >> 32) & 0x3FFF) << 4);
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int s_ = 0; s_ < @S@; s_++)
+    for (int j_ = 0; j_ < @ND@ / 4; j_++) for (int r_ = 0; r_ < 4; r_++) {
+      const int row_ = 16 * w_ + g_ + 8 * (r_ / 2), col_ = 8 * j_ + 2 * t_ + r_ % 2;
+      float sum_ = 0.0f;
+      for (int k_ = 0; k_ < 16; k_++) {
+        const int kb_ = 16 * @AADV@ * s_ + 2 * k_;
+        const int aat_ = abase_ + (row_ / 8) * asbo_ + (row_ % 8) * 128
+          + (((kb_ / 16) ^ (row_ % 8)) * 16) + kb_ % 16;
+        const int at_ = @TRANS@
+          ? base_ + 16 * @BADV@ * s_ + (col_ / 64) * lbo_ + (k_ / 8) * sbo_ + (k_ % 8) * 128
+            + ((((col_ % 64) / 8) ^ (k_ % 8)) * 16) + (col_ % 8) * 2
+          : base_ + (col_ / 8) * sbo_ + (col_ % 8) * 128
+            + ((((16 * @BADV@ * s_ + 2 * k_) / 16) ^ (col_ % 8)) * 16) + (2 * k_) % 16;
+        sum_ += accy_h(((__local const ushort *)b_tile)[aat_ / 2])
+          * accy_h(((__local const ushort *)b_tile)[at_ / 2]);
+      }
+      d_[4 * j_ + r_] += sum_;
+    }
+  barrier(CLK_LOCAL_MEM_FENCE);
+@OUT@
+}"""
+
+
 # TF32 wgmma (accy/kernels/wgmma_tf32.py, marker TSTEP): P products of S k8 steps each, A's
 # fragments (mma.sync m16n8k8 TF32's layout per warp: rows g, g + 8 at column t, then t + 4)
 # exchanged through local memory, B's words read at the K-major core-matrix address of the
@@ -323,6 +367,17 @@ def emulated_wgmma(src: str, mode: str) -> str:
             text = text.replace(key, value)
         return text
 
+    def ss_step(m: re.Match) -> str:
+        outs = re.findall(r'"\+f"\((\w+)\)', m["outs"])
+        assert len(outs) == int(m[1]) // 2, m[0][:200]
+        text = WGMMA_SS_STEP
+        for key, value in (("@ND@", str(len(outs))), ("@D@", ", ".join(outs)),
+                           ("@ADESC@", m["adesc"]), ("@DESC@", m["bdesc"]), ("@S@", m[2]),
+                           ("@AADV@", m[3]), ("@BADV@", m[4]), ("@TRANS@", m[5]),
+                           ("@OUT@", " ".join(f"{o} = d_[{i}];" for i, o in enumerate(outs)))):
+            text = text.replace(key, value)
+        return text
+
     def load(m: re.Match) -> str:
         regs = m.groups()[:4]
         got = " ".join(f"{r} = q_[{i}];" for i, r in enumerate(regs))
@@ -333,6 +388,7 @@ def emulated_wgmma(src: str, mode: str) -> str:
     src = _TMA.sub(tma_copy, _TMAP.sub(lambda m: f"*(__global ulong *)({m['map']}) = "
                                        f"(ulong)({m['ptr']});", src))
     src = _LD_V4.sub(load, _WG_NOP.sub(";", _TSTEP.sub(tstep, _RSTEP.sub(step, src))))
+    src = _SSTEP.sub(ss_step, src)
     assert "@@" not in src and "ld.global" not in src, src
     lines = src.splitlines()
     at = next(i for i, line in enumerate(lines) if line.startswith("__kernel"))

@@ -25,13 +25,15 @@ except ImportError:  # the emulation tests skip without it
 
 from accy.backends.opencl import tensor_cores
 from accy.ir.program import Stage
-from accy.kernels import tma, wgmma, wgmma_ptx, wgmma_tma
+from accy.kernels import tma, wgmma, wgmma_ptx, wgmma_ss, wgmma_tma
 from accy.kernels.contraction_plan import analyse
 from accy.kernels.ir import idx
 from accy.target import TMA_COPY
 
 WITH_TMA = dataclasses.replace(HOPPER, tensor_cores=(*HOPPER.tensor_cores, TMA_COPY))
 FEW_UNITS = dataclasses.replace(WITH_TMA, compute_units=1)
+ROOMY_H200 = dataclasses.replace(WITH_TMA, static_local_bytes=226 * 1024)  # as probed there
+ROOMY = dataclasses.replace(ROOMY_H200, compute_units=1)
 WORDS = tuple(range(0x100, 0x110))  # a template's stand-in (no CUDA driver here)
 
 
@@ -121,7 +123,8 @@ def test_taken_with_the_probe_and_a_driver_else_cp_async(pipe, used, encodes, mo
         assert "@@TMA" not in job.kernel_source(0)
         assert "cp.async.cg.shared.global" in job.kernel_source(0)
         c = analyse(job.products[Stage.kernel].fusion.groups[0])[1]
-        assert wgmma.rates(c, target) is wgmma.RATES  # scored as the kernel it gets
+        assert [r for _, r in wgmma.tilings(c, target)] == \
+            [wgmma.RATES[h] for h in wgmma.WARPGROUPS]  # scored as the kernel it gets
     assert "CUDA driver" in tma.template(tma.F16, (64, 8), (128,), (64, 8))
 
 
@@ -141,31 +144,94 @@ def test_selection_scores_the_tma_kernel_at_its_rates(pipe, used, encodes, m, n,
 
 
 @pytest.mark.skipif(cl is None, reason="needs pyopencl")
-@pytest.mark.parametrize("m, n, k, batch, bias, warpgroups", [
-    (500, 248, 96, 0, True, 4),  # a box a block: edges in M and N (zero-filled), bias, relu
-    (256, 128, 72, 0, False, 4),  # a box an atom: K ends inside a step (zero-filled rows)
-    (256, 248, 64, 2, False, 4),  # batched: the batch a coordinate of the map, N edge
-    (250, 248, 160, 0, True, 2),  # 128-row tiles, 5 K steps through 4 stages (phases wrap)
-    (1100, 256, 64, 0, False, 2),  # 9 x 2 tiles walked in bands of 4 tile rows (the last 1)
-], ids=["blocks-edges-bias", "atoms-k-tail", "batched", "rows-128", "bands"])
+@pytest.mark.parametrize("m, n, k, batch, bias, warpgroups, bn", [
+    (500, 248, 96, 0, True, 4, 128),  # a box a block: edges in M and N (zero-filled), bias
+    (256, 128, 72, 0, False, 4, 128),  # a box an atom: K ends inside a step (zero-filled rows)
+    (256, 248, 64, 2, False, 4, 128),  # batched: the batch a coordinate of the map, N edge
+    (250, 248, 160, 0, True, 2, 128),  # 128-row tiles, 5 K steps through 4 stages (phases wrap)
+    (1100, 256, 64, 0, False, 2, 128),  # 9 x 2 tiles walked in bands of 4 tile rows (the last 1)
+    (250, 488, 160, 0, True, 2, 256),  # 128x256 tiles: four blocks a stage, N edge
+    (250, 248, 40, 2, False, 2, 256),  # 128x256 tiles, batched (boxes an atom), K tail
+], ids=["blocks-edges-bias", "atoms-k-tail", "batched", "rows-128", "bands", "wide",
+        "wide-batched"])
 def test_kernels_compute_the_product_in_emulation(device, pipe, used, monkeypatch, encodes, m,
-                                                  n, k, batch, bias, warpgroups):
+                                                  n, k, batch, bias, warpgroups, bn):
     if "Portable Computing Language" not in device.info.platform:
         pytest.skip("the emulation is checked on PoCL")
     monkeypatch.setattr(wgmma, "MIN_K", 32)  # selection only: short K keeps the emulation quick
     monkeypatch.setattr(wgmma, "WARPGROUPS", (warpgroups,))
+    monkeypatch.setattr(wgmma, "tiles", lambda w, _bn=bn, t=wgmma.tiles: t(w, _bn))
     job = prepare(matmul16(m, n, k, batch, bias), "ieee", FEW_UNITS, pipe)
     assert used(job) == {"wgmma-f16": 1} and "@@TMA" in job.kernel_source(0)
     check_f16_product(device, job, emulated_wgmma(job.kernel_source(0), "eager"), m, n, k,
                       batch, bias, seed=5)
 
 
+def test_a_copied_too_where_static_local_memory_holds_the_stages(pipe, used, encodes):
+    """wgmma_ss where the target's static local memory holds its four 48 KiB stages and K is
+    at least wgmma_ss.MIN_K; B along N in 64-column blocks, B along K in one box."""
+    job = prepare(matmul16(4096, 4096, 1024), "ieee", ROOMY_H200, pipe)
+    src = job.kernel_source(0)
+    assert used(job) == {"wgmma-f16": 1} and "@@SSTEP256_4_2_128_1" in src
+    assert src.count("@@TMA2") == 5 * (3 + 2)  # A's box and B's four blocks a step
+    assert job.kernels[0].geometry.local_size == (256,)  # 128x256 tiles
+    assert job.kernels[0].args[-1].scratch_elems == 16 * 32 * 2 * 16  # two maps a group
+    assert ((1024, 4096), (2048,), (64, 128)) in encodes  # A: (K, M), boxes 64 x 128 rows
+    assert ((4096, 1024), (8192,), (64, 64)) in encodes  # B: (N, K), 64-column blocks
+    src = prepare(matmul16(4096, 4096, 1024, b_transposed=True), "ieee", ROOMY_H200,
+                  pipe).kernel_source(0)
+    assert "@@SSTEP256_4_2_2_0" in src and src.count("@@TMA2") == 2 * (3 + 2)
+    for prog, target in ((matmul16(4096, 4096, 256), ROOMY_H200),  # K below MIN_K
+                         (matmul16(4096, 4096, 1024), WITH_TMA)):  # 48 KiB
+        src = prepare(prog, "ieee", target, pipe).kernel_source(0)
+        assert "@@SSTEP" not in src and "@@RSTEP" in src
+
+
+@pytest.mark.parametrize("m, n, k, items", [
+    (4096, 4096, 4096, 256),  # 128x256 tiles: 0.1995 ms against 0.2298 on 128x128 ones
+    (1024, 1024, 1024, 256),  # 128x128 tiles (64 of them, 32 of 128x256): 0.0117 against 0.0183
+])
+def test_selection_scores_the_forms_of_the_kernel_with_a_copied(pipe, used, encodes, m, n, k,
+                                                                items):
+    """Measured on the H200 (papers/kernels.md, "Twentieth session")."""
+    job = prepare(matmul16(m, n, k), "ieee", ROOMY_H200, pipe)
+    t = job.kernels[0]
+    assert used(job) == {"wgmma-f16": 1} and t.geometry.local_size == (items,)
+    assert ("@@SSTEP256" in job.kernel_source(0)) == (m == 4096)
+
+
+@pytest.mark.skipif(cl is None, reason="needs pyopencl")
+@pytest.mark.parametrize("m, n, k, batch, bias, warpgroups, bn, bt", [
+    (500, 248, 160, 0, True, 4, 128, False),  # 256x128 tiles, edges in M, N, K, bias
+    (250, 488, 200, 0, False, 2, 256, False),  # 128x256 tiles, four K steps, four stages
+    (250, 248, 96, 2, False, 2, 128, False),  # batched: the batch a coordinate of both maps
+    (250, 488, 200, 0, True, 2, 256, True),  # B along K: K-major, one box a step
+], ids=["edges-bias", "wide", "batched", "b-along-k"])
+def test_kernel_with_a_copied_computes_the_product_in_emulation(
+        device, pipe, used, monkeypatch, encodes, m, n, k, batch, bias, warpgroups, bn, bt):
+    """wgmma_ss: A and B both copied by TMA into the static local memory's deep stages."""
+    if "Portable Computing Language" not in device.info.platform:
+        pytest.skip("the emulation is checked on PoCL")
+    monkeypatch.setattr(wgmma, "MIN_K", 32)
+    monkeypatch.setattr(wgmma_ss, "MIN_K", 32)  # short K keeps the emulation quick
+    monkeypatch.setattr(wgmma_ss, "FORMS", ((warpgroups, bn),))
+    monkeypatch.setattr(wgmma_ss, "RATES", {(warpgroups, bn): 2.0})
+    job = prepare(matmul16(m, n, k, batch, bias, b_transposed=bt), "ieee", ROOMY, pipe)
+    assert used(job) == {"wgmma-f16": 1} and "@@SSTEP" in job.kernel_source(0)
+    check_f16_product(device, job, emulated_wgmma(job.kernel_source(0), "eager"), m, n, k,
+                      batch, bias, seed=7, b_transposed=bt)
+
+
 @pytest.mark.skipif(not (shutil.which("clang-15") and shutil.which("ptxas")),
                     reason="needs clang-15 and CUDA's ptxas")
-@pytest.mark.parametrize("k, batch", [(1024, 0), (520, 2)], ids=["blocks", "atoms-batched"])
-def test_expanded_ptx_assembles_for_sm_90a_without_spills(pipe, tmp_path, encodes, k, batch):
-    job = prepare(matmul16(2048, 2048, k, batch), "ieee", WITH_TMA, pipe)
-    assert "@@TMA" in job.kernel_source(0)
+@pytest.mark.parametrize("k, batch, bt, roomy", [
+    (1024, 0, False, False), (520, 2, False, False), (1024, 0, False, True),
+    (1000, 2, True, True)], ids=["blocks", "atoms-batched", "a-copied", "a-copied-b-along-k"])
+def test_expanded_ptx_assembles_for_sm_90a_without_spills(pipe, tmp_path, encodes, k, batch,
+                                                          bt, roomy):
+    job = prepare(matmul16(2048, 2048, k, batch, b_transposed=bt), "ieee",
+                  ROOMY_H200 if roomy else WITH_TMA, pipe)
+    assert "@@TMA" in job.kernel_source(0) and ("@@SSTEP" in job.kernel_source(0)) == roomy
     log = assembled(_NVPTX_BUILTINS + job.kernel_source(0), tmp_path)
     assert "0 bytes spill stores" in log, log[-2000:]
 

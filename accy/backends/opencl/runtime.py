@@ -30,13 +30,13 @@ from typing import Literal
 import numpy as np
 import pyopencl as cl
 
-from accy.backends.opencl import batching, build_cache
+from accy.backends.opencl import batching, build_cache, tensor_cores
 from accy.backends.opencl.builds import BuildStats, ProgramCache, build_error, in_threads
 from accy.backends.opencl.builds import digest as _digest
 from accy.backends.opencl.builds import error_sites as _error_sites  # noqa: F401 (tests)
 from accy.backends.opencl.icd import IcdDecision, register_nvidia_icd
 from accy.backends.opencl.pocl import pocl_vector_width
-from accy.backends.opencl.tensor_cores import build_program, compute_capability, probe_tensor_cores
+from accy.backends.opencl.tensor_cores import build_program, compute_capability
 from accy.errors import DeviceError, KernelBuildError
 
 ENV_VAR = "ACCY_DEVICE"
@@ -96,6 +96,9 @@ class DeviceInfo:
     # matrix instructions that built and ran at selection (tensor_cores.py); what
     # TargetProfile.from_device records, never assumed from the name or capability alone
     tensor_cores: tuple[str, ...] = ()
+    # bytes of static __local arrays a work-group may declare, where a probe found more than
+    # local_mem_size (tensor_cores.probe_static_local); 0: local_mem_size
+    static_local_bytes: int = 0
     # the widest float vectors its compiler handles, where selection found a limit (pocl.py);
     # 0: none known. Jobs prepared for wider vectors are refused (target.launch_refusal)
     max_vector_floats: int = 0
@@ -206,9 +209,11 @@ def _probe(device: cl.Device) -> Runtime | str:
                     if width < info.preferred_vector_width_float:
                         runtime.info = replace(runtime.info, preferred_vector_width_float=width,
                                                max_vector_floats=width)
-                cores = probe_tensor_cores(runtime, _is_nvidia(device))
+                cores = tensor_cores.probe_tensor_cores(runtime, _is_nvidia(device))
                 if cores:  # recorded on the runtime's info: TargetProfile.from_device reads it
-                    runtime.info = replace(runtime.info, tensor_cores=cores)
+                    runtime.info = replace(
+                        runtime.info, tensor_cores=cores,
+                        static_local_bytes=tensor_cores.probe_static_local(runtime))
                 _PROBES[info.key] = runtime
             except (cl.Error, KernelBuildError, DeviceError) as exc:
                 _PROBES[info.key] = _first_error_line(str(exc))

@@ -433,6 +433,49 @@ def probe_isolated(device: cl.Device, wgmma: bool) -> tuple[str, ...]:
     return tuple(found)
 
 
+# static local arrays tried, largest first (less 1 KiB of the multiprocessors' opt-in limits of
+# compute capability 9.0, 8.0 and 8.6/8.9: what else a kernel declares fits the rest)
+STATIC_LOCAL_SIZES = (227 * 1024 - 1024, 163 * 1024 - 1024, 99 * 1024 - 1024)
+STATIC_LOCAL_SOURCE = r"""
+__kernel __attribute__((reqd_work_group_size(256, 1, 1)))
+void accy_static_local_probe(__global const uint *in, __global uint *out) {
+  __local uint buf[@WORDS@];
+  uint l = get_local_id(0);
+  for (uint i = l; i < @WORDS@; i += 256) buf[i] = i * 3u + in[0];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  uint s = 0;
+  for (uint i = l; i < @WORDS@; i += 256) s += buf[@WORDS@ - 1 - i] ^ i;
+  out[l] = s;
+}
+"""
+
+
+def static_local_expected(words: int, seed: int) -> np.ndarray:
+    """What the probe's 256 work-items write for an array of ``words`` words."""
+    i = np.arange(words, dtype=np.uint64)
+    terms = ((words - 1 - i) * 3 + seed) % 2**32 ^ i
+    return np.array([terms[lane::256].sum() % 2**32 for lane in range(256)], np.uint32)
+
+
+def probe_static_local(runtime: Runtime) -> int:
+    """The largest of :data:`STATIC_LOCAL_SIZES` a work-group's static ``__local`` array builds
+    and runs right with (every word written and read back), beyond the ``local_mem_size`` the
+    device reports; 0 where none does. NVIDIA's OpenCL reports 48 KiB and refuses ``__local``
+    arguments past it, but builds static arrays up to the opt-in limit CUDA kernels get."""
+    for size in STATIC_LOCAL_SIZES:
+        if size <= runtime.info.local_mem_size:
+            break
+        try:
+            source = STATIC_LOCAL_SOURCE.replace("@WORDS@", str(size // 4))
+            got = run_isolated(runtime.device, source, "accy_static_local_probe",
+                               [np.array([7], np.uint32)], np.zeros(256, np.uint32), items=256)
+        except cl.Error:
+            continue
+        if np.array_equal(got, static_local_expected(size // 4, 7)):
+            return size
+    return 0
+
+
 def compute_capability(device: cl.Device) -> tuple[int, ...]:
     """(major, minor) of an NVIDIA device, () where the driver does not say."""
     try:
