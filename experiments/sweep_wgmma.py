@@ -83,8 +83,10 @@ def forced(form: tuple[bool, int, int]):
     wgmma.WARPGROUPS, wgmma.MIN_K = (height,), 0
     wgmma.RATES = wgmma.TMA_RATES = {height: math.inf}
     wgmma_tf32.WARPGROUPS.update({p: (height,) for p in wgmma_tf32.WARPGROUPS})
-    wgmma_ss.ENABLED, wgmma_ss.FORMS, wgmma_ss.MIN_K = copied, ((height, columns),), 0
-    wgmma_ss.RATES = {(height, columns): math.inf}
+    form = next((f for f in wgmma_ss.FORMS if f[:2] == (height, columns)),
+                (height, columns, 4))  # the stages selection gives it, else four
+    wgmma_ss.ENABLED, wgmma_ss.FORMS, wgmma_ss.MIN_K = copied, (form,), 0
+    wgmma_ss.RATES = {form: (math.inf, math.inf)}
     try:
         yield
     finally:
@@ -168,10 +170,12 @@ def plan_row(text: str, policy: str) -> dict[str, Any]:
                   "groups": tile_groups(c, theirs.bm, theirs.bn) * theirs.split,
                   "score": wgmma.mma_score(c, theirs, units)}
     tilings = (wgmma.tilings(c, PLAN_TARGET) if policy == "f16" else
-               [(wgmma_tf32.tiles(h), wgmma.RATES[h]) for h in wgmma_tf32.WARPGROUPS[policy]])
-    for t, rate in tilings:
+               [(wgmma_tf32.tiles(h), wgmma.RATES[h], 1)
+                for h in wgmma_tf32.WARPGROUPS[policy]])
+    for t, rate, per_unit in tilings:
         row[f"w{t.bm}x{t.bn}"] = {"tiles": tile_groups(c, t.bm, t.bn), "rate": rate,
-                                  "score": wgmma.wgmma_score(c, t, units, rate)}
+                                  "per_unit": per_unit, "stages": t.stages,
+                                  "score": wgmma.wgmma_score(c, t, units * per_unit, rate)}
     return row
 
 

@@ -352,16 +352,18 @@ def plan(group: FusionGroup, target: TargetProfile) -> tuple[Contraction, MmaTil
                     lambda c: tilings(c, target))
 
 
-def tilings(c: Contraction, target: TargetProfile) -> list[tuple[MmaTiles, float]]:
-    """The f16 kernel's tilings of ``c`` and their rates: A and B both copied
-    (:mod:`accy.kernels.wgmma_ss`, its forms and rates) where that kernel is usable, else A
-    in registers at :data:`TMA_RATES` where B is copied by TMA, :data:`RATES` otherwise."""
+def tilings(c: Contraction, target: TargetProfile) -> list[tuple[MmaTiles, float, int]]:
+    """The f16 kernel's tilings of ``c``, their rates and work-groups a compute unit: A and B
+    both copied (:mod:`accy.kernels.wgmma_ss`, its forms, rates and residency) where that
+    kernel is usable, else A in registers at :data:`TMA_RATES` where B is copied by TMA,
+    :data:`RATES` otherwise, one work-group a unit."""
     from accy.kernels import wgmma_ss  # (it builds on this module)
 
     if wgmma_ss.unusable(c, target) is None:
-        return [(tiles(*f), wgmma_ss.RATES[f]) for f in wgmma_ss.FORMS]
+        return [(t, wgmma_ss.rate(f, c.k.size), wgmma_ss.resident(t, target))
+                for f in wgmma_ss.FORMS for t in [wgmma_ss.form_tiles(f)]]
     rates = TMA_RATES if copies_by_tma(c, target) else RATES
-    return [(tiles(h), rates[h]) for h in WARPGROUPS]
+    return [(tiles(h), rates[h], 1) for h in WARPGROUPS]
 
 
 def copies_by_tma(c: Contraction, target: TargetProfile) -> bool:
@@ -374,11 +376,12 @@ def copies_by_tma(c: Contraction, target: TargetProfile) -> bool:
 
 def plan_for(group: FusionGroup, target: TargetProfile, capability: str, dtype: DType,
              layout: Callable[[Contraction], str | None], local_bytes: int,
-             tilings: Callable[[Contraction], list[tuple[MmaTiles, float]]]
+             tilings: Callable[[Contraction], list[tuple[MmaTiles, float, int]]]
              ) -> tuple[Contraction, MmaTiles] | str:
     """The contraction of a group a wgmma generator takes and its tiles (its probe's
     ``capability``, its ``dtype``, operands ``layout`` accepts, ``local_bytes`` of stages, the
-    ``tilings`` of the contraction with their rates), or why not: K of at least ``MIN_K``,
+    ``tilings`` of the contraction with their rates and work-groups a compute unit), or why
+    not: K of at least ``MIN_K``,
     and of the tiles padding M x N by at most ``MAX_PADDING``, the best scoring
     (:func:`score`) where that beats the mma kernels' tiles."""
     if capability not in target.tensor_cores:
@@ -398,12 +401,12 @@ def plan_for(group: FusionGroup, target: TargetProfile, capability: str, dtype: 
     units = target.compute_units
     to_beat = mma_score(c, theirs, units)
     best, why = None, "no tiles"
-    for t, rate in tilings(c):
+    for t, rate, per_unit in tilings(c):
         if t.threads > target.max_work_group_size:
             why = f"a work-group of {t.threads} work-items"
         elif padded(c, t.bm, t.bn) > MAX_PADDING * c.m.size * c.n.size:
             why = f"{c.m.size}x{c.n.size} pads {t.bm}x{t.bn} tiles by over {MAX_PADDING}"
-        elif (mine := wgmma_score(c, t, units, rate)) <= to_beat:
+        elif (mine := wgmma_score(c, t, units * per_unit, rate)) <= to_beat:
             why = (f"{tile_groups(c, t.bm, t.bn)} tiles of {t.bm}x{t.bn} on {units} compute "
                    f"units score {mine:.2f}, the mma kernels' {theirs.bm}x{theirs.bn} "
                    f"{to_beat:.2f}")
@@ -419,7 +422,8 @@ def score(groups: int, units: int, rate: float) -> float:
 
 
 def wgmma_score(c: Contraction, t: MmaTiles, units: int, rate: float) -> float:
-    """The :func:`score` of wgmma tiles ``t`` at ``rate`` on ``c``."""
+    """The :func:`score` of wgmma tiles ``t`` at ``rate`` on ``c`` (``units``: slots for
+    work-groups, compute units times those each holds)."""
     return score(tile_groups(c, t.bm, t.bn), units, rate)
 
 

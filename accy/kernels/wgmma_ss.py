@@ -20,6 +20,8 @@ memory (:func:`plan`).
 
 from __future__ import annotations
 
+import dataclasses
+
 from accy.ir.types import DType
 from accy.kernels import tma
 from accy.kernels.contraction_plan import Contraction
@@ -31,18 +33,21 @@ from accy.kernels.wgmma_tma import ATOM, Geometry, _WgmmaTma, i32
 from accy.target import TMA_COPY, TargetProfile
 
 BK = 64  # K a step: one 128-byte swizzled row of halves
-STAGES = 4
 ROW = 2 * BK  # bytes of a stage row (A's and a K-major B's along K, an MN-major B's along N)
 WG_ROWS = 64 * ROW  # bytes of a warpgroup's 64 rows of A in a stage
 BLOCK = BK * ROW  # bytes of a 64-column block of an MN-major B in a stage (BK rows)
 K_MAJOR = descriptor_bits(16, 8 * ROW, True)  # 8-row atoms 1 KiB apart (A; B along K)
 MN_MAJOR = descriptor_bits(BLOCK, ATOM, True)  # blocks BLOCK apart, atoms ATOM (B along N)
-# Selection (wgmma.plan): the tilings this kernel builds, (warpgroups, columns), and their
-# rates on wgmma.TMA_RATES's scale, from their times against the B-by-TMA kernel's over 14
-# shapes (papers/kernels.md, "Twentieth session"); 256x128 tiles measured slower than 128x256
-# ones of the same count everywhere and are not tried
-FORMS = ((2, 256), (2, 128))
-RATES = {(2, 256): 2.65, (2, 128): 2.3}
+# Selection (wgmma.plan): the tilings this kernel builds, (warpgroups, columns, stages), and
+# their rates on wgmma.TMA_RATES's scale for K up to LONG_K and past it, from their times
+# against the B-by-TMA kernel's and each other's over 22 shapes (papers/kernels.md,
+# "Twentieth session"). 128x128 tiles in three stages leave room for two work-groups a
+# compute unit (:func:`resident`), which hides one's stores behind the other's products:
+# faster than four stages everywhere, and than 128x256 tiles up to K 1024. 256x128 tiles
+# measured slower than 128x256 ones of the same count everywhere and are not tried.
+FORMS = ((2, 256, 4), (2, 128, 3))
+RATES = {(2, 256, 4): (2.65, 2.65), (2, 128, 3): (2.75, 2.5)}
+LONG_K = 1024
 # K of at least MIN_K: four stages of 64 fill with K 256 and the B-by-TMA kernel (K steps of
 # 32) was faster there; from K 512 this one was
 MIN_K = 512
@@ -55,7 +60,22 @@ def stage_bytes(t: MmaTiles) -> int:
 
 def local_bytes(t: MmaTiles) -> int:
     """The local memory the kernel declares: its stages, an atom to align them, barriers."""
-    return STAGES * stage_bytes(t) + ATOM + 16 * STAGES
+    return t.stages * stage_bytes(t) + ATOM + 16 * t.stages
+
+
+def form_tiles(form: tuple[int, int, int]) -> MmaTiles:
+    """wgmma-f16's tiles of ``form`` (warpgroups, columns, stages)."""
+    return dataclasses.replace(tiles(form[0], form[1]), stages=form[2])
+
+
+def rate(form: tuple[int, int, int], k: int) -> float:
+    return RATES[form][k > LONG_K]
+
+
+def resident(t: MmaTiles, target: TargetProfile) -> int:
+    """Work-groups of tiles ``t`` a compute unit holds by local memory (its static local
+    memory, the most one work-group may declare, taken as the unit's)."""
+    return max(1, target.group_local_bytes // local_bytes(t))
 
 
 def geometries(c: Contraction, bm: int, bn: int) -> tuple[Geometry, Geometry] | str:
@@ -100,7 +120,7 @@ def unusable(c: Contraction, target: TargetProfile) -> str | None:
         return "no TMA copies (the probe's cp.async.bulk.tensor)"
     if c.k.size < MIN_K:
         return f"K = {c.k.size} is below {MIN_K}"
-    if (need := max(local_bytes(tiles(*f)) for f in FORMS)) > target.group_local_bytes:
+    if (need := max(local_bytes(form_tiles(f)) for f in FORMS)) > target.group_local_bytes:
         return f"{need} bytes of local memory"
     for f in FORMS:
         if isinstance(words := templates(c, 64 * f[0], f[1]), str):
@@ -123,7 +143,7 @@ class _WgmmaSs(_WgmmaTma):
         return _Wgmma.build(self)
 
     def stages(self) -> int:
-        return STAGES
+        return self.t.stages
 
     def stage_words(self) -> int:
         return stage_bytes(self.t) // 4

@@ -211,7 +211,7 @@ def plan(group: FusionGroup, target: TargetProfile, policy: str
     tiles_a_stage = 2 if policy == "3xtf32" else 1  # big and small parts (at most)
     return plan_for(group, target, WGMMA_TF32, DType.f32, layout,
                     STAGES[policy] * tiles_a_stage * TILE_WORDS * 4,
-                    lambda c: [(tiles(h), RATES[h]) for h in WARPGROUPS[policy]])
+                    lambda c: [(tiles(h), RATES[h], 1) for h in WARPGROUPS[policy]])
 
 
 def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,

@@ -34,8 +34,10 @@ def test_plan_reports_picks_and_scores(sweep, tmp_path: Path) -> None:
     # f16 scored as the kernel an H200 builds (no CUDA driver needed): A and B copied by TMA
     # (K 512) in its two forms; TF32 as cp.async's
     f16, tf32 = rows["2048x1024x512", "f16"], rows["2048x1024x512", "3xtf32"]
-    assert f16["w128x256"]["rate"] == sweep.wgmma_ss.RATES[2, 256] and "w256x128" not in f16
-    assert f16["w128x128"]["rate"] == sweep.wgmma_ss.RATES[2, 128]
+    assert f16["w128x256"]["rate"] == sweep.wgmma_ss.RATES[2, 256, 4][0] and \
+        "w256x128" not in f16
+    assert f16["w128x128"]["rate"] == sweep.wgmma_ss.RATES[2, 128, 3][0]
+    assert (f16["w128x128"]["per_unit"], f16["w128x256"]["per_unit"]) == (2, 1)
     assert tf32["w256x128"]["rate"] == sweep.wgmma.RATES[4]
 
 

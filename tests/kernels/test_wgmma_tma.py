@@ -123,7 +123,7 @@ def test_taken_with_the_probe_and_a_driver_else_cp_async(pipe, used, encodes, mo
         assert "@@TMA" not in job.kernel_source(0)
         assert "cp.async.cg.shared.global" in job.kernel_source(0)
         c = analyse(job.products[Stage.kernel].fusion.groups[0])[1]
-        assert [r for _, r in wgmma.tilings(c, target)] == \
+        assert [r for _, r, _ in wgmma.tilings(c, target)] == \
             [wgmma.RATES[h] for h in wgmma.WARPGROUPS]  # scored as the kernel it gets
     assert "CUDA driver" in tma.template(tma.F16, (64, 8), (128,), (64, 8))
 
@@ -168,17 +168,18 @@ def test_kernels_compute_the_product_in_emulation(device, pipe, used, monkeypatc
 
 
 def test_a_copied_too_where_static_local_memory_holds_the_stages(pipe, used, encodes):
-    """wgmma_ss where the target's static local memory holds its four 48 KiB stages and K is
-    at least wgmma_ss.MIN_K; B along N in 64-column blocks, B along K in one box."""
-    job = prepare(matmul16(4096, 4096, 1024), "ieee", ROOMY_H200, pipe)
+    """wgmma_ss where the target's static local memory holds its stages (four of 48 KiB for
+    128x256 tiles) and K is at least wgmma_ss.MIN_K; B along N in 64-column blocks, B along
+    K in one box."""
+    job = prepare(matmul16(4096, 4096, 4096), "ieee", ROOMY_H200, pipe)
     src = job.kernel_source(0)
     assert used(job) == {"wgmma-f16": 1} and "@@SSTEP256_4_2_128_1" in src
     assert src.count("@@TMA2") == 5 * (3 + 2)  # A's box and B's four blocks a step
     assert job.kernels[0].geometry.local_size == (256,)  # 128x256 tiles
     assert job.kernels[0].args[-1].scratch_elems == 16 * 32 * 2 * 16  # two maps a group
-    assert ((1024, 4096), (2048,), (64, 128)) in encodes  # A: (K, M), boxes 64 x 128 rows
-    assert ((4096, 1024), (8192,), (64, 64)) in encodes  # B: (N, K), 64-column blocks
-    src = prepare(matmul16(4096, 4096, 1024, b_transposed=True), "ieee", ROOMY_H200,
+    assert ((4096, 4096), (8192,), (64, 128)) in encodes  # A: (K, M), boxes 64 x 128 rows
+    assert ((4096, 4096), (8192,), (64, 64)) in encodes  # B: (N, K), 64-column blocks
+    src = prepare(matmul16(4096, 4096, 4096, b_transposed=True), "ieee", ROOMY_H200,
                   pipe).kernel_source(0)
     assert "@@SSTEP256_4_2_2_0" in src and src.count("@@TMA2") == 2 * (3 + 2)
     for prog, target in ((matmul16(4096, 4096, 256), ROOMY_H200),  # K below MIN_K
@@ -187,35 +188,41 @@ def test_a_copied_too_where_static_local_memory_holds_the_stages(pipe, used, enc
         assert "@@SSTEP" not in src and "@@RSTEP" in src
 
 
-@pytest.mark.parametrize("m, n, k, items", [
-    (4096, 4096, 4096, 256),  # 128x256 tiles: 0.1995 ms against 0.2298 on 128x128 ones
-    (1024, 1024, 1024, 256),  # 128x128 tiles (64 of them, 32 of 128x256): 0.0117 against 0.0183
+@pytest.mark.parametrize("m, n, k, wide", [
+    (4096, 4096, 4096, True),  # 128x256 tiles: 0.2035 ms against 0.2219 on 128x128 ones
+    (4096, 4096, 1024, False),  # 128x128, two a unit: 0.0680 against 0.0715
+    (1024, 1024, 1024, False),  # 128x128 (64 of them, 32 of 128x256): 0.0117 against 0.0183
 ])
 def test_selection_scores_the_forms_of_the_kernel_with_a_copied(pipe, used, encodes, m, n, k,
-                                                                items):
-    """Measured on the H200 (papers/kernels.md, "Twentieth session")."""
+                                                                wide):
+    """Measured on the H200 (papers/kernels.md, "Twentieth session"); 128x128 tiles in three
+    stages (two work-groups a compute unit: twice the slots in the waves' balance)."""
     job = prepare(matmul16(m, n, k), "ieee", ROOMY_H200, pipe)
-    t = job.kernels[0]
-    assert used(job) == {"wgmma-f16": 1} and t.geometry.local_size == (items,)
-    assert ("@@SSTEP256" in job.kernel_source(0)) == (m == 4096)
+    src = job.kernel_source(0)
+    assert used(job) == {"wgmma-f16": 1} and job.kernels[0].geometry.local_size == (256,)
+    assert ("@@SSTEP256" in src) == wide and ("@@SSTEP128" in src) == (not wide)
+    if not wide:  # a step's three boxes: two steps before the loop, the loop body's two
+        assert src.count("@@TMA2") == 3 * (2 + 2)
 
 
 @pytest.mark.skipif(cl is None, reason="needs pyopencl")
-@pytest.mark.parametrize("m, n, k, batch, bias, warpgroups, bn, bt", [
-    (500, 248, 160, 0, True, 4, 128, False),  # 256x128 tiles, edges in M, N, K, bias
-    (250, 488, 200, 0, False, 2, 256, False),  # 128x256 tiles, four K steps, four stages
-    (250, 248, 96, 2, False, 2, 128, False),  # batched: the batch a coordinate of both maps
-    (250, 488, 200, 0, True, 2, 256, True),  # B along K: K-major, one box a step
-], ids=["edges-bias", "wide", "batched", "b-along-k"])
+@pytest.mark.parametrize("m, n, k, batch, bias, warpgroups, bn, stages, bt", [
+    (500, 248, 160, 0, True, 4, 128, 4, False),  # 256x128 tiles, edges in M, N, K, bias
+    (250, 488, 200, 0, False, 2, 256, 4, False),  # 128x256 tiles, four K steps, four stages
+    (250, 248, 96, 2, False, 2, 128, 3, False),  # batched: the batch a coordinate of both maps
+    (250, 488, 200, 0, True, 2, 256, 4, True),  # B along K: K-major, one box a step
+    (250, 248, 400, 0, False, 2, 128, 3, True),  # 7 K steps through 3 stages (phases wrap)
+], ids=["edges-bias", "wide", "batched", "b-along-k", "three-stages"])
 def test_kernel_with_a_copied_computes_the_product_in_emulation(
-        device, pipe, used, monkeypatch, encodes, m, n, k, batch, bias, warpgroups, bn, bt):
+        device, pipe, used, monkeypatch, encodes, m, n, k, batch, bias, warpgroups, bn, stages,
+        bt):
     """wgmma_ss: A and B both copied by TMA into the static local memory's deep stages."""
     if "Portable Computing Language" not in device.info.platform:
         pytest.skip("the emulation is checked on PoCL")
     monkeypatch.setattr(wgmma, "MIN_K", 32)
     monkeypatch.setattr(wgmma_ss, "MIN_K", 32)  # short K keeps the emulation quick
-    monkeypatch.setattr(wgmma_ss, "FORMS", ((warpgroups, bn),))
-    monkeypatch.setattr(wgmma_ss, "RATES", {(warpgroups, bn): 2.0})
+    monkeypatch.setattr(wgmma_ss, "FORMS", ((warpgroups, bn, stages),))
+    monkeypatch.setattr(wgmma_ss, "RATES", {(warpgroups, bn, stages): (2.0, 2.0)})
     job = prepare(matmul16(m, n, k, batch, bias, b_transposed=bt), "ieee", ROOMY, pipe)
     assert used(job) == {"wgmma-f16": 1} and "@@SSTEP" in job.kernel_source(0)
     check_f16_product(device, job, emulated_wgmma(job.kernel_source(0), "eager"), m, n, k,
