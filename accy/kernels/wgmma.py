@@ -7,7 +7,9 @@ expanded and built for ``sm_90a`` by the runtime, :mod:`accy.kernels.wgmma_ptx`)
 is one ``mma-f16`` takes (:func:`accy.kernels.mma_plan.plan`) with A stored along K in whole
 16-byte vectors, B along N in whole 16-byte vectors (``x @ W``) or along K in whole pairs of
 halves (``x @ W.T``), K is at least ``MIN_K`` and its tiles score above the mma kernels'
-(:func:`plan_for`).
+(:func:`plan_for`). Where the probe ran TMA copies, the kernel built is one of two subclasses
+of this one: B copied by TMA (:mod:`accy.kernels.wgmma_tma`) or, where the target's static
+local memory holds their stages, A and B both (:mod:`accy.kernels.wgmma_ss`; :func:`tilings`).
 
 The kernel (``experiments/probe_wgmma.py`` step (7), where it was measured): a work-group of
 4 or 2 warpgroups (128 work-items each; :data:`WARPGROUPS`) computes a 256 or 128 x ``BN``
@@ -381,9 +383,8 @@ def plan_for(group: FusionGroup, target: TargetProfile, capability: str, dtype: 
     """The contraction of a group a wgmma generator takes and its tiles (its probe's
     ``capability``, its ``dtype``, operands ``layout`` accepts, ``local_bytes`` of stages, the
     ``tilings`` of the contraction with their rates and work-groups a compute unit), or why
-    not: K of at least ``MIN_K``,
-    and of the tiles padding M x N by at most ``MAX_PADDING``, the best scoring
-    (:func:`score`) where that beats the mma kernels' tiles."""
+    not: K of at least ``MIN_K``, and of the tiles padding M x N by at most ``MAX_PADDING``,
+    the best scoring (:func:`score`) where that beats the mma kernels' tiles."""
     if capability not in target.tensor_cores:
         return f"the target's probe found no {capability} (TargetProfile.tensor_cores)"
     found = mma_plan(group, target)

@@ -54,6 +54,22 @@ def rstep(n: int, steps: int, trans_b: int, advance: int = 16) -> str:
     return f"{MARK}RSTEP{n}_{steps}_{trans_b}" + (f"_{advance}" if advance != 16 else "")
 
 
+def _k16_steps(n: int, steps: int, d: list[str], a_of, one: str,
+               descs: list[tuple[str, str, int]], trans: str) -> str:
+    """``steps`` f16 wgmma ``m64n{n}k16`` into accumulators ``d``, fenced before and committed
+    after in one block: step ``i``'s A operand ``a_of(i)``, B's descriptor ``xb``; ``descs``
+    (register, value, advance in 16-byte units a step) the descriptors held in registers;
+    ``trans`` the immediates after the scales."""
+    text = [f"{{ .reg .pred p; .reg .b64 {', '.join(r for r, _, _ in descs)}; setp.ne.b32 p, "
+            f"{one}, 0;", *(f"mov.b64 {r}, {v};" for r, v, _ in descs), "wgmma.fence.sync.aligned;"]
+    for i in range(steps):
+        if i:
+            text += [f"add.s64 {r}, {r}, {adv};" for r, _, adv in descs]
+        text.append(f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16 {{{', '.join(d)}}}, "
+                    f"{a_of(i)}, xb, p, 1, 1, {trans};")
+    return " ".join(text) + " wgmma.commit_group.sync.aligned; }"
+
+
 def step_instructions(n: int, steps: int, trans_b: int, ops: list[str], advance: int = 16
                       ) -> str:
     """What marker ``RSTEP{n}_{steps}_{trans_b}[_{advance}]`` with operands ``ops`` expands
@@ -61,15 +77,8 @@ def step_instructions(n: int, steps: int, trans_b: int, ops: list[str], advance:
     d, a, db, one = ops[:n // 2], ops[n // 2:-2], ops[-2], ops[-1]
     if len(a) != 4 * steps:
         raise ValueError(f"wgmma step marker: {len(ops)} operands for n={n}, {steps} steps")
-    regs = ", ".join(d)
-    text = [f"{{ .reg .pred p; .reg .b64 xb; setp.ne.b32 p, {one}, 0; mov.b64 xb, {db}; "
-            "wgmma.fence.sync.aligned;"]
-    for i in range(steps):
-        if i:
-            text.append(f"add.s64 xb, xb, {advance};")
-        text.append(f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16 {{{regs}}}, "
-                    f"{{{', '.join(a[4 * i:4 * i + 4])}}}, xb, p, 1, 1, {trans_b};")
-    return " ".join(text) + " wgmma.commit_group.sync.aligned; }"
+    return _k16_steps(n, steps, d, lambda i: f"{{{', '.join(a[4 * i:4 * i + 4])}}}", one,
+                      [("xb", db, advance)], str(trans_b))
 
 
 def sstep(n: int, steps: int, a_advance: int, b_advance: int, trans_b: int) -> str:
@@ -86,14 +95,8 @@ def ss_instructions(n: int, steps: int, a_advance: int, b_advance: int, trans_b:
     if len(ops) != n // 2 + 3:
         raise ValueError(f"wgmma SS step marker: {len(ops)} operands for n={n}")
     d, da, db, one = ops[:n // 2], *ops[n // 2:]
-    text = [f"{{ .reg .pred p; .reg .b64 xa, xb; setp.ne.b32 p, {one}, 0; mov.b64 xa, {da}; "
-            f"mov.b64 xb, {db}; wgmma.fence.sync.aligned;"]
-    for i in range(steps):
-        if i:
-            text.append(f"add.s64 xa, xa, {a_advance}; add.s64 xb, xb, {b_advance};")
-        text.append(f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16 {{{', '.join(d)}}}, "
-                    f"xa, xb, p, 1, 1, 0, {trans_b};")
-    return " ".join(text) + " wgmma.commit_group.sync.aligned; }"
+    return _k16_steps(n, steps, d, lambda i: "xa", one,
+                      [("xa", da, a_advance), ("xb", db, b_advance)], f"0, {trans_b}")
 
 
 def tstep(n: int, steps: int, products: int) -> str:

@@ -6,16 +6,15 @@ on compute capability 9.0; ``TargetProfile.static_local_bytes``, found by a prob
 holds what CUDA's Hopper GEMMs keep there: A's tiles as well as B's. This kernel is
 ``wgmma-f16``'s TMA kernel (:class:`accy.kernels.wgmma_tma._WgmmaTma`: the stages' full and
 empty ``mbarrier``, no work-group barrier in the K loop, the tensor maps written by the kernel
-from driver-encoded templates, the stores) with A no longer in registers: each stage holds A's
-``BM x 64`` box (K-major rows of 128 bytes, 128-byte swizzled) and B's ``64 x BN`` in 64-column
-blocks (MN-major, the same swizzle), both in K's natural order, and each K step is four
-``wgmma m64nBNk16`` reading both through descriptors (marker ``SSTEP`` of
-:mod:`accy.kernels.wgmma_ptx`). Rows, columns and K past the operands are zero-filled by the
-copies: no wrapped rows, no K tail.
+from driver-encoded templates, the bands of tile rows, the stores) with A no longer in
+registers: each stage holds A's ``BM x 64`` box (K-major rows of 128 bytes, 128-byte swizzled)
+and B's ``64 x BN`` (B along N: 64-column blocks, MN-major; B along K: one K-major box like
+A's), all in K's natural order, and each K step is four ``wgmma m64nBNk16`` reading both
+through descriptors (marker ``SSTEP`` of :mod:`accy.kernels.wgmma_ptx`). Rows, columns and K
+past the operands are zero-filled by the copies: no wrapped rows, no K tail.
 
-Taken where the TMA kernel would be (``TMA_COPY`` probed, B along N) and A is stored along K
-with unit stride, both tensor maps encode, and the stages fit the target's static local
-memory (:func:`plan`).
+Taken by ``wgmma.build`` where :func:`unusable` finds nothing against it, in the form
+``wgmma.plan_for`` scores best of :data:`FORMS`.
 """
 
 from __future__ import annotations
@@ -40,11 +39,11 @@ K_MAJOR = descriptor_bits(16, 8 * ROW, True)  # 8-row atoms 1 KiB apart (A; B al
 MN_MAJOR = descriptor_bits(BLOCK, ATOM, True)  # blocks BLOCK apart, atoms ATOM (B along N)
 # Selection (wgmma.plan): the tilings this kernel builds, (warpgroups, columns, stages), and
 # their rates on wgmma.TMA_RATES's scale for K up to LONG_K and past it, from their times
-# against the B-by-TMA kernel's and each other's over 22 shapes (papers/kernels.md,
-# "Twentieth session"). 128x128 tiles in three stages leave room for two work-groups a
-# compute unit (:func:`resident`), which hides one's stores behind the other's products:
-# faster than four stages everywhere, and than 128x256 tiles up to K 1024. 256x128 tiles
-# measured slower than 128x256 ones of the same count everywhere and are not tried.
+# against the B-by-TMA kernel's and each other's (papers/kernels.md, "Twentieth session").
+# 128x128 tiles in three stages leave room for two work-groups a compute unit
+# (:func:`resident`), which hides one's stores behind the other's products: faster than four
+# stages everywhere, and than 128x256 tiles up to K 1024. 256x128 tiles measured slower than
+# 128x256 ones of the same count everywhere and are not tried.
 FORMS = ((2, 256, 4), (2, 128, 3))
 RATES = {(2, 256, 4): (2.65, 2.65), (2, 128, 3): (2.75, 2.5)}
 LONG_K = 1024
@@ -69,6 +68,7 @@ def form_tiles(form: tuple[int, int, int]) -> MmaTiles:
 
 
 def rate(form: tuple[int, int, int], k: int) -> float:
+    """``form``'s rate for a contraction of ``k``."""
     return RATES[form][k > LONG_K]
 
 

@@ -68,6 +68,19 @@ def test_expand_writes_the_copies_and_barriers():
             "[%r4], [%rd1, {%r5, %r6, %r7}], [%r1];") in out
 
 
+def test_expand_writes_both_descriptors_steps():
+    """SSTEP: A and B from local memory, each descriptor advanced its own way a wgmma."""
+    ops = ", ".join(f"%f{i}" for i in range(8))
+    out = wgmma_ptx.expand(f".version 8.3\n.target sm_90\n\t// @@SSTEP16_2_2_128_1 {ops}, "
+                           "%rd1, %rd2, %r1\n")
+    assert "@@" not in out and "mov.b64 xa, %rd1; mov.b64 xb, %rd2;" in out
+    assert out.count("wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%f0, %f1, %f2, %f3, "
+                     "%f4, %f5, %f6, %f7}, xa, xb, p, 1, 1, 0, 1;") == 2
+    assert "add.s64 xa, xa, 2; add.s64 xb, xb, 128;" in out
+    with pytest.raises(ValueError, match="operands"):
+        wgmma_ptx.expand("\t// @@SSTEP16_2_2_128_1 %f0, %rd1, %rd2, %r1\n")
+
+
 def test_descriptor_of_the_swizzled_layout():
     bits = wgmma_ptx.descriptor_bits(wgmma_tma.BLOCK, wgmma_tma.ATOM, True)
     assert bits >> 62 == 1 and (bits >> 16) & 0x3FFF == 256 and (bits >> 32) & 0x3FFF == 64
