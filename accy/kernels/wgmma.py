@@ -446,13 +446,12 @@ def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
     from accy.kernels.wgmma_tma import SWIZZLE, _WgmmaTma
 
     c, t = found
-    if wgmma_ss.unusable(c, target) is None:
-        return (wgmma_ss._WgmmaSs(group, outline, kind, einsum, c, replace(
-            t, swizzle=SWIZZLE), "f16", target).build(),)
-    if copies_by_tma(c, target):
-        return (_WgmmaTma(group, outline, kind, einsum, c, replace(t, swizzle=SWIZZLE), "f16",
-                          target).build(),)
-    return (_Wgmma(group, outline, kind, einsum, c, t, "f16", target).build(),)
+    kernel = (wgmma_ss._WgmmaSs if wgmma_ss.unusable(c, target) is None else
+              _WgmmaTma if copies_by_tma(c, target) else None)
+    if kernel is None:
+        return (_Wgmma(group, outline, kind, einsum, c, t, "f16", target).build(),)
+    return (kernel(group, outline, kind, einsum, c, replace(t, swizzle=SWIZZLE), "f16",
+                   target).build(),)
 
 
 register_generator(Generator(

@@ -101,15 +101,16 @@ def geometries(c: Contraction, bm: int, bn: int) -> tuple[Geometry, Geometry] | 
     return maps[0], maps[1]
 
 
-def templates(c: Contraction, bm: int, bn: int
-              ) -> tuple[tuple[int, ...], tuple[int, ...]] | str:
-    """The words of A's and B's tensor map templates, or why there are none."""
+def maps_of(c: Contraction, bm: int, bn: int
+            ) -> tuple[tuple[Geometry, Geometry], tuple[tuple[int, ...], ...]] | str:
+    """A's and B's tensor maps for ``bm x bn`` tiles (:func:`geometries`) and the words of
+    their templates, or why there are none."""
     found = geometries(c, bm, bn)
     if isinstance(found, str):
         return found
     words = [tma.template(tma.F16, g.dims, g.strides, g.box) for g in found]
     bad = [w for w in words if isinstance(w, str)]
-    return bad[0] if bad else (words[0], words[1])  # type: ignore[return-value]
+    return bad[0] if bad else (found, tuple(words))  # type: ignore[return-value]
 
 
 def unusable(c: Contraction, target: TargetProfile) -> str | None:
@@ -123,8 +124,8 @@ def unusable(c: Contraction, target: TargetProfile) -> str | None:
     if (need := max(local_bytes(form_tiles(f)) for f in FORMS)) > target.group_local_bytes:
         return f"{need} bytes of local memory"
     for f in FORMS:
-        if isinstance(words := templates(c, 64 * f[0], f[1]), str):
-            return words
+        if isinstance(why := maps_of(c, 64 * f[0], f[1]), str):
+            return why
     return None
 
 
@@ -134,11 +135,10 @@ class _WgmmaSs(_WgmmaTma):
     bk = BK
 
     def build(self):
-        t = self.t
-        found, words = geometries(self.c, t.bm, t.bn), templates(self.c, t.bm, t.bn)
-        if isinstance(found, str) or isinstance(words, str):
-            raise ValueError(f"wgmma-f16 cannot copy A and B by TMA: {found} {words}")
-        (self.ga, self.g), self.maps = found, words
+        found = maps_of(self.c, self.t.bm, self.t.bn)
+        if isinstance(found, str):
+            raise ValueError(f"wgmma-f16 cannot copy A and B by TMA: {found}")
+        (self.ga, self.g), self.maps = found
         self.kmajor = along_k(self.c, "y")
         return _Wgmma.build(self)
 
