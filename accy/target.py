@@ -61,8 +61,12 @@ TMA_COPY = "cp.async.bulk.tensor"
 template the CUDA driver encoded, completing on an ``mbarrier``, deferred and built as
 ``WGMMA_F16`` (:mod:`accy.kernels.tma`); probed on compute capability 9.0 where the CUDA driver
 library loads. ``wgmma-f16`` copies B with it (:mod:`accy.kernels.wgmma_tma`)."""
+TMA_TF32 = "cp.async.bulk.tensor.tf32"
+"""``TMA_COPY`` from a tensor map of data type TFLOAT32, which rounds each f32 it copies to TF32
+to nearest (what the probe checks: not truncated); ``wgmma-tf32`` copies both operands with it
+under the ``tf32`` policy (:mod:`accy.kernels.wgmma_ss`)."""
 TENSOR_CORE_SHAPES = (TF32_MMA, F16_MMA, CP_ASYNC, TF32_SATFINITE, WGMMA_F16, WGMMA_TF32,
-                      TMA_COPY)
+                      TMA_COPY, TMA_TF32)
 
 PRECISIONS = ("f32", "ieee", "tf32", "3xtf32")
 """Precision policies for f32 contractions (``kernelization{precision=...}``): ``f32`` (the

@@ -12,9 +12,9 @@ each of wgmma_tma's tensor-map forms over a K x N f16 matrix) lands them in loca
 128-byte swizzled (chunk c of row r at c ^ (r % 8)), checked element by element;
 (3, ``TMA_GEMM=1``) the wgmma-f16 kernel with B through TMA against the one with B through
 cp.async, and at 3, 4 and 5 stages, f16 GEMMs (``TMA_CASES``) checked against float64 and
-timed by OpenCL events; (4, ``TMA_FUZZ=N``) N random f16 products (ragged, batched, with a
-bias epilogue) the TMA kernel takes, each checked against float64. Results to
-$OUT/probe_tma.json. (The session that wrote it first
+timed by OpenCL events; (4, ``TMA_FUZZ=N``) N random f16 products and f32 ones under tf32
+(ragged, batched, with a bias epilogue) the TMA kernels take, each checked against float64.
+Results to $OUT/probe_tma.json. (The session that wrote it first
 checked a 3-d box at six coordinates in six work-groups, and four forms of the kernel:
 papers/kernels.md, "Nineteenth session".)
 """
@@ -125,9 +125,10 @@ def gemm():
 
 
 def fuzz():
-    """``TMA_FUZZ`` random f16 products the TMA kernels take (ragged M, N a multiple of 8, K
-    a multiple of 8 from 128, batched or not, bias and relu or not, B stored N x K or not:
-    the kernel copying A too takes that from K 512), each checked against float64 with
+    """``TMA_FUZZ`` random f16 products, and f32 ones under the ``tf32`` policy, the TMA
+    kernels take (ragged M, N a multiple of 8, K a multiple of 8 from 128, batched or not,
+    bias and relu or not, B stored N x K or not: the kernel copying A too takes f16 from K
+    512, f32 from K 256, B along N transposed first), each checked against float64 with
     bench_mma's bounds."""
     import random
 
@@ -141,20 +142,24 @@ def fuzz():
         batch = rng.choice([0, 0, 0, rng.randint(2, 6)])
         case = {"name": "", "batch": batch, "m": rng.randint(64, 3000),
                 "n": 8 * rng.randint(8, 400), "k": 8 * rng.randint(16, 300),
-                "bias": rng.random() < 0.3, "bt": rng.random() < 0.25, "dtype": "f16"}
+                "bias": rng.random() < 0.3, "bt": rng.random() < 0.25,
+                "dtype": rng.choice(["f16", "f32"])}
+        policy = "3xtf32" if case["dtype"] == "f16" else "tf32"
         case["name"] = (f"{'bias' if case['bias'] else ''}{f'b{batch}x' if batch else ''}"
-                        f"{case['m']}x{case['n']}x{case['k']}{'t' if case['bt'] else ''}.f16")
-        job = accy.prepare(program(case), bench_mma.pipeline("3xtf32"), target=target)
-        if "@@TMA" not in job.kernel_source(0):
+                        f"{case['m']}x{case['n']}x{case['k']}{'t' if case['bt'] else ''}"
+                        f".{case['dtype']}")
+        job = accy.prepare(program(case), bench_mma.pipeline(policy), target=target)
+        source = "".join(job.kernel_source(j) for j in range(len(job.kernels)))
+        if "@@TMA" not in source:
             rows.append({"case": case["name"], "tma": False, "generators": job.generators()})
             continue
         xs = inputs_of(case, seed=i)
         exact, mag = reference(case, xs)
         ms, got = bench_mma.time_accy(job, xs, runtime, 3)
-        verdict = check(case, got, exact, mag, "3xtf32")
+        verdict = check(case, got, exact, mag, policy)
         bad += not verdict["ok"]
         rows.append({"case": case["name"], "tma": True, "ms": ms, "ok": verdict["ok"],
-                     "a_copied": "@@SSTEP" in job.kernel_source(0),
+                     "a_copied": "@@SSTEP" in source, "kernels": len(job.kernels),
                      "bound_use": verdict["bound_use"]})
         print(rows[-1], flush=True)
     res["fuzz_rows"] = rows

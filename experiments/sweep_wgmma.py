@@ -12,7 +12,7 @@ f32 operands under that precision policy), as
   ``mma-tf32``, ``mma-3xtf32`` or what else takes it);
 * ``w4``, ``w2``, ``ws2x256``, ``ws2`` (``--forms``): that job's product kernel rebuilt by the
   wgmma generator at that many warpgroups a work-group (256- or 128-row tiles), A in registers
-  or, with ``s``, A and B both copied by TMA (f16 only, :mod:`accy.kernels.wgmma_ss`; ``x256``
+  or, with ``s``, A and B both copied by TMA (f16 and tf32, :mod:`accy.kernels.wgmma_ss`; ``x256``
   its 256 columns), the selection's limits lifted (``wgmma.WARPGROUPS``,
   ``wgmma_tf32.WARPGROUPS``, ``wgmma.RATES``, ``wgmma.MIN_K``, ``wgmma_ss.FORMS`` ...);
 * ``auto``: the default pipeline, whatever selection (``wgmma.plan_for``) picks.
@@ -52,13 +52,14 @@ from accy.ir.program import Stage  # noqa: E402
 from accy.kernels import mma_plan, tma, wgmma, wgmma_ss, wgmma_tf32  # noqa: E402
 from accy.kernels.contraction_plan import tile_groups  # noqa: E402
 from accy.passes.kernel.kernelization import with_spaces  # noqa: E402
-from accy.target import TMA_COPY, WGMMA_F16, WGMMA_TF32  # noqa: E402
+from accy.target import TMA_COPY, TMA_TF32, WGMMA_F16, WGMMA_TF32  # noqa: E402
 
 DEFAULT_CASES = "1536x1536x768,2048x1024x512,b8x700x700x256,4096x1024x4096"
 OFF = "wgmma-f16,wgmma-tf32,wgmma-3xtf32"
 PLAN_TARGET = dataclasses.replace(  # H200-like, with the wgmma probes' entries: --plan
     mma_counts.COUNT_TARGET, device="H200-like (plan only)",
-    tensor_cores=(*mma_counts.COUNT_TARGET.tensor_cores, WGMMA_F16, WGMMA_TF32, TMA_COPY),
+    tensor_cores=(*mma_counts.COUNT_TARGET.tensor_cores, WGMMA_F16, WGMMA_TF32, TMA_COPY,
+                  TMA_TF32),
     static_local_bytes=231424)  # as the H200's probe found
 
 
@@ -85,8 +86,9 @@ def forced(form: tuple[bool, int, int]):
     wgmma_tf32.WARPGROUPS.update({p: (height,) for p in wgmma_tf32.WARPGROUPS})
     form = next((f for f in wgmma_ss.FORMS if f[:2] == (height, columns)),
                 (height, columns, 4))  # the stages selection gives it, else four
-    wgmma_ss.ENABLED, wgmma_ss.FORMS, wgmma_ss.MIN_K = copied, (form,), 0
-    wgmma_ss.RATES = {form: (math.inf, math.inf)}
+    wgmma_ss.ENABLED, wgmma_ss.FORMS = copied, (form,)
+    wgmma_ss.MIN_K = {d: 0 for d in wgmma_ss.MIN_K}
+    wgmma_ss.RATES = {d: {form: (math.inf, math.inf)} for d in wgmma_ss.RATES}
     try:
         yield
     finally:
@@ -115,8 +117,8 @@ def rebuilt(job: accy.PreparedJob, policy: str, form: tuple[bool, int, int]
     """``job`` with its product kernel rebuilt by the wgmma generator of ``policy`` in
     ``form`` (:func:`parse_form`; selection's limits lifted), legalized again; ValueError
     where the generator cannot take it (its layout, its probe, a form not its own)."""
-    if form[0] and policy != "f16":
-        raise ValueError("A copied by TMA (wgmma_ss) is wgmma-f16's")
+    if form[0] and policy == "3xtf32":
+        raise ValueError("A copied by TMA (wgmma_ss) is wgmma-f16's and wgmma-tf32's")
     if not form[0] and form[2] != wgmma.BN:
         raise ValueError(f"A in registers takes {wgmma.BN} columns (wider: the s forms)")
     p = job.products[Stage.kernel]
@@ -170,8 +172,7 @@ def plan_row(text: str, policy: str) -> dict[str, Any]:
                   "groups": tile_groups(c, theirs.bm, theirs.bn) * theirs.split,
                   "score": wgmma.mma_score(c, theirs, units)}
     tilings = (wgmma.tilings(c, PLAN_TARGET) if policy == "f16" else
-               [(wgmma_tf32.tiles(h), wgmma.RATES[h], 1)
-                for h in wgmma_tf32.WARPGROUPS[policy]])
+               wgmma_tf32.tilings(c, PLAN_TARGET, policy))
     for t, rate, per_unit in tilings:
         row[f"w{t.bm}x{t.bn}"] = {"tiles": tile_groups(c, t.bm, t.bn), "rate": rate,
                                   "per_unit": per_unit, "stages": t.stages,

@@ -140,13 +140,17 @@ KINDS = (*POLICIES, "f16")
 
 
 class _Builder(VectorLoads, Stores):
+    # whether the kernel copies its operands by TMA (accy/kernels/wgmma_tma.py): stages
+    # without cp.async, operands kept in global memory as cp.async's are
+    by_tma = False
+
     def __init__(self, group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
                  einsum: Node, c: Contraction, tiles: MmaTiles, policy: str,
                  target: TargetProfile) -> None:
         # f16 B stored along K: its tile too (cp.async copies it as stored, ldmatrix reads it)
         tiles = for_dtype(replace(tiles, b_k_major=c.dtype is DType.f16 and along_k(c, "y")),
                           c.dtype)
-        self.pipelined = pipelined(c, target)
+        self.pipelined = self.by_tma or pipelined(c, target)
         if tiles.stages != 2 and not self.pipelined:
             raise ValueError(f"tiles {tiles.text()}: {tiles.stages} stages need cp.async "
                              "(the target's probe did not list it, or an operand is not A "

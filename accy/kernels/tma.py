@@ -35,6 +35,10 @@ import re
 from accy.kernels.wgmma_ptx import MARK, at_least
 
 F16 = 6  # CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+# CU_TENSOR_MAP_DATA_TYPE_TFLOAT32: f32 elements, rounded to TF32 by the copy (to nearest; the
+# device probe checks it, ``TMA_TF32`` in ``TargetProfile.tensor_cores``)
+TF32 = 11
+ELEMENT_BYTES = {F16: 2, TF32: 4}
 SWIZZLE_128B = 3  # CU_TENSOR_MAP_SWIZZLE_128B: 16-byte chunk c of row r at c ^ (r % 8)
 PLACEHOLDER = 1 << 20  # the template's global address (aligned; replaced per launch)
 MAP_BYTES = 128
@@ -83,11 +87,11 @@ def template(dtype: int, dims: tuple[int, ...], strides: tuple[int, ...],
     return tuple(int.from_bytes(ctypes.string_at(at + 8 * i, 8), "little") for i in range(16))
 
 
-def geometry_text(dims: tuple[int, ...], strides: tuple[int, ...], box: tuple[int, ...]
-                  ) -> str:
-    """A ``TMA{rank}`` marker's trailing text: the map's geometry, for an emulation of the
-    copy (the expansion ignores it)."""
-    return " / ".join(" ".join(map(str, v)) for v in (dims, strides, box))
+def geometry_text(dims: tuple[int, ...], strides: tuple[int, ...], box: tuple[int, ...],
+                  dtype: int = F16) -> str:
+    """A ``TMA{rank}`` marker's trailing text: the map's geometry and data type, for an
+    emulation of the copy (the expansion ignores it)."""
+    return " / ".join(" ".join(map(str, v)) for v in (dims, strides, box, (dtype,)))
 
 
 def tmap(words: tuple[int, ...]) -> str:

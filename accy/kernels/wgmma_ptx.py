@@ -27,6 +27,8 @@ Markers (the operands the comment lists, in order):
   from local memory by descriptor (A K-major, B MN-major where ``t`` = 1, else K-major;
   :mod:`accy.kernels.wgmma_ss`): the ``n / 2`` accumulators, A's descriptor, B's, a register
   holding 1; the descriptors advance by ``a`` and ``b`` (16-byte units) per wgmma.
+- ``SSTEPT{n}_{s}_{a}_{b}``: the same in TF32 (``m64n{n}k8``, both operands K-major, the only
+  form TF32 has).
 - ``WAIT0``: ``wgmma.wait_group 0``; its operands (the accumulators, the A registers) are the
   registers the waited-for wgmma read or write, kept live until here.
 - ``PROXY``: ``fence.proxy.async.shared::cta``: copies into local memory made visible to the
@@ -54,19 +56,20 @@ def rstep(n: int, steps: int, trans_b: int, advance: int = 16) -> str:
     return f"{MARK}RSTEP{n}_{steps}_{trans_b}" + (f"_{advance}" if advance != 16 else "")
 
 
-def _k16_steps(n: int, steps: int, d: list[str], a_of, one: str,
-               descs: list[tuple[str, str, int]], trans: str) -> str:
-    """``steps`` f16 wgmma ``m64n{n}k16`` into accumulators ``d``, fenced before and committed
-    after in one block: step ``i``'s A operand ``a_of(i)``, B's descriptor ``xb``; ``descs``
-    (register, value, advance in 16-byte units a step) the descriptors held in registers;
-    ``trans`` the immediates after the scales."""
+def _wgmma_steps(n: int, steps: int, d: list[str], a_of, one: str,
+               descs: list[tuple[str, str, int]], trans: str | None) -> str:
+    """``steps`` f16 wgmma ``m64n{n}k16`` (TF32 ``m64n{n}k8`` where ``trans`` is None) into
+    accumulators ``d``, fenced before and committed after in one block: step ``i``'s A operand
+    ``a_of(i)``, B's descriptor ``xb``; ``descs`` (register, value, advance in 16-byte units a
+    step) the descriptors held in registers; ``trans`` the immediates after the scales."""
+    shape, imms = ("k8.f32.tf32.tf32", "") if trans is None else ("k16.f32.f16.f16", f", {trans}")
     text = [f"{{ .reg .pred p; .reg .b64 {', '.join(r for r, _, _ in descs)}; setp.ne.b32 p, "
             f"{one}, 0;", *(f"mov.b64 {r}, {v};" for r, v, _ in descs), "wgmma.fence.sync.aligned;"]
     for i in range(steps):
         if i:
             text += [f"add.s64 {r}, {r}, {adv};" for r, _, adv in descs]
-        text.append(f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16 {{{', '.join(d)}}}, "
-                    f"{a_of(i)}, xb, p, 1, 1, {trans};")
+        text.append(f"wgmma.mma_async.sync.aligned.m64n{n}{shape} {{{', '.join(d)}}}, "
+                    f"{a_of(i)}, xb, p, 1, 1{imms};")
     return " ".join(text) + " wgmma.commit_group.sync.aligned; }"
 
 
@@ -77,26 +80,31 @@ def step_instructions(n: int, steps: int, trans_b: int, ops: list[str], advance:
     d, a, db, one = ops[:n // 2], ops[n // 2:-2], ops[-2], ops[-1]
     if len(a) != 4 * steps:
         raise ValueError(f"wgmma step marker: {len(ops)} operands for n={n}, {steps} steps")
-    return _k16_steps(n, steps, d, lambda i: f"{{{', '.join(a[4 * i:4 * i + 4])}}}", one,
+    return _wgmma_steps(n, steps, d, lambda i: f"{{{', '.join(a[4 * i:4 * i + 4])}}}", one,
                       [("xb", db, advance)], str(trans_b))
 
 
-def sstep(n: int, steps: int, a_advance: int, b_advance: int, trans_b: int) -> str:
-    """The marker text of :func:`ss_instructions` (operands follow)."""
+def sstep(n: int, steps: int, a_advance: int, b_advance: int, trans_b: int | None) -> str:
+    """The marker text of :func:`ss_instructions` (operands follow): TF32's where ``trans_b``
+    is None."""
+    if trans_b is None:
+        return f"{MARK}SSTEPT{n}_{steps}_{a_advance}_{b_advance}"
     return f"{MARK}SSTEP{n}_{steps}_{a_advance}_{b_advance}_{trans_b}"
 
 
-def ss_instructions(n: int, steps: int, a_advance: int, b_advance: int, trans_b: int,
+def ss_instructions(n: int, steps: int, a_advance: int, b_advance: int, trans_b: int | None,
                     ops: list[str]) -> str:
     """What marker ``SSTEP{n}_{steps}_{a_advance}_{b_advance}_{trans_b}`` with operands
     ``ops`` expands to: ``steps`` wgmma ``m64n{n}k16`` with A (K-major) and B (MN-major where
     ``trans_b``, else K-major) both from local memory by descriptor, each advanced by its
-    ``advance`` (16-byte units) per wgmma."""
+    ``advance`` (16-byte units) per wgmma; TF32's ``m64n{n}k8`` (``SSTEPT``, both K-major)
+    where ``trans_b`` is None."""
     if len(ops) != n // 2 + 3:
         raise ValueError(f"wgmma SS step marker: {len(ops)} operands for n={n}")
     d, da, db, one = ops[:n // 2], *ops[n // 2:]
-    return _k16_steps(n, steps, d, lambda i: "xa", one,
-                      [("xa", da, a_advance), ("xb", db, b_advance)], f"0, {trans_b}")
+    return _wgmma_steps(n, steps, d, lambda i: "xa", one,
+                      [("xa", da, a_advance), ("xb", db, b_advance)],
+                      None if trans_b is None else f"0, {trans_b}")
 
 
 def tstep(n: int, steps: int, products: int) -> str:
@@ -149,8 +157,9 @@ def expand(ptx: str) -> str:
             return _FIXED[name]
         if tf32 := re.fullmatch(r"TSTEP(\d+)_(\d+)_(\d+)", name):
             return tf32_instructions(int(tf32[1]), int(tf32[2]), int(tf32[3]), ops)
-        if ss := re.fullmatch(r"SSTEP(\d+)_(\d+)_(\d+)_(\d+)_([01])", name):
-            return ss_instructions(*(int(v) for v in ss.groups()), ops)
+        if ss := re.fullmatch(r"SSTEP(T?)(\d+)_(\d+)_(\d+)_(\d+)(?:_([01]))?", name):
+            n, steps, a_adv, b_adv = (int(v) for v in ss.groups()[1:5])
+            return ss_instructions(n, steps, a_adv, b_adv, None if ss[1] else int(ss[6]), ops)
         step = re.fullmatch(r"RSTEP(\d+)_(\d+)_([01])(?:_(\d+))?", name)
         if step is None:
             raise ValueError(f"unknown deferred PTX marker @@{name}")

@@ -1,4 +1,5 @@
-"""wgmma-f16 with both operands in local memory, both copied by TMA, in deep stages.
+"""wgmma-f16 and wgmma-tf32 with both operands in local memory, both copied by TMA, in deep
+stages.
 
 NVIDIA's OpenCL reports 48 KiB of local memory a work-group, and refuses ``__local`` arguments
 past it, but builds static ``__local`` arrays up to the multiprocessor's opt-in limit (227 KiB
@@ -13,8 +14,18 @@ A's), all in K's natural order, and each K step is four ``wgmma m64nBNk16`` read
 through descriptors (marker ``SSTEP`` of :mod:`accy.kernels.wgmma_ptx`). Rows, columns and K
 past the operands are zero-filled by the copies: no wrapped rows, no K tail.
 
-Taken by ``wgmma.build`` where :func:`unusable` finds nothing against it, in the form
-``wgmma.plan_for`` scores best of :data:`FORMS`.
+Under ``kernelization{precision=tf32}`` the same kernel runs TF32's ``wgmma m64nBNk8``
+(:class:`_WgmmaSsTf32`, marker ``SSTEPT``): a stage row is then 32 f32 of K (the same 128
+bytes, so the same stages, descriptors and advances, K steps of 32), copied by tensor maps of
+data type TFLOAT32, which round each f32 to TF32 on the way (to nearest: the device probe
+checks it, ``TMA_TF32``), so the ``tf32`` policy's error bound holds with no rounding pass.
+TF32 ``wgmma`` reads B only K-major: B stored along K (``x @ W.T``) is copied as it is; B
+stored along N (``x @ W``) is first transposed into scratch memory, N x K, by a kernel of its own
+(:func:`transpose_b`: a read and a write of B, a few percent of the product's time at 4096^3),
+which the product then copies from (:func:`b_transposed`).
+
+Taken by ``wgmma.build`` (``wgmma_tf32.build``) where :func:`unusable` finds nothing against
+it, in the form ``wgmma.plan_for`` scores best of :data:`FORMS`.
 """
 
 from __future__ import annotations
@@ -24,32 +35,58 @@ import dataclasses
 from accy.ir.types import DType
 from accy.kernels import tma
 from accy.kernels.contraction_plan import Contraction
-from accy.kernels.ir import INDEX, Bin, Cast, Expr, If, Lit, Stmt, Var, add, div, idx, mul
+from accy.kernels.ir import (
+    INDEX,
+    Barrier,
+    Bin,
+    Cast,
+    Expr,
+    Id,
+    If,
+    Kernel,
+    KernelArg,
+    LaunchGeometry,
+    Let,
+    Lit,
+    Load,
+    LocalArray,
+    Stmt,
+    Store,
+    Var,
+    add,
+    all_of,
+    div,
+    idx,
+    mod,
+    mul,
+)
 from accy.kernels.mma_plan import MmaTiles, along_k
 from accy.kernels.wgmma import _Wgmma, tiles
 from accy.kernels.wgmma_ptx import descriptor_bits, sstep
 from accy.kernels.wgmma_tma import ATOM, Geometry, _WgmmaTma, i32
-from accy.target import TMA_COPY, TargetProfile
+from accy.target import TMA_COPY, TMA_TF32, TargetProfile
 
-BK = 64  # K a step: one 128-byte swizzled row of halves
-ROW = 2 * BK  # bytes of a stage row (A's and a K-major B's along K, an MN-major B's along N)
+ROW = 128  # bytes of a stage row (A's and a K-major B's along K, an MN-major B's along N)
+BK = 64  # K a step under f16: one 128-byte swizzled row of halves (32 f32 under tf32)
 WG_ROWS = 64 * ROW  # bytes of a warpgroup's 64 rows of A in a stage
 BLOCK = BK * ROW  # bytes of a 64-column block of an MN-major B in a stage (BK rows)
 K_MAJOR = descriptor_bits(16, 8 * ROW, True)  # 8-row atoms 1 KiB apart (A; B along K)
 MN_MAJOR = descriptor_bits(BLOCK, ATOM, True)  # blocks BLOCK apart, atoms ATOM (B along N)
 # Selection (wgmma.plan): the tilings this kernel builds, (warpgroups, columns, stages), and
-# their rates on wgmma.TMA_RATES's scale for K up to LONG_K and past it, from their times
-# against the B-by-TMA kernel's and each other's (papers/kernels.md, "Twentieth session").
+# their rates for K up to LONG_K and past it: f16's on wgmma.TMA_RATES's scale, from their
+# times against the B-by-TMA kernel's and each other's (papers/kernels.md, "Twentieth
+# session"); TF32's on wgmma.RATES's, against the register-A TF32 kernel ("Twenty-first").
 # 128x128 tiles in three stages leave room for two work-groups a compute unit
 # (:func:`resident`), which hides one's stores behind the other's products: faster than four
 # stages everywhere, and than 128x256 tiles up to K 1024. 256x128 tiles measured slower than
 # 128x256 ones of the same count everywhere and are not tried.
 FORMS = ((2, 256, 4), (2, 128, 3))
-RATES = {(2, 256, 4): (2.65, 2.65), (2, 128, 3): (2.75, 2.5)}
+RATES = {tma.F16: {(2, 256, 4): (2.65, 2.65), (2, 128, 3): (2.75, 2.5)},
+         tma.TF32: {(2, 256, 4): (3.0, 4.1), (2, 128, 3): (3.1, 3.5)}}
 LONG_K = 1024
-# K of at least MIN_K: four stages of 64 fill with K 256 and the B-by-TMA kernel (K steps of
-# 32) was faster there; from K 512 this one was
-MIN_K = 512
+# K of at least MIN_K: f16's four stages of 64 fill with K 256 and the B-by-TMA kernel (K
+# steps of 32) was faster there; from K 512 this one was
+MIN_K = {tma.F16: 512, tma.TF32: 256}
 ENABLED = True  # off: wgmma-f16 keeps A in registers everywhere (ablations, sweeps)
 
 
@@ -67,9 +104,9 @@ def form_tiles(form: tuple[int, int, int]) -> MmaTiles:
     return dataclasses.replace(tiles(form[0], form[1]), stages=form[2])
 
 
-def rate(form: tuple[int, int, int], k: int) -> float:
-    """``form``'s rate for a contraction of ``k``."""
-    return RATES[form][k > LONG_K]
+def rate(form: tuple[int, int, int], k: int, dtype: int = tma.F16) -> float:
+    """``form``'s rate for a contraction of ``k`` with operands of ``dtype`` (tma's codes)."""
+    return RATES[dtype][form][k > LONG_K]
 
 
 def resident(t: MmaTiles, target: TargetProfile) -> int:
@@ -78,66 +115,151 @@ def resident(t: MmaTiles, target: TargetProfile) -> int:
     return max(1, target.group_local_bytes // local_bytes(t))
 
 
-def geometries(c: Contraction, bm: int, bn: int) -> tuple[Geometry, Geometry] | str:
-    """A's and B's tensor maps for ``bm x bn`` tiles, or why there are none: A (M x K, K
-    contiguous) as (K, M[, batch]) in boxes (64, bm); B along N (K x N) as (N, K[, batch])
-    in boxes (64, 64) a 64-column block, B along K (N x K) as (K, N[, batch]) in (64, bn)."""
-    kmajor = along_k(c, "y")
+def geometries(c: Contraction, bm: int, bn: int, dtype: int = tma.F16
+               ) -> tuple[Geometry, Geometry] | str:
+    """A's and B's tensor maps for ``bm x bn`` tiles with operands of ``dtype`` (tma's
+    codes; ``bk`` elements a 128-byte row), or why there are none: A (M x K, K contiguous) as
+    (K, M[, batch]) in boxes (bk, bm); B along N (K x N, f16 only) as (N, K[, batch]) in boxes
+    (64, bk) a 64-column block, B along K (N x K) as (K, N[, batch]) in (bk, bn)."""
+    elem = tma.ELEMENT_BYTES[dtype]
+    bk, kmajor = ROW // elem, along_k(c, "y")
     if not along_k(c, "x") or c.k.x != 1:
         return "wgmma_ss copies A stored along K with unit stride"
+    if dtype == tma.TF32 and not kmajor:
+        return "TF32 wgmma reads B only K-major: wgmma_ss copies B stored along K (x @ W.T)"
     if (c.k.y if kmajor else c.n.y) != 1:
         return "wgmma_ss copies B stored along K or N with unit stride"
     maps = []
-    for side, outer, inner, box in (("x", c.m, c.k, (BK, bm)),
-                                    ("y", *((c.n, c.k, (BK, bn)) if kmajor else
-                                            (c.k, c.n, (64, BK))))):
+    for side, outer, inner, box in (("x", c.m, c.k, (bk, bm)),
+                                    ("y", *((c.n, c.k, (bk, bn)) if kmajor else
+                                            (c.k, c.n, (64, bk))))):
         batch = tuple(i for i, d in enumerate(c.batch) if getattr(d, side))
-        strides = (2 * getattr(outer, side), *(2 * getattr(c.batch[i], side) for i in batch))
+        strides = (elem * getattr(outer, side),
+                   *(elem * getattr(c.batch[i], side) for i in batch))
         if len(batch) > 3 or any(s % 16 for s in strides):
             return (f"{'AB'[side == 'y']}'s strides {strides} (bytes) are not multiples of 16 "
                     "or it has more than three batch dimensions")
         maps.append(Geometry((inner.size, outer.size, *(c.batch[i].size for i in batch)),
-                             strides, (*box, *[1] * len(batch)), batch))
+                             strides, (*box, *[1] * len(batch)), batch, dtype))
     return maps[0], maps[1]
 
 
-def maps_of(c: Contraction, bm: int, bn: int
+def maps_of(c: Contraction, bm: int, bn: int, dtype: int = tma.F16
             ) -> tuple[tuple[Geometry, Geometry], tuple[tuple[int, ...], ...]] | str:
     """A's and B's tensor maps for ``bm x bn`` tiles (:func:`geometries`) and the words of
     their templates, or why there are none."""
-    found = geometries(c, bm, bn)
+    found = geometries(c, bm, bn, dtype)
     if isinstance(found, str):
         return found
-    words = [tma.template(tma.F16, g.dims, g.strides, g.box) for g in found]
+    words = [tma.template(g.dtype, g.dims, g.strides, g.box) for g in found]
     bad = [w for w in words if isinstance(w, str)]
     return bad[0] if bad else (found, tuple(words))  # type: ignore[return-value]
 
 
-def unusable(c: Contraction, target: TargetProfile) -> str | None:
-    """Why wgmma-f16 does not take this kernel for ``c`` (None: it does, at :data:`FORMS`):
-    the probe's TMA copies, K of at least :data:`MIN_K`, every form's stages in the target's
-    static local memory, and both tensor maps of every form encoding."""
+def unusable(c: Contraction, target: TargetProfile, dtype: int = tma.F16) -> str | None:
+    """Why wgmma-f16 (``dtype`` F16) or wgmma-tf32 (TF32) does not take this kernel for ``c``
+    (None: it does, at :data:`FORMS`): the probe's TMA copies (rounding to TF32 for TF32), K
+    of at least :data:`MIN_K`, every form's stages in the target's static local memory, and
+    both tensor maps of every form encoding."""
     if not ENABLED or TMA_COPY not in target.tensor_cores:
         return "no TMA copies (the probe's cp.async.bulk.tensor)"
-    if c.k.size < MIN_K:
-        return f"K = {c.k.size} is below {MIN_K}"
+    if dtype == tma.TF32 and TMA_TF32 not in target.tensor_cores:
+        return "no TMA copies rounding to TF32 (the probe's TFLOAT32 tensor map)"
+    if c.k.size < MIN_K[dtype]:
+        return f"K = {c.k.size} is below {MIN_K[dtype]}"
     if (need := max(local_bytes(form_tiles(f)) for f in FORMS)) > target.group_local_bytes:
         return f"{need} bytes of local memory"
     for f in FORMS:
-        if isinstance(why := maps_of(c, 64 * f[0], f[1]), str):
+        if isinstance(why := maps_of(c, 64 * f[0], f[1], dtype), str):
             return why
     return None
+
+
+def b_transposed(c: Contraction) -> Contraction:
+    """``c`` with B as :func:`transpose_b` writes it: N x K, K contiguous, B's batch
+    dimensions outside (row-major in their order)."""
+    stride, batch = c.n.size * c.k.size, []
+    for d in reversed(c.batch):
+        batch.append(dataclasses.replace(d, y=stride) if d.y else d)
+        stride *= d.size if d.y else 1
+    return dataclasses.replace(c, batch=tuple(reversed(batch)),
+                               n=dataclasses.replace(c.n, y=c.k.size),
+                               k=dataclasses.replace(c.k, y=1))
+
+
+TRANSPOSED_B = "scratch_bt"  # the scratch memory transpose_b writes
+
+
+def transpose_b(c: Contraction, b: KernelArg, entry: str, work_item: int, kind, domain,
+                ops) -> tuple[Kernel, KernelArg]:
+    """The kernel writing B (argument ``b``) of ``c`` as :func:`b_transposed` lays it out into
+    scratch memory, and that scratch as the product reads it. A work-group of 256 work-items
+    moves a 32 x 32 block through local memory (rows padded to 33 words: no bank conflicts
+    either way), reading 128-byte rows of B along N and writing 128-byte rows along K."""
+    t = b_transposed(c)
+    batch = [(i, d) for i, d in enumerate(c.batch) if d.y]
+    size = c.n.size * c.k.size
+    for _, d in batch:
+        size *= d.size
+    kb, nb = -(-c.k.size // 32), -(-c.n.size // 32)
+    tid, lane, row = Var("tid"), Var("lane"), Var("row")
+    body: list[Stmt] = [Let("grp", INDEX, Id("group", 0)), Let("tid", INDEX, Id("local", 0)),
+                        Let("lane", INDEX, mod(tid, 32)), Let("row", INDEX, div(tid, 32)),
+                        Let("k0", INDEX, mul(mod(Var("grp"), kb), idx(32))),
+                        Let("n0", INDEX, mul(mod(div(Var("grp"), kb), nb), idx(32))),
+                        LocalArray("bt_tile", DType.f32, 32 * 33)]
+    rest: Expr = div(Var("grp"), kb * nb)
+    src: Expr = idx(0)
+    dst: Expr = idx(0)
+    for i, d in reversed(batch):
+        body.append(Let(f"b{i}", INDEX, mod(rest, d.size)))
+        rest = div(rest, d.size)
+        src = add(src, mul(Var(f"b{i}"), idx(d.y)))
+        dst = add(dst, mul(Var(f"b{i}"), idx(t.batch[i].y)))
+    body += [Let("src", INDEX, src), Let("dst", INDEX, dst)]
+    for i in range(4):  # rows k0 + row + 8i of the block, column n0 + lane
+        k, n = add(Var("k0"), add(row, idx(8 * i))), add(Var("n0"), lane)
+        at = add(Var("src"), add(mul(k, idx(c.k.y)), mul(n, idx(c.n.y))))
+        inside = all_of([Bin("<", k, idx(c.k.size)), Bin("<", n, idx(c.n.size))])
+        body.append(If(inside, (Store("bt_tile", add(mul(add(row, idx(8 * i)), idx(33)), lane),
+                                      Load(b.name, at)),)))  # type: ignore[arg-type]
+    body.append(Barrier())
+    for i in range(4):  # columns n0 + row + 8i, K k0 + lane
+        k, n = add(Var("k0"), lane), add(Var("n0"), add(row, idx(8 * i)))
+        at = add(Var("dst"), add(mul(n, idx(c.k.size)), k))
+        inside = all_of([Bin("<", k, idx(c.k.size)), Bin("<", n, idx(c.n.size))])
+        body.append(If(inside, (Store(TRANSPOSED_B, at, Load(
+            "bt_tile", add(mul(lane, idx(33)), add(row, idx(8 * i))))),)))  # type: ignore
+    out = KernelArg(TRANSPOSED_B, DType.f32, True, -1, size)
+    groups = kb * nb * (size // (c.n.size * c.k.size))
+    kernel = Kernel(f"{entry}_bt", work_item, kind, domain, (b, out), tuple(body),
+                    LaunchGeometry((256 * groups,), (256,)), ops, fixed_local_size=True)
+    return kernel, dataclasses.replace(out, is_output=False)
 
 
 class _WgmmaSs(_WgmmaTma):
     """The kernel; see the module docstring."""
 
     bk = BK
+    dtype = tma.F16  # of the tensor maps
+    b_scratch: KernelArg | None = None  # B read from there (transpose_b's), not its argument
+
+    def reads_b_from(self, scratch: KernelArg) -> _WgmmaSs:
+        """This kernel with B copied from ``scratch`` (:func:`transpose_b`'s, laid out as the
+        contraction it was given says: :func:`b_transposed`)."""
+        self.b_scratch, self.arg["y"] = scratch, scratch.name
+        return self
+
+    def kernel(self, groups: int) -> Kernel:
+        k = super().kernel(groups)
+        if self.b_scratch is None:
+            return k
+        return dataclasses.replace(k, args=(*k.args, self.b_scratch))
 
     def build(self):
-        found = maps_of(self.c, self.t.bm, self.t.bn)
+        found = maps_of(self.c, self.t.bm, self.t.bn, self.dtype)
         if isinstance(found, str):
-            raise ValueError(f"wgmma-f16 cannot copy A and B by TMA: {found}")
+            raise ValueError(f"wgmma-{self.policy} cannot copy A and B by TMA: {found}")
         (self.ga, self.g), self.maps = found
         self.kmajor = along_k(self.c, "y")
         return _Wgmma.build(self)
@@ -165,7 +287,7 @@ class _WgmmaSs(_WgmmaTma):
     def copy(self, step: Expr, stage: Expr, tail: bool) -> list[Stmt]:
         """Step ``step``'s boxes of A and B into ``stage``, issued by work-item 0 once every
         warp read the stage's last step."""
-        t, k = self.t, mul(step, idx(BK))
+        t, k = self.t, mul(step, idx(self.bk))
         out = self.refill(step, stage, stage_bytes(t))
         out.append(self.box(self.ga, self.a_address(stage), 0, [k, self.m0], stage))
         for nb in range(1 if self.kmajor else t.bn // 64):
@@ -193,5 +315,20 @@ class _WgmmaSs(_WgmmaTma):
         adesc = Bin("+", Bin("+", bdesc, Lit(shift, INDEX)),
                     mul(div(Var("warp"), 4), idx(WG_ROWS >> 4)))
         b_advance = 2 if self.kmajor else 2 * ATOM // 16  # 32 bytes along K, or 16 rows
-        return (sstep(self.t.bn, BK // 16, 2, b_advance, 0 if self.kmajor else 1),
+        return (sstep(self.t.bn, ROW // 32, 2, b_advance, self.trans_b()),
                 (("l", adesc), ("l", bdesc), ("r", i32(1))))
+
+    def trans_b(self) -> int | None:
+        """The f16 wgmma's transpose of B: 1 where B's stage is MN-major."""
+        return 0 if self.kmajor else 1
+
+
+class _WgmmaSsTf32(_WgmmaSs):
+    """The kernel in TF32 (the module docstring): K steps of 32 f32, TFLOAT32 tensor maps."""
+
+    bk, elem = ROW // 4, 4
+    dtype = tma.TF32
+    tile_dtype = DType.f32  # (the staged stores read the stages as f32)
+
+    def trans_b(self) -> None:
+        return None  # TF32's wgmma (SSTEPT): both operands K-major

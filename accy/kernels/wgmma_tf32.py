@@ -29,11 +29,19 @@ it), so the error bounds are theirs.
 A K step: the next step's A words loaded (into the other of two register sets), this step's
 A split, the copies waited for and rounded, a barrier, the step's wgmma issued, the copies of
 step ``kt + STAGES - 1`` issued, the wgmma waited for.
+
+Under ``tf32``, where the probe found TMA copies that round to TF32 (``TMA_TF32``), B is
+stored along K and the target's static local memory holds the stages, ``wgmma-tf32`` builds
+:mod:`accy.kernels.wgmma_ss`'s kernel instead (A and B both copied by TMA, rounded on the way;
+:func:`tilings`).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from accy.ir.types import DType
+from accy.kernels import loopnest, tma, wgmma_ss
 from accy.kernels.contraction_plan import Contraction, analyse
 from accy.kernels.generators import Generator, register_generator
 from accy.kernels.ir import (
@@ -60,6 +68,7 @@ from accy.kernels.mma_plan import MmaTiles, along_k, copy_layout
 from accy.kernels.mma_ptx import tf32_registers
 from accy.kernels.wgmma import BN, CORE, LD_V4, LD_V4_IF, RATES, _Wgmma, plan_for, wrapped
 from accy.kernels.wgmma_ptx import tstep
+from accy.kernels.wgmma_tma import SWIZZLE
 from accy.plans import FusionGroup, KernelOutline, ScheduleKind
 from accy.target import WGMMA_TF32, TargetProfile
 
@@ -211,7 +220,19 @@ def plan(group: FusionGroup, target: TargetProfile, policy: str
     tiles_a_stage = 2 if policy == "3xtf32" else 1  # big and small parts (at most)
     return plan_for(group, target, WGMMA_TF32, DType.f32, layout,
                     STAGES[policy] * tiles_a_stage * TILE_WORDS * 4,
-                    lambda c: [(tiles(h), RATES[h], 1) for h in WARPGROUPS[policy]])
+                    lambda c: tilings(c, target, policy))
+
+
+def tilings(c: Contraction, target: TargetProfile, policy: str
+            ) -> list[tuple[MmaTiles, float, int]]:
+    """The TF32 kernels' tilings of ``c``, their rates and work-groups a compute unit: A and B
+    both copied by TMA, rounded to TF32 on the way (:mod:`accy.kernels.wgmma_ss`), under
+    ``tf32`` where that kernel is usable; else A in registers at :data:`RATES`."""
+    if policy == "tf32" and wgmma_ss.unusable(ss_contraction(c), target, tma.TF32) is None:
+        return [(t, wgmma_ss.rate(f, c.k.size, tma.TF32), wgmma_ss.resident(t, target))
+                for f in wgmma_ss.FORMS
+                for t in [replace(wgmma_ss.form_tiles(f), loads="scalar")]]  # (as tiles())
+    return [(tiles(h), RATES[h], 1) for h in WARPGROUPS[policy]]
 
 
 def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
@@ -221,7 +242,24 @@ def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
     if isinstance(found, str):
         raise ValueError(f"the wgmma-{policy} generator cannot take this group: {found}")
     einsum, _ = analyse(group)  # type: ignore[misc]  (plan accepted it)
-    return (_WgmmaTf32(group, outline, kind, einsum, *found, policy, target).build(),)
+    c, t = found
+    ss = ss_contraction(c)
+    if policy != "tf32" or wgmma_ss.unusable(ss, target, tma.TF32) is not None:
+        return (_WgmmaTf32(group, outline, kind, einsum, c, t, policy, target).build(),)
+    kernel = wgmma_ss._WgmmaSsTf32(group, outline, kind, einsum, ss, replace(t, swizzle=SWIZZLE),
+                                   policy, target)
+    if ss is c:
+        return (kernel.build(),)
+    b = next(a for a in kernel.epi.args if a.name == kernel.arg["y"])
+    first, scratch = wgmma_ss.transpose_b(c, b, outline.entry, outline.work_item, kind,
+                                          group.domain, loopnest.implemented_ops(group))
+    return first, kernel.reads_b_from(scratch).build()
+
+
+def ss_contraction(c: Contraction) -> Contraction:
+    """``c`` as wgmma_ss's TF32 kernel reads it: B along N transposed first (TF32 wgmma reads
+    B only K-major; :func:`accy.kernels.wgmma_ss.transpose_b`)."""
+    return c if along_k(c, "y") else wgmma_ss.b_transposed(c)
 
 
 for _policy in STAGES:

@@ -74,13 +74,15 @@ def i32(v: int) -> Lit:
 @dataclasses.dataclass(frozen=True)
 class Geometry:
     """B's tensor map: ``dims`` (innermost first), ``strides`` (bytes, of the dims after the
-    first), the ``box``, and the batch dimensions (indexes into ``Contraction.batch``) it
-    spans; ``blocks``: a box is a stage's 64-column block (four atoms), else one atom."""
+    first), the ``box``, the batch dimensions (indexes into ``Contraction.batch``) it spans
+    and its data type (:mod:`accy.kernels.tma`'s codes); ``blocks``: a box is a stage's
+    64-column block (four atoms), else one atom."""
 
     dims: tuple[int, ...]
     strides: tuple[int, ...]
     box: tuple[int, ...]
     batch: tuple[int, ...]
+    dtype: int = tma.F16
 
     @property
     def blocks(self) -> bool:
@@ -117,6 +119,8 @@ def template(c: Contraction) -> tuple[int, ...] | str:
 
 class _WgmmaTma(_Wgmma):
     """The kernel; see the module docstring."""
+
+    by_tma = True
 
     def build(self) -> Kernel:
         self.words, g = template(self.c), geometry(self.c)
@@ -199,7 +203,7 @@ class _WgmmaTma(_Wgmma):
         ``stage``'s full barrier."""
         rank = len(g.box)
         text = (f"{tma.tma(rank)} {', '.join(f'%{i}' for i in range(rank + 3))} ; "
-                f"{tma.geometry_text(g.dims, g.strides, g.box)}")
+                f"{tma.geometry_text(g.dims, g.strides, g.box, g.dtype)}")
         coords = [*coords, *(self.bcoords[i] for i in g.batch)]
         return InlineAsm(text, (), (
             ("r", dst), ("l", self.map_at(at)), *(("r", Cast(DType.i32, e)) for e in coords),

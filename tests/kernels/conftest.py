@@ -11,6 +11,7 @@ import pytest
 
 import accy
 from accy.ir.interpret import interpret
+from accy.kernels import tma
 from accy.target import TargetProfile
 
 
@@ -78,3 +79,17 @@ def profiles(device) -> dict[str, TargetProfile]:
     gpu_like = dataclasses.replace(real, device_type="gpu", compute_units=4,
                                    max_work_group_size=min(256, real.max_work_group_size))
     return {"device": real, "gpu-tiles": gpu_like}
+
+
+@pytest.fixture
+def encodes(monkeypatch) -> list[tuple]:
+    """Tensor-map templates encode (as stand-in words) without a CUDA driver; the geometries
+    asked, (dims, strides, box, data type), in order."""
+    asked = []
+
+    def template(dtype, dims, strides, box, swizzle=tma.SWIZZLE_128B):
+        asked.append((dims, strides, box, dtype))
+        return tuple(range(0x100, 0x110))
+
+    monkeypatch.setattr(tma, "template", template)
+    return asked

@@ -13,6 +13,8 @@ import re
 import numpy as np
 from test_mma_generator import EMULATED_MMA, build_emulated, emulated
 
+from accy.kernels import tma
+
 try:
     import pyopencl as cl
 except ImportError:  # the emulation tests skip without it
@@ -204,15 +206,16 @@ WGMMA_STEP = r"""{
 }"""
 
 
-# wgmma with A and B from local memory (accy/kernels/wgmma_ss.py, marker SSTEP): S k16 steps,
+# wgmma with A and B from local memory (accy/kernels/wgmma_ss.py, marker SSTEP; SSTEPT: TF32's
+# k8 steps of f32, the values the TMA copies rounded, both operands K-major): S k16 steps,
 # A's halves read at the K-major 128-byte swizzled address of A's descriptor (8-row atoms its
 # stride offset apart; the 16-byte chunk of K in a row XORed with the row % 8; 32 bytes
 # further per step), B's as the MN-major swizzled ones of RSTEP or (trans-b 0) as A's; barriers
 # before (the copies
 # work-item 0 made landed) and after (every work-item read the stage before it is refilled)
-_SSTEP = re.compile(r'asm volatile\("// @@SSTEP(\d+)_(\d+)_(\d+)_(\d+)_([01]) [^"]*" : '
-                    r'(?P<outs>[^:]*) : "l"\((?P<adesc>.*?)\), "l"\((?P<bdesc>\w+)\), '
-                    r'"r"\([^:]*\) : "memory"\);')
+_SSTEP = re.compile(r'asm volatile\("// @@SSTEP(?P<tf32>T?)(\d+)_(\d+)_(\d+)_(\d+)(?:_([01]))? '
+                    r'[^"]*" : (?P<outs>[^:]*) : "l"\((?P<adesc>.*?)\), '
+                    r'"l"\((?P<bdesc>\w+)\), "r"\([^:]*\) : "memory"\);')
 WGMMA_SS_STEP = r"""{
   const int l_ = get_local_id(0) % 128, w_ = l_ / 32;
   const int g_ = (l_ % 32) / 4, t_ = l_ % 4;
@@ -229,17 +232,16 @@ WGMMA_SS_STEP = r"""{
     for (int j_ = 0; j_ < @ND@ / 4; j_++) for (int r_ = 0; r_ < 4; r_++) {
       const int row_ = 16 * w_ + g_ + 8 * (r_ / 2), col_ = 8 * j_ + 2 * t_ + r_ % 2;
       float sum_ = 0.0f;
-      for (int k_ = 0; k_ < 16; k_++) {
-        const int kb_ = 16 * @AADV@ * s_ + 2 * k_;
+      for (int k_ = 0; k_ < 32 / @E@; k_++) {
+        const int kb_ = 16 * @AADV@ * s_ + @E@ * k_;
         const int aat_ = abase_ + (row_ / 8) * asbo_ + (row_ % 8) * 128
           + (((kb_ / 16) ^ (row_ % 8)) * 16) + kb_ % 16;
         const int at_ = @TRANS@
           ? base_ + 16 * @BADV@ * s_ + (col_ / 64) * lbo_ + (k_ / 8) * sbo_ + (k_ % 8) * 128
             + ((((col_ % 64) / 8) ^ (k_ % 8)) * 16) + (col_ % 8) * 2
           : base_ + (col_ / 8) * sbo_ + (col_ % 8) * 128
-            + ((((16 * @BADV@ * s_ + 2 * k_) / 16) ^ (col_ % 8)) * 16) + (2 * k_) % 16;
-        sum_ += accy_h(((__local const ushort *)b_tile)[aat_ / 2])
-          * accy_h(((__local const ushort *)b_tile)[at_ / 2]);
+            + ((((16 * @BADV@ * s_ + @E@ * k_) / 16) ^ (col_ % 8)) * 16) + (@E@ * k_) % 16;
+        sum_ += @EL(aat_)@ * @EL(at_)@;
       }
       d_[4 * j_ + r_] += sum_;
     }
@@ -300,7 +302,7 @@ _TMA = re.compile(r'asm volatile\("// @@TMA(\d) [^;"]*; (?P<geo>[^"]*)"\s*:\s*:\
 TMA_COPY = r"""{
   __global const uchar *src_ = (__global const uchar *)(*(__global const ulong *)(@MAP@));
   __local uchar *dst_ = (__local uchar *)b_tile + ((@DST@) - (int)((long)b_tile));
-  const long c_[@R@] = {@C@}, dims_[@R@] = {@DIMS@}, str_[@R@] = {2, @STRIDES@};
+  const long c_[@R@] = {@C@}, dims_[@R@] = {@DIMS@}, str_[@R@] = {@E@, @STRIDES@};
   const int box_[@R@] = {@BOX@};
   int n_ = 1;
   for (int d_ = 0; d_ < @R@; d_++) n_ *= box_[d_];
@@ -313,9 +315,9 @@ TMA_COPY = r"""{
       in_ = in_ && x_ >= 0 && x_ < dims_[d_];
       off_ += x_ * str_[d_];
     }
-    const int byte_ = 2 * e_, row_ = byte_ / 128;
-    *(__local ushort *)(dst_ + row_ * 128 + ((((byte_ % 128) / 16) ^ (row_ % 8)) * 16)
-                        + byte_ % 16) = in_ ? *(__global const ushort *)(src_ + off_) : 0;
+    const int byte_ = @E@ * e_, row_ = byte_ / 128;
+    *(__local @T@ *)(dst_ + row_ * 128 + ((((byte_ % 128) / 16) ^ (row_ % 8)) * 16)
+                     + byte_ % 16) = in_ ? @ROUND(*(__global const @T@ *)(src_ + off_))@ : 0;
   }
 }"""
 
@@ -324,14 +326,24 @@ def tma_copy(m: re.Match) -> str:
     ins = [re.fullmatch(r'"[rl]"\((.*)\)', op.strip())[1]
            for op in re.split(r',\s*(?=")', m["ins"])]
     rank = int(m[1])
-    dims, strides, box = (v.split() for v in m["geo"].split("/"))
+    dims, strides, box, (dtype,) = (v.split() for v in m["geo"].split("/"))
     assert len(ins) == rank + 3 and len(dims) == len(box) == rank, m[0][:300]
-    text = TMA_COPY
+    tf32 = int(dtype) == tma.TF32  # f32 rounded to TF32 to nearest (ties away), else halves
+    text = re.sub(r"@ROUND\((.*)\)@", (lambda r: f"((({r[1]}) + 0x1000u) & 0xFFFFE000u)")
+                  if tf32 else (lambda r: r[1]), TMA_COPY)
+    text = text.replace("@T@", "uint" if tf32 else "ushort").replace("@E@", "4" if tf32 else "2")
     for key, value in (("@MAP@", ins[1]), ("@DST@", ins[0]), ("@R@", str(rank)),
                        ("@C@", ", ".join(ins[2:2 + rank])), ("@DIMS@", ", ".join(dims)),
                        ("@STRIDES@", ", ".join(strides)), ("@BOX@", ", ".join(box))):
         text = text.replace(key, value)
     return text
+
+
+def element(at: str, tf32: bool) -> str:
+    """The operand element at local byte ``at`` of b_tile: an f32 (TF32, already rounded by the
+    copy) or a half."""
+    return (f"((__local const float *)b_tile)[{at} / 4]" if tf32 else
+            f"accy_h(((__local const ushort *)b_tile)[{at} / 2])")
 
 
 def emulated_wgmma(src: str, mode: str) -> str:
@@ -369,11 +381,14 @@ def emulated_wgmma(src: str, mode: str) -> str:
 
     def ss_step(m: re.Match) -> str:
         outs = re.findall(r'"\+f"\((\w+)\)', m["outs"])
-        assert len(outs) == int(m[1]) // 2, m[0][:200]
-        text = WGMMA_SS_STEP
+        assert len(outs) == int(m[2]) // 2, m[0][:200]
+        tf32 = bool(m["tf32"])
+        text = WGMMA_SS_STEP.replace("@EL(aat_)@", element("aat_", tf32)).replace(
+            "@EL(at_)@", element("at_", tf32))
         for key, value in (("@ND@", str(len(outs))), ("@D@", ", ".join(outs)),
-                           ("@ADESC@", m["adesc"]), ("@DESC@", m["bdesc"]), ("@S@", m[2]),
-                           ("@AADV@", m[3]), ("@BADV@", m[4]), ("@TRANS@", m[5]),
+                           ("@ADESC@", m["adesc"]), ("@DESC@", m["bdesc"]), ("@S@", m[3]),
+                           ("@AADV@", m[4]), ("@BADV@", m[5]), ("@TRANS@", m[6] or "0"),
+                           ("@E@", "4" if tf32 else "2"),
                            ("@OUT@", " ".join(f"{o} = d_[{i}];" for i, o in enumerate(outs)))):
             text = text.replace(key, value)
         return text

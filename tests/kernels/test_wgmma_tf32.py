@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from mma_emulation import emulated_wgmma, one_line, run_emulated
+from mma_emulation import emulated_wgmma, one_line, run_emulated, run_kernels
 from test_mma_generator import matmul
 from test_mma_generator import prepared as prepare
 from test_mma_precision import cast_matmul
@@ -32,12 +32,15 @@ import accy
 from accy.backends.opencl import tensor_cores
 from accy.builder import einsum
 from accy.ir.types import DType, TensorType
-from accy.kernels import wgmma, wgmma_ptx, wgmma_tf32
+from accy.kernels import tma, wgmma, wgmma_ptx, wgmma_ss, wgmma_tf32
 from accy.kernels.ir import idx
 from accy.kernels.wgmma_tf32 import BK, position
-from accy.target import WGMMA_TF32
+from accy.target import TMA_COPY, TMA_TF32, WGMMA_TF32
 
 FEW_UNITS = dataclasses.replace(HOPPER, compute_units=1)  # one tile fills it: small tests
+# an H200 as probed: TMA copies, rounding to TF32 too, and 226 KiB of static local memory
+TMA_H200 = dataclasses.replace(HOPPER, tensor_cores=(*HOPPER.tensor_cores, TMA_COPY, TMA_TF32),
+                               static_local_bytes=226 * 1024)
 POLICIES = ("tf32", "3xtf32")
 # the f32 staged stores' builtins, for clang's NVPTX target (besides test_wgmma's)
 _F32_BUILTINS = _NVPTX_BUILTINS + r"""
@@ -244,3 +247,108 @@ def test_k_guards_only_in_a_peeled_last_step_and_edge_rows_wrapped(pipe, policy)
     assert "% 4000L" in src.split("a_row0 =")[1].split(";")[0]
     assert "% 2040L" in src.split("y_gn0 =")[1].split(";")[0] and "min(" not in src
     assert "ld.global.v4.u32 {%0, %1, %2, %3}, [%4];" in src  # unguarded A loads
+
+
+def test_tf32_ss_step_expands_to_k8_wgmma_from_two_descriptors():
+    ops = ", ".join(f"%f{i}" for i in range(8))
+    out = wgmma_ptx.expand(f".version 8.3\n.target sm_90\n\t// @@SSTEPT16_4_2_2 {ops}, "
+                           "%rd1, %rd2, %r1\n")
+    assert "@@" not in out and "mov.b64 xa, %rd1; mov.b64 xb, %rd2;" in out
+    assert out.count("wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 {%f0, %f1, %f2, "
+                     "%f3, %f4, %f5, %f6, %f7}, xa, xb, p, 1, 1;") == 4
+    assert out.count("add.s64 xa, xa, 2; add.s64 xb, xb, 2;") == 3
+
+
+def test_tf32_copies_both_operands_by_tma(pipe, used, encodes):
+    """Under tf32, the probe's TF32-rounding TMA and room for the stages: wgmma_ss's kernel, A
+    and B by TFLOAT32 tensor maps (boxes of 32 f32 along K); B stored N x K as it is, B
+    stored K x N transposed into scratch by a first kernel (TF32 wgmma reads B only K-major).
+    Not under 3xtf32 (its split needs the values in registers), not without the probe's
+    TMA_TF32, not for K below wgmma_ss.MIN_K."""
+    job = prepare(product_nk(4096, 4096, 4096), "tf32", TMA_H200, pipe)
+    src = job.kernel_source(0)
+    assert used(job) == {"wgmma-tf32": 1} and "@@SSTEPT256_4_2_2 " in src
+    assert src.count("@@TMA2") == 2 * (3 + 2)  # A's box and B's a step
+    assert ((4096, 4096), (16384,), (32, 128), tma.TF32) in encodes  # A: (K, M)
+    assert ((4096, 4096), (16384,), (32, 256), tma.TF32) in encodes  # B: (K, N)
+    job = prepare(matmul(4096, 2048, 1024), "tf32", TMA_H200, pipe)
+    first, product = job.kernels
+    assert [a.name for a in first.args] == ["in1", wgmma_ss.TRANSPOSED_B]
+    assert first.args[1].is_output and first.args[1].scratch_elems == 2048 * 1024
+    assert wgmma_ss.TRANSPOSED_B in [a.name for a in product.args]
+    assert "@@SSTEPT" in job.kernel_source(1) and "scratch_bt" in job.kernel_source(1)
+    no_rounding = dataclasses.replace(TMA_H200, tensor_cores=tuple(
+        c for c in TMA_H200.tensor_cores if c != TMA_TF32))
+    for prog, policy, target in ((product_nk(4096, 4096, 4096), "3xtf32", TMA_H200),
+                                 (product_nk(4096, 4096, 4096), "tf32", no_rounding),
+                                 (product_nk(4096, 4096, 128), "tf32", TMA_H200)):
+        src = prepare(prog, policy, target, pipe).kernel_source(0)
+        assert "@@SSTEPT" not in src and "@@TSTEP" in src
+
+
+@pytest.mark.skipif(cl is None, reason="needs pyopencl")
+@pytest.mark.parametrize("m, n, k, batch, layout, form", [
+    (250, 488, 200, 0, "nk", (2, 256, 4)),  # 128x256 tiles, edges in M, N and K (7 steps)
+    (250, 248, 420, 0, "nk", (2, 128, 3)),  # 14 K steps through three stages, K tail
+    (250, 248, 100, 0, "kn", (2, 128, 3)),  # B along N: transposed into scratch first
+    (250, 248, 72, 2, "kn", (2, 128, 3)),  # batched, B along N, edges
+], ids=["wide", "three-stages", "b-along-n", "batched-b-along-n"])
+def test_tf32_ss_kernel_computes_the_product_in_emulation(device, pipe, used, monkeypatch,
+                                                          encodes, m, n, k, batch, layout,
+                                                          form):
+    """wgmma_ss under tf32: the copies round each f32 to TF32 (emulated: to nearest), the
+    products of the rounded values summed in f32, within the tf32 bound of float64; B along
+    N through transpose_b's kernel first."""
+    if "Portable Computing Language" not in device.info.platform:
+        pytest.skip("the emulation is checked on PoCL")
+    monkeypatch.setattr(wgmma, "MIN_K", 32)
+    monkeypatch.setitem(wgmma_ss.MIN_K, tma.TF32, 32)  # short K keeps the emulation quick
+    monkeypatch.setattr(wgmma_ss, "FORMS", (form,))
+    monkeypatch.setitem(wgmma_ss.RATES, tma.TF32, {form: (2.0, 2.0)})
+    prog = product_nk(m, n, k) if layout == "nk" else matmul(m, n, k, batch)
+    job = prepare(prog, "tf32", dataclasses.replace(TMA_H200, compute_units=1), pipe)
+    assert used(job) == {"wgmma-tf32": 1} and "@@SSTEPT" in job.kernel_source(len(job.kernels) - 1)
+    assert len(job.kernels) == (2 if layout == "kn" else 1)
+    rng = np.random.default_rng(8)
+    lead = (batch,) if batch else ()
+    a = rng.uniform(-1, 1, (*lead, m, k)).astype(np.float32)
+    b = rng.uniform(-1, 1, (*lead, k, n)).astype(np.float32)
+    got = run_kernels(device, job, [emulated_wgmma(job.kernel_source(i), "eager")
+                                    for i in range(len(job.kernels))],
+                      [a, np.ascontiguousarray(b.T) if layout == "nk" else b], (*lead, m, n),
+                      np.float32)
+    check_values(got, a, b, "tf32")
+    # the operands were rounded: truncating them instead is outside half the bound
+    trunc = [(x.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32) for x in (a, b)]
+    assert not np.allclose(got, trunc[0].astype(np.float64) @ trunc[1], rtol=0, atol=1e-5)
+
+
+@pytest.mark.skipif(cl is None, reason="needs pyopencl")
+def test_tma_tf32_probe_expects_rounding_to_nearest(device, encodes):
+    """The TFLOAT32 TMA probe's check (``tma_tf32_ok``) passes the emulated copy (rounding to
+    nearest) and fails a truncating one."""
+    if "Portable Computing Language" not in device.info.platform:
+        pytest.skip("the emulation is checked on PoCL")
+    source = emulated_wgmma(one_line(tensor_cores.tma_tf32_probe_source()), "eager")
+    y = tensor_cores.tma_tf32_probe_case()
+    got = tensor_cores.run_isolated(device.device, source, "accy_tma_tf32_probe", [y],
+                                    np.zeros(256, np.uint32), items=128, scratch=tma.MAP_BYTES)
+    assert tensor_cores.tma_tf32_ok(y, got)
+    truncating = source.replace("+ 0x1000u", "+ 0x0u")
+    assert truncating != source
+    got = tensor_cores.run_isolated(device.device, truncating, "accy_tma_tf32_probe", [y],
+                                    np.zeros(256, np.uint32), items=128, scratch=tma.MAP_BYTES)
+    assert not tensor_cores.tma_tf32_ok(y, got)
+
+
+@pytest.mark.skipif(not (shutil.which("clang-15") and shutil.which("ptxas")),
+                    reason="needs clang-15 and CUDA's ptxas")
+@pytest.mark.parametrize("layout", ["nk", "kn"])
+def test_tf32_ss_kernels_assemble_for_sm_90a_without_spills(pipe, tmp_path, encodes, layout):
+    """wgmma_ss's TF32 kernel (and, B along N, the transposing kernel before it) through
+    clang's PTX, expanded, assembled by ptxas for sm_90a."""
+    prog = product_nk(2048, 2048, 1024) if layout == "nk" else matmul(2048, 2048, 1024)
+    job = prepare(prog, "tf32", TMA_H200, pipe)
+    for i in range(len(job.kernels)):
+        log = assembled(_F32_BUILTINS + job.kernel_source(i), tmp_path)
+        assert "0 bytes spill stores" in log, log[-2000:]

@@ -34,20 +34,6 @@ WITH_TMA = dataclasses.replace(HOPPER, tensor_cores=(*HOPPER.tensor_cores, TMA_C
 FEW_UNITS = dataclasses.replace(WITH_TMA, compute_units=1)
 ROOMY_H200 = dataclasses.replace(WITH_TMA, static_local_bytes=226 * 1024)  # as probed there
 ROOMY = dataclasses.replace(ROOMY_H200, compute_units=1)
-WORDS = tuple(range(0x100, 0x110))  # a template's stand-in (no CUDA driver here)
-
-
-@pytest.fixture
-def encodes(monkeypatch):
-    """Templates encode (as stand-in words) without a CUDA driver; the geometries asked."""
-    asked = []
-
-    def template(dtype, dims, strides, box, swizzle=tma.SWIZZLE_128B):
-        asked.append((dims, strides, box))
-        return WORDS
-
-    monkeypatch.setattr(tma, "template", template)
-    return asked
 
 
 def test_expand_writes_the_copies_and_barriers():
@@ -127,7 +113,8 @@ def test_taken_with_the_probe_and_a_driver_else_cp_async(pipe, used, encodes, mo
     assert src.count("@@TMA5") == 2 * (3 + 2) and "cp.async" not in src
     assert "@@TMAP" in src and "0x10f" in src and "tmaps0" in src
     assert job.kernels[0].args[-1].scratch_elems == 8 * 16 * 16  # a map a work-group
-    assert set(encodes) == {((2048, 2, 4, 4, 32), (4096, 32768, 8192, 131072), (64, 2, 4, 4, 1))}
+    assert set(encodes) == {((2048, 2, 4, 4, 32), (4096, 32768, 8192, 131072), (64, 2, 4, 4, 1),
+                             tma.F16)}
     for target in (HOPPER, WITH_TMA):  # no probe entry; no driver (the template's reason)
         if target is WITH_TMA:
             monkeypatch.undo()
@@ -190,8 +177,8 @@ def test_a_copied_too_where_static_local_memory_holds_the_stages(pipe, used, enc
     assert src.count("@@TMA2") == 5 * (3 + 2)  # A's box and B's four blocks a step
     assert job.kernels[0].geometry.local_size == (256,)  # 128x256 tiles
     assert job.kernels[0].args[-1].scratch_elems == 16 * 32 * 2 * 16  # two maps a group
-    assert ((4096, 4096), (8192,), (64, 128)) in encodes  # A: (K, M), boxes 64 x 128 rows
-    assert ((4096, 4096), (8192,), (64, 64)) in encodes  # B: (N, K), 64-column blocks
+    assert ((4096, 4096), (8192,), (64, 128), tma.F16) in encodes  # A: (K, M), 64 x 128 boxes
+    assert ((4096, 4096), (8192,), (64, 64), tma.F16) in encodes  # B: (N, K), 64-column blocks
     src = prepare(matmul16(4096, 4096, 4096, b_transposed=True), "ieee", ROOMY_H200,
                   pipe).kernel_source(0)
     assert "@@SSTEP256_4_2_2_0" in src and src.count("@@TMA2") == 2 * (3 + 2)
@@ -233,9 +220,9 @@ def test_kernel_with_a_copied_computes_the_product_in_emulation(
     if "Portable Computing Language" not in device.info.platform:
         pytest.skip("the emulation is checked on PoCL")
     monkeypatch.setattr(wgmma, "MIN_K", 32)
-    monkeypatch.setattr(wgmma_ss, "MIN_K", 32)  # short K keeps the emulation quick
+    monkeypatch.setitem(wgmma_ss.MIN_K, tma.F16, 32)  # short K keeps the emulation quick
     monkeypatch.setattr(wgmma_ss, "FORMS", ((warpgroups, bn, stages),))
-    monkeypatch.setattr(wgmma_ss, "RATES", {(warpgroups, bn, stages): (2.0, 2.0)})
+    monkeypatch.setitem(wgmma_ss.RATES, tma.F16, {(warpgroups, bn, stages): (2.0, 2.0)})
     job = prepare(matmul16(m, n, k, batch, bias, b_transposed=bt), "ieee", ROOMY, pipe)
     assert used(job) == {"wgmma-f16": 1} and "@@SSTEP" in job.kernel_source(0)
     check_f16_product(device, job, emulated_wgmma(job.kernel_source(0), "eager"), m, n, k,

@@ -34,6 +34,7 @@ from accy.target import (
     TF32_MMA,
     TF32_SATFINITE,
     TMA_COPY,
+    TMA_TF32,
     WGMMA_F16,
     WGMMA_TF32,
 )
@@ -292,6 +293,66 @@ def tma_probe_case() -> tuple[np.ndarray, np.ndarray]:
     return y, np.concatenate([tma_box(y, *m) for m in TMA_PROBE_MAPS])
 
 
+# TMA with a TFLOAT32 tensor map (accy/kernels/wgmma_ss.py under tf32): one box of an 8 x 32 f32
+# matrix, copied as TMA_PROBE_SOURCE copies; the landed words must be the f32 rounded to TF32
+# to nearest (:func:`tma_tf32_ok`), not truncated
+TMA_TF32_PROBE_SOURCE = r"""
+__kernel __attribute__((reqd_work_group_size(128, 1, 1)))
+void accy_tma_tf32_probe(__global ulong* maps, __global const uint* y, __global uint* out) {
+  __local uint b_tile[2048 / 4];
+  __local ulong bar[1];
+  const int tid = get_local_id(0);
+  const int base = (((int)(size_t)b_tile) + 1023) & -1024, b = (int)(size_t)bar;
+  if (tid == 0) {
+    asm volatile("@TMAP@" :: "l"((ulong)maps), "l"((ulong)y) : "memory");
+    asm volatile("// @@MBINIT1 %0" :: "r"(b) : "memory");
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+  if (tid == 0) {
+    asm volatile("// @@MBEXPECT1024 %0" :: "r"(b) : "memory");
+    asm volatile("// @@TMA2 %0, %1, %2, %3, %4 ; @GEO@" :: "r"(base), "l"((ulong)maps),
+                 "r"(0), "r"(0), "r"(b) : "memory");
+  }
+  asm volatile("// @@MBWAIT %0, %1" :: "r"(b), "r"(0) : "memory");
+  const int off = (base - (int)(size_t)b_tile) / 4;
+  for (int i = tid; i < 256; i += 128) out[i] = b_tile[off + i];
+}
+"""
+TMA_TF32_PROBE_MAP = ((32, 8), (128,), (32, 8))  # dims, strides (bytes), box
+
+
+def tma_tf32_probe_source() -> str | None:
+    """The TFLOAT32 TMA probe kernel with its template, or None where none encodes."""
+    dims, strides, box = TMA_TF32_PROBE_MAP
+    words = tma.template(tma.TF32, dims, strides, box)
+    if isinstance(words, str):
+        return None
+    return TMA_TF32_PROBE_SOURCE.replace("@TMAP@", tma.tmap(words)).replace(
+        "@GEO@", tma.geometry_text(dims, strides, box, tma.TF32))
+
+
+def tma_tf32_probe_case() -> np.ndarray:
+    """The probe's 8 x 32 f32 (as uint32 bits): values in (-4, 4) whose 13 low mantissa bits
+    cover below, at and above half a TF32 unit (where truncation and rounding differ)."""
+    rng = np.random.default_rng(13)
+    x = rng.uniform(-4, 4, 256).astype(np.float32).view(np.uint32) & np.uint32(0xFFFFE000)
+    low = np.array([0, 1, 0xFFF, 0x1000, 0x1001, 0x1FFF, 0x1800, 0x0800], np.uint32)
+    return (x | np.resize(low, 256)).reshape(8, 32)
+
+
+def tma_tf32_ok(y: np.ndarray, got: np.ndarray) -> bool:
+    """Whether the probe's landed words (128-byte swizzled: 16-byte chunk c of row r at
+    c ^ r) are ``y`` rounded to TF32 to nearest, a tie either way."""
+    rows = np.arange(8)[:, None]
+    chunk, word = np.arange(32)[None, :] // 4, np.arange(32)[None, :] % 4
+    landed = got.reshape(8, 32)[rows, 4 * (chunk ^ rows) + word].astype(np.int64)
+    down = (y & np.uint32(0xFFFFE000)).astype(np.int64)
+    low = (y & np.uint32(0x1FFF)).astype(np.int64)
+    near = np.where(low < 0x1000, landed == down, np.where(
+        low > 0x1000, landed == down + 0x2000, (landed == down) | (landed == down + 0x2000)))
+    return bool(near.all())
+
+
 def build_program(context: cl.Context, device: cl.Device, source: str,
                   options: tuple[str, ...] = ()) -> cl.Program:
     """``source`` built for ``device``; a source holding deferred PTX (wgmma markers,
@@ -373,8 +434,8 @@ def run_isolated(device: cl.Device, source: str, entry: str, args: list[np.ndarr
 
 def probe_isolated(device: cl.Device, wgmma: bool) -> tuple[str, ...]:
     """``CP_ASYNC``, ``F16_MMA``, ``TF32_SATFINITE`` and (``wgmma``: compute capability 9.0)
-    ``WGMMA_F16``, ``WGMMA_TF32`` and ``TMA_COPY`` where their probes build and compute right
-    (TMA's also needs the CUDA driver library to encode its tensor maps)."""
+    ``WGMMA_F16``, ``WGMMA_TF32``, ``TMA_COPY`` and ``TMA_TF32`` where their probes build and
+    compute right (TMA's also needs the CUDA driver library to encode its tensor maps)."""
     found = []
     try:
         src, want = cp_async_probe_case()
@@ -428,6 +489,13 @@ def probe_isolated(device: cl.Device, wgmma: bool) -> tuple[str, ...]:
                         np.zeros(want.size // 2, np.uint32), items=128,
                         scratch=2 * tma.MAP_BYTES).view(np.uint16), want):
                     found.append(TMA_COPY)
+            source = tma_tf32_probe_source()
+            if TMA_COPY in found and source is not None:
+                y = tma_tf32_probe_case()
+                if tma_tf32_ok(y, run_isolated(device, source, "accy_tma_tf32_probe", [y],
+                                               np.zeros(256, np.uint32), items=128,
+                                               scratch=tma.MAP_BYTES)):
+                    found.append(TMA_TF32)
         except (cl.Error, ValueError):
             pass
     return tuple(found)
