@@ -159,14 +159,16 @@ def fuzz():
         verdict = check(case, got, exact, mag, policy)
         bad += not verdict["ok"]
         rows.append({"case": case["name"], "tma": True, "ms": ms, "ok": verdict["ok"],
-                     "a_copied": "@@SSTEP" in source, "kernels": len(job.kernels),
+                     "a_copied": "@@SSTEP" in source, "walks": "c_stage" in source,
+                     "kernels": len(job.kernels),
                      "bound_use": verdict["bound_use"]})
         print(rows[-1], flush=True)
     res["fuzz_rows"] = rows
     if bad:
         raise RuntimeError(f"{bad} products out of bounds")
     return {"cases": len(rows), "tma": sum(r["tma"] for r in rows),
-            "a_copied": sum(r.get("a_copied", False) for r in rows)}
+            "a_copied": sum(r.get("a_copied", False) for r in rows),
+            "walks": sum(r.get("walks", False) for r in rows)}
 
 
 if __name__ == "__main__":

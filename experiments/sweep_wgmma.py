@@ -68,19 +68,23 @@ def precision_of(policy: str) -> str:
     return "3xtf32" if policy == "f16" else policy
 
 
-def parse_form(text: str) -> tuple[bool, int, int]:
-    """``--forms`` entry ``[s]W[xN]`` as (A copied too, warpgroups, columns)."""
-    copied = text.startswith("s")
-    height, _, columns = text.removeprefix("s").partition("x")
-    return copied, int(height), int(columns or wgmma.BN)
+def parse_form(text: str) -> tuple[bool, int, int, bool]:
+    """``--forms`` entry ``[s|p]W[xN]`` as (A copied too, warpgroups, columns, persistent:
+    ``p``, A copied too with each work-group walking tiles, ``wgmma_ss.PERSISTENT``)."""
+    persistent = text.startswith("p")
+    copied = persistent or text.startswith("s")
+    height, _, columns = text.lstrip("sp").partition("x")
+    return copied, int(height), int(columns or wgmma.BN), persistent
 
 
 @contextlib.contextmanager
-def forced(form: tuple[bool, int, int]):
+def forced(form: tuple[bool, int, int, bool]):
     """Selection's limits lifted and only ``form`` (:func:`parse_form`) tried, while inside."""
-    copied, height, columns = form
+    copied, height, columns, persistent = form
     saved = (wgmma.WARPGROUPS, dict(wgmma_tf32.WARPGROUPS), wgmma.RATES, wgmma.TMA_RATES,
-             wgmma.MIN_K, wgmma_ss.ENABLED, wgmma_ss.FORMS, wgmma_ss.RATES, wgmma_ss.MIN_K)
+             wgmma.MIN_K, wgmma_ss.ENABLED, wgmma_ss.FORMS, wgmma_ss.RATES, wgmma_ss.MIN_K,
+             wgmma_ss.PERSISTENT)
+    wgmma_ss.PERSISTENT = persistent
     wgmma.WARPGROUPS, wgmma.MIN_K = (height,), 0
     wgmma.RATES = wgmma.TMA_RATES = {height: math.inf}
     wgmma_tf32.WARPGROUPS.update({p: (height,) for p in wgmma_tf32.WARPGROUPS})
@@ -93,7 +97,7 @@ def forced(form: tuple[bool, int, int]):
         yield
     finally:
         (wgmma.WARPGROUPS, tf32, wgmma.RATES, wgmma.TMA_RATES, wgmma.MIN_K, wgmma_ss.ENABLED,
-         wgmma_ss.FORMS, wgmma_ss.RATES, wgmma_ss.MIN_K) = saved
+         wgmma_ss.FORMS, wgmma_ss.RATES, wgmma_ss.MIN_K, wgmma_ss.PERSISTENT) = saved
         wgmma_tf32.WARPGROUPS.update(tf32)
 
 
@@ -112,7 +116,7 @@ def encodable():
         tma.template = real
 
 
-def rebuilt(job: accy.PreparedJob, policy: str, form: tuple[bool, int, int]
+def rebuilt(job: accy.PreparedJob, policy: str, form: tuple[bool, int, int, bool]
             ) -> accy.PreparedJob:
     """``job`` with its product kernel rebuilt by the wgmma generator of ``policy`` in
     ``form`` (:func:`parse_form`; selection's limits lifted), legalized again; ValueError
@@ -222,7 +226,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--cases", default=DEFAULT_CASES)
     ap.add_argument("--policies", default="f16,tf32,3xtf32")
     ap.add_argument("--forms", default="4,2,s2x256,s2",
-                    help="[s]W[xN]: W warpgroups a work-group, A copied too (s), N columns")
+                    help="[s|p]W[xN]: W warpgroups a work-group, A copied too (s; p: and "
+                    "each work-group walking tiles), N columns")
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--plan", action="store_true", help="no device: what selection picks")
     ap.add_argument("--out", default="results/sweep_wgmma.json")

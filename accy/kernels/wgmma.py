@@ -6,10 +6,11 @@ Taken before ``mma-f16`` where the target's probe ran a register-A ``wgmma`` (``
 expanded and built for ``sm_90a`` by the runtime, :mod:`accy.kernels.wgmma_ptx`), the product
 is one ``mma-f16`` takes (:func:`accy.kernels.mma_plan.plan`) with A stored along K in whole
 16-byte vectors, B along N in whole 16-byte vectors (``x @ W``) or along K in whole pairs of
-halves (``x @ W.T``), K is at least ``MIN_K`` and its tiles score above the mma kernels'
-(:func:`plan_for`). Where the probe ran TMA copies, the kernel built is one of two subclasses
-of this one: B copied by TMA (:mod:`accy.kernels.wgmma_tma`) or, where the target's static
-local memory holds their stages, A and B both (:mod:`accy.kernels.wgmma_ss`; :func:`tilings`).
+halves (``x @ W.T``), K is at least ``MIN_K`` (``wgmma_ss.SHORT_K`` where that kernel walks
+tiles) and its tiles score above the mma kernels' (:func:`plan_for`). Where the probe ran TMA
+copies, the kernel built is one of two subclasses of this one: B copied by TMA
+(:mod:`accy.kernels.wgmma_tma`) or, where the target's static local memory holds their
+stages, A and B both (:mod:`accy.kernels.wgmma_ss`; :func:`tilings`).
 
 The kernel (``experiments/probe_wgmma.py`` step (7), where it was measured): a work-group of
 4 or 2 warpgroups (128 work-items each; :data:`WARPGROUPS`) computes a 256 or 128 x ``BN``
@@ -361,9 +362,12 @@ def tilings(c: Contraction, target: TargetProfile) -> list[tuple[MmaTiles, float
     :data:`RATES` otherwise, one work-group a unit."""
     from accy.kernels import wgmma_ss  # (it builds on this module)
 
-    if wgmma_ss.unusable(c, target) is None:
-        return [(t, wgmma_ss.rate(f, c.k.size), wgmma_ss.resident(t, target))
-                for f in wgmma_ss.FORMS for t in [wgmma_ss.form_tiles(f)]]
+    if forms := wgmma_ss.forms_for(c, target):
+        return [(t, wgmma_ss.rate(f, c.k.size), wgmma_ss.resident(t, target, walking))
+                for f in forms for t in [wgmma_ss.form_tiles(f)]
+                for walking in [wgmma_ss.walks(c, t, target)]]
+    if c.k.size < MIN_K:
+        return []
     rates = TMA_RATES if copies_by_tma(c, target) else RATES
     return [(tiles(h), rates[h], 1) for h in WARPGROUPS]
 
@@ -383,8 +387,9 @@ def plan_for(group: FusionGroup, target: TargetProfile, capability: str, dtype: 
     """The contraction of a group a wgmma generator takes and its tiles (its probe's
     ``capability``, its ``dtype``, operands ``layout`` accepts, ``local_bytes`` of stages, the
     ``tilings`` of the contraction with their rates and work-groups a compute unit), or why
-    not: K of at least ``MIN_K``, and of the tiles padding M x N by at most ``MAX_PADDING``,
-    the best scoring (:func:`score`) where that beats the mma kernels' tiles."""
+    not: of the tilings (none where K is too short for every kernel: below ``MIN_K`` for the
+    register-A ones) padding M x N by at most ``MAX_PADDING``, the best scoring
+    (:func:`score`) where that beats the mma kernels' tiles."""
     if capability not in target.tensor_cores:
         return f"the target's probe found no {capability} (TargetProfile.tensor_cores)"
     found = mma_plan(group, target)
@@ -397,11 +402,9 @@ def plan_for(group: FusionGroup, target: TargetProfile, capability: str, dtype: 
         return why
     if local_bytes > target.local_mem_bytes:
         return f"{local_bytes} bytes of local memory"
-    if c.k.size < MIN_K:
-        return f"K = {c.k.size} is below {MIN_K}: the mma kernels are faster there"
     units = target.compute_units
     to_beat = mma_score(c, theirs, units)
-    best, why = None, "no tiles"
+    best, why = None, f"K = {c.k.size} is below {MIN_K}: the mma kernels are faster there"
     for t, rate, per_unit in tilings(c):
         if t.threads > target.max_work_group_size:
             why = f"a work-group of {t.threads} work-items"
@@ -446,7 +449,7 @@ def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
     from accy.kernels.wgmma_tma import SWIZZLE, _WgmmaTma
 
     c, t = found
-    kernel = (wgmma_ss._WgmmaSs if wgmma_ss.unusable(c, target) is None else
+    kernel = (wgmma_ss._WgmmaSs if wgmma_ss.forms_for(c, target) else
               _WgmmaTma if copies_by_tma(c, target) else None)
     if kernel is None:
         return (_Wgmma(group, outline, kind, einsum, c, t, "f16", target).build(),)

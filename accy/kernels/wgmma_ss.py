@@ -24,8 +24,16 @@ stored along N (``x @ W``) is first transposed into scratch memory, N x K, by a 
 (:func:`transpose_b`: a read and a write of B, a few percent of the product's time at 4096^3),
 which the product then copies from (:func:`b_transposed`).
 
-Taken by ``wgmma.build`` (``wgmma_tf32.build``) where :func:`unusable` finds nothing against
-it, in the form ``wgmma.plan_for`` scores best of :data:`FORMS`.
+Where an f16 product (unbatched, or of K below :data:`MIN_K`) has more tiles than work-groups
+the compute units hold (:func:`walks`), the kernel walks tiles (:meth:`_WgmmaSs.walk`): that
+many work-groups, each taking every ``workers``-th tile, the stage ring running over all its
+tiles' K steps, so the copies of the next tile's first steps are in flight while a tile's last
+products finish and its results are stored (through a buffer of its own, the stages being
+the copies'). That hides what a short K exposes, and the kernel is then taken from K
+:data:`SHORT_K` (:func:`forms_for`).
+
+Taken by ``wgmma.build`` (``wgmma_tf32.build``) where :func:`forms_for` lists forms, in the
+form ``wgmma.plan_for`` scores best of them.
 """
 
 from __future__ import annotations
@@ -34,15 +42,19 @@ import dataclasses
 
 from accy.ir.types import DType
 from accy.kernels import tma
-from accy.kernels.contraction_plan import Contraction
+from accy.kernels.contraction_plan import Contraction, tile_groups
 from accy.kernels.ir import (
     INDEX,
+    Assign,
     Barrier,
     Bin,
+    Call,
     Cast,
     Expr,
+    For,
     Id,
     If,
+    InlineAsm,
     Kernel,
     KernelArg,
     LaunchGeometry,
@@ -60,9 +72,10 @@ from accy.kernels.ir import (
     mod,
     mul,
 )
-from accy.kernels.mma_plan import MmaTiles, along_k
+from accy.kernels.mma_plan import MmaTiles, along_k, lane_parts, warp_origin
+from accy.kernels.mma_store import STAGE_PAD
 from accy.kernels.wgmma import _Wgmma, tiles
-from accy.kernels.wgmma_ptx import descriptor_bits, sstep
+from accy.kernels.wgmma_ptx import WAIT0, descriptor_bits, sstep
 from accy.kernels.wgmma_tma import ATOM, Geometry, _WgmmaTma, i32
 from accy.target import TMA_COPY, TMA_TF32, TargetProfile
 
@@ -88,6 +101,15 @@ LONG_K = 1024
 # steps of 32) was faster there; from K 512 this one was
 MIN_K = {tma.F16: 512, tma.TF32: 256}
 ENABLED = True  # off: wgmma-f16 keeps A in registers everywhere (ablations, sweeps)
+# each work-group walks tiles (as many work-groups as the compute units hold), its copies
+# running ahead into the next tile's steps while it stores the last (:meth:`_WgmmaSs.walk`):
+# None where :func:`walks` says (slower with a tile each: its stores go through a smaller
+# buffer), True / False always / never (sweeps, ablations)
+PERSISTENT: bool | None = None
+# K of at least SHORT_K where the kernel walks tiles (below MIN_K): its copies of the next
+# tiles' steps overlap the stores, which a short K exposes (papers/kernels.md, "Twenty-first")
+SHORT_K = 64
+C_ROWS = 16  # rows of the tile a pass of the walking form's stores (one warp's fragment row)
 
 
 def stage_bytes(t: MmaTiles) -> int:
@@ -109,10 +131,53 @@ def rate(form: tuple[int, int, int], k: int, dtype: int = tma.F16) -> float:
     return RATES[dtype][form][k > LONG_K]
 
 
-def resident(t: MmaTiles, target: TargetProfile) -> int:
+def resident(t: MmaTiles, target: TargetProfile, walking: bool = False) -> int:
     """Work-groups of tiles ``t`` a compute unit holds by local memory (its static local
-    memory, the most one work-group may declare, taken as the unit's)."""
-    return max(1, target.group_local_bytes // local_bytes(t))
+    memory, the most one work-group may declare, taken as the unit's); ``walking``: with the
+    walking form's store buffer of :data:`C_ROWS` f32 rows."""
+    extra = C_ROWS * (t.bn + STAGE_PAD) * 4 if walking else 0
+    return max(1, target.group_local_bytes // (local_bytes(t) + extra))
+
+
+def walks(c: Contraction, t: MmaTiles, target: TargetProfile, dtype: int = tma.F16) -> bool:
+    """Whether the kernel of tiles ``t`` walks tiles (:data:`PERSISTENT`): f16 products with
+    more tiles than the compute units hold work-groups, unbatched or of K below
+    :data:`MIN_K`. Measured (papers/kernels.md, "Twenty-first session"): 1.06-1.22x on
+    unbatched f16 products and short-K batched ones, but 0.70-0.93x on batched ones of K
+    1000-2400 and 0.85-1.0x under TF32 (random shapes), which keep a tile a work-group."""
+    if PERSISTENT is not None:
+        return PERSISTENT
+    return (dtype == tma.F16 and (not c.batch or c.k.size < MIN_K[dtype])
+            and tile_groups(c, t.bm, t.bn) > target.compute_units * resident(t, target, True))
+
+
+def forms_for(c: Contraction, target: TargetProfile, dtype: int = tma.F16
+              ) -> list[tuple[int, int, int]]:
+    """The :data:`FORMS` taking ``c`` where :func:`unusable` finds nothing against the
+    kernel: K of at least :data:`MIN_K`, or of :data:`SHORT_K` where the form walks tiles."""
+    if unusable(c, target, dtype) is not None:
+        return []
+    return [f for f in FORMS
+            if c.k.size >= MIN_K[dtype] or walks(c, form_tiles(f), target, dtype)]
+
+
+def tile_origin(c: Contraction, t: MmaTiles, tile: Expr) -> tuple[Expr, Expr, list[Expr]]:
+    """Tile ``tile``'s row and column of tiles and batch coordinates, as the mma kernels place
+    a work-group's (``_Builder.place``: bands of ``t.swizzle`` tile rows), as expressions."""
+    tiles_m, tiles_n = -(-c.m.size // t.bm), -(-c.n.size // t.bn)
+    inner_tile = mod(tile, tiles_m * tiles_n) if c.batch else tile
+    if t.swizzle > 1 and tiles_m > t.swizzle:
+        band = div(inner_tile, t.swizzle * tiles_n)
+        rows = Call("min", (idx(t.swizzle), Bin("-", idx(tiles_m), mul(band, idx(t.swizzle)))))
+        inner = mod(inner_tile, t.swizzle * tiles_n)
+        tm, tn = add(mul(band, idx(t.swizzle)), Bin("%", inner, rows)), Bin("/", inner, rows)
+    else:
+        tm, tn = div(inner_tile, tiles_n), mod(inner_tile, tiles_n)
+    bz, size, coords = div(tile, tiles_m * tiles_n), c.batch_size, []
+    for i, d in enumerate(c.batch):
+        size //= d.size
+        coords.append(div(bz, size) if i == 0 else mod(div(bz, size), d.size))
+    return tm, tn, coords
 
 
 def geometries(c: Contraction, bm: int, bn: int, dtype: int = tma.F16
@@ -158,15 +223,15 @@ def maps_of(c: Contraction, bm: int, bn: int, dtype: int = tma.F16
 
 def unusable(c: Contraction, target: TargetProfile, dtype: int = tma.F16) -> str | None:
     """Why wgmma-f16 (``dtype`` F16) or wgmma-tf32 (TF32) does not take this kernel for ``c``
-    (None: it does, at :data:`FORMS`): the probe's TMA copies (rounding to TF32 for TF32), K
-    of at least :data:`MIN_K`, every form's stages in the target's static local memory, and
-    both tensor maps of every form encoding."""
+    (None: it does, in :func:`forms_for`'s forms): the probe's TMA copies (rounding to TF32
+    for TF32), K of at least :data:`SHORT_K`, every form's stages in the target's static
+    local memory, and both tensor maps of every form encoding."""
     if not ENABLED or TMA_COPY not in target.tensor_cores:
         return "no TMA copies (the probe's cp.async.bulk.tensor)"
     if dtype == tma.TF32 and TMA_TF32 not in target.tensor_cores:
         return "no TMA copies rounding to TF32 (the probe's TFLOAT32 tensor map)"
-    if c.k.size < MIN_K[dtype]:
-        return f"K = {c.k.size} is below {MIN_K[dtype]}"
+    if c.k.size < min(MIN_K[dtype], SHORT_K):
+        return f"K = {c.k.size} is below {min(MIN_K[dtype], SHORT_K)}"
     if (need := max(local_bytes(form_tiles(f)) for f in FORMS)) > target.group_local_bytes:
         return f"{need} bytes of local memory"
     for f in FORMS:
@@ -256,13 +321,101 @@ class _WgmmaSs(_WgmmaTma):
             return k
         return dataclasses.replace(k, args=(*k.args, self.b_scratch))
 
+    def __init__(self, *args) -> None:
+        super().__init__(*args)
+        self.target: TargetProfile = args[-1]
+
     def build(self):
         found = maps_of(self.c, self.t.bm, self.t.bn, self.dtype)
         if isinstance(found, str):
             raise ValueError(f"wgmma-{self.policy} cannot copy A and B by TMA: {found}")
         (self.ga, self.g), self.maps = found
         self.kmajor = along_k(self.c, "y")
-        return _Wgmma.build(self)
+        self.walking = walks(self.c, self.t, self.target, self.dtype)
+        return self.walk() if self.walking else _Wgmma.build(self)
+
+    def walk(self) -> Kernel:
+        """The persistent form: as many work-groups as the compute units hold
+        (:func:`resident`), each taking tiles ``grp``, ``grp + workers`` ...; the stage ring
+        runs over all its tiles' K steps (step ``gs`` of tile ``ti``: ``ti * steps + kt``), so
+        the copies of the next tile's first steps are in flight while this one's products
+        finish and its results are stored (through a buffer of its own, :data:`C_STAGE`
+        words: the stages stay the copies')."""
+        c, t, ring = self.c, self.t, self.stages()
+        tiles = tile_groups(c, t.bm, t.bn)
+        per_unit = resident(t, self.target, True)
+        workers = min(tiles, self.target.compute_units * per_unit)
+        room = self.target.group_local_bytes // per_unit - local_bytes(t)  # for c_stage
+        self.c_rows = max(r for r in range(C_ROWS, t.bm + 1, C_ROWS)
+                          if r * self.c_row_words() * 4 <= room or r == C_ROWS)
+        steps = -(-c.k.size // self.bk)
+        warp = self.let("warp", div(self.let("tid", Id("local", 0)), 32))
+        g_, t_ = lane_parts(self.let("lane", mod(Var("tid"), 32)))
+        g, tt = self.let("g", g_), self.let("t", t_)
+        wm_, wn_ = warp_origin(t, warp)
+        wm, wn = self.let("wm", wm_), self.let("wn", wn_)
+        grp = self.let("grp", Id("group", 0))
+        self.body += [LocalArray("b_tile", self.tile_dtype, ring * self.stage_words(), 128),
+                      LocalArray("c_stage", self.tile_dtype, self.c_words(), 16)]
+        self.acc = [f"acc_0_{j}_{r}" for j in range(t.bn // 8) for r in range(4)]
+        for name in self.acc:
+            self.let(name, Lit(0.0, DType.f32), DType.f32, mutable=True)
+        self.b_copies(idx(0))
+        mine = self.let("mine", div(Bin("-", idx(tiles + workers - 1), grp), workers))
+        last = self.let("all_steps", mul(mine, idx(steps)))
+
+        def ahead(step: Expr) -> Stmt:  # ring step ``step``'s copies, where it exists
+            tm, tn, bc = tile_origin(c, t, add(grp, mul(div(step, steps), idx(workers))))
+            return If(Bin("<", step, last), tuple(self.boxes(
+                step, mod(step, steps), mod(step, ring), mul(tm, idx(t.bm)),
+                mul(tn, idx(t.bn)), bc)))
+
+        self.body += [ahead(idx(i)) for i in range(ring - 1)]
+        outer, self.body = self.body, []
+        tm, tn, bc = tile_origin(c, t, self.let("tile_i", add(grp, mul(Var("ti"), idx(
+            workers)))))
+        m0, n0 = self.let("m0", mul(tm, idx(t.bm))), self.let("n0", mul(tn, idx(t.bn)))
+        self.bcoords = [self.let(f"bc{i}", e) for i, e in enumerate(bc)]
+        self.bases = {"x": idx(0), "y": idx(0), "out": idx(0)}
+        for key in self.bases:
+            e: Expr = idx(0)
+            for coord, d in zip(self.bcoords, c.batch, strict=True):
+                e = add(e, mul(coord, idx(getattr(d, key))))
+            self.bases[key] = e if isinstance(e, Lit) else self.let(f"{key}_base", e)
+        self.body += [Assign(name, Lit(0.0, DType.f32)) for name in self.acc]
+        step: list[Stmt] = []
+        gs = self.let_in(step, "gs", add(mul(Var("ti"), idx(steps)), Var("kt")))
+        stage = self.let_in(step, "stage0", mod(gs, ring))
+        step += self.arrived(stage, gs, 0)
+        acc = tuple(("+f", name) for name in self.acc)
+        marker, rest = self.issue(self.b_desc(step, stage, 0))
+        ops = ", ".join(f"%{i}" for i in range(len(acc) + len(rest)))
+        step += [InlineAsm(f"{marker} {ops}", acc, rest, True, ("memory",)),
+                 ahead(add(gs, idx(ring - 1))),
+                 InlineAsm(f"{WAIT0} {', '.join(f'%{i}' for i in range(len(acc)))}", acc, (),
+                           True, ("memory",)), *self.released(stage)]
+        self.body.append(For("kt", idx(0), idx(steps), tuple(step)))
+        self.stores(m0, n0, wm, wn, g, tt)
+        loop, self.body = self.body, outer
+        self.body.append(For("ti", idx(0), mine, tuple(loop)))
+        return self.kernel(workers)
+
+    def c_row_words(self) -> int:
+        """Words of a row of the walking form's store buffer, padded as the staged stores
+        pad them (f16 results two halves a word)."""
+        per = 2 if self.f16 and self.c.dtype is DType.f16 else 1
+        return self.t.bn // per + STAGE_PAD
+
+    def c_words(self) -> int:
+        """Words of the walking form's store buffer: :attr:`c_rows` rows (the most, in
+        multiples of :data:`C_ROWS`, that the local memory left over holds)."""
+        return self.c_rows * self.c_row_words()
+
+    def stage_buffers(self) -> list[tuple[str, int, int]]:
+        """The stages (the K loop's, done) or, walking tiles, the store buffer of its own."""
+        if self.walking:
+            return [("c_stage", 0, self.c_words())]
+        return super().stage_buffers()
 
     def stages(self) -> int:
         return self.t.stages
@@ -285,16 +438,22 @@ class _WgmmaSs(_WgmmaTma):
         return [(self.maps[0], "x", 0), (self.maps[1], "y", tma.MAP_BYTES)]
 
     def copy(self, step: Expr, stage: Expr, tail: bool) -> list[Stmt]:
-        """Step ``step``'s boxes of A and B into ``stage``, issued by work-item 0 once every
-        warp read the stage's last step."""
-        t, k = self.t, mul(step, idx(self.bk))
+        """Step ``step``'s boxes of A and B into ``stage`` (:meth:`boxes`)."""
+        return self.boxes(step, step, stage, self.m0, self.n0, self.bcoords)
+
+    def boxes(self, step: Expr, kstep: Expr, stage: Expr, m0: Expr, n0: Expr,
+              bcoords: list[Expr]) -> list[Stmt]:
+        """The boxes of A and B of K step ``kstep`` of the tile at (``m0``, ``n0``, batch
+        ``bcoords``) into ``stage``, the ring's step ``step``, issued by work-item 0 once
+        every warp read the stage's last step."""
+        t, k = self.t, mul(kstep, idx(self.bk))
         out = self.refill(step, stage, stage_bytes(t))
-        out.append(self.box(self.ga, self.a_address(stage), 0, [k, self.m0], stage))
+        out.append(self.box(self.ga, self.a_address(stage), 0, [k, m0], stage, bcoords))
         for nb in range(1 if self.kmajor else t.bn // 64):
             at = Bin("+", self.stage_address(stage), i32(nb * BLOCK)) if nb else \
                 self.stage_address(stage)
-            coords = [k, self.n0] if self.kmajor else [add(self.n0, idx(64 * nb)), k]
-            out.append(self.box(self.g, at, tma.MAP_BYTES, coords, stage))
+            coords = [k, n0] if self.kmajor else [add(n0, idx(64 * nb)), k]
+            out.append(self.box(self.g, at, tma.MAP_BYTES, coords, stage, bcoords))
         return [If(Bin("==", Var("tid"), idx(0)), tuple(out))]
 
     def a_address(self, stage: Expr) -> Expr:

@@ -41,7 +41,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from accy.ir.types import DType
-from accy.kernels import loopnest, tma, wgmma_ss
+from accy.kernels import loopnest, tma, wgmma, wgmma_ss
 from accy.kernels.contraction_plan import Contraction, analyse
 from accy.kernels.generators import Generator, register_generator
 from accy.kernels.ir import (
@@ -228,10 +228,13 @@ def tilings(c: Contraction, target: TargetProfile, policy: str
     """The TF32 kernels' tilings of ``c``, their rates and work-groups a compute unit: A and B
     both copied by TMA, rounded to TF32 on the way (:mod:`accy.kernels.wgmma_ss`), under
     ``tf32`` where that kernel is usable; else A in registers at :data:`RATES`."""
-    if policy == "tf32" and wgmma_ss.unusable(ss_contraction(c), target, tma.TF32) is None:
-        return [(t, wgmma_ss.rate(f, c.k.size, tma.TF32), wgmma_ss.resident(t, target))
-                for f in wgmma_ss.FORMS
-                for t in [replace(wgmma_ss.form_tiles(f), loads="scalar")]]  # (as tiles())
+    if policy == "tf32" and (forms := wgmma_ss.forms_for(ss_contraction(c), target, tma.TF32)):
+        return [(t, wgmma_ss.rate(f, c.k.size, tma.TF32), wgmma_ss.resident(t, target, walking))
+                for f in forms
+                for t in [replace(wgmma_ss.form_tiles(f), loads="scalar")]  # (as tiles())
+                for walking in [wgmma_ss.walks(c, t, target, tma.TF32)]]
+    if c.k.size < wgmma.MIN_K:
+        return []
     return [(tiles(h), RATES[h], 1) for h in WARPGROUPS[policy]]
 
 
@@ -244,7 +247,7 @@ def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
     einsum, _ = analyse(group)  # type: ignore[misc]  (plan accepted it)
     c, t = found
     ss = ss_contraction(c)
-    if policy != "tf32" or wgmma_ss.unusable(ss, target, tma.TF32) is not None:
+    if policy != "tf32" or not wgmma_ss.forms_for(ss, target, tma.TF32):
         return (_WgmmaTf32(group, outline, kind, einsum, c, t, policy, target).build(),)
     kernel = wgmma_ss._WgmmaSsTf32(group, outline, kind, einsum, ss, replace(t, swizzle=SWIZZLE),
                                    policy, target)

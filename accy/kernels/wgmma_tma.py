@@ -197,14 +197,16 @@ class _WgmmaTma(_Wgmma):
                              True, ("memory",)))
         return out
 
-    def box(self, g: Geometry, dst: Expr, at: int, coords: list[Expr], stage: Expr) -> Stmt:
+    def box(self, g: Geometry, dst: Expr, at: int, coords: list[Expr], stage: Expr,
+            bcoords: list[Expr] | None = None) -> Stmt:
         """The copy of the box of map ``g`` (``at`` bytes into the work-group's maps) at
-        ``coords`` (and the tile's batch) to local address ``dst``, completing on
-        ``stage``'s full barrier."""
+        ``coords`` (and batch ``bcoords``, default the tile's) to local address ``dst``,
+        completing on ``stage``'s full barrier."""
         rank = len(g.box)
         text = (f"{tma.tma(rank)} {', '.join(f'%{i}' for i in range(rank + 3))} ; "
                 f"{tma.geometry_text(g.dims, g.strides, g.box, g.dtype)}")
-        coords = [*coords, *(self.bcoords[i] for i in g.batch)]
+        batch = self.bcoords if bcoords is None else bcoords
+        coords = [*coords, *(batch[i] for i in g.batch)]
         return InlineAsm(text, (), (
             ("r", dst), ("l", self.map_at(at)), *(("r", Cast(DType.i32, e)) for e in coords),
             ("r", self.bar(stage))), True, ("memory",))

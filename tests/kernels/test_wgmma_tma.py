@@ -169,23 +169,28 @@ def test_kernels_compute_the_product_in_emulation(device, pipe, used, monkeypatc
 
 def test_a_copied_too_where_static_local_memory_holds_the_stages(pipe, used, encodes):
     """wgmma_ss where the target's static local memory holds its stages (four of 48 KiB for
-    128x256 tiles) and K is at least wgmma_ss.MIN_K; B along N in 64-column blocks, B along
-    K in one box."""
+    128x256 tiles) and K is at least wgmma_ss.MIN_K (or SHORT_K where the kernel walks
+    tiles); B along N in 64-column blocks, B along K in one box."""
     job = prepare(matmul16(4096, 4096, 4096), "ieee", ROOMY_H200, pipe)
     src = job.kernel_source(0)
     assert used(job) == {"wgmma-f16": 1} and "@@SSTEP256_4_2_128_1" in src
-    assert src.count("@@TMA2") == 5 * (3 + 2)  # A's box and B's four blocks a step
+    # A's box and B's four blocks a step; 512 tiles walked by 132 work-groups: three steps
+    # ahead before the tile loop, one in its K loop, and a store buffer of their own
+    assert src.count("@@TMA2") == 5 * (3 + 1) and "c_stage" in src
     assert job.kernels[0].geometry.local_size == (256,)  # 128x256 tiles
-    assert job.kernels[0].args[-1].scratch_elems == 16 * 32 * 2 * 16  # two maps a group
+    assert job.kernels[0].args[-1].scratch_elems == 132 * 2 * 16  # two maps a work-group
     assert ((4096, 4096), (8192,), (64, 128), tma.F16) in encodes  # A: (K, M), 64 x 128 boxes
     assert ((4096, 4096), (8192,), (64, 64), tma.F16) in encodes  # B: (N, K), 64-column blocks
     src = prepare(matmul16(4096, 4096, 4096, b_transposed=True), "ieee", ROOMY_H200,
                   pipe).kernel_source(0)
-    assert "@@SSTEP256_4_2_2_0" in src and src.count("@@TMA2") == 2 * (3 + 2)
-    for prog, target in ((matmul16(4096, 4096, 256), ROOMY_H200),  # K below MIN_K
-                         (matmul16(4096, 4096, 1024), WITH_TMA)):  # 48 KiB
+    assert "@@SSTEP256_4_2_2_0" in src and src.count("@@TMA2") == 2 * (3 + 1)
+    for prog, target in ((matmul16(1024, 1024, 256), ROOMY_H200),  # K below MIN_K, tiles
+                         (matmul16(4096, 4096, 1024), WITH_TMA)):  # too few to walk; 48 KiB
         src = prepare(prog, "ieee", target, pipe).kernel_source(0)
         assert "@@SSTEP" not in src and "@@RSTEP" in src
+    # K below MIN_K where the kernel walks tiles (1024 of 128x128 for 264 work-groups)
+    src = prepare(matmul16(4096, 4096, 256), "ieee", ROOMY_H200, pipe).kernel_source(0)
+    assert "@@SSTEP128" in src and "c_stage" in src
 
 
 @pytest.mark.parametrize("m, n, k, wide", [
@@ -201,42 +206,54 @@ def test_selection_scores_the_forms_of_the_kernel_with_a_copied(pipe, used, enco
     src = job.kernel_source(0)
     assert used(job) == {"wgmma-f16": 1} and job.kernels[0].geometry.local_size == (256,)
     assert ("@@SSTEP256" in src) == wide and ("@@SSTEP128" in src) == (not wide)
-    if not wide:  # a step's three boxes: two steps before the loop, the loop body's two
-        assert src.count("@@TMA2") == 3 * (2 + 2)
+    walking = m == 4096  # more tiles than work-groups the units hold (1024 of 128x128)
+    assert ("c_stage" in src) == walking
+    if not wide:  # a step's three boxes: two steps ahead, then the K loop's one (walking) or
+        assert src.count("@@TMA2") == 3 * (2 + (1 if walking else 2))  # its two
 
 
 @pytest.mark.skipif(cl is None, reason="needs pyopencl")
-@pytest.mark.parametrize("m, n, k, batch, bias, warpgroups, bn, stages, bt", [
-    (500, 248, 160, 0, True, 4, 128, 4, False),  # 256x128 tiles, edges in M, N, K, bias
-    (250, 488, 200, 0, False, 2, 256, 4, False),  # 128x256 tiles, four K steps, four stages
-    (250, 248, 96, 2, False, 2, 128, 3, False),  # batched: the batch a coordinate of both maps
-    (250, 488, 200, 0, True, 2, 256, 4, True),  # B along K: K-major, one box a step
-    (250, 248, 400, 0, False, 2, 128, 3, True),  # 7 K steps through 3 stages (phases wrap)
-], ids=["edges-bias", "wide", "batched", "b-along-k", "three-stages"])
+@pytest.mark.parametrize("m, n, k, batch, bias, warpgroups, bn, stages, bt, walk", [
+    (500, 248, 160, 0, True, 4, 128, 4, False, None),  # 256x128 tiles, edges, bias
+    (250, 488, 200, 0, False, 2, 256, 4, False, None),  # 128x256 tiles, four K steps
+    (250, 248, 96, 2, False, 2, 128, 3, False, None),  # batched (K not short: a tile a
+    # work-group): the batch a coordinate of both maps
+    (250, 488, 200, 0, True, 2, 256, 4, True, None),  # B along K: K-major, one box a step
+    (250, 248, 400, 0, False, 2, 128, 3, True, None),  # 7 K steps through 3 stages
+    (250, 248, 64, 3, True, 2, 128, 3, False, True),  # walking batched, one K step a tile:
+    # the ring two tiles ahead, batch coordinates of tiles ahead, bias
+    (250, 248, 400, 0, False, 2, 128, 3, True, False),  # a tile a work-group (not walking)
+], ids=["edges-bias", "wide", "batched", "b-along-k", "three-stages", "short-k",
+        "not-walking"])
 def test_kernel_with_a_copied_computes_the_product_in_emulation(
         device, pipe, used, monkeypatch, encodes, m, n, k, batch, bias, warpgroups, bn, stages,
-        bt):
-    """wgmma_ss: A and B both copied by TMA into the static local memory's deep stages."""
+        bt, walk):
+    """wgmma_ss: A and B both copied by TMA into the static local memory's deep stages; one
+    compute unit, so its work-groups walk the tiles of unbatched products
+    (:func:`wgmma_ss.walks`), or as ``walk`` forces."""
     if "Portable Computing Language" not in device.info.platform:
         pytest.skip("the emulation is checked on PoCL")
+    monkeypatch.setattr(wgmma_ss, "PERSISTENT", walk)
     monkeypatch.setattr(wgmma, "MIN_K", 32)
     monkeypatch.setitem(wgmma_ss.MIN_K, tma.F16, 32)  # short K keeps the emulation quick
     monkeypatch.setattr(wgmma_ss, "FORMS", ((warpgroups, bn, stages),))
     monkeypatch.setitem(wgmma_ss.RATES, tma.F16, {(warpgroups, bn, stages): (2.0, 2.0)})
     job = prepare(matmul16(m, n, k, batch, bias, b_transposed=bt), "ieee", ROOMY, pipe)
     assert used(job) == {"wgmma-f16": 1} and "@@SSTEP" in job.kernel_source(0)
+    assert ("c_stage" in job.kernel_source(0)) == (walk if walk is not None else not batch)
     check_f16_product(device, job, emulated_wgmma(job.kernel_source(0), "eager"), m, n, k,
                       batch, bias, seed=7, b_transposed=bt)
 
 
 @pytest.mark.skipif(not (shutil.which("clang-15") and shutil.which("ptxas")),
                     reason="needs clang-15 and CUDA's ptxas")
-@pytest.mark.parametrize("k, batch, bt, roomy", [
-    (1024, 0, False, False), (520, 2, False, False), (1024, 0, False, True),
-    (1000, 2, True, True)], ids=["blocks", "atoms-batched", "a-copied", "a-copied-b-along-k"])
-def test_expanded_ptx_assembles_for_sm_90a_without_spills(pipe, tmp_path, encodes, k, batch,
+@pytest.mark.parametrize("m, k, batch, bt, roomy", [
+    (2048, 1024, 0, False, False), (2048, 520, 2, False, False), (2048, 1024, 0, False, True),
+    (2048, 1000, 2, True, True), (4096, 256, 2, False, True)],
+    ids=["blocks", "atoms-batched", "a-copied", "a-copied-b-along-k", "walking"])
+def test_expanded_ptx_assembles_for_sm_90a_without_spills(pipe, tmp_path, encodes, m, k, batch,
                                                           bt, roomy):
-    job = prepare(matmul16(2048, 2048, k, batch, b_transposed=bt), "ieee",
+    job = prepare(matmul16(m, 2048, k, batch, b_transposed=bt), "ieee",
                   ROOMY_H200 if roomy else WITH_TMA, pipe)
     assert "@@TMA" in job.kernel_source(0) and ("@@SSTEP" in job.kernel_source(0)) == roomy
     log = assembled(_NVPTX_BUILTINS + job.kernel_source(0), tmp_path)
