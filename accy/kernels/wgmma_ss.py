@@ -309,6 +309,10 @@ class _WgmmaSs(_WgmmaTma):
     dtype = tma.F16  # of the tensor maps
     b_scratch: KernelArg | None = None  # B read from there (transpose_b's), not its argument
 
+    def __init__(self, *args) -> None:
+        super().__init__(*args)
+        self.target: TargetProfile = args[-1]  # (_Builder's last argument)
+
     def reads_b_from(self, scratch: KernelArg) -> _WgmmaSs:
         """This kernel with B copied from ``scratch`` (:func:`transpose_b`'s, laid out as the
         contraction it was given says: :func:`b_transposed`)."""
@@ -320,10 +324,6 @@ class _WgmmaSs(_WgmmaTma):
         if self.b_scratch is None:
             return k
         return dataclasses.replace(k, args=(*k.args, self.b_scratch))
-
-    def __init__(self, *args) -> None:
-        super().__init__(*args)
-        self.target: TargetProfile = args[-1]
 
     def build(self):
         found = maps_of(self.c, self.t.bm, self.t.bn, self.dtype)
@@ -339,8 +339,8 @@ class _WgmmaSs(_WgmmaTma):
         (:func:`resident`), each taking tiles ``grp``, ``grp + workers`` ...; the stage ring
         runs over all its tiles' K steps (step ``gs`` of tile ``ti``: ``ti * steps + kt``), so
         the copies of the next tile's first steps are in flight while this one's products
-        finish and its results are stored (through a buffer of its own, :data:`C_STAGE`
-        words: the stages stay the copies')."""
+        finish and its results are stored (through a buffer of its own, ``c_stage``: the
+        stages stay the copies')."""
         c, t, ring = self.c, self.t, self.stages()
         tiles = tile_groups(c, t.bm, t.bn)
         per_unit = resident(t, self.target, True)

@@ -9,6 +9,8 @@ clang and CUDA's ptxas are installed, the expanded PTX assembled for sm_90a. On 
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import operator
 import shutil
 
 import numpy as np
@@ -273,3 +275,34 @@ def test_tma_probe_expects_what_its_kernel_copies(device, encodes):
                                     items=128, scratch=2 * tma.MAP_BYTES)
     np.testing.assert_array_equal(got.view(np.uint16), want)
     assert (want != 0).sum() > 2000  # boxes of the matrix, not of zeros
+
+
+def _value(e) -> int:
+    """An index expression of literals (tile_origin's of a literal tile), evaluated."""
+    from accy.kernels.ir import Bin, Call, Lit
+    if isinstance(e, Lit):
+        return int(e.value)
+    if isinstance(e, Call):
+        assert e.fn == "min"
+        return min(_value(a) for a in e.args)
+    assert isinstance(e, Bin), e
+    ops = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.floordiv,
+           "%": operator.mod}
+    return ops[e.op](_value(e.a), _value(e.b))
+
+
+@pytest.mark.parametrize("m, n, k, batch", [(4096, 4096, 256, 0), (1400, 3000, 64, 3),
+                                            (2500, 700, 128, 2)])
+def test_walked_tiles_cover_the_product_once(pipe, m, n, k, batch):
+    """tile_origin (where a walking work-group's tile i lies, and its copies' tiles ahead) maps
+    the tile indexes onto every (batch, tile row, tile column) once, in bands of tile rows."""
+    job = prepare(matmul16(m, n, k, batch), "ieee", HOPPER, pipe)
+    c = analyse(job.products[Stage.kernel].fusion.groups[0])[1]
+    t = dataclasses.replace(wgmma_ss.form_tiles((2, 128, 3)), swizzle=wgmma_tma.SWIZZLE)
+    tiles_m, tiles_n = -(-m // t.bm), -(-n // t.bn)
+    seen = set()
+    for tile in range(c.batch_size * tiles_m * tiles_n):
+        tm, tn, bc = wgmma_ss.tile_origin(c, t, idx(tile))
+        seen.add((*map(_value, bc), _value(tm), _value(tn)))
+    assert seen == {(*b, i, j) for b in itertools.product(*(range(d.size) for d in c.batch))
+                    for i in range(tiles_m) for j in range(tiles_n)}
