@@ -10,11 +10,13 @@ f32 operands under that precision policy), as
 
 * ``mma``: the job prepared with the wgmma generators switched off (``mma-f16``,
   ``mma-tf32``, ``mma-3xtf32`` or what else takes it);
-* ``w4``, ``w2``, ``ws2x256``, ``ws2`` (``--forms``): that job's product kernel rebuilt by the
-  wgmma generator at that many warpgroups a work-group (256- or 128-row tiles), A in registers
-  or, with ``s``, A and B both copied by TMA (f16 and tf32, :mod:`accy.kernels.wgmma_ss`; ``x256``
-  its 256 columns), the selection's limits lifted (``wgmma.WARPGROUPS``,
-  ``wgmma_tf32.WARPGROUPS``, ``wgmma.RATES``, ``wgmma.MIN_K``, ``wgmma_ss.FORMS`` ...);
+* ``w4``, ``w2``, ``ws2x256``, ``ws2``, ``wp2`` (``--forms``): that job's product kernel rebuilt
+  by the wgmma generator at that many warpgroups a work-group (256- or 128-row tiles), A in
+  registers or, with ``s``, A and B both copied by TMA (f16 and tf32,
+  :mod:`accy.kernels.wgmma_ss`; ``x256`` its 256 columns) a tile a work-group, with ``p`` so
+  with each work-group walking tiles (``wgmma_ss.PERSISTENT``), the selection's limits lifted
+  (``wgmma.WARPGROUPS``, ``wgmma_tf32.WARPGROUPS``, ``wgmma.RATES``, ``wgmma.MIN_K``,
+  ``wgmma_ss.FORMS`` ...);
 * ``auto``: the default pipeline, whatever selection (``wgmma.plan_for``) picks.
 
 Each is timed (OpenCL profiling events, two warm-up calls, median of ``--repeat``) and checked
