@@ -64,7 +64,7 @@ from accy.ir.node import Node
 from accy.ir.types import DType
 from accy.kernels import loopnest
 from accy.kernels.contraction import Partials
-from accy.kernels.contraction_plan import Contraction, analyse
+from accy.kernels.contraction_plan import Contraction, analyse, tile_groups
 from accy.kernels.generators import Generator, register_generator
 from accy.kernels.ir import (
     INDEX,
@@ -110,6 +110,7 @@ from accy.kernels.mma_plan import (
     b16_offset,
     b_lane_base,
     b_offset,
+    batch_of,
     copy_layout,
     copy_slot,
     copy_widths,
@@ -118,6 +119,7 @@ from accy.kernels.mma_plan import (
     local_index,
     pipelined,
     plan,
+    tile_of,
     warp_origin,
 )
 from accy.kernels.mma_ptx import (
@@ -163,7 +165,7 @@ class _Builder(VectorLoads, Stores):
         self.chunk: Expr | None = None
         self.scratch = KernelArg("scratch0", DType.f32, True, -1,
                                  self.chunks * einsum.type.size)
-        self.policy = policy
+        self.policy, self.target = policy, target
         # the 3xtf32 split's big part, saturating where the probe found it (see operand)
         self.big_cvt = (CVT_TF32_SAT if policy == "3xtf32"
                         and TF32_SATFINITE in target.tensor_cores else CVT_TF32)
@@ -350,46 +352,40 @@ class _Builder(VectorLoads, Stores):
         (``wm``, ``wn``) and the tile's (``m0``, ``n0``) as variables; sets :attr:`bcoords`,
         :attr:`bases` and, K split, the chunk."""
         c, t = self.c, self.t
-        tiles_m, tiles_n = -(-c.m.size // t.bm), -(-c.n.size // t.bn)
-        groups = c.batch_size * tiles_m * tiles_n
-        tid = self.let("tid", Id("local", 0))
-        lane = self.let("lane", mod(tid, 32))
-        warp = self.let("warp", div(tid, 32))
-        g_, t_ = lane_parts(lane)
-        g, tt = self.let("g", g_), self.let("t", t_)
-        wm_, wn_ = warp_origin(t, warp)
-        wm, wn = self.let("wm", wm_), self.let("wn", wn_)
+        groups = tile_groups(c, t.bm, t.bn)
+        lane, g, tt, wm, wn = self.lanes()
         grp = self.let("grp", Id("group", 0))
         if self.chunks > 1:  # group g: K chunk g / groups of tile g % groups
             self.chunk = self.let("chunk", div(grp, groups))
             grp = self.let("grp_t", mod(grp, groups))
             self.k0 = self.let("k0", mul(self.chunk, idx(self.chunk_k)))
-        tile = self.let("tile", mod(grp, tiles_m * tiles_n)) if c.batch else grp
-        if t.swizzle > 1 and tiles_m > t.swizzle:  # walk 8 tile rows together: L2 reuse
-            band = self.let("band", div(tile, t.swizzle * tiles_n))
-            rows = self.let("rows", Call("min", (idx(t.swizzle), Bin(
-                "-", idx(tiles_m), mul(band, idx(t.swizzle))))))
-            inner = self.let("inner", mod(tile, t.swizzle * tiles_n))
-            tm = self.let("tm", add(mul(band, idx(t.swizzle)), Bin("%", inner, rows)))
-            tn = self.let("tn", Bin("/", inner, rows))
-        else:
-            tm, tn = self.let("tm", div(tile, tiles_n)), self.let("tn", mod(tile, tiles_n))
-        m0, n0 = self.let("m0", mul(tm, idx(t.bm))), self.let("n0", mul(tn, idx(t.bn)))
-        self.bcoords: list[Expr] = []
-        self.bases: dict[str, Expr] = {"x": idx(0), "y": idx(0), "out": idx(0)}
-        if c.batch:  # the batch index: the group id above the tiles
-            bz = self.let("bz", div(grp, tiles_m * tiles_n))
-            inner_size = c.batch_size
-            for i, d in enumerate(c.batch):
-                inner_size //= d.size
-                coord = div(bz, inner_size) if i == 0 else mod(div(bz, inner_size), d.size)
-                self.bcoords.append(self.let(f"bc{i}", coord))
-            for key in self.bases:
-                e: Expr = idx(0)
-                for coord, d in zip(self.bcoords, c.batch, strict=True):
-                    e = add(e, mul(coord, idx(getattr(d, key))))
-                self.bases[key] = e if isinstance(e, Lit) else self.let(f"{key}_base", e)
+        m0, n0 = self.locate(grp)
         return groups, lane, g, tt, wm, wn, m0, n0
+
+    def lanes(self) -> tuple[Expr, Expr, Expr, Expr, Expr]:
+        """``lane``, ``g``, ``t`` and the warp's block origin (``wm``, ``wn``) as variables."""
+        tid = self.let("tid", Id("local", 0))
+        lane = self.let("lane", mod(tid, 32))
+        warp = self.let("warp", div(tid, 32))
+        g_, t_ = lane_parts(lane)
+        wm_, wn_ = warp_origin(self.t, warp)
+        return (lane, self.let("g", g_), self.let("t", t_), self.let("wm", wm_),
+                self.let("wn", wn_))
+
+    def locate(self, tile: Expr) -> tuple[Expr, Expr]:
+        """The origin (``m0``, ``n0``) of tile ``tile`` as variables; sets :attr:`bcoords` and
+        :attr:`bases`, the operands' and output's offsets of its batch entry."""
+        c, t = self.c, self.t
+        tm, tn = tile_of(c, t, tile, self.let)
+        m0, n0 = self.let("m0", mul(tm, idx(t.bm))), self.let("n0", mul(tn, idx(t.bn)))
+        self.bcoords = batch_of(c, t, tile, self.let)
+        self.bases: dict[str, Expr] = {}
+        for key in ("x", "y", "out"):
+            e: Expr = idx(0)
+            for coord, d in zip(self.bcoords, c.batch, strict=True):
+                e = add(e, mul(coord, idx(getattr(d, key))))
+            self.bases[key] = e if isinstance(e, Lit) else self.let(f"{key}_base", e)
+        return m0, n0
 
     def build(self) -> Kernel:
         t = self.t

@@ -24,6 +24,7 @@ registers sit exactly where TF32's do (``a_offset``).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -38,7 +39,7 @@ from accy.kernels.contraction_plan import (
     padded,
     tile_groups,
 )
-from accy.kernels.ir import Expr, add, div, idx, mod, mul
+from accy.kernels.ir import Bin, Call, Expr, add, div, idx, mod, mul
 from accy.plans import FusionGroup
 from accy.target import CP_ASYNC, F16_MMA, TF32_MMA, TargetProfile
 
@@ -294,6 +295,40 @@ def lane_parts(lane: Expr) -> tuple[Expr, Expr]:
 def warp_origin(t: MmaTiles, warp: Expr) -> tuple[Expr, Expr]:
     """(row, column) of a warp's block inside the work-group tile (warps row-major)."""
     return mul(div(warp, t.warps_n), idx(t.warp_m)), mul(mod(warp, t.warps_n), idx(t.warp_n))
+
+
+def _plain(name: str, e: Expr) -> Expr:
+    return e
+
+
+def tile_of(c: Contraction, t: MmaTiles, tile: Expr, let: Callable[[str, Expr], Expr] = _plain
+            ) -> tuple[Expr, Expr]:
+    """(row, column) of tiles of tile ``tile`` (a work-group's, or one a work-group walks to):
+    row-major, or where ``t.swizzle`` > 1 in bands of that many tile rows (L2 reuse);
+    intermediate values named by ``let`` (a builder's, or none: expressions)."""
+    tiles_m, tiles_n = -(-c.m.size // t.bm), -(-c.n.size // t.bn)
+    tile = let("tile", mod(tile, tiles_m * tiles_n)) if c.batch else tile
+    if t.swizzle > 1 and tiles_m > t.swizzle:
+        band = let("band", div(tile, t.swizzle * tiles_n))
+        rows = let("rows", Call("min", (idx(t.swizzle), Bin(
+            "-", idx(tiles_m), mul(band, idx(t.swizzle))))))
+        inner = let("inner", mod(tile, t.swizzle * tiles_n))
+        return (let("tm", add(mul(band, idx(t.swizzle)), Bin("%", inner, rows))),
+                let("tn", Bin("/", inner, rows)))
+    return let("tm", div(tile, tiles_n)), let("tn", mod(tile, tiles_n))
+
+
+def batch_of(c: Contraction, t: MmaTiles, tile: Expr,
+             let: Callable[[str, Expr], Expr] = _plain) -> list[Expr]:
+    """The batch coordinates of tile ``tile`` (the index above the tiles), named by ``let``."""
+    if not c.batch:
+        return []
+    bz = let("bz", div(tile, -(-c.m.size // t.bm) * -(-c.n.size // t.bn)))
+    inner, coords = c.batch_size, []
+    for i, d in enumerate(c.batch):
+        inner //= d.size
+        coords.append(let(f"bc{i}", div(bz, inner) if i == 0 else mod(div(bz, inner), d.size)))
+    return coords
 
 
 def a_lane_base(t: MmaTiles, wm: Expr, g: Expr, tt: Expr) -> Expr:

@@ -57,7 +57,7 @@ def rstep(n: int, steps: int, trans_b: int, advance: int = 16) -> str:
 
 
 def _wgmma_steps(n: int, steps: int, d: list[str], a_of, one: str,
-               descs: list[tuple[str, str, int]], trans: str | None) -> str:
+                 descs: list[tuple[str, str, int]], trans: str | None) -> str:
     """``steps`` f16 wgmma ``m64n{n}k16`` (TF32 ``m64n{n}k8`` where ``trans`` is None) into
     accumulators ``d``, fenced before and committed after in one block: step ``i``'s A operand
     ``a_of(i)``, B's descriptor ``xb``; ``descs`` (register, value, advance in 16-byte units a
@@ -81,7 +81,7 @@ def step_instructions(n: int, steps: int, trans_b: int, ops: list[str], advance:
     if len(a) != 4 * steps:
         raise ValueError(f"wgmma step marker: {len(ops)} operands for n={n}, {steps} steps")
     return _wgmma_steps(n, steps, d, lambda i: f"{{{', '.join(a[4 * i:4 * i + 4])}}}", one,
-                      [("xb", db, advance)], str(trans_b))
+                        [("xb", db, advance)], str(trans_b))
 
 
 def sstep(n: int, steps: int, a_advance: int, b_advance: int, trans_b: int | None) -> str:
@@ -103,8 +103,8 @@ def ss_instructions(n: int, steps: int, a_advance: int, b_advance: int, trans_b:
         raise ValueError(f"wgmma SS step marker: {len(ops)} operands for n={n}")
     d, da, db, one = ops[:n // 2], *ops[n // 2:]
     return _wgmma_steps(n, steps, d, lambda i: "xa", one,
-                      [("xa", da, a_advance), ("xb", db, b_advance)],
-                      None if trans_b is None else f"0, {trans_b}")
+                        [("xa", da, a_advance), ("xb", db, b_advance)],
+                        None if trans_b is None else f"0, {trans_b}")
 
 
 def tstep(n: int, steps: int, products: int) -> str:
@@ -157,9 +157,10 @@ def expand(ptx: str) -> str:
             return _FIXED[name]
         if tf32 := re.fullmatch(r"TSTEP(\d+)_(\d+)_(\d+)", name):
             return tf32_instructions(int(tf32[1]), int(tf32[2]), int(tf32[3]), ops)
-        if ss := re.fullmatch(r"SSTEP(T?)(\d+)_(\d+)_(\d+)_(\d+)(?:_([01]))?", name):
-            n, steps, a_adv, b_adv = (int(v) for v in ss.groups()[1:5])
-            return ss_instructions(n, steps, a_adv, b_adv, None if ss[1] else int(ss[6]), ops)
+        if ss := (re.fullmatch(r"SSTEP(\d+)_(\d+)_(\d+)_(\d+)_([01])", name)
+                  or re.fullmatch(r"SSTEPT(\d+)_(\d+)_(\d+)_(\d+)()", name)):  # (TF32)
+            n, steps, a_adv, b_adv = (int(v) for v in ss.groups()[:4])
+            return ss_instructions(n, steps, a_adv, b_adv, int(ss[5]) if ss[5] else None, ops)
         step = re.fullmatch(r"RSTEP(\d+)_(\d+)_([01])(?:_(\d+))?", name)
         if step is None:
             raise ValueError(f"unknown deferred PTX marker @@{name}")

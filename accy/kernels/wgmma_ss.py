@@ -39,6 +39,7 @@ form ``wgmma.plan_for`` scores best of them.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from accy.ir.types import DType
 from accy.kernels import tma
@@ -48,7 +49,6 @@ from accy.kernels.ir import (
     Assign,
     Barrier,
     Bin,
-    Call,
     Cast,
     Expr,
     For,
@@ -72,7 +72,7 @@ from accy.kernels.ir import (
     mod,
     mul,
 )
-from accy.kernels.mma_plan import MmaTiles, along_k, lane_parts, warp_origin
+from accy.kernels.mma_plan import MmaTiles, along_k, batch_of, tile_of
 from accy.kernels.mma_store import STAGE_PAD
 from accy.kernels.wgmma import _Wgmma, tiles
 from accy.kernels.wgmma_ptx import WAIT0, descriptor_bits, sstep
@@ -161,25 +161,6 @@ def forms_for(c: Contraction, target: TargetProfile, dtype: int = tma.F16
             if c.k.size >= MIN_K[dtype] or walks(c, form_tiles(f), target, dtype)]
 
 
-def tile_origin(c: Contraction, t: MmaTiles, tile: Expr) -> tuple[Expr, Expr, list[Expr]]:
-    """Tile ``tile``'s row and column of tiles and batch coordinates, as the mma kernels place
-    a work-group's (``_Builder.place``: bands of ``t.swizzle`` tile rows), as expressions."""
-    tiles_m, tiles_n = -(-c.m.size // t.bm), -(-c.n.size // t.bn)
-    inner_tile = mod(tile, tiles_m * tiles_n) if c.batch else tile
-    if t.swizzle > 1 and tiles_m > t.swizzle:
-        band = div(inner_tile, t.swizzle * tiles_n)
-        rows = Call("min", (idx(t.swizzle), Bin("-", idx(tiles_m), mul(band, idx(t.swizzle)))))
-        inner = mod(inner_tile, t.swizzle * tiles_n)
-        tm, tn = add(mul(band, idx(t.swizzle)), Bin("%", inner, rows)), Bin("/", inner, rows)
-    else:
-        tm, tn = div(inner_tile, tiles_n), mod(inner_tile, tiles_n)
-    bz, size, coords = div(tile, tiles_m * tiles_n), c.batch_size, []
-    for i, d in enumerate(c.batch):
-        size //= d.size
-        coords.append(div(bz, size) if i == 0 else mod(div(bz, size), d.size))
-    return tm, tn, coords
-
-
 def geometries(c: Contraction, bm: int, bn: int, dtype: int = tma.F16
                ) -> tuple[Geometry, Geometry] | str:
     """A's and B's tensor maps for ``bm x bn`` tiles with operands of ``dtype`` (tma's
@@ -230,8 +211,8 @@ def unusable(c: Contraction, target: TargetProfile, dtype: int = tma.F16) -> str
         return "no TMA copies (the probe's cp.async.bulk.tensor)"
     if dtype == tma.TF32 and TMA_TF32 not in target.tensor_cores:
         return "no TMA copies rounding to TF32 (the probe's TFLOAT32 tensor map)"
-    if c.k.size < min(MIN_K[dtype], SHORT_K):
-        return f"K = {c.k.size} is below {min(MIN_K[dtype], SHORT_K)}"
+    if c.k.size < SHORT_K:
+        return f"K = {c.k.size} is below {SHORT_K}"
     if (need := max(local_bytes(form_tiles(f)) for f in FORMS)) > target.group_local_bytes:
         return f"{need} bytes of local memory"
     for f in FORMS:
@@ -263,9 +244,7 @@ def transpose_b(c: Contraction, b: KernelArg, entry: str, work_item: int, kind, 
     either way), reading 128-byte rows of B along N and writing 128-byte rows along K."""
     t = b_transposed(c)
     batch = [(i, d) for i, d in enumerate(c.batch) if d.y]
-    size = c.n.size * c.k.size
-    for _, d in batch:
-        size *= d.size
+    copies = math.prod(d.size for _, d in batch)  # B's batch entries
     kb, nb = -(-c.k.size // 32), -(-c.n.size // 32)
     tid, lane, row = Var("tid"), Var("lane"), Var("row")
     body: list[Stmt] = [Let("grp", INDEX, Id("group", 0)), Let("tid", INDEX, Id("local", 0)),
@@ -295,10 +274,10 @@ def transpose_b(c: Contraction, b: KernelArg, entry: str, work_item: int, kind, 
         inside = all_of([Bin("<", k, idx(c.k.size)), Bin("<", n, idx(c.n.size))])
         body.append(If(inside, (Store(TRANSPOSED_B, at, Load(
             "bt_tile", add(mul(lane, idx(33)), add(row, idx(8 * i))))),)))  # type: ignore
-    out = KernelArg(TRANSPOSED_B, DType.f32, True, -1, size)
-    groups = kb * nb * (size // (c.n.size * c.k.size))
+    out = KernelArg(TRANSPOSED_B, DType.f32, True, -1, copies * c.n.size * c.k.size)
     kernel = Kernel(f"{entry}_bt", work_item, kind, domain, (b, out), tuple(body),
-                    LaunchGeometry((256 * groups,), (256,)), ops, fixed_local_size=True)
+                    LaunchGeometry((256 * kb * nb * copies,), (256,)), ops,
+                    fixed_local_size=True)
     return kernel, dataclasses.replace(out, is_output=False)
 
 
@@ -308,10 +287,6 @@ class _WgmmaSs(_WgmmaTma):
     bk = BK
     dtype = tma.F16  # of the tensor maps
     b_scratch: KernelArg | None = None  # B read from there (transpose_b's), not its argument
-
-    def __init__(self, *args) -> None:
-        super().__init__(*args)
-        self.target: TargetProfile = args[-1]  # (_Builder's last argument)
 
     def reads_b_from(self, scratch: KernelArg) -> _WgmmaSs:
         """This kernel with B copied from ``scratch`` (:func:`transpose_b`'s, laid out as the
@@ -349,11 +324,7 @@ class _WgmmaSs(_WgmmaTma):
         self.c_rows = max(r for r in range(C_ROWS, t.bm + 1, C_ROWS)
                           if r * self.c_row_words() * 4 <= room or r == C_ROWS)
         steps = -(-c.k.size // self.bk)
-        warp = self.let("warp", div(self.let("tid", Id("local", 0)), 32))
-        g_, t_ = lane_parts(self.let("lane", mod(Var("tid"), 32)))
-        g, tt = self.let("g", g_), self.let("t", t_)
-        wm_, wn_ = warp_origin(t, warp)
-        wm, wn = self.let("wm", wm_), self.let("wn", wn_)
+        _, g, tt, wm, wn = self.lanes()
         grp = self.let("grp", Id("group", 0))
         self.body += [LocalArray("b_tile", self.tile_dtype, ring * self.stage_words(), 128),
                       LocalArray("c_stage", self.tile_dtype, self.c_words(), 16)]
@@ -365,23 +336,15 @@ class _WgmmaSs(_WgmmaTma):
         last = self.let("all_steps", mul(mine, idx(steps)))
 
         def ahead(step: Expr) -> Stmt:  # ring step ``step``'s copies, where it exists
-            tm, tn, bc = tile_origin(c, t, add(grp, mul(div(step, steps), idx(workers))))
+            tile = add(grp, mul(div(step, steps), idx(workers)))
+            tm, tn = tile_of(c, t, tile)
             return If(Bin("<", step, last), tuple(self.boxes(
                 step, mod(step, steps), mod(step, ring), mul(tm, idx(t.bm)),
-                mul(tn, idx(t.bn)), bc)))
+                mul(tn, idx(t.bn)), batch_of(c, t, tile))))
 
         self.body += [ahead(idx(i)) for i in range(ring - 1)]
         outer, self.body = self.body, []
-        tm, tn, bc = tile_origin(c, t, self.let("tile_i", add(grp, mul(Var("ti"), idx(
-            workers)))))
-        m0, n0 = self.let("m0", mul(tm, idx(t.bm))), self.let("n0", mul(tn, idx(t.bn)))
-        self.bcoords = [self.let(f"bc{i}", e) for i, e in enumerate(bc)]
-        self.bases = {"x": idx(0), "y": idx(0), "out": idx(0)}
-        for key in self.bases:
-            e: Expr = idx(0)
-            for coord, d in zip(self.bcoords, c.batch, strict=True):
-                e = add(e, mul(coord, idx(getattr(d, key))))
-            self.bases[key] = e if isinstance(e, Lit) else self.let(f"{key}_base", e)
+        m0, n0 = self.locate(self.let("tile_i", add(grp, mul(Var("ti"), idx(workers)))))
         self.body += [Assign(name, Lit(0.0, DType.f32)) for name in self.acc]
         step: list[Stmt] = []
         gs = self.let_in(step, "gs", add(mul(Var("ti"), idx(steps)), Var("kt")))

@@ -257,6 +257,9 @@ def test_tf32_ss_step_expands_to_k8_wgmma_from_two_descriptors():
     assert out.count("wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 {%f0, %f1, %f2, "
                      "%f3, %f4, %f5, %f6, %f7}, xa, xb, p, 1, 1;") == 4
     assert out.count("add.s64 xa, xa, 2; add.s64 xb, xb, 2;") == 3
+    for bad in ("SSTEPT16_4_2_2_1", "SSTEP16_4_2_2"):  # a transpose for TF32; none for f16
+        with pytest.raises(ValueError, match="unknown"):
+            wgmma_ptx.expand(f"\t// @@{bad} {ops}, %rd1, %rd2, %r1\n")
 
 
 def test_tf32_copies_both_operands_by_tma(pipe, used, encodes):

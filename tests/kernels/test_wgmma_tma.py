@@ -27,7 +27,7 @@ except ImportError:  # the emulation tests skip without it
 
 from accy.backends.opencl import tensor_cores
 from accy.ir.program import Stage
-from accy.kernels import tma, wgmma, wgmma_ptx, wgmma_ss, wgmma_tma
+from accy.kernels import mma_plan, tma, wgmma, wgmma_ptx, wgmma_ss, wgmma_tma
 from accy.kernels.contraction_plan import analyse
 from accy.kernels.ir import idx
 from accy.target import TMA_COPY
@@ -278,7 +278,7 @@ def test_tma_probe_expects_what_its_kernel_copies(device, encodes):
 
 
 def _value(e) -> int:
-    """An index expression of literals (tile_origin's of a literal tile), evaluated."""
+    """An index expression of literals (tile_of's of a literal tile), evaluated."""
     from accy.kernels.ir import Bin, Call, Lit
     if isinstance(e, Lit):
         return int(e.value)
@@ -294,15 +294,16 @@ def _value(e) -> int:
 @pytest.mark.parametrize("m, n, k, batch", [(4096, 4096, 256, 0), (1400, 3000, 64, 3),
                                             (2500, 700, 128, 2)])
 def test_walked_tiles_cover_the_product_once(pipe, m, n, k, batch):
-    """tile_origin (where a walking work-group's tile i lies, and its copies' tiles ahead) maps
-    the tile indexes onto every (batch, tile row, tile column) once, in bands of tile rows."""
+    """mma_plan.tile_of and batch_of (where a work-group's tile lies, or a walking
+    work-group's tile i and its copies' tiles ahead) map the tile indexes onto every (batch,
+    tile row, tile column) once, in bands of tile rows."""
     job = prepare(matmul16(m, n, k, batch), "ieee", HOPPER, pipe)
     c = analyse(job.products[Stage.kernel].fusion.groups[0])[1]
     t = dataclasses.replace(wgmma_ss.form_tiles((2, 128, 3)), swizzle=wgmma_tma.SWIZZLE)
     tiles_m, tiles_n = -(-m // t.bm), -(-n // t.bn)
     seen = set()
     for tile in range(c.batch_size * tiles_m * tiles_n):
-        tm, tn, bc = wgmma_ss.tile_origin(c, t, idx(tile))
-        seen.add((*map(_value, bc), _value(tm), _value(tn)))
+        tm, tn = mma_plan.tile_of(c, t, idx(tile))
+        seen.add((*map(_value, mma_plan.batch_of(c, t, idx(tile))), _value(tm), _value(tn)))
     assert seen == {(*b, i, j) for b in itertools.product(*(range(d.size) for d in c.batch))
                     for i in range(tiles_m) for j in range(tiles_n)}

@@ -341,11 +341,12 @@ def tma_tf32_probe_case() -> np.ndarray:
 
 
 def tma_tf32_ok(y: np.ndarray, got: np.ndarray) -> bool:
-    """Whether the probe's landed words (128-byte swizzled: 16-byte chunk c of row r at
-    c ^ r) are ``y`` rounded to TF32 to nearest, a tie either way."""
-    rows = np.arange(8)[:, None]
-    chunk, word = np.arange(32)[None, :] // 4, np.arange(32)[None, :] % 4
-    landed = got.reshape(8, 32)[rows, 4 * (chunk ^ rows) + word].astype(np.int64)
+    """Whether the probe's landed words are ``y``'s, where the box lands them
+    (:func:`tma_box`, 128-byte swizzled), rounded to TF32 to nearest, a tie either way."""
+    dims, strides, box = TMA_TF32_PROBE_MAP
+    halves = (2 * dims[0], dims[1]), (2 * box[0], box[1])  # (the layout in 2-byte units)
+    y = tma_box(y.view(np.uint16), halves[0], strides, halves[1], (0, 0)).view(np.uint32)
+    landed = got.astype(np.int64)
     down = (y & np.uint32(0xFFFFE000)).astype(np.int64)
     low = (y & np.uint32(0x1FFF)).astype(np.int64)
     near = np.where(low < 0x1000, landed == down, np.where(
