@@ -10,7 +10,8 @@ halves (``x @ W.T``), K is at least ``MIN_K`` (``wgmma_ss.SHORT_K`` where that k
 tiles) and its tiles score above the mma kernels' (:func:`plan_for`). Where the probe ran TMA
 copies, the kernel built is one of two subclasses of this one: B copied by TMA
 (:mod:`accy.kernels.wgmma_tma`) or, where the target's static local memory holds their
-stages, A and B both (:mod:`accy.kernels.wgmma_ss`; :func:`tilings`).
+stages, A and B both (:mod:`accy.kernels.wgmma_ss`; :func:`tilings`), which also takes a B
+along N whose rows fit neither (N halves not a multiple of 16 bytes) by transposing it first.
 
 The kernel (``experiments/probe_wgmma.py`` step (7), where it was measured): a work-group of
 4 or 2 warpgroups (128 work-items each; :data:`WARPGROUPS`) computes a 256 or 128 x ``BN``
@@ -344,12 +345,17 @@ class _Wgmma(_Builder):
 
 def plan(group: FusionGroup, target: TargetProfile) -> tuple[Contraction, MmaTiles] | str:
     """The contraction of a group ``wgmma-f16`` takes and its tiles, or why not."""
+    from accy.kernels import wgmma_ss  # (it builds on this module)
+
     def layout(c: Contraction) -> str | None:
         if along_k(c, "x") and copy_layout(c, "x", 8)[1] and \
                 copy_layout(c, "y", 2 if along_k(c, "y") else 8)[1]:
             return None
+        if wgmma_ss.forms_for(c, target):  # B transposed first (wgmma_ss.reads)
+            return None
         return ("wgmma-f16 needs A stored along K in whole 16-byte vectors, and B along N in "
-                "whole 16-byte vectors or along K in whole pairs of halves")
+                "whole 16-byte vectors or along K in whole pairs of halves (or copied by TMA "
+                "after a transpose)")
 
     return plan_for(group, target, WGMMA_F16, DType.f16, layout, STAGES * STAGE_BYTES,
                     lambda c: tilings(c, target))
@@ -449,12 +455,13 @@ def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
     from accy.kernels.wgmma_tma import SWIZZLE, _WgmmaTma
 
     c, t = found
-    kernel = (wgmma_ss._WgmmaSs if wgmma_ss.forms_for(c, target) else
-              _WgmmaTma if copies_by_tma(c, target) else None)
-    if kernel is None:
-        return (_Wgmma(group, outline, kind, einsum, c, t, "f16", target).build(),)
-    return (kernel(group, outline, kind, einsum, c, replace(t, swizzle=SWIZZLE), "f16",
-                   target).build(),)
+    if wgmma_ss.forms_for(c, target):
+        return wgmma_ss.kernels(wgmma_ss._WgmmaSs, group, outline, kind, einsum, c,
+                                replace(t, swizzle=SWIZZLE), "f16", target)
+    if copies_by_tma(c, target):
+        return (_WgmmaTma(group, outline, kind, einsum, c, replace(t, swizzle=SWIZZLE), "f16",
+                          target).build(),)
+    return (_Wgmma(group, outline, kind, einsum, c, t, "f16", target).build(),)
 
 
 register_generator(Generator(

@@ -24,8 +24,8 @@ stored along N (``x @ W``) is first transposed into scratch memory, N x K, by a 
 (:func:`transpose_b`: a read and a write of B, a few percent of the product's time at 4096^3),
 which the product then copies from (:func:`b_transposed`).
 
-Where an f16 product (unbatched, or of K below :data:`MIN_K`) has more tiles than work-groups
-the compute units hold (:func:`walks`), the kernel walks tiles (:meth:`_WgmmaSs.walk`): that
+Where an f16 product whose tiles cover it exactly has more tiles than work-groups the compute
+units hold (:func:`walks`), the kernel walks tiles (:meth:`_WgmmaSs.walk`): that
 many work-groups, each taking every ``workers``-th tile, the stage ring running over all its
 tiles' K steps, so the copies of the next tile's first steps are in flight while a tile's last
 products finish and its results are stored (through a buffer of its own, the stages being
@@ -42,7 +42,7 @@ import dataclasses
 import math
 
 from accy.ir.types import DType
-from accy.kernels import tma
+from accy.kernels import loopnest, tma
 from accy.kernels.contraction_plan import Contraction, tile_groups
 from accy.kernels.ir import (
     INDEX,
@@ -141,21 +141,23 @@ def resident(t: MmaTiles, target: TargetProfile, walking: bool = False) -> int:
 
 def walks(c: Contraction, t: MmaTiles, target: TargetProfile, dtype: int = tma.F16) -> bool:
     """Whether the kernel of tiles ``t`` walks tiles (:data:`PERSISTENT`): f16 products with
-    more tiles than the compute units hold work-groups, unbatched or of K below
-    :data:`MIN_K`. Measured (papers/kernels.md, "Twenty-first session"): 1.06-1.22x on
-    unbatched f16 products and short-K batched ones, but 0.70-0.93x on batched ones of K
-    1000-2400 and 0.85-1.0x under TF32 (random shapes), which keep a tile a work-group."""
+    more tiles than the compute units hold work-groups, whose tiles cover M and N exactly.
+    Measured (papers/kernels.md, "Twenty-first" and "Twenty-second session"): 1.03-1.22x
+    where the tiles cover the product exactly, batched or not, but 0.65-0.95x on most
+    products with partial tiles at an edge (e.g. 3000x3072x2048: 0.104 against 0.070 ms, a
+    tile a work-group), and 0.85-1.13x under TF32, which keeps a tile a work-group."""
     if PERSISTENT is not None:
         return PERSISTENT
-    return (dtype == tma.F16 and (not c.batch or c.k.size < MIN_K[dtype])
+    return (dtype == tma.F16 and c.m.size % t.bm == 0 and c.n.size % t.bn == 0
             and tile_groups(c, t.bm, t.bn) > target.compute_units * resident(t, target, True))
 
 
 def forms_for(c: Contraction, target: TargetProfile, dtype: int = tma.F16
               ) -> list[tuple[int, int, int]]:
     """The :data:`FORMS` taking ``c`` where :func:`unusable` finds nothing against the
-    kernel: K of at least :data:`MIN_K`, or of :data:`SHORT_K` where the form walks tiles."""
-    if unusable(c, target, dtype) is not None:
+    kernel (reading ``c`` as :func:`reads` says): K of at least :data:`MIN_K`, or of
+    :data:`SHORT_K` where the form walks tiles."""
+    if unusable(reads(c, dtype), target, dtype) is not None:
         return []
     return [f for f in FORMS
             if c.k.size >= MIN_K[dtype] or walks(c, form_tiles(f), target, dtype)]
@@ -236,12 +238,24 @@ def b_transposed(c: Contraction) -> Contraction:
 TRANSPOSED_B = "scratch_bt"  # the scratch memory transpose_b writes
 
 
+def reads(c: Contraction, dtype: int = tma.F16) -> Contraction:
+    """``c`` as the kernel of operands ``dtype`` copies it: as stored, or with B first
+    transposed (:func:`transpose_b`) where B is stored along N and TF32's wgmma needs it
+    K-major, or where an f16 B's rows fit no tensor map (rows of N halves not a multiple of 16
+    bytes, as ``1000 x 1030 x 520``) and the transposed rows (K halves) do."""
+    if along_k(c, "y"):
+        return c
+    if dtype == tma.F16 and not isinstance(geometries(c, 64, 64), str):
+        return c
+    return b_transposed(c)
+
+
 def transpose_b(c: Contraction, b: KernelArg, entry: str, work_item: int, kind, domain,
                 ops) -> tuple[Kernel, KernelArg]:
     """The kernel writing B (argument ``b``) of ``c`` as :func:`b_transposed` lays it out into
     scratch memory, and that scratch as the product reads it. A work-group of 256 work-items
     moves a 32 x 32 block through local memory (rows padded to 33 words: no bank conflicts
-    either way), reading 128-byte rows of B along N and writing 128-byte rows along K."""
+    either way), reading rows of 32 elements of B along N and writing them along K."""
     t = b_transposed(c)
     batch = [(i, d) for i, d in enumerate(c.batch) if d.y]
     copies = math.prod(d.size for _, d in batch)  # B's batch entries
@@ -251,7 +265,7 @@ def transpose_b(c: Contraction, b: KernelArg, entry: str, work_item: int, kind, 
                         Let("lane", INDEX, mod(tid, 32)), Let("row", INDEX, div(tid, 32)),
                         Let("k0", INDEX, mul(mod(Var("grp"), kb), idx(32))),
                         Let("n0", INDEX, mul(mod(div(Var("grp"), kb), nb), idx(32))),
-                        LocalArray("bt_tile", DType.f32, 32 * 33)]
+                        LocalArray("bt_tile", b.dtype, 32 * 33)]
     rest: Expr = div(Var("grp"), kb * nb)
     src: Expr = idx(0)
     dst: Expr = idx(0)
@@ -274,11 +288,25 @@ def transpose_b(c: Contraction, b: KernelArg, entry: str, work_item: int, kind, 
         inside = all_of([Bin("<", k, idx(c.k.size)), Bin("<", n, idx(c.n.size))])
         body.append(If(inside, (Store(TRANSPOSED_B, at, Load(
             "bt_tile", add(mul(lane, idx(33)), add(row, idx(8 * i))))),)))  # type: ignore
-    out = KernelArg(TRANSPOSED_B, DType.f32, True, -1, copies * c.n.size * c.k.size)
+    out = KernelArg(TRANSPOSED_B, b.dtype, True, -1, copies * c.n.size * c.k.size)
     kernel = Kernel(f"{entry}_bt", work_item, kind, domain, (b, out), tuple(body),
                     LaunchGeometry((256 * kb * nb * copies,), (256,)), ops,
                     fixed_local_size=True)
     return kernel, dataclasses.replace(out, is_output=False)
+
+
+def kernels(cls: type[_WgmmaSs], group, outline, kind, einsum, c: Contraction, t: MmaTiles,
+            policy: str, target: TargetProfile) -> tuple[Kernel, ...]:
+    """The kernel of class ``cls`` (its operands' ``dtype``) for ``c`` in tiles ``t``, after
+    :func:`transpose_b`'s where it reads B transposed (:func:`reads`)."""
+    ss = reads(c, cls.dtype)
+    kernel = cls(group, outline, kind, einsum, ss, t, policy, target)
+    if ss is c:
+        return (kernel.build(),)
+    b = next(a for a in kernel.epi.args if a.name == kernel.arg["y"])
+    first, scratch = transpose_b(c, b, outline.entry, outline.work_item, kind, group.domain,
+                                 loopnest.implemented_ops(group))
+    return first, kernel.reads_b_from(scratch).build()
 
 
 class _WgmmaSs(_WgmmaTma):

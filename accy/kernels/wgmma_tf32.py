@@ -41,7 +41,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from accy.ir.types import DType
-from accy.kernels import loopnest, tma, wgmma, wgmma_ss
+from accy.kernels import tma, wgmma, wgmma_ss
 from accy.kernels.contraction_plan import Contraction, analyse
 from accy.kernels.generators import Generator, register_generator
 from accy.kernels.ir import (
@@ -228,7 +228,7 @@ def tilings(c: Contraction, target: TargetProfile, policy: str
     """The TF32 kernels' tilings of ``c``, their rates and work-groups a compute unit: A and B
     both copied by TMA, rounded to TF32 on the way (:mod:`accy.kernels.wgmma_ss`), under
     ``tf32`` where that kernel is usable; else A in registers at :data:`RATES`."""
-    if policy == "tf32" and (forms := wgmma_ss.forms_for(ss_contraction(c), target, tma.TF32)):
+    if policy == "tf32" and (forms := wgmma_ss.forms_for(c, target, tma.TF32)):
         return [(t, wgmma_ss.rate(f, c.k.size, tma.TF32), wgmma_ss.resident(t, target, walking))
                 for f in forms
                 for t in [replace(wgmma_ss.form_tiles(f), loads="scalar")]  # (as tiles())
@@ -246,23 +246,10 @@ def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
         raise ValueError(f"the wgmma-{policy} generator cannot take this group: {found}")
     einsum, _ = analyse(group)  # type: ignore[misc]  (plan accepted it)
     c, t = found
-    ss = ss_contraction(c)
-    if policy != "tf32" or not wgmma_ss.forms_for(ss, target, tma.TF32):
+    if policy != "tf32" or not wgmma_ss.forms_for(c, target, tma.TF32):
         return (_WgmmaTf32(group, outline, kind, einsum, c, t, policy, target).build(),)
-    kernel = wgmma_ss._WgmmaSsTf32(group, outline, kind, einsum, ss, replace(t, swizzle=SWIZZLE),
-                                   policy, target)
-    if ss is c:
-        return (kernel.build(),)
-    b = next(a for a in kernel.epi.args if a.name == kernel.arg["y"])
-    first, scratch = wgmma_ss.transpose_b(c, b, outline.entry, outline.work_item, kind,
-                                          group.domain, loopnest.implemented_ops(group))
-    return first, kernel.reads_b_from(scratch).build()
-
-
-def ss_contraction(c: Contraction) -> Contraction:
-    """``c`` as wgmma_ss's TF32 kernel reads it: B along N transposed first (TF32 wgmma reads
-    B only K-major; :func:`accy.kernels.wgmma_ss.transpose_b`)."""
-    return c if along_k(c, "y") else wgmma_ss.b_transposed(c)
+    return wgmma_ss.kernels(wgmma_ss._WgmmaSsTf32, group, outline, kind, einsum, c,
+                            replace(t, swizzle=SWIZZLE), policy, target)
 
 
 for _policy in STAGES:

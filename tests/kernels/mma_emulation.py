@@ -144,8 +144,8 @@ def run_kernels(device, job, sources: list[str], args: list[np.ndarray], shape, 
     for kernel, source in zip(job.kernels, sources, strict=True):
         for a in kernel.args:
             if a.is_scratch and a.name not in bufs:
-                bufs[a.name] = buf(np.full(a.scratch_elems, np.nan, np.float32)
-                                   if a.dtype.numpy == "float32" else
+                bufs[a.name] = buf(np.full(a.scratch_elems, np.nan, a.dtype.numpy)
+                                   if a.dtype.numpy.kind == "f" else
                                    np.zeros(a.scratch_elems, a.dtype.numpy))
         program = build_emulated(ctx, source)
         getattr(program, kernel.entry)(queue, kernel.geometry.global_size,
@@ -412,9 +412,10 @@ def emulated_wgmma(src: str, mode: str) -> str:
     return emulated_async("\n".join(lines) + "\n", mode)
 
 
-def check_f16_product(device, job, source: str, m: int, n: int, k: int, batch: int, bias: bool,
-                      seed: int, b_transposed: bool = False) -> None:
-    """Run ``job``'s one kernel from ``source`` (its emulated form) on seeded f16 operands of
+def check_f16_product(device, job, source: str | list[str], m: int, n: int, k: int, batch: int,
+                      bias: bool, seed: int, b_transposed: bool = False) -> None:
+    """Run ``job``'s one kernel from ``source`` (its emulated form; or its kernels in order,
+    from a list of them) on seeded f16 operands of
     ``A @ B`` (B stored N x K when ``b_transposed``; + bias and relu when ``bias``) and check
     the result: f32 sums of exact products, one f16 rounding (and of the bias sum)."""
     rng = np.random.default_rng(seed)
@@ -422,7 +423,9 @@ def check_f16_product(device, job, source: str, m: int, n: int, k: int, batch: i
     a = rng.uniform(-1, 1, (*lead, m, k)).astype(np.float16)
     b = rng.uniform(-1, 1, (*lead, *((n, k) if b_transposed else (k, n)))).astype(np.float16)
     args = [a, b] + ([rng.uniform(-1, 1, n).astype(np.float16)] if bias else [])
-    got = run_emulated(device, job, source, args, (*lead, m, n), np.float16)
+    got = (run_kernels(device, job, source, args, (*lead, m, n), np.float16)
+           if isinstance(source, list) else
+           run_emulated(device, job, source, args, (*lead, m, n), np.float16))
     exact = a.astype(np.float64) @ (np.swapaxes(b, -1, -2) if b_transposed else b).astype(
         np.float64)
     if bias:

@@ -193,6 +193,13 @@ def test_a_copied_too_where_static_local_memory_holds_the_stages(pipe, used, enc
     # K below MIN_K where the kernel walks tiles (1024 of 128x128 for 264 work-groups)
     src = prepare(matmul16(4096, 4096, 256), "ieee", ROOMY_H200, pipe).kernel_source(0)
     assert "@@SSTEP128" in src and "c_stage" in src
+    # only where the tiles cover the product exactly, batched or not: partial tiles at an
+    # edge keep a tile a work-group (from MIN_K; below it the kernel is not taken)
+    for prog, walking, taken in ((matmul16(1024, 1024, 1024, 8), True, True),
+                                 (matmul16(4000, 4096, 1024), False, True),
+                                 (matmul16(4096, 4000, 256), False, False)):
+        src = prepare(prog, "ieee", ROOMY_H200, pipe).kernel_source(0)
+        assert ("c_stage" in src, "@@SSTEP" in src) == (walking, taken)
 
 
 @pytest.mark.parametrize("m, n, k, wide", [
@@ -216,11 +223,11 @@ def test_selection_scores_the_forms_of_the_kernel_with_a_copied(pipe, used, enco
 
 @pytest.mark.skipif(cl is None, reason="needs pyopencl")
 @pytest.mark.parametrize("m, n, k, batch, bias, warpgroups, bn, stages, bt, walk", [
-    (500, 248, 160, 0, True, 4, 128, 4, False, None),  # 256x128 tiles, edges, bias
+    (500, 248, 160, 0, True, 4, 128, 4, False, True),  # 256x128 tiles walked, edges, bias
     (250, 488, 200, 0, False, 2, 256, 4, False, None),  # 128x256 tiles, four K steps
-    (250, 248, 96, 2, False, 2, 128, 3, False, None),  # batched (K not short: a tile a
-    # work-group): the batch a coordinate of both maps
-    (250, 488, 200, 0, True, 2, 256, 4, True, None),  # B along K: K-major, one box a step
+    (250, 248, 96, 2, False, 2, 128, 3, False, None),  # batched: the batch a coordinate of
+    # both maps
+    (250, 488, 200, 0, True, 2, 256, 4, True, True),  # B along K: K-major, one box a step
     (250, 248, 400, 0, False, 2, 128, 3, True, None),  # 7 K steps through 3 stages
     (250, 248, 64, 3, True, 2, 128, 3, False, True),  # walking batched, one K step a tile:
     # the ring two tiles ahead, batch coordinates of tiles ahead, bias
@@ -230,9 +237,9 @@ def test_selection_scores_the_forms_of_the_kernel_with_a_copied(pipe, used, enco
 def test_kernel_with_a_copied_computes_the_product_in_emulation(
         device, pipe, used, monkeypatch, encodes, m, n, k, batch, bias, warpgroups, bn, stages,
         bt, walk):
-    """wgmma_ss: A and B both copied by TMA into the static local memory's deep stages; one
-    compute unit, so its work-groups walk the tiles of unbatched products
-    (:func:`wgmma_ss.walks`), or as ``walk`` forces."""
+    """wgmma_ss: A and B both copied by TMA into the static local memory's deep stages, a tile
+    a work-group (partial tiles at the edges: :func:`wgmma_ss.walks` says no) or walking
+    tiles where ``walk`` forces it."""
     if "Portable Computing Language" not in device.info.platform:
         pytest.skip("the emulation is checked on PoCL")
     monkeypatch.setattr(wgmma_ss, "PERSISTENT", walk)
@@ -242,9 +249,36 @@ def test_kernel_with_a_copied_computes_the_product_in_emulation(
     monkeypatch.setitem(wgmma_ss.RATES, tma.F16, {(warpgroups, bn, stages): (2.0, 2.0)})
     job = prepare(matmul16(m, n, k, batch, bias, b_transposed=bt), "ieee", ROOMY, pipe)
     assert used(job) == {"wgmma-f16": 1} and "@@SSTEP" in job.kernel_source(0)
-    assert ("c_stage" in job.kernel_source(0)) == (walk if walk is not None else not batch)
+    assert ("c_stage" in job.kernel_source(0)) == bool(walk)
     check_f16_product(device, job, emulated_wgmma(job.kernel_source(0), "eager"), m, n, k,
                       batch, bias, seed=7, b_transposed=bt)
+
+
+@pytest.mark.skipif(cl is None, reason="needs pyopencl")
+@pytest.mark.parametrize("m, n, k, batch", [(250, 230, 104, 0), (250, 246, 72, 2)],
+                         ids=["unbatched", "batched"])
+def test_b_rows_fitting_no_tensor_map_are_transposed_first(device, pipe, used, monkeypatch,
+                                                          encodes, m, n, k, batch):
+    """An f16 B along N whose rows fit no tensor map (N halves, not a multiple of 16 bytes) is
+    transposed into scratch first (K-major, rows of K halves), and wgmma_ss copies it from
+    there: emulated, against float64. Without the transpose the product is mma-f16's."""
+    if "Portable Computing Language" not in device.info.platform:
+        pytest.skip("the emulation is checked on PoCL")
+    monkeypatch.setattr(wgmma, "MIN_K", 32)
+    monkeypatch.setitem(wgmma_ss.MIN_K, tma.F16, 32)  # short K keeps the emulation quick
+    monkeypatch.setattr(wgmma_ss, "FORMS", ((2, 128, 3),))
+    monkeypatch.setitem(wgmma_ss.RATES, tma.F16, {(2, 128, 3): (2.0, 2.0)})
+    job = prepare(matmul16(m, n, k, batch), "ieee", ROOMY, pipe)
+    first, product = job.kernels
+    assert used(job) == {"wgmma-f16": 1} and "@@SSTEP128_4_2_2_0" in job.kernel_source(1)
+    assert [a.name for a in first.args] == ["in1", wgmma_ss.TRANSPOSED_B]
+    assert first.args[1].scratch_elems == max(batch, 1) * n * k
+    assert ((k, n, *((batch,) if batch else ())), (2 * k, *((2 * n * k,) if batch else ())),
+            (64, 128, *((1,) if batch else ())), tma.F16) in encodes  # B: (K, N) from scratch
+    check_f16_product(device, job, [emulated_wgmma(job.kernel_source(i), "eager")
+                                    for i in range(2)], m, n, k, batch, False, seed=5)
+    monkeypatch.setattr(wgmma_ss, "ENABLED", False)
+    assert used(prepare(matmul16(m, n, k, batch), "ieee", ROOMY, pipe)) == {"mma-f16": 1}
 
 
 @pytest.mark.skipif(not (shutil.which("clang-15") and shutil.which("ptxas")),
