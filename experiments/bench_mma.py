@@ -16,8 +16,9 @@ bound: per element ``2 * bound + atol``, bound = ``rtol_f32 * sqrt(K) * (|A| @ |
 EXTRA_EINSUM_RTOL[P] * (|A| @ |B|)``, which is :func:`accy.error_bounds.error_bounds`'s einsum
 rule for exact inputs (computed here with BLAS: the interpreter's einsum would take minutes at
 these sizes) and :class:`accy.error_bounds.Comparison`'s limit. Kernel time: OpenCL profiling
-events, two warm-up calls, median of ``--repeat``. torch (optional, skipped when absent or
-without CUDA): ``torch.matmul`` timed with CUDA events (same warm-up and median) with
+events, two warm-up calls, median of ``--repeat``, the operands uploaded once beforehand and
+the result written to a device buffer (as ``bench_gpu.py`` times). torch (optional, skipped
+when absent or without CUDA): ``torch.matmul`` timed with CUDA events (same warm-up and median) with
 ``torch.backends.cuda.matmul.allow_tf32`` off (cuBLAS FP32 SGEMM) and on (cuBLAS TF32).
 
 ``--tiles`` also times the tensor-core kernels with other tiles (``BMxBNxBK:WMxWN[:S]``: block
@@ -102,6 +103,7 @@ from mma_cases import (  # noqa: E402  (tests and scripts reach them through thi
 
 import accy  # noqa: E402
 from accy.backends.opencl import tensor_cores  # noqa: E402
+from accy.backends.opencl.device_array import DeviceArray  # noqa: E402
 from accy.backends.opencl.runtime import _first_error_line  # noqa: E402
 from accy.backends.registry import open_device  # noqa: E402
 from accy.experiments.records import git_commit, timestamp, write_json  # noqa: E402
@@ -177,17 +179,21 @@ def with_mma_tiles(job: accy.PreparedJob, tiles: MmaTiles, policy: str) -> accy.
 
 def time_accy(job: accy.PreparedJob, xs: list[np.ndarray], runtime, repeat: int
               ) -> tuple[float, np.ndarray]:
-    """Median kernel milliseconds (profiling events, two warm-up calls) and the result."""
+    """Median kernel milliseconds (profiling events, two warm-up calls) and the result. The
+    operands are uploaded once and the result written to a device buffer, as
+    ``bench_gpu.py`` times its programs: no upload just before each call leaves them in the
+    L2 cache (small products measured up to 20% faster so)."""
     exe = job.executable(device=runtime)
-    out = None
+    dev = [exe.to_device(x) for x in xs]
+    (first,) = exe(*dev)
+    out = DeviceArray.empty(runtime, first.shape, first.dtype)
     for _ in range(2):
-        (out,) = exe(*xs)
+        exe(*dev, out=out)
     samples = []
     for _ in range(repeat):
-        (out,) = exe(*xs)
+        exe(*dev, out=out)
         samples.append(sum(exe.last_kernel_ns))
-    assert out is not None
-    return statistics.median(samples) / 1e6, out
+    return statistics.median(samples) / 1e6, out.get()
 
 
 def time_torch(case: dict[str, Any], xs: list[np.ndarray], repeat: int, tf32: bool

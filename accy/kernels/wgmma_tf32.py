@@ -66,7 +66,7 @@ from accy.kernels.ir import (
 )
 from accy.kernels.mma_plan import MmaTiles, along_k, copy_layout
 from accy.kernels.mma_ptx import tf32_registers
-from accy.kernels.wgmma import BN, CORE, LD_V4, LD_V4_IF, RATES, _Wgmma, plan_for, wrapped
+from accy.kernels.wgmma import BN, CORE, LD_V4, LD_V4_IF, _Wgmma, plan_for, wrapped
 from accy.kernels.wgmma_ptx import tstep
 from accy.kernels.wgmma_tma import SWIZZLE
 from accy.plans import FusionGroup, KernelOutline, ScheduleKind
@@ -227,7 +227,7 @@ def tilings(c: Contraction, target: TargetProfile, policy: str
             ) -> list[tuple[MmaTiles, float, int]]:
     """The TF32 kernels' tilings of ``c``, their rates and work-groups a compute unit: A and B
     both copied by TMA, rounded to TF32 on the way (:mod:`accy.kernels.wgmma_ss`), under
-    ``tf32`` where that kernel is usable; else A in registers at :data:`RATES`."""
+    ``tf32`` where that kernel is usable; else A in registers at ``wgmma.RATES``."""
     if policy == "tf32" and (forms := wgmma_ss.forms_for(c, target, tma.TF32)):
         return [(t, wgmma_ss.rate(f, c.k.size, tma.TF32), wgmma_ss.resident(t, target, walking))
                 for f in forms
@@ -235,7 +235,8 @@ def tilings(c: Contraction, target: TargetProfile, policy: str
                 for walking in [wgmma_ss.walks(c, t, target, tma.TF32)]]
     if c.k.size < wgmma.MIN_K:
         return []
-    return [(tiles(h), RATES[h], 1) for h in WARPGROUPS[policy]]
+    return [(tiles(h), wgmma.RATES[h], 1) for h in WARPGROUPS[policy]]  # (read here: sweeps
+    # replace it)
 
 
 def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
