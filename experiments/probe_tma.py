@@ -126,10 +126,11 @@ def gemm():
 
 def fuzz():
     """``TMA_FUZZ`` random f16 products, and f32 ones under the ``tf32`` policy, the TMA
-    kernels take (ragged M, N a multiple of 8, K a multiple of 8 from 128, batched or not,
-    bias and relu or not, B stored N x K or not: the kernel copying A too takes f16 from K
-    512, f32 from K 256, B along N transposed first), each checked against float64 with
-    bench_mma's bounds."""
+    kernels take (ragged M, N a multiple of 8; or whole tiles of 128 x 256, which the walking
+    kernel takes; or N 2-6 past a multiple of 8, B's rows then fitting no f16 tensor map; K a
+    multiple of 8 from 128, batched or not, bias and relu or not, B stored N x K or not: the
+    kernel copying A too takes f16 from K 512, f32 from K 256, B along N transposed first),
+    each checked against float64 with bench_mma's bounds."""
     import random
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -140,8 +141,13 @@ def fuzz():
     rng, rows, bad = random.Random(19), [], 0
     for i in range(int(os.environ["TMA_FUZZ"])):
         batch = rng.choice([0, 0, 0, rng.randint(2, 6)])
-        case = {"name": "", "batch": batch, "m": rng.randint(64, 3000),
-                "n": 8 * rng.randint(8, 400), "k": 8 * rng.randint(16, 300),
+        shape = rng.choice(["ragged", "ragged", "whole", "rows"])
+        m, n = rng.randint(64, 3000), 8 * rng.randint(8, 400)
+        if shape == "whole":  # whole tiles (the walking kernel's products)
+            m, n = 128 * rng.randint(1, 24), 256 * rng.randint(1, 12)
+        elif shape == "rows":  # f16 rows of B that no tensor map fits (transposed first)
+            n = 8 * rng.randint(8, 400) + 2 * rng.randint(1, 3)
+        case = {"name": "", "batch": batch, "m": m, "n": n, "k": 8 * rng.randint(16, 300),
                 "bias": rng.random() < 0.3, "bt": rng.random() < 0.25,
                 "dtype": rng.choice(["f16", "f32"])}
         policy = "3xtf32" if case["dtype"] == "f16" else "tf32"
