@@ -235,8 +235,8 @@ def tilings(c: Contraction, target: TargetProfile, policy: str
                 for walking in [wgmma_ss.walks(c, t, target, tma.TF32)]]
     if c.k.size < wgmma.MIN_K:
         return []
-    return [(tiles(h), wgmma.RATES[h], 1) for h in WARPGROUPS[policy]]  # (read here: sweeps
-    # replace it)
+    # wgmma.RATES read at the call: sweeps replace it
+    return [(tiles(h), wgmma.RATES[h], 1) for h in WARPGROUPS[policy]]
 
 
 def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
