@@ -3,7 +3,7 @@ every contraction shape class, attention, row reductions, an MLP and an elementw
 
     python experiments/bench_gpu.py --device nvidia [--programs gemm_4096,layernorm,...]
         [--size full|small] [--repeat 20] [--policies f32,ieee,...] [--tf32]
-        [--compile-mode default] [--no-torch] [--no-calibration]
+        [--compile-mode default] [--no-torch] [--no-calibration] [--disable GENERATORS]
         [--out results/bench_gpu.json]
 
 Programs (``--programs``, defined in ``bench_gpu_programs.py``; the shapes of ``--size full``,
@@ -96,18 +96,22 @@ KINDS, Spec, Checker, inputs, program = bp.KINDS, bp.Spec, bp.Checker, bp.inputs
 
 # ---- accy --------------------------------------------------------------------------------------
 
-def pipeline_text(precision: str) -> str:
+def pipeline_text(precision: str, disable: str = "") -> str:
+    """accy's pipeline under ``precision`` with the generators ``disable`` names (comma
+    separated) switched off."""
     base = parse_pipeline("accy-default")
-    if precision == "f32":  # the default
+    options = ([f"precision={precision}"] if precision != "f32" else []) + (
+        [f"disable={disable}"] if disable else [])
+    if not options:  # the default
         return base.text()
-    return base.replacing(f"kernelization{{precision={precision}}}").text()
+    return base.replacing(f"kernelization{{{' '.join(options)}}}").text()
 
 
 def bench_accy(spec: Spec, dims: dict[str, int], xs: list[np.ndarray], precision: str,
-               runtime: Any, target: TargetProfile, repeat: int, check: Checker
-               ) -> dict[str, Any]:
+               runtime: Any, target: TargetProfile, repeat: int, check: Checker,
+               disable: str = "") -> dict[str, Any]:
     """One program under one precision policy: kernels, kernel and call ms, the check."""
-    pipeline = pipeline_text(precision)
+    pipeline = pipeline_text(precision, disable)
     start = time.perf_counter()
     job = accy.prepare(program(spec, dims), pipeline, target=target)
     prepare_s = time.perf_counter() - start
@@ -153,6 +157,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    "allow_tf32")
     p.add_argument("--compile-mode", default="default", choices=bt.COMPILE_MODES,
                    help="torch.compile mode")
+    p.add_argument("--disable", default="",
+                   help="accy's kernel generators to switch off, comma-separated (e.g. "
+                   "mma-attention-f16: f16 attention on wgmma-attention-f16 instead)")
     p.add_argument("--no-torch", action="store_true", help="time accy only")
     p.add_argument("--no-calibration", action="store_true",
                    help="skip the timer calibration (no net times)")
@@ -195,7 +202,7 @@ def run_program(spec: Spec, args: argparse.Namespace, runtime: Any, target: Targ
         row = {**base, "precision": precision}
         try:
             row["accy"] = bench_accy(spec, dims, xs, precision, runtime, target, args.repeat,
-                                     check)
+                                     check, args.disable)
             row["status"] = "ok" if row["accy"]["check"]["ok"] else "wrong"
         except Exception as e:  # one program must not end the run
             row["accy"] = None
@@ -367,6 +374,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     result = {
         "benchmark": "bench_gpu", "size": args.size, "repeat": args.repeat,
         "policies": list(policies), "tf32": args.tf32, "compile_mode": args.compile_mode,
+        "disable": args.disable,
         "rows": rows, "summary": summary, "calibration": calibration,
         "accy_device": {"key": info.key, "platform": info.platform, "name": info.name,
                         "driver": info.driver_version, "compute_units": info.compute_units,

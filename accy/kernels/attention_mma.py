@@ -200,24 +200,9 @@ class _Builder(_AttentionBuilder):
             for n in range(a.dv // 8):
                 for r in range(4):
                     body.append(Let(f"fa_o{i}_{n}_{r}", F32, exprs.const(0.0, F32), True))
-        self.ld = ({"k": local_row16(a.d), "v": local_row16(a.dv)} if self.f16
-                   else {"k": local_row(a.d), "v": local_row(a.dv)})
-        self.sizes = {side: t.bk * ld for side, ld in self.ld.items()}
-        ldk, ldv = self.ld["k"], self.ld["v"]
-        for side in ("k", "v"):  # f16: words of half pairs, as cp.async leaves them
-            body.append(LocalArray(f"{side}_tile", DType.i32 if self.f16 else F32,
-                                   t.stages * self.sizes[side], 16))
-        if self.f16:  # the row each lane gives ldmatrix (matrix j = lane / 8, its row r):
-            # K: keys 8 (j / 2) + r at head words 4 (j % 2) (b0, b1 of fragment columns 2p,
-            # 2p + 1); V (.trans): keys 8 (j % 2) + r at value words 4 (j / 2)
-            j, r = div(lane, 8), mod(lane, 8)
-            self.k_lane = self.let(body, "kl", add(mul(add(mul(div(j, 2), idx(8)), r),
-                                                       idx(ldk)), mul(mod(j, 2), idx(4))))
-            self.v_lane = self.let(body, "vl", add(mul(add(mul(mod(j, 2), idx(8)), r),
-                                                       idx(ldv)), mul(div(j, 2), idx(4))))
-        else:  # K row g at column t; V rows 2t (and 2t + 1) at column g
-            self.k_lane = self.let(body, "kl", add(mul(g, idx(ldk)), col))
-            self.v_lane = self.let(body, "vl", add(mul(mul(tt, idx(2)), idx(ldv)), g))
+        self.layout()
+        body += self.local_arrays()
+        self.lanes(body, lane, g, tt, col)
         self.lid, self.tt, self.rows, self.clamped = lid, tt, rows, clamped
         self.bcoords = bcoords
         self.kstop = key_stop_var(self, body, q0, t.queries)
@@ -230,6 +215,33 @@ class _Builder(_AttentionBuilder):
                       LaunchGeometry((groups * t.threads,), (t.threads,)),
                       loopnest.implemented_ops(self.group), fixed_local_size=True,
                       global_args=copied)
+
+    def layout(self) -> None:
+        """The local tiles' rows (``ld``, words) and stages (``sizes``, words)."""
+        a, t = self.a, self.t
+        self.ld = ({"k": local_row16(a.d), "v": local_row16(a.dv)} if self.f16
+                   else {"k": local_row(a.d), "v": local_row(a.dv)})
+        self.sizes = {side: t.bk * ld for side, ld in self.ld.items()}
+
+    def local_arrays(self) -> list[Stmt]:
+        """The K and V tiles' stages (f16: words of half pairs, as cp.async leaves them)."""
+        return [LocalArray(f"{side}_tile", DType.i32 if self.f16 else F32,
+                           self.t.stages * self.sizes[side], 16) for side in ("k", "v")]
+
+    def lanes(self, body: list[Stmt], lane: Var, g: Var, tt: Var, col: Expr) -> None:
+        """The local word each lane's fragment loads start from (``k_lane``, ``v_lane``)."""
+        ldk, ldv = self.ld["k"], self.ld["v"]
+        if self.f16:  # the row each lane gives ldmatrix (matrix j = lane / 8, its row r):
+            # K: keys 8 (j / 2) + r at head words 4 (j % 2) (b0, b1 of fragment columns 2p,
+            # 2p + 1); V (.trans): keys 8 (j % 2) + r at value words 4 (j / 2)
+            j, r = div(lane, 8), mod(lane, 8)
+            self.k_lane = self.let(body, "kl", add(mul(add(mul(div(j, 2), idx(8)), r),
+                                                       idx(ldk)), mul(mod(j, 2), idx(4))))
+            self.v_lane = self.let(body, "vl", add(mul(add(mul(mod(j, 2), idx(8)), r),
+                                                       idx(ldv)), mul(div(j, 2), idx(4))))
+        else:  # K row g at column t; V rows 2t (and 2t + 1) at column g
+            self.k_lane = self.let(body, "kl", add(mul(g, idx(ldk)), col))
+            self.v_lane = self.let(body, "vl", add(mul(mul(tt, idx(2)), idx(ldv)), g))
 
     # copies ---------------------------------------------------------------------------
     def slots(self, side: str) -> tuple[Side, int, int, int]:
@@ -314,15 +326,27 @@ class _Builder(_AttentionBuilder):
                 slot = add(self.lid, idx(i * t.threads))
                 key, c = div(slot, per_row), mul(mod(slot, per_row), idx(8))
                 row = add(mul(tile, idx(t.bk)), key)
-                word = add(mul(stage, idx(self.sizes[side])),
-                           add(mul(key, idx(self.ld[side])), div(c, 2)))
-                dst = Cast(DType.i32, Cast(INDEX, Bin("+", Var(f"{side}_tile"), word)))
+                dst = Cast(DType.i32, Cast(INDEX, Bin("+", Var(self.array(side)), add(
+                    self.stage_word(side, stage), self.chunk_word(side, key, c)))))
                 at = add(self.kb if side == "k" else self.vb, add(mul(row, idx(s.seq)), c))
                 stmt = cp_async(dst, arg, at, 2, 16,
                                 Bin("<", row, idx(a.nk)) if a.nk % t.bk else None)
                 out.append(If(Bin("<", key, idx(t.bk)), (stmt,)) if chunks % t.threads
                            else stmt)
         return out
+
+    def array(self, side: str) -> str:
+        """The local array of ``side``'s tiles."""
+        return f"{side}_tile"
+
+    def stage_word(self, side: str, stage: Expr) -> Expr:
+        """The first word of buffer ``stage`` of ``side``'s tiles in their array."""
+        return mul(stage, idx(self.sizes[side]))
+
+    def chunk_word(self, side: str, key: Expr, c: Expr) -> Expr:
+        """The word of a stage of ``side``'s tile where the 16 bytes of key ``key`` from
+        feature ``c`` (a multiple of 8) go: rows of ``ld`` words."""
+        return add(mul(key, idx(self.ld[side])), div(c, 2))
 
     def async_loop(self) -> list[Stmt]:
         """f16: key tiles through ``stages`` buffers filled by ``cp.async``, as the mma
@@ -338,37 +362,24 @@ class _Builder(_AttentionBuilder):
         kt = Var("kt")
         nxt = add(kt, idx(t.stages - 1))
         loop: list[Stmt] = [
-            InlineAsm(CP_WAIT.format(t.stages - 2), (), (), True, ("memory",)), Barrier(),
+            InlineAsm(CP_WAIT.format(t.stages - 2), (), (), True, ("memory",)),
+            *self.landed(), Barrier(),
             If(Bin("<", nxt, count), tuple(self.issue(mod(nxt, t.stages), nxt))), commit]
         loop += self.tile(mul(kt, idx(t.bk)), mod(kt, t.stages))
         body.append(For("kt", idx(0), count, tuple(loop)))
         return body
 
+    def landed(self) -> list[Stmt]:
+        """What each work-item does once its copies of a tile landed, before the barrier."""
+        return []
+
     # one key tile ---------------------------------------------------------------------
     def tile(self, k0: Expr, cur: Expr) -> list[Stmt]:
         """One key tile for each of the warp's fragment rows ``i``: each K and V fragment is
         loaded once and taken by every row's mma."""
-        a, t, out = self.a, self.t, []
+        a, t = self.a, self.t
         frags, fr = t.bk // 8, range(t.rows)
-        koff = self.let(out, "ko", add(mul(cur, idx(self.sizes["k"])), self.k_lane))
-        for i in fr:
-            for j in range(frags):
-                for r in range(4):
-                    out.append(Let(f"fa_s{i}_{j}_{r}", F32, exprs.const(0.0, F32), True))
-        ldk = self.ld["k"]
-        for kk in range(a.d // self.step):  # S = Q Kᵀ: B = K rows (keys) at head columns
-            if self.f16:  # fragment columns 2p, 2p + 1: one ldmatrix of 16 keys
-                for p2 in range(frags // 2):
-                    out += VectorLoads.ldmatrix(
-                        LDMATRIX, "k_tile", add(koff, idx(16 * p2 * ldk + 8 * kk)),
-                        [f"fa_k{kk}_{j}_{r}" for j in (2 * p2, 2 * p2 + 1) for r in range(2)])
-            for j in range(frags):
-                b = [f"fa_k{kk}_{j}_{r}" if self.f16 else self.pair(
-                    out, f"fa_k{kk}_{j}_{r}", lambda e, o=8 * j * ldk + 8 * kk + 4 * r: Load(
-                        "k_tile", add(koff, idx(o + e)))) for r in range(2)]
-                for i in fr:
-                    out += self.products(f"fa_s{i}_{j}",
-                                         [f"fa_q{i}_{kk}_{r}" for r in range(4)], b)
+        out = self.score_products(cur)
         # the score chain at each accumulator's (row, key); keys past the end: -inf
         x: dict[tuple[int, int, int], Var] = {}
         for j in range(frags):
@@ -418,16 +429,58 @@ class _Builder(_AttentionBuilder):
         # rows 2t, 2t + 1 for B's k rows t, t + 4. f16: a0..a3 = the pairs of fragments 2kk
         # (keys 2t, 2t + 1 of rows g, g + 8) and 2kk + 1 (keys 8 + 2t, 9 + 2t), as B takes V's
         # rows 2t, 2t + 1 and 8 + 2t, 9 + 2t
+        out += self.value_products(cur, p)
+        return out
+
+    def score_products(self, cur: Expr) -> list[Stmt]:
+        """``S = Q Kᵀ`` of the key tile in buffer ``cur`` into ``fa_s{i}_{j}_{r}``, each
+        fragment row's: B = K rows (keys) at head columns, each K fragment loaded once for
+        every row."""
+        a, t, out = self.a, self.t, []
+        frags, fr = t.bk // 8, range(t.rows)
+        koff = self.let(out, "ko", add(mul(cur, idx(self.sizes["k"])), self.k_lane))
+        out += self.zero_scores()
+        ldk = self.ld["k"]
+        for kk in range(a.d // self.step):
+            if self.f16:  # fragment columns 2p, 2p + 1: one ldmatrix of 16 keys
+                for p2 in range(frags // 2):
+                    out += VectorLoads.ldmatrix(
+                        LDMATRIX, "k_tile", add(koff, idx(16 * p2 * ldk + 8 * kk)),
+                        [f"fa_k{kk}_{j}_{r}" for j in (2 * p2, 2 * p2 + 1) for r in range(2)])
+            for j in range(frags):
+                b = [f"fa_k{kk}_{j}_{r}" if self.f16 else self.pair(
+                    out, f"fa_k{kk}_{j}_{r}", lambda e, o=8 * j * ldk + 8 * kk + 4 * r: Load(
+                        "k_tile", add(koff, idx(o + e)))) for r in range(2)]
+                for i in fr:
+                    out += self.products(f"fa_s{i}_{j}",
+                                         [f"fa_q{i}_{kk}_{r}" for r in range(4)], b)
+        return out
+
+    def zero_scores(self) -> list[Stmt]:
+        t = self.t
+        return [Let(f"fa_s{i}_{j}_{r}", F32, exprs.const(0.0, F32), True)
+                for i in range(t.rows) for j in range(t.bk // 8) for r in range(4)]
+
+    def p_operands(self, out: list[Stmt], p: dict, kk: int) -> list[list[str]]:
+        """The A registers of ``P V``'s k step ``kk``, per fragment row (see
+        :meth:`value_products`)."""
+        fr = range(self.t.rows)
+        if self.f16:
+            return [[self.operand(out, f"fa_p{i}_{kk}_{r}", p[i, 2 * kk + r // 2, 2 * (r % 2)],
+                                  p[i, 2 * kk + r // 2, 2 * (r % 2) + 1]) for r in range(4)]
+                    for i in fr]
+        return [[self.operand(out, f"fa_p{i}_{kk}_{r}", p[i, kk, (0, 2, 1, 3)[r]])
+                 for r in range(4)] for i in fr]
+
+    def value_products(self, cur: Expr, p: dict) -> list[Stmt]:
+        """``O += P V`` of the key tile in buffer ``cur`` from the probabilities ``p`` (by
+        fragment row, key fragment, register)."""
+        a, t, out = self.a, self.t, []
+        fr = range(t.rows)
         ldv = self.ld["v"]
         voff = self.let(out, "vo", add(mul(cur, idx(self.sizes["v"])), self.v_lane))
         for kk in range(t.bk // self.step):
-            if self.f16:
-                pa = [[self.operand(out, f"fa_p{i}_{kk}_{r}", p[i, 2 * kk + r // 2, 2 * (r % 2)],
-                                    p[i, 2 * kk + r // 2, 2 * (r % 2) + 1]) for r in range(4)]
-                      for i in fr]
-            else:
-                pa = [[self.operand(out, f"fa_p{i}_{kk}_{r}", p[i, kk, (0, 2, 1, 3)[r]])
-                       for r in range(4)] for i in fr]
+            pa = self.p_operands(out, p, kk)
             if self.f16:  # value fragments 2q, 2q + 1 of 16 keys: one ldmatrix.trans
                 for q2 in range(a.dv // 16):
                     out += VectorLoads.ldmatrix(

@@ -14,6 +14,7 @@ from accy.target import (
     CP_ASYNC,
     F16_MMA,
     TF32_MMA,
+    WGMMA_F16,
     TargetProfile,
     resolve_precision,
 )
@@ -32,6 +33,8 @@ MAX_REGISTERS = 224
 # keys per local tile, the largest whose two buffers fit
 KEY_TILES = {"tf32": (32, 16), "3xtf32": (32, 16), "f16": (64, 32, 16)}
 MAX_FEATURES = 128  # head or value features (registers: query fragments and accumulators)
+# wgmma attention: warpgroups of 64 queries (one fragment row a warp), two or one a work-group
+WG_FORMS = ((8, 1), (4, 1))
 POLICIES = ("tf32", "3xtf32")  # f32 attention; f16 attention takes "f16" under any policy
 KINDS = (*POLICIES, "f16")
 
@@ -58,6 +61,7 @@ class Tiles:
     v_lanes: int
     stages: int = 2  # local buffers (f16: cp.async pipeline depth)
     rows: int = 1  # m16 fragment rows (16 queries each) per warp, sharing its K and V loads
+    wgmma: bool = False  # the products on wgmma (accy/kernels/attention_wgmma.py)
 
     @property
     def threads(self) -> int:
@@ -73,17 +77,21 @@ def _lanes(side: Side, features: int) -> int:
     return 4 if side.feature == 1 and features % 4 == 0 else 1
 
 
-def plan(group: FusionGroup, target: TargetProfile, kind: str = "3xtf32"
-         ) -> tuple[Attention, Tiles] | str:
+def plan(group: FusionGroup, target: TargetProfile, kind: str = "3xtf32",
+         wgmma: bool = False) -> tuple[Attention, Tiles] | str:
     """The attention and tiles of a group the generator of ``kind`` (:data:`KINDS`) takes,
-    or why not."""
+    or why not; ``wgmma``: f16 on Hopper's wgmma (:mod:`accy.kernels.attention_wgmma`:
+    warpgroups of 64 queries, one fragment row a warp, K and V tiles as core matrices)."""
     if group.kind is not ScheduleKind.contraction:
         return f"a {group.kind.value} group"
     f16 = kind == "f16"
     if (F16_MMA if f16 else TF32_MMA) not in target.tensor_cores:
         return (f"the target has no {'f16' if f16 else 'TF32'} tensor cores "
                 "(TargetProfile.tensor_cores)")
-    forms = [f for f in FORMS[kind] if 32 * f[0] <= target.max_work_group_size]
+    if wgmma and not (f16 and WGMMA_F16 in target.tensor_cores):
+        return "wgmma attention takes f16 on targets whose probe ran wgmma (WGMMA_F16)"
+    forms = [f for f in (WG_FORMS if wgmma else FORMS[kind])
+             if 32 * f[0] <= target.max_work_group_size]
     if not forms:
         return f"work-groups of {32 * FORMS[kind][-1][0]} work-items exceed the target"
     a = analyse(group.nodes, group.outputs, (DType.f16,) if f16 else (DType.f32,))
@@ -100,6 +108,8 @@ def plan(group: FusionGroup, target: TargetProfile, kind: str = "3xtf32"
             return "K or V rows are not contiguous, 16-byte aligned f16 rows"
 
     def tile_bytes(bk: int) -> int:
+        if wgmma:  # core matrices, unpadded
+            return 2 * bk * (a.d + a.dv)
         return (4 * bk * (local_row16(a.d) + local_row16(a.dv)) if f16
                 else 4 * bk * (local_row(a.d) + local_row(a.dv)))
 
@@ -111,7 +121,7 @@ def plan(group: FusionGroup, target: TargetProfile, kind: str = "3xtf32"
     forms = [f for f in forms if registers(a, kind, bk, f[1]) <= MAX_REGISTERS] or forms[-1:]
     w, rows = next((f for f in forms if a.nq >= 16 * f[0] * f[1]), forms[-1])
     stages = 3 if f16 and 3 * tile_bytes(bk) <= target.local_mem_bytes else 2
-    return a, Tiles(bk, w, _lanes(a.k, a.d), _lanes(a.v, a.dv), stages, rows)
+    return a, Tiles(bk, w, _lanes(a.k, a.d), _lanes(a.v, a.dv), stages, rows, wgmma)
 
 
 def registers(a: Attention, kind: str, bk: int, rows: int) -> int:

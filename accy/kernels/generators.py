@@ -38,7 +38,9 @@ GENERATORS: dict[str, Generator] = {}
 PRIORITY: tuple[str, ...] = (
     "vector-flat", "row-fused", "tree-reduction", "row-softmax",
     "mma-attention-tf32", "mma-attention-3xtf32",  # under their policy, before the work-group
-    "mma-attention-f16", "fused-attention",
+    # f16 attention on wgmma: after mma.sync's until the H200 has timed it (an opt-in:
+    # kernelization{disable=mma-attention-f16})
+    "mma-attention-f16", "wgmma-attention-f16", "fused-attention",
     # f32 products under the tf32 / 3xtf32 policies: Hopper's wgmma (A along K, tiles
     # scoring above mma's: wgmma.plan_for), else mma.sync; before the f32 tiles
     "wgmma-tf32", "wgmma-3xtf32", "mma-tf32", "mma-3xtf32",
@@ -52,8 +54,8 @@ order; the loop nest is the fallback. Stated here, not left to the order of impo
 name must be registered once the modules of :data:`BUILT_IN` are loaded (:func:`ranked`
 checks)."""
 
-BUILT_IN = ("flat", "reduction", "rowwise", "rowfused", "attention", "attention_mma", "mma",
-            "wgmma", "wgmma_tf32", "contraction", "indexed", "conv")
+BUILT_IN = ("flat", "reduction", "rowwise", "rowfused", "attention", "attention_mma",
+            "attention_wgmma", "mma", "wgmma", "wgmma_tf32", "contraction", "indexed", "conv")
 """The modules of accy.kernels whose generators register themselves (in any order)."""
 
 

@@ -114,6 +114,13 @@ LD_V4_IF = ("{ .reg .pred p; setp.ne.b32 p, %5, 0; @p ld.global.v4.u32 {%0, %1, 
             "@!p mov.b32 %3, 0; }")
 
 
+def matrix_descriptor(address: Expr, bits: int) -> Expr:
+    """A wgmma matrix descriptor: the 18-bit local ``address`` (an i32) >> 4 in its start
+    field, ``bits`` its fixed fields (:func:`accy.kernels.wgmma_ptx.descriptor_bits`)."""
+    return Bin("|", Cast(INDEX, Bin(">>", Bin("&", address, Lit(0x3FFFF, DType.i32)),
+                                    Lit(4, DType.i32))), Lit(bits, INDEX))
+
+
 def by_tail(step: Expr, k: int, bk: int, make: Callable[[bool], list[Stmt]]) -> list[Stmt]:
     """``make(tail)``'s statements for K step ``step`` (of ``bk``) where it exists: without K
     guards for a whole step, with them (``tail``) for a last step K ends inside. Guards on
@@ -239,9 +246,8 @@ class _Wgmma(_Builder):
     def b_desc(self, out: list[Stmt], stage: Var, n: int) -> Var:
         """B's descriptor of stage ``stage`` (:meth:`stage_address`, :meth:`descriptor`), as
         variable ``bdesc{n}`` appended to ``out``."""
-        return self.let_in(out, f"bdesc{n}", Bin("|", Cast(INDEX, Bin(">>", Bin(
-            "&", self.stage_address(stage), Lit(0x3FFFF, DType.i32)), Lit(4, DType.i32))),
-            Lit(self.descriptor(), INDEX)))
+        return self.let_in(out, f"bdesc{n}", matrix_descriptor(self.stage_address(stage),
+                                                               self.descriptor()))
 
     def stage_address(self, stage: Expr) -> Expr:
         """The local address (an i32) of stage ``stage``."""

@@ -76,6 +76,11 @@ def test_bench_gpu_options_are_checked(bench) -> None:
     assert bench.pipeline_text("tf32").endswith("kernelization{precision=tf32},"
                                                 "backend-legalization")
     assert "precision" not in bench.pipeline_text("f32")
+    # --disable: generators switched off in accy's pipeline (e.g. to time wgmma attention)
+    assert "kernelization{disable=mma-attention-f16}" in bench.pipeline_text(
+        "f32", "mma-attention-f16")
+    assert "disable=a,b precision=tf32}" in bench.pipeline_text("tf32", "a,b")
+    assert bench.parse_args(["--disable", "mma-attention-f16"]).disable == "mma-attention-f16"
 
 
 def test_bench_gpu_torch_side_needs_neither_torch_nor_accy(tmp_path: Path) -> None:

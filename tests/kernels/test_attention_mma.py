@@ -13,7 +13,7 @@ import re
 
 import numpy as np
 import pytest
-from mma_emulation import emulated_async
+from mma_emulation import emulated_async, emulated_wgmma
 from test_attention import heads, matmul_attention
 from test_mma_generator import NV, emulated, emulated_builds
 
@@ -64,13 +64,14 @@ def emulated_attention(src: str, mode: str = "eager") -> str:
     runs the same shuffles: uniform barriers), ``cvt.rn.f16x2`` by two ``vstore_half``, then
     the mma and cvt as :func:`test_mma_generator.emulated` (TF32) or
     :func:`mma_emulation.emulated_async` (f16: its cp.async copies ``mode``, "eager" or
-    "deferred" to the wait that covers them) replace them."""
+    "deferred" to the wait that covers them; with :func:`mma_emulation.emulated_wgmma`'s
+    wgmma steps first where there are some) replace them."""
     src = _SHFL.sub(lambda m: f"ACCY_EMU_SHFL({m[2]}, {m[3]}, {m[1]});", src)
-    if "f16.f16" in src:
+    if "f16.f16" in src or "@@RSTEP" in src:  # f16: mma.sync or wgmma
         src = EMULATED_F16X2 + _F16X2.sub(
             lambda m: f"ACCY_EMU_F16X2({m[1]}, {m[2]}, {m[3]});", src)
         src = _EX2.sub(lambda m: f"{m[1]} = exp2({m[2]});", src)
-        src = emulated_async(src, mode)
+        src = emulated_wgmma(src, mode) if "@@RSTEP" in src else emulated_async(src, mode)
     else:
         src = emulated(src)
     lines = src.splitlines()
@@ -81,14 +82,15 @@ def emulated_attention(src: str, mode: str = "eager") -> str:
 
 
 def run_emulated(device, prog: accy.Program, inputs, pipeline: str = "accy-default",
-                 target=SAT, policy: str = "3xtf32", mode: str = "eager") -> str:
-    """Prepare for ``target``, check the one kernel is the tensor-core attention, run it
-    emulated on PoCL and compare with the interpreter (tf32: its rounding's bound); the
-    kernel's source."""
+                 target=SAT, policy: str = "3xtf32", mode: str = "eager",
+                 generator: str | None = None) -> str:
+    """Prepare for ``target``, check the one kernel is the tensor-core attention (or
+    ``generator``'s), run it emulated on PoCL and compare with the interpreter (tf32: its
+    rounding's bound); the kernel's source."""
     if "Portable Computing Language" not in device.info.platform:
         pytest.skip("the emulation is checked on PoCL")
     job = accy.prepare(prog, pipeline, target=target)
-    assert job.generators() == {f"mma-attention-{policy}": 1}
+    assert job.generators() == {generator or f"mma-attention-{policy}": 1}
     src = job.kernel_source(0)
     job._sources[0] = emulated_attention(src, mode)
     with emulated_builds(device):

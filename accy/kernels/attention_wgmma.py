@@ -1,0 +1,161 @@
+"""wgmma-attention-f16: f16 attention as one kernel with both products on Hopper's ``wgmma``.
+
+The kernel is ``mma-attention-f16``'s (:class:`accy.kernels.attention_mma._Builder`: the
+queries' fragments in registers, key tiles copied by ``cp.async`` into ``stages`` buffers, the
+online softmax on the scores' registers, ``O / l`` through the epilogue) with its two products
+each one register-A ``wgmma`` step (marker ``RSTEP`` of :mod:`accy.kernels.wgmma_ptx`) per key
+tile instead of ``mma.sync`` and ``ldmatrix``:
+
+- a warpgroup (4 warps, one m16 fragment row each: 64 queries; a work-group holds one or two,
+  :data:`accy.kernels.attention_mma_plan.WG_FORMS`) computes ``S = Q Kᵀ`` as ``d / 16`` wgmma
+  ``m64n{bk}k16``, A the query fragments (``mma.sync``'s m16n8k16 A layout, which wgmma's
+  register A is), B the K tile: K-major core matrices (8 keys of 8 features, 128 bytes;
+  feature-adjacent ones 128 bytes apart, key-adjacent ones ``d / 8 * 128``), trans-b 0. Its
+  accumulators are per warp exactly the m16n8 C fragments the softmax reads (``fa_s0_{j}_{r}``);
+- ``O += P V`` as ``bk / 16`` wgmma ``m64n{dv}k16``, A the probabilities packed to f16 pairs
+  as ``mma-attention-f16`` packs them, B the V tile: MN-major core matrices (8 keys of 8 value
+  features; key-adjacent ones 128 bytes apart, value-adjacent ones ``bk / 8 * 128``), trans-b 1.
+
+Each stage of the one local array ``b_tile`` holds K's tile, then V's. Each ``cp.async``
+copies 16 bytes of a K or V row, one core-matrix row; once a tile's copies landed each
+work-item fences them to the asynchronous proxy wgmma reads through, before the barrier.
+Without the ``ldmatrix`` fragments and with one fragment row a warp, ptxas gives the kernel
+about half the registers of ``mma-attention-f16``'s two-row form (124 against 250 at d 64),
+so a compute unit holds twice the warps. The scores are zeroed before each tile's first step
+(the marker's accumulate flag holds for all its steps).
+
+Taken where ``mma-attention-f16`` is not (it is tried first, and
+``kernelization{disable=mma-attention-f16}`` picks this one: the H200 has not timed it yet),
+on targets whose probe ran wgmma (``WGMMA_F16``); the runtime builds the expanded PTX for
+``sm_90a``.
+"""
+
+from __future__ import annotations
+
+from accy.ir.types import DType
+from accy.kernels.attention_mma import _Builder
+from accy.kernels.attention_mma_plan import plan
+from accy.kernels.ir import (
+    INDEX,
+    Bin,
+    Cast,
+    Expr,
+    InlineAsm,
+    Kernel,
+    Lit,
+    LocalArray,
+    Stmt,
+    Var,
+    add,
+    div,
+    idx,
+    mod,
+    mul,
+)
+from accy.kernels.wgmma import CORE, matrix_descriptor
+from accy.kernels.wgmma_ptx import PROXY, WAIT0, descriptor_bits, rstep
+from accy.plans import FusionGroup, KernelOutline, ScheduleKind
+from accy.target import TargetProfile
+
+NAME = "wgmma-attention-f16"
+
+
+class _WgBuilder(_Builder):
+    """The kernel; see the module docstring."""
+
+    def layout(self) -> None:
+        a, t = self.a, self.t
+        self.feats = {"k": a.d, "v": a.dv}
+        self.sizes = {side: t.bk * f // 2 for side, f in self.feats.items()}  # words
+        # bytes between core matrices adjacent in N: K's along its keys, V's along its
+        # value features (adjacent ones along the products' K are CORE bytes apart)
+        self.sbo = {"k": a.d // 8 * CORE, "v": t.bk // 8 * CORE}
+
+    def local_arrays(self) -> list[Stmt]:
+        """One array, ``b_tile`` as wgmma-f16's: each stage K's tile, then V's."""
+        return [LocalArray("b_tile", DType.i32, self.t.stages * self.stage_words(), 16)]
+
+    def stage_words(self) -> int:
+        return self.sizes["k"] + self.sizes["v"]
+
+    def array(self, side: str) -> str:
+        return "b_tile"
+
+    def stage_word(self, side: str, stage: Expr) -> Expr:
+        first = mul(stage, idx(self.stage_words()))
+        return add(first, idx(self.sizes["k"])) if side == "v" else first
+
+    def lanes(self, body: list[Stmt], lane: Var, g: Var, tt: Var, col: Expr) -> None:
+        """No fragment loads from local memory: wgmma reads the tiles by descriptor."""
+
+    def chunk_word(self, side: str, key: Expr, c: Expr) -> Expr:
+        """Core-matrix row ``key % 8`` (16 bytes) of K's core matrix (key / 8, c / 8) or V's
+        (c / 8, key / 8), in words."""
+        row = mul(mod(key, 8), idx(16))
+        if side == "k":
+            at = add(mul(div(key, 8), idx(self.sbo["k"])), mul(div(c, 8), idx(CORE)))
+        else:
+            at = add(mul(div(c, 8), idx(self.sbo["v"])), mul(div(key, 8), idx(CORE)))
+        return div(add(at, row), 4)
+
+    def landed(self) -> list[Stmt]:
+        return [InlineAsm(PROXY, (), (), True, ("memory",))]
+
+    def descriptor(self, out: list[Stmt], side: str, cur: Expr) -> Var:
+        """The wgmma descriptor of buffer ``cur`` of ``side``'s tile."""
+        address = Cast(DType.i32, Cast(INDEX, Bin("+", Var("b_tile"),
+                                                  self.stage_word(side, cur))))
+        return self.let(out, f"{side}desc",
+                        matrix_descriptor(address, descriptor_bits(CORE, self.sbo[side])))
+
+    def wgmma(self, out: list[Stmt], n: int, steps: int, trans: int, acc: list[str],
+              a: list[str], desc: Var) -> None:
+        """``steps`` wgmma ``m64n{n}k16`` into accumulators ``acc`` from A registers ``a`` and
+        B's descriptor ``desc``, then the wait (naming the registers it read and wrote)."""
+        accs = tuple(("+f", name) for name in acc)
+        ins = (*(("r", Var(name)) for name in a), ("l", desc), ("r", Lit(1, DType.i32)))
+        ops = ", ".join(f"%{i}" for i in range(len(accs) + len(ins)))
+        held = ", ".join(f"%{i}" for i in range(len(accs) + len(a)))
+        out += [InlineAsm(f"{rstep(n, steps, trans)} {ops}", accs, ins, True, ("memory",)),
+                InlineAsm(f"{WAIT0} {held}", accs, ins[:len(a)], True, ("memory",))]
+
+    def score_products(self, cur: Expr) -> list[Stmt]:
+        a, t = self.a, self.t
+        out = self.zero_scores()
+        self.wgmma(out, t.bk, a.d // 16, 0,
+                   [f"fa_s0_{j}_{r}" for j in range(t.bk // 8) for r in range(4)],
+                   [f"fa_q0_{kk}_{r}" for kk in range(a.d // 16) for r in range(4)],
+                   self.descriptor(out, "k", cur))
+        return out
+
+    def value_products(self, cur: Expr, p: dict) -> list[Stmt]:
+        a, t, out = self.a, self.t, []
+        pa = [name for kk in range(t.bk // 16) for name in self.p_operands(out, p, kk)[0]]
+        self.wgmma(out, a.dv, t.bk // 16, 1,
+                   [f"fa_o0_{n}_{r}" for n in range(a.dv // 8) for r in range(4)], pa,
+                   self.descriptor(out, "v", cur))
+        return out
+
+
+def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
+          target: TargetProfile) -> tuple[Kernel, ...]:
+    found = plan(group, target, "f16", wgmma=True)
+    if isinstance(found, str):
+        raise ValueError(f"the {NAME} generator cannot take this group: {found}")
+    a, t = found
+    return (_WgBuilder(group, outline, a, t, "f16", target).build(kind),)
+
+
+def _register() -> None:
+    from accy.kernels.generators import Generator, register_generator
+
+    register_generator(Generator(
+        NAME,
+        "f16 attention as one kernel on Hopper's wgmma (register A: the query fragments, then "
+        "the probabilities; K and V tiles by descriptor), the scores in registers; after "
+        "mma-attention-f16 (kernelization{disable=mma-attention-f16} takes it)",
+        lambda group, target: not isinstance(plan(group, target, "f16", wgmma=True), str),
+        build))
+
+
+_register()

@@ -1,0 +1,73 @@
+"""wgmma-attention-f16 (accy/kernels/attention_wgmma.py) without a GPU: when it is taken (an
+opt-in after mma-attention-f16, only where the probe ran wgmma), whole kernels on PoCL with
+wgmma, cp.async, shuffles and ex2 emulated (mma_emulation.py, test_attention_mma.py) against
+the interpreter's f16, and, where clang and CUDA's ptxas are installed, the expanded PTX
+assembled for sm_90a. Speed: not yet timed on the H200."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+
+import pytest
+from test_attention_mma import F16, KEEP_F16, f16_heads, run_emulated
+from test_wgmma import _NVPTX_BUILTINS, assembled
+
+import accy
+from accy.passes.spec import parse_pipeline
+from accy.target import WGMMA_F16
+
+HOPPER16 = dataclasses.replace(F16, tensor_cores=(*F16.tensor_cores, WGMMA_F16))
+# the f16 loads and stores the kernel calls, for clang's NVPTX target (no OpenCL library)
+_HALF_BUILTINS = "".join(
+    f"""
+float __attribute__((overloadable)) vload_half(size_t i, const {space} half *p) {{
+  ushort h = ((const {space} ushort *)p)[i]; float f;
+  __asm__("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }}
+void __attribute__((overloadable)) vstore_half(float v, size_t i, {space} half *p) {{
+  ushort h; __asm__("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
+  (({space} ushort *)p)[i] = h; }}
+""" for space in ("__global", "__private")) + """
+float __attribute__((overloadable)) fmax(float a, float b) { return __builtin_fmaxf(a, b); }
+float __attribute__((overloadable)) fma(float a, float b, float c) {
+  return __builtin_fmaf(a, b, c); }
+int __attribute__((overloadable)) isfinite(float x) { return __builtin_isfinite(x); }
+"""
+OPT_IN = parse_pipeline(KEEP_F16).replacing("kernelization{disable=mma-attention-f16}").text()
+
+
+def test_an_opt_in_after_mma_attention_and_only_with_wgmma(rng):
+    prog, _ = f16_heads(rng, 1, 2, ((256, 64), (256, 64), (256, 64)), 0.125)
+    assert accy.prepare(prog, KEEP_F16, target=HOPPER16).generators() == {
+        "mma-attention-f16": 1}
+    job = accy.prepare(prog, OPT_IN, target=HOPPER16)
+    assert job.generators() == {"wgmma-attention-f16": 1}
+    src = job.kernel_source(0)
+    # S: 4 k16 steps of 64 keys (trans-b 0), P V: 4 of 64 value features (trans-b 1); a
+    # work-group of two warpgroups; three stages of K and V tiles in one array
+    assert "@@RSTEP64_4_0 " in src and "@@RSTEP64_4_1 " in src and "mma.sync" not in src
+    assert "reqd_work_group_size(256, 1, 1)" in src and "b_tile[12288]" in src
+    assert "ldmatrix" not in src and src.count("@@PROXY") == 1
+    assert "wgmma-attention-f16" not in accy.prepare(prog, OPT_IN, target=F16).generators()
+
+
+@pytest.mark.parametrize("mode", ["eager", "deferred"])
+@pytest.mark.parametrize("shapes, heads", [
+    (((140, 16), (70, 16), (70, 32)), 1),  # two work-groups (the second's rows clamped),
+    # keys past a partial tile
+    (((64, 32), (200, 32), (200, 16)), 2),  # one warpgroup, four key tiles through 3 stages
+], ids=["ragged", "tiles"])
+def test_emulated_kernel_matches_the_interpreter(device, rng, mode, shapes, heads):
+    prog, inputs = f16_heads(rng, 2, heads, shapes, 0.25)
+    src = run_emulated(device, prog, inputs, OPT_IN, HOPPER16, "f16", mode,
+                       "wgmma-attention-f16")
+    assert "@@RSTEP" in src
+
+
+@pytest.mark.skipif(not (shutil.which("clang-15") and shutil.which("ptxas")),
+                    reason="needs clang-15 and CUDA's ptxas")
+def test_expanded_ptx_assembles_for_sm_90a_without_spills(rng, tmp_path):
+    prog, _ = f16_heads(rng, 8, 16, ((2048, 64), (2048, 64), (2048, 64)), 0.125)
+    src = accy.prepare(prog, OPT_IN, target=HOPPER16).kernel_source(0)
+    log = assembled(_NVPTX_BUILTINS + _HALF_BUILTINS + src, tmp_path)
+    assert "0 bytes spill stores" in log, log[-2000:]
