@@ -20,6 +20,8 @@ from hypothesis import strategies as st
 from mma_emulation import emulated_async, run_kernels
 from test_attention import heads
 from test_attention_mma import F16, KEEP_F16, SAT, emulated_attention, precision
+from test_attention_wgmma import HOPPER16
+from test_attention_wgmma import OPT_IN as WGMMA_OPT_IN
 from test_mma_generator import NV, emulated, emulated_builds, matmul, tf32_round
 from test_mma_pipeline import ASYNC, matmul16
 
@@ -116,7 +118,8 @@ def test_f16_products(device, pipe, used, m, n, k, batch, bias, b_t, units, mode
 @given(b=st.integers(1, 2), h=st.integers(1, 2), sq=st.integers(1, 150),
        sk=st.integers(1, 150), d=st.sampled_from([8, 16, 24, 32, 64]),
        dv=st.sampled_from([8, 16, 32, 64]), mask=st.sampled_from(["none", "additive", "causal"]),
-       kind=st.sampled_from(["3xtf32", "tf32", "f16", "f16 promoted"]), mode=_MODES,
+       kind=st.sampled_from(["3xtf32", "tf32", "f16", "f16 promoted", "f16 wgmma"]),
+       mode=_MODES,
        seed=st.integers(0, 2**16))
 def test_attention(device, b, h, sq, sk, d, dv, mask, kind, mode, seed):
     _on_pocl(device)
@@ -131,8 +134,10 @@ def test_attention(device, b, h, sq, sk, d, dv, mask, kind, mode, seed):
         types = [TensorType((b, h, n, e), DType.f16) for n, e in ((sq, d), (sk, d), (sk, dv))]
         prog = trace(f, *types, name="attn16")
         inputs = [rng.standard_normal(t.shape).astype(np.float16) for t in types]
-        # f16 kept (native f16), or stored only: scale and softmax promoted to f32
+        # f16 kept (native f16), or stored only: scale and softmax promoted to f32; or kept,
+        # on wgmma (wgmma-attention-f16: an opt-in after mma-attention-f16)
         pipeline, target = ((KEEP_F16, F16) if kind == "f16" else
+                            (WGMMA_OPT_IN, HOPPER16) if kind == "f16 wgmma" else
                             ("accy-default", dataclasses.replace(F16, dtypes=NV.dtypes)))
         policy = "f16"
     else:
@@ -142,7 +147,8 @@ def test_attention(device, b, h, sq, sk, d, dv, mask, kind, mode, seed):
         pipeline, target, policy = ((precision("tf32", "always"), NV, "tf32") if kind == "tf32"
                                     else ("accy-default", SAT, "3xtf32"))
     job = accy.prepare(prog, pipeline, target=target)
-    assume(job.generators() == {f"mma-attention-{policy}": 1})  # not e.g. a single key
+    generator = "wgmma-attention-f16" if kind == "f16 wgmma" else f"mma-attention-{policy}"
+    assume(job.generators() == {generator: 1})  # not e.g. a single key
     job._sources[0] = emulated_attention(job.kernel_source(0), mode)
     with emulated_builds(device):
         (got,) = job.executable(device=device)(*inputs)
