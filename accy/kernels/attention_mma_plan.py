@@ -61,7 +61,6 @@ class Tiles:
     v_lanes: int
     stages: int = 2  # local buffers (f16: cp.async pipeline depth)
     rows: int = 1  # m16 fragment rows (16 queries each) per warp, sharing its K and V loads
-    wgmma: bool = False  # the products on wgmma (accy/kernels/attention_wgmma.py)
 
     @property
     def threads(self) -> int:
@@ -90,10 +89,10 @@ def plan(group: FusionGroup, target: TargetProfile, kind: str = "3xtf32",
                 "(TargetProfile.tensor_cores)")
     if wgmma and not (f16 and WGMMA_F16 in target.tensor_cores):
         return "wgmma attention takes f16 on targets whose probe ran wgmma (WGMMA_F16)"
-    forms = [f for f in (WG_FORMS if wgmma else FORMS[kind])
-             if 32 * f[0] <= target.max_work_group_size]
+    candidates = WG_FORMS if wgmma else FORMS[kind]
+    forms = [f for f in candidates if 32 * f[0] <= target.max_work_group_size]
     if not forms:
-        return f"work-groups of {32 * FORMS[kind][-1][0]} work-items exceed the target"
+        return f"work-groups of {32 * candidates[-1][0]} work-items exceed the target"
     a = analyse(group.nodes, group.outputs, (DType.f16,) if f16 else (DType.f32,))
     if isinstance(a, str):
         return a
@@ -121,7 +120,7 @@ def plan(group: FusionGroup, target: TargetProfile, kind: str = "3xtf32",
     forms = [f for f in forms if registers(a, kind, bk, f[1]) <= MAX_REGISTERS] or forms[-1:]
     w, rows = next((f for f in forms if a.nq >= 16 * f[0] * f[1]), forms[-1])
     stages = 3 if f16 and 3 * tile_bytes(bk) <= target.local_mem_bytes else 2
-    return a, Tiles(bk, w, _lanes(a.k, a.d), _lanes(a.v, a.dv), stages, rows, wgmma)
+    return a, Tiles(bk, w, _lanes(a.k, a.d), _lanes(a.v, a.dv), stages, rows)
 
 
 def registers(a: Attention, kind: str, bk: int, rows: int) -> int:

@@ -65,8 +65,7 @@ class _WgBuilder(_Builder):
 
     def layout(self) -> None:
         a, t = self.a, self.t
-        self.feats = {"k": a.d, "v": a.dv}
-        self.sizes = {side: t.bk * f // 2 for side, f in self.feats.items()}  # words
+        self.sizes = {"k": t.bk * a.d // 2, "v": t.bk * a.dv // 2}  # words
         # bytes between core matrices adjacent in N: K's along its keys, V's along its
         # value features (adjacent ones along the products' K are CORE bytes apart)
         self.sbo = {"k": a.d // 8 * CORE, "v": t.bk // 8 * CORE}
