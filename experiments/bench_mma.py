@@ -179,16 +179,16 @@ def with_mma_tiles(job: accy.PreparedJob, tiles: MmaTiles, policy: str) -> accy.
 
 def time_accy(job: accy.PreparedJob, xs: list[np.ndarray], runtime, repeat: int
               ) -> tuple[float, np.ndarray]:
-    """Median kernel milliseconds (profiling events, two warm-up calls) and the result. The
-    operands are uploaded once and the result written to a device buffer, as
-    ``bench_gpu.py`` times its programs: no upload just before each call leaves them in the
-    L2 cache (small products measured up to 20% faster so)."""
+    """Median kernel milliseconds (profiling events, two warm-up calls: the first, which
+    gives the result's shape, and one into the device buffer) and the result. The operands
+    are uploaded once and the result written to a device buffer, as ``bench_gpu.py`` times
+    its programs: no upload just before each call leaves them in the L2 cache, which made
+    small products look faster (papers/kernels.md, "Twenty-second session")."""
     exe = job.executable(device=runtime)
     dev = [exe.to_device(x) for x in xs]
     (first,) = exe(*dev)
     out = DeviceArray.empty(runtime, first.shape, first.dtype)
-    for _ in range(2):
-        exe(*dev, out=out)
+    exe(*dev, out=out)
     samples = []
     for _ in range(repeat):
         exe(*dev, out=out)

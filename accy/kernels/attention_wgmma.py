@@ -20,9 +20,9 @@ Each stage of the one local array ``b_tile`` holds K's tile, then V's. Each ``cp
 copies 16 bytes of a K or V row, one core-matrix row; once a tile's copies landed each
 work-item fences them to the asynchronous proxy wgmma reads through, before the barrier.
 Without the ``ldmatrix`` fragments and with one fragment row a warp, ptxas gives the kernel
-about half the registers of ``mma-attention-f16``'s two-row form (124 against 250 at d 64),
-so a compute unit holds twice the warps. The scores are zeroed before each tile's first step
-(the marker's accumulate flag holds for all its steps).
+about half the registers of ``mma-attention-f16``'s two-row form (papers/kernels.md,
+"Twenty-second session"), so a compute unit holds twice the warps. The scores are zeroed
+before each tile's first step (the marker's accumulate flag holds for all its steps).
 
 Taken where ``mma-attention-f16`` is not (it is tried first, and
 ``kernelization{disable=mma-attention-f16}`` picks this one: the H200 has not timed it yet),

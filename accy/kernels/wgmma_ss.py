@@ -142,11 +142,10 @@ def resident(t: MmaTiles, target: TargetProfile, walking: bool = False) -> int:
 def walks(c: Contraction, t: MmaTiles, target: TargetProfile, dtype: int = tma.F16) -> bool:
     """Whether the kernel of tiles ``t`` walks tiles (:data:`PERSISTENT`): f16 products with
     more tiles than the compute units hold work-groups, whose tiles cover M and N exactly.
-    Measured (papers/kernels.md, "Twenty-first" and "Twenty-second session"): 1.0-1.22x
-    where the tiles cover the product exactly, batched or not (held out: 1.02x in geometric
-    mean, one batched product of K 1792 0.88x), but 0.65-0.95x on most products with partial
-    tiles at an edge (3000x3072x2048: 0.104 against 0.070 ms a tile a work-group), and
-    0.85-1.13x under TF32, which keeps a tile a work-group."""
+    Walking was measured faster where the tiles cover the product exactly, batched or not
+    (on held-out shapes on average, not on every one), but slower on most products with
+    partial tiles at an edge, and not reliably faster under TF32, which keeps a tile a
+    work-group (papers/kernels.md, "Twenty-first" and "Twenty-second session")."""
     if PERSISTENT is not None:
         return PERSISTENT
     return (dtype == tma.F16 and c.m.size % t.bm == 0 and c.n.size % t.bn == 0
