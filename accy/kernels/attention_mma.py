@@ -23,12 +23,15 @@ goes through the epilogue; queries past the end compute the last query's row and
 saturating rounding was found) splits Q, K, P and V into big and small parts, three products
 each (:func:`accy.kernels.mma_ptx.tf32_products`); f16 (any policy) rounds the probabilities to
 f16 for ``P V`` as the program's cast does, its scale and softmax in f32 as dtype-legalization
-leaves them. Selection (:func:`~accy.kernels.attention_mma_plan.plan`): the target's probe
-found the tensor cores (f16: and ``cp.async``; ``shfl``, ``ldmatrix``, ``cvt.rn.f16x2`` and
-``ex2`` exist wherever ``mma.sync`` does), features multiples of 8 (f16: 16) up to
-:data:`~accy.kernels.attention_mma_plan.MAX_FEATURES`, f16 K and V rows contiguous and 16-byte
-aligned, two key tiles in local memory. ``fusion-planning{attention=auto}`` merges attention
-where kernelization's precision takes this form
+leaves them; where their registers fit, f16's row sums ``l`` are tensor-core products too (P
+against a B of f16 ones, one more m16n8k16 a key step and fragment row: the f32 sum of the f16
+probabilities P V multiplies, each lane holding its rows' whole sums), in place of a chain of
+adds a score and the sums' shuffles. Selection (:func:`~accy.kernels.attention_mma_plan.plan`):
+the target's probe found the tensor cores (f16: and ``cp.async``; ``shfl``, ``ldmatrix``,
+``cvt.rn.f16x2`` and ``ex2`` exist wherever ``mma.sync`` does), features multiples of 8 (f16:
+16) up to :data:`~accy.kernels.attention_mma_plan.MAX_FEATURES`, f16 K and V rows contiguous
+and 16-byte aligned, two key tiles in local memory. ``fusion-planning{attention=auto}`` merges
+attention where kernelization's precision takes this form
 (:func:`accy.passes.dispatch.attention_fusion.pays`).
 """
 
@@ -91,6 +94,7 @@ from accy.kernels.mma_ptx import (
     tf32_products,
     tf32_registers,
 )
+from accy.kernels.workgroup import tree
 from accy.plans import FusionGroup, KernelOutline, LaunchGeometry, ScheduleKind
 from accy.target import (
     TF32_SATFINITE,
@@ -99,6 +103,7 @@ from accy.target import (
 
 LOG2E = 1.4426950408889634
 F32 = DType.f32
+ONES_F16X2 = 0x3C003C00  # two f16 ones, a register of an mma's B fragment
 
 
 class _Builder(_AttentionBuilder):
@@ -110,6 +115,7 @@ class _Builder(_AttentionBuilder):
                         and TF32_SATFINITE in target.tensor_cores else CVT_TF32)
         self.split = policy == "3xtf32"
         self.step = 16 if self.f16 else 8  # the K of one mma
+        self.tensor_sums = t.sums
 
     def operand(self, out: list[Stmt], name: str, value: Expr, high: Expr | None = None
                 ) -> str:
@@ -195,11 +201,16 @@ class _Builder(_AttentionBuilder):
                                                              idx(a.q.feature)))))
         self.m = [self.let(body, "m", exprs.const(-np.inf, F32), F32, mutable=True)
                   for _ in rows]
-        self.l = [self.let(body, "l", exprs.const(0.0, F32), F32, mutable=True) for _ in rows]
+        self.l = [] if self.tensor_sums else [
+            self.let(body, "l", exprs.const(0.0, F32), F32, mutable=True) for _ in rows]
         for i in range(t.rows):
             for n in range(a.dv // 8):
                 for r in range(4):
                     body.append(Let(f"fa_o{i}_{n}_{r}", F32, exprs.const(0.0, F32), True))
+        if self.tensor_sums:  # the row sums' accumulators, and B = two f16 ones a register
+            body += [Let(f"fa_l{i}_{r}", F32, exprs.const(0.0, F32), True)
+                     for i in range(t.rows) for r in range(4)]
+            body.append(Let("fa_ones", DType.i32, exprs.const(ONES_F16X2, DType.i32)))
         self.layout()
         body += self.local_arrays()
         self.lanes(body, lane, g, tt, col)
@@ -348,21 +359,28 @@ class _Builder(_AttentionBuilder):
         feature ``c`` (a multiple of 8) go: rows of ``ld`` words."""
         return add(mul(key, idx(self.ld[side])), div(c, 2))
 
+    # key tiles past tile ``kt`` that iteration ``kt`` reads (wgmma: 1, the next tile's scores)
+    lead = 0
+
     def async_loop(self) -> list[Stmt]:
         """f16: key tiles through ``stages`` buffers filled by ``cp.async``, as the mma
         contractions' pipeline: tiles 0..S-2 issued first, a commit group each; tile ``kt``
-        waits until at most S-2 groups are in flight, passes a barrier (every work-item's
-        copies visible, the buffer tile ``kt - 1`` read free), issues tile ``kt + S - 1``
-        into that buffer, then computes. Empty groups keep the count uniform."""
+        waits until at most S-2 groups (``lead``: S-2-lead, after :meth:`lead_in` on the
+        first) are in flight, passes a barrier (every work-item's copies visible, the buffer
+        tile ``kt - 1`` read free), issues tile ``kt + S - 1`` into that buffer, then
+        computes. Empty groups keep the count uniform."""
         t, body = self.t, []
         count = self.tile_count(body)
         commit = InlineAsm(CP_COMMIT, (), (), True, ("memory",))
         for s in range(t.stages - 1):
             body += [If(Bin("<", idx(s), count), tuple(self.issue(idx(s), idx(s)))), commit]
+        if self.lead:
+            body += [InlineAsm(CP_WAIT.format(t.stages - 2), (), (), True, ("memory",)),
+                     *self.landed(), Barrier(), *self.lead_in()]
         kt = Var("kt")
         nxt = add(kt, idx(t.stages - 1))
         loop: list[Stmt] = [
-            InlineAsm(CP_WAIT.format(t.stages - 2), (), (), True, ("memory",)),
+            InlineAsm(CP_WAIT.format(t.stages - 2 - self.lead), (), (), True, ("memory",)),
             *self.landed(), Barrier(),
             If(Bin("<", nxt, count), tuple(self.issue(mod(nxt, t.stages), nxt))), commit]
         loop += self.tile(mul(kt, idx(t.bk)), mod(kt, t.stages))
@@ -371,6 +389,10 @@ class _Builder(_AttentionBuilder):
 
     def landed(self) -> list[Stmt]:
         """What each work-item does once its copies of a tile landed, before the barrier."""
+        return []
+
+    def lead_in(self) -> list[Stmt]:
+        """Before the loop, where ``lead``: what tile 0 gives ahead of it (wgmma: its scores)."""
         return []
 
     # one key tile ---------------------------------------------------------------------
@@ -400,30 +422,34 @@ class _Builder(_AttentionBuilder):
         alphas = []
         for i in fr:
             for h in range(2):  # rows g (registers 0, 1) and g + 8 (2, 3)
-                top: Expr = x[i, 0, 2 * h]
-                for j in range(frags):
-                    for r in (2 * h, 2 * h + 1):
-                        if (j, r) != (0, 2 * h):
-                            top = Call("fmax", (top, x[i, j, r]))
+                # pairwise, so the maxima's dependent steps are log2 of the registers, not all
+                mine = [x[i, j, r] for j in range(frags) for r in (2 * h, 2 * h + 1)]
+                top = tree(mine, lambda u, w: Call("fmax", (u, w)), lambda e: e)
                 top = self.quad(out, self.let(out, "top", top, F32),
                                 lambda u, w: Call("fmax", (u, w)))
-                m, l = self.m[2 * i + h], self.l[2 * i + h]
+                m = self.m[2 * i + h]
                 m_new = self.let(out, "mn", Call("fmax", (m, top)), F32)
                 shift = self.let(out, "shift", Cond(Call("isfinite", (m_new,)), m_new,
                                                     exprs.const(0.0, F32)), F32)
                 alpha = self.exp(out, "alpha", m, shift)
-                total: Expr = Bin("*", l, alpha)
                 for j in range(frags):
                     for r in (2 * h, 2 * h + 1):
                         p[i, j, r] = self.exp(out, "p", x[i, j, r], shift)
-                        total = Bin("+", total, p[i, j, r])
-                out += [Assign(l.name, total), Assign(m.name, m_new)]
+                if self.l:  # else the sums are the tensor cores' (value_products)
+                    l = self.l[2 * i + h]
+                    ps = [p[i, j, r] for j in range(frags) for r in (2 * h, 2 * h + 1)]
+                    total = tree(ps, lambda u, w: Bin("+", u, w), lambda e: e)
+                    out.append(Assign(l.name, Bin("+", Bin("*", l, alpha), total)))
+                out.append(Assign(m.name, m_new))
                 alphas.append(alpha)
         for i in fr:
             for n in range(a.dv // 8):
                 for r in range(4):
                     o = f"fa_o{i}_{n}_{r}"
                     out.append(Assign(o, Bin("*", Var(o), alphas[2 * i + r // 2])))
+            if self.tensor_sums:
+                out += [Assign(f"fa_l{i}_{r}", Bin("*", Var(f"fa_l{i}_{r}"),
+                                                   alphas[2 * i + r // 2])) for r in range(4)]
         # O += P V. TF32: A registers a0..a3 = p of (row g, key 2t), (g + 8, 2t), (g, 2t + 1),
         # (g + 8, 2t + 1): columns t and t + 4 in the key order 0, 2, 4, 6, 1, 3, 5, 7, V's
         # rows 2t, 2t + 1 for B's k rows t, t + 4. f16: a0..a3 = the pairs of fragments 2kk
@@ -492,13 +518,17 @@ class _Builder(_AttentionBuilder):
                         voff, idx((8 * kk + r) * ldv + 8 * n)))) for r in range(2)]
                 for i in fr:
                     out += self.products(f"fa_o{i}_{n}", pa[i], b)
+            if self.tensor_sums:
+                for i in fr:
+                    out += self.products(f"fa_l{i}", pa[i], ["fa_ones", "fa_ones"])
         return out
 
     def stores(self, kind: ScheduleKind) -> list[Stmt]:
         """``O / l`` through the epilogue into the output, from the accumulators: register
         ``r`` of fragment ``n`` at row ``g`` (``g + 8`` for r >= 2), value ``8n + 2t + r % 2``."""
         a, out = self.a, []
-        total = [self.quad(out, ll, lambda u, w: Bin("+", u, w)) for ll in self.l]
+        total = ([self.quad(out, ll, lambda u, w: Bin("+", u, w)) for ll in self.l] or
+                 [Var(f"fa_l{h // 2}_{2 * (h % 2)}") for h in range(len(self.rows))])
         inv = [self.let(out, "inv", Bin("/", exprs.const(1.0, F32), s), F32) for s in total]
         dest = KernelArg("out0", a.stored.type.dtype, True, self.outline.output_slots[0])
         for h, row in enumerate(self.rows):  # row g + 8 (h % 2) of fragment row h // 2

@@ -61,6 +61,7 @@ class Tiles:
     v_lanes: int
     stages: int = 2  # local buffers (f16: cp.async pipeline depth)
     rows: int = 1  # m16 fragment rows (16 queries each) per warp, sharing its K and V loads
+    sums: bool = False  # f16 mma.sync: the row sums as products against ones (see plan)
 
     @property
     def threads(self) -> int:
@@ -120,7 +121,12 @@ def plan(group: FusionGroup, target: TargetProfile, kind: str = "3xtf32",
     forms = [f for f in forms if registers(a, kind, bk, f[1]) <= MAX_REGISTERS] or forms[-1:]
     w, rows = next((f for f in forms if a.nq >= 16 * f[0] * f[1]), forms[-1])
     stages = 3 if f16 and 3 * tile_bytes(bk) <= target.local_mem_bytes else 2
-    return a, Tiles(bk, w, _lanes(a.k, a.d), _lanes(a.v, a.dv), stages, rows)
+    # f16 on mma.sync: each row's sum of probabilities by the tensor cores (P against a B of
+    # ones: the f32 sum of the f16 probabilities P V multiplies) where their 4 accumulators a
+    # fragment row fit the budget (at d 128 they crowd the two-row form and were slower:
+    # papers/kernels.md, "Twenty-third session"); wgmma would need a local tile of ones
+    sums = f16 and not wgmma and registers(a, kind, bk, rows) + 4 * rows <= MAX_REGISTERS
+    return a, Tiles(bk, w, _lanes(a.k, a.d), _lanes(a.v, a.dv), stages, rows, sums)
 
 
 def registers(a: Attention, kind: str, bk: int, rows: int) -> int:

@@ -24,24 +24,33 @@ about half the registers of ``mma-attention-f16``'s two-row form (papers/kernels
 "Twenty-second session"), so a compute unit holds twice the warps. The scores are zeroed
 before each tile's first step (the marker's accumulate flag holds for all its steps).
 
+With three buffers and key tiles of 64 keys or more the loop runs one tile ahead (``lead``,
+as FlashAttention-3 overlaps within a warpgroup): tile 0's scores come before the loop, and
+iteration ``kt`` issues tile ``kt + 1``'s scores (``fa_n``) before its softmax of tile ``kt``
+and waits for them after its ``P V``, so the tensor cores work through the softmax.
+
 Taken where ``mma-attention-f16`` is not (it is tried first, and
-``kernelization{disable=mma-attention-f16}`` picks this one: the H200 has not timed it yet),
-on targets whose probe ran wgmma (``WGMMA_F16``); the runtime builds the expanded PTX for
-``sm_90a``.
+``kernelization{disable=mma-attention-f16}`` picks this one), on targets whose probe ran wgmma
+(``WGMMA_F16``); the runtime builds the expanded PTX for ``sm_90a``. On the H200 it is correct
+and 10-19% slower than ``mma-attention-f16`` at every sequence length timed (papers/kernels.md,
+"Twenty-third session").
 """
 
 from __future__ import annotations
 
 from accy.ir.types import DType
-from accy.kernels.attention_mma import _Builder
+from accy.kernels import exprs
+from accy.kernels.attention_mma import F32, _Builder
 from accy.kernels.attention_mma_plan import plan
 from accy.kernels.ir import (
     INDEX,
+    Assign,
     Bin,
     Cast,
     Expr,
     InlineAsm,
     Kernel,
+    Let,
     Lit,
     LocalArray,
     Stmt,
@@ -69,6 +78,11 @@ class _WgBuilder(_Builder):
         # bytes between core matrices adjacent in N: K's along its keys, V's along its
         # value features (adjacent ones along the products' K are CORE bytes apart)
         self.sbo = {"k": a.d // 8 * CORE, "v": t.bk // 8 * CORE}
+        # the next tile's scores behind this one's softmax, where a third buffer holds that
+        # tile and a tile has 64 keys or more: its copies are issued one iteration ahead, and
+        # shorter iterations leave them too little time to land (papers/kernels.md,
+        # "Twenty-third session")
+        self.lead = int(t.stages >= 3 and t.bk >= 64)
 
     def local_arrays(self) -> list[Stmt]:
         """One array, ``b_tile`` as wgmma-f16's: each stage K's tile, then V's."""
@@ -108,31 +122,55 @@ class _WgBuilder(_Builder):
                         matrix_descriptor(address, descriptor_bits(CORE, self.sbo[side])))
 
     def wgmma(self, out: list[Stmt], n: int, steps: int, trans: int, acc: list[str],
-              a: list[str], desc: Var) -> None:
-        """``steps`` wgmma ``m64n{n}k16`` into accumulators ``acc`` from A registers ``a`` and
-        B's descriptor ``desc``, then the wait (naming the registers it read and wrote)."""
+              a: list[str], desc: Var) -> InlineAsm:
+        """Appends ``steps`` wgmma ``m64n{n}k16`` into accumulators ``acc`` from A registers
+        ``a`` and B's descriptor ``desc``; returns their wait (naming the registers they read
+        and write)."""
         accs = tuple(("+f", name) for name in acc)
         ins = (*(("r", Var(name)) for name in a), ("l", desc), ("r", Lit(1, DType.i32)))
         ops = ", ".join(f"%{i}" for i in range(len(accs) + len(ins)))
         held = ", ".join(f"%{i}" for i in range(len(accs) + len(a)))
-        out += [InlineAsm(f"{rstep(n, steps, trans)} {ops}", accs, ins, True, ("memory",)),
-                InlineAsm(f"{WAIT0} {held}", accs, ins[:len(a)], True, ("memory",))]
+        out.append(InlineAsm(f"{rstep(n, steps, trans)} {ops}", accs, ins, True, ("memory",)))
+        return InlineAsm(f"{WAIT0} {held}", accs, ins[:len(a)], True, ("memory",))
+
+    def score_tile(self, out: list[Stmt], prefix: str, stage: Expr) -> InlineAsm:
+        """Appends ``S = Q Kᵀ`` of the K tile in buffer ``stage`` into ``{prefix}0_{j}_{r}``
+        (declared zero); returns its wait."""
+        a, t = self.a, self.t
+        names = [f"{prefix}0_{j}_{r}" for j in range(t.bk // 8) for r in range(4)]
+        out += [Let(name, F32, exprs.const(0.0, F32), True) for name in names]
+        return self.wgmma(out, t.bk, a.d // 16, 0, names,
+                          [f"fa_q0_{kk}_{r}" for kk in range(a.d // 16) for r in range(4)],
+                          self.descriptor(out, "k", stage))
+
+    def lead_in(self) -> list[Stmt]:
+        """Tile 0's scores, before the loop."""
+        out: list[Stmt] = []
+        out.append(self.score_tile(out, "fa_s", idx(0)))
+        return out
 
     def score_products(self, cur: Expr) -> list[Stmt]:
-        a, t = self.a, self.t
-        out = self.zero_scores()
-        self.wgmma(out, t.bk, a.d // 16, 0,
-                   [f"fa_s0_{j}_{r}" for j in range(t.bk // 8) for r in range(4)],
-                   [f"fa_q0_{kk}_{r}" for kk in range(a.d // 16) for r in range(4)],
-                   self.descriptor(out, "k", cur))
+        """Where ``lead``: the next tile's scores into ``fa_n``, in flight through this tile's
+        softmax (on the last tile they read a stale buffer and are dropped); else this
+        tile's."""
+        out: list[Stmt] = []
+        if not self.lead:
+            out.append(self.score_tile(out, "fa_s", cur))
+            return out
+        self.pending = self.score_tile(out, "fa_n", mod(add(Var("kt"), idx(1)), self.t.stages))
         return out
 
     def value_products(self, cur: Expr, p: dict) -> list[Stmt]:
+        """``O += P V``; where ``lead``, then the next tile's scores become this loop's."""
         a, t, out = self.a, self.t, []
         pa = [name for kk in range(t.bk // 16) for name in self.p_operands(out, p, kk)[0]]
-        self.wgmma(out, a.dv, t.bk // 16, 1,
-                   [f"fa_o0_{n}_{r}" for n in range(a.dv // 8) for r in range(4)], pa,
-                   self.descriptor(out, "v", cur))
+        out.append(self.wgmma(out, a.dv, t.bk // 16, 1,
+                              [f"fa_o0_{n}_{r}" for n in range(a.dv // 8) for r in range(4)],
+                              pa, self.descriptor(out, "v", cur)))
+        if self.lead:
+            out.append(self.pending)
+            out += [Assign(f"fa_s0_{j}_{r}", Var(f"fa_n0_{j}_{r}"))
+                    for j in range(t.bk // 8) for r in range(4)]
         return out
 
 

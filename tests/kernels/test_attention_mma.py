@@ -184,7 +184,10 @@ def test_warps_of_two_fragment_rows(device, rng, monkeypatch, policy, form):
     if policy == "f16":
         prog, inputs = f16_heads(rng, 1, 2, ((75, 16), (70, 16), (70, 32)), 0.25)
         src = run_emulated(device, prog, inputs, KEEP_F16, F16, "f16", "deferred")
-        per_tile = 2 * (8 + 4 * 4)  # two rows: S 8 key x 1 head, P V 4 key x 4 value fragments
+        # two rows: S 8 key x 1 head, P V 4 key x 4 value fragments, the row sums 4 key
+        per_tile = 2 * (8 + 4 * 4 + 4)
+        # the shuffles are the row maxima's (2 rows x 2 halves x 2), the sums need none
+        assert "fa_ones" in src and src.count("shfl.sync") == 8
     else:
         prog = heads(1, 1, 75, 50, 8, 16, mask="causal")
         inputs = data(rng, prog)
@@ -205,6 +208,17 @@ def test_two_fragment_rows_a_warp_where_their_registers_fit():
         assert f"reqd_work_group_size({threads}, 1, 1)" in src
         # per fragment row: S and P V, bk / 8 key x d / 8 feature fragments each
         assert src.count("mma.sync") == rows * 2 * (bk // 8) * (d // 8)
+
+
+def test_f16_row_sums_on_tensor_cores_where_their_registers_fit(rng):
+    """f16: the probabilities' row sums come from mma with B all ones (no chain of adds)
+    where the 4 accumulators a fragment row fit MAX_REGISTERS: heads of 64 (two rows, 160 +
+    8), not of 128 (224 + 8: the sums by adds)."""
+    for d, sums in ((64, True), (128, False)):
+        prog, _ = f16_heads(rng, 1, 2, ((256, d), (256, d), (256, d)), 0.125)
+        job = accy.prepare(prog, KEEP_F16, target=F16)
+        assert job.generators() == {"mma-attention-f16": 1}
+        assert ("fa_ones" in job.kernel_source(0)) is sums
 
 
 def test_auto_fuses_where_the_default_policy_takes_tensor_cores():
