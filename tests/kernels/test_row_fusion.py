@@ -115,6 +115,11 @@ def test_forms(rng) -> None:
         return found
 
     assert plan(64, 16384, GPU).held == 32  # 512 work-items hold a row
+    # held rows of whole float4s a work-item: read and written a vector at a time
+    assert plan(64, 4096, GPU).lanes == 4 and plan(64, 1000, GPU).lanes == 1
+    assert plan(64, 40000, GPU).lanes == 1 and plan(8, 4096, CPU).lanes == 1
+    src = accy.prepare(layernorm(64, 4096), "accy-default", target=GPU).kernel_source(0)
+    assert src.count("vload4(") == 4 and src.count("vstore4(") == 4
     assert plan(64, 40000, GPU).held == 0
     assert plan(1000, 32, GPU).split.width == 8  # short rows: 8 per work-group of 256
     assert plan(8, 4096, CPU).cpu == CPU.native_vector_bytes // 4  # the CPU vector form
