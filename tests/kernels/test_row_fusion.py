@@ -21,14 +21,14 @@ CPU = TargetProfile(device_type="cpu", max_work_group_size=4096, compute_units=2
 OFF = parse_pipeline("accy-default").replacing("fusion-planning{row-fusion=false}").text()
 
 
-def layernorm(rows: int, n: int) -> accy.Program:
+def layernorm(rows: int, n: int, dt=f32) -> accy.Program:
     def f(x, gamma, beta):
         mu = x.mean(axes=-1, keepdims=True)
         xc = x - mu
         var = (xc ** 2.0).mean(axes=-1, keepdims=True)
         return xc / (var + 1e-5).sqrt() * gamma + beta
 
-    return trace(f, f32[rows, n], f32[n], f32[n], name="layernorm")
+    return trace(f, dt[rows, n], dt[n], dt[n], name="layernorm")
 
 
 def rmsnorm(rows: int, n: int) -> accy.Program:
@@ -131,6 +131,16 @@ def test_forms(rng) -> None:
     vector = [rowfused_cpu.vector_stat(group, found.rows, st, found.cpu)
               for st in found.rows.stats]
     assert vector == [True, True, False]  # the one-hot (a comparison, a cast): scalar loop
+
+
+def test_f16_rows_eight_halves_a_vector(check, rng) -> None:
+    """f16 rows, stored f16 and computed in f32 (the GPU profile has no f16 arithmetic): the
+    held form reads and writes 16 bytes, 8 halves, a vector."""
+    xs = [v.astype(np.float16) for v in inputs("layernorm", 4, 4096, rng)]
+    job = check(layernorm(4, 4096, accy.f16), xs, target=GPU, rtol=2e-3, atol=2e-3)
+    src = job.kernel_source(0)
+    assert job.generators() == {"row-fused": 1}
+    assert src.count("vload_half8(") == 2 and src.count("vstore_half8(") == 2
 
 
 def test_few_long_rows_stay_tree_reductions() -> None:
