@@ -8,16 +8,18 @@ Key tiles of ``bk`` go through local memory: f32 through registers into rows pad
 (scalar fragment loads hit 32 banks), the next tile loaded while this one computes; f16 by
 ``cp.async`` into ``stages`` buffers of half-pair words (rows an odd number of 16-byte chunks),
 read by ``ldmatrix`` (``.trans`` for V). Per tile and fragment row a warp computes ``S = Q Kᵀ``
-(m16n8k8 TF32 or m16n8k16 f16, each K and V fragment loaded once for both rows; K's rows are the
-"col" B operand as stored), the score chain at each accumulator's coordinates (keys past the
-end: -inf), each row's maximum over its registers and the four lanes sharing the row
+(m16n8k8 TF32 or m16n8k16 f16, each K and V fragment loaded once for both rows; K's rows are
+the "col" B operand as stored), the score chain at each accumulator's coordinates (keys past
+the end: -inf), each row's maximum over its registers and the four lanes sharing the row
 (``shfl.sync.bfly``), the rescale of the per-lane running sums and of the output accumulators,
 and ``P V`` with the probabilities taken straight from the scores' registers: TF32 lane
 ``4g + t`` holds keys ``2t, 2t + 1`` of rows ``g, g + 8``, A's columns ``t, t + 4`` once a
-tile's keys are taken in the order ``0, 2, 4, 6, 1, 3, 5, 7`` (V's rows read in that order); f16
-packs the pairs (``cvt.rn.f16x2``) into m16n8k16 A registers as they are, and takes exp as one
-fma and ``ex2.approx``. A maximum that is not finite shifts by 0 (as the row softmax). ``O / l``
-goes through the epilogue; queries past the end compute the last query's row and store nothing.
+tile's keys are taken in the order ``0, 2, 4, 6, 1, 3, 5, 7`` (V's rows read in that order);
+f16 packs the pairs (``cvt.rn.f16x2``) into m16n8k16 A registers as they are, and takes exp as
+one fma and ``ex2.approx`` (a positive scale of f32 scores folded into its coefficient:
+:func:`~accy.kernels.attention_mma_plan.folded_scale`). A maximum that is not finite shifts by
+0 (as the row softmax). ``O / l`` goes through the epilogue; queries past the end compute the
+last query's row and store nothing.
 
 ``tf32`` rounds the operands to TF32; ``3xtf32`` (the default ``f32`` policy's, where the
 saturating rounding was found) splits Q, K, P and V into big and small parts, three products
@@ -45,7 +47,15 @@ from accy.ir.types import DType
 from accy.kernels import exprs, loopnest
 from accy.kernels.attention import _Builder as _AttentionBuilder
 from accy.kernels.attention_cpu import key_stop_var
-from accy.kernels.attention_mma_plan import KINDS, POLICIES, Tiles, local_row, local_row16, plan
+from accy.kernels.attention_mma_plan import (
+    KINDS,
+    POLICIES,
+    Tiles,
+    folded_scale,
+    local_row,
+    local_row16,
+    plan,
+)
 from accy.kernels.attention_plan import Attention, Side
 from accy.kernels.ir import (
     INDEX,
@@ -116,6 +126,7 @@ class _Builder(_AttentionBuilder):
         self.split = policy == "3xtf32"
         self.step = 16 if self.f16 else 8  # the K of one mma
         self.tensor_sums = t.sums
+        self.scale = folded_scale(a) if self.f16 else None
 
     def operand(self, out: list[Stmt], name: str, value: Expr, high: Expr | None = None
                 ) -> str:
@@ -135,8 +146,9 @@ class _Builder(_AttentionBuilder):
         if not self.f16:
             return self.let(out, prefix, Call("exp", (Bin("-", x, shift),)), F32)
         name = self.fresh(prefix)
-        arg = Call("fma", (x, exprs.const(LOG2E, F32), Bin("*", shift, exprs.const(
-            -LOG2E, F32))))
+        coef = LOG2E * (self.scale or 1.0)  # scores in units of S where the scale is folded
+        arg = Call("fma", (x, exprs.const(coef, F32), Bin("*", shift, exprs.const(
+            -coef, F32))))
         out += [Let(name, F32, exprs.const(0.0, F32), True),
                 InlineAsm(EX2_APPROX, (("=f", name),), (("f", arg),), False)]
         return Var(name)
@@ -413,8 +425,9 @@ class _Builder(_AttentionBuilder):
                     # the chain reads its operands (a mask) at keys inside the scores
                     at["q"], at["k"] = self.clamped[2 * i + r // 2], (
                         Call("min", (key, idx(a.nk - 1))) if a.nk % t.bk else key)
-                    v = self.through(self.scores, out, Var(f"fa_s{i}_{j}_{r}"),
-                                     a.softmax.srcs[0], tuple(at[role] for role in a.score_roles))
+                    v = Var(f"fa_s{i}_{j}_{r}") if self.scale else self.through(
+                        self.scores, out, Var(f"fa_s{i}_{j}_{r}"), a.softmax.srcs[0],
+                        tuple(at[role] for role in a.score_roles))
                     if a.nk % t.bk:
                         v = Cond(Bin("<", key, idx(a.nk)), v, exprs.const(-np.inf, F32))
                     x[i, j, r] = self.let(out, "x", v, F32)

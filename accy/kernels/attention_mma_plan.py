@@ -5,8 +5,12 @@ a group (:func:`kind_for`, also asked by fusion planning)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+import numpy as np
+
+from accy.ir.ops import Op
 from accy.ir.types import DType
 from accy.kernels.attention_plan import Attention, Side, analyse
 from accy.plans import FusionGroup, ScheduleKind
@@ -143,4 +147,21 @@ def kind_for(group: FusionGroup, target: TargetProfile, precision: str = "f32") 
     for kind in ("f16", resolve_precision(precision, target)):
         if kind in KINDS and not isinstance(plan(group, target, kind), str):
             return kind
+    return None
+
+
+def folded_scale(a: Attention) -> float | None:
+    """``c`` where the softmax reads ``c S`` in f32 (S the scores, cast from f16 or not; ``c``
+    a positive constant): the f16 kernel's exponent then takes ``c`` in its coefficient (the
+    maxima in units of S: ``c`` > 0 keeps their order), one multiply a score fewer. None for
+    any other chain (masks, biases, an f16 product), which is evaluated as it is."""
+    x = a.softmax.srcs[0]
+    if x.op is not Op.MUL or x.type.dtype is not DType.f32:
+        return None
+    for s, c in (x.srcs, x.srcs[::-1]):
+        if s.op is Op.CAST:
+            s = s.srcs[0]
+        if s is a.scores and c.op is Op.CONSTANT and c.type.size == 1:
+            value = float(np.asarray(c.value).reshape(-1)[0])
+            return value if 0 < value < math.inf else None
     return None

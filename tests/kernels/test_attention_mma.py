@@ -221,6 +221,33 @@ def test_f16_row_sums_on_tensor_cores_where_their_registers_fit(rng):
         assert ("fa_ones" in job.kernel_source(0)) is sums
 
 
+def test_f16_scale_folded_into_the_exponent(rng):
+    """Promoted f16 (the scale and softmax in f32, as on the H200): a positive constant scale
+    goes into the exponent's coefficient, no multiply a score; a negative one, an f16 multiply
+    (native f16) or a mask after it is evaluated as written."""
+    storage = dataclasses.replace(F16, dtypes=NV.dtypes)
+    coef = "0.180336877"  # 0.125 log2(e)
+
+    def source(scale, target=storage, pipeline="accy-default", mask=False):
+        prog, _ = f16_heads(rng, 1, 2, ((130, 32), (96, 32), (96, 64)), scale)
+        if mask:
+            def f(q, k, v):
+                s = einsum("bhqd,bhkd->bhqk", q, k) * scale
+                s = accy.where(accy.constant(np.tril(np.ones((130, 96), bool))), s, -np.inf)
+                return einsum("bhqk,bhkd->bhqd", accy.softmax(s, -1), v)
+
+            prog = trace(f, *[p.type for p in prog.functions[0].params], name="masked16")
+        job = accy.prepare(prog, pipeline, target=target)
+        assert job.generators() == {"mma-attention-f16": 1}
+        return job.kernel_source(0)
+
+    src = source(0.125)
+    assert coef in src and "* 0.125f)" not in src
+    assert coef not in source(-0.125) and "* -0.125f)" in source(-0.125)
+    assert coef not in source(0.125, F16, KEEP_F16)  # f16 scores, rounded after the scale
+    assert coef not in source(0.125, mask=True)
+
+
 def test_auto_fuses_where_the_default_policy_takes_tensor_cores():
     prog = heads(1, 2, 128, 128, 64, 64)
     assert accy.prepare(prog, target=SAT).generators() == {"mma-attention-3xtf32": 1}

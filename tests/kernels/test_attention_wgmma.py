@@ -10,7 +10,7 @@ import dataclasses
 import shutil
 
 import pytest
-from test_attention_mma import F16, KEEP_F16, f16_heads, run_emulated
+from test_attention_mma import F16, KEEP_F16, NV, f16_heads, run_emulated
 from test_wgmma import _NVPTX_BUILTINS, assembled
 
 import accy
@@ -67,6 +67,18 @@ def test_emulated_kernel_matches_the_interpreter(device, rng, mode, shapes, head
     src = run_emulated(device, prog, inputs, OPT_IN, HOPPER16, "f16", mode,
                        "wgmma-attention-f16")
     assert "@@RSTEP" in src and ("fa_n0_" in src) == (shapes[0][1] < 128)
+
+
+def test_emulated_promoted_f16_with_the_scale_folded(device, rng):
+    """As the H200 runs it: f16 stored, the scale and softmax in f32, the scale folded into the
+    exponent's coefficient (0.125 log2 e), one tile ahead."""
+    storage = dataclasses.replace(HOPPER16, dtypes=NV.dtypes)
+    pipeline = parse_pipeline("accy-default").replacing(
+        "kernelization{disable=mma-attention-f16}").text()
+    prog, inputs = f16_heads(rng, 1, 2, ((130, 32), (200, 32), (200, 64)), 0.125)
+    src = run_emulated(device, prog, inputs, pipeline, storage, "f16", "deferred",
+                       "wgmma-attention-f16")
+    assert "0.180336877" in src and "fa_n0_" in src
 
 
 @pytest.mark.skipif(not (shutil.which("clang-15") and shutil.which("ptxas")),
