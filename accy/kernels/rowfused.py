@@ -115,8 +115,8 @@ def analyse(group: FusionGroup, target: TargetProfile) -> RowPlan | None:
     held = per_item if per_item <= HELD_VALUES else 0
     lanes = 1
     if held and target.device_type != "cpu":  # GPU rows of whole 16-byte vectors a work-item
-        full = [v for v in (*_row_inputs(group, rows), *group.outputs)
-                if v.type.shape == rows.full]
+        full = [*_row_inputs(group, rows), *(o for o in group.outputs
+                                             if o.type.shape == rows.full)]
         lanes = vector_width([v.type.dtype for v in full], target)
         if n % (lanes * threads):
             lanes = 1
