@@ -1,20 +1,24 @@
 """Benchmark: attention (softmax(Q Kᵀ / sqrt(d) [+ causal mask]) V over batch x heads) as accy
-kernels with the fused-attention generator and without it, against torch where it has CUDA.
+kernels with the fused-attention generators and without them, against torch where it has CUDA.
 
     python experiments/bench_attention.py [--device nvidia] [--batch 1] [--heads 8]
-        [--seqs 512,1024] [--head-dim 64] [--causal] [--repeat 10]
+        [--seqs 512,1024] [--head-dim 64] [--causal] [--dtype f32|f16]
+        [--variants fused,unfused[,wgmma]] [--repeat 10]
         [--out results/bench_attention.json] [--no-torch]
 
-Each shape is prepared for the device's own :class:`~accy.target.TargetProfile` twice:
-``fused``, ``fusion-planning{attention=always}`` (one ``fused-attention`` kernel
-with an online softmax) and ``unfused``, ``attention=off`` (the scores, the softmax and
-P V as separate kernels, the scores and probabilities through memory, as before). Kernel
-time is the sum of the OpenCL profiling events of one call, median over ``--repeat`` calls
-after a warm-up; the two variants are timed alternately, so a busy machine slows both alike.
-Outputs are checked against numpy in f64. When torch with CUDA is importable, the same
-attention runs in torch eager (the math spelling), ``scaled_dot_product_attention`` and
-torch.compile of the math spelling, timed with CUDA events; otherwise those fields are null
-with the reason.
+Each shape is prepared for the device's own :class:`~accy.target.TargetProfile` once per
+variant: ``fused``, ``fusion-planning{attention=always}`` (one kernel with an online softmax:
+``fused-attention``, or on tensor cores ``mma-attention-*``), ``unfused``, ``attention=off``
+(the scores, the softmax and P V as separate kernels, the scores and probabilities through
+memory), and ``wgmma``, ``fused`` with ``kernelization{disable=mma-attention-f16}`` (f16 on
+Hopper: ``wgmma-attention-f16``). ``--dtype f16`` makes Q, K, V and the output f16. Inputs and
+output stay on the device (as ``bench_gpu.py`` times); kernel time is the sum of the OpenCL
+profiling events of one call, median over ``--repeat`` calls after a warm-up; the variants
+are timed in turn, so a busy machine slows them alike. Outputs are checked against numpy in
+f64 (f32: within 1e-4; f16: 4e-3, a few f16 roundings of values near 1). When torch with CUDA
+is importable, the same attention runs in torch eager (the math spelling),
+``scaled_dot_product_attention`` and torch.compile of the math spelling, in the same dtype,
+timed with CUDA events; otherwise those fields are null with the reason.
 """
 
 from __future__ import annotations
@@ -27,18 +31,29 @@ from typing import Any
 import numpy as np
 
 import accy
+from accy.backends.opencl.device_array import DeviceArray
 from accy.backends.registry import get_backend
 from accy.builder import einsum, trace
 from accy.experiments.peers import cuda_torch
 from accy.experiments.records import median_ms, provenance, write_json
 from accy.passes.spec import parse_pipeline
 
-f32 = accy.f32
-VARIANTS = {"fused": "fusion-planning{attention=always}",
-            "unfused": "fusion-planning{attention=off}"}
+VARIANTS = {"fused": ("fusion-planning{attention=always}",),
+            "unfused": ("fusion-planning{attention=off}",),
+            "wgmma": ("fusion-planning{attention=always}",
+                      "kernelization{disable=mma-attention-f16}")}
+DTYPES = {"f32": (accy.f32, np.float32, 1e-4), "f16": (accy.f16, np.float16, 4e-3)}
 
 
-def program(b: int, h: int, s: int, d: int, causal: bool) -> accy.Program:
+def pipeline(variant: str) -> str:
+    """accy's default pipeline with ``variant``'s passes (:data:`VARIANTS`) in place."""
+    spec = parse_pipeline("accy-default")
+    for passes in VARIANTS[variant]:
+        spec = spec.replacing(passes)
+    return spec.text()
+
+
+def program(b: int, h: int, s: int, d: int, causal: bool, dtype: str = "f32") -> accy.Program:
     def attention(q, k, v):
         scores = einsum("bhqd,bhkd->bhqk", q, k) * (1.0 / math.sqrt(d))
         if causal:
@@ -46,12 +61,12 @@ def program(b: int, h: int, s: int, d: int, causal: bool) -> accy.Program:
             scores = accy.where(tri, scores, -np.inf)
         return einsum("bhqk,bhkd->bhqd", accy.softmax(scores, -1), v)
 
-    return trace(attention, *[f32[b, h, s, d]] * 3, name="attention")
+    return trace(attention, *[DTYPES[dtype][0][b, h, s, d]] * 3, name="attention")
 
 
-def inputs(b: int, h: int, s: int, d: int) -> list[np.ndarray]:
+def inputs(b: int, h: int, s: int, d: int, dtype: str = "f32") -> list[np.ndarray]:
     rng = np.random.default_rng(0)
-    return [rng.standard_normal((b, h, s, d)).astype(np.float32) for _ in range(3)]
+    return [rng.standard_normal((b, h, s, d)).astype(DTYPES[dtype][1]) for _ in range(3)]
 
 
 def reference(xs: list[np.ndarray], causal: bool) -> np.ndarray:
@@ -70,7 +85,7 @@ def bench_torch(xs: list[np.ndarray], causal: bool, repeat: int) -> dict[str, An
     torch, out["torch_note"] = cuda_torch()
     if torch is None:
         return out
-    torch.backends.cuda.matmul.allow_tf32 = False  # f32 on both sides
+    torch.backends.cuda.matmul.allow_tf32 = False  # f32 on both sides (f16: f16 tensors)
     q, k, v = (torch.from_numpy(a).cuda() for a in xs)
     d = xs[0].shape[-1]
     mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device="cuda").tril()
@@ -109,35 +124,39 @@ def bench_torch(xs: list[np.ndarray], causal: bool, repeat: int) -> dict[str, An
 
 
 def bench_shape(b: int, h: int, s: int, d: int, causal: bool, runtime: Any,
-                repeat: int) -> dict[str, Any]:
+                repeat: int, dtype: str = "f32",
+                variants: tuple[str, ...] = ("fused", "unfused")) -> dict[str, Any]:
     target = get_backend().target_profile(runtime)
-    prog = program(b, h, s, d, causal)
-    xs = inputs(b, h, s, d)
+    prog = program(b, h, s, d, causal, dtype)
+    xs = inputs(b, h, s, d, dtype)
     want = reference(xs, causal)
-    jobs, exes, samples, pipelines = {}, {}, {}, {}
-    for variant, passes in VARIANTS.items():
-        pipelines[variant] = parse_pipeline("accy-default").replacing(passes).text()
-        jobs[variant] = accy.prepare(prog, pipelines[variant], target=target)
+    jobs, exes, samples, outs = {}, {}, {}, {}
+    for variant in variants:
+        jobs[variant] = accy.prepare(prog, pipeline(variant), target=target)
         exes[variant] = jobs[variant].executable(device=runtime)
-        exes[variant](*xs)  # warm-up: builds the kernels
+        outs[variant] = DeviceArray.empty(runtime, (b, h, s, d), xs[0].dtype)
         samples[variant] = []
-    outs = {}
+    dev = [exes[variants[0]].to_device(x) for x in xs]  # resident, as bench_gpu times
+    for variant, exe in exes.items():
+        exe(*dev, out=outs[variant])  # warm-up: builds the kernels
     for _ in range(repeat):
         for variant, exe in exes.items():
-            (outs[variant],) = exe(*xs)
+            exe(*dev, out=outs[variant])
             samples[variant].append(sum(exe.last_kernel_ns))
     flops = 4 * b * h * s * s * d  # two products of 2 s^2 d FLOPs per (batch, head)
     row: dict[str, Any] = {"shape": {"batch": b, "heads": h, "seq": s, "head_dim": d},
-                           "causal": causal}
-    for variant in VARIANTS:
+                           "causal": causal, "dtype": dtype}
+    tol = DTYPES[dtype][2]
+    for variant in variants:
         ms = median_ms(samples[variant])
-        err = float(np.max(np.abs(outs[variant] - want)))
-        row[variant] = {"pipeline": pipelines[variant], "kernel_count": jobs[variant].kernel_count,
+        got = outs[variant].get().astype(np.float64)
+        row[variant] = {"pipeline": pipeline(variant), "kernel_count": jobs[variant].kernel_count,
                         "generators": jobs[variant].generators(), "kernel_ms": ms,
-                        "GFLOPs": flops / (ms * 1e6), "max_abs_error": err,
-                        "matches": bool(np.allclose(outs[variant], want, rtol=1e-4,
-                                                    atol=1e-4))}
-    row["fusion_speedup"] = row["unfused"]["kernel_ms"] / row["fused"]["kernel_ms"]
+                        "GFLOPs": flops / (ms * 1e6),
+                        "max_abs_error": float(np.max(np.abs(got - want))),
+                        "matches": bool(np.allclose(got, want, rtol=tol, atol=tol))}
+    if "fused" in variants and "unfused" in variants:
+        row["fusion_speedup"] = row["unfused"]["kernel_ms"] / row["fused"]["kernel_ms"]
     return row
 
 
@@ -149,6 +168,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seqs", default="512,1024", help="comma-separated sequence lengths")
     p.add_argument("--head-dim", type=int, default=64)
     p.add_argument("--causal", action="store_true", help="a causal mask (where over a tril)")
+    p.add_argument("--dtype", choices=tuple(DTYPES), default="f32", help="Q, K, V and output")
+    p.add_argument("--variants", default="fused,unfused",
+                   help="comma-separated accy pipelines: " + ",".join(VARIANTS))
     p.add_argument("--repeat", type=int, default=10)
     p.add_argument("--no-torch", action="store_true")
     p.add_argument("--out", default="results/bench_attention.json")
@@ -159,6 +181,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error(f"--seqs: comma-separated integers, got {args.seqs!r}")
     if min(args.batch, args.heads, args.head_dim, args.repeat, *args.seq_list) < 1:
         p.error("--batch, --heads, --head-dim, --repeat and --seqs must be positive")
+    args.variant_list = tuple(v.strip() for v in args.variants.split(",") if v.strip())
+    bad = [v for v in args.variant_list if v not in VARIANTS]
+    if bad or not args.variant_list:
+        p.error(f"--variants: unknown {', '.join(bad) or '(none given)'}; choose from "
+                f"{','.join(VARIANTS)}")
     return args
 
 
@@ -168,17 +195,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     rows = []
     for s in args.seq_list:
         row = bench_shape(args.batch, args.heads, s, args.head_dim, args.causal, runtime,
-                          args.repeat)
+                          args.repeat, args.dtype, args.variant_list)
         if not args.no_torch:
-            row.update(bench_torch(inputs(args.batch, args.heads, s, args.head_dim),
+            row.update(bench_torch(inputs(args.batch, args.heads, s, args.head_dim, args.dtype),
                                    args.causal, args.repeat))
         rows.append(row)
-        f, u = row["fused"], row["unfused"]
-        print(f"seq {s:>5}  fused {f['kernel_ms']:9.3f} ms ({f['kernel_count']} kernel, "
-              f"{f['GFLOPs']:7.1f} GFLOP/s)  unfused {u['kernel_ms']:9.3f} ms "
-              f"({u['kernel_count']} kernels)  x{row['fusion_speedup']:.2f}  "
-              f"sdpa {row.get('torch_sdpa_ms')}  compile {row.get('torch_compile_ms')}  "
-              f"ok={f['matches'] and u['matches']}", flush=True)
+        timings = "  ".join(
+            f"{v} {row[v]['kernel_ms']:9.3f} ms ({row[v]['kernel_count']} kernels, "
+            f"{row[v]['GFLOPs']:7.1f} GFLOP/s)" for v in args.variant_list)
+        ok = all(row[v]["matches"] for v in args.variant_list)
+        print(f"seq {s:>5}  {timings}  sdpa {row.get('torch_sdpa_ms')}  compile "
+              f"{row.get('torch_compile_ms')}  ok={ok}", flush=True)
     result = {"rows": rows, "repeat": args.repeat,
               **provenance(args.device, ("pyopencl", "torch"),
                            [sys.argv[0] if argv is None else "main",
