@@ -31,9 +31,9 @@ and waits for them after its ``P V``, so the tensor cores work through the softm
 
 Taken where ``mma-attention-f16`` is not (it is tried first, and
 ``kernelization{disable=mma-attention-f16}`` picks this one), on targets whose probe ran wgmma
-(``WGMMA_F16``); the runtime builds the expanded PTX for ``sm_90a``. On the H200 it is correct
-and 10-19% slower than ``mma-attention-f16`` at every sequence length timed (papers/kernels.md,
-"Twenty-third session").
+(``WGMMA_F16``); the runtime builds the expanded PTX for ``sm_90a``. It comes second because
+``mma-attention-f16`` timed faster at every sequence length (papers/kernels.md, "Twenty-third
+session").
 """
 
 from __future__ import annotations

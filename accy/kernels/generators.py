@@ -38,7 +38,7 @@ GENERATORS: dict[str, Generator] = {}
 PRIORITY: tuple[str, ...] = (
     "vector-flat", "row-fused", "tree-reduction", "row-softmax",
     "mma-attention-tf32", "mma-attention-3xtf32",  # under their policy, before the work-group
-    # f16 attention on wgmma: after mma.sync's, slower on the H200 (an opt-in:
+    # f16 attention on wgmma: after mma.sync's, which timed faster (an opt-in:
     # kernelization{disable=mma-attention-f16})
     "mma-attention-f16", "wgmma-attention-f16", "fused-attention",
     # f32 products under the tf32 / 3xtf32 policies: Hopper's wgmma (A along K, tiles
