@@ -12,9 +12,7 @@ results); a mean divides by the row length, as the tree reduction does; a (log-)
 its row maximum (NaNs ignored) and shift as the row-softmax generator does. Every later value
 reads the row's results (the builder answers a reduction with its row value). Rows of at most
 ``HELD_VALUES`` per work-item are read from memory once: the values of each element are bound
-at the kernel's top level, so every level and the outputs reuse them from registers; where the
-row is whole 16-byte vectors a work-item, a work-item takes consecutive elements, each full-row
-input read and each full-row output written a vector at a time (``vload4`` of f32). Longer
+at the kernel's top level, so every level and the outputs reuse them from registers. Longer
 rows read the row again for each level and for the outputs (a layer norm: three passes). The
 outputs (full rows and per-row values) are written last. On a CPU one work-item takes a row,
 with no barriers: vector passes where the ops allow (:mod:`accy.kernels.rowfused_cpu`),
@@ -31,7 +29,6 @@ from accy.ir.ops import Op
 from accy.ir.types import DType
 from accy.ir.walk import Pending
 from accy.kernels import exprs, rowfused_cpu, rowgroup
-from accy.kernels.flat import vector_width
 from accy.kernels.ir import (
     INDEX,
     Assign,
@@ -41,11 +38,8 @@ from accy.kernels.ir import (
     Expr,
     Kernel,
     KernelArg,
-    Lane,
     Store,
     Var,
-    VectorLoad,
-    VectorStore,
     add,
     idx,
     mul,
@@ -68,7 +62,7 @@ from accy.kernels.workgroup import (
     tree,
     work_ids,
 )
-from accy.plans import FusionGroup, KernelOutline, ScheduleKind, is_inlined
+from accy.plans import FusionGroup, KernelOutline, ScheduleKind
 from accy.target import TargetProfile
 
 CPU_ROW_ITEMS = 1  # work-items per row on a CPU: no barriers (see the module)
@@ -83,7 +77,6 @@ class RowPlan:
     split: Split  # rows as outputs, row elements as units
     held: int  # elements per work-item held in registers, 0: one pass per level and outputs
     cpu: int  # lanes of the CPU vector form (:mod:`accy.kernels.rowfused_cpu`), 0: not
-    lanes: int = 1  # GPU held form: consecutive elements a work-item reads and writes as one
 
 
 def analyse(group: FusionGroup, target: TargetProfile) -> RowPlan | None:
@@ -112,20 +105,7 @@ def analyse(group: FusionGroup, target: TargetProfile) -> RowPlan | None:
     width = max(1, min(local_size(target, LOCAL_SIZE) // threads, pow2ceil(count)))
     split = Split(count, n, width, threads, 1, n, True)
     per_item = -(-n // threads)
-    held = per_item if per_item <= HELD_VALUES else 0
-    lanes = 1
-    if held and target.device_type != "cpu":  # GPU rows of whole 16-byte vectors a work-item
-        full = [*_row_inputs(group, rows), *(o for o in group.outputs
-                                             if o.type.shape == rows.full)]
-        lanes = vector_width([v.type.dtype for v in full], target)
-        if n % (lanes * threads):
-            lanes = 1
-    return RowPlan(rows, count, split, held, 0, lanes)
-
-
-def _row_inputs(group: FusionGroup, rows: rowgroup.RowGroup) -> list[Node]:
-    """The values the group reads from memory in the shape of its rows."""
-    return [v for v in group.inputs if v.type.shape == rows.full and not is_inlined(v)]
+    return RowPlan(rows, count, split, per_item if per_item <= HELD_VALUES else 0, 0)
 
 
 def accepts(group: FusionGroup, target: TargetProfile) -> bool:
@@ -216,10 +196,8 @@ def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
     if plan.cpu:
         store_vectors = rowfused_cpu.build_rows(b, group, rows, plan.cpu, row, rowfused_cpu.Hooks(
             lambda col: element(col)[0], _source, _finish, _fmax, combiner))
-    vectors = _vectors(b, plan, ids.ly, row, row_coords) if plan.lanes > 1 else []
-    # held form: (element, in range)
-    slots: list[tuple[Expr, Expr | None]] = [(u, None) for _, us in vectors for u in us]
-    for k in range(0 if vectors else plan.held):
+    slots: list[tuple[Expr, Expr | None]] = []  # held form: (element, in range)
+    for k in range(plan.held):
         u: Expr = add(ids.ly, idx(k * s.count))
         ok: Expr | None = None
         if (k + 1) * s.count > rows.n:
@@ -290,12 +268,7 @@ def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
         store_vectors([(a, o) for a, o in zip(outs, group.outputs, strict=True)
                        if o.type.shape == full])
     elif any(o.type.shape == full for o in group.outputs):
-        if vectors:
-            for w, us in vectors:
-                guard(em, ids.valid, [VectorStore(a.name, w, o.type.dtype, tuple(
-                    b.value(o, element(u)[0]) for u in us)) for a, o in zip(
-                        outs, group.outputs, strict=True) if o.type.shape == full])
-        elif plan.held:
+        if plan.held:
             for u, ok in slots:
                 store_row(u, ok)
         else:
@@ -306,27 +279,6 @@ def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
                 store_row(u, None)
     return (Kernel(outline.entry, outline.work_item, kind, group.domain,
                    tuple([*b.args, *outs]), em.body(), s.geometry, implemented_ops(group)),)
-
-
-def _vectors(b: _Builder, plan: RowPlan, ly: Expr, row: Expr, row_coords: tuple[Expr, ...]
-             ) -> list[tuple[Expr, list[Expr]]]:
-    """Work-item ``ly``'s held elements as (vector index ``w`` in the buffers, its ``lanes``
-    elements of the row): vector ``ly + j count`` of the row, each full-row input read as one
-    vector there and its lanes seeded at their elements."""
-    em, lanes = b.em, plan.lanes
-    inputs = [(v, b.arg_of[v]) for v in _row_inputs(b.group, plan.rows)]
-    out = []
-    for j in range(plan.held // lanes):
-        within = em.bind(add(ly, idx(j * plan.split.count)), INDEX, prefix="wr")
-        w = em.bind(add(mul(row, idx(plan.rows.n // lanes)), within), INDEX, prefix="w")
-        us = [em.bind(add(mul(within, idx(lanes)), idx(e)), INDEX, prefix="u")
-              for e in range(lanes)]
-        for v, arg in inputs:
-            vec = em.bind(VectorLoad(arg, w, lanes), v.type.dtype, prefix="vx", lanes=lanes)
-            for e, u in enumerate(us):
-                b.seed(v, (*row_coords, u), Lane(vec, e))
-        out.append((w, us))
-    return out
 
 
 def _register() -> None:

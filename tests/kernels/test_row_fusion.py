@@ -115,11 +115,6 @@ def test_forms(rng) -> None:
         return found
 
     assert plan(64, 16384, GPU).held == 32  # 512 work-items hold a row
-    # held rows of whole float4s a work-item: read and written a vector at a time
-    assert plan(64, 4096, GPU).lanes == 4 and plan(64, 1000, GPU).lanes == 1
-    assert plan(64, 40000, GPU).lanes == 1 and plan(8, 4096, CPU).lanes == 1
-    src = accy.prepare(layernorm(64, 4096), "accy-default", target=GPU).kernel_source(0)
-    assert src.count("vload4(") == 4 and src.count("vstore4(") == 4
     assert plan(64, 40000, GPU).held == 0
     assert plan(1000, 32, GPU).split.width == 8  # short rows: 8 per work-group of 256
     assert plan(8, 4096, CPU).cpu == CPU.native_vector_bytes // 4  # the CPU vector form
@@ -133,14 +128,13 @@ def test_forms(rng) -> None:
     assert vector == [True, True, False]  # the one-hot (a comparison, a cast): scalar loop
 
 
-def test_f16_rows_eight_halves_a_vector(check, rng) -> None:
-    """f16 rows, stored f16 and computed in f32 (the GPU profile has no f16 arithmetic): the
-    held form reads and writes 16 bytes, 8 halves, a vector."""
+def test_f16_rows(check, rng) -> None:
+    """f16 rows, stored f16 and computed in f32 (the GPU profile has no f16 arithmetic), held
+    in registers: one kernel, against the interpreter."""
     xs = [v.astype(np.float16) for v in inputs("layernorm", 4, 4096, rng)]
     job = check(layernorm(4, 4096, accy.f16), xs, target=GPU, rtol=2e-3, atol=2e-3)
-    src = job.kernel_source(0)
     assert job.generators() == {"row-fused": 1}
-    assert src.count("vload_half8(") == 2 and src.count("vstore_half8(") == 2
+    assert "vload_half(" in job.kernel_source(0)
 
 
 def test_few_long_rows_stay_tree_reductions() -> None:
