@@ -19,7 +19,8 @@ COUNT_TARGET = TargetProfile(  # an H200-like profile: --counts needs no device
     tensor_cores=(TF32_MMA, CP_ASYNC, F16_MMA))
 COUNTED = {  # what the K loop issues per work-item and step, by the pattern of its source
     "mma": r"mma\.sync", "cvt": r"cvt\.rna", "lds32": r"[ab]_tile\[[^\]]*\](?!\s*=[^=])",
-    "vload": r"vload\d\([^;]*_tile\)", "ld.shared.v": r"ld\.shared\.v", "ldmatrix": r"ldmatrix",
+    "vload": r"(?:vload\d\([^;]*_tile\)|\(__local \w+\*\)\w*_tile\)\[[^\]]*\](?!\s*=[^=]))",
+    "ld.shared.v": r"ld\.shared\.v", "ldmatrix": r"ldmatrix",
     "cp.async": r"cp\.async\.cg", "barrier": r"barrier\("}
 
 

@@ -96,6 +96,33 @@ def test_single_result_takes_a_bare_array(runtime) -> None:
     np.testing.assert_array_equal(out, np.maximum((a + a) * a - a, a))
 
 
+def _misaligned(n: int) -> np.ndarray:
+    """A C-contiguous float32 array of ``n`` whose address is 4 bytes past a 16-byte boundary."""
+    base = np.zeros(n + 4, np.float32)
+    skip = (4 - base.ctypes.data // 4 % 4 + 1) % 4  # elements to the address 16 k + 4
+    return base[skip:skip + n]
+
+
+def test_arrays_off_the_kernels_vector_alignment(runtime) -> None:
+    """Kernels read and write 16-byte vectors through vector pointers (arguments' bases are
+    16-byte aligned): host arrays that are not are copied, never used in place."""
+
+    @accy.function
+    def rows(a: f32[64, 1004], b: f32[64, 1004]):
+        return (a * b).sum(1)  # rows of whole float4s, not float8s
+
+    job = accy.prepare(rows, device=runtime)
+    assert "float4*)in0)[" in job.kernel_source(0)
+    a, b = (_misaligned(64 * 1004).reshape(64, 1004) for _ in range(2))
+    out = _misaligned(64)
+    assert a.ctypes.data % 16 == 4 and out.ctypes.data % 16 == 4
+    a[:] = np.arange(64 * 1004).reshape(64, 1004) % 7 - 3.0
+    b[:] = np.arange(64 * 1004).reshape(64, 1004) % 5 - 2.0
+    (got,) = job.executable(device=runtime)(a, b, out=out)
+    assert got is out
+    np.testing.assert_array_equal(out, (a * b).sum(1))
+
+
 @pytest.mark.parametrize("bad, message", [
     (lambda: [np.empty((4, 64), np.float32)], "has 4 results, out= gives 1 arrays"),
     (lambda: [np.empty((4, 64), np.float64), *_good()[1:]], r"out\[0\] must be a numpy array "

@@ -241,7 +241,7 @@ def test_gpu_kernel_structure_for_an_aligned_matmul():
     assert "reqd_work_group_size(256, 1, 1)" in src
     assert "__local float x_tile[" in src and "aligned(16)" in src
     assert src.count("barrier(CLK_LOCAL_MEM_FENCE);") == 2
-    assert "vload4(" in src and "vstore4(" in src and "fma(" in src
+    assert "float4*)in0)[" in src and "((__global float4*)out0)[" in src and "fma(" in src
     assert "? " not in src  # sizes divide the tiles: no guards anywhere
     assert src.count("acc_") >= 16 * 3  # 16 float4 accumulators: declared, updated, stored
 
@@ -249,12 +249,14 @@ def test_gpu_kernel_structure_for_an_aligned_matmul():
 def test_edges_get_guards_only_where_tiles_overhang():
     src = source(program("ik,kj->ij", [(130, 256), (256, 384)]), H200)  # M overhangs
     lines = src.splitlines()
-    assert all("< 130L) ? vload4" in line for line in lines if "x_tile_r0 =" in line)
+    guarded = "< 130L) ? ((__global const float4*)in0)"
+    assert all(guarded in line for line in lines if "x_tile_r0 =" in line)
     assert not any("?" in line for line in lines if "y_tile_r0 =" in line)
     assert "if ((row0 < 130L))" in src and "(col0 <" not in src
     src = source(program("ik,kj->ij", [(128, 250), (250, 384)]), H200)  # K overhangs
-    assert "x_tile_k0) < 250L) ? vload2" in src  # gcd(250, 16): two-lane vectors along K
-    assert "y_tile_k0) < 250L) ? vload4" in src
+    # gcd(250, 16): two-lane vectors along K
+    assert "x_tile_k0) < 250L) ? ((__global const float2*)in0)" in src
+    assert "y_tile_k0) < 250L) ? ((__global const float4*)in1)" in src
     assert "(row0 <" not in src and "(col0 <" not in src
 
 
@@ -283,11 +285,11 @@ def test_render_vector_nodes_golden():
         "__kernel __attribute__((reqd_work_group_size(64, 1, 1))) void k("
         "__global float* restrict out0) {\n"
         "  __local float t[64] __attribute__((aligned(16)));\n"
-        "  const float4 v = vload4(2L, t);\n"
+        "  const float4 v = ((__local float4*)t)[2L];\n"
         "  float4 acc = ((float4)(0.0f));\n"
         "  const float4 s = fma(((float4)(v.s3)), v, acc);\n"
         "  barrier(CLK_LOCAL_MEM_FENCE);\n"
-        "  vstore4((float4)(s.s0, s.s1, s.s2, s.s3), 0L, out0);\n"
+        "  ((__global float4*)out0)[0L] = (float4)(s.s0, s.s1, s.s2, s.s3);\n"
         "}\n")
     plain = dataclasses.replace(kernel, fixed_local_size=False)
     assert "__kernel void k(" in render(plain)

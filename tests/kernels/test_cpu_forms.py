@@ -61,7 +61,8 @@ def test_reductions_along_memory(check, rng, used, op, shape, axes, lanes, kerne
     first = job.kernels[0]
     assert first.geometry.local_size == (1,)
     assert not any(isinstance(s, Barrier | LocalArray) for s in first_body(job))
-    assert f"vload{lanes}(" in job.kernel_source(0)
+    view = f"((__global const float{lanes}*)in0)[" if lanes * 4 <= 16 else f"vload{lanes}("
+    assert view in job.kernel_source(0)  # vectors of up to 16 bytes through a vector pointer
     if kernels == 2:
         groups = first.geometry.global_size[0]
         assert groups == reduction.CPU_GROUPS_PER_CU * CPU.compute_units

@@ -110,7 +110,8 @@ def test_packed_halves_are_numpys_rounding_in_order(device, lanes: int) -> None:
                         1e-7, 2.0**-25, 70000], np.float32)
     x[:special.size] = special
     src = render(_pack_kernel(lanes))
-    assert "accy_pack_half2" in src and "(__global int *)out0" in src
+    words = "int" if lanes == 1 else f"int{lanes}"
+    assert "accy_pack_half2" in src and f"(__global {words}*)out0" in src
     got = run_isolated(device.device, src, "pack", [x], np.zeros(x.size, np.float16))
     with np.errstate(over="ignore"):
         want = x.astype(np.float16)

@@ -20,6 +20,7 @@ from accy.backends.opencl.device_array import (
     is_device_tensor,
     to_device,
 )
+from accy.backends.opencl.render import BUFFER_ALIGN
 from accy.backends.opencl.runtime import Runtime, select_device
 from accy.errors import DeviceError, InterpretError
 from accy.ir.ops import Op
@@ -444,7 +445,7 @@ class Executable:
             x = ins[index]
             if isinstance(x, cl.Buffer):
                 bound[slot] = x  # a device tensor: used in place
-            elif unified and x.nbytes:
+            elif unified and x.nbytes and x.ctypes.data % BUFFER_ALIGN == 0:
                 bound[slot] = runtime.host_buffer(x, writable=False)
                 keep.append(bound[slot])
                 transient.add(slot)
@@ -460,7 +461,8 @@ class Executable:
             if bufs[r] is not None:
                 bound[slot] = bufs[r]
                 written[slot] = r
-            elif unified and into_out and results[r].nbytes:  # numpy out, used in place
+            elif (unified and into_out and results[r].nbytes  # numpy out, used in place
+                  and results[r].ctypes.data % BUFFER_ALIGN == 0):
                 bound[slot] = runtime.host_buffer(results[r], writable=True)
                 written[slot] = r
                 transient.add(slot)

@@ -11,6 +11,12 @@ value the kernel binds or stores as f16 (a ``let``, an assignment, a cast to f16
 rounded to f16 on the way (round to nearest even). One f16 op on f16 operands therefore gives
 the correctly rounded f16 result, as numpy's and ``interpret``'s f16 arithmetic do; an
 expression the generator nests without binding keeps float precision in between.
+
+A vector load or store at a vector index (:class:`~accy.kernels.ir.VectorLoad`,
+:class:`~accy.kernels.ir.VectorStore`) of a kernel argument, or of a local array aligned to the
+vector, is a dereference of a vector pointer, not ``vloadN`` / ``vstoreN``: those promise only
+the element's alignment, and NVIDIA's compiler splits them into scalar accesses where it cannot
+prove more (arguments are aligned to :data:`BUFFER_ALIGN`, so only vectors of up to 16 bytes).
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from accy.kernels.ir import (
     If,
     InlineAsm,
     Kernel,
+    KernelArg,
     Lane,
     Let,
     Lit,
@@ -136,6 +143,13 @@ def _vector_store(buf: str, dtype: DType, values: tuple[Expr, ...], half: _Half
     return f"{fn}{_lanes(len(values))}", vec
 
 
+Views = tuple[tuple[str, str, DType, int], ...]  # (array, address space, element type, alignment)
+# bytes a kernel argument's base is aligned to: device buffers are whole (OpenCL aligns them to
+# CL_DEVICE_MEM_BASE_ADDR_ALIGN, at least 128 bytes), host arrays used in place are aligned to
+# this or copied (accy.backends.opencl.executable)
+BUFFER_ALIGN = 16
+
+
 def _lanes(lanes: int) -> int:
     if lanes not in VECTOR_LANES:
         raise ValueError(f"OpenCL C has no vectors of {lanes} lanes (only {VECTOR_LANES})")
@@ -168,14 +182,28 @@ def _float_atomic_add(dtype: DType) -> str:
 
 
 class _Half:
-    """What rendering f16 needs: the f16 buffers and variables, and the rounding helpers used."""
+    """What rendering f16 needs: the f16 buffers and variables, and the rounding helpers used;
+    and the arrays a vector may be read from or written to through a vector pointer."""
 
-    def __init__(self, buffers: frozenset[str]) -> None:
+    def __init__(self, buffers: frozenset[str], aligned: Views = ()) -> None:
         self.buffers = buffers  # f16 kernel arguments (``half*``)
+        # arrays whose base is aligned to any vector: (name, address space, element type, bytes)
+        self.aligned = {name: (space, dtype, align) for name, space, dtype, align in aligned}
         self.local: set[str] = set()  # f16 local arrays (``float``, holding f16 values)
         self.variables: set[str] = set()  # f16 variables (``float``, holding f16 values)
         self.rounding: set[int] = set()  # lane counts whose rounding helper the kernel calls
         self.called: set[str] = set()  # HELPERS the kernel calls
+
+    def vectors(self, buf: str, lanes: int, dtype: DType | None = None) -> str | None:
+        """``buf`` as a pointer to vectors of ``lanes`` (of ``dtype``, else its own elements),
+        where its base is known aligned to them."""
+        if buf not in self.aligned or (buf in self.buffers and dtype is not DType.i32):
+            return None  # f16 buffers: vload_half / vstore_half, or words of two halves
+        space, own, align = self.aligned[buf]
+        dtype = dtype or own
+        if align < dtype.itemsize * lanes:
+            return None
+        return f"(({space} {vector_type(dtype, lanes)}*){buf})"
 
     def round(self, text: str, lanes: int = 1) -> str:
         self.rounding.add(lanes)
@@ -263,10 +291,7 @@ def _direct(e: Expr, half: _Half) -> str:
     if t is Id:
         return _work_item(e)
     if t is VectorLoad:
-        i = _direct(e.index, half)
-        if e.buf in half.buffers:
-            return f"vload_half{_lanes(e.lanes)}({i}, {e.buf})"
-        return f"vload{_lanes(e.lanes)}({i}, {e.buf})"
+        return _vector_load(e.buf, _direct(e.index, half), e.lanes, half)
     if t is VectorLoadAt:
         fn = "vload_half" if e.buf in half.buffers else "vload"
         return f"{fn}{_lanes(e.lanes)}(0, {e.buf} + {_direct(e.at, half)})"
@@ -309,10 +334,8 @@ def _open(e: Expr, half: _Half) -> str | Pending:
             return then((index,), lambda t: f"{buf}[{t[0]}]")
         case Id():
             return _work_item(e)
-        case VectorLoad(buf, index, lanes) if buf in half.buffers:
-            return then((index,), lambda t: f"vload_half{_lanes(lanes)}({t[0]}, {buf})")
         case VectorLoad(buf, index, lanes):
-            return then((index,), lambda t: f"vload{_lanes(lanes)}({t[0]}, {buf})")
+            return then((index,), lambda t: _vector_load(buf, t[0], lanes, half))
         case VectorLoadAt(buf, at, lanes):
             fn = "vload_half" if buf in half.buffers else "vload"
             return then((at,), lambda t: f"{fn}{_lanes(lanes)}(0, {buf} + {t[0]})")
@@ -322,6 +345,13 @@ def _open(e: Expr, half: _Half) -> str | Pending:
         case Splat(dtype, lanes, value):
             return then((value,), lambda t: f"(({vector_type(dtype, lanes)})({t[0]}))")
     raise TypeError(f"cannot render expression {e!r}")
+
+
+def _vector_load(buf: str, index: str, lanes: int, half: _Half) -> str:
+    if buf in half.buffers:
+        return f"vload_half{_lanes(lanes)}({index}, {buf})"
+    view = half.vectors(buf, lanes)
+    return f"{view}[{index}]" if view else f"vload{_lanes(lanes)}({index}, {buf})"
 
 
 def _value(e: Expr, dtype: DType, half: _Half, lanes: int = 1) -> str:
@@ -350,15 +380,18 @@ def stmts(body: tuple[Stmt, ...], indent: str, half: _Half | None = None) -> lis
                 dtype = DType.f16 if buf in half.local else DType.f32
                 out.append(f"{indent}{buf}[{expr(index, half)}] = {_value(value, dtype, half)};")
             case VectorStore(buf, index, DType.i32, values) if buf in half.buffers:
-                words, at = f"((__global int *){buf})", expr(index, half)  # halves' bits
-                if len(values) == 1:
-                    out.append(f"{indent}{words}[{at}] = {expr(values[0], half)};")
-                else:
-                    _, vec = _vector_store("", DType.i32, values, half)
-                    out.append(f"{indent}vstore{len(values)}({vec}, {at}, {words});")
+                # the halves' bits, a word (two halves) a lane
+                n, at = len(values), expr(index, half)
+                vec = expr(values[0], half) if n == 1 else _vector_store("", DType.i32, values,
+                                                                          half)[1]
+                view = half.vectors(buf, n, DType.i32)
+                out.append(f"{indent}{view}[{at}] = {vec};" if view else
+                           f"{indent}vstore{n}({vec}, {at}, ((__global int *){buf}));")
             case VectorStore(buf, index, dtype, values):
                 store, vec = _vector_store(buf, dtype, values, half)
-                out.append(f"{indent}{store}({vec}, {expr(index, half)}, {buf});")
+                view = half.vectors(buf, len(values), dtype)
+                out.append(f"{indent}{view}[{expr(index, half)}] = {vec};" if view else
+                           f"{indent}{store}({vec}, {expr(index, half)}, {buf});")
             case VectorStoreAt(buf, at, dtype, values):
                 store, vec = _vector_store(buf, dtype, values, half)
                 out.append(f"{indent}{store}({vec}, 0, {buf} + {expr(at, half)});")
@@ -387,6 +420,8 @@ def stmts(body: tuple[Stmt, ...], indent: str, half: _Half | None = None) -> lis
             case LocalArray(name, dtype, size, align):
                 if dtype is DType.f16:
                     half.local.add(name)
+                elif align:
+                    half.aligned[name] = ("__local", dtype, align)
                 attr = f" __attribute__((aligned({align})))" if align else ""
                 out.append(f"{indent}__local {C_TYPE[dtype]} {name}[{size}]{attr};")
             case InlineAsm(template, outputs, inputs, volatile, clobbers):
@@ -400,19 +435,25 @@ def stmts(body: tuple[Stmt, ...], indent: str, half: _Half | None = None) -> lis
     return out
 
 
-def _render_body(body: tuple, halves: frozenset[str]):
+def _render_body(body: tuple, halves: frozenset[str], args: Views):
     """(atomic dtypes, whether inline assembly, helper lines, body lines) of a kernel body
-    whose f16 arguments are ``halves``: what :func:`render` needs of the body, made once per
-    body object (:func:`accy.kernels.ir.per_body`)."""
+    whose f16 arguments are ``halves`` and other arguments ``args``: what :func:`render` needs
+    of the body, made once per body object (:func:`accy.kernels.ir.per_body`)."""
     atomics, asm = set(), False
     for s in walk_stmts(body):
         if isinstance(s, AtomicAdd):
             atomics.add(s.dtype)
         elif isinstance(s, InlineAsm):
             asm = True
-    half = _Half(halves)
+    half = _Half(halves, args)
     lines = stmts(body, "  ", half)
     return frozenset(atomics), asm, tuple(half.helpers()), tuple(lines)
+
+
+def _space(arg: KernelArg) -> str:
+    if arg.space == "constant":
+        return "__constant"
+    return "__global" if arg.is_output else "__global const"
 
 
 def render(kernel: Kernel, target: TargetProfile | None = None) -> str:
@@ -423,8 +464,9 @@ def render(kernel: Kernel, target: TargetProfile | None = None) -> str:
     if DType.f64 in kernel.dtypes:
         lines.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
     halves = frozenset(a.name for a in kernel.args if a.dtype is DType.f16)
-    atomics, asm, helpers, body = per_body(("opencl", halves), kernel.body,
-                                           lambda: _render_body(kernel.body, halves))
+    args = tuple((a.name, _space(a), a.dtype, BUFFER_ALIGN) for a in kernel.args)
+    atomics, asm, helpers, body = per_body(("opencl", halves, args), kernel.body,
+                                           lambda: _render_body(kernel.body, halves, args))
     if asm and target is not None and not target.tensor_cores:
         raise CapabilityMismatchError(
             f"{kernel.entry} holds inline PTX (InlineAsm), which the OpenCL renderer emits only "
@@ -435,15 +477,11 @@ def render(kernel: Kernel, target: TargetProfile | None = None) -> str:
     params = []
     slots = [a.slot for a in kernel.args if not a.is_scratch]
     for a in kernel.args:
-        if a.space == "constant":
-            qual = "__constant "
-        else:
-            qual = "__global " if a.is_output else "__global const "
         # an output written in place over an input aliases it: no restrict on either
         alias = not a.is_scratch and slots.count(a.slot) > 1
         restrict = "" if alias else " restrict"
         ctype = "half" if a.dtype is DType.f16 else C_TYPE[a.dtype]
-        params.append(f"{qual}{ctype}*{restrict} {a.name}")
+        params.append(f"{_space(a)} {ctype}*{restrict} {a.name}")
     attrs = ""
     if kernel.fixed_local_size:
         dims = (*kernel.geometry.local_size, 1, 1)[:3]
