@@ -11,12 +11,13 @@ read by ``ldmatrix`` (``.trans`` for V). Per tile and fragment row a warp comput
 (m16n8k8 TF32 or m16n8k16 f16, each K and V fragment loaded once for both rows; K's rows are
 the "col" B operand as stored), the score chain at each accumulator's coordinates (keys past
 the end: -inf), each row's maximum over its registers and the four lanes sharing the row
-(``shfl.sync.bfly``), the rescale of the per-lane running sums and of the output accumulators,
-and ``P V`` with the probabilities taken straight from the scores' registers: TF32 lane
-``4g + t`` holds keys ``2t, 2t + 1`` of rows ``g, g + 8``, A's columns ``t, t + 4`` once a
-tile's keys are taken in the order ``0, 2, 4, 6, 1, 3, 5, 7`` (V's rows read in that order);
-f16 packs the pairs (``cvt.rn.f16x2``) into m16n8k16 A registers as they are, and takes exp as
-one fma and ``ex2.approx`` (a positive scale of f32 scores folded into its coefficient:
+(``shfl.sync.bfly``), the rescale of the running sums and outputs (``Tiles.lazy``: skipped by
+a warp none of whose rows' maxima rose by over ``2^RESCALE`` in exp, the rows keeping the old
+one, as FlashAttention-4), and ``P V`` with the probabilities straight from the scores'
+registers: TF32 lane ``4g + t`` holds keys ``2t, 2t + 1`` of rows ``g, g + 8``, A's columns
+``t, t + 4`` once a tile's keys are in the order ``0, 2, 4, 6, 1, 3, 5, 7`` (V's rows read so);
+f16 packs the pairs (``cvt.rn.f16x2``) into m16n8k16 A registers as they are, exp is one fma
+and ``ex2.approx`` (a positive scale of f32 scores folded into its coefficient:
 :func:`~accy.kernels.attention_mma_plan.folded_scale`). A maximum that is not finite shifts by
 0 (as the row softmax). ``O / l`` goes through the epilogue; queries past the end compute the
 last query's row and store nothing.
@@ -50,6 +51,7 @@ from accy.kernels.attention_cpu import key_stop_var
 from accy.kernels.attention_mma_plan import (
     KINDS,
     POLICIES,
+    RESCALE,
     Tiles,
     folded_scale,
     local_row,
@@ -113,6 +115,7 @@ from accy.target import (
 
 LOG2E = 1.4426950408889634
 F32 = DType.f32
+ONE, ZERO = exprs.const(1.0, F32), exprs.const(0.0, F32)
 ONES_F16X2 = 0x3C003C00  # two f16 ones, a register of an mma's B fragment
 
 
@@ -120,13 +123,13 @@ class _Builder(_AttentionBuilder):
     def __init__(self, group: FusionGroup, outline: KernelOutline, a: Attention, t: Tiles,
                  policy: str, target: TargetProfile) -> None:
         super().__init__(group, outline, a, t)  # type: ignore[arg-type]
-        self.policy, self.f16 = policy, policy == "f16"
+        self.policy, self.f16, self.split = policy, policy == "f16", policy == "3xtf32"
         self.big_cvt = (CVT_TF32_SAT if policy == "3xtf32"
                         and TF32_SATFINITE in target.tensor_cores else CVT_TF32)
-        self.split = policy == "3xtf32"
         self.step = 16 if self.f16 else 8  # the K of one mma
-        self.tensor_sums = t.sums
         self.scale = folded_scale(a) if self.f16 else None
+        # how far a row's maximum (in the units of its scores) rises before it moves if lazy
+        self.rise = exprs.const(RESCALE / (LOG2E * (self.scale or 1.0)), F32)
 
     def operand(self, out: list[Stmt], name: str, value: Expr, high: Expr | None = None
                 ) -> str:
@@ -149,7 +152,7 @@ class _Builder(_AttentionBuilder):
         coef = LOG2E * (self.scale or 1.0)  # scores in units of S where the scale is folded
         arg = Call("fma", (x, exprs.const(coef, F32), Bin("*", shift, exprs.const(
             -coef, F32))))
-        out += [Let(name, F32, exprs.const(0.0, F32), True),
+        out += [Let(name, F32, ZERO, True),
                 InlineAsm(EX2_APPROX, (("=f", name),), (("f", arg),), False)]
         return Var(name)
 
@@ -213,14 +216,14 @@ class _Builder(_AttentionBuilder):
                                                              idx(a.q.feature)))))
         self.m = [self.let(body, "m", exprs.const(-np.inf, F32), F32, mutable=True)
                   for _ in rows]
-        self.l = [] if self.tensor_sums else [
-            self.let(body, "l", exprs.const(0.0, F32), F32, mutable=True) for _ in rows]
+        self.l = [] if t.sums else [
+            self.let(body, "l", ZERO, F32, mutable=True) for _ in rows]
         for i in range(t.rows):
             for n in range(a.dv // 8):
                 for r in range(4):
-                    body.append(Let(f"fa_o{i}_{n}_{r}", F32, exprs.const(0.0, F32), True))
-        if self.tensor_sums:  # the row sums' accumulators, and B = two f16 ones a register
-            body += [Let(f"fa_l{i}_{r}", F32, exprs.const(0.0, F32), True)
+                    body.append(Let(f"fa_o{i}_{n}_{r}", F32, ZERO, True))
+        if t.sums:  # the row sums' accumulators, and B = two f16 ones a register
+            body += [Let(f"fa_l{i}_{r}", F32, ZERO, True)
                      for i in range(t.rows) for r in range(4)]
             body.append(Let("fa_ones", DType.i32, exprs.const(ONES_F16X2, DType.i32)))
         self.layout()
@@ -290,8 +293,7 @@ class _Builder(_AttentionBuilder):
                 if (t.bk * feats // w) % t.threads:
                     ok.append(Bin("<", key, idx(t.bk)))
                 if (cond := all_of(ok)) is not None:
-                    zero = exprs.const(0.0, F32)
-                    value = Cond(cond, value, zero if w == 1 else Splat(F32, w, zero))
+                    value = Cond(cond, value, ZERO if w == 1 else Splat(F32, w, ZERO))
                 name = f"fa_{side}r{i}"
                 out.append(Let(name, F32, value, True, w) if first else Assign(name, value))
 
@@ -432,7 +434,7 @@ class _Builder(_AttentionBuilder):
                         v = Cond(Bin("<", key, idx(a.nk)), v, exprs.const(-np.inf, F32))
                     x[i, j, r] = self.let(out, "x", v, F32)
         p: dict[tuple[int, int, int], Var] = {}
-        alphas = []
+        alphas, moved = [], []
         for i in fr:
             for h in range(2):  # rows g (registers 0, 1) and g + 8 (2, 3)
                 # pairwise, so the maxima's dependent steps are log2 of the registers, not all
@@ -441,13 +443,15 @@ class _Builder(_AttentionBuilder):
                 top = self.quad(out, self.let(out, "top", top, F32),
                                 lambda u, w: Call("fmax", (u, w)))
                 m = self.m[2 * i + h]
-                m_new = self.let(out, "mn", Call("fmax", (m, top)), F32)
-                shift = self.let(out, "shift", Cond(Call("isfinite", (m_new,)), m_new,
-                                                    exprs.const(0.0, F32)), F32)
+                up = self.let(out, "up", Bin(">", Bin("-", top, m), self.rise), DType.bool
+                              ) if t.lazy else None
+                m_new = self.let(out, "mn", Call("fmax", (m, top)) if up is None else Cond(
+                    up, top, m), F32)
+                shift = self.let(out, "shift", Cond(Call("isfinite", (m_new,)), m_new, ZERO), F32)
                 alpha = self.exp(out, "alpha", m, shift)
-                for j in range(frags):
-                    for r in (2 * h, 2 * h + 1):
-                        p[i, j, r] = self.exp(out, "p", x[i, j, r], shift)
+                alpha = alpha if up is None else self.let(out, "alpha", Cond(up, alpha, ONE), F32)
+                p.update({(i, j, r): self.exp(out, "p", x[i, j, r], shift)
+                          for j in range(frags) for r in (2 * h, 2 * h + 1)})
                 if self.l:  # else the sums are the tensor cores' (value_products)
                     l = self.l[2 * i + h]
                     ps = [p[i, j, r] for j in range(frags) for r in (2 * h, 2 * h + 1)]
@@ -455,19 +459,11 @@ class _Builder(_AttentionBuilder):
                     out.append(Assign(l.name, Bin("+", Bin("*", l, alpha), total)))
                 out.append(Assign(m.name, m_new))
                 alphas.append(alpha)
-        for i in fr:
-            for n in range(a.dv // 8):
-                for r in range(4):
-                    o = f"fa_o{i}_{n}_{r}"
-                    out.append(Assign(o, Bin("*", Var(o), alphas[2 * i + r // 2])))
-            if self.tensor_sums:
-                out += [Assign(f"fa_l{i}_{r}", Bin("*", Var(f"fa_l{i}_{r}"),
-                                                   alphas[2 * i + r // 2])) for r in range(4)]
-        # O += P V. TF32: A registers a0..a3 = p of (row g, key 2t), (g + 8, 2t), (g, 2t + 1),
-        # (g + 8, 2t + 1): columns t and t + 4 in the key order 0, 2, 4, 6, 1, 3, 5, 7, V's
-        # rows 2t, 2t + 1 for B's k rows t, t + 4. f16: a0..a3 = the pairs of fragments 2kk
-        # (keys 2t, 2t + 1 of rows g, g + 8) and 2kk + 1 (keys 8 + 2t, 9 + 2t), as B takes V's
-        # rows 2t, 2t + 1 and 8 + 2t, 9 + 2t
+                moved.append(up)
+        rescale = [Assign(o, Bin("*", Var(o), alphas[2 * i + r // 2])) for i in fr for o, r in [
+            *((f"fa_o{i}_{n}_{r}", r) for n in range(a.dv // 8) for r in range(4)),
+            *((f"fa_l{i}_{r}", r) for r in range(4) if t.sums)]]
+        out += [If(all_of(moved, "||"), tuple(rescale))] if t.lazy else rescale
         out += self.value_products(cur, p)
         return out
 
@@ -497,12 +493,15 @@ class _Builder(_AttentionBuilder):
 
     def zero_scores(self) -> list[Stmt]:
         t = self.t
-        return [Let(f"fa_s{i}_{j}_{r}", F32, exprs.const(0.0, F32), True)
+        return [Let(f"fa_s{i}_{j}_{r}", F32, ZERO, True)
                 for i in range(t.rows) for j in range(t.bk // 8) for r in range(4)]
 
     def p_operands(self, out: list[Stmt], p: dict, kk: int) -> list[list[str]]:
-        """The A registers of ``P V``'s k step ``kk``, per fragment row (see
-        :meth:`value_products`)."""
+        """The A registers of ``P V``'s k step ``kk``, per fragment row. TF32: a0..a3 = p of
+        (row g, key 2t), (g + 8, 2t), (g, 2t + 1), (g + 8, 2t + 1): columns t and t + 4 in the
+        key order 0, 2, 4, 6, 1, 3, 5, 7, V's rows 2t, 2t + 1 for B's k rows t, t + 4. f16: the
+        pairs of fragments 2kk (keys 2t, 2t + 1 of rows g, g + 8) and 2kk + 1 (keys 8 + 2t,
+        9 + 2t), as B takes V's rows 2t, 2t + 1 and 8 + 2t, 9 + 2t."""
         fr = range(self.t.rows)
         if self.f16:
             return [[self.operand(out, f"fa_p{i}_{kk}_{r}", p[i, 2 * kk + r // 2, 2 * (r % 2)],
@@ -531,7 +530,7 @@ class _Builder(_AttentionBuilder):
                         voff, idx((8 * kk + r) * ldv + 8 * n)))) for r in range(2)]
                 for i in fr:
                     out += self.products(f"fa_o{i}_{n}", pa[i], b)
-            if self.tensor_sums:
+            if t.sums:
                 for i in fr:
                     out += self.products(f"fa_l{i}", pa[i], ["fa_ones", "fa_ones"])
         return out

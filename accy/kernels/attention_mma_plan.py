@@ -66,6 +66,7 @@ class Tiles:
     stages: int = 2  # local buffers (f16: cp.async pipeline depth)
     rows: int = 1  # m16 fragment rows (16 queries each) per warp, sharing its K and V loads
     sums: bool = False  # f16 mma.sync: the row sums as products against ones (see plan)
+    lazy: bool = False  # the rescale skipped where no row's maximum moved far (see plan)
 
     @property
     def threads(self) -> int:
@@ -130,7 +131,10 @@ def plan(group: FusionGroup, target: TargetProfile, kind: str = "3xtf32",
     # fragment row fit the budget (at d 128 they crowd the two-row form and were slower:
     # papers/kernels.md, "Twenty-third session"); wgmma would need a local tile of ones
     sums = f16 and not wgmma and registers(a, kind, bk, rows) + 4 * rows <= MAX_REGISTERS
-    return a, Tiles(bk, w, _lanes(a.k, a.d), _lanes(a.v, a.dv), stages, rows, sums)
+    # a warp skips a tile's rescale of O where no row's maximum rose by over 2^RESCALE in exp,
+    # where those multiplies outnumber the tile's exponentials: with fewer (d 64, 64-key f16
+    # tiles) the branch, which the softmax's code cannot move across, cost more than it saved
+    return a, Tiles(bk, w, _lanes(a.k, a.d), _lanes(a.v, a.dv), stages, rows, sums, a.dv > bk)
 
 
 def registers(a: Attention, kind: str, bk: int, rows: int) -> int:
@@ -148,6 +152,11 @@ def kind_for(group: FusionGroup, target: TargetProfile, precision: str = "f32") 
         if kind in KINDS and not isinstance(plan(group, target, kind), str):
             return kind
     return None
+
+
+# log2 of how far a row's probabilities may exceed 1 before its running maximum moves (and the
+# sums and outputs are rescaled); f16 probabilities, f32 sums and outputs hold 2^8 easily
+RESCALE = 8.0
 
 
 def folded_scale(a: Attention) -> float | None:

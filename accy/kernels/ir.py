@@ -521,11 +521,12 @@ def idx(value: int) -> Lit:
     return Lit(int(value), INDEX)
 
 
-def all_of(conds: list[Expr]) -> Expr | None:
-    """The conjunction (``&&``) of ``conds``; None for none (no guard)."""
+def all_of(conds: list[Expr], op: str = "&&") -> Expr | None:
+    """The conjunction (``&&``; ``op="||"``: the disjunction) of ``conds``; None for none (no
+    guard)."""
     out = None
     for c in conds:
-        out = c if out is None else Bin("&&", out, c)
+        out = c if out is None else Bin(op, out, c)
     return out
 
 

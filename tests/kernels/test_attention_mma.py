@@ -221,6 +221,45 @@ def test_f16_row_sums_on_tensor_cores_where_their_registers_fit(rng):
         assert ("fa_ones" in job.kernel_source(0)) is sums
 
 
+LAZY = re.compile(r"if \(+up\d+ \|\| ")  # the rescale under its warp's rows' moves, or'ed
+
+
+@pytest.mark.parametrize("policy", ["3xtf32", "f16"])
+@pytest.mark.parametrize("rising", [True, False])
+def test_lazy_rescale_with_maxima_moving_far_or_little(device, rng, policy, rising):
+    """Where O's multiplies outnumber a tile's exponentials (value features over the key
+    tile: ``Tiles.lazy``) a warp skips the rescale unless a row's maximum rose by over
+    2^RESCALE in exp. Scores rising along the keys far more than that a tile rescale at every
+    tile; falling ones keep the first tile's maxima while the later tiles' probabilities are
+    summed against them. V near 1: the interpreter's f16 rounds these large scores, which
+    moves the weights by about 1%."""
+    ramp = np.linspace(0.2, 12.0, 96)[:: 1 if rising else -1, None]
+    q, k, v = (np.abs(rng.standard_normal((1, 2, n, d))) for n, d in ((130, 32), (96, 32),
+                                                                        (96, 128)))
+    inputs = [q, k * ramp, 1.0 + 0.1 * v]
+    if policy == "f16":
+        storage = dataclasses.replace(F16, dtypes=NV.dtypes)
+        prog, _ = f16_heads(rng, 1, 2, ((130, 32), (96, 32), (96, 128)), 0.25)
+        src = run_emulated(device, prog, [x.astype(np.float16) for x in inputs],
+                           target=storage, policy="f16")
+    else:
+        prog = heads(1, 2, 130, 96, 32, 128)
+        src = run_emulated(device, prog, [x.astype(np.float32) for x in inputs])
+    assert LAZY.search(src)
+
+
+def test_lazy_only_where_the_rescale_outweighs_the_exponentials(rng):
+    """f16 heads of 64 take 64-key tiles: the rescale is every tile's there (the branch cost
+    more than it saved on the H200); of 128, 32-key tiles: lazy; f32 (32-key tiles): lazy."""
+    for d, lazy in ((64, False), (128, True)):
+        prog, _ = f16_heads(rng, 1, 2, ((256, d), (256, d), (256, d)), 0.125)
+        job = accy.prepare(prog, KEEP_F16, target=F16)
+        assert job.generators() == {"mma-attention-f16": 1}
+        assert bool(LAZY.search(job.kernel_source(0))) is lazy
+    assert LAZY.search(accy.prepare(heads(1, 1, 256, 64, 64, 64), precision("tf32"),
+                                    target=NV).kernel_source(0))
+
+
 def test_f16_scale_folded_into_the_exponent(rng):
     """Promoted f16 (the scale and softmax in f32, as on the H200): a positive constant scale
     goes into the exponent's coefficient, no multiply a score; a negative one, an f16 multiply
