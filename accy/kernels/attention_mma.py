@@ -128,8 +128,9 @@ class _Builder(_AttentionBuilder):
                         and TF32_SATFINITE in target.tensor_cores else CVT_TF32)
         self.step = 16 if self.f16 else 8  # the K of one mma
         self.scale = folded_scale(a) if self.f16 else None
+        self.coef = LOG2E * (self.scale or 1.0)  # log2 e a score, in units of S where folded
         # how far a row's maximum (in the units of its scores) rises before it moves if lazy
-        self.rise = exprs.const(RESCALE / (LOG2E * (self.scale or 1.0)), F32)
+        self.rise = exprs.const(RESCALE / self.coef, F32)
 
     def operand(self, out: list[Stmt], name: str, value: Expr, high: Expr | None = None
                 ) -> str:
@@ -149,9 +150,8 @@ class _Builder(_AttentionBuilder):
         if not self.f16:
             return self.let(out, prefix, Call("exp", (Bin("-", x, shift),)), F32)
         name = self.fresh(prefix)
-        coef = LOG2E * (self.scale or 1.0)  # scores in units of S where the scale is folded
-        arg = Call("fma", (x, exprs.const(coef, F32), Bin("*", shift, exprs.const(
-            -coef, F32))))
+        arg = Call("fma", (x, exprs.const(self.coef, F32), Bin("*", shift, exprs.const(
+            -self.coef, F32))))
         out += [Let(name, F32, ZERO, True),
                 InlineAsm(EX2_APPROX, (("=f", name),), (("f", arg),), False)]
         return Var(name)

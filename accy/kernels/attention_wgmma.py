@@ -39,8 +39,7 @@ session").
 from __future__ import annotations
 
 from accy.ir.types import DType
-from accy.kernels import exprs
-from accy.kernels.attention_mma import F32, _Builder
+from accy.kernels.attention_mma import F32, ZERO, _Builder
 from accy.kernels.attention_mma_plan import plan
 from accy.kernels.ir import (
     INDEX,
@@ -138,7 +137,7 @@ class _WgBuilder(_Builder):
         (declared zero); returns its wait."""
         a, t = self.a, self.t
         names = [f"{prefix}0_{j}_{r}" for j in range(t.bk // 8) for r in range(4)]
-        out += [Let(name, F32, exprs.const(0.0, F32), True) for name in names]
+        out += [Let(name, F32, ZERO, True) for name in names]
         return self.wgmma(out, t.bk, a.d // 16, 0, names,
                           [f"fa_q0_{kk}_{r}" for kk in range(a.d // 16) for r in range(4)],
                           self.descriptor(out, "k", stage))
