@@ -4,7 +4,7 @@ every contraction shape class, attention, row reductions, an MLP and an elementw
     python experiments/bench_gpu.py --device nvidia [--programs gemm_4096,layernorm,...]
         [--size full|small] [--repeat 20] [--policies f32,ieee,...] [--tf32]
         [--compile-mode default] [--no-torch] [--no-calibration] [--disable GENERATORS]
-        [--out results/bench_gpu.json]
+        [--held-out N [--seed S]] [--out results/bench_gpu.json]
 
 Programs (``--programs``, defined in ``bench_gpu_programs.py``; the shapes of ``--size full``,
 the default; ``--size small`` runs tiny shapes of the same programs, for PoCL and CI):
@@ -15,6 +15,14 @@ the default; ``--size small`` runs tiny shapes of the same programs, for PoCL an
 (8192x8192), ``mlp_gelu`` (4096 tokens, 1024 -> 4096 -> 1024, erf GELU, biases), ``chain``
 (max((a+b)*b-b, b) on 2^28 elements), and f16 variants (``*_f16``) of GEMM, batched GEMM, the
 between GEMM, attention, layernorm, softmax and the MLP.
+
+Held-out shapes (``--held-out N``): each program runs instead at N shapes of its class drawn
+at random (``--seed``; ``bench_gpu_programs.held_out_dims``: each axis log-uniformly within a
+factor of 2 of the program's own length at ``--size``, any integer, so edges and unaligned rows
+come up; head and model dimensions multiples of 8; square GEMMs square, attention's keys as
+many as its queries), its rows marked
+``held_out`` with their ``dims``. The bench's shapes are what the kernels were tuned on; these
+say whether a figure holds on shapes nobody tuned for.
 
 accy: each program is prepared for the device's own target profile (``TargetProfile.from_device``)
 with ``kernelization{precision=P}`` for each P of ``--policies`` (default ``f32``, ``accy-default``
@@ -91,6 +99,7 @@ import bench_gpu_torch as bt  # noqa: E402
 
 WARMUP = bt.WARMUP
 CHECK_ROWS, PROGRAMS, CALIBRATION = bp.CHECK_ROWS, bp.PROGRAMS, bp.CALIBRATION
+held_out_dims = bp.held_out_dims
 KINDS, Spec, Checker, inputs, program = bp.KINDS, bp.Spec, bp.Checker, bp.inputs, bp.program
 
 
@@ -163,10 +172,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-torch", action="store_true", help="time accy only")
     p.add_argument("--no-calibration", action="store_true",
                    help="skip the timer calibration (no net times)")
+    p.add_argument("--held-out", type=int, default=0, metavar="N",
+                   help="run each program at N random shapes of its class instead of its own")
+    p.add_argument("--seed", type=int, default=0, help="the held-out shapes' random seed")
     p.add_argument("--out", default="results/bench_gpu.json")
     args = p.parse_args(argv)
     if args.repeat < 1:
         p.error("--repeat must be at least 1")
+    if args.held_out < 0:
+        p.error("--held-out must be at least 0")
     args.programs = [n.strip() for n in args.programs.split(",") if n.strip()]
     unknown = [n for n in args.programs if n not in PROGRAMS]
     if unknown or not args.programs:
@@ -186,12 +200,15 @@ def _error(e: BaseException) -> str:
 
 
 def run_program(spec: Spec, args: argparse.Namespace, runtime: Any, target: TargetProfile,
-                policies: tuple[str, ...], torch: Any, torch_note: str | None
-                ) -> list[dict[str, Any]]:
-    """The rows of one program: one per precision policy, sharing the torch measurement."""
-    dims = spec.dims(args.size)
+                policies: tuple[str, ...], torch: Any, torch_note: str | None,
+                dims: dict[str, int] | None = None) -> list[dict[str, Any]]:
+    """The rows of one program: one per precision policy, sharing the torch measurement; at
+    ``dims`` (a held-out shape) where given, else its own at ``--size``."""
     base = {"program": spec.name, "kind": spec.kind, "class": spec.shape_class,
-            "dtype": spec.dtype, "dims": dims}
+            "dtype": spec.dtype, "dims": dims or spec.dims(args.size)}
+    if dims is not None:
+        base["held_out"] = True
+    dims = base["dims"]
     if DType(spec.dtype) not in target.usable_dtypes:
         reason = f"skipped: the target's usable dtypes lack {spec.dtype}"
         return [{**base, "precision": p, "status": reason} for p in policies]
@@ -303,6 +320,10 @@ def _ms(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f}"
 
 
+def _shape(dims: dict[str, int]) -> str:
+    return " ".join(f"{k}={v}" for k, v in dims.items())
+
+
 def print_table(rows: list[dict[str, Any]], summary: dict[str, Any]) -> None:
     head = (f"{'program':<20} {'class':<13} {'policy':<6} {'kern':>4} {'accy k-ms':>10} "
             f"{'accy call':>10} {'eager k-ms':>10} {'compile k-ms':>12} {'compile call':>12} "
@@ -317,7 +338,8 @@ def print_table(rows: list[dict[str, Any]], summary: dict[str, Any]) -> None:
               f"{_ms(a and a['call_ms']):>10} {_ms(e and e['kernel_ms']):>10} "
               f"{_ms(c and c['kernel_ms']):>12} {_ms(c and c['call_ms']):>12} "
               f"{'-' if vs is None else f'{vs:.2f}x':>10} "
-              f"{'-' if net is None else f'{net:.2f}x':>6}  {r['status']}")
+              f"{'-' if net is None else f'{net:.2f}x':>6}  {r['status']}"
+              + (f"  {_shape(r['dims'])}" if r.get("held_out") else ""))
     notes = {r["torch_note"] for r in rows if r.get("torch_note")}
     for note in sorted(notes):
         print(f"torch: {note}")
@@ -358,11 +380,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
               f" ms, net {_ms(add['accy']['kernel_ms_net'])}, eager "
               f"{_ms(add['torch_eager'] and add['torch_eager']['kernel_ms'])}", flush=True)
     rows: list[dict[str, Any]] = []
+    rng = np.random.default_rng(args.seed)
     for name in args.programs:
-        new = run_program(PROGRAMS[name], args, runtime, target, policies, torch, torch_note)
+        spec = PROGRAMS[name]
+        shapes = ([held_out_dims(spec, args.size, rng) for _ in range(args.held_out)]
+                  if args.held_out else [None])
+        new = [r for dims in shapes for r in run_program(spec, args, runtime, target, policies,
+                                                         torch, torch_note, dims)]
         for r in new:
             a = r["accy"]
-            print(f"  {name} {r['precision']}: {r['status']}"
+            print(f"  {name}{' ' + _shape(r['dims']) if r.get('held_out') else ''} "
+                  f"{r['precision']}: {r['status']}"
                   + (f" accy {a['kernel_ms']:.3f} ms ({a['kernels']} kernels)" if a else "")
                   + (f" vs compile {r['speed_vs_compile']:.2f}x"
                      if r.get("speed_vs_compile") else ""), flush=True)
@@ -374,7 +402,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     result = {
         "benchmark": "bench_gpu", "size": args.size, "repeat": args.repeat,
         "policies": list(policies), "tf32": args.tf32, "compile_mode": args.compile_mode,
-        "disable": args.disable,
+        "disable": args.disable, "held_out": args.held_out, "seed": args.seed,
         "rows": rows, "summary": summary, "calibration": calibration,
         "accy_device": {"key": info.key, "platform": info.platform, "name": info.name,
                         "driver": info.driver_version, "compute_units": info.compute_units,

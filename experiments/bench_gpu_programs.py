@@ -105,6 +105,30 @@ CALIBRATION = (Spec("calibration_tiny", "add", "calibration", {"N": 32}, {"N": 3
                Spec("calibration_add", "add", "calibration", {"N": 1 << 25}, {"N": 1 << 12}))
 
 
+HELD_OUT_SPAN = 2.0  # held-out axes drawn within [size / SPAN, size * SPAN] of the program's
+HELD_OUT_ALIGN = {"D": 8}  # axes drawn as multiples (head and model dimensions)
+HELD_OUT_TIED = {"square GEMM": {"N": "M", "K": "M"}, "attention": {"Sk": "Sq"}}  # by class
+
+
+def held_out_dims(spec: Spec, size: str, rng: np.random.Generator) -> dict[str, int]:
+    """A held-out shape of ``spec``'s class (``--held-out``): each axis drawn log-uniformly
+    within a factor :data:`HELD_OUT_SPAN` of its ``size`` length (any integer, so edges and
+    unaligned rows come up; multiples of :data:`HELD_OUT_ALIGN` where given), the axes
+    :data:`HELD_OUT_TIED` names equal to theirs (a square GEMM stays square; attention's
+    keys as many as its queries)."""
+    tied = HELD_OUT_TIED.get(spec.shape_class, {})
+    out: dict[str, int] = {}
+    for axis, n in spec.dims(size).items():
+        if axis in tied:
+            out[axis] = out[tied[axis]]
+            continue
+        step = HELD_OUT_ALIGN.get(axis, 1)
+        lo, hi = max(1, round(n / HELD_OUT_SPAN)), round(n * HELD_OUT_SPAN)
+        x = math.exp(rng.uniform(math.log(lo), math.log(hi)))
+        out[axis] = max(step, round(x / step) * step)
+    return out
+
+
 # ---- programs, inputs and their float64 check -------------------------------------------------
 
 def accy_function(kind: str, dims: dict[str, int]):

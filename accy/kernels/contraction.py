@@ -23,8 +23,10 @@ flat index, as reshapes keep row-major order.
 Tile sizes come from :func:`choose_tiles` (chosen by sweeps of ``experiments/
 bench_contraction.py --tiles`` on an H200 and on PoCL): GPUs get 128x128 tiles of 256
 work-items with 8x8 f32 (4x4 f64) outputs each, ``bk`` 16, the next K step prefetched into
-registers, tile rows swizzled by 8 (taken once they fill 90% of the compute units, and as a
-single wave with ``bk`` 32). Large tiles that would leave units idle split K instead
+registers (where a work-item's share of a step is a few vectors, or at most
+:data:`PREFETCH_REGISTERS` scalars: rows that are not whole vectors), tile rows swizzled by 8
+(taken once they fill 90% of the compute units, and as a single wave with ``bk`` 32). Large
+tiles that would leave units idle split K instead
 (``Tiles.split``, chunks of at least 512); 64x64 and 32x32 tiles are taken when K is too short
 for that, or larger tiles would pad more than 25%. With K split, each work-group sums one chunk
 of its tile into scratch memory and a second kernel, one work-item per output element, adds the
@@ -96,6 +98,8 @@ from accy.kernels.ir import (
 )
 from accy.plans import FusionGroup, KernelOutline, LaunchGeometry, ScheduleKind
 from accy.target import TargetProfile
+
+PREFETCH_REGISTERS = 32  # registers the next K step's scalars may take (prefetched)
 
 
 @dataclass(frozen=True)
@@ -295,7 +299,8 @@ class _Builder:
         kt = Var("kt")
         compute = self.compute(acc, ty, tx)
         per_x, per_y = self.slots(self.sx)[1], self.slots(self.sy)[1]
-        if t.prefetch and per_x * per_y <= 16:
+        held = per_x * self.sx.lanes + per_y * self.sy.lanes  # registers of a prefetch
+        if t.prefetch and (per_x * per_y <= 16 or held <= PREFETCH_REGISTERS):
             loop = self.prefetched(m0, n0, tid, compute)
         else:
             loop = (self.copy_direct(self.sx, m0, kt, tid)

@@ -179,3 +179,44 @@ def test_bench_gpu_speeds_and_summary_with_torch_results(bench, device, monkeypa
     assert s["geomean_vs_compile_net"] == (
         pytest.approx(np.prod(list(nets.values())) ** (1 / len(nets))) if nets else None)
     assert "calibration" not in s["class_min_vs_compile"]
+
+
+def test_bench_gpu_held_out_shapes_are_drawn_around_each_class(bench) -> None:
+    """--held-out's shapes: within a factor of 2 of the program's own axes, head dimensions
+    multiples of 8, square GEMMs square, keys as many as queries, the same for a seed."""
+    import numpy as np
+
+    def draws(seed: int) -> list[dict[str, int]]:
+        rng = np.random.default_rng(seed)
+        return [bench.held_out_dims(spec, "full", rng) for spec in bench.PROGRAMS.values()
+                for _ in range(5)]
+
+    first = draws(7)
+    assert first == draws(7) and first != draws(8)
+    specs = [spec for spec in bench.PROGRAMS.values() for _ in range(5)]
+    assert any(d != spec.full for d, spec in zip(first, specs, strict=True))
+    for dims, spec in zip(first, specs, strict=True):
+        assert dims.keys() == spec.full.keys()
+        for axis, n in dims.items():
+            assert spec.full[axis] / 2 - 4 <= n <= spec.full[axis] * 2 + 4, (spec.name, dims)
+        if spec.shape_class == "square GEMM":
+            assert dims["M"] == dims["N"] == dims["K"]
+        if spec.kind == "attention":
+            assert dims["Sq"] == dims["Sk"] and dims["D"] % 8 == 0
+
+
+def test_bench_gpu_runs_held_out_shapes(bench, tmp_path: Path) -> None:
+    out = tmp_path / "h.json"
+    result = bench.main(["--size", "small", "--no-torch", "--repeat", "1", "--held-out", "2",
+                         "--seed", "5", "--programs", "gemm_between,layernorm_f16",
+                         "--out", str(out)])
+    rows = result["rows"]
+    assert [r["program"] for r in rows] == ["gemm_between"] * 2 + ["layernorm_f16"] * 2
+    assert result["held_out"] == 2 and result["seed"] == 5
+    for r in rows:
+        assert r["held_out"] and r["status"] == "ok", r
+        assert r["accy"]["check"]["checked"] > 0
+    assert rows[0]["dims"] != rows[1]["dims"]
+    assert any(r["dims"] != bench.PROGRAMS[r["program"]].small for r in rows)
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--held-out", "-1"])

@@ -312,3 +312,30 @@ def test_never_on_the_pocl_device(device):
     job = accy.prepare(heads(1, 2, 64, 64, 16, 16), target=accy.TargetProfile.from_device(
         device.info))
     assert not any(g.startswith("mma") for g in job.generators())
+
+
+@pytest.mark.parametrize("s, d", [(75, 32), (64, 48), (70, 64)],
+                         ids=["odd-keys-32", "48-features", "odd-keys-64"])
+def test_f16_attention_of_any_keys_and_32_features_is_fused_without_cl_khr_fp16(device, s, d):
+    """dtype-legalization keeps an f16 attention's values product in f16 whatever its shape
+    (dtype_legalization.attention_values: 32 or 48 features, an odd number of keys, which the
+    GEMM rule refuses), so on a target without cl_khr_fp16 the attention is one
+    mma-attention-f16 kernel; checked in emulation against the interpreter."""
+    rng = np.random.default_rng(s + d)
+    scale = 1.0 / np.sqrt(d)
+
+    def f(q, k, v):
+        return einsum("bhqk,bhkd->bhqd", accy.softmax(einsum("bhqd,bhkd->bhqk", q, k) * scale,
+                                                      -1), v)
+
+    types = [TensorType((1, 2, s, d), DType.f16)] * 3
+    prog = trace(f, *types, name="attn16")
+    job = accy.prepare(prog, "accy-default", target=dataclasses.replace(F16, dtypes=NV.dtypes))
+    assert job.generators() == {"mma-attention-f16": 1}
+    inputs = [rng.standard_normal(t.shape).astype(np.float16) for t in types]
+    job._sources[0] = emulated_attention(job.kernel_source(0))
+    with emulated_builds(device):
+        (got,) = job.executable(device=device)(*inputs)
+    (want,) = interpret(prog, list(inputs))
+    np.testing.assert_allclose(np.asarray(got, np.float64), np.asarray(want, np.float64),
+                               rtol=1e-2, atol=1e-2)

@@ -19,7 +19,7 @@ import re
 import numpy as np
 import pytest
 from mma_emulation import check_f16_product, emulated_async, one_line, run_emulated
-from test_mma_generator import NV, emulate_block, matmul, num
+from test_mma_generator import NV, emulate_block, emulated_builds, matmul, num
 from test_mma_generator import prepared as prepare
 
 try:
@@ -336,19 +336,53 @@ def test_f16_products_stay_f16_for_tensor_cores_without_cl_khr_fp16(pipe, used):
     assert all(s.type.dtype is DType.f16 and s.op is Op.PARAM for s in product.srcs)
     assert {n.type.dtype for n in nodes if n.op is Op.ADD} == {DType.f32}
     # B stored along K (x @ W.T): kept too, its tile along K as well; rows that are not
-    # whole 16-byte vectors too (copied 8 or 4 bytes at a time), but not rows of odd halves
+    # whole 16-byte vectors too (copied 8 or 4 bytes at a time); rows of odd halves padded
+    # (test_f16_products_of_odd_rows_are_padded_onto_tensor_cores)
     for prog in (matmul16(512, 512, 64, b_transposed=True), matmul16(1000, 1030, 520),
                  matmul16(512, 512, 36, b_transposed=True)):
         job = prepare(prog, "ieee", dataclasses.replace(ASYNC, dtypes=NV.dtypes), pipe)
         assert used(job) == {"mma-f16": 1}
-    job = prepare(matmul16(512, 511, 64), "ieee", dataclasses.replace(ASYNC, dtypes=NV.dtypes),
-                  pipe)
-    assert not any(name.startswith("mma") for name in used(job))
     # without f16 tensor cores the product is promoted with everything else
     job = prepare(matmul16(512, 512, 64, bias=True), "ieee",
                   dataclasses.replace(NV, tensor_cores=(TF32_MMA, CP_ASYNC)), pipe)
     nodes = job.products[Stage.tensor].program.nodes()
     assert [n.type.dtype for n in nodes if n.op is Op.EINSUM] == [DType.f32]
+
+
+@pytest.mark.skipif(cl is None, reason="needs pyopencl")
+@pytest.mark.parametrize("m, n, k, b_transposed, mode", [
+    (70, 75, 91, False, "eager"),  # K and B's rows (N) odd: both padded, the result sliced
+    (64, 72, 37, True, "deferred"),  # B stored along K: K padded in both, nothing sliced
+    (66, 64, 64, False, "eager"),  # even rows: as stored
+], ids=["k-and-n-odd", "b-along-k", "even"])
+def test_f16_products_of_odd_rows_are_padded_onto_tensor_cores(device, pipe, used, m, n, k,
+                                                              b_transposed, mode):
+    """dtype-legalization pads an f16 product's odd last axes with zeros to whole 16-byte rows
+    (padding kernels, then mma-f16, then the result sliced back where N was padded) instead of
+    computing it in f32; run in emulation through the job's own executable against float64."""
+    from accy.ir.ops import Op
+    from accy.ir.program import Stage
+
+    job = prepare(matmul16(m, n, k, b_transposed=b_transposed), "ieee",
+                  dataclasses.replace(ASYNC, dtypes=NV.dtypes), pipe)
+    nodes = job.products[Stage.tensor].program.nodes()
+    (product,) = [x for x in nodes if x.op is Op.EINSUM]
+    assert product.type.dtype is DType.f16
+    assert all(s.type.shape[-1] % 8 == 0 for s in product.srcs) or k % 2 == 0
+    assert any(x.op is Op.SLICE for x in nodes) == (n % 2 == 1)
+    assert used(job).get("mma-f16") == 1
+    assert "loop-nest" not in used(job) or len(job.kernels) > 1  # only the copies
+    rng = np.random.default_rng(m + n + k)
+    a = rng.uniform(-1, 1, (m, k)).astype(np.float16)
+    b = rng.uniform(-1, 1, (n, k) if b_transposed else (k, n)).astype(np.float16)
+    for i in range(len(job.kernels)):
+        if "asm" in job.kernel_source(i):
+            job._sources[i] = emulated_async(job.kernel_source(i), mode)
+    with emulated_builds(device):
+        (got,) = job.executable(device=device)(a, b)
+    exact = a.astype(np.float64) @ (b.T if b_transposed else b).astype(np.float64)
+    assert got.shape == (m, n)
+    np.testing.assert_allclose(got.astype(np.float64), exact, rtol=2**-10, atol=1e-6 * k)
 
 
 def test_never_chosen_on_the_pocl_device(device, pipe, used):

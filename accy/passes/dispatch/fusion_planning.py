@@ -191,11 +191,10 @@ class FusionPlanning(Pass):
                 return None, f"{node.op.value} and a {kinds[target].value} need separate kernels"
             if math.prod(domain) > node.type.size or not all(is_light(x) for x in users):
                 return None, f"{node.op.value} would be recomputed by its consumers"
-            if node.op is Op.EINSUM and not all(
-                    x.op is Op.RESHAPE or (x.op.is_elementwise and x.type.shape == node.type.shape)
-                    for x in users):
+            if node.op is Op.EINSUM and not epilogue_only(node, u, set(members[target])):
                 # the tiled contraction takes elementwise epilogues at the einsum's shape (and
-                # reshapes); fused behind e.g. a slice, the loop nest would compute it instead
+                # reshapes); fused behind e.g. a slice, even one after such an epilogue, the
+                # loop nest would compute it instead
                 return None, "einsum read by a consumer the tiled contraction cannot fuse"
             if node.op.kind is OpKind.WINDOW and not all(
                     x.op.is_elementwise and x.type.shape == node.type.shape for x in users):
@@ -207,6 +206,21 @@ class FusionPlanning(Pass):
         if node.type.shape != domain and (node in u.results or len(users) > 1):
             return None, "shape differs from its consumers' domain"
         return target, ""
+
+
+def epilogue_only(node: Node, u: Uses, group: set[Node]) -> bool:
+    """Whether every node of ``group`` that reads ``node`` (directly or through others) is a
+    reshape or elementwise at ``node``'s shape: an epilogue the tiled contraction fuses."""
+    seen, todo = set(), list(u.users[node])
+    while todo:
+        x = todo.pop()
+        if x in seen or x not in group:
+            continue
+        seen.add(x)
+        if not (x.op is Op.RESHAPE or (x.op.is_elementwise and x.type.shape == node.type.shape)):
+            return False
+        todo += u.users[x]
+    return True
 
 
 def clean_cuts(nodes: list[Node], u: Uses) -> set[Node]:

@@ -122,6 +122,67 @@ def f16_product(node: Node) -> bool:
             and m >= MIN_MN and n >= MIN_MN and k >= MIN_K)
 
 
+def attention_values(node: Node) -> bool:
+    """An attention's values product ``softmax(...) @ V`` over f16 operands, V's features a
+    multiple of 16 up to ``attention_mma_plan.MAX_FEATURES``: kept in f16 whatever its
+    shape (e.g. 32 features, or an odd number of keys, which :func:`f16_product` refuses), so
+    that fusion-planning can merge it with its softmax and scores for ``mma-attention-f16``;
+    where it does not, the tiled contraction computes it from f16 loads."""
+    from accy.kernels.attention_mma_plan import MAX_FEATURES
+
+    return (node.op is Op.EINSUM and node.type.dtype is DType.f16 and len(node.srcs) == 2
+            and all(s.type.dtype is DType.f16 for s in node.srcs)
+            and node.srcs[0].op is Op.SOFTMAX
+            and node.srcs[1].type.shape[-1] % 16 == 0
+            and node.srcs[1].type.shape[-1] <= MAX_FEATURES)
+
+
+PAD_TO = 8  # f16 elements: rows padded to whole 16-byte vectors (TMA, 16-byte cp.async)
+
+
+def padded_product(node: Node, srcs: tuple[Node, ...]) -> Node | None:
+    """An f16 product that :func:`f16_product` refuses only for an odd last axis, made one it
+    takes (None where padding does not make it one): A's last axis, summed, padded with zeros
+    to a multiple of :data:`PAD_TO` in both operands (the zeros add nothing); B's last axis,
+    where it is an output axis, padded the same way and the result sliced back. The padded
+    operands are copies (``conv_lowering.padded``: a concat with zeros); the product is then
+    an f16 product of whole 16-byte rows on the tensor cores, not an f32 one."""
+    from accy.passes.tensor.conv_lowering import padded
+
+    if (node.op is not Op.EINSUM or node.type.dtype is not DType.f16 or len(node.srcs) != 2
+            or any(s.type.dtype is not DType.f16 for s in node.srcs)
+            or all(s.type.shape[-1] % 2 == 0 for s in node.srcs)):
+        return None
+    ins, out = node.attr("spec").split("->")
+    a, b = ins.split(",")
+    if not a or not b:
+        return None
+    size = {c: n for t, s in zip((a, b), node.srcs, strict=True)
+            for c, n in zip(t, s.type.shape, strict=True)}
+    grow = {c: -size[c] % PAD_TO for c in {a[-1], b[-1]} if size[c] % 2}
+    if b[-1] in grow and b[-1] not in out and b[-1] != a[-1]:
+        return None  # B along a second summed axis: not A's
+
+    def pad(x: Node, letters: str) -> Node:
+        pads = [0] * len(letters) + [grow.get(c, 0) for c in letters]
+        if not any(pads):
+            return x
+        return padded(x, constant(0.0, DType.f16), tuple(pads))
+
+    ops = (pad(node.srcs[0], a), pad(node.srcs[1], b))
+    product = make(Op.EINSUM, *ops, spec=node.attr("spec"))
+    if not f16_product(product):
+        return None
+    ins2 = tuple(s.srcs[0] if s.op is Op.CAST and s.srcs[0].type.dtype is DType.f16
+                 else make(Op.CAST, s, dtype=DType.f16) for s in srcs)
+    ops = (pad(ins2[0], a), pad(ins2[1], b))
+    wide = make(Op.CAST, make(Op.EINSUM, *ops, spec=node.attr("spec")), dtype=DType.f32)
+    if not any(c in grow for c in out):
+        return wide
+    return make(Op.SLICE, wide, starts=(0,) * len(out), stops=tuple(size[c] for c in out),
+                steps=(1,) * len(out))
+
+
 def narrowed(program: Program, node: Node, dtype: DType) -> np.ndarray:
     """The value of constant ``node`` in ``dtype``; an error when an integer does not fit."""
     value = node.value
@@ -169,8 +230,12 @@ class DtypeLegalization(Pass):
         tensor_cores = F16_MMA in target.tensor_cores and CP_ASYNC in target.tensor_cores
 
         def rewrite(node: Node, srcs: tuple[Node, ...]) -> Node:
-            if DType.f16 in mapping and tensor_cores and f16_product(node):
+            if DType.f16 in mapping and tensor_cores and (f16_product(node)
+                                                         or attention_values(node)):
                 return self.on_tensor_cores(node, srcs, mapping[DType.f16])
+            if DType.f16 in mapping and tensor_cores and (
+                    made := padded_product(node, srcs)) is not None:
+                return made
             out = self.convert(program, node, srcs, mapping)
             if out.type.dtype is not node.type.dtype:
                 converted[node.type.dtype] += 1
