@@ -29,10 +29,11 @@ PIPELINES = _named(
                   "canonicalization: constant folding, then egglog's canonical rules"),
     NamedPipeline("accy-tensor", Stage.tensor,
                   "saturate,conv-lowering,shape-layout-propagation,dtype-legalization,"
-                  "activation-lowering,einsum-lowering,indexing-lowering,loss-lowering",
+                  "activation-lowering,einsum-lowering,contraction-padding,indexing-lowering,"
+                  "loss-lowering",
                   "equality saturation, the lowering of convolutions and pools, movement "
-                  "folding, dtype legalization and the lowering of activations, einsums, "
-                  "indexing and losses"),
+                  "folding, dtype legalization and the lowering of activations, einsums "
+                  "(unaligned summed rows padded), indexing and losses"),
     NamedPipeline("accy-dispatch", Stage.dispatch, "fusion-planning,schedule-planning",
                   "fusion and schedule planning"),
     NamedPipeline("accy-memory", Stage.memory,

@@ -11,6 +11,7 @@ from accy.passes.memory import (  # noqa: F401
 from accy.passes.target import backend_legalization  # noqa: F401
 from accy.passes.tensor import (  # noqa: F401
     activation_lowering,
+    contraction_padding,
     conv_lowering,
     dtype_legalization,
     einsum_lowering,

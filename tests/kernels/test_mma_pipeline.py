@@ -385,6 +385,23 @@ def test_f16_products_of_odd_rows_are_padded_onto_tensor_cores(device, pipe, use
     np.testing.assert_allclose(got.astype(np.float64), exact, rtol=2**-10, atol=1e-6 * k)
 
 
+@pytest.mark.skipif(cl is None, reason="needs pyopencl")
+def test_f32_products_of_unaligned_rows_are_padded_and_exact(device, pipe, used):
+    """contraction-padding pads K = 101 to 104 (copies of A and B with zeros), so mma-3xtf32
+    copies A's rows 16 bytes at a time; run in emulation through the job's executable."""
+    job = prepare(matmul(300, 290, 101), "3xtf32", ASYNC, pipe)
+    assert used(job)["mma-3xtf32"] == 1 and len(job.kernels) == 3
+    src = job.kernel_source(2)
+    assert "cp.async.cg.shared.global [%0], [%1], 16" in src and ", 4, %2" not in src
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((300, 101)).astype(np.float32)
+    b = rng.standard_normal((101, 290)).astype(np.float32)
+    job._sources[2] = emulated_async(src, "deferred")
+    with emulated_builds(device):
+        (got,) = job.executable(device=device)(a, b)
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=0, atol=1e-5 * 101)
+
+
 def test_never_chosen_on_the_pocl_device(device, pipe, used):
     if device.info.platform != "Portable Computing Language":
         pytest.skip(f"about PoCL; the default device is {device.info.platform}")

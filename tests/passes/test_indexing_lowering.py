@@ -144,7 +144,8 @@ def test_bad_options_are_errors_naming_the_option(text, where):
 
 
 def test_default_tensor_pipeline_lowers_indexing_and_accy_passes_lists_it(capsys):
-    assert "einsum-lowering,indexing-lowering,loss-lowering" in PIPELINES["accy-tensor"].text
+    assert "einsum-lowering,contraction-padding,indexing-lowering,loss-lowering" in \
+        PIPELINES["accy-tensor"].text
     ops = indexing_ops(program_of(lowered(embedding(), "accy-tensor")))
     assert ops and all(is_indexed_form(n) for n in ops)
     assert main(["passes"]) == 0

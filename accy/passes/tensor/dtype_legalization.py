@@ -95,6 +95,26 @@ def refusal(program: Program, dtype: DType, target: TargetProfile) -> Capability
         f"computes it in {SUBSTITUTE[dtype].value} instead")
 
 
+def product_axes(node: Node, dtype: DType
+                 ) -> tuple[str, str, str, dict[str, int], tuple[int, int, int]] | None:
+    """A product of two operands, all of ``dtype``: its operands' and output's letters, each
+    letter's length and its (M, N, K) (the products of the letters only A has, only B has,
+    and summed); None for anything else."""
+    if (node.op is not Op.EINSUM or node.type.dtype is not dtype or len(node.srcs) != 2
+            or any(s.type.dtype is not dtype for s in node.srcs)):
+        return None
+    ins, out = node.attr("spec").split("->")
+    a, b = ins.split(",")
+    if not a or not b:
+        return None
+    size = {c: n for t, s in zip((a, b), node.srcs, strict=True)
+            for c, n in zip(t, s.type.shape, strict=True)}
+    summed = (set(a) & set(b)) - set(out)
+    m, n, k = (math.prod(size[c] for c in group) for group in (
+        set(a) - set(b), set(b) - set(a), summed))
+    return a, b, out, size, (m, n, k)
+
+
 def f16_product(node: Node) -> bool:
     """A product of two f16 operands that ``mma-f16`` takes as they are stored: kept in f16 on
     targets with f16 tensor cores (it multiplies f16 exactly and sums in f32, without
@@ -104,18 +124,11 @@ def f16_product(node: Node) -> bool:
     an even length (copies of 16, 8 or 4 bytes: ``mma_plan.copy_widths``), and the product at
     least the generator's minimum; any other f16 product is promoted (no other generator takes
     f16 products but the loop nest)."""
-    if (node.op is not Op.EINSUM or node.type.dtype is not DType.f16 or len(node.srcs) != 2
-            or any(s.type.dtype is not DType.f16 for s in node.srcs)):
+    found = product_axes(node, DType.f16)
+    if found is None:
         return False
-    ins, out = node.attr("spec").split("->")
-    a, b = ins.split(",")
-    if not a or not b:
-        return False
-    size = {c: n for t, s in zip((a, b), node.srcs, strict=True)
-            for c, n in zip(t, s.type.shape, strict=True)}
+    a, b, out, _, (m, n, k) = found
     summed = (set(a) & set(b)) - set(out)
-    m, n, k = (math.prod(size[c] for c in group) for group in (
-        set(a) - set(b), set(b) - set(a), summed))
     b_ok = (b[-1] in out and b[-1] not in a) or b[-1] in summed  # along N, or along K
     return (a[-1] in summed and b_ok
             and all(s.type.shape[-1] % 2 == 0 for s in node.srcs)
@@ -140,6 +153,13 @@ def attention_values(node: Node) -> bool:
 PAD_TO = 8  # f16 elements: rows padded to whole 16-byte vectors (TMA, 16-byte cp.async)
 
 
+def f16_operands(srcs: tuple[Node, ...]) -> tuple[Node, ...]:
+    """A kept f16 product's operands: a promoted operand cast back, a parameter's cast
+    dropped."""
+    return tuple(s.srcs[0] if s.op is Op.CAST and s.srcs[0].type.dtype is DType.f16
+                 else make(Op.CAST, s, dtype=DType.f16) for s in srcs)
+
+
 def padded_product(node: Node, srcs: tuple[Node, ...]) -> Node | None:
     """An f16 product that :func:`f16_product` refuses only for an odd last axis, made one it
     takes (None where padding does not make it one): A's last axis, summed, padded with zeros
@@ -149,16 +169,10 @@ def padded_product(node: Node, srcs: tuple[Node, ...]) -> Node | None:
     an f16 product of whole 16-byte rows on the tensor cores, not an f32 one."""
     from accy.passes.tensor.conv_lowering import padded
 
-    if (node.op is not Op.EINSUM or node.type.dtype is not DType.f16 or len(node.srcs) != 2
-            or any(s.type.dtype is not DType.f16 for s in node.srcs)
-            or all(s.type.shape[-1] % 2 == 0 for s in node.srcs)):
+    found = product_axes(node, DType.f16)
+    if found is None or all(s.type.shape[-1] % 2 == 0 for s in node.srcs):
         return None
-    ins, out = node.attr("spec").split("->")
-    a, b = ins.split(",")
-    if not a or not b:
-        return None
-    size = {c: n for t, s in zip((a, b), node.srcs, strict=True)
-            for c, n in zip(t, s.type.shape, strict=True)}
+    a, b, out, size, _ = found
     grow = {c: -size[c] % PAD_TO for c in {a[-1], b[-1]} if size[c] % 2}
     if b[-1] in grow and b[-1] not in out and b[-1] != a[-1]:
         return None  # B along a second summed axis: not A's
@@ -169,14 +183,12 @@ def padded_product(node: Node, srcs: tuple[Node, ...]) -> Node | None:
             return x
         return padded(x, constant(0.0, DType.f16), tuple(pads))
 
-    ops = (pad(node.srcs[0], a), pad(node.srcs[1], b))
-    product = make(Op.EINSUM, *ops, spec=node.attr("spec"))
-    if not f16_product(product):
+    if not f16_product(make(Op.EINSUM, pad(node.srcs[0], a), pad(node.srcs[1], b),
+                            spec=node.attr("spec"))):
         return None
-    ins2 = tuple(s.srcs[0] if s.op is Op.CAST and s.srcs[0].type.dtype is DType.f16
-                 else make(Op.CAST, s, dtype=DType.f16) for s in srcs)
-    ops = (pad(ins2[0], a), pad(ins2[1], b))
-    wide = make(Op.CAST, make(Op.EINSUM, *ops, spec=node.attr("spec")), dtype=DType.f32)
+    ins = f16_operands(srcs)
+    wide = make(Op.CAST, make(Op.EINSUM, pad(ins[0], a), pad(ins[1], b),
+                              spec=node.attr("spec")), dtype=DType.f32)
     if not any(c in grow for c in out):
         return wide
     return make(Op.SLICE, wide, starts=(0,) * len(out), stops=tuple(size[c] for c in out),
@@ -272,9 +284,8 @@ class DtypeLegalization(Pass):
     def on_tensor_cores(node: Node, srcs: tuple[Node, ...], wide: DType) -> Node:
         """An f16 product kept in f16 over f16 operands (a promoted operand cast back; a
         parameter's cast dropped), its result cast to ``wide`` for its users."""
-        ins = tuple(s.srcs[0] if s.op is Op.CAST and s.srcs[0].type.dtype is DType.f16
-                    else make(Op.CAST, s, dtype=DType.f16) for s in srcs)
-        return make(Op.CAST, make(node.op, *ins, **dict(node.attrs)), dtype=wide)
+        return make(Op.CAST, make(node.op, *f16_operands(srcs), **dict(node.attrs)),
+                    dtype=wide)
 
     @staticmethod
     def restore_results(before: Program, after: Program) -> Program:

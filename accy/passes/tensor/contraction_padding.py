@@ -1,0 +1,86 @@
+"""contraction-padding: products whose summed rows are not whole 16-byte vectors, padded.
+
+On a target with TF32 tensor cores (``TF32_MMA``), an f32 product of two operands whose first
+operand holds a summed axis last (A along K: rows of K elements) with K not a multiple of
+``multiple`` (4: rows of whole 16-byte vectors) gets that axis padded with zeros in both
+operands to the next multiple. The zeros add nothing, so the result is the same. The
+tensor-core kernels then copy A's rows 16 bytes at a time instead of 4, and the TMA kernels
+(``wgmma-*``), which need 16-byte row strides, can copy them at all.
+
+The padded operands are copies (a concat with zeros, :func:`conv_lowering.padded`), written
+by kernels of their own, so the pass pads only where the product does at least ``intensity``
+flops per operand element copied, ``2 M N / (M + N)``: below it (skinny products, small M
+and N over a long K) the product is bound by reading its operands and the copy costs about as
+much as it saves. f16 products are padded by ``dtype-legalization``
+(:func:`dtype_legalization.padded_product`), where it keeps them in f16.
+
+Stats: ``padded`` (products padded).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from accy.ir.node import Node
+from accy.ir.ops import Op
+from accy.ir.program import Stage
+from accy.ir.types import DType
+from accy.kernels.mma_plan import MIN_K, MIN_MN
+from accy.passes.base import Pass, option
+from accy.passes.rebuild import constant, make, rebuild, with_srcs
+from accy.passes.registry import register
+from accy.passes.tensor.conv_lowering import padded
+from accy.passes.tensor.dtype_legalization import product_axes
+from accy.target import TF32_MMA, TargetProfile
+
+
+def padded_k(node: Node, srcs: tuple[Node, ...], multiple: int, intensity: int) -> Node | None:
+    """``node`` (an f32 product over operands ``srcs``) with A's last axis, summed, padded to
+    a multiple of ``multiple`` in both operands; None where it needs no padding or does not
+    pay (the module docstring)."""
+    found = product_axes(node, DType.f32)
+    if found is None:
+        return None
+    a, b, _, size, (m, n, k) = found
+    letter = a[-1]
+    grow = -size[letter] % multiple
+    if (not grow or letter not in b or m < MIN_MN or n < MIN_MN or k < MIN_K
+            or 2 * m * n < intensity * (m + n)):
+        return None
+
+    def pad(x: Node, letters: str) -> Node:
+        pads = [0] * len(letters) + [grow if c == letter else 0 for c in letters]
+        return padded(x, constant(0.0, DType.f32), tuple(pads))
+
+    return make(Op.EINSUM, pad(srcs[0], a), pad(srcs[1], b), spec=node.attr("spec"))
+
+
+@register
+@dataclass(frozen=True)
+class ContractionPadding(Pass):
+    """Pad the summed rows of f32 products on tensor-core targets to whole 16-byte vectors."""
+
+    name = "contraction-padding"
+    stage = Stage.tensor
+
+    multiple: int = option(4, "elements the summed axis is padded to a multiple of (4: "
+                           "16-byte rows of f32); 1: off", minimum=1, maximum=64)
+    intensity: int = option(256, "pad only products of at least this many flops per operand "
+                            "element copied (2MN/(M+N))", minimum=0, maximum=1 << 20)
+
+    def run(self, ctx, product):
+        target = product.target or TargetProfile()
+        count = 0
+
+        def rewrite(node: Node, srcs: tuple[Node, ...]) -> Node:
+            nonlocal count
+            made = padded_k(node, srcs, self.multiple, self.intensity)
+            if made is not None:
+                count += 1
+                return made
+            return node if not srcs else with_srcs(node, srcs)
+
+        if self.multiple > 1 and TF32_MMA in target.tensor_cores:
+            product = product.replace(program=rebuild(product.program, rewrite))
+        ctx.stat("padded", count)
+        return product

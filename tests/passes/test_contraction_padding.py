@@ -1,0 +1,76 @@
+"""contraction-padding: f32 products whose summed rows are not whole 16-byte vectors get the
+summed axis padded with zeros in both operands on TF32 tensor-core targets, where the product
+does enough work per operand element copied; the result is unchanged."""
+
+import numpy as np
+import pytest
+
+import accy
+from accy.builder import einsum, trace
+from accy.ir.ops import Op
+from accy.ir.program import Stage
+from accy.ir.types import DType, TensorType
+from accy.target import CP_ASYNC, TF32_MMA, TargetProfile
+from accy.testing import assert_close
+
+TENSOR_CORES = TargetProfile(device="tf32 gpu", device_type="gpu",
+                             tensor_cores=(TF32_MMA, CP_ASYNC))
+
+
+def product(m: int, n: int, k: int, batch: int = 0, b_along_k: bool = False) -> accy.Program:
+    lead = (batch,) if batch else ()
+    spec = ("bmk,bnk->bmn" if b_along_k else "bmk,bkn->bmn") if batch else (
+        "mk,nk->mn" if b_along_k else "mk,kn->mn")
+    types = [TensorType((*lead, m, k), DType.f32),
+             TensorType((*lead, *((n, k) if b_along_k else (k, n))), DType.f32)]
+    return trace(lambda a, b: einsum(spec, a, b), *types, name="product")
+
+
+def tensor_stage(prog: accy.Program, target: TargetProfile, spec: str = "accy-tensor"):
+    job = accy.prepare(prog, spec, target=target, until=Stage.tensor)
+    (record,) = [p for p in job.record("tensor").passes
+                 if p.spec.startswith("contraction-padding")]
+    return job.products[Stage.tensor].program, dict(record.stats)
+
+
+@pytest.mark.parametrize("m, n, k, batch, b_along_k", [
+    (300, 300, 101, 0, False), (260, 410, 95, 3, False), (300, 280, 313, 0, True)])
+def test_summed_rows_padded_to_16_bytes_with_the_result_unchanged(m, n, k, batch, b_along_k):
+    prog = product(m, n, k, batch, b_along_k)
+    after, stats = tensor_stage(prog, TENSOR_CORES)
+    assert stats == {"padded": 1}
+    (mm,) = [x for x in after.nodes() if x.op is Op.EINSUM]
+    assert [s.type.shape[-1 if s is mm.srcs[0] or b_along_k else -2] for s in mm.srcs] == \
+        [-(-k // 4) * 4] * 2
+    assert mm.type.shape == prog.functions[0].results[0].type.shape  # nothing to slice
+    rng = np.random.default_rng(k)
+    inputs = [rng.standard_normal(p.type.shape).astype(np.float32)
+              for p in prog.functions[0].params]
+    assert_close(accy.interpret(after, inputs), accy.interpret(prog, inputs), prog, inputs)
+
+
+@pytest.mark.parametrize("target, prog, why", [
+    (TENSOR_CORES, product(300, 300, 104), "rows already whole vectors"),
+    (TENSOR_CORES, product(30, 2500, 7629), "skinny: 2MN/(M+N) = 59, bound by its reads"),
+    (TENSOR_CORES, product(226, 274, 34045), "long K over small M and N: 248 flops/element"),
+    (TargetProfile(device="cpu"), product(300, 300, 101), "no tensor cores"),
+    (TENSOR_CORES, product(40, 300, 101), "M below the tensor cores' minimum"),
+])
+def test_left_alone(target, prog, why):
+    after, stats = tensor_stage(prog, target)
+    assert stats == {"padded": 0}, why
+    assert not any(x.op is Op.CONCAT for x in after.nodes())
+
+
+def test_options_and_the_default_pipeline():
+    prog = product(300, 300, 101)
+    _, stats = tensor_stage(prog, TENSOR_CORES, "einsum-lowering,contraction-padding{multiple=1}")
+    assert stats == {"padded": 0}
+    _, stats = tensor_stage(prog, TENSOR_CORES, "einsum-lowering,contraction-padding{"
+                                                "intensity=400}")
+    assert stats == {"padded": 0}  # 2MN/(M+N) = 300
+    after, stats = tensor_stage(prog, TENSOR_CORES, "einsum-lowering,contraction-padding{"
+                                                    "multiple=8}")
+    assert stats == {"padded": 1}
+    (mm,) = [x for x in after.nodes() if x.op is Op.EINSUM]
+    assert mm.srcs[0].type.shape == (300, 104)
