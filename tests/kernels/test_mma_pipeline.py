@@ -51,6 +51,7 @@ from accy.kernels.mma_plan import (
     parse_tiles,
     tf32_round,
 )
+from accy.passes.pipelines import PIPELINES
 from accy.target import CP_ASYNC, F16_MMA, TF32_MMA, TargetProfile
 
 ASYNC = dataclasses.replace(NV, tensor_cores=(TF32_MMA, CP_ASYNC, F16_MMA),
@@ -388,8 +389,11 @@ def test_f16_products_of_odd_rows_are_padded_onto_tensor_cores(device, pipe, use
 @pytest.mark.skipif(cl is None, reason="needs pyopencl")
 def test_f32_products_of_unaligned_rows_are_padded_and_exact(device, pipe, used):
     """contraction-padding pads K = 101 to 104 (copies of A and B with zeros), so mma-3xtf32
-    copies A's rows 16 bytes at a time; run in emulation through the job's executable."""
-    job = prepare(matmul(300, 290, 101), "3xtf32", ASYNC, pipe)
+    copies A's rows 16 bytes at a time (a small product: its intensity lowered to take it);
+    run in emulation through the job's executable."""
+    tensor = PIPELINES["accy-tensor"].text.replace("contraction-padding",
+                                                   "contraction-padding{intensity=256}")
+    job = accy.prepare(matmul(300, 290, 101), pipe("precision=3xtf32", tensor), target=ASYNC)
     assert used(job)["mma-3xtf32"] == 1 and len(job.kernels) == 3
     src = job.kernel_source(2)
     assert "cp.async.cg.shared.global [%0], [%1], 16" in src and ", 4, %2" not in src

@@ -34,7 +34,7 @@ def tensor_stage(prog: accy.Program, target: TargetProfile, spec: str = "accy-te
 
 
 @pytest.mark.parametrize("m, n, k, batch, b_along_k", [
-    (300, 300, 101, 0, False), (260, 410, 95, 3, False), (300, 280, 313, 0, True)])
+    (1100, 1100, 101, 0, False), (1100, 1300, 95, 2, False), (1200, 1100, 313, 0, True)])
 def test_summed_rows_padded_to_16_bytes_with_the_result_unchanged(m, n, k, batch, b_along_k):
     prog = product(m, n, k, batch, b_along_k)
     after, stats = tensor_stage(prog, TENSOR_CORES)
@@ -50,11 +50,12 @@ def test_summed_rows_padded_to_16_bytes_with_the_result_unchanged(m, n, k, batch
 
 
 @pytest.mark.parametrize("target, prog, why", [
-    (TENSOR_CORES, product(300, 300, 104), "rows already whole vectors"),
+    (TENSOR_CORES, product(1100, 1100, 104), "rows already whole vectors"),
     (TENSOR_CORES, product(30, 2500, 7629), "skinny: 2MN/(M+N) = 59, bound by its reads"),
     (TENSOR_CORES, product(226, 274, 34045), "long K over small M and N: 248 flops/element"),
-    (TargetProfile(device="cpu"), product(300, 300, 101), "no tensor cores"),
-    (TENSOR_CORES, product(40, 300, 101), "M below the tensor cores' minimum"),
+    (TENSOR_CORES, product(300, 300, 101), "300 flops an element copied, under 1024"),
+    (TargetProfile(device="cpu"), product(1100, 1100, 101), "no tensor cores"),
+    (TENSOR_CORES, product(40, 3000, 101), "M below the tensor cores' minimum"),
 ])
 def test_left_alone(target, prog, why):
     after, stats = tensor_stage(prog, target)
@@ -64,13 +65,14 @@ def test_left_alone(target, prog, why):
 
 def test_options_and_the_default_pipeline():
     prog = product(300, 300, 101)
-    _, stats = tensor_stage(prog, TENSOR_CORES, "einsum-lowering,contraction-padding{multiple=1}")
+    _, stats = tensor_stage(prog, TENSOR_CORES, "einsum-lowering,contraction-padding{"
+                                                "intensity=256 multiple=1}")
     assert stats == {"padded": 0}
     _, stats = tensor_stage(prog, TENSOR_CORES, "einsum-lowering,contraction-padding{"
-                                                "intensity=400}")
+                                                "intensity=301}")
     assert stats == {"padded": 0}  # 2MN/(M+N) = 300
     after, stats = tensor_stage(prog, TENSOR_CORES, "einsum-lowering,contraction-padding{"
-                                                    "multiple=8}")
+                                                    "intensity=300 multiple=8}")
     assert stats == {"padded": 1}
     (mm,) = [x for x in after.nodes() if x.op is Op.EINSUM]
     assert mm.srcs[0].type.shape == (300, 104)

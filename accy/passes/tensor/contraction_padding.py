@@ -9,10 +9,11 @@ tensor-core kernels then copy A's rows 16 bytes at a time instead of 4, and the 
 
 The padded operands are copies (a concat with zeros, :func:`conv_lowering.padded`), written
 by kernels of their own, so the pass pads only where the product does at least ``intensity``
-flops per operand element copied, ``2 M N / (M + N)``: below it (skinny products, small M
-and N over a long K) the product is bound by reading its operands and the copy costs about as
-much as it saves. f16 products are padded by ``dtype-legalization``
-(:func:`dtype_legalization.padded_product`), where it keeps them in f16.
+flops per operand element copied, ``2 M N / (M + N)``: well below it (skinny products, small
+M and N over a long K) the product is bound by reading its operands and the copy costs about
+as much as it saves; the default leaves a margin for the copies' kernels. f16 products are
+padded by ``dtype-legalization`` (:func:`dtype_legalization.padded_product`), where it keeps
+them in f16.
 
 Stats: ``padded`` (products padded).
 """
@@ -65,7 +66,7 @@ class ContractionPadding(Pass):
 
     multiple: int = option(4, "elements the summed axis is padded to a multiple of (4: "
                            "16-byte rows of f32); 1: off", minimum=1, maximum=64)
-    intensity: int = option(256, "pad only products of at least this many flops per operand "
+    intensity: int = option(1024, "pad only products of at least this many flops per operand "
                             "element copied (2MN/(M+N))", minimum=0, maximum=1 << 20)
 
     def run(self, ctx, product):

@@ -7,7 +7,9 @@ says what happens:
 
 * ``f16`` (``promote`` by default): every f16 value is computed in f32, except products of
   f16 operands that ``mma-f16`` takes as stored, on targets with f16 tensor cores and
-  ``cp.async`` (kept in f16, the result cast to f32 for its users: :func:`f16_product`).
+  ``cp.async`` (kept in f16, the result cast to f32 for its users: :func:`f16_product`), those
+  it takes once their odd rows are padded with zeros to 16 bytes (:func:`padded_product`), and
+  an attention's values product, for the fused attention kernel (:func:`attention_values`).
   ``keep`` leaves f16 to the kernels, which compute it in float and round every f16 value
   they bind (the renderer's f16 without ``cl_khr_fp16``; legal wherever f32 is).
 * ``f64`` (``keep`` by default, or ``demote``): every f64 value is computed in f32. Values
@@ -61,10 +63,12 @@ from accy.ir.ops import Op
 from accy.ir.printer import format_name
 from accy.ir.program import Function, Program, Stage
 from accy.ir.types import DType
+from accy.kernels.attention_mma_plan import MAX_FEATURES
 from accy.kernels.mma_plan import MIN_K, MIN_MN
 from accy.passes.base import Pass, option
 from accy.passes.rebuild import constant, make, rebuild
 from accy.passes.registry import register
+from accy.passes.tensor.conv_lowering import padded
 from accy.target import CP_ASYNC, F16_MMA, TargetProfile
 
 SUBSTITUTE = {DType.f16: DType.f32, DType.f64: DType.f32, DType.i64: DType.i32}
@@ -141,13 +145,10 @@ def attention_values(node: Node) -> bool:
     shape (e.g. 32 features, or an odd number of keys, which :func:`f16_product` refuses), so
     that fusion-planning can merge it with its softmax and scores for ``mma-attention-f16``;
     where it does not, the tiled contraction computes it from f16 loads."""
-    from accy.kernels.attention_mma_plan import MAX_FEATURES
-
-    return (node.op is Op.EINSUM and node.type.dtype is DType.f16 and len(node.srcs) == 2
-            and all(s.type.dtype is DType.f16 for s in node.srcs)
-            and node.srcs[0].op is Op.SOFTMAX
-            and node.srcs[1].type.shape[-1] % 16 == 0
-            and node.srcs[1].type.shape[-1] <= MAX_FEATURES)
+    if product_axes(node, DType.f16) is None or node.srcs[0].op is not Op.SOFTMAX:
+        return False
+    features = node.srcs[1].type.shape[-1]
+    return features % 16 == 0 and features <= MAX_FEATURES
 
 
 PAD_TO = 8  # f16 elements: rows padded to whole 16-byte vectors (TMA, 16-byte cp.async)
@@ -167,8 +168,6 @@ def padded_product(node: Node, srcs: tuple[Node, ...]) -> Node | None:
     where it is an output axis, padded the same way and the result sliced back. The padded
     operands are copies (``conv_lowering.padded``: a concat with zeros); the product is then
     an f16 product of whole 16-byte rows on the tensor cores, not an f32 one."""
-    from accy.passes.tensor.conv_lowering import padded
-
     found = product_axes(node, DType.f16)
     if found is None or all(s.type.shape[-1] % 2 == 0 for s in node.srcs):
         return None
