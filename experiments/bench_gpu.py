@@ -20,9 +20,8 @@ Held-out shapes (``--held-out N``): each program runs instead at N shapes of its
 at random (``--seed``; ``bench_gpu_programs.held_out_dims``: each axis log-uniformly within a
 factor of 2 of the program's own length at ``--size``, any integer, so edges and unaligned rows
 come up; head and model dimensions multiples of 8; square GEMMs square, attention's keys as
-many as its queries), its rows marked
-``held_out`` with their ``dims``. The bench's shapes are what the kernels were tuned on; these
-say whether a figure holds on shapes nobody tuned for.
+many as its queries), its rows marked ``held_out`` with their ``dims``. The bench's shapes are
+what the kernels were tuned on; these say whether a figure holds on shapes nobody tuned for.
 
 accy: each program is prepared for the device's own target profile (``TargetProfile.from_device``)
 with ``kernelization{precision=P}`` for each P of ``--policies`` (default ``f32``, ``accy-default``

@@ -314,13 +314,15 @@ def test_never_on_the_pocl_device(device):
     assert not any(g.startswith("mma") for g in job.generators())
 
 
-@pytest.mark.parametrize("s, d", [(75, 32), (64, 48), (70, 64)],
-                         ids=["odd-keys-32", "48-features", "odd-keys-64"])
+@pytest.mark.parametrize("s, d", [(75, 32), (64, 48), (70, 64), (66, 40)],
+                         ids=["odd-keys-32", "48-features", "odd-keys-64", "40-features"])
 def test_f16_attention_of_any_keys_and_32_features_is_fused_without_cl_khr_fp16(device, s, d):
     """dtype-legalization keeps an f16 attention's values product in f16 whatever its shape
     (dtype_legalization.attention_values: 32 or 48 features, an odd number of keys, which the
-    GEMM rule refuses), so on a target without cl_khr_fp16 the attention is one
-    mma-attention-f16 kernel; checked in emulation against the interpreter."""
+    GEMM rule refuses; 40 features padded with zeros to 48 in Q, K and V, the result sliced
+    back: attention_padding), so on a target without cl_khr_fp16 the attention is one
+    mma-attention-f16 kernel (and the padding's copies); checked in emulation against the
+    interpreter."""
     rng = np.random.default_rng(s + d)
     scale = 1.0 / np.sqrt(d)
 
@@ -331,9 +333,12 @@ def test_f16_attention_of_any_keys_and_32_features_is_fused_without_cl_khr_fp16(
     types = [TensorType((1, 2, s, d), DType.f16)] * 3
     prog = trace(f, *types, name="attn16")
     job = accy.prepare(prog, "accy-default", target=dataclasses.replace(F16, dtypes=NV.dtypes))
-    assert job.generators() == {"mma-attention-f16": 1}
+    copies = {} if d % 16 == 0 else {"loop-nest": 4}  # Q, K, V padded; the result sliced
+    assert job.generators() == {"mma-attention-f16": 1, **copies}
     inputs = [rng.standard_normal(t.shape).astype(np.float16) for t in types]
-    job._sources[0] = emulated_attention(job.kernel_source(0))
+    for i in range(len(job.kernels)):
+        if "asm" in job.kernel_source(i):
+            job._sources[i] = emulated_attention(job.kernel_source(i))
     with emulated_builds(device):
         (got,) = job.executable(device=device)(*inputs)
     (want,) = interpret(prog, list(inputs))

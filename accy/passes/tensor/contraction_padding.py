@@ -7,13 +7,13 @@ operands to the next multiple. The zeros add nothing, so the result is the same.
 tensor-core kernels then copy A's rows 16 bytes at a time instead of 4, and the TMA kernels
 (``wgmma-*``), which need 16-byte row strides, can copy them at all.
 
-The padded operands are copies (a concat with zeros, :func:`conv_lowering.padded`), written
-by kernels of their own, so the pass pads only where the product does at least ``intensity``
-flops per operand element copied, ``2 M N / (M + N)``: well below it (skinny products, small
-M and N over a long K) the product is bound by reading its operands and the copy costs about
-as much as it saves; the default leaves a margin for the copies' kernels. f16 products are
-padded by ``dtype-legalization`` (:func:`dtype_legalization.padded_product`), where it keeps
-them in f16.
+The padded operands are copies (a concat with zeros: :func:`dtype_legalization.pad_letters`),
+written by kernels of their own, so the pass pads only where the product does at least
+``intensity`` flops per operand element copied, ``2 M N / (M + N)``: well below it (skinny
+products, small M and N over a long K) the product is bound by reading its operands and the
+copy costs about as much as it saves; the default leaves a margin for the copies' kernels.
+f16 products are padded by ``dtype-legalization`` (:func:`dtype_legalization.padded_product`),
+where it keeps them in f16.
 
 Stats: ``padded`` (products padded).
 """
@@ -28,10 +28,9 @@ from accy.ir.program import Stage
 from accy.ir.types import DType
 from accy.kernels.mma_plan import MIN_K, MIN_MN
 from accy.passes.base import Pass, option
-from accy.passes.rebuild import constant, make, rebuild, with_srcs
+from accy.passes.rebuild import make, rebuild, with_srcs
 from accy.passes.registry import register
-from accy.passes.tensor.conv_lowering import padded
-from accy.passes.tensor.dtype_legalization import product_axes
+from accy.passes.tensor.dtype_legalization import pad_letters, product_axes
 from accy.target import TF32_MMA, TargetProfile
 
 
@@ -48,12 +47,8 @@ def padded_k(node: Node, srcs: tuple[Node, ...], multiple: int, intensity: int) 
     if (not grow or letter not in b or m < MIN_MN or n < MIN_MN or k < MIN_K
             or 2 * m * n < intensity * (m + n)):
         return None
-
-    def pad(x: Node, letters: str) -> Node:
-        pads = [0] * len(letters) + [grow if c == letter else 0 for c in letters]
-        return padded(x, constant(0.0, DType.f32), tuple(pads))
-
-    return make(Op.EINSUM, pad(srcs[0], a), pad(srcs[1], b), spec=node.attr("spec"))
+    return make(Op.EINSUM, pad_letters(srcs[0], a, {letter: grow}),
+                pad_letters(srcs[1], b, {letter: grow}), spec=node.attr("spec"))
 
 
 @register

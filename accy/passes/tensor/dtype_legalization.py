@@ -9,7 +9,8 @@ says what happens:
   f16 operands that ``mma-f16`` takes as stored, on targets with f16 tensor cores and
   ``cp.async`` (kept in f16, the result cast to f32 for its users: :func:`f16_product`), those
   it takes once their odd rows are padded with zeros to 16 bytes (:func:`padded_product`), and
-  an attention's values product, for the fused attention kernel (:func:`attention_values`).
+  an attention's values product, for the fused attention kernel (:func:`attention_values`;
+  head features padded to a multiple of 16 in Q, K and V: :func:`attention_padding`).
   ``keep`` leaves f16 to the kernels, which compute it in float and round every f16 value
   they bind (the renderer's f16 without ``cl_khr_fp16``; legal wherever f32 is).
 * ``f64`` (``keep`` by default, or ``demote``): every f64 value is computed in f32. Values
@@ -140,18 +141,63 @@ def f16_product(node: Node) -> bool:
 
 
 def attention_values(node: Node) -> bool:
-    """An attention's values product ``softmax(...) @ V`` over f16 operands, V's features a
-    multiple of 16 up to ``attention_mma_plan.MAX_FEATURES``: kept in f16 whatever its
-    shape (e.g. 32 features, or an odd number of keys, which :func:`f16_product` refuses), so
-    that fusion-planning can merge it with its softmax and scores for ``mma-attention-f16``;
-    where it does not, the tiled contraction computes it from f16 loads."""
+    """An attention's values product ``softmax(...) @ V`` over f16 operands, V's features at
+    most ``attention_mma_plan.MAX_FEATURES``: kept in f16 whatever its shape (e.g. 32
+    features, or an odd number of keys, which :func:`f16_product` refuses; features not a
+    multiple of :data:`FEATURES_TO` padded, :func:`attention_padding`), so that
+    fusion-planning can merge it with its softmax and scores for ``mma-attention-f16``; where
+    it does not, the tiled contraction computes it from f16 loads."""
     if product_axes(node, DType.f16) is None or node.srcs[0].op is not Op.SOFTMAX:
         return False
-    features = node.srcs[1].type.shape[-1]
-    return features % 16 == 0 and features <= MAX_FEATURES
+    return node.srcs[1].type.shape[-1] <= MAX_FEATURES
+
+
+def attention_padding(node: Node, scores: set[Node]) -> dict[str, int]:
+    """The letters of an attention's product (values: V's features; scores, of
+    :func:`attention_scores`: the head features both operands sum over) to pad with zeros to
+    a multiple of :data:`FEATURES_TO`, the K of one f16 mma, which ``mma-attention-f16``
+    needs; empty where they are one already or ``node`` is neither."""
+    found = product_axes(node, DType.f16)
+    if found is None:
+        return {}
+    a, b, _, size, _ = found
+    if node in scores and a[-1] == b[-1]:
+        letter = a[-1]  # q k^T: both along the summed features
+    elif attention_values(node):
+        letter = b[-1]  # P V: V's features, an output axis
+    else:
+        return {}
+    grow = -size[letter] % FEATURES_TO
+    return {letter: grow} if grow else {}
 
 
 PAD_TO = 8  # f16 elements: rows padded to whole 16-byte vectors (TMA, 16-byte cp.async)
+FEATURES_TO = 16  # attention features padded to a multiple of one f16 mma's K
+
+
+def pad_letters(x: Node, letters: str, grow: dict[str, int]) -> Node:
+    """``x`` (its axes named by ``letters``) with zeros after the axes ``grow`` names, as many
+    as it says (a copy: a concat with zeros)."""
+    pads = [0] * len(letters) + [grow.get(c, 0) for c in letters]
+    return padded(x, constant(0.0, x.type.dtype), tuple(pads)) if any(pads) else x
+
+
+def attention_scores(program: Program) -> set[Node]:
+    """The scores products of the program's attentions: the einsum a values product's softmax
+    reads, through casts and products or quotients by constants."""
+    found = set()
+    for node in program.nodes():
+        if node.op is not Op.EINSUM or len(node.srcs) != 2 or node.srcs[0].op is not Op.SOFTMAX:
+            continue
+        x = node.srcs[0].srcs[0]
+        while x.op in (Op.CAST, Op.MUL, Op.DIV):
+            inner = [s for s in x.srcs if s.op is not Op.CONSTANT]
+            if len(inner) != 1:
+                break
+            x = inner[0]
+        if x.op is Op.EINSUM:
+            found.add(x)
+    return found
 
 
 def f16_operands(srcs: tuple[Node, ...]) -> tuple[Node, ...]:
@@ -175,20 +221,22 @@ def padded_product(node: Node, srcs: tuple[Node, ...]) -> Node | None:
     grow = {c: -size[c] % PAD_TO for c in {a[-1], b[-1]} if size[c] % 2}
     if b[-1] in grow and b[-1] not in out and b[-1] != a[-1]:
         return None  # B along a second summed axis: not A's
-
-    def pad(x: Node, letters: str) -> Node:
-        pads = [0] * len(letters) + [grow.get(c, 0) for c in letters]
-        if not any(pads):
-            return x
-        return padded(x, constant(0.0, DType.f16), tuple(pads))
-
-    if not f16_product(make(Op.EINSUM, pad(node.srcs[0], a), pad(node.srcs[1], b),
-                            spec=node.attr("spec"))):
+    if not f16_product(make(Op.EINSUM, pad_letters(node.srcs[0], a, grow),
+                            pad_letters(node.srcs[1], b, grow), spec=node.attr("spec"))):
         return None
+    return padded_f16(node, srcs, grow)
+
+
+def padded_f16(node: Node, srcs: tuple[Node, ...], grow: dict[str, int]) -> Node:
+    """The f16 product ``node`` kept in f16 over ``srcs`` (:func:`f16_operands`), the letters
+    ``grow`` names padded with zeros in its operands (none: as it is), its result cast to f32
+    for its users and sliced back to its shape."""
+    a, b, out, size, _ = product_axes(node, DType.f16)  # type: ignore[misc]
     ins = f16_operands(srcs)
-    wide = make(Op.CAST, make(Op.EINSUM, pad(ins[0], a), pad(ins[1], b),
-                              spec=node.attr("spec")), dtype=DType.f32)
-    if not any(c in grow for c in out):
+    wide = make(Op.CAST, make(Op.EINSUM, pad_letters(ins[0], a, grow),
+                              pad_letters(ins[1], b, grow), spec=node.attr("spec")),
+                dtype=DType.f32)
+    if not any(grow.get(c) for c in out):
         return wide
     return make(Op.SLICE, wide, starts=(0,) * len(out), stops=tuple(size[c] for c in out),
                 steps=(1,) * len(out))
@@ -240,13 +288,14 @@ class DtypeLegalization(Pass):
 
         tensor_cores = F16_MMA in target.tensor_cores and CP_ASYNC in target.tensor_cores
 
+        scores = attention_scores(program)
+
         def rewrite(node: Node, srcs: tuple[Node, ...]) -> Node:
-            if DType.f16 in mapping and tensor_cores and (f16_product(node)
-                                                         or attention_values(node)):
-                return self.on_tensor_cores(node, srcs, mapping[DType.f16])
-            if DType.f16 in mapping and tensor_cores and (
-                    made := padded_product(node, srcs)) is not None:
-                return made
+            if DType.f16 in mapping and tensor_cores:
+                if f16_product(node) or attention_values(node):
+                    return padded_f16(node, srcs, attention_padding(node, scores))
+                if (made := padded_product(node, srcs)) is not None:
+                    return made
             out = self.convert(program, node, srcs, mapping)
             if out.type.dtype is not node.type.dtype:
                 converted[node.type.dtype] += 1
@@ -278,13 +327,6 @@ class DtypeLegalization(Pass):
         if srcs == node.srcs:
             return node
         return make(node.op, *srcs, **dict(node.attrs))
-
-    @staticmethod
-    def on_tensor_cores(node: Node, srcs: tuple[Node, ...], wide: DType) -> Node:
-        """An f16 product kept in f16 over f16 operands (a promoted operand cast back; a
-        parameter's cast dropped), its result cast to ``wide`` for its users."""
-        return make(Op.CAST, make(node.op, *f16_operands(srcs), **dict(node.attrs)),
-                    dtype=wide)
 
     @staticmethod
     def restore_results(before: Program, after: Program) -> Program:
