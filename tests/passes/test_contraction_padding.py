@@ -4,25 +4,28 @@ does enough work per operand element copied; the result is unchanged."""
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import accy
 from accy.builder import einsum, trace
 from accy.ir.ops import Op
 from accy.ir.program import Stage
 from accy.ir.types import DType, TensorType
-from accy.target import CP_ASYNC, TF32_MMA, TargetProfile
+from accy.target import CP_ASYNC, F16_MMA, TF32_MMA, TargetProfile
 from accy.testing import assert_close
 
 TENSOR_CORES = TargetProfile(device="tf32 gpu", device_type="gpu",
                              tensor_cores=(TF32_MMA, CP_ASYNC))
 
 
-def product(m: int, n: int, k: int, batch: int = 0, b_along_k: bool = False) -> accy.Program:
+def product(m: int, n: int, k: int, batch: int = 0, b_along_k: bool = False,
+            dtype: DType = DType.f32) -> accy.Program:
     lead = (batch,) if batch else ()
     spec = ("bmk,bnk->bmn" if b_along_k else "bmk,bkn->bmn") if batch else (
         "mk,nk->mn" if b_along_k else "mk,kn->mn")
-    types = [TensorType((*lead, m, k), DType.f32),
-             TensorType((*lead, *((n, k) if b_along_k else (k, n))), DType.f32)]
+    types = [TensorType((*lead, m, k), dtype),
+             TensorType((*lead, *((n, k) if b_along_k else (k, n))), dtype)]
     return trace(lambda a, b: einsum(spec, a, b), *types, name="product")
 
 
@@ -76,3 +79,27 @@ def test_options_and_the_default_pipeline():
     assert stats == {"padded": 1}
     (mm,) = [x for x in after.nodes() if x.op is Op.EINSUM]
     assert mm.srcs[0].type.shape == (300, 104)
+
+
+F16_CORES = TargetProfile(device="f16 gpu", device_type="gpu",
+                          tensor_cores=(TF32_MMA, CP_ASYNC, F16_MMA))
+
+
+@settings(max_examples=25, deadline=None)
+@given(m=st.integers(64, 90), n=st.integers(64, 90), k=st.integers(32, 70),
+       batch=st.sampled_from([0, 2]), b_along_k=st.booleans(),
+       dtype=st.sampled_from([DType.f16, DType.f32]), seed=st.integers(0, 2**16))
+def test_padded_products_compute_what_the_program_does(m, n, k, batch, b_along_k, dtype, seed):
+    """Whatever the shape: f16 products (dtype-legalization's padded_product, on a target with
+    f16 tensor cores but no f16 arithmetic) and f32 ones (contraction-padding, its intensity
+    lowered to take these sizes), padded or not, interpret as the program does."""
+    prog = product(m, n, k, batch, b_along_k, dtype)
+    pipeline = ("dtype-legalization,einsum-lowering,contraction-padding{intensity=16}")
+    job = accy.prepare(prog, pipeline, target=F16_CORES, until=Stage.tensor)
+    after = job.products[Stage.tensor].program
+    rng = np.random.default_rng(seed)
+    inputs = [rng.standard_normal(p.type.shape).astype(dtype.numpy)
+              for p in prog.functions[0].params]
+    assert_close(accy.interpret(after, inputs), accy.interpret(prog, inputs), prog, inputs)
+    odd = k % (2 if dtype is DType.f16 else 4) or (dtype is DType.f16 and n % 2 and not b_along_k)
+    assert any(x.op is Op.CONCAT for x in after.nodes()) == bool(odd)
