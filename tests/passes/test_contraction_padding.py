@@ -66,6 +66,15 @@ def test_left_alone(target, prog, why):
     assert not any(x.op is Op.CONCAT for x in after.nodes())
 
 
+def test_a_batch_letter_last_is_never_padded():
+    """A's last letter kept in the output (a batch letter, here after a summed one) is not
+    the summed rows: padding it would grow the result."""
+    types = [TensorType((1100, 64, 5), DType.f32), TensorType((1000, 64, 5), DType.f32)]
+    prog = trace(lambda a, b: einsum("mkb,nkb->bmn", a, b), *types, name="batch_last")
+    after, stats = tensor_stage(prog, TENSOR_CORES, "contraction-padding{intensity=16}")
+    assert stats == {"padded": 0} and after.nodes() == prog.nodes()
+
+
 def test_options_and_the_default_pipeline():
     prog = product(300, 300, 101)
     _, stats = tensor_stage(prog, TENSOR_CORES, "einsum-lowering,contraction-padding{"

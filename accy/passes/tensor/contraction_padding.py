@@ -41,11 +41,11 @@ def padded_k(node: Node, srcs: tuple[Node, ...], multiple: int, intensity: int) 
     found = product_axes(node, DType.f32)
     if found is None:
         return None
-    a, b, _, size, (m, n, k) = found
+    a, b, out, size, (m, n, k) = found
     letter = a[-1]
     grow = -size[letter] % multiple
-    if (not grow or letter not in b or m < MIN_MN or n < MIN_MN or k < MIN_K
-            or 2 * m * n < intensity * (m + n)):
+    if (not grow or letter not in b or letter in out  # summed, not a batch letter
+            or m < MIN_MN or n < MIN_MN or k < MIN_K or 2 * m * n < intensity * (m + n)):
         return None
     return make(Op.EINSUM, pad_letters(srcs[0], a, {letter: grow}),
                 pad_letters(srcs[1], b, {letter: grow}), spec=node.attr("spec"))
