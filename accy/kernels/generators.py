@@ -36,7 +36,7 @@ class Generator:
 GENERATORS: dict[str, Generator] = {}
 
 PRIORITY: tuple[str, ...] = (
-    "vector-flat", "row-fused", "tree-reduction", "row-softmax",
+    "vector-flat", "row-movement", "row-fused", "tree-reduction", "row-softmax",
     "mma-attention-tf32", "mma-attention-3xtf32",  # under their policy, before the work-group
     # f16 attention on wgmma: after mma.sync's, which timed faster (an opt-in:
     # kernelization{disable=mma-attention-f16})
@@ -54,7 +54,7 @@ order; the loop nest is the fallback. Stated here, not left to the order of impo
 name must be registered once the modules of :data:`BUILT_IN` are loaded (:func:`ranked`
 checks)."""
 
-BUILT_IN = ("flat", "reduction", "rowwise", "rowfused", "attention", "attention_mma",
+BUILT_IN = ("flat", "rowmove", "reduction", "rowwise", "rowfused", "attention", "attention_mma",
             "attention_wgmma", "mma", "wgmma", "wgmma_tf32", "contraction", "indexed", "conv")
 """The modules of accy.kernels whose generators register themselves (in any order)."""
 

@@ -191,7 +191,7 @@ class LoopNestBuilder:
                 [(s, broadcast_coords(coords, s.type.shape)) for s in node.srcs], self._open,
                 lambda args: self.em.bind(
                     exprs.elementwise(op, args, operand.type.dtype, dtype), dtype, key))
-        remap = _REMAPS.get(op)
+        remap = REMAPS.get(op)
         if remap is not None:  # movement: the operand's element at other coordinates
             return Pending([(node.srcs[0], remap(self, node, coords))], self._open,
                            lambda args: self.em.bind(args[0], dtype, key))
@@ -465,7 +465,7 @@ def _cross_entropy(b, node, coords):
 
 
 # movement ops: the coordinates of their operand's element (evaluated without recursion)
-_REMAPS: dict[Op, Callable[[LoopNestBuilder, Node, tuple[Expr, ...]], tuple[Expr, ...]]] = {
+REMAPS: dict[Op, Callable[[LoopNestBuilder, Node, tuple[Expr, ...]], tuple[Expr, ...]]] = {
     Op.TRANSPOSE: _transpose, Op.BROADCAST: _broadcast, Op.SLICE: _slice, Op.RESHAPE: _reshape,
 }
 
@@ -480,7 +480,7 @@ _HANDLERS: dict[Op, Callable[[LoopNestBuilder, Node, tuple[Expr, ...]], Expr]] =
 # pads never reach kernels: conv-lowering rewrites them (conv2d and the pools too, but for
 # method=direct, which keeps them for the direct-conv generator; the handlers above are
 # their fallback)
-assert all(op in _HANDLERS or op in _REMAPS or op.is_elementwise
+assert all(op in _HANDLERS or op in REMAPS or op.is_elementwise
            or op.kind in (OpKind.SOURCE, OpKind.WINDOW) for op in Op)
 
 

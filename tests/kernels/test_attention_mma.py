@@ -333,7 +333,7 @@ def test_f16_attention_of_any_keys_and_32_features_is_fused_without_cl_khr_fp16(
     types = [TensorType((1, 2, s, d), DType.f16)] * 3
     prog = trace(f, *types, name="attn16")
     job = accy.prepare(prog, "accy-default", target=dataclasses.replace(F16, dtypes=NV.dtypes))
-    copies = {} if d % 16 == 0 else {"loop-nest": 4}  # Q, K, V padded; the result sliced
+    copies = {} if d % 16 == 0 else {"row-movement": 4}  # Q, K, V padded; the result sliced
     assert job.generators() == {"mma-attention-f16": 1, **copies}
     inputs = [rng.standard_normal(t.shape).astype(np.float16) for t in types]
     for i in range(len(job.kernels)):

@@ -1,0 +1,134 @@
+"""row-movement: which groups it takes, the kernels it builds, and their results on PoCL."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import accy
+from accy.builder import trace
+from accy.ir.interpret import interpret
+from accy.kernels import rowmove
+from accy.plans import LaunchGeometry
+from accy.target import TargetProfile
+
+f32 = accy.f32
+GPU = TargetProfile()  # the NVIDIA-like default profile
+CPU = TargetProfile(device_type="cpu")
+
+
+def padded(a):
+    return accy.pad(a, [(0, 0), (0, 3)])
+
+
+TAKEN = [
+    ("pad", padded, (f32[37, 61],)),
+    ("slice", lambda a: a[:, 2:50], (f32[37, 61],)),
+    ("inner broadcast", lambda a, c: a + c, (f32[64, 32], f32[64, 1])),
+    ("leading concat", lambda a, b: accy.concat([a, b * 2.0], axis=0), (f32[5, 40], f32[7, 40])),
+    ("last concat of computed pieces", lambda a, b: accy.concat([a + 1.0, b[:, 1:]], axis=1),
+     (f32[9, 20], f32[9, 31])),
+    ("transpose keeping the last axis", lambda a: accy.transpose(a, (1, 0, 2))[:, 1:, :],
+     (f32[6, 5, 33],)),
+    ("reshape keeping the last axis", lambda a: accy.reshape(a[1:], (3, 8, 24)),
+     (f32[25, 24],)),
+    ("conv-style pad of rows and columns", lambda a: accy.pad(a, [(0, 0), (1, 1), (2, 2)]),
+     (f32[3, 17, 19],)),
+]
+
+
+@pytest.mark.parametrize("why, fn, types", TAKEN, ids=[t[0] for t in TAKEN])
+def test_takes_movement_along_rows_and_matches_the_interpreter(check, rng, why, fn, types):
+    prog = trace(fn, *types, name="f")
+    inputs = [rng.standard_normal(t.shape).astype(np.float32) for t in types]
+    for target in (None, GPU):  # the device's own profile, and a GPU's launch geometry
+        job = accy.prepare(prog, target=target)
+        assert job.generators() == {"row-movement": 1}, why
+        check(prog, inputs, target=target, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("why, fn, types", [
+    ("contiguous elementwise", lambda a: a * 2.0 + 1.0, (f32[64, 32],)),
+    ("strided last axis", lambda a: a[:, ::2] * 2.0, (f32[64, 64],)),
+    ("transpose moving the last axis", lambda a: a.T + 1.0, (f32[64, 32],)),
+    ("rows shorter than MIN_ROW", lambda a: a[:, 1:] * 2.0, (f32[512, 9],)),
+    ("reshape of the last axis", lambda a: accy.reshape(a[:, 1:], (40, 2, 16)), (f32[40, 33],)),
+])
+def test_declines(used, why, fn, types) -> None:
+    for target in (CPU, GPU):
+        assert "row-movement" not in used(accy.prepare(trace(fn, *types, name="f"),
+                                                       target=target)), why
+
+
+def test_pad_kernel_reads_rows_without_division_or_clamp() -> None:
+    job = accy.prepare(trace(padded, f32[2937, 2937], name="f"), target=CPU)
+    src = job.kernel_source(0)
+    assert "get_global_id(1)" in src and "/" not in src and "%" not in src
+    assert "clamp" not in src  # the copied piece is read only where it is selected
+    assert "(c1 < 2937L) ? in0[((row2 * 2937L) + c1)] : 0.0f" in src
+    assert job.kernels[0].geometry == LaunchGeometry((2944, 2938), (128, 2))
+
+
+def test_geometry_pads_rows_least() -> None:
+    assert rowmove.geometry((10, 257), GPU) == LaunchGeometry((288, 16), (32, 8))
+    assert rowmove.geometry((7, 1000), GPU) == LaunchGeometry((1024, 7), (256, 1))
+    assert rowmove.geometry((100, 16), GPU) == LaunchGeometry((16, 112), (16, 16))
+
+
+def test_more_row_groups_than_a_grid_dimension_holds_stay_in_the_loop_nest(used) -> None:
+    rows = rowmove.MAX_GROUPS + 1  # rows of 256: one row a work-group
+    assert used(accy.prepare(trace(lambda a: a[:, 1:], f32[rows, 257], name="f"),
+                             target=GPU)) == {"loop-nest": 1}
+
+
+def test_disable_gives_the_loop_nest_the_same_results(check, rng, pipe) -> None:
+    prog = trace(padded, f32[33, 45], name="f")
+    x = [rng.standard_normal((33, 45)).astype(np.float32)]
+    check(prog, x, pipeline=pipe("disable=row-movement"), generator="loop-nest")
+    check(prog, x, generator="row-movement")
+
+
+def test_through_the_front_end(device, rng) -> None:
+    @accy.function
+    def f(x: f32[20, 70], y: f32[20, 5]):
+        return accy.concat([x[:, 3:], y], axis=1) * 0.5
+
+    job = accy.prepare(f)
+    assert job.generators() == {"row-movement": 1}
+    x, y = rng.standard_normal((20, 70)), rng.standard_normal((20, 5))
+    (got,) = job.run(x.astype(np.float32), y.astype(np.float32), device=device)
+    np.testing.assert_array_equal(
+        got, (np.concatenate([x[:, 3:], y], axis=1) * 0.5).astype(np.float32))
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.data())
+def test_random_row_movement_matches_the_interpreter(device, data) -> None:
+    """A random leading shape and row, sliced along the row, padded on both ends, concatenated
+    with a computed piece, its leading axes transposed: exactly the interpreter's values on
+    the device's profile and a GPU-style one."""
+    lead = tuple(data.draw(st.lists(st.integers(1, 6), min_size=1, max_size=3), label="lead"))
+    n = data.draw(st.integers(rowmove.MIN_ROW, 90), label="row")
+    lo = data.draw(st.integers(0, n // 2), label="lo")
+    hi = data.draw(st.integers(lo + 1, n), label="hi")
+    before, after = data.draw(st.integers(0, 5), label="before"), data.draw(
+        st.integers(0, 5), label="after")
+    perm = tuple(data.draw(st.permutations(range(len(lead))), label="perm")) + (len(lead),)
+
+    def fn(a):
+        s = a[(slice(None),) * len(lead) + (slice(lo, hi),)]
+        p = accy.pad(s, [(0, 0)] * len(lead) + [(before, after)])
+        return accy.transpose(accy.concat([p, a * 2.0], axis=-1), perm)
+
+    prog = trace(fn, f32[(*lead, n)], name="f")
+    x = [np.random.default_rng(n).standard_normal((*lead, n)).astype(np.float32)]
+    gpu_like = dataclasses.replace(TargetProfile.from_device(device.info), device_type="gpu")
+    want = interpret(prog, x)[0]
+    for target in (None, gpu_like):
+        job = accy.prepare(prog, target=target)
+        assert set(job.generators()) == {"row-movement"}
+        np.testing.assert_array_equal(job.run(*x, device=device)[0], want)
