@@ -20,7 +20,10 @@ another, keeping the e-graphs in which rule selections are declared (``rewriting
 a call to a warm worker costs a pickle of the program each way and the usual work. A
 worker that is still starting when a call's deadline comes is left to finish starting (and
 that call keeps its input), so tiny time limits cannot keep killing workers that never get
-warm. :func:`warm_up` starts one ahead of time (benchmarks do, to leave start-up out of
+warm; callers that did not ask for a worker (``rewriting``'s automatic choice) do not wait for
+one to start at all (``run(wait=False)``) but saturate in their own process, since the start
+(about 1.5 s) would take most of a default budget and the worker would be killed with
+nothing done (the first ``accy.prepare`` of Inception-v3 in a process lost its saturation so). :func:`warm_up` starts one ahead of time (benchmarks do, to leave start-up out of
 their first measurement).
 
 What cannot go to a worker runs in the calling process (:func:`eligible`): rule sets defined
@@ -212,14 +215,16 @@ def eligible(task_model: CostModel, rulesets: tuple[str, ...]) -> bool:
     return b"__main__" not in data
 
 
-def run(task: Task, deadline: float) -> Result:
+def run(task: Task, deadline: float, wait: bool = True) -> Result:
     """Run ``task`` in a worker until it finishes or ``deadline`` (``time.perf_counter()``)
-    comes; see the module docstring. Errors raised in the worker are raised here."""
+    comes; see the module docstring. Errors raised in the worker are raised here. Without
+    ``wait``, a call that finds no worker ready returns at once (``not_ready``) instead of
+    waiting for one to start."""
     start = time.perf_counter()
     out = Result()
     w = _take()
     _prestart()  # a spare starts now, so that it is warm if this one is killed
-    if not w.wait_ready(deadline):
+    if not w.wait_ready(deadline if wait else start):
         _give_back(w)  # still starting: let it finish for the next call
         out.not_ready = True
         out.seconds = time.perf_counter() - start

@@ -238,7 +238,8 @@ def rewrite_program(program: Program, rulesets: Sequence[str], names: Sequence[s
     ``region_size`` operations (0: never) the program is saturated region by region
     (``accy.egraph.split``), each region with the time left in proportion to its size.
     ``isolate`` runs saturation in a worker process killed at the deadline
-    (``accy.passes.rewrite_worker``); None: for programs above ``WORKER_MIN_OPERATIONS``.
+    (``accy.passes.rewrite_worker``); None: for programs above ``WORKER_MIN_OPERATIONS``
+    when a worker is ready, else in this process (a worker starts for the next call).
     Multi-pattern rules (``NamedRule.multi``) run in the first
     ``multi_pattern_iterations`` iterations only (None: in all). ``patience`` (0: off) stops
     saturation (``no_gain``) once that many extractions in a row found nothing cheaper than
@@ -353,7 +354,7 @@ def _rewrite_one(program: Program, rulesets: Sequence[str], names: Sequence[str]
                            extractor, dict(extract_options or {}), before,
                            tuple(_capped(names)), multi_pattern_iterations, patience,
                            context)
-        res = worker.run(task, deadline)
+        res = worker.run(task, deadline, wait=isolate is True)
         kind = "late" if res.not_ready else "killed" if res.killed else "finished"
         x = res.extraction
         if res.not_ready and deadline - time.perf_counter() > 0:

@@ -242,6 +242,32 @@ def test_a_script_without_a_main_guard_saturates_in_a_worker(tmp_path):
     assert len(runs.read_text().split()) == 1  # the script's top level ran once
 
 
+def test_the_first_prepare_of_a_process_saturates_without_waiting_for_a_worker(tmp_path):
+    """A fresh process has no warm worker: the automatic choice saturates in the process
+    (``late``) instead of spending its budget on a worker's start, which left Inception-v3's
+    first ``accy.prepare`` with the worker killed and nothing saturated."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "first.py"
+    script.write_text(
+        "import accy\n"
+        "@accy.function\n"
+        "def f(x: accy.f32[8, 8], w: accy.f32[8, 8]):\n"
+        "    y = x\n"
+        "    for i in range(40):\n"
+        "        y = (y @ w).T.T + (x * 1.0) + (y @ w).T.T\n"
+        "    return y\n"
+        "job = accy.prepare(f, 'saturate{time-limit=30}')\n"
+        "(run,) = [p for r in job.records for p in r.passes if p.spec.startswith('saturate')]\n"
+        "stats = dict(run.stats)\n"
+        "print('worker:', stats['worker'], 'cheaper:', stats['cost-after'] < stats['cost-before'])\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "worker: late cheaper: True" in done.stdout
+
+
 def test_a_cost_model_of_the_callers_script_saturates_in_process(monkeypatch):
     # a model class defined in the caller's script pickles by reference to __main__, which the
     # worker's interpreter does not import: such a model is priced in the calling process
