@@ -42,10 +42,12 @@ TAKEN = [
 
 
 @pytest.mark.parametrize("why, fn, types", TAKEN, ids=[t[0] for t in TAKEN])
-def test_takes_movement_along_rows_and_matches_the_interpreter(check, rng, why, fn, types):
+def test_takes_movement_along_rows_and_matches_the_interpreter(check, device, rng, why, fn,
+                                                               types):
     prog = trace(fn, *types, name="f")
     inputs = [rng.standard_normal(t.shape).astype(np.float32) for t in types]
-    for target in (None, GPU):  # the device's own profile, and a GPU's launch geometry
+    # the device's own profile, and a GPU's launch geometry
+    for target in (TargetProfile.from_device(device.info), GPU):
         job = accy.prepare(prog, target=target)
         assert job.generators() == {"row-movement": 1}, why
         check(prog, inputs, target=target, rtol=0, atol=0)
@@ -55,13 +57,23 @@ def test_takes_movement_along_rows_and_matches_the_interpreter(check, rng, why, 
     ("contiguous elementwise", lambda a: a * 2.0 + 1.0, (f32[64, 32],)),
     ("strided last axis", lambda a: a[:, ::2] * 2.0, (f32[64, 64],)),
     ("transpose moving the last axis", lambda a: a.T + 1.0, (f32[64, 32],)),
-    ("rows shorter than MIN_ROW", lambda a: a[:, 1:] * 2.0, (f32[512, 9],)),
     ("reshape of the last axis", lambda a: accy.reshape(a[:, 1:], (40, 2, 16)), (f32[40, 33],)),
 ])
 def test_declines(used, why, fn, types) -> None:
     for target in (CPU, GPU):
         assert "row-movement" not in used(accy.prepare(trace(fn, *types, name="f"),
                                                        target=target)), why
+
+
+def test_short_rows_on_cpus_only(used) -> None:
+    """Rows shorter than MIN_ROW stay in the loop nest on GPUs; CPUs take them from
+    MIN_ROW_CPU (a channel concat of 13x13 images, as SqueezeNet's)."""
+    prog = trace(lambda a, b: accy.concat([a, b], axis=1), f32[1, 8, 13, 13], f32[1, 8, 13, 13],
+                 name="f")
+    assert used(accy.prepare(prog, target=GPU)) == {"loop-nest": 1}
+    assert used(accy.prepare(prog, target=CPU)) == {"row-movement": 1}
+    one = trace(lambda a: a[1:] * 2.0, f32[64, 1], name="f")
+    assert used(accy.prepare(one, target=CPU)) == {"loop-nest": 1}
 
 
 def test_pad_kernel_reads_rows_without_division_or_clamp() -> None:
@@ -112,7 +124,7 @@ def test_random_row_movement_matches_the_interpreter(device, data) -> None:
     with a computed piece, its leading axes transposed: exactly the interpreter's values on
     the device's profile and a GPU-style one."""
     lead = tuple(data.draw(st.lists(st.integers(1, 6), min_size=1, max_size=3), label="lead"))
-    n = data.draw(st.integers(rowmove.MIN_ROW, 90), label="row")
+    n = data.draw(st.integers(rowmove.MIN_ROW_CPU, 90), label="row")
     lo = data.draw(st.integers(0, n // 2), label="lo")
     hi = data.draw(st.integers(lo + 1, n), label="hi")
     before, after = data.draw(st.integers(0, 5), label="before"), data.draw(
@@ -126,9 +138,12 @@ def test_random_row_movement_matches_the_interpreter(device, data) -> None:
 
     prog = trace(fn, f32[(*lead, n)], name="f")
     x = [np.random.default_rng(n).standard_normal((*lead, n)).astype(np.float32)]
-    gpu_like = dataclasses.replace(TargetProfile.from_device(device.info), device_type="gpu")
+    own = TargetProfile.from_device(device.info)
+    gpu_like = dataclasses.replace(own, device_type="gpu")
     want = interpret(prog, x)[0]
-    for target in (None, gpu_like):
+    row = hi - lo + before + after + n
+    for target in (own, gpu_like):
         job = accy.prepare(prog, target=target)
-        assert set(job.generators()) == {"row-movement"}
+        short = target.device_type != "cpu" and row < rowmove.MIN_ROW
+        assert set(job.generators()) == {"loop-nest" if short else "row-movement"}
         np.testing.assert_array_equal(job.run(*x, device=device)[0], want)
