@@ -24,7 +24,6 @@ Without rules, ``from_egraph(to_egraph(p)) == p``: the same nodes, the same shar
 
 from __future__ import annotations
 
-import hashlib
 import math
 import struct
 import time
@@ -42,6 +41,7 @@ from accy.egraph.cost import (
     CostModel,
     EClassGraph,
     ENode,
+    bytes_digest,
     cost_model,
     program_cost,
 )
@@ -111,9 +111,17 @@ def _fill(value: float, t: TensorType) -> bytes:
 
 def _full_value(node: Node) -> float | None:
     """The one value of a constant whose bytes ``Tensor.full`` reproduces exactly, if any."""
-    t, data = node.type, node.attr("value")
+    return full_value(node.type, node.attr("value"))
+
+
+def full_value(t: TensorType, data: bytes) -> float | None:
+    """The one value of a constant of type ``t`` and bytes ``data`` that ``Tensor.full``
+    reproduces exactly, if any (constants with one enter e-graphs as ``full``)."""
+    size = t.dtype.itemsize
     if t.size == 0 or len(data) != t.nbytes:
         return None
+    if t.size > 1 and data[:size] != data[size:2 * size]:
+        return None  # the usual case, without the whole comparison below
     first = np.frombuffer(data[: t.dtype.itemsize], dtype=t.dtype.numpy)[0]
     if t.dtype.is_int and abs(int(first)) > 2**53:
         return None
@@ -139,6 +147,10 @@ class _Call(NamedTuple):
 # reads such constants' values: rules that do, read small ones, like an arange of classes)
 LARGE_CONSTANT_BYTES = 1 << 16
 REF_PREFIX = "ref:"
+def reference_key(data: bytes) -> str:
+    """The name of a large constant's bytes in e-graphs (a saturation worker's stand-in is
+    named as the bytes it stands in for: ``cost.STAND_IN_DIGESTS``)."""
+    return REF_PREFIX + bytes_digest(data)
 
 
 def _call(node: Node, refs: dict[str, bytes] | None = None) -> _Call:
@@ -149,7 +161,7 @@ def _call(node: Node, refs: dict[str, bytes] | None = None) -> _Call:
         return _Call("full", FULL_EGG_NAME, (), False, (value, ty))
     if refs is not None and node.op is Op.CONSTANT and len(
             data := node.attr("value")) > LARGE_CONSTANT_BYTES:
-        key = REF_PREFIX + hashlib.blake2b(data, digest_size=16).hexdigest()
+        key = reference_key(data)
         refs[key] = data
         return _Call("constant", signature(Op.CONSTANT).egg_name, (), False, (key, ty))
     sig = signature(node.op)

@@ -344,10 +344,21 @@ def _reachable(graph: EClassGraph, roots: Iterable[int]) -> list[int]:
 
 _HASHED_BYTES = 1 << 12  # constants above this many bytes go into digests by their hash
 
+# A saturation worker's stand-ins for large constants whose bytes stayed in the parent process
+# (``accy.passes.rewrite_worker``): id of the stand-in's bytes -> the digest of the parent's
+# bytes, so that the worker names and prices them as a run in the parent would (extraction
+# breaks ties by these names). Only a worker fills it, for the task it runs.
+STAND_IN_DIGESTS: dict[int, str] = {}
+
+
+def bytes_digest(data: bytes) -> str:
+    """The hex digest that names large constant bytes (in e-graphs and extraction)."""
+    return STAND_IN_DIGESTS.get(id(data)) or hashlib.blake2b(data, digest_size=16).hexdigest()
+
 
 def _attr_key(value: Any) -> str:
     if isinstance(value, bytes) and len(value) > _HASHED_BYTES:
-        return "#" + hashlib.blake2b(value, digest_size=16).hexdigest()  # not megabytes of hex
+        return "#" + bytes_digest(value)  # not megabytes of hex
     return attr_text(value)
 
 

@@ -15,16 +15,17 @@ Workers are fresh interpreters (``subprocess``, talking over a socket pair: neve
 the parent may hold egglog's or OpenCL's threads and locks, and not multiprocessing's
 ``spawn``, which runs the caller's main module again in the child, so that a script without
 an ``if __name__ == "__main__":`` guard failed), import ``accy`` and every built-in rule set
-once (~1.5 s), then serve one task after
-another, keeping the e-graphs in which rule selections are declared (``rewriting._WARM``):
-a call to a warm worker costs a pickle of the program each way and the usual work. A
-worker that is still starting when a call's deadline comes is left to finish starting (and
-that call keeps its input), so tiny time limits cannot keep killing workers that never get
-warm; callers that did not ask for a worker (``rewriting``'s automatic choice) do not wait for
-one to start at all (``run(wait=False)``) but saturate in their own process, since the start
-(about 1.5 s) would take most of a default budget and the worker would be killed with
-nothing done (the first ``accy.prepare`` of Inception-v3 in a process lost its saturation so). :func:`warm_up` starts one ahead of time (benchmarks do, to leave start-up out of
-their first measurement).
+once (~1.5 s), then serve one task after another, keeping the e-graphs in which rule
+selections are declared (``rewriting._WARM``): a call to a warm worker costs a pickle of the
+program each way (large constants as references: see below) and the usual work. A worker
+that is still starting when a call's deadline comes is left to finish starting (and that call
+keeps its input), so tiny time limits cannot keep killing workers that never get warm;
+callers that did not ask for a worker (``rewriting``'s automatic choice) do not wait for one
+to start at all (``run(wait=False)``) but saturate in their own process, since the start
+would take most of a default budget and the worker would be killed with nothing done (the
+first ``accy.prepare`` of Inception-v3 in a process lost its saturation so).
+:func:`warm_up` starts one ahead of time (benchmarks do, to leave start-up out of their
+first measurement).
 
 What cannot go to a worker runs in the calling process (:func:`eligible`): rule sets defined
 at run time (the worker only knows the built-in themes), cost models that do not pickle or
@@ -38,6 +39,7 @@ can report the worker's memory as well as their own.
 from __future__ import annotations
 
 import atexit
+import io
 import multiprocessing as mp
 import pickle
 import resource
@@ -50,10 +52,12 @@ from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
 from typing import Any
 
-from accy.egraph.convert import Extraction
-from accy.egraph.cost import CostModel
+from accy.egraph import cost
+from accy.egraph.convert import LARGE_CONSTANT_BYTES, Extraction, full_value
+from accy.egraph.cost import CostModel, bytes_digest
 from accy.egraph.defaults import pays
 from accy.egraph.driver import SaturationReport
+from accy.ir.ops import Op
 from accy.ir.program import Program
 
 __all__ = ["Result", "Task", "eligible", "run", "shutdown", "warm_up"]
@@ -230,13 +234,16 @@ def run(task: Task, deadline: float, wait: bool = True) -> Result:
         out.seconds = time.perf_counter() - start
         return out
     budget = max(deadline - time.perf_counter() - _STOP_MARGIN_S, 1e-6)
-    w.conn.send(replace(task, time_limit_s=min(task.time_limit_s, budget)))
+    refs = _by_reference(task)
+    w.conn.send_bytes(_dumps(replace(task, time_limit_s=min(task.time_limit_s, budget)),
+                             {i: key for i, (key, _) in refs.items()}))
+    by_key = dict(refs.values())
     while True:
         left = deadline - time.perf_counter()
         try:
             if left <= 0 or not w.conn.poll(left):
                 raise TimeoutError
-            kind, payload, maxrss = w.conn.recv()
+            kind, payload, maxrss = _loads(w.conn.recv_bytes(), lambda key, size: by_key[key])
         except (TimeoutError, EOFError, ConnectionError):
             w.kill()  # at the deadline (or it died): the last good iteration stands
             out.killed = True
@@ -262,6 +269,84 @@ def run(task: Task, deadline: float, wait: bool = True) -> Result:
     return out
 
 
+# ---- large constants by reference -------------------------------------------------------------
+# The worker's e-graph holds a program's large constants (model weights) by reference anyway
+# (``convert.LARGE_CONSTANT_BYTES``: no rule reads their values), so their bytes need not
+# travel: the parent pickles each as a reference (the digest that names it in e-graphs and
+# extraction, ``cost.bytes_digest``), the worker unpickles a stand-in of the same size
+# (unique bytes: a header naming the reference, then zeros; never uniform, so it too enters
+# the e-graph by reference) named by that digest (``cost.STAND_IN_DIGESTS``), so it saturates
+# and extracts exactly as the parent would, and pickles its stand-ins back as the same
+# references, which the parent resolves to the original bytes. Shipping the bytes cost a
+# pickle each way: with 256 MB of weights no first extraction fitted a 2 s budget, so a warm
+# worker returned the program unoptimized where an in-process run (a fresh process's first)
+# optimized it.
+
+
+def _by_reference(task: Task) -> dict[int, tuple[str, bytes]]:
+    """The bytes that travel as references, by ``id``, with their reference keys: values of
+    the large, non-uniform constants of the task's programs and of its cost model's allowed
+    constants (``rewriting.CappedConstants``)."""
+    programs = [task.program] + ([task.context.program] if task.context is not None else [])
+    pairs = [(n.type, n.attr("value")) for p in programs for n in p.nodes()
+             if n.op is Op.CONSTANT]
+    pairs += list(getattr(task.model, "allowed", ()))
+    out: dict[int, tuple[str, bytes]] = {}
+    for t, data in pairs:
+        if (id(data) not in out and len(data) > LARGE_CONSTANT_BYTES
+                and full_value(t, data) is None):
+            out[id(data)] = (bytes_digest(data), data)
+    return out
+
+
+class _Pickler(pickle.Pickler):
+    def __init__(self, file: Any, keys: dict[int, str]) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.keys = keys  # id(bytes) -> reference key
+
+    def persistent_id(self, obj: Any) -> Any:
+        if type(obj) is bytes and id(obj) in self.keys:
+            return (self.keys[id(obj)], len(obj))
+        return None
+
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, file: Any, resolve: Any) -> None:
+        super().__init__(file)
+        self.resolve = resolve  # (key, size) -> bytes
+
+    def persistent_load(self, pid: Any) -> bytes:
+        return self.resolve(*pid)
+
+
+def _dumps(obj: Any, keys: dict[int, str]) -> bytes:
+    buf = io.BytesIO()
+    _Pickler(buf, keys).dump(obj)
+    return buf.getvalue()
+
+
+def _loads(data: bytes, resolve: Any) -> Any:
+    return _Unpickler(io.BytesIO(data), resolve).load()
+
+
+class _StandIns:
+    """The worker's stand-ins for one task's referenced bytes, by key (the digest of the
+    bytes they stand in for, which names them while the task runs: ``cost.STAND_IN_DIGESTS``)."""
+
+    def __init__(self) -> None:
+        self.by_key: dict[str, bytes] = {}
+        self.keys = cost.STAND_IN_DIGESTS  # id(stand-in) -> key, also for pickling them back
+        self.keys.clear()  # the last task's stand-ins are gone
+
+    def __call__(self, key: str, size: int) -> bytes:
+        if key not in self.by_key:
+            head = b"accy-stand-in:" + key.encode()
+            data = head + bytes(size - len(head))
+            self.by_key[key] = data
+            self.keys[id(data)] = key
+        return self.by_key[key]
+
+
 # ---- the worker's side -------------------------------------------------------------------------
 
 
@@ -277,12 +362,14 @@ def _serve(conn: Any) -> None:
     rewrites.load()
     conn.send(("ready", None, _maxrss()))
     while True:
+        stand_ins = _StandIns()
         try:
-            task = conn.recv()
+            task = _loads(conn.recv_bytes(), stand_ins)
         except (EOFError, OSError):
             return
+        send = _Sender(conn, stand_ins.keys)
         try:
-            out = ("done", _work(task, conn, rewriting), _maxrss())
+            out = ("done", _work(task, send, rewriting), _maxrss())
         except (BrokenPipeError, ConnectionResetError):
             return  # the parent is gone
         except BaseException as e:  # noqa: BLE001 - sent to the parent, raised there
@@ -294,9 +381,19 @@ def _serve(conn: Any) -> None:
                 e = EGraphError(f"{type(e).__name__}: {e}")
             out = ("error", e, _maxrss())
         try:
-            conn.send(out)
+            send.send(out)
         except OSError:
             return
+
+
+class _Sender:
+    """The worker's messages to the parent, its stand-ins pickled back as references."""
+
+    def __init__(self, conn: Any, keys: dict[int, str]) -> None:
+        self.conn, self.keys = conn, keys
+
+    def send(self, message: Any) -> None:
+        self.conn.send_bytes(_dumps(message, self.keys))
 
 
 # first guess of extraction's cost (reading the e-graph, greedy-dag, acceptance by region,

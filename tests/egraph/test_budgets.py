@@ -3,6 +3,7 @@ overshoot, region-by-region saturation, budgets that scale with the program."""
 
 from __future__ import annotations
 
+import pickle
 import time
 
 import numpy as np
@@ -261,7 +262,8 @@ def test_the_first_prepare_of_a_process_saturates_without_waiting_for_a_worker(t
         "job = accy.prepare(f, 'saturate{time-limit=30}')\n"
         "(run,) = [p for r in job.records for p in r.passes if p.spec.startswith('saturate')]\n"
         "stats = dict(run.stats)\n"
-        "print('worker:', stats['worker'], 'cheaper:', stats['cost-after'] < stats['cost-before'])\n")
+        "cheaper = stats['cost-after'] < stats['cost-before']\n"
+        "print('worker:', stats['worker'], 'cheaper:', cheaper)\n")
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                           timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
@@ -376,3 +378,38 @@ def test_contract_passes_scale_their_budgets_and_split_large_programs():
     # every x * 1.0 is gone either way
     for job in (whole, cut):
         assert not any(n.op is Op.MUL for n in job.product.program.nodes())
+
+
+def test_large_constants_travel_to_the_worker_as_references():
+    """The worker's e-graph holds large constants by reference, so their bytes stay here: the
+    task carries references (a uniform constant, which enters e-graphs as ``full``, and small
+    ones keep their bytes), and the worker's extraction comes back with the original bytes,
+    the same program as a run in this process."""
+    rng = np.random.default_rng(0)
+    w1, w2 = (rng.standard_normal((300, 300)).astype(np.float32) for _ in range(2))
+    ones, small = np.ones((300, 300), np.float32), rng.standard_normal(300).astype(np.float32)
+
+    def fn(x):
+        y = accy.transpose(accy.transpose(x @ accy.constant(w1), (1, 0)), (1, 0))
+        y = (y * 1.0 + accy.constant(small)) @ accy.constant(ones)
+        return y @ accy.transpose(accy.constant(w2), (1, 0)) + y @ accy.constant(w1)
+
+    program = trace(fn, accy.f32[8, 300], name="f")
+    model = rewriting.capped("flops-bytes", program, 1 << 16)
+    names = rewriting.select(DEFAULT_RULESETS)
+    task = worker.Task(program, tuple(DEFAULT_RULESETS), tuple(names), 4, 20_000, 60.0, None,
+                       model, "greedy-dag", {}, 0)
+    refs = worker._by_reference(task)
+    assert sorted(len(b) for _, b in refs.values()) == [w1.nbytes, w2.nbytes]  # not ones, small
+    shipped = len(worker._dumps(task, {i: key for i, (key, _) in refs.items()}))
+    assert shipped < ones.nbytes + 50_000 < 3 * w1.nbytes < len(pickle.dumps(task))
+    worker.warm_up()
+    outs = [rewriting.rewrite_program(program, DEFAULT_RULESETS, names, iterations=4,
+                                      node_limit=None, time_limit_s=GENEROUS_S,
+                                      cost="flops-bytes", isolate=isolate)
+            for isolate in (True, False)]
+    assert outs[0].worker == "finished" and outs[0].changed
+    assert outs[0].program == outs[1].program
+    x = [rng.standard_normal((8, 300)).astype(np.float32)]
+    np.testing.assert_allclose(interpret(outs[0].program, x)[0], interpret(program, x)[0],
+                               rtol=1e-4, atol=1e-3)
