@@ -212,6 +212,19 @@ def test_region_size_option_in_pipeline_text():
         accy.parse_pipeline("saturate{region-size=-1}")
 
 
+# a script's program of over 100 operations (saturated in a worker when one is ready)
+SCRIPT_PROGRAM = (
+    "import accy\n"
+    "from accy.passes import rewriting\n"
+    "from accy.passes.tensor.saturate import DEFAULT_RULESETS\n"
+    "@accy.function\n"
+    "def f(x: accy.f32[8, 8], w: accy.f32[8, 8]):\n"
+    "    y = x\n"
+    "    for i in range(40):\n"
+    "        y = (y @ w).T.T + (x * 1.0) + (y @ w).T.T\n"
+    "    return y\n")
+
+
 def test_a_script_without_a_main_guard_saturates_in_a_worker(tmp_path):
     # multiprocessing's spawn ran the caller's main module again in each worker, so a script
     # without ``if __name__ == "__main__":`` failed; workers are plain interpreters now
@@ -223,15 +236,7 @@ def test_a_script_without_a_main_guard_saturates_in_a_worker(tmp_path):
     script.write_text(
         "import os\n"
         f"open({str(runs)!r}, 'a').write(f'{{os.getpid()}}\\n')\n"
-        "import accy\n"
-        "from accy.passes import rewriting\n"
-        "from accy.passes.tensor.saturate import DEFAULT_RULESETS\n"
-        "@accy.function\n"
-        "def f(x: accy.f32[8, 8], w: accy.f32[8, 8]):\n"
-        "    y = x\n"
-        "    for i in range(40):\n"
-        "        y = (y @ w).T.T + (x * 1.0) + (y @ w).T.T\n"
-        "    return y\n"
+        + SCRIPT_PROGRAM +
         "names = rewriting.select(DEFAULT_RULESETS)\n"
         "out = rewriting.rewrite_program(f, DEFAULT_RULESETS, names, iterations=4,\n"
         "    node_limit=None, time_limit_s=60.0, cost='flops-bytes', isolate=True)\n"
@@ -252,13 +257,7 @@ def test_the_first_prepare_of_a_process_saturates_without_waiting_for_a_worker(t
 
     script = tmp_path / "first.py"
     script.write_text(
-        "import accy\n"
-        "@accy.function\n"
-        "def f(x: accy.f32[8, 8], w: accy.f32[8, 8]):\n"
-        "    y = x\n"
-        "    for i in range(40):\n"
-        "        y = (y @ w).T.T + (x * 1.0) + (y @ w).T.T\n"
-        "    return y\n"
+        SCRIPT_PROGRAM +
         "job = accy.prepare(f, 'saturate{time-limit=30}')\n"
         "(run,) = [p for r in job.records for p in r.passes if p.spec.startswith('saturate')]\n"
         "stats = dict(run.stats)\n"
