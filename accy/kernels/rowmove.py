@@ -61,8 +61,8 @@ MIN_ROW_CPU = 2
 LOCAL = 256  # work-items of a work-group, as the loop nest's flat launches
 
 MAX_GROUPS = 65535
-"""The most work-groups along launch dimension 1 (CUDA's grid limit, which NVIDIA's OpenCL
-inherits); more rows than that many groups hold stay in the loop nest."""
+"""The most work-groups along launch dimensions 1 and 2 (CUDA's grid limits, which NVIDIA's
+OpenCL inherits): rows past that many groups go on in dimension 2."""
 
 _MOVES = (Op.SLICE, Op.CONCAT, Op.TRANSPOSE, Op.BROADCAST, Op.RESHAPE)
 
@@ -98,8 +98,12 @@ def geometry(domain: tuple[int, ...], target: TargetProfile) -> LaunchGeometry:
     widths = [widest >> i for i in range(widest.bit_length()) if widest >> i >= min(32, widest)]
     local0 = min(widths, key=lambda w: (-(-last // w) * w, -w))
     local1 = min(max(1, cap // local0), caps[1], pow2ceil(rows))
-    return LaunchGeometry((-(-last // local0) * local0, -(-rows // local1) * local1),
-                          (local0, local1))
+    groups = -(-rows // local1)
+    slabs = -(-groups // MAX_GROUPS)  # rows a slab of dimension 1, slabs along dimension 2
+    size = (-(-last // local0) * local0, -(-groups // slabs) * local1)
+    if slabs == 1:
+        return LaunchGeometry(size, (local0, local1))
+    return LaunchGeometry((*size, slabs), (local0, local1, 1))
 
 
 def accepts(group: FusionGroup, target: TargetProfile) -> bool:
@@ -121,7 +125,7 @@ def accepts(group: FusionGroup, target: TargetProfile) -> bool:
     if all(flat_leaves(o, inside) is not None for o in group.outputs):
         return False  # no index arithmetic to save: the loop nest or vector-flat
     geo = geometry(domain, target)
-    return (geo.global_size[1] // geo.local_size[1] <= MAX_GROUPS
+    return (geo.global_size[-1] // geo.local_size[-1] <= MAX_GROUPS
             and not target.launch_excess(geo.global_size, geo.local_size))
 
 
@@ -192,9 +196,12 @@ class RowBuilder(LoopNestBuilder):
         domain = self.group.domain
         last, rows = domain[-1], math.prod(domain[:-1])
         c = self.em.bind(Id("global", 0), INDEX, prefix="c")
-        row = self.em.bind(Id("global", 1), INDEX, prefix="row")
+        row: Expr = Id("global", 1)
+        if len(geo.global_size) == 3:  # slabs of rows along dimension 2
+            row = add(row, mul(Id("global", 2), idx(geo.global_size[1])))
+        row = self.em.bind(row, INDEX, prefix="row")
         out = [Bin(">=", c, idx(last))] if geo.global_size[0] > last else []
-        out += [Bin(">=", row, idx(rows))] if geo.global_size[1] > rows else []
+        out += [Bin(">=", row, idx(rows))] if math.prod(geo.global_size[1:]) > rows else []
         if out:
             self.em.emit(If(all_of(out, "||"), (Return(),)))
         lead = tuple(self.em.bind(x, INDEX, prefix="c")

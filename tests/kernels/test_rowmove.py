@@ -91,10 +91,20 @@ def test_geometry_pads_rows_least() -> None:
     assert rowmove.geometry((100, 16), GPU) == LaunchGeometry((16, 112), (16, 16))
 
 
-def test_more_row_groups_than_a_grid_dimension_holds_stay_in_the_loop_nest(used) -> None:
-    rows = rowmove.MAX_GROUPS + 1  # rows of 256: one row a work-group
-    assert used(accy.prepare(trace(lambda a: a[:, 1:], f32[rows, 257], name="f"),
-                             target=GPU)) == {"loop-nest": 1}
+def test_rows_past_a_grid_dimension_go_on_in_slabs(device, rng, monkeypatch) -> None:
+    """More row groups than MAX_GROUPS (NVIDIA's grid limit, 65535) continue along launch
+    dimension 2: here with the limit set to 3, 20 rows of 40 in groups of 4 rows make 2 slabs
+    of 3 groups (12 rows), the last 4 rows of the second slab idle."""
+    monkeypatch.setattr(rowmove, "MAX_GROUPS", 3)
+    assert rowmove.geometry((20, 40), GPU) == LaunchGeometry((64, 12, 2), (64, 4, 1))
+    assert rowmove.geometry((5, 3, 40), GPU) == LaunchGeometry((64, 8, 2), (64, 4, 1))
+    prog = trace(padded, f32[20, 40], name="f")
+    x = rng.standard_normal((20, 40)).astype(np.float32)
+    for target in (TargetProfile.from_device(device.info), GPU):
+        job = accy.prepare(prog, target=target)
+        assert job.generators() == {"row-movement": 1}
+        np.testing.assert_array_equal(job.run(x, device=device)[0],
+                                      np.pad(x, [(0, 0), (0, 3)]))
 
 
 def test_disable_gives_the_loop_nest_the_same_results(check, rng, pipe) -> None:
