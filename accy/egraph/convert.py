@@ -122,7 +122,7 @@ def full_value(t: TensorType, data: bytes) -> float | None:
         return None
     if t.size > 1 and data[:size] != data[size:2 * size]:
         return None  # the usual case, without the whole comparison below
-    first = np.frombuffer(data[: t.dtype.itemsize], dtype=t.dtype.numpy)[0]
+    first = np.frombuffer(data[:size], dtype=t.dtype.numpy)[0]
     if t.dtype.is_int and abs(int(first)) > 2**53:
         return None
     value = float(first)
@@ -147,10 +147,6 @@ class _Call(NamedTuple):
 # reads such constants' values: rules that do, read small ones, like an arange of classes)
 LARGE_CONSTANT_BYTES = 1 << 16
 REF_PREFIX = "ref:"
-def reference_key(data: bytes) -> str:
-    """The name of a large constant's bytes in e-graphs (a saturation worker's stand-in is
-    named as the bytes it stands in for: ``cost.STAND_IN_DIGESTS``)."""
-    return REF_PREFIX + bytes_digest(data)
 
 
 def _call(node: Node, refs: dict[str, bytes] | None = None) -> _Call:
@@ -161,7 +157,7 @@ def _call(node: Node, refs: dict[str, bytes] | None = None) -> _Call:
         return _Call("full", FULL_EGG_NAME, (), False, (value, ty))
     if refs is not None and node.op is Op.CONSTANT and len(
             data := node.attr("value")) > LARGE_CONSTANT_BYTES:
-        key = reference_key(data)
+        key = REF_PREFIX + bytes_digest(data)  # a worker's stand-in: the bytes it stands for
         refs[key] = data
         return _Call("constant", signature(Op.CONSTANT).egg_name, (), False, (key, ty))
     sig = signature(node.op)

@@ -350,8 +350,11 @@ def choose_tiles(c: Contraction, target: TargetProfile) -> Tiles:
         budget = 24 if target.native_vector_bytes >= 64 else 12
         preferred = [(8, 3), (12, 2), (6, 4)] if budget == 24 else [(4, 3), (6, 2), (3, 4)]
         columns = -(-c.n.size // lanes)
+        # then 4 rows, or fewer only for fewer rows than 4: a tile of 1 or 2 rows loads a B
+        # vector per 1 or 2 FMAs, slower on PoCL than 8 rows padded (papers/kernels.md)
+        few = (4, 2, 1) if c.m.size < 4 else (4,)
         shapes = [(tm, min(sn, columns)) for tm, sn in
-                  preferred + [(m, budget // m) for m in (4, 2, 1)]]  # the last: few rows
+                  preferred + [(m, budget // m) for m in few]]
         least = min(padded(c, tm, sn * lanes) for tm, sn in shapes)
         tm, sn = next(s for s in shapes if padded(c, s[0], s[1] * lanes) <= 1.05 * least)
         vm = math.gcd(tm, 16) if math.gcd(tm, 16) in (2, 4, 8, 16) else 1

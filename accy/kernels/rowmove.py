@@ -54,8 +54,8 @@ from accy.target import TargetProfile
 MIN_ROW = 16
 """On GPUs, shorter last axes stay in the loop nest: a warp along rows that short would be
 idle lanes and scattered segments. CPUs take rows from :data:`MIN_ROW_CPU` up: PoCL runs a
-work-group's rows one after another, and even rows of 3 packed (a channel concat of 3x3
-images on PoCL: 74 us against the loop nest's 110; of 13x13 ones: 28 against 286)."""
+work-group's rows one after another, and even rows of 3 gained over the loop nest (a channel
+concat of 3x3 images; papers/kernels.md)."""
 MIN_ROW_CPU = 2
 
 LOCAL = 256  # work-items of a work-group, as the loop nest's flat launches
