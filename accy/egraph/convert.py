@@ -157,7 +157,7 @@ def _call(node: Node, refs: dict[str, bytes] | None = None) -> _Call:
         return _Call("full", FULL_EGG_NAME, (), False, (value, ty))
     if refs is not None and node.op is Op.CONSTANT and len(
             data := node.attr("value")) > LARGE_CONSTANT_BYTES:
-        key = REF_PREFIX + bytes_digest(data)  # a worker's stand-in: the bytes it stands for
+        key = REF_PREFIX + bytes_digest(data)  # a worker's stand-in: what it stands for
         refs[key] = data
         return _Call("constant", signature(Op.CONSTANT).egg_name, (), False, (key, ty))
     sig = signature(node.op)

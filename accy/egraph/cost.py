@@ -345,15 +345,25 @@ def _reachable(graph: EClassGraph, roots: Iterable[int]) -> list[int]:
 _HASHED_BYTES = 1 << 12  # constants above this many bytes go into digests by their hash
 
 # A saturation worker's stand-ins for large constants whose bytes stayed in the parent process
-# (``accy.passes.rewrite_worker``): id of the stand-in's bytes -> the digest of the parent's
-# bytes, so that the worker names and prices them as a run in the parent would (extraction
-# breaks ties by these names). Only a worker fills it, for the task it runs.
-STAND_IN_DIGESTS: dict[int, str] = {}
+# (``accy.passes.rewrite_worker``) begin with this, then the digest of the parent's bytes, so
+# that the worker names and prices them as a run in the parent would (extraction breaks ties
+# by these names). Read so only in a worker (``STAND_INS``, which its loop sets): there every
+# large non-uniform constant is a stand-in.
+STAND_IN_MAGIC = b"\0accy-stand-in:"
+STAND_INS = False
+_DIGEST_HEX = 32  # characters of a 16-byte digest
+
+
+def stand_in_digest(data: bytes) -> str | None:
+    """The digest a worker's stand-in stands for (None for other bytes, and outside workers)."""
+    if STAND_INS and data[:len(STAND_IN_MAGIC)] == STAND_IN_MAGIC:
+        return data[len(STAND_IN_MAGIC):len(STAND_IN_MAGIC) + _DIGEST_HEX].decode()
+    return None
 
 
 def bytes_digest(data: bytes) -> str:
     """The hex digest that names large constant bytes (in e-graphs and extraction)."""
-    return STAND_IN_DIGESTS.get(id(data)) or hashlib.blake2b(data, digest_size=16).hexdigest()
+    return stand_in_digest(data) or hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
 def _attr_key(value: Any) -> str:

@@ -236,7 +236,7 @@ def run(task: Task, deadline: float, wait: bool = True) -> Result:
     budget = max(deadline - time.perf_counter() - _STOP_MARGIN_S, 1e-6)
     refs = _by_reference(task)
     w.conn.send_bytes(_dumps(replace(task, time_limit_s=min(task.time_limit_s, budget)),
-                             {i: key for i, (key, _) in refs.items()}))
+                             lambda b: refs[id(b)][0] if id(b) in refs else None))
     by_key = dict(refs.values())
     while True:
         left = deadline - time.perf_counter()
@@ -274,13 +274,15 @@ def run(task: Task, deadline: float, wait: bool = True) -> Result:
 # (``convert.LARGE_CONSTANT_BYTES``: no rule reads their values), so their bytes need not
 # travel: the parent pickles each as a reference (the digest that names it in e-graphs and
 # extraction, ``cost.bytes_digest``), the worker unpickles a stand-in of the same size
-# (unique bytes: a header naming the reference, then zeros; never uniform, so it too enters
-# the e-graph by reference) named by that digest (``cost.STAND_IN_DIGESTS``), so it saturates
-# and extracts exactly as the parent would, and pickles its stand-ins back as the same
-# references, which the parent resolves to the original bytes. Shipping the bytes cost a
-# pickle each way: with 256 MB of weights no first extraction fitted a 2 s budget, so a warm
-# worker returned the program unoptimized where an in-process run (a fresh process's first)
-# optimized it.
+# (``cost.STAND_IN_MAGIC``, the digest, then zeros: never uniform, so it too enters the
+# e-graph by reference) that is named by that digest, so it saturates and extracts exactly as
+# the parent would, and pickles every stand-in back as its reference, which the parent
+# resolves to the original bytes. The worker recognises stand-ins by their bytes, not by
+# object: one left from an earlier task (a node interned then, an equal one unpickled now)
+# must travel back as a reference too, or its zeros would replace the weights. Shipping the
+# bytes cost a pickle each way: with 256 MB of weights no first extraction fitted a 2 s
+# budget, so a warm worker returned the program unoptimized where an in-process run (a fresh
+# process's first) optimized it.
 
 
 def _by_reference(task: Task) -> dict[int, tuple[str, bytes]]:
@@ -300,13 +302,13 @@ def _by_reference(task: Task) -> dict[int, tuple[str, bytes]]:
 
 
 class _Pickler(pickle.Pickler):
-    def __init__(self, file: Any, keys: dict[int, str]) -> None:
+    def __init__(self, file: Any, reference: Any) -> None:
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
-        self.keys = keys  # id(bytes) -> reference key
+        self.reference = reference  # bytes -> its reference key, or None
 
     def persistent_id(self, obj: Any) -> Any:
-        if type(obj) is bytes and id(obj) in self.keys:
-            return (self.keys[id(obj)], len(obj))
+        if type(obj) is bytes and (key := self.reference(obj)) is not None:
+            return (key, len(obj))
         return None
 
 
@@ -319,9 +321,9 @@ class _Unpickler(pickle.Unpickler):
         return self.resolve(*pid)
 
 
-def _dumps(obj: Any, keys: dict[int, str]) -> bytes:
+def _dumps(obj: Any, reference: Any) -> bytes:
     buf = io.BytesIO()
-    _Pickler(buf, keys).dump(obj)
+    _Pickler(buf, reference).dump(obj)
     return buf.getvalue()
 
 
@@ -329,22 +331,14 @@ def _loads(data: bytes, resolve: Any) -> Any:
     return _Unpickler(io.BytesIO(data), resolve).load()
 
 
-class _StandIns:
-    """The worker's stand-ins for one task's referenced bytes, by key (the digest of the
-    bytes they stand in for, which names them while the task runs: ``cost.STAND_IN_DIGESTS``)."""
-
-    def __init__(self) -> None:
-        self.by_key: dict[str, bytes] = {}
-        self.keys = cost.STAND_IN_DIGESTS  # id(stand-in) -> key, also for pickling them back
-        self.keys.clear()  # the last task's stand-ins are gone
+class _StandIns(dict):
+    """The worker's stand-ins for one message's references: one per digest."""
 
     def __call__(self, key: str, size: int) -> bytes:
-        if key not in self.by_key:
-            head = b"accy-stand-in:" + key.encode()
-            data = head + bytes(size - len(head))
-            self.by_key[key] = data
-            self.keys[id(data)] = key
-        return self.by_key[key]
+        if key not in self:
+            head = cost.STAND_IN_MAGIC + key.encode()
+            self[key] = head + bytes(size - len(head))
+        return self[key]
 
 
 # ---- the worker's side -------------------------------------------------------------------------
@@ -360,14 +354,14 @@ def _serve(conn: Any) -> None:
     from accy.passes import rewriting
 
     rewrites.load()
+    cost.STAND_INS = True
     conn.send(("ready", None, _maxrss()))
+    send = _Sender(conn)
     while True:
-        stand_ins = _StandIns()
         try:
-            task = _loads(conn.recv_bytes(), stand_ins)
+            task = _loads(conn.recv_bytes(), _StandIns())
         except (EOFError, OSError):
             return
-        send = _Sender(conn, stand_ins.keys)
         try:
             out = ("done", _work(task, send, rewriting), _maxrss())
         except (BrokenPipeError, ConnectionResetError):
@@ -389,11 +383,11 @@ def _serve(conn: Any) -> None:
 class _Sender:
     """The worker's messages to the parent, its stand-ins pickled back as references."""
 
-    def __init__(self, conn: Any, keys: dict[int, str]) -> None:
-        self.conn, self.keys = conn, keys
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
 
     def send(self, message: Any) -> None:
-        self.conn.send_bytes(_dumps(message, self.keys))
+        self.conn.send_bytes(_dumps(message, cost.stand_in_digest))
 
 
 # first guess of extraction's cost (reading the e-graph, greedy-dag, acceptance by region,
