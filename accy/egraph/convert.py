@@ -109,11 +109,6 @@ def _fill(value: float, t: TensorType) -> bytes:
     return np.full(t.shape, scalar, dtype=t.dtype.numpy).tobytes()
 
 
-def _full_value(node: Node) -> float | None:
-    """The one value of a constant whose bytes ``Tensor.full`` reproduces exactly, if any."""
-    return full_value(node.type, node.attr("value"))
-
-
 def full_value(t: TensorType, data: bytes) -> float | None:
     """The one value of a constant of type ``t`` and bytes ``data`` that ``Tensor.full``
     reproduces exactly, if any (constants with one enter e-graphs as ``full``)."""
@@ -153,7 +148,8 @@ def _call(node: Node, refs: dict[str, bytes] | None = None) -> _Call:
     """The constructor call of ``node`` (uniform constants as ``full``, others as bytes, or,
     with ``refs``, large ones by reference, their bytes put in ``refs``)."""
     ty = str(node.type)
-    if node.op is Op.CONSTANT and (value := _full_value(node)) is not None:
+    value = full_value(node.type, node.attr("value")) if node.op is Op.CONSTANT else None
+    if value is not None:
         return _Call("full", FULL_EGG_NAME, (), False, (value, ty))
     if refs is not None and node.op is Op.CONSTANT and len(
             data := node.attr("value")) > LARGE_CONSTANT_BYTES:
