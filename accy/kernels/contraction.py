@@ -34,9 +34,15 @@ chunks in a fixed order and applies the epilogue (the split's measurements: pape
 "Observations"). A tile
 filled by a transposing copy has its rows padded against local-memory bank conflicts
 (:func:`~accy.kernels.contraction_plan.bank_padding`: 4 f32 or 2 f64 elements on GPUs, none on
-CPUs), which layout-planning reports. CPUs get groups of up to 4 work-items that share the Y
-tile copy, each with 24 vector accumulators (12 without AVX-512-wide registers) as wide as the
-device prefers, in the register-block shape that pads least.
+CPUs), which layout-planning reports. CPUs get groups of up to 4 work-items, each with 24 vector
+accumulators (12 without AVX-512-wide registers) as wide as the device prefers, in the
+register-block shape that pads least. There the operands are not copied to local tiles but
+read where the outer products use them (``Tiles.stream``): X a row (or a vector of rows, where
+M is contiguous) at a time, Y as vectors along N; no local memory and no barriers, which on
+PoCL cost more than the caches they stand in for. Y must then give aligned vectors along N (at
+least half the native width, any width for fewer than 4 rows); otherwise both operands are
+staged as on GPUs. A product of fewer than 4 rows (GEMV-like, bound by reading Y) takes all of
+them in one tile, its columns spread over at least 2 groups a compute unit.
 An f32 product with M or N at most 32 takes a tile that short and 128 long, K split until each
 compute unit has 3 groups (``contraction_plan._skinny``: GEMV-like products stream the long
 operand).
@@ -183,15 +189,16 @@ class _Builder:
         n = self.t.bk // s.lanes
         return div(v, n), mul(mod(v, n), idx(s.lanes))
 
-    def load(self, s: _Side, f0: Expr, rf: Expr, kt: Expr, rk: Expr) -> Expr:
-        """The tile element(s) at (rf, rk) of the K step at ``kt``, zero outside the operand."""
+    def load(self, s: _Side, f0: Expr, rf: Expr, kt: Expr, rk: Expr, lanes: int = 0) -> Expr:
+        """The tile element(s) at (rf, rk) of the K step at ``kt``, zero outside the operand:
+        ``lanes`` of them (``s.lanes`` unless given) from there on."""
+        lanes = lanes or s.lanes
         f, k = add(f0, rf), add(kt, rk)
         at = add(s.base, add(mul(f, idx(s.free_stride)), mul(k, idx(s.k_stride))))
-        value = (Load(s.arg, at) if s.lanes == 1 else VectorLoad(s.arg, div(at, s.lanes),
-                                                                 s.lanes))
+        value = Load(s.arg, at) if lanes == 1 else VectorLoad(s.arg, div(at, lanes), lanes)
         guard = all_of(([Bin("<", f, idx(s.extent))] if s.extent % s.tile else [])
                      + ([Bin("<", k, idx(self.c.k.size))] if self.c.k.size % self.t.bk else []))
-        return value if guard is None else Cond(guard, value, self.zero(s.lanes))
+        return value if guard is None else Cond(guard, value, self.zero(lanes))
 
     def store_local(self, s: _Side, rf: Expr, rk: Expr, value: Var) -> list[Stmt]:
         if s.lanes == 1:
@@ -218,28 +225,47 @@ class _Builder:
         return [For(i, idx(0), idx(per), (Let(f"{s.local}_v", INDEX, v), *inner))]
 
     def compute(self, acc: list[list[Var]], ty: Expr, tx: Expr) -> list[Stmt]:
-        """The outer products of one K step of ``bk`` (``unroll`` per loop iteration)."""
-        t, dt = self.t, self.dtype
-        lda, ldb = self.sx.ld, self.sy.ld
+        """The outer products of one K step of ``bk`` (``unroll`` per loop iteration), the
+        operands read from their local tiles or, streamed, from global memory."""
+        t, dt, sx, sy = self.t, self.dtype, self.sx, self.sy
         kk = Var("kk") if t.unroll < t.bk else idx(0)
+        # streamed X: vm rows as one vector where they are contiguous and aligned, else apart
+        x_vector = t.vm > 1 and sx.mode == "free" and sx.lanes % t.vm == 0
         out: list[Stmt] = []
         for u in range(t.unroll):
             k = add(kk, idx(u))
-            a = [Var(f"a{u}_{s}") for s in range(t.sm)]
-            b = [Var(f"b{u}_{w}") for w in range(t.sn)]
+            a: list[list[Expr]] = []
             for s in range(t.sm):
-                at = add(add(mul(k, idx(lda // t.vm)), idx(s * t.wy)), ty)
-                src = Load("x_tile", at) if t.vm == 1 else VectorLoad("x_tile", at, t.vm)
-                out.append(Let(a[s].name, dt, src, lanes=t.vm))
+                name = f"a{u}_{s}"
+                if not self.stream or x_vector:
+                    if self.stream:
+                        row = add(idx(s * t.wy * t.vm), mul(ty, idx(t.vm)))
+                        src = self.load(sx, self.m0, row, Var("kt"), k, t.vm)
+                    else:
+                        at = add(add(mul(k, idx(sx.ld // t.vm)), idx(s * t.wy)), ty)
+                        src = Load("x_tile", at) if t.vm == 1 else VectorLoad("x_tile", at, t.vm)
+                    out.append(Let(name, dt, src, lanes=t.vm))
+                    a.append([Var(name)] if t.vm == 1 else
+                             [Lane(Var(name), r) for r in range(t.vm)])
+                    continue
+                a.append([])
+                for r in range(t.vm):
+                    row = add(idx(s * t.wy * t.vm + r), mul(ty, idx(t.vm)))
+                    out.append(Let(f"{name}_{r}", dt, self.load(sx, self.m0, row, Var("kt"), k,
+                                                                1)))
+                    a[s].append(Var(f"{name}_{r}"))
+            b = [Var(f"b{u}_{w}") for w in range(t.sn)]
             for w in range(t.sn):
-                at = add(add(mul(k, idx(ldb // t.vn)), idx(w * t.wx)), tx)
-                src = Load("y_tile", at) if t.vn == 1 else VectorLoad("y_tile", at, t.vn)
+                if self.stream:
+                    col = add(idx(w * t.wx * t.vn), mul(tx, idx(t.vn)))
+                    src = self.load(sy, self.n0, col, Var("kt"), k, t.vn)
+                else:
+                    at = add(add(mul(k, idx(sy.ld // t.vn)), idx(w * t.wx)), tx)
+                    src = Load("y_tile", at) if t.vn == 1 else VectorLoad("y_tile", at, t.vn)
                 out.append(Let(b[w].name, dt, src, lanes=t.vn))
             for s in range(t.sm):
                 for r in range(t.vm):
-                    av: Expr = a[s] if t.vm == 1 else Lane(a[s], r)
-                    if t.vn > 1:
-                        av = Splat(dt, t.vn, av)
+                    av = a[s][r] if t.vn == 1 else Splat(dt, t.vn, a[s][r])
                     for w in range(t.sn):
                         cur = acc[s * t.vm + r][w]
                         out.append(Assign(cur.name, Call("fma", (av, b[w], cur))))
@@ -273,8 +299,8 @@ class _Builder:
             tn = self.let("tn", Bin("/", inner, rows))
         else:
             tm, tn = self.let("tm", div(tile, tiles_n)), self.let("tn", mod(tile, tiles_n))
-        m0 = self.let("m0", mul(tm, idx(t.bm)))
-        n0 = self.let("n0", mul(tn, idx(t.bn)))
+        m0 = self.m0 = self.let("m0", mul(tm, idx(t.bm)))
+        n0 = self.n0 = self.let("n0", mul(tn, idx(t.bn)))
         bcoords: list[Expr] = []
         bases = {"x": idx(0), "y": idx(0), "out": idx(0)}
         if c.batch:
@@ -291,9 +317,14 @@ class _Builder:
                     e = add(e, mul(coord, idx(s)))
                 bases[key] = self.let(f"{key}_base", e) if not isinstance(e, Lit) else e
         self.sx, self.sy = self.side("x", bases["x"]), self.side("y", bases["y"])
+        # streamed: both operands or neither (one staged keeps the barriers; streaming the
+        # other then gained or lost by shape), Y as whole vectors along N, not prefetched
+        self.stream = (t.stream and not t.prefetch and dt is c.dtype
+                       and self.sy.mode == "free" and self.sy.lanes % t.vn == 0)
         align = max(t.vm, t.vn, self.sx.lanes, self.sy.lanes) * dt.itemsize
-        self.body.append(LocalArray("x_tile", dt, t.bk * self.sx.ld, align))
-        self.body.append(LocalArray("y_tile", dt, t.bk * self.sy.ld, align))
+        staged = [] if self.stream else [self.sx, self.sy]
+        for s in staged:
+            self.body.append(LocalArray(s.local, dt, t.bk * s.ld, align))
         acc = [[self.let(f"acc_{i}_{w}", self.zero(t.vn), dt, t.vn, mutable=True)
                 for w in range(t.sn)] for i in range(t.vm * t.sm)]
         kt = Var("kt")
@@ -303,9 +334,9 @@ class _Builder:
         if t.prefetch and (per_x * per_y <= 16 or held <= PREFETCH_REGISTERS):
             loop = self.prefetched(m0, n0, tid, compute)
         else:
-            loop = (self.copy_direct(self.sx, m0, kt, tid)
-                    + self.copy_direct(self.sy, n0, kt, tid) + [Barrier()] + compute
-                    + [Barrier()])
+            loop = [st for s in staged for st in self.copy_direct(s, m0 if s is self.sx else n0,
+                                                                 kt, tid)]
+            loop += [Barrier(), *compute, Barrier()] if staged else compute
         self.body.append(For("kt", self.k0, k1, tuple(loop), step=t.bk))
         self.stores(acc, m0, n0, tx, ty, bcoords, bases["out"])
         entry = f"{self.outline.entry}_partials" if self.chunks > 1 else self.outline.entry

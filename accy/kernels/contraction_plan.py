@@ -204,6 +204,7 @@ class Tiles:
     vector: int = 4  # widest global-memory vector load, in elements
     swizzle: int = 0  # tile rows walked together for cache reuse (0: row-major order)
     split: int = 1  # K split over this many work-groups per tile, partials summed by a 2nd kernel
+    stream: bool = False  # operands read from global memory where used, not local tiles (CPUs)
 
     @property
     def bm(self) -> int:
@@ -339,28 +340,56 @@ def _skinny(c: Contraction, target: TargetProfile) -> Tiles | None:
                                     SKINNY_WAVES * target.compute_units, c.k.size, MIN_SKINNY_K))
 
 
+STREAM_VECTORS = 8  # widest CPU tile (in vectors) of a product of fewer than 4 rows
+
+
+def _streamed_lanes(c: Contraction, most: int) -> int:
+    """The widest vector (at most ``most``) that reads Y straight from memory along N, or 0:
+    Y N-contiguous, its K and batch strides and N multiples of it (aligned vector loads)."""
+    if c.n.y != 1 or c.dtype not in FLOATS:
+        return 0
+    lanes = most
+    while lanes > 1 and any(v % lanes for v in (c.n.size, c.k.y, *(d.y for d in c.batch))):
+        lanes //= 2
+    return lanes
+
+
+def _cpu_tiles(c: Contraction, target: TargetProfile) -> Tiles:
+    """CPU tiles: a work-item keeps 24 vector accumulators where the ISA has 32 SIMD registers
+    (AVX-512), else 12, as wide as the device prefers. Both operands are read where used
+    (``Tiles.stream``: no local tiles, no barriers) when Y's rows give vectors of at least
+    half that width along N, or for fewer than 4 rows at any width; else both are staged."""
+    native = _pow2_at_most(max(1, target.native_vector_bytes // c.dtype.itemsize), 16)
+    native = min(native, 1 << max(0, (c.n.size - 1).bit_length()))  # narrow N: fewer lanes
+    fit = _streamed_lanes(c, native)
+    stream = fit > 0 and (fit >= native // 2 or c.m.size < 4)
+    lanes = fit if stream else native
+    budget = 24 if target.native_vector_bytes >= 64 else 12
+    columns = -(-c.n.size // lanes)
+    if c.m.size < 4:
+        # GEMV-like, bound by reading Y: all rows in one tile, at most STREAM_VECTORS vectors
+        # wide so that the columns make at least 2 groups a compute unit
+        tm = c.m.size
+        sn = min(budget // tm, STREAM_VECTORS, -(-columns // (2 * max(1, target.compute_units))))
+    else:
+        # the first shape that wastes at most 5% more than the least wasteful one; then 4
+        # rows (a tile of 1 or 2 rows of a taller product loads a B vector per 1 or 2 FMAs:
+        # slower on PoCL than 8 rows padded, papers/kernels.md)
+        preferred = [(8, 3), (12, 2), (6, 4)] if budget == 24 else [(4, 3), (6, 2), (3, 4)]
+        shapes = [(tm, min(sn, columns)) for tm, sn in preferred + [(4, budget // 4)]]
+        least = min(padded(c, tm, sn * lanes) for tm, sn in shapes)
+        tm, sn = next(s for s in shapes if padded(c, s[0], s[1] * lanes) <= 1.05 * least)
+    vm = math.gcd(tm, 16) if math.gcd(tm, 16) in (2, 4, 8, 16) else 1
+    bk = min(64, -(-c.k.size // 4) * 4)
+    wy = max(1, min(4, c.m.size // tm))  # work-items of a group share staged tiles
+    return Tiles(1, wy, vm, tm // vm, lanes, sn, bk, 4, vector=lanes, stream=stream)
+
+
 def choose_tiles(c: Contraction, target: TargetProfile) -> Tiles:
     """Tile sizes for ``c`` on ``target``: from its device type, limits and the problem shape."""
     item = c.dtype.itemsize
     if target.device_type == "cpu":
-        lanes = _pow2_at_most(max(1, target.native_vector_bytes // item), 16)
-        lanes = min(lanes, 1 << max(0, (c.n.size - 1).bit_length()))  # narrow N: fewer lanes
-        # 24 vector accumulators where the ISA has 32 SIMD registers (AVX-512), else 12;
-        # the first shape that wastes at most 5% more than the least wasteful one
-        budget = 24 if target.native_vector_bytes >= 64 else 12
-        preferred = [(8, 3), (12, 2), (6, 4)] if budget == 24 else [(4, 3), (6, 2), (3, 4)]
-        columns = -(-c.n.size // lanes)
-        # then 4 rows, or fewer only for fewer rows than 4: a tile of 1 or 2 rows loads a B
-        # vector per 1 or 2 FMAs, slower on PoCL than 8 rows padded (papers/kernels.md)
-        few = (4, 2, 1) if c.m.size < 4 else (4,)
-        shapes = [(tm, min(sn, columns)) for tm, sn in
-                  preferred + [(m, budget // m) for m in few]]
-        least = min(padded(c, tm, sn * lanes) for tm, sn in shapes)
-        tm, sn = next(s for s in shapes if padded(c, s[0], s[1] * lanes) <= 1.05 * least)
-        vm = math.gcd(tm, 16) if math.gcd(tm, 16) in (2, 4, 8, 16) else 1
-        bk = min(64, -(-c.k.size // 4) * 4)
-        wy = max(1, min(4, c.m.size // tm))  # work-items of a group share the Y tile copy
-        return Tiles(1, wy, vm, tm // vm, lanes, sn, bk, 4, vector=lanes)
+        return _cpu_tiles(c, target)
     tiny = _tiny(c, target) or _skinny(c, target)
     if tiny is not None:
         return tiny

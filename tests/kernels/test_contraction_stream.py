@@ -1,0 +1,122 @@
+"""tiled-contraction on CPUs: operands read where used (``Tiles.stream``), no local tiles.
+
+The tile rule (:func:`~accy.kernels.contraction_plan.choose_tiles` for a CPU profile), the
+kernels' structure, and their numbers against numpy in float64 on the default device, for
+random shapes with every edge (rows, columns and K past the tiles), batches, transposed X and
+epilogues. GPU profiles never stream.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from contraction_support import AVX512, program
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import accy
+from accy import f32
+from accy.builder import einsum
+from accy.ir.types import DType, TensorType
+from accy.kernels.contraction_plan import choose_tiles, classify
+
+AVX2 = dataclasses.replace(AVX512, native_vector_bytes=32)
+
+
+def tiles(spec: str, shapes, target=AVX512, dtype: DType = DType.f32):
+    b = accy.Builder()
+    f = b.begin_function("f", [TensorType(s, dtype) for s in shapes])
+    node = einsum(spec, *(f.param(i) for i in range(len(shapes)))).node
+    return choose_tiles(classify(node), target)
+
+
+@pytest.fixture(scope="module")
+def cpu(profiles):
+    """The device's profile as a CPU with AVX-512-wide vectors and 2 compute units."""
+    return dataclasses.replace(profiles["device"], device_type="cpu", native_vector_bytes=64,
+                               compute_units=2)
+
+
+def test_cpu_tiles_stream_where_y_gives_vectors_of_half_the_native_width():
+    t = tiles("ik,kj->ij", [(1024, 1024), (1024, 1024)])
+    assert (t.stream, t.vn, t.vm * t.sm, t.sn) == (True, 16, 8, 3)
+    t = tiles("ik,kj->ij", [(64, 1000), (1000, 1000)])  # 1000 = 8 x 125: float8 columns
+    assert (t.stream, t.vn) == (True, 8)
+    t = tiles("ik,kj->ij", [(64, 1000), (1000, 1020)])  # 1020 = 4 x 255: staged, float16
+    assert (t.stream, t.vn) == (False, 16)
+    assert tiles("ik,kj->ij", [(64, 100), (100, 1020)], AVX2).stream  # AVX2: 4 of 8 lanes
+    t = tiles("ik,jk->ij", [(64, 100), (1024, 100)])  # Y K-contiguous: staged
+    assert (t.stream, t.vn) == (False, 16)
+    assert not tiles("ik,kj->ij", [(64, 64), (64, 64)], dtype=DType.f16).stream
+
+
+def test_cpu_tiles_for_fewer_than_4_rows_take_them_all_and_spread_the_columns():
+    for n, sn in [(4096, 8), (512, 8), (128, 2), (16, 1)]:
+        t = tiles("ik,kj->ij", [(1, 512), (512, n)])
+        assert (t.bm, t.sn, t.vn, t.stream) == (1, sn, 16, True), n
+    t = tiles("ik,kj->ij", [(3, 512), (512, 4096)])
+    assert (t.bm, t.vm, t.sn) == (3, 1, 8)  # 3 rows apart, 24 accumulators
+    t = tiles("ik,kj->ij", [(1, 512), (512, 999)])  # any width when reading Y bounds it
+    assert (t.stream, t.vn, t.sn) == (True, 1, 8)
+    assert tiles("ik,kj->ij", [(2, 64), (64, 4096)], AVX2).sn == 6  # 12 accumulators
+
+
+def test_streamed_kernels_have_no_local_tiles_or_barriers(cpu, profiles):
+    prog = program("ik,kj->ij", [(67, 45), (45, 160)])
+    src = accy.prepare(prog, target=cpu).kernel_source(0)
+    assert "__local" not in src and "barrier" not in src
+    assert "vload16" in src and "fma(" in src
+    gpu = accy.prepare(prog, target=profiles["gpu-tiles"]).kernel_source(0)
+    assert "__local" in gpu and "barrier" in gpu
+    # X: rows one by one where K-contiguous, as vectors where M-contiguous (6 rows: float2)
+    assert "const float a0_0_1 = " in accy.prepare(
+        program("ik,kj->ij", [(64, 40), (40, 128)]), target=cpu).kernel_source(0)
+    assert "const float2 a0_0 = " in accy.prepare(
+        program("ki,kj->ij", [(40, 64), (40, 128)]), target=cpu).kernel_source(0)
+    staged = accy.prepare(program("ik,jk->ij", [(67, 45), (160, 45)]), target=cpu)
+    assert "y_tile" in staged.kernel_source(0)
+
+
+@st.composite
+def streamed(draw):
+    """A product that streams: plain, X transposed, batched, or Y shared by a batch of X; N a
+    multiple of 8 or 16, or any N past 1 for fewer than 4 rows."""
+    form = draw(st.sampled_from(["ik,kj->ij", "ki,kj->ij", "bik,bkj->bij", "bik,kj->bij"]))
+    m, k, b = draw(st.integers(1, 40)), draw(st.integers(2, 150)), draw(st.integers(1, 3))
+    rows = m * b if form == "bik,kj->bij" else m  # b and i flatten into M there
+    n = (draw(st.integers(2, 100)) if rows < 4
+         else draw(st.sampled_from([8, 16])) * draw(st.integers(1, 12)))
+    size = {"i": m, "k": k, "j": n, "b": b}
+    x, y = form.split("->")[0].split(",")
+    return form, [tuple(size[c] for c in x), tuple(size[c] for c in y)]
+
+
+@settings(max_examples=25, deadline=None)
+@given(case=streamed(), relu=st.booleans())
+def test_streamed_products_match_numpy(device, cpu, case, relu):
+    spec, shapes = case
+    prog = program(spec, shapes, epilogue=(lambda out: accy.relu(out)) if relu else None)
+    job = accy.prepare(prog, target=cpu)
+    assert job.generators() == {"tiled-contraction": 1}
+    assert "__local" not in job.kernel_source(0), "the product was staged, not streamed"
+    rng = np.random.default_rng(3)
+    x, y = (rng.standard_normal(s).astype(np.float32) for s in shapes)
+    (out,) = job.run(x, y, device=device)
+    ref = np.einsum(spec, x.astype(np.float64), y.astype(np.float64))
+    ref = np.maximum(ref, 0) if relu else ref
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * max(1.0, np.abs(ref).max()))
+
+
+def test_a_traced_matrix_vector_product_streams_on_the_cpu(device, cpu):
+    @accy.function
+    def mv(x: f32[1, 300], w: f32[300, 256], b: f32[256]):
+        return accy.tanh(x @ w + b)
+
+    job = accy.prepare(mv, target=cpu)
+    assert job.kernel_count == 1 and "__local" not in job.kernel_source(0)
+    rng = np.random.default_rng(0)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((1, 300), (300, 256), (256,)))
+    (out,) = job.run(x, w, b, device=device)
+    np.testing.assert_allclose(out, np.tanh(x.astype(np.float64) @ w + b), rtol=1e-5, atol=1e-5)
