@@ -42,7 +42,9 @@ M is contiguous) at a time, Y as vectors along N; no local memory and no barrier
 PoCL cost more than the caches they stand in for. Y must then give aligned vectors along N (at
 least half the native width, any width for fewer than 4 rows); otherwise both operands are
 staged as on GPUs. A product of fewer than 4 rows (GEMV-like, bound by reading Y) takes all of
-them in one tile, its columns spread over at least 2 groups a compute unit.
+them in one tile, its columns spread over at least 2 groups a compute unit; where both operands
+are K-contiguous instead (``x @ W.T``), each output of the tile accumulates a vector along K,
+its lanes summed after the loop (``Tiles.dot``).
 An f32 product with M or N at most 32 takes a tile that short and 128 long, K split until each
 compute unit has 3 groups (``contraction_plan._skinny``: GEMV-like products stream the long
 operand).
@@ -63,6 +65,7 @@ from accy.kernels.contraction_plan import (
     Tiles,
     analyse,
     choose_tiles,
+    dot_lanes,
     output_coords,
     stored_value,
     transposing,
@@ -321,6 +324,10 @@ class _Builder:
         # other then gained or lost by shape), Y as whole vectors along N, not prefetched
         self.stream = (t.stream and not t.prefetch and dt is c.dtype
                        and self.sy.mode == "free" and self.sy.lanes % t.vn == 0)
+        if t.dot and t.stream and dt is c.dtype and dot_lanes(c, t.dot) == t.dot:
+            self.stores(self.dot_product(m0, n0, bases, k1), m0, n0, tx, ty, bcoords,
+                        bases["out"])
+            return self.kernel(groups)
         align = max(t.vm, t.vn, self.sx.lanes, self.sy.lanes) * dt.itemsize
         staged = [] if self.stream else [self.sx, self.sy]
         for s in staged:
@@ -339,11 +346,42 @@ class _Builder:
             loop += [Barrier(), *compute, Barrier()] if staged else compute
         self.body.append(For("kt", self.k0, k1, tuple(loop), step=t.bk))
         self.stores(acc, m0, n0, tx, ty, bcoords, bases["out"])
+        return self.kernel(groups)
+
+    def kernel(self, groups: int) -> Kernel:
+        t = self.t
         entry = f"{self.outline.entry}_partials" if self.chunks > 1 else self.outline.entry
         return Kernel(entry, self.outline.work_item, self.kind, self.group.domain,
                       tuple(self.epi.args + self.out_args), tuple(self.body),
                       LaunchGeometry((self.chunks * groups * t.threads,), (t.threads,)),
                       loopnest.implemented_ops(self.group), fixed_local_size=True)
+
+    def dot_product(self, m0: Expr, n0: Expr, bases: dict[str, Expr], k1: Expr
+                    ) -> list[list[Var]]:
+        """Each output of the tile as a vector of ``t.dot`` partial sums along K (both
+        operands K-contiguous, read where used), its lanes summed after the loop; columns past
+        N read the last column (computed, not stored)."""
+        c, t, dt, lanes = self.c, self.t, self.dtype, self.t.dot
+        rows = [add(m0, idx(i)) for i in range(t.sm)]
+        cols = [add(n0, idx(w)) if c.n.size % t.bn == 0 else
+                Call("min", (add(n0, idx(w)), idx(c.n.size - 1))) for w in range(t.sn)]
+        acc = [[self.let(f"acc_{i}_{w}", self.zero(lanes), dt, lanes, mutable=True)
+                for w in range(t.sn)] for i in range(t.sm)]
+        kt = Var("kt")
+        loop: list[Stmt] = []
+        for i, row in enumerate(rows):
+            at = add(bases["x"], add(mul(row, idx(c.m.x)), kt))
+            loop.append(Let(f"a_{i}", dt, VectorLoad(self.x_arg, div(at, lanes), lanes),
+                            lanes=lanes))
+        for w, col in enumerate(cols):
+            at = add(bases["y"], add(mul(col, idx(c.n.y)), kt))
+            loop.append(Let(f"b_{w}", dt, VectorLoad(self.y_arg, div(at, lanes), lanes),
+                            lanes=lanes))
+        loop += [Assign(acc[i][w].name, Call("fma", (Var(f"a_{i}"), Var(f"b_{w}"), acc[i][w])))
+                 for i in range(t.sm) for w in range(t.sn)]
+        self.body.append(For("kt", self.k0, k1, tuple(loop), step=lanes))
+        return [[self.let(f"sum_{i}_{w}", _lane_sum(acc[i][w], lanes), dt)
+                 for w in range(t.sn)] for i in range(t.sm)]
 
     def prefetched(self, m0: Expr, n0: Expr, tid: Expr, compute: list[Stmt]) -> list[Stmt]:
         """Loop body that stores the registers loaded last step, then loads the next step."""
@@ -439,6 +477,14 @@ class _Builder:
     def coords(self, bcoords: list[Expr], row: Expr, col: Expr) -> tuple[Expr, ...]:
         """Output coordinates of the element at flattened (row, col)."""
         return output_coords(self.c, bcoords, row, col)
+
+
+def _lane_sum(v: Expr, lanes: int) -> Expr:
+    """The sum of a vector's lanes, pairwise."""
+    terms: list[Expr] = [Lane(v, i) for i in range(lanes)]
+    while len(terms) > 1:
+        terms = [Bin("+", terms[i], terms[i + 1]) for i in range(0, len(terms), 2)]
+    return terms[0]
 
 
 def store_targets(group: FusionGroup, outline: KernelOutline, given: Node, chunk: Expr | None,

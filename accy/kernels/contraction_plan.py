@@ -205,6 +205,7 @@ class Tiles:
     swizzle: int = 0  # tile rows walked together for cache reuse (0: row-major order)
     split: int = 1  # K split over this many work-groups per tile, partials summed by a 2nd kernel
     stream: bool = False  # operands read from global memory where used, not local tiles (CPUs)
+    dot: int = 0  # streamed along K in vectors this wide, each output's lanes summed at the end
 
     @property
     def bm(self) -> int:
@@ -354,17 +355,38 @@ def _streamed_lanes(c: Contraction, most: int) -> int:
     return lanes
 
 
+def dot_lanes(c: Contraction, most: int) -> int:
+    """The widest vector (at most ``most``) along K that both operands give, or 0: X and Y
+    K-contiguous, K, their other strides and the batch strides multiples of it."""
+    if c.k.x != 1 or c.k.y != 1 or c.dtype not in FLOATS:
+        return 0
+    lanes = most
+    strides = (c.k.size, c.m.x, c.n.y, *(d.x for d in c.batch), *(d.y for d in c.batch))
+    while lanes > 1 and any(v % lanes for v in strides):
+        lanes //= 2
+    return lanes
+
+
 def _cpu_tiles(c: Contraction, target: TargetProfile) -> Tiles:
     """CPU tiles: a work-item keeps 24 vector accumulators where the ISA has 32 SIMD registers
     (AVX-512), else 12, as wide as the device prefers. Both operands are read where used
     (``Tiles.stream``: no local tiles, no barriers) when Y's rows give vectors of at least
-    half that width along N, or for fewer than 4 rows at any width; else both are staged."""
-    native = _pow2_at_most(max(1, target.native_vector_bytes // c.dtype.itemsize), 16)
-    native = min(native, 1 << max(0, (c.n.size - 1).bit_length()))  # narrow N: fewer lanes
+    half that width along N, or for fewer than 4 rows at any width; else, for fewer than 4
+    rows of K-contiguous operands, each output is a vector along K summed at the end
+    (``Tiles.dot``); else both are staged."""
+    widest = _pow2_at_most(max(1, target.native_vector_bytes // c.dtype.itemsize), 16)
+    native = min(widest, 1 << max(0, (c.n.size - 1).bit_length()))  # narrow N: fewer lanes
     fit = _streamed_lanes(c, native)
     stream = fit > 0 and (fit >= native // 2 or c.m.size < 4)
     lanes = fit if stream else native
     budget = 24 if target.native_vector_bytes >= 64 else 12
+    dot = dot_lanes(c, widest) if c.m.size < 4 and not stream else 0
+    if dot >= widest // 2:
+        # fewer than 4 rows, Y K-contiguous: each output a vector along K, summed at the end;
+        # columns spread as below
+        sn = min(budget // c.m.size, STREAM_VECTORS,
+                 -(-c.n.size // (2 * max(1, target.compute_units))))
+        return Tiles(1, 1, 1, c.m.size, 1, sn, dot, 1, vector=dot, stream=True, dot=dot)
     columns = -(-c.n.size // lanes)
     if c.m.size < 4:
         # GEMV-like, bound by reading Y: all rows in one tile, at most STREAM_VECTORS vectors

@@ -63,6 +63,16 @@ def test_cpu_tiles_for_fewer_than_4_rows_take_them_all_and_spread_the_columns():
     assert tiles("ik,kj->ij", [(2, 64), (64, 4096)], AVX2).sn == 6  # 12 accumulators
 
 
+def test_cpu_tiles_for_fewer_than_4_rows_of_a_k_contiguous_y_sum_along_k():
+    t = tiles("ik,jk->ij", [(1, 25088), (4096, 25088)])
+    assert (t.dot, t.bm, t.sn, t.vn, t.stream) == (16, 1, 8, 1, True)
+    assert tiles("ik,jk->ij", [(3, 1000), (100, 1000)]).dot == 8  # 1000 = 8 x 125
+    assert tiles("ik,jk->ij", [(2, 1000), (100, 1000)], AVX2).dot == 8
+    assert tiles("ik,jk->ij", [(1, 1001), (100, 1001)]).dot == 0  # no vectors along K
+    assert tiles("ik,jk->ij", [(4, 1024), (100, 1024)]).dot == 0  # 4 rows: staged
+    assert tiles("ki,jk->ij", [(1024, 2), (100, 1024)]).dot == 0  # X M-contiguous
+
+
 def test_streamed_kernels_have_no_local_tiles_or_barriers(cpu, profiles):
     prog = program("ik,kj->ij", [(67, 45), (45, 160)])
     src = accy.prepare(prog, target=cpu).kernel_source(0)
@@ -120,3 +130,32 @@ def test_a_traced_matrix_vector_product_streams_on_the_cpu(device, cpu):
     x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((1, 300), (300, 256), (256,)))
     (out,) = job.run(x, w, b, device=device)
     np.testing.assert_allclose(out, np.tanh(x.astype(np.float64) @ w + b), rtol=1e-5, atol=1e-5)
+
+
+@st.composite
+def dots(draw):
+    """A product of fewer than 4 rows with both operands K-contiguous: K a multiple of 8 or
+    16, any number of columns (some past the last tile), maybe batched."""
+    form = draw(st.sampled_from(["ik,jk->ij", "bik,bjk->bij", "k,jk->j"]))
+    m, b = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    k = draw(st.sampled_from([8, 16])) * draw(st.integers(1, 20))
+    size = {"i": m, "k": k, "j": draw(st.integers(1, 70)), "b": b}
+    x, y = form.split("->")[0].split(",")
+    return form, [tuple(size[c] for c in x), tuple(size[c] for c in y)]
+
+
+@settings(max_examples=20, deadline=None)
+@given(case=dots(), relu=st.booleans())
+def test_products_summed_along_k_match_numpy(device, cpu, case, relu):
+    spec, shapes = case
+    prog = program(spec, shapes, epilogue=(lambda out: accy.relu(out)) if relu else None)
+    job = accy.prepare(prog, target=cpu)
+    assert job.generators() == {"tiled-contraction": 1}
+    src = job.kernel_source(0)
+    assert "__local" not in src and "sum_0_0" in src, "not summed along K"
+    rng = np.random.default_rng(4)
+    x, y = (rng.standard_normal(s).astype(np.float32) for s in shapes)
+    (out,) = job.run(x, y, device=device)
+    ref = np.einsum(spec, x.astype(np.float64), y.astype(np.float64))
+    ref = np.maximum(ref, 0) if relu else ref
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * max(1.0, np.abs(ref).max()))
