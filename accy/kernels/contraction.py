@@ -483,7 +483,8 @@ def _lane_sum(v: Expr, lanes: int) -> Expr:
     """The sum of a vector's lanes, pairwise."""
     terms: list[Expr] = [Lane(v, i) for i in range(lanes)]
     while len(terms) > 1:
-        terms = [Bin("+", terms[i], terms[i + 1]) for i in range(0, len(terms), 2)]
+        terms = [Bin("+", *terms[i:i + 2]) if i + 1 < len(terms) else terms[i]
+                 for i in range(0, len(terms), 2)]
     return terms[0]
 
 

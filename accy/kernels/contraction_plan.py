@@ -380,19 +380,22 @@ def _cpu_tiles(c: Contraction, target: TargetProfile) -> Tiles:
     stream = fit > 0 and (fit >= native // 2 or c.m.size < 4)
     lanes = fit if stream else native
     budget = 24 if target.native_vector_bytes >= 64 else 12
+    # fewer than 4 rows (GEMV-like, bound by reading Y): all rows in one tile, at most
+    # STREAM_VECTORS columns (vectors or single) a work-item, so that they make at least 2
+    # groups a compute unit
+    few = min(3, c.m.size)
+
+    def across(columns: int) -> int:
+        return min(budget // few, STREAM_VECTORS,
+                   -(-columns // (2 * max(1, target.compute_units))))
+
     dot = dot_lanes(c, widest) if c.m.size < 4 and not stream else 0
-    if dot >= widest // 2:
-        # fewer than 4 rows, Y K-contiguous: each output a vector along K, summed at the end;
-        # columns spread as below
-        sn = min(budget // c.m.size, STREAM_VECTORS,
-                 -(-c.n.size // (2 * max(1, target.compute_units))))
-        return Tiles(1, 1, 1, c.m.size, 1, sn, dot, 1, vector=dot, stream=True, dot=dot)
+    if dot and dot >= widest // 2:  # K-contiguous operands: outputs summed along K
+        return Tiles(1, 1, 1, c.m.size, 1, across(c.n.size), dot, 1, vector=dot, stream=True,
+                     dot=dot)
     columns = -(-c.n.size // lanes)
     if c.m.size < 4:
-        # GEMV-like, bound by reading Y: all rows in one tile, at most STREAM_VECTORS vectors
-        # wide so that the columns make at least 2 groups a compute unit
-        tm = c.m.size
-        sn = min(budget // tm, STREAM_VECTORS, -(-columns // (2 * max(1, target.compute_units))))
+        tm, sn = c.m.size, across(columns)
     else:
         # the first shape that wastes at most 5% more than the least wasteful one; then 4
         # rows (a tile of 1 or 2 rows of a taller product loads a B vector per 1 or 2 FMAs:

@@ -71,6 +71,10 @@ def test_cpu_tiles_for_fewer_than_4_rows_of_a_k_contiguous_y_sum_along_k():
     assert tiles("ik,jk->ij", [(1, 1001), (100, 1001)]).dot == 0  # no vectors along K
     assert tiles("ik,jk->ij", [(4, 1024), (100, 1024)]).dot == 0  # 4 rows: staged
     assert tiles("ki,jk->ij", [(1024, 2), (100, 1024)]).dot == 0  # X M-contiguous
+    narrow = dataclasses.replace(AVX512, native_vector_bytes=4)  # f64: scalar lanes
+    assert tiles("ik,jk->ij", [(1, 64), (100, 64)], narrow, DType.f64).dot == 1
+    t = tiles("ki,jk->ij", [(64, 2), (100, 64)], narrow, DType.f64)  # no dot, even of 1 lane
+    assert (t.dot, t.vn) == (0, 1) and t.bk > 0
 
 
 def test_streamed_kernels_have_no_local_tiles_or_barriers(cpu, profiles):
