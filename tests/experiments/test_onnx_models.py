@@ -166,3 +166,17 @@ def test_script_writes_onnx_files(experiment_script, tmp_path):
     assert program.function().params[0].type.shape == (1, 3, 224, 224)
     with pytest.raises(SystemExit):
         script.main([str(tmp_path), "--models", "alexnet"])
+
+
+def test_warm_up_calls_for_a_time_at_least_once_and_at_most_a_count(monkeypatch):
+    calls = []
+
+    def call():
+        calls.append(len(calls))
+        return len(calls)
+
+    monkeypatch.setattr(models, "WARMUP_S", 0.0)
+    assert models._warm(call) == 1 and len(calls) == 1
+    calls.clear()
+    monkeypatch.setattr(models, "WARMUP_S", 3600.0)
+    assert models._warm(call) == 1 and len(calls) == models.WARMUP_CALLS
