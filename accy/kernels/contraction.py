@@ -41,10 +41,10 @@ read where the outer products use them (``Tiles.stream``): X a row (or a vector 
 M is contiguous) at a time, Y as vectors along N; no local memory and no barriers, which on
 PoCL cost more than the caches they stand in for. Y must then give aligned vectors along N (at
 least half the native width, any width for fewer than 4 rows); otherwise both operands are
-staged as on GPUs. A product of fewer than 4 rows (GEMV-like, bound by reading Y) takes all of
-them in one tile, its columns spread over at least 2 groups a compute unit; where both operands
-are K-contiguous instead (``x @ W.T``), each output of the tile accumulates a vector along K,
-its lanes summed after the loop (``Tiles.dot``).
+staged as on GPUs, unless both are K-contiguous (``x @ W.T``): then each output of the tile
+accumulates a vector along K, its lanes summed after the loop (``Tiles.dot``). A product of
+fewer than 4 rows (GEMV-like, bound by reading Y) takes all of them in one tile, its columns
+spread over at least 2 groups a compute unit.
 An f32 product with M or N at most 32 takes a tile that short and 128 long, K split until each
 compute unit has 3 groups (``contraction_plan._skinny``: GEMV-like products stream the long
 operand).
@@ -362,7 +362,8 @@ class _Builder:
         operands K-contiguous, read where used), its lanes summed after the loop; columns past
         N read the last column (computed, not stored)."""
         c, t, dt, lanes = self.c, self.t, self.dtype, self.t.dot
-        rows = [add(m0, idx(i)) for i in range(t.sm)]
+        rows = [add(m0, idx(i)) if c.m.size % t.bm == 0 else
+                Call("min", (add(m0, idx(i)), idx(c.m.size - 1))) for i in range(t.sm)]
         cols = [add(n0, idx(w)) if c.n.size % t.bn == 0 else
                 Call("min", (add(n0, idx(w)), idx(c.n.size - 1))) for w in range(t.sn)]
         acc = [[self.let(f"acc_{i}_{w}", self.zero(lanes), dt, lanes, mutable=True)

@@ -342,6 +342,7 @@ def _skinny(c: Contraction, target: TargetProfile) -> Tiles | None:
 
 
 STREAM_VECTORS = 8  # widest CPU tile (in vectors) of a product of fewer than 4 rows
+DOT_VECTORS = 8  # K of at least this many vectors to sum outputs along K (each sums its lanes)
 
 
 def _streamed_lanes(c: Contraction, most: int) -> int:
@@ -371,9 +372,9 @@ def _cpu_tiles(c: Contraction, target: TargetProfile) -> Tiles:
     """CPU tiles: a work-item keeps 24 vector accumulators where the ISA has 32 SIMD registers
     (AVX-512), else 12, as wide as the device prefers. Both operands are read where used
     (``Tiles.stream``: no local tiles, no barriers) when Y's rows give vectors of at least
-    half that width along N, or for fewer than 4 rows at any width; else, for fewer than 4
-    rows of K-contiguous operands, each output is a vector along K summed at the end
-    (``Tiles.dot``); else both are staged."""
+    half that width along N, or for fewer than 4 rows at any width; else, where both operands
+    give such vectors along K (``x @ W.T``) and K is at least DOT_VECTORS of them, each output
+    is a vector along K summed at the end (``Tiles.dot``); else both are staged."""
     widest = _pow2_at_most(max(1, target.native_vector_bytes // c.dtype.itemsize), 16)
     native = min(widest, 1 << max(0, (c.n.size - 1).bit_length()))  # narrow N: fewer lanes
     fit = _streamed_lanes(c, native)
@@ -389,21 +390,27 @@ def _cpu_tiles(c: Contraction, target: TargetProfile) -> Tiles:
         return min(budget // few, STREAM_VECTORS,
                    -(-columns // (2 * max(1, target.compute_units))))
 
-    dot = dot_lanes(c, widest) if c.m.size < 4 and not stream else 0
-    if dot and dot >= widest // 2:  # K-contiguous operands: outputs summed along K
-        return Tiles(1, 1, 1, c.m.size, 1, across(c.n.size), dot, 1, vector=dot, stream=True,
-                     dot=dot)
-    columns = -(-c.n.size // lanes)
-    if c.m.size < 4:
-        tm, sn = c.m.size, across(columns)
-    else:
-        # the first shape that wastes at most 5% more than the least wasteful one; then 4
-        # rows (a tile of 1 or 2 rows of a taller product loads a B vector per 1 or 2 FMAs:
-        # slower on PoCL than 8 rows padded, papers/kernels.md)
-        preferred = [(8, 3), (12, 2), (6, 4)] if budget == 24 else [(4, 3), (6, 2), (3, 4)]
-        shapes = [(tm, min(sn, columns)) for tm, sn in preferred + [(4, budget // 4)]]
+    def least_padded(shapes: list[tuple[int, int]], lanes: int) -> tuple[int, int]:
+        """The first (rows, vectors) shape that wastes at most 5% more than the least
+        wasteful one."""
+        columns = -(-c.n.size // lanes)
+        shapes = [(tm, min(sn, columns)) for tm, sn in shapes]
         least = min(padded(c, tm, sn * lanes) for tm, sn in shapes)
-        tm, sn = next(s for s in shapes if padded(c, s[0], s[1] * lanes) <= 1.05 * least)
+        return next(s for s in shapes if padded(c, s[0], s[1] * lanes) <= 1.05 * least)
+
+    dot = dot_lanes(c, widest) if not stream else 0
+    if dot and dot >= widest // 2 and c.k.size >= DOT_VECTORS * dot:
+        # K-contiguous operands: outputs summed along K
+        tm, sn = ((c.m.size, across(c.n.size)) if c.m.size < 4 else least_padded(
+            [(4, 6), (6, 4), (8, 3)] if budget == 24 else [(4, 3), (3, 4)], 1))
+        return Tiles(1, 1, 1, tm, 1, sn, dot, 1, vector=dot, stream=True, dot=dot)
+    if c.m.size < 4:
+        tm, sn = c.m.size, across(-(-c.n.size // lanes))
+    else:
+        # then 4 rows (a tile of 1 or 2 rows of a taller product loads a B vector per 1 or 2
+        # FMAs: slower on PoCL than 8 rows padded, papers/kernels.md)
+        preferred = [(8, 3), (12, 2), (6, 4)] if budget == 24 else [(4, 3), (6, 2), (3, 4)]
+        tm, sn = least_padded(preferred + [(4, budget // 4)], lanes)
     vm = math.gcd(tm, 16) if math.gcd(tm, 16) in (2, 4, 8, 16) else 1
     bk = min(64, -(-c.k.size // 4) * 4)
     wy = max(1, min(4, c.m.size // tm))  # work-items of a group share staged tiles

@@ -192,8 +192,9 @@ def test_cpu_tiles_use_the_native_vector_width_and_waste_least():
     t = tiles_for("ik,kj->ij", [(1024, 1024), (1024, 1024)], AVX2)
     assert t.vn == 8 and (t.vm * t.sm) * t.sn == 12  # 12 accumulators for 16 registers
     matvec = tiles_for("ik,k->i", [(64, 32), (32,)], AVX512)  # i is N: M = 1
-    # one row, Y K-contiguous: outputs as vectors along K, 8 a work-item (2 a compute unit)
-    assert (matvec.vm * matvec.sm, matvec.sn, matvec.vn, matvec.dot) == (1, 8, 1, 16)
+    # one row, the 4 columns' vectors over 4 groups (2 a compute unit); Y is K-contiguous but
+    # K of 2 vectors too short to sum each output along K
+    assert (matvec.vm * matvec.sm, matvec.sn, matvec.vn, matvec.dot) == (1, 1, 16, 0)
     assert tiles_for("k,k->", [(32,), (32,)], AVX512).vn == 1  # N = 1: scalar lanes
 
 

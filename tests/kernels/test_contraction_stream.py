@@ -63,13 +63,18 @@ def test_cpu_tiles_for_fewer_than_4_rows_take_them_all_and_spread_the_columns():
     assert tiles("ik,kj->ij", [(2, 64), (64, 4096)], AVX2).sn == 6  # 12 accumulators
 
 
-def test_cpu_tiles_for_fewer_than_4_rows_of_a_k_contiguous_y_sum_along_k():
+def test_cpu_tiles_of_k_contiguous_operands_sum_along_k():
     t = tiles("ik,jk->ij", [(1, 25088), (4096, 25088)])
     assert (t.dot, t.bm, t.sn, t.vn, t.stream) == (16, 1, 8, 1, True)
     assert tiles("ik,jk->ij", [(3, 1000), (100, 1000)]).dot == 8  # 1000 = 8 x 125
     assert tiles("ik,jk->ij", [(2, 1000), (100, 1000)], AVX2).dot == 8
     assert tiles("ik,jk->ij", [(1, 1001), (100, 1001)]).dot == 0  # no vectors along K
-    assert tiles("ik,jk->ij", [(4, 1024), (100, 1024)]).dot == 0  # 4 rows: staged
+    assert tiles("ik,jk->ij", [(64, 1000), (100, 1000)]).dot == 8  # half of 16 lanes
+    assert tiles("ik,jk->ij", [(64, 1020), (100, 1020)]).dot == 0  # 4 of 16 lanes: staged
+    assert tiles("ik,jk->ij", [(64, 112), (100, 112)]).dot == 0  # K of 7 vectors: staged
+    t = tiles("ik,jk->ij", [(64, 1024), (1024, 1024)])  # 24 accumulators, least padding
+    assert (t.dot, t.bm, t.sn) == (16, 4, 6)
+    assert (tiles("ik,jk->ij", [(64, 1024), (1024, 1024)], AVX2).bm,) == (4,)
     assert tiles("ki,jk->ij", [(1024, 2), (100, 1024)]).dot == 0  # X M-contiguous
     narrow = dataclasses.replace(AVX512, native_vector_bytes=4)  # f64: scalar lanes
     assert tiles("ik,jk->ij", [(1, 64), (100, 64)], narrow, DType.f64).dot == 1
@@ -138,11 +143,11 @@ def test_a_traced_matrix_vector_product_streams_on_the_cpu(device, cpu):
 
 @st.composite
 def dots(draw):
-    """A product of fewer than 4 rows with both operands K-contiguous: K a multiple of 8 or
-    16, any number of columns (some past the last tile), maybe batched."""
+    """A product with both operands K-contiguous: K a multiple of 8 or 16 and at least 8 such
+    vectors, any number of rows and columns (some past the last tile), maybe batched."""
     form = draw(st.sampled_from(["ik,jk->ij", "bik,bjk->bij", "k,jk->j"]))
-    m, b = draw(st.integers(1, 3)), draw(st.integers(1, 3))
-    k = draw(st.sampled_from([8, 16])) * draw(st.integers(1, 20))
+    m, b = draw(st.integers(1, 20)), draw(st.integers(1, 3))
+    k = draw(st.sampled_from([8, 16])) * draw(st.integers(16, 30))
     size = {"i": m, "k": k, "j": draw(st.integers(1, 70)), "b": b}
     x, y = form.split("->")[0].split(",")
     return form, [tuple(size[c] for c in x), tuple(size[c] for c in y)]
