@@ -39,7 +39,8 @@ accumulators (12 without AVX-512-wide registers) as wide as the device prefers, 
 register-block shape that pads least. There the operands are not copied to local tiles but
 read where the outer products use them (``Tiles.stream``): X a row (or a vector of rows, where
 M is contiguous) at a time, Y as vectors along N; no local memory and no barriers, which on
-PoCL cost more than the caches they stand in for. Y must then give aligned vectors along N (at
+PoCL cost more than the caches they stand in for; K past the last whole step is taken one index
+at a time after the steps, not by a guard on every load. Y must give aligned vectors along N (at
 least half the native width, any width for fewer than 4 rows); otherwise both operands are
 staged as on GPUs, unless both are K-contiguous (``x @ W.T``): then each output of the tile
 accumulates a vector along K, its lanes summed after the loop (``Tiles.dot``). A product of
@@ -53,7 +54,7 @@ operand).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from accy.ir.node import Node
 from accy.ir.types import DType
@@ -144,6 +145,7 @@ class _Builder:
         self.chunks = -(-c.k.size // self.chunk_k)
         self.scratch = KernelArg("scratch0", self.dtype, True, -1,
                                  self.chunks * einsum.type.size)
+        self.k_guard = bool(c.k.size % tiles.bk)  # loads guarded against K
 
     def let(self, name: str, e: Expr, dtype: DType = INDEX, lanes: int = 1,
             mutable: bool = False) -> Var:
@@ -200,7 +202,7 @@ class _Builder:
         at = add(s.base, add(mul(f, idx(s.free_stride)), mul(k, idx(s.k_stride))))
         value = Load(s.arg, at) if lanes == 1 else VectorLoad(s.arg, div(at, lanes), lanes)
         guard = all_of(([Bin("<", f, idx(s.extent))] if s.extent % s.tile else [])
-                     + ([Bin("<", k, idx(self.c.k.size))] if self.c.k.size % self.t.bk else []))
+                     + ([Bin("<", k, idx(self.c.k.size))] if self.k_guard else []))
         return value if guard is None else Cond(guard, value, self.zero(lanes))
 
     def store_local(self, s: _Side, rf: Expr, rk: Expr, value: Var) -> list[Stmt]:
@@ -335,6 +337,10 @@ class _Builder:
         acc = [[self.let(f"acc_{i}_{w}", self.zero(t.vn), dt, t.vn, mutable=True)
                 for w in range(t.sn)] for i in range(t.vm * t.sm)]
         kt = Var("kt")
+        # streamed with K past the last whole step: whole steps unguarded, then the rest one
+        # at a time (a guard on every load costs more than the second loop)
+        peel = self.stream and self.chunks == 1 and c.k.size % t.bk
+        self.k_guard = bool(c.k.size % t.bk) and not peel
         compute = self.compute(acc, ty, tx)
         per_x, per_y = self.slots(self.sx)[1], self.slots(self.sy)[1]
         held = per_x * self.sx.lanes + per_y * self.sy.lanes  # registers of a prefetch
@@ -344,7 +350,14 @@ class _Builder:
             loop = [st for s in staged for st in self.copy_direct(s, m0 if s is self.sx else n0,
                                                                  kt, tid)]
             loop += [Barrier(), *compute, Barrier()] if staged else compute
-        self.body.append(For("kt", self.k0, k1, tuple(loop), step=t.bk))
+        if peel:
+            whole = idx(c.k.size - c.k.size % t.bk)
+            self.body.append(For("kt", self.k0, whole, tuple(loop), step=t.bk))
+            self.t = replace(t, bk=1, unroll=1)
+            self.body.append(For("kt", whole, k1, tuple(self.compute(acc, ty, tx))))
+            self.t = t
+        else:
+            self.body.append(For("kt", self.k0, k1, tuple(loop), step=t.bk))
         self.stores(acc, m0, n0, tx, ty, bcoords, bases["out"])
         return self.kernel(groups)
 

@@ -52,6 +52,13 @@ def test_cpu_tiles_stream_where_y_gives_vectors_of_half_the_native_width():
     assert not tiles("ik,kj->ij", [(64, 64), (64, 64)], dtype=DType.f16).stream
 
 
+def test_streamed_k_past_the_last_whole_step_runs_one_at_a_time_unguarded(cpu):
+    src = accy.prepare(program("ik,kj->ij", [(64, 1041), (1041, 1024)]),
+                       target=cpu).kernel_source(0)
+    assert "kt < 1024L; kt += 64)" in src and "(long kt = 1024L; kt < 1041L; kt += 1)" in src
+    assert ") < 1041L) ?" not in src  # no (k < K) ? load : 0
+
+
 def test_cpu_tiles_for_fewer_than_4_rows_take_them_all_and_spread_the_columns():
     for n, sn in [(4096, 8), (512, 8), (128, 2), (16, 1)]:
         t = tiles("ik,kj->ij", [(1, 512), (512, n)])
