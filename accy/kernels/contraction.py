@@ -66,6 +66,7 @@ from accy.kernels.contraction_plan import (
     Tiles,
     analyse,
     choose_tiles,
+    dot_aligned,
     dot_lanes,
     output_coords,
     stored_value,
@@ -96,6 +97,7 @@ from accy.kernels.ir import (
     Store,
     Var,
     VectorLoad,
+    VectorLoadAt,
     VectorStore,
     add,
     all_of,
@@ -372,30 +374,45 @@ class _Builder:
     def dot_product(self, m0: Expr, n0: Expr, bases: dict[str, Expr], k1: Expr
                     ) -> list[list[Var]]:
         """Each output of the tile as a vector of ``t.dot`` partial sums along K (both
-        operands K-contiguous, read where used), its lanes summed after the loop; columns past
-        N read the last column (computed, not stored)."""
+        operands K-contiguous, read where used), its lanes summed after the loop, then K past
+        the last whole vector added one index at a time; vectors that do not start at a
+        multiple of their width are loaded unaligned. Rows and columns past the product read
+        the last one (computed, not stored)."""
         c, t, dt, lanes = self.c, self.t, self.dtype, self.t.dot
         rows = [add(m0, idx(i)) if c.m.size % t.bm == 0 else
                 Call("min", (add(m0, idx(i)), idx(c.m.size - 1))) for i in range(t.sm)]
         cols = [add(n0, idx(w)) if c.n.size % t.bn == 0 else
                 Call("min", (add(n0, idx(w)), idx(c.n.size - 1))) for w in range(t.sn)]
+        starts = ([add(bases["x"], mul(r, idx(c.m.x))) for r in rows],
+                  [add(bases["y"], mul(col, idx(c.n.y))) for col in cols])
+        aligned = dot_aligned(c, lanes)
+
+        def loads(kt: Var, width: int) -> list[Stmt]:
+            out: list[Stmt] = []
+            for name, arg, bases_ in (("a", self.x_arg, starts[0]), ("b", self.y_arg, starts[1])):
+                for i, base in enumerate(bases_):
+                    at = add(base, kt)
+                    value = (Load(arg, at) if width == 1 else VectorLoad(arg, div(at, width),
+                             width) if aligned else VectorLoadAt(arg, at, width))
+                    out.append(Let(f"{name}_{i}", dt, value, lanes=width))
+            return out
+
+        def products(into: list[list[Var]]) -> list[Stmt]:
+            return [Assign(into[i][w].name, Call("fma", (Var(f"a_{i}"), Var(f"b_{w}"),
+                                                         into[i][w])))
+                    for i in range(t.sm) for w in range(t.sn)]
+
         acc = [[self.let(f"acc_{i}_{w}", self.zero(lanes), dt, lanes, mutable=True)
                 for w in range(t.sn)] for i in range(t.sm)]
+        whole = c.k.size - c.k.size % lanes
         kt = Var("kt")
-        loop: list[Stmt] = []
-        for i, row in enumerate(rows):
-            at = add(bases["x"], add(mul(row, idx(c.m.x)), kt))
-            loop.append(Let(f"a_{i}", dt, VectorLoad(self.x_arg, div(at, lanes), lanes),
-                            lanes=lanes))
-        for w, col in enumerate(cols):
-            at = add(bases["y"], add(mul(col, idx(c.n.y)), kt))
-            loop.append(Let(f"b_{w}", dt, VectorLoad(self.y_arg, div(at, lanes), lanes),
-                            lanes=lanes))
-        loop += [Assign(acc[i][w].name, Call("fma", (Var(f"a_{i}"), Var(f"b_{w}"), acc[i][w])))
-                 for i in range(t.sm) for w in range(t.sn)]
-        self.body.append(For("kt", self.k0, k1, tuple(loop), step=lanes))
-        return [[self.let(f"sum_{i}_{w}", _lane_sum(acc[i][w], lanes), dt)
+        self.body.append(For("kt", self.k0, idx(whole) if whole < c.k.size else k1,
+                             (*loads(kt, lanes), *products(acc)), step=lanes))
+        sums = [[self.let(f"sum_{i}_{w}", _lane_sum(acc[i][w], lanes), dt, mutable=True)
                  for w in range(t.sn)] for i in range(t.sm)]
+        if whole < c.k.size:
+            self.body.append(For("kt", idx(whole), k1, (*loads(kt, 1), *products(sums))))
+        return sums
 
     def prefetched(self, m0: Expr, n0: Expr, tid: Expr, compute: list[Stmt]) -> list[Stmt]:
         """Loop body that stores the registers loaded last step, then loads the next step."""

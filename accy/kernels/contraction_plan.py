@@ -357,15 +357,15 @@ def _streamed_lanes(c: Contraction, most: int) -> int:
 
 
 def dot_lanes(c: Contraction, most: int) -> int:
-    """The widest vector (at most ``most``) along K that both operands give, or 0: X and Y
-    K-contiguous, K, their other strides and the batch strides multiples of it."""
-    if c.k.x != 1 or c.k.y != 1 or c.dtype not in FLOATS:
-        return 0
-    lanes = most
+    """``most`` where both operands are K-contiguous floats (each output can be summed along
+    K in vectors of that many lanes), else 0."""
+    return most if c.k.x == 1 and c.k.y == 1 and c.dtype in FLOATS else 0
+
+
+def dot_aligned(c: Contraction, lanes: int) -> bool:
+    """Whether every K vector of ``lanes`` starts at a multiple of ``lanes`` elements."""
     strides = (c.k.size, c.m.x, c.n.y, *(d.x for d in c.batch), *(d.y for d in c.batch))
-    while lanes > 1 and any(v % lanes for v in strides):
-        lanes //= 2
-    return lanes
+    return not any(v % lanes for v in strides)
 
 
 def _cpu_tiles(c: Contraction, target: TargetProfile) -> Tiles:
@@ -373,8 +373,8 @@ def _cpu_tiles(c: Contraction, target: TargetProfile) -> Tiles:
     (AVX-512), else 12, as wide as the device prefers. Both operands are read where used
     (``Tiles.stream``: no local tiles, no barriers) when Y's rows give vectors of at least
     half that width along N, or for fewer than 4 rows at any width; else, where both operands
-    give such vectors along K (``x @ W.T``) and K is at least DOT_VECTORS of them, each output
-    is a vector along K summed at the end (``Tiles.dot``); else both are staged."""
+    are K-contiguous (``x @ W.T``) and K is at least DOT_VECTORS vectors, each output is a
+    vector along K summed at the end (``Tiles.dot``); else both are staged."""
     widest = _pow2_at_most(max(1, target.native_vector_bytes // c.dtype.itemsize), 16)
     native = min(widest, 1 << max(0, (c.n.size - 1).bit_length()))  # narrow N: fewer lanes
     fit = _streamed_lanes(c, native)
@@ -399,7 +399,7 @@ def _cpu_tiles(c: Contraction, target: TargetProfile) -> Tiles:
         return next(s for s in shapes if padded(c, s[0], s[1] * lanes) <= 1.05 * least)
 
     dot = dot_lanes(c, widest) if not stream else 0
-    if dot and dot >= widest // 2 and c.k.size >= DOT_VECTORS * dot:
+    if dot and c.k.size >= DOT_VECTORS * dot:
         # K-contiguous operands: outputs summed along K
         tm, sn = ((c.m.size, across(c.n.size)) if c.m.size < 4 else least_padded(
             [(4, 6), (6, 4), (8, 3)] if budget == 24 else [(4, 3), (3, 4)], 1))

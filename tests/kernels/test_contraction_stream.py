@@ -73,11 +73,9 @@ def test_cpu_tiles_for_fewer_than_4_rows_take_them_all_and_spread_the_columns():
 def test_cpu_tiles_of_k_contiguous_operands_sum_along_k():
     t = tiles("ik,jk->ij", [(1, 25088), (4096, 25088)])
     assert (t.dot, t.bm, t.sn, t.vn, t.stream) == (16, 1, 8, 1, True)
-    assert tiles("ik,jk->ij", [(3, 1000), (100, 1000)]).dot == 8  # 1000 = 8 x 125
+    assert tiles("ik,jk->ij", [(3, 1000), (100, 1000)]).dot == 16  # 1000 = 62 x 16 + 8
     assert tiles("ik,jk->ij", [(2, 1000), (100, 1000)], AVX2).dot == 8
-    assert tiles("ik,jk->ij", [(1, 1001), (100, 1001)]).dot == 0  # no vectors along K
-    assert tiles("ik,jk->ij", [(64, 1000), (100, 1000)]).dot == 8  # half of 16 lanes
-    assert tiles("ik,jk->ij", [(64, 1020), (100, 1020)]).dot == 0  # 4 of 16 lanes: staged
+    assert tiles("ik,jk->ij", [(64, 1021), (100, 1021)]).dot == 16
     assert tiles("ik,jk->ij", [(64, 112), (100, 112)]).dot == 0  # K of 7 vectors: staged
     t = tiles("ik,jk->ij", [(64, 1024), (1024, 1024)])  # 24 accumulators, least padding
     assert (t.dot, t.bm, t.sn) == (16, 4, 6)
@@ -101,6 +99,12 @@ def test_streamed_kernels_have_no_local_tiles_or_barriers(cpu, profiles):
         program("ik,kj->ij", [(64, 40), (40, 128)]), target=cpu).kernel_source(0)
     assert "const float2 a0_0 = " in accy.prepare(
         program("ki,kj->ij", [(40, 64), (40, 128)]), target=cpu).kernel_source(0)
+    # summed along K: aligned vectors where the strides allow, else unaligned and a K tail
+    aligned = accy.prepare(program("ik,jk->ij", [(5, 256), (40, 256)]), target=cpu)
+    assert "vload16((" in aligned.kernel_source(0) and "kt += 1)" not in aligned.kernel_source(0)
+    tail = accy.prepare(program("ik,jk->ij", [(5, 260), (40, 260)]), target=cpu)
+    assert "vload16(0, " in tail.kernel_source(0) and "(long kt = 256L; kt < 260L; kt += 1)" in (
+        tail.kernel_source(0))
     staged = accy.prepare(program("ik,jk->ij", [(67, 45), (160, 45)]), target=cpu)
     assert "y_tile" in staged.kernel_source(0)
 
@@ -150,11 +154,12 @@ def test_a_traced_matrix_vector_product_streams_on_the_cpu(device, cpu):
 
 @st.composite
 def dots(draw):
-    """A product with both operands K-contiguous: K a multiple of 8 or 16 and at least 8 such
-    vectors, any number of rows and columns (some past the last tile), maybe batched."""
+    """A product with both operands K-contiguous, K of at least 8 vectors of 16 (a multiple
+    of 16 or not), any number of rows and columns (some past the last tile), maybe
+    batched."""
     form = draw(st.sampled_from(["ik,jk->ij", "bik,bjk->bij", "k,jk->j"]))
     m, b = draw(st.integers(1, 20)), draw(st.integers(1, 3))
-    k = draw(st.sampled_from([8, 16])) * draw(st.integers(16, 30))
+    k = draw(st.one_of(st.integers(128, 480), st.integers(8, 30).map(lambda v: 16 * v)))
     size = {"i": m, "k": k, "j": draw(st.integers(1, 70)), "b": b}
     x, y = form.split("->")[0].split(",")
     return form, [tuple(size[c] for c in x), tuple(size[c] for c in y)]
