@@ -54,7 +54,7 @@ operand).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from accy.ir.node import Node
 from accy.ir.types import DType
@@ -231,15 +231,18 @@ class _Builder:
             inner = [If(Bin("<", Var(f"{s.local}_v"), idx(count)), tuple(inner))]
         return [For(i, idx(0), idx(per), (Let(f"{s.local}_v", INDEX, v), *inner))]
 
-    def compute(self, acc: list[list[Var]], ty: Expr, tx: Expr) -> list[Stmt]:
-        """The outer products of one K step of ``bk`` (``unroll`` per loop iteration), the
-        operands read from their local tiles or, streamed, from global memory."""
+    def compute(self, acc: list[list[Var]], ty: Expr, tx: Expr, single: bool = False
+                ) -> list[Stmt]:
+        """The outer products of one K step of ``bk`` (``unroll`` per loop iteration), or of
+        one K index (``single``: a streamed K's rest), the operands read from their local
+        tiles or, streamed, from global memory."""
         t, dt, sx, sy = self.t, self.dtype, self.sx, self.sy
-        kk = Var("kk") if t.unroll < t.bk else idx(0)
+        bk, unroll = (1, 1) if single else (t.bk, t.unroll)
+        kk = Var("kk") if unroll < bk else idx(0)
         # streamed X: vm rows as one vector where they are contiguous and aligned, else apart
         x_vector = t.vm > 1 and sx.mode == "free" and sx.lanes % t.vm == 0
         out: list[Stmt] = []
-        for u in range(t.unroll):
+        for u in range(unroll):
             k = add(kk, idx(u))
             a: list[list[Expr]] = []
             for s in range(t.sm):
@@ -276,8 +279,8 @@ class _Builder:
                     for w in range(t.sn):
                         cur = acc[s * t.vm + r][w]
                         out.append(Assign(cur.name, Call("fma", (av, b[w], cur))))
-        if t.unroll < t.bk:
-            return [For("kk", idx(0), idx(t.bk), tuple(out), step=t.unroll)]
+        if unroll < bk:
+            return [For("kk", idx(0), idx(bk), tuple(out), step=unroll)]
         return out
 
     def build(self) -> Kernel:
@@ -328,9 +331,9 @@ class _Builder:
         # other then gained or lost by shape), Y as whole vectors along N, not prefetched
         self.stream = (t.stream and not t.prefetch and dt is c.dtype
                        and self.sy.mode == "free" and self.sy.lanes % t.vn == 0)
-        if t.dot and t.stream and dt is c.dtype and dot_lanes(c, t.dot) == t.dot:
-            self.stores(self.dot_product(m0, n0, bases, k1), m0, n0, tx, ty, bcoords,
-                        bases["out"])
+        if (t.dot and t.stream and dt is c.dtype and self.chunks == 1
+                and dot_lanes(c, t.dot) == t.dot):
+            self.stores(self.dot_product(m0, n0, bases), m0, n0, tx, ty, bcoords, bases["out"])
             return self.kernel(groups)
         align = max(t.vm, t.vn, self.sx.lanes, self.sy.lanes) * dt.itemsize
         staged = [] if self.stream else [self.sx, self.sy]
@@ -341,8 +344,8 @@ class _Builder:
         kt = Var("kt")
         # streamed with K past the last whole step: whole steps unguarded, then the rest one
         # at a time (a guard on every load costs more than the second loop)
-        peel = self.stream and self.chunks == 1 and c.k.size % t.bk
-        self.k_guard = bool(c.k.size % t.bk) and not peel
+        peel = self.stream and self.chunks == 1 and c.k.size % t.bk > 0
+        self.k_guard = c.k.size % t.bk > 0 and not peel
         compute = self.compute(acc, ty, tx)
         per_x, per_y = self.slots(self.sx)[1], self.slots(self.sy)[1]
         held = per_x * self.sx.lanes + per_y * self.sy.lanes  # registers of a prefetch
@@ -355,9 +358,7 @@ class _Builder:
         if peel:
             whole = idx(c.k.size - c.k.size % t.bk)
             self.body.append(For("kt", self.k0, whole, tuple(loop), step=t.bk))
-            self.t = replace(t, bk=1, unroll=1)
-            self.body.append(For("kt", whole, k1, tuple(self.compute(acc, ty, tx))))
-            self.t = t
+            self.body.append(For("kt", whole, k1, tuple(self.compute(acc, ty, tx, True))))
         else:
             self.body.append(For("kt", self.k0, k1, tuple(loop), step=t.bk))
         self.stores(acc, m0, n0, tx, ty, bcoords, bases["out"])
@@ -371,8 +372,7 @@ class _Builder:
                       LaunchGeometry((self.chunks * groups * t.threads,), (t.threads,)),
                       loopnest.implemented_ops(self.group), fixed_local_size=True)
 
-    def dot_product(self, m0: Expr, n0: Expr, bases: dict[str, Expr], k1: Expr
-                    ) -> list[list[Var]]:
+    def dot_product(self, m0: Expr, n0: Expr, bases: dict[str, Expr]) -> list[list[Var]]:
         """Each output of the tile as a vector of ``t.dot`` partial sums along K (both
         operands K-contiguous, read where used), its lanes summed after the loop, then K past
         the last whole vector added one index at a time; vectors that do not start at a
@@ -389,9 +389,9 @@ class _Builder:
 
         def loads(kt: Var, width: int) -> list[Stmt]:
             out: list[Stmt] = []
-            for name, arg, bases_ in (("a", self.x_arg, starts[0]), ("b", self.y_arg, starts[1])):
-                for i, base in enumerate(bases_):
-                    at = add(base, kt)
+            for name, arg, begins in (("a", self.x_arg, starts[0]), ("b", self.y_arg, starts[1])):
+                for i, begin in enumerate(begins):
+                    at = add(begin, kt)
                     value = (Load(arg, at) if width == 1 else VectorLoad(arg, div(at, width),
                              width) if aligned else VectorLoadAt(arg, at, width))
                     out.append(Let(f"{name}_{i}", dt, value, lanes=width))
@@ -406,12 +406,13 @@ class _Builder:
                 for w in range(t.sn)] for i in range(t.sm)]
         whole = c.k.size - c.k.size % lanes
         kt = Var("kt")
-        self.body.append(For("kt", self.k0, idx(whole) if whole < c.k.size else k1,
-                             (*loads(kt, lanes), *products(acc)), step=lanes))
+        self.body.append(For("kt", idx(0), idx(whole), (*loads(kt, lanes), *products(acc)),
+                             step=lanes))
         sums = [[self.let(f"sum_{i}_{w}", _lane_sum(acc[i][w], lanes), dt, mutable=True)
                  for w in range(t.sn)] for i in range(t.sm)]
         if whole < c.k.size:
-            self.body.append(For("kt", idx(whole), k1, (*loads(kt, 1), *products(sums))))
+            self.body.append(For("kt", idx(whole), idx(c.k.size),
+                                 (*loads(kt, 1), *products(sums))))
         return sums
 
     def prefetched(self, m0: Expr, n0: Expr, tid: Expr, compute: list[Stmt]) -> list[Stmt]:
