@@ -123,20 +123,27 @@ def streamed(draw):
     return form, [tuple(size[c] for c in x), tuple(size[c] for c in y)]
 
 
-@settings(max_examples=25, deadline=None)
-@given(case=streamed(), relu=st.booleans())
-def test_streamed_products_match_numpy(device, cpu, case, relu):
-    spec, shapes = case
+def run_and_compare(device, target, spec: str, shapes, relu: bool, *markers: str) -> None:
+    """Prepare ``spec`` (with a relu epilogue or none) for ``target``: one tiled-contraction
+    kernel whose source holds ``markers`` and no local memory; its result on ``device``
+    against numpy in float64."""
     prog = program(spec, shapes, epilogue=(lambda out: accy.relu(out)) if relu else None)
-    job = accy.prepare(prog, target=cpu)
+    job = accy.prepare(prog, target=target)
     assert job.generators() == {"tiled-contraction": 1}
-    assert "__local" not in job.kernel_source(0), "the product was staged, not streamed"
+    src = job.kernel_source(0)
+    assert "__local" not in src and all(m in src for m in markers), "staged, not streamed"
     rng = np.random.default_rng(3)
     x, y = (rng.standard_normal(s).astype(np.float32) for s in shapes)
     (out,) = job.run(x, y, device=device)
     ref = np.einsum(spec, x.astype(np.float64), y.astype(np.float64))
     ref = np.maximum(ref, 0) if relu else ref
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * max(1.0, np.abs(ref).max()))
+
+
+@settings(max_examples=25, deadline=None)
+@given(case=streamed(), relu=st.booleans())
+def test_streamed_products_match_numpy(device, cpu, case, relu):
+    run_and_compare(device, cpu, *case, relu)
 
 
 def test_a_traced_matrix_vector_product_streams_on_the_cpu(device, cpu):
@@ -168,15 +175,4 @@ def dots(draw):
 @settings(max_examples=20, deadline=None)
 @given(case=dots(), relu=st.booleans())
 def test_products_summed_along_k_match_numpy(device, cpu, case, relu):
-    spec, shapes = case
-    prog = program(spec, shapes, epilogue=(lambda out: accy.relu(out)) if relu else None)
-    job = accy.prepare(prog, target=cpu)
-    assert job.generators() == {"tiled-contraction": 1}
-    src = job.kernel_source(0)
-    assert "__local" not in src and "sum_0_0" in src, "not summed along K"
-    rng = np.random.default_rng(4)
-    x, y = (rng.standard_normal(s).astype(np.float32) for s in shapes)
-    (out,) = job.run(x, y, device=device)
-    ref = np.einsum(spec, x.astype(np.float64), y.astype(np.float64))
-    ref = np.maximum(ref, 0) if relu else ref
-    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * max(1.0, np.abs(ref).max()))
+    run_and_compare(device, cpu, *case, relu, "sum_0_0")
