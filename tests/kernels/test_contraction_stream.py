@@ -1,4 +1,5 @@
-"""tiled-contraction on CPUs: operands read where used (``Tiles.stream``), no local tiles.
+"""tiled-contraction on CPUs: operands read where used (``Tiles.stream``), no local tiles,
+and K-contiguous operands summed along K (``Tiles.dot``).
 
 The tile rule (:func:`~accy.kernels.contraction_plan.choose_tiles` for a CPU profile), the
 kernels' structure, and their numbers against numpy in float64 on the default device, for
