@@ -248,13 +248,8 @@ class _Builder:
             for s in range(t.sm):
                 name = f"a{u}_{s}"
                 if not self.stream or x_vector:
-                    if self.stream:
-                        row = add(idx(s * t.wy * t.vm), mul(ty, idx(t.vm)))
-                        src = self.load(sx, self.m0, row, Var("kt"), k, t.vm)
-                    else:
-                        at = add(add(mul(k, idx(sx.ld // t.vm)), idx(s * t.wy)), ty)
-                        src = Load("x_tile", at) if t.vm == 1 else VectorLoad("x_tile", at, t.vm)
-                    out.append(Let(name, dt, src, lanes=t.vm))
+                    out.append(Let(name, dt, self.operand(sx, self.m0, s * t.wy, ty, k, t.vm),
+                                   lanes=t.vm))
                     a.append([Var(name)] if t.vm == 1 else
                              [Lane(Var(name), r) for r in range(t.vm)])
                     continue
@@ -266,13 +261,8 @@ class _Builder:
                     a[s].append(Var(f"{name}_{r}"))
             b = [Var(f"b{u}_{w}") for w in range(t.sn)]
             for w in range(t.sn):
-                if self.stream:
-                    col = add(idx(w * t.wx * t.vn), mul(tx, idx(t.vn)))
-                    src = self.load(sy, self.n0, col, Var("kt"), k, t.vn)
-                else:
-                    at = add(add(mul(k, idx(sy.ld // t.vn)), idx(w * t.wx)), tx)
-                    src = Load("y_tile", at) if t.vn == 1 else VectorLoad("y_tile", at, t.vn)
-                out.append(Let(b[w].name, dt, src, lanes=t.vn))
+                out.append(Let(b[w].name, dt, self.operand(sy, self.n0, w * t.wx, tx, k, t.vn),
+                               lanes=t.vn))
             for s in range(t.sm):
                 for r in range(t.vm):
                     av = a[s][r] if t.vn == 1 else Splat(dt, t.vn, a[s][r])
@@ -282,6 +272,17 @@ class _Builder:
         if unroll < bk:
             return [For("kk", idx(0), idx(bk), tuple(out), step=unroll)]
         return out
+
+    def operand(self, s: _Side, f0: Expr, block: int, thread: Expr, k: Expr, lanes: int
+                ) -> Expr:
+        """``lanes`` elements of ``s`` at K index ``k`` of this step, block ``block`` of the
+        work-item ``thread``'s free index: from memory when streamed, else from the local tile
+        (rows of ``s.ld`` elements)."""
+        if self.stream:
+            free = add(idx(block * lanes), mul(thread, idx(lanes)))
+            return self.load(s, f0, free, Var("kt"), k, lanes)
+        at = add(add(mul(k, idx(s.ld // lanes)), idx(block)), thread)
+        return Load(s.local, at) if lanes == 1 else VectorLoad(s.local, at, lanes)
 
     def build(self) -> Kernel:
         c, t, dt = self.c, self.t, self.dtype

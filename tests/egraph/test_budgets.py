@@ -225,15 +225,25 @@ SCRIPT_PROGRAM = (
     "    return y\n")
 
 
-def test_a_script_without_a_main_guard_saturates_in_a_worker(tmp_path):
-    # multiprocessing's spawn ran the caller's main module again in each worker, so a script
-    # without ``if __name__ == "__main__":`` failed; workers are plain interpreters now
+def run_script(folder, text: str) -> str:
+    """The standard output of ``text`` run as a script of its own in ``folder`` (a fresh
+    interpreter, ``__main__`` without a guard), which must succeed."""
     import subprocess
     import sys
 
+    script = folder / "script.py"
+    script.write_text(text)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=300, cwd=folder)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_a_script_without_a_main_guard_saturates_in_a_worker(tmp_path):
+    # multiprocessing's spawn ran the caller's main module again in each worker, so a script
+    # without ``if __name__ == "__main__":`` failed; workers are plain interpreters now
     runs = tmp_path / "runs.txt"
-    script = tmp_path / "unguarded.py"
-    script.write_text(
+    stdout = run_script(tmp_path,
         "import os\n"
         f"open({str(runs)!r}, 'a').write(f'{{os.getpid()}}\\n')\n"
         + SCRIPT_PROGRAM +
@@ -241,10 +251,7 @@ def test_a_script_without_a_main_guard_saturates_in_a_worker(tmp_path):
         "out = rewriting.rewrite_program(f, DEFAULT_RULESETS, names, iterations=4,\n"
         "    node_limit=None, time_limit_s=60.0, cost='flops-bytes', isolate=True)\n"
         "print('worker:', out.worker, 'changed:', out.changed)\n")
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=300, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    assert "worker: finished changed: True" in done.stdout
+    assert "worker: finished changed: True" in stdout
     assert len(runs.read_text().split()) == 1  # the script's top level ran once
 
 
@@ -252,21 +259,14 @@ def test_the_first_prepare_of_a_process_saturates_without_waiting_for_a_worker(t
     """A fresh process has no warm worker: the automatic choice saturates in the process
     (``late``) instead of spending its budget on a worker's start, which left Inception-v3's
     first ``accy.prepare`` with the worker killed and nothing saturated."""
-    import subprocess
-    import sys
-
-    script = tmp_path / "first.py"
-    script.write_text(
+    stdout = run_script(tmp_path,
         SCRIPT_PROGRAM +
         "job = accy.prepare(f, 'saturate{time-limit=30}')\n"
         "(run,) = [p for r in job.records for p in r.passes if p.spec.startswith('saturate')]\n"
         "stats = dict(run.stats)\n"
         "cheaper = stats['cost-after'] < stats['cost-before']\n"
         "print('worker:', stats['worker'], 'cheaper:', cheaper)\n")
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=300, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    assert "worker: late cheaper: True" in done.stdout
+    assert "worker: late cheaper: True" in stdout
 
 
 def test_a_cost_model_of_the_callers_script_saturates_in_process(monkeypatch):
