@@ -205,8 +205,12 @@ class LoopNestBuilder:
         if is_inlined(node):
             return exprs.const(node.value.reshape(-1)[0].item(), node.type.dtype)
         at = (self.flat_id if coords == self.coords and node.type.shape == self.group.domain
-              else linear(coords, row_major(node.type.shape)))
+              else self.address(coords, node.type.shape))
         return self.em.bind(Load(self.arg_of[node], at), node.type.dtype, key)
+
+    def address(self, coords: tuple[Expr, ...], shape: tuple[int, ...]) -> Expr:
+        """The element at ``coords`` of a contiguous row-major tensor of ``shape``."""
+        return linear(coords, row_major(shape))
 
     def index_value(self, node: Node, coords: tuple[Expr, ...]) -> Expr:
         """An integer tensor element as an index, clamped into ``[0, size)``."""

@@ -32,10 +32,8 @@ import numpy as np
 from accy.ir.types import DType
 from accy.kernels import mma_layout
 from accy.kernels.contraction_plan import (
-    FILL,
     Contraction,
     analyse,
-    k_split,
     padded,
     tile_groups,
 )
@@ -70,10 +68,12 @@ ROUNDINGS = ("fragment", "tile")
 MIN_MN = 64
 MIN_K = 32
 # tiles that leave more than half the compute units idle (groups * SPLIT_IDLE <= units) split
-# K over work-groups, in chunks of at least MIN_SPLIT_K, the partials summed by a second kernel
-# (as the tiled contraction does): 256x256x65536 makes 16 tiles of 64x64 for 132 units
+# K over work-groups (:func:`split_k`), in chunks of at least MIN_SPLIT_K, the partials summed
+# by a second kernel (as the tiled contraction does): 256x256x65536 makes 16 tiles of 64x64
+# for 132 units
 SPLIT_IDLE = 2
 MIN_SPLIT_K = 1024
+RESIDENT = 4  # work-groups of 4 warps a unit runs at once (:func:`resident`)
 TF32_UNIT_ROUNDOFF = 2.0**-11  # rna rounding to 10 explicit mantissa bits
 
 
@@ -512,13 +512,27 @@ def balance(groups: int, units: int) -> float:
 
 def split_k(c: Contraction, tiles: MmaTiles, target: TargetProfile) -> int:
     """Work-groups to share each tile's K: where the tiles leave more than half the compute
-    units idle (SPLIT_IDLE) over a long K, the fewest (a power of two) that give FILL of the
-    units a group (one wave, as the tiled contraction's large tiles), in chunks of at least
-    MIN_SPLIT_K; else 1."""
+    units idle (SPLIT_IDLE) over a long K, the count whose work-groups fill their waves best
+    (:func:`balance`; within BALANCE_TIE of the best, the fewest), at most as many as
+    the units hold at once (:func:`resident`), in chunks of at least MIN_SPLIT_K; else 1.
+    Four-warp groups of one tile each leave a unit waiting on its loads: 9 tiles of 64x64
+    over a K of 81520 in 16 chunks made 144 groups, one wave of 132 and a second of 12."""
     groups = tile_groups(c, tiles.bm, tiles.bn)
     if SPLIT_IDLE * groups > target.compute_units:
         return 1
-    return k_split(groups, FILL * target.compute_units, c.k.size, MIN_SPLIT_K)
+    units = target.compute_units
+    most = min(c.k.size // MIN_SPLIT_K, resident(tiles) * units // groups)
+    counts = range(1, max(1, most) + 1)
+    fill = {s: balance(groups * s, units) for s in counts}
+    best = max(fill.values())
+    return min(s for s in counts if fill[s] >= (1 - BALANCE_TIE) * best)
+
+
+def resident(tiles: MmaTiles) -> int:
+    """Work-groups of ``tiles`` a compute unit runs at once, as its registers allow:
+    RESIDENT of up to MAX_ACCUMULATORS // 2 accumulators a lane, half as many above."""
+    return RESIDENT if tiles.frags_m * tiles.frags_n * 4 <= MAX_ACCUMULATORS // 2 \
+        else RESIDENT // 2
 
 
 def pipelined(c: Contraction, target: TargetProfile) -> bool:

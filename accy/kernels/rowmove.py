@@ -60,6 +60,11 @@ MIN_ROW_CPU = 2
 
 LOCAL = 256  # work-items of a work-group, as the loop nest's flat launches
 
+UNROLL_BYTES = 16
+"""Bytes of output a GPU work-item writes (:func:`unroll_of`): four f32 or eight f16
+elements, each load issued before the stores."""
+MIN_ITEMS_PER_UNIT = 2048  # work-items a compute unit needs to be full (H200: 2048 a unit)
+
 MAX_GROUPS = 65535
 """The most work-groups along launch dimensions 1 and 2 (CUDA's grid limits, which NVIDIA's
 OpenCL inherits): rows past that many groups go on in dimension 2."""
@@ -87,10 +92,12 @@ def keeps_last_axis(node: Node) -> bool:
     return False
 
 
-def geometry(domain: tuple[int, ...], target: TargetProfile) -> LaunchGeometry:
+def geometry(domain: tuple[int, ...], target: TargetProfile,
+             unroll: tuple[int, int] = (1, 1)) -> LaunchGeometry:
     """Work-groups of :data:`LOCAL` items (or the target's most): along a row, the power of
     two that pads the row least (the widest of those, down to a warp of 32), the rest over
-    rows."""
+    rows; each work-item takes ``unroll`` elements (along the row, over rows) a work-group
+    apart (:func:`unroll_of`)."""
     last, rows = domain[-1], math.prod(domain[:-1])
     caps = target.work_item_sizes
     cap = min(LOCAL, target.max_work_group_size)
@@ -98,12 +105,41 @@ def geometry(domain: tuple[int, ...], target: TargetProfile) -> LaunchGeometry:
     widths = [widest >> i for i in range(widest.bit_length()) if widest >> i >= min(32, widest)]
     local0 = min(widths, key=lambda w: (-(-last // w) * w, -w))
     local1 = min(max(1, cap // local0), caps[1], pow2ceil(rows))
-    groups = -(-rows // local1)
+    u0, u1 = unroll
+    groups = -(-rows // (local1 * u1))
     slabs = -(-groups // MAX_GROUPS)  # rows a slab of dimension 1, slabs along dimension 2
-    size = (-(-last // local0) * local0, -(-groups // slabs) * local1)
+    size = (-(-last // (local0 * u0)) * local0, -(-groups // slabs) * local1)
     if slabs == 1:
         return LaunchGeometry(size, (local0, local1))
     return LaunchGeometry((*size, slabs), (local0, local1, 1))
+
+
+def unroll_of(group: FusionGroup, target: TargetProfile) -> tuple[int, int]:
+    """Elements a work-item takes on a GPU (along the row, over rows): enough that each has
+    :data:`UNROLL_BYTES` of its smallest output in flight (one f16 element a work-item keeps
+    too few bytes in flight to reach the memory's bandwidth), split between the row and the
+    rows so as to pad the launch least (a work-group's width of a row past its end are
+    clamped repeats), rows as far as there are; halved while the launch would hold
+    fewer than :data:`MIN_ITEMS_PER_UNIT` work-items a compute unit. CPUs: one (PoCL packs
+    neighbouring work-items into SIMD lanes)."""
+    if target.device_type == "cpu":
+        return 1, 1
+    domain = group.domain
+    last, rows = domain[-1], math.prod(domain[:-1])
+    base = geometry(domain, target)
+    local0, local1 = base.local_size[:2]
+    want = max(1, UNROLL_BYTES // min(o.type.dtype.itemsize for o in group.outputs))
+    while want > 1 and last * rows < want * MIN_ITEMS_PER_UNIT * target.compute_units:
+        want //= 2
+    choices = [(u0, min(want // u0, -(-rows // local1)))
+               for u0 in (want >> i for i in range(want.bit_length()))]
+
+    def cost(u: tuple[int, int]) -> tuple[int, int, int]:  # the most in flight, least padding
+        padded = (-(-last // (local0 * u[0])) * local0 * u[0]
+                  * -(-rows // (local1 * u[1])) * local1 * u[1])
+        return -u[0] * u[1], padded, -u[0]
+
+    return min(choices, key=cost)
 
 
 def accepts(group: FusionGroup, target: TargetProfile) -> bool:
@@ -124,7 +160,7 @@ def accepts(group: FusionGroup, target: TargetProfile) -> bool:
     inside = set(group.nodes)
     if all(flat_leaves(o, inside) is not None for o in group.outputs):
         return False  # no index arithmetic to save: the loop nest or vector-flat
-    geo = geometry(domain, target)
+    geo = geometry(domain, target, unroll_of(group, target))
     return (geo.global_size[-1] // geo.local_size[-1] <= MAX_GROUPS
             and not target.launch_excess(geo.global_size, geo.local_size))
 
@@ -133,6 +169,9 @@ class RowBuilder(LoopNestBuilder):
     """The loop nest's values at coordinates (leading coordinates of the row, last
     coordinate), with reshapes that keep the last axis remapping only the leading ones and
     concats along the last axis loading each piece only where it is the one selected."""
+
+    row: Expr = idx(0)  # the row being built, and its leading coordinates
+    lead: tuple[Expr, ...] = ()
 
     def _open(self, node: Node, coords: tuple[Expr, ...]) -> Expr | Pending:
         if node not in self.inside or node.op not in (Op.RESHAPE, Op.CONCAT):
@@ -169,7 +208,15 @@ class RowBuilder(LoopNestBuilder):
             node = node.srcs[0]
         if is_inlined(node):
             return exprs.const(node.value.reshape(-1)[0].item(), node.type.dtype)
-        return Load(self.arg_of[node], linear(coords, row_major(node.type.shape)))
+        return Load(self.arg_of[node], self.address(coords, node.type.shape))
+
+    def address(self, coords: tuple[Expr, ...], shape: tuple[int, ...]) -> Expr:
+        """A tensor of the domain's leading axes read at the row's own leading coordinates:
+        the row number times its row length plus the last coordinate, without the divisions
+        that found those coordinates (left unused, unbound)."""
+        if coords[:-1] == self.lead and shape[:-1] == self.group.domain[:-1]:
+            return add(mul(self.row, idx(shape[-1])), coords[-1])
+        return super().address(coords, shape)
 
     def _concat_last(self, node: Node, coords: tuple[Expr, ...]) -> Expr:
         """Pieces read where selected: the loop nest's clamped load only for pieces that are
@@ -192,27 +239,55 @@ class RowBuilder(LoopNestBuilder):
             e = Cond(Bin("<", c, idx(end)), v, e)
         return e
 
-    def build_rows(self, kind: ScheduleKind, geo: LaunchGeometry) -> Kernel:
+    def build_rows(self, kind: ScheduleKind, geo: LaunchGeometry,
+                   unroll: tuple[int, int] = (1, 1)) -> Kernel:
+        """One element a work-item at (global 0, global 1 [+ rows of earlier slabs]), or with
+        ``unroll`` (u0, u1) u0 x u1 elements a work-group's width and height apart, those past
+        the domain's end clamped to its last element (written again with the same value)."""
         domain = self.group.domain
         last, rows = domain[-1], math.prod(domain[:-1])
-        c = self.em.bind(Id("global", 0), INDEX, prefix="c")
-        row: Expr = Id("global", 1)
-        if len(geo.global_size) == 3:  # slabs of rows along dimension 2
-            row = add(row, mul(Id("global", 2), idx(geo.global_size[1])))
+        (local0, local1), (u0, u1) = geo.local_size[:2], unroll
+        if u0 == 1:
+            c: Expr = Id("global", 0)
+        else:
+            c = add(mul(Id("group", 0), idx(local0 * u0)), Id("local", 0))
+        c = self.em.bind(c, INDEX, prefix="c")
+        slab = geo.global_size[1] if len(geo.global_size) == 3 else 0  # rows along dimension 2
+        if u1 == 1:
+            row: Expr = Id("global", 1)
+            if slab:
+                row = add(row, mul(Id("global", 2), idx(slab)))
+        else:
+            grp: Expr = Id("group", 1)
+            if slab:
+                grp = add(grp, mul(Id("group", 2), idx(slab // local1)))
+            row = add(mul(grp, idx(local1 * u1)), Id("local", 1))
         row = self.em.bind(row, INDEX, prefix="row")
-        out = [Bin(">=", c, idx(last))] if geo.global_size[0] > last else []
-        out += [Bin(">=", row, idx(rows))] if math.prod(geo.global_size[1:]) > rows else []
+        out = [Bin(">=", c, idx(last))] if geo.global_size[0] * u0 > last else []
+        out += [Bin(">=", row, idx(rows))] if math.prod(geo.global_size[1:]) * u1 > rows else []
         if out:
             self.em.emit(If(all_of(out, "||"), (Return(),)))
-        lead = tuple(self.em.bind(x, INDEX, prefix="c")
-                     for x in delinearize(row, domain[:-1]))
-        self.coords = lead + (c,)
-        self.flat_id = self.em.bind(add(mul(row, idx(last)), c), INDEX, prefix="at")
-        outs = []
-        for i, (n, slot) in enumerate(zip(self.group.outputs, self.outline.output_slots,
-                                          strict=True)):
-            outs.append(KernelArg(f"out{i}", n.type.dtype, True, slot))
-            self.em.emit(Store(f"out{i}", self.flat_id, self.value(n, self.coords)))
+
+        def steps(first: Expr, n: int, apart: int, end: int, span: int) -> list[Expr]:
+            clamp = span * n > end  # the launch reaches past the end
+            return [first] + [self.em.bind(
+                Call("min", (add(first, idx(j * apart)), idx(end - 1))) if clamp
+                else add(first, idx(j * apart)), INDEX, prefix="c") for j in range(1, n)]
+
+        cs = steps(c, u0, local0, last, geo.global_size[0])
+        rs = steps(row, u1, local1, rows, math.prod(geo.global_size[1:]))
+        stores = []
+        for r in rs:
+            self.row, self.lead = r, delinearize(r, domain[:-1])
+            for cj in cs:
+                self.coords = self.lead + (cj,)
+                self.flat_id = self.em.bind(add(mul(r, idx(last)), cj), INDEX, prefix="at")
+                stores += [Store(f"out{i}", self.flat_id, self.value(n, self.coords))
+                           for i, n in enumerate(self.group.outputs)]
+        for s in stores:  # every element's loads before the first store
+            self.em.emit(s)
+        outs = [KernelArg(f"out{i}", n.type.dtype, True, slot) for i, (n, slot) in enumerate(
+            zip(self.group.outputs, self.outline.output_slots, strict=True))]
         return Kernel(self.outline.entry, self.outline.work_item, kind, domain,
                       tuple(self.args + outs), tuple(self.em.scopes[0].body), geo,
                       implemented_ops(self.group))
@@ -220,8 +295,9 @@ class RowBuilder(LoopNestBuilder):
 
 def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
           target: TargetProfile) -> tuple[Kernel, ...]:
-    geo = geometry(group.domain, target)
-    return (RowBuilder(group, outline).build_rows(kind, geo),)
+    unroll = unroll_of(group, target)
+    geo = geometry(group.domain, target, unroll)
+    return (RowBuilder(group, outline).build_rows(kind, geo, unroll),)
 
 
 def _register() -> None:

@@ -22,19 +22,21 @@ except ImportError:  # the emulation test skips without it
 
 @pytest.mark.parametrize("precision", ["tf32", "3xtf32"])
 def test_long_k_on_few_tiles_splits_k_over_work_groups(precision, pipe, used):
-    # 256x256: 4 tiles of 128x128 (or 16 of 64x64) on 132 units: K in 32 chunks of 2048,
-    # 128 groups (as many as 64x64 tiles in 8 chunks make: the larger tiles win the tie)
+    # 256x256: 4 tiles of 128x128 (or 16 of 64x64) on 132 units: K in 33 chunks of 2000
+    # (the last 1536): 132 groups, one full wave (64x64 tiles in 33 chunks fill four: the
+    # larger tiles win the tie)
     job = prepared(matmul(256, 256, 65536), precision, NV, pipe)
     assert used(job) == {f"mma-{precision}": 1}
     first, second = job.kernels
     assert first.entry.endswith("_partials") and not second.entry.endswith("_partials")
-    assert first.geometry.global_size == (4 * 32 * 128,)
+    assert first.geometry.global_size == (4 * 33 * 128,)
     (scratch,) = [a for a in first.args if a.is_scratch]
-    assert scratch.scratch_elems == 32 * 256 * 256
-    assert "k0 = (chunk * 2048L)" in job.kernel_source(0)
-    # 192x192: no 128x128 tile pads it little enough; 9 tiles of 64x64 in 16 chunks
+    assert scratch.scratch_elems == 33 * 256 * 256
+    assert "k0 = (chunk * 2000L)" in job.kernel_source(0)
+    # 192x192: no 128x128 tile pads it little enough; 9 tiles of 64x64 in 29 chunks: 261
+    # groups, two waves nearly full (16 chunks made a wave of 132 and a second of 12)
     job = prepared(matmul(192, 192, 65536), precision, NV, pipe)
-    assert job.kernels[0].geometry.global_size == (9 * 16 * 128,)
+    assert job.kernels[0].geometry.global_size == (9 * 29 * 128,)
     # 256 tiles of 64x64 fill two waves as well as 64 of 128x128 with K split in two, whose
     # rate is higher (measured faster: papers/kernels.md, "Sixteenth session"): split; one
     # kernel where the tiles fill the units without a split, and a short K is never split

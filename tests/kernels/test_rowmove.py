@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 import pytest
@@ -157,3 +158,65 @@ def test_random_row_movement_matches_the_interpreter(device, data) -> None:
         short = target.device_type != "cpu" and row < rowmove.MIN_ROW
         assert set(job.generators()) == {"loop-nest" if short else "row-movement"}
         np.testing.assert_array_equal(job.run(*x, device=device)[0], want)
+
+
+def test_gpu_work_items_take_several_elements() -> None:
+    """On GPUs each work-item writes UNROLL_BYTES (four f32): along the row where the row
+    fills the work-groups' widths, else over rows; fewer where the launch would not fill the
+    compute units; one on CPUs."""
+    h200 = dataclasses.replace(GPU, compute_units=132)
+    pad = trace(padded, f32[4085, 4085], name="f")
+    group = accy.prepare(pad, target=h200)
+    assert group.kernels[0].geometry == LaunchGeometry((1024, 4085), (256, 1))
+    assert "min((c1 + 768L), 4087L)" in group.kernel_source(0)
+    src = group.kernel_source(0)  # all four loads before the first store
+    assert src.rindex("in0[") < src.index("out0[")
+    short = trace(padded, f32[40000, 45], name="f")  # 48-wide rows: four rows a work-item
+    job = accy.prepare(short, target=h200)
+    assert job.kernels[0].geometry == LaunchGeometry((64, 10000), (64, 4))
+    small = trace(padded, f32[64, 61], name="f")
+    assert accy.prepare(small, target=h200).kernels[0].geometry.global_size == (64, 64)
+    assert accy.prepare(pad, target=CPU).kernels[0].geometry.global_size == (4096, 4085)
+
+
+def test_rows_of_the_domains_leading_shape_are_read_without_division() -> None:
+    """A pad of attention-shaped features (7, 11, 1299, 40 -> 48): every row reads its input
+    at the row number times 40, without the divisions that find its leading coordinates; a
+    leading broadcast still reads through them."""
+    h200 = dataclasses.replace(GPU, compute_units=132)
+    def features(a):
+        return accy.pad(a, [(0, 0)] * (a.type.rank - 1) + [(0, 3)])
+
+    pad = trace(features, f32[7, 11, 1299, 37], name="f")
+    src = accy.prepare(pad, target=h200).kernel_source(0)
+    assert "/" not in src and "%" not in src and "((row2 * 37L) + c1)" in src
+    wide = trace(lambda a: features(accy.broadcast_to(a, (7, 11, 37))), f32[11, 37], name="f")
+    assert "%" in accy.prepare(wide, target=h200).kernel_source(0)
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.data())
+def test_random_unrolled_rows_match_the_interpreter(device, data) -> None:
+    """Work-items of several elements (any split between the row and the rows, the launch
+    clamped past the ends, rows in slabs) give exactly the interpreter's values."""
+    lead = tuple(data.draw(st.lists(st.integers(1, 40), min_size=1, max_size=2), label="lead"))
+    n = data.draw(st.integers(rowmove.MIN_ROW, 700), label="row")
+    before, after = data.draw(st.integers(0, 9), label="before"), data.draw(
+        st.integers(1, 9), label="after")
+
+    def fn(a):
+        rest = a[(slice(None),) * len(lead) + (slice(1, None),)]
+        edges = [(0, 0)] * len(lead) + [(before, after)]
+        return accy.concat([accy.pad(rest, edges), a * 2.0], axis=-1)
+
+    prog = trace(fn, f32[(*lead, n)], name="f")
+    x = [np.random.default_rng(n).standard_normal((*lead, n)).astype(np.float32)]
+    gpu_like = dataclasses.replace(TargetProfile.from_device(device.info), device_type="gpu")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(rowmove, "MIN_ITEMS_PER_UNIT", 1)
+        mp.setattr(rowmove, "UNROLL_BYTES", 4 << data.draw(st.integers(1, 3), label="unroll"))
+        if data.draw(st.booleans(), label="slabs"):  # about as many slabs as row groups a slab
+            mp.setattr(rowmove, "MAX_GROUPS", max(2, math.isqrt(math.prod(lead) - 1) + 1))
+        job = accy.prepare(prog, target=gpu_like)
+    assert job.generators() == {"row-movement": 1}
+    np.testing.assert_array_equal(job.run(*x, device=device)[0], interpret(prog, x)[0])

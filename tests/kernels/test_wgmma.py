@@ -15,6 +15,7 @@ import subprocess
 import numpy as np
 import pytest
 from mma_emulation import check_f16_product, emulated_wgmma, one_line
+from test_mma_generator import NV, emulated_builds
 from test_mma_generator import prepared as prepare
 from test_mma_pipeline import ASYNC, matmul16
 
@@ -28,6 +29,7 @@ from accy.backends.opencl import tensor_cores
 from accy.ir.types import DType, TensorType
 from accy.kernels import wgmma, wgmma_ptx
 from accy.kernels.ir import idx
+from accy.passes.tensor import dtype_legalization
 from accy.target import WGMMA_F16, WGMMA_TF32
 
 HOPPER = dataclasses.replace(ASYNC, tensor_cores=(*ASYNC.tensor_cores, WGMMA_F16, WGMMA_TF32))
@@ -112,6 +114,44 @@ def test_x_at_w_through_traced_values_takes_wgmma(pipe, used):
                       TensorType((2048, 1024), DType.f16))
     job = prepare(prog, "ieee", HOPPER, pipe)
     assert used(job) == {"wgmma-f16": 1} and wgmma_ptx.rstep(128, 2, 0) in job.kernel_source(0)
+
+
+def test_large_products_of_rows_not_whole_vectors_are_padded_for_wgmma(pipe, used):
+    """On a target without f16 storage of its own (as NVIDIA's OpenCL), dtype-legalization
+    pads a large f16 product's last axes to whole 16-byte rows so that wgmma-f16 takes it;
+    smaller products, and targets without wgmma, keep mma-f16's narrower copies."""
+    hopper = dataclasses.replace(HOPPER, dtypes=NV.dtypes)  # f16 kept only for products
+    job = prepare(matmul16(2048, 2048, 1020), "ieee", hopper, pipe)
+    assert used(job) == {"row-movement": 2, "wgmma-f16": 1}
+    job = prepare(matmul16(4096, 2044, 1024), "ieee", hopper, pipe)  # N padded, sliced back
+    assert used(job) == {"row-movement": 2, "wgmma-f16": 1}
+    for prog, target, why in ((matmul16(512, 512, 1020), hopper, "2MN/(M+N) = 512"),
+                              (matmul16(2048, 2048, 1020),
+                               dataclasses.replace(ASYNC, dtypes=NV.dtypes), "no wgmma")):
+        assert used(prepare(prog, "ieee", target, pipe)) == {"mma-f16": 1}, why
+
+
+@pytest.mark.skipif(cl is None, reason="needs pyopencl")
+def test_padded_product_for_wgmma_in_emulation(device, pipe, used, monkeypatch):
+    """The padded product (K 70 -> 72 in both operands, N 244 -> 248 and sliced back) through
+    the job's own kernels, wgmma emulated, against float64."""
+    if "Portable Computing Language" not in device.info.platform:
+        pytest.skip("the emulation is checked on PoCL")
+    monkeypatch.setattr(wgmma, "MIN_K", 32)
+    monkeypatch.setattr(dtype_legalization, "WIDE_INTENSITY", 64)
+    job = prepare(matmul16(256, 244, 70), "ieee", dataclasses.replace(FEW_UNITS, dtypes=NV.dtypes),
+                  pipe)
+    assert used(job)["wgmma-f16"] == 1 and used(job)["row-movement"] >= 2
+    for i in range(len(job.kernels)):
+        if "asm" in job.kernel_source(i):
+            job._sources[i] = emulated_wgmma(job.kernel_source(i), "eager")
+    rng = np.random.default_rng(5)
+    a = rng.uniform(-1, 1, (256, 70)).astype(np.float16)
+    b = rng.uniform(-1, 1, (70, 244)).astype(np.float16)
+    with emulated_builds(device):
+        (got,) = job.executable(device=device)(a, b)
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(got.astype(np.float64), exact, rtol=2**-10, atol=1e-6 * 70)
 
 
 @pytest.mark.skipif(cl is None, reason="needs pyopencl")
