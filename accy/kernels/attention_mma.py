@@ -30,12 +30,11 @@ leaves them; where their registers fit, f16's row sums ``l`` are tensor-core pro
 against a B of f16 ones, one more m16n8k16 a key step and fragment row: the f32 sum of the f16
 probabilities P V multiplies, each lane holding its rows' whole sums), in place of a chain of
 adds a score and the sums' shuffles. Selection (:func:`~accy.kernels.attention_mma_plan.plan`):
-the target's probe found the tensor cores (f16: and ``cp.async``; ``shfl``, ``ldmatrix``,
-``cvt.rn.f16x2`` and ``ex2`` exist wherever ``mma.sync`` does), features multiples of 8 (f16:
-16) up to :data:`~accy.kernels.attention_mma_plan.MAX_FEATURES`, f16 K and V rows contiguous
-and 16-byte aligned, two key tiles in local memory. ``fusion-planning{attention=auto}`` merges
-attention where kernelization's precision takes this form
-(:func:`accy.passes.dispatch.attention_fusion.pays`).
+the probe found the tensor cores (f16: and ``cp.async``), features multiples of 8 up to
+:data:`~accy.kernels.attention_mma_plan.MAX_FEATURES` (f16: padded to 16 in the tiles, zeros
+copied into K's and the query registers), f16 K and V rows contiguous and 16-byte aligned, two
+key tiles in local memory; ``fusion-planning{attention=auto}`` merges attention where
+kernelization's precision takes this form (:func:`~accy.passes.dispatch.attention_fusion.pays`).
 """
 
 from __future__ import annotations
@@ -48,6 +47,7 @@ from accy.ir.types import DType
 from accy.kernels import exprs, loopnest
 from accy.kernels.attention import _Builder as _AttentionBuilder
 from accy.kernels.attention_cpu import key_stop_var
+from accy.kernels.attention_mma_copies import F32, ZERO, RegisterCopies
 from accy.kernels.attention_mma_plan import (
     KINDS,
     POLICIES,
@@ -56,9 +56,10 @@ from accy.kernels.attention_mma_plan import (
     folded_scale,
     local_row,
     local_row16,
+    padded_features,
     plan,
 )
-from accy.kernels.attention_plan import Attention, Side
+from accy.kernels.attention_plan import Attention
 from accy.kernels.ir import (
     INDEX,
     Assign,
@@ -74,16 +75,12 @@ from accy.kernels.ir import (
     InlineAsm,
     Kernel,
     KernelArg,
-    Lane,
     Let,
     Load,
     LocalArray,
-    Splat,
     Stmt,
     Store,
     Var,
-    VectorLoad,
-    VectorStore,
     add,
     all_of,
     div,
@@ -114,12 +111,11 @@ from accy.target import (
 )
 
 LOG2E = 1.4426950408889634
-F32 = DType.f32
-ONE, ZERO = exprs.const(1.0, F32), exprs.const(0.0, F32)
+ONE = exprs.const(1.0, F32)
 ONES_F16X2 = 0x3C003C00  # two f16 ones, a register of an mma's B fragment
 
 
-class _Builder(_AttentionBuilder):
+class _Builder(RegisterCopies, _AttentionBuilder):
     def __init__(self, group: FusionGroup, outline: KernelOutline, a: Attention, t: Tiles,
                  policy: str, target: TargetProfile) -> None:
         super().__init__(group, outline, a, t)  # type: ignore[arg-type]
@@ -127,6 +123,7 @@ class _Builder(_AttentionBuilder):
         self.big_cvt = (CVT_TF32_SAT if policy == "3xtf32"
                         and TF32_SATFINITE in target.tensor_cores else CVT_TF32)
         self.step = 16 if self.f16 else 8  # the K of one mma
+        self.d = padded_features(a.d, self.f16)  # head features as tiles and registers hold
         self.scale = folded_scale(a) if self.f16 else None
         self.coef = LOG2E * (self.scale or 1.0)  # log2 e a score, in units of S where folded
         # how far a row's maximum (in the units of its scores) rises before it moves if lazy
@@ -208,12 +205,12 @@ class _Builder(_AttentionBuilder):
         col = mul(tt, idx(2)) if self.f16 else tt
         qbase = [self.let(body, "qb", self.base(a.q, bcoords, r)) for r in clamped]
         for i in range(t.rows):
-            for kk in range(a.d // self.step):
+            for kk in range(self.d // self.step):
                 for r in range(4):
                     c0 = self.step * kk + self.step // 2 * (r // 2)
                     self.pair(body, f"fa_q{i}_{kk}_{r}", lambda e, c0=c0, b=qbase[2 * i + r % 2]:
-                              Load(args[a.q.node], add(b, mul(add(col, idx(c0 + e)),
-                                                             idx(a.q.feature)))))
+                              self.query(Load(args[a.q.node], add(b, mul(
+                                  add(col, idx(c0 + e)), idx(a.q.feature)))), c0, col, e))
         self.m = [self.let(body, "m", exprs.const(-np.inf, F32), F32, mutable=True)
                   for _ in rows]
         self.l = [] if t.sums else [
@@ -242,10 +239,16 @@ class _Builder(_AttentionBuilder):
                       loopnest.implemented_ops(self.group), fixed_local_size=True,
                       global_args=copied)
 
+    def query(self, load: Expr, c0: int, col: Expr, e: int) -> Expr:
+        """Query feature ``col + c0 + e``: zero past the head features (f16: padded)."""
+        real = c0 + self.step // 2 <= self.a.d  # the fragment's half, wherever col is
+        return load if real else Cond(Bin("<", add(col, idx(c0 + e)), idx(self.a.d)), load, ZERO)
+
     def layout(self) -> None:
         """The local tiles' rows (``ld``, words) and stages (``sizes``, words)."""
         a, t = self.a, self.t
-        self.ld = ({"k": local_row16(a.d), "v": local_row16(a.dv)} if self.f16
+        dv = padded_features(a.dv, self.f16)
+        self.ld = ({"k": local_row16(self.d), "v": local_row16(dv)} if self.f16
                    else {"k": local_row(a.d), "v": local_row(a.dv)})
         self.sizes = {side: t.bk * ld for side, ld in self.ld.items()}
 
@@ -270,81 +273,16 @@ class _Builder(_AttentionBuilder):
             self.v_lane = self.let(body, "vl", add(mul(mul(tt, idx(2)), idx(ldv)), g))
 
     # copies ---------------------------------------------------------------------------
-    def slots(self, side: str) -> tuple[Side, int, int, int]:
-        """(side, features, lanes, copy slots per work-item) of K ("k") or V ("v")."""
-        a, t = self.a, self.t
-        s, feats, w = (a.k, a.d, t.k_lanes) if side == "k" else (a.v, a.dv, t.v_lanes)
-        return s, feats, w, -(-t.bk * feats // w // t.threads)
-
-    def fetch(self, out: list[Stmt], k0: Expr, first: bool) -> None:
-        """Load the rows of the key tile at ``k0`` into this work-item's registers (zeros
-        past the keys, or past the tile where the slots do not divide it)."""
-        a, t = self.a, self.t
-        for side in ("k", "v"):
-            s, feats, w, count = self.slots(side)
-            for i in range(count):
-                slot = add(self.lid, idx(i * t.threads))
-                key, col = div(slot, feats // w), mul(mod(slot, feats // w), idx(w))
-                at = add(self.kb if side == "k" else self.vb,
-                         add(mul(add(k0, key), idx(s.seq)), mul(col, idx(s.feature))))
-                src = self.scores.arg_of[s.node]
-                value: Expr = Load(src, at) if w == 1 else VectorLoad(src, div(at, w), w)
-                ok = [Bin("<", add(k0, key), idx(a.nk))] if a.nk % t.bk else []
-                if (t.bk * feats // w) % t.threads:
-                    ok.append(Bin("<", key, idx(t.bk)))
-                if (cond := all_of(ok)) is not None:
-                    value = Cond(cond, value, ZERO if w == 1 else Splat(F32, w, ZERO))
-                name = f"fa_{side}r{i}"
-                out.append(Let(name, F32, value, True, w) if first else Assign(name, value))
-
-    def put(self, out: list[Stmt], stage: Expr) -> None:
-        """Store the fetched rows into buffer ``stage`` of the local tiles."""
-        t = self.t
-        for side in ("k", "v"):
-            _, feats, w, count = self.slots(side)
-            ld, buf = local_row(feats), f"{side}_tile"
-            for i in range(count):
-                slot = add(self.lid, idx(i * t.threads))
-                key, col = div(slot, feats // w), mul(mod(slot, feats // w), idx(w))
-                at = add(mul(stage, idx(self.sizes[side])), add(mul(key, idx(ld)), col))
-                name = f"fa_{side}r{i}"
-                store: Stmt = (Store(buf, at, Var(name)) if w == 1 else VectorStore(
-                    buf, div(at, w), F32, tuple(Lane(Var(name), e) for e in range(w))))
-                if (t.bk * feats // w) % t.threads:
-                    store = If(Bin("<", key, idx(t.bk)), (store,))
-                out.append(store)
-
     def tile_count(self, body: list[Stmt]) -> Var:
         end = idx(self.a.nk) if self.kstop is None else self.kstop
         return self.let(body, "tiles", div(add(end, idx(self.t.bk - 1)), self.t.bk))
-
-    def key_loop(self) -> list[Stmt]:
-        """f32: tile 0 copied first; then per tile: the next tile's rows into registers,
-        this tile's compute, those rows into the other buffer, one barrier."""
-        t, body = self.t, []
-        count = self.tile_count(body)
-        self.fetch(body, idx(0), first=True)
-        self.put(body, idx(0))
-        body.append(Barrier())
-        kt = Var("kt")
-        more = Bin("<", add(kt, idx(1)), count)
-        k0 = mul(kt, idx(t.bk))
-        prefetch: list[Stmt] = []
-        self.fetch(prefetch, add(k0, idx(t.bk)), first=False)
-        store: list[Stmt] = []
-        self.put(store, Bin("-", idx(1), Var("cur")))
-        loop: list[Stmt] = [Let("cur", INDEX, mod(kt, 2)), If(more, tuple(prefetch))]
-        loop += self.tile(k0, Var("cur"))
-        loop += [If(more, tuple(store)), Barrier()]
-        body.append(For("kt", idx(0), count, tuple(loop)))
-        return body
 
     def issue(self, stage: Expr, tile: Expr) -> list[Stmt]:
         """f16: the ``cp.async`` copies of key tile ``tile``'s K and V rows into buffer
         ``stage``, 16 bytes each (keys past the end zero-filled)."""
         a, t, out = self.a, self.t, []
-        for side, s, feats in (("k", a.k, a.d), ("v", a.v, a.dv)):
-            per_row = feats // 8
+        for side, s, feats in (("k", a.k, self.d), ("v", a.v, a.dv)):
+            per_row = feats // 8  # K's chunks past its features zero-filled; V's unread
             chunks = t.bk * per_row
             arg = self.scores.arg_of[s.node]
             for i in range(-(-chunks // t.threads)):
@@ -354,8 +292,9 @@ class _Builder(_AttentionBuilder):
                 dst = Cast(DType.i32, Cast(INDEX, Bin("+", Var(self.array(side)), add(
                     self.stage_word(side, stage), self.chunk_word(side, key, c)))))
                 at = add(self.kb if side == "k" else self.vb, add(mul(row, idx(s.seq)), c))
-                stmt = cp_async(dst, arg, at, 2, 16,
-                                Bin("<", row, idx(a.nk)) if a.nk % t.bk else None)
+                real = [Bin("<", row, idx(a.nk))] if a.nk % t.bk else []
+                real += [Bin("<", c, idx(a.d))] if side == "k" and feats > a.d else []
+                stmt = cp_async(dst, arg, at, 2, 16, all_of(real))
                 out.append(If(Bin("<", key, idx(t.bk)), (stmt,)) if chunks % t.threads
                            else stmt)
         return out
@@ -471,12 +410,12 @@ class _Builder(_AttentionBuilder):
         """``S = Q Kᵀ`` of the key tile in buffer ``cur`` into ``fa_s{i}_{j}_{r}``, each
         fragment row's: B = K rows (keys) at head columns, each K fragment loaded once for
         every row."""
-        a, t, out = self.a, self.t, []
+        t, out = self.t, []
         frags, fr = t.bk // 8, range(t.rows)
         koff = self.let(out, "ko", add(mul(cur, idx(self.sizes["k"])), self.k_lane))
         out += self.zero_scores()
         ldk = self.ld["k"]
-        for kk in range(a.d // self.step):
+        for kk in range(self.d // self.step):
             if self.f16:  # fragment columns 2p, 2p + 1: one ldmatrix of 16 keys
                 for p2 in range(frags // 2):
                     out += VectorLoads.ldmatrix(
@@ -520,7 +459,7 @@ class _Builder(_AttentionBuilder):
         for kk in range(t.bk // self.step):
             pa = self.p_operands(out, p, kk)
             if self.f16:  # value fragments 2q, 2q + 1 of 16 keys: one ldmatrix.trans
-                for q2 in range(a.dv // 16):
+                for q2 in range(-(-a.dv // 16)):  # (an odd last fragment's pair unread)
                     out += VectorLoads.ldmatrix(
                         LDMATRIX_T, "v_tile", add(voff, idx(16 * kk * ldv + 8 * q2)),
                         [f"fa_v{kk}_{n}_{r}" for n in (2 * q2, 2 * q2 + 1) for r in range(2)])

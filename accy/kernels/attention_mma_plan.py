@@ -102,8 +102,9 @@ def plan(group: FusionGroup, target: TargetProfile, kind: str = "3xtf32",
     a = analyse(group.nodes, group.outputs, (DType.f16,) if f16 else (DType.f32,))
     if isinstance(a, str):
         return a
-    step = 16 if f16 else 8  # the K of one mma
-    if a.d % step or a.dv % step or max(a.d, a.dv) > MAX_FEATURES:
+    step = 16 if wgmma else 8  # f16 on mma.sync: 16-byte rows, padded in the kernel
+    d, dv = padded_features(a.d, f16), padded_features(a.dv, f16)
+    if a.d % step or a.dv % step or max(d, dv) > MAX_FEATURES:
         return (f"head and value features {a.d}, {a.dv}: multiples of {step} up to "
                 f"{MAX_FEATURES} take tensor cores")
     if f16:  # K and V rows copied by cp.async: 16 aligned bytes at a time
@@ -115,7 +116,7 @@ def plan(group: FusionGroup, target: TargetProfile, kind: str = "3xtf32",
     def tile_bytes(bk: int) -> int:
         if wgmma:  # core matrices, unpadded
             return 2 * bk * (a.d + a.dv)
-        return (4 * bk * (local_row16(a.d) + local_row16(a.dv)) if f16
+        return (4 * bk * (local_row16(d) + local_row16(dv)) if f16
                 else 4 * bk * (local_row(a.d) + local_row(a.dv)))
 
     fitting = [bk for bk in KEY_TILES[kind] if 2 * tile_bytes(bk) <= target.local_mem_bytes]
@@ -141,8 +142,15 @@ def registers(a: Attention, kind: str, bk: int, rows: int) -> int:
     """Fragment and accumulator registers a lane holds for ``rows`` fragment rows: the query
     fragments (3xtf32: big and small parts), the scores of a key tile and the outputs."""
     step = 16 if kind == "f16" else 8
-    query = a.d // step * 4 * (2 if kind == "3xtf32" else 1)
+    query = padded_features(a.d, kind == "f16") // step * 4 * (2 if kind == "3xtf32" else 1)
     return rows * (query + 4 * (bk // 8) + 4 * (a.dv // 8))
+
+
+def padded_features(n: int, f16: bool) -> int:
+    """Features as the f16 kernel's tiles and query registers hold them: rounded up to a
+    multiple of 16, the K of one m16n8k16 (the rest of each row zeros, or for V unread); f32
+    as they are."""
+    return -(-n // 16) * 16 if f16 else n
 
 
 def kind_for(group: FusionGroup, target: TargetProfile, precision: str = "f32") -> str | None:

@@ -314,15 +314,17 @@ def test_never_on_the_pocl_device(device):
     assert not any(g.startswith("mma") for g in job.generators())
 
 
-@pytest.mark.parametrize("s, d", [(75, 32), (64, 48), (70, 64), (66, 40)],
-                         ids=["odd-keys-32", "48-features", "odd-keys-64", "40-features"])
+@pytest.mark.parametrize("s, d", [(75, 32), (64, 48), (70, 64), (66, 40), (80, 56), (70, 36)],
+                         ids=["odd-keys-32", "48-features", "odd-keys-64", "40-features",
+                              "56-features", "36-features"])
 def test_f16_attention_of_any_keys_and_32_features_is_fused_without_cl_khr_fp16(device, s, d):
     """dtype-legalization keeps an f16 attention's values product in f16 whatever its shape
     (dtype_legalization.attention_values: 32 or 48 features, an odd number of keys, which the
-    GEMM rule refuses; 40 features padded with zeros to 48 in Q, K and V, the result sliced
+    GEMM rule refuses; 36 features padded with zeros to 40 in Q, K and V, the result sliced
     back: attention_padding), so on a target without cl_khr_fp16 the attention is one
-    mma-attention-f16 kernel (and the padding's copies); checked in emulation against the
-    interpreter."""
+    mma-attention-f16 kernel (and the padding's copies); 40 or 56 features (whole 16-byte
+    rows, not whole mma steps) are padded to 48 or 64 inside the kernel (zeros copied into
+    K's tiles, zero query registers); checked in emulation against the interpreter."""
     rng = np.random.default_rng(s + d)
     scale = 1.0 / np.sqrt(d)
 
@@ -333,8 +335,12 @@ def test_f16_attention_of_any_keys_and_32_features_is_fused_without_cl_khr_fp16(
     types = [TensorType((1, 2, s, d), DType.f16)] * 3
     prog = trace(f, *types, name="attn16")
     job = accy.prepare(prog, "accy-default", target=dataclasses.replace(F16, dtypes=NV.dtypes))
-    copies = {} if d % 16 == 0 else {"row-movement": 4}  # Q, K, V padded; the result sliced
+    copies = {} if d % 8 == 0 else {"row-movement": 4}  # Q, K, V padded; the result sliced
     assert job.generators() == {"mma-attention-f16": 1, **copies}
+    if d % 16 and not copies:  # K's chunks past d zero-filled, query registers past d zero
+        src = job.kernel_source(0)
+        assert f"* 8L) < {d}L)) ? ((int)16) : ((int)0))" in src
+        assert f" < {d}L) ? vload_half(" in src
     inputs = [rng.standard_normal(t.shape).astype(np.float16) for t in types]
     for i in range(len(job.kernels)):
         if "asm" in job.kernel_source(i):

@@ -157,7 +157,7 @@ def attention_values(node: Node) -> bool:
 def attention_padding(node: Node, scores: set[Node]) -> dict[str, int]:
     """The letters of an attention's product (values: V's features; scores, of
     :func:`attention_scores`: the head features both operands sum over) to pad with zeros to
-    a multiple of :data:`FEATURES_TO`, the K of one f16 mma, which ``mma-attention-f16``
+    a multiple of :data:`FEATURES_TO`, whole 16-byte rows, which ``mma-attention-f16``
     needs; empty where they are one already or ``node`` is neither."""
     found = product_axes(node, DType.f16)
     if found is None:
@@ -175,7 +175,7 @@ def attention_padding(node: Node, scores: set[Node]) -> dict[str, int]:
 
 PAD_TO = 8  # f16 elements: rows padded to whole 16-byte vectors (TMA, 16-byte cp.async)
 WIDE_INTENSITY = 1024  # flops per operand element copied (2MN/(M+N)) for wide_padding
-FEATURES_TO = 16  # attention features padded to a multiple of one f16 mma's K
+FEATURES_TO = 8  # attention features padded to whole 16-byte rows (the kernel pads to 16)
 
 
 def pad_letters(x: Node, letters: str, grow: dict[str, int]) -> Node:
