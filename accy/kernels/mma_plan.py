@@ -67,11 +67,10 @@ ROUNDINGS = ("fragment", "tile")
 # than the tensor cores win).
 MIN_MN = 64
 MIN_K = 32
-# tiles that leave more than half the compute units idle (groups * SPLIT_IDLE <= units) split
-# K over work-groups (:func:`split_k`), in chunks of at least MIN_SPLIT_K, the partials summed
-# by a second kernel (as the tiled contraction does): 256x256x65536 makes 16 tiles of 64x64
-# for 132 units
-SPLIT_IDLE = 2
+# tiles that leave compute units idle (groups * SPLIT_IDLE <= units) split K over work-groups
+# (:func:`split_k`), in chunks of at least MIN_SPLIT_K, the partials summed by a second kernel
+# (as the tiled contraction does): 256x256x65536 makes 16 tiles of 64x64 for 132 units
+SPLIT_IDLE = 1
 MIN_SPLIT_K = 1024
 RESIDENT = 4  # work-groups of 4 warps a unit runs at once (:func:`resident`)
 TF32_UNIT_ROUNDOFF = 2.0**-11  # rna rounding to 10 explicit mantissa bits
@@ -511,12 +510,13 @@ def balance(groups: int, units: int) -> float:
 
 
 def split_k(c: Contraction, tiles: MmaTiles, target: TargetProfile) -> int:
-    """Work-groups to share each tile's K: where the tiles leave more than half the compute
-    units idle (SPLIT_IDLE) over a long K, the count whose work-groups fill their waves best
-    (:func:`balance`; within BALANCE_TIE of the best, the fewest), at most as many as
-    the units hold at once (:func:`resident`), in chunks of at least MIN_SPLIT_K; else 1.
-    Four-warp groups of one tile each leave a unit waiting on its loads: 9 tiles of 64x64
-    over a K of 81520 in 16 chunks made 144 groups, one wave of 132 and a second of 12."""
+    """Work-groups to share each tile's K: where the tiles leave compute units idle
+    (SPLIT_IDLE) over a long K, the count whose work-groups fill their waves best
+    (:func:`balance`; within BALANCE_TIE of the best, the most), at most as many as the
+    units hold at once (:func:`resident`), in chunks of at least MIN_SPLIT_K; else 1. A
+    unit running one four-warp group waits on its loads, and a power of two past one wave
+    leaves a second nearly empty (9 tiles of 64x64 over a K of 81520 in 16 chunks: 144
+    groups, 132 and then 12; papers/kernels.md, "Twenty-eighth session")."""
     groups = tile_groups(c, tiles.bm, tiles.bn)
     if SPLIT_IDLE * groups > target.compute_units:
         return 1
@@ -525,7 +525,7 @@ def split_k(c: Contraction, tiles: MmaTiles, target: TargetProfile) -> int:
     counts = range(1, max(1, most) + 1)
     fill = {s: balance(groups * s, units) for s in counts}
     best = max(fill.values())
-    return min(s for s in counts if fill[s] >= (1 - BALANCE_TIE) * best)
+    return max(s for s in counts if fill[s] >= (1 - BALANCE_TIE) * best)
 
 
 def resident(tiles: MmaTiles) -> int:

@@ -514,7 +514,7 @@ def emulate_and_check(device, job, m: int, n: int, k: int, batch: int, bias: boo
     (4096, 4096, 64, WIDE, 32 * 32),  # a tie of full waves: the larger tiles
     (1100, 1000, 700, SMALL, 18 * 16),  # 64x32 tiles fill theirs better, not by their rate
     (8192, 8192, 1024, WIDE, 64 * 64),  # 64x64 tiles fill theirs better, not by their rate
-    (1024, 1024, 4096, WIDE, 8 * 8 * 2),  # K split in two: 128 groups, at 128x128's rate
+    (1024, 1024, 4096, WIDE, 8 * 8 * 4),  # K split in four: 256 groups, two a unit
 ])
 def test_tiles_fill_their_waves_of_work_groups(pipe, m, n, k, tiles, groups):
     """The tiles whose waves of work-groups (one a compute unit) are best filled, weighed by

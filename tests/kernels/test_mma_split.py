@@ -33,10 +33,10 @@ def test_long_k_on_few_tiles_splits_k_over_work_groups(precision, pipe, used):
     (scratch,) = [a for a in first.args if a.is_scratch]
     assert scratch.scratch_elems == 33 * 256 * 256
     assert "k0 = (chunk * 2000L)" in job.kernel_source(0)
-    # 192x192: no 128x128 tile pads it little enough; 9 tiles of 64x64 in 29 chunks: 261
-    # groups, two waves nearly full (16 chunks made a wave of 132 and a second of 12)
+    # 192x192: no 128x128 tile pads it little enough; 9 tiles of 64x64 in 58 chunks: 522
+    # groups, four waves nearly full (16 chunks made a wave of 132 and a second of 12)
     job = prepared(matmul(192, 192, 65536), precision, NV, pipe)
-    assert job.kernels[0].geometry.global_size == (9 * 29 * 128,)
+    assert job.kernels[0].geometry.global_size == (9 * 58 * 128,)
     # 256 tiles of 64x64 fill two waves as well as 64 of 128x128 with K split in two, whose
     # rate is higher (measured faster: papers/kernels.md, "Sixteenth session"): split; one
     # kernel where the tiles fill the units without a split, and a short K is never split
