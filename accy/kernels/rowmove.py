@@ -115,13 +115,12 @@ def geometry(domain: tuple[int, ...], target: TargetProfile,
 
 
 def unroll_of(group: FusionGroup, target: TargetProfile) -> tuple[int, int]:
-    """Elements a work-item takes on a GPU (along the row, over rows): enough that each has
-    :data:`UNROLL_BYTES` of its smallest output in flight (one f16 element a work-item keeps
-    too few bytes in flight to reach the memory's bandwidth), split between the row and the
-    rows so as to pad the launch least (a work-group's width of a row past its end are
-    clamped repeats), rows as far as there are; halved while the launch would hold
-    fewer than :data:`MIN_ITEMS_PER_UNIT` work-items a compute unit. CPUs: one (PoCL packs
-    neighbouring work-items into SIMD lanes)."""
+    """Elements a work-item takes on a GPU (along the row, over rows): :data:`UNROLL_BYTES`
+    of its smallest output (one f16 element a work-item keeps too few bytes in flight to
+    reach the memory's bandwidth), fewer while the launch would hold under
+    :data:`MIN_ITEMS_PER_UNIT` work-items a compute unit; split between the row and the rows
+    so that the launch, whose elements past the ends repeat the last one, covers the least.
+    CPUs: one (PoCL packs neighbouring work-items into SIMD lanes)."""
     if target.device_type == "cpu":
         return 1, 1
     domain = group.domain

@@ -387,6 +387,43 @@ def test_f16_products_of_odd_rows_are_padded_onto_tensor_cores(device, pipe, use
 
 
 @pytest.mark.skipif(cl is None, reason="needs pyopencl")
+def test_padded_hidden_layer_stays_padded_through_its_epilogue(device, pipe, used):
+    """An f16 MLP whose hidden width (75) is odd: the first product's N and the second's K
+    are padded to 80. The bias and GELU between them are computed at the padded width in the
+    first product's epilogue, and the columns past 75 are selected to zero there (a constant
+    mask, not a slice and a pad: two kernels fewer); an infinity in x, which makes the
+    padded columns NaN before the mask, still gives the interpreter's values. Emulated."""
+    from accy.ir.interpret import interpret
+
+    t, d, f = 70, 64, 75
+
+    def mlp(x, w1, b1, w2):
+        return einsum("tf,fd->td", (einsum("td,df->tf", x, w1) + b1).gelu(), w2)
+
+    types = [TensorType(s, DType.f16) for s in ((t, d), (d, f), (f,), (f, d))]
+    prog = accy.trace(mlp, *types, name="mlp")
+    job = prepare(prog, "ieee", dataclasses.replace(ASYNC, dtypes=NV.dtypes), pipe)
+    assert used(job) == {"row-movement": 2, "mma-f16": 2}  # the pads of w1 and w2
+    assert not any("slice" in k.entry for k in job.kernels)
+    rng = np.random.default_rng(11)
+    xs = [(rng.uniform(-1, 1, ty.shape) / np.sqrt(ty.shape[0])).astype(np.float16)
+          for ty in types]
+    xs[0][3, 5] = np.inf  # row 3 of the product: +inf where w1[5] > 0, NaN past 75 unmasked
+    xs[1][5] = np.abs(xs[1][5]) + np.float16(0.01)
+    xs[3] = np.abs(xs[3]) + np.float16(0.01)  # so the interpreter's row 3 is +inf
+    for i in range(len(job.kernels)):
+        if "asm" in job.kernel_source(i):
+            job._sources[i] = emulated_async(job.kernel_source(i), "eager")
+    with emulated_builds(device):
+        (got,) = job.executable(device=device)(*xs)
+    (want,) = interpret(prog, xs)
+    assert np.isinf(want[3]).all()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=2e-2,
+                               atol=2e-2)
+
+
+@pytest.mark.skipif(cl is None, reason="needs pyopencl")
 def test_f32_products_of_unaligned_rows_are_padded_and_exact(device, pipe, used):
     """contraction-padding pads K = 101 to 104 (copies of A and B with zeros), so mma-3xtf32
     copies A's rows 16 bytes at a time (a small product: its intensity lowered to take it);

@@ -166,11 +166,11 @@ def test_gpu_work_items_take_several_elements() -> None:
     compute units; one on CPUs."""
     h200 = dataclasses.replace(GPU, compute_units=132)
     pad = trace(padded, f32[4085, 4085], name="f")
-    group = accy.prepare(pad, target=h200)
-    assert group.kernels[0].geometry == LaunchGeometry((1024, 4085), (256, 1))
-    assert "min((c1 + 768L), 4087L)" in group.kernel_source(0)
-    src = group.kernel_source(0)  # all four loads before the first store
-    assert src.rindex("in0[") < src.index("out0[")
+    job = accy.prepare(pad, target=h200)
+    assert job.kernels[0].geometry == LaunchGeometry((1024, 4085), (256, 1))
+    src = job.kernel_source(0)
+    assert "min((c1 + 768L), 4087L)" in src
+    assert src.rindex("in0[") < src.index("out0[")  # all four loads before the first store
     short = trace(padded, f32[40000, 45], name="f")  # 48-wide rows: four rows a work-item
     job = accy.prepare(short, target=h200)
     assert job.kernels[0].geometry == LaunchGeometry((64, 10000), (64, 4))

@@ -11,7 +11,7 @@ says what happens:
   it takes once their odd rows are padded with zeros to 16 bytes (:func:`padded_product`),
   large ones whose rows are not whole 16-byte vectors padded to them where the target has
   ``wgmma`` (:func:`wide_padding`), and an attention's values product, for the fused
-  attention kernel (:func:`attention_values`; head features padded to a multiple of 16 in Q,
+  attention kernel (:func:`attention_values`; head features padded to a multiple of 8 in Q,
   K and V: :func:`attention_padding`).
   ``keep`` leaves f16 to the kernels, which compute it in float and round every f16 value
   they bind (the renderer's f16 without ``cl_khr_fp16``; legal wherever f32 is).
@@ -210,7 +210,8 @@ def f16_operands(srcs: tuple[Node, ...]) -> tuple[Node, ...]:
                  else make(Op.CAST, s, dtype=DType.f16) for s in srcs)
 
 
-def padded_product(node: Node, srcs: tuple[Node, ...]) -> Node | None:
+def padded_product(node: Node, srcs: tuple[Node, ...],
+                   slices: frozenset[Node] | set[Node] = frozenset()) -> Node | None:
     """An f16 product that :func:`f16_product` refuses only for an odd last axis, made one it
     takes (None where padding does not make it one): A's last axis, summed, padded with zeros
     to a multiple of :data:`PAD_TO` in both operands (the zeros add nothing); B's last axis,
@@ -227,7 +228,7 @@ def padded_product(node: Node, srcs: tuple[Node, ...]) -> Node | None:
     if not f16_product(make(Op.EINSUM, pad_letters(node.srcs[0], a, grow),
                             pad_letters(node.srcs[1], b, grow), spec=node.attr("spec"))):
         return None
-    return padded_f16(node, srcs, grow)
+    return padded_f16(node, srcs, grow, slices)
 
 
 def wide_padding(node: Node, target: TargetProfile) -> dict[str, int]:
@@ -235,10 +236,10 @@ def wide_padding(node: Node, target: TargetProfile) -> dict[str, int]:
     zeros to a multiple of :data:`PAD_TO`, for ``wgmma-f16``, which copies whole 16-byte rows
     (by TMA): where the target has it and the product does at least :data:`WIDE_INTENSITY`
     flops per operand element the copies write (as ``contraction-padding`` for f32). Without
-    it the product runs on ``mma-f16``'s 4-byte copies, or B is transposed first; with it B's
-    last axis, when an output axis, is sliced back from the result (an MLP's hidden layer of
-    5922 on 7898 tokens: 0.76 ms on ``mma-f16``, a quarter of the padded ``wgmma-f16``'s
-    rate). Empty where none needs it, the product is too small, or the target lacks it."""
+    it the product runs on ``mma-f16``'s 4-byte copies, or B is transposed first (measured
+    far slower: papers/kernels.md, "Twenty-eighth session"); with it B's last axis, when an
+    output axis, is sliced back from the result. Empty where none needs it, the product is
+    too small, or the target lacks it."""
     found = product_axes(node, DType.f16)
     if WGMMA_F16 not in target.tensor_cores or found is None:
         return {}
@@ -248,19 +249,63 @@ def wide_padding(node: Node, target: TargetProfile) -> dict[str, int]:
     return {c: -size[c] % PAD_TO for c in {a[-1], b[-1]} if size[c] % PAD_TO}
 
 
-def padded_f16(node: Node, srcs: tuple[Node, ...], grow: dict[str, int]) -> Node:
+def padded_f16(node: Node, srcs: tuple[Node, ...], grow: dict[str, int],
+               slices: frozenset[Node] | set[Node] = frozenset()) -> Node:
     """The f16 product ``node`` kept in f16 over ``srcs`` (:func:`f16_operands`), the letters
     ``grow`` names padded with zeros in its operands (none: as it is), its result cast to f32
-    for its users and sliced back to its shape."""
+    for its users and sliced back to its shape. An operand in ``slices`` (see :func:`sunk`)
+    whose unsliced source is as wide as the padding makes it is that source with the columns
+    past the slice selected to zero (:func:`masked`): an epilogue of the source's product,
+    where a slice and a pad would be a kernel of their own."""
     a, b, out, size, _ = product_axes(node, DType.f16)  # type: ignore[misc]
-    ins = f16_operands(srcs)
-    wide = make(Op.CAST, make(Op.EINSUM, pad_letters(ins[0], a, grow),
-                              pad_letters(ins[1], b, grow), spec=node.attr("spec")),
-                dtype=DType.f32)
+    want = {c: n + grow.get(c, 0) for c, n in size.items()}
+    ins = f16_operands(tuple(masked(s, want[x[-1]], slices)
+                             for s, x in zip(srcs, (a, b), strict=True)))
+    wide = make(Op.CAST, make(Op.EINSUM, *(
+        pad_letters(x, letters, {c: want[c] - n for c, n in zip(letters, x.type.shape,
+                                                                strict=True)})
+        for x, letters in zip(ins, (a, b), strict=True)), spec=node.attr("spec")),
+        dtype=DType.f32)
     if not any(grow.get(c) for c in out):
         return wide
     return make(Op.SLICE, wide, starts=(0,) * len(out), stops=tuple(size[c] for c in out),
                 steps=(1,) * len(out))
+
+
+def masked(x: Node, width: int, slices: frozenset[Node] | set[Node]) -> Node:
+    """``x``, a slice in ``slices`` of a source ``width`` wide along the last axis, as that
+    source with the columns past the slice zero (a select against a constant mask, so that an
+    infinity or NaN there is dropped as the slice drops it); else ``x``."""
+    if x not in slices or x.srcs[0].type.shape[-1] != width:
+        return x
+    keep = constant(np.arange(width) < x.type.shape[-1], DType.bool)
+    return make(Op.SELECT, keep, x.srcs[0], constant(0, x.type.dtype))
+
+
+def sunk(node: Node, slices: set[Node]) -> Node | None:
+    """Elementwise ``node`` computed over the unsliced sources of its operands in ``slices``
+    (results of padded products sliced back along their last axis) and sliced after, so
+    that it fuses into the product's epilogue (fusion puts no einsum behind a slice of its
+    result); its other operands must broadcast along that axis or be vectors along it
+    (padded with zeros). None where no operand is such a slice or one cannot follow."""
+    shape = node.type.shape
+    cut = [s for s in node.srcs if s in slices]
+    if not cut or not shape:
+        return None
+    wide = cut[0].srcs[0].type.shape[-1]
+    operands = []
+    for s in node.srcs:
+        if s in slices and s.srcs[0].type.shape[-1] == wide:
+            operands.append(s.srcs[0])
+        elif not s.type.shape or s.type.shape[-1] == 1:
+            operands.append(s)
+        elif s.type.rank == 1:  # a vector along the axis (a bias): zeros past its end
+            operands.append(padded(s, constant(0, s.type.dtype), (0, wide - shape[-1])))
+        else:
+            return None
+    out = make(node.op, *operands, **dict(node.attrs))
+    rank = len(shape)
+    return make(Op.SLICE, out, starts=(0,) * rank, stops=shape, steps=(1,) * rank)
 
 
 def narrowed(program: Program, node: Node, dtype: DType) -> np.ndarray:
@@ -310,18 +355,26 @@ class DtypeLegalization(Pass):
         tensor_cores = F16_MMA in target.tensor_cores and CP_ASYNC in target.tensor_cores
 
         scores = attention_scores(program)
+        slices: set[Node] = set()  # padded products' results sliced back (see sunk)
 
         def rewrite(node: Node, srcs: tuple[Node, ...]) -> Node:
             if DType.f16 in mapping and tensor_cores:
                 if f16_product(node) or attention_values(node):
                     attention = attention_values(node) or node in scores
-                    return padded_f16(node, srcs, attention_padding(node, scores) if attention
-                                      else wide_padding(node, target))
-                if (made := padded_product(node, srcs)) is not None:
+                    made = padded_f16(node, srcs, attention_padding(node, scores) if attention
+                                      else wide_padding(node, target), slices)
+                else:
+                    made = padded_product(node, srcs, slices)
+                if made is not None:
+                    if made.op is Op.SLICE:
+                        slices.add(made)
                     return made
             out = self.convert(program, node, srcs, mapping)
             if out.type.dtype is not node.type.dtype:
                 converted[node.type.dtype] += 1
+            if out.op.is_elementwise and (moved := sunk(out, slices)) is not None:
+                slices.add(moved)
+                return moved
             return out
 
         if mapping:
