@@ -12,7 +12,9 @@ says what happens:
   large ones whose rows are not whole 16-byte vectors padded to them where the target has
   ``wgmma`` (:func:`wide_padding`), and an attention's values product, for the fused
   attention kernel (:func:`attention_values`; head features padded to a multiple of 8 in Q,
-  K and V: :func:`attention_padding`).
+  K and V: :func:`attention_padding`). Elementwise ops on a padded product's sliced result
+  move above the slice (:func:`sunk`), and a product padding such a slice back reads its
+  source masked instead (:func:`masked`).
   ``keep`` leaves f16 to the kernels, which compute it in float and round every f16 value
   they bind (the renderer's f16 without ``cl_khr_fp16``; legal wherever f32 is).
 * ``f64`` (``keep`` by default, or ``demote``): every f64 value is computed in f32. Values
