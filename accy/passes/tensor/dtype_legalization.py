@@ -368,8 +368,8 @@ class DtypeLegalization(Pass):
                 else:
                     made = padded_product(node, srcs, slices)
                 if made is not None:
-                    if made.op is Op.SLICE:
-                        slices.add(made)
+                    if made.op is Op.SLICE and made.srcs[0].type.shape[:-1] == made.type.shape[:-1]:
+                        slices.add(made)  # cut along the last axis only
                     return made
             out = self.convert(program, node, srcs, mapping)
             if out.type.dtype is not node.type.dtype:
