@@ -63,7 +63,7 @@ LOCAL = 256  # work-items of a work-group, as the loop nest's flat launches
 UNROLL_BYTES = 16
 """Bytes of output a GPU work-item writes (:func:`unroll_of`): four f32 or eight f16
 elements, each load issued before the stores."""
-MIN_ITEMS_PER_UNIT = 2048  # work-items a compute unit needs to be full (H200: 2048 a unit)
+MIN_ITEMS_PER_UNIT = 2048  # work-items a compute unit holds at once (NVIDIA: 2048 a multiprocessor)
 
 MAX_GROUPS = 65535
 """The most work-groups along launch dimensions 1 and 2 (CUDA's grid limits, which NVIDIA's
