@@ -95,10 +95,10 @@ from accy.kernels.mma_ptx import (
     CP_WAIT,
     CVT_F16X2,
     CVT_TF32,
-    CVT_TF32_SAT,
     EX2_APPROX,
     MMA_F16,
     SHFL_BFLY,
+    TF32_BIG_SAT,
     cp_async,
     tf32_products,
     tf32_registers,
@@ -120,7 +120,7 @@ class _Builder(RegisterCopies, _AttentionBuilder):
                  policy: str, target: TargetProfile) -> None:
         super().__init__(group, outline, a, t)  # type: ignore[arg-type]
         self.policy, self.f16, self.split = policy, policy == "f16", policy == "3xtf32"
-        self.big_cvt = (CVT_TF32_SAT if policy == "3xtf32"
+        self.big_cvt = (TF32_BIG_SAT if policy == "3xtf32"
                         and TF32_SATFINITE in target.tensor_cores else CVT_TF32)
         self.step = 16 if self.f16 else 8  # the K of one mma
         self.d = padded_features(a.d, self.f16)  # head features as tiles and registers hold

@@ -30,7 +30,13 @@ MMA_TF32 = ("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, "
 MMA_F16 = ("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
            "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};")
 CVT_TF32 = "cvt.rna.tf32.f32 %0, %1;"
-CVT_TF32_SAT = "cvt.rna.satfinite.tf32.f32 %0, %1;"  # +-inf and overflow: the largest TF32
+# the 3xtf32 split's big part, saturating (+-inf and overflow: the largest finite TF32): x
+# clamped to the largest f32 that rounds to it (max.f32 and min.f32 give the other operand
+# for a NaN, whose small part x - big is then NaN, as the product), then rounded to nearest,
+# ties away (half the dropped bits' weight added, those bits cleared). For every other x the
+# bits of cvt.rna.satfinite.tf32.f32, in four instructions where ptxas makes the cvt six.
+TF32_BIG_SAT = ("{ .reg .f32 c; max.f32 c, %1, 0fFF7FEFFF; min.f32 c, c, 0f7F7FEFFF; "
+                "mov.b32 %0, c; add.s32 %0, %0, 4096; and.b32 %0, %0, -8192; }")
 # 16 bytes global -> local, bypassing L1; the second form copies the first %2 bytes and fills
 # the rest with zeros (0: zeros outside the operands). Local addresses are the 32-bit
 # shared-window address, (uint)(size_t) of the __local pointer (the probe checks it).
@@ -59,11 +65,17 @@ def cp_async(dst: Expr, buf: str, at: Expr, elem_bytes: int, size: int,
     size of 0 (zeros)."""
     base = Cast(INDEX, Var(buf))
     if guard is None:
+        return cp_async_from(dst, Bin("+", base, mul(at, idx(elem_bytes))), size, None)
+    return cp_async_from(dst, Bin("+", base, mul(Cond(guard, at, idx(0)), idx(elem_bytes))),
+                         size, Cond(guard, Lit(size, DType.i32), Lit(0, DType.i32)))
+
+
+def cp_async_from(dst: Expr, src: Expr, size: int, n: Expr | None) -> InlineAsm:
+    """``cp.async`` of ``size`` bytes from byte address ``src`` (an integer) to local address
+    ``dst``, of which the first ``n`` (an i32; None: all) are read and the rest zero-filled."""
+    if n is None:
         return InlineAsm(CP_ASYNC_16 if size == 16 else CP_ASYNC_CA.format(size), (),
-                         (("r", dst), ("l", Bin("+", base, mul(at, idx(elem_bytes))))), True,
-                         ("memory",))
-    src = Bin("+", base, mul(Cond(guard, at, idx(0)), idx(elem_bytes)))
-    n = Cond(guard, Lit(size, DType.i32), Lit(0, DType.i32))
+                         (("r", dst), ("l", src)), True, ("memory",))
     return InlineAsm(CP_ASYNC_ZFILL if size == 16 else CP_ASYNC_CA_ZFILL.format(size), (),
                      (("r", dst), ("l", src), ("r", n)), True, ("memory",))
 

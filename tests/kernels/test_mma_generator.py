@@ -53,6 +53,7 @@ from accy.kernels.mma_plan import (
     tf32_round,
     warp_origin,
 )
+from accy.kernels.mma_ptx import TF32_BIG_SAT
 from accy.passes.kernel.kernelization import Kernelization
 from accy.passes.spec import parse_pipeline
 from accy.target import TF32_MMA, TargetProfile
@@ -394,6 +395,10 @@ static inline uint accy_emu_tf32(uint x, int sat) {  /* cvt.rna[.satfinite].tf32
 """
 _CVT = re.compile(r'asm\("cvt\.rna(\.satfinite)?\.tf32\.f32 %0, %1;" : "=r"\((\w+)\) : '
                   r'"f"\((.*)\)\);$', re.M)
+# the 3xtf32 split's saturating big part (mma_ptx.TF32_BIG_SAT): as cvt.rna.satfinite (a NaN
+# gives the largest TF32 there, NaN here: the products are NaN either way)
+_BIG = re.compile(re.escape(f'asm("{TF32_BIG_SAT}" : "=r"(') + r'(\w+)\) : "f"\((.*)\)\);$',
+                  re.M)
 _MMA = re.compile(r'asm volatile\("mma\.sync[^"]*" : ' + ", ".join([r'"\+f"\((\w+)\)'] * 4)
                   + " : " + ", ".join([r'"r"\((\w+)\)'] * 6) + r"\);")
 
@@ -411,12 +416,14 @@ def _lds(m: re.Match) -> str:
 
 def emulated(src: str) -> str:
     """``src`` with its PTX replaced by C: ``cvt.rna.tf32.f32`` by the rounding formula of
-    :func:`tf32_round` (``.satfinite``: infinite results the largest finite TF32, NaN kept), each
+    :func:`tf32_round` (``.satfinite`` and :data:`TF32_BIG_SAT`: infinite results the largest
+    finite TF32, NaN kept), each
     ``mma.sync`` by a work-group-wide exchange of the warp's registers through local memory and the
     products in the PTX layout (every work-item runs the same mma sequence, so the barriers are
     uniform)."""
     src = _CVT.sub(lambda m: f"{m[2]} = (int)accy_emu_tf32(as_uint({m[3]}), {int(bool(m[1]))});",
                    src)
+    src = _BIG.sub(lambda m: f"{m[1]} = (int)accy_emu_tf32(as_uint({m[2]}), 1);", src)
     src = _LDS.sub(_lds, src)
     src = _MMA.sub(lambda m: f"ACCY_EMU_MMA({', '.join(m.groups())});", src)
     assert "asm" not in src

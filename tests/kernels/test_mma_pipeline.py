@@ -219,6 +219,23 @@ def test_pipelined_with_cp_async(precision, pipe, used):
     assert [s.status.value for s in job.kernel_summaries()] == ["legal"]
 
 
+def test_steps_inside_k_copy_from_hoisted_addresses(pipe):
+    """Each copy slot's source address is computed once (its row clamped inside A, its size 0
+    past M); a step inside K adds the step's offset, and only the K tail's step evaluates the
+    guards (4-byte copies of A: K = 313; 8-byte copies of B: N = 966)."""
+    src = prepare(matmul(761, 966, 313), "3xtf32", ASYNC, pipe).kernel_source(0)
+    head, loop = src.split("for (long kt")
+    assert "const int x_p0 = ((int)((min((m0 + x_f0), 760L) * 313L) + x_k0));" in head
+    assert "const int x_n0 = (((m0 + x_f0) < 761L) ? ((int)4) : ((int)0));" in head
+    # B's 8-byte copies along N: a column pair past N clamped to the last whole pair
+    assert "const int y_p0 = ((int)(min((n0 + y_f0), 964L) + (y_k0 * 966L)));" in head
+    inside, tail = loop.split("} else {")[:2]
+    assert "x_ko" in inside and "< 313L" not in inside and "\"r\"(x_n0)" in inside
+    assert "< 313L" in tail  # the K tail: every guard
+    whole = prepare(matmul(1000, 1024, 512), "3xtf32", ASYNC, pipe).kernel_source(0)
+    assert "} else {" not in whole.split("for (long kt")[1].split("mma.sync")[0]  # no K tail
+
+
 def test_deeper_pipelines_where_local_memory_allows(pipe):
     src = prepare(matmul(1000, 1024, 520, epilogue=True), "tf32", ASYNC, pipe).kernel_source(0)
     assert "cp.async.wait_group 1;" in src  # 64x64 tiles: 3 stages

@@ -19,7 +19,7 @@ from accy.backends.opencl import tensor_cores
 from accy.builder import einsum
 from accy.ir.types import DType, TensorType
 from accy.kernels.mma_plan import parse_tiles
-from accy.kernels.mma_ptx import exact_in_tf32
+from accy.kernels.mma_ptx import TF32_BIG_SAT, exact_in_tf32
 from accy.target import TF32_MMA, TF32_SATFINITE, resolve_precision
 
 SAT = dataclasses.replace(NV, tensor_cores=(TF32_MMA, TF32_SATFINITE))
@@ -45,8 +45,8 @@ def test_the_big_part_rounds_saturating_only_where_the_probe_found_it(pipe):
     sat = prepared(matmul(256, 256, 64), "3xtf32", SAT, pipe).kernel_source(0)
     plain = prepared(matmul(256, 256, 64), "3xtf32", NV, pipe).kernel_source(0)
     tf32 = prepared(matmul(256, 256, 64), "tf32", SAT, pipe).kernel_source(0)
-    assert "cvt.rna.satfinite.tf32.f32" in sat and "cvt.rna.tf32.f32" in sat  # small: plain
-    assert "satfinite" not in plain and "satfinite" not in tf32
+    assert TF32_BIG_SAT in sat and "cvt.rna.tf32.f32" in sat  # small: plain
+    assert TF32_BIG_SAT not in plain and TF32_BIG_SAT not in tf32
 
 
 def _operands(m: int, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
