@@ -213,8 +213,11 @@ class MmaTiles:
 
 
 # 4 warps of 64x64 (4x8 fragments, 128 accumulators per lane): half the local-memory reads per
-# mma of LARGE, at more registers; the fastest of the three on the H200 (papers/kernels.md)
+# mma of LARGE, at more registers
 WIDE = MmaTiles(128, 128, 16, 2, 2)
+# 4 warps of 64x32 (4x4 fragments, 64 accumulators): the fastest f32 tiling per unit on the
+# H200 once the 3xtf32 split was cheap (papers/kernels.md, "Twenty-ninth session")
+MID = MmaTiles(128, 64, 16, 2, 2)
 SMALL = MmaTiles(64, 64, 16, 2, 2)  # 4 warps of 32x32, where they fill the waves better
 # 4 warps of 32x16 (f32): where 64x64 tiles leave a short last wave of work-groups
 NARROW = MmaTiles(64, 32, 16, 2, 2)
@@ -227,18 +230,20 @@ SMALL16 = MmaTiles(64, 64, 32, 2, 2, f16=True)
 # what choose_tiles picks from, largest first, as measured (papers/kernels.md: bench_mma
 # --loads scalar,vector,ptx): f16 blocks with vector fragment loads (ldmatrix), f32 blocks
 # with scalar loads from padded tiles (their vector loads measured slower)
-CANDIDATES = (WIDE, SMALL, NARROW)
+CANDIDATES = (WIDE, MID, SMALL, NARROW)
 CANDIDATES16 = tuple(replace(t, loads="vector") for t in (WIDE16, SMALL16))
 # The choice among them (choose_tiles): a tiling's waves are its work-groups over the compute
 # units, rounded up, its *balance* the share of those waves' slots it fills, and its score the
 # balance times the tiling's relative rate (a unit's throughput on it, :func:`rate`); the
 # largest tiling within BALANCE_TIE of the best score is taken. Why: 64x64 tiles can leave a
 # last wave nearly empty (1000x1030 makes 272 work-groups on 132 units, the third wave 8)
-# where 64x32 tiles fill whole waves. The rates are fitted to the sweeps of papers/kernels.md
-# ("Sixteenth session", where the fit's error against the fastest tiling is given): f32
-# 128x128 tiles 1.1, 64x32 0.8; f16 tilings all 1.
-RATES = {(64, 32): 0.8}
-WIDE_RATE = 1.1  # f32 tiles of 128x128 or more
+# where 64x32 tiles fill whole waves. The f32 rates are fitted to a sweep of the four tilings
+# over 49 products (papers/kernels.md, "Twenty-ninth session", where the fit's error against
+# the fastest tiling is given: 3.5% in geometric mean, 6.6% with the sixteenth session's
+# rates, which predate the cheaper 3xtf32 split): 128x128 0.9, 128x64 1.05, 64x32 0.9; f16
+# tilings all 1.
+RATES = {(128, 64): 1.05, (64, 32): 0.9}
+WIDE_RATE = 0.9  # f32 tiles of 128x128 or more
 BALANCE_TIE = 0.02
 # tiles padding M x N by more than this are passed over for smaller ones: attention's P V
 # (N = 64, the head dimension) on 128x128 tiles computes twice its outputs
@@ -454,8 +459,8 @@ def fits(t: MmaTiles, target: TargetProfile) -> bool:
 
 def choose_tiles(c: Contraction, target: TargetProfile, pipelined: bool,
                  candidates: tuple[MmaTiles, ...] | None = None) -> MmaTiles:
-    """Of ``candidates`` (largest first; default :data:`CANDIDATES`, 128x128, 64x64 and 64x32
-    tiles, or :data:`CANDIDATES16` for f16, whatever K is) that fit the target (:func:`fits`)
+    """Of ``candidates`` (largest first; default :data:`CANDIDATES`, 128x128, 128x64, 64x64 and
+    64x32 tiles, or :data:`CANDIDATES16` for f16, whatever K is) that fit the target (:func:`fits`)
     and pad M x N by at most :data:`MAX_PADDING` (else the least padding), with K split where
     :func:`split_k` says (not for given candidates), the largest whose waves of work-groups are
     best filled (:func:`balance` times :func:`rate`, within :data:`BALANCE_TIE`; on a tie one
@@ -498,7 +503,7 @@ def rate(t: MmaTiles) -> float:
     :data:`RATES`, :data:`WIDE_RATE`)."""
     if t.f16:
         return 1.0
-    if t.bm * t.bn >= WIDE.bm * WIDE.bn:  # as 128x128 tiles (the others measured are 64 wide)
+    if t.bm * t.bn >= WIDE.bm * WIDE.bn:  # as 128x128 tiles (larger ones only in sweeps)
         return WIDE_RATE
     return RATES.get((t.bm, t.bn), 1.0)
 

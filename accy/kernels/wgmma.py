@@ -103,7 +103,11 @@ RATES = {4: 1.5, 2: 1.1}  # 256-row and 128-row tiles
 # the same for the f16 kernel copying B by TMA (accy/kernels/wgmma_tma.py; fitted to its own
 # sweep, papers/kernels.md "Nineteenth session"): 128-row tiles gain the most from it
 TMA_RATES = {4: 1.6, 2: 1.5}
-MMA_SMALL_RATE = 0.65  # the mma kernels' tiles smaller than 128x128
+MMA_SMALL_RATE = 0.65  # the mma kernels' tiles smaller than 128x128 but 128x64:
+# those f32 products take where 128x128 tiles had been chosen before (papers/kernels.md,
+# "Twenty-ninth session": the wgmma kernels measured 1.07-1.8x faster than them wherever both
+# were timed, and mma-tf32's 128x64 tiles beat wgmma-tf32's at 2048x1024x512)
+MMA_MID_RATE = 0.9
 # K must be at least MIN_K (a tile's fixed costs, the pipeline's fill and drain and the stores,
 # need some K to pay off: K 64 lost under f16 and 3xtf32, K 128 won)
 MIN_K = 128
@@ -445,8 +449,10 @@ def wgmma_score(c: Contraction, t: MmaTiles, units: int, rate: float) -> float:
 
 def mma_score(c: Contraction, t: MmaTiles, units: int) -> float:
     """The :func:`score` of the mma kernels' tiles ``t`` on ``c`` (K split: its groups too):
-    rate 1 for 128x128 tiles or larger, :data:`MMA_SMALL_RATE` for smaller ones."""
-    rate = 1.0 if t.bm * t.bn >= 128 * 128 else MMA_SMALL_RATE
+    rate 1 for 128x128 tiles or larger, :data:`MMA_MID_RATE` for 128x64, :data:`MMA_SMALL_RATE`
+    for smaller ones."""
+    rate = (1.0 if t.bm * t.bn >= 128 * 128 else MMA_MID_RATE if t.bm >= 128
+            else MMA_SMALL_RATE)
     return score(tile_groups(c, t.bm, t.bn) * t.split, units, rate)
 
 

@@ -34,6 +34,7 @@ from accy.kernels import mma_plan
 from accy.kernels.ir import Lit, idx
 from accy.kernels.mma_plan import (
     LARGE,
+    MID,
     MMA_K,
     MMA_M,
     MMA_N,
@@ -241,9 +242,9 @@ def test_chosen_with_tensor_cores_and_a_tf32_policy(precision, pipe, used):
     assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in src
     assert "cvt.rna.tf32.f32" in src
     assert job.kernels[0].geometry.local_size == (128,)
-    assert job.kernels[0].geometry.global_size == (16 * 16 * 128,)
+    assert job.kernels[0].geometry.global_size == (16 * 32 * 128,)  # 128x64 tiles
     assert [s.status.value for s in job.kernel_summaries()] == ["legal"]
-    per_step = (WIDE.bk // MMA_K) * WIDE.frags_m * WIDE.frags_n
+    per_step = (MID.bk // MMA_K) * MID.frags_m * MID.frags_n
     assert src.count("mma.sync") == per_step * (3 if precision == "3xtf32" else 1)
 
 
@@ -288,7 +289,7 @@ def test_batched_products_take_the_batch_from_the_group_id(pipe, used):
     job = prepared(matmul(512, 512, 64, batch=32), "tf32", NV, pipe)
     assert used(job) == {"mma-tf32": 1}
     src = job.kernel_source(0)
-    assert "bz = (grp / 16L)" in src and "x_base" in src
+    assert "bz = (grp / 32L)" in src and "x_base" in src  # 4 x 8 tiles of 128x64 a batch
 
 
 def test_3xtf32_splits_each_operand(pipe):
@@ -517,15 +518,15 @@ def emulate_and_check(device, job, m: int, n: int, k: int, batch: int, bias: boo
     (1000, 1030, 520, NARROW, 16 * 33),
     (1024, 1040, 512, NARROW, 16 * 33),
     (1536, 1536, 512, SMALL, 24 * 24),  # 144 tiles of 128x128: two waves, the last of 12
-    (2048, 1024, 512, WIDE, 16 * 8),  # 128 tiles of 128x128: one wave, nearly full
-    (4096, 4096, 64, WIDE, 32 * 32),  # a tie of full waves: the larger tiles
-    (1100, 1000, 700, SMALL, 18 * 16),  # 64x32 tiles fill theirs better, not by their rate
-    (8192, 8192, 1024, WIDE, 64 * 64),  # 64x64 tiles fill theirs better, not by their rate
-    (1024, 1024, 4096, WIDE, 8 * 8 * 4),  # K split in four: 256 groups, two a unit
+    (2048, 1024, 512, MID, 16 * 16),  # 256 tiles of 128x64: two waves, nearly full
+    (4096, 4096, 64, MID, 32 * 64),  # a tie of full waves: the larger tiles at the best rate
+    (1100, 1000, 700, NARROW, 18 * 32),  # 64x32 tiles fill theirs better (576 of 660 slots)
+    (8192, 8192, 1024, MID, 64 * 128),  # full waves either way: 128x64's rate
+    (1024, 1024, 4096, MID, 8 * 16 * 4),  # K split in four: 512 groups, four a unit
 ])
 def test_tiles_fill_their_waves_of_work_groups(pipe, m, n, k, tiles, groups):
     """The tiles whose waves of work-groups (one a compute unit) are best filled, weighed by
-    the tiling's rate: the H200 sweeps of papers/kernels.md, "Sixteenth session"."""
+    the tiling's rate: the H200 sweeps of papers/kernels.md, "Twenty-ninth session"."""
     job = prepared(matmul(m, n, k), "3xtf32", NV, pipe)
     assert job.kernels[0].geometry.global_size == (groups * tiles.threads,)
 

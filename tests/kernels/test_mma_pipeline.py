@@ -208,13 +208,12 @@ def test_pipelined_with_cp_async(precision, pipe, used):
     job = prepare(matmul(2048, 2048, 256), precision, ASYNC, pipe)
     assert used(job) == {f"mma-{precision}": 1}
     src = job.kernel_source(0)
-    # 128x128 tiles, scalar loads (the f32 default): two 18.5 KiB stages fit 48 KiB, three
-    # do not
-    assert "cp.async.wait_group 0;" in src and src.count("cp.async.commit_group") == 2
-    assert src.count("cp.async.cg.shared.global") == 2 * 8  # 8 slots: prologue, loop
-    assert "__local float a_tile[5120]" in src and ", in0)" not in src  # no register copies
+    # 128x64 tiles, scalar loads (the f32 default): three 14.5 KiB stages fit 48 KiB
+    assert "cp.async.wait_group 1;" in src and src.count("cp.async.commit_group") == 3
+    assert src.count("cp.async.cg.shared.global") == 3 * 6  # 6 slots: 2 prologue steps, loop
+    assert "__local float a_tile[7680]" in src and ", in0)" not in src  # no register copies
     assert "cp.async.cg.shared.global [%0], [%1], 16;" in src  # no guards: dividing tiles
-    assert src.count("cvt.rna.tf32.f32") == (2 * (4 * 4 + 8 * 2)
+    assert src.count("cvt.rna.tf32.f32") == (2 * (4 * 4 + 4 * 2)
                                              * (2 if precision == "3xtf32" else 1))
     assert [s.status.value for s in job.kernel_summaries()] == ["legal"]
 
@@ -238,8 +237,8 @@ def test_steps_inside_k_copy_from_hoisted_addresses(pipe):
 
 def test_deeper_pipelines_where_local_memory_allows(pipe):
     src = prepare(matmul(1000, 1024, 520, epilogue=True), "tf32", ASYNC, pipe).kernel_source(0)
-    assert "cp.async.wait_group 1;" in src  # 64x64 tiles: 3 stages
-    assert "__local float a_tile[3840]" in src
+    assert "cp.async.wait_group 1;" in src  # 128x64 tiles: 3 stages
+    assert "__local float a_tile[7680]" in src
     assert '16, %2;" ' in src and "? ((int)16) : ((int)0)" in src  # zero-filled edges
 
 
@@ -254,9 +253,9 @@ def test_copied_operands_stay_in_global_memory(pipe):
 
 
 def test_no_more_stages_than_k_steps(pipe):
-    """64x64 tiles take 3 stages, but K = 32 has 2 steps of 16: 2 stages."""
+    """128x64 tiles take 3 stages, but K = 32 has 2 steps of 16: 2 stages."""
     src = prepare(matmul(1000, 1024, 32), "tf32", ASYNC, pipe).kernel_source(0)
-    assert "cp.async.wait_group 0;" in src and "__local float a_tile[2560]" in src
+    assert "cp.async.wait_group 0;" in src and "__local float a_tile[5120]" in src
 
 
 def test_plain_loads_where_cp_async_cannot_copy(pipe):
@@ -310,8 +309,8 @@ def test_f16_products_take_f16_tensor_cores_under_any_policy(precision, pipe, us
 @pytest.mark.parametrize("prog, precision, passes, packs, vstores", [
     # f16 out, 128x128 tiles, 3 stages: 64 rows (2 fragment rows of both warp rows) a pass
     (matmul16(2048, 2048, 256), "ieee", 2, 64, 16),
-    # f32 out, 2 stages of padded tiles: 32 rows (a fragment row of both warp rows) a pass
-    (matmul(2048, 2048, 256), "tf32", 4, 0, 32),
+    # f32 out, 128x64 tiles of padded rows: 32 rows (a fragment row of both warp rows) a pass
+    (matmul(2048, 2048, 256), "tf32", 4, 0, 16),
 ], ids=["f16", "f32"])
 def test_staged_stores_take_the_tiles_in_turn(prog, precision, passes, packs, vstores, pipe,
                                               used):

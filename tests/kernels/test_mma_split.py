@@ -9,7 +9,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from mma_emulation import run_kernels
+from mma_emulation import emulated_async, run_kernels
 from test_mma_generator import NV, emulated, matmul, prepared
 
 from accy.kernels.mma_plan import MmaTiles, parse_tiles
@@ -22,23 +22,22 @@ except ImportError:  # the emulation test skips without it
 
 @pytest.mark.parametrize("precision", ["tf32", "3xtf32"])
 def test_long_k_on_few_tiles_splits_k_over_work_groups(precision, pipe, used):
-    # 256x256: 4 tiles of 128x128 (or 16 of 64x64) on 132 units: K in 33 chunks of 2000
-    # (the last 1536): 132 groups, one full wave (64x64 tiles in 33 chunks fill four: the
-    # larger tiles win the tie)
+    # 256x256: 8 tiles of 128x64 (or 4 of 128x128, 16 of 64x64) on 132 units: K in 49
+    # chunks of 1344 (the last 1024): 392 groups, three waves nearly full, at 128x64's rate
     job = prepared(matmul(256, 256, 65536), precision, NV, pipe)
     assert used(job) == {f"mma-{precision}": 1}
     first, second = job.kernels
     assert first.entry.endswith("_partials") and not second.entry.endswith("_partials")
-    assert first.geometry.global_size == (4 * 33 * 128,)
+    assert first.geometry.global_size == (8 * 49 * 128,)
     (scratch,) = [a for a in first.args if a.is_scratch]
-    assert scratch.scratch_elems == 33 * 256 * 256
-    assert "k0 = (chunk * 2000L)" in job.kernel_source(0)
+    assert scratch.scratch_elems == 49 * 256 * 256
+    assert "k0 = (chunk * 1344L)" in job.kernel_source(0)
     # 192x192: no 128x128 tile pads it little enough; 9 tiles of 64x64 in 58 chunks: 522
     # groups, four waves nearly full (16 chunks made a wave of 132 and a second of 12)
     job = prepared(matmul(192, 192, 65536), precision, NV, pipe)
     assert job.kernels[0].geometry.global_size == (9 * 58 * 128,)
-    # 256 tiles of 64x64 fill two waves as well as 64 of 128x128 with K split in two, whose
-    # rate is higher (measured faster: papers/kernels.md, "Sixteenth session"): split; one
+    # 128 tiles of 128x64 with K split in four fill four waves as well as 256 of 64x64 fill
+    # two, at a higher rate (papers/kernels.md, "Twenty-ninth session"): split; one
     # kernel where the tiles fill the units without a split, and a short K is never split
     assert len(prepared(matmul(1024, 1024, 4096), precision, NV, pipe).kernels) == 2
     assert len(prepared(matmul(2048, 2048, 4096), precision, NV, pipe).kernels) == 1
@@ -80,14 +79,42 @@ def test_split_kernels_compute_the_product_in_emulation(device, pipe, used, prec
     np.testing.assert_allclose(out, np.maximum(exact + bias, 0), rtol=0, atol=tol)
 
 
+@pytest.mark.parametrize("mode", ["eager", "deferred"])
+def test_split_cp_async_kernels_of_128x64_tiles_compute_the_product_in_emulation(
+        device, pipe, used, experiment_script, mode):
+    """The cp.async pipeline with K split: 200x100 (edges in M and N) over K = 2601 in three
+    chunks of 880, the last ending inside its last K step (its guarded issue), the others'
+    steps issued from the hoisted addresses offset by the chunk's K; 128x64 tiles."""
+    if "Portable Computing Language" not in device.info.platform:
+        pytest.skip("the emulation is checked on PoCL")
+    from test_mma_pipeline import ASYNC
+
+    m, n, k = 200, 100, 2601
+    job = prepared(matmul(m, n, k, epilogue=True), "3xtf32", ASYNC, pipe)
+    job = experiment_script("bench_mma").with_mma_tiles(
+        job, parse_tiles("128x64x16:2x2:3:split=3"), "3xtf32")
+    first, second = job.kernels
+    assert "k0 = (chunk * 880L)" in job.kernel_source(0) and "x_ko" in job.kernel_source(0)
+    rng = np.random.default_rng(4)
+    a, b = (rng.uniform(-1, 1, s).astype(np.float32) for s in ((m, k), (k, n)))
+    bias = rng.uniform(-1, 1, n).astype(np.float32)
+    sources = [emulated_async(job.kernel_source(0), mode), job.kernel_source(1)]
+    out = run_kernels(device, job, sources, [a, b, bias], (m, n), np.float32)
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(out, np.maximum(exact + bias, 0), rtol=0, atol=1e-6 * k)
+
+
 def test_tiles_padding_the_product_much_are_passed_over(pipe, used):
     """Attention's P V: N = 64 (the head dimension) would leave half of each 128x128 tile
-    empty; 64x64 tiles compute no padding (and still fill the units)."""
+    empty; 128x64 tiles compute no padding (and still fill the units)."""
     job = prepared(matmul(2048, 64, 2048, batch=16), "3xtf32", NV, pipe)
     assert used(job) == {"mma-3xtf32": 1}
-    assert job.kernels[0].geometry.global_size == (16 * 32 * 128,)  # 64x64 tiles, 4 warps
+    assert job.kernels[0].geometry.global_size == (16 * 16 * 128,)  # 128x64 tiles, 4 warps
+    # N = 72: every tiling pads over 1.25x; the least padding, 64x32 tiles (96 columns)
+    job = prepared(matmul(2048, 72, 2048, batch=16), "3xtf32", NV, pipe)
+    assert job.kernels[0].geometry.global_size == (16 * 32 * 3 * 128,)
     wide = prepared(matmul(2048, 128, 2048, batch=16), "3xtf32", NV, pipe)
-    assert wide.kernels[0].geometry.global_size == (16 * 16 * 128,)  # 128x128 tiles
+    assert wide.kernels[0].geometry.global_size == (16 * 16 * 2 * 128,)  # 128x64 tiles
 
 
 def test_bench_mma_rebuilds_a_job_with_split_tiles(pipe, used, experiment_script):
