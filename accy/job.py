@@ -22,6 +22,7 @@ from accy.backends.registry import (
     open_device,
     registration,
 )
+from accy.egraph.cost import digests_kept
 from accy.errors import AccyError, KernelLookupError, NotPreparedError, WorkItemLookupError
 from accy.files import atomic_write
 from accy.ir.node import Node, pack, unpack
@@ -403,7 +404,9 @@ def prepare(
         raise TypeError(f"prepare takes a Program or a PreparedJob, not {type(source).__name__}")
     manager = PassManager(remaining, verify_each=verify_each, instruments=instruments)
     new_records = []
-    with gc_paused():  # one collection after the whole pipeline, not one after each stage
+    # one collection after the whole pipeline, not one after each stage; each large constant
+    # hashed once for its digest
+    with gc_paused(), digests_kept():
         for product, record in manager.run_stages(start, until):
             products[product.stage] = product
             new_records.append(record)

@@ -48,10 +48,12 @@ egglog's own extractor), then term size (so zero-cost cycles can never win), the
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import heapq
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, NamedTuple, Protocol
@@ -362,8 +364,48 @@ def stand_in_digest(data: bytes) -> str | None:
 
 
 def bytes_digest(data: bytes) -> str:
-    """The hex digest that names large constant bytes (in e-graphs and extraction)."""
-    return stand_in_digest(data) or hashlib.blake2b(data, digest_size=16).hexdigest()
+    """The hex digest that names large constant bytes (in e-graphs and extraction); inside
+    :func:`digests_kept`, each object's is hashed once."""
+    kept = getattr(_KEPT, "digests", None)
+    if kept is not None and (hit := kept.get(id(data))) is not None and hit[0] is data:
+        return hit[1]
+    digest = stand_in_digest(data) or hashlib.blake2b(data, digest_size=16).hexdigest()
+    if kept is not None and len(data) > _KEPT_MIN_BYTES:
+        _keep(kept, data, digest)
+    return digest
+
+
+# Kept digests: a pipeline names a model's weights by digest in every pass and region that
+# converts them into an e-graph, extracts them or sends them to a worker (three or four
+# blake2b passes over 256 MB took 1.3-2.5 s of a 3.4-12 s preparation). The cache holds each
+# object it names (so no other object can take its id) and only during one preparation
+# (``accy.prepare``), when the program holds the weights anyway; at most _KEPT_MAX_BYTES of
+# them, the oldest let go first (temporaries a pass made and dropped stay held no longer).
+_KEPT = threading.local()
+_KEPT_MIN_BYTES = 1 << 20
+_KEPT_MAX_BYTES = 1 << 30
+
+
+def _keep(kept: dict[int, tuple[bytes, str]], data: bytes, digest: str) -> None:
+    kept[id(data)] = (data, digest)
+    total = sum(len(d) for d, _ in kept.values())
+    while total > _KEPT_MAX_BYTES and len(kept) > 1:
+        oldest = next(iter(kept))
+        total -= len(kept.pop(oldest)[0])
+
+
+@contextlib.contextmanager
+def digests_kept() -> Iterator[None]:
+    """Inside (this thread, the outermost use): :func:`bytes_digest` hashes each large bytes
+    object once (see the comment above)."""
+    if getattr(_KEPT, "digests", None) is not None:
+        yield
+        return
+    _KEPT.digests = {}
+    try:
+        yield
+    finally:
+        _KEPT.digests = None
 
 
 def _attr_key(value: Any) -> str:
