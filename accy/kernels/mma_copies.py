@@ -4,10 +4,11 @@ or by ``cp.async`` (:meth:`Copies.async_loop`: ``tiles.stages`` buffers), K step
 tile's ``bk``.
 
 A ``cp.async`` K step wholly inside K (every step but a K tail's) issues each copy slot from
-an address computed once before the loop, its row clamped inside the operand and its source
-size zero where the row is outside (:meth:`Copies.slot_sources`), plus the step's offset: a
-64-bit add a slot, where the guarded form (:meth:`Copies.issue`, for the K tail and the
-prologue) compares, selects and multiplies in 64 bits for each.
+an element offset computed once before the loop (32-bit where the operand's offsets fit), its
+row clamped inside the operand and its source size zero where the row is outside
+(:meth:`Copies.slot_sources`), plus the step's offset: an add a slot, where the guarded form
+(:meth:`Copies.issue`, for the K tail and the prologue) compares, selects and multiplies in
+64 bits for each.
 """
 
 from __future__ import annotations
@@ -90,11 +91,11 @@ class Copies:
                         self.width[side] * self.t.elem_bytes, self.guard(side, f, k))
 
     def slot_sources(self, origin: dict[str, Expr]) -> None:
-        """Before the K loop: each copy slot's source byte address at its chunk's first K step
-        (``{side}_p{i}``; a row outside the operand clamped to its last, so every address
+        """Before the K loop: each copy slot's source element offset at its chunk's first K
+        step (``{side}_p{i}``; a row outside the operand clamped to its last, so every address
         stays inside) and, where tiles pass the operand's edge, its source size
         (``{side}_n{i}``: 0 outside, zeros copied). A step wholly inside K then costs a slot
-        one 64-bit add (:meth:`issue_inside`) instead of its guards and address."""
+        an add (:meth:`issue_inside`) instead of its guards and address."""
         t = self.t
         for side in ("x", "y"):
             extent, fs, ks, k_major, _ = self.sides[side]
@@ -108,7 +109,17 @@ class Copies:
                     f = Call("min", (f, idx(extent - (1 if k_major else width))))
                 k = add(self.k0, Var(f"{side}_k{i}"))
                 at = add(self.bases[side], add(mul(f, idx(fs)), mul(k, idx(ks))))
-                self.let(f"{side}_p{i}", Cast(DType.i32, at), DType.i32)
+                dtype = self.offset_type(side)
+                self.let(f"{side}_p{i}", Cast(dtype, at) if dtype is DType.i32 else at, dtype)
+
+    def offset_type(self, side: str) -> DType:
+        """i32 for the element offsets of ``side``'s copies where its largest fits (one
+        register a slot), else :data:`INDEX`."""
+        c = self.c
+        dims = [(d.size, d.x if side == "x" else d.y) for d in c.batch]
+        dims += [(c.m.size, c.m.x), (c.k.size, c.k.x)] if side == "x" else [
+            (c.n.size, c.n.y), (c.k.size, c.k.y)]
+        return DType.i32 if sum((n - 1) * st for n, st in dims) < 2**31 else INDEX
 
     def issue_inside(self, side: str, i: int, stage: Expr) -> Stmt:
         """``cp.async`` of copy slot ``i`` for a K step wholly inside K, from its hoisted
@@ -116,7 +127,9 @@ class Copies:
         extent = self.sides[side][0]
         size = self.width[side] * self.t.elem_bytes
         n = Var(f"{side}_n{i}") if extent % (self.t.bm if side == "x" else self.t.bn) else None
-        at = Cast(INDEX, Bin("+", Var(f"{side}_p{i}"), Var(f"{side}_ko")))
+        at = Bin("+", Var(f"{side}_p{i}"), Var(f"{side}_ko"))
+        if self.offset_type(side) is DType.i32:
+            at = Cast(INDEX, at)
         return cp_async_from(self.local_slot(side, i, stage),
                              Bin("+", Cast(INDEX, Var(self.arg[side])),
                                  mul(at, idx(self.t.elem_bytes))), size, n)
@@ -263,8 +276,11 @@ class Copies:
             prev = Let("prev", INDEX, Cond(Bin("==", cur, idx(0)), idx(stages - 1),
                                            Bin("-", cur, idx(1))))
             # a step wholly inside K from the hoisted addresses; the K tail's guarded
-            offsets = [Let(f"{side}_ko", DType.i32, Cast(DType.i32, mul(
-                nxt, idx(t.bk * self.sides[side][2])))) for side in ("x", "y")]
+            offsets = [Let(f"{side}_ko", dtype, Cast(dtype, step) if dtype is DType.i32
+                           else step)
+                       for side in ("x", "y")
+                       for dtype, step in [(self.offset_type(side),
+                                            mul(nxt, idx(t.bk * self.sides[side][2])))]]
             inside = offsets + [self.issue_inside(side, i, Var("prev"))
                                 for side in ("x", "y") for i in range(self.slots(side))]
             issues = ([If(Bin("<=", add(self.k0, mul(add(nxt, idx(1)), idx(t.bk))),

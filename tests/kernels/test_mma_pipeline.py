@@ -233,6 +233,9 @@ def test_steps_inside_k_copy_from_hoisted_addresses(pipe):
     assert "< 313L" in tail  # the K tail: every guard
     whole = prepare(matmul(1000, 1024, 512), "3xtf32", ASYNC, pipe).kernel_source(0)
     assert "} else {" not in whole.split("for (long kt")[1].split("mma.sync")[0]  # no K tail
+    # A of 65536 x 40000 elements: offsets past 2^31, 64-bit (B's fit 32 bits)
+    big = prepare(matmul(65536, 64, 40000), "3xtf32", ASYNC, pipe).kernel_source(0)
+    assert "const long x_p0 = " in big and "const int y_p0 = " in big
 
 
 def test_deeper_pipelines_where_local_memory_allows(pipe):
