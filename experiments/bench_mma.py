@@ -42,10 +42,11 @@ can also name its scheme itself: ``--tiles 128x256x16:2x4:2:vector``; without on
 skipped with the reason.
 
 ``--rounding fragment,tile`` times each of those tiles (after ``--loads``) with each place
-``tf32`` rounds operands that ``cp.async`` copied (``MmaTiles.rounding``): ``fragment``, each
-register as it is loaded (the default), or ``tile``, each work-item rounding the chunks it
-copied in local memory once before the step's barrier (``:round=tile`` in a tiles entry);
-other policies and dtypes ignore it.
+``tf32`` rounds (``3xtf32`` splits) operands that ``cp.async`` copied (``MmaTiles.rounding``):
+``fragment``, each register as it is loaded (the default), or ``tile``, each work-item
+rounding the chunks it copied in local memory once before the step's barrier (``:round=tile``
+in a tiles entry; under 3xtf32 the small parts in a second tile, so twice the local memory,
+refused where the target lacks it, and scalar fragment loads only); f16 ignores it.
 
 ``--dtypes f32,f16`` also runs every case with f16 operands (named ``CASE.f16``): f16 products
 take f16 tensor cores (``mma-f16``: m16n8k16, f32 accumulators, fed by ``cp.async``) whatever

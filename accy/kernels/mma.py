@@ -46,7 +46,8 @@ K step, steps 0..S-2 issued before the loop; each step waits until at most S-2 g
 flight, passes one barrier, issues step ``kt + S - 1`` into the buffer step ``kt - 1`` read,
 then runs its mma.sync. Under ``tf32`` the operands are then rounded at fragment load, or
 (``MmaTiles.rounding == "tile"``) by the work-item that copied them, in local memory, before
-the barrier. The
+the barrier; under ``3xtf32`` split there the same way (the big part in place, the small part
+into ``a_small`` / ``b_small``; an opt-in for sweeps: ``bench_mma --rounding tile``). The
 copied operands stay in global memory (``Kernel.global_args``).
 
 ``mma-f16``: f16 products (f16 x f16 is exact in f32, sums f32, as every f16 contraction
@@ -163,9 +164,18 @@ class _Builder(Copies, VectorLoads, Stores):
         # bytes at a time where they are not whole 16-byte vectors
         widths = copy_widths(c) if self.pipelined else None
         self.width = widths or {"x": tiles.vector, "y": tiles.vector}
-        # tf32 operands copied by cp.async rounded in local memory, once per element
-        self.round_tile = (tiles.rounding == "tile" and policy == "tf32" and self.pipelined
-                           and widths == {"x": VECTOR, "y": VECTOR})
+        # operands copied by cp.async rounded in local memory, once per element: tf32's in
+        # place; 3xtf32's (scalar fragment loads) split there, the small parts into a second
+        # tile of the same layout (:meth:`Copies.round_copies`)
+        self.round_tile = (tiles.rounding == "tile" and self.pipelined
+                           and widths == {"x": VECTOR, "y": VECTOR}
+                           and (policy == "tf32" or policy == "3xtf32"
+                                and not tiles.vector_loads))
+        if self.round_tile and policy == "3xtf32" and 2 * tiles.local_bytes() > \
+                target.local_mem_bytes:
+            raise ValueError(f"tiles {tiles.text()}: splitting 3xtf32 operands in local memory "
+                             f"doubles the tiles to {2 * tiles.local_bytes()} bytes, over the "
+                             f"target's {target.local_mem_bytes}")
         self.f16 = tiles.f16
         self.epi = loopnest.EpilogueBuilder(group, outline, einsum)
         self.arg = {"x": self.epi.arg_of[einsum.srcs[c.x]],
@@ -185,6 +195,10 @@ class _Builder(Copies, VectorLoads, Stores):
         if (self.policy == "tf32" and (not self.pipelined or self.round_tile)  # rounded there
                 or self.policy == "3xtf32" and not self.split[side]):
             return [Let(name, DType.i32, Call("bitcast_i32", (value,)))]
+        if self.round_tile and isinstance(value, Load):  # split in local memory: both parts
+            return [Let(name, DType.i32, Call("bitcast_i32", (value,))),
+                    Let(f"{name}_s", DType.i32, Call("bitcast_i32", (
+                        Load(value.buf.replace("_tile", "_small"), value.index),)))]
         return tf32_registers(name, value, self.policy, self.big_cvt)
 
     def compute(self, a_off: Expr, b_off: Expr) -> list[Stmt]:
@@ -292,6 +306,10 @@ class _Builder(Copies, VectorLoads, Stores):
         ltype, self.words = (DType.i32, 2) if self.f16 else (DType.f32, 1)
         self.body.append(LocalArray("a_tile", ltype, t.stages * t.a_size // self.words, 16))
         self.body.append(LocalArray("b_tile", ltype, t.stages * t.b_size // self.words, 16))
+        if self.round_tile and self.policy == "3xtf32":  # the small parts, where split
+            for reg, size in (("a", t.a_size), ("b", t.b_size)):
+                if self.split[reg]:
+                    self.body.append(LocalArray(f"{reg}_small", ltype, t.stages * size, 16))
         if t.vector_loads:
             self.vector_bases(wm, wn, g, tt, lane)
         else:

@@ -44,13 +44,20 @@ from accy.kernels.ir import (
     mul,
 )
 from accy.kernels.mma_plan import VECTOR, copy_layout, local_index
-from accy.kernels.mma_ptx import CP_COMMIT, CP_WAIT, CVT_TF32, cp_async, cp_async_from
+from accy.kernels.mma_ptx import (
+    CP_COMMIT,
+    CP_WAIT,
+    CVT_TF32,
+    cp_async,
+    cp_async_from,
+    tf32_registers,
+)
 
 
 class Copies:
     """Operand copies and the K loop; the builder provides ``t``, ``c``, ``sides``, ``width``,
-    ``bases``, ``arg``, ``k0``, ``chunks``, ``chunk_k``, ``policy``, ``f16``, ``round_tile``
-    and ``compute``."""
+    ``bases``, ``arg``, ``k0``, ``chunks``, ``chunk_k``, ``policy``, ``split``, ``big_cvt``,
+    ``f16``, ``round_tile`` and ``compute``."""
 
     # copies -----------------------------------------------------------------------------
     def side_info(self, side: str) -> tuple[int, int, int, bool, bool]:
@@ -226,22 +233,26 @@ class Copies:
     def round_copies(self, stage: Expr) -> list[Stmt]:
         """Round the 16-byte chunks this work-item copied into ``stage`` to TF32 in place
         (``MmaTiles.rounding == "tile"``): each element once, before the barrier that shows
-        them to the warps."""
+        them to the warps. Under 3xtf32 the rounding is the split's big part, and the small
+        part goes to the same place of ``a_small`` / ``b_small`` (sides exact in TF32 are
+        left as they are)."""
         out: list[Stmt] = []
-        for side in ("x", "y"):
+        for side, reg in (("x", "a"), ("y", "b")):
+            split = self.policy == "3xtf32"
+            if split and not self.split[reg]:
+                continue
             buf, size = ("a_tile", self.t.a_size) if side == "x" else ("b_tile", self.t.b_size)
             for i in range(self.slots(side)):
                 at = div(add(mul(stage, idx(size)), Var(f"{side}_l{i}")), VECTOR)
                 raw = f"{side}_o{i}"
                 out.append(Let(raw, DType.f32, VectorLoad(buf, at, VECTOR), lanes=VECTOR))
-                values: list[Expr] = []
-                for j in range(VECTOR):
-                    bits = f"{side}_t{i}_{j}"
-                    out += [Let(bits, DType.i32, Lit(0, DType.i32), True),
-                            InlineAsm(CVT_TF32, (("=r", bits),), (("f", Lane(Var(raw), j)),),
-                                      False)]
-                    values.append(Call("bitcast_f32", (Var(bits),)))
-                out.append(VectorStore(buf, at, DType.f32, tuple(values)))
+                names = [f"{side}_t{i}_{j}" for j in range(VECTOR)]
+                for j, name in enumerate(names):
+                    out += tf32_registers(name, Lane(Var(raw), j), self.policy, self.big_cvt)
+                for target, suffix in (((buf, ""), (f"{reg}_small", "_s")) if split
+                                       else ((buf, ""),)):
+                    out.append(VectorStore(target, at, DType.f32, tuple(
+                        Call("bitcast_f32", (Var(name + suffix),)) for name in names)))
         return out
 
     def async_loop(self, origin: dict[str, Expr]) -> list[Stmt]:

@@ -57,9 +57,11 @@ STAGES = (2, 3, 4)  # local buffers a pipeline may have
 # or "ptx": the vector layout with its f32 loads as inline PTX ld.shared.v4.f32 (16-byte loads
 # whatever alignment the OpenCL compiler proves for vload4; f16 as vector)
 LOADS = ("scalar", "vector", "ptx")
-# where tf32 rounds operands copied by cp.async: "fragment" (each register as it is loaded, so
-# once per warp reading it) or "tile" (each work-item rounds the 16-byte chunks it copied, in
-# local memory, once per element, before the step's barrier; fragments then need no cvt)
+# where tf32 rounds (3xtf32 splits) operands copied by cp.async: "fragment" (each register as
+# it is loaded, so once per warp reading it) or "tile" (each work-item rounds the 16-byte
+# chunks it copied, in local memory, once per element, before the step's barrier; 3xtf32's
+# small parts go to a second tile of the same layout, doubling local memory, scalar fragment
+# loads only; fragments then need no cvt)
 ROUNDINGS = ("fragment", "tile")
 
 # Selection: tensor cores pay once both tile sides are at least MIN_MN and K at least MIN_K;

@@ -245,6 +245,27 @@ def test_deeper_pipelines_where_local_memory_allows(pipe):
     assert '16, %2;" ' in src and "? ((int)16) : ((int)0)" in src  # zero-filled edges
 
 
+def test_3xtf32_operands_split_once_in_local_memory(pipe, experiment_script):
+    """``round=tile`` under 3xtf32: each work-item splits the chunks it copied, the big part
+    in place and the small part into ``a_small`` / ``b_small``; fragments load both, no cvt;
+    local memory doubles (refused where the target lacks it)."""
+    job = prepare(matmul(1024, 1024, 256), "3xtf32", ASYNC, pipe)
+    tiled = experiment_script("bench_mma").with_mma_tiles(
+        job, parse_tiles("64x64x16:2x2:2:round=tile"), "3xtf32")
+    src = tiled.kernel_source(0)
+    assert "__local float a_small[2560]" in src and "__local float b_small[" in src
+    loop = src.split("for (long kt")[1]
+    # A's two slots and B's two, 4 elements each, a cvt for the big part (this target has no
+    # saturating rounding) and one for the small
+    per_step = 2 * 2 * 4 * 2
+    assert loop.count("cvt.rna.tf32.f32") == per_step  # the copies' split, none at fragments
+    assert "((__local float4*)a_small)[(((cur * 1280L) + x_l0) / 4L)] = " in loop  # split
+    assert "= as_int(a_small[(a_off + a_lane)]);" in loop  # a fragment's small part, loaded
+    with pytest.raises(ValueError, match="doubles the tiles"):
+        experiment_script("bench_mma").with_mma_tiles(
+            job, parse_tiles("128x128x16:2x2:2:round=tile"), "3xtf32")
+
+
 def test_copied_operands_stay_in_global_memory(pipe):
     """cp.async reads global addresses: operands small enough for constant memory stay global
     in the pipelined kernel (``Kernel.global_args``); the bias, read plainly, may go there."""
@@ -503,7 +524,11 @@ needs_pocl = pytest.mark.skipif(cl is None, reason="needs pyopencl")
     (72, 64, 96, 0, False, "3xtf32", "64x64x8:2x2:3"),  # K steps of 8
     (66, 70, 40, 2, True, "3xtf32", "32x16x8:1x1:3"),  # B rows of 70: 8-byte copies, edges
     (64, 65, 33, 0, False, "tf32", None),  # odd N and K: 4-byte copies of both sides
-], ids=["bias-tf32-3", "batched-3xtf32-2", "tf32-4", "3xtf32-bk8-3", "8-byte", "4-byte"])
+    # 3xtf32 split once in local memory (small parts in a second tile), edges in M and K
+    (130, 96, 40, 0, True, "3xtf32", "64x32x16:2x2:3:round=tile"),
+    (96, 64, 48, 2, False, "tf32", "64x64x16:2x2:3:round=tile"),  # tf32 rounded in place
+], ids=["bias-tf32-3", "batched-3xtf32-2", "tf32-4", "3xtf32-bk8-3", "8-byte", "4-byte",
+        "3xtf32-tile-split", "tf32-tile-round"])
 def test_pipelined_kernels_compute_the_product_in_emulation(device, pipe, used, experiment_script,
                                                             mode, m, n, k, batch, bias,
                                                             precision, tiles):
@@ -514,8 +539,8 @@ def test_pipelined_kernels_compute_the_product_in_emulation(device, pipe, used, 
     if tiles is not None:
         job = experiment_script("bench_mma").with_mma_tiles(job, parse_tiles(tiles), precision)
     source = job.kernel_source(0)
-    assert "cp.async" in source and (tiles is None or f"wait_group {int(tiles[-1]) - 2};"
-                                     in source)
+    assert "cp.async" in source and (
+        tiles is None or f"wait_group {int(tiles.split(':')[2]) - 2};" in source)
     rng = np.random.default_rng(7)
     lead = (batch,) if batch else ()
     a = rng.uniform(-1, 1, (*lead, m, k)).astype(np.float32)
