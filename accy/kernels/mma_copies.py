@@ -116,8 +116,7 @@ class Copies:
                     f = Call("min", (f, idx(extent - (1 if k_major else width))))
                 k = add(self.k0, Var(f"{side}_k{i}"))
                 at = add(self.bases[side], add(mul(f, idx(fs)), mul(k, idx(ks))))
-                dtype = self.offset_type(side)
-                self.let(f"{side}_p{i}", Cast(dtype, at) if dtype is DType.i32 else at, dtype)
+                self.let(f"{side}_p{i}", *self.offset(side, at))
 
     def offset_type(self, side: str) -> DType:
         """i32 for the element offsets of ``side``'s copies where its largest fits (one
@@ -127,6 +126,16 @@ class Copies:
         dims += [(c.m.size, c.m.x), (c.k.size, c.k.x)] if side == "x" else [
             (c.n.size, c.n.y), (c.k.size, c.k.y)]
         return DType.i32 if sum((n - 1) * st for n, st in dims) < 2**31 else INDEX
+
+    def offset(self, side: str, e: Expr) -> tuple[Expr, DType]:
+        """Element offset ``e`` of ``side`` in its :meth:`offset_type`, and that type."""
+        dtype = self.offset_type(side)
+        return (Cast(dtype, e) if dtype is DType.i32 else e), dtype
+
+    def step_offset(self, side: str, step: Expr) -> Let:
+        """``{side}_ko``: K step ``step``'s element offset from its chunk's first step."""
+        value, dtype = self.offset(side, mul(step, idx(self.t.bk * self.sides[side][2])))
+        return Let(f"{side}_ko", dtype, value)
 
     def issue_inside(self, side: str, i: int, stage: Expr) -> Stmt:
         """``cp.async`` of copy slot ``i`` for a K step wholly inside K, from its hoisted
@@ -287,13 +296,9 @@ class Copies:
             prev = Let("prev", INDEX, Cond(Bin("==", cur, idx(0)), idx(stages - 1),
                                            Bin("-", cur, idx(1))))
             # a step wholly inside K from the hoisted addresses; the K tail's guarded
-            offsets = [Let(f"{side}_ko", dtype, Cast(dtype, step) if dtype is DType.i32
-                           else step)
-                       for side in ("x", "y")
-                       for dtype, step in [(self.offset_type(side),
-                                            mul(nxt, idx(t.bk * self.sides[side][2])))]]
-            inside = offsets + [self.issue_inside(side, i, Var("prev"))
-                                for side in ("x", "y") for i in range(self.slots(side))]
+            inside = [self.step_offset(side, nxt) for side in ("x", "y")] + [
+                self.issue_inside(side, i, Var("prev"))
+                for side in ("x", "y") for i in range(self.slots(side))]
             issues = ([If(Bin("<=", add(self.k0, mul(add(nxt, idx(1)), idx(t.bk))),
                               idx(self.c.k.size)), tuple(inside), tuple(issue_step(
                                   nxt, Var("prev"))))]
