@@ -376,8 +376,9 @@ def bytes_digest(data: bytes) -> str:
 
 
 # Kept digests: a pipeline names a model's weights by digest in every pass and region that
-# converts them into an e-graph, extracts them or sends them to a worker (three or four
-# blake2b passes over 256 MB took 1.3-2.5 s of a 3.4-12 s preparation). The cache holds each
+# converts them into an e-graph, extracts them or sends them to a worker, so a large weight
+# was hashed three or four times a preparation (the time: the twenty-ninth session's closing
+# note on issue #14). The cache holds each
 # object it names (so no other object can take its id) and only during one preparation
 # (``accy.prepare``), when the program holds the weights anyway; at most _KEPT_MAX_BYTES of
 # them, the oldest let go first (temporaries a pass made and dropped stay held no longer).

@@ -217,8 +217,8 @@ class MmaTiles:
 # 4 warps of 64x64 (4x8 fragments, 128 accumulators per lane): half the local-memory reads per
 # mma of LARGE, at more registers
 WIDE = MmaTiles(128, 128, 16, 2, 2)
-# 4 warps of 64x32 (4x4 fragments, 64 accumulators): the fastest f32 tiling per unit on the
-# H200 once the 3xtf32 split was cheap (papers/kernels.md, "Twenty-ninth session")
+# 4 warps of 64x32 (4x4 fragments, 64 accumulators): the fastest f32 tiling per unit in the
+# sweep once the 3xtf32 split was cheap (papers/kernels.md, "Twenty-ninth session")
 MID = MmaTiles(128, 64, 16, 2, 2)
 SMALL = MmaTiles(64, 64, 16, 2, 2)  # 4 warps of 32x32, where they fill the waves better
 # 4 warps of 32x16 (f32): where 64x64 tiles leave a short last wave of work-groups
@@ -241,9 +241,8 @@ CANDIDATES16 = tuple(replace(t, loads="vector") for t in (WIDE16, SMALL16))
 # last wave nearly empty (1000x1030 makes 272 work-groups on 132 units, the third wave 8)
 # where 64x32 tiles fill whole waves. The f32 rates are fitted to a sweep of the four tilings
 # over 49 products (papers/kernels.md, "Twenty-ninth session", where the fit's error against
-# the fastest tiling is given: 3.5% in geometric mean, 6.6% with the sixteenth session's
-# rates, which predate the cheaper 3xtf32 split): 128x128 0.9, 128x64 1.05, 64x32 0.9; f16
-# tilings all 1.
+# the fastest tiling is given, and the sixteenth session's rates', which predate the cheaper
+# 3xtf32 split); experiments/sweep_mma_tiles.py --evaluate reproduces it. f16 tilings all 1.
 RATES = {(128, 64): 1.05, (64, 32): 0.9}
 WIDE_RATE = 0.9  # f32 tiles of 128x128 or more
 BALANCE_TIE = 0.02

@@ -4,21 +4,20 @@ As in test_mma_generator.py: the index formulas the kernels use (mma_plan) are e
 literals against a NumPy emulation of one warp's ``mma.sync`` m16n8k16 ``.f16`` (the PTX ISA's
 "Matrix Fragments for mma.m16n8k16" layout, written out independently below), bank conflicts
 and 16-byte alignment of the local tiles are counted, selection is checked (only with the
-probe's ``cp.async`` / f16 entries, never on PoCL), and whole generated kernels run on PoCL
-with their PTX replaced by C (mma_emulation.py), ``cp.async`` copied "eager" and "deferred".
-The probe kernels run emulated the same way against their expected results. Speed and the
-real PTX come from ``experiments/bench_mma.py`` on an H200.
+probe's ``cp.async`` / f16 entries, never on PoCL), and padded products run on PoCL with
+their PTX replaced by C (mma_emulation.py). The pipelined kernels and the probes run emulated
+in test_mma_pipeline_emulation.py. Speed and the real PTX come from
+``experiments/bench_mma.py`` on a GPU.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 
 import numpy as np
 import pytest
-from mma_emulation import check_f16_product, emulated_async, one_line, run_emulated
+from mma_emulation import emulated_async
 from test_mma_generator import NV, emulate_block, emulated_builds, matmul, num
 from test_mma_generator import prepared as prepare
 
@@ -49,7 +48,6 @@ from accy.kernels.mma_plan import (
     lane_parts,
     local_index,
     parse_tiles,
-    tf32_round,
 )
 from accy.passes.pipelines import PIPELINES
 from accy.target import CP_ASYNC, F16_MMA, TF32_MMA, TargetProfile
@@ -509,131 +507,3 @@ def test_probe_sources_use_the_generators_instruction_forms():
                  mma_ptx.CP_WAIT.format(0)):
         assert form in tensor_cores.CP_ASYNC_PROBE_SOURCE, form
     assert '"r"(((int)((long)(tile + ' in tensor_cores.CP_ASYNC_PROBE_SOURCE
-
-
-# whole kernels on PoCL, cp.async and f16 mma emulated (mma_emulation.py) -------------------
-needs_pocl = pytest.mark.skipif(cl is None, reason="needs pyopencl")
-
-
-@needs_pocl
-@pytest.mark.parametrize("mode", ["eager", "deferred"])
-@pytest.mark.parametrize("m, n, k, batch, bias, precision, tiles", [
-    (130, 96, 40, 0, True, "tf32", None),  # 3 stages of 64x64, edges in M and K, epilogue
-    (64, 72, 36, 2, False, "3xtf32", "32x16x8:1x1:2"),  # batched, N edge, one warp
-    (96, 64, 200, 0, False, "tf32", "64x64x16:2x2:4"),  # 13 K steps through 4 stages
-    (72, 64, 96, 0, False, "3xtf32", "64x64x8:2x2:3"),  # K steps of 8
-    (66, 70, 40, 2, True, "3xtf32", "32x16x8:1x1:3"),  # B rows of 70: 8-byte copies, edges
-    (64, 65, 33, 0, False, "tf32", None),  # odd N and K: 4-byte copies of both sides
-    # 3xtf32 split once in local memory (small parts in a second tile), edges in M and K
-    (130, 96, 40, 0, True, "3xtf32", "64x32x16:2x2:3:round=tile"),
-    (96, 64, 48, 2, False, "tf32", "64x64x16:2x2:3:round=tile"),  # tf32 rounded in place
-], ids=["bias-tf32-3", "batched-3xtf32-2", "tf32-4", "3xtf32-bk8-3", "8-byte", "4-byte",
-        "3xtf32-tile-split", "tf32-tile-round"])
-def test_pipelined_kernels_compute_the_product_in_emulation(device, pipe, used, experiment_script,
-                                                            mode, m, n, k, batch, bias,
-                                                            precision, tiles):
-    if "Portable Computing Language" not in device.info.platform:
-        pytest.skip("the emulation is checked on PoCL")
-    job = prepare(matmul(m, n, k, batch, bias), precision, ASYNC, pipe)
-    assert used(job) == {f"mma-{precision}": 1}
-    if tiles is not None:
-        job = experiment_script("bench_mma").with_mma_tiles(job, parse_tiles(tiles), precision)
-    source = job.kernel_source(0)
-    assert "cp.async" in source and (
-        tiles is None or f"wait_group {int(tiles.split(':')[2]) - 2};" in source)
-    rng = np.random.default_rng(7)
-    lead = (batch,) if batch else ()
-    a = rng.uniform(-1, 1, (*lead, m, k)).astype(np.float32)
-    b = rng.uniform(-1, 1, (*lead, k, n)).astype(np.float32)
-    args = [a, b] + ([rng.uniform(-1, 1, n).astype(np.float32)] if bias else [])
-    got = run_emulated(device, job, emulated_async(source, mode), args, (*lead, m, n),
-                       np.float32)
-    want = (tf32_round(a).astype(np.float64) @ tf32_round(b).astype(np.float64)
-            if precision == "tf32" else a.astype(np.float64) @ b.astype(np.float64))
-    if bias:
-        want = np.maximum(want + args[2], 0.0)
-    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6 * k)
-
-
-@needs_pocl
-@pytest.mark.parametrize("mode", ["eager", "deferred"])
-@pytest.mark.parametrize("m, n, k, batch, bias, tiles", [
-    (130, 72, 48, 0, True, None),  # edges in M, N and K (3 steps of 32 over 48), epilogue
-    (64, 64, 64, 3, False, None),  # batched
-    (80, 64, 112, 0, False, "64x64x16:2x2:4"),  # 7 steps through 4 stages
-    # staged stores: packed halves a word at a time (N = 70), 8 bytes (N = 100); one warp row
-    # a pass; 128x128 tiles, four passes through both tiles in turn
-    (64, 70, 32, 0, True, None),
-    (96, 100, 32, 2, False, None),
-    (70, 64, 48, 0, True, "64x64x16:2x2:2:vector"),
-    (200, 136, 64, 0, True, "128x128x32:2x2:2:vector"),
-], ids=["bias", "batched", "4-stages", "word-stores", "8-byte-stores", "warp-row-passes",
-        "128x128"])
-def test_f16_kernels_compute_the_product_in_emulation(device, pipe, used, experiment_script, mode,
-                                                      m, n, k, batch, bias, tiles):
-    if "Portable Computing Language" not in device.info.platform:
-        pytest.skip("the emulation is checked on PoCL")
-    job = prepare(matmul16(m, n, k, batch, bias), "ieee", ASYNC, pipe)
-    assert used(job) == {"mma-f16": 1}
-    if tiles is not None:
-        job = experiment_script("bench_mma").with_mma_tiles(job, parse_tiles(tiles), "f16")
-    check_f16_product(device, job, emulated_async(job.kernel_source(0), mode), m, n, k, batch,
-                      bias, seed=5)
-
-
-@needs_pocl
-@pytest.mark.parametrize("mode", ["eager", "deferred"])
-def test_cp_async_probe_expects_what_its_kernel_copies(device, mode):
-    src, want = tensor_cores.cp_async_probe_case()
-    got = tensor_cores.run_isolated(
-        device.device, emulated_async(one_line(tensor_cores.CP_ASYNC_PROBE_SOURCE), mode),
-        "accy_cp_async_probe", [src], np.zeros(256, np.float32))
-    np.testing.assert_array_equal(got, want)
-    assert (want[0:4] == 0).all() and (want[4:8] == src[132:136]).all()
-
-
-@needs_pocl
-def test_f16_probe_expects_what_its_kernel_computes(device):
-    a, b, want = tensor_cores.mma_f16_probe_case()
-    got = tensor_cores.run_isolated(
-        device.device, emulated_async(one_line(tensor_cores.MMA_F16_PROBE_SOURCE), "eager"),
-        "accy_mma_f16_probe", [a.view(np.uint32), b.view(np.uint16)], np.zeros(128, np.float32))
-    np.testing.assert_array_equal(got.reshape(16, 8), want)
-
-
-def test_the_probe_lists_nothing_on_pocl(device):
-    if "Portable Computing Language" not in device.info.platform:
-        pytest.skip("PoCL only")
-    assert device.info.tensor_cores == ()
-
-
-def test_bench_mma_sweeps_stages_and_f16(device, experiment_script, tmp_path):
-    """``--stages`` and ``--dtypes``: on PoCL the cases run on the other generators; forced
-    tensor cores give each tile at each stage count, f16 under one policy, every failure with
-    its build-log line (PoCL's compiler has no PTX asm)."""
-    if "Portable Computing Language" not in device.info.platform:
-        pytest.skip("the smoke run is on PoCL")
-    bench = experiment_script("bench_mma")
-    out = tmp_path / "m.json"
-    common = ["--device", "pocl", "--cases", "64x64x32", "--dtypes", "f32,f16", "--repeat",
-              "1", "--no-torch", "--out", str(out)]
-    assert bench.main(common + ["--policies", "ieee"]) == 0
-    data = json.loads(out.read_text())
-    assert [r["case"] for r in data["results"]] == ["64x64x32", "64x64x32.f16"]
-    assert all(r["status"] == "ok" for r in data["results"])
-    rc = bench.main(common + ["--policies", "tf32,3xtf32", "--stages", "2,4",
-                              "--force-tensor-cores"])
-    data = json.loads(out.read_text())
-    assert rc == 1 and data["stages"] == [2, 4] and data["dtypes"] == ["f32", "f16"]
-    tiles = [(r["case"], r["precision"], r.get("tiles")) for r in data["results"]]
-    assert tiles[:5] == [("64x64x32", "tf32", None), ("64x64x32", "tf32", "128x128x16:2x2:2"),
-                         ("64x64x32", "tf32", "128x128x16:2x2:4"),
-                         ("64x64x32", "tf32", "64x64x16:2x2:2"),
-                         ("64x64x32", "tf32", "64x64x16:2x2:4")]
-    f16 = [t for t in tiles if t[0].endswith(".f16")]
-    assert {p for _, p, _ in f16} == {"tf32"} and ("64x64x32.f16", "tf32",
-                                                   "128x128x32:2x2:4") in f16
-    assert all(r["status"] == "failed" and "asm" in r["error"] for r in data["results"])
-    assert {"mma-f16"} == set(data["results"][-1]["generators"])
-    with pytest.raises(SystemExit):
-        bench.main(common + ["--dtypes", "f64"])
