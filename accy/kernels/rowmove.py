@@ -213,7 +213,7 @@ class RowBuilder(LoopNestBuilder):
         """A tensor of the domain's leading axes read at the row's own leading coordinates:
         the row number times its row length plus the last coordinate, without the divisions
         that found those coordinates (left unused, unbound)."""
-        if coords[:-1] == self.lead and shape[:-1] == self.group.domain[:-1]:
+        if shape and coords[:-1] == self.lead and shape[:-1] == self.group.domain[:-1]:
             return add(mul(self.row, idx(shape[-1])), coords[-1])
         return super().address(coords, shape)
 

@@ -55,6 +55,19 @@ def test_takes_movement_along_rows_and_matches_the_interpreter(check, device, rn
 
 
 @pytest.mark.parametrize("why, fn, types", [
+    ("a scalar parameter", lambda a, v: accy.pad(a, [(2, 3)], v), (f32[5], f32[()])),
+    ("nan", lambda a: accy.pad(a, [(0, 1)], float("nan")), (f32[1],)),
+], ids=["scalar parameter", "nan"])
+def test_pads_one_axis_with_a_fill_of_rank_0(check, device, rng, why, fn, types):
+    """The fill is read at no coordinates (`accy fuzz` found an IndexError building it)."""
+    prog = trace(fn, *types, name="f")
+    inputs = [rng.standard_normal(t.shape).astype(np.float32) for t in types]
+    target = TargetProfile.from_device(device.info)
+    assert accy.prepare(prog, target=target).generators() == {"row-movement": 1}, why
+    check(prog, inputs, target=target, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("why, fn, types", [
     ("contiguous elementwise", lambda a: a * 2.0 + 1.0, (f32[64, 32],)),
     ("strided last axis", lambda a: a[:, ::2] * 2.0, (f32[64, 64],)),
     ("transpose moving the last axis", lambda a: a.T + 1.0, (f32[64, 32],)),
