@@ -451,7 +451,7 @@ class _Builder:
                 values, body = self.lane_values(acc[r][v], n, add(o0, idx(r)), row)
                 at = add(mul(add(mul(n, idx(s.o)), add(o0, idx(r))), idx(s.oh * s.ow)),
                          add(mul(oh, idx(s.ow)), ow))
-                vector += body + [VectorStoreAt(a.name, at, self.dtype, tuple(vals))
+                vector += body + [VectorStoreAt(a.name, at, a.dtype, tuple(vals))
                                   for a, vals in zip(out_args, values, strict=True)]
             whole = Bin("&&", Bin("<=", add(ow, idx(t.lanes)), idx(s.ow)),
                         Bin("<", oh, idx(s.oh)))

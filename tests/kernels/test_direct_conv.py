@@ -117,6 +117,32 @@ def test_f64(device, profiles):
         profiles["device"], tol=1e-12)
 
 
+@pytest.mark.parametrize("profile", ["device", "gpu-tiles", "narrow-cpu"])
+@pytest.mark.parametrize("dtype", [accy.f32, accy.f64])
+def test_epilogues_of_other_dtypes_store_their_own(device, profiles, profile, dtype):
+    """Results of a comparison (bool) and a cast (i32) after a conv and a pool: their vector
+    stores once wrote the conv's floats into them (`accy fuzz`: f64 into bool overran the
+    buffer and corrupted the heap; f32 into i32 stored float bits)."""
+    if dtype is accy.f64 and accy.DType.f64 not in profiles[profile].dtypes:
+        pytest.skip("the device has no f64")
+
+    def f(x, w, t):  # each result the one epilogue of its conv or pool
+        return (accy.conv2d(x, w, padding=1) < t,
+                accy.conv2d(x, w, padding=(0, 1)).astype(accy.DType.i32),
+                (accy.max_pool2d(x, 2, (2, 1)) > t).astype(accy.DType.i32))
+
+    prog = trace(f, dtype[2, 3, 9, 17], dtype[4, 3, 3, 3], dtype[()], name="f")
+    rng = np.random.default_rng(4)  # small integers: every sum exact, so results compare
+    inputs = [rng.integers(-3, 4, s).astype(dtype.dtype.numpy)
+              for s in ((2, 3, 9, 17), (4, 3, 3, 3))] + [np.asarray(0.5, dtype.dtype.numpy)]
+    job = accy.prepare(prog, DIRECT, target=profiles[profile])
+    assert job.generators().get("direct-conv") == 3, job.generators()
+    for got, want in zip(job.run(*inputs, device=device), accy.interpret(prog, inputs),
+                         strict=True):
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+
+
 POOLS = [
     lambda x: accy.max_pool2d(x, 2),
     lambda x: accy.max_pool2d(x, 3, 2, 1),

@@ -205,6 +205,16 @@ class _Half:
             return None
         return f"(({space} {vector_type(dtype, lanes)}*){buf})"
 
+    def check_store(self, buf: str, dtype: DType) -> None:
+        """Refuse a vector of ``dtype`` stored to an array of other elements (but f16 buffers,
+        which take floats through vstore_half): C would convert the pointer, with only a
+        warning, and write past the array."""
+        if buf in self.aligned and buf not in self.buffers:
+            own = self.aligned[buf][1]
+            if C_TYPE[own] != C_TYPE[dtype]:
+                raise TypeError(f"a vector store of {dtype.value} values to {buf}, an array "
+                                f"of {own.value}")
+
     def round(self, text: str, lanes: int = 1) -> str:
         self.rounding.add(lanes)
         return f"accy_half{_suffix(lanes)}({text})"
@@ -388,11 +398,13 @@ def stmts(body: tuple[Stmt, ...], indent: str, half: _Half | None = None) -> lis
                 out.append(f"{indent}{view}[{at}] = {vec};" if view else
                            f"{indent}vstore{n}({vec}, {at}, ((__global int *){buf}));")
             case VectorStore(buf, index, dtype, values):
+                half.check_store(buf, dtype)
                 store, vec = _vector_store(buf, dtype, values, half)
                 view = half.vectors(buf, len(values), dtype)
                 out.append(f"{indent}{view}[{expr(index, half)}] = {vec};" if view else
                            f"{indent}{store}({vec}, {expr(index, half)}, {buf});")
             case VectorStoreAt(buf, at, dtype, values):
+                half.check_store(buf, dtype)
                 store, vec = _vector_store(buf, dtype, values, half)
                 out.append(f"{indent}{store}({vec}, 0, {buf} + {expr(at, half)});")
             case AtomicAdd(buf, index, value, dtype):
