@@ -9,7 +9,7 @@ Build a program (``Builder`` or ``@accy.function``), ``prepare`` it through the 
     def chain(a: accy.f32[1024], b: accy.f32[1024]):
         return accy.maximum((a + b) * b - b, b)
 
-    job = accy.prepare(chain)
+    job = accy.prepare(chain, device="pocl")  # kernels for that device (ACCY_DEVICE's, ...)
     (out,) = job.run(np.ones(1024, np.float32), np.ones(1024, np.float32))
 
 Traced values take operators (``+``, ``@``, ``<``, ``==`` ... build ops) and methods; every op
@@ -36,7 +36,7 @@ from accy.builder import (
     trace,
 )
 from accy.contraction import opt_einsum_bridge  # noqa: F401  (registers accy-* in opt_einsum)
-from accy.errors import AccyError, DeviceMismatchError
+from accy.errors import AccyError, DeviceMismatchError, GenericTargetWarning
 from accy.explain import explain
 from accy.functions import (  # noqa: A004  (abs, max, sum: numpy's names)
     abs,  # noqa: F401  (accy.abs; not in __all__, like max and sum)
@@ -113,7 +113,8 @@ def __getattr__(name: str):
 # accy.abs, accy.max and accy.sum stay out: `from accy import *` must not hide builtins
 __all__ = [
     "AccyError", "BoundExecutable", "Builder", "DType", "DeviceArray", "DeviceMismatchError",
-    "Executable", "JobFileError", "PendingCall", "PreparedJob", "Program", "Stage",
+    "Executable", "GenericTargetWarning", "JobFileError", "PendingCall", "PreparedJob",
+    "Program", "Stage",
     "TargetProfile", "TensorType", "arange", "astype", "avg_pool2d", "bool_", "broadcast_to",
     "ceil", "concat", "constant", "conv2d", "cos", "cross_entropy", "einsum", "erf", "exp",
     "explain", "f16", "f32", "f64", "floor", "function", "gather", "gelu", "i32", "i64",

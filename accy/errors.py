@@ -83,3 +83,9 @@ class LimitExceededError(CapabilityMismatchError):
 
 class BackendLookupError(AccyError, LookupError):
     """A backend name that no backend is registered under (the message lists those that are)."""
+
+
+class GenericTargetWarning(UserWarning):
+    """A job prepared for the generic profile (``accy.prepare`` given no ``target`` or
+    ``device``) runs on a real device, whose kernels were chosen for no device: prepare with
+    ``device=`` or ``target=`` for this one's."""

@@ -9,6 +9,7 @@ import os
 import pickle
 import sys
 import threading
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,13 @@ from accy.backends.registry import (
     registration,
 )
 from accy.egraph.cost import digests_kept
-from accy.errors import AccyError, KernelLookupError, NotPreparedError, WorkItemLookupError
+from accy.errors import (
+    AccyError,
+    GenericTargetWarning,
+    KernelLookupError,
+    NotPreparedError,
+    WorkItemLookupError,
+)
 from accy.files import atomic_write
 from accy.ir.node import Node, pack, unpack
 from accy.ir.ops import Op
@@ -35,6 +42,7 @@ from accy.plans import LaunchGeometry, ScheduleKind
 from accy.product import Product
 from accy.target import KernelStatus, TargetProfile
 
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _RUNNERS_LOCK = threading.Lock()  # guards the executable cache of run(), held for lookups only
 
 # saved jobs (PreparedJob.save / load_job): a header line, a JSON line, then two pickles: every
@@ -281,7 +289,18 @@ class PreparedJob:
         as a serial build's (kernels in schedule order, same sources, same outputs).
         """
         self.require_stage(Stage.target, "running")
-        return self.backend.executable(self, function, device, max_threads=max_threads)
+        backend = self.backend
+        device = backend.device(device)
+        if self.product.target == TargetProfile():
+            warnings.warn(
+                f"this job was prepared for the generic profile ({self.product.target.device}: "
+                f"accy.prepare was given no target or device), not for "
+                f"{backend.describe_device(device)}, so its kernels were chosen for no device "
+                f"and may run several times slower there than kernels prepared for it: "
+                f"prepare with device=<the selector you run on> or "
+                f"target=<its TargetProfile>", GenericTargetWarning,
+                skip_file_prefixes=(_PACKAGE_DIR,))  # attributed to the caller's line
+        return backend.executable(self, function, device, max_threads=max_threads)
 
     def build(self, device=None, max_threads: int = 1):
         """Build every legal kernel's OpenCL program on ``device`` (``ACCY_DEVICE`` or PoCL by
@@ -370,13 +389,15 @@ def prepare(
     ``source`` may be a :class:`PreparedJob` stopped at an earlier stage: preparation continues
     from its last product and keeps its records. The target profile is ``target``, else the
     profile of ``device`` (a device selector of ``backend``; OpenCL's: see
-    :func:`accy.select_device`), else a generic profile of ``backend``. ``backend`` names a
+    :func:`accy.select_device`), else a generic profile of ``backend`` (the same kernels on
+    every machine, chosen for no device: running such a job warns, ``GenericTargetWarning``,
+    as they can be several times slower than the device's own). ``backend`` names a
     registered backend (:mod:`accy.backends.registry`, default ``"opencl"``). ``build=True``
     (needs the kernel stage) also builds every legal kernel on ``device`` (default
     ``ACCY_DEVICE`` or PoCL), ``max_threads`` programs at once, so the first run only looks
     the builds up (see :meth:`PreparedJob.build`).
 
-    >>> job = prepare(program)                  # doctest: +SKIP
+    >>> job = prepare(program, device="pocl")   # doctest: +SKIP
     >>> job.kernel_count, job.kernel_source(0)  # doctest: +SKIP
     """
     until = Stage.parse(until) if isinstance(until, str) else until
