@@ -86,11 +86,16 @@ MATH_FUNCTIONS = {  # Call.fn (accy.kernels.ir.MATH_OPS) -> the OpenCL C built-i
     "isfinite": "isfinite", "bitcast_f32": "as_float", "bitcast_i32": "as_int",
     "bitcast_u32": "as_uint", "pack_half2": "accy_pack_half2",
 }
-HELPERS = {  # MATH_FUNCTIONS that are the renderer's own functions, defined where used
+HELPERS = {  # the renderer's own functions (MATH_FUNCTIONS, NaN constants), defined where used
     "accy_pack_half2": "static inline int accy_pack_half2(float lo, float hi) { uint u; "
                        "vstore_half2((float2)(lo, hi), 0, (__private half*)&u); "
                        "return as_int(u); }",
 }
+# NaN constants, read from a volatile so that the compiler cannot fold math of them (_Half.literal)
+NAN_HELPERS = {dtype: (name, f"static inline {C_TYPE[dtype]} {name}(void) {{ volatile "
+                             f"{C_TYPE[dtype]} v = NAN; return v; }}")
+               for dtype, name in ((DType.f32, "accy_nanf"), (DType.f64, "accy_nan"))}
+HELPERS.update(NAN_HELPERS.values())
 
 
 def _function(table: dict[str, str], name: str, what: str) -> str:
@@ -226,6 +231,16 @@ class _Half:
             self.called.add(fn)
         return fn
 
+    def literal(self, value: float | int | bool, dtype: DType) -> str:
+        """:func:`literal`, but a float NaN read through :data:`NAN_HELPERS`: PoCL's ``exp``
+        and ``tanh`` of a NaN the compiler can see (a literal, even behind a select) gave
+        arbitrary finite values, of one it cannot see NaN."""
+        if dtype.is_float and math.isnan(float(value)):
+            fn = NAN_HELPERS[DType.f64 if dtype is DType.f64 else DType.f32][0]
+            self.called.add(fn)
+            return f"{fn}()"
+        return literal(value, dtype)
+
     def helpers(self) -> list[str]:
         """``accy_halfN``: round N floats to f16 and back, through a private half buffer; and
         the :data:`HELPERS` called."""
@@ -280,7 +295,7 @@ def _direct(e: Expr, half: _Half) -> str:
     if t is Var:
         return e.name
     if t is Lit:
-        return literal(e.value, e.dtype)
+        return half.literal(e.value, e.dtype)
     if t is Bin:
         return f"({_direct(e.a, half)} {e.op} {_direct(e.b, half)})"
     if t is Un:
@@ -324,7 +339,7 @@ def _open(e: Expr, half: _Half) -> str | Pending:
         case Var(name):
             return name
         case Lit(value, dtype):
-            return literal(value, dtype)
+            return half.literal(value, dtype)
         case Bin(op, a, b):
             return then((a, b), lambda t: f"({t[0]} {op} {t[1]})")
         case Un(op, a):
