@@ -442,7 +442,7 @@ class _Builder:
             oh, ow = Var(f"oh{v}"), Var(f"ow{v}")
             out += [Let(first.name, INDEX, add(p0, idx(v * step))),
                     Let(oh.name, INDEX, div(first, s.wq)), Let(ow.name, INDEX, mod(first, s.wq))]
-            if t.lanes == 1:
+            if t.lanes == 1 or t.lanes > s.ow:  # no whole run of lanes fits an output row
                 out += self.partial(acc, v, n, o0, first, oh, ow, out_args)
                 continue
             row = [(oh, add(ow, idx(lane))) for lane in range(t.lanes)]
