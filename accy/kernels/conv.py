@@ -476,7 +476,7 @@ class _Builder:
                 out += body + [Store(a.name, add(base, add(mul(oh, idx(s.ow)), lw)), vals[lane])
                                for lane, (_, lw) in enumerate(part)
                                for a, vals in zip(out_args, values, strict=True)]
-            some = Bin("&&", Bin("<", ow, idx(s.ow)), Bin("<", oh, idx(s.oh)))
+            some = self.inside(oh, ow)
             return [If(some, tuple(out))] if out else []
         pos = [(oh, ow)]
         if t.lanes > 1:
@@ -496,12 +496,18 @@ class _Builder:
             base = mul(add(mul(n, idx(s.o)), add(o0, idx(r))), idx(s.oh * s.ow))
             for lane, (lh, lw) in enumerate(pos):
                 at = add(base, add(mul(lh, idx(s.ow)), lw))
-                ok = Bin("&&", Bin("<", lw, idx(s.ow)), Bin("<", lh, idx(s.oh)))
+                ok = self.inside(lh, lw)
                 if self.start is not None:
                     ok = Bin("&&", ok, Bin(">=", add(first, idx(lane)), self.start))
                 out.append(If(ok, tuple(Store(a.name, at, vals[lane]) for a, vals in
                                         zip(out_args, values, strict=True))))
         return out
+
+    def inside(self, oh: Expr, ow: Expr) -> Expr:
+        """Whether pixel (``oh``, ``ow``) of the virtual output (``ow`` below ``wq``) is one of
+        the output's: a column check only where the virtual rows are wider."""
+        row = Bin("<", oh, idx(self.s.oh))
+        return Bin("&&", Bin("<", ow, idx(self.s.ow)), row) if self.s.wq > self.s.ow else row
 
     def lane_values(self, accumulator: str, n: Expr, o: Expr, pos: list[tuple[Expr, Expr]]
                     ) -> tuple[list[list[Expr]], list[Stmt]]:
