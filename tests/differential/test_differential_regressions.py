@@ -143,3 +143,45 @@ def test_nan_constant_in_a_fused_kernel(device_dtypes: list[DType]) -> None:
     program = parse_program("".join(chain.format(op=op) for op in ("floor", "ceil", "exp")))
     x = (np.zeros(64, np.float32),)
     check_end_to_end(program, {"floor": x, "ceil": x, "exp": x})
+
+
+def test_pad_of_one_axis_with_a_rank_0_fill(device_dtypes: list[DType]) -> None:
+    """`accy fuzz` of 2026-12-05 (seed 3030): row-movement read the fill at no coordinates
+    (an IndexError building the kernel)."""
+    program = parse_program("""
+        func @f0(%a: f32[1]) -> (f32[2], f32[1]) {
+          %0 = constant() {value=dense<[nan]>} : f32[]
+          %1 = pad(%a, %0) {pads=[0, 1]} : f32[2]
+          %2 = neg(%a) : f32[1]
+          return %1, %2
+        }""")
+    check_end_to_end(program, [np.float32([0.0])])
+
+
+def test_pool_with_a_comparison_epilogue(device_dtypes: list[DType]) -> None:
+    """`accy fuzz` of 2026-12-05 (seed 3030, a worker killed by SIGABRT): direct-conv stored
+    the pool's doubles into the bool result, past its end (heap corruption)."""
+    if DType.f64 not in device_dtypes:
+        pytest.skip("the device has no f64")
+    program = parse_program("""
+        func @f0(%a: f64[1,4,9,9], %b: f64[]) -> (bool[1,4,4,8]) {
+          %0 = avg_pool2d(%a) {count_include_pad=true, kernel=[2, 2], pads=[0, 0, 0, 0], strides=[2, 1]} : f64[1,4,4,8]
+          %1 = lt(%0, %b) : bool[1,4,4,8]
+          return %1
+        }""")  # noqa: E501
+    a = np.arange(4 * 81, dtype=np.float64).reshape(1, 4, 9, 9) % 7 - 3
+    check_end_to_end(program, [a, np.float64(0.5)])
+
+
+def test_softmax_over_a_concat_with_a_nan_constant(device_dtypes: list[DType]) -> None:
+    """`accy fuzz` of 2026-12-05 (seed 3030): PoCL's exp of the NAN literal gave a finite
+    value (results 1.2e-24 and 1.0 for NaN and NaN)."""
+    program = parse_program("""
+        func @f0(%a: f32[1]) -> (f32[2]) {
+          %0 = constant() {value=dense<[nan]>} : f32[1]
+          %1 = softmax(%0) {axis=0} : f32[1]
+          %2 = concat(%1, %a) {axis=0} : f32[2]
+          %3 = softmax(%2) {axis=0} : f32[2]
+          return %3
+        }""")
+    check_end_to_end(program, [np.float32([0.0])])
