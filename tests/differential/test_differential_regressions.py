@@ -185,3 +185,23 @@ def test_softmax_over_a_concat_with_a_nan_constant(device_dtypes: list[DType]) -
           return %3
         }""")
     check_end_to_end(program, [np.float32([0.0])])
+
+
+def test_row_group_writing_a_value_a_shared_concat_reads(device_dtypes: list[DType]) -> None:
+    """`accy fuzz` of 2026-12-05 (seed 3131, max 16 ops), shrunk by hand: row fusion dropped
+    the cast from the merged group's outputs, though the reduction's kernel, recomputing the
+    concat, reads it (memory-space-planning: KeyError)."""
+    if DType.f16 not in device_dtypes:
+        pytest.skip("the device has no f16")
+    program = parse_program("""
+        func @f0(%a: f16[1,3,1]) -> (f16[1,3,2], f16[1,3,2], f16[1,3,1]) {
+          %0 = concat(%a, %a) {axis=2} : f16[1,3,2]
+          %1 = softmax(%0) {axis=2} : f16[1,3,2]
+          %2 = softmax(%1) {axis=2} : f16[1,3,2]
+          %3 = reduce_sum(%0) {axes=[], keepdims=false} : f16[1,3,2]
+          %4 = neg(%a) : f16[1,3,1]
+          return %2, %3, %4
+        }""")
+    a = np.float16([[[0.5], [-1.0], [2.0]]])
+    check_passes(program, [a])
+    check_end_to_end(program, [a])

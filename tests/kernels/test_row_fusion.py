@@ -166,3 +166,21 @@ def test_no_merge_around_a_kernel_in_between(check, rng) -> None:
     assert [g.kind.value for g in job.product.fusion.groups] == [
         "reduction", "contraction", "reduction"]
     assert job.generators() == {"row-fused": 2, "tiled-contraction": 1}
+
+
+def test_a_merged_group_writes_what_another_reads_through_a_shared_movement_op(check, rng
+                                                                                ) -> None:
+    """``exp(x)`` feeds a concat that two kernels recompute (the row group's softmaxes and a
+    reduction's): the row group also computes ``-exp(x)``, so ``exp(x)`` joins it, and it must
+    still write ``exp(x)`` for the other kernel (`accy fuzz`: no slot for it, a KeyError)."""
+    def f(x):
+        e = accy.exp(x)
+        c = accy.concat([e, e], 2)
+        return accy.softmax(accy.softmax(c, 2), 2), accy.sum(c, ()), -e
+
+    prog = trace(f, f32[1, 3, 1], name="shared")
+    job = check(prog, [rng.standard_normal((1, 3, 1)).astype(np.float32)])
+    groups = job.product.fusion.groups
+    (exp,) = {n for g in groups for n in g.nodes if n.op is Op.EXP}
+    assert [g.kind.value for g in groups if exp in g.outputs] == ["reduction"]  # the row group
+    assert [exp in g.inputs for g in groups].count(True) == 1

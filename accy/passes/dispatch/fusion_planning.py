@@ -116,8 +116,7 @@ class FusionPlanning(Pass):
                     precision=ctx.option_of("kernelization", "precision", "f32"))
                 attentions += fused
             if self.row_fusion:
-                planned, rows = merge_row_groups(planned, u.users, u.results, position,
-                                                 self.max_ops)
+                planned, rows = merge_row_groups(planned, u.results, position, self.max_ops)
                 merged += rows
             if self.horizontal:
                 planned, sinks = join_sinks(planned, u.users, u.results, position,

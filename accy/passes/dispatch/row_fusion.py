@@ -25,11 +25,15 @@ from accy.plans import FusionGroup, ScheduleKind, outside_inputs
 _MERGEABLE = (ScheduleKind.flat, ScheduleKind.reduction, ScheduleKind.rowwise)
 
 
-def merge_row_groups(groups: list[FusionGroup], users: dict[Node, list[Node]],
-                     results: set[Node], position: dict[Node, int],
+def merge_row_groups(groups: list[FusionGroup], results: set[Node], position: dict[Node, int],
                      max_ops: int) -> tuple[list[FusionGroup], int]:
     """``groups`` (producers first) with row chains merged; how many merged groups."""
     producer_of = {o: gi for gi, g in enumerate(groups) for o in g.outputs}
+    readers: dict[Node, set[int]] = {}  # value -> the groups reading it from memory
+    for gi, g in enumerate(groups):
+        for s in g.inputs:
+            readers.setdefault(s, set()).add(gi)
+    kept = (readers, results)  # what decides a merged group's outputs
     producers = [sorted({producer_of[s] for s in g.inputs if s in producer_of})
                  for g in groups]
     ancestors: list[int] = []  # bit masks of the groups each group depends on
@@ -51,8 +55,7 @@ def merge_row_groups(groups: list[FusionGroup], users: dict[Node, list[Node]],
             if c == cluster_of[g] or groups[c].kind not in _MERGEABLE:
                 continue
             trial = members[cluster_of[g]] + members[c]
-            if _mergeable(groups, trial, (ancestors, descendants), users, results, position,
-                          max_ops):
+            if _mergeable(groups, trial, (ancestors, descendants), kept, position, max_ops):
                 keep = cluster_of[g]
                 for m in members.pop(c):
                     cluster_of[m] = keep
@@ -64,7 +67,7 @@ def merge_row_groups(groups: list[FusionGroup], users: dict[Node, list[Node]],
             out.extend((m, groups[m]) for m in ms)
             continue
         merged += 1
-        out.append((max(ms), _union(groups, sorted(ms), users, results, position)))
+        out.append((max(ms), _union(groups, sorted(ms), kept, position)))
     return _topological(out), merged
 
 
@@ -83,18 +86,23 @@ def _nodes(groups: list[FusionGroup], ms: list[int], position: dict[Node, int]) 
     return sorted({n for m in ms for n in groups[m].nodes}, key=position.__getitem__)
 
 
-def _outputs(groups: list[FusionGroup], ms: list[int], inside: set[Node],
-             users: dict[Node, list[Node]], results: set[Node]) -> list[Node]:
+def _outputs(groups: list[FusionGroup], ms: list[int],
+             kept: tuple[dict[Node, set[int]], set[Node]]) -> list[Node]:
+    """What the members write that is returned or read by a group outside them. (Not "read
+    by a node outside them": a movement op shared into several kernels is inside the merged
+    group and inside another that reads its operands from memory too.)"""
+    readers, results = kept
+    inside = set(ms)
     outs = []
     for m in ms:
         for o in groups[m].outputs:
-            if o not in outs and (o in results or any(x not in inside for x in users[o])):
+            if o not in outs and (o in results or readers.get(o, set()) - inside):
                 outs.append(o)
     return outs
 
 
 def _mergeable(groups: list[FusionGroup], ms: list[int], lineage: tuple[list[int], list[int]],
-               users: dict[Node, list[Node]], results: set[Node], position: dict[Node, int],
+               kept: tuple[dict[Node, set[int]], set[Node]], position: dict[Node, int],
                max_ops: int) -> bool:
     nodes = _nodes(groups, ms, position)
     if max_ops and len(nodes) > max_ops:
@@ -107,14 +115,14 @@ def _mergeable(groups: list[FusionGroup], ms: list[int], lineage: tuple[list[int
         below |= descendants[m]
     if above & below & ~mask:  # a group outside fed by the union and feeding it: a cycle
         return False
-    inside = set(nodes)
-    return rowgroup.analyse(nodes, _outputs(groups, ms, inside, users, results)) is not None
+    return rowgroup.analyse(nodes, _outputs(groups, ms, kept)) is not None
 
 
-def _union(groups: list[FusionGroup], ms: list[int], users: dict[Node, list[Node]],
-           results: set[Node], position: dict[Node, int]) -> FusionGroup:
+def _union(groups: list[FusionGroup], ms: list[int],
+           kept: tuple[dict[Node, set[int]], set[Node]], position: dict[Node, int]
+           ) -> FusionGroup:
     nodes = _nodes(groups, ms, position)
-    outs = _outputs(groups, ms, set(nodes), users, results)
+    outs = _outputs(groups, ms, kept)
     full = rowgroup.analyse(nodes).full
     outs.sort(key=lambda o: o.type.shape != full)  # the row domain first: the group's domain
     last = groups[ms[-1]]
