@@ -198,7 +198,7 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
         print("accy fuzz: error: give --minutes, --rounds or both", file=sys.stderr)
         return 2
     summary = run_campaign(args.minutes, args.seed, args.out, max_nodes=args.max_nodes,
-                           device=args.device, pipeline=args.pipeline,
+                           max_dim=args.max_dim, device=args.device, pipeline=args.pipeline,
                            rounds_per_worker=args.rounds_per_worker,
                            round_timeout=args.round_timeout, rounds=args.rounds,
                            executor=args.executor, scheduler=args.scheduler,
@@ -371,6 +371,9 @@ def build_parser() -> argparse.ArgumentParser:
     fuzz.add_argument("--out", required=True, help="folder for failing programs and summary")
     fuzz.add_argument("--max-nodes", type=positive_int, default=8,
                       help="most ops per function")
+    fuzz.add_argument("--max-dim", type=positive_int, default=4,
+                      help="largest dimension of a tensor (default 4; larger ones give the "
+                           "kernels' tiles, vectors and tails more to cover)")
     fuzz.add_argument("--device", help="OpenCL device selector (default: ACCY_DEVICE or pocl)")
     fuzz.add_argument("--pipeline", default="accy-default", help="pipeline under test")
     fuzz.add_argument("--rounds-per-worker", type=positive_int, default=ROUNDS_PER_WORKER,

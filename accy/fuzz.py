@@ -32,8 +32,8 @@ A worker that dies during a round (a crash in the driver, say) or a round that r
 check ``crash`` or ``timeout``: a JSON record ``NNN-crash.json`` / ``NNN-timeout.json`` with the
 error, the round's seed and whether it drew nan/inf, but no program or inputs (nothing was
 shrunk). :func:`run_round` with the record's ``round_seed``, ``allow_nan``, ``max_nodes``,
-``dtypes`` and ``pipeline`` replays that round in the calling process. Repeats are counted by
-signature as for other failures, and the campaign goes on with a fresh worker.
+``max_dim``, ``dtypes`` and ``pipeline`` replays that round in the calling process. Repeats
+are counted by signature as for other failures, and the campaign goes on with a fresh worker.
 """
 
 from __future__ import annotations
@@ -130,7 +130,8 @@ def _signature(check: str, program: Program, error: BaseException) -> str:
 
 
 def run_round(round_seed: int, *, allow_nan: bool, max_nodes: int, dtypes: list[DType | str],
-              pipeline: str, device: str | None, deadline: float | None = None,
+              pipeline: str, device: str | None, max_dim: int = 4,
+              deadline: float | None = None,
               passes: dict[str, type] | None = None, stop_at: float | None = None
               ) -> RoundResult:
     """One round: ``ROUND_EXAMPLES`` programs of hypothesis seed ``round_seed``, each checked
@@ -156,7 +157,8 @@ def run_round(round_seed: int, *, allow_nan: bool, max_nodes: int, dtypes: list[
     get_backend().select_device(device)  # this process's own context (else a DeviceError)
     seen = _Seen()
     counts = {"programs": 0, "unsupported": 0}
-    strategy = programs_with_inputs(max_nodes=max_nodes, dtypes=[DType(d) for d in dtypes],
+    strategy = programs_with_inputs(max_nodes=max_nodes, max_dim=max_dim,
+                                    dtypes=[DType(d) for d in dtypes],
                                     allow_nan=allow_nan, functions=(1, 2))
 
     @settings(max_examples=ROUND_EXAMPLES, database=None, deadline=None,
@@ -234,7 +236,8 @@ _RECORD = re.compile(r"^(\d{3,})-.*\.json$")
 
 class _Campaign:
     def __init__(self, minutes: float | None, rounds: int | None, seed: int, out: Path,
-                 max_nodes: int, device: str | None, pipeline: str, stream: TextIO,
+                 max_nodes: int, max_dim: int, device: str | None, pipeline: str,
+                 stream: TextIO,
                  rounds_per_worker: int, round_timeout: float | None, executor: str,
                  scheduler: str | None, force: bool, resume: bool) -> None:
         from accy.backends.registry import get_backend
@@ -259,7 +262,7 @@ class _Campaign:
         self.start = time.monotonic()
         self.deadline = None if minutes is None else self.start + 60 * minutes
         self.rounds = rounds
-        self.seed, self.out, self.max_nodes = seed, out, max_nodes
+        self.seed, self.out, self.max_nodes, self.max_dim = seed, out, max_nodes, max_dim
         self.pipeline, self.stream = pipeline, stream
         self.rounds_per_worker, self.round_timeout = rounds_per_worker, round_timeout
         self.executor_kind, self.scheduler = executor, scheduler
@@ -331,8 +334,9 @@ class _Campaign:
             f"{self.rounds} rounds" if self.rounds is not None else "",
             f"{(self.deadline - self.start) / 60:g} minutes" if self.deadline else "") if x)
         print(f"accy fuzz: seed {self.seed}, device {self.device_name}, dtypes "
-              f"{','.join(d.value for d in self.dtypes)}, max {self.max_nodes} ops, pipeline "
-              f"{self.pipeline}, {self.rounds_per_worker} rounds per worker on the "
+              f"{','.join(d.value for d in self.dtypes)}, max {self.max_nodes} ops, dims up "
+              f"to {self.max_dim}, pipeline {self.pipeline}, {self.rounds_per_worker} rounds "
+              f"per worker on the "
               f"{self.executor_kind} executor, at most {bound}, writing to {self.out}",
               file=self.stream, flush=True)
         executor = self.make_executor()
@@ -359,6 +363,7 @@ class _Campaign:
         remaining = None if self.deadline is None else self.deadline - time.monotonic()
         task = Task(("round", index), "accy.fuzz:run_round", dict(
             round_seed=round_seed, allow_nan=allow_nan, max_nodes=self.max_nodes,
+            max_dim=self.max_dim,
             dtypes=[d.value for d in self.dtypes], pipeline=self.pipeline, device=self.device,
             stop_at=None if remaining is None else time.time() + remaining,
             passes=self.passes))
@@ -433,7 +438,7 @@ class _Campaign:
         from accy.experiments.records import atomic_write
 
         entry |= {"record": f"{stem}.json", "seed": self.seed, "round_seed": round_seed,
-                  "allow_nan": allow_nan, "max_nodes": self.max_nodes,
+                  "allow_nan": allow_nan, "max_nodes": self.max_nodes, "max_dim": self.max_dim,
                   "dtypes": [d.value for d in self.dtypes], "pipeline": self.pipeline,
                   "device": self.device_key,
                   "versions": _versions(accy.__version__)}
@@ -478,14 +483,16 @@ def _versions(accy_version: str) -> dict[str, str]:
 
 
 def run_campaign(minutes: float | None, seed: int, out: str | Path, *, max_nodes: int = 8,
-                 device: str | None = None, pipeline: str = "accy-default",
+                 max_dim: int = 4, device: str | None = None, pipeline: str = "accy-default",
                  stream: TextIO | None = None, rounds_per_worker: int = ROUNDS_PER_WORKER,
                  round_timeout: float | None = ROUND_TIMEOUT, rounds: int | None = None,
                  executor: str = "local", scheduler: str | None = None, force: bool = False,
                  resume: bool = False) -> CampaignSummary:
     """Fuzz for ``minutes`` and/or ``rounds`` (whichever ends first; one of them is needed);
-    failing programs go to ``out``. Raises ``DeviceError`` without OpenCL. Progress lines
-    (programs/s, failures, unsupported) and a summary go to ``stream``.
+    failing programs go to ``out``. Programs have at most ``max_nodes`` ops a function and
+    dimensions of at most ``max_dim`` (larger ones give the kernels' tiles, vectors and tails
+    more to cover). Raises ``DeviceError`` without OpenCL. Progress lines (programs/s,
+    failures, unsupported) and a summary go to ``stream``.
 
     Rounds run on ``executor`` (``local`` processes, or ``dask`` on ``scheduler``, a local
     cluster when None), in a worker replaced after ``rounds_per_worker`` rounds; a round past
@@ -493,6 +500,6 @@ def run_campaign(minutes: float | None, seed: int, out: str | Path, *, max_nodes
     whose worker dies as a ``crash``. A folder holding an earlier campaign is refused
     (``ResultsExistError``) unless ``resume`` (continue it: its counts, signatures and round
     numbers) or ``force`` (a new campaign); records are never overwritten."""
-    return _Campaign(minutes, rounds, seed, Path(out), max_nodes, device, pipeline,
+    return _Campaign(minutes, rounds, seed, Path(out), max_nodes, max_dim, device, pipeline,
                      stream or sys.stdout, rounds_per_worker, round_timeout, executor,
                      scheduler, force, resume).run()
