@@ -131,9 +131,8 @@ def _signature(check: str, program: Program, error: BaseException) -> str:
 
 def run_round(round_seed: int, *, allow_nan: bool, max_nodes: int, dtypes: list[DType | str],
               pipeline: str, device: str | None, max_dim: int = 4,
-              deadline: float | None = None,
-              passes: dict[str, type] | None = None, stop_at: float | None = None
-              ) -> RoundResult:
+              deadline: float | None = None, passes: dict[str, type] | None = None,
+              stop_at: float | None = None) -> RoundResult:
     """One round: ``ROUND_EXAMPLES`` programs of hypothesis seed ``round_seed``, each checked
     pass by pass and end to end; the first failure is shrunk and returned as data.
 
@@ -237,9 +236,8 @@ _RECORD = re.compile(r"^(\d{3,})-.*\.json$")
 class _Campaign:
     def __init__(self, minutes: float | None, rounds: int | None, seed: int, out: Path,
                  max_nodes: int, max_dim: int, device: str | None, pipeline: str,
-                 stream: TextIO,
-                 rounds_per_worker: int, round_timeout: float | None, executor: str,
-                 scheduler: str | None, force: bool, resume: bool) -> None:
+                 stream: TextIO, rounds_per_worker: int, round_timeout: float | None,
+                 executor: str, scheduler: str | None, force: bool, resume: bool) -> None:
         from accy.backends.registry import get_backend
         from accy.passes.spec import parse_pipeline
 
@@ -336,8 +334,8 @@ class _Campaign:
         print(f"accy fuzz: seed {self.seed}, device {self.device_name}, dtypes "
               f"{','.join(d.value for d in self.dtypes)}, max {self.max_nodes} ops, dims up "
               f"to {self.max_dim}, pipeline {self.pipeline}, {self.rounds_per_worker} rounds "
-              f"per worker on the "
-              f"{self.executor_kind} executor, at most {bound}, writing to {self.out}",
+              f"per worker on the {self.executor_kind} executor, at most {bound}, writing to "
+              f"{self.out}",
               file=self.stream, flush=True)
         executor = self.make_executor()
         try:
