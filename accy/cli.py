@@ -198,7 +198,8 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
         print("accy fuzz: error: give --minutes, --rounds or both", file=sys.stderr)
         return 2
     summary = run_campaign(args.minutes, args.seed, args.out, max_nodes=args.max_nodes,
-                           max_dim=args.max_dim, device=args.device, pipeline=args.pipeline,
+                           max_dim=args.max_dim, ops=args.ops, device=args.device,
+                           pipeline=args.pipeline,
                            rounds_per_worker=args.rounds_per_worker,
                            round_timeout=args.round_timeout, rounds=args.rounds,
                            executor=args.executor, scheduler=args.scheduler,
@@ -217,6 +218,17 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
     return value
+
+
+def op_names(text: str) -> list[str]:
+    from accy.fuzz import op_choice
+
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    try:
+        op_choice(names)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return names
 
 
 def non_negative_int(text: str) -> int:
@@ -374,6 +386,9 @@ def build_parser() -> argparse.ArgumentParser:
     fuzz.add_argument("--max-dim", type=positive_int, default=4,
                       help="largest dimension of a tensor (default 4; larger ones give the "
                            "kernels' tiles, vectors and tails more to cover)")
+    fuzz.add_argument("--ops", type=op_names, default=None,
+                      help="draw programs from these ops only: op or op-kind names, "
+                           "comma-separated (e.g. einsum,add,exp or unary,reduce)")
     fuzz.add_argument("--device", help="OpenCL device selector (default: ACCY_DEVICE or pocl)")
     fuzz.add_argument("--pipeline", default="accy-default", help="pipeline under test")
     fuzz.add_argument("--rounds-per-worker", type=positive_int, default=ROUNDS_PER_WORKER,

@@ -32,8 +32,9 @@ A worker that dies during a round (a crash in the driver, say) or a round that r
 check ``crash`` or ``timeout``: a JSON record ``NNN-crash.json`` / ``NNN-timeout.json`` with the
 error, the round's seed and whether it drew nan/inf, but no program or inputs (nothing was
 shrunk). :func:`run_round` with the record's ``round_seed``, ``allow_nan``, ``max_nodes``,
-``max_dim``, ``dtypes`` and ``pipeline`` replays that round in the calling process. Repeats
-are counted by signature as for other failures, and the campaign goes on with a fresh worker.
+``max_dim``, ``ops``, ``dtypes`` and ``pipeline`` replays that round in the calling process.
+Repeats are counted by signature as for other failures, and the campaign goes on with a fresh
+worker.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from accy.ir.node import topological
+from accy.ir.ops import Op, OpKind
 from accy.ir.printer import print_program
 from accy.ir.program import Program
 from accy.ir.types import DType
@@ -131,8 +133,9 @@ def _signature(check: str, program: Program, error: BaseException) -> str:
 
 def run_round(round_seed: int, *, allow_nan: bool, max_nodes: int, dtypes: list[DType | str],
               pipeline: str, device: str | None, max_dim: int = 4,
-              deadline: float | None = None, passes: dict[str, type] | None = None,
-              stop_at: float | None = None) -> RoundResult:
+              ops: list[str] | None = None, deadline: float | None = None,
+              passes: dict[str, type] | None = None, stop_at: float | None = None
+              ) -> RoundResult:
     """One round: ``ROUND_EXAMPLES`` programs of hypothesis seed ``round_seed``, each checked
     pass by pass and end to end; the first failure is shrunk and returned as data.
 
@@ -156,7 +159,7 @@ def run_round(round_seed: int, *, allow_nan: bool, max_nodes: int, dtypes: list[
     get_backend().select_device(device)  # this process's own context (else a DeviceError)
     seen = _Seen()
     counts = {"programs": 0, "unsupported": 0}
-    strategy = programs_with_inputs(max_nodes=max_nodes, max_dim=max_dim,
+    strategy = programs_with_inputs(max_nodes=max_nodes, max_dim=max_dim, ops=op_choice(ops),
                                     dtypes=[DType(d) for d in dtypes],
                                     allow_nan=allow_nan, functions=(1, 2))
 
@@ -199,6 +202,22 @@ def run_round(round_seed: int, *, allow_nan: bool, max_nodes: int, dtypes: list[
     return RoundResult(os.getpid(), counts["programs"], counts["unsupported"], failure)
 
 
+def op_choice(names: list[str] | None) -> list[Op | OpKind] | None:
+    """The ops programs are drawn from: op names or op-kind names (``einsum`` is both, the
+    same ops); None for every op. A ValueError names an unknown one and the valid names."""
+    if names is None:
+        return None
+    ops = {o.value: o for o in Op if o.kind is not OpKind.SOURCE}
+    kinds = {k.value: k for k in OpKind if k is not OpKind.SOURCE}
+    if not names:
+        raise ValueError("give at least one op or op-kind name")
+    unknown = [n for n in names if n not in ops and n not in kinds]
+    if unknown:
+        raise ValueError(f"unknown op or op kind {unknown[0]!r}; ops: {', '.join(ops)}; "
+                         f"kinds: {', '.join(kinds)}")
+    return [ops.get(n) or kinds[n] for n in names]
+
+
 def _init_worker() -> None:
     # Ctrl-C reaches the whole process group: the campaign stops its worker itself
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -235,7 +254,8 @@ _RECORD = re.compile(r"^(\d{3,})-.*\.json$")
 
 class _Campaign:
     def __init__(self, minutes: float | None, rounds: int | None, seed: int, out: Path,
-                 max_nodes: int, max_dim: int, device: str | None, pipeline: str,
+                 max_nodes: int, max_dim: int, ops: list[str] | None, device: str | None,
+                 pipeline: str,
                  stream: TextIO, rounds_per_worker: int, round_timeout: float | None,
                  executor: str, scheduler: str | None, force: bool, resume: bool) -> None:
         from accy.backends.registry import get_backend
@@ -257,6 +277,11 @@ class _Campaign:
         self.device_key = backend.device_key(runtime)
         self.device = device
         self.dtypes = sorted(target.usable_dtypes, key=lambda d: d.value)
+        # a ValueError now, not in a worker: unknown names, or no op buildable from the dtypes
+        from accy.program_gen import make_options
+
+        make_options(op_choice(ops), self.dtypes)
+        self.ops = ops
         self.start = time.monotonic()
         self.deadline = None if minutes is None else self.start + 60 * minutes
         self.rounds = rounds
@@ -332,7 +357,8 @@ class _Campaign:
             f"{self.rounds} rounds" if self.rounds is not None else "",
             f"{(self.deadline - self.start) / 60:g} minutes" if self.deadline else "") if x)
         print(f"accy fuzz: seed {self.seed}, device {self.device_name}, dtypes "
-              f"{','.join(d.value for d in self.dtypes)}, max {self.max_nodes} ops, dims up "
+              f"{','.join(d.value for d in self.dtypes)}, max {self.max_nodes} ops"
+              f"{' of ' + ','.join(self.ops) if self.ops else ''}, dims up "
               f"to {self.max_dim}, pipeline {self.pipeline}, {self.rounds_per_worker} rounds "
               f"per worker on the {self.executor_kind} executor, at most {bound}, writing to "
               f"{self.out}",
@@ -361,7 +387,7 @@ class _Campaign:
         remaining = None if self.deadline is None else self.deadline - time.monotonic()
         task = Task(("round", index), "accy.fuzz:run_round", dict(
             round_seed=round_seed, allow_nan=allow_nan, max_nodes=self.max_nodes,
-            max_dim=self.max_dim,
+            max_dim=self.max_dim, ops=self.ops,
             dtypes=[d.value for d in self.dtypes], pipeline=self.pipeline, device=self.device,
             stop_at=None if remaining is None else time.time() + remaining,
             passes=self.passes))
@@ -437,6 +463,7 @@ class _Campaign:
 
         entry |= {"record": f"{stem}.json", "seed": self.seed, "round_seed": round_seed,
                   "allow_nan": allow_nan, "max_nodes": self.max_nodes, "max_dim": self.max_dim,
+                  "ops": self.ops,
                   "dtypes": [d.value for d in self.dtypes], "pipeline": self.pipeline,
                   "device": self.device_key,
                   "versions": _versions(accy.__version__)}
@@ -481,16 +508,18 @@ def _versions(accy_version: str) -> dict[str, str]:
 
 
 def run_campaign(minutes: float | None, seed: int, out: str | Path, *, max_nodes: int = 8,
-                 max_dim: int = 4, device: str | None = None, pipeline: str = "accy-default",
+                 max_dim: int = 4, ops: list[str] | None = None, device: str | None = None,
+                 pipeline: str = "accy-default",
                  stream: TextIO | None = None, rounds_per_worker: int = ROUNDS_PER_WORKER,
                  round_timeout: float | None = ROUND_TIMEOUT, rounds: int | None = None,
                  executor: str = "local", scheduler: str | None = None, force: bool = False,
                  resume: bool = False) -> CampaignSummary:
     """Fuzz for ``minutes`` and/or ``rounds`` (whichever ends first; one of them is needed);
-    failing programs go to ``out``. Programs have at most ``max_nodes`` ops a function and
-    dimensions of at most ``max_dim`` (larger ones give the kernels' tiles, vectors and tails
-    more to cover). Raises ``DeviceError`` without OpenCL. Progress lines (programs/s,
-    failures, unsupported) and a summary go to ``stream``.
+    failing programs go to ``out``. Programs have at most ``max_nodes`` ops a function, drawn
+    from ``ops`` (op or op-kind names; default every op), and dimensions of at most
+    ``max_dim`` (larger ones give the kernels' tiles, vectors and tails more to cover).
+    Raises ``DeviceError`` without OpenCL. Progress lines (programs/s, failures, unsupported)
+    and a summary go to ``stream``.
 
     Rounds run on ``executor`` (``local`` processes, or ``dask`` on ``scheduler``, a local
     cluster when None), in a worker replaced after ``rounds_per_worker`` rounds; a round past
@@ -498,6 +527,6 @@ def run_campaign(minutes: float | None, seed: int, out: str | Path, *, max_nodes
     whose worker dies as a ``crash``. A folder holding an earlier campaign is refused
     (``ResultsExistError``) unless ``resume`` (continue it: its counts, signatures and round
     numbers) or ``force`` (a new campaign); records are never overwritten."""
-    return _Campaign(minutes, rounds, seed, Path(out), max_nodes, max_dim, device, pipeline,
-                     stream or sys.stdout, rounds_per_worker, round_timeout, executor,
-                     scheduler, force, resume).run()
+    return _Campaign(minutes, rounds, seed, Path(out), max_nodes, max_dim, ops, device,
+                     pipeline, stream or sys.stdout, rounds_per_worker, round_timeout,
+                     executor, scheduler, force, resume).run()

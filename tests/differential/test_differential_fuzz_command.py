@@ -20,7 +20,7 @@ import pytest
 from accy.cli import main
 from accy.fuzz import run_round
 from accy.ir.node import Node
-from accy.ir.ops import Op
+from accy.ir.ops import Op, OpKind
 from accy.ir.parser import parse_program
 from accy.ir.program import Function, Program, Stage
 from accy.ir.types import DType, TensorType
@@ -104,11 +104,14 @@ def test_failing_programs_are_written_shrunk(tmp_path, capsys, monkeypatch,
                                              device_dtypes: list[DType]) -> None:
     monkeypatch.setitem(registry.PASSES, OffByOne.name, OffByOne)
     code = main(["fuzz", "--rounds", "1", "--seed", "1", "--out", str(tmp_path),
-                 "--max-nodes", "4", "--max-dim", "6", "--pipeline", "off-by-one,accy-default"])
+                 "--max-nodes", "4", "--max-dim", "6", "--ops", "unary,binary,einsum",
+                 "--pipeline", "off-by-one,accy-default"])
     assert code == 1
     record = json.loads((tmp_path / "001-passes.json").read_text())
     assert record["check"] == "passes" and "pass off-by-one" in record["error"]
-    assert (record["max_nodes"], record["max_dim"]) == (4, 6)  # what a replay needs
+    # what a replay needs
+    assert (record["max_nodes"], record["max_dim"], record["ops"]) == (
+        4, 6, ["unary", "binary", "einsum"])
     assert record["seed"] == 1 and record["pipeline"].startswith("off-by-one,constant-fold")
     program = parse_program((tmp_path / record["program"]).read_text())
     assert len([n for n in program.nodes() if n.srcs]) == 1
@@ -181,8 +184,9 @@ def test_a_pass_workers_cannot_import_is_an_error(tmp_path, capsys, monkeypatch)
     assert not (tmp_path / "out").exists()
 
 
-def test_rounds_draw_programs_of_max_dim(monkeypatch, device_dtypes: list[DType]) -> None:
-    """``--max-dim`` reaches the programs' strategy."""
+def test_rounds_draw_programs_of_max_dim_and_ops(monkeypatch, device_dtypes: list[DType]
+                                                 ) -> None:
+    """``--max-dim`` and ``--ops`` reach the programs' strategy."""
     import accy.testing
 
     asked = {}
@@ -194,5 +198,6 @@ def test_rounds_draw_programs_of_max_dim(monkeypatch, device_dtypes: list[DType]
     monkeypatch.setattr(accy.testing, "programs_with_inputs", strategy)
     with pytest.raises(LookupError, match="enough"):
         run_round(7, allow_nan=False, max_nodes=4, dtypes=[d.value for d in device_dtypes],
-                  pipeline="accy-default", device=None, max_dim=40)
+                  pipeline="accy-default", device=None, max_dim=40, ops=["einsum", "unary"])
     assert (asked["max_nodes"], asked["max_dim"]) == (4, 40)
+    assert asked["ops"] == [Op.EINSUM, OpKind.UNARY]  # "einsum" names the op (and its kind)
