@@ -362,8 +362,8 @@ def _einsum(c: _Ctx) -> tuple[Any, Any]:
     sizes = {ch: d for t, m in zip(terms, mags, strict=True) for ch, d in zip(t, m.shape,
                                                                               strict=True)}
     count = math.prod(d for ch, d in sizes.items() if ch not in out)
-    # pairwise, as the interpreter: np.einsum loops over every letter of a network at once
-    # (a four-operand einsum of 24-wide letters ran for minutes)
+    # pairwise, as the interpreter: np.einsum without a path loops over every letter of a
+    # network at once, which for a few wide operands does not finish in a fuzz round
     exact = opt_einsum.contract(spec, *mags)
     widened = opt_einsum.contract(spec, *(m + e for m, e in zip(mags, c.es, strict=True)))
     e = widened - exact + c.rounding(math.sqrt(max(count, 1)) * exact)
