@@ -103,10 +103,10 @@ RATES = {4: 1.5, 2: 1.1}  # 256-row and 128-row tiles
 # the same for the f16 kernel copying B by TMA (accy/kernels/wgmma_tma.py; fitted to its own
 # sweep, papers/kernels.md "Nineteenth session"): 128-row tiles gain the most from it
 TMA_RATES = {4: 1.6, 2: 1.5}
-MMA_SMALL_RATE = 0.65  # the mma kernels' tiles smaller than 128x128 but 128x64:
-# those f32 products take where 128x128 tiles had been chosen before (papers/kernels.md,
-# "Twenty-ninth session": the wgmma kernels were faster than them wherever both were timed,
-# and mma-tf32's 128x64 tiles beat wgmma-tf32's at 2048x1024x512)
+MMA_SMALL_RATE = 0.65  # the mma kernels' tiles smaller than 128x64
+# the mma kernels' 128x64 tiles, which f32 products take where 128x128 tiles had been chosen
+# before (papers/kernels.md, "Twenty-ninth session": the wgmma kernels were faster than them
+# wherever both were timed, and mma-tf32's 128x64 tiles beat wgmma-tf32's at 2048x1024x512)
 MMA_MID_RATE = 0.9
 # K must be at least MIN_K (a tile's fixed costs, the pipeline's fill and drain and the stores,
 # need some K to pay off: K 64 lost under f16 and 3xtf32, K 128 won)
