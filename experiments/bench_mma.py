@@ -358,7 +358,8 @@ def loop_counts(case: dict[str, Any], precision: str, tiles: MmaTiles | None
         job = with_mma_tiles(job, tiles, precision)
     if not any(g.startswith("mma") for g in job.generators()):
         return {"generators": job.generators()}
-    return mma_counts.count_k_loop(job.kernel_source(0))
+    sources = (job.kernel_source(i) for i in range(job.kernel_count))
+    return mma_counts.count_k_loop(next(s for s in sources if "mma.sync" in s))
 
 
 def main(argv: list[str] | None = None) -> int:
