@@ -196,16 +196,41 @@ class _Builder:
         n = self.t.bk // s.lanes
         return div(v, n), mul(mod(v, n), idx(s.lanes))
 
-    def load(self, s: _Side, f0: Expr, rf: Expr, kt: Expr, rk: Expr, lanes: int = 0) -> Expr:
+    def prefetch_coords(self, s: _Side, tid: Expr, i: int) -> tuple[Expr, Expr]:
+        """Tile-relative (free, k) of work-item ``tid``'s prefetch slot ``i`` (slot ``tid + i *
+        threads``). Where the work-items span whole rows of slots, every slot of a work-item
+        is its first moved by ``i`` rows: the same column, so its loads are one address plus
+        constant offsets."""
+        row = (s.tile if s.mode == "free" else self.t.bk) // s.lanes  # slots a row
+        if i == 0 or self.t.threads % row:
+            return (self.let(f"{s.local}_f{i}", self.slot_coords(s, add(tid, idx(
+                        i * self.t.threads)))[0]),
+                    self.let(f"{s.local}_k{i}", self.slot_coords(s, add(tid, idx(
+                        i * self.t.threads)))[1]))
+        f, k = Var(f"{s.local}_f0"), Var(f"{s.local}_k0")
+        rows = idx(i * self.t.threads // row)
+        return (f, add(k, rows)) if s.mode == "free" else (add(f, rows), k)
+
+    def load(self, s: _Side, f0: Expr, rf: Expr, kt: Expr, rk: Expr, lanes: int = 0,
+             inside: bool = False) -> Expr:
         """The tile element(s) at (rf, rk) of the K step at ``kt``, zero outside the operand:
-        ``lanes`` of them (``s.lanes`` unless given) from there on."""
+        ``lanes`` of them (``s.lanes`` unless given) from there on. ``inside``: the caller
+        knows the step is inside K, and the tile inside the operand where :meth:`whole`."""
         lanes = lanes or s.lanes
         f, k = add(f0, rf), add(kt, rk)
         at = add(s.base, add(mul(f, idx(s.free_stride)), mul(k, idx(s.k_stride))))
         value = Load(s.arg, at) if lanes == 1 else VectorLoad(s.arg, div(at, lanes), lanes)
-        guard = all_of(([Bin("<", f, idx(s.extent))] if s.extent % s.tile else [])
-                     + ([Bin("<", k, idx(self.c.k.size))] if self.k_guard else []))
+        guard = all_of(([Bin("<", f, idx(s.extent))]
+                        if s.extent % s.tile and not (inside and self.whole(s)) else [])
+                       + ([Bin("<", k, idx(self.c.k.size))] if self.k_guard and not inside
+                          else []))
         return value if guard is None else Cond(guard, value, self.zero(lanes))
+
+    @staticmethod
+    def whole(s: _Side) -> bool:
+        """Whether some of side ``s``'s tiles lie wholly inside it, but not all: tiles of
+        :meth:`prefetched`'s unguarded loads (a side shorter than its tile has none)."""
+        return s.extent % s.tile > 0 and s.extent > s.tile
 
     def store_local(self, s: _Side, rf: Expr, rk: Expr, value: Var) -> list[Stmt]:
         if s.lanes == 1:
@@ -417,32 +442,44 @@ class _Builder:
         return sums
 
     def prefetched(self, m0: Expr, n0: Expr, tid: Expr, compute: list[Stmt]) -> list[Stmt]:
-        """Loop body that stores the registers loaded last step, then loads the next step."""
+        """Loop body that stores the registers loaded last step, then loads the next step:
+        unguarded where that step lies inside K and its tiles inside the operands (every step
+        but a K tail's, in every group but the last along M or N; see :meth:`whole`), guarded
+        elsewhere."""
         kt, t = Var("kt"), self.t
+        nxt_k = add(kt, idx(t.bk))
         store: list[Stmt] = []
         fetch: list[Stmt] = []
+        fast: list[Stmt] = []
+        inside = all_of(([Bin("<=", add(nxt_k, idx(t.bk)), idx(self.c.k.size))]
+                         if self.k_guard else [])
+                        + [Bin("<=", add(f0, idx(s.tile)), idx(s.extent))
+                           for s, f0 in ((self.sx, m0), (self.sy, n0)) if self.whole(s)])
         for s, f0 in ((self.sx, m0), (self.sy, n0)):
             count, per = self.slots(s)
             for i in range(per):
                 v = add(tid, idx(i * t.threads))
-                rf = self.let(f"{s.local}_f{i}", self.slot_coords(s, v)[0])
-                rk = self.let(f"{s.local}_k{i}", self.slot_coords(s, v)[1])
+                rf, rk = self.prefetch_coords(s, tid, i)
                 reg = f"{s.local}_r{i}"
                 first = self.load(s, f0, rf, self.k0, rk)
                 st = self.store_local(s, rf, rk, Var(reg))
-                nxt = Assign(reg, self.load(s, f0, rf, add(kt, idx(t.bk)), rk))
+                nxt: Stmt = Assign(reg, self.load(s, f0, rf, nxt_k, rk))
+                bare: Stmt = Assign(reg, self.load(s, f0, rf, nxt_k, rk, inside=True))
                 if count % t.threads:
                     # work-items past the tile's slots load nothing: their rows (or columns)
                     # lie past the tile, past the operand's end where the tiles divide it
                     ok = Bin("<", v, idx(count))
                     self.let(reg, self.zero(s.lanes), self.dtype, s.lanes, True)
                     self.body.append(If(ok, (Assign(reg, first),)))
-                    st, nxt = [If(ok, tuple(st))], If(ok, (nxt,))
+                    st, nxt, bare = [If(ok, tuple(st))], If(ok, (nxt,)), If(ok, (bare,))
                 else:
                     self.let(reg, first, self.dtype, s.lanes, True)
                 store += st
                 fetch.append(nxt)
-        more = Bin("<", add(kt, idx(t.bk)), idx(self.c.k.size))
+                fast.append(bare)
+        if inside is not None:
+            fetch = [If(inside, tuple(fast), tuple(fetch))]
+        more = Bin("<", nxt_k, idx(self.c.k.size))
         return store + [Barrier(), If(more, tuple(fetch))] + compute + [Barrier()]
 
     def stores(self, acc: list[list[Var]], m0: Expr, n0: Expr, tx: Expr, ty: Expr,

@@ -251,18 +251,43 @@ def test_gpu_kernel_structure_for_an_aligned_matmul():
     assert src.count("acc_") >= 16 * 3  # 16 float4 accumulators: declared, updated, stored
 
 
+def fetches(src: str, reg: str) -> list[str]:
+    """The lines that load prefetch register ``reg``: before the K loop, then the next step's
+    inside the loop (unguarded where the step's tiles are inside, then guarded)."""
+    return [line.strip() for line in src.splitlines() if f"{reg} =" in line]
+
+
 def test_edges_get_guards_only_where_tiles_overhang():
     src = source(program("ik,kj->ij", [(130, 256), (256, 384)]), H200)  # M overhangs
-    lines = src.splitlines()
     guarded = "< 130L) ? ((__global const float4*)in0)"
-    assert all(guarded in line for line in lines if "x_tile_r0 =" in line)
-    assert not any("?" in line for line in lines if "y_tile_r0 =" in line)
+    first, inside, edge = fetches(src, "x_tile_r0")
+    assert guarded in first and guarded in edge and "?" not in inside
+    assert "if (((m0 + 32L) <= 130L)) {" in src  # the next step's tile inside along M
+    assert not any("?" in line for line in fetches(src, "y_tile_r0"))
     assert "if ((row0 < 130L))" in src and "(col0 <" not in src
     src = source(program("ik,kj->ij", [(128, 250), (250, 384)]), H200)  # K overhangs
     # gcd(250, 16): two-lane vectors along K
-    assert "x_tile_k0) < 250L) ? ((__global const float2*)in0)" in src
+    first, inside, edge = fetches(src, "x_tile_r0")
+    assert "x_tile_k0 < 250L) ? ((__global const float2*)in0)" in first
+    assert "x_tile_k0) < 250L) ? ((__global const float2*)in0)" in edge and "?" not in inside
     assert "y_tile_k0) < 250L) ? ((__global const float4*)in1)" in src
+    assert "if ((((kt + 16L) + 16L) <= 250L)) {" in src  # the next step inside K
     assert "(row0 <" not in src and "(col0 <" not in src
+    src = source(program("ik,kj->ij", [(20, 256), (256, 384)]), H200)  # M below one tile
+    assert "<= 20L" not in src  # no tile inside along M: one guarded fetch
+    assert all("< 20L) ?" in line for line in fetches(src, "x_tile_r0"))
+
+
+def test_a_work_items_prefetch_slots_share_one_address_plus_constants():
+    # 128 work-items over 32 x 128 tiles: each copies one column of Y's tile (rows k0 + i),
+    # and X's rows f0 + 8 i at one K: no coordinates of their own for slots past the first
+    src = source(program("ik,kj->ij", [(30, 201), (201, 2501)]), H200)
+    assert "y_tile_f1" not in src and "y_tile_k1" not in src and "(y_tile_k0 + 15L)" in src
+    assert "x_tile_f1" not in src and "x_tile_k1" not in src and "(x_tile_f0 + 24L)" in src
+    # 15 work-items over slots that do not divide into rows: each slot its own coordinates
+    _, kernel = built_kernel("ik,kj->ij", [(40, 24), (24, 72)], GPU_TILES[4], H200)
+    lets = {s.var for s in kernel.body if isinstance(s, Let)}
+    assert {"y_tile_f1", "y_tile_k1"} <= lets
 
 
 def test_generated_source_is_deterministic():
@@ -406,6 +431,32 @@ def test_narrow_tiles_read_within_their_operands_under_oclgrind(capfd):
     x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((37, 20), (20, 50), (50,)))
     (out,) = job.run(x, w, b, device=sim)
     np.testing.assert_allclose(out, np.maximum(x @ w + b, 0), rtol=1e-4, atol=1e-4)
+    assert "Invalid" not in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("shapes", [
+    [(20, 200), (200, 300)],  # skinny tiles: N inside but the last tile, a K tail, M short
+    [(70, 40), (40, 150)],  # 32-row tiles: M and N inside but the last, K whole
+    [(9, 2100), (2100, 260)],  # skinny, K split in chunks: each chunk's last step unguarded
+], ids=str)
+def test_unguarded_prefetches_read_within_their_operands_under_oclgrind(capfd, shapes):
+    """The next step's loads skip their guards where its tiles lie inside the operands
+    (``_Builder.prefetched``); every other step and tile keeps them."""
+    from accy.backends.opencl.runtime import select_device
+
+    try:
+        sim = select_device("oclgrind")
+    except DeviceError:
+        pytest.skip("Oclgrind is not installed")
+    target = dataclasses.replace(TargetProfile.from_device(sim.info), device_type="gpu",
+                                 max_work_group_size=1024, compute_units=64)
+    job = accy.prepare(program("ik,kj->ij", shapes), target=target)
+    src = job.kernel_source(0)
+    assert src.count("} else {") == 1  # the next step: unguarded, else guarded
+    rng = np.random.default_rng(7)
+    x, y = (rng.standard_normal(s).astype(np.float32) for s in shapes)
+    (out,) = job.run(x, y, device=sim)
+    np.testing.assert_allclose(out, x @ y, rtol=1e-4, atol=1e-4)
     assert "Invalid" not in capfd.readouterr().err
 
 
