@@ -58,7 +58,6 @@ from dataclasses import dataclass
 
 from accy.ir.node import Node
 from accy.ir.types import DType
-from accy.ir.walk import Pending
 from accy.kernels import loopnest, vector_epilogue
 from accy.kernels.contraction_plan import (
     FLOATS,
@@ -69,7 +68,6 @@ from accy.kernels.contraction_plan import (
     dot_aligned,
     dot_lanes,
     output_coords,
-    stored_value,
     transposing,
 )
 from accy.kernels.generators import Generator, register_generator
@@ -103,11 +101,10 @@ from accy.kernels.ir import (
     all_of,
     div,
     idx,
-    linear,
     mod,
     mul,
-    row_major,
 )
+from accy.kernels.split_k import Partials, store_targets
 from accy.plans import FusionGroup, KernelOutline, LaunchGeometry, ScheduleKind
 from accy.target import TargetProfile
 
@@ -556,45 +553,6 @@ def _lane_sum(v: Expr, lanes: int) -> Expr:
         terms = [Bin("+", *terms[i:i + 2]) if i + 1 < len(terms) else terms[i]
                  for i in range(0, len(terms), 2)]
     return terms[0]
-
-
-def store_targets(group: FusionGroup, outline: KernelOutline, given: Node, chunk: Expr | None,
-                  scratch: KernelArg, obase: Expr
-                  ) -> tuple[list[KernelArg], list[Node], Expr]:
-    """What a contraction kernel stores, and from where: the group's outputs (the values they
-    store) at ``obase``; with K split (``chunk``: the group's chunk) this chunk's partial sums
-    of the einsum (``given``) in ``scratch``, laid out as the einsum after the other chunks'."""
-    if chunk is None:
-        args = [KernelArg(f"out{i}", n.type.dtype, True, slot) for i, (n, slot) in
-                enumerate(zip(group.outputs, outline.output_slots, strict=True))]
-        return args, [stored_value(o) for o in group.outputs], obase
-    return [scratch], [given], add(mul(chunk, idx(given.type.size)), obase)
-
-
-class Partials(loopnest.LoopNestBuilder):
-    """The group's outputs, one work-item per element, with the einsum's value the sum of the
-    split-K partials in ``scratch`` (chunk by chunk, in a fixed order: deterministic)."""
-
-    def __init__(self, group: FusionGroup, outline: KernelOutline, einsum: Node,
-                 scratch: KernelArg, chunks: int) -> None:
-        super().__init__(group, outline)
-        self.einsum, self.chunks = einsum, chunks
-        self.scratch = KernelArg(scratch.name, scratch.dtype, False, -1, scratch.scratch_elems)
-        self.args.append(self.scratch)
-
-    def _open(self, node: Node, coords: tuple[Expr, ...]) -> Expr | Pending:
-        if node is not self.einsum:
-            return super()._open(node, coords)
-        key = (node, coords)
-        hit = self.em.lookup(key)
-        if hit is not None:
-            return hit
-        at = (self.flat_id if coords == self.coords and node.type.shape == self.group.domain
-              else linear(coords, row_major(node.type.shape)))
-        total: Expr = Load(self.scratch.name, at)
-        for k in range(1, self.chunks):
-            total = Bin("+", total, Load(self.scratch.name, add(at, idx(k * node.type.size))))
-        return self.em.bind(total, node.type.dtype, key)
 
 
 def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,

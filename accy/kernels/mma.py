@@ -9,7 +9,7 @@ targets with tensor cores; ``ieee`` never picks them) and the product is large e
 elementwise epilogue, reshaped outputs). Where the tiles leave more than half the compute units
 idle over a long K, K is split over work-groups (``MmaTiles.split``,
 :func:`~accy.kernels.mma_plan.split_k`): each sums its chunk into scratch memory and the tiled
-contraction's :class:`~accy.kernels.contraction.Partials` kernel adds the chunks and applies
+contraction's :class:`~accy.kernels.split_k.Partials` kernel adds the chunks and applies
 the epilogue.
 
 The kernel: a work-group of ``warps_m x warps_n`` warps (``reqd_work_group_size``) computes a
@@ -65,7 +65,6 @@ from dataclasses import replace
 from accy.ir.node import Node
 from accy.ir.types import DType
 from accy.kernels import loopnest
-from accy.kernels.contraction import Partials
 from accy.kernels.contraction_plan import Contraction, analyse, tile_groups
 from accy.kernels.generators import Generator, register_generator
 from accy.kernels.ir import (
@@ -121,6 +120,7 @@ from accy.kernels.mma_ptx import (
     tf32_registers,
 )
 from accy.kernels.mma_store import Stores
+from accy.kernels.split_k import Partials
 from accy.plans import FusionGroup, KernelOutline, LaunchGeometry, ScheduleKind
 from accy.target import TF32_SATFINITE, TargetProfile
 

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 
 from accy.ir.types import DType
 from accy.kernels import loopnest
-from accy.kernels.contraction import store_targets
 from accy.kernels.contraction_plan import Contraction, output_coords
 from accy.kernels.ir import (
     Assign,
@@ -43,6 +42,7 @@ from accy.kernels.ir import (
 )
 from accy.kernels.mma_layout import c_coords_v
 from accy.kernels.mma_plan import c_coords
+from accy.kernels.split_k import store_targets
 from accy.plans import FusionGroup, KernelOutline
 
 if TYPE_CHECKING:
