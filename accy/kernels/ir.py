@@ -472,6 +472,12 @@ def _body_facts(body: tuple[Stmt, ...]) -> tuple[frozenset[DType], bool]:
     return frozenset(found), atomics64
 
 
+def declared(body: tuple[Stmt, ...]) -> frozenset[str]:
+    """The names ``body`` declares: its lets, local arrays and loop variables."""
+    return frozenset(s.var if isinstance(s, Let | For) else s.name for s in walk_stmts(body)
+                     if isinstance(s, Let | For | LocalArray))
+
+
 def walk_stmts(body: tuple[Stmt, ...]):
     """Every statement of ``body``, nested ones included (pre-order, without recursion)."""
     stack: list[Stmt] = list(reversed(body))

@@ -201,7 +201,7 @@ def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
         u: Expr = add(ids.ly, idx(k * s.count))
         ok: Expr | None = None
         if (k + 1) * s.count > rows.n:
-            ok = em.bind(Bin("<", u, idx(rows.n)), DType.bool, prefix="in")
+            ok = em.bind(Bin("<", u, idx(rows.n)), DType.bool, prefix="inside")
             u = em.bind(Call("min", (u, idx(rows.n - 1))), INDEX, prefix="u")
         elif not isinstance(u, Var):
             u = em.bind(u, INDEX, prefix="u")

@@ -277,7 +277,7 @@ class _RowBuilder:
             u = add(self.ids.ly, idx(k * threads))
             ok: Expr | None = None
             if (k + 1) * threads > s.units:
-                ok = self.em.bind(Bin("<", u, idx(s.units)), DType.bool, prefix="in")
+                ok = self.em.bind(Bin("<", u, idx(s.units)), DType.bool, prefix="inside")
                 u = self.em.bind(Call("min", (u, idx(s.units - 1))), INDEX, prefix="u")
             elif not isinstance(u, Var):
                 u = self.em.bind(u, INDEX, prefix="u")

@@ -121,3 +121,11 @@ def test_inline_ptx_renders_only_for_targets_that_built_it() -> None:
     # a kernel without inline assembly renders for any target
     plain = dataclasses.replace(k, body=(Store("out0", Id("global", 0), Var("y")),))
     assert render(plain, TargetProfile()) == render(plain)
+
+
+def test_a_local_named_as_an_argument_is_refused() -> None:
+    k = _asm_kernel()
+    shadow = dataclasses.replace(k, body=(Let("out0", DType.f32, Var("y")),
+                                          Store("out0", Id("global", 0), Var("out0"))))
+    with pytest.raises(ValueError, match="k: its body declares out0, the name of an argument"):
+        render(shadow)

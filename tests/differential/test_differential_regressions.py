@@ -205,3 +205,18 @@ def test_row_group_writing_a_value_a_shared_concat_reads(device_dtypes: list[DTy
     a = np.float16([[[0.5], [-1.0], [2.0]]])
     check_passes(program, [a])
     check_end_to_end(program, [a])
+
+
+def test_row_kernel_with_a_fourth_input(device_dtypes: list[DType]) -> None:
+    """`accy fuzz` of 2026-12-05 (seed 3535): the row-softmax kernel named its row mask
+    ``in3`` (the emitter's prefix "in" and its counter), the name of its fourth argument, so
+    the kernel did not build (the scalar added after the select was read through it)."""
+    program = parse_program("""
+        func @f0(%a: f32[5], %b: f32[], %c: f32[], %d: bool[5]) -> (f32[5]) {
+          %0 = softmax(%a) {axis=0} : f32[5]
+          %1 = select(%d, %c, %0) : f32[5]
+          %2 = add(%b, %1) : f32[5]
+          return %2
+        }""")
+    check_end_to_end(program, [np.float32([0, 1, 2, 3, 4]), np.float32(1), np.float32(-2),
+                               np.array([True, False, True, False, False])])

@@ -110,6 +110,16 @@ def test_epilogue_inputs_and_scalar_reads(check, rng) -> None:
     check(prog, [data(rng, (7, 333)), data(rng, (7, 333))], generator="row-softmax")
 
 
+def test_epilogue_of_three_more_inputs(check, rng) -> None:
+    # the row mask was named in3 after the emitter's counter: the fourth argument's name
+    def fn(x, s, t, mask):
+        return s + accy.where(mask, t, x.softmax())
+
+    prog = trace(fn, f32[5], f32[()], f32[()], accy.bool_[5], name="f")
+    check(prog, [data(rng, (5,)), np.float32(1), np.float32(-2), rng.random(5) < 0.5],
+          generator="row-softmax")
+
+
 @pytest.mark.parametrize("shape", [(37, 5), (6, 3000), (2, 3, 30000)])
 def test_cross_entropy_rows_then_mean(check, rng, used, pipe, shape) -> None:
     def fn(logits, labels):

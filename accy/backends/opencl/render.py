@@ -61,6 +61,7 @@ from accy.kernels.ir import (
     VectorLoadAt,
     VectorStore,
     VectorStoreAt,
+    declared,
     per_body,
     walk_stmts,
 )
@@ -490,6 +491,11 @@ def render(kernel: Kernel, target: TargetProfile | None = None) -> str:
     lines = ["#pragma OPENCL FP_CONTRACT OFF"]
     if DType.f64 in kernel.dtypes:
         lines.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
+    shadowed = per_body("declared", kernel.body, lambda: declared(kernel.body)) & {
+        a.name for a in kernel.args}
+    if shadowed:  # C would take the local for the buffer: a type error, or a wrong read
+        raise ValueError(f"{kernel.entry}: its body declares {', '.join(sorted(shadowed))}, "
+                         "the name of an argument")
     halves = frozenset(a.name for a in kernel.args if a.dtype is DType.f16)
     args = tuple((a.name, _space(a), a.dtype, BUFFER_ALIGN) for a in kernel.args)
     atomics, asm, helpers, body = per_body(("opencl", halves, args), kernel.body,
