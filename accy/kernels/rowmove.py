@@ -292,10 +292,24 @@ class RowBuilder(LoopNestBuilder):
                       implemented_ops(self.group))
 
 
+def clamps(domain: tuple[int, ...], geo: LaunchGeometry, unroll: tuple[int, int]) -> bool:
+    """Whether ``build_rows`` clamps some unrolled elements past the domain's end to its last
+    element (their work-items compute and write it again)."""
+    last, rows = domain[-1], math.prod(domain[:-1])
+    return ((unroll[0] > 1 and geo.global_size[0] * unroll[0] > last)
+            or (unroll[1] > 1 and math.prod(geo.global_size[1:]) * unroll[1] > rows))
+
+
 def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
           target: TargetProfile) -> tuple[Kernel, ...]:
     unroll = unroll_of(group, target)
     geo = geometry(group.domain, target, unroll)
+    if set(outline.input_slots) & set(outline.output_slots) and clamps(group.domain, geo,
+                                                                       unroll):
+        # an output written in place over an input: a clamped element, computed again by
+        # another work-item, would read what its own work-item may have overwritten already
+        unroll = (1, 1)
+        geo = geometry(group.domain, target, unroll)
     return (RowBuilder(group, outline).build_rows(kind, geo, unroll),)
 
 
