@@ -11,6 +11,7 @@ from typing import Any
 
 from accy.errors import AccyError
 from accy.ir.program import Program
+from accy.target import DEVICE_TYPES
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -199,7 +200,7 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
         return 2
     summary = run_campaign(args.minutes, args.seed, args.out, max_nodes=args.max_nodes,
                            max_dim=args.max_dim, ops=args.ops, device=args.device,
-                           pipeline=args.pipeline,
+                           device_type=args.device_type, pipeline=args.pipeline,
                            rounds_per_worker=args.rounds_per_worker,
                            round_timeout=args.round_timeout, rounds=args.rounds,
                            executor=args.executor, scheduler=args.scheduler,
@@ -390,6 +391,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help="draw programs from these ops only: op or op-kind names, "
                            "comma-separated (e.g. einsum,add,exp or unary,reduce)")
     fuzz.add_argument("--device", help="OpenCL device selector (default: ACCY_DEVICE or pocl)")
+    fuzz.add_argument("--device-type", choices=DEVICE_TYPES, default=None,
+                      help="build the kernels for this type of device instead of the device's "
+                           "own (gpu on PoCL: the GPU kernels' tiles, prefetches and unrolled "
+                           "rows, checked on the CPU)")
     fuzz.add_argument("--pipeline", default="accy-default", help="pipeline under test")
     fuzz.add_argument("--rounds-per-worker", type=positive_int, default=ROUNDS_PER_WORKER,
                       help=f"rounds (of {ROUND_EXAMPLES} programs) a worker process runs "

@@ -8,6 +8,7 @@ this module itself does not need hypothesis. The error model behind the toleranc
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -29,7 +30,7 @@ from accy.passes.base import Pass
 from accy.passes.manager import Instrument, PassRecord
 from accy.passes.spec import Pipeline, parse_pipeline
 from accy.product import Product
-from accy.target import KernelStatus, TargetProfile, resolve_precision
+from accy.target import DEVICE_TYPES, KernelStatus, TargetProfile, resolve_precision
 
 ProgramInputs = dict[str, tuple[np.ndarray, ...]]  # function name -> one array per parameter
 
@@ -180,10 +181,14 @@ def _pipeline(pipeline: str | Pipeline) -> Pipeline:
 
 
 def check_end_to_end(program: Program, inputs: ProgramInputs | Sequence[Any],
-                     device: str | None = None, pipeline: str | Pipeline = "accy-default"
-                     ) -> CheckResult:
+                     device: str | None = None, pipeline: str | Pipeline = "accy-default",
+                     device_type: str | None = None) -> CheckResult:
     """Prepare ``program`` for ``device`` (default ``ACCY_DEVICE`` or PoCL), run every function
     on OpenCL, and compare with :func:`accy.interpret` (see :func:`assert_close`).
+
+    ``device_type`` (``"gpu"``, ``"cpu"``, ...): prepare for the device's profile with that type
+    instead of its own, so a CPU device (PoCL) runs and checks the kernels built for GPUs:
+    their tiles, prefetches, work-group reductions and unrolled rows (:func:`typed_as`).
 
     Returns ``unsupported`` when kernelization has no kernel lowering for an op yet, or a kernel
     is illegal for the device (e.g. f64 without ``cl_khr_fp64``); any other error raises
@@ -193,6 +198,7 @@ def check_end_to_end(program: Program, inputs: ProgramInputs | Sequence[Any],
 
     backend = get_backend()
     runtime, target = backend.open(device)
+    target = typed_as(target, device_type)
     pipe = _pipeline(pipeline)
     by_fn = _by_function(program, inputs)
     try:
@@ -220,6 +226,15 @@ def check_end_to_end(program: Program, inputs: ProgramInputs | Sequence[Any],
         raise _failure(f"end-to-end ({pipe.text()}) on {backend.describe_device(runtime)}: results "
                        f"differ from interpret:\n  " + "\n  ".join(out.problems), program, by_fn)
     return CheckResult("ok", compared=out.compared, skipped=out.skipped)
+
+
+def typed_as(target: TargetProfile, device_type: str | None) -> TargetProfile:
+    """``target`` with ``device_type`` (None: as it is); a ValueError names the valid ones."""
+    if device_type is None or device_type == target.device_type:
+        return target
+    if device_type not in DEVICE_TYPES:
+        raise ValueError(f"device type {device_type!r}: one of {', '.join(DEVICE_TYPES)}")
+    return dataclasses.replace(target, device_type=device_type)
 
 
 def _failure(message: str, program: Program, inputs: ProgramInputs,

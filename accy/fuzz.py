@@ -32,7 +32,8 @@ A worker that dies during a round (a crash in the driver, say) or a round that r
 check ``crash`` or ``timeout``: a JSON record ``NNN-crash.json`` / ``NNN-timeout.json`` with the
 error, the round's seed and whether it drew nan/inf, but no program or inputs (nothing was
 shrunk). :func:`run_round` with the record's ``round_seed``, ``allow_nan``, ``max_nodes``,
-``max_dim``, ``ops``, ``dtypes`` and ``pipeline`` replays that round in the calling process.
+``max_dim``, ``ops``, ``device_type``, ``dtypes`` and ``pipeline`` replays that round in the
+calling process.
 Repeats are counted by signature as for other failures, and the campaign goes on with a fresh
 worker.
 """
@@ -133,11 +134,14 @@ def _signature(check: str, program: Program, error: BaseException) -> str:
 
 def run_round(round_seed: int, *, allow_nan: bool, max_nodes: int, dtypes: list[DType | str],
               pipeline: str, device: str | None, max_dim: int = 4,
-              ops: list[str] | None = None, deadline: float | None = None,
+              ops: list[str] | None = None, device_type: str | None = None,
+              deadline: float | None = None,
               passes: dict[str, type] | None = None, stop_at: float | None = None
               ) -> RoundResult:
     """One round: ``ROUND_EXAMPLES`` programs of hypothesis seed ``round_seed``, each checked
-    pass by pass and end to end; the first failure is shrunk and returned as data.
+    pass by pass and end to end (prepared for the device's profile as ``device_type``, as
+    :func:`~accy.differential.check_end_to_end` takes it); the first failure is shrunk and
+    returned as data.
 
     The campaign runs it in a worker process; called directly it replays a round (of a crash
     or timeout record, say) in this process. Past ``deadline`` (``time.monotonic()``) no new
@@ -179,7 +183,7 @@ def run_round(round_seed: int, *, allow_nan: bool, max_nodes: int, dtypes: list[
         try:
             passed = check_passes(program, inputs, pipeline)
             check = "end-to-end"
-            e2e = check_end_to_end(program, inputs, device, pipeline)
+            e2e = check_end_to_end(program, inputs, device, pipeline, device_type)
         except Exception as e:
             seen.case, seen.check, seen.error = case, check, e
             raise
@@ -255,7 +259,7 @@ _RECORD = re.compile(r"^(\d{3,})-.*\.json$")
 class _Campaign:
     def __init__(self, minutes: float | None, rounds: int | None, seed: int, out: Path,
                  max_nodes: int, max_dim: int, ops: list[str] | None, device: str | None,
-                 pipeline: str,
+                 device_type: str | None, pipeline: str,
                  stream: TextIO, rounds_per_worker: int, round_timeout: float | None,
                  executor: str, scheduler: str | None, force: bool, resume: bool) -> None:
         from accy.backends.registry import get_backend
@@ -273,6 +277,10 @@ class _Campaign:
         self.passes = _worker_passes(pipeline)
         backend = get_backend()
         runtime, target = backend.open(device)  # a DeviceError before anything runs
+        from accy.differential import typed_as
+
+        typed_as(target, device_type)  # a ValueError for an unknown type, before anything runs
+        self.device_type = device_type
         self.device_name = backend.describe_device(runtime)
         self.device_key = backend.device_key(runtime)
         self.device = device
@@ -358,7 +366,8 @@ class _Campaign:
             f"{(self.deadline - self.start) / 60:g} minutes" if self.deadline else "") if x)
         print(f"accy fuzz: seed {self.seed}, device {self.device_name}, dtypes "
               f"{','.join(d.value for d in self.dtypes)}, max {self.max_nodes} ops"
-              f"{' of ' + ','.join(self.ops) if self.ops else ''}, dims up "
+              f"{' of ' + ','.join(self.ops) if self.ops else ''}"
+              f"{', ' + self.device_type + '-typed kernels' if self.device_type else ''}, dims up "
               f"to {self.max_dim}, pipeline {self.pipeline}, {self.rounds_per_worker} rounds "
               f"per worker on the {self.executor_kind} executor, at most {bound}, writing to "
               f"{self.out}",
@@ -387,7 +396,7 @@ class _Campaign:
         remaining = None if self.deadline is None else self.deadline - time.monotonic()
         task = Task(("round", index), "accy.fuzz:run_round", dict(
             round_seed=round_seed, allow_nan=allow_nan, max_nodes=self.max_nodes,
-            max_dim=self.max_dim, ops=self.ops,
+            max_dim=self.max_dim, ops=self.ops, device_type=self.device_type,
             dtypes=[d.value for d in self.dtypes], pipeline=self.pipeline, device=self.device,
             stop_at=None if remaining is None else time.time() + remaining,
             passes=self.passes))
@@ -463,7 +472,7 @@ class _Campaign:
 
         entry |= {"record": f"{stem}.json", "seed": self.seed, "round_seed": round_seed,
                   "allow_nan": allow_nan, "max_nodes": self.max_nodes, "max_dim": self.max_dim,
-                  "ops": self.ops,
+                  "ops": self.ops, "device_type": self.device_type,
                   "dtypes": [d.value for d in self.dtypes], "pipeline": self.pipeline,
                   "device": self.device_key,
                   "versions": _versions(accy.__version__)}
@@ -509,7 +518,7 @@ def _versions(accy_version: str) -> dict[str, str]:
 
 def run_campaign(minutes: float | None, seed: int, out: str | Path, *, max_nodes: int = 8,
                  max_dim: int = 4, ops: list[str] | None = None, device: str | None = None,
-                 pipeline: str = "accy-default",
+                 device_type: str | None = None, pipeline: str = "accy-default",
                  stream: TextIO | None = None, rounds_per_worker: int = ROUNDS_PER_WORKER,
                  round_timeout: float | None = ROUND_TIMEOUT, rounds: int | None = None,
                  executor: str = "local", scheduler: str | None = None, force: bool = False,
@@ -518,7 +527,9 @@ def run_campaign(minutes: float | None, seed: int, out: str | Path, *, max_nodes
     failing programs go to ``out``. Programs have at most ``max_nodes`` ops a function, drawn
     from ``ops`` (op or op-kind names; default every op), and dimensions of at most
     ``max_dim`` (larger ones give the kernels' tiles, vectors and tails more to cover).
-    Raises ``DeviceError`` without OpenCL. Progress lines (programs/s, failures, unsupported)
+    ``device_type`` (``"gpu"`` on PoCL): check the kernels built for that type of device on
+    this one (:func:`~accy.differential.check_end_to_end`). Raises ``DeviceError`` without
+    OpenCL. Progress lines (programs/s, failures, unsupported)
     and a summary go to ``stream``.
 
     Rounds run on ``executor`` (``local`` processes, or ``dask`` on ``scheduler``, a local
@@ -528,5 +539,5 @@ def run_campaign(minutes: float | None, seed: int, out: str | Path, *, max_nodes
     (``ResultsExistError``) unless ``resume`` (continue it: its counts, signatures and round
     numbers) or ``force`` (a new campaign); records are never overwritten."""
     return _Campaign(minutes, rounds, seed, Path(out), max_nodes, max_dim, ops, device,
-                     pipeline, stream or sys.stdout, rounds_per_worker, round_timeout,
+                     device_type, pipeline, stream or sys.stdout, rounds_per_worker, round_timeout,
                      executor, scheduler, force, resume).run()

@@ -89,6 +89,8 @@ def resolve_precision(policy: str, target: TargetProfile) -> str:
     return "3xtf32" if {TF32_MMA, TF32_SATFINITE} <= set(target.tensor_cores) else "ieee"
 
 
+DEVICE_TYPES = ("cpu", "gpu", "accelerator")  # TargetProfile.device_type, as OpenCL names them
+
 MAX_WORK_GROUPS = 2**31 - 1
 """Work-groups per dimension a launch may have. OpenCL bounds only the global size (by
 ``size_t``), but drivers count groups in 32 bits: PoCL dies (SIGILL) at 2**32 groups, CUDA-based
@@ -126,7 +128,7 @@ class TargetProfile:
     compute_units: int = 1
     constant_mem_bytes: int = 64 * 1024  # __constant bytes one kernel may take in all
     max_constant_args: int = 8  # __constant arguments per kernel
-    device_type: str = "gpu"  # "cpu", "gpu" or "accelerator": which kernel shapes suit it
+    device_type: str = "gpu"  # one of DEVICE_TYPES: which kernel shapes suit it
     native_vector_bytes: int = 16  # the SIMD width the device prefers (float lanes * 4)
     atomics64: bool = False  # 64-bit global atomics (cl_khr_int64_base_atomics)
     # limits of launches and buffers (the generic values suit any recent device)

@@ -105,13 +105,13 @@ def test_failing_programs_are_written_shrunk(tmp_path, capsys, monkeypatch,
     monkeypatch.setitem(registry.PASSES, OffByOne.name, OffByOne)
     code = main(["fuzz", "--rounds", "1", "--seed", "1", "--out", str(tmp_path),
                  "--max-nodes", "4", "--max-dim", "6", "--ops", "unary,binary,einsum",
-                 "--pipeline", "off-by-one,accy-default"])
+                 "--device-type", "gpu", "--pipeline", "off-by-one,accy-default"])
     assert code == 1
     record = json.loads((tmp_path / "001-passes.json").read_text())
     assert record["check"] == "passes" and "pass off-by-one" in record["error"]
     # what a replay needs
-    assert (record["max_nodes"], record["max_dim"], record["ops"]) == (
-        4, 6, ["unary", "binary", "einsum"])
+    assert (record["max_nodes"], record["max_dim"], record["ops"], record["device_type"]) == (
+        4, 6, ["unary", "binary", "einsum"], "gpu")
     assert record["seed"] == 1 and record["pipeline"].startswith("off-by-one,constant-fold")
     program = parse_program((tmp_path / record["program"]).read_text())
     assert len([n for n in program.nodes() if n.srcs]) == 1
@@ -201,3 +201,24 @@ def test_rounds_draw_programs_of_max_dim_and_ops(monkeypatch, device_dtypes: lis
                   pipeline="accy-default", device=None, max_dim=40, ops=["einsum", "unary"])
     assert (asked["max_nodes"], asked["max_dim"]) == (4, 40)
     assert asked["ops"] == [Op.EINSUM, OpKind.UNARY]  # "einsum" names the op (and its kind)
+
+
+def test_rounds_check_kernels_of_the_device_type_asked(monkeypatch,
+                                                       device_dtypes: list[DType]) -> None:
+    """``--device-type gpu`` prepares for the device's profile typed a GPU: PoCL then runs
+    the GPU kernels (tiles, prefetches, work-group reductions)."""
+    import accy.differential
+
+    targets = []
+    real = accy.differential.prepare
+
+    def prepare(program, pipeline, target=None, **options):
+        if target is not None:  # end to end, on the device's profile
+            targets.append(target)
+        return real(program, pipeline, target=target, **options)
+
+    monkeypatch.setattr(accy.differential, "prepare", prepare)
+    result = run_round(5, allow_nan=False, max_nodes=3, dtypes=["f32"], pipeline="accy-default",
+                       device=None, ops=["einsum"], device_type="gpu")
+    assert result.failure is None and result.programs > 0
+    assert targets and {t.device_type for t in targets} == {"gpu"}

@@ -220,3 +220,26 @@ def test_row_kernel_with_a_fourth_input(device_dtypes: list[DType]) -> None:
         }""")
     check_end_to_end(program, [np.float32([0, 1, 2, 3, 4]), np.float32(1), np.float32(-2),
                                np.array([True, False, True, False, False])])
+
+
+def test_gpu_rows_written_in_place_over_their_input(device_dtypes: list[DType]) -> None:
+    """Fuzzing GPU-typed kernels on PoCL (``accy fuzz --device-type gpu``), 2026-12-05: the
+    row-movement kernel of pow(|a| + 1, b), written in place over a's f32 cast, clamped the
+    extra rows past the end to the last row; another work-item computed that row again from
+    the already overwritten input (the last row 2 where 1, in about half the runs)."""
+    if DType.f16 not in device_dtypes:
+        pytest.skip("the device has no f16")
+    program = parse_program("""
+        func @f0(%a: f16[11,22,34], %b: f16[11,22,1])
+            -> (f16[11,22,34], f16[11,22,34], f16[11,22,34]) {
+          %0 = neg(%a) : f16[11,22,34]
+          %1 = abs(%a) : f16[11,22,34]
+          %2 = constant() {value=dense<[1.0]>} : f16[]
+          %3 = add(%1, %2) : f16[11,22,34]
+          %4 = pow(%3, %b) : f16[11,22,34]
+          %5 = neg(%4) : f16[11,22,34]
+          return %0, %5, %4
+        }""")
+    a = np.zeros((11, 22, 34), np.float16)
+    for _ in range(4):  # a race: each run failed about half the time
+        check_end_to_end(program, [a, np.ones((11, 22, 1), np.float16)], device_type="gpu")

@@ -309,6 +309,8 @@ def test_unreadable_program_files(tmp_path, capsys) -> None:
      "argument --ops: unknown op or op kind 'fma'; ops: neg, abs"),
     (["fuzz", "--minutes", "1", "--ops", ",", "--out", "o"],
      "argument --ops: give at least one op or op-kind name"),
+    (["fuzz", "--minutes", "1", "--device-type", "tpu", "--out", "o"],
+     "argument --device-type: invalid choice: 'tpu' (choose from 'cpu', 'gpu', 'accelerator')"),
     (["fuzz", "--minutes", "1", "--seed", "-2", "--out", "o"],
      "argument --seed: must be >= 0, got -2"),
     (["fuzz", "--minutes", "1", "--seed", "1.5", "--out", "o"], "argument --seed"),
