@@ -200,10 +200,8 @@ class _Builder:
         constant offsets."""
         row = (s.tile if s.mode == "free" else self.t.bk) // s.lanes  # slots a row
         if i == 0 or self.t.threads % row:
-            return (self.let(f"{s.local}_f{i}", self.slot_coords(s, add(tid, idx(
-                        i * self.t.threads)))[0]),
-                    self.let(f"{s.local}_k{i}", self.slot_coords(s, add(tid, idx(
-                        i * self.t.threads)))[1]))
+            f, k = self.slot_coords(s, add(tid, idx(i * self.t.threads)))
+            return self.let(f"{s.local}_f{i}", f), self.let(f"{s.local}_k{i}", k)
         f, k = Var(f"{s.local}_f0"), Var(f"{s.local}_k0")
         rows = idx(i * self.t.threads // row)
         return (f, add(k, rows)) if s.mode == "free" else (add(f, rows), k)
