@@ -321,8 +321,11 @@ class _Builder(Copies, VectorLoads, Stores):
         origin = {"x": m0, "y": n0}
         for side in ("x", "y"):  # slot coordinates: fixed over K
             for i in range(self.slots(side)):
-                f, k = copy_slot(t, side, self.sides[side][3], add(tid, idx(i * t.threads)),
-                                 self.width[side])
+                if rows := self.rows_apart(side, i):  # slot 0's column, ``rows`` further on
+                    f, k = Var(f"{side}_f0"), add(Var(f"{side}_k0"), idx(rows))
+                else:
+                    f, k = copy_slot(t, side, self.sides[side][3], add(tid, idx(
+                        i * t.threads)), self.width[side])
                 self.let(f"{side}_f{i}", f)
                 self.let(f"{side}_k{i}", k)
                 if self.pipelined:  # its place in a stage (cp.async copies, tile rounding)

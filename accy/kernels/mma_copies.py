@@ -97,6 +97,15 @@ class Copies:
         return cp_async(self.local_slot(side, i, stage), self.arg[side], at, self.t.elem_bytes,
                         self.width[side] * self.t.elem_bytes, self.guard(side, f, k))
 
+    def rows_apart(self, side: str, i: int) -> int:
+        """Rows (of K) between copy slot ``i`` of ``side`` and slot 0 where every slot of a
+        work-item lies in slot 0's column (the copies run along the free index and the
+        work-items span whole rows of slots: its address plus a constant), else 0."""
+        per = (self.t.bm if side == "x" else self.t.bn) // self.width[side]
+        if i == 0 or self.sides[side][3] or self.t.threads % per:
+            return 0
+        return i * self.t.threads // per
+
     def slot_sources(self, origin: dict[str, Expr]) -> None:
         """Before the K loop: each copy slot's source element offset at its chunk's first K
         step (``{side}_p{i}``; a row outside the operand clamped to its last, so every address
@@ -108,6 +117,10 @@ class Copies:
             extent, fs, ks, k_major, _ = self.sides[side]
             width = self.width[side]
             for i in range(self.slots(side)):
+                if rows := self.rows_apart(side, i):  # slot 0's column, ``rows`` further on
+                    self.let(f"{side}_p{i}", *self.offset(side, add(
+                        Var(f"{side}_p0"), idx(rows * ks))))
+                    continue
                 f = add(origin[side], Var(f"{side}_f{i}"))
                 if extent % (t.bm if side == "x" else t.bn):
                     self.let(f"{side}_n{i}", Cond(Bin("<", f, idx(extent)),
@@ -142,7 +155,9 @@ class Copies:
         address (:meth:`slot_sources`) plus the step's offset ``{side}_ko``."""
         extent = self.sides[side][0]
         size = self.width[side] * self.t.elem_bytes
-        n = Var(f"{side}_n{i}") if extent % (self.t.bm if side == "x" else self.t.bn) else None
+        column = 0 if self.rows_apart(side, i) else i  # slot 0's column: its source size
+        n = (Var(f"{side}_n{column}") if extent % (self.t.bm if side == "x" else self.t.bn)
+             else None)
         at = Bin("+", Var(f"{side}_p{i}"), Var(f"{side}_ko"))
         if self.offset_type(side) is DType.i32:
             at = Cast(INDEX, at)

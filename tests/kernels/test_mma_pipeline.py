@@ -226,6 +226,10 @@ def test_steps_inside_k_copy_from_hoisted_addresses(pipe):
     assert "const int x_n0 = (((m0 + x_f0) < 761L) ? ((int)4) : ((int)0));" in head
     # B's 8-byte copies along N: a column pair past N clamped to the last whole pair
     assert "const int y_p0 = ((int)(min((n0 + y_f0), 964L) + (y_k0 * 966L)));" in head
+    # B's second slot: the same column 8 rows on (128 work-items over rows of 16 slots), so
+    # its address is the first's plus a constant and its source size the first's
+    assert "const long y_f1 = y_f0;" in head and "const long y_k1 = (y_k0 + 8L);" in head
+    assert "const int y_p1 = ((int)(y_p0 + 7728L));" in head and "y_n1" not in src
     inside, tail = loop.split("} else {")[:2]
     assert "x_ko" in inside and "< 313L" not in inside and "\"r\"(x_n0)" in inside
     assert "< 313L" in tail  # the K tail: every guard
