@@ -222,3 +222,12 @@ def test_rounds_check_kernels_of_the_device_type_asked(monkeypatch,
                        device=None, ops=["einsum"], device_type="gpu")
     assert result.failure is None and result.programs > 0
     assert targets and {t.device_type for t in targets} == {"gpu"}
+
+
+def test_an_unknown_device_type_is_refused_naming_the_known_ones() -> None:
+    from accy.differential import typed_as
+    from accy.target import TargetProfile
+
+    with pytest.raises(ValueError, match="device type 'tpu': one of cpu, gpu, accelerator"):
+        typed_as(TargetProfile(device_type="cpu"), "tpu")
+    assert typed_as(TargetProfile(device_type="cpu"), "gpu").device_type == "gpu"
