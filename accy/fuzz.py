@@ -33,9 +33,8 @@ check ``crash`` or ``timeout``: a JSON record ``NNN-crash.json`` / ``NNN-timeout
 error, the round's seed and whether it drew nan/inf, but no program or inputs (nothing was
 shrunk). :func:`run_round` with the record's ``round_seed``, ``allow_nan``, ``max_nodes``,
 ``max_dim``, ``ops``, ``device_type``, ``dtypes`` and ``pipeline`` replays that round in the
-calling process.
-Repeats are counted by signature as for other failures, and the campaign goes on with a fresh
-worker.
+calling process. Repeats are counted by signature as for other failures, and the campaign goes
+on with a fresh worker.
 """
 
 from __future__ import annotations
@@ -529,8 +528,8 @@ def run_campaign(minutes: float | None, seed: int, out: str | Path, *, max_nodes
     ``max_dim`` (larger ones give the kernels' tiles, vectors and tails more to cover).
     ``device_type`` (``"gpu"`` on PoCL): check the kernels built for that type of device on
     this one (:func:`~accy.differential.check_end_to_end`). Raises ``DeviceError`` without
-    OpenCL. Progress lines (programs/s, failures, unsupported)
-    and a summary go to ``stream``.
+    OpenCL. Progress lines (programs/s, failures, unsupported) and a summary go to
+    ``stream``.
 
     Rounds run on ``executor`` (``local`` processes, or ``dask`` on ``scheduler``, a local
     cluster when None), in a worker replaced after ``rounds_per_worker`` rounds; a round past

@@ -68,6 +68,7 @@ from accy.kernels.contraction_plan import (
     dot_aligned,
     dot_lanes,
     output_coords,
+    rows_apart,
     transposing,
 )
 from accy.kernels.generators import Generator, register_generator
@@ -195,16 +196,15 @@ class _Builder:
 
     def prefetch_coords(self, s: _Side, tid: Expr, i: int) -> tuple[Expr, Expr]:
         """Tile-relative (free, k) of work-item ``tid``'s prefetch slot ``i`` (slot ``tid + i *
-        threads``). Where the work-items span whole rows of slots, every slot of a work-item
-        is its first moved by ``i`` rows: the same column, so its loads are one address plus
-        constant offsets."""
-        row = (s.tile if s.mode == "free" else self.t.bk) // s.lanes  # slots a row
-        if i == 0 or self.t.threads % row:
+        threads``): slot 0's moved by :func:`rows_apart` rows of slots where that is not 0
+        (the same column, so its loads are one address plus constant offsets)."""
+        rows = rows_apart(i, self.t.threads, (s.tile if s.mode == "free" else self.t.bk)
+                          // s.lanes)
+        if not rows:
             f, k = self.slot_coords(s, add(tid, idx(i * self.t.threads)))
             return self.let(f"{s.local}_f{i}", f), self.let(f"{s.local}_k{i}", k)
         f, k = Var(f"{s.local}_f0"), Var(f"{s.local}_k0")
-        rows = idx(i * self.t.threads // row)
-        return (f, add(k, rows)) if s.mode == "free" else (add(f, rows), k)
+        return (f, add(k, idx(rows))) if s.mode == "free" else (add(f, idx(rows)), k)
 
     def load(self, s: _Side, f0: Expr, rf: Expr, kt: Expr, rk: Expr, lanes: int = 0,
              inside: bool = False) -> Expr:

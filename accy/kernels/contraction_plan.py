@@ -249,6 +249,13 @@ def padded(c: Contraction, bm: int, bn: int) -> int:
     return -(-c.m.size // bm) * bm * -(-c.n.size // bn) * bn
 
 
+def rows_apart(i: int, threads: int, per_row: int) -> int:
+    """Rows between copy slot ``i`` of a work-item (slot ``tid + i * threads``) and its slot 0
+    where the work-items span whole rows of ``per_row`` slots, so every slot of a work-item
+    lies in its first slot's column (its address plus a constant); else 0 (and for slot 0)."""
+    return 0 if i == 0 or threads % per_row else i * threads // per_row
+
+
 def tile_groups(c: Contraction, bm: int, bn: int) -> int:
     """Work-groups of one ``bm x bn`` tile each over the product (every batch entry)."""
     return c.batch_size * -(-c.m.size // bm) * -(-c.n.size // bn)

@@ -14,6 +14,7 @@ row clamped inside the operand and its source size zero where the row is outside
 from __future__ import annotations
 
 from accy.ir.types import DType
+from accy.kernels.contraction_plan import rows_apart
 from accy.kernels.ir import (
     INDEX,
     Assign,
@@ -98,13 +99,12 @@ class Copies:
                         self.width[side] * self.t.elem_bytes, self.guard(side, f, k))
 
     def rows_apart(self, side: str, i: int) -> int:
-        """Rows (of K) between copy slot ``i`` of ``side`` and slot 0 where every slot of a
-        work-item lies in slot 0's column (the copies run along the free index and the
-        work-items span whole rows of slots: its address plus a constant), else 0."""
-        per = (self.t.bm if side == "x" else self.t.bn) // self.width[side]
-        if i == 0 or self.sides[side][3] or self.t.threads % per:
+        """Rows (of K) between copy slot ``i`` of ``side`` and slot 0 where the copies run
+        along the free index (:func:`~accy.kernels.contraction_plan.rows_apart`), else 0."""
+        if self.sides[side][3]:
             return 0
-        return i * self.t.threads // per
+        return rows_apart(i, self.t.threads,
+                          (self.t.bm if side == "x" else self.t.bn) // self.width[side])
 
     def slot_sources(self, origin: dict[str, Expr]) -> None:
         """Before the K loop: each copy slot's source element offset at its chunk's first K

@@ -268,7 +268,7 @@ class RowBuilder(LoopNestBuilder):
             self.em.emit(If(all_of(out, "||"), (Return(),)))
 
         def steps(first: Expr, n: int, apart: int, end: int, span: int) -> list[Expr]:
-            clamp = span * n > end  # the launch reaches past the end
+            clamp = overhangs(span, n, end)
             return [first] + [self.em.bind(
                 Call("min", (add(first, idx(j * apart)), idx(end - 1))) if clamp
                 else add(first, idx(j * apart)), INDEX, prefix="c") for j in range(1, n)]
@@ -292,12 +292,16 @@ class RowBuilder(LoopNestBuilder):
                       implemented_ops(self.group))
 
 
+def overhangs(span: int, n: int, end: int) -> bool:
+    """Whether ``span`` work-items of ``n`` elements each reach past ``end``: ``build_rows``
+    then clamps the elements past it to the last one (computed and written again)."""
+    return n > 1 and span * n > end
+
+
 def clamps(domain: tuple[int, ...], geo: LaunchGeometry, unroll: tuple[int, int]) -> bool:
-    """Whether ``build_rows`` clamps some unrolled elements past the domain's end to its last
-    element (their work-items compute and write it again)."""
-    last, rows = domain[-1], math.prod(domain[:-1])
-    return ((unroll[0] > 1 and geo.global_size[0] * unroll[0] > last)
-            or (unroll[1] > 1 and math.prod(geo.global_size[1:]) * unroll[1] > rows))
+    """Whether ``build_rows`` clamps some unrolled elements, along the row or over rows."""
+    return (overhangs(geo.global_size[0], unroll[0], domain[-1])
+            or overhangs(math.prod(geo.global_size[1:]), unroll[1], math.prod(domain[:-1])))
 
 
 def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
