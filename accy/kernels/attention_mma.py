@@ -5,7 +5,9 @@ one kernel on tensor cores, FlashAttention-2's way: the scores and probabilities
 A work-group of 4 or 8 warps (:data:`~accy.kernels.attention_mma_plan.FORMS`) takes 16 or 32
 queries a warp of one batch, one or two m16 fragment rows, their query fragments in registers.
 Key tiles of ``bk`` go through local memory: f32 through registers into rows padded by 4 words
-(scalar fragment loads hit 32 banks), the next tile loaded while this one computes; f16 by
+(scalar fragment loads hit 32 banks), the next tile loaded while this one computes (3xtf32,
+where twice the words fit: split into big and small TF32 parts as copied, each B fragment's
+register pairs one 16-byte load, :func:`~accy.kernels.attention_mma_plan.split_rows`); f16 by
 ``cp.async`` into ``stages`` buffers of half-pair words (rows an odd number of 16-byte chunks),
 read by ``ldmatrix`` (``.trans`` for V). Per tile and fragment row a warp computes ``S = Q Kᵀ``
 (m16n8k8 TF32 or m16n8k16 f16, each K and V fragment loaded once for both rows; K's rows are
@@ -58,6 +60,7 @@ from accy.kernels.attention_mma_plan import (
     local_row16,
     padded_features,
     plan,
+    split_rows,
 )
 from accy.kernels.attention_plan import Attention
 from accy.kernels.ir import (
@@ -75,12 +78,14 @@ from accy.kernels.ir import (
     InlineAsm,
     Kernel,
     KernelArg,
+    Lane,
     Let,
     Load,
     LocalArray,
     Stmt,
     Store,
     Var,
+    VectorLoad,
     add,
     all_of,
     div,
@@ -249,13 +254,26 @@ class _Builder(RegisterCopies, _AttentionBuilder):
         a, t = self.a, self.t
         dv = padded_features(a.dv, self.f16)
         self.ld = ({"k": local_row16(self.d), "v": local_row16(dv)} if self.f16
+                   else split_rows(a.d, a.dv) if t.split
                    else {"k": local_row(a.d), "v": local_row(a.dv)})
-        self.sizes = {side: t.bk * ld for side, ld in self.ld.items()}
+        # words a stage (split V: rows of key pairs)
+        self.sizes = {side: (t.bk // 2 if t.split and side == "v" else t.bk) * ld
+                      for side, ld in self.ld.items()}
 
     def local_arrays(self) -> list[Stmt]:
-        """The K and V tiles' stages (f16: words of half pairs, as cp.async leaves them)."""
-        return [LocalArray(f"{side}_tile", DType.i32 if self.f16 else F32,
+        """The K and V tiles' stages (f16: words of half pairs, as cp.async leaves them;
+        split: big and small TF32 parts, :func:`split_rows`)."""
+        return [LocalArray(f"{side}_tile", DType.i32 if self.f16 or self.t.split else F32,
                            self.t.stages * self.sizes[side], 16) for side in ("k", "v")]
+
+    def split_fragment(self, out: list[Stmt], name: str, buf: str, group: Expr) -> list[str]:
+        """Split tiles: a B fragment's two registers (``name``_0, ``name``_1) and their small
+        parts (``_s``) from 16-byte group ``group`` of local tile ``buf``, one load."""
+        regs = Var(f"{name}_g")
+        out.append(Let(regs.name, DType.i32, VectorLoad(buf, group, 4), lanes=4))
+        out += [Let(f"{name}_{r}{s}", DType.i32, Lane(regs, 2 * bool(s) + r))
+                for s in ("", "_s") for r in range(2)]
+        return [f"{name}_0", f"{name}_1"]
 
     def lanes(self, body: list[Stmt], lane: Var, g: Var, tt: Var, col: Expr) -> None:
         """The local word each lane's fragment loads start from (``k_lane``, ``v_lane``)."""
@@ -268,6 +286,9 @@ class _Builder(RegisterCopies, _AttentionBuilder):
                                                        idx(ldk)), mul(mod(j, 2), idx(4))))
             self.v_lane = self.let(body, "vl", add(mul(add(mul(mod(j, 2), idx(8)), r),
                                                        idx(ldv)), mul(div(j, 2), idx(4))))
+        elif self.t.split:  # 16-byte groups: K row g, group t; V row pair t, group g
+            self.k_lane = self.let(body, "kl", add(mul(g, idx(ldk // 4)), tt))
+            self.v_lane = self.let(body, "vl", add(mul(tt, idx(ldv // 4)), g))
         else:  # K row g at column t; V rows 2t (and 2t + 1) at column g
             self.k_lane = self.let(body, "kl", add(mul(g, idx(ldk)), col))
             self.v_lane = self.let(body, "vl", add(mul(mul(tt, idx(2)), idx(ldv)), g))
@@ -412,7 +433,8 @@ class _Builder(RegisterCopies, _AttentionBuilder):
         every row."""
         t, out = self.t, []
         frags, fr = t.bk // 8, range(t.rows)
-        koff = self.let(out, "ko", add(mul(cur, idx(self.sizes["k"])), self.k_lane))
+        unit = 4 if t.split else 1  # words a step of k_lane (split: 16-byte groups)
+        koff = self.let(out, "ko", add(mul(cur, idx(self.sizes["k"] // unit)), self.k_lane))
         out += self.zero_scores()
         ldk = self.ld["k"]
         for kk in range(self.d // self.step):
@@ -422,9 +444,13 @@ class _Builder(RegisterCopies, _AttentionBuilder):
                         LDMATRIX, "k_tile", add(koff, idx(16 * p2 * ldk + 8 * kk)),
                         [f"fa_k{kk}_{j}_{r}" for j in (2 * p2, 2 * p2 + 1) for r in range(2)])
             for j in range(frags):
-                b = [f"fa_k{kk}_{j}_{r}" if self.f16 else self.pair(
-                    out, f"fa_k{kk}_{j}_{r}", lambda e, o=8 * j * ldk + 8 * kk + 4 * r: Load(
-                        "k_tile", add(koff, idx(o + e)))) for r in range(2)]
+                if t.split:  # keys 8j + g, features 8kk + t and 8kk + t + 4
+                    b = self.split_fragment(out, f"fa_k{kk}_{j}", "k_tile",
+                                            add(koff, idx(2 * j * ldk + 4 * kk)))
+                else:
+                    b = [f"fa_k{kk}_{j}_{r}" if self.f16 else self.pair(
+                        out, f"fa_k{kk}_{j}_{r}", lambda e, o=8 * j * ldk + 8 * kk + 4 * r:
+                        Load("k_tile", add(koff, idx(o + e)))) for r in range(2)]
                 for i in fr:
                     out += self.products(f"fa_s{i}_{j}",
                                          [f"fa_q{i}_{kk}_{r}" for r in range(4)], b)
@@ -455,7 +481,8 @@ class _Builder(RegisterCopies, _AttentionBuilder):
         a, t, out = self.a, self.t, []
         fr = range(t.rows)
         ldv = self.ld["v"]
-        voff = self.let(out, "vo", add(mul(cur, idx(self.sizes["v"])), self.v_lane))
+        unit = 4 if t.split else 1
+        voff = self.let(out, "vo", add(mul(cur, idx(self.sizes["v"] // unit)), self.v_lane))
         for kk in range(t.bk // self.step):
             pa = self.p_operands(out, p, kk)
             if self.f16:  # value fragments 2q, 2q + 1 of 16 keys: one ldmatrix.trans
@@ -464,9 +491,13 @@ class _Builder(RegisterCopies, _AttentionBuilder):
                         LDMATRIX_T, "v_tile", add(voff, idx(16 * kk * ldv + 8 * q2)),
                         [f"fa_v{kk}_{n}_{r}" for n in (2 * q2, 2 * q2 + 1) for r in range(2)])
             for n in range(a.dv // 8):
-                b = [f"fa_v{kk}_{n}_{r}" if self.f16 else self.operand(
-                    out, f"fa_v{kk}_{n}_{r}", Load("v_tile", add(
-                        voff, idx((8 * kk + r) * ldv + 8 * n)))) for r in range(2)]
+                if t.split:  # key pairs 4kk + t, features 8n + g
+                    b = self.split_fragment(out, f"fa_v{kk}_{n}", "v_tile",
+                                            add(voff, idx(kk * ldv + 8 * n)))
+                else:
+                    b = [f"fa_v{kk}_{n}_{r}" if self.f16 else self.operand(
+                        out, f"fa_v{kk}_{n}_{r}", Load("v_tile", add(
+                            voff, idx((8 * kk + r) * ldv + 8 * n)))) for r in range(2)]
                 for i in fr:
                     out += self.products(f"fa_o{i}_{n}", pa[i], b)
             if t.sums:

@@ -6,7 +6,6 @@ stores them into the other of two local buffers after it (f16 copies by ``cp.asy
 from __future__ import annotations
 
 from accy.ir.types import DType
-from accy.kernels.attention_mma_plan import local_row
 from accy.kernels.attention_plan import Side
 from accy.kernels.exprs import const
 from accy.kernels.ir import (
@@ -34,6 +33,7 @@ from accy.kernels.ir import (
     mod,
     mul,
 )
+from accy.kernels.mma_ptx import tf32_registers
 
 F32 = DType.f32
 ZERO = const(0.0, F32)
@@ -41,13 +41,40 @@ ZERO = const(0.0, F32)
 
 class RegisterCopies:
     """Mixed into the attention builder: needs its ``a``, ``t``, ``lid``, ``kb``, ``vb``,
-    ``scores``, ``sizes``, :meth:`tile` and :meth:`tile_count`."""
+    ``scores``, ``ld``, ``sizes``, ``big_cvt``, :meth:`tile` and :meth:`tile_count`."""
 
     def slots(self, side: str) -> tuple[Side, int, int, int]:
-        """(side, features, lanes, copy slots per work-item) of K ("k") or V ("v")."""
+        """(side, features, lanes, copy slots per work-item) of K ("k") or V ("v"): a slot
+        holds ``lanes`` elements (the loads' width), or under split tiles 8 (:meth:`pieces`)."""
         a, t = self.a, self.t
         s, feats, w = (a.k, a.d, t.k_lanes) if side == "k" else (a.v, a.dv, t.v_lanes)
-        return s, feats, w, -(-t.bk * feats // w // t.threads)
+        return s, feats, w, -(-t.bk * feats // (8 if t.split else w) // t.threads)
+
+    def pieces(self, side: str, slot: Expr) -> list[tuple[Expr, Expr]]:
+        """The (key, first feature) of each run of consecutive features copy slot ``slot``
+        of ``side`` holds: one run of the copies' width, or under split tiles two of 4, the
+        elements whose parts one local word group holds (:func:`split_rows`): K's features
+        c and c + 4 of a key (c a multiple of 8), V's features c of keys 2p and 2p + 1."""
+        feats, w = self.slots(side)[1:3]
+        if not self.t.split:
+            return [(div(slot, feats // w), mul(mod(slot, feats // w), idx(w)))]
+        if side == "k":
+            key, col = div(slot, feats // 8), mul(mod(slot, feats // 8), idx(8))
+            return [(key, col), (key, add(col, idx(4)))]
+        key, col = mul(div(slot, feats // 4), idx(2)), mul(mod(slot, feats // 4), idx(4))
+        return [(key, col), (add(key, idx(1)), col)]
+
+    def partial(self, side: str) -> bool:
+        """Whether the work-items' last slots of ``side`` pass the tile's end."""
+        feats, w = self.slots(side)[1:3]
+        return bool((self.t.bk * feats // (8 if self.t.split else w)) % self.t.threads)
+
+    def fetched(self, side: str, i: int, h: int) -> list[Expr]:
+        """The registers holding piece ``h`` of this work-item's slot ``i``, an element each."""
+        name, w = f"fa_{side}r{i}" + (f"_{h}" if self.t.split else ""), self.slots(side)[2]
+        if w > 1:
+            return [Lane(Var(name), e) for e in range(w)]
+        return [Var(f"{name}_{e}") for e in range(4)] if self.t.split else [Var(name)]
 
     def fetch(self, out: list[Stmt], k0: Expr, first: bool) -> None:
         """Load the rows of the key tile at ``k0`` into this work-item's registers (zeros
@@ -55,37 +82,72 @@ class RegisterCopies:
         a, t = self.a, self.t
         for side in ("k", "v"):
             s, feats, w, count = self.slots(side)
+            src = self.scores.arg_of[s.node]
             for i in range(count):
-                slot = add(self.lid, idx(i * t.threads))
-                key, col = div(slot, feats // w), mul(mod(slot, feats // w), idx(w))
-                at = add(self.kb if side == "k" else self.vb,
-                         add(mul(add(k0, key), idx(s.seq)), mul(col, idx(s.feature))))
-                src = self.scores.arg_of[s.node]
-                value: Expr = Load(src, at) if w == 1 else VectorLoad(src, div(at, w), w)
-                ok = [Bin("<", add(k0, key), idx(a.nk))] if a.nk % t.bk else []
-                if (t.bk * feats // w) % t.threads:
-                    ok.append(Bin("<", key, idx(t.bk)))
-                if (cond := all_of(ok)) is not None:
-                    value = Cond(cond, value, ZERO if w == 1 else Splat(F32, w, ZERO))
-                name = f"fa_{side}r{i}"
-                out.append(Let(name, F32, value, True, w) if first else Assign(name, value))
+                pieces = self.pieces(side, add(self.lid, idx(i * t.threads)))
+                for h, (key, col) in enumerate(pieces):
+                    ok = [Bin("<", add(k0, key), idx(a.nk))] if a.nk % t.bk else []
+                    if self.partial(side):
+                        ok.append(Bin("<", pieces[0][0], idx(t.bk)))
+                    at = add(self.kb if side == "k" else self.vb,
+                             add(mul(add(k0, key), idx(s.seq)), mul(col, idx(s.feature))))
+                    regs = self.fetched(side, i, h)
+                    values: list[Expr] = ([VectorLoad(src, div(at, w), w)] if w > 1 else [
+                        Load(src, add(at, idx(e * s.feature))) for e in range(len(regs))])
+                    names = [r.vec.name if isinstance(r, Lane) else r.name for r in regs]
+                    for name, value in zip(dict.fromkeys(names), values, strict=True):
+                        if (cond := all_of(ok)) is not None:
+                            value = Cond(cond, value, ZERO if w == 1 else Splat(F32, w, ZERO))
+                        out.append(Let(name, F32, value, True, w) if first
+                                   else Assign(name, value))
 
     def put(self, out: list[Stmt], stage: Expr) -> None:
-        """Store the fetched rows into buffer ``stage`` of the local tiles."""
+        """Store the fetched rows into buffer ``stage`` of the local tiles (split tiles: each
+        element's big and small TF32 parts, :func:`split_rows`)."""
         t = self.t
         for side in ("k", "v"):
-            _, feats, w, count = self.slots(side)
-            ld, buf = local_row(feats), f"{side}_tile"
+            feats, w, count = self.slots(side)[1:]
+            buf = f"{side}_tile"
             for i in range(count):
-                slot = add(self.lid, idx(i * t.threads))
-                key, col = div(slot, feats // w), mul(mod(slot, feats // w), idx(w))
-                at = add(mul(stage, idx(self.sizes[side])), add(mul(key, idx(ld)), col))
-                name = f"fa_{side}r{i}"
-                store: Stmt = (Store(buf, at, Var(name)) if w == 1 else VectorStore(
-                    buf, div(at, w), F32, tuple(Lane(Var(name), e) for e in range(w))))
-                if (t.bk * feats // w) % t.threads:
-                    store = If(Bin("<", key, idx(t.bk)), (store,))
-                out.append(store)
+                pieces = self.pieces(side, add(self.lid, idx(i * t.threads)))
+                key, col = pieces[0]
+                if t.split:
+                    stores = self.split_stores(side, i, add(
+                        div(mul(stage, idx(self.sizes[side])), 4), self.group_of(side, key, col)))
+                else:
+                    at = add(mul(stage, idx(self.sizes[side])),
+                             add(mul(key, idx(self.ld[side])), col))
+                    regs = self.fetched(side, i, 0)
+                    stores = [Store(buf, at, regs[0]) if w == 1 else VectorStore(
+                        buf, div(at, w), F32, tuple(regs))]
+                if self.partial(side):
+                    stores = [If(Bin("<", key, idx(t.bk)), tuple(stores))]
+                out += stores
+
+    def group_of(self, side: str, key: Expr, col: Expr) -> Expr:
+        """Split tiles: the 16-byte group of a stage (:func:`split_rows`) from which a slot's
+        parts go, its first piece at ``key`` and feature ``col`` (K: ``col`` a multiple of 8,
+        4 groups of 8 features; V: ``key`` even, a group a feature of each key pair)."""
+        row = self.ld[side] // 4
+        if side == "k":
+            return add(mul(key, idx(row)), div(col, 2))
+        return add(mul(div(key, 2), idx(row)), col)
+
+    def split_stores(self, side: str, i: int, group: Expr) -> list[Stmt]:
+        """Slot ``i``'s two pieces split into big and small TF32 parts
+        (:func:`mma_ptx.tf32_registers`) and stored from 16-byte group ``group`` on: group
+        ``e`` holds element ``e`` of each piece, their big parts then their small ones."""
+        out: list[Stmt] = []
+        parts = []
+        for h in range(2):
+            names = []
+            for e, value in enumerate(self.fetched(side, i, h)):
+                names.append(f"fa_{side}x{i}_{h}_{e}")
+                out += tf32_registers(names[-1], value, "3xtf32", self.big_cvt)
+            parts.append(names)
+        return out + [VectorStore(f"{side}_tile", add(group, idx(e)), DType.i32, (
+            Var(parts[0][e]), Var(parts[1][e]), Var(f"{parts[0][e]}_s"),
+            Var(f"{parts[1][e]}_s"))) for e in range(4)]
 
     def key_loop(self) -> list[Stmt]:
         """f32: tile 0 copied first; then per tile: the next tile's rows into registers,

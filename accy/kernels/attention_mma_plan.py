@@ -57,6 +57,23 @@ def local_row(features: int) -> int:
     return features + 4
 
 
+def split_rows(d: int, dv: int) -> dict[str, int]:
+    """Split tiles (:attr:`Tiles.split`): words a K row (a key) and a V row (a pair of keys)
+    take. Each 16-byte group holds the big parts of two elements, then their small parts:
+    the register pair an ``mma`` B fragment takes, in one 16-byte load. K's groups hold
+    features ``c`` and ``c + 4`` (``c % 8 < 4``), 4 to each 8 features; V's a feature of
+    keys ``2p`` and ``2p + 1``. 16-byte loads are served 8 lanes at a time: a warp's K loads
+    (rows ``g``, group ``t``) fall in distinct banks for rows 16 words past a multiple of 32,
+    V's (row pairs ``t``, group ``g``) for rows 8 past one."""
+    return {"k": 2 * d + (16 if d % 16 == 0 else 0), "v": 4 * dv + 8}
+
+
+def split_bytes(a: Attention, bk: int) -> int:
+    """Bytes of one stage of split K and V tiles of ``bk`` keys."""
+    rows = split_rows(a.d, a.dv)
+    return 4 * (bk * rows["k"] + bk // 2 * rows["v"])
+
+
 @dataclass(frozen=True)
 class Tiles:
     bk: int  # keys per local tile
@@ -67,6 +84,10 @@ class Tiles:
     rows: int = 1  # m16 fragment rows (16 queries each) per warp, sharing its K and V loads
     sums: bool = False  # f16 mma.sync: the row sums as products against ones (see plan)
     lazy: bool = False  # the rescale skipped where no row's maximum moved far (see plan)
+    # 3xtf32: the local K and V tiles hold each element's big and small TF32 parts (a pair of
+    # words: :func:`split_rows`), split once by the work-item that copies it in, not by each
+    # of the warps that read it (8 instructions an element, most of a tile's work: see plan)
+    split: bool = False
 
     @property
     def threads(self) -> int:
@@ -124,6 +145,14 @@ def plan(group: FusionGroup, target: TargetProfile, kind: str = "3xtf32",
         return "two key tiles do not fit local memory"
     # fewer queries a work-group where more would leave some of them idle
     bk = fitting[0]
+    # 3xtf32 splits K and V into big and small parts in the tiles where their twice as many
+    # words fit the same key tile: in the local memory the device reports, or in half of what
+    # its static arrays may take (so two work-groups, as many as their registers allow, share
+    # a multiprocessor). Split as read, each element is split by each of the warps (four
+    # instructions the big part, four the small): ptxas for sm_90 gave those splits 1,024 of
+    # a tile's 2,288 instructions a warp at d 64 (384 mma); split as copied, 1,609
+    room = max(target.local_mem_bytes, target.static_local_bytes // 2)
+    split = kind == "3xtf32" and 2 * split_bytes(a, bk) <= room
     forms = [f for f in forms if registers(a, kind, bk, f[1]) <= MAX_REGISTERS] or forms[-1:]
     w, rows = next((f for f in forms if a.nq >= 16 * f[0] * f[1]), forms[-1])
     stages = 3 if f16 and 3 * tile_bytes(bk) <= target.local_mem_bytes else 2
@@ -135,7 +164,8 @@ def plan(group: FusionGroup, target: TargetProfile, kind: str = "3xtf32",
     # a warp skips a tile's rescale of O where no row's maximum rose by over 2^RESCALE in exp,
     # where those multiplies outnumber the tile's exponentials: with fewer (d 64, 64-key f16
     # tiles) the branch, which the softmax's code cannot move across, cost more than it saved
-    return a, Tiles(bk, w, _lanes(a.k, a.d), _lanes(a.v, a.dv), stages, rows, sums, a.dv > bk)
+    return a, Tiles(bk, w, _lanes(a.k, a.d), _lanes(a.v, a.dv), stages, rows, sums, a.dv > bk,
+                    split)
 
 
 def registers(a: Attention, kind: str, bk: int, rows: int) -> int:

@@ -198,6 +198,37 @@ def test_warps_of_two_fragment_rows(device, rng, monkeypatch, policy, form):
     assert f"reqd_work_group_size({32 * form[0]}, 1, 1)" in src
 
 
+@pytest.mark.parametrize("static, split", [(0, False), (227 * 1024, True)])
+def test_key_tiles_split_as_copied_where_they_fit_the_same_key_tile(device, rng, static,
+                                                                     split):
+    """3xtf32: the work-item copying K and V into local memory splits them into big and small
+    TF32 parts (int words, 16-byte groups) where twice the words fit the key tile of 32 the
+    unsplit form takes: heads of 64 need 70 KB, over the 48 KB the device reports, within
+    half the static local memory of an H200 (the unsplit form: float tiles, split as read).
+    A ragged key tile and causal mask; both checked in emulation."""
+    prog = heads(1, 2, 40, 45, 64, 64, mask="causal")
+    target = dataclasses.replace(SAT, static_local_bytes=static)
+    src = run_emulated(device, prog, data(rng, prog), target=target)
+    assert ("__local int k_tile" in src) is split
+    assert ("__local float k_tile" in src) is not split
+    # split: one 16-byte load a B fragment (its big and small register pairs); per tile of 32
+    # keys S takes 4 x 8 K fragments, P V 4 x 8 V fragments
+    assert len(re.findall(r"int4 fa_[kv]\d+_\d+_g = ", src)) == (64 if split else 0)
+
+
+@pytest.mark.parametrize("d", range(8, 129, 8))
+def test_split_fragment_loads_fall_in_distinct_banks(d):
+    """The split tiles' rows (attention_mma_plan.split_rows): a warp's 16-byte fragment loads
+    are served 8 lanes at a time; each 8 lanes' words (K: row g, group t; V: row pair t,
+    group g) cover the 32 banks once."""
+    rows = attention_mma_plan.split_rows(d, d)
+    for first in range(0, 32, 8):
+        lanes = range(first, first + 8)
+        for words in ([(lane // 4) * rows["k"] + 4 * (lane % 4) for lane in lanes],
+                      [(lane % 4) * rows["v"] + 4 * (lane // 4) for lane in lanes]):
+            assert len({(w + i) % 32 for w in words for i in range(4)}) == 32
+
+
 def test_two_fragment_rows_a_warp_where_their_registers_fit():
     """tf32 heads of 64 features: 8 warps of two fragment rows (160 registers a lane); of
     128 (key tiles of 16 in local memory): two rows would hold 288, so 4 warps of one row
