@@ -27,10 +27,13 @@ from accy.target import (
 # (MAX_REGISTERS) and whose work-groups the target and the queries fill, per policy. Two rows a
 # warp halve the K and V fragment loads per mma. The order is the sweep's (papers/kernels.md,
 # "Twelfth session"): 8 warps of two rows first for tf32, 4 of two for 3xtf32 (twice the query
-# registers; 8 warps of one row had lost to 4) and f16 (8 of two, or key tiles of 32, lost).
-# The compiler gives the two-row f16 and 3xtf32 forms every register a lane may have (3xtf32
-# spilling some, faster all the same)
-FORMS = {"tf32": ((8, 2), (4, 2), (4, 1)), "3xtf32": ((4, 2), (4, 1)), "f16": ((4, 2), (4, 1))}
+# registers) and f16 (8 of two, or key tiles of 32, lost). The compiler gives the two-row f16
+# and 3xtf32 forms every register a lane may have (3xtf32 spilling some, faster all the
+# same). 3xtf32 with key tiles split as copied (Tiles.split), where two rows do not fit: 8
+# warps of one row, 1.2-1.4x faster than 4 on an H100 at 72-120 features (4 of two stay
+# first at 64; papers/kernels.md, "Thirty-second session")
+FORMS = {"tf32": ((8, 2), (4, 2), (4, 1)), "3xtf32": ((4, 2), (8, 1), (4, 1)),
+         "f16": ((4, 2), (4, 1))}
 # fragment and accumulator registers a lane may hold (of 255): the most a form the sweep found
 # faster held (3xtf32, two rows of 64 features: 224); one row of 128 features holds at most 208
 MAX_REGISTERS = 224

@@ -216,6 +216,17 @@ def test_key_tiles_split_as_copied_where_they_fit_the_same_key_tile(device, rng,
     assert len(re.findall(r"int4 fa_[kv]\d+_\d+_g = ", src)) == (64 if split else 0)
 
 
+def test_split_3xtf32_forms():
+    """3xtf32 with split key tiles: heads of 64 take 4 warps of two fragment rows (their
+    registers fit); of 88 or 120, 8 warps of one row (measured faster than 4 on an H100)."""
+    target = dataclasses.replace(SAT, static_local_bytes=227 * 1024)
+    for d, threads, rows in ((64, 128, 2), (88, 256, 1), (120, 256, 1)):
+        src = accy.prepare(heads(1, 2, 512, 512, d, d), target=target).kernel_source(0)
+        assert "__local int k_tile" in src
+        assert f"reqd_work_group_size({threads}, 1, 1)" in src
+        assert ("fa_s1_0_0" in src) is (rows == 2)  # a second fragment row's scores
+
+
 @pytest.mark.parametrize("d", range(8, 129, 8))
 def test_split_fragment_loads_fall_in_distinct_banks(d):
     """The split tiles' rows (attention_mma_plan.split_rows): a warp's 16-byte fragment loads

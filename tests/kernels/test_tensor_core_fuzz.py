@@ -118,7 +118,8 @@ def test_f16_products(device, pipe, used, m, n, k, batch, bias, b_t, units, mode
 @given(b=st.integers(1, 2), h=st.integers(1, 2), sq=st.integers(1, 150),
        sk=st.integers(1, 150), d=st.sampled_from([8, 16, 24, 32, 64]),
        dv=st.sampled_from([8, 16, 32, 64]), mask=st.sampled_from(["none", "additive", "causal"]),
-       kind=st.sampled_from(["3xtf32", "tf32", "f16", "f16 promoted", "f16 wgmma"]),
+       kind=st.sampled_from(["3xtf32", "3xtf32 static", "tf32", "f16", "f16 promoted",
+                             "f16 wgmma"]),
        mode=_MODES,
        seed=st.integers(0, 2**16))
 def test_attention(device, b, h, sq, sk, d, dv, mask, kind, mode, seed):
@@ -144,8 +145,12 @@ def test_attention(device, b, h, sq, sk, d, dv, mask, kind, mode, seed):
         prog = heads(b, h, sq, sk, d, dv, mask=mask)
         inputs = [rng.standard_normal(p.type.shape).astype(np.float32)
                   for p in prog.functions[0].params]
-        pipeline, target, policy = ((precision("tf32", "always"), NV, "tf32") if kind == "tf32"
-                                    else ("accy-default", SAT, "3xtf32"))
+        # 3xtf32 on 48 KB (tiles split as copied where the split words fit, else as read),
+        # or with an H200's static local memory (split as copied)
+        pipeline, target, policy = (
+            (precision("tf32", "always"), NV, "tf32") if kind == "tf32" else
+            ("accy-default", dataclasses.replace(SAT, static_local_bytes=227 * 1024), "3xtf32")
+            if kind == "3xtf32 static" else ("accy-default", SAT, "3xtf32"))
     job = accy.prepare(prog, pipeline, target=target)
     generator = "wgmma-attention-f16" if kind == "f16 wgmma" else f"mma-attention-{policy}"
     assume(job.generators() == {generator: 1})  # not e.g. a single key
