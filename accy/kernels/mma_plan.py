@@ -32,6 +32,7 @@ import numpy as np
 from accy.ir.types import DType
 from accy.kernels import mma_layout
 from accy.kernels.contraction_plan import (
+    SKINNY,
     Contraction,
     analyse,
     padded,
@@ -66,8 +67,11 @@ ROUNDINGS = ("fragment", "tile")
 
 # Selection: tensor cores pay once both tile sides are at least MIN_MN and K at least MIN_K;
 # smaller products go to the other generators (a 128x128 tile of mostly zeros wastes more
-# than the tensor cores win).
-MIN_MN = 64
+# than the tensor cores win). Sides of at most SKINNY stay with the tiled contraction's
+# skinny tiles (split K); longer ones take the tensor cores: skinny f32 products on an H100
+# (papers/kernels.md, "Thirty-second session") ran 2-3x faster on 3xtf32 at M 48 and 60
+# than on the tiled contraction's general tiles, and as fast or slower at M 12-30
+MIN_MN = SKINNY + 1
 MIN_K = 32
 # tiles that leave compute units idle (groups * SPLIT_IDLE <= units) split K over work-groups
 # (:func:`split_k`), in chunks of at least MIN_SPLIT_K, the partials summed by a second kernel

@@ -248,10 +248,19 @@ def test_chosen_with_tensor_cores_and_a_tf32_policy(precision, pipe, used):
     assert src.count("mma.sync") == per_step * (3 if precision == "3xtf32" else 1)
 
 
+@pytest.mark.parametrize("m, n, mma", [(32, 2048, False), (33, 2048, True), (48, 2048, True),
+                                     (2048, 48, True), (2048, 32, False)])
+def test_skinny_sides_past_the_skinny_tiles_take_tensor_cores(m, n, mma, pipe, used):
+    """A side of at most 32 keeps the tiled contraction's skinny tiles (split K); from 33 the
+    tensor cores take the product (mma_plan.MIN_MN)."""
+    job = prepared(matmul(m, n, 256), "3xtf32", NV, pipe)
+    assert any(name.startswith("mma") for name in used(job)) is mma
+
+
 @pytest.mark.parametrize("target, precision, size", [
     (NV, "ieee", 2048),  # f32 arithmetic, never tensor cores
     (NO_CORES, "tf32", 2048),  # no tensor cores recorded
-    (NV, "tf32", 48),  # too small
+    (NV, "tf32", 32),  # too small (the tiled contraction's skinny tiles take a side of 32)
 ])
 def test_not_chosen_without_cores_policy_or_size(target, precision, size, pipe, used):
     job = prepared(matmul(size, size, 64), precision, target, pipe)
