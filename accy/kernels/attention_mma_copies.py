@@ -48,7 +48,11 @@ class RegisterCopies:
         holds ``lanes`` elements (the loads' width), or under split tiles 8 (:meth:`pieces`)."""
         a, t = self.a, self.t
         s, feats, w = (a.k, a.d, t.k_lanes) if side == "k" else (a.v, a.dv, t.v_lanes)
-        return s, feats, w, -(-t.bk * feats // (8 if t.split else w) // t.threads)
+        return s, feats, w, -(-self.all_slots(feats, w) // t.threads)
+
+    def all_slots(self, feats: int, w: int) -> int:
+        """Copy slots of a key tile of ``feats`` features copied ``w`` at a time."""
+        return self.t.bk * feats // (8 if self.t.split else w)
 
     def pieces(self, side: str, slot: Expr) -> list[tuple[Expr, Expr]]:
         """The (key, first feature) of each run of consecutive features copy slot ``slot``
@@ -66,15 +70,19 @@ class RegisterCopies:
 
     def partial(self, side: str) -> bool:
         """Whether the work-items' last slots of ``side`` pass the tile's end."""
-        feats, w = self.slots(side)[1:3]
-        return bool((self.t.bk * feats // (8 if self.t.split else w)) % self.t.threads)
+        return bool(self.all_slots(*self.slots(side)[1:3]) % self.t.threads)
+
+    def registers(self, side: str, i: int, h: int) -> list[str]:
+        """The registers piece ``h`` of this work-item's slot ``i`` is loaded into: a vector,
+        or a scalar an element."""
+        name, w = f"fa_{side}r{i}" + (f"_{h}" if self.t.split else ""), self.slots(side)[2]
+        return [f"{name}_{e}" for e in range(4)] if self.t.split and w == 1 else [name]
 
     def fetched(self, side: str, i: int, h: int) -> list[Expr]:
-        """The registers holding piece ``h`` of this work-item's slot ``i``, an element each."""
-        name, w = f"fa_{side}r{i}" + (f"_{h}" if self.t.split else ""), self.slots(side)[2]
-        if w > 1:
-            return [Lane(Var(name), e) for e in range(w)]
-        return [Var(f"{name}_{e}") for e in range(4)] if self.t.split else [Var(name)]
+        """The elements of piece ``h`` of this work-item's slot ``i``, as registers hold them."""
+        w = self.slots(side)[2]
+        names = self.registers(side, i, h)
+        return [Lane(Var(names[0]), e) for e in range(w)] if w > 1 else [Var(n) for n in names]
 
     def fetch(self, out: list[Stmt], k0: Expr, first: bool) -> None:
         """Load the rows of the key tile at ``k0`` into this work-item's registers (zeros
@@ -91,12 +99,12 @@ class RegisterCopies:
                         ok.append(Bin("<", pieces[0][0], idx(t.bk)))
                     at = add(self.kb if side == "k" else self.vb,
                              add(mul(add(k0, key), idx(s.seq)), mul(col, idx(s.feature))))
-                    regs = self.fetched(side, i, h)
+                    names = self.registers(side, i, h)
                     values: list[Expr] = ([VectorLoad(src, div(at, w), w)] if w > 1 else [
-                        Load(src, add(at, idx(e * s.feature))) for e in range(len(regs))])
-                    names = [r.vec.name if isinstance(r, Lane) else r.name for r in regs]
-                    for name, value in zip(dict.fromkeys(names), values, strict=True):
-                        if (cond := all_of(ok)) is not None:
+                        Load(src, add(at, idx(e * s.feature))) for e in range(len(names))])
+                    cond = all_of(ok)
+                    for name, value in zip(names, values, strict=True):
+                        if cond is not None:
                             value = Cond(cond, value, ZERO if w == 1 else Splat(F32, w, ZERO))
                         out.append(Let(name, F32, value, True, w) if first
                                    else Assign(name, value))
