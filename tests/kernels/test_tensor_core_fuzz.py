@@ -43,10 +43,10 @@ pytestmark = [
 _SETTINGS = settings(max_examples=int(os.environ.get("ACCY_FUZZ_EXAMPLES", 0))
                      or max(1, settings.default.max_examples // 50), deadline=None,
                      suppress_health_check=list(HealthCheck))
-_SIDES = st.integers(64, 140)  # tensor cores take products from 64 x 64 x 32
+_SIDES = st.integers(33, 140)  # tensor cores take products from 33 x 33 x 32 (MIN_MN, MIN_K)
 _DEPTHS = st.one_of(st.integers(32, 140), st.sampled_from([2100, 2600]))  # long K: split
 # f16 operands are copied in whole 16-byte vectors: rows of a multiple of 8 halves
-_SIDES16, _DEPTHS16 = (_SIDES.map(lambda x: x // 8 * 8),
+_SIDES16, _DEPTHS16 = (st.integers(40, 140).map(lambda x: x // 8 * 8),
                        st.one_of(st.integers(4, 17).map(lambda x: 8 * x), st.just(2104)))
 _BATCHES = st.sampled_from([0, 0, 1, 3])
 _MODES = st.sampled_from(["eager", "deferred"])  # cp.async copies landing at once or late
