@@ -216,6 +216,16 @@ def test_key_tiles_split_as_copied_where_they_fit_the_same_key_tile(device, rng,
     assert len(re.findall(r"int4 fa_[kv]\d+_\d+_g = ", src)) == (64 if split else 0)
 
 
+def test_eight_warps_of_one_row_with_split_tiles(device, rng):
+    """Heads of 96 (two fragment rows over the register budget) on an H200's static local
+    memory: 8 warps of one row, split tiles, slots that do not divide the tile (K's 384 and
+    V's 32 per 256 work-items), ragged queries and keys; in emulation."""
+    prog = heads(1, 1, 130, 45, 96, 8, mask="additive")
+    target = dataclasses.replace(SAT, static_local_bytes=227 * 1024)
+    src = run_emulated(device, prog, data(rng, prog), target=target)
+    assert "reqd_work_group_size(256, 1, 1)" in src and "__local int k_tile" in src
+
+
 def test_split_3xtf32_forms():
     """3xtf32 with split key tiles: heads of 64 take 4 warps of two fragment rows (their
     registers fit); of 88 or 120, 8 warps of one row (measured faster than 4 on an H100)."""

@@ -116,7 +116,7 @@ def test_f16_products(device, pipe, used, m, n, k, batch, bias, b_t, units, mode
 
 @_SETTINGS
 @given(b=st.integers(1, 2), h=st.integers(1, 2), sq=st.integers(1, 150),
-       sk=st.integers(1, 150), d=st.sampled_from([8, 16, 24, 32, 64]),
+       sk=st.integers(1, 150), d=st.sampled_from([8, 16, 24, 32, 64, 96]),
        dv=st.sampled_from([8, 16, 32, 64]), mask=st.sampled_from(["none", "additive", "causal"]),
        kind=st.sampled_from(["3xtf32", "3xtf32 static", "tf32", "f16", "f16 promoted",
                              "f16 wgmma"]),
