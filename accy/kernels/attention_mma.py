@@ -256,9 +256,11 @@ class _Builder(RegisterCopies, _AttentionBuilder):
         self.ld = ({"k": local_row16(self.d), "v": local_row16(dv)} if self.f16
                    else split_rows(a.d, a.dv) if t.split
                    else {"k": local_row(a.d), "v": local_row(a.dv)})
-        # words a stage (split V: rows of key pairs)
+        # words a stage (split V: rows of key pairs), and a step of the fragment loads'
+        # indices (split: 16-byte groups)
         self.sizes = {side: (t.bk // 2 if t.split and side == "v" else t.bk) * ld
                       for side, ld in self.ld.items()}
+        self.unit = 4 if t.split else 1
 
     def local_arrays(self) -> list[Stmt]:
         """The K and V tiles' stages (f16: words of half pairs, as cp.async leaves them;
@@ -433,8 +435,8 @@ class _Builder(RegisterCopies, _AttentionBuilder):
         every row."""
         t, out = self.t, []
         frags, fr = t.bk // 8, range(t.rows)
-        unit = 4 if t.split else 1  # words a step of k_lane (split: 16-byte groups)
-        koff = self.let(out, "ko", add(mul(cur, idx(self.sizes["k"] // unit)), self.k_lane))
+        koff = self.let(out, "ko", add(mul(cur, idx(self.sizes["k"] // self.unit)),
+                                       self.k_lane))
         out += self.zero_scores()
         ldk = self.ld["k"]
         for kk in range(self.d // self.step):
@@ -481,8 +483,8 @@ class _Builder(RegisterCopies, _AttentionBuilder):
         a, t, out = self.a, self.t, []
         fr = range(t.rows)
         ldv = self.ld["v"]
-        unit = 4 if t.split else 1
-        voff = self.let(out, "vo", add(mul(cur, idx(self.sizes["v"] // unit)), self.v_lane))
+        voff = self.let(out, "vo", add(mul(cur, idx(self.sizes["v"] // self.unit)),
+                                       self.v_lane))
         for kk in range(t.bk // self.step):
             pa = self.p_operands(out, p, kk)
             if self.f16:  # value fragments 2q, 2q + 1 of 16 keys: one ldmatrix.trans
