@@ -204,7 +204,8 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
                            rounds_per_worker=args.rounds_per_worker,
                            round_timeout=args.round_timeout, rounds=args.rounds,
                            executor=args.executor, scheduler=args.scheduler,
-                           force=args.force, resume=args.resume)
+                           force=args.force, resume=args.resume,
+                           worker_memory=args.worker_memory or None)
     return 1 if summary.failures else 0
 
 
@@ -255,6 +256,16 @@ def positive_float(text: str, unit: str = "number") -> float:
     return value
 
 
+def non_negative_gib(text: str) -> float:
+    """A finite number of GiB, 0 (no limit) or more."""
+    try:
+        if float(text) == 0:
+            return 0.0
+    except ValueError:
+        pass
+    return positive_float(text, "number of GiB (0: no limit)")
+
+
 def positive_seconds(text: str) -> float:
     return positive_float(text, "number of seconds")
 
@@ -298,7 +309,7 @@ def _cmd_rules(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from accy.fuzz import ROUND_EXAMPLES, ROUND_TIMEOUT, ROUNDS_PER_WORKER
+    from accy.fuzz import ROUND_EXAMPLES, ROUND_TIMEOUT, ROUNDS_PER_WORKER, default_worker_memory
 
     parser = argparse.ArgumentParser(
         prog="accy", description="accy: e-graph-based optimizing compiler research framework "
@@ -403,6 +414,12 @@ def build_parser() -> argparse.ArgumentParser:
     fuzz.add_argument("--round-timeout", type=positive_seconds, default=ROUND_TIMEOUT,
                       help="seconds a round may run before its worker is killed and the round "
                       f"recorded as a timeout (default: {ROUND_TIMEOUT:g})")
+    fuzz.add_argument("--worker-memory", type=non_negative_gib, default=default_worker_memory(),
+                      metavar="GIB",
+                      help="GiB of address space a local worker may hold: a program past it "
+                      "fails there (MemoryError, recorded with the program) instead of the "
+                      "OOM killer ending a process; 0: no limit (default: half the memory, "
+                      f"{default_worker_memory():.1f})")
     fuzz.add_argument("--executor", default="local", choices=("local", "dask"),
                       help="where rounds run: local worker processes or a Dask cluster")
     fuzz.add_argument("--scheduler", help="Dask scheduler address (default: a local cluster "

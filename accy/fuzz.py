@@ -39,10 +39,12 @@ on with a fresh worker.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import pickle
 import re
+import resource
 import signal
 import sys
 import time
@@ -63,6 +65,12 @@ ROUND_EXAMPLES = 25
 NAN_EVERY = 4  # every NAN_EVERY-th round draws nan/inf inputs and constants
 ROUNDS_PER_WORKER = 40  # about 1000 programs per worker process
 ROUND_TIMEOUT = 600.0  # seconds a round may run before its worker is killed
+
+
+def default_worker_memory() -> float:
+    """Half the machine's physical memory, in GiB: the default address-space limit of a local
+    worker (``worker_memory``)."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 / 2**30
 
 
 @dataclass
@@ -221,9 +229,13 @@ def op_choice(names: list[str] | None) -> list[Op | OpKind] | None:
     return [ops.get(n) or kinds[n] for n in names]
 
 
-def _init_worker() -> None:
+def _init_worker(memory: int = 0) -> None:
     # Ctrl-C reaches the whole process group: the campaign stops its worker itself
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if memory:  # bytes of address space: an allocation past them fails in the worker
+        hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+        resource.setrlimit(resource.RLIMIT_AS, (
+            memory if hard == resource.RLIM_INFINITY else min(memory, hard), hard))
 
 
 def _worker_passes(pipeline: str) -> dict[str, type]:
@@ -260,7 +272,8 @@ class _Campaign:
                  max_nodes: int, max_dim: int, ops: list[str] | None, device: str | None,
                  device_type: str | None, pipeline: str,
                  stream: TextIO, rounds_per_worker: int, round_timeout: float | None,
-                 executor: str, scheduler: str | None, force: bool, resume: bool) -> None:
+                 executor: str, scheduler: str | None, force: bool, resume: bool,
+                 worker_memory: float | None) -> None:
         from accy.backends.registry import get_backend
         from accy.passes.spec import parse_pipeline
 
@@ -268,6 +281,9 @@ class _Campaign:
             raise ValueError(f"rounds_per_worker must be >= 1, got {rounds_per_worker}")
         if round_timeout is not None and not round_timeout > 0:
             raise ValueError(f"round_timeout must be > 0 seconds, got {round_timeout}")
+        if worker_memory is not None and not worker_memory > 0:
+            raise ValueError(f"worker_memory must be > 0 GiB (None: no limit), got "
+                             f"{worker_memory}")
         if minutes is None and rounds is None:
             raise ValueError("a campaign needs a bound: minutes, rounds or both")
         if executor not in ("local", "dask"):
@@ -295,6 +311,7 @@ class _Campaign:
         self.seed, self.out, self.max_nodes, self.max_dim = seed, out, max_nodes, max_dim
         self.pipeline, self.stream = pipeline, stream
         self.rounds_per_worker, self.round_timeout = rounds_per_worker, round_timeout
+        self.worker_memory = worker_memory
         self.executor_kind, self.scheduler = executor, scheduler
         self.summary = CampaignSummary(seed, pipeline, self.device_key)
         self.signatures: set[str] = set()
@@ -350,8 +367,10 @@ class _Campaign:
         if self.executor_kind == "dask":
             return DaskExecutor(self.scheduler, workers=1, retries=0, show_progress=False,
                                 timeout=self.round_timeout, max_tasks=self.rounds_per_worker)
+        memory = int(self.worker_memory * 2**30) if self.worker_memory else 0
         return LocalExecutor(1, retries=0, show_progress=False, timeout=self.round_timeout,
-                             max_tasks=self.rounds_per_worker, initializer=_init_worker)
+                             max_tasks=self.rounds_per_worker,
+                             initializer=functools.partial(_init_worker, memory))
 
     def more(self) -> bool:
         if self.rounds is not None and self.summary.rounds - self.first_round >= self.rounds:
@@ -492,6 +511,7 @@ class _Campaign:
                                            "crashes", "timeouts")}
         data["rounds_per_worker"] = self.rounds_per_worker
         data["round_timeout"] = self.round_timeout
+        data["worker_memory_gib"] = self.worker_memory
         data["executor"] = self.executor_kind
         data["failures"] = [f["record"] for f in s.failures]
         data["finished"] = final
@@ -521,7 +541,7 @@ def run_campaign(minutes: float | None, seed: int, out: str | Path, *, max_nodes
                  stream: TextIO | None = None, rounds_per_worker: int = ROUNDS_PER_WORKER,
                  round_timeout: float | None = ROUND_TIMEOUT, rounds: int | None = None,
                  executor: str = "local", scheduler: str | None = None, force: bool = False,
-                 resume: bool = False) -> CampaignSummary:
+                 resume: bool = False, worker_memory: float | None = -1.0) -> CampaignSummary:
     """Fuzz for ``minutes`` and/or ``rounds`` (whichever ends first; one of them is needed);
     failing programs go to ``out``. Programs have at most ``max_nodes`` ops a function, drawn
     from ``ops`` (op or op-kind names; default every op), and dimensions of at most
@@ -534,9 +554,15 @@ def run_campaign(minutes: float | None, seed: int, out: str | Path, *, max_nodes
     Rounds run on ``executor`` (``local`` processes, or ``dask`` on ``scheduler``, a local
     cluster when None), in a worker replaced after ``rounds_per_worker`` rounds; a round past
     ``round_timeout`` seconds (None: no limit) is killed and recorded as a ``timeout``, one
-    whose worker dies as a ``crash``. A folder holding an earlier campaign is refused
-    (``ResultsExistError``) unless ``resume`` (continue it: its counts, signatures and round
-    numbers) or ``force`` (a new campaign); records are never overwritten."""
+    whose worker dies as a ``crash``. A local worker may hold ``worker_memory`` GiB of
+    address space (default, -1: half the machine's memory; None: no limit), so a program that
+    would take the machine's memory fails in the worker (a ``MemoryError``, recorded with the
+    program) instead of the kernel's OOM killer ending the worker, or another process, with no
+    program to show (Dask workers keep their cluster's own limits). A folder holding an
+    earlier campaign is refused (``ResultsExistError``) unless ``resume`` (continue it: its
+    counts, signatures and round numbers) or ``force`` (a new campaign); records are never
+    overwritten."""
     return _Campaign(minutes, rounds, seed, Path(out), max_nodes, max_dim, ops, device,
                      device_type, pipeline, stream or sys.stdout, rounds_per_worker, round_timeout,
-                     executor, scheduler, force, resume).run()
+                     executor, scheduler, force, resume,
+                     default_worker_memory() if worker_memory == -1 else worker_memory).run()

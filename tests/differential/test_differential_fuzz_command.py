@@ -83,6 +83,19 @@ class Hang(Pass):
         return product
 
 
+@dataclass(frozen=True)
+class Hog(Pass):
+    """Asks for 4 GiB of address space (``np.empty``: pages never touched, so without a limit
+    it costs nothing), as a program whose buffers would take the machine's memory does."""
+
+    name = "test-hog"
+    stage = Stage.contract
+
+    def run(self, ctx, product):
+        np.empty(4 << 30, np.uint8)
+        return product
+
+
 pytestmark = pytest.mark.filterwarnings("ignore::pyopencl.CompilerWarning")
 
 
@@ -157,9 +170,31 @@ def test_a_dead_or_hung_worker_is_recorded_and_the_campaign_goes_on(
     assert f"FAILURE 001-{check}" in capsys.readouterr().out
 
 
+def test_a_worker_past_its_memory_fails_the_program_with_a_record(
+        tmp_path, monkeypatch, device_dtypes: list[DType]) -> None:
+    """Under --worker-memory a program that asks for more fails in the worker with a
+    MemoryError, recorded with its program, where without a limit it would go on (and a
+    larger one meet the OOM killer: a crash with no program)."""
+    monkeypatch.setitem(registry.PASSES, Hog.name, Hog)
+    code = main(["fuzz", "--rounds", "1", "--seed", "5", "--out", str(tmp_path),
+                 "--max-nodes", "2", "--pipeline", "test-hog,accy-default",
+                 "--worker-memory", "3"])
+    assert code == 1
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["worker_memory_gib"] == 3.0 and summary["crashes"] == 0
+    record = json.loads((tmp_path / "001-passes.json").read_text())
+    assert "MemoryError" in record["error"] and record["program"] is not None
+    # no limit (0): the same round passes
+    main(["fuzz", "--rounds", "1", "--seed", "5", "--out", str(tmp_path / "free"),
+          "--max-nodes", "2", "--pipeline", "test-hog,accy-default", "--worker-memory", "0"])
+    summary = json.loads((tmp_path / "free" / "summary.json").read_text())
+    assert summary["worker_memory_gib"] is None and not summary["failures"]
+
+
 @pytest.mark.parametrize("option", [
     ["--rounds-per-worker", "0"], ["--rounds-per-worker", "2.5"], ["--round-timeout", "0"],
-    ["--round-timeout", "-3"], ["--round-timeout", "soon"], ["--rounds", "0"]])
+    ["--round-timeout", "-3"], ["--round-timeout", "soon"], ["--rounds", "0"],
+    ["--worker-memory", "-1"], ["--worker-memory", "nan"], ["--worker-memory", "lots"]])
 def test_bad_worker_options_are_usage_errors(tmp_path, capsys, option) -> None:
     with pytest.raises(SystemExit) as exit_:
         main(["fuzz", "--rounds", "1", "--out", str(tmp_path), *option])
