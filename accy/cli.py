@@ -205,7 +205,7 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
                            round_timeout=args.round_timeout, rounds=args.rounds,
                            executor=args.executor, scheduler=args.scheduler,
                            force=args.force, resume=args.resume,
-                           worker_memory=args.worker_memory or None)
+                           worker_memory=args.worker_memory)
     return 1 if summary.failures else 0
 
 
@@ -414,7 +414,7 @@ def build_parser() -> argparse.ArgumentParser:
     fuzz.add_argument("--round-timeout", type=positive_seconds, default=ROUND_TIMEOUT,
                       help="seconds a round may run before its worker is killed and the round "
                       f"recorded as a timeout (default: {ROUND_TIMEOUT:g})")
-    fuzz.add_argument("--worker-memory", type=non_negative_gib, default=default_worker_memory(),
+    fuzz.add_argument("--worker-memory", type=non_negative_gib, default=None,
                       metavar="GIB",
                       help="GiB of address space a local worker may hold: a program past it "
                       "fails there (MemoryError, recorded with the program) instead of the "

@@ -281,8 +281,8 @@ class _Campaign:
             raise ValueError(f"rounds_per_worker must be >= 1, got {rounds_per_worker}")
         if round_timeout is not None and not round_timeout > 0:
             raise ValueError(f"round_timeout must be > 0 seconds, got {round_timeout}")
-        if worker_memory is not None and not worker_memory > 0:
-            raise ValueError(f"worker_memory must be > 0 GiB (None: no limit), got "
+        if worker_memory is not None and not worker_memory >= 0:
+            raise ValueError(f"worker_memory must be >= 0 GiB (0: no limit), got "
                              f"{worker_memory}")
         if minutes is None and rounds is None:
             raise ValueError("a campaign needs a bound: minutes, rounds or both")
@@ -311,7 +311,9 @@ class _Campaign:
         self.seed, self.out, self.max_nodes, self.max_dim = seed, out, max_nodes, max_dim
         self.pipeline, self.stream = pipeline, stream
         self.rounds_per_worker, self.round_timeout = rounds_per_worker, round_timeout
-        self.worker_memory = worker_memory
+        # GiB of address space a local worker may hold (None: no limit)
+        self.worker_memory = (default_worker_memory() if worker_memory is None
+                              else worker_memory or None)
         self.executor_kind, self.scheduler = executor, scheduler
         self.summary = CampaignSummary(seed, pipeline, self.device_key)
         self.signatures: set[str] = set()
@@ -541,7 +543,7 @@ def run_campaign(minutes: float | None, seed: int, out: str | Path, *, max_nodes
                  stream: TextIO | None = None, rounds_per_worker: int = ROUNDS_PER_WORKER,
                  round_timeout: float | None = ROUND_TIMEOUT, rounds: int | None = None,
                  executor: str = "local", scheduler: str | None = None, force: bool = False,
-                 resume: bool = False, worker_memory: float | None = -1.0) -> CampaignSummary:
+                 resume: bool = False, worker_memory: float | None = None) -> CampaignSummary:
     """Fuzz for ``minutes`` and/or ``rounds`` (whichever ends first; one of them is needed);
     failing programs go to ``out``. Programs have at most ``max_nodes`` ops a function, drawn
     from ``ops`` (op or op-kind names; default every op), and dimensions of at most
@@ -555,7 +557,7 @@ def run_campaign(minutes: float | None, seed: int, out: str | Path, *, max_nodes
     cluster when None), in a worker replaced after ``rounds_per_worker`` rounds; a round past
     ``round_timeout`` seconds (None: no limit) is killed and recorded as a ``timeout``, one
     whose worker dies as a ``crash``. A local worker may hold ``worker_memory`` GiB of
-    address space (default, -1: half the machine's memory; None: no limit), so a program that
+    address space (None, the default: half the machine's memory; 0: no limit), so a program that
     would take the machine's memory fails in the worker (a ``MemoryError``, recorded with the
     program) instead of the kernel's OOM killer ending the worker, or another process, with no
     program to show (Dask workers keep their cluster's own limits). A folder holding an
@@ -564,5 +566,4 @@ def run_campaign(minutes: float | None, seed: int, out: str | Path, *, max_nodes
     overwritten."""
     return _Campaign(minutes, rounds, seed, Path(out), max_nodes, max_dim, ops, device,
                      device_type, pipeline, stream or sys.stdout, rounds_per_worker, round_timeout,
-                     executor, scheduler, force, resume,
-                     default_worker_memory() if worker_memory == -1 else worker_memory).run()
+                     executor, scheduler, force, resume, worker_memory).run()

@@ -107,6 +107,7 @@ def test_short_campaign_prints_progress_and_a_summary(tmp_path, capsys,
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["programs"] > 0 and summary["seed"] == 3 and summary["finished"]
     assert summary["rounds"] == 1
+    assert summary["worker_memory_gib"] > 0  # half the machine's memory by default
     assert not (tmp_path / "summary.json.tmp").exists()
     assert "/s)  failures" in out and "unsupported" in out and out.rstrip().splitlines()[-1]
     assert code == (1 if summary["failures"] else 0)
