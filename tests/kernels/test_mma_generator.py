@@ -1,11 +1,11 @@
 """mma-tf32 / mma-3xtf32 without a GPU: the fragment index arithmetic against a NumPy emulation
 of one warp's ``mma.sync`` (the PTX ISA's layout, written out independently below), copy
 coverage, bank conflicts, selection (never on PoCL, never under ``precision=ieee``), the
-rendered source, option validation, the policy-aware error bound, that the generated C builds
-once its PTX is stubbed out, and whole generated kernels run on PoCL with the PTX replaced by
-C (``cvt.rna`` by its bit formula, ``mma.sync`` by a warp exchange through local memory, in
-the PTX layout), checked against numpy. Speed comes from ``experiments/bench_mma.py`` on an
-H200."""
+rendered source, that the generated C builds once its PTX is stubbed out, and whole generated
+kernels run on PoCL with the PTX replaced by C (``cvt.rna`` by its bit formula, ``mma.sync``
+by a warp exchange through local memory, in the PTX layout), checked against numpy. The
+precision option, the profile's tensor cores and the error bound: ``test_mma_precision``.
+Speed comes from ``experiments/bench_mma.py`` on an H200."""
 
 from __future__ import annotations
 
@@ -27,8 +27,6 @@ except ImportError:  # the emulation tests skip without it (the device fixture d
 
 import accy
 from accy.builder import einsum
-from accy.error_bounds import Comparison, error_bounds
-from accy.errors import PipelineError
 from accy.ir.types import DType, TensorType
 from accy.kernels import mma_plan
 from accy.kernels.ir import Lit, idx
@@ -55,8 +53,6 @@ from accy.kernels.mma_plan import (
     warp_origin,
 )
 from accy.kernels.mma_ptx import TF32_BIG_SAT
-from accy.passes.kernel.kernelization import Kernelization
-from accy.passes.spec import parse_pipeline
 from accy.target import TF32_MMA, TargetProfile
 
 NV = TargetProfile(device="H200-like", device_type="gpu", compute_units=132,
@@ -314,69 +310,6 @@ def test_generated_c_builds_with_the_ptx_stubbed_out(device, pipe):
             stub = re.sub(r'asm(?: volatile)?\("[^"]*" : [^;]*\);', ";", src)
             assert "asm" not in stub
             device.build(stub)
-
-
-# options, profile, bounds ---------------------------------------------------------------------
-def test_precision_option_is_validated():
-    assert Kernelization().precision == "f32"
-    assert parse_pipeline("kernelization{precision=3xtf32}").passes[0].precision == "3xtf32"
-    with pytest.raises(PipelineError):
-        parse_pipeline("kernelization{precision=fp8}")
-    with pytest.raises((ValueError, TypeError)):
-        Kernelization(precision="bf16")
-
-
-def test_tensor_cores_enter_the_fingerprint_and_description():
-    assert NV.fingerprint() != NO_CORES.fingerprint()
-    assert TargetProfile().fingerprint() == dataclasses.replace(
-        TargetProfile(), tensor_cores=()).fingerprint()
-    assert "tensor cores mma.m16n8k8.tf32" in NV.describe()
-
-
-def test_from_device_records_only_what_the_probe_found(device):
-    info = dataclasses.replace(device.info, tensor_cores=(TF32_MMA,))
-    assert TargetProfile.from_device(info).tensor_cores == (TF32_MMA,)
-    # the probe's findings, nothing else: none on PoCL, all three on an H200
-    assert TargetProfile.from_device(device.info).tensor_cores == tuple(device.info.tensor_cores)
-
-
-def test_mma_probe_expectation_matches_its_macros():
-    from accy.backends.opencl import tensor_cores
-    i, k, n = 3, 5, 6
-    a = lambda i, k: ((i + 2 * k) % 5) - 2  # noqa: E731  (the probe's A(i, k))
-    b = lambda k, n: ((3 * k + n) % 7) - 3  # noqa: E731
-    want = sum(a(i, kk) * b(kk, n) for kk in range(8))
-    assert tensor_cores.mma_probe_expected()[i, n] == want and k == 5
-
-
-def tf32_program(k: int) -> accy.Program:
-    b = accy.Builder()
-    f = b.begin_function("f", [TensorType((2, k), DType.f32), TensorType((k, 3), DType.f32)])
-    f.return_(einsum("ik,kj->ij", f.param(0), f.param(1)))
-    f.finish()
-    return b.finish()
-
-
-def test_tf32_bound_admits_tf32_rounding_and_ieee_does_not():
-    k = 64
-    x = np.full((2, k), 1 + 2**-11, np.float32)  # a tie: TF32 rounds it to 1 + 2^-10
-    y = np.full((k, 3), 1 + 2**-11, np.float32)
-    prog = tf32_program(k)
-    got = (tf32_round(x).astype(np.float64) @ tf32_round(y).astype(np.float64)).astype(
-        np.float32)
-    want = (x.astype(np.float64) @ y.astype(np.float64)).astype(np.float32)
-    rtol = {DType.f32: 1e-5}
-    for precision, ok in (("ieee", False), ("tf32", True), ("3xtf32", False)):
-        (bound,) = error_bounds(prog, [x, y], rtol, precision=precision)
-        out = Comparison()
-        out.judge("r", got, want, bound, 1e-6)
-        assert (not out.problems) == ok, (precision, out.problems)
-    with pytest.raises(ValueError):
-        error_bounds(prog, [x, y], rtol, precision="fp8")
-
-
-def test_unit_roundoff_constant():
-    assert mma_plan.TF32_UNIT_ROUNDOFF == 2.0**-11
 
 
 # whole kernels, emulated on PoCL ---------------------------------------------------------------

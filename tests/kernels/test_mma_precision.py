@@ -1,7 +1,9 @@
 """The precision policies on tensor-core targets: the default ``f32`` (3xtf32 where the target
 has TF32 tensor cores and the saturating TF32 rounding, ieee elsewhere) and 3xtf32's handling
 of infinities and values beyond the largest TF32, checked on PoCL with the PTX emulated as
-``test_mma_generator`` does (the real instructions: the device probe on an NVIDIA GPU)."""
+``test_mma_generator`` does (the real instructions: the device probe on an NVIDIA GPU); the
+precision option's validation, the tensor cores in the target profile and its fingerprint,
+and the policy-aware error bound."""
 
 from __future__ import annotations
 
@@ -17,10 +19,15 @@ from test_mma_generator import EMULATED_MMA, NO_CORES, NV, emulated, matmul, pre
 import accy
 from accy.backends.opencl import tensor_cores
 from accy.builder import einsum
+from accy.error_bounds import Comparison, error_bounds
+from accy.errors import PipelineError
 from accy.ir.types import DType, TensorType
-from accy.kernels.mma_plan import parse_tiles
+from accy.kernels import mma_plan
+from accy.kernels.mma_plan import parse_tiles, tf32_round
 from accy.kernels.mma_ptx import TF32_BIG_SAT, exact_in_tf32
-from accy.target import TF32_MMA, TF32_SATFINITE, resolve_precision
+from accy.passes.kernel.kernelization import Kernelization
+from accy.passes.spec import parse_pipeline
+from accy.target import TF32_MMA, TF32_SATFINITE, TargetProfile, resolve_precision
 
 SAT = dataclasses.replace(NV, tensor_cores=(TF32_MMA, TF32_SATFINITE))
 
@@ -174,3 +181,65 @@ def test_exactness_is_followed_through_views_and_concats():
     assert not exact_in_tf32(x.node) and not exact_in_tf32((h + h).node)
     assert not exact_in_tf32(accy.concat([h, x], axis=0).node)
     assert exact_in_tf32(accy.concat([h, h], axis=0).node)
+
+
+# options, profile, bounds ---------------------------------------------------------------
+def test_precision_option_is_validated():
+    assert Kernelization().precision == "f32"
+    assert parse_pipeline("kernelization{precision=3xtf32}").passes[0].precision == "3xtf32"
+    with pytest.raises(PipelineError):
+        parse_pipeline("kernelization{precision=fp8}")
+    with pytest.raises((ValueError, TypeError)):
+        Kernelization(precision="bf16")
+
+
+def test_tensor_cores_enter_the_fingerprint_and_description():
+    assert NV.fingerprint() != NO_CORES.fingerprint()
+    assert TargetProfile().fingerprint() == dataclasses.replace(
+        TargetProfile(), tensor_cores=()).fingerprint()
+    assert "tensor cores mma.m16n8k8.tf32" in NV.describe()
+
+
+def test_from_device_records_only_what_the_probe_found(device):
+    info = dataclasses.replace(device.info, tensor_cores=(TF32_MMA,))
+    assert TargetProfile.from_device(info).tensor_cores == (TF32_MMA,)
+    # the probe's findings, nothing else: none on PoCL, all three on an H200
+    assert TargetProfile.from_device(device.info).tensor_cores == tuple(device.info.tensor_cores)
+
+
+def test_mma_probe_expectation_matches_its_macros():
+    i, k, n = 3, 5, 6
+    a = lambda i, k: ((i + 2 * k) % 5) - 2  # noqa: E731  (the probe's A(i, k))
+    b = lambda k, n: ((3 * k + n) % 7) - 3  # noqa: E731
+    want = sum(a(i, kk) * b(kk, n) for kk in range(8))
+    assert tensor_cores.mma_probe_expected()[i, n] == want and k == 5
+
+
+def tf32_program(k: int) -> accy.Program:
+    b = accy.Builder()
+    f = b.begin_function("f", [TensorType((2, k), DType.f32), TensorType((k, 3), DType.f32)])
+    f.return_(einsum("ik,kj->ij", f.param(0), f.param(1)))
+    f.finish()
+    return b.finish()
+
+
+def test_tf32_bound_admits_tf32_rounding_and_ieee_does_not():
+    k = 64
+    x = np.full((2, k), 1 + 2**-11, np.float32)  # a tie: TF32 rounds it to 1 + 2^-10
+    y = np.full((k, 3), 1 + 2**-11, np.float32)
+    prog = tf32_program(k)
+    got = (tf32_round(x).astype(np.float64) @ tf32_round(y).astype(np.float64)).astype(
+        np.float32)
+    want = (x.astype(np.float64) @ y.astype(np.float64)).astype(np.float32)
+    rtol = {DType.f32: 1e-5}
+    for precision, ok in (("ieee", False), ("tf32", True), ("3xtf32", False)):
+        (bound,) = error_bounds(prog, [x, y], rtol, precision=precision)
+        out = Comparison()
+        out.judge("r", got, want, bound, 1e-6)
+        assert (not out.problems) == ok, (precision, out.problems)
+    with pytest.raises(ValueError):
+        error_bounds(prog, [x, y], rtol, precision="fp8")
+
+
+def test_unit_roundoff_constant():
+    assert mma_plan.TF32_UNIT_ROUNDOFF == 2.0**-11
