@@ -311,9 +311,10 @@ class _Campaign:
         self.seed, self.out, self.max_nodes, self.max_dim = seed, out, max_nodes, max_dim
         self.pipeline, self.stream = pipeline, stream
         self.rounds_per_worker, self.round_timeout = rounds_per_worker, round_timeout
-        # GiB of address space a local worker may hold (None: no limit)
-        self.worker_memory = (default_worker_memory() if worker_memory is None
-                              else worker_memory or None)
+        # GiB of address space a local worker may hold (None: no limit; a Dask cluster's
+        # workers keep their own limits)
+        self.worker_memory = (None if executor == "dask" else default_worker_memory()
+                              if worker_memory is None else worker_memory or None)
         self.executor_kind, self.scheduler = executor, scheduler
         self.summary = CampaignSummary(seed, pipeline, self.device_key)
         self.signatures: set[str] = set()

@@ -89,7 +89,7 @@ class Tiles:
     lazy: bool = False  # the rescale skipped where no row's maximum moved far (see plan)
     # 3xtf32: the local K and V tiles hold each element's big and small TF32 parts (a pair of
     # words: :func:`split_rows`), split once by the work-item that copies it in, not by each
-    # of the warps that read it (8 instructions an element, most of a tile's work: see plan)
+    # of the warps that read it (8 instructions an element, nearly half a tile's work: see plan)
     split: bool = False
 
     @property
