@@ -46,9 +46,9 @@ staged as on GPUs, unless both are K-contiguous (``x @ W.T``): then each output 
 accumulates a vector along K, its lanes summed after the loop (``Tiles.dot``). A product of
 fewer than 4 rows (GEMV-like, bound by reading Y) takes all of them in one tile, its columns
 spread over at least 2 groups a compute unit.
-An f32 product with M or N at most 32 takes a tile that short and 128 long, K split until each
-compute unit has 3 groups (``contraction_plan._skinny``: GEMV-like products stream the long
-operand).
+An f32 or f16 product with M or N at most 32 takes a tile that short and 128 long, K split
+until each compute unit has 3 groups (``contraction_plan.skinny``: GEMV-like products stream
+the long operand; f16 read as halves).
 """
 
 from __future__ import annotations

@@ -314,11 +314,11 @@ def _tiny(c: Contraction, target: TargetProfile) -> Tiles | None:
     return t if t.local_bytes(c.dtype.itemsize) <= target.local_mem_bytes else None
 
 
-# A side of at most SKINNY (f32, GPUs) takes a tile that short and 128 long, 4x4 or 8x4 outputs
-# per work-item, with K split until every compute unit has SKINNY_WAVES groups (chunks of at
-# least MIN_SKINNY_K): GEMV-like products are bound by reading the long operand, which wants
-# many groups streaming it. Chosen by a sweep of experiments/bench_contraction.py --tiles over
-# six skinny shapes on a GPU (papers/kernels.md, "Seventh session").
+# A side of at most SKINNY (f32 or f16, GPUs) takes a tile that short and 128 long, 4x4 or 8x4
+# outputs per work-item, with K split until every compute unit has SKINNY_WAVES groups (chunks
+# of at least MIN_SKINNY_K): GEMV-like products are bound by reading the long operand, which
+# wants many groups streaming it. Chosen by a sweep of experiments/bench_contraction.py --tiles
+# over six skinny f32 shapes on a GPU (papers/kernels.md, "Seventh session").
 SKINNY = 32
 SKINNY_WAVES = 3
 MIN_SKINNY_K = 256
@@ -326,13 +326,14 @@ MIN_SKINNY_K = 256
 _SKINNY_SHAPES = {8: (2, 1), 16: (4, 1), 32: (4, 2)}
 
 
-def _skinny(c: Contraction, target: TargetProfile) -> Tiles | None:
-    """The tiles of an f32 product with M or N at most :data:`SKINNY` on a GPU (see above), or
-    None: the short side padded to 8, 16 or 32, the long one in tiles of 128 (32 work-items of
-    float4 columns, or rows); K split over as many groups as give each compute unit
-    SKINNY_WAVES, in chunks of at least MIN_SKINNY_K; K steps of 32 (16 for a side of 32)."""
+def skinny(c: Contraction, target: TargetProfile) -> Tiles | None:
+    """The tiles of an f32 or f16 product (f16 loaded as halves, tiles and sums in f32) with
+    M or N at most :data:`SKINNY` on a GPU (see above), or None: the short side padded to 8,
+    16 or 32, the long one in tiles of 128 (32 work-items of 4-element columns, or rows); K
+    split over as many groups as give each compute unit SKINNY_WAVES, in chunks of at least
+    MIN_SKINNY_K; K steps of 32 (16 for a side of 32)."""
     short, long = min(c.m.size, c.n.size), max(c.m.size, c.n.size)
-    if c.dtype.itemsize != 4 or short > SKINNY or long < 4 * SKINNY:
+    if c.dtype not in (DType.f32, DType.f16) or short > SKINNY or long < 4 * SKINNY:
         return None
     side = max(8, 1 << (short - 1).bit_length())
     across, blocks = _SKINNY_SHAPES[side]
@@ -429,7 +430,7 @@ def choose_tiles(c: Contraction, target: TargetProfile) -> Tiles:
     item = c.dtype.itemsize
     if target.device_type == "cpu":
         return _cpu_tiles(c, target)
-    tiny = _tiny(c, target) or _skinny(c, target)
+    tiny = _tiny(c, target) or skinny(c, target)
     if tiny is not None:
         return tiny
     lanes = max(1, 16 // item)  # 16-byte vectors

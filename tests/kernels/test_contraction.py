@@ -535,7 +535,7 @@ def test_gpu_large_tiles_fill_most_units_split_k_and_run_one_wave_twice_as_deep(
 
 
 def test_gpu_tiles_for_a_skinny_product_stream_the_long_side_with_k_split():
-    """M or N at most 32 (f32): a tile that short and 128 long, K split until each of the 132
+    """M or N at most 32 (f32 or f16): a tile that short and 128 long, K split until each of the 132
     units has 3 groups, in chunks of at least 256 (the H200 sweep: contraction_plan)."""
     def shape(m, n, k, batch=0, dtype=DType.f32):
         lead = (batch,) if batch else ()
@@ -550,7 +550,8 @@ def test_gpu_tiles_for_a_skinny_product_stream_the_long_side_with_k_split():
     assert shape(4096, 16, 4096) == (128, 16, 128, 32, 16)  # N short: the mirror image
     assert shape(16, 4096, 4096, batch=4) == (16, 128, 128, 32, 4)
     assert shape(16, 4096, 300)[-1] == 1  # K too short to split into chunks of 256
-    assert shape(16, 4096, 4096, dtype=DType.f64)[:2] == (16, 16)  # f32 only: f64 square
+    assert shape(16, 4096, 4096, dtype=DType.f16) == (16, 128, 128, 32, 16)  # halves loaded
+    assert shape(16, 4096, 4096, dtype=DType.f64)[:2] == (16, 16)  # not f64: square tiles
     assert shape(48, 4096, 4096)[:2] == (32, 32)  # not skinny: the square tiles
 
 

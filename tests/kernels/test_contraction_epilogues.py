@@ -112,3 +112,41 @@ def test_results_of_the_einsum_and_its_epilogue_both_written(device, profiles):
     y, y2 = job.run(x, w, device=device)
     np.testing.assert_allclose(y, x @ w, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(y2, 2 * (x @ w), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("spec, shapes, kernels", [
+    ("ik,kj->ij", [(16, 1000), (1000, 300)], 2),  # K split: partials, then their sum
+    ("ik,jk->ij", [(1, 700), (257, 700)], 2),  # a GEMV against x @ W.T, edges along N
+    ("ik,kj->ij", [(600, 90), (90, 24)], 1),  # N short, K too short to split
+], ids=["m16", "gemv-bt", "n24"])
+def test_skinny_f16_products_load_halves_on_gpus_without_cl_khr_fp16(device, profiles, spec,
+                                                                       shapes, kernels):
+    # a GPU without f16 arithmetic (the H200's OpenCL): dtype-legalization promotes f16 to f32
+    # but keeps a product with a side of at most 32 in f16 for the skinny tiles, which load
+    # halves (no cast kernel writing an f32 copy of the long operand first) and sum in f32
+    from accy.ir.ops import Op
+    from accy.ir.program import Stage
+
+    target = profiles["gpu-tiles"]
+    assert DType.f16 not in target.dtypes
+    prog = program(spec, shapes, DType.f16, epilogue=lambda y: (y * 2.0).relu())
+    job = accy.prepare(prog, target=target)
+    assert job.generators() == {"tiled-contraction": 1} and job.kernel_count == kernels
+    (product,) = [n for n in job.products[Stage.tensor].program.nodes() if n.op is Op.EINSUM]
+    assert product.type.dtype is DType.f16 and "vload_half4" in job.kernel_source(0)
+    rng = np.random.default_rng(1)
+    xs = [rng.uniform(-1, 1, s).astype(np.float16) for s in shapes]
+    (got,) = job.run(*xs, device=device)
+    # an f32 sum (off by at most K units of f32 roundoff of the sum of |a b|) rounded to f16,
+    # then * 2 and relu in f32 and a second rounding: within two f16 steps of that
+    wide = [x.astype(np.float64) for x in xs]
+    exact = np.maximum(2 * np.einsum(spec, *wide), 0)
+    summed = 2 * shapes[0][1] * 2.0**-24 * np.einsum(spec, *map(np.abs, wide))
+    step = np.spacing(np.abs(exact).astype(np.float16)).astype(np.float64)
+    assert got.dtype == np.float16 and (np.abs(got - exact) <= 2 * step + summed).all()
+    # the CPU's tiles and products of two long sides: promoted, as before
+    for other, kept in ((profiles["device"], shapes), (target, [(64, 1000), (1000, 300)])):
+        job = accy.prepare(program(spec if kept is shapes else "ik,kj->ij", kept, DType.f16),
+                           target=other)
+        einsums = [n for n in job.products[Stage.tensor].program.nodes() if n.op is Op.EINSUM]
+        assert [n.type.dtype for n in einsums] == [DType.f32]

@@ -12,9 +12,10 @@ says what happens:
   large ones whose rows are not whole 16-byte vectors padded to them where the target has
   ``wgmma`` (:func:`wide_padding`), and an attention's values product, for the fused
   attention kernel (:func:`attention_values`; head features padded to a multiple of 8 in Q,
-  K and V: :func:`attention_padding`). Elementwise ops on a padded product's sliced result
-  move above the slice (:func:`sunk`), and a product padding such a slice back reads its
-  source masked instead (:func:`masked`).
+  K and V: :func:`attention_padding`); and, on any GPU, products with a side of at most 32,
+  which the tiled contraction's skinny tiles load as halves (:func:`skinny_product`).
+  Elementwise ops on a padded product's sliced result move above the slice (:func:`sunk`),
+  and a product padding such a slice back reads its source masked instead (:func:`masked`).
   ``keep`` leaves f16 to the kernels, which compute it in float and round every f16 value
   they bind (the renderer's f16 without ``cl_khr_fp16``; legal wherever f32 is).
 * ``f64`` (``keep`` by default, or ``demote``): every f64 value is computed in f32. Values
@@ -69,6 +70,7 @@ from accy.ir.printer import format_name
 from accy.ir.program import Function, Program, Stage
 from accy.ir.types import DType
 from accy.kernels.attention_mma_plan import MAX_FEATURES
+from accy.kernels.contraction_plan import Contraction, classify, skinny
 from accy.kernels.mma_plan import MIN_K, MIN_MN
 from accy.passes.base import Pass, option
 from accy.passes.rebuild import constant, make, rebuild
@@ -142,6 +144,19 @@ def f16_product(node: Node) -> bool:
     return (a[-1] in summed and b_ok
             and all(s.type.shape[-1] % 2 == 0 for s in node.srcs)
             and m >= MIN_MN and n >= MIN_MN and k >= MIN_K)
+
+
+def skinny_product(node: Node, target: TargetProfile) -> bool:
+    """A product of two f16 operands with a side of at most ``contraction_plan.SKINNY`` on a
+    GPU, which the tiled contraction's skinny tiles take as stored (:func:`contraction_plan.
+    skinny`: halves loaded, tiles and sums in f32, one rounding on the way out, the same
+    arithmetic as promoted): kept in f16, so that the long operand, which bounds such a
+    GEMV-like product, is read once at 2 bytes an element, where promoting it first casts it
+    to f32 (a kernel reading 2 bytes and writing 4) for the product to read 4."""
+    if target.device_type != "gpu" or product_axes(node, DType.f16) is None:
+        return False
+    c = classify(node)
+    return isinstance(c, Contraction) and skinny(c, target) is not None
 
 
 def attention_values(node: Node) -> bool:
@@ -371,6 +386,8 @@ class DtypeLegalization(Pass):
                     if made.op is Op.SLICE and made.srcs[0].type.shape[:-1] == made.type.shape[:-1]:
                         slices.add(made)  # cut along the last axis only
                     return made
+            if DType.f16 in mapping and skinny_product(node, target):
+                return padded_f16(node, srcs, {})
             out = self.convert(program, node, srcs, mapping)
             if out.type.dtype is not node.type.dtype:
                 converted[node.type.dtype] += 1
