@@ -75,9 +75,12 @@ MIN_MN = SKINNY + 1
 MIN_K = 32
 # tiles that leave compute units idle (groups * SPLIT_IDLE <= units) split K over work-groups
 # (:func:`split_k`), in chunks of at least MIN_SPLIT_K, the partials summed by a second kernel
-# (as the tiled contraction does): 256x256x65536 makes 16 tiles of 64x64 for 132 units
+# (as the tiled contraction does): 256x256x65536 makes 16 tiles of 64x64 for 132 units. Chunks
+# of 256 rather than 1024 (H100, papers/kernels.md, "Thirty-third session"): 403x226x4000
+# 0.57x -> 0.93x of torch.compile, 3000x48x5000 0.77x -> 1.07x, 48x3000x5000 0.68x -> 0.91x;
+# 128 no faster
 SPLIT_IDLE = 1
-MIN_SPLIT_K = 1024
+MIN_SPLIT_K = 256
 RESIDENT = 4  # work-groups of 4 warps a unit runs at once (:func:`resident`)
 TF32_UNIT_ROUNDOFF = 2.0**-11  # rna rounding to 10 explicit mantissa bits
 

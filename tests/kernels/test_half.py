@@ -10,7 +10,21 @@ from accy.backends.opencl.render import literal, render
 from accy.ir.interpret import interpret
 from accy.ir.parser import parse_program
 from accy.ir.types import DType
-from accy.kernels.ir import Call, Id, Kernel, KernelArg, Load, VectorStore, add, idx, mul
+from accy.kernels.ir import (
+    Call,
+    Id,
+    Kernel,
+    KernelArg,
+    Lane,
+    Let,
+    Load,
+    Var,
+    VectorLoad,
+    VectorStore,
+    add,
+    idx,
+    mul,
+)
 from accy.passes.pipelines import PIPELINES
 from accy.plans import LaunchGeometry, ScheduleKind
 from accy.target import KernelStatus, TargetProfile
@@ -116,5 +130,36 @@ def test_packed_halves_are_numpys_rounding_in_order(device, lanes: int) -> None:
     with np.errstate(over="ignore"):
         want = x.astype(np.float16)
     nan = np.isnan(want)  # any NaN: payloads differ
+    assert np.isnan(got[nan]).all()
+    np.testing.assert_array_equal(got[~nan].view(np.uint16), want[~nan].view(np.uint16))
+
+
+@pytest.mark.parametrize("lanes", [2, 4, 8, 16])
+def test_f16_vectors_move_as_words_with_numpys_rounding(device, lanes: int) -> None:
+    """A vector of 2-8 halves of an f16 argument is read and written as one vector of words
+    (NVIDIA's compiler makes vload_halfN N 2-byte loads), 16 through vload_half16 / vstore_
+    half16; either way f16 values come through exactly (infinities, NaN, -0, subnormals) and
+    floats round as numpy does."""
+    from accy.backends.opencl.tensor_cores import run_isolated
+
+    i = Id("global", 0)
+    body = (Let("v", DType.f32, VectorLoad("in0", i, lanes), lanes=lanes),
+            VectorStore("out0", i, DType.f32,
+                        tuple(mul(Lane(Var("v"), j), Load("in1", idx(j % 2)))
+                              for j in range(lanes))))
+    k = Kernel("words", 0, ScheduleKind.flat, (32 * lanes,),
+               (KernelArg("in0", DType.f16, False, 0), KernelArg("in1", DType.f32, False, 1),
+                KernelArg("out0", DType.f16, True, 2)), body, LaunchGeometry((32,), (32,)))
+    src = render(k)
+    w = "uint" if lanes == 2 else f"uint{lanes // 2}"
+    assert (f"(__global const {w}*)in0" in src and f"(__global {w}*)out0" in src) == (lanes < 16)
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal(32 * lanes) * 300).astype(np.float16)
+    x[:8] = [np.inf, -np.inf, np.nan, -0.0, 6e-8, -3e-5, 65504, 1 + 2.0**-10]
+    scale = np.array([1.0, 1 + 2.0**-11], np.float32)  # odd lanes: a tie or overflow to round
+    got = run_isolated(device.device, src, "words", [x, scale], np.zeros(x.size, np.float16))
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = (x.astype(np.float32) * np.tile(scale, x.size // 2)).astype(np.float16)
+    nan = np.isnan(want)
     assert np.isnan(got[nan]).all()
     np.testing.assert_array_equal(got[~nan].view(np.uint16), want[~nan].view(np.uint16))

@@ -22,26 +22,30 @@ except ImportError:  # the emulation test skips without it
 
 @pytest.mark.parametrize("precision", ["tf32", "3xtf32"])
 def test_long_k_on_few_tiles_splits_k_over_work_groups(precision, pipe, used):
-    # 256x256: 8 tiles of 128x64 (or 4 of 128x128, 16 of 64x64) on 132 units: K in 49
-    # chunks of 1344 (the last 1024): 392 groups, three waves nearly full, at 128x64's rate
+    # 256x256: 8 tiles of 128x64 (or 4 of 128x128, 16 of 64x64) on 132 units: K in 66
+    # chunks of 1008 (the last 1016): 528 groups, four full waves (as many as the units hold at
+    # once), at 128x64's rate
     job = prepared(matmul(256, 256, 65536), precision, NV, pipe)
     assert used(job) == {f"mma-{precision}": 1}
     first, second = job.kernels
     assert first.entry.endswith("_partials") and not second.entry.endswith("_partials")
-    assert first.geometry.global_size == (8 * 49 * 128,)
+    assert first.geometry.global_size == (8 * 66 * 128,)
     (scratch,) = [a for a in first.args if a.is_scratch]
-    assert scratch.scratch_elems == 49 * 256 * 256
-    assert "k0 = (chunk * 1344L)" in job.kernel_source(0)
+    assert scratch.scratch_elems == 66 * 256 * 256
+    assert "k0 = (chunk * 1008L)" in job.kernel_source(0)
     # 192x192: no 128x128 tile pads it little enough; 9 tiles of 64x64 in 58 chunks: 522
     # groups, four waves nearly full (16 chunks made a wave of 132 and a second of 12)
     job = prepared(matmul(192, 192, 65536), precision, NV, pipe)
     assert job.kernels[0].geometry.global_size == (9 * 58 * 128,)
     # 128 tiles of 128x64 with K split in four fill four waves as well as 256 of 64x64 fill
     # two, at a higher rate (papers/kernels.md, "Twenty-ninth session"): split; one
-    # kernel where the tiles fill the units without a split, and a short K is never split
+    # kernel where the tiles fill the units without a split; a K of 1536 over 8 tiles in 4
+    # chunks of 384 (of at least MIN_SPLIT_K, 256), and one shorter than two chunks never
     assert len(prepared(matmul(1024, 1024, 4096), precision, NV, pipe).kernels) == 2
     assert len(prepared(matmul(2048, 2048, 4096), precision, NV, pipe).kernels) == 1
-    assert len(prepared(matmul(256, 256, 1536), precision, NV, pipe).kernels) == 1
+    assert "k0 = (chunk * 384L)" in prepared(matmul(256, 256, 1536), precision, NV,
+                                               pipe).kernel_source(0)
+    assert len(prepared(matmul(256, 256, 500), precision, NV, pipe).kernels) == 1
 
 
 def test_split_is_part_of_the_tiles_text():
@@ -58,7 +62,7 @@ def test_split_is_part_of_the_tiles_text():
 @pytest.mark.skipif(cl is None, reason="needs pyopencl")
 @pytest.mark.parametrize("precision", ["tf32", "3xtf32"])
 def test_split_kernels_compute_the_product_in_emulation(device, pipe, used, precision):
-    """70x66 (edges in M and N) over K = 2600 on 132 units: two chunks of 1312, the second
+    """70x66 (edges in M and N) over K = 2600 on 132 units: ten chunks of 272, the last
     overhanging K (zeros); the bias + relu epilogue runs in the summing kernel."""
     if "Portable Computing Language" not in device.info.platform:
         pytest.skip("the emulation is checked on PoCL")
@@ -68,7 +72,7 @@ def test_split_kernels_compute_the_product_in_emulation(device, pipe, used, prec
     assert used(job) == {f"mma-{precision}": 1}
     first, second = job.kernels
     (scratch,) = [a for a in first.args if a.is_scratch]
-    assert scratch.scratch_elems == 2 * m * n
+    assert scratch.scratch_elems == 10 * m * n and "k0 = (chunk * 272L)" in job.kernel_source(0)
     rng = np.random.default_rng(2)
     a, b = (rng.uniform(-1, 1, s).astype(np.float32) for s in ((m, k), (k, n)))
     bias = rng.uniform(-1, 1, n).astype(np.float32)
@@ -120,14 +124,14 @@ def test_tiles_padding_the_product_much_are_passed_over(pipe, used):
 def test_bench_mma_rebuilds_a_job_with_split_tiles(pipe, used, experiment_script):
     """``bench_mma --tiles ...:split=N``: the rebuilt job holds both kernels (the chunks' and
     the summing one), its scratch sized for N chunks."""
-    job = prepared(matmul(128, 128, 1024), "tf32", NV, pipe)
-    assert len(job.kernels) == 1
+    job = prepared(matmul(128, 128, 400), "tf32", NV, pipe)
+    assert len(job.kernels) == 1  # a K shorter than two chunks of MIN_SPLIT_K: no split
     job = experiment_script("bench_mma").with_mma_tiles(
         job, parse_tiles("64x64x16:2x2:2:split=4"), "tf32")
     first, second = job.kernels
     (scratch,) = [a for a in first.args if a.is_scratch]
     assert scratch.scratch_elems == 4 * 128 * 128
-    assert "k0 = (chunk * 256L)" in job.kernel_source(0)
+    assert "k0 = (chunk * 112L)" in job.kernel_source(0)  # 400 / 4, in whole K steps of 16
     assert [a.name for a in second.args if a.is_scratch] == [scratch.name]  # sums the chunks
 
 

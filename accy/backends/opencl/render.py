@@ -17,6 +17,10 @@ A vector load or store at a vector index (:class:`~accy.kernels.ir.VectorLoad`,
 vector, is a dereference of a vector pointer, not ``vloadN`` / ``vstoreN``: those promise only
 the element's alignment, and NVIDIA's compiler splits them into scalar accesses where it cannot
 prove more (arguments are aligned to :data:`BUFFER_ALIGN`, so only vectors of up to 16 bytes).
+A vector of 2, 4 or 8 halves of an f16 argument is likewise read or written as one vector of
+32-bit words, converted in private memory (``accy_unpack_halfN`` / ``accy_pack_halvesN``:
+``vload_halfN`` / ``vstore_halfN`` there, the same rounding): NVIDIA's compiler makes each
+``vload_halfN`` of global memory N 2-byte loads.
 """
 
 from __future__ import annotations
@@ -199,6 +203,7 @@ class _Half:
         self.variables: set[str] = set()  # f16 variables (``float``, holding f16 values)
         self.rounding: set[int] = set()  # lane counts whose rounding helper the kernel calls
         self.called: set[str] = set()  # HELPERS the kernel calls
+        self.packed: set[int] = set()  # lane counts of f16 vectors read or written as words
 
     def vectors(self, buf: str, lanes: int, dtype: DType | None = None) -> str | None:
         """``buf`` as a pointer to vectors of ``lanes`` (of ``dtype``, else its own elements),
@@ -210,6 +215,18 @@ class _Half:
         if align < dtype.itemsize * lanes:
             return None
         return f"(({space} {vector_type(dtype, lanes)}*){buf})"
+
+    def words(self, buf: str, lanes: int) -> str | None:
+        """An f16 argument as a pointer to vectors of 32-bit words holding ``lanes`` halves
+        (2, 4 or 8: ``uint``, ``uint2``, ``uint4``), where its base is aligned to them; the
+        helpers converting such a vector are noted as called."""
+        if buf not in self.buffers or buf not in self.aligned or lanes not in (2, 4, 8):
+            return None
+        space, _, align = self.aligned[buf]
+        if align < 2 * lanes:
+            return None
+        self.packed.add(lanes)
+        return f"(({space} {'uint' if lanes == 2 else f'uint{lanes // 2}'}*){buf})"
 
     def check_store(self, buf: str, dtype: DType) -> None:
         """Refuse a vector of ``dtype`` stored to an array of other elements (but f16 buffers,
@@ -251,6 +268,12 @@ class _Half:
             out.append(f"static inline {t} accy_half{n}({t} x) {{ ushort b[{lanes}]; "
                        f"vstore_half{n}(x, 0, (__private half*)b); "
                        f"return vload_half{n}(0, (__private const half*)b); }}")
+        for lanes in sorted(self.packed):
+            t, w = vector_type(DType.f32, lanes), "uint" if lanes == 2 else f"uint{lanes // 2}"
+            out.append(f"static inline {t} accy_unpack_half{lanes}({w} w) {{ "
+                       f"return vload_half{lanes}(0, (__private const half*)&w); }}")
+            out.append(f"static inline {w} accy_pack_halves{lanes}({t} x) {{ {w} w; "
+                       f"vstore_half{lanes}(x, 0, (__private half*)&w); return w; }}")
         return out
 
 
@@ -375,7 +398,9 @@ def _open(e: Expr, half: _Half) -> str | Pending:
 
 def _vector_load(buf: str, index: str, lanes: int, half: _Half) -> str:
     if buf in half.buffers:
-        return f"vload_half{_lanes(lanes)}({index}, {buf})"
+        words = half.words(buf, lanes)
+        return (f"accy_unpack_half{lanes}({words}[{index}])" if words else
+                f"vload_half{_lanes(lanes)}({index}, {buf})")
     view = half.vectors(buf, lanes)
     return f"{view}[{index}]" if view else f"vload{_lanes(lanes)}({index}, {buf})"
 
@@ -413,6 +438,10 @@ def stmts(body: tuple[Stmt, ...], indent: str, half: _Half | None = None) -> lis
                 view = half.vectors(buf, n, DType.i32)
                 out.append(f"{indent}{view}[{at}] = {vec};" if view else
                            f"{indent}vstore{n}({vec}, {at}, ((__global int *){buf}));")
+            case VectorStore(buf, index, dtype, values) if half.words(buf, len(values)):
+                vec = _vector_store(buf, dtype, values, half)[1]
+                out.append(f"{indent}{half.words(buf, len(values))}[{expr(index, half)}] = "
+                           f"accy_pack_halves{len(values)}({vec});")
             case VectorStore(buf, index, dtype, values):
                 half.check_store(buf, dtype)
                 store, vec = _vector_store(buf, dtype, values, half)
