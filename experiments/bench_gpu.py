@@ -13,8 +13,8 @@ the default; ``--size small`` runs tiny shapes of the same programs, for PoCL an
 (1000x1030x520), ``attention_S`` (softmax(q k^T / sqrt(d)) v, batch 8 x 16 heads, sequence S =
 512, 1024, 2048, 4096, head dim 64), ``layernorm`` and ``rmsnorm`` (8192x4096), ``softmax``
 (8192x8192), ``mlp_gelu`` (4096 tokens, 1024 -> 4096 -> 1024, erf GELU, biases), ``chain``
-(max((a+b)*b-b, b) on 2^28 elements), and f16 variants (``*_f16``) of GEMM, batched GEMM, the
-between GEMM, attention, layernorm, softmax and the MLP.
+(max((a+b)*b-b, b) on 2^28 elements), and f16 variants (``*_f16``) of every GEMM class
+(square, skinny, small K, long K, batched, between), attention, layernorm, softmax and the MLP.
 
 Held-out shapes (``--held-out N``): each program runs instead at N shapes of its class drawn
 at random (``--seed``; ``bench_gpu_programs.held_out_dims``: each axis log-uniformly within a

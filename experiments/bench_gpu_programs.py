@@ -94,7 +94,8 @@ _F32 = (
          {"T": 40, "D": 32, "F": 128}),
     Spec("chain", "chain", "elementwise", {"N": 1 << 28}, {"N": 1 << 12}),
 )
-_F16_OF = ("gemm_4096", "gemm_batched", "gemm_between", "layernorm", "softmax", "mlp_gelu")
+_F16_OF = ("gemm_4096", "gemm_skinny", "gemm_small_k", "gemm_long_k", "gemm_batched",
+           "gemm_between", "layernorm", "softmax", "mlp_gelu")
 PROGRAMS: dict[str, Spec] = {s.name: s for s in _F32}
 PROGRAMS.update({f"{n}_f16": dataclasses.replace(PROGRAMS[n], name=f"{n}_f16", dtype="f16")
                  for n in _F16_OF})

@@ -318,10 +318,13 @@ def _tiny(c: Contraction, target: TargetProfile) -> Tiles | None:
 # outputs per work-item, with K split until every compute unit has SKINNY_WAVES groups (chunks
 # of at least MIN_SKINNY_K): GEMV-like products are bound by reading the long operand, which
 # wants many groups streaming it. Chosen by a sweep of experiments/bench_contraction.py --tiles
-# over six skinny f32 shapes on a GPU (papers/kernels.md, "Seventh session").
+# over six skinny f32 shapes on a GPU (papers/kernels.md, "Seventh session"); chunks of at
+# least 128 rather than 256 from an H100 sweep of eight ("Thirty-third session": 11x4632x3369
+# 0.52x -> 0.78x of torch.compile, 30x2501x7629 0.86x -> 1.00x, the others within 3%; six
+# waves slower)
 SKINNY = 32
 SKINNY_WAVES = 3
-MIN_SKINNY_K = 256
+MIN_SKINNY_K = 128
 # work-items across the short side and 4-element register blocks each, by its padded length
 _SKINNY_SHAPES = {8: (2, 1), 16: (4, 1), 32: (4, 2)}
 

@@ -27,8 +27,6 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-import numpy as np
-
 from accy.ir.types import DType
 from accy.kernels import mma_layout
 from accy.kernels.contraction_plan import (
@@ -65,24 +63,19 @@ LOADS = ("scalar", "vector", "ptx")
 # loads only; fragments then need no cvt)
 ROUNDINGS = ("fragment", "tile")
 
-# Selection: tensor cores pay once both tile sides are at least MIN_MN and K at least MIN_K;
-# smaller products go to the other generators (a 128x128 tile of mostly zeros wastes more
-# than the tensor cores win). Sides of at most SKINNY stay with the tiled contraction's
-# skinny tiles (split K); longer ones take the tensor cores: skinny f32 products on an H100
-# (papers/kernels.md, "Thirty-second session") ran 2-3x faster on 3xtf32 at M 48 and 60
-# than on the tiled contraction's general tiles, and as fast or slower at M 12-30
+# Selection: tensor cores pay once both tile sides are at least MIN_MN and K at least MIN_K
+# (a 128x128 tile of mostly zeros wastes more than they win). f32 sides of at most SKINNY stay
+# with the tiled contraction's skinny tiles; longer ones ran 2-3x faster on 3xtf32 at M 48
+# and 60 (H100, papers/kernels.md, "Thirty-second session"); f16 ones: :func:`takes_sides`
 MIN_MN = SKINNY + 1
 MIN_K = 32
 # tiles that leave compute units idle (groups * SPLIT_IDLE <= units) split K over work-groups
-# (:func:`split_k`), in chunks of at least MIN_SPLIT_K, the partials summed by a second kernel
-# (as the tiled contraction does): 256x256x65536 makes 16 tiles of 64x64 for 132 units. Chunks
-# of 256 rather than 1024 (H100, papers/kernels.md, "Thirty-third session"): 403x226x4000
-# 0.57x -> 0.93x of torch.compile, 3000x48x5000 0.77x -> 1.07x, 48x3000x5000 0.68x -> 0.91x;
-# 128 no faster
+# (:func:`split_k`) in chunks of at least MIN_SPLIT_K, the partials summed by a second kernel;
+# 256 rather than 1024 (H100, "Thirty-third session": 403x226x4000 0.57x -> 0.93x of
+# torch.compile, 3000x48x5000 0.77x -> 1.07x; 128 no faster)
 SPLIT_IDLE = 1
 MIN_SPLIT_K = 256
 RESIDENT = 4  # work-groups of 4 warps a unit runs at once (:func:`resident`)
-TF32_UNIT_ROUNDOFF = 2.0**-11  # rna rounding to 10 explicit mantissa bits
 
 
 @dataclass(frozen=True)
@@ -241,6 +234,19 @@ SMALL16 = MmaTiles(64, 64, 32, 2, 2, f16=True)
 # with scalar loads from padded tiles (their vector loads measured slower)
 CANDIDATES = (WIDE, MID, SMALL, NARROW)
 CANDIDATES16 = tuple(replace(t, loads="vector") for t in (WIDE16, SMALL16))
+# f16 products with a side of at most SKINNY (takes_sides): 16 or 32 rows (or columns) by 128,
+# K split as for any tiles. H100, against the tiled contraction's skinny tiles ("Thirty-third
+# session"): 16x4096x4096 0.27x -> 0.38x of torch.compile, 32x8000x3000 0.26x -> 0.54x,
+# 20x2000x20000 0.33x -> 0.67x. 16 rows copy K steps of 64 (a 16 x 32 A tile is fewer chunks
+# than work-items), fragments loaded as words; with B along K (ldmatrix) 16 x 64, K steps of 32
+_ROWS32 = (MmaTiles(32, 128, 32, 1, 4, f16=True, loads="vector"),
+           MmaTiles(128, 32, 32, 4, 1, f16=True, loads="vector"))
+SKINNY16 = {  # (short side's tile, B along K) -> (M-short, N-short) tiles
+    (32, False): _ROWS32, (32, True): _ROWS32,
+    (16, False): (MmaTiles(16, 128, 64, 1, 4, f16=True), MmaTiles(128, 16, 64, 4, 1, f16=True)),
+    (16, True): (MmaTiles(16, 64, 32, 1, 2, f16=True, loads="vector"),
+                 MmaTiles(64, 16, 32, 2, 1, f16=True, loads="vector")),
+}
 # The choice among them (choose_tiles): a tiling's waves are its work-groups over the compute
 # units, rounded up, its *balance* the share of those waves' slots it fills, and its score the
 # balance times the tiling's relative rate (a unit's throughput on it, :func:`rate`); the
@@ -448,14 +454,6 @@ def local_index(t: MmaTiles, side: str, f: Expr, k: Expr) -> Expr:
     return add(mul(f, idx(t.lda)), k) if side == "x" else add(mul(k, idx(t.ldb)), f)
 
 
-def tf32_round(x: np.ndarray) -> np.ndarray:
-    """f32 values rounded to TF32 as ``cvt.rna.tf32.f32`` does (nearest, ties away from zero;
-    the low 13 mantissa bits cleared), for emulations and tests: add half of the dropped
-    bits' weight to the magnitude, then truncate (infinities stay infinite)."""
-    bits = np.asarray(x, np.float32).view(np.uint32)
-    return ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
-
-
 # selection --------------------------------------------------------------------------------
 def fits(t: MmaTiles, target: TargetProfile) -> bool:
     """Whether a work-group of ``t`` (two stages) runs on ``target``: its work-items, its local
@@ -468,16 +466,21 @@ def fits(t: MmaTiles, target: TargetProfile) -> bool:
 def choose_tiles(c: Contraction, target: TargetProfile, pipelined: bool,
                  candidates: tuple[MmaTiles, ...] | None = None) -> MmaTiles:
     """Of ``candidates`` (largest first; default :data:`CANDIDATES`, 128x128, 128x64, 64x64 and
-    64x32 tiles, or :data:`CANDIDATES16` for f16, whatever K is) that fit the target (:func:`fits`)
-    and pad M x N by at most :data:`MAX_PADDING` (else the least padding), with K split where
-    :func:`split_k` says (not for given candidates), the largest whose waves of work-groups are
-    best filled (:func:`balance` times :func:`rate`, within :data:`BALANCE_TIE`; on a tie one
-    without a split); with ``cp.async`` (``pipelined``) as many stages, up to 3, as local
-    memory holds and K has steps (a stage beyond the last K step would only hold local memory;
-    sweep others with ``experiments/bench_mma.py --stages``)."""
+    64x32 tiles, or :data:`CANDIDATES16` for f16, whatever K is; for an f16 product with a
+    side of at most ``SKINNY``, :data:`SKINNY16`'s by that side and B's layout) that fit the
+    target (:func:`fits`) and pad M x N by at most :data:`MAX_PADDING` (else the least
+    padding), with K split where :func:`split_k` says (not for given candidates), the largest
+    whose waves of work-groups are best filled (:func:`balance` times :func:`rate`, within
+    :data:`BALANCE_TIE`; on a tie one without a split); with ``cp.async`` (``pipelined``) as
+    many stages, up to 3, as local memory holds and K has steps (a stage beyond the last K
+    step would only hold local memory; sweep others with ``experiments/bench_mma.py
+    --stages``)."""
     given = candidates is not None
     if not given:
-        candidates = CANDIDATES16 if c.dtype is DType.f16 else CANDIDATES
+        short = min(c.m.size, c.n.size)
+        candidates = (CANDIDATES if c.dtype is not DType.f16 else
+                      CANDIDATES16 if short > SKINNY else
+                      SKINNY16[16 if short <= 16 else 32, along_k(c, "y")])
     pool = tuple(for_dtype(t, c.dtype) for t in candidates)
     fitting = [t for t in pool if fits(t, target)] or [pool[-1]]
 
@@ -555,6 +558,15 @@ def pipelined(c: Contraction, target: TargetProfile) -> bool:
     return CP_ASYNC in target.tensor_cores and copy_widths(c) is not None
 
 
+def takes_sides(m: int, n: int, f16: bool) -> bool:
+    """Whether the tensor-core kernels take ``m x n`` outputs: both sides at least MIN_MN, or
+    for f16 a side of at most ``SKINNY`` against one of ``4 SKINNY`` (:data:`SKINNY16`: the
+    tiled contraction, f16 read into f32 tiles, is bound by its FMAs, twice f32's a byte)."""
+    if f16 and min(m, n) <= SKINNY and max(m, n) >= 4 * SKINNY:
+        return True
+    return m >= MIN_MN and n >= MIN_MN
+
+
 def plan(group: FusionGroup, target: TargetProfile) -> tuple[Contraction, MmaTiles] | str:
     """The contraction form and tiles of a group the mma generators take, or why not: f32
     products on TF32 tensor cores (``mma-tf32`` / ``mma-3xtf32``), f16 ones on f16 tensor
@@ -577,9 +589,10 @@ def plan(group: FusionGroup, target: TargetProfile) -> tuple[Contraction, MmaTil
             return "the target has no TF32 tensor cores (TargetProfile.tensor_cores)"
     else:
         return f"dtype {c.dtype.value} (tensor cores take f32 as TF32, or f16)"
-    if c.m.size < MIN_MN or c.n.size < MIN_MN or c.k.size < MIN_K:
-        return (f"{c.m.size}x{c.n.size}x{c.k.size} is below {MIN_MN}x{MIN_MN}x{MIN_K}: the "
-                "other generators are faster there")
+    if not takes_sides(c.m.size, c.n.size, c.dtype is DType.f16) or c.k.size < MIN_K:
+        return (f"{c.m.size}x{c.n.size}x{c.k.size} is below {MIN_MN}x{MIN_MN}x{MIN_K} (f16: "
+                f"or not a side of at most {SKINNY} against one of {4 * SKINNY}): the other "
+                "generators are faster there")
     t = choose_tiles(c, target, pipelined(c, target))
     if t.threads > target.max_work_group_size or t.local_bytes() > target.local_mem_bytes:
         return (f"tiles of {t.threads} work-items and {t.local_bytes()} bytes of local "

@@ -273,7 +273,7 @@ def test_edges_get_guards_only_where_tiles_overhang():
     assert "y_tile_k0) < 250L) ? ((__global const float4*)in1)" in src
     assert "if ((((kt + 16L) + 16L) <= 250L)) {" in src  # the next step inside K
     assert "(row0 <" not in src and "(col0 <" not in src
-    src = source(program("ik,kj->ij", [(20, 256), (256, 384)]), H200)  # M below one tile
+    src = source(program("ik,kj->ij", [(20, 192), (192, 384)]), H200)  # M below one tile
     assert "<= 20L" not in src  # no tile inside along M: one guarded fetch
     assert all("< 20L) ?" in line for line in fetches(src, "x_tile_r0"))
 
@@ -536,7 +536,7 @@ def test_gpu_large_tiles_fill_most_units_split_k_and_run_one_wave_twice_as_deep(
 
 def test_gpu_tiles_for_a_skinny_product_stream_the_long_side_with_k_split():
     """M or N at most 32 (f32 or f16): a tile that short and 128 long, K split until each of the 132
-    units has 3 groups, in chunks of at least 256 (the H200 sweep: contraction_plan)."""
+    units has 3 groups, in chunks of at least 128 (the H200 and H100 sweeps: contraction_plan)."""
     def shape(m, n, k, batch=0, dtype=DType.f32):
         lead = (batch,) if batch else ()
         spec = "bik,bkj->bij" if batch else "ik,kj->ij"
@@ -549,7 +549,7 @@ def test_gpu_tiles_for_a_skinny_product_stream_the_long_side_with_k_split():
     assert shape(32, 8192, 4096) == (32, 128, 128, 16, 8)
     assert shape(4096, 16, 4096) == (128, 16, 128, 32, 16)  # N short: the mirror image
     assert shape(16, 4096, 4096, batch=4) == (16, 128, 128, 32, 4)
-    assert shape(16, 4096, 300)[-1] == 1  # K too short to split into chunks of 256
+    assert shape(16, 4096, 200)[-1] == 1  # K too short to split into chunks of 128
     assert shape(16, 4096, 4096, dtype=DType.f16) == (16, 128, 128, 32, 16)  # halves loaded
     assert shape(16, 4096, 4096, dtype=DType.f64)[:2] == (16, 16)  # not f64: square tiles
     assert shape(48, 4096, 4096)[:2] == (32, 32)  # not skinny: the square tiles

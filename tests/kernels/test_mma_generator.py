@@ -49,11 +49,19 @@ from accy.kernels.mma_plan import (
     copy_slot,
     lane_parts,
     local_index,
-    tf32_round,
     warp_origin,
 )
 from accy.kernels.mma_ptx import TF32_BIG_SAT
 from accy.target import TF32_MMA, TargetProfile
+
+
+def tf32_round(x: np.ndarray) -> np.ndarray:
+    """f32 values rounded to TF32 as ``cvt.rna.tf32.f32`` does (nearest, ties away from zero;
+    the low 13 mantissa bits cleared), for emulations and tests: add half of the dropped
+    bits' weight to the magnitude, then truncate (infinities stay infinite)."""
+    bits = np.asarray(x, np.float32).view(np.uint32)
+    return ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+
 
 NV = TargetProfile(device="H200-like", device_type="gpu", compute_units=132,
                    max_work_group_size=1024, local_mem_bytes=48 * 1024,

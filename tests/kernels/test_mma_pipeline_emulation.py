@@ -11,12 +11,12 @@ import json
 import numpy as np
 import pytest
 from mma_emulation import check_f16_product, emulated_async, one_line, run_emulated
-from test_mma_generator import matmul
+from test_mma_generator import matmul, tf32_round
 from test_mma_generator import prepared as prepare
 from test_mma_pipeline import ASYNC, matmul16
 
 from accy.backends.opencl import tensor_cores
-from accy.kernels.mma_plan import parse_tiles, tf32_round
+from accy.kernels.mma_plan import parse_tiles
 
 try:
     import pyopencl as cl
@@ -148,3 +148,35 @@ def test_bench_mma_sweeps_stages_and_f16(device, experiment_script, tmp_path):
     assert {"mma-f16"} == set(data["results"][-1]["generators"])
     with pytest.raises(SystemExit):
         bench.main(common + ["--dtypes", "f64"])
+
+
+@needs_pocl
+@pytest.mark.parametrize("m, n, k, b_transposed, bias, rows", [
+    (16, 700, 3000, False, True, 16),  # 16 x 128 tiles, K steps of 64, K split, epilogue
+    (5, 260, 300, False, False, 16),  # a side padded to 16, edges along N
+    (20, 300, 512, True, True, 32),  # x @ W.T: B along K; 32 x 128 tiles, ldmatrix
+    (300, 12, 1024, False, False, 16),  # N short: 128 x 16 tiles
+    (400, 30, 200, True, False, 32),  # N short with B along K: 128 x 32 tiles
+    (8, 200, 2104, True, True, 16),  # B along K: 16 x 64 tiles (ldmatrix), K split
+    (160, 8, 300, True, False, 16),  # the mirror: 64 x 16 tiles
+], ids=["m16-split", "m5", "m20-bt", "n12", "n30-bt", "m8-bt", "n8-bt"])
+def test_skinny_f16_products_on_16_and_32_row_tiles_in_emulation(device, pipe, used, m, n, k,
+                                                                 b_transposed, bias, rows):
+    """f16 products with a side of at most 32 run on mma-f16's skinny tiles (the tiled
+    contraction's skinny tiles would be bound by their FMAs): the short side in one tile of
+    16 or 32, the long in tiles of 128, K split where the tiles leave units idle."""
+    if "Portable Computing Language" not in device.info.platform:
+        pytest.skip("the emulation is checked on PoCL")
+    job = prepare(matmul16(m, n, k, 0, bias, b_transposed), "ieee", ASYNC, pipe)
+    assert used(job) == {"mma-f16": 1}
+    src = job.kernel_source(0)
+    assert ("ldmatrix" in src) == (rows == 32 or b_transposed)
+    long_tile = 64 if rows == 16 and b_transposed else 128  # two warps, else four
+    groups = job.kernels[0].geometry.global_size[0] // (long_tile // 32 * 32)
+    tiles = -(-max(m, n) // long_tile)  # the short side in one tile
+    chunks = groups // tiles
+    assert chunks >= 1 and groups == chunks * tiles and (len(job.kernels) == 2) == (chunks > 1)
+    sources = [emulated_async(src, "eager"), *(job.kernel_source(i)
+                                               for i in range(1, len(job.kernels)))]
+    check_f16_product(device, job, sources if len(sources) > 1 else sources[0], m, n, k, 0,
+                      bias, seed=7, b_transposed=b_transposed)

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from mma_emulation import run_emulated
-from test_mma_generator import EMULATED_MMA, NO_CORES, NV, emulated, matmul, prepared
+from test_mma_generator import EMULATED_MMA, NO_CORES, NV, emulated, matmul, prepared, tf32_round
 
 import accy
 from accy.backends.opencl import tensor_cores
@@ -22,8 +22,7 @@ from accy.builder import einsum
 from accy.error_bounds import Comparison, error_bounds
 from accy.errors import PipelineError
 from accy.ir.types import DType, TensorType
-from accy.kernels import mma_plan
-from accy.kernels.mma_plan import parse_tiles, tf32_round
+from accy.kernels.mma_plan import parse_tiles
 from accy.kernels.mma_ptx import TF32_BIG_SAT, exact_in_tf32
 from accy.passes.kernel.kernelization import Kernelization
 from accy.passes.spec import parse_pipeline
@@ -239,7 +238,3 @@ def test_tf32_bound_admits_tf32_rounding_and_ieee_does_not():
         assert (not out.problems) == ok, (precision, out.problems)
     with pytest.raises(ValueError):
         error_bounds(prog, [x, y], rtol, precision="fp8")
-
-
-def test_unit_roundoff_constant():
-    assert mma_plan.TF32_UNIT_ROUNDOFF == 2.0**-11

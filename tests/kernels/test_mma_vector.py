@@ -347,7 +347,7 @@ def test_vector_kernels_compute_the_product_in_emulation(device, pipe, used, exp
     rng = np.random.default_rng(11)
     a = rng.uniform(-1, 1, (m, k)).astype(np.float32)
     b = rng.uniform(-1, 1, (k, n)).astype(np.float32)
-    from accy.kernels.mma_plan import tf32_round
+    from test_mma_generator import tf32_round
     got = run_emulated(device, job, emulated_async(src, "deferred"), [a, b], (m, n), np.float32)
     want = (tf32_round(a).astype(np.float64) @ tf32_round(b).astype(np.float64)
             if precision == "tf32" else a.astype(np.float64) @ b.astype(np.float64))
@@ -387,12 +387,11 @@ def test_b_stored_n_by_k_is_stored_element_by_element_into_the_swizzled_tile(
     back as float4."""
     if "Portable Computing Language" not in device.info.platform:
         pytest.skip("the emulation is checked on PoCL")
-    from test_mma_generator import emulated
+    from test_mma_generator import emulated, tf32_round
 
     import accy
     from accy.builder import einsum
     from accy.ir.types import TensorType
-    from accy.kernels.mma_plan import tf32_round
     m, n, k = 136, 72, 44
     b = accy.Builder()
     f = b.begin_function("f", [TensorType((m, k), DType.f32), TensorType((n, k), DType.f32)])

@@ -71,7 +71,7 @@ from accy.ir.program import Function, Program, Stage
 from accy.ir.types import DType
 from accy.kernels.attention_mma_plan import MAX_FEATURES
 from accy.kernels.contraction_plan import Contraction, classify, skinny
-from accy.kernels.mma_plan import MIN_K, MIN_MN
+from accy.kernels.mma_plan import MIN_K, takes_sides
 from accy.passes.base import Pass, option
 from accy.passes.rebuild import constant, make, rebuild
 from accy.passes.registry import register
@@ -132,9 +132,9 @@ def f16_product(node: Node) -> bool:
     ``cl_khr_fp16``). Its ``cp.async`` copies cannot transpose: A along K (its last letter
     summed), B along N (its last letter an output letter) or along K (its tile then along K
     too, read by ``ldmatrix`` untransposed: ``x @ W.T``, attention's ``q k^T``), last axes of
-    an even length (copies of 16, 8 or 4 bytes: ``mma_plan.copy_widths``), and the product at
-    least the generator's minimum; any other f16 product is promoted (no other generator takes
-    f16 products but the loop nest)."""
+    an even length (copies of 16, 8 or 4 bytes: ``mma_plan.copy_widths``), and sides and K the
+    generator takes (``mma_plan.takes_sides``: skinny ones too); any other f16 product is
+    promoted (on GPUs but a skinny one: :func:`skinny_product`)."""
     found = product_axes(node, DType.f16)
     if found is None:
         return False
@@ -143,7 +143,7 @@ def f16_product(node: Node) -> bool:
     b_ok = (b[-1] in out and b[-1] not in a) or b[-1] in summed  # along N, or along K
     return (a[-1] in summed and b_ok
             and all(s.type.shape[-1] % 2 == 0 for s in node.srcs)
-            and m >= MIN_MN and n >= MIN_MN and k >= MIN_K)
+            and takes_sides(m, n, True) and k >= MIN_K)
 
 
 def skinny_product(node: Node, target: TargetProfile) -> bool:
