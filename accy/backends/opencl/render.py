@@ -438,9 +438,10 @@ def stmts(body: tuple[Stmt, ...], indent: str, half: _Half | None = None) -> lis
                 view = half.vectors(buf, n, DType.i32)
                 out.append(f"{indent}{view}[{at}] = {vec};" if view else
                            f"{indent}vstore{n}({vec}, {at}, ((__global int *){buf}));")
-            case VectorStore(buf, index, dtype, values) if half.words(buf, len(values)):
+            case VectorStore(buf, index, dtype, values) if (
+                    words := half.words(buf, len(values))):  # f16: a vector of words
                 vec = _vector_store(buf, dtype, values, half)[1]
-                out.append(f"{indent}{half.words(buf, len(values))}[{expr(index, half)}] = "
+                out.append(f"{indent}{words}[{expr(index, half)}] = "
                            f"accy_pack_halves{len(values)}({vec});")
             case VectorStore(buf, index, dtype, values):
                 half.check_store(buf, dtype)

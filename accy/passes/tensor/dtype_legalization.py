@@ -12,8 +12,9 @@ says what happens:
   large ones whose rows are not whole 16-byte vectors padded to them where the target has
   ``wgmma`` (:func:`wide_padding`), and an attention's values product, for the fused
   attention kernel (:func:`attention_values`; head features padded to a multiple of 8 in Q,
-  K and V: :func:`attention_padding`); and, on any GPU, products with a side of at most 32,
-  which the tiled contraction's skinny tiles load as halves (:func:`skinny_product`).
+  K and V: :func:`attention_padding`); and, on GPUs, products with a side of at most 32 that
+  ``mma-f16`` does not take, for the tiled contraction's skinny tiles, which load halves
+  (:func:`skinny_product`).
   Elementwise ops on a padded product's sliced result move above the slice (:func:`sunk`),
   and a product padding such a slice back reads its source masked instead (:func:`masked`).
   ``keep`` leaves f16 to the kernels, which compute it in float and round every f16 value
