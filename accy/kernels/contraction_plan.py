@@ -329,15 +329,21 @@ MIN_SKINNY_K = 128
 _SKINNY_SHAPES = {8: (2, 1), 16: (4, 1), 32: (4, 2)}
 
 
+def skinny_sides(m: int, n: int) -> bool:
+    """Whether ``m x n`` outputs are of the skinny class: a side of at most :data:`SKINNY`
+    against one of at least ``4 SKINNY`` (a tile of 128)."""
+    return min(m, n) <= SKINNY and max(m, n) >= 4 * SKINNY
+
+
 def skinny(c: Contraction, target: TargetProfile) -> Tiles | None:
     """The tiles of an f32 or f16 product (f16 loaded as halves, tiles and sums in f32) with
     M or N at most :data:`SKINNY` on a GPU (see above), or None: the short side padded to 8,
     16 or 32, the long one in tiles of 128 (32 work-items of 4-element columns, or rows); K
     split over as many groups as give each compute unit SKINNY_WAVES, in chunks of at least
     MIN_SKINNY_K; K steps of 32 (16 for a side of 32)."""
-    short, long = min(c.m.size, c.n.size), max(c.m.size, c.n.size)
-    if c.dtype not in (DType.f32, DType.f16) or short > SKINNY or long < 4 * SKINNY:
+    if c.dtype not in (DType.f32, DType.f16) or not skinny_sides(c.m.size, c.n.size):
         return None
+    short = min(c.m.size, c.n.size)
     side = max(8, 1 << (short - 1).bit_length())
     across, blocks = _SKINNY_SHAPES[side]
     bk = 32 if side <= 16 else 16

@@ -34,6 +34,7 @@ from accy.kernels.contraction_plan import (
     Contraction,
     analyse,
     padded,
+    skinny_sides,
     tile_groups,
 )
 from accy.kernels.ir import Bin, Call, Expr, add, div, idx, mod, mul
@@ -562,9 +563,7 @@ def takes_sides(m: int, n: int, f16: bool) -> bool:
     """Whether the tensor-core kernels take ``m x n`` outputs: both sides at least MIN_MN, or
     for f16 a side of at most ``SKINNY`` against one of ``4 SKINNY`` (:data:`SKINNY16`: the
     tiled contraction, f16 read into f32 tiles, is bound by its FMAs, twice f32's a byte)."""
-    if f16 and min(m, n) <= SKINNY and max(m, n) >= 4 * SKINNY:
-        return True
-    return m >= MIN_MN and n >= MIN_MN
+    return (f16 and skinny_sides(m, n)) or (m >= MIN_MN and n >= MIN_MN)
 
 
 def plan(group: FusionGroup, target: TargetProfile) -> tuple[Contraction, MmaTiles] | str:

@@ -145,8 +145,8 @@ def test_skinny_f16_products_load_halves_on_gpus_without_cl_khr_fp16(device, pro
     step = np.spacing(np.abs(exact).astype(np.float16)).astype(np.float64)
     assert got.dtype == np.float16 and (np.abs(got - exact) <= 2 * step + summed).all()
     # the CPU's tiles and products of two long sides: promoted, as before
-    for other, kept in ((profiles["device"], shapes), (target, [(64, 1000), (1000, 300)])):
-        job = accy.prepare(program(spec if kept is shapes else "ik,kj->ij", kept, DType.f16),
-                           target=other)
+    for other, prog in ((profiles["device"], program(spec, shapes, DType.f16)),
+                        (target, program("ik,kj->ij", [(64, 1000), (1000, 300)], DType.f16))):
+        job = accy.prepare(prog, target=other)
         einsums = [n for n in job.products[Stage.tensor].program.nodes() if n.op is Op.EINSUM]
         assert [n.type.dtype for n in einsums] == [DType.f32]
