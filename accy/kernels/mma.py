@@ -120,7 +120,7 @@ from accy.kernels.mma_ptx import (
     tf32_registers,
 )
 from accy.kernels.mma_store import Stores
-from accy.kernels.split_k import Partials
+from accy.kernels.split_k import Partials, chunk_k
 from accy.plans import FusionGroup, KernelOutline, LaunchGeometry, ScheduleKind
 from accy.target import TF32_SATFINITE, TargetProfile
 
@@ -145,8 +145,9 @@ class _Builder(Copies, VectorLoads, Stores):
                              "(the target's probe did not list it, or an operand is not A "
                              "along K / B along N in whole 16-byte vectors)")
         self.group, self.outline, self.kind, self.c, self.t = group, outline, kind, c, tiles
-        # split K: chunks of chunk_k (a multiple of bk), none empty
-        self.chunk_k = -(-c.k.size // (tiles.split * tiles.bk)) * tiles.bk
+        self.einsum = einsum
+        # split K: chunks of chunk_k (a multiple of the kernel's K step), none empty
+        self.chunk_k = chunk_k(c.k.size, tiles.split, self.k_step(tiles))
         self.chunks = -(-c.k.size // self.chunk_k)
         self.k0: Expr = idx(0)
         self.chunk: Expr | None = None
@@ -255,6 +256,19 @@ class _Builder(Copies, VectorLoads, Stores):
                               Lit(0xFFFF, DType.i32)))
         return Call("bitcast_i32", (Bin("|", halves[0], Bin("<<", halves[1],
                                                       Lit(16, DType.i32))),))
+
+    def kernels(self) -> tuple[Kernel, ...]:
+        """The kernel, and with K split the one adding its chunks' partial sums (and applying
+        the group's epilogue)."""
+        first = self.build()
+        if self.chunks == 1:
+            return (first,)
+        return first, Partials(self.group, self.outline, self.einsum, self.scratch,
+                               self.chunks).build(self.kind)
+
+    def k_step(self, tiles: MmaTiles) -> int:
+        """K a step of the kernel's loop (of ``tiles``): what K chunks are multiples of."""
+        return tiles.bk
 
     # kernel -----------------------------------------------------------------------------
     def place(self) -> tuple[int, Expr, Expr, Expr, Expr, Expr, Expr, Expr]:
@@ -371,11 +385,7 @@ def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
     if (policy == "f16") != (c.dtype is DType.f16):
         raise ValueError(f"mma kind {policy!r} does not take a {c.dtype.value} product")
     einsum, _ = analyse(group)  # type: ignore[misc]  (plan accepted it)
-    b = _Builder(group, outline, kind, einsum, c, tiles or chosen, policy, target)
-    first = b.build()
-    if b.chunks == 1:
-        return (first,)
-    return first, Partials(group, outline, einsum, b.scratch, b.chunks).build(kind)
+    return _Builder(group, outline, kind, einsum, c, tiles or chosen, policy, target).kernels()
 
 
 def accepts(group: FusionGroup, target: TargetProfile, dtype: DType = DType.f32) -> bool:

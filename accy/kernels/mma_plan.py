@@ -526,19 +526,19 @@ def balance(groups: int, units: int) -> float:
     return groups / (units * -(-groups // units))
 
 
-def split_k(c: Contraction, tiles: MmaTiles, target: TargetProfile) -> int:
+def split_k(c: Contraction, tiles: MmaTiles, target: TargetProfile, per_unit: int = 0,
+            min_chunk: int = MIN_SPLIT_K) -> int:
     """Work-groups to share each tile's K: where the tiles leave compute units idle
     (SPLIT_IDLE) over a long K, the count whose work-groups fill their waves best
     (:func:`balance`; within BALANCE_TIE of the best, the most), at most as many as the
-    units hold at once (:func:`resident`), in chunks of at least MIN_SPLIT_K; else 1. A
-    unit running one four-warp group waits on its loads, and a power of two past one wave
-    leaves a second nearly empty (9 tiles of 64x64 over a K of 81520 in 16 chunks: 144
-    groups, 132 and then 12; papers/kernels.md, "Twenty-eighth session")."""
-    groups = tile_groups(c, tiles.bm, tiles.bn)
-    if SPLIT_IDLE * groups > target.compute_units:
+    units hold at once (``per_unit`` a unit, default :func:`resident`), in chunks of at
+    least ``min_chunk``; else 1. A unit running one four-warp group waits on its loads, and a
+    power of two past one wave leaves a second nearly empty (9 tiles of 64x64 over a K of
+    81520 in 16 chunks: 144 groups, 132 and then 12; papers/kernels.md, "Twenty-eighth")."""
+    groups, units = tile_groups(c, tiles.bm, tiles.bn), target.compute_units
+    if SPLIT_IDLE * groups > units:
         return 1
-    units = target.compute_units
-    most = min(c.k.size // MIN_SPLIT_K, resident(tiles) * units // groups)
+    most = min(c.k.size // min_chunk, (per_unit or resident(tiles)) * units // groups)
     counts = range(1, max(1, most) + 1)
     fill = {s: balance(groups * s, units) for s in counts}
     best = max(fill.values())

@@ -12,6 +12,12 @@ from accy.kernels.ir import Bin, Expr, KernelArg, Load, add, idx, linear, mul, r
 from accy.plans import FusionGroup, KernelOutline
 
 
+def chunk_k(k: int, split: int, step: int) -> int:
+    """K a chunk of a K of ``k`` split ``split`` ways, in multiples of ``step`` (a kernel's K
+    step): the chunks are ``ceil(k / chunk)``, none empty."""
+    return -(-k // (split * step)) * step
+
+
 def store_targets(group: FusionGroup, outline: KernelOutline, given: Node, chunk: Expr | None,
                   scratch: KernelArg, obase: Expr
                   ) -> tuple[list[KernelArg], list[Node], Expr]:

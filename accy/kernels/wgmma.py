@@ -69,9 +69,17 @@ from accy.kernels.ir import (
     mul,
 )
 from accy.kernels.mma import _Builder
-from accy.kernels.mma_plan import MAX_PADDING, MmaTiles, along_k, balance, copy_layout
+from accy.kernels.mma_plan import (
+    MAX_PADDING,
+    MmaTiles,
+    along_k,
+    balance,
+    copy_layout,
+    split_k,
+)
 from accy.kernels.mma_plan import plan as mma_plan
 from accy.kernels.mma_ptx import CP_COMMIT, CP_WAIT, cp_async
+from accy.kernels.split_k import chunk_k
 from accy.kernels.wgmma_ptx import PROXY, WAIT0, descriptor_bits, rstep
 from accy.plans import FusionGroup, KernelOutline, ScheduleKind
 from accy.target import TMA_COPY, WGMMA_F16, TargetProfile
@@ -103,6 +111,12 @@ RATES = {4: 1.5, 2: 1.1}  # 256-row and 128-row tiles
 # the same for the f16 kernel copying B by TMA (accy/kernels/wgmma_tma.py; fitted to its own
 # sweep, papers/kernels.md "Nineteenth session"): 128-row tiles gain the most from it
 TMA_RATES = {4: 1.6, 2: 1.5}
+# K past SPLIT_K is split over work-groups where a kernel's tiles leave at least half the
+# compute units idle (SPLIT_IDLE): the partial sums are written and read again, a cost that
+# fuller waves or a shorter K do not repay. H100, f16 (papers/kernels.md, "Thirty-fourth
+# session"): 256x256x65536 0.50x -> 0.63x of torch.compile, 1024x1024x8192 0.30x -> 0.60x;
+# 1024^3 in two chunks 0.38x -> 0.24x
+SPLIT_IDLE, SPLIT_K = 2, 1024
 MMA_SMALL_RATE = 0.65  # the mma kernels' tiles smaller than 128x64
 # the mma kernels' 128x64 tiles, which f32 products take where 128x128 tiles had been chosen
 # before (papers/kernels.md, "Twenty-ninth session": the wgmma kernels were faster than them
@@ -174,6 +188,14 @@ class _Wgmma(_Builder):
     def stages(self) -> int:
         return STAGES
 
+    def k_step(self, tiles: MmaTiles) -> int:
+        return self.bk
+
+    def k_span(self) -> int:
+        """K of a work-group's loop: its chunk's (K split: steps past K read zeros, which
+        only the kernels copying by TMA allow), else the contraction's."""
+        return self.chunk_k if self.chunks > 1 else self.c.k.size
+
     def stage_words(self) -> int:
         return self.t.bn * self.bk * self.elem // 4
 
@@ -182,7 +204,6 @@ class _Wgmma(_Builder):
         return [("b_tile", 0, half), ("b_tile", half, half)]
 
     def build(self) -> Kernel:
-        c = self.c
         groups, _, g, tt, wm, wn, m0, n0 = self.place()
         self.body.append(LocalArray("b_tile", self.tile_dtype,
                                     self.stages() * self.stage_words(), 128))
@@ -193,11 +214,12 @@ class _Wgmma(_Builder):
             self.let(name, Lit(0, DType.i32), DType.i32, mutable=True)
         self.a_rows(m0, wm, g, tt)
         self.copies = self.b_copies(n0)
-        steps, bk = -(-c.k.size // self.bk), self.bk
+        span, bk = self.k_span(), self.bk
+        steps = -(-span // bk)
         for s in range(self.stages() - 1):
-            self.body += self.copy(idx(s), idx(s), s * bk + bk > c.k.size) if s < steps else []
+            self.body += self.copy(idx(s), idx(s), s * bk + bk > span) if s < steps else []
             self.body += self.commit()
-        self.body += self.load_a("E", idx(0), bk > c.k.size)
+        self.body += self.load_a("E", idx(0), bk > span)
         kt = Var("kt")
         loop = self.step("E", "O", kt, 0)
         loop.append(If(Bin("<", add(kt, idx(1)), idx(steps)),
@@ -213,7 +235,7 @@ class _Wgmma(_Builder):
         rows = [self.let(f"a_row{h}", wrapped(add(m0, add(wm, add(g, idx(8 * h)))), c.m.size,
                                               c.m.size % self.t.bm != 0)) for h in (0, 1)]
         self.a_at = [self.let(f"a_at{h}", Bin("+", Cast(INDEX, Var(self.arg["x"])), mul(add(
-            self.bases["x"], add(mul(r, idx(c.m.x)), mul(tt, idx(self.bk // 4)))),
+            self.bases["x"], add(mul(r, idx(c.m.x)), add(self.k0, mul(tt, idx(self.bk // 4))))),
             idx(self.elem)))) for h, r in enumerate(rows)]
 
     def registers(self) -> list[str]:
@@ -285,7 +307,7 @@ class _Wgmma(_Builder):
         :meth:`copy_bytes` long) into stage ``stage`` (``tail``: K ends inside the step)."""
         c, out = self.c, []
         for k, n, local in self.copies:
-            kg = add(mul(step, idx(self.bk)), k)
+            kg = add(self.k0, add(mul(step, idx(self.bk)), k))
             at = add(self.bases["y"], add(mul(kg, idx(c.k.y)), mul(n, idx(c.n.y))))
             dst = Cast(DType.i32, Cast(INDEX, Bin("+", Var("b_tile"), add(
                 mul(stage, idx(self.stage_words())), local))))
@@ -299,7 +321,7 @@ class _Wgmma(_Builder):
     def step(self, regs: str, other: str, kt: Expr, n: int) -> list[Stmt]:
         """K step ``kt`` from A register set ``regs``, loading step ``kt + 1``'s into
         ``other`` first (``n``: the step's place in the loop body, naming its variables)."""
-        out = by_tail(add(kt, idx(1)), self.c.k.size, self.bk,
+        out = by_tail(add(kt, idx(1)), self.k_span(), self.bk,
                       lambda tail: self.load_a(other, add(kt, idx(1)), tail))
         prep, a = self.a_operands(regs, n)
         out += prep
@@ -310,7 +332,7 @@ class _Wgmma(_Builder):
         ops = ", ".join(f"%{i}" for i in range(len(acc) + len(a) + len(rest)))
         out.append(InlineAsm(f"{marker} {ops}", acc, (*a, *rest), True, ("memory",)))
         nxt = add(kt, idx(self.stages() - 1))
-        out += by_tail(nxt, self.c.k.size, self.bk,
+        out += by_tail(nxt, self.k_span(), self.bk,
                        lambda tail: self.copy(nxt, mod(nxt, self.stages()), tail))
         out += self.commit()
         held = ", ".join(f"%{i}" for i in range(len(acc) + len(a)))
@@ -353,6 +375,22 @@ class _Wgmma(_Builder):
         return Var(name)
 
 
+def split_tiles(c: Contraction, t: MmaTiles, target: TargetProfile, per_unit: int,
+                least: int, step: int, exact: bool) -> MmaTiles:
+    """``t`` with K split over work-groups (``MmaTiles.split``) where its tiles leave most
+    compute units idle over a K past :data:`SPLIT_K`: :func:`mma_plan.split_k`'s count
+    (``per_unit`` work-groups a unit, chunks of at least ``least``, multiples of the kernel's
+    K ``step``); ``exact``: the kernel reads K past the operands unguarded (only a last step
+    K ends inside is guarded), so the chunks must tile K exactly: the most up to that count
+    that do."""
+    if SPLIT_IDLE * tile_groups(c, t.bm, t.bn) > target.compute_units or c.k.size <= SPLIT_K:
+        return t
+    split = split_k(c, t, target, per_unit, least)
+    while exact and split > 1 and c.k.size % chunk_k(c.k.size, split, step):
+        split -= 1
+    return replace(t, split=split)
+
+
 def plan(group: FusionGroup, target: TargetProfile) -> tuple[Contraction, MmaTiles] | str:
     """The contraction of a group ``wgmma-f16`` takes and its tiles, or why not."""
     from accy.kernels import wgmma_ss  # (it builds on this module)
@@ -378,14 +416,13 @@ def tilings(c: Contraction, target: TargetProfile) -> list[tuple[MmaTiles, float
     :data:`RATES` otherwise, one work-group a unit."""
     from accy.kernels import wgmma_ss  # (it builds on this module)
 
-    if forms := wgmma_ss.forms_for(c, target):
-        return [(t, wgmma_ss.rate(f, c.k.size), wgmma_ss.resident(t, target, walking))
-                for f in forms for t in [wgmma_ss.form_tiles(f)]
-                for walking in [wgmma_ss.walks(c, t, target)]]
+    if found := wgmma_ss.tilings(c, target):
+        return found
     if c.k.size < MIN_K:
         return []
     rates = TMA_RATES if copies_by_tma(c, target) else RATES
-    return [(tiles(h), rates[h], 1) for h in WARPGROUPS]
+    return [(split_tiles(c, tiles(h), target, 1, MIN_K, BK, True), rates[h], 1)
+            for h in WARPGROUPS]
 
 
 def copies_by_tma(c: Contraction, target: TargetProfile) -> bool:
@@ -443,8 +480,8 @@ def score(groups: int, units: int, rate: float) -> float:
 
 def wgmma_score(c: Contraction, t: MmaTiles, units: int, rate: float) -> float:
     """The :func:`score` of wgmma tiles ``t`` at ``rate`` on ``c`` (``units``: slots for
-    work-groups, compute units times those each holds)."""
-    return score(tile_groups(c, t.bm, t.bn), units, rate)
+    work-groups, compute units times those each holds; K split: its groups too)."""
+    return score(tile_groups(c, t.bm, t.bn) * t.split, units, rate)
 
 
 def mma_score(c: Contraction, t: MmaTiles, units: int) -> float:
@@ -471,9 +508,9 @@ def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
         return wgmma_ss.kernels(wgmma_ss._WgmmaSs, group, outline, kind, einsum, c,
                                 replace(t, swizzle=SWIZZLE), "f16", target)
     if copies_by_tma(c, target):
-        return (_WgmmaTma(group, outline, kind, einsum, c, replace(t, swizzle=SWIZZLE), "f16",
-                          target).build(),)
-    return (_Wgmma(group, outline, kind, einsum, c, t, "f16", target).build(),)
+        return _WgmmaTma(group, outline, kind, einsum, c, replace(t, swizzle=SWIZZLE), "f16",
+                         target).kernels()
+    return _Wgmma(group, outline, kind, einsum, c, t, "f16", target).kernels()
 
 
 register_generator(Generator(

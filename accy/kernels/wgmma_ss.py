@@ -74,7 +74,8 @@ from accy.kernels.ir import (
 )
 from accy.kernels.mma_plan import MmaTiles, along_k, batch_of, tile_of
 from accy.kernels.mma_store import STAGE_PAD
-from accy.kernels.wgmma import _Wgmma, tiles
+from accy.kernels.split_k import chunk_k
+from accy.kernels.wgmma import _Wgmma, split_tiles, tiles
 from accy.kernels.wgmma_ptx import WAIT0, descriptor_bits, sstep
 from accy.kernels.wgmma_tma import ATOM, Geometry, _WgmmaTma, i32
 from accy.target import TMA_COPY, TMA_TF32, TargetProfile
@@ -150,6 +151,24 @@ def walks(c: Contraction, t: MmaTiles, target: TargetProfile, dtype: int = tma.F
         return PERSISTENT
     return (dtype == tma.F16 and c.m.size % t.bm == 0 and c.n.size % t.bn == 0
             and tile_groups(c, t.bm, t.bn) > target.compute_units * resident(t, target, True))
+
+
+def tilings(c: Contraction, target: TargetProfile, dtype: int = tma.F16, **tiles: str
+            ) -> list[tuple[MmaTiles, float, int]]:
+    """The tilings of ``c`` in :func:`forms_for`'s forms (``tiles``: fields of their
+    MmaTiles replaced), their rates and work-groups a compute unit (:func:`resident`), K split
+    where :func:`accy.kernels.wgmma.split_tiles` says (chunks of at least ``MIN_K``, the K a
+    tile pays off from; the form rated at the chunk's K)."""
+    out = []
+    for f in forms_for(c, target, dtype):
+        t = dataclasses.replace(form_tiles(f), **tiles)
+        walking = walks(c, t, target, dtype)
+        per_unit = resident(t, target, walking)
+        bk = ROW // tma.ELEMENT_BYTES[dtype]  # (the kernel's K step)
+        if not walking:  # (K past the operand is zero-filled: chunks need not tile K)
+            t = split_tiles(c, t, target, per_unit, MIN_K[dtype], bk, False)
+        out.append((t, rate(f, chunk_k(c.k.size, t.split, bk), dtype), per_unit))
+    return out
 
 
 def forms_for(c: Contraction, target: TargetProfile, dtype: int = tma.F16
@@ -302,11 +321,11 @@ def kernels(cls: type[_WgmmaSs], group, outline, kind, einsum, c: Contraction, t
     ss = reads(c, cls.dtype)
     kernel = cls(group, outline, kind, einsum, ss, t, policy, target)
     if ss is c:
-        return (kernel.build(),)
+        return kernel.kernels()
     b = next(a for a in kernel.epi.args if a.name == kernel.arg["y"])
     first, scratch = transpose_b(c, b, outline.entry, outline.work_item, kind, group.domain,
                                  loopnest.implemented_ops(group))
-    return first, kernel.reads_b_from(scratch).build()
+    return first, *kernel.reads_b_from(scratch).kernels()
 
 
 class _WgmmaSs(_WgmmaTma):
@@ -334,7 +353,7 @@ class _WgmmaSs(_WgmmaTma):
             raise ValueError(f"wgmma-{self.policy} cannot copy A and B by TMA: {found}")
         (self.ga, self.g), self.maps = found
         self.kmajor = along_k(self.c, "y")
-        self.walking = walks(self.c, self.t, self.target, self.dtype)
+        self.walking = self.chunks == 1 and walks(self.c, self.t, self.target, self.dtype)
         return self.walk() if self.walking else _Wgmma.build(self)
 
     def walk(self) -> Kernel:
@@ -437,7 +456,7 @@ class _WgmmaSs(_WgmmaTma):
         """The boxes of A and B of K step ``kstep`` of the tile at (``m0``, ``n0``, batch
         ``bcoords``) into ``stage``, the ring's step ``step``, issued by work-item 0 once
         every warp read the stage's last step."""
-        t, k = self.t, mul(kstep, idx(self.bk))
+        t, k = self.t, add(self.k0, mul(kstep, idx(self.bk)))
         out = self.refill(step, stage, stage_bytes(t))
         out.append(self.box(self.ga, self.a_address(stage), 0, [k, m0], stage, bcoords))
         for nb in range(1 if self.kmajor else t.bn // 64):

@@ -228,15 +228,13 @@ def tilings(c: Contraction, target: TargetProfile, policy: str
     """The TF32 kernels' tilings of ``c``, their rates and work-groups a compute unit: A and B
     both copied by TMA, rounded to TF32 on the way (:mod:`accy.kernels.wgmma_ss`), under
     ``tf32`` where that kernel is usable; else A in registers at ``wgmma.RATES``."""
-    if policy == "tf32" and (forms := wgmma_ss.forms_for(c, target, tma.TF32)):
-        return [(t, wgmma_ss.rate(f, c.k.size, tma.TF32), wgmma_ss.resident(t, target, walking))
-                for f in forms
-                for t in [replace(wgmma_ss.form_tiles(f), loads="scalar")]  # (as tiles())
-                for walking in [wgmma_ss.walks(c, t, target, tma.TF32)]]
+    if policy == "tf32" and (found := wgmma_ss.tilings(c, target, tma.TF32, loads="scalar")):
+        return found  # (scalar loads: as tiles())
     if c.k.size < wgmma.MIN_K:
         return []
     # wgmma.RATES read at the call: sweeps replace it
-    return [(tiles(h), wgmma.RATES[h], 1) for h in WARPGROUPS[policy]]
+    return [(wgmma.split_tiles(c, tiles(h), target, 1, wgmma.MIN_K, BK, True), wgmma.RATES[h],
+             1) for h in WARPGROUPS[policy]]
 
 
 def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
@@ -248,7 +246,7 @@ def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
     einsum, _ = analyse(group)  # type: ignore[misc]  (plan accepted it)
     c, t = found
     if policy != "tf32" or not wgmma_ss.forms_for(c, target, tma.TF32):
-        return (_WgmmaTf32(group, outline, kind, einsum, c, t, policy, target).build(),)
+        return _WgmmaTf32(group, outline, kind, einsum, c, t, policy, target).kernels()
     return wgmma_ss.kernels(wgmma_ss._WgmmaSsTf32, group, outline, kind, einsum, c,
                             replace(t, swizzle=SWIZZLE), policy, target)
 

@@ -181,8 +181,9 @@ class _WgmmaTma(_Wgmma):
                 at = nb * BLOCK + (atom or 0) * ATOM
                 dst = (Bin("+", self.stage_address(stage), i32(at)) if at
                        else self.stage_address(stage))
-                coords = ([n, idx(0), idx(0), idx(0), step] if atom is None else
-                          [n, idx(2 * atom), mul(step, idx(BK // 8))])
+                kstep = add(div(self.k0, BK), step)  # (chunks: multiples of BK)
+                coords = ([n, idx(0), idx(0), idx(0), kstep] if atom is None else
+                          [n, idx(2 * atom), mul(kstep, idx(BK // 8))])
                 out.append(self.box(g, dst, 0, coords, stage))
         return [If(Bin("==", Var("tid"), idx(0)), tuple(out))]
 
@@ -239,7 +240,7 @@ class _WgmmaTma(_Wgmma):
 
     def kernel(self, groups: int) -> Kernel:
         """The cp.async kernel's, with the work-groups' tensor maps as scratch."""
-        k = super().kernel(groups)
+        k = super().kernel(groups)  # (a work-group's maps: each K chunk's groups too)
         maps = KernelArg(MAP_ARG, DType.i64, True, -1,
-                         groups * len(self.tensor_maps()) * tma.MAP_BYTES // 8)
+                         self.chunks * groups * len(self.tensor_maps()) * tma.MAP_BYTES // 8)
         return dataclasses.replace(k, args=(*k.args, maps))

@@ -132,14 +132,16 @@ def test_taken_with_the_probe_and_a_driver_else_cp_async(pipe, used, encodes, mo
 
 @pytest.mark.parametrize("m, n, k, without, with_tma", [
     (1024, 1024, 1024, ("mma-f16", 128), ("wgmma-f16", 256)),  # 64 tiles of 128 rows
-    (512, 2048, 2048, ("mma-f16", 128), ("wgmma-f16", 256)),
+    # K split over 32 tiles of 256 rows (wgmma.split_tiles)
+    (512, 2048, 2048, ("wgmma-f16", 512), ("wgmma-f16", 512)),
     (960, 5120, 1024, ("wgmma-f16", 512), ("wgmma-f16", 256)),  # 128-row tiles gain the most
 ])
 def test_selection_scores_the_tma_kernel_at_its_rates(pipe, used, encodes, m, n, k, without,
                                                       with_tma):
     """Measured on the H200 (papers/kernels.md, "Nineteenth session"): 1024^3 0.0160 ms on
     128-row TMA tiles against 0.0193 for mma-f16, 960x5120x1024 0.0345 against 0.0388 on
-    256-row ones."""
+    256-row ones; on the H100 ("Thirty-fourth session") 512x2048x2048 without TMA 0.0273 ms
+    with K split against 0.0470 for mma-f16."""
     for target, (gen, items) in ((HOPPER, without), (WITH_TMA, with_tma)):
         job = prepare(matmul16(m, n, k), "ieee", target, pipe)
         assert used(job) == {gen: 1} and job.kernels[0].geometry.local_size == (items,)
@@ -252,6 +254,78 @@ def test_kernel_with_a_copied_computes_the_product_in_emulation(
     assert ("c_stage" in job.kernel_source(0)) == bool(walk)
     check_f16_product(device, job, emulated_wgmma(job.kernel_source(0), "eager"), m, n, k,
                       batch, bias, seed=7, b_transposed=bt)
+
+
+@pytest.mark.skipif(cl is None, reason="needs pyopencl")
+@pytest.mark.parametrize("by_tma, m, n, k, bias, chunks", [
+    (False, 256, 128, 512, True, 4),  # B by cp.async: 4 chunks of 128, bias, relu
+    (True, 250, 248, 384, False, 2),  # B by TMA: 2 chunks of 192 (boxes a K step further)
+], ids=["cp-async", "tma"])
+def test_register_a_kernels_split_k_in_emulation(device, pipe, used, monkeypatch, encodes,
+                                                 by_tma, m, n, k, bias, chunks):
+    """wgmma-f16 with A in registers, B copied by cp.async or by TMA: 128x128 tiles leaving
+    most of 8 compute units idle over a long K split it in chunks of whole K steps that tile
+    K exactly (A's loads past K are not guarded), a second kernel adding the chunks."""
+    if "Portable Computing Language" not in device.info.platform:
+        pytest.skip("the emulation is checked on PoCL")
+    monkeypatch.setattr(wgmma, "MIN_K", 32)  # selection only: short K keeps the emulation quick
+    monkeypatch.setattr(wgmma, "SPLIT_K", 256)
+    monkeypatch.setattr(wgmma, "WARPGROUPS", (2,))
+    target = dataclasses.replace(WITH_TMA if by_tma else HOPPER, compute_units=8)
+    job = prepare(matmul16(m, n, k, 0, bias), "ieee", target, pipe)
+    assert used(job) == {"wgmma-f16": 1} and ("@@TMA" in job.kernel_source(0)) == by_tma
+    tiles = -(-m // 128) * -(-n // 128)
+    assert job.kernels[0].geometry.global_size == (256 * tiles * chunks,)
+    check_f16_product(device, job, [emulated_wgmma(job.kernel_source(0), "deferred"),
+                                    job.kernel_source(1)], m, n, k, 0, bias, seed=4)
+
+
+@pytest.mark.parametrize("m, n, k, chunk_k", [
+    (256, 256, 65536, 1024),  # 4 tiles of 128x128 on 132 units: 64 chunks, 256 work-groups
+    (1024, 1024, 8192, 2048),  # 32 of 128x256: 4 chunks
+    (1024, 1024, 1024, None),  # K not past LONG_K: two chunks measured slower than one
+    (2048, 2048, 2048, None),  # 128 tiles of 128x128: most units busy
+])
+def test_k_split_where_tiles_leave_most_units_idle_over_a_long_k(pipe, encodes, m, n, k,
+                                                                 chunk_k):
+    """H100 ("Thirty-fourth session"): 256x256x65536 0.50x -> 0.63x of torch.compile,
+    1024x1024x8192 0.30x -> 0.60x; 1024^3 in two chunks 0.38x -> 0.24x."""
+    job = prepare(matmul16(m, n, k), "ieee", ROOMY_H200, pipe)
+    assert job.generators() == {"wgmma-f16": 1}
+    src = job.kernel_source(0)
+    assert (f"k0 = (chunk * {chunk_k}L)" in src if chunk_k else "chunk" not in src)
+    assert job.kernel_count == (2 if chunk_k else 1)
+
+
+@pytest.mark.skipif(cl is None, reason="needs pyopencl")
+@pytest.mark.parametrize("m, n, k, batch, bias, bt, chunks", [
+    (128, 128, 400, 0, True, False, 4),  # 128-K chunks: the last K 16, its other steps zeros
+    (120, 250, 704, 0, False, True, 6),  # B along K, partial tiles at both edges
+    (112, 128, 304, 2, False, False, 3),  # batched: each entry's tile split alike
+], ids=["bias", "b-along-k", "batched"])
+def test_k_split_over_work_groups_in_emulation(device, pipe, used, monkeypatch, encodes, m, n,
+                                               k, batch, bias, bt, chunks):
+    """Tiles leaving compute units idle over a long K split it: each work-group copies its
+    chunk's boxes (K past the operand zero-filled by the copies), stores its partial sums,
+    and a second kernel adds them in a fixed order and applies the epilogue. Emulated,
+    against float64; the score counts the chunks' work-groups (one tile alone loses to the
+    mma kernels' split tiles)."""
+    if "Portable Computing Language" not in device.info.platform:
+        pytest.skip("the emulation is checked on PoCL")
+    monkeypatch.setitem(wgmma_ss.MIN_K, tma.F16, 64)  # chunks of 64 or more: quick emulation
+    monkeypatch.setattr(wgmma, "SPLIT_K", 256)  # (split past it)
+    monkeypatch.setattr(wgmma_ss, "FORMS", ((2, 128, 3),))
+    monkeypatch.setitem(wgmma_ss.RATES, tma.F16, {(2, 128, 3): (2.0, 2.0)})
+    target = dataclasses.replace(ROOMY_H200, compute_units=8)
+    job = prepare(matmul16(m, n, k, batch, bias, b_transposed=bt), "ieee", target, pipe)
+    product, partials = job.kernels
+    assert used(job) == {"wgmma-f16": 1} and "@@SSTEP128" in job.kernel_source(0)
+    assert product.entry.endswith("_partials") and "scratch0" in [a.name for a in partials.args]
+    groups = chunks * max(batch, 1) * -(-n // 128)
+    assert product.geometry.global_size == (256 * groups,)
+    check_f16_product(device, job, [emulated_wgmma(job.kernel_source(0), "eager"),
+                                    job.kernel_source(1)], m, n, k, batch, bias, seed=3,
+                      b_transposed=bt)
 
 
 @pytest.mark.skipif(cl is None, reason="needs pyopencl")
