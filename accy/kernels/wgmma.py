@@ -51,6 +51,7 @@ from accy.kernels.ir import (
     INDEX,
     Barrier,
     Bin,
+    Call,
     Cast,
     Expr,
     For,
@@ -63,6 +64,7 @@ from accy.kernels.ir import (
     Stmt,
     Var,
     add,
+    all_of,
     div,
     idx,
     mod,
@@ -79,7 +81,6 @@ from accy.kernels.mma_plan import (
 )
 from accy.kernels.mma_plan import plan as mma_plan
 from accy.kernels.mma_ptx import CP_COMMIT, CP_WAIT, cp_async
-from accy.kernels.split_k import chunk_k
 from accy.kernels.wgmma_ptx import PROXY, WAIT0, descriptor_bits, rstep
 from accy.plans import FusionGroup, KernelOutline, ScheduleKind
 from accy.target import TMA_COPY, WGMMA_F16, TargetProfile
@@ -139,15 +140,21 @@ def matrix_descriptor(address: Expr, bits: int) -> Expr:
                                     Lit(4, DType.i32))), Lit(bits, INDEX))
 
 
-def by_tail(step: Expr, k: int, bk: int, make: Callable[[bool], list[Stmt]]) -> list[Stmt]:
+def by_tail(step: Expr, k: int | Expr, bk: int, make: Callable[[bool], list[Stmt]],
+            tail: bool = False) -> list[Stmt]:
     """``make(tail)``'s statements for K step ``step`` (of ``bk``) where it exists: without K
     guards for a whole step, with them (``tail``) for a last step K ends inside. Guards on
     every step predicated every load and copy of the loop and measured much slower
-    (papers/kernels.md, "Seventeenth session")."""
-    whole = k // bk
-    out: list[Stmt] = [If(Bin("<", step, idx(whole)), tuple(make(False)))] if whole else []
+    (papers/kernels.md, "Seventeenth session"). ``k`` may be a variable (a K chunk's), then
+    ``tail`` says whether it can end inside a step."""
+    if not isinstance(k, int):
+        whole = div(k, bk)
+        out: list[Stmt] = [If(Bin("<", step, whole), tuple(make(False)))]
+        ends = all_of([Bin("==", step, whole), Bin("!=", mod(k, bk), idx(0))])
+        return out + ([If(ends, tuple(make(True)))] if tail else [])
+    out = [If(Bin("<", step, idx(k // bk)), tuple(make(False)))] if k // bk else []
     if k % bk:
-        out.append(If(Bin("==", step, idx(whole)), tuple(make(True))))
+        out.append(If(Bin("==", step, idx(k // bk)), tuple(make(True))))
     return out
 
 
@@ -191,10 +198,18 @@ class _Wgmma(_Builder):
     def k_step(self, tiles: MmaTiles) -> int:
         return self.bk
 
-    def k_span(self) -> int:
-        """K of a work-group's loop: its chunk's (K split: steps past K read zeros, which
-        only the kernels copying by TMA allow), else the contraction's."""
-        return self.chunk_k if self.chunks > 1 else self.c.k.size
+    def k_span(self) -> int | Expr:
+        """K of a work-group's loop: the contraction's, or K split, its chunk's (a variable
+        where the last chunk is shorter: the K left from the chunk's start)."""
+        k = self.c.k.size
+        if self.chunks == 1 or k % self.chunk_k == 0:
+            return self.chunk_k if self.chunks > 1 else k
+        return self.let("k_span", Call("min", (Bin("-", idx(k), self.k0), idx(self.chunk_k))))
+
+    def by_tail(self, step: Expr, span: int | Expr, make: Callable[[bool], list[Stmt]]
+                ) -> list[Stmt]:
+        """:func:`by_tail` of K step ``step`` of a loop over ``span`` (:meth:`k_span`)."""
+        return by_tail(step, span, self.bk, make, self.c.k.size % self.bk != 0)
 
     def stage_words(self) -> int:
         return self.t.bn * self.bk * self.elem // 4
@@ -215,16 +230,26 @@ class _Wgmma(_Builder):
         self.a_rows(m0, wm, g, tt)
         self.copies = self.b_copies(n0)
         span, bk = self.k_span(), self.bk
-        steps = -(-span // bk)
-        for s in range(self.stages() - 1):
-            self.body += self.copy(idx(s), idx(s), s * bk + bk > span) if s < steps else []
-            self.body += self.commit()
-        self.body += self.load_a("E", idx(0), bk > span)
+        self.span = span
+        if isinstance(span, int):
+            count = -(-span // bk)
+            steps: Expr = idx(count)
+            for s in range(self.stages() - 1):
+                self.body += self.copy(idx(s), idx(s), s * bk + bk > span) if s < count else []
+                self.body += self.commit()
+            self.body += self.load_a("E", idx(0), bk > span)
+        else:  # the last chunk shorter: its steps counted, K tails guarded, at run time
+            steps = self.let("k_steps", div(add(span, idx(bk - 1)), bk))
+            for s in range(self.stages() - 1):
+                self.body += self.by_tail(idx(s), span,
+                                          lambda t, s=s: self.copy(idx(s), idx(s), t))
+                self.body += self.commit()
+            self.body += self.by_tail(idx(0), span, lambda t: self.load_a("E", idx(0), t))
         kt = Var("kt")
         loop = self.step("E", "O", kt, 0)
-        loop.append(If(Bin("<", add(kt, idx(1)), idx(steps)),
+        loop.append(If(Bin("<", add(kt, idx(1)), steps),
                        tuple(self.step("O", "E", add(kt, idx(1)), 1))))
-        self.body.append(For("kt", idx(0), idx(steps), tuple(loop), step=2))
+        self.body.append(For("kt", idx(0), steps, tuple(loop), step=2))
         self.stores(m0, n0, wm, wn, g, tt)
         return self.kernel(groups)
 
@@ -292,7 +317,8 @@ class _Wgmma(_Builder):
         names = self.regs[regs]
         for v in range(BK // 32):
             k = add(mul(step, idx(BK)), idx(8 * v))
-            k_ok = Bin("<", add(k, mul(Var("t"), idx(BK // 4))), idx(self.c.k.size)) \
+            k_ok = Bin("<", add(add(self.k0, k), mul(Var("t"), idx(BK // 4))),
+                       idx(self.c.k.size)) \
                 if tail else None
             for h in (0, 1):  # row g: registers 0, 2, 4, 6 of the eight; row g + 8: 1, 3, 5, 7
                 dst = tuple(("=r", names[8 * v + 2 * e + h]) for e in range(4))
@@ -321,8 +347,8 @@ class _Wgmma(_Builder):
     def step(self, regs: str, other: str, kt: Expr, n: int) -> list[Stmt]:
         """K step ``kt`` from A register set ``regs``, loading step ``kt + 1``'s into
         ``other`` first (``n``: the step's place in the loop body, naming its variables)."""
-        out = by_tail(add(kt, idx(1)), self.k_span(), self.bk,
-                      lambda tail: self.load_a(other, add(kt, idx(1)), tail))
+        out = self.by_tail(add(kt, idx(1)), self.span,
+                           lambda tail: self.load_a(other, add(kt, idx(1)), tail))
         prep, a = self.a_operands(regs, n)
         out += prep
         stage = self.let_in(out, f"stage{n}", mod(kt, self.stages()))
@@ -332,8 +358,8 @@ class _Wgmma(_Builder):
         ops = ", ".join(f"%{i}" for i in range(len(acc) + len(a) + len(rest)))
         out.append(InlineAsm(f"{marker} {ops}", acc, (*a, *rest), True, ("memory",)))
         nxt = add(kt, idx(self.stages() - 1))
-        out += by_tail(nxt, self.k_span(), self.bk,
-                       lambda tail: self.copy(nxt, mod(nxt, self.stages()), tail))
+        out += self.by_tail(nxt, self.span,
+                            lambda tail: self.copy(nxt, mod(nxt, self.stages()), tail))
         out += self.commit()
         held = ", ".join(f"%{i}" for i in range(len(acc) + len(a)))
         out.append(InlineAsm(f"{WAIT0} {held}", acc, a, True, ("memory",)))
@@ -376,19 +402,13 @@ class _Wgmma(_Builder):
 
 
 def split_tiles(c: Contraction, t: MmaTiles, target: TargetProfile, per_unit: int,
-                least: int, step: int, exact: bool) -> MmaTiles:
+                least: int) -> MmaTiles:
     """``t`` with K split over work-groups (``MmaTiles.split``) where its tiles leave most
     compute units idle over a K past :data:`SPLIT_K`: :func:`mma_plan.split_k`'s count
-    (``per_unit`` work-groups a unit, chunks of at least ``least``, multiples of the kernel's
-    K ``step``); ``exact``: the kernel reads K past the operands unguarded (only a last step
-    K ends inside is guarded), so the chunks must tile K exactly: the most up to that count
-    that do."""
+    (``per_unit`` work-groups a unit, chunks of at least ``least``)."""
     if SPLIT_IDLE * tile_groups(c, t.bm, t.bn) > target.compute_units or c.k.size <= SPLIT_K:
         return t
-    split = split_k(c, t, target, per_unit, least)
-    while exact and split > 1 and c.k.size % chunk_k(c.k.size, split, step):
-        split -= 1
-    return replace(t, split=split)
+    return replace(t, split=split_k(c, t, target, per_unit, least))
 
 
 def plan(group: FusionGroup, target: TargetProfile) -> tuple[Contraction, MmaTiles] | str:
@@ -421,8 +441,7 @@ def tilings(c: Contraction, target: TargetProfile) -> list[tuple[MmaTiles, float
     if c.k.size < MIN_K:
         return []
     rates = TMA_RATES if copies_by_tma(c, target) else RATES
-    return [(split_tiles(c, tiles(h), target, 1, MIN_K, BK, True), rates[h], 1)
-            for h in WARPGROUPS]
+    return [(split_tiles(c, tiles(h), target, 1, MIN_K), rates[h], 1) for h in WARPGROUPS]
 
 
 def copies_by_tma(c: Contraction, target: TargetProfile) -> bool:

@@ -165,8 +165,8 @@ def tilings(c: Contraction, target: TargetProfile, dtype: int = tma.F16, **tiles
         walking = walks(c, t, target, dtype)
         per_unit = resident(t, target, walking)
         bk = ROW // tma.ELEMENT_BYTES[dtype]  # (the kernel's K step)
-        if not walking:  # (K past the operand is zero-filled: chunks need not tile K)
-            t = split_tiles(c, t, target, per_unit, MIN_K[dtype], bk, False)
+        if not walking:
+            t = split_tiles(c, t, target, per_unit, MIN_K[dtype])
         out.append((t, rate(f, chunk_k(c.k.size, t.split, bk), dtype), per_unit))
     return out
 

@@ -140,7 +140,8 @@ class _WgmmaTf32(_Wgmma):
         (zeros past K where ``tail``: K ends inside the step)."""
         c, out = self.c, []
         k = mul(step, idx(BK))
-        k_ok = Bin("<", add(k, mul(Var("t"), idx(4))), idx(c.k.size)) if tail else None
+        k_ok = Bin("<", add(add(self.k0, k), mul(Var("t"), idx(4))), idx(c.k.size)) \
+            if tail else None
         for h in (0, 1):
             dst = tuple(("=r", name) for name in self.raw[regs][h])
             at = Bin("+", self.a_at[h], mul(k, idx(4)))
@@ -232,9 +233,12 @@ def tilings(c: Contraction, target: TargetProfile, policy: str
         return found  # (scalar loads: as tiles())
     if c.k.size < wgmma.MIN_K:
         return []
-    # wgmma.RATES read at the call: sweeps replace it
-    return [(wgmma.split_tiles(c, tiles(h), target, 1, wgmma.MIN_K, BK, True), wgmma.RATES[h],
-             1) for h in WARPGROUPS[policy]]
+    # wgmma.RATES read at the call: sweeps replace it. K is split for 256-row tiles only:
+    # 128-row ones split measured slower than the mma kernels' split tiles on the H100
+    # (papers/kernels.md, "Thirty-fourth session": 384x384x30720 1.18x -> 1.08x of
+    # torch.compile, 316x252x97768 0.90x -> 0.82x)
+    return [(wgmma.split_tiles(c, tiles(h), target, 1, wgmma.MIN_K) if h == 4 else tiles(h),
+             wgmma.RATES[h], 1) for h in WARPGROUPS[policy]]
 
 
 def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,

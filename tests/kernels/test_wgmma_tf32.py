@@ -32,7 +32,7 @@ import accy
 from accy.backends.opencl import tensor_cores
 from accy.builder import einsum
 from accy.ir.types import DType, TensorType
-from accy.kernels import mma_plan, tma, wgmma, wgmma_ptx, wgmma_ss, wgmma_tf32
+from accy.kernels import tma, wgmma, wgmma_ptx, wgmma_ss, wgmma_tf32
 from accy.kernels.ir import idx
 from accy.kernels.wgmma_tf32 import BK, position
 from accy.target import TMA_COPY, TMA_TF32, WGMMA_TF32
@@ -189,18 +189,19 @@ def test_kernels_compute_the_product_in_emulation(device, pipe, used, monkeypatc
 
 @pytest.mark.skipif(cl is None, reason="needs pyopencl")
 @pytest.mark.parametrize("policy", POLICIES)
-@pytest.mark.parametrize("layout, k, chunks", [("kn", 512, 4), ("nk", 480, 3)])
+@pytest.mark.parametrize("layout, k, chunks", [("kn", 512, 8), ("nk", 480, 8), ("kn", 488, 8)],
+                         ids=["whole", "last-shorter", "last-ends-inside-a-step"])
 def test_k_split_in_chunks_tiling_k_in_emulation(device, pipe, used, monkeypatch, policy,
                                                  layout, k, chunks):
-    """Two 128x128 tiles on 8 compute units over a long K split it (as many chunks as the
-    units hold, of whole K steps that tile K exactly: A's loads are unguarded; 480 in 4
-    would not), each work-group's partial sums added by a second kernel. Emulated against
-    float64. A K with no such chunks (a tail step) is not split."""
+    """A 256x128 tile on 8 compute units over a long K splits it (as many chunks as the
+    units hold, of whole K steps; the last one shorter where they do not tile K, its steps
+    counted at run time, a last step K ends inside guarded), each work-group's partial sums
+    added by a second kernel. Emulated against float64."""
     if "Portable Computing Language" not in device.info.platform:
         pytest.skip("the emulation is checked on PoCL")
     monkeypatch.setattr(wgmma, "MIN_K", 32)  # selection only: short K keeps it quick
     monkeypatch.setattr(wgmma, "SPLIT_K", 256)
-    monkeypatch.setitem(wgmma_tf32.WARPGROUPS, policy, (2,))
+    monkeypatch.setitem(wgmma_tf32.WARPGROUPS, policy, (4,))
     rng = np.random.default_rng(6)
     a = rng.uniform(-1, 1, (256, k)).astype(np.float32)
     b = rng.uniform(-1, 1, (k, 128)).astype(np.float32)
@@ -208,16 +209,20 @@ def test_k_split_in_chunks_tiling_k_in_emulation(device, pipe, used, monkeypatch
     target = dataclasses.replace(HOPPER, compute_units=8)
     job = prepare(prog, policy, target, pipe)
     assert used(job) == {f"wgmma-{policy}": 1} and job.kernel_count == 1 + (chunks > 1)
-    assert job.kernels[0].geometry.global_size == (256 * 2 * chunks,)
+    assert job.kernels[0].geometry.global_size == (512 * chunks,)
     sources = [emulated_wgmma(job.kernel_source(i), "deferred") if i == 0 else
                job.kernel_source(i) for i in range(job.kernel_count)]
-    got = run_kernels(device, job, sources, [a, np.ascontiguousarray(b.T) if layout == "nk"
-                                             else b], (256, 128), np.float32)
+    args = [a, np.ascontiguousarray(b.T) if layout == "nk" else b]
+    got = run_kernels(device, job, sources, args, (256, 128), np.float32)
     check_values(got, a, b, policy, None)
-    tail = prepare(matmul(256, 128, k + 8), policy, target, pipe).product  # K 8 past a step
-    c, _ = mma_plan.plan(tail.fusion.groups[tail.schedule.items[-1].group], target)
-    assert wgmma.split_tiles(c, wgmma_tf32.tiles(2), target, 1, 32, BK, True).split == 1
-    assert wgmma.split_tiles(c, wgmma_tf32.tiles(2), target, 1, 32, 4, True).split == 2
+    assert ("k_span = min(" in job.kernel_source(0)) == (k % 64 != 0)
+    if policy == "3xtf32":  # 128-row tiles keep K whole, and lose to the mma kernels' split
+        monkeypatch.setitem(wgmma_tf32.WARPGROUPS, policy, (2,))
+        assert used(prepare(prog, policy, target, pipe)) == {"mma-3xtf32": 1}
+    a = np.zeros_like(a)  # the last chunk's A loads past K guarded: row 0 never reads row 1
+    a[1, 0] = np.nan
+    got = run_kernels(device, job, sources, [a, np.ones_like(args[1])], (256, 128), np.float32)
+    assert np.all(got[0] == 0) and np.all(np.isnan(got[1]))
 
 
 @pytest.mark.skipif(cl is None, reason="needs pyopencl")

@@ -15,7 +15,7 @@ import shutil
 
 import numpy as np
 import pytest
-from mma_emulation import check_f16_product, emulated_wgmma, one_line
+from mma_emulation import check_f16_product, emulated_wgmma, one_line, run_kernels
 from test_mma_generator import prepared as prepare
 from test_mma_pipeline import matmul16
 from test_wgmma import _NVPTX_BUILTINS, HOPPER, assembled
@@ -259,13 +259,16 @@ def test_kernel_with_a_copied_computes_the_product_in_emulation(
 @pytest.mark.skipif(cl is None, reason="needs pyopencl")
 @pytest.mark.parametrize("by_tma, m, n, k, bias, chunks", [
     (False, 256, 128, 512, True, 4),  # B by cp.async: 4 chunks of 128, bias, relu
+    (False, 256, 128, 488, False, 4),  # the last chunk 104: its last step K ends inside
     (True, 250, 248, 384, False, 2),  # B by TMA: 2 chunks of 192 (boxes a K step further)
-], ids=["cp-async", "tma"])
+    (True, 250, 248, 328, False, 2),  # B by TMA, the last chunk 136 (K guards on A's loads)
+], ids=["cp-async", "cp-async-tail", "tma", "tma-tail"])
 def test_register_a_kernels_split_k_in_emulation(device, pipe, used, monkeypatch, encodes,
                                                  by_tma, m, n, k, bias, chunks):
     """wgmma-f16 with A in registers, B copied by cp.async or by TMA: 128x128 tiles leaving
-    most of 8 compute units idle over a long K split it in chunks of whole K steps that tile
-    K exactly (A's loads past K are not guarded), a second kernel adding the chunks."""
+    most of 8 compute units idle over a long K split it in chunks of whole K steps (the last
+    one shorter where they do not tile K: its steps counted at run time, a step K ends
+    inside guarded), a second kernel adding the chunks."""
     if "Portable Computing Language" not in device.info.platform:
         pytest.skip("the emulation is checked on PoCL")
     monkeypatch.setattr(wgmma, "MIN_K", 32)  # selection only: short K keeps the emulation quick
@@ -276,8 +279,15 @@ def test_register_a_kernels_split_k_in_emulation(device, pipe, used, monkeypatch
     assert used(job) == {"wgmma-f16": 1} and ("@@TMA" in job.kernel_source(0)) == by_tma
     tiles = -(-m // 128) * -(-n // 128)
     assert job.kernels[0].geometry.global_size == (256 * tiles * chunks,)
-    check_f16_product(device, job, [emulated_wgmma(job.kernel_source(0), "deferred"),
-                                    job.kernel_source(1)], m, n, k, 0, bias, seed=4)
+    sources = [emulated_wgmma(job.kernel_source(0), "deferred"), job.kernel_source(1)]
+    check_f16_product(device, job, sources, m, n, k, 0, bias, seed=4)
+    # the last chunk's A loads past K are guarded: row 0 never reads row 1's first halves
+    a = np.zeros((m, k), np.float16)
+    a[1, 0] = np.nan
+    b = np.ones((k, n), np.float16)
+    got = run_kernels(device, job, sources, [a, b] + ([np.zeros(n, np.float16)] if bias else []),
+                      (m, n), np.float16)
+    assert np.all(got[0] == 0) and np.all(np.isnan(got[1]))
 
 
 @pytest.mark.parametrize("m, n, k, chunk_k", [
