@@ -128,6 +128,13 @@ def gemm_f16() -> accy.Program:
     return gemm(accy.f16)
 
 
+def gemm_long_k() -> accy.Program:
+    """A 512x512x4100 product with a bias and a relu: K split over work-groups (a shorter last
+    chunk), the chunks' partial sums added by a second kernel with the epilogue."""
+    return traced("gemm_long_k", lambda a, b, c: (a @ b + c).relu(), f32[512, 4100],
+                  f32[4100, 512], f32[512])
+
+
 def attention(dtype: accy.DType = accy.f32) -> accy.Program:
     """Scaled attention, 2 heads of 128 x 64: one tensor-core kernel, scores in registers."""
     t = dtype[1, 2, 128, 64]
@@ -162,6 +169,7 @@ TENSOR_CORE_PROGRAMS: tuple[tuple[str, Callable[[], accy.Program], str], ...] = 
     ("gemm-tf32", gemm, "accy-default,kernelization{precision=tf32}"),
     ("gemm-3xtf32", gemm, "accy-default,kernelization{precision=3xtf32}"),
     ("gemm-f16", gemm_f16, PIPELINE),
+    ("gemm-long-k-3xtf32", gemm_long_k, "accy-default,kernelization{precision=3xtf32}"),
     ("attention-3xtf32", attention, PIPELINE),
     ("attention-f16", attention_f16, PIPELINE),
 )
