@@ -75,6 +75,21 @@ def test_a_batch_letter_last_is_never_padded():
     assert stats == {"padded": 0} and after.nodes() == prog.nodes()
 
 
+@pytest.mark.parametrize("m, n, k, padded", [
+    (434, 446, 67471, True),  # 2MN/(M+N) = 440 over a long K: H100 0.71x -> 0.84x
+    (700, 600, 20001, True),  # 646: 0.81x -> 1.08x (wgmma-3xtf32, K split)
+    (1000, 1030, 521, False),  # 1015 over a short K: padded it lost 0.60x -> 0.55x
+    (500, 700, 1203, False),  # 583: 0.63x -> 0.55x
+    (316, 250, 97767, False),  # 279: 0.76x -> 0.64x at 128
+])
+def test_a_long_k_pads_from_a_lower_intensity(m, n, k, padded):
+    _, stats = tensor_stage(product(m, n, k), TENSOR_CORES)
+    assert stats == {"padded": int(padded)}
+    _, stats = tensor_stage(product(m, n, k), TENSOR_CORES,
+                            "einsum-lowering,contraction-padding{long-k=0}")
+    assert stats == {"padded": 0}
+
+
 def test_options_and_the_default_pipeline():
     prog = product(300, 300, 101)
     _, stats = tensor_stage(prog, TENSOR_CORES, "einsum-lowering,contraction-padding{"

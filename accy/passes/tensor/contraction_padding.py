@@ -12,6 +12,11 @@ written by kernels of their own, so the pass pads only where the product does at
 ``intensity`` flops per operand element copied, ``2 M N / (M + N)``: well below it (skinny
 products, small M and N over a long K) the product is bound by reading its operands and the
 copy costs about as much as it saves; the default leaves a margin for the copies' kernels.
+Over a K of at least ``long_k`` the product outlasts the copies' kernels by far, and it
+pads from ``long_intensity``: on the H100 (papers/kernels.md, "Thirty-fourth session")
+434x446x67471 0.71x -> 0.84x of torch.compile and 700x600x20001 0.81x -> 1.08x (which then
+takes wgmma-3xtf32 with K split), where 1000x1030x521 lost 0.60x -> 0.55x and 500x700x1203
+0.63x -> 0.55x, and products of 2MN/(M+N) below 300 over K 45877-97767 lost 13-16%.
 f16 products are padded by ``dtype-legalization`` (:func:`dtype_legalization.padded_product`),
 where it keeps them in f16.
 
@@ -34,16 +39,20 @@ from accy.passes.tensor.dtype_legalization import pad_letters, product_axes
 from accy.target import TF32_MMA, TargetProfile
 
 
-def padded_k(node: Node, srcs: tuple[Node, ...], multiple: int, intensity: int) -> Node | None:
+def padded_k(node: Node, srcs: tuple[Node, ...], multiple: int, intensity: int,
+             long_k: int = 0, long_intensity: int = 0) -> Node | None:
     """``node`` (an f32 product over operands ``srcs``) with A's last axis, summed, padded to
     a multiple of ``multiple`` in both operands; None where it needs no padding or does not
-    pay (the module docstring)."""
+    pay (the module docstring: ``intensity``, or ``long_intensity`` over a K of at least
+    ``long_k``)."""
     found = product_axes(node, DType.f32)
     if found is None:
         return None
     a, b, out, size, (m, n, k) = found
     letter = a[-1]
     grow = -size[letter] % multiple
+    if long_k and k >= long_k:
+        intensity = min(intensity, long_intensity)
     if (not grow or letter not in b or letter in out  # summed, not a batch letter
             or m < MIN_MN or n < MIN_MN or k < MIN_K or 2 * m * n < intensity * (m + n)):
         return None
@@ -63,6 +72,10 @@ class ContractionPadding(Pass):
                            "16-byte rows of f32); 1: off", minimum=1, maximum=64)
     intensity: int = option(1024, "pad only products of at least this many flops per operand "
                             "element copied (2MN/(M+N))", minimum=0, maximum=1 << 20)
+    long_k: int = option(16384, "products over a K of at least this pad from long-intensity "
+                         "(0: never)", minimum=0, maximum=1 << 30)
+    long_intensity: int = option(384, "the intensity threshold over a K of at least long-k",
+                                 minimum=0, maximum=1 << 20)
 
     def run(self, ctx, product):
         target = product.target or TargetProfile()
@@ -70,7 +83,8 @@ class ContractionPadding(Pass):
 
         def rewrite(node: Node, srcs: tuple[Node, ...]) -> Node:
             nonlocal count
-            made = padded_k(node, srcs, self.multiple, self.intensity)
+            made = padded_k(node, srcs, self.multiple, self.intensity, self.long_k,
+                            self.long_intensity)
             if made is not None:
                 count += 1
                 return made
