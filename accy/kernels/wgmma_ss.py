@@ -164,10 +164,11 @@ def tilings(c: Contraction, target: TargetProfile, dtype: int = tma.F16, **tiles
         t = dataclasses.replace(form_tiles(f), **tiles)
         walking = walks(c, t, target, dtype)
         per_unit = resident(t, target, walking)
-        bk = ROW // tma.ELEMENT_BYTES[dtype]  # (the kernel's K step)
         if not walking:
             t = split_tiles(c, t, target, per_unit, MIN_K[dtype])
-        out.append((t, rate(f, chunk_k(c.k.size, t.split, bk), dtype), per_unit))
+        k = chunk_k(c.k.size, t.split, ROW // tma.ELEMENT_BYTES[dtype]) if t.split > 1 \
+            else c.k.size
+        out.append((t, rate(f, k, dtype), per_unit))
     return out
 
 

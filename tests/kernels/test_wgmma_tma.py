@@ -293,7 +293,7 @@ def test_register_a_kernels_split_k_in_emulation(device, pipe, used, monkeypatch
 @pytest.mark.parametrize("m, n, k, chunk_k", [
     (256, 256, 65536, 1024),  # 4 tiles of 128x128 on 132 units: 64 chunks, 256 work-groups
     (1024, 1024, 8192, 2048),  # 32 of 128x256: 4 chunks
-    (1024, 1024, 1024, None),  # K not past LONG_K: two chunks measured slower than one
+    (1024, 1024, 1024, None),  # K not past SPLIT_K: two chunks measured slower than one
     (2048, 2048, 2048, None),  # 128 tiles of 128x128: most units busy
 ])
 def test_k_split_where_tiles_leave_most_units_idle_over_a_long_k(pipe, encodes, m, n, k,
@@ -309,17 +309,17 @@ def test_k_split_where_tiles_leave_most_units_idle_over_a_long_k(pipe, encodes, 
 
 @pytest.mark.skipif(cl is None, reason="needs pyopencl")
 @pytest.mark.parametrize("m, n, k, batch, bias, bt, chunks", [
-    (128, 128, 400, 0, True, False, 4),  # 128-K chunks: the last K 16, its other steps zeros
+    (128, 128, 400, 0, True, False, 4),  # 128-K chunks, the last 16: a step K ends inside
     (120, 250, 704, 0, False, True, 6),  # B along K, partial tiles at both edges
     (112, 128, 304, 2, False, False, 3),  # batched: each entry's tile split alike
 ], ids=["bias", "b-along-k", "batched"])
 def test_k_split_over_work_groups_in_emulation(device, pipe, used, monkeypatch, encodes, m, n,
                                                k, batch, bias, bt, chunks):
     """Tiles leaving compute units idle over a long K split it: each work-group copies its
-    chunk's boxes (K past the operand zero-filled by the copies), stores its partial sums,
-    and a second kernel adds them in a fixed order and applies the epilogue. Emulated,
-    against float64; the score counts the chunks' work-groups (one tile alone loses to the
-    mma kernels' split tiles)."""
+    chunk's boxes (the last chunk shorter, its tail zero-filled by the copies), stores its
+    partial sums, and a second kernel adds them in a fixed order and applies the epilogue.
+    Emulated, against float64; the score counts the chunks' work-groups (one tile alone
+    loses to the mma kernels' split tiles)."""
     if "Portable Computing Language" not in device.info.platform:
         pytest.skip("the emulation is checked on PoCL")
     monkeypatch.setitem(wgmma_ss.MIN_K, tma.F16, 64)  # chunks of 64 or more: quick emulation
