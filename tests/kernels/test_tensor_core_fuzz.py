@@ -17,18 +17,22 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from mma_emulation import emulated_async, run_kernels
+from mma_emulation import emulated_async, emulated_wgmma, run_kernels
 from test_attention import heads
 from test_attention_mma import F16, KEEP_F16, SAT, emulated_attention, precision
 from test_attention_wgmma import HOPPER16
 from test_attention_wgmma import OPT_IN as WGMMA_OPT_IN
 from test_mma_generator import NV, emulated, emulated_builds, matmul, tf32_round
 from test_mma_pipeline import ASYNC, matmul16
+from test_wgmma import HOPPER
+from test_wgmma_tf32 import check_values
+from test_wgmma_tma import ROOMY_H200, WITH_TMA
 
 import accy
 from accy.builder import einsum, trace
 from accy.ir.interpret import interpret
 from accy.ir.types import DType, TensorType
+from accy.kernels import tma, wgmma, wgmma_ss
 
 try:
     import pyopencl as cl
@@ -115,6 +119,59 @@ def test_f16_products(device, pipe, used, m, n, k, batch, bias, b_t, units, mode
     exact = np.maximum(exact + args[2], 0.0) if bias else exact
     # f32 sums of exact products, one f16 rounding of the result (and of the bias sum)
     np.testing.assert_allclose(got.astype(np.float64), exact, rtol=2**-10, atol=1e-6 * k)
+
+
+# the wgmma kernels, each forced where it takes the product: A in registers and B by
+# cp.async or by TMA, both by TMA (wgmma_ss), TF32 and 3xTF32 with A in registers
+_WGMMA = {"f16": HOPPER, "f16 tma": WITH_TMA, "f16 ss": ROOMY_H200, "tf32": HOPPER,
+          "3xtf32": HOPPER}
+
+
+@_SETTINGS
+@given(m=st.integers(8, 300), n=st.integers(8, 300), k=st.integers(8, 100), batch=_BATCHES,
+       bias=st.booleans(), b_t=st.booleans(), kind=st.sampled_from(sorted(_WGMMA)),
+       units=st.sampled_from([1, 4, 16, 132]), mode=_MODES, seed=st.integers(0, 2**16))
+def test_wgmma_products(device, pipe, used, monkeypatch, encodes, m, n, k, batch, bias, b_t,
+                        kind, units, mode, seed):
+    """Random products on the wgmma kernels with K split low enough to split short K: chunks
+    of whole steps or a shorter last one, partial tiles, batches, epilogues; against float64
+    (f16: f32 sums, one rounding; TF32 policies: their bounds)."""
+    _on_pocl(device)
+    f16 = kind.startswith("f16")
+    k = 8 * k if f16 else 4 * k  # A's rows whole 16-byte vectors: what wgmma copies
+    for name, value in (("MIN_K", 32), ("SPLIT_K", 128), ("MAX_PADDING", 100)):
+        monkeypatch.setattr(wgmma, name, value)
+    monkeypatch.setattr(wgmma, "RATES", {4: 9.0, 2: 9.0})  # wgmma wherever it takes it
+    monkeypatch.setattr(wgmma, "TMA_RATES", {4: 9.0, 2: 9.0})
+    monkeypatch.setitem(wgmma_ss.MIN_K, tma.F16, 64)
+    monkeypatch.setitem(wgmma_ss.RATES, tma.F16, {f: (9.0, 9.0) for f in wgmma_ss.FORMS})
+    target = dataclasses.replace(_WGMMA[kind], compute_units=units)
+    if f16:
+        prog, policy, dtype = matmul16(m, n, k, batch, bias, b_t), "ieee", np.float16
+    else:
+        prog, policy, dtype = matmul(m, n, k, batch, bias), kind, np.float32
+        b_t = False
+    job = accy.prepare(prog, pipe(f"precision={policy}"), target=target)
+    generator = "wgmma-f16" if f16 else f"wgmma-{policy}"
+    assume(used(job) == {generator: 1})  # (a layout or size the kernel does not take)
+    sources = [job.kernel_source(i) for i in range(job.kernel_count)]  # (a transpose first)
+    assert any("@@SSTEP" in src for src in sources) == (kind == "f16 ss")
+    rng = np.random.default_rng(seed)
+    lead = (batch,) if batch else ()
+    a = rng.uniform(-1, 1, (*lead, m, k)).astype(dtype)
+    b = rng.uniform(-1, 1, (*lead, k, n)).astype(dtype)
+    args = [a, np.ascontiguousarray(np.swapaxes(b, -1, -2)) if b_t else b]
+    args += [rng.uniform(-1, 1, n).astype(dtype)] if bias else []
+    got = _run(device, job, args, (*lead, m, n), dtype, lambda src: emulated_wgmma(src, mode))
+    if not f16:
+        check_values(got, a, b, policy, args[2] if bias else None)
+        return
+    product = a.astype(np.float64) @ b.astype(np.float64)
+    exact = np.maximum(product + args[2], 0.0) if bias else product
+    # f32 sums, the product rounded to f16, and with a bias the sum rounded again (each
+    # half an f16 step of what it rounds: a bias cancelling the product keeps the first)
+    bound = 2**-11 * (np.abs(product) + np.abs(exact)) + 1e-6 * k
+    assert np.all(np.abs(got.astype(np.float64) - exact) <= bound)
 
 
 @_SETTINGS
