@@ -61,6 +61,17 @@ def _on_pocl(device) -> None:
         pytest.skip("the emulation is checked on PoCL")
 
 
+def _check_f16(got: np.ndarray, a: np.ndarray, b: np.ndarray, bias: np.ndarray | None
+               ) -> None:
+    """An f16 product (+ bias, relu) against float64: f32 sums of exact products, the product
+    rounded to f16, and with a bias the sum rounded again (each half an f16 step of what it
+    rounds: a bias cancelling the product keeps the first rounding's error)."""
+    product = a.astype(np.float64) @ b.astype(np.float64)
+    exact = np.maximum(product + bias, 0.0) if bias is not None else product
+    bound = 2**-11 * (np.abs(product) + np.abs(exact)) + 1e-6 * a.shape[-1]
+    assert np.all(np.abs(got.astype(np.float64) - exact) <= bound)
+
+
 def _run(device, job: accy.PreparedJob, args: list[np.ndarray], shape, dtype, emulate
          ) -> np.ndarray:
     """Every kernel of ``job`` (a split product's two), those with PTX emulated."""
@@ -115,10 +126,7 @@ def test_f16_products(device, pipe, used, m, n, k, batch, bias, b_t, units, mode
     args += [rng.uniform(-1, 1, n).astype(np.float16)] if bias else []
     got = _run(device, job, args, (*lead, m, n), np.float16,
                lambda src: emulated_async(src, mode))
-    exact = a.astype(np.float64) @ b.astype(np.float64)
-    exact = np.maximum(exact + args[2], 0.0) if bias else exact
-    # f32 sums of exact products, one f16 rounding of the result (and of the bias sum)
-    np.testing.assert_allclose(got.astype(np.float64), exact, rtol=2**-10, atol=1e-6 * k)
+    _check_f16(got, a, b, args[2] if bias else None)
 
 
 # the wgmma kernels, each forced where it takes the product: A in registers and B by
@@ -163,15 +171,10 @@ def test_wgmma_products(device, pipe, used, monkeypatch, encodes, m, n, k, batch
     args = [a, np.ascontiguousarray(np.swapaxes(b, -1, -2)) if b_t else b]
     args += [rng.uniform(-1, 1, n).astype(dtype)] if bias else []
     got = _run(device, job, args, (*lead, m, n), dtype, lambda src: emulated_wgmma(src, mode))
-    if not f16:
+    if f16:
+        _check_f16(got, a, b, args[2] if bias else None)
+    else:
         check_values(got, a, b, policy, args[2] if bias else None)
-        return
-    product = a.astype(np.float64) @ b.astype(np.float64)
-    exact = np.maximum(product + args[2], 0.0) if bias else product
-    # f32 sums, the product rounded to f16, and with a bias the sum rounded again (each
-    # half an f16 step of what it rounds: a bias cancelling the product keeps the first)
-    bound = 2**-11 * (np.abs(product) + np.abs(exact)) + 1e-6 * k
-    assert np.all(np.abs(got.astype(np.float64) - exact) <= bound)
 
 
 @_SETTINGS
