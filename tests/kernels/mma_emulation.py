@@ -417,7 +417,7 @@ def check_f16_product(device, job, source: str | list[str], m: int, n: int, k: i
     """Run ``job``'s one kernel from ``source`` (its emulated form; or its kernels in order,
     from a list of them) on seeded f16 operands of
     ``A @ B`` (B stored N x K when ``b_transposed``; + bias and relu when ``bias``) and check
-    the result: f32 sums of exact products, one f16 rounding (and of the bias sum)."""
+    the result (:func:`check_f16`)."""
     rng = np.random.default_rng(seed)
     lead = (batch,) if batch else ()
     a = rng.uniform(-1, 1, (*lead, m, k)).astype(np.float16)
@@ -426,9 +426,18 @@ def check_f16_product(device, job, source: str | list[str], m: int, n: int, k: i
     got = (run_kernels(device, job, source, args, (*lead, m, n), np.float16)
            if isinstance(source, list) else
            run_emulated(device, job, source, args, (*lead, m, n), np.float16))
-    exact = a.astype(np.float64) @ (np.swapaxes(b, -1, -2) if b_transposed else b).astype(
-        np.float64)
-    if bias:
-        exact = np.maximum(exact + args[2], 0.0)
-    np.testing.assert_allclose(got.astype(np.float64), exact, rtol=2**-10, atol=1e-6 * k)
+    check_f16(got, a, np.swapaxes(b, -1, -2) if b_transposed else b,
+              args[2] if bias else None)
+
+
+def check_f16(got: np.ndarray, a: np.ndarray, b: np.ndarray, bias: np.ndarray | None
+              ) -> None:
+    """An f16 product ``a @ b`` (+ bias, relu) against float64: f32 sums of exact products,
+    the product rounded to f16, and with a bias the sum rounded again (each half an f16 step
+    of what it rounds: a bias cancelling the product keeps the first rounding's error)."""
+    product = a.astype(np.float64) @ b.astype(np.float64)
+    exact = np.maximum(product + bias, 0.0) if bias is not None else product
+    bound = 2**-11 * (np.abs(product) + np.abs(exact)) + 1e-6 * a.shape[-1]
+    assert np.all(np.abs(got.astype(np.float64) - exact) <= bound), \
+        np.max(np.abs(got.astype(np.float64) - exact) - bound)
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from mma_emulation import emulated_async, emulated_wgmma, run_kernels
+from mma_emulation import check_f16, emulated_async, emulated_wgmma, run_kernels
 from test_attention import heads
 from test_attention_mma import F16, KEEP_F16, SAT, emulated_attention, precision
 from test_attention_wgmma import HOPPER16
@@ -59,17 +59,6 @@ _MODES = st.sampled_from(["eager", "deferred"])  # cp.async copies landing at on
 def _on_pocl(device) -> None:
     if "Portable Computing Language" not in device.info.platform:
         pytest.skip("the emulation is checked on PoCL")
-
-
-def _check_f16(got: np.ndarray, a: np.ndarray, b: np.ndarray, bias: np.ndarray | None
-               ) -> None:
-    """An f16 product (+ bias, relu) against float64: f32 sums of exact products, the product
-    rounded to f16, and with a bias the sum rounded again (each half an f16 step of what it
-    rounds: a bias cancelling the product keeps the first rounding's error)."""
-    product = a.astype(np.float64) @ b.astype(np.float64)
-    exact = np.maximum(product + bias, 0.0) if bias is not None else product
-    bound = 2**-11 * (np.abs(product) + np.abs(exact)) + 1e-6 * a.shape[-1]
-    assert np.all(np.abs(got.astype(np.float64) - exact) <= bound)
 
 
 def _run(device, job: accy.PreparedJob, args: list[np.ndarray], shape, dtype, emulate
@@ -126,7 +115,7 @@ def test_f16_products(device, pipe, used, m, n, k, batch, bias, b_t, units, mode
     args += [rng.uniform(-1, 1, n).astype(np.float16)] if bias else []
     got = _run(device, job, args, (*lead, m, n), np.float16,
                lambda src: emulated_async(src, mode))
-    _check_f16(got, a, b, args[2] if bias else None)
+    check_f16(got, a, b, args[2] if bias else None)
 
 
 # the wgmma kernels, each forced where it takes the product: A in registers and B by
@@ -172,7 +161,7 @@ def test_wgmma_products(device, pipe, used, monkeypatch, encodes, m, n, k, batch
     args += [rng.uniform(-1, 1, n).astype(dtype)] if bias else []
     got = _run(device, job, args, (*lead, m, n), dtype, lambda src: emulated_wgmma(src, mode))
     if f16:
-        _check_f16(got, a, b, args[2] if bias else None)
+        check_f16(got, a, b, args[2] if bias else None)
     else:
         check_values(got, a, b, policy, args[2] if bias else None)
 
