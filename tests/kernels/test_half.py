@@ -99,6 +99,13 @@ def test_f16_row_ops_run(op: str, device) -> None:
     np.testing.assert_allclose(got.astype(np.float64), want, rtol=4e-3, atol=4e-3)
 
 
+def _assert_same_halves(got: np.ndarray, want: np.ndarray) -> None:
+    """``got`` is ``want`` bit for bit, but NaNs (any NaN: payloads differ)."""
+    nan = np.isnan(want)
+    assert np.isnan(got[nan]).all()
+    np.testing.assert_array_equal(got[~nan].view(np.uint16), want[~nan].view(np.uint16))
+
+
 def _pack_kernel(lanes: int) -> Kernel:
     """Work-item i rounds floats 2 lanes i .. 2 lanes (i + 1) - 1 to halves two to a word
     (``pack_half2``) and stores the words into the half buffer (a word, or ``vstore`` of
@@ -129,9 +136,7 @@ def test_packed_halves_are_numpys_rounding_in_order(device, lanes: int) -> None:
     got = run_isolated(device.device, src, "pack", [x], np.zeros(x.size, np.float16))
     with np.errstate(over="ignore"):
         want = x.astype(np.float16)
-    nan = np.isnan(want)  # any NaN: payloads differ
-    assert np.isnan(got[nan]).all()
-    np.testing.assert_array_equal(got[~nan].view(np.uint16), want[~nan].view(np.uint16))
+    _assert_same_halves(got, want)
 
 
 @pytest.mark.parametrize("lanes", [2, 4, 8, 16])
@@ -160,6 +165,4 @@ def test_f16_vectors_move_as_words_with_numpys_rounding(device, lanes: int) -> N
     got = run_isolated(device.device, src, "words", [x, scale], np.zeros(x.size, np.float16))
     with np.errstate(over="ignore", invalid="ignore"):
         want = (x.astype(np.float32) * np.tile(scale, x.size // 2)).astype(np.float16)
-    nan = np.isnan(want)
-    assert np.isnan(got[nan]).all()
-    np.testing.assert_array_equal(got[~nan].view(np.uint16), want[~nan].view(np.uint16))
+    _assert_same_halves(got, want)
