@@ -13,6 +13,7 @@ import accy
 from accy.builder import einsum, trace
 from accy.experiments.suite import SUITE
 from accy.kernels import attention, attention_plan
+from accy.kernels.ir import VectorStore, walk_stmts
 from accy.passes.spec import parse_pipeline
 from accy.target import TargetProfile
 
@@ -117,6 +118,10 @@ def test_matches_the_interpreter(check, device, rng, shape, target) -> None:
     assert job.generators() == {"fused-attention": 1}
     cpu = attention.plan(job.product.fusion.groups[0], job.target)[1].cpu
     assert job.kernel_count == (2 if cpu else 1)  # the CPU form: K transposed, attention
+    if cpu:  # the transposing copy: a vector of Kt a work-item, many work-items a group
+        kt = job.kernels[0]
+        assert kt.geometry.local_size[0] > 1
+        assert any(isinstance(s, VectorStore) for s in walk_stmts(kt.body)) == (cpu > 1)
 
 
 @pytest.mark.parametrize("mask", ["additive", "causal"])

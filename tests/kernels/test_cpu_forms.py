@@ -210,6 +210,31 @@ def test_row_prologue_epilogue_and_cross_entropy(check, rng, used, pipe) -> None
     assert rowwise.analyse(group_of(job), CPU).cpu
 
 
+def exps(job: accy.PreparedJob) -> int:
+    """``exp`` calls in the first kernel's source."""
+    return len(re.findall(r"\bexp\(", job.kernel_source(0)))
+
+
+@pytest.mark.parametrize("shape", [(4, 16384), (6, 20000), (33, 10)])
+def test_softmax_keeps_each_exp_in_its_output(check, rng, shape) -> None:
+    """A plain f32 softmax computes each element's exp once: the sum's pass stores it in the
+    output, which the last pass scales in place (log-softmax and epilogues recompute it)."""
+    x = data(rng, shape, 3.0)
+    x[0, 1] = np.inf if shape[1] > 10 else x[0, 1]
+    job = check(row_program("softmax", shape), [x], generator="row-softmax", target=CPU)
+    group = group_of(job)
+    assert rowwise.kept_exp(group, job.product.outline.outlines[0], rowwise.analyse(group, CPU))
+    kept = exps(job)
+    job = check(row_program("log_softmax", shape), [x], generator="row-softmax", target=CPU)
+    assert exps(job) == kept  # the sum's pass alone: log-softmax's outputs need no exp
+
+    def scaled(v):
+        return v.softmax() * 3.0
+
+    job = check(trace(scaled, f32[shape], name="f"), [x], generator="row-softmax", target=CPU)
+    assert exps(job) == kept + 1  # the epilogue's outputs from x again, an exp each
+
+
 def test_rows_decline_to_work_groups(check, rng) -> None:
     job = check(row_program("softmax", (4, 1001)), [data(rng, (4, 1001))],
                 generator="row-softmax", target=CPU)  # odd rows: no vectors
