@@ -4,6 +4,7 @@ strided views, and choose tile sizes for a target (see :mod:`accy.kernels.contra
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from accy.ir.node import Node
@@ -407,19 +408,28 @@ def _cpu_tiles(c: Contraction, target: TargetProfile) -> Tiles:
         return min(budget // few, STREAM_VECTORS,
                    -(-columns // (2 * max(1, target.compute_units))))
 
-    def least_padded(shapes: list[tuple[int, int]], lanes: int) -> tuple[int, int]:
+    def items(tm: int) -> int:  # work-items of a group, sharing staged tiles
+        return max(1, min(4, c.m.size // tm))
+
+    def least_padded(shapes: list[tuple[int, int]], lanes: int,
+                     per_group: Callable[[int], int]) -> tuple[int, int]:
         """The first (rows, vectors) shape that wastes at most 5% more than the least
-        wasteful one."""
+        wasteful one, counting the rows of whole work-groups of ``per_group(rows)``
+        work-items (those past M run their loops too)."""
         columns = -(-c.n.size // lanes)
         shapes = [(tm, min(sn, columns)) for tm, sn in shapes]
-        least = min(padded(c, tm, sn * lanes) for tm, sn in shapes)
-        return next(s for s in shapes if padded(c, s[0], s[1] * lanes) <= 1.05 * least)
+
+        def waste(tm: int, sn: int) -> int:
+            return padded(c, tm * per_group(tm), sn * lanes)
+
+        least = min(waste(tm, sn) for tm, sn in shapes)
+        return next(s for s in shapes if waste(*s) <= 1.05 * least)
 
     dot = dot_lanes(c, widest) if not stream else 0
     if dot and c.k.size >= DOT_VECTORS * dot:
         # K-contiguous operands: outputs summed along K
         tm, sn = ((c.m.size, across(c.n.size)) if c.m.size < 4 else least_padded(
-            [(4, 6), (6, 4), (8, 3)] if budget == 24 else [(4, 3), (3, 4)], 1))
+            [(4, 6), (6, 4), (8, 3)] if budget == 24 else [(4, 3), (3, 4)], 1, lambda _: 1))
         return Tiles(1, 1, 1, tm, 1, sn, dot, 1, vector=dot, stream=True, dot=dot)
     if c.m.size < 4:
         tm, sn = c.m.size, across(-(-c.n.size // lanes))
@@ -427,11 +437,10 @@ def _cpu_tiles(c: Contraction, target: TargetProfile) -> Tiles:
         # then 4 rows (a tile of 1 or 2 rows of a taller product loads a B vector per 1 or 2
         # FMAs: slower on PoCL than 8 rows padded, papers/kernels.md)
         preferred = [(8, 3), (12, 2), (6, 4)] if budget == 24 else [(4, 3), (6, 2), (3, 4)]
-        tm, sn = least_padded(preferred + [(4, budget // 4)], lanes)
+        tm, sn = least_padded(preferred + [(4, budget // 4)], lanes, items)
     vm = math.gcd(tm, 16) if math.gcd(tm, 16) in (2, 4, 8, 16) else 1
     bk = min(64, -(-c.k.size // 4) * 4)
-    wy = max(1, min(4, c.m.size // tm))  # work-items of a group share staged tiles
-    return Tiles(1, wy, vm, tm // vm, lanes, sn, bk, 4, vector=lanes, stream=stream)
+    return Tiles(1, items(tm), vm, tm // vm, lanes, sn, bk, 4, vector=lanes, stream=stream)
 
 
 def choose_tiles(c: Contraction, target: TargetProfile) -> Tiles:

@@ -95,10 +95,10 @@ def test_streamed_kernels_have_no_local_tiles_or_barriers(cpu, profiles):
     assert "vload16" in src and "fma(" in src
     gpu = accy.prepare(prog, target=profiles["gpu-tiles"]).kernel_source(0)
     assert "__local" in gpu and "barrier" in gpu
-    # X: rows one by one where K-contiguous, as vectors where M-contiguous (6 rows: float2)
+    # X: rows one by one where K-contiguous, as vectors where M-contiguous (8 rows: float8)
     assert "const float a0_0_1 = " in accy.prepare(
         program("ik,kj->ij", [(64, 40), (40, 128)]), target=cpu).kernel_source(0)
-    assert "const float2 a0_0 = " in accy.prepare(
+    assert "const float8 a0_0 = " in accy.prepare(
         program("ki,kj->ij", [(40, 64), (40, 128)]), target=cpu).kernel_source(0)
     # summed along K: aligned vectors where the strides allow, else unaligned and a K tail
     aligned = accy.prepare(program("ik,jk->ij", [(5, 256), (40, 256)]), target=cpu)
