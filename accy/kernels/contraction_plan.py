@@ -439,7 +439,10 @@ def _cpu_tiles(c: Contraction, target: TargetProfile) -> Tiles:
         preferred = [(8, 3), (12, 2), (6, 4)] if budget == 24 else [(4, 3), (6, 2), (3, 4)]
         tm, sn = least_padded(preferred + [(4, budget // 4)], lanes, items)
     vm = math.gcd(tm, 16) if math.gcd(tm, 16) in (2, 4, 8, 16) else 1
-    bk = min(64, -(-c.k.size // 4) * 4)
+    # K steps of at most 64 (in fours: the unroll); staged tiles (whose last step is padded
+    # with zeros) split K into equal steps, streamed ones peel the rest one at a time
+    steps = -(-c.k.size // 64)
+    bk = min(64, -(-c.k.size // 4) * 4) if stream else -(-c.k.size // (4 * steps)) * 4
     return Tiles(1, items(tm), vm, tm // vm, lanes, sn, bk, 4, vector=lanes, stream=stream)
 
 
