@@ -40,10 +40,14 @@ register-block shape that pads least. There the operands are not copied to local
 read where the outer products use them (``Tiles.stream``): X a row (or a vector of rows, where
 M is contiguous) at a time, Y as vectors along N; no local memory and no barriers, which on
 PoCL cost more than the caches they stand in for; K past the last whole step is taken one index
-at a time after the steps, not by a guard on every load. Y must give aligned vectors along N (at
-least half the native width, any width for fewer than 4 rows); otherwise both operands are
-staged as on GPUs, unless both are K-contiguous (``x @ W.T``): then each output of the tile
-accumulates a vector along K, its lanes summed after the loop (``Tiles.dot``). A product of
+at a time after the steps, not by a guard on every load. Y's rows along N that give no aligned
+vectors of half the native width (N = 258) are streamed all the same (``Tiles.overlap``): Y's
+vectors and the outputs' loaded and stored unaligned, the last vector of a row moved back to
+end at N, so it overlaps the one before and every load stays inside Y (their shared columns are
+computed twice, the same way: on PoCL 250x258x130 ran 0.38 ms staged, 0.13 so; 64x1020x1000
+1.76 -> 0.68). Y along N shorter than a vector is staged as on GPUs; both operands
+K-contiguous (``x @ W.T``) have each output of the tile accumulate a vector along K, its lanes
+summed after the loop (``Tiles.dot``). A product of
 fewer than 4 rows (GEMV-like, bound by reading Y) takes all of them in one tile, its columns
 spread over at least 2 groups a compute unit.
 An f32 or f16 product with M or N at most 32 takes a tile that short and 128 long, K split
@@ -98,6 +102,7 @@ from accy.kernels.ir import (
     VectorLoad,
     VectorLoadAt,
     VectorStore,
+    VectorStoreAt,
     add,
     all_of,
     div,
@@ -213,10 +218,15 @@ class _Builder:
         knows the step is inside K, and the tile inside the operand where :meth:`whole`."""
         lanes = lanes or s.lanes
         f, k = add(f0, rf), add(kt, rk)
+        overlap = self.t.overlap and s is self.sy and lanes > 1
+        if overlap:  # the row's last vector moved back to end at N (Tiles.overlap)
+            f = Call("min", (f, idx(s.extent - lanes)))
         at = add(s.base, add(mul(f, idx(s.free_stride)), mul(k, idx(s.k_stride))))
-        value = Load(s.arg, at) if lanes == 1 else VectorLoad(s.arg, div(at, lanes), lanes)
+        value = (Load(s.arg, at) if lanes == 1 else VectorLoadAt(s.arg, at, lanes) if overlap
+                 else VectorLoad(s.arg, div(at, lanes), lanes))
         guard = all_of(([Bin("<", f, idx(s.extent))]
-                        if s.extent % s.tile and not (inside and self.whole(s)) else [])
+                        if s.extent % s.tile and not (inside and self.whole(s)) and not overlap
+                        else [])
                        + ([Bin("<", k, idx(self.c.k.size))] if self.k_guard and not inside
                           else []))
         return value if guard is None else Cond(guard, value, self.zero(lanes))
@@ -351,7 +361,7 @@ class _Builder:
         # streamed: both operands or neither (one staged keeps the barriers; streaming the
         # other then gained or lost by shape), Y as whole vectors along N, not prefetched
         self.stream = (t.stream and not t.prefetch and dt is c.dtype
-                       and self.sy.mode == "free" and self.sy.lanes % t.vn == 0)
+                       and self.sy.mode == "free" and (self.sy.lanes % t.vn == 0 or t.overlap))
         if (t.dot and t.stream and dt is c.dtype and self.chunks == 1
                 and dot_lanes(c, t.dot) == t.dot):
             self.stores(self.dot_product(m0, n0, bases), m0, n0, tx, ty, bcoords, bases["out"])
@@ -488,8 +498,13 @@ class _Builder:
         vector = (t.vn > 1 and c.n.out == 1 and c.n.size % t.vn == 0 and c.m.out % t.vn == 0
                   and all(d.out % t.vn == 0 for d in c.batch)
                   and (self.chunk is None or self.epi.given.type.size % t.vn == 0))
-        cols = [self.let(f"col{w}", add(n0, add(idx(w * t.wx * t.vn), mul(tx, idx(t.vn)))))
-                for w in range(t.sn)]
+        # Tiles.overlap: each vector's columns inside N (the last of a row moved back), stored
+        # unaligned where the output's rows run along N
+        unaligned = t.overlap and c.n.out == 1 and self.chunk is None
+        vector = vector or unaligned
+        cols = [add(n0, add(idx(w * t.wx * t.vn), mul(tx, idx(t.vn)))) for w in range(t.sn)]
+        cols = [self.let(f"col{w}", Call("min", (col, idx(c.n.size - t.vn))) if t.overlap
+                         else col) for w, col in enumerate(cols)]
         whole = (vector and self.cpu and not plain
                  and vector_epilogue.accepts(values, self.epi.given, self.epi.inside, t.vn))
         counter = 0
@@ -525,7 +540,11 @@ class _Builder:
                             lanes[o].append(self.epi.value(node, coords))
                     counter = em.counter
                     body: list[Stmt] = list(em.scopes[0].body)
-                    if vector:
+                    if unaligned:
+                        body += [VectorStoreAt(names[o], at, dt, tuple(vals))
+                                 for o, vals in enumerate(lanes)]
+                        guard = all_of(row_ok)
+                    elif vector:
                         body += [VectorStore(names[o], div(at, t.vn), dt, tuple(vals))
                                  for o, vals in enumerate(lanes)]
                         guard = all_of(row_ok + ([Bin("<", cols[w], idx(c.n.size))]

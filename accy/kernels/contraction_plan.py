@@ -207,6 +207,10 @@ class Tiles:
     split: int = 1  # K split over this many work-groups per tile, partials summed by a 2nd kernel
     stream: bool = False  # operands read from global memory where used, not local tiles (CPUs)
     dot: int = 0  # streamed along K in vectors this wide, each output's lanes summed at the end
+    # streamed Y rows that are no whole vectors (CPUs): Y's vectors and the outputs' loaded
+    # and stored unaligned, the last of a row moved back to end at N (overlapping the one
+    # before: the columns they share computed twice, the same way, and stored twice)
+    overlap: bool = False
 
     @property
     def bm(self) -> int:
@@ -397,7 +401,12 @@ def _cpu_tiles(c: Contraction, target: TargetProfile) -> Tiles:
     native = min(widest, 1 << max(0, (c.n.size - 1).bit_length()))  # narrow N: fewer lanes
     fit = _streamed_lanes(c, native)
     stream = fit > 0 and (fit >= native // 2 or c.m.size < 4)
-    lanes = fit if stream else native
+    # Y along N in rows that give no aligned vectors of half the width: streamed all the same,
+    # unaligned, the last vector of a row overlapping the one before it (Tiles.overlap)
+    overlap = (not stream and native > 1 and c.n.y == 1 and c.n.size >= native
+               and c.dtype in FLOATS and c.n.size % native > 0)
+    stream = stream or overlap
+    lanes = native if overlap else fit if stream else native
     budget = 24 if target.native_vector_bytes >= 64 else 12
     # fewer than 4 rows (GEMV-like, bound by reading Y): all rows in one tile, at most
     # STREAM_VECTORS columns (vectors or single) a work-item, so that they make at least 2
@@ -443,7 +452,8 @@ def _cpu_tiles(c: Contraction, target: TargetProfile) -> Tiles:
     # with zeros) split K into equal steps, streamed ones peel the rest one at a time
     steps = -(-c.k.size // 64)
     bk = min(64, -(-c.k.size // 4) * 4) if stream else -(-c.k.size // (4 * steps)) * 4
-    return Tiles(1, items(tm), vm, tm // vm, lanes, sn, bk, 4, vector=lanes, stream=stream)
+    return Tiles(1, items(tm), vm, tm // vm, lanes, sn, bk, 4, vector=lanes, stream=stream,
+                 overlap=overlap)
 
 
 def choose_tiles(c: Contraction, target: TargetProfile) -> Tiles:

@@ -196,9 +196,10 @@ def test_cpu_tiles_use_the_native_vector_width_and_waste_least():
     assert (t.vm * t.sm, t.sn * t.vn, t.wy) == (6, 64, 4)
     t = tiles_for("ik,kj->ij", [(1024, 1024), (1024, 1024)], AVX2)
     assert t.vn == 8 and (t.vm * t.sm) * t.sn == 12  # 12 accumulators for 16 registers
-    # staged tiles (rows of 258: no vectors to stream) split K = 130 into three steps of 44,
-    # not 64 + 64 + 2 padded to 64 (PoCL: 0.47 -> 0.37 ms); streamed ones peel the tail
-    staged = tiles_for("ik,kj->ij", [(250, 130), (130, 258)], AVX512)
+    # staged tiles (rows of 12: shorter than a vector) split K = 130 into three steps of 44,
+    # not 64 + 64 + 2 padded to 64 (PoCL, 250x258x130 staged: 0.47 -> 0.37 ms); streamed
+    # ones peel the tail
+    staged = tiles_for("ik,kj->ij", [(250, 130), (130, 12)], AVX512)
     assert (staged.stream, staged.bk) == (False, 44)
     assert tiles_for("ik,kj->ij", [(250, 130), (130, 256)], AVX512).bk == 64
     matvec = tiles_for("ik,k->i", [(64, 32), (32,)], AVX512)  # i is N: M = 1
