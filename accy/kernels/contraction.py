@@ -40,14 +40,10 @@ register-block shape that pads least. There the operands are not copied to local
 read where the outer products use them (``Tiles.stream``): X a row (or a vector of rows, where
 M is contiguous) at a time, Y as vectors along N; no local memory and no barriers, which on
 PoCL cost more than the caches they stand in for; K past the last whole step is taken one index
-at a time after the steps, not by a guard on every load. Y's rows along N that give no aligned
-vectors of half the native width (N = 258) are streamed all the same (``Tiles.overlap``): Y's
-vectors and the outputs' loaded and stored unaligned, the last vector of a row moved back to
-end at N, so it overlaps the one before and every load stays inside Y (their shared columns are
-computed twice, the same way: on PoCL 250x258x130 ran 0.38 ms staged, 0.13 so; 64x1020x1000
-1.76 -> 0.68). Y along N shorter than a vector is staged as on GPUs; both operands
-K-contiguous (``x @ W.T``) have each output of the tile accumulate a vector along K, its lanes
-summed after the loop (``Tiles.dot``). A product of
+at a time after the steps, not by a guard on every load. Y rows of no whole vectors stream
+unaligned, each row's last vector moved back to end at N (``Tiles.overlap``); rows shorter
+than a vector are staged as on GPUs; with both operands K-contiguous (``x @ W.T``) each output
+accumulates a vector along K, its lanes summed after the loop (``Tiles.dot``). A product of
 fewer than 4 rows (GEMV-like, bound by reading Y) takes all of them in one tile, its columns
 spread over at least 2 groups a compute unit.
 An f32 or f16 product with M or N at most 32 takes a tile that short and 128 long, K split
@@ -498,9 +494,7 @@ class _Builder:
         vector = (t.vn > 1 and c.n.out == 1 and c.n.size % t.vn == 0 and c.m.out % t.vn == 0
                   and all(d.out % t.vn == 0 for d in c.batch)
                   and (self.chunk is None or self.epi.given.type.size % t.vn == 0))
-        # Tiles.overlap: each vector's columns inside N (the last of a row moved back), stored
-        # unaligned where the output's rows run along N
-        unaligned = t.overlap and c.n.out == 1 and self.chunk is None
+        unaligned = t.overlap and c.n.out == 1 and self.chunk is None  # (Tiles.overlap)
         vector = vector or unaligned
         cols = [add(n0, add(idx(w * t.wx * t.vn), mul(tx, idx(t.vn)))) for w in range(t.sn)]
         cols = [self.let(f"col{w}", Call("min", (col, idx(c.n.size - t.vn))) if t.overlap
@@ -540,15 +534,12 @@ class _Builder:
                             lanes[o].append(self.epi.value(node, coords))
                     counter = em.counter
                     body: list[Stmt] = list(em.scopes[0].body)
-                    if unaligned:
-                        body += [VectorStoreAt(names[o], at, dt, tuple(vals))
-                                 for o, vals in enumerate(lanes)]
-                        guard = all_of(row_ok)
-                    elif vector:
-                        body += [VectorStore(names[o], div(at, t.vn), dt, tuple(vals))
+                    if vector:
+                        body += [VectorStoreAt(names[o], at, dt, tuple(vals)) if unaligned else
+                                 VectorStore(names[o], div(at, t.vn), dt, tuple(vals))
                                  for o, vals in enumerate(lanes)]
                         guard = all_of(row_ok + ([Bin("<", cols[w], idx(c.n.size))]
-                                               if c.n.size % t.bn else []))
+                                               if c.n.size % t.bn and not unaligned else []))
                     else:
                         guard = all_of(row_ok)
                         for lane in range(t.vn):
