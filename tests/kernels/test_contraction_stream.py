@@ -114,6 +114,11 @@ def test_streamed_kernels_have_no_local_tiles_or_barriers(cpu, profiles):
     assert "y_tile" in staged.kernel_source(0)
 
 
+def operand_shapes(form: str, size: dict[str, int]) -> list[tuple[int, ...]]:
+    """The shapes of an einsum ``form``'s two operands at letter sizes ``size``."""
+    return [tuple(size[c] for c in side) for side in form.split("->")[0].split(",")]
+
+
 @st.composite
 def streamed(draw):
     """A product that streams: plain, X transposed, batched, or Y shared by a batch of X; N a
@@ -124,8 +129,7 @@ def streamed(draw):
     n = (draw(st.integers(2, 100)) if rows < 4
          else draw(st.sampled_from([8, 16])) * draw(st.integers(1, 12)))
     size = {"i": m, "k": k, "j": n, "b": b}
-    x, y = form.split("->")[0].split(",")
-    return form, [tuple(size[c] for c in x), tuple(size[c] for c in y)]
+    return form, operand_shapes(form, size)
 
 
 def run_and_compare(device, target, spec: str, shapes, relu: bool, *markers: str) -> None:
@@ -160,8 +164,7 @@ def overlapping(draw):
     m, k, b = draw(st.integers(4, 40)), draw(st.integers(2, 150)), draw(st.integers(1, 3))
     n = draw(st.integers(17, 300).filter(lambda v: v % 8))  # (a multiple of 8: aligned)
     size = {"i": m, "k": k, "j": n, "b": b}
-    x, y = form.split("->")[0].split(",")
-    return form, [tuple(size[c] for c in x), tuple(size[c] for c in y)]
+    return form, operand_shapes(form, size)
 
 
 @settings(max_examples=25, deadline=None)
@@ -210,8 +213,7 @@ def dots(draw):
     m, b = draw(st.integers(1, 20)), draw(st.integers(1, 3))
     k = draw(st.one_of(st.integers(128, 480), st.integers(8, 30).map(lambda v: 16 * v)))
     size = {"i": m, "k": k, "j": draw(st.integers(1, 70)), "b": b}
-    x, y = form.split("->")[0].split(",")
-    return form, [tuple(size[c] for c in x), tuple(size[c] for c in y)]
+    return form, operand_shapes(form, size)
 
 
 @settings(max_examples=20, deadline=None)
