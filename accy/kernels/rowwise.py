@@ -329,7 +329,7 @@ class _RowBuilder:
         em, lanes = self.em, self.shape.lanes
         count = min(reduction.CPU_ACCUMULATORS, self.shape.units)
         maxima = reduction.vector_accumulators(em, self.dtype, lanes, self.const(-np.inf), count)
-        self.stream(maxima, self.maxf)
+        self.stream(maxima, lambda acc, v, _: self.maxf(acc, v))
         shift = self.shift_of(reduction.vector_fold(em, maxima, self.maxf, self.dtype, lanes))
         sums = reduction.vector_accumulators(em, self.dtype, lanes, self.const(0.0), count)
 
@@ -344,16 +344,14 @@ class _RowBuilder:
         self.stream(sums, lambda acc, v, u: self.addf(acc, exp(v, u)))
         return shift, reduction.vector_fold(em, sums, self.addf, self.dtype, lanes)
 
-    def stream(self, accs: list[str], f: Callable[..., Expr]) -> None:
-        """``acc = f(acc, vector)`` over the row's vectors, the accumulators in turn (``f``
-        of three arguments also gets the vector's unit)."""
+    def stream(self, accs: list[str], f: Callable[[Expr, Expr, Expr], Expr]) -> None:
+        """``acc = f(acc, vector, its unit)`` over the row's vectors, the accumulators in
+        turn."""
         units, step = self.shape.units, len(accs)
         whole = units // step * step
-        three = f.__code__.co_argcount == 3
 
         def update(acc: str, u: Expr) -> None:
-            v = self.vector(u)
-            self.em.emit(Assign(acc, f(Var(acc), v, u) if three else f(Var(acc), v)))
+            self.em.emit(Assign(acc, f(Var(acc), self.vector(u), u)))
 
         with self.em.strided(idx(0), idx(whole), step) as k:
             for j, acc in enumerate(accs):
