@@ -2,8 +2,8 @@
 
 A first kernel copies K transposed into scratch memory, ``Kt[batch, feature, key]``, the
 keys padded with zeros to a multiple of the vector width ``lanes``: a work-item stores one
-vector of it, work-groups of up to ``TRANSPOSE_ITEMS`` (with one element a work-item and
-one a work-group, 8 x 256 x 64 took 1.15 ms on PoCL, 2 cores; now 0.12). The second takes
+vector of it, work-groups of up to ``TRANSPOSE_ITEMS`` (one element a work-item and one a
+work-group cost PoCL a launch an element). The second takes
 ``rows`` queries of one batch per work-item (no local memory, no barriers: a CPU core runs
 a work-item's loop straight through). For each block of ``lanes`` keys, each query's scores
 are one vector: a fused multiply-add of the query's feature (a broadcast scalar) with a row

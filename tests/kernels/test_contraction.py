@@ -191,14 +191,13 @@ def test_cpu_tiles_use_the_native_vector_width_and_waste_least():
     # 8x48 would pad 64 columns to 96, 6x64 in groups of 4 work-items 64 rows to 72
     assert (t.vm * t.sm, t.sn, t.wy) == (4, 4, 4)
     t = tiles_for("ik,kj->ij", [(256, 1024), (1024, 256)], AVX512)
-    # 8x48 pads 256 columns to 288 and 12x32 in groups of 4 work-items 256 rows to 288 (PoCL,
-    # 2 cores: 1.2 ms against 0.76 for 6x64, whose groups of 24 rows pad them to 264)
+    # 8x48 pads 256 columns to 288 and 12x32 in groups of 4 work-items 256 rows to 288; 6x64's
+    # groups of 24 rows pad them to 264 (as timed on PoCL: papers/kernels.md)
     assert (t.vm * t.sm, t.sn * t.vn, t.wy) == (6, 64, 4)
     t = tiles_for("ik,kj->ij", [(1024, 1024), (1024, 1024)], AVX2)
     assert t.vn == 8 and (t.vm * t.sm) * t.sn == 12  # 12 accumulators for 16 registers
     # staged tiles (rows of 12: shorter than a vector) split K = 130 into three steps of 44,
-    # not 64 + 64 + 2 padded to 64 (PoCL, 250x258x130 staged: 0.47 -> 0.37 ms); streamed
-    # ones peel the tail
+    # not 64 + 64 + 2 padded to 64; streamed ones peel the tail
     staged = tiles_for("ik,kj->ij", [(250, 130), (130, 12)], AVX512)
     assert (staged.stream, staged.bk) == (False, 44)
     assert tiles_for("ik,kj->ij", [(250, 130), (130, 256)], AVX512).bk == 64

@@ -45,8 +45,7 @@ def test_cpu_tiles_stream_where_y_gives_vectors_of_half_the_native_width():
     assert (t.stream, t.vn, t.vm * t.sm, t.sn) == (True, 16, 8, 3)
     t = tiles("ik,kj->ij", [(64, 1000), (1000, 1000)])  # 1000 = 8 x 125: float8 columns
     assert (t.stream, t.vn) == (True, 8)
-    # 1020 = 4 x 255: float16 all the same, unaligned, the last of a row overlapping (PoCL,
-    # 2 cores: 1.76 ms staged, 0.68 so)
+    # 1020 = 4 x 255: float16 all the same, unaligned, the last of a row overlapping
     t = tiles("ik,kj->ij", [(64, 1000), (1000, 1020)])
     assert (t.stream, t.vn, t.overlap) == (True, 16, True)
     assert not tiles("ik,kj->ij", [(64, 1000), (1000, 1024)]).overlap
@@ -174,8 +173,7 @@ def test_overlapping_last_vectors_match_numpy(device, cpu, case, relu):
 
 
 def test_a_traced_product_with_rows_of_no_whole_vectors_streams(device, cpu):
-    """N = 258 (PoCL, 2 cores: 250x258x130 0.38 ms staged, 0.13 streamed with the last
-    vector of each row moved back to end at N)."""
+    """N = 258: streamed, the last vector of each row moved back to end at N, not staged."""
     @accy.function
     def dense(x: f32[250, 130], w: f32[130, 258], b: f32[258]):
         return accy.relu(x @ w + b)

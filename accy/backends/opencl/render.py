@@ -96,9 +96,9 @@ HELPERS = {  # the renderer's own functions (MATH_FUNCTIONS, NaN constants), def
                        "vstore_half2((float2)(lo, hi), 0, (__private half*)&u); "
                        "return as_int(u); }",
 }
-# erf on CPU targets (render's ``cpu``): PoCL's erf of a vector is a scalar call a lane (a GELU
-# epilogue of a 256x256x1024 product on 2 cores: 0.9 ms of 2.2; 0.6 -> 0.2 with this); this
-# one is vector code within 1 ulp of float64's erf over f32 on PoCL (tests/backends/
+# erf on CPU targets (render's ``cpu``): PoCL's erf of a vector is a scalar call a lane, most of
+# a GELU epilogue's cost (papers/kernels.md, "Thirty-fifth session"); this one is vector code
+# within 1 ulp of float64's erf over f32 on PoCL (tests/backends/
 # test_erf_cpu.py sweeps it), a polynomial in x^2 times x for |x| up to 0.927734375, else
 # 1 - exp of a polynomial in |x| (N. Juffa's erff), overloaded for float and its vectors;
 # f64 keeps the built-in
