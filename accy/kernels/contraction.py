@@ -106,7 +106,7 @@ from accy.kernels.ir import (
     mod,
     mul,
 )
-from accy.kernels.split_k import Partials, store_targets
+from accy.kernels.split_k import store_targets, summed_here, with_sums
 from accy.plans import FusionGroup, KernelOutline, LaunchGeometry, ScheduleKind
 from accy.target import TargetProfile
 
@@ -131,9 +131,9 @@ class _Side:
 
 class _Builder:
     def __init__(self, group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
-                 einsum: Node, c: Contraction, tiles: Tiles, cpu: bool = False) -> None:
+                 einsum: Node, c: Contraction, tiles: Tiles, target: TargetProfile) -> None:
         self.group, self.outline, self.kind, self.c, self.t = group, outline, kind, c, tiles
-        self.cpu = cpu  # epilogues on whole vectors where they allow it (vector_epilogue)
+        self.target, self.cpu = target, target.device_type == "cpu"  # (cpu: vector_epilogue)
         self.epi = loopnest.EpilogueBuilder(group, outline, einsum)
         self.x_arg = self.epi.arg_of[einsum.srcs[c.x]]
         self.y_arg = self.epi.arg_of[einsum.srcs[1 - c.x]]
@@ -354,6 +354,7 @@ class _Builder:
                     e = add(e, mul(coord, idx(s)))
                 bases[key] = self.let(f"{key}_base", e) if not isinstance(e, Lit) else e
         self.sx, self.sy = self.side("x", bases["x"]), self.side("y", bases["y"])
+        self.out_base = bases["out"]
         # streamed: both operands or neither (one staged keeps the barriers; streaming the
         # other then gained or lost by shape), Y as whole vectors along N, not prefetched
         self.stream = (t.stream and not t.prefetch and dt is c.dtype
@@ -393,9 +394,11 @@ class _Builder:
 
     def kernel(self, groups: int) -> Kernel:
         t = self.t
-        entry = f"{self.outline.entry}_partials" if self.chunks > 1 else self.outline.entry
+        more, added = summed_here(self.group, self.outline, self.epi.given, self.scratch,
+                                  self.chunks, self.c, t, self.target, self.out_base)
+        entry = self.outline.entry + ("_partials" if self.chunks > 1 and not more else "")
         return Kernel(entry, self.outline.work_item, self.kind, self.group.domain,
-                      tuple(self.epi.args + self.out_args), tuple(self.body),
+                      tuple(self.epi.args + self.out_args + added), tuple(self.body + more),
                       LaunchGeometry((self.chunks * groups * t.threads,), (t.threads,)),
                       loopnest.implemented_ops(self.group), fixed_local_size=True)
 
@@ -566,17 +569,14 @@ def _lane_sum(v: Expr, lanes: int) -> Expr:
 def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
           target: TargetProfile, tiles: Tiles | None = None) -> tuple[Kernel, ...]:
     """The tiled kernel of an accepted contraction group (``tiles``: override the heuristic);
-    with K split, the partials kernel and the kernel summing them with the epilogue."""
+    with K split, the partials kernel and the one summing them (:func:`split_k.with_sums`)."""
     found = _form(group)
     if isinstance(found, str):
         raise ValueError(f"tiled-contraction cannot take this group: {found}")
     einsum, form = found
     chosen = tiles or choose_tiles(form, target)
-    b = _Builder(group, outline, kind, einsum, form, chosen, target.device_type == "cpu")
-    first = b.build()
-    if b.chunks == 1:
-        return (first,)
-    return first, Partials(group, outline, einsum, b.scratch, b.chunks).build(kind)
+    b = _Builder(group, outline, kind, einsum, form, chosen, target)
+    return with_sums(b.build(), group, outline, kind, einsum, b.scratch, b.chunks, chosen, target)
 
 
 def _form(group: FusionGroup) -> tuple[Node, Contraction] | str:

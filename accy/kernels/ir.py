@@ -35,8 +35,7 @@ MATH_OPS: dict[str, tuple[int, str]] = {
     "rsqrt": (1, "1 / sqrt(x)"), "sin": (1, "sine"), "cos": (1, "cosine"),
     "tanh": (1, "hyperbolic tangent"), "erf": (1, "error function"),
     "floor": (1, "round down"), "ceil": (1, "round up"), "pow": (2, "x**y"),
-    "fma": (3, "x * y + z, rounded once"),
-    "fabs": (1, "|x| of a float"),
+    "fma": (3, "x * y + z, rounded once"), "fabs": (1, "|x| of a float"),
     "fmax": (2, "float maximum; a NaN operand gives the other (IEEE maxNum)"),
     "fmin": (2, "float minimum; a NaN operand gives the other (IEEE minNum)"),
     "abs": (1, "|x| of an integer (the result may be unsigned: cast it back)"),
@@ -124,7 +123,7 @@ class Call:
 
 
 @dataclass(frozen=True)
-class Cond:
+class Cond:  # c ? a : b
     c: Expr
     a: Expr
     b: Expr
@@ -159,10 +158,8 @@ class Id:
 
 @dataclass(frozen=True)
 class VectorLoad:
-    """``lanes`` consecutive elements of ``buf`` from element ``index * lanes`` (``vloadN``).
-
-    A vector value: bind it with ``Let(..., lanes=N)`` and read its lanes with :class:`Lane`.
-    """
+    """``lanes`` consecutive elements of ``buf`` from element ``index * lanes`` (``vloadN``):
+    a vector value, bound by ``Let(..., lanes=N)``, its lanes read with :class:`Lane`."""
 
     buf: str
     index: Expr  # in units of whole vectors
@@ -205,10 +202,8 @@ VECTOR_LANES = (2, 3, 4, 8, 16)  # the vector widths OpenCL C has
 # statements -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Let:
-    """``const T var = expr;`` (``mutable`` drops the const: an accumulator).
-
-    ``lanes > 1`` declares a vector variable (``float4``), e.g. of a :class:`VectorLoad`.
-    """
+    """``const T var = expr;`` (``mutable`` drops the const: an accumulator); ``lanes > 1``
+    declares a vector variable (``float4``), e.g. of a :class:`VectorLoad`."""
 
     var: str
     dtype: DType
@@ -218,7 +213,7 @@ class Let:
 
 
 @dataclass(frozen=True)
-class Assign:
+class Assign:  # var = expr;
     var: str
     expr: Expr
 
@@ -262,12 +257,14 @@ class AtomicAdd:
     """Add ``value`` to element ``index`` of global buffer ``buf`` of ``dtype`` atomically
     (i32: ``atomic_add``; f32: a compare-and-exchange loop on the value's bits, since OpenCL
     1.2 has no float atomics; i64 and f64 likewise with ``cl_khr_int64_base_atomics``). The
-    order of concurrent adds, hence float rounding, is not fixed."""
+    order of concurrent adds, hence float rounding, is not fixed. ``old`` (i32 only), where
+    named, declares a variable holding the element before the add (a counter's ticket)."""
 
     buf: str
     index: Expr
     value: Expr
     dtype: DType
+    old: str = ""
 
 
 @dataclass(frozen=True)
@@ -295,6 +292,13 @@ class Return:
 class Barrier:
     """A work-group barrier: every work-item of the group waits here, and local memory written
     before it is visible to the whole group after it."""
+
+
+@dataclass(frozen=True)
+class Fence:
+    """A device-scope fence on global memory: what this work-item stored before it is visible
+    to a work-group that sees, by an atomic after it, that it ran (with a counter, the last
+    work-group to arrive reads the others' stores; none waits: no deadlock)."""
 
 
 @dataclass(frozen=True)
@@ -333,7 +337,7 @@ class InlineAsm:
 
 
 Stmt = (Let | Assign | Store | VectorStore | VectorStoreAt | AtomicAdd | For | If | Return | Barrier
-        | LocalArray | InlineAsm)
+        | Fence | LocalArray | InlineAsm)
 
 
 # kernels ----------------------------------------------------------------------------------
@@ -432,7 +436,7 @@ class Kernel:
 
 register(Var, Lit, Bin, Un, Call, Cond, Cast, Load, Id, VectorLoad, VectorLoadAt, Lane, Splat,
          Let, Assign, Store, VectorStore, VectorStoreAt, AtomicAdd, For, If, Return, Barrier,
-         LocalArray, InlineAsm)
+         Fence, LocalArray, InlineAsm)
 
 
 _PER_BODY: dict[tuple[Hashable, int], tuple[tuple[Stmt, ...], Any]] = {}
@@ -462,10 +466,7 @@ def _body_facts(body: tuple[Stmt, ...]) -> tuple[frozenset[DType], bool]:
     found: set[DType] = set()
     atomics64 = False
     for s in walk_stmts(body):
-        if isinstance(s, Let):
-            if s.dtype is not INDEX:
-                found.add(s.dtype)
-        elif isinstance(s, LocalArray):
+        if isinstance(s, LocalArray) or isinstance(s, Let) and s.dtype is not INDEX:
             found.add(s.dtype)
         elif isinstance(s, AtomicAdd) and s.dtype in ATOMICS64:
             atomics64 = True
@@ -473,9 +474,9 @@ def _body_facts(body: tuple[Stmt, ...]) -> tuple[frozenset[DType], bool]:
 
 
 def declared(body: tuple[Stmt, ...]) -> frozenset[str]:
-    """The names ``body`` declares: its lets, local arrays and loop variables."""
-    return frozenset(s.var if isinstance(s, Let | For) else s.name for s in walk_stmts(body)
-                     if isinstance(s, Let | For | LocalArray))
+    """The names ``body`` declares: lets, local arrays, loop variables, atomics' old values."""
+    kept = {Let: "var", For: "var", LocalArray: "name", AtomicAdd: "old"}
+    return frozenset(getattr(s, kept[type(s)]) for s in walk_stmts(body) if type(s) in kept) - {""}
 
 
 def walk_stmts(body: tuple[Stmt, ...]):

@@ -69,13 +69,14 @@ class _Scope:
 class Emitter:
     """Statements in nested scopes, with loop-invariant values placed in outer scopes."""
 
-    def __init__(self) -> None:
+    def __init__(self, tag: str = "") -> None:
         self.scopes = [_Scope(frozenset())]
         self.counter = 0
+        self.tag = tag  # before every name: statements placed among another emitter's
 
     def fresh(self, prefix: str) -> str:
         self.counter += 1
-        return f"{prefix}{self.counter}"
+        return f"{self.tag}{prefix}{self.counter}"
 
     def _home(self, e: Expr) -> _Scope:
         need = free_vars(e)

@@ -8,9 +8,10 @@ targets with tensor cores; ``ieee`` never picks them) and the product is large e
 (:func:`accy.kernels.contraction_plan.analyse`: batched matrix products over strided views,
 elementwise epilogue, reshaped outputs). Where the tiles leave more than half the compute units
 idle over a long K, K is split over work-groups (``MmaTiles.split``,
-:func:`~accy.kernels.mma_plan.split_k`): each sums its chunk into scratch memory and the
-:class:`~accy.kernels.split_k.Partials` kernel (the tiled contraction's too) adds the chunks
-and applies the epilogue.
+:func:`~accy.kernels.mma_plan.split_k`): each sums its chunk into scratch memory, and the last
+of a tile's work-groups to finish adds the chunks and applies the epilogue
+(:func:`accy.kernels.split_k.fused`; where it would read too many partial sums, the
+:class:`~accy.kernels.split_k.Partials` kernel after it does; the tiled contraction's too).
 
 The kernel: a work-group of ``warps_m x warps_n`` warps (``reqd_work_group_size``) computes a
 ``bm x bn`` tile of C (``mma_plan.choose_tiles``: by default 128x128 of 4 warps of 64x64, or
@@ -120,7 +121,7 @@ from accy.kernels.mma_ptx import (
     tf32_registers,
 )
 from accy.kernels.mma_store import Stores
-from accy.kernels.split_k import Partials, chunk_k
+from accy.kernels.split_k import chunk_k, summed_here, with_sums
 from accy.plans import FusionGroup, KernelOutline, LaunchGeometry, ScheduleKind
 from accy.target import TF32_SATFINITE, TargetProfile
 
@@ -260,11 +261,8 @@ class _Builder(Copies, VectorLoads, Stores):
     def kernels(self) -> tuple[Kernel, ...]:
         """The kernel, and with K split the one adding its chunks' partial sums (and applying
         the group's epilogue)."""
-        first = self.build()
-        if self.chunks == 1:
-            return (first,)
-        return first, Partials(self.group, self.outline, self.einsum, self.scratch,
-                               self.chunks).build(self.kind)
+        return with_sums(self.build(), self.group, self.outline, self.kind, self.einsum,
+                         self.scratch, self.chunks, self.t, self.target)
 
     def k_step(self, tiles: MmaTiles) -> int:
         """K a step of the kernel's loop (of ``tiles``): what K chunks are multiples of."""
@@ -352,9 +350,11 @@ class _Builder(Copies, VectorLoads, Stores):
     def kernel(self, groups: int) -> Kernel:
         """The kernel of :attr:`body` over ``groups`` work-groups per K chunk."""
         t = self.t
-        entry = f"{self.outline.entry}_partials" if self.chunks > 1 else self.outline.entry
+        more, added = summed_here(self.group, self.outline, self.einsum, self.scratch,
+                                  self.chunks, self.c, t, self.target, self.bases["out"])
+        entry = self.outline.entry + ("_partials" if self.chunks > 1 and not more else "")
         return Kernel(entry, self.outline.work_item, self.kind, self.group.domain,
-                      tuple(self.epi.args + self.out_args), tuple(self.body),
+                      tuple(self.epi.args + self.out_args + added), tuple(self.body + more),
                       LaunchGeometry((self.chunks * groups * t.threads,), (t.threads,)),
                       loopnest.implemented_ops(self.group), fixed_local_size=True,
                       global_args=(frozenset(self.arg.values()) if self.pipelined

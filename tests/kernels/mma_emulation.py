@@ -98,7 +98,7 @@ def emulated_async(src: str, mode: str) -> str:
     src = _LDSM.sub(lambda m: f"ACCY_LDSM({int(bool(m['trans']))}, {m['buf']}, {m['off']}, "
                     f"{', '.join(m.groups()[1:5])});", src)
     src = _MMA16.sub(lambda m: f"ACCY_EMU_MMA16({', '.join(m.groups())});", src)
-    if "mma.sync" in src or "cvt.rna" in src:
+    if "mma.sync" in src or "cvt.rna" in src or "fence.acq_rel" in src:
         src = emulated(src)
     else:
         assert "asm" not in src, src
@@ -410,6 +410,12 @@ def emulated_wgmma(src: str, mode: str) -> str:
     body = next(i for i in range(at, len(lines)) if lines[i].rstrip().endswith("{"))
     lines.insert(body + 1, "  __local float emu_wa[4][64][16];")
     return emulated_async("\n".join(lines) + "\n", mode)
+
+
+def product_sources(job, emulate) -> list[str]:
+    """``job``'s kernel sources in order, the first (the product's, its K chunks' sums
+    included where it adds them itself) with its PTX emulated by ``emulate``."""
+    return [emulate(job.kernel_source(0)), *map(job.kernel_source, range(1, len(job.kernels)))]
 
 
 def check_f16_product(device, job, source: str | list[str], m: int, n: int, k: int, batch: int,

@@ -115,8 +115,8 @@ def test_results_of_the_einsum_and_its_epilogue_both_written(device, profiles):
 
 
 @pytest.mark.parametrize("spec, shapes, kernels", [
-    ("ik,kj->ij", [(16, 1000), (1000, 300)], 2),  # K split: partials, then their sum
-    ("ik,jk->ij", [(1, 700), (257, 700)], 2),  # a GEMV against x @ W.T, edges along N
+    ("ik,kj->ij", [(16, 1000), (1000, 300)], 2),  # K split: partials, then their sum (no
+    ("ik,jk->ij", [(1, 700), (257, 700)], 2),  # PTX fence); a GEMV against x @ W.T
     ("ik,kj->ij", [(600, 90), (90, 24)], 1),  # N short, K too short to split
 ], ids=["m16", "gemv-bt", "n24"])
 def test_skinny_f16_products_load_halves_on_gpus_without_cl_khr_fp16(device, profiles, spec,

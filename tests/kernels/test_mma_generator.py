@@ -371,12 +371,14 @@ def emulated(src: str) -> str:
     finite TF32, NaN kept), each
     ``mma.sync`` by a work-group-wide exchange of the warp's registers through local memory and the
     products in the PTX layout (every work-item runs the same mma sequence, so the barriers are
-    uniform)."""
+    uniform), the device-scope fence by OpenCL's."""
     src = _CVT.sub(lambda m: f"{m[2]} = (int)accy_emu_tf32(as_uint({m[3]}), {int(bool(m[1]))});",
                    src)
     src = _BIG.sub(lambda m: f"{m[1]} = (int)accy_emu_tf32(as_uint({m[2]}), 1);", src)
     src = _LDS.sub(_lds, src)
     src = _MMA.sub(lambda m: f"ACCY_EMU_MMA({', '.join(m.groups())});", src)
+    src = src.replace('asm volatile("fence.acq_rel.gpu;" ::: "memory");',
+                      "mem_fence(CLK_GLOBAL_MEM_FENCE);")  # (a CPU's threads: enough)
     assert "asm" not in src
     lines = src.splitlines()
     at = next(i for i, line in enumerate(lines) if line.startswith("__kernel"))

@@ -1,7 +1,8 @@
 """K split over work-groups in the tensor-core kernels: where the tiles leave more than half
 the compute units idle over a long K, each group sums one chunk of its tile's K into scratch
-memory and a second kernel (the tiled contraction's ``Partials``) adds the chunks in a fixed
-order and applies the epilogue. Checked on PoCL with the PTX emulated."""
+memory and the last of a tile's groups to finish (or, where it would read too many partial
+sums, a second kernel: the tiled contraction's ``Partials``) adds the chunks in a fixed order
+and applies the epilogue. Checked on PoCL with the PTX emulated, both ways, to the bit."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import dataclasses
 
 import numpy as np
 import pytest
-from mma_emulation import emulated_async, run_kernels
+from mma_emulation import emulated_async, product_sources, run_kernels
 from test_mma_generator import NV, emulated, matmul, prepared
 
+from accy.kernels import split_k
 from accy.kernels.mma_plan import MmaTiles, parse_tiles
 
 try:
@@ -20,6 +22,43 @@ except ImportError:  # the emulation test skips without it
     cl = None
 
 
+@pytest.fixture
+def two_kernels(monkeypatch):
+    """K split always ends in the second kernel (split_k.FUSED off)."""
+    monkeypatch.setattr(split_k, "FUSED", False)
+
+
+def both_ways(monkeypatch, run) -> np.ndarray:
+    """``run(fused)``'s output with K split ending in the product kernel and in a second
+    kernel: the same to the bit (the chunks summed in the same order), returned once."""
+    outs = []
+    for fuse in (True, False):
+        monkeypatch.setattr(split_k, "FUSED", fuse)
+        outs.append(run(fuse))
+    np.testing.assert_array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32))
+    return outs[0]
+
+
+def test_a_tiles_last_group_sums_the_chunks_where_they_are_few(pipe, used):
+    """70x66 over K = 2600 in ten chunks: one kernel whose groups count themselves in a
+    counter a tile, the last summing the chunks; 256x256 over K = 65536 in 66 chunks of
+    128x64 tiles (2 MiB of partial sums a tile): the second kernel sums them."""
+    job = prepared(matmul(70, 66, 2600, epilogue=True), "3xtf32",
+                   dataclasses.replace(NV, compute_units=132), pipe)
+    (kernel,) = job.kernels
+    assert kernel.entry == "einsum_add_relu"
+    scratch = sorted((a.name, a.dtype.value, a.scratch_elems) for a in kernel.args
+                     if a.is_scratch)
+    tiles = kernel.geometry.global_size[0] // kernel.geometry.local_size[0] // 10
+    assert scratch == [("scratch0", "f32", 10 * 70 * 66), ("scratch0_count", "i32", tiles)]
+    src = job.kernel_source(0)
+    assert "int fx_old = atomic_add(&scratch0_count[grp_t], ((int)1));" in src
+    assert src.count('asm volatile("fence.acq_rel.gpu;" ::: "memory");') == 3
+    assert {a.name for a in kernel.args if a.is_output and not a.is_scratch} == {"out0"}
+    assert len(prepared(matmul(256, 256, 65536), "3xtf32", NV, pipe).kernels) == 2
+
+
+@pytest.mark.usefixtures("two_kernels")
 @pytest.mark.parametrize("precision", ["tf32", "3xtf32"])
 def test_long_k_on_few_tiles_splits_k_over_work_groups(precision, pipe, used):
     # 256x256: 8 tiles of 128x64 (or 4 of 128x128, 16 of 64x64) on 132 units: K in 66
@@ -61,23 +100,28 @@ def test_split_is_part_of_the_tiles_text():
 
 @pytest.mark.skipif(cl is None, reason="needs pyopencl")
 @pytest.mark.parametrize("precision", ["tf32", "3xtf32"])
-def test_split_kernels_compute_the_product_in_emulation(device, pipe, used, precision):
+def test_split_kernels_compute_the_product_in_emulation(device, pipe, used, precision,
+                                                        monkeypatch):
     """70x66 (edges in M and N) over K = 2600 on 132 units: ten chunks of 272, the last
-    overhanging K (zeros); the bias + relu epilogue runs in the summing kernel."""
+    overhanging K (zeros); the bias + relu epilogue runs where the chunks are summed."""
     if "Portable Computing Language" not in device.info.platform:
         pytest.skip("the emulation is checked on PoCL")
     m, n, k = 70, 66, 2600
-    job = prepared(matmul(m, n, k, epilogue=True), precision,
-                   dataclasses.replace(NV, compute_units=132), pipe)
-    assert used(job) == {f"mma-{precision}": 1}
-    first, second = job.kernels
-    (scratch,) = [a for a in first.args if a.is_scratch]
-    assert scratch.scratch_elems == 10 * m * n and "k0 = (chunk * 272L)" in job.kernel_source(0)
     rng = np.random.default_rng(2)
     a, b = (rng.uniform(-1, 1, s).astype(np.float32) for s in ((m, k), (k, n)))
     bias = rng.uniform(-1, 1, n).astype(np.float32)
-    sources = [emulated(job.kernel_source(0)), job.kernel_source(1)]  # PTX in the first
-    out = run_kernels(device, job, sources, [a, b, bias], (m, n), np.float32)
+
+    def run(fused: bool) -> np.ndarray:
+        job = prepared(matmul(m, n, k, epilogue=True), precision,
+                       dataclasses.replace(NV, compute_units=132), pipe)
+        assert used(job) == {f"mma-{precision}": 1} and len(job.kernels) == 2 - fused
+        (scratch, *_) = [a for a in job.kernels[0].args if a.is_scratch]
+        assert scratch.scratch_elems == 10 * m * n
+        assert "k0 = (chunk * 272L)" in job.kernel_source(0)
+        return run_kernels(device, job, product_sources(job, emulated), [a, b, bias], (m, n),
+                           np.float32)
+
+    out = both_ways(monkeypatch, run)
     exact = a.astype(np.float64) @ b.astype(np.float64)
     tol = 2e-3 * np.sqrt(k) if precision == "tf32" else 1e-6 * k  # TF32: operands rounded
     np.testing.assert_allclose(out, np.maximum(exact + bias, 0), rtol=0, atol=tol)
@@ -88,7 +132,8 @@ def test_split_cp_async_kernels_of_128x64_tiles_compute_the_product_in_emulation
         device, pipe, used, experiment_script, mode):
     """The cp.async pipeline with K split: 200x100 (edges in M and N) over K = 2601 in three
     chunks of 880, the last ending inside its last K step (its guarded issue), the others'
-    steps issued from the hoisted addresses offset by the chunk's K; 128x64 tiles."""
+    steps issued from the hoisted addresses offset by the chunk's K; 128x64 tiles (64
+    elements a work-item: a second kernel sums the chunks)."""
     if "Portable Computing Language" not in device.info.platform:
         pytest.skip("the emulation is checked on PoCL")
     from test_mma_pipeline import ASYNC
@@ -102,8 +147,8 @@ def test_split_cp_async_kernels_of_128x64_tiles_compute_the_product_in_emulation
     rng = np.random.default_rng(4)
     a, b = (rng.uniform(-1, 1, s).astype(np.float32) for s in ((m, k), (k, n)))
     bias = rng.uniform(-1, 1, n).astype(np.float32)
-    sources = [emulated_async(job.kernel_source(0), mode), job.kernel_source(1)]
-    out = run_kernels(device, job, sources, [a, b, bias], (m, n), np.float32)
+    out = run_kernels(device, job, product_sources(job, lambda s: emulated_async(s, mode)),
+                      [a, b, bias], (m, n), np.float32)
     exact = a.astype(np.float64) @ b.astype(np.float64)
     np.testing.assert_allclose(out, np.maximum(exact + bias, 0), rtol=0, atol=1e-6 * k)
 
@@ -121,6 +166,7 @@ def test_tiles_padding_the_product_much_are_passed_over(pipe, used):
     assert wide.kernels[0].geometry.global_size == (16 * 16 * 2 * 128,)  # 128x64 tiles
 
 
+@pytest.mark.usefixtures("two_kernels")
 def test_bench_mma_rebuilds_a_job_with_split_tiles(pipe, used, experiment_script):
     """``bench_mma --tiles ...:split=N``: the rebuilt job holds both kernels (the chunks' and
     the summing one), its scratch sized for N chunks."""
@@ -135,6 +181,7 @@ def test_bench_mma_rebuilds_a_job_with_split_tiles(pipe, used, experiment_script
     assert [a.name for a in second.args if a.is_scratch] == [scratch.name]  # sums the chunks
 
 
+@pytest.mark.usefixtures("two_kernels")
 def test_bench_mma_rebuilds_a_split_job_once(pipe, used, experiment_script):
     """A job the heuristic split already has two kernels of one work item: rebuilt with other
     tiles it has the new tiles' kernels only (it had both pairs, every product computed twice)."""

@@ -15,7 +15,13 @@ import shutil
 
 import numpy as np
 import pytest
-from mma_emulation import check_f16_product, emulated_wgmma, one_line, run_kernels
+from mma_emulation import (
+    check_f16_product,
+    emulated_wgmma,
+    one_line,
+    product_sources,
+    run_kernels,
+)
 from test_mma_generator import prepared as prepare
 from test_mma_pipeline import matmul16
 from test_wgmma import _NVPTX_BUILTINS, HOPPER, assembled
@@ -279,7 +285,7 @@ def test_register_a_kernels_split_k_in_emulation(device, pipe, used, monkeypatch
     assert used(job) == {"wgmma-f16": 1} and ("@@TMA" in job.kernel_source(0)) == by_tma
     tiles = -(-m // 128) * -(-n // 128)
     assert job.kernels[0].geometry.global_size == (256 * tiles * chunks,)
-    sources = [emulated_wgmma(job.kernel_source(0), "deferred"), job.kernel_source(1)]
+    sources = product_sources(job, lambda s: emulated_wgmma(s, "deferred"))
     check_f16_product(device, job, sources, m, n, k, 0, bias, seed=4)
     # the last chunk's A loads past K are guarded: row 0 never reads row 1's first halves
     a = np.zeros((m, k), np.float16)
@@ -328,14 +334,13 @@ def test_k_split_over_work_groups_in_emulation(device, pipe, used, monkeypatch, 
     monkeypatch.setitem(wgmma_ss.RATES, tma.F16, {(2, 128, 3): (2.0, 2.0)})
     target = dataclasses.replace(ROOMY_H200, compute_units=8)
     job = prepare(matmul16(m, n, k, batch, bias, b_transposed=bt), "ieee", target, pipe)
-    product, partials = job.kernels
+    product, partials = job.kernels  # (a tile's 64 elements a work-item: not split_k.fused)
     assert used(job) == {"wgmma-f16": 1} and "@@SSTEP128" in job.kernel_source(0)
     assert product.entry.endswith("_partials") and "scratch0" in [a.name for a in partials.args]
     groups = chunks * max(batch, 1) * -(-n // 128)
     assert product.geometry.global_size == (256 * groups,)
-    check_f16_product(device, job, [emulated_wgmma(job.kernel_source(0), "eager"),
-                                    job.kernel_source(1)], m, n, k, batch, bias, seed=3,
-                      b_transposed=bt)
+    check_f16_product(device, job, product_sources(job, lambda s: emulated_wgmma(s, "eager")),
+                      m, n, k, batch, bias, seed=3, b_transposed=bt)
 
 
 @pytest.mark.skipif(cl is None, reason="needs pyopencl")

@@ -44,6 +44,7 @@ from accy.kernels.ir import (
     Cast,
     Cond,
     Expr,
+    Fence,
     For,
     Id,
     If,
@@ -216,10 +217,11 @@ class _Half:
     """What rendering f16 needs: the f16 buffers and variables, and the rounding helpers used;
     and the arrays a vector may be read from or written to through a vector pointer."""
 
-    def __init__(self, buffers: frozenset[str], aligned: Views = (), cpu: bool = False
-                 ) -> None:
+    def __init__(self, buffers: frozenset[str], aligned: Views = (), cpu: bool = False,
+                 ptx: bool = False) -> None:
         self.buffers = buffers  # f16 kernel arguments (``half*``)
         self.cpu = cpu  # a CPU target: erf as the vector helper ``accy_erf``
+        self.ptx = ptx  # a target running inline PTX: Fence as PTX's (device scope)
         # arrays whose base is aligned to any vector: (name, address space, element type, bytes)
         self.aligned = {name: (space, dtype, align) for name, space, dtype, align in aligned}
         self.local: set[str] = set()  # f16 local arrays (``float``, holding f16 values)
@@ -478,11 +480,13 @@ def stmts(body: tuple[Stmt, ...], indent: str, half: _Half | None = None) -> lis
                 half.check_store(buf, dtype)
                 store, vec = _vector_store(buf, dtype, values, half)
                 out.append(f"{indent}{store}({vec}, 0, {buf} + {expr(at, half)});")
-            case AtomicAdd(buf, index, value, dtype):
-                if dtype not in ATOMIC_ADD:
+            case AtomicAdd(buf, index, value, dtype, old):
+                if dtype not in ATOMIC_ADD or old and dtype is not DType.i32:
                     raise TypeError(f"no atomic add of {dtype.value} (only "
-                                    f"{', '.join(d.value for d in ATOMIC_ADD)})")
-                out.append(f"{indent}{ATOMIC_ADD[dtype]}(&{buf}[{expr(index, half)}], "
+                                    f"{', '.join(d.value for d in ATOMIC_ADD)}; keeping the "
+                                    "old value, i32)")
+                keep = f"int {old} = " if old else ""
+                out.append(f"{indent}{keep}{ATOMIC_ADD[dtype]}(&{buf}[{expr(index, half)}], "
                            f"{expr(value, half)});")
             case For(var, start, stop, body_, step):
                 out.append(f"{indent}for (long {var} = {expr(start, half)}; {var} < "
@@ -500,6 +504,10 @@ def stmts(body: tuple[Stmt, ...], indent: str, half: _Half | None = None) -> lis
                 out.append(f"{indent}return;")
             case Barrier():
                 out.append(f"{indent}barrier(CLK_LOCAL_MEM_FENCE);")
+            case Fence() if half.ptx:  # NVIDIA's mem_fence is membar.cta (work-group scope)
+                out.append(f'{indent}asm volatile("fence.acq_rel.gpu;" ::: "memory");')
+            case Fence():
+                out.append(f"{indent}mem_fence(CLK_GLOBAL_MEM_FENCE);")
             case LocalArray(name, dtype, size, align):
                 if dtype is DType.f16:
                     half.local.add(name)
@@ -518,7 +526,8 @@ def stmts(body: tuple[Stmt, ...], indent: str, half: _Half | None = None) -> lis
     return out
 
 
-def _render_body(body: tuple, halves: frozenset[str], args: Views, cpu: bool = False):
+def _render_body(body: tuple, halves: frozenset[str], args: Views, cpu: bool = False,
+                 ptx: bool = False):
     """(atomic dtypes, whether inline assembly, helper lines, body lines) of a kernel body
     whose f16 arguments are ``halves`` and other arguments ``args``: what :func:`render` needs
     of the body, made once per body object (:func:`accy.kernels.ir.per_body`)."""
@@ -528,7 +537,7 @@ def _render_body(body: tuple, halves: frozenset[str], args: Views, cpu: bool = F
             atomics.add(s.dtype)
         elif isinstance(s, InlineAsm):
             asm = True
-    half = _Half(halves, args, cpu)
+    half = _Half(halves, args, cpu, ptx)
     lines = stmts(body, "  ", half)
     return frozenset(atomics), asm, tuple(half.helpers()), tuple(lines)
 
@@ -556,8 +565,10 @@ def render(kernel: Kernel, target: TargetProfile | None = None) -> str:
     # erf through accy_erf on CPUs, but in f64 kernels (its overloads are float's)
     cpu = (target is not None and target.device_type == "cpu"
            and DType.f64 not in kernel.dtypes)
-    atomics, asm, helpers, body = per_body(("opencl", halves, args, cpu), kernel.body,
-                                           lambda: _render_body(kernel.body, halves, args, cpu))
+    ptx = target is not None and bool(target.tensor_cores)
+    atomics, asm, helpers, body = per_body(
+        ("opencl", halves, args, cpu, ptx), kernel.body,
+        lambda: _render_body(kernel.body, halves, args, cpu, ptx))
     if asm and target is not None and not target.tensor_cores:
         raise CapabilityMismatchError(
             f"{kernel.entry} holds inline PTX (InlineAsm), which the OpenCL renderer emits only "
