@@ -87,6 +87,7 @@ from accy.backends.opencl.device_array import DeviceArray
 from accy.backends.registry import open_device
 from accy.experiments.records import provenance, write_json
 from accy.ir.types import DType
+from accy.kernels import split_k
 from accy.passes.spec import parse_pipeline
 from accy.target import PRECISIONS, TargetProfile, resolve_precision
 
@@ -168,6 +169,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--disable", default="",
                    help="accy's kernel generators to switch off, comma-separated (e.g. "
                    "mma-attention-f16: f16 attention on wgmma-attention-f16 instead)")
+    p.add_argument("--split-sums", choices=("kernel", "fixup"), default=None,
+                   help="K split's partial sums added by a second kernel, or in the product "
+                        "kernel by each tile's last work-group where split_k.fused allows "
+                        "(default: accy's, split_k.FUSED)")
     p.add_argument("--no-torch", action="store_true", help="time accy only")
     p.add_argument("--no-calibration", action="store_true",
                    help="skip the timer calibration (no net times)")
@@ -362,6 +367,16 @@ def print_table(rows: list[dict[str, Any]], summary: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
+    kept = split_k.FUSED
+    if args.split_sums is not None:
+        split_k.FUSED = args.split_sums == "fixup"
+    try:
+        return run(args, argv)
+    finally:
+        split_k.FUSED = kept
+
+
+def run(args: argparse.Namespace, argv: list[str] | None) -> dict[str, Any]:
     runtime, target = open_device(args.device)
     info = runtime.info
     policies = ("tf32", "3xtf32") if args.tf32 else args.policies
@@ -402,6 +417,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "benchmark": "bench_gpu", "size": args.size, "repeat": args.repeat,
         "policies": list(policies), "tf32": args.tf32, "compile_mode": args.compile_mode,
         "disable": args.disable, "held_out": args.held_out, "seed": args.seed,
+        "split_sums": "fixup" if split_k.FUSED else "kernel",
         "rows": rows, "summary": summary, "calibration": calibration,
         "accy_device": {"key": info.key, "platform": info.platform, "name": info.name,
                         "driver": info.driver_version, "compute_units": info.compute_units,

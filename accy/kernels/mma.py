@@ -8,10 +8,10 @@ targets with tensor cores; ``ieee`` never picks them) and the product is large e
 (:func:`accy.kernels.contraction_plan.analyse`: batched matrix products over strided views,
 elementwise epilogue, reshaped outputs). Where the tiles leave more than half the compute units
 idle over a long K, K is split over work-groups (``MmaTiles.split``,
-:func:`~accy.kernels.mma_plan.split_k`): each sums its chunk into scratch memory, and the last
-of a tile's work-groups to finish adds the chunks and applies the epilogue
-(:func:`accy.kernels.split_k.fused`; where it would read too many partial sums, the
-:class:`~accy.kernels.split_k.Partials` kernel after it does; the tiled contraction's too).
+:func:`~accy.kernels.mma_plan.split_k`): each sums its chunk into scratch memory and the
+:class:`~accy.kernels.split_k.Partials` kernel (the tiled contraction's too) adds the chunks
+and applies the epilogue, or with :data:`accy.kernels.split_k.FUSED` the last of a tile's
+work-groups to finish does (:func:`accy.kernels.split_k.fused`).
 
 The kernel: a work-group of ``warps_m x warps_n`` warps (``reqd_work_group_size``) computes a
 ``bm x bn`` tile of C (``mma_plan.choose_tiles``: by default 128x128 of 4 warps of 64x64, or

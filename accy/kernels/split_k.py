@@ -1,8 +1,8 @@
 """Split K, shared by the tiled and tensor-core contractions: where a product kernel stores
 (the group's outputs, or one K chunk's partial sums in scratch memory), and what sums the
 chunks in a fixed order (deterministic) and applies the group's epilogue: a second kernel,
-or (:func:`fused`) the last of a tile's work-groups to finish, in the product kernel itself
-(:meth:`Partials.fixup`; the sums and so the results are the same to the bit)."""
+or (:data:`FUSED`, :func:`fused`) the last of a tile's work-groups to finish, in the product
+kernel itself (:meth:`Partials.fixup`; the sums and so the results are the same to the bit)."""
 
 from __future__ import annotations
 
@@ -43,13 +43,15 @@ from accy.kernels.ir import (
 from accy.plans import FusionGroup, KernelOutline, ScheduleKind
 from accy.target import TargetProfile
 
-# K split ends in the product kernel (the last work-group of a tile sums the chunks) where
+# K split may end in the product kernel (the last work-group of a tile sums the chunks) where
 # each of that work-group's work-items sums at most FIXUP_ITEMS elements of the tile, UNROLL
 # at a time (their loads issued before their stores), from at most FIXUP_BYTES of partial
 # sums, and the target's fence reaches other work-groups; else in a second kernel, which
-# spreads the sums over every compute unit (papers/kernels.md, "Thirty-sixth session").
-# FUSED off: a second kernel always (ablations, A/B runs).
-FUSED = True
+# spreads the sums over every compute unit. FUSED (bench_gpu --split-sums fixup) turns it on:
+# off until this form is timed on a GPU (a first form, a loop of one element a work-item at a
+# time, lost to the second kernel on mma-f16's skinny tiles and won on the tiled
+# contraction's: papers/kernels.md, "Thirty-sixth session").
+FUSED = False
 FIXUP_ITEMS = 32
 FIXUP_BYTES = 256 * 1024
 UNROLL = 8

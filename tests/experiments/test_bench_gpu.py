@@ -20,11 +20,28 @@ def bench(experiment_script):
 
 
 def test_bench_gpu_smoke(bench, device, tmp_path: Path) -> None:
+    from accy.kernels import split_k
+
     out = tmp_path / "g.json"
     names = ["gemm_skinny", "layernorm", "softmax_f16"]
-    result = bench.main(["--size", "small", "--no-torch", "--repeat", "2",
-                         "--programs", ",".join(names), "--out", str(out)])
+    kept = split_k.FUSED
+    seen = []
+    real = bench.run_program
+
+    def spy(*a, **k):
+        seen.append(split_k.FUSED)
+        return real(*a, **k)
+
+    bench.run_program = spy
+    try:  # --split-sums: K split summed the other way while it runs, restored after
+        other = "kernel" if kept else "fixup"
+        result = bench.main(["--size", "small", "--no-torch", "--repeat", "2", "--split-sums",
+                             other, "--programs", ",".join(names), "--out", str(out)])
+    finally:
+        bench.run_program = real
+    assert split_k.FUSED == kept and set(seen) == {not kept}
     data = json.loads(out.read_text())
+    assert data["split_sums"] == other
     assert data == json.loads(json.dumps(result))
     for key in ("versions", "device", "git_commit", "machine", "timestamp", "command",
                 "accy_device", "torch", "rows", "summary"):
@@ -81,6 +98,9 @@ def test_bench_gpu_options_are_checked(bench) -> None:
         "f32", "mma-attention-f16")
     assert "disable=a,b precision=tf32}" in bench.pipeline_text("tf32", "a,b")
     assert bench.parse_args(["--disable", "mma-attention-f16"]).disable == "mma-attention-f16"
+    assert bench.parse_args([]).split_sums is None
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--split-sums", "atomic"])
 
 
 def test_bench_gpu_torch_side_needs_neither_torch_nor_accy(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from test_mma_generator import prepared as prepare
 from test_mma_pipeline import ASYNC, matmul16
 
 from accy.backends.opencl import tensor_cores
+from accy.kernels import split_k
 from accy.kernels.mma_plan import parse_tiles
 
 try:
@@ -167,10 +168,13 @@ def test_bench_mma_sweeps_stages_and_f16(device, experiment_script, tmp_path):
     (160, 8, 300, True, False, 16),  # the mirror: 64 x 16 tiles
 ], ids=["m16-split", "m5", "m20-bt", "n12", "n30-bt", "m8-bt", "n8-bt"])
 def test_skinny_f16_products_on_16_and_32_row_tiles_in_emulation(device, pipe, used, m, n, k,
-                                                                 b_transposed, bias, rows):
+                                                                 b_transposed, bias, rows,
+                                                                 monkeypatch):
     """f16 products with a side of at most 32 run on mma-f16's skinny tiles (the tiled
     contraction's skinny tiles would be bound by their FMAs): the short side in one tile of
-    16 or 32, the long in tiles of 128, K split where the tiles leave units idle."""
+    16 or 32, the long in tiles of 128, K split where the tiles leave units idle, the chunks
+    summed by each tile's last work-group (split_k.fused)."""
+    monkeypatch.setattr(split_k, "FUSED", True)
     if "Portable Computing Language" not in device.info.platform:
         pytest.skip("the emulation is checked on PoCL")
     job = prepare(matmul16(m, n, k, 0, bias, b_transposed), "ieee", ASYNC, pipe)

@@ -1,8 +1,9 @@
 """K split over work-groups in the tensor-core kernels: where the tiles leave more than half
 the compute units idle over a long K, each group sums one chunk of its tile's K into scratch
-memory and the last of a tile's groups to finish (or, where it would read too many partial
-sums, a second kernel: the tiled contraction's ``Partials``) adds the chunks in a fixed order
-and applies the epilogue. Checked on PoCL with the PTX emulated, both ways, to the bit."""
+memory and a second kernel (the tiled contraction's ``Partials``; or with ``split_k.FUSED``,
+where few partial sums are read, the last of a tile's groups to finish) adds the chunks in a
+fixed order and applies the epilogue. Checked on PoCL with the PTX emulated, both ways, to
+the bit."""
 
 from __future__ import annotations
 
@@ -39,10 +40,11 @@ def both_ways(monkeypatch, run) -> np.ndarray:
     return outs[0]
 
 
-def test_a_tiles_last_group_sums_the_chunks_where_they_are_few(pipe, used):
+def test_a_tiles_last_group_sums_the_chunks_where_they_are_few(pipe, used, monkeypatch):
     """70x66 over K = 2600 in ten chunks: one kernel whose groups count themselves in a
     counter a tile, the last summing the chunks; 256x256 over K = 65536 in 66 chunks of
     128x64 tiles (2 MiB of partial sums a tile): the second kernel sums them."""
+    monkeypatch.setattr(split_k, "FUSED", True)
     job = prepared(matmul(70, 66, 2600, epilogue=True), "3xtf32",
                    dataclasses.replace(NV, compute_units=132), pipe)
     (kernel,) = job.kernels

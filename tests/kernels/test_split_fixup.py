@@ -48,6 +48,7 @@ def test_fence_and_counter_render_per_target(profiles):
 
 
 def test_which_products_sum_their_chunks_themselves(profiles, monkeypatch):
+    monkeypatch.setattr(split_k, "FUSED", True)
     gpu = profiles["gpu-tiles"]
     # a GPU whose OpenCL fence is the work-group's (no probe ran PTX): a second kernel
     assert accy.prepare(_program(), target=gpu).kernel_count == 2
@@ -70,6 +71,7 @@ def test_fused_split_matches_the_second_kernel_to_the_bit_over_calls(device, pro
     again (a counter left at its count would never name a last work-group, and the output
     would keep the first call's values)."""
     monkeypatch.setattr(split_k, "device_fence", lambda target: True)  # (PoCL's threads)
+    monkeypatch.setattr(split_k, "FUSED", True)
     gpu = profiles["gpu-tiles"]
     calls = [_inputs(seed) for seed in (1, 2, 3)]
     fused = accy.prepare(_program(), target=gpu)
