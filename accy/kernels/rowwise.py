@@ -19,9 +19,9 @@ maximum when it is finite (by 0 otherwise), so rows of infinities and NaNs come 
 do. On a CPU, rows whose prologue computes on whole vectors
 (:func:`~accy.kernels.reduction.cpu_lanes`) take one work-item each, streaming the row three
 times with ``native_vector_bytes`` loads into independent vector accumulators: the maximum, the
-sum of ``exp(x - shift)``, the outputs (the row stays in cache between passes; a 1024 x 16384
-f32 softmax on PoCL, 2 cores: 11-17 ms, against 70-92 ms with work-groups of 1024 work-items
-per row and 40-55 ms in numpy). A plain f32 softmax (no epilogue) stores each
+sum of ``exp(x - shift)``, the outputs (the row stays in cache between passes: several times
+faster on PoCL than work-groups of 1024 work-items a row, and than numpy; papers/kernels.md,
+"Thirty-fifth session"). A plain f32 softmax (no epilogue) stores each
 ``exp(x - shift)`` in its output in the second pass and the third scales it there
 (:func:`kept_exp`): one ``exp`` an element instead of two, the pass's main cost.
 Cross-entropy writes each row's loss to scratch memory and a second kernel takes their
