@@ -13,7 +13,9 @@ machinery and goes back into a vector through a small local array; keys past the
 output row, the probabilities as one vector ``exp``, and the output row (vectors of
 ``vlanes`` along the value features) accumulated from the rows of V, read in place, of the
 block's keys. The last, partial block is a straight copy of the loop body with its static
-length, so no key past the end is read.
+length, so no key past the end is read. Fusion planning merges an attention into this form
+under ``attention=always``, and under ``auto`` only where its scores would not fit a buffer:
+the three kernels are faster (:func:`accy.passes.dispatch.attention_fusion.pays`).
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from accy.kernels.ir import (
     mod,
     mul,
 )
+from accy.kernels.workgroup import tree
 from accy.plans import LaunchGeometry, ScheduleKind, is_inlined
 
 if TYPE_CHECKING:
@@ -90,14 +93,6 @@ def key_stop_var(b: _Builder, body: list[Stmt], q0: Expr, block: int) -> Var | N
         return None
     end = Call("min", (idx(b.a.nk), Call("max", (add(q0, idx(block + offset)), idx(0)))))
     return b.let(body, "kstop", end)
-
-
-def _tree(terms: list[Expr], f) -> Expr:
-    """``f`` over ``terms`` as a balanced tree (short dependency chains)."""
-    while len(terms) > 1:
-        terms = [f(terms[i], terms[i + 1]) if i + 1 < len(terms) else terms[i]
-                 for i in range(0, len(terms), 2)]
-    return terms[0]
 
 
 _VECTOR_OPS = {Op.MUL: "*", Op.DIV: "/", Op.ADD: "+", Op.SUB: "-"}
@@ -200,7 +195,7 @@ def build(b: _Builder, kind: ScheduleKind) -> tuple[Kernel, Kernel]:
         body.extend(last if kstop is None else [If(Bin(">", kstop, idx(full * w)), tuple(last))])
     for r in range(rows):
         store: list[Stmt] = []
-        total = _tree([Lane(ll[r], i) for i in range(w)], lambda x, y: Bin("+", x, y))
+        total = tree([Lane(ll[r], i) for i in range(w)], lambda x, y: Bin("+", x, y))
         inv = b.let(store, "inv", Bin("/", _f32(1.0), total), f32)
         ob = b.let(store, "ob", b.base(a.out, bcoords, qrows[r]))
         for c in range(a.dv):
@@ -251,7 +246,7 @@ def _block(b: _Builder, out: list[Stmt], jb: Expr, n: int, ins, scratch: KernelA
             out.append(Store("x_tile", idx(r * w + i), x))
     for r in range(rows):
         xv = xs[r] if xs else b.let(out, "xv", VectorLoad("x_tile", idx(r), w), f32, False, w)
-        top = _tree([Lane(xv, i) for i in range(n)], lambda x, y: Call("fmax", (x, y)))
+        top = tree([Lane(xv, i) for i in range(n)], lambda x, y: Call("fmax", (x, y)))
         m_new = b.let(out, "mn", Call("fmax", (m[r], top)), f32)
         shift = b.let(out, "shift", Cond(Call("isfinite", (m_new,)), m_new, _f32(0.0)), f32)
         alpha = b.let(out, "alpha", Call("exp", (Bin("-", m[r], shift),)), f32)

@@ -401,7 +401,7 @@ class _Builder(RegisterCopies, _AttentionBuilder):
             for h in range(2):  # rows g (registers 0, 1) and g + 8 (2, 3)
                 # pairwise, so the maxima's dependent steps are log2 of the registers, not all
                 mine = [x[i, j, r] for j in range(frags) for r in (2 * h, 2 * h + 1)]
-                top = tree(mine, lambda u, w: Call("fmax", (u, w)), lambda e: e)
+                top = tree(mine, lambda u, w: Call("fmax", (u, w)))
                 top = self.quad(out, self.let(out, "top", top, F32),
                                 lambda u, w: Call("fmax", (u, w)))
                 m = self.m[2 * i + h]
@@ -417,7 +417,7 @@ class _Builder(RegisterCopies, _AttentionBuilder):
                 if self.l:  # else the sums are the tensor cores' (value_products)
                     l = self.l[2 * i + h]
                     ps = [p[i, j, r] for j in range(frags) for r in (2 * h, 2 * h + 1)]
-                    total = tree(ps, lambda u, w: Bin("+", u, w), lambda e: e)
+                    total = tree(ps, lambda u, w: Bin("+", u, w))
                     out.append(Assign(l.name, Bin("+", Bin("*", l, alpha), total)))
                 out.append(Assign(m.name, m_new))
                 alphas.append(alpha)

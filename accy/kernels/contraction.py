@@ -20,35 +20,29 @@ its store, through the loop-nest generator's value machinery; an output that res
 einsum or its epilogue (attention's head split ``(s, m) -> (s, h, d)``) is stored at the same
 flat index, as reshapes keep row-major order.
 
-Tile sizes come from :func:`choose_tiles` (chosen by sweeps of ``experiments/
-bench_contraction.py --tiles`` on an H200 and on PoCL): GPUs get 128x128 tiles of 256
-work-items with 8x8 f32 (4x4 f64) outputs each, ``bk`` 16, the next K step prefetched into
-registers (where a work-item's share of a step is a few vectors, or at most
-:data:`PREFETCH_REGISTERS` scalars: rows that are not whole vectors), tile rows swizzled by 8
-(taken once they fill 90% of the compute units, and as a single wave with ``bk`` 32). Large
-tiles that would leave units idle split K instead
-(``Tiles.split``, chunks of at least 512); 64x64 and 32x32 tiles are taken when K is too short
-for that, or larger tiles would pad more than 25%. With K split, each work-group sums one chunk
-of its tile into scratch memory and a second kernel, one work-item per output element, adds the
-chunks in a fixed order and applies the epilogue (the split's measurements: papers/kernels.md,
-"Observations"). A tile
-filled by a transposing copy has its rows padded against local-memory bank conflicts
-(:func:`~accy.kernels.contraction_plan.bank_padding`: 4 f32 or 2 f64 elements on GPUs, none on
-CPUs), which layout-planning reports. CPUs get groups of up to 4 work-items, each with 24 vector
-accumulators (12 without AVX-512-wide registers) as wide as the device prefers, in the
-register-block shape that pads least. There the operands are not copied to local tiles but
-read where the outer products use them (``Tiles.stream``): X a row (or a vector of rows, where
-M is contiguous) at a time, Y as vectors along N; no local memory and no barriers, which on
-PoCL cost more than the caches they stand in for; K past the last whole step is taken one index
-at a time after the steps, not by a guard on every load. Y rows of no whole vectors stream
-unaligned, each row's last vector moved back to end at N (``Tiles.overlap``); rows shorter
-than a vector are staged as on GPUs; with both operands K-contiguous (``x @ W.T``) each output
-accumulates a vector along K, its lanes summed after the loop (``Tiles.dot``). A product of
-fewer than 4 rows (GEMV-like, bound by reading Y) takes all of them in one tile, its columns
-spread over at least 2 groups a compute unit.
-An f32 or f16 product with M or N at most 32 takes a tile that short and 128 long, K split
-until each compute unit has 3 groups (``contraction_plan.skinny``: GEMV-like products stream
-the long operand; f16 read as halves).
+Tile sizes come from :func:`choose_tiles` (sweeps of ``experiments/bench_contraction.py
+--tiles`` on an H200 and on PoCL): GPUs get 128x128 tiles of 256 work-items with 8x8 f32 (4x4
+f64) outputs each, ``bk`` 16, the next K step prefetched into registers (where a work-item's
+share of a step is a few vectors, or at most :data:`PREFETCH_REGISTERS` scalars), tile rows
+swizzled by 8 (once they fill 90% of the compute units; as a single wave with ``bk`` 32). Large
+tiles that would leave units idle split K instead (``Tiles.split``, chunks of at least 512;
+:mod:`accy.kernels.split_k` sums them in a fixed order, with the epilogue); 64x64 and 32x32
+tiles are taken when K is too short for that, or larger tiles would pad more than 25%. Tiles
+filled by a transposing copy have their rows padded against bank conflicts
+(:func:`~accy.kernels.contraction_plan.bank_padding`), which layout-planning reports. CPUs get
+groups of up to 4 work-items, each with 24 vector accumulators (12 without AVX-512-wide
+registers) as wide as the device prefers, in the register-block shape that pads least, the
+operands read where the outer products use them (``Tiles.stream``): X a row (or a vector of
+rows, where M is contiguous) at a time, Y as vectors along N; no local memory or barriers,
+which on PoCL cost more than the caches they stand in for; K past the last whole step one
+index at a time after the steps. Y rows of no whole vectors stream unaligned, each row's last
+vector moved back to end at N (``Tiles.overlap``); rows shorter than a vector are staged; a
+K-contiguous Y is first copied N-contiguous (:mod:`accy.kernels.contraction_cpu`) or, over
+few rows, with X K-contiguous too, each output sums a vector along K (``Tiles.dot``). A
+product of fewer than 4 rows (GEMV-like) takes them all in one tile, its columns spread over
+at least 2 groups a compute unit. An f32 or f16 product with M or N at most 32 takes a tile
+that short and 128 long, K split until each compute unit has 3 groups
+(``contraction_plan.skinny``: GEMV-like products stream the long operand; f16 as halves).
 """
 
 from __future__ import annotations
@@ -58,7 +52,7 @@ from dataclasses import dataclass
 
 from accy.ir.node import Node
 from accy.ir.types import DType
-from accy.kernels import loopnest, vector_epilogue
+from accy.kernels import contraction_cpu, loopnest, vector_epilogue
 from accy.kernels.contraction_plan import (
     FLOATS,
     Contraction,
@@ -107,6 +101,7 @@ from accy.kernels.ir import (
     mul,
 )
 from accy.kernels.split_k import store_targets, summed_here, with_sums
+from accy.kernels.workgroup import tree
 from accy.plans import FusionGroup, KernelOutline, LaunchGeometry, ScheduleKind
 from accy.target import TargetProfile
 
@@ -147,6 +142,7 @@ class _Builder:
         self.scratch = KernelArg("scratch0", self.dtype, True, -1,
                                  self.chunks * einsum.type.size)
         self.k_guard = bool(c.k.size % tiles.bk)  # loads guarded against K
+        self.extra: list[KernelArg] = []  # scratch read (Y's transposed copy)
 
     def let(self, name: str, e: Expr, dtype: DType = INDEX, lanes: int = 1,
             mutable: bool = False) -> Var:
@@ -398,7 +394,8 @@ class _Builder:
                                   self.chunks, self.c, t, self.target, self.out_base)
         entry = self.outline.entry + ("_partials" if self.chunks > 1 and not more else "")
         return Kernel(entry, self.outline.work_item, self.kind, self.group.domain,
-                      tuple(self.epi.args + self.out_args + added), tuple(self.body + more),
+                      tuple(self.epi.args + self.out_args + added + self.extra),
+                      tuple(self.body + more),
                       LaunchGeometry((self.chunks * groups * t.threads,), (t.threads,)),
                       loopnest.implemented_ops(self.group), fixed_local_size=True)
 
@@ -438,7 +435,8 @@ class _Builder:
         kt = Var("kt")
         self.body.append(For("kt", idx(0), idx(whole), (*loads(kt, lanes), *products(acc)),
                              step=lanes))
-        sums = [[self.let(f"sum_{i}_{w}", _lane_sum(acc[i][w], lanes), dt, mutable=True)
+        sums = [[self.let(f"sum_{i}_{w}", tree([Lane(acc[i][w], j) for j in range(lanes)],
+                                                 lambda u, v: Bin("+", u, v)), dt, mutable=True)
                  for w in range(t.sn)] for i in range(t.sm)]
         if whole < c.k.size:
             self.body.append(For("kt", idx(whole), idx(c.k.size),
@@ -557,15 +555,6 @@ class _Builder:
         return output_coords(self.c, bcoords, row, col)
 
 
-def _lane_sum(v: Expr, lanes: int) -> Expr:
-    """The sum of a vector's lanes, pairwise."""
-    terms: list[Expr] = [Lane(v, i) for i in range(lanes)]
-    while len(terms) > 1:
-        terms = [Bin("+", *terms[i:i + 2]) if i + 1 < len(terms) else terms[i]
-                 for i in range(0, len(terms), 2)]
-    return terms[0]
-
-
 def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
           target: TargetProfile, tiles: Tiles | None = None) -> tuple[Kernel, ...]:
     """The tiled kernel of an accepted contraction group (``tiles``: override the heuristic);
@@ -574,9 +563,17 @@ def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
     if isinstance(found, str):
         raise ValueError(f"tiled-contraction cannot take this group: {found}")
     einsum, form = found
-    chosen = tiles or choose_tiles(form, target)
-    b = _Builder(group, outline, kind, einsum, form, chosen, target)
-    return with_sums(b.build(), group, outline, kind, einsum, b.scratch, b.chunks, chosen, target)
+    reads = (contraction_cpu.transposed(form, target)
+             if tiles is None and contraction_cpu.pays(form, target) else form)
+    chosen = tiles or choose_tiles(reads, target)
+    b = _Builder(group, outline, kind, einsum, reads, chosen, target)
+    first: tuple[Kernel, ...] = ()
+    if reads is not form:  # Y copied N-contiguous first (contraction_cpu), read from the copy
+        y = next(a for a in b.epi.args if a.name == b.y_arg)
+        copy, reader = contraction_cpu.copy_kernel(form, y, group, outline, kind, target)
+        first, b.y_arg, b.extra = (copy,), reader.name, [reader]
+    return first + with_sums(b.build(), group, outline, kind, einsum, b.scratch, b.chunks,
+                             chosen, target)
 
 
 def _form(group: FusionGroup) -> tuple[Node, Contraction] | str:

@@ -390,6 +390,11 @@ def dot_aligned(c: Contraction, lanes: int) -> bool:
     return not any(v % lanes for v in strides)
 
 
+def vector_lanes(dtype: DType, target: TargetProfile) -> int:
+    """The lanes of the CPU tiles' widest vector of ``dtype``: the device's preferred width."""
+    return _pow2_at_most(max(1, target.native_vector_bytes // dtype.itemsize), 16)
+
+
 def _cpu_tiles(c: Contraction, target: TargetProfile) -> Tiles:
     """CPU tiles: a work-item keeps 24 vector accumulators where the ISA has 32 SIMD registers
     (AVX-512), else 12, as wide as the device prefers. Both operands are read where used
@@ -397,7 +402,7 @@ def _cpu_tiles(c: Contraction, target: TargetProfile) -> Tiles:
     half that width along N, or for fewer than 4 rows at any width; else, where both operands
     are K-contiguous (``x @ W.T``) and K is at least DOT_VECTORS vectors, each output is a
     vector along K summed at the end (``Tiles.dot``); else both are staged."""
-    widest = _pow2_at_most(max(1, target.native_vector_bytes // c.dtype.itemsize), 16)
+    widest = vector_lanes(c.dtype, target)
     native = min(widest, 1 << max(0, (c.n.size - 1).bit_length()))  # narrow N: fewer lanes
     fit = _streamed_lanes(c, native)
     stream = fit > 0 and (fit >= native // 2 or c.m.size < 4)

@@ -46,14 +46,16 @@ from accy.target import TargetProfile
 # K split may end in the product kernel (the last work-group of a tile sums the chunks) where
 # each of that work-group's work-items sums at most FIXUP_ITEMS elements of the tile, UNROLL
 # at a time (their loads issued before their stores), from at most FIXUP_BYTES of partial
-# sums, and the target's fence reaches other work-groups; else in a second kernel, which
-# spreads the sums over every compute unit. FUSED (bench_gpu --split-sums fixup) turns it on:
-# off until this form is timed on a GPU (a first form, a loop of one element a work-item at a
-# time, lost to the second kernel on mma-f16's skinny tiles and won on the tiled
-# contraction's: papers/kernels.md, "Thirty-sixth session").
+# sums, in at most FIXUP_CHUNKS chunks, and the target's fence reaches other work-groups; else
+# in a second kernel, which spreads the sums over every compute unit. FUSED (bench_gpu
+# --split-sums fixup) turns it on. Off: timed on a GPU it lost wherever a tile had many
+# chunks or short ones (its last work-group sums them while the rest of the device idles) and
+# gained only on two f32 products of four long chunks (papers/kernels.md, "Thirty-seventh
+# session").
 FUSED = False
 FIXUP_ITEMS = 32
 FIXUP_BYTES = 256 * 1024
+FIXUP_CHUNKS = 1 << 16  # chunks a tile's last work-group sums alone, at most
 UNROLL = 8
 
 
@@ -62,11 +64,12 @@ def fused(group: FusionGroup, einsum: Node, chunks: int, tiles: Any, scratch: Ke
     """Whether a product kernel of ``chunks`` K chunks in ``tiles`` (``bm x bn`` outputs,
     ``threads`` work-items) sums them itself (:meth:`Partials.fixup`): :data:`FUSED`, the
     group's outputs laid out as the einsum (an output element's index is the einsum's), at
-    most :data:`FIXUP_ITEMS` elements a work-item and :data:`FIXUP_BYTES` of partial sums a
-    tile, where the target's fence reaches other work-groups (:func:`device_fence`; NVIDIA's
-    OpenCL ``mem_fence`` is ``membar.cta``, the work-group's scope)."""
+    most :data:`FIXUP_CHUNKS` chunks, :data:`FIXUP_ITEMS` elements a work-item and
+    :data:`FIXUP_BYTES` of partial sums a tile, where the target's fence reaches other
+    work-groups (:func:`device_fence`; NVIDIA's OpenCL ``mem_fence`` is ``membar.cta``, the
+    work-group's scope)."""
     elements = tiles.bm * tiles.bn
-    return (FUSED and chunks > 1 and group.domain == einsum.type.shape
+    return (FUSED and 1 < chunks <= FIXUP_CHUNKS and group.domain == einsum.type.shape
             and -(-elements // tiles.threads) <= FIXUP_ITEMS
             and chunks * elements * scratch.dtype.itemsize <= FIXUP_BYTES
             and device_fence(target))

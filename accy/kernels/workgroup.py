@@ -424,9 +424,10 @@ def reduce_phase(builder: GroupBuilder, s: Split, op: Op, dtype: DType,
 
 
 def tree(values: list[Expr], f: Callable[[Expr, Expr], Expr],
-         bind: Callable[[Expr], Expr]) -> Expr:
+         bind: Callable[[Expr], Expr] = lambda e: e) -> Expr:
     """``f`` over ``values`` pairwise, ((v0 f v1) f (v2 f v3)) ..., each step bound by
-    ``bind`` (so an operand that ``f`` repeats, like a NaN-propagating max, is not copied)."""
+    ``bind`` (so an operand that ``f`` repeats, like a NaN-propagating max, is not copied;
+    by default steps are nested expressions)."""
     while len(values) > 1:
         values = [bind(f(values[i], values[i + 1])) if i + 1 < len(values) else values[i]
                   for i in range(0, len(values), 2)]

@@ -21,6 +21,7 @@ import accy
 from accy import f32
 from accy.builder import einsum
 from accy.ir.types import DType, TensorType
+from accy.kernels import contraction_cpu
 from accy.kernels.contraction_plan import choose_tiles, classify
 
 AVX2 = dataclasses.replace(AVX512, native_vector_bytes=32)
@@ -109,8 +110,8 @@ def test_streamed_kernels_have_no_local_tiles_or_barriers(cpu, profiles):
     tail = accy.prepare(program("ik,jk->ij", [(5, 260), (40, 260)]), target=cpu)
     assert "vload16(0, " in tail.kernel_source(0) and "(long kt = 256L; kt < 260L; kt += 1)" in (
         tail.kernel_source(0))
-    staged = accy.prepare(program("ik,jk->ij", [(67, 45), (160, 45)]), target=cpu)
-    assert "y_tile" in staged.kernel_source(0)
+    staged = accy.prepare(program("ik,jk->ij", [(20, 45), (160, 45)]), target=cpu)
+    assert staged.kernel_count == 1 and "y_tile" in staged.kernel_source(0)
 
 
 def operand_shapes(form: str, size: dict[str, int]) -> list[tuple[int, ...]]:
@@ -218,3 +219,82 @@ def dots(draw):
 @given(case=dots(), relu=st.booleans())
 def test_products_summed_along_k_match_numpy(device, cpu, case, relu):
     run_and_compare(device, cpu, *case, relu, "sum_0_0")
+
+
+# Y K-contiguous, copied N-contiguous first (accy.kernels.contraction_cpu) --------------------
+def copies_y(spec: str, shapes, target=AVX512, dtype: DType = DType.f32) -> bool:
+    b = accy.Builder()
+    f = b.begin_function("f", [TensorType(s, dtype) for s in shapes])
+    return contraction_cpu.pays(classify(einsum(spec, f.param(0), f.param(1)).node), target)
+
+
+def test_y_is_copied_transposed_where_the_product_has_enough_rows():
+    staged, summed = contraction_cpu.TRANSPOSE_ROWS, contraction_cpu.TRANSPOSE_ROWS_DOT
+    assert copies_y("ik,jk->ij", [(staged, 100), (300, 100)])  # else staged (K < 8 x 16)
+    assert not copies_y("ik,jk->ij", [(staged - 1, 100), (300, 100)])
+    assert copies_y("ik,jk->ij", [(summed, 128), (300, 128)])  # else summed along K
+    assert not copies_y("ik,jk->ij", [(summed - 1, 128), (300, 128)])
+    assert copies_y("ki,jk->ij", [(128, summed - 1), (300, 128)])  # X M-contiguous: no dot
+    assert copies_y("bik,jk->bij", [(2, staged, 40), (50, 40)])  # Y shared by the batch
+    assert not copies_y("ik,kj->ij", [(64, 100), (100, 300)])  # Y N-contiguous already
+    assert not copies_y("ik,jk->ij", [(64, 15), (300, 15)])  # K under a vector
+    assert not copies_y("ik,jk->ij", [(64, 100), (300, 100)], dtype=DType.f16)
+    gpu = dataclasses.replace(AVX512, device_type="gpu")
+    assert not copies_y("ik,jk->ij", [(64, 100), (300, 100)], gpu)
+
+
+def test_the_copy_writes_whole_vectors_and_the_product_streams_it(cpu):
+    job = accy.prepare(program("ik,jk->ij", [(67, 45), (160, 45)]), target=cpu)
+    copy, product = job.kernel_source(0), job.kernel_source(1)
+    assert [k.entry for k in job.kernels] == ["einsum_kernel_yt", "einsum_kernel"]
+    assert copy.count("vload16(0, ") == 16 and copy.count("vstore16(") == 16
+    assert "__local" not in product and "scratch_yt" in product and "vload16(" in product
+    # K = 45: the last block of 16 moves back to end at K
+    assert "const long k0 = min(((gid % 3L) * 16L), 29L);" in copy
+    assert accy.prepare(program("ik,jk->ij", [(67, 45), (160, 45)]), target=cpu,
+                        ).kernel_count == 2
+
+
+@st.composite
+def transposed_ys(draw):
+    """A product of enough rows whose Y is K-contiguous (K of at least 16 and under 8 vectors
+    of 16, so it would be staged): plain, X M-contiguous, batched, Y shared by the batch, or
+    a batch of Y only; N and K multiples of 16 or not."""
+    form = draw(st.sampled_from(["ik,jk->ij", "ki,jk->ij", "bik,bjk->bij", "bik,jk->bij",
+                                 "ik,bjk->bij"]))
+    size = {"i": draw(st.integers(32, 80)), "k": draw(st.integers(16, 127)),
+            "j": draw(st.integers(1, 70)), "b": draw(st.integers(1, 3))}
+    return form, operand_shapes(form, size)
+
+
+@settings(max_examples=20, deadline=None)
+@given(case=transposed_ys(), relu=st.booleans())
+def test_products_reading_y_transposed_match_numpy(device, cpu, case, relu):
+    spec, shapes = case
+    prog = program(spec, shapes, epilogue=(lambda out: accy.relu(out)) if relu else None)
+    job = accy.prepare(prog, target=cpu)
+    assert job.kernels[0].entry.endswith("_yt") and job.kernel_count == 2
+    rng = np.random.default_rng(4)
+    for _ in range(2):  # the scratch copy is rewritten each call
+        x, y = (rng.standard_normal(s).astype(np.float32) for s in shapes)
+        (out,) = job.run(x, y, device=device)
+        ref = np.einsum(spec, x.astype(np.float64), y.astype(np.float64))
+        ref = np.maximum(ref, 0) if relu else ref
+        np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * max(1.0, np.abs(ref).max()))
+
+
+def test_a_traced_product_with_a_transposed_weight_reads_it_transposed(device, cpu):
+    """``x @ w.T`` (a classifier's weight stored out x in) on a CPU: the copy, then the
+    streamed product with its bias and activation, against numpy."""
+    @accy.function
+    def dense(x: f32[96, 100], w: f32[130, 100], b: f32[130]):
+        return accy.relu(x @ w.T + b)
+
+    job = accy.prepare(dense, target=cpu)
+    assert job.kernel_count == 2 and "_yt" in job.kernels[0].entry
+    rng = np.random.default_rng(2)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((96, 100), (130, 100),
+                                                                   (130,)))
+    (out,) = job.run(x, w, b, device=device)
+    want = np.maximum(x.astype(np.float64) @ w.T + b, 0)
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())

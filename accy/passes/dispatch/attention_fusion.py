@@ -9,10 +9,10 @@ A merge needs: the softmax group writes only the softmax (or its cast to f16, wh
 dtype-legalization computed an f16 softmax in f32), read only by the P V einsum's group;
 the scores group is the scores einsum alone, read only by the softmax group; and the union
 is an attention of at most ``max-ops`` ops that a generator takes for the target and, under
-``auto``, where the fused kernel pays (:func:`pays`: the CPU form on CPUs, the tensor-core
-form on GPUs that have it under the pipeline's kernelization precision; ``always`` merges
-wherever the work-group generator takes it too). The merged group takes the P V group's
-place: every group it reads from comes before it.
+``auto``, where the fused kernel pays (:func:`pays`: the tensor-core form on GPUs that have
+it under the pipeline's kernelization precision; on CPUs the CPU form only where the scores
+would not fit a buffer; ``always`` merges wherever the work-group generator takes it too).
+The merged group takes the P V group's place: every group it reads from comes before it.
 """
 
 from __future__ import annotations
@@ -64,7 +64,8 @@ def merge_attention(groups: list[FusionGroup], users: dict[Node, list[Node]],
                              outside_inputs(nodes), ScheduleKind.contraction, last.boundary)
         found = attention.plan(merged, target)  # f32 attention; f16 only on tensor cores
         cpu_form = not isinstance(found, str) and found[1].cpu
-        if not (pays(target, cpu_form, merged, precision)
+        held = 2 * scores[0].type.size * scores[0].type.dtype.itemsize  # scores, probabilities
+        if not (pays(target, cpu_form, merged, precision, held)
                 or always and not isinstance(found, str)):
             continue
         replaced[vi] = merged
@@ -74,14 +75,18 @@ def merge_attention(groups: list[FusionGroup], users: dict[Node, list[Node]],
 
 
 def pays(target: TargetProfile, cpu_form: bool, group: FusionGroup,
-         precision: str = "f32") -> bool:
+         precision: str = "f32", held: int = 0) -> bool:
     """Whether the fused kernel beats the three (``experiments/bench_attention.py``,
-    ``experiments/bench_gpu.py``): on a CPU its CPU form does; on a GPU the tensor-core form
-    (:mod:`accy.kernels.attention_mma`) does, where it takes the group under kernelization's
-    ``precision`` (f32 attention: TF32 tensor cores and a TF32 policy, which the default
-    ``f32`` is with the saturating rounding; f16: f16 tensor cores, any policy). The
-    work-group form is slower than the three kernels on a CPU and on the GPU
-    (papers/kernels.md), so GPUs keep the three otherwise (``precision=ieee`` too)."""
+    ``experiments/bench_gpu.py``, ``experiments/bench_cpu.py``): on a GPU the tensor-core
+    form (:mod:`accy.kernels.attention_mma`) does, where it takes the group under
+    kernelization's ``precision`` (f32 attention: TF32 tensor cores and a TF32 policy, which
+    the default ``f32`` is with the saturating rounding; f16: f16 tensor cores, any policy).
+    The work-group form is slower than the three kernels on a CPU and on the GPU, and so is
+    the CPU form since the CPU product reads K transposed
+    (:mod:`accy.kernels.contraction_cpu`; papers/kernels.md, "Thirty-seventh session"): a
+    CPU fuses (its CPU form) only where the scores and probabilities, ``held`` bytes, would
+    not fit the device's largest buffer. GPUs keep the three otherwise (``precision=ieee``
+    too)."""
     if target.device_type == "cpu":
-        return cpu_form
+        return cpu_form and held > target.max_mem_alloc_size
     return attention_mma_plan.kind_for(group, target, precision) is not None
