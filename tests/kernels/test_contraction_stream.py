@@ -257,26 +257,30 @@ def test_the_copy_writes_whole_vectors_and_the_product_streams_it(cpu):
 
 @st.composite
 def transposed_ys(draw):
-    """A product of enough rows whose Y is K-contiguous (K of at least 16 and under 8 vectors
-    of 16, so it would be staged): plain, X M-contiguous, batched, Y shared by the batch, or
-    a batch of Y only; N and K multiples of 16 or not."""
+    """A product of enough rows whose Y is K-contiguous (f32 or f64, K of at least a vector of
+    64 bytes and under 8 of them, so it would be staged): plain, X M-contiguous, batched, Y
+    shared by the batch, or a batch of Y only, two batch letters, Y's batch letter between N
+    and K; N and K multiples of the vector or not."""
     form = draw(st.sampled_from(["ik,jk->ij", "ki,jk->ij", "bik,bjk->bij", "bik,jk->bij",
-                                 "ik,bjk->bij"]))
-    size = {"i": draw(st.integers(32, 80)), "k": draw(st.integers(16, 127)),
-            "j": draw(st.integers(1, 70)), "b": draw(st.integers(1, 3))}
-    return form, operand_shapes(form, size)
+                                 "ik,bjk->bij", "abik,abjk->abij", "bik,jbk->bij"]))
+    dtype = draw(st.sampled_from([DType.f32, DType.f64]))
+    lanes = 64 // dtype.itemsize
+    size = {"i": draw(st.integers(32, 80)), "k": draw(st.integers(lanes, 8 * lanes - 1)),
+            "j": draw(st.integers(1, 70)), "b": draw(st.integers(1, 3)),
+            "a": draw(st.integers(1, 2))}
+    return form, operand_shapes(form, size), dtype
 
 
 @settings(max_examples=20, deadline=None)
 @given(case=transposed_ys(), relu=st.booleans())
 def test_products_reading_y_transposed_match_numpy(device, cpu, case, relu):
-    spec, shapes = case
-    prog = program(spec, shapes, epilogue=(lambda out: accy.relu(out)) if relu else None)
+    spec, shapes, dtype = case
+    prog = program(spec, shapes, dtype, epilogue=(lambda out: accy.relu(out)) if relu else None)
     job = accy.prepare(prog, target=cpu)
     assert job.kernels[0].entry.endswith("_yt") and job.kernel_count == 2
     rng = np.random.default_rng(4)
     for _ in range(2):  # the scratch copy is rewritten each call
-        x, y = (rng.standard_normal(s).astype(np.float32) for s in shapes)
+        x, y = (rng.standard_normal(s).astype(dtype.numpy) for s in shapes)
         (out,) = job.run(x, y, device=device)
         ref = np.einsum(spec, x.astype(np.float64), y.astype(np.float64))
         ref = np.maximum(ref, 0) if relu else ref
