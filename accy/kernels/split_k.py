@@ -48,10 +48,10 @@ from accy.target import TargetProfile
 # at a time (their loads issued before their stores), from at most FIXUP_BYTES of partial
 # sums, in at most FIXUP_CHUNKS chunks, and the target's fence reaches other work-groups; else
 # in a second kernel, which spreads the sums over every compute unit. FUSED (bench_gpu
-# --split-sums fixup) turns it on. Off: timed on a GPU it lost wherever a tile had many
-# chunks or short ones (its last work-group sums them while the rest of the device idles) and
-# gained only on two f32 products of four long chunks (papers/kernels.md, "Thirty-seventh
-# session").
+# --split-sums fixup) turns it on. Off: timed on GPUs it lost wherever a tile had many chunks
+# or short ones, and on every f16 product (the tile's last work-group sums alone while the
+# rest of the device idles); f32 products of at most four long chunks gained at four shapes
+# and lost at one (papers/kernels.md, "Thirty-seventh session").
 FUSED = False
 FIXUP_ITEMS = 32
 FIXUP_BYTES = 256 * 1024

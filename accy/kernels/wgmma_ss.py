@@ -72,7 +72,7 @@ from accy.kernels.ir import (
     mod,
     mul,
 )
-from accy.kernels.mma_plan import MmaTiles, along_k, batch_of, tile_of
+from accy.kernels.mma_plan import MmaTiles, along_k, balance, batch_of, tile_of
 from accy.kernels.mma_store import STAGE_PAD
 from accy.kernels.split_k import chunk_k
 from accy.kernels.wgmma import _Wgmma, split_tiles, tiles
@@ -110,6 +110,11 @@ PERSISTENT: bool | None = None
 # K of at least SHORT_K where the kernel walks tiles (below MIN_K): its copies of the next
 # tiles' steps overlap the stores, which a short K exposes (papers/kernels.md, "Twenty-first")
 SHORT_K = 64
+# f16 tilings of at least MANY_WAVES waves of work-groups are scored as if their last wave
+# were full: 128x256 tiles whose last wave held a few of them were faster than 128x128 tiles
+# that filled their last wave, wherever they made at least 5 waves; at about 4 either could
+# win (papers/kernels.md, "Thirty-seventh session")
+MANY_WAVES = 5
 C_ROWS = 16  # rows of the tile a pass of the walking form's stores (one warp's fragment row)
 
 
@@ -158,7 +163,9 @@ def tilings(c: Contraction, target: TargetProfile, dtype: int = tma.F16, **tiles
     """The tilings of ``c`` in :func:`forms_for`'s forms (``tiles``: fields of their
     MmaTiles replaced), their rates and work-groups a compute unit (:func:`resident`), K split
     where :func:`accy.kernels.wgmma.split_tiles` says (chunks of at least ``MIN_K``, the K a
-    tile pays off from; the form rated at the chunk's K)."""
+    tile pays off from; the form rated at the chunk's K). An f16 tiling of at least
+    :data:`MANY_WAVES` waves has its rate divided by its waves' balance, so that selection
+    (:func:`accy.kernels.wgmma.score`) counts its last wave as full."""
     out = []
     for f in forms_for(c, target, dtype):
         t = dataclasses.replace(form_tiles(f), **tiles)
@@ -168,7 +175,10 @@ def tilings(c: Contraction, target: TargetProfile, dtype: int = tma.F16, **tiles
             t = split_tiles(c, t, target, per_unit, MIN_K[dtype])
         k = chunk_k(c.k.size, t.split, ROW // tma.ELEMENT_BYTES[dtype]) if t.split > 1 \
             else c.k.size
-        out.append((t, rate(f, k, dtype), per_unit))
+        r, groups = rate(f, k, dtype), tile_groups(c, t.bm, t.bn) * t.split
+        if dtype == tma.F16 and groups >= MANY_WAVES * target.compute_units * per_unit:
+            r /= balance(groups, target.compute_units * per_unit)  # waves scored as full
+        out.append((t, r, per_unit))
     return out
 
 

@@ -229,6 +229,24 @@ def test_selection_scores_the_forms_of_the_kernel_with_a_copied(pipe, used, enco
         assert src.count("@@TMA2") == 3 * (2 + (1 if walking else 2))  # its two
 
 
+def test_f16_tilings_of_many_waves_are_scored_as_full_waves(pipe, encodes, monkeypatch):
+    """7220x3396x4096: 57 x 14 = 798 tiles of 128x256 (6.05 waves of one a unit) against 1596
+    of 128x128 filling their 7 waves of two a unit better. By the waves' balance 128x128
+    wins; scored as full waves (at least ``MANY_WAVES``) 128x256 does, measured the faster
+    (papers/kernels.md, "Thirty-seventh session"). Under that the balance still decides."""
+    def wide(m: int, n: int, k: int) -> bool:  # (the product: after B's copy, where N = 3396)
+        job = prepare(matmul16(m, n, k), "ieee", ROOMY_H200, pipe)
+        src = job.kernel_source(job.kernel_count - 1)
+        assert ("@@SSTEP256" in src) != ("@@SSTEP128" in src)
+        return "@@SSTEP256" in src
+
+    assert wide(7220, 3396, 4096) and wide(6144, 6200, 2048)
+    assert not wide(4096, 4160, 4096)  # 4.1 waves of 128x256
+    assert not wide(4096, 4096, 1024)  # full waves both: 128x128's rate up to K 1024
+    monkeypatch.setattr(wgmma_ss, "MANY_WAVES", 1 << 30)
+    assert not wide(7220, 3396, 4096) and not wide(6144, 6200, 2048)
+
+
 @pytest.mark.skipif(cl is None, reason="needs pyopencl")
 @pytest.mark.parametrize("m, n, k, batch, bias, warpgroups, bn, stages, bt, walk", [
     (500, 248, 160, 0, True, 4, 128, 4, False, True),  # 256x128 tiles walked, edges, bias
