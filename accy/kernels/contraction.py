@@ -21,7 +21,7 @@ einsum or its epilogue (attention's head split ``(s, m) -> (s, h, d)``) is store
 flat index, as reshapes keep row-major order.
 
 Tile sizes come from :func:`choose_tiles` (sweeps of ``experiments/bench_contraction.py
---tiles`` on an H200 and on PoCL): GPUs get 128x128 tiles of 256 work-items with 8x8 f32 (4x4
+--tiles`` on GPUs and on PoCL): GPUs get 128x128 tiles of 256 work-items with 8x8 f32 (4x4
 f64) outputs each, ``bk`` 16, the next K step prefetched into registers (where a work-item's
 share of a step is a few vectors, or at most :data:`PREFETCH_REGISTERS` scalars), tile rows
 swizzled by 8 (once they fill 90% of the compute units; as a single wave with ``bk`` 32). Large
