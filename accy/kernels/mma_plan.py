@@ -51,7 +51,7 @@ A_PAD = 4  # words added to each A tile row (stride bk + 4): lanes 4g + t in dis
 B_PAD = 8  # elements added to each B tile row (stride bn + 8): lanes t, g in distinct banks
 VECTOR = 4  # f32 elements per copy slot (a float4 where strides allow; 16 bytes)
 COPY_BYTES = 16  # bytes per copy slot (a float4, or eight halves; one cp.async)
-STAGES = (2, 3, 4)  # local buffers a pipeline may have
+STAGES = tuple(range(2, 9))  # local buffers a pipeline may have
 # fragment loads: "scalar" (one 32-bit local load per register, padded tiles), "vector"
 # (K/N-permuted float4 loads for f32, ldmatrix for f16, swizzled tiles: accy.kernels.mma_layout)
 # or "ptx": the vector layout with its f32 loads as inline PTX ld.shared.v4.f32 (16-byte loads
@@ -83,7 +83,7 @@ RESIDENT = 4  # work-groups of 4 warps a unit runs at once (:func:`resident`)
 class MmaTiles:
     """A work-group of ``warps_m x warps_n`` warps computes a ``bm x bn`` tile of C; each warp
     a ``warp_m x warp_n`` block of ``frags_m x frags_n`` m16n8 fragments; K advances ``bk``
-    per step, through ``stages`` local buffers (2: one filled while the other is read; 3 or 4
+    per step, through ``stages`` local buffers (2: one filled while the other is read; more
     need ``cp.async``, which has up to ``stages - 1`` steps in flight). ``f16``: f16 operands
     (m16n8k16, 2-byte elements), else f32 (m16n8k8 TF32)."""
 
@@ -235,19 +235,6 @@ SMALL16 = MmaTiles(64, 64, 32, 2, 2, f16=True)
 # with scalar loads from padded tiles (their vector loads measured slower)
 CANDIDATES = (WIDE, MID, SMALL, NARROW)
 CANDIDATES16 = tuple(replace(t, loads="vector") for t in (WIDE16, SMALL16))
-# f16 products with a side of at most SKINNY (takes_sides): 16 or 32 rows (or columns) by 128,
-# K split as for any tiles. H100, against the tiled contraction's skinny tiles ("Thirty-third
-# session"): 16x4096x4096 0.27x -> 0.38x of torch.compile, 32x8000x3000 0.26x -> 0.54x,
-# 20x2000x20000 0.33x -> 0.67x. 16 rows copy K steps of 64 (a 16 x 32 A tile is fewer chunks
-# than work-items), fragments loaded as words; with B along K (ldmatrix) 16 x 64, K steps of 32
-_ROWS32 = (MmaTiles(32, 128, 32, 1, 4, f16=True, loads="vector"),
-           MmaTiles(128, 32, 32, 4, 1, f16=True, loads="vector"))
-SKINNY16 = {  # (short side's tile, B along K) -> (M-short, N-short) tiles
-    (32, False): _ROWS32, (32, True): _ROWS32,
-    (16, False): (MmaTiles(16, 128, 64, 1, 4, f16=True), MmaTiles(128, 16, 64, 4, 1, f16=True)),
-    (16, True): (MmaTiles(16, 64, 32, 1, 2, f16=True, loads="vector"),
-                 MmaTiles(64, 16, 32, 2, 1, f16=True, loads="vector")),
-}
 # The choice among them (choose_tiles): a tiling's waves are its work-groups over the compute
 # units, rounded up, its *balance* the share of those waves' slots it fills, and its score the
 # balance times the tiling's relative rate (a unit's throughput on it, :func:`rate`); the
@@ -468,20 +455,23 @@ def choose_tiles(c: Contraction, target: TargetProfile, pipelined: bool,
                  candidates: tuple[MmaTiles, ...] | None = None) -> MmaTiles:
     """Of ``candidates`` (largest first; default :data:`CANDIDATES`, 128x128, 128x64, 64x64 and
     64x32 tiles, or :data:`CANDIDATES16` for f16, whatever K is; for an f16 product with a
-    side of at most ``SKINNY``, :data:`SKINNY16`'s by that side and B's layout) that fit the
-    target (:func:`fits`) and pad M x N by at most :data:`MAX_PADDING` (else the least
-    padding), with K split where :func:`split_k` says (not for given candidates), the largest
-    whose waves of work-groups are best filled (:func:`balance` times :func:`rate`, within
-    :data:`BALANCE_TIE`; on a tie one without a split); with ``cp.async`` (``pipelined``) as
-    many stages, up to 3, as local memory holds and K has steps (a stage beyond the last K
-    step would only hold local memory; sweep others with ``experiments/bench_mma.py
-    --stages``)."""
+    side of at most ``SKINNY``, :data:`accy.kernels.mma_skinny.TILES`' by that side and B's
+    layout) that fit the target (:func:`fits`) and pad M x N by at most :data:`MAX_PADDING`
+    (else the least padding), with K split where :func:`split_k` says (not for given
+    candidates), the largest whose waves of work-groups are best filled (:func:`balance`
+    times :func:`rate`, within :data:`BALANCE_TIE`; on a tie one without a split); with
+    ``cp.async`` (``pipelined``) skinny tiles as :func:`accy.kernels.mma_skinny.streaming`
+    says, others in as many stages, up to 3, as local memory holds and K has steps (a stage
+    beyond the last K step would only hold local memory; sweep others with
+    ``experiments/bench_mma.py --stages``)."""
+    from accy.kernels import mma_skinny  # (it builds on this module)
+
     given = candidates is not None
+    short = min(c.m.size, c.n.size)
     if not given:
-        short = min(c.m.size, c.n.size)
         candidates = (CANDIDATES if c.dtype is not DType.f16 else
                       CANDIDATES16 if short > SKINNY else
-                      SKINNY16[16 if short <= 16 else 32, along_k(c, "y")])
+                      mma_skinny.TILES[16 if short <= 16 else 32, along_k(c, "y")])
     pool = tuple(for_dtype(t, c.dtype) for t in candidates)
     fitting = [t for t in pool if fits(t, target)] or [pool[-1]]
 
@@ -501,6 +491,9 @@ def choose_tiles(c: Contraction, target: TargetProfile, pipelined: bool,
     scores = [balance(groups(t), target.compute_units) * rate(t) for t in snug]
     tied = [t for t, s in zip(snug, scores, strict=True) if s >= (1 - BALANCE_TIE) * max(scores)]
     tiles = next((t for t in tied if t.split == 1), tied[0])
+    if pipelined and not given and c.dtype is DType.f16 and short <= SKINNY and (
+            deep := mma_skinny.streaming(c, tiles, target)):
+        return deep
     if pipelined:
         steps = -(-c.k.size // tiles.bk)
         for stages in (3, 2):
@@ -561,8 +554,9 @@ def pipelined(c: Contraction, target: TargetProfile) -> bool:
 
 def takes_sides(m: int, n: int, f16: bool) -> bool:
     """Whether the tensor-core kernels take ``m x n`` outputs: both sides at least MIN_MN, or
-    for f16 a side of at most ``SKINNY`` against one of ``4 SKINNY`` (:data:`SKINNY16`: the
-    tiled contraction, f16 read into f32 tiles, is bound by its FMAs, twice f32's a byte)."""
+    for f16 a side of at most ``SKINNY`` against one of ``4 SKINNY`` (the tiles of
+    :mod:`accy.kernels.mma_skinny`: the tiled contraction, f16 read into f32 tiles, is bound
+    by its FMAs, twice f32's a byte)."""
     return (f16 and skinny_sides(m, n)) or (m >= MIN_MN and n >= MIN_MN)
 
 
@@ -593,7 +587,7 @@ def plan(group: FusionGroup, target: TargetProfile) -> tuple[Contraction, MmaTil
                 f"or not a side of at most {SKINNY} against one of {4 * SKINNY}): the other "
                 "generators are faster there")
     t = choose_tiles(c, target, pipelined(c, target))
-    if t.threads > target.max_work_group_size or t.local_bytes() > target.local_mem_bytes:
+    if t.threads > target.max_work_group_size or t.local_bytes() > target.group_local_bytes:
         return (f"tiles of {t.threads} work-items and {t.local_bytes()} bytes of local "
                 "memory exceed the target")
     return c, t

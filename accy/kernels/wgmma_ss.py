@@ -115,6 +115,14 @@ SHORT_K = 64
 # that filled their last wave, wherever they made at least 5 waves; at about 4 either could
 # win (papers/kernels.md, "Thirty-seventh session")
 MANY_WAVES = 5
+# f16 tiles of 128 columns whose K is split (few tiles: the units are filled by K chunks, not
+# by tiles) take as many stages as one work-group a unit holds, up to SPLIT_STAGES, the K
+# split again for that one: each work-group streams a longer chunk further ahead, at
+# SPLIT_GAIN times the form's rate. Against three stages, two a unit (and 128x256 tiles):
+# 256x256x65536 and 512x512x32768 10-11% faster, 1024x1024x8192 within 1% (papers/kernels.md,
+# "Thirty-eighth session"). 0: three stages.
+SPLIT_STAGES = 6
+SPLIT_GAIN = 1.1
 C_ROWS = 16  # rows of the tile a pass of the walking form's stores (one warp's fragment row)
 
 
@@ -171,15 +179,33 @@ def tilings(c: Contraction, target: TargetProfile, dtype: int = tma.F16, **tiles
         t = dataclasses.replace(form_tiles(f), **tiles)
         walking = walks(c, t, target, dtype)
         per_unit = resident(t, target, walking)
+        gain = 1.0
         if not walking:
             t = split_tiles(c, t, target, per_unit, MIN_K[dtype])
+            if t.split > 1 and dtype == tma.F16 and t.bn == 128:
+                deep = deepened(c, t, target)
+                if deep.stages > t.stages:
+                    t, per_unit, gain = deep, 1, SPLIT_GAIN
         k = chunk_k(c.k.size, t.split, ROW // tma.ELEMENT_BYTES[dtype]) if t.split > 1 \
             else c.k.size
-        r, groups = rate(f, k, dtype), tile_groups(c, t.bm, t.bn) * t.split
+        r, groups = rate(f, k, dtype) * gain, tile_groups(c, t.bm, t.bn) * t.split
         if dtype == tma.F16 and groups >= MANY_WAVES * target.compute_units * per_unit:
             r /= balance(groups, target.compute_units * per_unit)  # waves scored as full
         out.append((t, r, per_unit))
     return out
+
+
+def deepened(c: Contraction, t: MmaTiles, target: TargetProfile) -> MmaTiles:
+    """Split-K tiles ``t`` with as many stages as one work-group a unit holds, at most
+    :data:`SPLIT_STAGES` (none more than ``t`` has: ``t``), and K split for one a unit."""
+    stages = t.stages
+    while stages < SPLIT_STAGES and local_bytes(
+            dataclasses.replace(t, stages=stages + 1)) <= target.group_local_bytes:
+        stages += 1
+    if stages == t.stages:
+        return t
+    return split_tiles(c, dataclasses.replace(t, stages=stages, split=1), target, 1,
+                       MIN_K[tma.F16])
 
 
 def forms_for(c: Contraction, target: TargetProfile, dtype: int = tma.F16

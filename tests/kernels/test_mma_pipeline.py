@@ -172,7 +172,8 @@ def test_tiles_text_and_stages():
     t = parse_tiles("64x64x16:2x2:3")
     assert (t.stages, t.text()) == (3, "64x64x16:2x2:3")
     assert parse_tiles("128x128x16:2x2") == WIDE and WIDE.text() == "128x128x16:2x2:2"
-    for bad in ("64x64x16:2x2:5", "64x64x16:2x2:1", "64x64x16:2x2:3:4", "64x64x16:2x2:x"):
+    assert parse_tiles("16x128x64:1x4:8").stages == 8  # (skinny f16 tiles stream through 8)
+    for bad in ("64x64x16:2x2:9", "64x64x16:2x2:1", "64x64x16:2x2:3:4", "64x64x16:2x2:x"):
         with pytest.raises(ValueError):
             parse_tiles(bad)
     with pytest.raises(ValueError):  # f16 steps are 16 deep

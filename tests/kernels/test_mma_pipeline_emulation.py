@@ -6,6 +6,7 @@ test_mma_pipeline.py's."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -22,7 +23,7 @@ from test_mma_generator import prepared as prepare
 from test_mma_pipeline import ASYNC, matmul16
 
 from accy.backends.opencl import tensor_cores
-from accy.kernels import split_k
+from accy.kernels import mma_skinny, split_k
 from accy.kernels.mma_plan import parse_tiles
 
 try:
@@ -189,3 +190,47 @@ def test_skinny_f16_products_on_16_and_32_row_tiles_in_emulation(device, pipe, u
     assert ("fx_last" in src) == (chunks > 1)  # the tile's last group sums them
     check_f16_product(device, job, product_sources(job, lambda s: emulated_async(s, "eager")),
                       m, n, k, 0, bias, seed=7, b_transposed=b_transposed)
+
+
+# ASYNC with the static local memory an H200's probe found, and 8 or 132 compute units
+ROOMY = dataclasses.replace(ASYNC, static_local_bytes=226 * 1024, compute_units=8)
+
+
+@needs_pocl
+@pytest.mark.parametrize("m, n, k, b_transposed, waits, chunks", [
+    (16, 700, 3000, False, 6, 1),  # 6 tiles of 16 x 128 on 8 units: one chunk, 8 stages
+    (300, 12, 1024, False, 6, 2),  # N short: 3 tiles of 128 x 16, two chunks of 8 steps
+    (8, 200, 2104, True, 6, 2),  # B along K: 4 tiles of 16 x 64 (ldmatrix), K tail
+    (5, 260, 300, False, 3, 1),  # 5 K steps: 5 stages, no more
+], ids=["m16", "n12-split", "m8-bt", "short-k"])
+def test_skinny_f16_tiles_stream_through_deep_stages_in_emulation(device, pipe, used, m, n, k,
+                                                                  b_transposed, waits,
+                                                                  chunks):
+    """Where static local memory holds them, skinny f16 tiles stream the long operand through
+    eight stages (no more than a K chunk has steps: ``wait_group`` S - 2), one work-group a
+    unit, K split for one wave: emulated against float64, bias and relu in the epilogue."""
+    if "Portable Computing Language" not in device.info.platform:
+        pytest.skip("the emulation is checked on PoCL")
+    job = prepare(matmul16(m, n, k, 0, True, b_transposed), "ieee", ROOMY, pipe)
+    assert used(job) == {"mma-f16": 1} and len(job.kernels) == (2 if chunks > 1 else 1)
+    assert f"cp.async.wait_group {waits};" in job.kernel_source(0)
+    check_f16_product(device, job, product_sources(job, lambda s: emulated_async(s, "eager")),
+                      m, n, k, 0, True, seed=8, b_transposed=b_transposed)
+
+
+def test_skinny_f16_tiles_take_eight_stages_where_static_local_memory_holds_them(
+        pipe, monkeypatch):
+    """16x4096x4096 on 132 units: 32 tiles of 16 x 128 in 8 stages (144 KiB), K in 4 chunks
+    (128 work-groups, one a unit); 48 KiB of local memory or ``SKINNY_STAGES`` None: two
+    stages, 16 chunks (four a unit)."""
+    def tiles(target):
+        job = prepare(matmul16(16, 4096, 4096), "ieee", target, pipe)
+        src = job.kernel_source(0)
+        return (src.count("cp.async.wait_group 6;"), src.count("cp.async.wait_group 0;"),
+                job.kernels[0].geometry.global_size[0] // 128)
+
+    wide = dataclasses.replace(ROOMY, compute_units=132)
+    assert tiles(wide) == (1, 0, 32 * 4)
+    assert tiles(dataclasses.replace(wide, static_local_bytes=0)) == (0, 1, 32 * 16)
+    monkeypatch.setattr(mma_skinny, "SKINNY_STAGES", None)
+    assert tiles(wide) == (0, 1, 32 * 16)
