@@ -184,7 +184,7 @@ def tilings(c: Contraction, target: TargetProfile, dtype: int = tma.F16, **tiles
             t = split_tiles(c, t, target, per_unit, MIN_K[dtype])
             if t.split > 1 and dtype == tma.F16 and t.bn == 128:
                 deep = deepened(c, t, target)
-                if deep.stages > t.stages:
+                if deep.stages > t.stages and deep.split > 1:  # (unmeasured unsplit)
                     t, per_unit, gain = deep, 1, SPLIT_GAIN
         k = chunk_k(c.k.size, t.split, ROW // tma.ELEMENT_BYTES[dtype]) if t.split > 1 \
             else c.k.size
@@ -197,7 +197,8 @@ def tilings(c: Contraction, target: TargetProfile, dtype: int = tma.F16, **tiles
 
 def deepened(c: Contraction, t: MmaTiles, target: TargetProfile) -> MmaTiles:
     """Split-K tiles ``t`` with as many stages as one work-group a unit holds, at most
-    :data:`SPLIT_STAGES` (none more than ``t`` has: ``t``), and K split for one a unit."""
+    :data:`SPLIT_STAGES` (none more than ``t`` has: ``t``), and K split for one a unit (which
+    may leave it unsplit: the caller keeps ``t`` then)."""
     stages = t.stages
     while stages < SPLIT_STAGES and local_bytes(
             dataclasses.replace(t, stages=stages + 1)) <= target.group_local_bytes:
