@@ -326,7 +326,7 @@ def test_k_split_where_tiles_leave_most_units_idle_over_a_long_k(pipe, encodes, 
     1024x1024x8192 0.30x -> 0.60x; 1024^3 in two chunks 0.38x -> 0.24x. Split, the 128x128
     tiles take six stages, one work-group a unit ("Thirty-eighth": 10-11% faster than three,
     two a unit, at 256x256x65536 and 512x512x32768), K split for that one; with
-    ``SPLIT_STAGES`` 0 three, two a unit, twice the chunks."""
+    ``SPLIT_STAGES`` 0 the tilings of before, with twice the chunks."""
     job = prepare(matmul16(m, n, k), "ieee", ROOMY_H200, pipe)
     assert job.generators() == {"wgmma-f16": 1}
     src = job.kernel_source(0)
@@ -342,7 +342,7 @@ def test_k_split_where_tiles_leave_most_units_idle_over_a_long_k(pipe, encodes, 
 @pytest.mark.skipif(cl is None, reason="needs pyopencl")
 @pytest.mark.parametrize("m, n, k, batch, bias, bt, chunks", [
     (128, 128, 400, 0, True, False, 4),  # 128-K chunks, the last 16: a step K ends inside
-    (120, 250, 704, 0, False, True, 4),  # B along K, partial tiles at both edges
+    (120, 250, 704, 0, False, True, 4),  # B along K, partial edge tiles; 6 stages, 1 a unit
     (112, 128, 304, 2, False, False, 3),  # batched: each entry's tile split alike
 ], ids=["bias", "b-along-k", "batched"])
 def test_k_split_over_work_groups_in_emulation(device, pipe, used, monkeypatch, encodes, m, n,
