@@ -43,11 +43,13 @@ profiler, and the same 128 MiB copy 73.8 us by an event against 63.3 by the prof
 (``papers/kernels.md``, "Tenth session"). So the run first times ``a + b`` on 32 elements on
 both sides (``calibration_tiny``: the launch alone) and takes the difference of the kernel
 times, accy's minus torch eager's, as ``offset_ms``; every accy row gets ``kernel_ms_net`` =
-``kernel_ms - offset_ms`` (once per call: a call's later kernels follow its first back to
-back, where the event overhead is smaller, so this under-corrects programs of several
-kernels) and ``speed_vs_compile_net``; ``calibration_add`` (``a + b`` on 2^25 elements,
-bandwidth-bound) shows the correction on a kernel both sides run at the same speed. The
-summary gives both the raw and the net figures; neither calibration row enters it.
+``kernel_ms`` less ``offset_ms`` for each kernel it launched (each kernel of a burst waited
+for together, as a call's are, reads about what the first does: an empty kernel's four in a
+burst 5.4, 5.7, 5.4 and 4.9 us on the H100, ``experiments/probe_timers.py``,
+papers/kernels.md "Thirty-ninth session") and ``speed_vs_compile_net``; ``calibration_add``
+(``a + b`` on 2^25 elements, bandwidth-bound) shows the correction on a kernel both sides
+run at the same speed. The summary gives both the raw and the net figures; neither
+calibration row enters it.
 
 Correctness: the accy result (and torch's) is checked against numpy in float64 on a slice of
 the output (the first rows, batches or elements; the rest of the program is the same for every
@@ -264,11 +266,12 @@ def calibrate(args: argparse.Namespace, runtime: Any, target: TargetProfile, tor
 
 
 def apply_offset(rows: list[dict[str, Any]], offset: float | None) -> None:
-    """Each accy row's ``kernel_ms_net`` (its kernel time less ``offset``; None where that
-    leaves nothing) and ``speed_vs_compile_net``."""
+    """Each accy row's ``kernel_ms_net`` (its kernel time less ``offset`` a launched kernel;
+    None where that leaves nothing) and ``speed_vs_compile_net``."""
     for row in rows:
         a, c = row.get("accy"), row.get("torch_compile")
-        net = a["kernel_ms"] - offset if a and offset is not None else None
+        net = (a["kernel_ms"] - offset * len(a["kernel_ms_each"]) if a and offset is not None
+               else None)
         net = net if net is not None and net > 0 else None
         if a:
             a["kernel_ms_net"] = net
@@ -389,7 +392,7 @@ def run(args: argparse.Namespace, argv: list[str] | None) -> dict[str, Any]:
     if offset is not None:
         apply_offset(calibration["rows"], offset)
         add = calibration["rows"][1]
-        print(f"timer calibration: offset {offset * 1e3:.1f} us per call (accy's a + b on 32 "
+        print(f"timer calibration: offset {offset * 1e3:.1f} us a kernel (accy's a + b on 32 "
               f"elements minus torch eager's); a + b on 2^25: accy {add['accy']['kernel_ms']:.4f}"
               f" ms, net {_ms(add['accy']['kernel_ms_net'])}, eager "
               f"{_ms(add['torch_eager'] and add['torch_eager']['kernel_ms'])}", flush=True)

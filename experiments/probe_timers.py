@@ -4,11 +4,13 @@ agree on the same work? (NVIDIA; the torch half needs torch on CUDA.)
     python experiments/probe_timers.py --device nvidia --out results/probe_timers.json
 
 Times an empty kernel (1 and 33,792 work-items) and a float4 copy of 128 MiB by OpenCL events,
-each launch alone (waited for, then a 2 ms pause) and back to back; then a 1-element
-``add_`` and a 128 MiB ``copy_`` by torch.profiler (each call profiled alone, and 30 calls in
-one session), and the copy by CUDA events. Medians; microseconds. The difference on the same
-work is what ``bench_gpu.py``'s timer calibration takes off accy's kernel times (results on
-the H200: ``papers/data/probe_timers_tenth_h200.json``, papers/kernels.md "Tenth session").
+each launch alone (waited for, then a 2 ms pause), back to back, and in bursts of four
+waited for together (as a call's kernels; each one's median by its place in the burst); then
+a 1-element ``add_`` and a 128 MiB ``copy_`` by torch.profiler (each call profiled alone,
+and 30 calls in one session), and the copy by CUDA events. Medians; microseconds. The
+difference on the same work is what ``bench_gpu.py``'s timer calibration takes off each of
+accy's kernels (results: ``papers/data/probe_timers_tenth_h200.json``, papers/kernels.md
+"Tenth session"; with the bursts on the H100, ``probe_timers_thirtyninth_h100.json``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ __kernel void copy4(__global const float4* restrict x, __global float4* restrict
   const long i = get_global_id(0); y[i] = x[i]; }
 """
 N = 8192 * 4096  # floats copied: 128 MiB
+BURST = 4  # launches waited for together
 
 
 def opencl_side(runtime, res: dict) -> None:
@@ -58,6 +61,15 @@ def opencl_side(runtime, res: dict) -> None:
             res[key] = statistics.median((e.profile.end - e.profile.start) / 1e3
                                          for e in events[5:])
             print(f"{key:40s} {res[key]:9.2f} us", flush=True)
+    for name, (k, g, ls) in launches.items():
+        bursts = []
+        for _ in range(40):
+            events = [cl.enqueue_nd_range_kernel(q, k, g, ls) for _ in range(BURST)]
+            events[-1].wait()
+            bursts.append([(e.profile.end - e.profile.start) / 1e3 for e in events])
+        key = f"opencl {name} burst of {BURST}"
+        res[key] = [statistics.median(b[i] for b in bursts[5:]) for i in range(BURST)]
+        print(f"{key:40s} {' '.join(f'{us:.2f}' for us in res[key])} us", flush=True)
 
 
 def torch_side(res: dict) -> None:

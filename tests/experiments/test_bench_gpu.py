@@ -179,7 +179,7 @@ def test_bench_gpu_speeds_and_summary_with_torch_results(bench, device, monkeypa
         "row reduction": rows["rmsnorm"]["speed_vs_compile"]}
     assert s["goal_geomean_ge_1"] == (s["geomean_vs_compile"] >= 1.0)
     assert result["torch"] == {"device": "fake"}
-    # the calibration: accy's 32-element a + b less torch's is taken off every accy row
+    # the calibration: accy's 32-element a + b less torch's is taken off each kernel of a row
     cal = result["calibration"]
     tiny, add = cal["rows"]
     assert [tiny["program"], add["program"]] == ["calibration_tiny", "calibration_add"]
@@ -190,7 +190,7 @@ def test_bench_gpu_speeds_and_summary_with_torch_results(bench, device, monkeypa
     nets = {}
     for name, ms in compile_ms.items():
         a = rows[name]["accy"]
-        net = a["kernel_ms"] - offset
+        net = a["kernel_ms"] - offset * len(a["kernel_ms_each"])
         assert a["kernel_ms_net"] == (pytest.approx(net) if net > 0 else None)
         want = ms / net if net > 0 else None
         assert rows[name]["speed_vs_compile_net"] == (want and pytest.approx(want))
@@ -199,6 +199,21 @@ def test_bench_gpu_speeds_and_summary_with_torch_results(bench, device, monkeypa
     assert s["geomean_vs_compile_net"] == (
         pytest.approx(np.prod(list(nets.values())) ** (1 / len(nets))) if nets else None)
     assert "calibration" not in s["class_min_vs_compile"]
+
+
+def test_bench_gpu_net_time_takes_the_offset_off_each_kernel(bench) -> None:
+    rows = [{"accy": {"kernel_ms": 1.0, "kernel_ms_each": {"0:a": 0.6, "1:b": 0.4}},
+             "torch_compile": {"kernel_ms": 0.4}},
+            {"accy": {"kernel_ms": 0.15, "kernel_ms_each": {"0:a": 0.15}},
+             "torch_compile": {"kernel_ms": 0.1}},
+            {"accy": {"kernel_ms": 0.15, "kernel_ms_each": {"0:a": 0.1, "1:b": 0.05}},
+             "torch_compile": {"kernel_ms": 0.1}}]
+    bench.apply_offset(rows, 0.1)
+    assert rows[0]["accy"]["kernel_ms_net"] == pytest.approx(0.8)
+    assert rows[0]["speed_vs_compile_net"] == pytest.approx(0.5)
+    assert rows[1]["accy"]["kernel_ms_net"] == pytest.approx(0.05)
+    assert rows[2]["accy"]["kernel_ms_net"] is None  # two offsets leave nothing
+    assert rows[2]["speed_vs_compile_net"] is None
 
 
 def test_bench_gpu_held_out_shapes_are_drawn_around_each_class(bench) -> None:

@@ -22,6 +22,7 @@ from mma_emulation import (
     product_sources,
     run_kernels,
 )
+from test_mma_generator import matmul
 from test_mma_generator import prepared as prepare
 from test_mma_pipeline import matmul16
 from test_wgmma import _NVPTX_BUILTINS, HOPPER, assembled
@@ -337,6 +338,27 @@ def test_k_split_where_tiles_leave_most_units_idle_over_a_long_k(pipe, encodes, 
         monkeypatch.setattr(wgmma_ss, "SPLIT_STAGES", 0)
         src = prepare(matmul16(m, n, k), "ieee", ROOMY_H200, pipe).kernel_source(0)
         assert "tma_bar[24]" not in src and f"k0 = (chunk * {chunk_k // 2}L)" in src
+
+
+@pytest.mark.parametrize("m, n, k, f16, gen", [
+    (320, 320, 20480, True, "wgmma-f16"),  # 128x128 tiles pad M x N by 1.44; K split
+    (700, 200, 16384, True, "wgmma-f16"),  # 1.40
+    (300, 3000, 3000, True, "wgmma-f16"),  # 128x256 tiles: 1.31
+    (64, 4096, 4096, True, "wgmma-f16"),  # 2.0
+    (160, 160, 65536, True, "mma-f16"),  # 256x256 pad 2.56: past PADDED
+    (424, 264, 28576, False, "wgmma-3xtf32"),  # 256x128 tiles: 1.76
+])
+def test_tiles_padding_past_the_mma_bound_are_scored_by_their_useful_share(
+        pipe, encodes, monkeypatch, m, n, k, f16, gen):
+    """H100 ("Thirty-ninth session"): f16 320x320x20480 0.0464 -> 0.0274 ms on wgmma's
+    128x128 tiles (pads 1.44), 700x200x16384 0.0594 -> 0.0302, 300x3000x3000 0.0634 ->
+    0.0333, 64x4096x4096 0.0343 -> 0.0259; f32 424x264x28576 0.2443 -> 0.1682 (3xTF32);
+    padding past ``MAX_PADDING`` was refused before."""
+    prog, precision, mma = ((matmul16(m, n, k), "ieee", "mma-f16") if f16 else
+                            (matmul(m, n, k), "3xtf32", "mma-3xtf32"))
+    assert set(prepare(prog, precision, ROOMY_H200, pipe).generators()) == {gen}
+    monkeypatch.setattr(wgmma, "PADDED", mma_plan.MAX_PADDING)
+    assert set(prepare(prog, precision, ROOMY_H200, pipe).generators()) == {mma}
 
 
 @pytest.mark.skipif(cl is None, reason="needs pyopencl")
