@@ -309,7 +309,11 @@ def _tiny(c: Contraction, target: TargetProfile) -> Tiles | None:
     (rows and columns rounded up to powers of two), for a product of at most TINY_THREADS
     outputs: the smallest register tile (32x32, 16 outputs per work-item) would pad it at
     least 4x, and the kernel is launch-bound whatever it does; one output per work-item keeps
-    its source (unrolled K steps, one epilogue per accumulator) 16x smaller."""
+    its source (unrolled K steps, one epilogue per accumulator) 16x smaller. Not for a K of
+    LONG_K or more, which one work-group would walk alone on one compute unit:
+    :func:`choose_tiles` splits it over work-groups."""
+    if c.k.size >= LONG_K:
+        return None
     wx = 1 << max(0, (c.n.size - 1).bit_length())
     wy = 1 << max(0, (c.m.size - 1).bit_length())
     if wx * wy > min(TINY_THREADS, target.max_work_group_size):
@@ -494,8 +498,11 @@ def choose_tiles(c: Contraction, target: TargetProfile) -> Tiles:
     else:
         options.sort(key=lambda o: (o[0], o[1]))
     groups, _, chosen = options[-1] if options else (0, 0, fits[-1])
-    if not _large(chosen) and 0 < groups < target.compute_units and c.k.size >= LONG_K:
-        # small tiles, idle units, long K: split it into chunks of >= MIN_SMALL_K
+    if not options:  # every size pads M x N past 1.25: the smallest tile
+        groups = tile_groups(c, chosen.bm, chosen.bn)
+    if ((not options or not _large(chosen)) and 0 < groups < target.compute_units
+            and c.k.size >= LONG_K):
+        # small tiles (or the smallest), idle units, long K: chunks of >= MIN_SMALL_K
         split = k_split(groups, target.compute_units, c.k.size, MIN_SMALL_K)
         chosen, groups = replace(chosen, split=split), groups * split
     bk = chosen.bk

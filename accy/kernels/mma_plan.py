@@ -457,7 +457,7 @@ def choose_tiles(c: Contraction, target: TargetProfile, pipelined: bool,
     64x32 tiles, or :data:`CANDIDATES16` for f16, whatever K is; for an f16 product with a
     side of at most ``SKINNY``, :data:`accy.kernels.mma_skinny.TILES`' by that side and B's
     layout) that fit the target (:func:`fits`) and pad M x N by at most :data:`MAX_PADDING`
-    (else the least padding), with K split where :func:`split_k` says (not for given
+    (else those of the least padding), with K split where :func:`split_k` says (not for given
     candidates), the largest whose waves of work-groups are best filled (:func:`balance`
     times :func:`rate`, within :data:`BALANCE_TIE`; on a tie one without a split); with
     ``cp.async`` (``pipelined``) skinny tiles as :func:`accy.kernels.mma_skinny.streaming`
@@ -478,8 +478,9 @@ def choose_tiles(c: Contraction, target: TargetProfile, pipelined: bool,
     def area(t: MmaTiles) -> int:
         return padded(c, t.bm, t.bn)
 
+    least = min(area(t) for t in fitting)
     snug = ([t for t in fitting if area(t) <= MAX_PADDING * c.m.size * c.n.size]
-            or [min(fitting, key=area)])
+            or [t for t in fitting if area(t) == least])  # (all tied: the waves choose)
 
     def groups(t: MmaTiles) -> int:
         return tile_groups(c, t.bm, t.bn) * t.split

@@ -1,0 +1,168 @@
+"""Sweep random matrix products on a device: accy's default plan against torch eager, to find
+the shapes where accy's tile choice is worst (a sweep, not a table of special cases).
+
+    python experiments/sweep_gemm.py --device nvidia --minutes 4 --seed 39 \
+        --out results/sweep_gemm.json
+    python experiments/sweep_gemm.py --count 4 --max-side 64 --max-k 256 --no-torch  # PoCL
+
+Each product ``(M, K) @ (K, N)`` draws M and N log-uniformly in ``[--min-side, --max-side]``,
+K in ``[--min-k, --max-k]`` and its dtype from ``--dtypes`` (f16 N and K rounded up to even:
+whole pairs of halves); products of more than ``--max-macs`` multiply-adds are drawn again.
+Each runs under ``experiments/bench_gpu.py``'s accy side (OpenCL-event kernel time and call
+time, medians of ``--repeat`` after warm-up; generators and kernel count; the float64 check
+of 32 rows within accy's error bounds) and, with torch on CUDA, torch eager's ``matmul``
+(torch.profiler kernel time; TF32 off). Stops after ``--count`` products or ``--minutes``,
+whichever comes first. Prints the ``--show`` worst by speed against torch (accy's kernel time
+over torch's; without torch, the slowest by accy's kernel time a multiply-add) and writes
+every row, with the geometric mean, to ``--out``. OpenCL events read a few microseconds more
+than torch.profiler on the same kernel (``bench_gpu.py``'s timer calibration), so small
+products of several kernels read slow here by that much.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import math
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_gpu as bg  # noqa: E402
+import bench_gpu_programs as bp  # noqa: E402
+import bench_gpu_torch as bt  # noqa: E402
+
+from accy.backends.registry import open_device  # noqa: E402
+from accy.experiments.records import provenance, write_json  # noqa: E402
+
+DTYPES = ("f32", "f16")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default=None, help="OpenCL selector (default: $ACCY_DEVICE/pocl)")
+    p.add_argument("--count", type=int, default=1000, help="products at most")
+    p.add_argument("--minutes", type=float, default=5.0, help="time at most (the last product "
+                   "started within it finishes)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dtypes", default=",".join(DTYPES), help="comma-separated: f32,f16")
+    p.add_argument("--min-side", type=int, default=16)
+    p.add_argument("--max-side", type=int, default=4096)
+    p.add_argument("--min-k", type=int, default=64)
+    p.add_argument("--max-k", type=int, default=32768)
+    p.add_argument("--max-macs", type=float, default=2.0 ** 34,
+                   help="products of more multiply-adds are drawn again")
+    p.add_argument("--repeat", type=int, default=6, help="timed calls a product and side")
+    p.add_argument("--show", type=int, default=20, help="worst products printed")
+    p.add_argument("--no-torch", action="store_true", help="time accy only")
+    p.add_argument("--out", default="results/sweep_gemm.json")
+    args = p.parse_args(argv)
+    args.dtypes = tuple(d.strip() for d in args.dtypes.split(",") if d.strip())
+    if not args.dtypes or any(d not in DTYPES for d in args.dtypes):
+        p.error(f"--dtypes: choose from {','.join(DTYPES)}")
+    for lo, hi in (("min_side", "max_side"), ("min_k", "max_k")):
+        if not 1 <= getattr(args, lo) <= getattr(args, hi):
+            p.error(f"--{lo.replace('_', '-')} must be at least 1 and at most "
+                    f"--{hi.replace('_', '-')}")
+    if args.count < 1 or args.repeat < 1 or args.minutes <= 0:
+        p.error("--count and --repeat must be at least 1, --minutes above 0")
+    if args.min_side * args.min_side * args.min_k > args.max_macs:
+        p.error("--max-macs is below the smallest product's multiply-adds")
+    return args
+
+
+def draw(rng: random.Random, args: argparse.Namespace) -> tuple[str, dict[str, int]]:
+    """A product's dtype and ``{"M", "N", "K"}`` (see the module)."""
+    def log_uniform(lo: int, hi: int) -> int:
+        return round(math.exp(rng.uniform(math.log(lo), math.log(hi))))
+
+    while True:
+        dtype = rng.choice(args.dtypes)
+        m, n = log_uniform(args.min_side, args.max_side), log_uniform(args.min_side, args.max_side)
+        k = log_uniform(args.min_k, args.max_k)
+        if dtype == "f16":
+            n, k = n + n % 2, k + k % 2
+        if m * n * k <= args.max_macs:
+            return dtype, {"M": m, "N": n, "K": k}
+
+
+def measure(dtype: str, dims: dict[str, int], runtime: Any, target: Any, torch: Any,
+            repeat: int) -> dict[str, Any]:
+    """One product's row: accy's record (bench_gpu.bench_accy) and torch eager's kernel ms."""
+    spec = bp.Spec("sweep", "gemm", "sweep", dims, dims, dtype)
+    xs = bp.inputs(spec, dims)
+    a = bg.bench_accy(spec, dims, xs, "f32", runtime, target, repeat, bp.Checker(spec, dims, xs))
+    row: dict[str, Any] = {"dtype": dtype, "dims": dims, "accy": a, "torch_ms": None,
+                           "speed_vs_torch": None}
+    if torch is not None:
+        res, _ = bt.time_calls(torch, bt.torch_fn("gemm", dims, torch),
+                               [torch.from_numpy(x).cuda() for x in xs], repeat)
+        row["torch_ms"] = res["kernel_ms"]
+        row["speed_vs_torch"] = res["kernel_ms"] / a["kernel_ms"]
+    return row
+
+
+def worst(rows: list[dict[str, Any]], show: int) -> list[dict[str, Any]]:
+    """The ``show`` worst rows: the slowest against torch, else by kernel time a MAC."""
+    def badness(r: dict[str, Any]) -> float:
+        if r["speed_vs_torch"] is not None:
+            return r["speed_vs_torch"]
+        return -r["accy"]["kernel_ms"] / math.prod(r["dims"].values())
+    return sorted((r for r in rows if r.get("accy")), key=badness)[:show]
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    runtime, target = open_device(args.device)
+    torch, torch_note = (None, "--no-torch") if args.no_torch else bt.load_torch()
+    if torch is not None:
+        bt.configure(torch, False)
+    rng = random.Random(args.seed)
+    rows: list[dict[str, Any]] = []
+    start = time.monotonic()
+    while len(rows) < args.count and time.monotonic() - start < 60 * args.minutes:
+        dtype, dims = draw(rng, args)
+        try:
+            rows.append(measure(dtype, dims, runtime, target, torch, args.repeat))
+        except Exception as e:  # one product must not end the sweep
+            rows.append({"dtype": dtype, "dims": dims, "accy": None, "error": bg._error(e)})
+        gc.collect()
+    speeds = [r["speed_vs_torch"] for r in rows if r.get("speed_vs_torch")]
+    wrong = [r for r in rows if r.get("accy") and not r["accy"]["check"]["ok"]]
+    result = {
+        "benchmark": "sweep_gemm", "seed": args.seed, "count": args.count,
+        "minutes": args.minutes, "dtypes": list(args.dtypes), "repeat": args.repeat,
+        "sides": [args.min_side, args.max_side], "k": [args.min_k, args.max_k],
+        "max_macs": args.max_macs, "accy_device": runtime.info.key, "torch_note": torch_note,
+        "rows": rows,
+        "summary": {"products": len(rows), "failed": sum(1 for r in rows if "error" in r),
+                    "wrong": len(wrong), "geomean_vs_torch": bg.geomean(speeds),
+                    "below_0.5": sum(s < 0.5 for s in speeds)},
+        **provenance(args.device, extra_versions=("torch",),
+                     command=[sys.argv[0] if argv is None else "main",
+                              *(sys.argv[1:] if argv is None else argv)]),
+    }
+    print(f"{len(rows)} products on {runtime.info.key}; torch: {torch_note or 'eager'}")
+    print(f"{'dtype':5s} {'M x N x K':>20s} {'kernels':>7s} {'accy ms':>9s} {'torch ms':>9s} "
+          f"{'speed':>6s}  generators")
+    for r in worst(rows, args.show):
+        a, d = r["accy"], r["dims"]
+        t, s = r["torch_ms"], r["speed_vs_torch"]
+        print(f"{r['dtype']:5s} {d['M']:>6d}x{d['N']:>6d}x{d['K']:>6d} {a['kernels']:>7d} "
+              f"{a['kernel_ms']:>9.4f} {'-' if t is None else f'{t:.4f}':>9s} "
+              f"{'-' if s is None else f'{s:.2f}x':>6s}  {'/'.join(a['generators'])}"
+              f"{'' if a['check']['ok'] else '  WRONG'}")
+    s = result["summary"]
+    gm = "-" if s["geomean_vs_torch"] is None else f"{s['geomean_vs_torch']:.2f}x"
+    print(f"geometric mean vs torch eager: {gm}; below 0.5x: {s['below_0.5']}; wrong: "
+          f"{s['wrong']}; failed: {s['failed']}")
+    write_json(result, args.out)
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,62 @@
+"""experiments/sweep_gemm.py: random products drawn within the bounds asked for, run on the
+default device without torch with their float64 check, written as JSON; the worst listed
+first; bad bounds refused."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def sweep(experiment_script):
+    return experiment_script("sweep_gemm")
+
+
+def test_sweep_runs_checks_and_writes_json(sweep, device, tmp_path: Path) -> None:
+    out = tmp_path / "s.json"
+    result = sweep.main(["--count", "3", "--min-side", "4", "--max-side", "40", "--min-k", "8",
+                         "--max-k", "300", "--no-torch", "--repeat", "2", "--seed", "3",
+                         "--out", str(out)])
+    assert json.loads(out.read_text())["summary"] == result["summary"]
+    assert result["summary"] == {"products": 3, "failed": 0, "wrong": 0,
+                                 "geomean_vs_torch": None, "below_0.5": 0}
+    for row in result["rows"]:
+        assert row["accy"]["check"]["ok"] and row["accy"]["kernel_ms"] > 0
+        assert row["torch_ms"] is None and row["speed_vs_torch"] is None
+        assert 4 <= row["dims"]["M"] <= 40 and 8 <= row["dims"]["K"] <= 300 + 1
+    assert result["torch_note"] == "--no-torch"
+
+
+def test_draws_stay_in_bounds_and_f16_rows_are_whole_pairs(sweep) -> None:
+    args = sweep.parse_args(["--min-side", "5", "--max-side", "300", "--min-k", "7",
+                             "--max-k", "999", "--max-macs", "1e6"])
+    rng = random.Random(0)
+    draws = [sweep.draw(rng, args) for _ in range(300)]
+    assert {d for d, _ in draws} == {"f32", "f16"}
+    for dtype, dims in draws:
+        assert dims["M"] * dims["N"] * dims["K"] <= 1e6 and 5 <= dims["M"] <= 300
+        assert 7 <= dims["K"] <= 1000
+        if dtype == "f16":
+            assert dims["N"] % 2 == 0 and dims["K"] % 2 == 0
+
+
+def test_worst_first_by_speed_else_by_time_a_multiply_add(sweep) -> None:
+    def row(speed, ms, m=10):
+        return {"dims": {"M": m, "N": 10, "K": 10}, "accy": {"kernel_ms": ms},
+                "speed_vs_torch": speed}
+    rows = [row(0.9, 1.0), row(0.2, 0.1), {"dims": {}, "accy": None}, row(1.5, 9.0)]
+    assert [r["speed_vs_torch"] for r in sweep.worst(rows, 2)] == [0.2, 0.9]
+    untimed = [row(None, 1.0, m=100), row(None, 1.0, m=10)]
+    assert sweep.worst(untimed, 1)[0]["dims"]["M"] == 10  # 1 ms over fewer MACs: the worse
+
+
+@pytest.mark.parametrize("argv", [["--dtypes", "f64"], ["--min-side", "50", "--max-side", "8"],
+                                  ["--min-k", "0"], ["--count", "0"],
+                                  ["--max-macs", "10", "--min-side", "16"]])
+def test_bad_arguments_are_refused(sweep, argv) -> None:
+    with pytest.raises(SystemExit):
+        sweep.parse_args(argv)

@@ -1,0 +1,56 @@
+"""Products of few outputs over a long K: their work-groups share K (tiled-contraction's
+smallest tiles and tiny form, the mma kernels' least-padded tiles). An H100 sweep of random
+products found them on one work-group or a handful: f32 22x18x27131 0.79 ms against torch's
+0.015 (papers/kernels.md, "Thirty-ninth session")."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from contraction_support import check, program
+from test_contraction import H200, tiles_for
+from test_mma_generator import NV, matmul
+from test_mma_generator import prepared as prepare
+
+import accy
+from accy.ir.types import DType
+from accy.kernels.contraction_plan import LONG_K
+
+
+@pytest.mark.parametrize("m, n, k, dtype, split", [
+    (22, 18, 27131, DType.f32, 256),  # every tile pads 22 x 18 past 1.25: the smallest, split
+    (18, 18, 14342, DType.f16, 128),  # f16's smallest tile has 8 x 8 outputs a work-item
+    (58, 26, 1804, DType.f16, 16),
+    (10, 12, 50000, DType.f32, 256),  # 256 outputs: the tiny form only over a short K
+    (10, 12, 500, DType.f32, 1),
+    (22, 18, 800, DType.f32, 1),  # K below LONG_K: one kernel
+])
+def test_few_outputs_over_a_long_k_split_it_over_work_groups(m, n, k, dtype, split):
+    """As many chunks (a power of two) as fill the 132 units, of at least MIN_SMALL_K."""
+    t = tiles_for("ik,kj->ij", [(m, k), (k, n)], H200, dtype)
+    assert t.split == split
+    assert (split > 1) == (k >= LONG_K)
+    if k < LONG_K and m * n <= 256:
+        assert (t.bm, t.bn, t.vm * t.sm) == (16, 16, 1)  # the tiny form: an output a work-item
+
+
+@pytest.mark.parametrize("m, n, k", [(18, 22, 3000), (10, 12, 2000)], ids=["pads", "tiny"])
+def test_few_outputs_split_over_k_compute_the_product(device, profiles, m, n, k):
+    """On the GPU-style profile (4 units): K in chunks by a partials kernel, summed in order
+    with a bias and relu by a second."""
+    target = profiles["gpu-tiles"]
+    prog = program("ik,kj->ij", [(m, k), (k, n)], epilogue=lambda y, b: (y + b).relu(),
+                   extra=[(n,)])
+    job = accy.prepare(prog, target=target)
+    assert job.kernel_count == 2 and job.kernels[0].entry.endswith("_partials")
+    check(device, prog, target, lambda x, w, b: np.maximum(x @ w + b, 0))
+
+
+def test_mma_tiles_tied_on_padding_are_all_scored():
+    """66 x 503 pads every mma tiling to 128 x 512: the waves choose among them, not the first
+    listed (4 work-groups of 128x128 took 0.0577 ms on the H100, 0.0205 on the tiles chosen)."""
+    job = prepare(matmul(66, 503, 325), "3xtf32", NV, lambda o: accy.parse_pipeline(
+        "accy-default").replacing(f"kernelization{{{o}}}").text())
+    assert job.generators() == {"mma-3xtf32": 1}
+    groups = job.kernels[0].geometry.global_size[0] // job.kernels[0].geometry.local_size[0]
+    assert groups > 4  # 128x128 tiles: 1 x 4
