@@ -5,9 +5,13 @@ products found them on one work-group or a handful: f32 22x18x27131 0.79 ms agai
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from contraction_support import check, program
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_contraction import H200, tiles_for
 from test_mma_generator import NV, matmul
 from test_mma_generator import prepared as prepare
@@ -44,6 +48,29 @@ def test_few_outputs_split_over_k_compute_the_product(device, profiles, m, n, k)
     job = accy.prepare(prog, target=target)
     assert job.kernel_count == 2 and job.kernels[0].entry.endswith("_partials")
     check(device, prog, target, lambda x, w, b: np.maximum(x @ w + b, 0))
+
+
+@settings(max_examples=10, deadline=None)
+@given(m=st.integers(1, 40), n=st.integers(1, 40), k=st.integers(LONG_K, 3 * LONG_K),
+       batch=st.integers(0, 2), dtype=st.sampled_from([DType.f32, DType.f16]))
+def test_random_few_output_products_over_a_long_k_match_numpy(device, profiles, m, n, k, batch,
+                                                              dtype):
+    """Any sides, a batch or none, f32 or f16 (halves loaded where the profile stores f16):
+    the GPU-style tiles split K, and the sums agree with float64."""
+    target = profiles["gpu-tiles"]
+    if dtype is DType.f16:
+        target = dataclasses.replace(target, dtypes=target.dtypes | {DType.f16})
+    lead = (batch,) if batch else ()
+    spec = "bik,bkj->bij" if batch else "ik,kj->ij"
+    shapes = [(*lead, m, k), (*lead, k, n)]
+    job = accy.prepare(program(spec, shapes, dtype), target=target)
+    rng = np.random.default_rng(m * n + k)
+    xs = [rng.uniform(-1, 1, s).astype(dtype.numpy) for s in shapes]
+    (got,) = job.run(*xs, device=device)
+    exact = np.einsum(spec, *(x.astype(np.float64) for x in xs))
+    # f32 sums of K terms of at most 1 (f16: then one rounding to f16)
+    tol = k * 2.0**-22 + (np.abs(exact) * 2.0**-10 if dtype is DType.f16 else 0)
+    assert (np.abs(got.astype(np.float64) - exact) <= tol).all()
 
 
 def test_mma_tiles_tied_on_padding_are_all_scored():
