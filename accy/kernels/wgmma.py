@@ -500,7 +500,8 @@ def plan_for(group: FusionGroup, target: TargetProfile, capability: str, dtype: 
 
 def padding_share(c: Contraction, t: MmaTiles) -> float:
     """The share of tiles ``t``'s work on ``c`` a score keeps: 1 where they pad M x N by at
-    most ``MAX_PADDING``, else the useful part of the padding past it."""
+    most ``MAX_PADDING``, else ``MAX_PADDING x M x N`` over the padded area (the work past
+    that bound counted as lost)."""
     return min(1.0, MAX_PADDING * c.m.size * c.n.size / padded(c, t.bm, t.bn))
 
 
