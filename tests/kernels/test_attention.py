@@ -41,15 +41,15 @@ def check(check):
 
 def test_auto_fuses_where_the_fused_kernel_pays() -> None:
     """GPUs without tensor cores and CPUs keep the three kernels (on a CPU the product reads
-    K transposed first); a CPU fuses where the scores and probabilities would not fit one
-    buffer; ``always`` fuses."""
+    K transposed first); a CPU fuses where the scores (and the probabilities, each a buffer
+    of its own) would not fit one buffer; ``always`` fuses."""
     prog = heads(1, 2, 33, 33, 16, 16)
     three = {"tiled-contraction": 2, "row-softmax": 1}
     assert accy.prepare(prog, target=GPU).generators() == three
     job = accy.prepare(prog, target=CPU)
     assert job.generators() == three
     assert [k.entry.endswith("_yt") for k in job.kernels] == [True, False, False, False]
-    held = 2 * 2 * 33 * 33 * 4  # scores and probabilities, f32
+    held = 2 * 33 * 33 * 4  # the scores (2 heads), f32: one buffer, as the probabilities
     for limit, want in ((held, three), (held - 1, {"fused-attention": 1})):
         small = dataclasses.replace(CPU, max_mem_alloc_size=limit)
         assert accy.prepare(prog, target=small).generators() == want

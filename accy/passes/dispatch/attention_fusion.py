@@ -64,7 +64,7 @@ def merge_attention(groups: list[FusionGroup], users: dict[Node, list[Node]],
                              outside_inputs(nodes), ScheduleKind.contraction, last.boundary)
         found = attention.plan(merged, target)  # f32 attention; f16 only on tensor cores
         cpu_form = not isinstance(found, str) and found[1].cpu
-        held = 2 * scores[0].type.size * scores[0].type.dtype.itemsize  # scores, probabilities
+        held = scores[0].type.size * scores[0].type.dtype.itemsize  # (the probabilities too)
         if not (pays(target, cpu_form, merged, precision, held)
                 or always and not isinstance(found, str)):
             continue
@@ -84,8 +84,8 @@ def pays(target: TargetProfile, cpu_form: bool, group: FusionGroup,
     The work-group form is slower than the three kernels on a CPU and on the GPU, and so is
     the CPU form since the CPU product reads K transposed
     (:mod:`accy.kernels.contraction_cpu`; papers/kernels.md, "Thirty-seventh session"): a
-    CPU fuses (its CPU form) only where the scores and probabilities, ``held`` bytes, would
-    not fit the device's largest buffer. GPUs keep the three otherwise (``precision=ieee``
+    CPU fuses (its CPU form) only where the scores, ``held`` bytes (and so the probabilities,
+    a buffer of their own as large), would not fit the device's largest buffer. GPUs keep the three otherwise (``precision=ieee``
     too)."""
     if target.device_type == "cpu":
         return cpu_form and held > target.max_mem_alloc_size
