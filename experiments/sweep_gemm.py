@@ -70,7 +70,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     f"--{hi.replace('_', '-')}")
     if args.count < 1 or args.repeat < 1 or args.minutes <= 0:
         p.error("--count and --repeat must be at least 1, --minutes above 0")
-    if args.min_side * args.min_side * args.min_k > args.max_macs:
+    f16 = "f16" in args.dtypes  # its N and K rounded up to even
+    if args.min_side * (args.min_side + f16) * (args.min_k + f16) > args.max_macs:
         p.error("--max-macs is below the smallest product's multiply-adds")
     return args
 

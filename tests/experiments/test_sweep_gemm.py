@@ -56,7 +56,8 @@ def test_worst_first_by_speed_else_by_time_a_multiply_add(sweep) -> None:
 
 @pytest.mark.parametrize("argv", [["--dtypes", "f64"], ["--min-side", "50", "--max-side", "8"],
                                   ["--min-k", "0"], ["--count", "0"],
-                                  ["--max-macs", "10", "--min-side", "16"]])
+                                  ["--max-macs", "10", "--min-side", "16"],
+                                  ["--max-macs", "27", "--min-side", "3", "--min-k", "3"]])
 def test_bad_arguments_are_refused(sweep, argv) -> None:
     with pytest.raises(SystemExit):
         sweep.parse_args(argv)
