@@ -497,9 +497,9 @@ def choose_tiles(c: Contraction, target: TargetProfile) -> Tiles:
             break
     else:
         options.sort(key=lambda o: (o[0], o[1]))
-    groups, _, chosen = options[-1] if options else (0, 0, fits[-1])
-    if not options:  # every size pads M x N past 1.25: the smallest tile
-        groups = tile_groups(c, chosen.bm, chosen.bn)
+    # (no options: every size pads M x N past 1.25, the smallest tile)
+    groups, _, chosen = options[-1] if options else (
+        tile_groups(c, fits[-1].bm, fits[-1].bn), 0, fits[-1])
     if ((not options or not _large(chosen)) and 0 < groups < target.compute_units
             and c.k.size >= LONG_K):
         # small tiles (or the smallest), idle units, long K: chunks of >= MIN_SMALL_K

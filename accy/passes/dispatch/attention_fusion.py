@@ -85,8 +85,8 @@ def pays(target: TargetProfile, cpu_form: bool, group: FusionGroup,
     the CPU form since the CPU product reads K transposed
     (:mod:`accy.kernels.contraction_cpu`; papers/kernels.md, "Thirty-seventh session"): a
     CPU fuses (its CPU form) only where the scores, ``held`` bytes (and so the probabilities,
-    a buffer of their own as large), would not fit the device's largest buffer. GPUs keep the three otherwise (``precision=ieee``
-    too)."""
+    a buffer of their own as large), would not fit the device's largest buffer. GPUs keep the
+    three otherwise (``precision=ieee`` too)."""
     if target.device_type == "cpu":
         return cpu_form and held > target.max_mem_alloc_size
     return attention_mma_plan.kind_for(group, target, precision) is not None
