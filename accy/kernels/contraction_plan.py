@@ -466,8 +466,9 @@ def _cpu_tiles(c: Contraction, target: TargetProfile) -> Tiles:
 
 
 def choose_tiles(c: Contraction, target: TargetProfile) -> Tiles:
-    """Tile sizes for ``c`` on ``target``: from its device type, limits and the problem shape."""
-    item = c.dtype.itemsize
+    """Tile sizes for ``c`` on ``target``: from its device type, limits and the problem shape
+    (an f16 product's as an f32 one's: its tiles hold f32, its loads take halves)."""
+    item = 4 if c.dtype is DType.f16 else c.dtype.itemsize
     if target.device_type == "cpu":
         return _cpu_tiles(c, target)
     tiny = _tiny(c, target) or skinny(c, target)

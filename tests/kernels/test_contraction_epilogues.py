@@ -118,12 +118,16 @@ def test_results_of_the_einsum_and_its_epilogue_both_written(device, profiles):
     ("ik,kj->ij", [(16, 1000), (1000, 300)], 2),  # K split: partials, then their sum (no
     ("ik,jk->ij", [(1, 700), (257, 700)], 2),  # PTX fence); a GEMV against x @ W.T
     ("ik,kj->ij", [(600, 90), (90, 24)], 1),  # N short, K too short to split
-], ids=["m16", "gemv-bt", "n24"])
-def test_skinny_f16_products_load_halves_on_gpus_without_cl_khr_fp16(device, profiles, spec,
-                                                                       shapes, kernels):
+    ("ik,kj->ij", [(24, 112), (112, 96)], 1),  # small: f32's 32x32 tiles, not 64x64
+    ("ik,jk->ij", [(28, 1100), (20, 1100)], 2),  # few outputs, K split, B along K
+    ("bik,bkj->bij", [(3, 50, 24), (3, 24, 60)], 1),  # K under 32, batched
+], ids=["m16", "gemv-bt", "n24", "small", "few-outputs", "short-k"])
+def test_small_f16_products_load_halves_on_gpus_without_cl_khr_fp16(device, profiles, spec,
+                                                                      shapes, kernels):
     # a GPU without f16 arithmetic (the H200's OpenCL): dtype-legalization promotes f16 to f32
-    # but keeps a product with a side of at most 32 in f16 for the skinny tiles, which load
-    # halves (no cast kernel writing an f32 copy of the long operand first) and sum in f32
+    # but keeps a product no tensor core would take (a side of at most 32, K under 32) in f16
+    # for the tiled contraction, which loads halves (no cast kernels writing f32 copies of the
+    # operands first) and sums in f32
     from accy.ir.ops import Op
     from accy.ir.program import Stage
 
@@ -141,7 +145,7 @@ def test_skinny_f16_products_load_halves_on_gpus_without_cl_khr_fp16(device, pro
     # then * 2 and relu in f32 and a second rounding: within two f16 steps of that
     wide = [x.astype(np.float64) for x in xs]
     exact = np.maximum(2 * np.einsum(spec, *wide), 0)
-    summed = 2 * shapes[0][1] * 2.0**-24 * np.einsum(spec, *map(np.abs, wide))
+    summed = 2 * shapes[0][-1] * 2.0**-24 * np.einsum(spec, *map(np.abs, wide))
     step = np.spacing(np.abs(exact).astype(np.float16)).astype(np.float64)
     assert got.dtype == np.float16 and (np.abs(got - exact) <= 2 * step + summed).all()
     # the CPU's tiles and products of two long sides: promoted, as before

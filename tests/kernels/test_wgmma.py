@@ -129,6 +129,10 @@ def test_large_products_of_rows_not_whole_vectors_are_padded_for_wgmma(pipe, use
                               (matmul16(2048, 2048, 1020),
                                dataclasses.replace(ASYNC, dtypes=NV.dtypes), "no wgmma")):
         assert used(prepare(prog, "ieee", target, pipe)) == {"mma-f16": 1}, why
+    # from WIDE_FLOPS, from LARGE_INTENSITY: 2MN/(M+N) = 858 pads over K = 7986, not 2000
+    assert used(prepare(matmul16(1024, 738, 7986), "ieee", hopper, pipe)) == {
+        "row-movement": 3, "wgmma-f16": 1}  # (the slice's own kernel: N 744 -> 738)
+    assert used(prepare(matmul16(1024, 738, 2000), "ieee", hopper, pipe)) == {"mma-f16": 1}
 
 
 @pytest.mark.skipif(cl is None, reason="needs pyopencl")

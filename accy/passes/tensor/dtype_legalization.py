@@ -12,9 +12,9 @@ says what happens:
   large ones whose rows are not whole 16-byte vectors padded to them where the target has
   ``wgmma`` (:func:`wide_padding`), and an attention's values product, for the fused
   attention kernel (:func:`attention_values`; head features padded to a multiple of 8 in Q,
-  K and V: :func:`attention_padding`); and, on GPUs, products with a side of at most 32 that
-  ``mma-f16`` does not take, for the tiled contraction's skinny tiles, which load halves
-  (:func:`skinny_product`).
+  K and V: :func:`attention_padding`); and, on GPUs, products no tensor-core kernel would
+  take promoted either (a side of at most 32, K under 32), for the tiled contraction, which
+  loads halves (:func:`tiled_product`).
   Elementwise ops on a padded product's sliced result move above the slice (:func:`sunk`),
   and a product padding such a slice back reads its source masked instead (:func:`masked`).
   ``keep`` leaves f16 to the kernels, which compute it in float and round every f16 value
@@ -71,7 +71,7 @@ from accy.ir.printer import format_name
 from accy.ir.program import Function, Program, Stage
 from accy.ir.types import DType
 from accy.kernels.attention_mma_plan import MAX_FEATURES
-from accy.kernels.contraction_plan import Contraction, classify, skinny
+from accy.kernels.contraction_plan import Contraction, classify
 from accy.kernels.mma_plan import MIN_K, takes_sides
 from accy.passes.base import Pass, option
 from accy.passes.rebuild import constant, make, rebuild
@@ -135,7 +135,7 @@ def f16_product(node: Node) -> bool:
     too, read by ``ldmatrix`` untransposed: ``x @ W.T``, attention's ``q k^T``), last axes of
     an even length (copies of 16, 8 or 4 bytes: ``mma_plan.copy_widths``), and sides and K the
     generator takes (``mma_plan.takes_sides``: skinny ones too); any other f16 product is
-    promoted (on GPUs but a skinny one: :func:`skinny_product`)."""
+    promoted (on GPUs but a small one: :func:`tiled_product`)."""
     found = product_axes(node, DType.f16)
     if found is None:
         return False
@@ -147,17 +147,20 @@ def f16_product(node: Node) -> bool:
             and takes_sides(m, n, True) and k >= MIN_K)
 
 
-def skinny_product(node: Node, target: TargetProfile) -> bool:
-    """A product of two f16 operands with a side of at most ``contraction_plan.SKINNY`` on a
-    GPU, which the tiled contraction's skinny tiles take as stored (:func:`contraction_plan.
-    skinny`: halves loaded, tiles and sums in f32, one rounding on the way out, the same
-    arithmetic as promoted): kept in f16, so that the long operand, which bounds such a
-    GEMV-like product, is read once at 2 bytes an element, where promoting it first casts it
-    to f32 (a kernel reading 2 bytes and writing 4) for the product to read 4."""
+def tiled_product(node: Node, target: TargetProfile) -> bool:
+    """A product of two f16 operands on a GPU that the tiled contraction takes and no
+    tensor-core kernel would take promoted (a side of at most ``mma_plan.SKINNY``, as GEMV-like
+    products have, or K under ``mma_plan.MIN_K``): kept in f16, since the tiled contraction
+    loads halves and keeps its tiles and sums in f32 (one rounding on the way out, the same
+    arithmetic as promoted). Promoting it would cast each operand to f32 first (a kernel
+    each, reading 2 bytes an element and writing 4) for the product to read 4: on a GEMV-like
+    product, bound by reading its long operand, twice the bytes; on a small one, two more
+    launches than the product's own."""
     if target.device_type != "gpu" or product_axes(node, DType.f16) is None:
         return False
     c = classify(node)
-    return isinstance(c, Contraction) and skinny(c, target) is not None
+    return isinstance(c, Contraction) and (not takes_sides(c.m.size, c.n.size, False)
+                                           or c.k.size < MIN_K)
 
 
 def attention_values(node: Node) -> bool:
@@ -193,6 +196,8 @@ def attention_padding(node: Node, scores: set[Node]) -> dict[str, int]:
 
 PAD_TO = 8  # f16 elements: rows padded to whole 16-byte vectors (TMA, 16-byte cp.async)
 WIDE_INTENSITY = 1024  # flops per operand element copied (2MN/(M+N)) for wide_padding
+WIDE_FLOPS = 2 ** 33  # from these flops (2MNK) wide_padding pads from LARGE_INTENSITY
+LARGE_INTENSITY = 384
 FEATURES_TO = 8  # attention features padded to whole 16-byte rows (the kernel pads to 16)
 
 
@@ -253,16 +258,21 @@ def wide_padding(node: Node, target: TargetProfile) -> dict[str, int]:
     """The last axes of an f16 product ``mma-f16`` takes (:func:`f16_product`) to pad with
     zeros to a multiple of :data:`PAD_TO`, for ``wgmma-f16``, which copies whole 16-byte rows
     (by TMA): where the target has it and the product does at least :data:`WIDE_INTENSITY`
-    flops per operand element the copies write (as ``contraction-padding`` for f32). Without
-    it the product runs on ``mma-f16``'s 4-byte copies, or B is transposed first (measured
-    far slower: papers/kernels.md, "Twenty-eighth session"); with it B's last axis, when an
-    output axis, is sliced back from the result. Empty where none needs it, the product is
-    too small, or the target lacks it."""
+    flops per operand element the copies write (as ``contraction-padding`` for f32), or
+    :data:`LARGE_INTENSITY` for a product of :data:`WIDE_FLOPS` or more, whose time on
+    ``mma-f16`` outweighs the copies' launches (H100: 1.04-2.5x faster at seven such products,
+    0.6-1.1x at six smaller ones; papers/kernels.md, "Fortieth session"). Without it the
+    product runs on ``mma-f16``'s 4-byte copies, or B is transposed first (measured far
+    slower: "Twenty-eighth session"); with it B's last axis, when an output axis, is sliced
+    back from the result. Empty where none needs it, the product is too small, or the target
+    lacks it."""
     found = product_axes(node, DType.f16)
     if WGMMA_F16 not in target.tensor_cores or found is None:
         return {}
-    a, b, _, size, (m, n, _) = found
-    if 2 * m * n < WIDE_INTENSITY * (m + n):
+    a, b, _, size, (m, n, k) = found
+    least = LARGE_INTENSITY if 2 * math.prod(node.type.shape) * k >= WIDE_FLOPS else (
+        WIDE_INTENSITY)
+    if 2 * m * n < least * (m + n):
         return {}
     return {c: -size[c] % PAD_TO for c in {a[-1], b[-1]} if size[c] % PAD_TO}
 
@@ -387,7 +397,7 @@ class DtypeLegalization(Pass):
                     if made.op is Op.SLICE and made.srcs[0].type.shape[:-1] == made.type.shape[:-1]:
                         slices.add(made)  # cut along the last axis only
                     return made
-            if DType.f16 in mapping and skinny_product(node, target):
+            if DType.f16 in mapping and tiled_product(node, target):
                 return padded_f16(node, srcs, {})
             out = self.convert(program, node, srcs, mapping)
             if out.type.dtype is not node.type.dtype:
