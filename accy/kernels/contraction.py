@@ -27,7 +27,9 @@ share of a step is a few vectors, or at most :data:`PREFETCH_REGISTERS` scalars)
 swizzled by 8 (once they fill 90% of the compute units; as a single wave with ``bk`` 32). Large
 tiles that would leave units idle split K instead (``Tiles.split``, chunks of at least 512;
 :mod:`accy.kernels.split_k` sums them in a fixed order, with the epilogue); 64x64 and 32x32
-tiles are taken when K is too short for that, or larger tiles would pad more than 25%. Tiles
+tiles are taken when K is too short for that, or larger tiles would pad more than 25%, and
+split a K of at least ``LONG_K`` where they leave units idle too (of ``SHORT_K`` where they
+fill at most half the units; chunks of at least 64). Tiles
 filled by a transposing copy have their rows padded against bank conflicts
 (:func:`~accy.kernels.contraction_plan.bank_padding`), which layout-planning reports. CPUs get
 groups of up to 4 work-items, each with 24 vector accumulators (12 without AVX-512-wide

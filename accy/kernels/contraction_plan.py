@@ -294,6 +294,11 @@ MIN_SPLIT_K = 512
 # one kernel (a second launch costs more than a few K steps save).
 MIN_SMALL_K = 64
 LONG_K = 1024
+# From SHORT_K, small tiles split K where they fill at most half the units: a group walks K
+# in steps of 16, a load latency each (31x31x1000, one group: 0.043 ms on the H100). Split,
+# 17 such products of K 280-1000 took 1.14-3.0x less kernel time, the second kernel counted;
+# 300x300x400 (100 groups, split in 2) took 0.81x (papers/kernels.md, "Fortieth session")
+SHORT_K = 256
 
 
 def _large(t: Tiles) -> bool:
@@ -501,10 +506,11 @@ def choose_tiles(c: Contraction, target: TargetProfile) -> Tiles:
     # (no options: every size pads M x N past 1.25, the smallest tile)
     groups, _, chosen = options[-1] if options else (
         tile_groups(c, fits[-1].bm, fits[-1].bn), 0, fits[-1])
-    if ((not options or not _large(chosen)) and 0 < groups < target.compute_units
-            and c.k.size >= LONG_K):
+    units = target.compute_units
+    if ((not options or not _large(chosen)) and 0 < groups < units
+            and (c.k.size >= LONG_K or (c.k.size >= SHORT_K and 2 * groups <= units))):
         # small tiles (or the smallest), idle units, long K: chunks of >= MIN_SMALL_K
-        split = k_split(groups, target.compute_units, c.k.size, MIN_SMALL_K)
+        split = k_split(groups, units, c.k.size, MIN_SMALL_K)
         chosen, groups = replace(chosen, split=split), groups * split
     bk = chosen.bk
     deep = replace(chosen, bk=2 * bk)

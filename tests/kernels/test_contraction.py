@@ -268,7 +268,7 @@ def fetches(src: str, reg: str) -> list[str]:
 
 
 def test_edges_get_guards_only_where_tiles_overhang():
-    src = source(program("ik,kj->ij", [(130, 256), (256, 384)]), H200)  # M overhangs
+    src = source(program("ik,kj->ij", [(130, 240), (240, 384)]), H200)  # M overhangs
     guarded = "< 130L) ? ((__global const float4*)in0)"
     first, inside, edge = fetches(src, "x_tile_r0")
     assert guarded in first and guarded in edge and "?" not in inside
@@ -541,7 +541,10 @@ def test_gpu_large_tiles_fill_most_units_split_k_and_run_one_wave_twice_as_deep(
     # ... and small tiles split a long K too: 8 groups of 32x32 in 16 chunks of 80
     thin = tiles_for("ik,kj->ij", [(128, 1280), (1280, 64)], H200)
     assert (thin.bm, thin.bn, thin.split) == (32, 32, 16)
-    assert tiles_for("ik,kj->ij", [(130, 256), (256, 384)], H200).split == 1  # K too short
+    assert tiles_for("ik,kj->ij", [(130, 240), (240, 384)], H200).split == 1  # K too short
+    # from SHORT_K where the groups fill at most half the units: 60 groups of 32x32 in 4
+    assert tiles_for("ik,kj->ij", [(130, 256), (256, 384)], H200).split == 4
+    assert tiles_for("ik,kj->ij", [(300, 400), (400, 300)], H200).split == 1  # 100 groups
 
 
 def test_gpu_tiles_for_a_skinny_product_stream_the_long_side_with_k_split():

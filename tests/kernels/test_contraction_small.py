@@ -18,7 +18,7 @@ from test_mma_generator import prepared as prepare
 
 import accy
 from accy.ir.types import DType
-from accy.kernels.contraction_plan import LONG_K
+from accy.kernels.contraction_plan import LONG_K, SHORT_K
 
 
 @pytest.mark.parametrize("m, n, k, dtype, split", [
@@ -27,13 +27,14 @@ from accy.kernels.contraction_plan import LONG_K
     (58, 26, 1804, DType.f16, 16),
     (10, 12, 50000, DType.f32, 256),  # 256 outputs: the tiny form only over a short K
     (10, 12, 500, DType.f32, 1),
-    (22, 18, 800, DType.f32, 1),  # K below LONG_K: one kernel
+    (22, 18, 800, DType.f32, 8),  # K below LONG_K, from SHORT_K: one group, split
+    (22, 18, 200, DType.f32, 1),  # K below SHORT_K: one kernel
 ])
 def test_few_outputs_over_a_long_k_split_it_over_work_groups(m, n, k, dtype, split):
     """As many chunks (a power of two) as fill the 132 units, of at least MIN_SMALL_K."""
     t = tiles_for("ik,kj->ij", [(m, k), (k, n)], H200, dtype)
     assert t.split == split
-    assert (split > 1) == (k >= LONG_K)
+    assert (split > 1) == (k >= (LONG_K if m * n <= 256 else SHORT_K))
     if k < LONG_K and m * n <= 256:
         assert (t.bm, t.bn, t.vm * t.sm) == (16, 16, 1)  # the tiny form: an output a work-item
 
@@ -72,6 +73,31 @@ def test_random_few_output_products_over_a_long_k_match_numpy(device, profiles, 
     tol = k * 2.0**-22 + (np.abs(exact) * 2.0**-10 if dtype is DType.f16 else 0)
     assert (np.abs(got.astype(np.float64) - exact) <= tol).all()
 
+
+@settings(max_examples=12, deadline=None)
+@given(m=st.integers(1, 32), n=st.integers(1, 130), k=st.integers(2, 700),
+       batch=st.integers(0, 2), b_along_k=st.booleans())
+def test_random_small_f16_products_kept_in_f16_match_numpy(device, profiles, m, n, k, batch,
+                                                           b_along_k):
+    """On a GPU without f16 arithmetic, f16 products with a side of at most 32 (no tensor
+    core takes them promoted) are kept in f16 for the tiled contraction, which loads halves
+    into f32 tiles: one product, no cast kernels, K split or not, B stored along N or K; the
+    result is the f32 sum rounded once to f16."""
+    target = profiles["gpu-tiles"]
+    assert DType.f16 not in target.dtypes
+    lead = (batch,) if batch else ()
+    b = "bjk" if b_along_k else "bkj"
+    spec = f"bik,{b}->bij" if batch else f"ik,{b[1:]}->ij"
+    shapes = [(*lead, m, k), (*lead, n, k) if b_along_k else (*lead, k, n)]
+    job = accy.prepare(program(spec, shapes, DType.f16), target=target)
+    assert set(job.generators()) <= {"tiled-contraction", "loop-nest"}
+    assert job.kernel_count <= 2  # the product (and its partials' sum): nothing cast first
+    rng = np.random.default_rng(m * n + k)
+    xs = [rng.uniform(-1, 1, s).astype(np.float16) for s in shapes]
+    (got,) = job.run(*xs, device=device)
+    exact = np.einsum(spec, *(x.astype(np.float64) for x in xs))
+    tol = k * 2.0**-22 + np.abs(exact) * 2.0**-10
+    assert got.dtype == np.float16 and (np.abs(got.astype(np.float64) - exact) <= tol).all()
 
 def test_mma_tiles_tied_on_padding_are_all_scored(pipe):
     """66 x 503 pads every mma tiling to 128 x 512: the waves choose among them, not the first
