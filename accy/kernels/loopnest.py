@@ -246,7 +246,10 @@ class LoopNestBuilder:
                                           strict=True)):
             name = f"out{i}"
             outs.append(KernelArg(name, n.type.dtype, True, slot))
-            self.em.emit(Store(name, gid, self.value(n, coords)))
+            # an output of the domain's size in another shape ([1] beside []): its own coords
+            at = coords if n.type.shape == domain else tuple(
+                self.em.bind(c, INDEX, prefix="c") for c in delinearize(gid, n.type.shape))
+            self.em.emit(Store(name, gid, self.value(n, at)))
         return Kernel(self.outline.entry, self.outline.work_item, kind, domain,
                       tuple(self.args + outs), tuple(self.em.scopes[0].body),
                       self.outline.geometry, implemented_ops(self.group))

@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from accy.ir.types import DType
 from accy.kernels import mma_layout
 from accy.kernels.contraction_plan import (
+    SHORT_K,
     SKINNY,
     Contraction,
     analyse,
@@ -70,6 +71,7 @@ ROUNDINGS = ("fragment", "tile")
 # and 60 (H100, papers/kernels.md, "Thirty-second session"); f16 ones: :func:`takes_sides`
 MIN_MN = SKINNY + 1
 MIN_K = 32
+SMALL_MN = {True: 8, False: 16}  # f16, f32: smaller products that take them (takes_sides)
 # tiles that leave compute units idle (groups * SPLIT_IDLE <= units) split K over work-groups
 # (:func:`split_k`) in chunks of at least MIN_SPLIT_K, the partials summed by a second kernel;
 # 256 rather than 1024 (H100, "Thirty-third session": 403x226x4000 0.57x -> 0.93x of
@@ -553,12 +555,17 @@ def pipelined(c: Contraction, target: TargetProfile) -> bool:
     return CP_ASYNC in target.tensor_cores and copy_widths(c) is not None
 
 
-def takes_sides(m: int, n: int, f16: bool) -> bool:
-    """Whether the tensor-core kernels take ``m x n`` outputs: both sides at least MIN_MN, or
-    for f16 a side of at most ``SKINNY`` against one of ``4 SKINNY`` (the tiles of
+def takes_sides(m: int, n: int, f16: bool, k: int) -> bool:
+    """Whether the tensor-core kernels take ``m x n`` outputs over ``k``: both sides at least
+    MIN_MN; for f16 a side of at most ``SKINNY`` against one of ``4 SKINNY`` (the tiles of
     :mod:`accy.kernels.mma_skinny`: the tiled contraction, f16 read into f32 tiles, is bound
-    by its FMAs, twice f32's a byte)."""
-    return (f16 and skinny_sides(m, n)) or (m >= MIN_MN and n >= MIN_MN)
+    by its FMAs, twice f32's a byte); smaller ones with both at least :data:`SMALL_MN` (f32:
+    over a K below ``contraction_plan.SHORT_K``, which the tiled contraction walks unsplit, a
+    load latency a step; the mma kernels keep several steps in flight: papers/kernels.md,
+    "Fortieth session")."""
+    least = min(m, n)
+    return (least >= MIN_MN or (f16 and skinny_sides(m, n))
+            or (least >= SMALL_MN[f16] and (f16 or k < SHORT_K)))
 
 
 def plan(group: FusionGroup, target: TargetProfile) -> tuple[Contraction, MmaTiles] | str:
@@ -583,10 +590,9 @@ def plan(group: FusionGroup, target: TargetProfile) -> tuple[Contraction, MmaTil
             return "the target has no TF32 tensor cores (TargetProfile.tensor_cores)"
     else:
         return f"dtype {c.dtype.value} (tensor cores take f32 as TF32, or f16)"
-    if not takes_sides(c.m.size, c.n.size, c.dtype is DType.f16) or c.k.size < MIN_K:
-        return (f"{c.m.size}x{c.n.size}x{c.k.size} is below {MIN_MN}x{MIN_MN}x{MIN_K} (f16: "
-                f"or not a side of at most {SKINNY} against one of {4 * SKINNY}): the other "
-                "generators are faster there")
+    if not takes_sides(c.m.size, c.n.size, c.dtype is DType.f16, c.k.size) or c.k.size < MIN_K:
+        return (f"{c.m.size}x{c.n.size}x{c.k.size}: sides or K too small (takes_sides, MIN_K "
+                f"{MIN_K}): the other generators are faster there")
     t = choose_tiles(c, target, pipelined(c, target))
     if t.threads > target.max_work_group_size or t.local_bytes() > target.group_local_bytes:
         return (f"tiles of {t.threads} work-items and {t.local_bytes()} bytes of local "

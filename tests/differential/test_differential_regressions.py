@@ -243,3 +243,19 @@ def test_gpu_rows_written_in_place_over_their_input(device_dtypes: list[DType]) 
     a = np.zeros((11, 22, 34), np.float16)
     for _ in range(4):  # a race: each run failed about half the time
         check_end_to_end(program, [a, np.ones((11, 22, 1), np.float16)], device_type="gpu")
+
+
+@pytest.mark.parametrize("device_type", ["gpu", "cpu"])
+def test_loop_nest_outputs_of_one_size_in_two_shapes(device_type: str,
+                                                     device_dtypes: list[DType]) -> None:
+    """Fuzzing GPU-typed kernels on PoCL, 2026-12-06: a sum returned both reshaped to [1] and
+    as the scalar under a max shares one loop-nest kernel (one element, domain []), which read
+    the [1] output's reshape at the domain's coordinates (none): kernelization failed."""
+    program = parse_program("""
+        func @f0(%a: f32[5]) -> (f32[1], f32[]) {
+          %0 = reduce_sum(%a) {axes=[0], keepdims=false} : f32[]
+          %1 = reshape(%0) {shape=[1]} : f32[1]
+          %2 = max(%0, %0) : f32[]
+          return %1, %2
+        }""")
+    check_end_to_end(program, [np.arange(5, dtype=np.float32)], device_type=device_type)

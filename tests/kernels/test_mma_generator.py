@@ -264,7 +264,7 @@ def test_skinny_sides_past_the_skinny_tiles_take_tensor_cores(m, n, mma, pipe, u
 @pytest.mark.parametrize("target, precision, size", [
     (NV, "ieee", 2048),  # f32 arithmetic, never tensor cores
     (NO_CORES, "tf32", 2048),  # no tensor cores recorded
-    (NV, "tf32", 32),  # too small (the tiled contraction's skinny tiles take a side of 32)
+    (NV, "tf32", 12),  # too small (sides under mma_plan.SMALL_MN: the tiled contraction)
 ])
 def test_not_chosen_without_cores_policy_or_size(target, precision, size, pipe, used):
     job = prepared(matmul(size, size, 64), precision, target, pipe)

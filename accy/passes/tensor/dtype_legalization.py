@@ -12,9 +12,8 @@ says what happens:
   large ones whose rows are not whole 16-byte vectors padded to them where the target has
   ``wgmma`` (:func:`wide_padding`), and an attention's values product, for the fused
   attention kernel (:func:`attention_values`; head features padded to a multiple of 8 in Q,
-  K and V: :func:`attention_padding`); and, on GPUs, products no tensor-core kernel would
-  take promoted either (a side of at most 32, K under 32), for the tiled contraction, which
-  loads halves (:func:`tiled_product`).
+  K and V: :func:`attention_padding`); and, on GPUs, other products of a side of at most 32
+  or K under 32, for the tiled contraction, which loads halves (:func:`tiled_product`).
   Elementwise ops on a padded product's sliced result move above the slice (:func:`sunk`),
   and a product padding such a slice back reads its source masked instead (:func:`masked`).
   ``keep`` leaves f16 to the kernels, which compute it in float and round every f16 value
@@ -71,8 +70,8 @@ from accy.ir.printer import format_name
 from accy.ir.program import Function, Program, Stage
 from accy.ir.types import DType
 from accy.kernels.attention_mma_plan import MAX_FEATURES
-from accy.kernels.contraction_plan import Contraction, classify
-from accy.kernels.mma_plan import MIN_K, takes_sides
+from accy.kernels.contraction_plan import Contraction, classify, skinny_sides
+from accy.kernels.mma_plan import MIN_K, MIN_MN, takes_sides
 from accy.passes.base import Pass, option
 from accy.passes.rebuild import constant, make, rebuild
 from accy.passes.registry import register
@@ -144,22 +143,22 @@ def f16_product(node: Node) -> bool:
     b_ok = (b[-1] in out and b[-1] not in a) or b[-1] in summed  # along N, or along K
     return (a[-1] in summed and b_ok
             and all(s.type.shape[-1] % 2 == 0 for s in node.srcs)
-            and takes_sides(m, n, True) and k >= MIN_K)
+            and takes_sides(m, n, True, k) and k >= MIN_K)
 
 
 def tiled_product(node: Node, target: TargetProfile) -> bool:
-    """A product of two f16 operands on a GPU that the tiled contraction takes and no
-    tensor-core kernel would take promoted (a side of at most ``mma_plan.SKINNY``, as GEMV-like
-    products have, or K under ``mma_plan.MIN_K``): kept in f16, since the tiled contraction
-    loads halves and keeps its tiles and sums in f32 (one rounding on the way out, the same
-    arithmetic as promoted). Promoting it would cast each operand to f32 first (a kernel
-    each, reading 2 bytes an element and writing 4) for the product to read 4: on a GEMV-like
-    product, bound by reading its long operand, twice the bytes; on a small one, two more
-    launches than the product's own."""
+    """A product of two f16 operands on a GPU that the tiled contraction takes and
+    :func:`f16_product` does not (a side under ``mma_plan.MIN_MN``, as GEMV-like products
+    have, or K under ``mma_plan.MIN_K``): kept in f16, since the tiled contraction loads halves
+    and keeps its tiles and sums in f32 (one rounding on the way out, the same arithmetic as
+    promoted). Promoting it would cast each operand to f32 first (a kernel each, reading 2
+    bytes an element and writing 4) for the product to read 4: on a GEMV-like product, bound
+    by reading its long operand, twice the bytes; on a small one, two more launches than the
+    product's own (H100: 1.04-2.66x faster kept, papers/kernels.md, "Fortieth session")."""
     if target.device_type != "gpu" or product_axes(node, DType.f16) is None:
         return False
     c = classify(node)
-    return isinstance(c, Contraction) and (not takes_sides(c.m.size, c.n.size, False)
+    return isinstance(c, Contraction) and (min(c.m.size, c.n.size) < MIN_MN
                                            or c.k.size < MIN_K)
 
 
@@ -240,11 +239,16 @@ def padded_product(node: Node, srcs: tuple[Node, ...],
     to a multiple of :data:`PAD_TO` in both operands (the zeros add nothing); B's last axis,
     where it is an output axis, padded the same way and the result sliced back. The padded
     operands are copies (``conv_lowering.padded``: a concat with zeros); the product is then
-    an f16 product of whole 16-byte rows on the tensor cores, not an f32 one."""
+    an f16 product of whole 16-byte rows on the tensor cores, not an f32 one. Not for a
+    product of sides under ``mma_plan.MIN_MN`` that is not skinny, which the tiled
+    contraction takes in one kernel where the copies and slice would be three (H100, f16
+    12x17x34: 0.0076 ms against 0.0188)."""
     found = product_axes(node, DType.f16)
     if found is None or all(s.type.shape[-1] % 2 == 0 for s in node.srcs):
         return None
-    a, b, out, size, _ = found
+    a, b, out, size, (m, n, _) = found
+    if min(m, n) < MIN_MN and not skinny_sides(m, n):
+        return None
     grow = {c: -size[c] % PAD_TO for c in {a[-1], b[-1]} if size[c] % 2}
     if b[-1] in grow and b[-1] not in out and b[-1] != a[-1]:
         return None  # B along a second summed axis: not A's
