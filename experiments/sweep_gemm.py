@@ -4,6 +4,7 @@ the shapes where accy's tile choice is worst (a sweep, not a table of special ca
     python experiments/sweep_gemm.py --device nvidia --minutes 4 --seed 39 \
         --out results/sweep_gemm.json
     python experiments/sweep_gemm.py --count 4 --max-side 64 --max-k 256 --no-torch  # PoCL
+    python experiments/sweep_gemm.py --compare before.json after.json  # two sweeps' rows
 
 Each product ``(M, K) @ (K, N)`` draws M and N log-uniformly in ``[--min-side, --max-side]``,
 K in ``[--min-k, --max-k]`` and its dtype from ``--dtypes`` (f16 N and K rounded up to even:
@@ -17,12 +18,19 @@ over torch's; without torch, the slowest by accy's kernel time a multiply-add) a
 every row, with the geometric mean, to ``--out``. OpenCL events read a few microseconds more
 than torch.profiler on the same kernel (``bench_gpu.py``'s timer calibration), so small
 products of several kernels read slow here by that much.
+
+``--compare BEFORE AFTER`` runs nothing: it reads two sweeps' JSON (the same ``--seed`` draws
+the same products, so a sweep before a change and one after time the same ones) and prints,
+for the products in both, those whose plan (generators, kernel count) differs, slowest
+first, with the geometric means of accy's speed-up (BEFORE's kernel time over AFTER's) over
+them and over the rest (the runs' own difference), and of the speed against torch in each.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
 import math
 import random
 import sys
@@ -60,7 +68,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--show", type=int, default=20, help="worst products printed")
     p.add_argument("--no-torch", action="store_true", help="time accy only")
     p.add_argument("--out", default="results/sweep_gemm.json")
+    p.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"),
+                   help="compare two sweeps' JSON instead of sweeping (see the module)")
     args = p.parse_args(argv)
+    if args.compare:
+        for path in args.compare:
+            if not Path(path).is_file():
+                p.error(f"--compare: no file {path}")
+        return args
     args.dtypes = tuple(d.strip() for d in args.dtypes.split(",") if d.strip())
     if not args.dtypes or any(d not in DTYPES for d in args.dtypes):
         p.error(f"--dtypes: choose from {','.join(DTYPES)}")
@@ -116,8 +131,55 @@ def worst(rows: list[dict[str, Any]], show: int) -> list[dict[str, Any]]:
     return sorted((r for r in rows if r.get("accy")), key=badness)[:show]
 
 
+def compare(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """Two sweeps' products in common: those whose plan changed (slowest first, each with
+    BEFORE's kernel ms over AFTER's), and geometric means (see the module)."""
+    def key(r: dict[str, Any]) -> tuple[Any, ...]:
+        return r["dtype"], r["dims"]["M"], r["dims"]["N"], r["dims"]["K"]
+
+    def plan(r: dict[str, Any]) -> tuple[Any, ...]:
+        return r["accy"]["generators"], r["accy"]["kernels"]
+
+    old = {key(r): r for r in before["rows"] if r.get("accy")}
+    pairs = [(old[key(r)], r) for r in after["rows"] if r.get("accy") and key(r) in old]
+    changed, same = [], []
+    for b, a in pairs:
+        row = {"dtype": a["dtype"], "dims": a["dims"], "before": plan(b), "after": plan(a),
+               "before_ms": b["accy"]["kernel_ms"], "after_ms": a["accy"]["kernel_ms"],
+               "speedup": b["accy"]["kernel_ms"] / a["accy"]["kernel_ms"]}
+        (changed if plan(b) != plan(a) else same).append(row)
+    changed.sort(key=lambda r: r["speedup"])
+
+    def speeds(side: int) -> float | None:
+        return bg.geomean([p[side]["speed_vs_torch"] for p in pairs
+                           if p[side].get("speed_vs_torch")])
+
+    return {"common": len(pairs), "changed": changed,
+            "geomean_changed": bg.geomean([r["speedup"] for r in changed]),
+            "geomean_unchanged": bg.geomean([r["speedup"] for r in same]),
+            "vs_torch": {"before": speeds(0), "after": speeds(1)}}
+
+
+def print_comparison(c: dict[str, Any]) -> None:
+    def x(v: float | None) -> str:
+        return "-" if v is None else f"{v:.3f}x"
+    print(f"{c['common']} products in both; {len(c['changed'])} changed plan "
+          f"(geometric mean {x(c['geomean_changed'])}), the rest {x(c['geomean_unchanged'])}; "
+          f"against torch {x(c['vs_torch']['before'])} -> {x(c['vs_torch']['after'])}")
+    for r in c["changed"]:
+        d = r["dims"]
+        print(f"{r['dtype']:5s} {d['M']:>6d}x{d['N']:>6d}x{d['K']:>6d} {r['before_ms']:>9.4f} "
+              f"-> {r['after_ms']:>9.4f} {r['speedup']:>6.2f}x  "
+              f"{'/'.join(r['before'][0])} ({r['before'][1]}) -> "
+              f"{'/'.join(r['after'][0])} ({r['after'][1]})")
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
+    if args.compare:
+        result = compare(*(json.loads(Path(f).read_text()) for f in args.compare))
+        print_comparison(result)
+        return result
     runtime, target = open_device(args.device)
     torch, torch_note = (None, "--no-torch") if args.no_torch else bt.load_torch()
     if torch is not None:

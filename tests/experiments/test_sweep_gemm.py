@@ -61,3 +61,30 @@ def test_worst_first_by_speed_else_by_time_a_multiply_add(sweep) -> None:
 def test_bad_arguments_are_refused(sweep, argv) -> None:
     with pytest.raises(SystemExit):
         sweep.parse_args(argv)
+
+
+def test_compare_reads_two_sweeps_and_lists_changed_plans_slowest_first(sweep, tmp_path: Path,
+                                                                       capsys) -> None:
+    def row(m, gens, kernels, ms, speed, dtype="f32"):
+        return {"dtype": dtype, "dims": {"M": m, "N": 8, "K": 64}, "speed_vs_torch": speed,
+                "accy": {"generators": gens, "kernels": kernels, "kernel_ms": ms}}
+    tiled, mma = {"tiled-contraction": 1}, {"mma-3xtf32": 1}
+    before = {"rows": [row(1, tiled, 1, 2.0, 0.5), row(2, tiled, 1, 1.0, 0.5),
+                       row(3, tiled, 1, 1.0, 0.5), row(4, tiled, 1, 1.0, 0.5),
+                       {"dtype": "f32", "dims": {"M": 5, "N": 8, "K": 64}, "accy": None}]}
+    after = {"rows": [row(1, mma, 1, 1.0, 1.0), row(2, tiled, 2, 1.25, 0.4),
+                      row(3, tiled, 1, 1.0, 0.5), row(4, tiled, 1, 1.0, 0.5, dtype="f16"),
+                      row(6, tiled, 1, 1.0, 0.5)]}
+    paths = []
+    for name, data in (("b.json", before), ("a.json", after)):
+        paths.append(str(tmp_path / name))
+        (tmp_path / name).write_text(json.dumps(data))
+    result = sweep.main(["--compare", *paths])
+    assert result["common"] == 2 + 1  # M 1, 2, 3 (M 4 another dtype, 5 failed, 6 new)
+    assert [(r["dims"]["M"], r["speedup"]) for r in result["changed"]] == [(2, 0.8), (1, 2.0)]
+    assert result["geomean_changed"] == pytest.approx((0.8 * 2.0) ** 0.5)
+    assert result["geomean_unchanged"] == pytest.approx(1.0)
+    assert result["vs_torch"]["before"] == pytest.approx(0.5)
+    assert "3 products in both; 2 changed plan" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        sweep.parse_args(["--compare", paths[0], str(tmp_path / "missing.json")])
