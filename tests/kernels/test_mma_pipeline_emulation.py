@@ -46,8 +46,9 @@ needs_pocl = pytest.mark.skipif(cl is None, reason="needs pyopencl")
     # 3xtf32 split once in local memory (small parts in a second tile), edges in M and K
     (130, 96, 40, 0, True, "3xtf32", "64x32x16:2x2:3:round=tile"),
     (96, 64, 48, 2, False, "tf32", "64x64x16:2x2:3:round=tile"),  # tf32 rounded in place
+    (20, 24, 100, 0, True, "3xtf32", None),  # a small product (mma_plan.SMALL_MN): edges
 ], ids=["bias-tf32-3", "batched-3xtf32-2", "tf32-4", "3xtf32-bk8-3", "8-byte", "4-byte",
-        "3xtf32-tile-split", "tf32-tile-round"])
+        "3xtf32-tile-split", "tf32-tile-round", "small"])
 def test_pipelined_kernels_compute_the_product_in_emulation(device, pipe, used, experiment_script,
                                                             mode, m, n, k, batch, bias,
                                                             precision, tiles):
@@ -86,8 +87,9 @@ def test_pipelined_kernels_compute_the_product_in_emulation(device, pipe, used, 
     (96, 100, 32, 2, False, None),
     (70, 64, 48, 0, True, "64x64x16:2x2:2:vector"),
     (200, 136, 64, 0, True, "128x128x32:2x2:2:vector"),
+    (12, 100, 40, 0, True, None),  # a small product (mma_plan.SMALL_MN): 12 of a tile's rows
 ], ids=["bias", "batched", "4-stages", "word-stores", "8-byte-stores", "warp-row-passes",
-        "128x128"])
+        "128x128", "small"])
 def test_f16_kernels_compute_the_product_in_emulation(device, pipe, used, experiment_script, mode,
                                                       m, n, k, batch, bias, tiles):
     if "Portable Computing Language" not in device.info.platform:
