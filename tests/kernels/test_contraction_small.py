@@ -80,10 +80,10 @@ def test_random_few_output_products_over_a_long_k_match_numpy(device, profiles, 
        batch=st.integers(0, 2), b_along_k=st.booleans())
 def test_random_small_f16_products_kept_in_f16_match_numpy(device, profiles, m, n, k, batch,
                                                            b_along_k):
-    """On a GPU without f16 arithmetic, f16 products with a side of at most 32 (no tensor
-    core takes them promoted) are kept in f16 for the tiled contraction, which loads halves
-    into f32 tiles: one product, no cast kernels, K split or not, B stored along N or K; the
-    result is the f32 sum rounded once to f16."""
+    """On a GPU without f16 arithmetic or tensor cores, f16 products with a side of at most
+    32 are kept in f16 for the tiled contraction (dtype_legalization.tiled_product), which
+    loads halves into f32 tiles: one product, no cast kernels, K split or not, B stored along
+    N or K; the result is the f32 sum rounded once to f16."""
     target = profiles["gpu-tiles"]
     assert DType.f16 not in target.dtypes
     lead = (batch,) if batch else ()
