@@ -28,7 +28,7 @@ def test_sweep_runs_checks_and_writes_json(sweep, device, tmp_path: Path) -> Non
         assert row["accy"]["check"]["ok"] and row["accy"]["kernel_ms"] > 0
         assert row["torch_ms"] is None and row["speed_vs_torch"] is None
         assert 4 <= row["dims"]["M"] <= 40 and 8 <= row["dims"]["K"] <= 300 + 1
-    assert result["torch_note"] == "--no-torch"
+    assert result["torch_note"] == "--no-torch" and result["classes"] == {}  # none timed
 
 
 def test_draws_stay_in_bounds_and_f16_rows_are_whole_pairs(sweep) -> None:
@@ -88,3 +88,16 @@ def test_compare_reads_two_sweeps_and_lists_changed_plans_slowest_first(sweep, t
     assert "3 products in both; 2 changed plan" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         sweep.parse_args(["--compare", paths[0], str(tmp_path / "missing.json")])
+
+
+def test_classes_by_dtype_shorter_side_and_k_in_order(sweep) -> None:
+    def row(dtype, m, n, k, speed):
+        return {"dtype": dtype, "dims": {"M": m, "N": n, "K": k}, "speed_vs_torch": speed}
+    rows = [row("f32", 2000, 16, 64, 0.5), row("f32", 8, 9, 1023, 2.0),
+            row("f32", 100, 600, 9000, 0.8), row("f16", 600, 700, 1024, 1.2),
+            row("f32", 40, 40, 40, None)]
+    classes = sweep.by_class(rows)
+    assert list(classes) == ["f16 side > 512, K < 8192", "f32 side <= 32, K < 1024",
+                             "f32 side 33-128, K >= 8192"]
+    assert classes["f32 side <= 32, K < 1024"] == {"products": 2, "geomean_vs_torch": 1.0,
+                                                   "least": 0.5}
