@@ -74,9 +74,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="compare two sweeps' JSON instead of sweeping (see the module)")
     args = p.parse_args(argv)
     if args.compare:
+        args.sweeps = []
         for path in args.compare:
-            if not Path(path).is_file():
-                p.error(f"--compare: no file {path}")
+            try:
+                data = json.loads(Path(path).read_text())
+            except (OSError, ValueError) as e:
+                p.error(f"--compare: cannot read {path} ({e})")
+            if not isinstance(data, dict) or data.get("benchmark") != "sweep_gemm":
+                p.error(f"--compare: {path} is not a sweep_gemm result (its \"benchmark\")")
+            args.sweeps.append(data)
         return args
     args.dtypes = tuple(d.strip() for d in args.dtypes.split(",") if d.strip())
     if not args.dtypes or any(d not in DTYPES for d in args.dtypes):
@@ -204,7 +210,7 @@ def by_class(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     if args.compare:
-        result = compare(*(json.loads(Path(f).read_text()) for f in args.compare))
+        result = compare(*args.sweeps)
         print_comparison(result)
         return result
     runtime, target = open_device(args.device)

@@ -69,12 +69,13 @@ def test_compare_reads_two_sweeps_and_lists_changed_plans_slowest_first(sweep, t
         return {"dtype": dtype, "dims": {"M": m, "N": 8, "K": 64}, "speed_vs_torch": speed,
                 "accy": {"generators": gens, "kernels": kernels, "kernel_ms": ms}}
     tiled, mma = {"tiled-contraction": 1}, {"mma-3xtf32": 1}
-    before = {"rows": [row(1, tiled, 1, 2.0, 0.5), row(2, tiled, 1, 1.0, 0.5),
-                       row(3, tiled, 1, 1.0, 0.5), row(4, tiled, 1, 1.0, 0.5),
-                       {"dtype": "f32", "dims": {"M": 5, "N": 8, "K": 64}, "accy": None}]}
-    after = {"rows": [row(1, mma, 1, 1.0, 1.0), row(2, tiled, 2, 1.25, 0.4),
-                      row(3, tiled, 1, 1.0, 0.5), row(4, tiled, 1, 1.0, 0.5, dtype="f16"),
-                      row(6, tiled, 1, 1.0, 0.5)]}
+    before = {"benchmark": "sweep_gemm", "rows": [
+        row(1, tiled, 1, 2.0, 0.5), row(2, tiled, 1, 1.0, 0.5), row(3, tiled, 1, 1.0, 0.5),
+        row(4, tiled, 1, 1.0, 0.5),
+        {"dtype": "f32", "dims": {"M": 5, "N": 8, "K": 64}, "accy": None}]}
+    after = {"benchmark": "sweep_gemm", "rows": [
+        row(1, mma, 1, 1.0, 1.0), row(2, tiled, 2, 1.25, 0.4), row(3, tiled, 1, 1.0, 0.5),
+        row(4, tiled, 1, 1.0, 0.5, dtype="f16"), row(6, tiled, 1, 1.0, 0.5)]}
     paths = []
     for name, data in (("b.json", before), ("a.json", after)):
         paths.append(str(tmp_path / name))
@@ -86,8 +87,12 @@ def test_compare_reads_two_sweeps_and_lists_changed_plans_slowest_first(sweep, t
     assert result["geomean_unchanged"] == pytest.approx(1.0)
     assert result["vs_torch"]["before"] == pytest.approx(0.5)
     assert "3 products in both; 2 changed plan" in capsys.readouterr().out
-    with pytest.raises(SystemExit):
-        sweep.parse_args(["--compare", paths[0], str(tmp_path / "missing.json")])
+    (tmp_path / "bad.json").write_text('{"benchmark": "bench_gpu"}')
+    (tmp_path / "broken.json").write_text("{")
+    for other in ("missing.json", "bad.json", "broken.json"):
+        with pytest.raises(SystemExit):
+            sweep.parse_args(["--compare", paths[0], str(tmp_path / other)])
+        assert other in capsys.readouterr().err
 
 
 def test_classes_by_dtype_shorter_side_and_k_in_order(sweep) -> None:
