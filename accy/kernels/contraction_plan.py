@@ -295,9 +295,9 @@ MIN_SPLIT_K = 512
 MIN_SMALL_K = 64
 LONG_K = 1024
 # From SHORT_K, small tiles split K where they fill at most half the units: a group walks K
-# in steps of 16, a load latency each (31x31x1000, one group: 0.043 ms on the H100). Split,
-# 17 such products of K 280-1000 took 1.14-3.0x less kernel time, the second kernel counted;
-# 300x300x400 (100 groups, split in 2) took 0.81x (papers/kernels.md, "Fortieth session")
+# in steps of 16, a load latency each, so one or a few groups over a K of a few hundred wait
+# more than a second kernel costs; where the groups fill over half the units a split in 2
+# does not pay (measured: papers/kernels.md, "Fortieth session")
 SHORT_K = 256
 
 

@@ -128,9 +128,9 @@ MMA_MID_RATE = 0.9
 MIN_K = 128
 # A tiling padding M x N past MAX_PADDING (the mma kernels' bound; their smaller tiles pad
 # less) is still scored, times its share of useful work past that bound (padding_share), up
-# to PADDED. Timed on the H100 against the hard bound of before (papers/kernels.md,
-# "Thirty-ninth session"): f16 faster at 18 of 18 shapes (1.05-2.31x), f32 (3xTF32) at 11 of
-# 16, level (within 1%) at 3, 10-14% slower at 2
+# to PADDED: products of a few hundred rows then take wgmma's 128/256-row tiles, which beat
+# the mma kernels there though they pad more (measured: papers/kernels.md, "Thirty-ninth
+# session")
 PADDED = 2.0
 # one 16-byte load of global memory into four registers, and where ``%5`` is 0 zeros instead
 LD_V4 = "ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"

@@ -1,7 +1,7 @@
 """Products of few outputs over a long K: their work-groups share K (tiled-contraction's
-smallest tiles and tiny form, the mma kernels' least-padded tiles). An H100 sweep of random
-products found them on one work-group or a handful: f32 22x18x27131 0.79 ms against torch's
-0.015 (papers/kernels.md, "Thirty-ninth session")."""
+smallest tiles and tiny form, the mma kernels' least-padded tiles). A sweep of random
+products found them on one work-group or a handful, tens of times slower than torch
+(papers/kernels.md, "Thirty-ninth session")."""
 
 from __future__ import annotations
 
@@ -102,7 +102,7 @@ def test_random_small_f16_products_kept_in_f16_match_numpy(device, profiles, m, 
 
 def test_mma_tiles_tied_on_padding_are_all_scored(pipe):
     """66 x 503 pads every mma tiling to 128 x 512: the waves choose among them, not the first
-    listed (4 work-groups of 128x128 took 0.0577 ms on the H100, 0.0205 on the tiles chosen)."""
+    listed (4 work-groups of 128x128: measured about 3x slower than the tiles chosen)."""
     job = prepare(matmul(66, 503, 325), "3xtf32", NV, pipe)
     assert job.generators() == {"mma-3xtf32": 1}
     groups = job.kernels[0].geometry.global_size[0] // job.kernels[0].geometry.local_size[0]
@@ -130,8 +130,8 @@ def test_f16_products_take_f32_tiles(m, n, k):
 ])
 def test_small_products_take_tensor_cores(m, n, k, f16, mma, pipe):
     """Small products whose tiled contraction would walk K unsplit, a load latency a step,
-    take the mma kernels, which keep several steps in flight (mma_plan.SMALL_MN): H100,
-    f16 12x100x360 0.0159 -> 0.0078 ms, f32 317x30x226 0.0183 -> 0.0124."""
+    take the mma kernels, which keep several steps in flight (mma_plan.SMALL_MN; measured:
+    papers/kernels.md, "Fortieth session")."""
     if f16:
         job = prepare(matmul16(m, n, k), "ieee", dataclasses.replace(ASYNC, dtypes=NV.dtypes),
                       pipe)

@@ -350,10 +350,9 @@ def test_k_split_where_tiles_leave_most_units_idle_over_a_long_k(pipe, encodes, 
 ])
 def test_tiles_padding_past_the_mma_bound_are_scored_by_their_useful_share(
         pipe, encodes, monkeypatch, m, n, k, f16, gen):
-    """H100 ("Thirty-ninth session"): f16 320x320x20480 0.0464 -> 0.0274 ms on wgmma's
-    128x128 tiles (pads 1.44), 700x200x16384 0.0594 -> 0.0302, 300x3000x3000 0.0634 ->
-    0.0333, 64x4096x4096 0.0343 -> 0.0259; f32 424x264x28576 0.2443 -> 0.1682 (3xTF32);
-    padding past ``MAX_PADDING`` was refused before."""
+    """Products of a few hundred rows take wgmma's 128/256-row tiles though they pad past
+    ``MAX_PADDING`` (320x320 pads 128x128 tiles 1.44), which refused them before; measured
+    faster (papers/kernels.md, "Thirty-ninth session")."""
     prog, precision, mma = ((matmul16(m, n, k), "ieee", "mma-f16") if f16 else
                             (matmul(m, n, k), "3xtf32", "mma-3xtf32"))
     assert set(prepare(prog, precision, ROOMY_H200, pipe).generators()) == {gen}

@@ -154,7 +154,7 @@ def tiled_product(node: Node, target: TargetProfile) -> bool:
     promoted). Promoting it would cast each operand to f32 first (a kernel each, reading 2
     bytes an element and writing 4) for the product to read 4: on a GEMV-like product, bound
     by reading its long operand, twice the bytes; on a small one, two more launches than the
-    product's own (H100: 1.04-2.66x faster kept, papers/kernels.md, "Fortieth session")."""
+    product's own (measured: papers/kernels.md, "Fortieth session")."""
     if target.device_type != "gpu" or product_axes(node, DType.f16) is None:
         return False
     c = classify(node)
@@ -241,8 +241,8 @@ def padded_product(node: Node, srcs: tuple[Node, ...],
     operands are copies (``conv_lowering.padded``: a concat with zeros); the product is then
     an f16 product of whole 16-byte rows on the tensor cores, not an f32 one. Not for a
     product of sides under ``mma_plan.MIN_MN`` that is not skinny, which the tiled
-    contraction takes in one kernel where the copies and slice would be three (H100, f16
-    12x17x34: 0.0076 ms against 0.0188)."""
+    contraction takes in one kernel where the copies and slice would be three (measured
+    slower: papers/kernels.md, "Fortieth session")."""
     found = product_axes(node, DType.f16)
     if found is None or all(s.type.shape[-1] % 2 == 0 for s in node.srcs):
         return None
@@ -264,8 +264,8 @@ def wide_padding(node: Node, target: TargetProfile) -> dict[str, int]:
     (by TMA): where the target has it and the product does at least :data:`WIDE_INTENSITY`
     flops per operand element the copies write (as ``contraction-padding`` for f32), or
     :data:`LARGE_INTENSITY` for a product of :data:`WIDE_FLOPS` or more, whose time on
-    ``mma-f16`` outweighs the copies' launches (H100: 1.04-2.5x faster at seven such products,
-    0.6-1.1x at six smaller ones; papers/kernels.md, "Fortieth session"). Without it the
+    ``mma-f16`` outweighs the copies' launches (smaller ones measured slower padded:
+    papers/kernels.md, "Fortieth session"). Without it the
     product runs on ``mma-f16``'s 4-byte copies, or B is transposed first (measured far
     slower: "Twenty-eighth session"); with it B's last axis, when an output axis, is sliced
     back from the result. Empty where none needs it, the product is too small, or the target
