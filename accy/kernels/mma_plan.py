@@ -73,11 +73,10 @@ MIN_MN = SKINNY + 1
 MIN_K = 32
 SMALL_MN = {True: 8, False: 16}  # f16, f32: smaller products that take them (takes_sides)
 # tiles that leave compute units idle (groups * SPLIT_IDLE <= units) split K over work-groups
-# (:func:`split_k`) in chunks of at least MIN_SPLIT_K, the partials summed by a second kernel;
-# 256 rather than 1024 (H100, "Thirty-third session": 403x226x4000 0.57x -> 0.93x of
-# torch.compile, 3000x48x5000 0.77x -> 1.07x; 128 no faster)
-SPLIT_IDLE = 1
-MIN_SPLIT_K = 256
+# (:func:`split_k`) in chunks of at least MIN_SPLIT_K (256 rather than 1024: "Thirty-third
+# session"; 128 no faster), the partials summed by a second kernel, over a K of SPLIT_BYTES
+# or more a row (:func:`long_walk`)
+SPLIT_IDLE, MIN_SPLIT_K, SPLIT_BYTES = 1, 256, 2048
 RESIDENT = 4  # work-groups of 4 warps a unit runs at once (:func:`resident`)
 
 
@@ -226,9 +225,7 @@ MID = MmaTiles(128, 64, 16, 2, 2)
 SMALL = MmaTiles(64, 64, 16, 2, 2)  # 4 warps of 32x32, where they fill the waves better
 # 4 warps of 32x16 (f32): where 64x64 tiles leave a short last wave of work-groups
 NARROW = MmaTiles(64, 32, 16, 2, 2)
-# 8 warps of 64x32 (4x4 fragments, 64 accumulators): a candidate for sweeps
-# (experiments/bench_mma.py --tiles)
-LARGE = MmaTiles(128, 128, 16, 2, 4)
+LARGE = MmaTiles(128, 128, 16, 2, 4)  # 8 warps of 64x32: for sweeps (bench_mma.py --tiles)
 # f16: the same blocks, K steps of 32 (two m16n8k16 per step; the same bytes as 16 f32)
 WIDE16 = MmaTiles(128, 128, 32, 2, 2, f16=True)
 SMALL16 = MmaTiles(64, 64, 32, 2, 2, f16=True)
@@ -455,21 +452,17 @@ def fits(t: MmaTiles, target: TargetProfile) -> bool:
 
 def choose_tiles(c: Contraction, target: TargetProfile, pipelined: bool,
                  candidates: tuple[MmaTiles, ...] | None = None) -> MmaTiles:
-    """Of ``candidates`` (largest first; default :data:`CANDIDATES`, 128x128, 128x64, 64x64 and
-    64x32 tiles, or :data:`CANDIDATES16` for f16, whatever K is; for an f16 product with a
-    side of at most ``SKINNY``, :data:`accy.kernels.mma_skinny.TILES`' by that side and B's
-    layout) that fit the target (:func:`fits`) and pad M x N by at most :data:`MAX_PADDING`
-    (else those of the least padding), with K split where :func:`split_k` says (not for given
-    candidates), the largest whose waves of work-groups are best filled (:func:`balance`
-    times :func:`rate`, within :data:`BALANCE_TIE`; on a tie one without a split); with
-    ``cp.async`` (``pipelined``) skinny tiles as :func:`accy.kernels.mma_skinny.streaming`
-    says, others in as many stages, up to 3, as local memory holds and K has steps (a stage
-    beyond the last K step would only hold local memory; sweep others with
-    ``experiments/bench_mma.py --stages``)."""
+    """Of ``candidates`` (largest first; default :data:`CANDIDATES`, or :data:`CANDIDATES16`
+    for f16; for f16 with a side of at most ``SKINNY``, ``mma_skinny.TILES``' by that side and
+    B's layout) that fit (:func:`fits`) and pad M x N by at most :data:`MAX_PADDING` (else the
+    least padding), K split as :func:`split_k` says (not for given ones), the largest whose
+    waves are best filled (:func:`balance` times :func:`rate`, within :data:`BALANCE_TIE`; on a
+    tie one without a split), its split dropped over a short K (:func:`long_walk`); with
+    ``cp.async`` skinny tiles as ``mma_skinny.streaming`` says, others in as many stages, up
+    to 3, as local memory holds and K has steps (others: ``bench_mma.py --stages``)."""
     from accy.kernels import mma_skinny  # (it builds on this module)
 
-    given = candidates is not None
-    short = min(c.m.size, c.n.size)
+    given, short = candidates is not None, min(c.m.size, c.n.size)
     if not given:
         candidates = (CANDIDATES if c.dtype is not DType.f16 else
                       CANDIDATES16 if short > SKINNY else
@@ -494,6 +487,7 @@ def choose_tiles(c: Contraction, target: TargetProfile, pipelined: bool,
     scores = [balance(groups(t), target.compute_units) * rate(t) for t in snug]
     tied = [t for t, s in zip(snug, scores, strict=True) if s >= (1 - BALANCE_TIE) * max(scores)]
     tiles = next((t for t in tied if t.split == 1), tied[0])
+    tiles = replace(tiles, split=tiles.split if long_walk(c, tiles) else 1)
     if pipelined and not given and c.dtype is DType.f16 and short <= SKINNY and (
             deep := mma_skinny.streaming(c, tiles, target)):
         return deep
@@ -539,6 +533,12 @@ def split_k(c: Contraction, tiles: MmaTiles, target: TargetProfile, per_unit: in
     fill = {s: balance(groups * s, units) for s in counts}
     best = max(fill.values())
     return max(s for s in counts if fill[s] >= (1 - BALANCE_TIE) * best)
+
+
+def long_walk(c: Contraction, tiles: MmaTiles) -> bool:
+    """Whether ``c``'s K is :data:`SPLIT_BYTES` or more a row (f16 1024, f32 512): a shorter
+    walk, split, saves less than the partial sums' kernel costs ("Forty-first session")."""
+    return c.k.size * tiles.elem_bytes >= SPLIT_BYTES
 
 
 def resident(tiles: MmaTiles) -> int:

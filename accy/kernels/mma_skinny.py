@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from accy.kernels.contraction_plan import Contraction
-from accy.kernels.mma_plan import MmaTiles, split_k
+from accy.kernels.mma_plan import MmaTiles, long_walk, split_k
 from accy.target import TargetProfile
 
 # f16 products with a side of at most SKINNY (takes_sides): 16 or 32 rows (or columns) by 128,
@@ -34,13 +34,14 @@ SKINNY_STAGES: int | None = 8
 
 def streaming(c: Contraction, t: MmaTiles, target: TargetProfile) -> MmaTiles | None:
     """Skinny f16 tiles ``t`` in :data:`SKINNY_STAGES` stages (no more than a K chunk has
-    steps) with K split for one work-group a unit, where the target's static local memory
+    steps) with K split for one work-group a unit over a long walk
+    (:func:`~accy.kernels.mma_plan.long_walk`), where the target's static local memory
     holds them; else None."""
     if SKINNY_STAGES is None:
         return None
     deep = replace(t, stages=SKINNY_STAGES, split=1)
     if deep.local_bytes() > target.group_local_bytes:
         return None
-    split = split_k(c, deep, target, 1)
+    split = split_k(c, deep, target, 1) if long_walk(c, deep) else 1
     steps = -(-c.k.size // (split * t.bk))
     return replace(deep, split=split, stages=max(2, min(SKINNY_STAGES, steps)))

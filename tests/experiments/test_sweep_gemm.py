@@ -23,10 +23,13 @@ def test_sweep_runs_checks_and_writes_json(sweep, device, tmp_path: Path) -> Non
                          "--out", str(out)])
     assert json.loads(out.read_text())["summary"] == result["summary"]
     assert result["summary"] == {"products": 3, "failed": 0, "wrong": 0,
-                                 "geomean_vs_torch": None, "below_0.5": 0}
+                                 "geomean_vs_torch": None, "geomean_vs_torch_net": None,
+                                 "below_0.5": 0}
+    assert result["offset_ms"] is None  # no calibration without torch
     for row in result["rows"]:
         assert row["accy"]["check"]["ok"] and row["accy"]["kernel_ms"] > 0
         assert row["torch_ms"] is None and row["speed_vs_torch"] is None
+        assert row["speed_vs_torch_net"] is None
         assert 4 <= row["dims"]["M"] <= 40 and 8 <= row["dims"]["K"] <= 300 + 1
     assert result["torch_note"] == "--no-torch" and result["classes"] == {}  # none timed
 
@@ -86,6 +89,7 @@ def test_compare_reads_two_sweeps_and_lists_changed_plans_slowest_first(sweep, t
     assert result["geomean_changed"] == pytest.approx((0.8 * 2.0) ** 0.5)
     assert result["geomean_unchanged"] == pytest.approx(1.0)
     assert result["vs_torch"]["before"] == pytest.approx(0.5)
+    assert result["vs_torch_net"] == {"before": None, "after": None}  # sweeps without it
     assert "3 products in both; 2 changed plan" in capsys.readouterr().out
     (tmp_path / "bad.json").write_text('{"benchmark": "bench_gpu"}')
     (tmp_path / "broken.json").write_text("{")
@@ -105,4 +109,24 @@ def test_classes_by_dtype_shorter_side_and_k_in_order(sweep) -> None:
     assert list(classes) == ["f16 side > 512, K < 8192", "f32 side <= 32, K < 1024",
                              "f32 side 33-128, K >= 8192"]
     assert classes["f32 side <= 32, K < 1024"] == {"products": 2, "geomean_vs_torch": 1.0,
-                                                   "least": 0.5}
+                                                   "least": 0.5, "geomean_net": None}
+
+
+def test_net_speeds_take_the_offset_off_each_kernel(sweep) -> None:
+    """``with_net``: torch's time over accy's less the timer offset for each of its kernels;
+    none where that leaves nothing, without torch's time or without an offset; the classes'
+    net geometric means over the rows that have one."""
+    def row(ms, kernels, torch_ms, m=40):
+        return {"dtype": "f32", "dims": {"M": m, "N": 40, "K": 64}, "torch_ms": torch_ms,
+                "speed_vs_torch": torch_ms and torch_ms / ms,
+                "accy": {"kernel_ms": ms, "kernels": kernels}}
+    rows = [row(0.020, 2, 0.008), row(0.016, 1, 0.011), row(0.009, 2, 0.004),
+            row(0.020, 1, None), {"dtype": "f32", "dims": {"M": 5, "N": 5, "K": 5},
+                                  "accy": None}]
+    sweep.with_net(rows, 0.005)
+    assert [r["speed_vs_torch_net"] for r in rows] == [
+        pytest.approx(0.8), pytest.approx(1.0), None, None, None]
+    assert sweep.by_class(rows)["f32 side 33-128, K < 1024"]["geomean_net"] == \
+        pytest.approx((0.8 * 1.0) ** 0.5)
+    sweep.with_net(rows, None)
+    assert all(r["speed_vs_torch_net"] is None for r in rows)

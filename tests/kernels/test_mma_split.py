@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from mma_emulation import emulated_async, product_sources, run_kernels
 from test_mma_generator import NV, emulated, matmul, prepared
+from test_mma_pipeline import ASYNC, matmul16
 
 from accy.kernels import split_k
 from accy.kernels.mma_plan import MmaTiles, parse_tiles
@@ -87,6 +88,23 @@ def test_long_k_on_few_tiles_splits_k_over_work_groups(precision, pipe, used):
     assert "k0 = (chunk * 384L)" in prepared(matmul(256, 256, 1536), precision, NV,
                                                pipe).kernel_source(0)
     assert len(prepared(matmul(256, 256, 500), precision, NV, pipe).kernels) == 1
+
+
+@pytest.mark.usefixtures("two_kernels")
+def test_a_short_k_is_walked_unsplit(pipe, used):
+    """K splits only over SPLIT_BYTES (2 KiB) of K a row or more (``long_walk``): a shorter
+    walk, split, saves less than the partial sums' kernel costs. f16 (64x64 tiles, 84 of
+    them on 132 units; skinny 32x128 tiles, 3) from K = 1024, not below; 16-row skinny tiles
+    (K steps of 64) too; f32 (K steps of 16) from 512, as two chunks of MIN_SPLIT_K allow."""
+    def kernels(m: int, n: int, k: int) -> int:
+        job = prepared(matmul16(m, n, k), "ieee", ASYNC, pipe)
+        assert used(job) == {"mma-f16": 1}
+        return len(job.kernels)
+
+    assert (kernels(360, 848, 1024), kernels(360, 848, 1022), kernels(360, 848, 600)) == (2, 1, 1)
+    assert (kernels(31, 360, 1024), kernels(31, 360, 536)) == (2, 1)
+    assert (kernels(16, 2000, 1200), kernels(16, 2000, 1000)) == (2, 1)
+    assert len(prepared(matmul(256, 256, 512), "3xtf32", NV, pipe).kernels) == 2
 
 
 def test_split_is_part_of_the_tiles_text():
