@@ -453,8 +453,8 @@ def fits(t: MmaTiles, target: TargetProfile) -> bool:
 def choose_tiles(c: Contraction, target: TargetProfile, pipelined: bool,
                  candidates: tuple[MmaTiles, ...] | None = None) -> MmaTiles:
     """Of ``candidates`` (largest first; default :data:`CANDIDATES`, or :data:`CANDIDATES16`
-    for f16; for f16 with a side of at most ``SKINNY``, ``mma_skinny.TILES``' by that side and
-    B's layout) that fit (:func:`fits`) and pad M x N by at most :data:`MAX_PADDING` (else the
+    for f16; for f16 with a side of at most ``SKINNY``, ``mma_skinny.candidates``' by that side,
+    B's layout and K) that fit (:func:`fits`) and pad M x N by at most :data:`MAX_PADDING` (else the
     least padding), K split as :func:`split_k` says (not for given ones), the largest whose
     waves are best filled (:func:`balance` times :func:`rate`, within :data:`BALANCE_TIE`; on a
     tie one without a split), its split dropped over a short K (:func:`long_walk`); with
@@ -466,7 +466,7 @@ def choose_tiles(c: Contraction, target: TargetProfile, pipelined: bool,
     if not given:
         candidates = (CANDIDATES if c.dtype is not DType.f16 else
                       CANDIDATES16 if short > SKINNY else
-                      mma_skinny.TILES[16 if short <= 16 else 32, along_k(c, "y")])
+                      mma_skinny.candidates(c, short))
     pool = tuple(for_dtype(t, c.dtype) for t in candidates)
     fitting = [t for t in pool if fits(t, target)] or [pool[-1]]
 

@@ -163,20 +163,22 @@ def test_bench_mma_sweeps_stages_and_f16(device, experiment_script, tmp_path):
 @needs_pocl
 @pytest.mark.parametrize("m, n, k, b_transposed, bias, rows", [
     (16, 700, 3000, False, True, 16),  # 16 x 128 tiles, K steps of 64, K split, epilogue
-    (5, 260, 300, False, False, 16),  # a side padded to 16, edges along N
-    (20, 300, 512, True, True, 32),  # x @ W.T: B along K; 32 x 128 tiles, ldmatrix
+    (5, 260, 300, False, False, 16),  # a side padded to 16, edges along N; 16 x 64 (short K)
+    (20, 300, 512, True, True, 32),  # x @ W.T: B along K; 32 x 64 tiles (short K), ldmatrix
     (300, 12, 1024, False, False, 16),  # N short: 128 x 16 tiles
-    (400, 30, 200, True, False, 32),  # N short with B along K: 128 x 32 tiles
+    (300, 12, 500, False, True, 16),  # and over a short K: 64 x 16 tiles
+    (400, 30, 200, True, False, 32),  # N short with B along K: 64 x 32 tiles (short K)
     (8, 200, 2104, True, True, 16),  # B along K: 16 x 64 tiles (ldmatrix), K split
     (160, 8, 300, True, False, 16),  # the mirror: 64 x 16 tiles
-], ids=["m16-split", "m5", "m20-bt", "n12", "n30-bt", "m8-bt", "n8-bt"])
+], ids=["m16-split", "m5", "m20-bt", "n12", "n12-short", "n30-bt", "m8-bt", "n8-bt"])
 def test_skinny_f16_products_on_16_and_32_row_tiles_in_emulation(device, pipe, used, m, n, k,
                                                                  b_transposed, bias, rows,
                                                                  monkeypatch):
     """f16 products with a side of at most 32 run on mma-f16's skinny tiles (the tiled
     contraction's skinny tiles would be bound by their FMAs): the short side in one tile of
-    16 or 32, the long in tiles of 128, K split where the tiles leave units idle, the chunks
-    summed by each tile's last work-group (split_k.fused)."""
+    16 or 32, the long in tiles of 128 (64 over a K under 1024, or 16-row tiles with B along
+    K), K split where the tiles leave units idle, the chunks summed by each tile's last
+    work-group (split_k.fused)."""
     monkeypatch.setattr(split_k, "FUSED", True)
     if "Portable Computing Language" not in device.info.platform:
         pytest.skip("the emulation is checked on PoCL")
@@ -184,8 +186,9 @@ def test_skinny_f16_products_on_16_and_32_row_tiles_in_emulation(device, pipe, u
     assert used(job) == {"mma-f16": 1}
     src = job.kernel_source(0)
     assert ("ldmatrix" in src) == (rows == 32 or b_transposed)
-    long_tile = 64 if rows == 16 and b_transposed else 128  # two warps, else four
-    groups = job.kernels[0].geometry.global_size[0] // (long_tile // 32 * 32)
+    long_tile = 64 if k < 1024 or (rows == 16 and b_transposed) else 128
+    geometry = job.kernels[0].geometry
+    groups = geometry.global_size[0] // geometry.local_size[0]
     tiles = -(-max(m, n) // long_tile)  # the short side in one tile
     chunks = groups // tiles
     assert chunks >= 1 and groups == chunks * tiles and len(job.kernels) == 1  # (few chunks)
