@@ -121,7 +121,8 @@ def pipeline_text(precision: str, disable: str = "") -> str:
 def bench_accy(spec: Spec, dims: dict[str, int], xs: list[np.ndarray], precision: str,
                runtime: Any, target: TargetProfile, repeat: int, check: Checker,
                disable: str = "") -> dict[str, Any]:
-    """One program under one precision policy: kernels, kernel and call ms, the check."""
+    """One program under one precision policy: kernels (``plan``: each one's entry and launch
+    geometry), kernel and call ms, the check."""
     pipeline = pipeline_text(precision, disable)
     start = time.perf_counter()
     job = accy.prepare(program(spec, dims), pipeline, target=target)
@@ -143,6 +144,8 @@ def bench_accy(spec: Spec, dims: dict[str, int], xs: list[np.ndarray], precision
     entries = [k.entry for k in job.kernels]
     return {
         "pipeline": pipeline, "kernels": job.kernel_count, "generators": job.generators(),
+        "plan": [[k.entry, list(s.geometry.global_size), list(s.geometry.local_size)]
+                 for k, s in zip(job.kernels, job.kernel_summaries(), strict=True)],
         "kernel_ms": statistics.median(sum(c) for c in per_call) / 1e6,
         "call_ms": statistics.median(wall) / 1e6,
         "kernel_ms_each": {f"{i}:{e}": statistics.median(c[i] for c in per_call) / 1e6

@@ -25,7 +25,8 @@ for each kernel it launched, :func:`with_net`), each class and the summary its g
 
 ``--compare BEFORE AFTER`` runs nothing: it reads two sweeps' JSON (the same ``--seed`` draws
 the same products, so a sweep before a change and one after time the same ones) and prints,
-for the products in both, those whose plan (generators, kernel count) differs, slowest
+for the products in both, those whose plan differs (each kernel's entry and launch geometry,
+where both sweeps recorded them; else generators and kernel count), slowest
 first, with the geometric means of accy's speed-up (BEFORE's kernel time over AFTER's) over
 them and over the rest (the runs' own difference), and of the speed against torch in each
 (raw and net; net only where the sweep has it).
@@ -62,13 +63,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--minutes", type=float, default=5.0, help="time at most (the last product "
                    "started within it finishes)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--dtypes", default=",".join(DTYPES), help="comma-separated: f32,f16")
-    p.add_argument("--min-side", type=int, default=16)
-    p.add_argument("--max-side", type=int, default=4096)
-    p.add_argument("--min-k", type=int, default=64)
-    p.add_argument("--max-k", type=int, default=32768)
-    p.add_argument("--max-macs", type=float, default=2.0 ** 34,
-                   help="products of more multiply-adds are drawn again")
+    add_bounds(p)
     p.add_argument("--repeat", type=int, default=6, help="timed calls a product and side")
     p.add_argument("--show", type=int, default=20, help="worst products printed")
     p.add_argument("--no-torch", action="store_true", help="time accy only")
@@ -87,6 +82,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                 p.error(f"--compare: {path} is not a sweep_gemm result (its \"benchmark\")")
             args.sweeps.append(data)
         return args
+    check_bounds(p, args)
+    if args.count < 1 or args.repeat < 1 or args.minutes <= 0:
+        p.error("--count and --repeat must be at least 1, --minutes above 0")
+    return args
+
+
+def add_bounds(p: argparse.ArgumentParser) -> None:
+    """The options :func:`draw` reads (also ``ab_gemm.py``'s)."""
+    p.add_argument("--dtypes", default=",".join(DTYPES), help="comma-separated: f32,f16")
+    p.add_argument("--min-side", type=int, default=16)
+    p.add_argument("--max-side", type=int, default=4096)
+    p.add_argument("--min-k", type=int, default=64)
+    p.add_argument("--max-k", type=int, default=32768)
+    p.add_argument("--max-macs", type=float, default=2.0 ** 34,
+                   help="products of more multiply-adds are drawn again")
+
+
+def check_bounds(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """:func:`add_bounds`' options checked (``p.error`` naming the bad one), ``--dtypes`` as
+    a tuple."""
     args.dtypes = tuple(d.strip() for d in args.dtypes.split(",") if d.strip())
     if not args.dtypes or any(d not in DTYPES for d in args.dtypes):
         p.error(f"--dtypes: choose from {','.join(DTYPES)}")
@@ -94,12 +109,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         if not 1 <= getattr(args, lo) <= getattr(args, hi):
             p.error(f"--{lo.replace('_', '-')} must be at least 1 and at most "
                     f"--{hi.replace('_', '-')}")
-    if args.count < 1 or args.repeat < 1 or args.minutes <= 0:
-        p.error("--count and --repeat must be at least 1, --minutes above 0")
     f16 = "f16" in args.dtypes  # its N and K rounded up to even
     if args.min_side * (args.min_side + f16) * (args.min_k + f16) > args.max_macs:
         p.error("--max-macs is below the smallest product's multiply-adds")
-    return args
 
 
 def draw(rng: random.Random, args: argparse.Namespace) -> tuple[str, dict[str, int]]:
@@ -177,6 +189,11 @@ def compare(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     def plan(r: dict[str, Any]) -> tuple[Any, ...]:
         return r["accy"]["generators"], r["accy"]["kernels"]
 
+    def differ(b: dict[str, Any], a: dict[str, Any]) -> bool:  # by launches where both have them
+        if "plan" in b["accy"] and "plan" in a["accy"]:
+            return b["accy"]["plan"] != a["accy"]["plan"]
+        return plan(b) != plan(a)
+
     old = {key(r): r for r in before["rows"] if r.get("accy")}
     pairs = [(old[key(r)], r) for r in after["rows"] if r.get("accy") and key(r) in old]
     changed, same = [], []
@@ -184,7 +201,7 @@ def compare(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
         row = {"dtype": a["dtype"], "dims": a["dims"], "before": plan(b), "after": plan(a),
                "before_ms": b["accy"]["kernel_ms"], "after_ms": a["accy"]["kernel_ms"],
                "speedup": b["accy"]["kernel_ms"] / a["accy"]["kernel_ms"]}
-        (changed if plan(b) != plan(a) else same).append(row)
+        (changed if differ(b, a) else same).append(row)
     changed.sort(key=lambda r: r["speedup"])
 
     def speeds(side: int, key: str = "speed_vs_torch") -> float | None:

@@ -90,6 +90,12 @@ def test_compare_reads_two_sweeps_and_lists_changed_plans_slowest_first(sweep, t
     assert result["geomean_unchanged"] == pytest.approx(1.0)
     assert result["vs_torch"]["before"] == pytest.approx(0.5)
     assert result["vs_torch_net"] == {"before": None, "after": None}  # sweeps without it
+    # where both record each kernel's launch, a plan of other tiles has changed too
+    before["rows"][2]["accy"]["plan"] = [["einsum_kernel", [64], [64]]]
+    after["rows"][2]["accy"]["plan"] = [["einsum_kernel", [128], [64]]]
+    (tmp_path / "b.json").write_text(json.dumps(before))
+    (tmp_path / "a.json").write_text(json.dumps(after))
+    assert [r["dims"]["M"] for r in sweep.main(["--compare", *paths])["changed"]] == [2, 3, 1]
     assert "3 products in both; 2 changed plan" in capsys.readouterr().out
     (tmp_path / "bad.json").write_text('{"benchmark": "bench_gpu"}')
     (tmp_path / "broken.json").write_text("{")

@@ -1,0 +1,235 @@
+"""A/B planning knobs on matrix products: the same products under variants that set module
+attributes of accy (thresholds, tile tables, switches), interleaved, against torch eager.
+
+    python experiments/ab_gemm.py --device nvidia --cases f16:31x360x536,f32:2000x30x900 \
+        --variant unsplit=accy.kernels.mma_plan.SPLIT_BYTES=1e12 --out results/ab.json
+    python experiments/ab_gemm.py --device nvidia --seed 7 --count 30 --max-k 2048 \
+        --variant fused=accy.kernels.split_k.FUSED=True  # products drawn as sweep_gemm draws
+    python experiments/ab_gemm.py --cases f32:40x50x60 --no-torch \
+        --variant x=accy.kernels.contraction_plan.SHORT_K=4096  # PoCL
+
+The products: ``--cases`` (``dtype:MxNxK``, comma separated) and/or ``--count`` products drawn
+with ``--seed`` by ``experiments/sweep_gemm.py``'s draw and bounds (``--dtypes``,
+``--min-side`` ... ``--max-macs``). The variants: ``base`` (accy as it is) first, then each
+``--variant NAME=MODULE.ATTR=VALUE[;MODULE.ATTR=VALUE...]``; a value is a Python literal
+(numbers, True/False/None, strings, tuples), the attribute must exist. Each variant sets its
+attributes for its own runs and restores them after, so the variants of a product run in
+turn in every one of ``--rounds`` rounds (drift in the machine's speed falls on all alike);
+each records its least kernel time over the rounds (``bench_gpu.py``'s accy side: OpenCL
+events, medians of ``--repeat`` calls, the float64 check within accy's error bounds), its call
+time, its plan (each kernel's entry and launch geometry) and generators. A module that binds
+a name from another (``from m import X``) keeps its own binding: set the attribute where it
+is read. Prints each product's times, and per variant the geometric mean of base's kernel
+time over its own over the products whose plan it changes, how many and the least; writes
+every row to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
+import gc
+import importlib
+import random
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_gpu as bg  # noqa: E402
+import bench_gpu_programs as bp  # noqa: E402
+import bench_gpu_torch as bt  # noqa: E402
+import sweep_gemm  # noqa: E402
+
+from accy.backends.registry import open_device  # noqa: E402
+from accy.experiments.records import provenance, write_json  # noqa: E402
+
+Setting = tuple[Any, str, Any]  # (module, attribute, value)
+
+
+def parse_variant(text: str) -> tuple[str, list[Setting]]:
+    """``NAME=MODULE.ATTR=VALUE[;...]`` as its name and settings (see the module); a
+    ValueError naming what is wrong otherwise."""
+    name, sep, rest = text.partition("=")
+    if not sep or not name.isidentifier() or name == "base":
+        raise ValueError(f"variant {text!r}: want NAME=MODULE.ATTR=VALUE (NAME an identifier, "
+                         "not 'base')")
+    settings = []
+    for part in rest.split(";"):
+        target, sep, value = part.partition("=")
+        module_name, _, attr = target.strip().rpartition(".")
+        if not sep or not module_name:
+            raise ValueError(f"variant {name}: {part!r} is not MODULE.ATTR=VALUE")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as e:
+            raise ValueError(f"variant {name}: cannot import {module_name} ({e})") from None
+        if not hasattr(module, attr):
+            raise ValueError(f"variant {name}: {module_name} has no attribute {attr}")
+        try:
+            parsed = ast.literal_eval(value.strip())
+        except (ValueError, SyntaxError):
+            raise ValueError(f"variant {name}: {value.strip()!r} is not a Python literal "
+                             "(quote strings)") from None
+        settings.append((module, attr, parsed))
+    return name, settings
+
+
+@contextlib.contextmanager
+def applied(settings: list[Setting]) -> Iterator[None]:
+    """The variant's attributes set for the block, restored after it (even on an error)."""
+    saved = [(module, attr, getattr(module, attr)) for module, attr, _ in settings]
+    try:
+        for module, attr, value in settings:
+            setattr(module, attr, value)
+        yield
+    finally:
+        for module, attr, value in reversed(saved):
+            setattr(module, attr, value)
+
+
+def parse_case(text: str) -> tuple[str, dict[str, int]]:
+    dtype, _, dims = text.strip().partition(":")
+    sizes = dims.split("x")
+    if dtype not in sweep_gemm.DTYPES or len(sizes) != 3 or not all(
+            s.isdigit() and int(s) > 0 for s in sizes):
+        raise ValueError(f"case {text!r}: want DTYPE:MxNxK with DTYPE one of "
+                         f"{', '.join(sweep_gemm.DTYPES)} and positive sizes")
+    return dtype, dict(zip("MNK", map(int, sizes), strict=True))
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default=None, help="OpenCL selector (default: $ACCY_DEVICE/pocl)")
+    p.add_argument("--cases", default="", help="DTYPE:MxNxK products, comma separated")
+    p.add_argument("--count", type=int, default=0, help="products drawn as sweep_gemm draws")
+    p.add_argument("--seed", type=int, default=0)
+    sweep_gemm.add_bounds(p)
+    p.add_argument("--variant", action="append", default=[], metavar="NAME=MODULE.ATTR=VALUE",
+                   help="a variant (repeatable; settings joined by ';')")
+    p.add_argument("--rounds", type=int, default=2, help="rounds of every variant in turn")
+    p.add_argument("--repeat", type=int, default=6, help="timed calls a product and variant")
+    p.add_argument("--no-torch", action="store_true", help="time accy only")
+    p.add_argument("--out", default="results/ab_gemm.json")
+    args = p.parse_args(argv)
+    sweep_gemm.check_bounds(p, args)
+    try:
+        args.products = [parse_case(c) for c in args.cases.split(",") if c.strip()]
+        args.variants = [("base", [])] + [parse_variant(v) for v in args.variant]
+    except ValueError as e:
+        p.error(str(e))
+    if len({n for n, _ in args.variants}) != len(args.variants):
+        p.error("--variant: names must differ")
+    if args.count < 0 or args.rounds < 1 or args.repeat < 1:
+        p.error("--count must be at least 0, --rounds and --repeat at least 1")
+    rng = random.Random(args.seed)
+    args.products += [sweep_gemm.draw(rng, args) for _ in range(args.count)]
+    if not args.products:
+        p.error("no products: give --cases or --count")
+    if len(args.variants) < 2:
+        p.error("give at least one --variant (base is accy as it is)")
+    return args
+
+
+def plan_of(record: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(map(tuple, record["plan"])), tuple(sorted(record["generators"].items()))
+
+
+def run_product(dtype: str, dims: dict[str, int], args: argparse.Namespace, runtime: Any,
+                target: Any, torch: Any) -> dict[str, Any]:
+    """One product's row: each variant's least kernel ms over the rounds and its record."""
+    spec = bp.Spec("ab", "gemm", "ab", dims, dims, dtype)
+    xs = bp.inputs(spec, dims)
+    check = bp.Checker(spec, dims, xs)
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in args.variants}
+    for _ in range(args.rounds):
+        for name, settings in args.variants:
+            with applied(settings):
+                try:
+                    runs[name].append(bg.bench_accy(spec, dims, xs, "f32", runtime, target,
+                                                    args.repeat, check))
+                except Exception as e:  # one variant's failure must not end the run
+                    runs[name].append({"error": bg._error(e)})
+            gc.collect()
+    row: dict[str, Any] = {"dtype": dtype, "dims": dims, "torch_ms": None, "variants": {}}
+    for name, records in runs.items():
+        ok = [r for r in records if "error" not in r]
+        if not ok:
+            row["variants"][name] = {"error": records[-1]["error"]}
+            continue
+        best = min(ok, key=lambda r: r["kernel_ms"])
+        row["variants"][name] = {**best, "kernel_ms_rounds": [r["kernel_ms"] for r in ok]}
+    if torch is not None:
+        res, _ = bt.time_calls(torch, bt.torch_fn("gemm", dims, torch),
+                               [torch.from_numpy(x).cuda() for x in xs], args.repeat)
+        row["torch_ms"] = res["kernel_ms"]
+    return row
+
+
+def summarise(rows: list[dict[str, Any]], names: list[str]) -> dict[str, dict[str, Any]]:
+    """Per variant but base: over the products both ran whose plan it changes, how many, the
+    geometric mean and least of base's kernel time over its own, and how many it ran wrong."""
+    out = {}
+    for name in names[1:]:
+        speed, wrong = [], 0
+        for r in rows:
+            base, mine = r["variants"]["base"], r["variants"][name]
+            if "error" in base or "error" in mine:
+                continue
+            wrong += not mine["check"]["ok"]
+            if plan_of(base) != plan_of(mine):
+                speed.append(base["kernel_ms"] / mine["kernel_ms"])
+        out[name] = {"changed": len(speed), "geomean_speedup": bg.geomean(speed),
+                     "least": min(speed) if speed else None, "wrong": wrong}
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    runtime, target = open_device(args.device)
+    torch, torch_note = (None, "--no-torch") if args.no_torch else bt.load_torch()
+    if torch is not None:
+        bt.configure(torch, False)
+    names = [n for n, _ in args.variants]
+    rows = []
+    start = time.monotonic()
+    print(f"{'dtype':5s} {'M x N x K':>20s} {'torch ms':>9s} " +
+          " ".join(f"{n[:12]:>14s}" for n in names))
+    for dtype, dims in args.products:
+        row = run_product(dtype, dims, args, runtime, target, torch)
+        rows.append(row)
+        cells = []
+        for n in names:
+            v = row["variants"][n]
+            cells.append(f"{'error':>14s}" if "error" in v else
+                         f"{v['kernel_ms']:>9.4f} ({v['kernels']})"
+                         f"{'' if v['check']['ok'] else '!'}")
+        t = row["torch_ms"]
+        print(f"{dtype:5s} {dims['M']:>6d}x{dims['N']:>6d}x{dims['K']:>6d} "
+              f"{'-' if t is None else f'{t:.4f}':>9s} " + " ".join(cells), flush=True)
+    summary = summarise(rows, names)
+    for name, s in summary.items():
+        gm = "-" if s["geomean_speedup"] is None else f"{s['geomean_speedup']:.3f}x"
+        least = "-" if s["least"] is None else f"{s['least']:.2f}x"
+        print(f"{name}: {s['changed']} products changed plan, geometric mean {gm} of base's "
+              f"kernel time, least {least}; wrong {s['wrong']}")
+    result = {
+        "benchmark": "ab_gemm", "variants": {n: [f"{m.__name__}.{a}={v!r}" for m, a, v in s]
+                                             for n, s in args.variants},
+        "rounds": args.rounds, "repeat": args.repeat, "accy_device": runtime.info.key,
+        "torch_note": torch_note, "rows": rows, "summary": summary,
+        "seconds": time.monotonic() - start,
+        **provenance(args.device, extra_versions=("torch",),
+                     command=[sys.argv[0] if argv is None else "main",
+                              *(sys.argv[1:] if argv is None else argv)]),
+    }
+    write_json(result, args.out)
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+"""experiments/ab_gemm.py: products under variants that set module attributes, run in turn
+on the default device without torch, every result checked; the attributes restored; plans
+compared; bad variants and cases refused naming what is wrong."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from accy.kernels import contraction_plan
+
+
+@pytest.fixture(scope="module")
+def ab(experiment_script):
+    return experiment_script("ab_gemm")
+
+
+def test_variants_run_in_turn_and_the_changed_plans_are_summed_up(ab, device,
+                                                                  tmp_path: Path) -> None:
+    """A product of 2 rows takes CPU tiles of STREAM_VECTORS vectors: 1 changes its plan
+    (each kernel's launch geometry), not the 40x50x60 one's; both checked against float64;
+    the attribute as it was after the run."""
+    out = tmp_path / "ab.json"
+    before = contraction_plan.STREAM_VECTORS
+    result = ab.main(["--cases", "f32:2x512x256,f32:40x50x60", "--count", "1", "--seed", "2",
+                      "--max-side", "48", "--max-k", "96", "--no-torch", "--rounds", "2",
+                      "--repeat", "2", "--variant",
+                      "narrow=accy.kernels.contraction_plan.STREAM_VECTORS=1",
+                      "--out", str(out)])
+    assert contraction_plan.STREAM_VECTORS == before
+    assert json.loads(out.read_text())["summary"] == result["summary"]
+    assert result["variants"] == {"base": [], "narrow": [
+        "accy.kernels.contraction_plan.STREAM_VECTORS=1"]}
+    assert len(result["rows"]) == 3 and result["rows"][2]["dims"]["M"] <= 48
+    for row in result["rows"]:
+        assert row["torch_ms"] is None
+        for v in row["variants"].values():
+            assert v["check"]["ok"] and len(v["kernel_ms_rounds"]) == 2
+            assert v["kernel_ms"] == min(v["kernel_ms_rounds"])
+    first, second = (r["variants"] for r in result["rows"][:2])
+    assert first["base"]["plan"] != first["narrow"]["plan"]
+    assert second["base"]["plan"] == second["narrow"]["plan"]
+    summary = result["summary"]["narrow"]
+    assert summary["wrong"] == 0 and summary["changed"] >= 1
+    assert summary["least"] > 0 and summary["geomean_speedup"] > 0
+
+
+def test_summary_counts_changed_plans_and_wrong_results(ab) -> None:
+    def record(ms, plan, ok=True):
+        return {"kernel_ms": ms, "plan": [plan], "generators": {"g": 1},
+                "check": {"ok": ok}}
+    rows = [{"variants": {"base": record(2.0, ["k", [4], [1]]),
+                          "v": record(1.0, ["k", [8], [1]])}},
+            {"variants": {"base": record(1.0, ["k", [4], [1]]),
+                          "v": record(0.5, ["k", [4], [1]], ok=False)}},
+            {"variants": {"base": record(1.0, ["k", [4], [1]]), "v": {"error": "boom"}}}]
+    assert ab.summarise(rows, ["base", "v"]) == {
+        "v": {"changed": 1, "geomean_speedup": 2.0, "least": 2.0, "wrong": 1}}
+
+
+def test_a_variant_is_restored_after_an_error(ab) -> None:
+    _, settings = ab.parse_variant("x=accy.kernels.contraction_plan.SHORT_K=7")
+    before = contraction_plan.SHORT_K
+    with pytest.raises(RuntimeError), ab.applied(settings):
+        assert contraction_plan.SHORT_K == 7
+        raise RuntimeError
+    assert contraction_plan.SHORT_K == before
+
+
+@pytest.mark.parametrize("text, says", [
+    ("nothing", "NAME=MODULE.ATTR=VALUE"), ("base=accy.kernels.split_k.FUSED=True", "'base'"),
+    ("x=FUSED=True", "not MODULE.ATTR=VALUE"), ("x=accy.nowhere.A=1", "cannot import"),
+    ("x=accy.kernels.split_k.FUSEDD=True", "has no attribute FUSEDD"),
+    ("x=accy.kernels.split_k.FUSED=yes", "not a Python literal"),
+])
+def test_bad_variants_are_refused_naming_the_fault(ab, text, says) -> None:
+    with pytest.raises(ValueError, match=says):
+        ab.parse_variant(text)
+
+
+@pytest.mark.parametrize("argv", [
+    ["--cases", "f64:1x2x3", "--variant", "x=accy.kernels.split_k.FUSED=True"],
+    ["--cases", "f32:1x2", "--variant", "x=accy.kernels.split_k.FUSED=True"],
+    ["--cases", "f32:0x2x3", "--variant", "x=accy.kernels.split_k.FUSED=True"],
+    ["--variant", "x=accy.kernels.split_k.FUSED=True"],  # no products
+    ["--cases", "f32:4x4x4"],  # no variant
+    ["--cases", "f32:4x4x4", "--variant", "x=accy.kernels.split_k.FUSED=True",
+     "--variant", "x=accy.kernels.split_k.FUSED=False"],  # a name twice
+    ["--cases", "f32:4x4x4", "--variant", "x=accy.kernels.split_k.FUSED=1", "--rounds", "0"],
+])
+def test_bad_arguments_are_refused(ab, argv) -> None:
+    with pytest.raises(SystemExit):
+        ab.parse_args(argv)
