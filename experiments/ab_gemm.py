@@ -5,8 +5,8 @@ attributes of accy (thresholds, tile tables, switches), interleaved, against tor
         --variant unsplit=accy.kernels.mma_plan.SPLIT_BYTES=1e12 --out results/ab.json
     python experiments/ab_gemm.py --device nvidia --seed 7 --count 30 --max-k 2048 \
         --variant fused=accy.kernels.split_k.FUSED=True  # products drawn as sweep_gemm draws
-    python experiments/ab_gemm.py --cases f32:40x50x60 --no-torch \
-        --variant x=accy.kernels.contraction_plan.SHORT_K=4096  # PoCL
+    python experiments/ab_gemm.py --cases f32:2x512x256 --no-torch \
+        --variant narrow=accy.kernels.contraction_plan.STREAM_VECTORS=1  # PoCL's CPU tiles
 
 The products: ``--cases`` (``dtype:MxNxK``, comma separated) and/or ``--count`` products drawn
 with ``--seed`` by ``experiments/sweep_gemm.py``'s draw and bounds (``--dtypes``,
