@@ -94,8 +94,9 @@ def test_long_k_on_few_tiles_splits_k_over_work_groups(precision, pipe, used):
 def test_a_short_k_is_walked_unsplit(pipe, used):
     """K splits only over SPLIT_BYTES (2 KiB) of K a row or more (``long_walk``): a shorter
     walk, split, saves less than the partial sums' kernel costs. f16 (64x64 tiles, 84 of
-    them on 132 units; skinny 32x128 tiles, 3) from K = 1024, not below; 16-row skinny tiles
-    (K steps of 64) too; f32 (K steps of 16) from 512, as two chunks of MIN_SPLIT_K allow."""
+    them on 132 units; skinny 32x128 tiles, 3, and 32x64 below K = 1024) from K = 1024, not
+    below; 16-row skinny tiles (K steps of 64) too; f32 (K steps of 16) from 512, as two
+    chunks of MIN_SPLIT_K allow."""
     def kernels(m: int, n: int, k: int) -> int:
         job = prepared(matmul16(m, n, k), "ieee", ASYNC, pipe)
         assert used(job) == {"mma-f16": 1}
