@@ -135,10 +135,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def plan_of(record: dict[str, Any]) -> tuple[Any, ...]:
-    return tuple(map(tuple, record["plan"])), tuple(sorted(record["generators"].items()))
-
-
 def run_product(dtype: str, dims: dict[str, int], args: argparse.Namespace, runtime: Any,
                 target: Any, torch: Any) -> dict[str, Any]:
     """One product's row: each variant's least kernel ms over the rounds and its record."""
@@ -164,9 +160,7 @@ def run_product(dtype: str, dims: dict[str, int], args: argparse.Namespace, runt
         best = min(ok, key=lambda r: r["kernel_ms"])
         row["variants"][name] = {**best, "kernel_ms_rounds": [r["kernel_ms"] for r in ok]}
     if torch is not None:
-        res, _ = bt.time_calls(torch, bt.torch_fn("gemm", dims, torch),
-                               [torch.from_numpy(x).cuda() for x in xs], args.repeat)
-        row["torch_ms"] = res["kernel_ms"]
+        row["torch_ms"] = sweep_gemm.torch_ms(spec, dims, xs, torch, args.repeat)
     return row
 
 
@@ -181,7 +175,7 @@ def summarise(rows: list[dict[str, Any]], names: list[str]) -> dict[str, dict[st
             if "error" in base or "error" in mine:
                 continue
             wrong += not mine["check"]["ok"]
-            if plan_of(base) != plan_of(mine):
+            if not sweep_gemm.same_plan(base, mine):
                 speed.append(base["kernel_ms"] / mine["kernel_ms"])
         out[name] = {"changed": len(speed), "geomean_speedup": bg.geomean(speed),
                      "least": min(speed) if speed else None, "wrong": wrong}

@@ -25,8 +25,8 @@ for each kernel it launched, :func:`with_net`), each class and the summary its g
 
 ``--compare BEFORE AFTER`` runs nothing: it reads two sweeps' JSON (the same ``--seed`` draws
 the same products, so a sweep before a change and one after time the same ones) and prints,
-for the products in both, those whose plan differs (each kernel's entry and launch geometry,
-where both sweeps recorded them; else generators and kernel count), slowest
+for the products in both, those whose plan differs (generators, and each kernel's entry and
+launch geometry where both sweeps recorded them, else the kernel count: :func:`same_plan`), slowest
 first, with the geometric means of accy's speed-up (BEFORE's kernel time over AFTER's) over
 them and over the rest (the runs' own difference), and of the speed against torch in each
 (raw and net; net only where the sweep has it).
@@ -144,11 +144,28 @@ def timed(spec: bp.Spec, dims: dict[str, int], runtime: Any, target: Any, torch:
     row: dict[str, Any] = {"dtype": spec.dtype, "dims": dims, "accy": a, "torch_ms": None,
                            "speed_vs_torch": None}
     if torch is not None:
-        res, _ = bt.time_calls(torch, bt.torch_fn(spec.kind, dims, torch),
-                               [torch.from_numpy(x).cuda() for x in xs], repeat)
-        row["torch_ms"] = res["kernel_ms"]
-        row["speed_vs_torch"] = res["kernel_ms"] / a["kernel_ms"]
+        row["torch_ms"] = torch_ms(spec, dims, xs, torch, repeat)
+        row["speed_vs_torch"] = row["torch_ms"] / a["kernel_ms"]
     return row
+
+
+def torch_ms(spec: bp.Spec, dims: dict[str, int], xs: list[Any], torch: Any,
+             repeat: int) -> float:
+    """torch eager's kernel ms of ``spec`` at ``dims`` on ``xs`` (torch.profiler)."""
+    res, _ = bt.time_calls(torch, bt.torch_fn(spec.kind, dims, torch),
+                           [torch.from_numpy(x).cuda() for x in xs], repeat)
+    return res["kernel_ms"]
+
+
+def same_plan(before: dict[str, Any], after: dict[str, Any]) -> bool:
+    """Whether two accy records (``bench_gpu.bench_accy``) ran one plan: the same generators
+    and, where both recorded them, the same kernels' launches (``plan``), else as many
+    kernels."""
+    if before["generators"] != after["generators"]:
+        return False
+    if "plan" in before and "plan" in after:
+        return before["plan"] == after["plan"]
+    return before["kernels"] == after["kernels"]
 
 
 def offset_ms(runtime: Any, target: Any, torch: Any, repeat: int) -> float | None:
@@ -189,11 +206,6 @@ def compare(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     def plan(r: dict[str, Any]) -> tuple[Any, ...]:
         return r["accy"]["generators"], r["accy"]["kernels"]
 
-    def differ(b: dict[str, Any], a: dict[str, Any]) -> bool:  # by launches where both have them
-        if "plan" in b["accy"] and "plan" in a["accy"]:
-            return b["accy"]["plan"] != a["accy"]["plan"]
-        return plan(b) != plan(a)
-
     old = {key(r): r for r in before["rows"] if r.get("accy")}
     pairs = [(old[key(r)], r) for r in after["rows"] if r.get("accy") and key(r) in old]
     changed, same = [], []
@@ -201,7 +213,7 @@ def compare(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
         row = {"dtype": a["dtype"], "dims": a["dims"], "before": plan(b), "after": plan(a),
                "before_ms": b["accy"]["kernel_ms"], "after_ms": a["accy"]["kernel_ms"],
                "speedup": b["accy"]["kernel_ms"] / a["accy"]["kernel_ms"]}
-        (changed if differ(b, a) else same).append(row)
+        (same if same_plan(b["accy"], a["accy"]) else changed).append(row)
     changed.sort(key=lambda r: r["speedup"])
 
     def speeds(side: int, key: str = "speed_vs_torch") -> float | None:

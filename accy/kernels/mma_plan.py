@@ -453,9 +453,9 @@ def fits(t: MmaTiles, target: TargetProfile) -> bool:
 def choose_tiles(c: Contraction, target: TargetProfile, pipelined: bool,
                  candidates: tuple[MmaTiles, ...] | None = None) -> MmaTiles:
     """Of ``candidates`` (largest first; default :data:`CANDIDATES`, or :data:`CANDIDATES16`
-    for f16; for f16 with a side of at most ``SKINNY``, ``mma_skinny.candidates``' by that side,
-    B's layout and K) that fit (:func:`fits`) and pad M x N by at most :data:`MAX_PADDING` (else the
-    least padding), K split as :func:`split_k` says (not for given ones), the largest whose
+    for f16; with a side of at most ``SKINNY``, ``mma_skinny.candidates``' by that side, B's
+    layout and K) that fit (:func:`fits`) and pad M x N by at most :data:`MAX_PADDING` (else
+    the least padding), K split as :func:`split_k` says (not for given ones), the largest whose
     waves are best filled (:func:`balance` times :func:`rate`, within :data:`BALANCE_TIE`; on a
     tie one without a split), its split dropped over a short K (:func:`long_walk`); with
     ``cp.async`` skinny tiles as ``mma_skinny.streaming`` says, others in as many stages, up
