@@ -7,12 +7,16 @@ attributes of accy (thresholds, tile tables, switches), interleaved, against tor
         --variant fused=accy.kernels.split_k.FUSED=True  # products drawn as sweep_gemm draws
     python experiments/ab_gemm.py --cases f32:2x512x256 --no-torch \
         --variant narrow=accy.kernels.contraction_plan.STREAM_VECTORS=1  # PoCL's CPU tiles
+    python experiments/ab_gemm.py --device nvidia --cases f32:1298x445x8643 \
+        --variant "pad=pass:contraction-padding{intensity=384}"  # a pass's options
 
 The products: ``--cases`` (``dtype:MxNxK``, comma separated) and/or ``--count`` products drawn
 with ``--seed`` by ``experiments/sweep_gemm.py``'s draw and bounds (``--dtypes``,
 ``--min-side`` ... ``--max-macs``). The variants: ``base`` (accy as it is) first, then each
-``--variant NAME=MODULE.ATTR=VALUE[;MODULE.ATTR=VALUE...]``; a value is a Python literal
-(numbers, True/False/None, strings, tuples), the attribute must exist. Each variant sets its
+``--variant NAME=SETTING[;SETTING...]``, a setting either ``MODULE.ATTR=VALUE`` (a Python
+literal: numbers, True/False/None, strings, tuples; the attribute must exist) or
+``pass:PASS{OPTIONS}``, pipeline text of a pass of ``accy-default`` run with those options
+instead (``bench_gpu.pipeline_text``). Each variant sets its
 attributes for its own runs and restores them after, so the variants of a product run in
 turn in every one of ``--rounds`` rounds (drift in the machine's speed falls on all alike);
 each records its least kernel time over the rounds (``bench_gpu.py``'s accy side: OpenCL
@@ -35,6 +39,7 @@ import random
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,20 +51,41 @@ import bench_gpu_torch as bt  # noqa: E402
 import sweep_gemm  # noqa: E402
 
 from accy.backends.registry import open_device  # noqa: E402
+from accy.errors import PipelineError  # noqa: E402
 from accy.experiments.records import provenance, write_json  # noqa: E402
 
 Setting = tuple[Any, str, Any]  # (module, attribute, value)
 
 
-def parse_variant(text: str) -> tuple[str, list[Setting]]:
-    """``NAME=MODULE.ATTR=VALUE[;...]`` as its name and settings (see the module); a
-    ValueError naming what is wrong otherwise."""
+@dataclass(frozen=True)
+class Variant:
+    """A variant: module attributes it sets and pipeline text of passes it runs instead."""
+
+    name: str
+    settings: list[Setting] = field(default_factory=list)
+    passes: str = ""
+
+    def texts(self) -> list[str]:
+        return [f"{m.__name__}.{a}={v!r}" for m, a, v in self.settings] + (
+            [f"pass:{p}" for p in self.passes.split(",")] if self.passes else [])
+
+
+def parse_variant(text: str) -> Variant:
+    """``NAME=SETTING[;...]`` as a :class:`Variant` (see the module); a ValueError naming what
+    is wrong otherwise."""
     name, sep, rest = text.partition("=")
     if not sep or not name.isidentifier() or name == "base":
         raise ValueError(f"variant {text!r}: want NAME=MODULE.ATTR=VALUE (NAME an identifier, "
                          "not 'base')")
-    settings = []
+    settings, passes = [], []
     for part in rest.split(";"):
+        if part.strip().startswith("pass:"):
+            passes.append(part.strip()[5:])
+            try:
+                bg.pipeline_text("f32", passes=passes[-1])
+            except PipelineError as e:
+                raise ValueError(f"variant {name}: {part.strip()!r}: {e}") from None
+            continue
         target, sep, value = part.partition("=")
         module_name, _, attr = target.strip().rpartition(".")
         if not sep or not module_name:
@@ -76,7 +102,7 @@ def parse_variant(text: str) -> tuple[str, list[Setting]]:
             raise ValueError(f"variant {name}: {value.strip()!r} is not a Python literal "
                              "(quote strings)") from None
         settings.append((module, attr, parsed))
-    return name, settings
+    return Variant(name, settings, ",".join(passes))
 
 
 @contextlib.contextmanager
@@ -109,8 +135,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--count", type=int, default=0, help="products drawn as sweep_gemm draws")
     p.add_argument("--seed", type=int, default=0)
     sweep_gemm.add_bounds(p)
-    p.add_argument("--variant", action="append", default=[], metavar="NAME=MODULE.ATTR=VALUE",
-                   help="a variant (repeatable; settings joined by ';')")
+    p.add_argument("--variant", action="append", default=[], metavar="NAME=SETTING",
+                   help="a variant (repeatable; settings MODULE.ATTR=VALUE or "
+                        "pass:PASS{OPTIONS}, joined by ';')")
     p.add_argument("--rounds", type=int, default=2, help="rounds of every variant in turn")
     p.add_argument("--repeat", type=int, default=6, help="timed calls a product and variant")
     p.add_argument("--no-torch", action="store_true", help="time accy only")
@@ -119,10 +146,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     sweep_gemm.check_bounds(p, args)
     try:
         args.products = [parse_case(c) for c in args.cases.split(",") if c.strip()]
-        args.variants = [("base", [])] + [parse_variant(v) for v in args.variant]
+        args.variants = [Variant("base")] + [parse_variant(v) for v in args.variant]
     except ValueError as e:
         p.error(str(e))
-    if len({n for n, _ in args.variants}) != len(args.variants):
+    if len({v.name for v in args.variants}) != len(args.variants):
         p.error("--variant: names must differ")
     if args.count < 0 or args.rounds < 1 or args.repeat < 1:
         p.error("--count must be at least 0, --rounds and --repeat at least 1")
@@ -141,15 +168,15 @@ def run_product(dtype: str, dims: dict[str, int], args: argparse.Namespace, runt
     spec = bp.Spec("ab", "gemm", "ab", dims, dims, dtype)
     xs = bp.inputs(spec, dims)
     check = bp.Checker(spec, dims, xs)
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in args.variants}
+    runs: dict[str, list[dict[str, Any]]] = {v.name: [] for v in args.variants}
     for _ in range(args.rounds):
-        for name, settings in args.variants:
-            with applied(settings):
+        for v in args.variants:
+            with applied(v.settings):
                 try:
-                    runs[name].append(bg.bench_accy(spec, dims, xs, "f32", runtime, target,
-                                                    args.repeat, check))
+                    runs[v.name].append(bg.bench_accy(spec, dims, xs, "f32", runtime, target,
+                                                      args.repeat, check, passes=v.passes))
                 except Exception as e:  # one variant's failure must not end the run
-                    runs[name].append({"error": bg._error(e)})
+                    runs[v.name].append({"error": bg._error(e)})
             gc.collect()
     row: dict[str, Any] = {"dtype": dtype, "dims": dims, "torch_ms": None, "variants": {}}
     for name, records in runs.items():
@@ -188,7 +215,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     torch, torch_note = (None, "--no-torch") if args.no_torch else bt.load_torch()
     if torch is not None:
         bt.configure(torch, False)
-    names = [n for n, _ in args.variants]
+    names = [v.name for v in args.variants]
     rows = []
     start = time.monotonic()
     print(f"{'dtype':5s} {'M x N x K':>20s} {'torch ms':>9s} " +
@@ -212,8 +239,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"{name}: {s['changed']} products changed plan, geometric mean {gm} of base's "
               f"kernel time, least {least}; wrong {s['wrong']}")
     result = {
-        "benchmark": "ab_gemm", "variants": {n: [f"{m.__name__}.{a}={v!r}" for m, a, v in s]
-                                             for n, s in args.variants},
+        "benchmark": "ab_gemm", "variants": {v.name: v.texts() for v in args.variants},
         "rounds": args.rounds, "repeat": args.repeat, "accy_device": runtime.info.key,
         "torch_note": torch_note, "rows": rows, "summary": summary,
         "seconds": time.monotonic() - start,

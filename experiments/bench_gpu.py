@@ -107,23 +107,26 @@ KINDS, Spec, Checker, inputs, program = bp.KINDS, bp.Spec, bp.Checker, bp.inputs
 
 # ---- accy --------------------------------------------------------------------------------------
 
-def pipeline_text(precision: str, disable: str = "") -> str:
+def pipeline_text(precision: str, disable: str = "", passes: str = "") -> str:
     """accy's pipeline under ``precision`` with the generators ``disable`` names (comma
-    separated) switched off."""
+    separated) switched off and then the passes of pipeline text ``passes`` in place of those
+    of the same name (``contraction-padding{intensity=384}``: one pass's options changed; a
+    :class:`accy.errors.PipelineError` where the pipeline runs no such pass)."""
     base = parse_pipeline("accy-default")
     options = ([f"precision={precision}"] if precision != "f32" else []) + (
         [f"disable={disable}"] if disable else [])
-    if not options:  # the default
-        return base.text()
-    return base.replacing(f"kernelization{{{' '.join(options)}}}").text()
+    if options:
+        base = base.replacing(f"kernelization{{{' '.join(options)}}}")
+    return (base.replacing(passes) if passes else base).text()
 
 
 def bench_accy(spec: Spec, dims: dict[str, int], xs: list[np.ndarray], precision: str,
                runtime: Any, target: TargetProfile, repeat: int, check: Checker,
-               disable: str = "") -> dict[str, Any]:
-    """One program under one precision policy: kernels (``plan``: each one's entry and launch
-    geometry), kernel and call ms, the check."""
-    pipeline = pipeline_text(precision, disable)
+               disable: str = "", passes: str = "") -> dict[str, Any]:
+    """One program under one precision policy (and :func:`pipeline_text`'s ``disable`` and
+    ``passes``): kernels (``plan``: each one's entry and launch geometry), kernel and call ms,
+    the check."""
+    pipeline = pipeline_text(precision, disable, passes)
     start = time.perf_counter()
     job = accy.prepare(program(spec, dims), pipeline, target=target)
     prepare_s = time.perf_counter() - start

@@ -61,12 +61,28 @@ def test_summary_counts_changed_plans_and_wrong_results(ab) -> None:
 
 
 def test_a_variant_is_restored_after_an_error(ab) -> None:
-    _, settings = ab.parse_variant("x=accy.kernels.contraction_plan.SHORT_K=7")
+    variant = ab.parse_variant("x=accy.kernels.contraction_plan.SHORT_K=7")
     before = contraction_plan.SHORT_K
-    with pytest.raises(RuntimeError), ab.applied(settings):
+    with pytest.raises(RuntimeError), ab.applied(variant.settings):
         assert contraction_plan.SHORT_K == 7
         raise RuntimeError
     assert contraction_plan.SHORT_K == before
+
+
+def test_a_variant_may_run_a_pass_with_other_options(ab, device, tmp_path: Path) -> None:
+    """``pass:`` settings replace accy-default's pass of that name in the variant's pipeline
+    (here constant folding off, which leaves the program's kernels as they were), beside a
+    module attribute; both recorded."""
+    variant = ab.parse_variant("v=pass:constant-fold{max-elements=1};"
+                               "accy.kernels.contraction_plan.SHORT_K=7")
+    assert variant.passes == "constant-fold{max-elements=1}"
+    assert variant.texts() == ["accy.kernels.contraction_plan.SHORT_K=7",
+                               "pass:constant-fold{max-elements=1}"]
+    result = ab.main(["--cases", "f32:8x16x24", "--no-torch", "--rounds", "1", "--repeat",
+                      "1", "--variant", "v=pass:constant-fold{max-elements=1}",
+                      "--out", str(tmp_path / "ab.json")])
+    assert result["variants"]["v"] == ["pass:constant-fold{max-elements=1}"]
+    assert result["rows"][0]["variants"]["v"]["check"]["ok"]
 
 
 @pytest.mark.parametrize("text, says", [
@@ -74,6 +90,8 @@ def test_a_variant_is_restored_after_an_error(ab) -> None:
     ("x=FUSED=True", "not MODULE.ATTR=VALUE"), ("x=accy.nowhere.A=1", "cannot import"),
     ("x=accy.kernels.split_k.FUSEDD=True", "has no attribute FUSEDD"),
     ("x=accy.kernels.split_k.FUSED=yes", "not a Python literal"),
+    ("x=pass:no-such-pass", "no-such-pass"),
+    ("x=pass:contraction-padding{intensity=-1}", "intensity"),
 ])
 def test_bad_variants_are_refused_naming_the_fault(ab, text, says) -> None:
     with pytest.raises(ValueError, match=says):
