@@ -86,7 +86,23 @@ def test_a_long_k_pads_from_a_lower_intensity(m, n, k, padded):
     _, stats = tensor_stage(product(m, n, k), TENSOR_CORES)
     assert stats == {"padded": int(padded)}
     _, stats = tensor_stage(product(m, n, k), TENSOR_CORES,
-                            "einsum-lowering,contraction-padding{long-k=0}")
+                            "einsum-lowering,contraction-padding{long-k=0 large-flops=0}")
+    assert stats == {"padded": 0}
+
+
+@pytest.mark.parametrize("m, n, k, padded", [
+    (1298, 445, 8643, True),  # 663 flops an element, 10.0 GFLOP: H100 1.39x padded
+    (3404, 305, 5690, True),  # 560, 11.8 GFLOP: 1.59x
+    (759, 883, 3353, False),  # 816 but 4.5 GFLOP, under 2^33
+    (168, 785, 21649, False),  # 277 over a long K and 5.7 GFLOP: under long-intensity
+])
+def test_a_large_product_pads_from_the_lower_intensity(m, n, k, padded):
+    """From ``large-flops`` (2MNK >= 2^33) as over a long K: ``long-intensity``; ``large-flops=0``
+    turns that off (K under ``long-k`` here)."""
+    _, stats = tensor_stage(product(m, n, k), TENSOR_CORES)
+    assert stats == {"padded": int(padded)}
+    _, stats = tensor_stage(product(m, n, k), TENSOR_CORES,
+                            "einsum-lowering,contraction-padding{large-flops=0}")
     assert stats == {"padded": 0}
 
 

@@ -12,11 +12,13 @@ written by kernels of their own, so the pass pads only where the product does at
 ``intensity`` flops per operand element copied, ``2 M N / (M + N)``: well below it (skinny
 products, small M and N over a long K) the product is bound by reading its operands and the
 copy costs about as much as it saves; the default leaves a margin for the copies' kernels.
-Over a K of at least ``long_k`` the product outlasts the copies' kernels by far, and it
-pads from ``long_intensity``: on the H100 (papers/kernels.md, "Thirty-fourth session")
-434x446x67471 0.71x -> 0.84x of torch.compile and 700x600x20001 0.81x -> 1.08x (which then
-takes wgmma-3xtf32 with K split), where 1000x1030x521 lost 0.60x -> 0.55x and 500x700x1203
-0.63x -> 0.55x, and products of 2MN/(M+N) below 300 over K 45877-97767 lost 13-16%.
+Over a K of at least ``long_k``, or for a product of at least ``large_flops`` flops
+(``2 M N K``), the product outlasts the copies' kernels by far, and it pads from
+``long_intensity`` (as ``dtype-legalization`` pads f16 products: the same bounds). Measured on
+the H100 (papers/kernels.md, "Thirty-fourth session", "Forty-second session"): padded from
+``long_intensity`` the products of at least ``2^33`` flops ran faster (wgmma-3xtf32 taking
+them), smaller ones slower (the copies' kernels cost more than the wider copies save), and
+products of 2MN/(M+N) below 300 lost over any K.
 f16 products are padded by ``dtype-legalization`` (:func:`dtype_legalization.padded_product`),
 where it keeps them in f16.
 
@@ -40,18 +42,18 @@ from accy.target import TF32_MMA, TargetProfile
 
 
 def padded_k(node: Node, srcs: tuple[Node, ...], multiple: int, intensity: int,
-             long_k: int = 0, long_intensity: int = 0) -> Node | None:
+             long_k: int = 0, long_intensity: int = 0, large_flops: int = 0) -> Node | None:
     """``node`` (an f32 product over operands ``srcs``) with A's last axis, summed, padded to
     a multiple of ``multiple`` in both operands; None where it needs no padding or does not
     pay (the module docstring: ``intensity``, or ``long_intensity`` over a K of at least
-    ``long_k``)."""
+    ``long_k`` or from ``large_flops``; 0 turns either off)."""
     found = product_axes(node, DType.f32)
     if found is None:
         return None
     a, b, out, size, (m, n, k) = found
     letter = a[-1]
     grow = -size[letter] % multiple
-    if long_k and k >= long_k:
+    if (long_k and k >= long_k) or (large_flops and 2 * m * n * k >= large_flops):
         intensity = min(intensity, long_intensity)
     if (not grow or letter not in b or letter in out  # summed, not a batch letter
             or m < MIN_MN or n < MIN_MN or k < MIN_K or 2 * m * n < intensity * (m + n)):
@@ -74,8 +76,10 @@ class ContractionPadding(Pass):
                             "element copied (2MN/(M+N))", minimum=0, maximum=1 << 20)
     long_k: int = option(16384, "products over a K of at least this pad from long-intensity "
                          "(0: never)", minimum=0, maximum=1 << 30)
-    long_intensity: int = option(384, "the intensity threshold over a K of at least long-k",
-                                 minimum=0, maximum=1 << 20)
+    long_intensity: int = option(384, "the intensity threshold over a K of at least long-k "
+                                 "or from large-flops", minimum=0, maximum=1 << 20)
+    large_flops: int = option(1 << 33, "products of at least this many flops (2MNK) pad "
+                              "from long-intensity (0: never)", minimum=0, maximum=1 << 62)
 
     def run(self, ctx, product):
         target = product.target or TargetProfile()
@@ -84,7 +88,7 @@ class ContractionPadding(Pass):
         def rewrite(node: Node, srcs: tuple[Node, ...]) -> Node:
             nonlocal count
             made = padded_k(node, srcs, self.multiple, self.intensity, self.long_k,
-                            self.long_intensity)
+                            self.long_intensity, self.large_flops)
             if made is not None:
                 count += 1
                 return made
