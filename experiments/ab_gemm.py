@@ -63,11 +63,11 @@ class Variant:
 
     name: str
     settings: list[Setting] = field(default_factory=list)
-    passes: str = ""
+    passes: tuple[str, ...] = ()  # each one pass's pipeline text
 
     def texts(self) -> list[str]:
-        return [f"{m.__name__}.{a}={v!r}" for m, a, v in self.settings] + (
-            [f"pass:{p}" for p in self.passes.split(",")] if self.passes else [])
+        return [f"{m.__name__}.{a}={v!r}" for m, a, v in self.settings] + [
+            f"pass:{p}" for p in self.passes]
 
 
 def parse_variant(text: str) -> Variant:
@@ -102,7 +102,7 @@ def parse_variant(text: str) -> Variant:
             raise ValueError(f"variant {name}: {value.strip()!r} is not a Python literal "
                              "(quote strings)") from None
         settings.append((module, attr, parsed))
-    return Variant(name, settings, ",".join(passes))
+    return Variant(name, settings, tuple(passes))
 
 
 @contextlib.contextmanager
@@ -173,8 +173,9 @@ def run_product(dtype: str, dims: dict[str, int], args: argparse.Namespace, runt
         for v in args.variants:
             with applied(v.settings):
                 try:
-                    runs[v.name].append(bg.bench_accy(spec, dims, xs, "f32", runtime, target,
-                                                      args.repeat, check, passes=v.passes))
+                    runs[v.name].append(bg.bench_accy(
+                        spec, dims, xs, "f32", runtime, target, args.repeat, check,
+                        passes=",".join(v.passes)))
                 except Exception as e:  # one variant's failure must not end the run
                     runs[v.name].append({"error": bg._error(e)})
             gc.collect()

@@ -71,18 +71,25 @@ def test_a_variant_is_restored_after_an_error(ab) -> None:
 
 def test_a_variant_may_run_a_pass_with_other_options(ab, device, tmp_path: Path) -> None:
     """``pass:`` settings replace accy-default's pass of that name in the variant's pipeline
-    (here constant folding off, which leaves the program's kernels as they were), beside a
-    module attribute; both recorded."""
+    (here constant folding limited to one element, and generators disabled: an option of
+    commas), beside a module attribute; all recorded."""
     variant = ab.parse_variant("v=pass:constant-fold{max-elements=1};"
-                               "accy.kernels.contraction_plan.SHORT_K=7")
-    assert variant.passes == "constant-fold{max-elements=1}"
+                               "accy.kernels.contraction_plan.SHORT_K=7;"
+                               "pass:kernelization{disable=mma-f16,wgmma-f16}")
+    assert variant.passes == ("constant-fold{max-elements=1}",
+                              "kernelization{disable=mma-f16,wgmma-f16}")
     assert variant.texts() == ["accy.kernels.contraction_plan.SHORT_K=7",
-                               "pass:constant-fold{max-elements=1}"]
+                               "pass:constant-fold{max-elements=1}",
+                               "pass:kernelization{disable=mma-f16,wgmma-f16}"]
     result = ab.main(["--cases", "f32:8x16x24", "--no-torch", "--rounds", "1", "--repeat",
-                      "1", "--variant", "v=pass:constant-fold{max-elements=1}",
+                      "1", "--variant", "v=pass:constant-fold{max-elements=1};"
+                      "pass:kernelization{disable=mma-f16,wgmma-f16}",
                       "--out", str(tmp_path / "ab.json")])
-    assert result["variants"]["v"] == ["pass:constant-fold{max-elements=1}"]
-    assert result["rows"][0]["variants"]["v"]["check"]["ok"]
+    assert result["variants"]["v"] == variant.texts()[1:]
+    base, mine = (result["rows"][0]["variants"][n] for n in ("base", "v"))
+    assert mine["check"]["ok"] and "max-elements=1" not in base["pipeline"]
+    assert "constant-fold{max-elements=1}" in mine["pipeline"]
+    assert "kernelization{disable=mma-f16,wgmma-f16}" in mine["pipeline"]
 
 
 @pytest.mark.parametrize("text, says", [

@@ -97,8 +97,8 @@ def test_a_long_k_pads_from_a_lower_intensity(m, n, k, padded):
     (168, 785, 21649, False),  # 277 over a long K and 5.7 GFLOP: under long-intensity
 ])
 def test_a_large_product_pads_from_the_lower_intensity(m, n, k, padded):
-    """From ``large-flops`` (2MNK >= 2^33) as over a long K: ``long-intensity``; ``large-flops=0``
-    turns that off (K under ``long-k`` here)."""
+    """From ``large-flops`` (2MNK >= 2^33) as over a long K: ``long-intensity``;
+    ``large-flops=0`` turns that off (the padded ones' K is under ``long-k``)."""
     _, stats = tensor_stage(product(m, n, k), TENSOR_CORES)
     assert stats == {"padded": int(padded)}
     _, stats = tensor_stage(product(m, n, k), TENSOR_CORES,
