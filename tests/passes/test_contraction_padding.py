@@ -106,6 +106,16 @@ def test_a_large_product_pads_from_the_lower_intensity(m, n, k, padded):
     assert stats == {"padded": 0}
 
 
+def test_large_flops_count_one_batch_entry():
+    """Two entries of 759x883x3353 (4.5 GFLOP each, 9.0 in all) stay under ``large-flops``;
+    over 2^33 flops an entry they pad."""
+    _, stats = tensor_stage(product(759, 883, 3353, batch=2), TENSOR_CORES)
+    assert stats == {"padded": 0}
+    _, stats = tensor_stage(product(759, 883, 3353, batch=2), TENSOR_CORES,
+                            "einsum-lowering,contraction-padding{large-flops=4294967296}")
+    assert stats == {"padded": 1}
+
+
 def test_options_and_the_default_pipeline():
     prog = product(300, 300, 101)
     _, stats = tensor_stage(prog, TENSOR_CORES, "einsum-lowering,contraction-padding{"

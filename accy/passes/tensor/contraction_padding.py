@@ -13,8 +13,9 @@ written by kernels of their own, so the pass pads only where the product does at
 products, small M and N over a long K) the product is bound by reading its operands and the
 copy costs about as much as it saves; the default leaves a margin for the copies' kernels.
 Over a K of at least ``long_k``, or for a product of at least ``large_flops`` flops
-(``2 M N K``), the product outlasts the copies' kernels by far, and it pads from
-``long_intensity`` (as ``dtype-legalization`` pads f16 products: the same bounds). Measured on
+(``2 M N K`` of one batch entry), the product outlasts the copies' kernels by far, and it pads
+from ``long_intensity`` (the bounds ``dtype-legalization`` pads f16 products from, which counts
+the flops of every batch entry). Measured on
 the H100 (papers/kernels.md, "Thirty-fourth session", "Forty-second session"): padded from
 ``long_intensity`` the products of at least ``2^33`` flops ran faster (wgmma-3xtf32 taking
 them), smaller ones slower (the copies' kernels cost more than the wider copies save), and
@@ -78,8 +79,9 @@ class ContractionPadding(Pass):
                          "(0: never)", minimum=0, maximum=1 << 30)
     long_intensity: int = option(384, "the intensity threshold over a K of at least long-k "
                                  "or from large-flops", minimum=0, maximum=1 << 20)
-    large_flops: int = option(1 << 33, "products of at least this many flops (2MNK) pad "
-                              "from long-intensity (0: never)", minimum=0, maximum=1 << 62)
+    large_flops: int = option(1 << 33, "products of at least this many flops (2MNK, one "
+                              "batch entry) pad from long-intensity (0: never)", minimum=0,
+                              maximum=1 << 62)
 
     def run(self, ctx, product):
         target = product.target or TargetProfile()
