@@ -72,11 +72,11 @@ ROUNDINGS = ("fragment", "tile")
 MIN_MN = SKINNY + 1
 MIN_K = 32
 SMALL_MN = {True: 8, False: 16}  # f16, f32: smaller products that take them (takes_sides)
-# tiles that leave compute units idle (groups * SPLIT_IDLE <= units) split K over work-groups
-# (:func:`split_k`) in chunks of at least MIN_SPLIT_K (256 rather than 1024: "Thirty-third
-# session"; 128 no faster), the partials summed by a second kernel, over a K of SPLIT_BYTES
-# or more a row (:func:`long_walk`)
-SPLIT_IDLE, MIN_SPLIT_K, SPLIT_BYTES = 1, 256, 2048
+# tiles of at most SPLIT_WAVES waves of work-groups (one a unit; 1.5, not 1: "Forty-third
+# session") split K over work-groups (:func:`split_k`) in chunks of at least MIN_SPLIT_K (256,
+# not 1024: "Thirty-third session"), the partials summed by a second kernel, over a K of
+# SPLIT_BYTES or more a row (:func:`long_walk`)
+SPLIT_WAVES, MIN_SPLIT_K, SPLIT_BYTES = 1.5, 256, 2048
 RESIDENT = 4  # work-groups of 4 warps a unit runs at once (:func:`resident`)
 
 
@@ -518,15 +518,15 @@ def balance(groups: int, units: int) -> float:
 
 def split_k(c: Contraction, tiles: MmaTiles, target: TargetProfile, per_unit: int = 0,
             min_chunk: int = MIN_SPLIT_K) -> int:
-    """Work-groups to share each tile's K: where the tiles leave compute units idle
-    (SPLIT_IDLE) over a long K, the count whose work-groups fill their waves best
+    """Work-groups to share each tile's K: where the tiles make at most SPLIT_WAVES waves
+    over a long K, the count whose work-groups fill their waves best
     (:func:`balance`; within BALANCE_TIE of the best, the most), at most as many as the
     units hold at once (``per_unit`` a unit, default :func:`resident`), in chunks of at
     least ``min_chunk``; else 1. A unit running one four-warp group waits on its loads, and a
     power of two past one wave leaves a second nearly empty (9 tiles of 64x64 over a K of
     81520 in 16 chunks: 144 groups, 132 and then 12; papers/kernels.md, "Twenty-eighth")."""
     groups, units = tile_groups(c, tiles.bm, tiles.bn), target.compute_units
-    if SPLIT_IDLE * groups > units:
+    if groups > SPLIT_WAVES * units:
         return 1
     most = min(c.k.size // min_chunk, (per_unit or resident(tiles)) * units // groups)
     counts = range(1, max(1, most) + 1)

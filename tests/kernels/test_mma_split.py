@@ -1,9 +1,9 @@
-"""K split over work-groups in the tensor-core kernels: where the tiles leave more than half
-the compute units idle over a long K, each group sums one chunk of its tile's K into scratch
-memory and a second kernel (the tiled contraction's ``Partials``; or with ``split_k.FUSED``,
-where few partial sums are read, the last of a tile's groups to finish) adds the chunks in a
-fixed order and applies the epilogue. Checked on PoCL with the PTX emulated, both ways, to
-the bit."""
+"""K split over work-groups in the tensor-core kernels: where the tiles make at most 1.5 waves
+of work-groups (``mma_plan.SPLIT_WAVES``) over a long K, each group sums one chunk of its
+tile's K into scratch memory and a second kernel (the tiled contraction's ``Partials``; or
+with ``split_k.FUSED``, where few partial sums are read, the last of a tile's groups to
+finish) adds the chunks in a fixed order and applies the epilogue. Checked on PoCL with the
+PTX emulated, both ways, to the bit."""
 
 from __future__ import annotations
 
@@ -88,6 +88,22 @@ def test_long_k_on_few_tiles_splits_k_over_work_groups(precision, pipe, used):
     assert "k0 = (chunk * 384L)" in prepared(matmul(256, 256, 1536), precision, NV,
                                                pipe).kernel_source(0)
     assert len(prepared(matmul(256, 256, 500), precision, NV, pipe).kernels) == 1
+
+
+@pytest.mark.usefixtures("two_kernels")
+def test_tiles_of_up_to_one_and_a_half_waves_split(pipe, used):
+    """On 132 units, 145 tiles of 64x32 (1808x154) walked K whole, one or two a unit: they
+    split in three (435 groups; H100, "Forty-third session": 48 products held out, 45
+    faster, 1.26x); 1280x1280's 200 tiles of 128x64, 1.52 waves, do not. 1152x1152 splits
+    its 162 tiles of 128x64 in three rather than run 648 of 64x32 unsplit."""
+    def groups(m: int, n: int) -> list[int]:
+        job = prepared(matmul(m, n, 4096), "3xtf32", NV, pipe)
+        assert used(job) == {"mma-3xtf32": 1}
+        return [k.geometry.global_size[0] // k.geometry.local_size[0] for k in job.kernels]
+
+    assert groups(1808, 154)[0] == 435
+    assert groups(1280, 1280) == [200]
+    assert groups(1152, 1152)[0] == 486
 
 
 @pytest.mark.usefixtures("two_kernels")
