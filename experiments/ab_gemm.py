@@ -10,10 +10,11 @@ attributes of accy (thresholds, tile tables, switches), interleaved, against tor
     python experiments/ab_gemm.py --device nvidia --cases f32:1298x445x8643 \
         --variant "pad=pass:contraction-padding{intensity=384}"  # a pass's options
 
-The products: ``--cases`` (``dtype:MxNxK``, comma separated) and/or ``--count`` products drawn
-with ``--seed`` by ``experiments/sweep_gemm.py``'s draw and bounds (``--dtypes``,
-``--min-side`` ... ``--max-macs``). The variants: ``base`` (accy as it is) first, then each
-``--variant NAME=SETTING[;SETTING...]``, a setting either ``MODULE.ATTR=VALUE`` (a Python
+The products: ``--cases`` (``dtype:MxNxK``, or ``dtype:BxMxNxK`` for a batch of B, comma
+separated) and/or ``--count`` products drawn with ``--seed`` by ``experiments/sweep_gemm.py``'s
+draw and bounds (``--dtypes``, ``--min-side`` ... ``--max-macs``, ``--max-batch``). The
+variants: ``base`` (accy as it is) first, then each ``--variant NAME=SETTING[;SETTING...]``,
+a setting either ``MODULE.ATTR=VALUE`` (a Python
 literal: numbers, True/False/None, strings, tuples; the attribute must exist) or
 ``pass:PASS{OPTIONS}``, pipeline text of a pass of ``accy-default`` run with those options
 instead (``bench_gpu.pipeline_text``). Each variant sets its
@@ -75,8 +76,8 @@ def parse_variant(text: str) -> Variant:
     is wrong otherwise."""
     name, sep, rest = text.partition("=")
     if not sep or not name.isidentifier() or name == "base":
-        raise ValueError(f"variant {text!r}: want NAME=MODULE.ATTR=VALUE (NAME an identifier, "
-                         "not 'base')")
+        raise ValueError(f"variant {text!r}: want NAME=MODULE.ATTR=VALUE or "
+                         "NAME=pass:PASS{OPTIONS} (NAME an identifier, not 'base')")
     settings, passes = [], []
     for part in rest.split(";"):
         if part.strip().startswith("pass:"):
@@ -89,7 +90,8 @@ def parse_variant(text: str) -> Variant:
         target, sep, value = part.partition("=")
         module_name, _, attr = target.strip().rpartition(".")
         if not sep or not module_name:
-            raise ValueError(f"variant {name}: {part!r} is not MODULE.ATTR=VALUE")
+            raise ValueError(f"variant {name}: {part!r} is neither MODULE.ATTR=VALUE nor "
+                             "pass:PASS{OPTIONS}")
         try:
             module = importlib.import_module(module_name)
         except ImportError as e:
@@ -121,17 +123,18 @@ def applied(settings: list[Setting]) -> Iterator[None]:
 def parse_case(text: str) -> tuple[str, dict[str, int]]:
     dtype, _, dims = text.strip().partition(":")
     sizes = dims.split("x")
-    if dtype not in sweep_gemm.DTYPES or len(sizes) != 3 or not all(
+    if dtype not in sweep_gemm.DTYPES or len(sizes) not in (3, 4) or not all(
             s.isdigit() and int(s) > 0 for s in sizes):
-        raise ValueError(f"case {text!r}: want DTYPE:MxNxK with DTYPE one of "
-                         f"{', '.join(sweep_gemm.DTYPES)} and positive sizes")
-    return dtype, dict(zip("MNK", map(int, sizes), strict=True))
+        raise ValueError(f"case {text!r}: want DTYPE:MxNxK or DTYPE:BxMxNxK with DTYPE one "
+                         f"of {', '.join(sweep_gemm.DTYPES)} and positive sizes")
+    return dtype, dict(zip("BMNK"[-len(sizes):], map(int, sizes), strict=True))
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default=None, help="OpenCL selector (default: $ACCY_DEVICE/pocl)")
-    p.add_argument("--cases", default="", help="DTYPE:MxNxK products, comma separated")
+    p.add_argument("--cases", default="",
+                   help="DTYPE:MxNxK (or DTYPE:BxMxNxK) products, comma separated")
     p.add_argument("--count", type=int, default=0, help="products drawn as sweep_gemm draws")
     p.add_argument("--seed", type=int, default=0)
     sweep_gemm.add_bounds(p)
@@ -165,7 +168,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def run_product(dtype: str, dims: dict[str, int], args: argparse.Namespace, runtime: Any,
                 target: Any, torch: Any) -> dict[str, Any]:
     """One product's row: each variant's least kernel ms over the rounds and its record."""
-    spec = bp.Spec("ab", "gemm", "ab", dims, dims, dtype)
+    spec = sweep_gemm.spec("ab", dtype, dims)
     xs = bp.inputs(spec, dims)
     check = bp.Checker(spec, dims, xs)
     runs: dict[str, list[dict[str, Any]]] = {v.name: [] for v in args.variants}
@@ -219,7 +222,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     names = [v.name for v in args.variants]
     rows = []
     start = time.monotonic()
-    print(f"{'dtype':5s} {'M x N x K':>20s} {'torch ms':>9s} " +
+    print(f"{'dtype':5s} {'[B x] M x N x K':>22s} {'torch ms':>9s} " +
           " ".join(f"{n[:12]:>14s}" for n in names))
     for dtype, dims in args.products:
         row = run_product(dtype, dims, args, runtime, target, torch)
@@ -231,7 +234,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                          f"{v['kernel_ms']:>9.4f} ({v['kernels']})"
                          f"{'' if v['check']['ok'] else '!'}")
         t = row["torch_ms"]
-        print(f"{dtype:5s} {dims['M']:>6d}x{dims['N']:>6d}x{dims['K']:>6d} "
+        print(f"{dtype:5s} {sweep_gemm.shape(dims)} "
               f"{'-' if t is None else f'{t:.4f}':>9s} " + " ".join(cells), flush=True)
     summary = summarise(rows, names)
     for name, s in summary.items():

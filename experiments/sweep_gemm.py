@@ -8,15 +8,18 @@ the shapes where accy's tile choice is worst (a sweep, not a table of special ca
 
 Each product ``(M, K) @ (K, N)`` draws M and N log-uniformly in ``[--min-side, --max-side]``,
 K in ``[--min-k, --max-k]`` and its dtype from ``--dtypes`` (f16 N and K rounded up to even:
-whole pairs of halves); products of more than ``--max-macs`` multiply-adds are drawn again.
+whole pairs of halves); with ``--max-batch`` above 1, a batch of B such products
+``(B, M, K) @ (B, K, N)`` (B log-uniform in ``[1, --max-batch]``; B of 1 an unbatched
+product), otherwise the same draws as without it; products of more than ``--max-macs``
+multiply-adds (all entries') are drawn again.
 Each runs under ``experiments/bench_gpu.py``'s accy side (OpenCL-event kernel time and call
 time, medians of ``--repeat`` after warm-up; generators and kernel count; the float64 check
 of 32 rows within accy's error bounds) and, with torch on CUDA, torch eager's ``matmul``
 (torch.profiler kernel time; TF32 off). Stops after ``--count`` products or ``--minutes``,
 whichever comes first. Prints the ``--show`` worst by speed against torch (accy's kernel time
 over torch's; without torch, the slowest by accy's kernel time a multiply-add) and each shape
-class's geometric mean and least speed (dtype, the shorter side's range, K's:
-:func:`by_class`), and writes every row, with the geometric mean and the classes, to
+class's geometric mean and least speed (dtype, batched or not, the shorter side's range,
+K's: :func:`by_class`), and writes every row, with the geometric mean and the classes, to
 ``--out``. OpenCL events read a few microseconds more than torch.profiler on the same kernel,
 so small products of several kernels read slow by that much: with torch, the sweep first
 times ``bench_gpu.py``'s calibration (``a + b`` on 32 elements both ways; the difference is
@@ -97,6 +100,8 @@ def add_bounds(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-k", type=int, default=32768)
     p.add_argument("--max-macs", type=float, default=2.0 ** 34,
                    help="products of more multiply-adds are drawn again")
+    p.add_argument("--max-batch", type=int, default=1,
+                   help="batches of up to this many products (1: unbatched)")
 
 
 def check_bounds(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -105,6 +110,8 @@ def check_bounds(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     args.dtypes = tuple(d.strip() for d in args.dtypes.split(",") if d.strip())
     if not args.dtypes or any(d not in DTYPES for d in args.dtypes):
         p.error(f"--dtypes: choose from {','.join(DTYPES)}")
+    if args.max_batch < 1:
+        p.error("--max-batch must be at least 1")
     for lo, hi in (("min_side", "max_side"), ("min_k", "max_k")):
         if not 1 <= getattr(args, lo) <= getattr(args, hi):
             p.error(f"--{lo.replace('_', '-')} must be at least 1 and at most "
@@ -115,7 +122,8 @@ def check_bounds(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
 
 
 def draw(rng: random.Random, args: argparse.Namespace) -> tuple[str, dict[str, int]]:
-    """A product's dtype and ``{"M", "N", "K"}`` (see the module)."""
+    """A product's dtype and ``{"M", "N", "K"}``, with ``"B"`` first where a batch of more
+    than one was drawn (see the module)."""
     def log_uniform(lo: int, hi: int) -> int:
         return round(math.exp(rng.uniform(math.log(lo), math.log(hi))))
 
@@ -125,15 +133,25 @@ def draw(rng: random.Random, args: argparse.Namespace) -> tuple[str, dict[str, i
         k = log_uniform(args.min_k, args.max_k)
         if dtype == "f16":
             n, k = n + n % 2, k + k % 2
-        if m * n * k <= args.max_macs:
-            return dtype, {"M": m, "N": n, "K": k}
+        b = log_uniform(1, args.max_batch) if args.max_batch > 1 else 1
+        if b * m * n * k <= args.max_macs:
+            return dtype, {"B": b, "M": m, "N": n, "K": k} if b > 1 else {"M": m, "N": n, "K": k}
+
+
+def spec(name: str, dtype: str, dims: dict[str, int]) -> bp.Spec:
+    """The bench_gpu program of a drawn product: ``bgemm`` where ``dims`` has a batch."""
+    return bp.Spec(name, "bgemm" if "B" in dims else "gemm", name, dims, dims, dtype)
+
+
+def shape(dims: dict[str, int]) -> str:
+    """``dims`` as a table cell of 22 characters: ``MxNxK``, ``BxMxNxK`` with a batch."""
+    return f"{'x'.join(str(dims[a]) for a in 'BMNK' if a in dims):>22s}"
 
 
 def measure(dtype: str, dims: dict[str, int], runtime: Any, target: Any, torch: Any,
             repeat: int) -> dict[str, Any]:
     """One product's row: accy's record (bench_gpu.bench_accy) and torch eager's kernel ms."""
-    return timed(bp.Spec("sweep", "gemm", "sweep", dims, dims, dtype), dims, runtime, target,
-                 torch, repeat)
+    return timed(spec("sweep", dtype, dims), dims, runtime, target, torch, repeat)
 
 
 def timed(spec: bp.Spec, dims: dict[str, int], runtime: Any, target: Any, torch: Any,
@@ -201,7 +219,7 @@ def compare(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     """Two sweeps' products in common: those whose plan changed (slowest first, each with
     BEFORE's kernel ms over AFTER's), and geometric means (see the module)."""
     def key(r: dict[str, Any]) -> tuple[Any, ...]:
-        return r["dtype"], r["dims"]["M"], r["dims"]["N"], r["dims"]["K"]
+        return r["dtype"], *(r["dims"].get(a, 1) for a in "BMNK")
 
     def plan(r: dict[str, Any]) -> tuple[Any, ...]:
         return r["accy"]["generators"], r["accy"]["kernels"]
@@ -236,7 +254,7 @@ def print_comparison(c: dict[str, Any]) -> None:
           f"{x(c['vs_torch_net']['before'])} -> {x(c['vs_torch_net']['after'])})")
     for r in c["changed"]:
         d = r["dims"]
-        print(f"{r['dtype']:5s} {d['M']:>6d}x{d['N']:>6d}x{d['K']:>6d} {r['before_ms']:>9.4f} "
+        print(f"{r['dtype']:5s} {shape(d)} {r['before_ms']:>9.4f} "
               f"-> {r['after_ms']:>9.4f} {r['speedup']:>6.2f}x  "
               f"{'/'.join(r['before'][0])} ({r['before'][1]}) -> "
               f"{'/'.join(r['after'][0])} ({r['after'][1]})")
@@ -246,29 +264,30 @@ SIDES = ((32, "side <= 32"), (128, "side 33-128"), (512, "side 129-512"), (math.
 KS = ((1023, "K < 1024"), (8191, "K < 8192"), (math.inf, "K >= 8192"))
 
 
-def shape_class(dtype: str, dims: dict[str, int]) -> tuple[str, int, int]:
-    """A product's class: its dtype, its shorter side's range and K's (indices into
-    :data:`SIDES` and :data:`KS`)."""
+def shape_class(dtype: str, dims: dict[str, int]) -> tuple[str, bool, int, int]:
+    """A product's class: its dtype, whether it is a batch, its shorter side's range and K's
+    (indices into :data:`SIDES` and :data:`KS`)."""
     def bin_of(v: int, bins: tuple[tuple[float, str], ...]) -> int:
         return next(i for i, (top, _) in enumerate(bins) if v <= top)
-    return dtype, bin_of(min(dims["M"], dims["N"]), SIDES), bin_of(dims["K"], KS)
+    return (dtype, "B" in dims, bin_of(min(dims["M"], dims["N"]), SIDES),
+            bin_of(dims["K"], KS))
 
 
 def by_class(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per :func:`shape_class` of the rows timed against torch, in order: how many, the
     geometric mean and the least of their speeds (the issue's goal: every class at 0.9x or
     more), and the geometric mean by net kernel time (:func:`with_net`; None uncalibrated)."""
-    classes: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
+    classes: dict[tuple[str, bool, int, int], list[dict[str, Any]]] = {}
     for r in rows:
         if r.get("speed_vs_torch"):
             classes.setdefault(shape_class(r["dtype"], r["dims"]), []).append(r)
 
     def gm(of: list[dict[str, Any]], key: str) -> float | None:
         return bg.geomean([r[key] for r in of if r.get(key)])
-    return {f"{d} {SIDES[si][1]}, {KS[ki][1]}": {
+    return {f"{d}{' batched' if b else ''} {SIDES[si][1]}, {KS[ki][1]}": {
         "products": len(v), "geomean_vs_torch": gm(v, "speed_vs_torch"),
         "least": min(r["speed_vs_torch"] for r in v), "geomean_net": gm(v, "speed_vs_torch_net")}
-        for (d, si, ki), v in sorted(classes.items())}
+        for (d, b, si, ki), v in sorted(classes.items())}
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -300,7 +319,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "benchmark": "sweep_gemm", "seed": args.seed, "count": args.count,
         "minutes": args.minutes, "dtypes": list(args.dtypes), "repeat": args.repeat,
         "sides": [args.min_side, args.max_side], "k": [args.min_k, args.max_k],
-        "max_macs": args.max_macs, "accy_device": runtime.info.key, "torch_note": torch_note,
+        "max_macs": args.max_macs, "max_batch": args.max_batch,
+        "accy_device": runtime.info.key, "torch_note": torch_note,
         "offset_ms": offset,
         "rows": rows, "classes": by_class(rows),
         "summary": {"products": len(rows), "failed": sum(1 for r in rows if "error" in r),
@@ -312,19 +332,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                               *(sys.argv[1:] if argv is None else argv)]),
     }
     print(f"{len(rows)} products on {runtime.info.key}; torch: {torch_note or 'eager'}")
-    print(f"{'dtype':5s} {'M x N x K':>20s} {'kernels':>7s} {'accy ms':>9s} {'torch ms':>9s} "
+    print(f"{'dtype':5s} {'[B x] M x N x K':>22s} {'kernels':>7s} {'accy ms':>9s} {'torch ms':>9s} "
           f"{'speed':>6s}  generators")
     for r in worst(rows, args.show):
         a, d = r["accy"], r["dims"]
         t, s = r["torch_ms"], r["speed_vs_torch"]
-        print(f"{r['dtype']:5s} {d['M']:>6d}x{d['N']:>6d}x{d['K']:>6d} {a['kernels']:>7d} "
+        print(f"{r['dtype']:5s} {shape(d)} {a['kernels']:>7d} "
               f"{a['kernel_ms']:>9.4f} {'-' if t is None else f'{t:.4f}':>9s} "
               f"{'-' if s is None else f'{s:.2f}x':>6s}  {'/'.join(a['generators'])}"
               f"{'' if a['check']['ok'] else '  WRONG'}")
     def x(v: float | None) -> str:
         return "-" if v is None else f"{v:.2f}x"
     for name, c in result["classes"].items():
-        print(f"{name:28s} {c['products']:>4d} products  geometric mean "
+        print(f"{name:36s} {c['products']:>4d} products  geometric mean "
               f"{x(c['geomean_vs_torch'])} (net {x(c['geomean_net'])})  least {c['least']:.2f}x")
     s = result["summary"]
     note = "" if offset is None else f" (net of {offset * 1e3:.1f} us a kernel: " \

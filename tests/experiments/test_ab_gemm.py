@@ -47,6 +47,17 @@ def test_variants_run_in_turn_and_the_changed_plans_are_summed_up(ab, device,
     assert summary["least"] > 0 and summary["geomean_speedup"] > 0
 
 
+def test_a_case_of_four_sizes_is_a_batch(ab, device, tmp_path: Path) -> None:
+    """``f32:BxMxNxK``: B products of MxNxK, run as one batched product and checked."""
+    assert ab.parse_case("f16:3x40x50x62") == ("f16", {"B": 3, "M": 40, "N": 50, "K": 62})
+    result = ab.main(["--cases", "f32:3x40x50x61", "--no-torch", "--rounds", "1",
+                      "--repeat", "1", "--variant", "x=accy.kernels.split_k.FUSED=True",
+                      "--out", str(tmp_path / "b.json")])
+    (row,) = result["rows"]
+    assert row["dims"] == {"B": 3, "M": 40, "N": 50, "K": 61}
+    assert all(v["check"]["ok"] for v in row["variants"].values())
+
+
 def test_summary_counts_changed_plans_and_wrong_results(ab) -> None:
     def record(ms, plan, ok=True):
         return {"kernel_ms": ms, "plan": [plan], "generators": {"g": 1},
@@ -93,8 +104,10 @@ def test_a_variant_may_run_a_pass_with_other_options(ab, device, tmp_path: Path)
 
 
 @pytest.mark.parametrize("text, says", [
-    ("nothing", "NAME=MODULE.ATTR=VALUE"), ("base=accy.kernels.split_k.FUSED=True", "'base'"),
-    ("x=FUSED=True", "not MODULE.ATTR=VALUE"), ("x=accy.nowhere.A=1", "cannot import"),
+    ("nothing", "NAME=MODULE.ATTR=VALUE or NAME=pass:PASS"),
+    ("base=accy.kernels.split_k.FUSED=True", "'base'"),
+    ("x=FUSED=True", "neither MODULE.ATTR=VALUE nor pass:"),
+    ("x=accy.nowhere.A=1", "cannot import"),
     ("x=accy.kernels.split_k.FUSEDD=True", "has no attribute FUSEDD"),
     ("x=accy.kernels.split_k.FUSED=yes", "not a Python literal"),
     ("x=pass:no-such-pass", "no-such-pass"),
@@ -108,6 +121,7 @@ def test_bad_variants_are_refused_naming_the_fault(ab, text, says) -> None:
 @pytest.mark.parametrize("argv", [
     ["--cases", "f64:1x2x3", "--variant", "x=accy.kernels.split_k.FUSED=True"],
     ["--cases", "f32:1x2", "--variant", "x=accy.kernels.split_k.FUSED=True"],
+    ["--cases", "f32:1x2x3x4x5", "--variant", "x=accy.kernels.split_k.FUSED=True"],
     ["--cases", "f32:0x2x3", "--variant", "x=accy.kernels.split_k.FUSED=True"],
     ["--variant", "x=accy.kernels.split_k.FUSED=True"],  # no products
     ["--cases", "f32:4x4x4"],  # no variant

@@ -47,6 +47,28 @@ def test_draws_stay_in_bounds_and_f16_rows_are_whole_pairs(sweep) -> None:
             assert dims["N"] % 2 == 0 and dims["K"] % 2 == 0
 
 
+def test_batches_are_drawn_up_to_max_batch_within_the_macs(sweep, device,
+                                                          tmp_path: Path) -> None:
+    """``--max-batch``: B log-uniform from 1 (a B of 1 is an unbatched product, no "B"), the
+    multiply-adds of every entry within ``--max-macs``; run as batched products on the
+    device, checked; without it no batch is drawn."""
+    args = sweep.parse_args(["--max-side", "300", "--max-k", "999", "--max-macs", "1e7",
+                             "--max-batch", "40"])
+    rng = random.Random(1)
+    draws = [dims for _, dims in (sweep.draw(rng, args) for _ in range(300))]
+    batches = [d["B"] for d in draws if "B" in d]
+    assert 100 < len(batches) < 300 and 2 <= min(batches) and max(batches) <= 40
+    assert all(d.get("B", 1) * d["M"] * d["N"] * d["K"] <= 1e7 for d in draws)
+    plain = sweep.parse_args(["--max-side", "300"])
+    assert not any("B" in sweep.draw(rng, plain)[1] for _ in range(50))
+    result = sweep.main(["--count", "2", "--max-side", "24", "--min-k", "8", "--max-k", "40",
+                         "--max-batch", "5", "--no-torch", "--repeat", "1", "--seed", "2",
+                         "--out", str(tmp_path / "b.json")])
+    assert [r["dims"].get("B") for r in result["rows"]] == [4, 3]
+    assert all(r["accy"]["check"]["ok"] for r in result["rows"])
+    assert result["max_batch"] == 5
+
+
 def test_worst_first_by_speed_else_by_time_a_multiply_add(sweep) -> None:
     def row(speed, ms, m=10):
         return {"dims": {"M": m, "N": 10, "K": 10}, "accy": {"kernel_ms": ms},
@@ -60,7 +82,8 @@ def test_worst_first_by_speed_else_by_time_a_multiply_add(sweep) -> None:
 @pytest.mark.parametrize("argv", [["--dtypes", "f64"], ["--min-side", "50", "--max-side", "8"],
                                   ["--min-k", "0"], ["--count", "0"],
                                   ["--max-macs", "10", "--min-side", "16"],
-                                  ["--max-macs", "27", "--min-side", "3", "--min-k", "3"]])
+                                  ["--max-macs", "27", "--min-side", "3", "--min-k", "3"],
+                                  ["--max-batch", "0"]])
 def test_bad_arguments_are_refused(sweep, argv) -> None:
     with pytest.raises(SystemExit):
         sweep.parse_args(argv)
@@ -105,15 +128,16 @@ def test_compare_reads_two_sweeps_and_lists_changed_plans_slowest_first(sweep, t
         assert other in capsys.readouterr().err
 
 
-def test_classes_by_dtype_shorter_side_and_k_in_order(sweep) -> None:
+def test_classes_by_dtype_batch_shorter_side_and_k_in_order(sweep) -> None:
     def row(dtype, m, n, k, speed):
         return {"dtype": dtype, "dims": {"M": m, "N": n, "K": k}, "speed_vs_torch": speed}
     rows = [row("f32", 2000, 16, 64, 0.5), row("f32", 8, 9, 1023, 2.0),
             row("f32", 100, 600, 9000, 0.8), row("f16", 600, 700, 1024, 1.2),
-            row("f32", 40, 40, 40, None)]
+            row("f32", 40, 40, 40, None), row("f32", 100, 600, 9000, 0.7)]
+    rows[-1]["dims"]["B"] = 8
     classes = sweep.by_class(rows)
     assert list(classes) == ["f16 side > 512, K < 8192", "f32 side <= 32, K < 1024",
-                             "f32 side 33-128, K >= 8192"]
+                             "f32 side 33-128, K >= 8192", "f32 batched side 33-128, K >= 8192"]
     assert classes["f32 side <= 32, K < 1024"] == {"products": 2, "geomean_vs_torch": 1.0,
                                                    "least": 0.5, "geomean_net": None}
 
