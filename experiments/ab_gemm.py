@@ -13,20 +13,19 @@ attributes of accy (thresholds, tile tables, switches), interleaved, against tor
 The products: ``--cases`` (``dtype:MxNxK``, or ``dtype:BxMxNxK`` for a batch of B, comma
 separated) and/or ``--count`` products drawn with ``--seed`` by ``experiments/sweep_gemm.py``'s
 draw and bounds (``--dtypes``, ``--min-side`` ... ``--max-macs``, ``--max-batch``). The
-variants: ``base`` (accy as it is) first, then each ``--variant NAME=SETTING[;SETTING...]``,
-a setting either ``MODULE.ATTR=VALUE`` (a Python
-literal: numbers, True/False/None, strings, tuples; the attribute must exist) or
-``pass:PASS{OPTIONS}``, pipeline text of a pass of ``accy-default`` run with those options
-instead (``bench_gpu.pipeline_text``). Each variant sets its
-attributes for its own runs and restores them after, so the variants of a product run in
-turn in every one of ``--rounds`` rounds (drift in the machine's speed falls on all alike);
+variants: ``base`` (accy as it is) first, then each ``--variant NAME=SETTING[;SETTING...]``, a
+setting either ``MODULE.ATTR=VALUE`` (a Python literal: numbers, True/False/None, strings,
+tuples; the attribute must exist) or ``pass:PASS{OPTIONS}``, pipeline text of a pass of
+``accy-default`` run with those options instead (``bench_gpu.pipeline_text``). Each variant
+sets its attributes for its own runs and restores them after, so the variants of a product run
+in turn in every one of ``--rounds`` rounds (drift in the machine's speed falls on all alike);
 each records its least kernel time over the rounds (``bench_gpu.py``'s accy side: OpenCL
 events, medians of ``--repeat`` calls, the float64 check within accy's error bounds), its call
-time, its plan (each kernel's entry and launch geometry) and generators. A module that binds
-a name from another (``from m import X``) keeps its own binding: set the attribute where it
-is read. Prints each product's times, and per variant the geometric mean of base's kernel
-time over its own over the products whose plan it changes, how many and the least; writes
-every row to ``--out``.
+time, its plan (each kernel's entry and launch geometry) and generators. A module that binds a
+name from another (``from m import X``) keeps its own binding: set the attribute where it is
+read. Prints each product's times, and per variant the geometric mean of base's kernel time
+over its own over the products whose plan it changes, how many and the least; writes every row
+to ``--out``.
 """
 
 from __future__ import annotations
