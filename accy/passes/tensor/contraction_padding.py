@@ -13,13 +13,13 @@ written by kernels of their own, so the pass pads only where the product does at
 products, small M and N over a long K) the product is bound by reading its operands and the
 copy costs about as much as it saves; the default leaves a margin for the copies' kernels.
 Over a K of at least ``long_k``, or for a product of at least ``large_flops`` flops
-(``2 M N K`` of one batch entry), the product outlasts the copies' kernels by far, and it pads
-from ``long_intensity`` (the bounds ``dtype-legalization`` pads f16 products from, which counts
-the flops of every batch entry). Measured on
-the H100 (papers/kernels.md, "Thirty-fourth session", "Forty-second session"): padded from
-``long_intensity`` the products of at least ``2^33`` flops ran faster (wgmma-3xtf32 taking
-them), smaller ones slower (the copies' kernels cost more than the wider copies save), and
-products of 2MN/(M+N) below 300 lost over any K.
+(``2 M N K`` times its batch entries), the product outlasts the copies' kernels by far, and it
+pads from ``long_intensity`` (the bounds ``dtype-legalization`` pads f16 products from).
+Measured on the H100 (papers/kernels.md, "Thirty-fourth session", "Forty-second session",
+"Forty-third session"): padded from ``long_intensity`` the products of at least ``2^33`` flops
+ran faster (wgmma-3xtf32 taking them), batches of smaller ones counted as a whole too,
+smaller ones slower (the copies' kernels cost more than the wider copies save), and products
+of 2MN/(M+N) below 300 lost over any K.
 f16 products are padded by ``dtype-legalization`` (:func:`dtype_legalization.padded_product`),
 where it keeps them in f16.
 
@@ -28,6 +28,7 @@ Stats: ``padded`` (products padded).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from accy.ir.node import Node
@@ -54,7 +55,8 @@ def padded_k(node: Node, srcs: tuple[Node, ...], multiple: int, intensity: int,
     a, b, out, size, (m, n, k) = found
     letter = a[-1]
     grow = -size[letter] % multiple
-    if (long_k and k >= long_k) or (large_flops and 2 * m * n * k >= large_flops):
+    flops = 2 * math.prod(node.type.shape) * k  # every batch entry's
+    if (long_k and k >= long_k) or (large_flops and flops >= large_flops):
         intensity = min(intensity, long_intensity)
     if (not grow or letter not in b or letter in out  # summed, not a batch letter
             or m < MIN_MN or n < MIN_MN or k < MIN_K or 2 * m * n < intensity * (m + n)):
@@ -79,8 +81,8 @@ class ContractionPadding(Pass):
                          "(0: never)", minimum=0, maximum=1 << 30)
     long_intensity: int = option(384, "the intensity threshold over a K of at least long-k "
                                  "or from large-flops", minimum=0, maximum=1 << 20)
-    large_flops: int = option(1 << 33, "products of at least this many flops (2MNK, one "
-                              "batch entry) pad from long-intensity (0: never)", minimum=0,
+    large_flops: int = option(1 << 33, "products of at least this many flops (2MNK times "
+                              "the batch) pad from long-intensity (0: never)", minimum=0,
                               maximum=1 << 62)
 
     def run(self, ctx, product):
