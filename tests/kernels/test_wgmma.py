@@ -133,6 +133,11 @@ def test_large_products_of_rows_not_whole_vectors_are_padded_for_wgmma(pipe, use
     assert used(prepare(matmul16(1024, 738, 7986), "ieee", hopper, pipe)) == {
         "row-movement": 3, "wgmma-f16": 1}  # (the slice's own kernel: N 744 -> 738)
     assert used(prepare(matmul16(1024, 738, 2000), "ieee", hopper, pipe)) == {"mma-f16": 1}
+    # a K under wgmma.MIN_K (128) padded: wgmma-f16 would not take it, so no copies for
+    # mma-f16 alone; K 122 pads to 128 and takes it
+    assert used(prepare(matmul16(2048, 2044, 118), "ieee", hopper, pipe)) == {"mma-f16": 1}
+    assert used(prepare(matmul16(2048, 2044, 122), "ieee", hopper, pipe)) == {
+        "row-movement": 3, "wgmma-f16": 1}
 
 
 @pytest.mark.skipif(cl is None, reason="needs pyopencl")
@@ -142,6 +147,7 @@ def test_padded_product_for_wgmma_in_emulation(device, pipe, used, monkeypatch):
     if "Portable Computing Language" not in device.info.platform:
         pytest.skip("the emulation is checked on PoCL")
     monkeypatch.setattr(wgmma, "MIN_K", 32)
+    monkeypatch.setattr(dtype_legalization, "WIDE_MIN_K", 32)
     monkeypatch.setattr(dtype_legalization, "WIDE_INTENSITY", 64)
     job = prepare(matmul16(256, 244, 70), "ieee", dataclasses.replace(FEW_UNITS, dtypes=NV.dtypes),
                   pipe)

@@ -69,6 +69,7 @@ from accy.ir.ops import Op
 from accy.ir.printer import format_name
 from accy.ir.program import Function, Program, Stage
 from accy.ir.types import DType
+from accy.kernels import wgmma
 from accy.kernels.attention_mma_plan import MAX_FEATURES
 from accy.kernels.contraction_plan import Contraction, classify, skinny_sides
 from accy.kernels.mma_plan import MIN_K, MIN_MN, takes_sides
@@ -196,6 +197,7 @@ def attention_padding(node: Node, scores: set[Node]) -> dict[str, int]:
 PAD_TO = 8  # f16 elements: rows padded to whole 16-byte vectors (TMA, 16-byte cp.async)
 WIDE_INTENSITY = 1024  # flops per operand element copied (2MN/(M+N)) for wide_padding
 WIDE_FLOPS = 2 ** 33  # from these flops (2MNK) wide_padding pads from LARGE_INTENSITY
+WIDE_MIN_K = wgmma.MIN_K  # a shorter K, padded, is left to mma-f16 unpadded
 LARGE_INTENSITY = 384
 FEATURES_TO = 8  # attention features padded to whole 16-byte rows (the kernel pads to 16)
 
@@ -268,17 +270,22 @@ def wide_padding(node: Node, target: TargetProfile) -> dict[str, int]:
     papers/kernels.md, "Fortieth session"). Without it the
     product runs on ``mma-f16``'s 4-byte copies, or B is transposed first (measured far
     slower: "Twenty-eighth session"); with it B's last axis, when an output axis, is sliced
-    back from the result. Empty where none needs it, the product is too small, or the target
-    lacks it."""
+    back from the result. Empty where none needs it, the product is too small, its K padded
+    is under :data:`WIDE_MIN_K` (``wgmma.MIN_K``: ``wgmma-f16`` would not take it, and the
+    copies and the slice, a second pass over the output, would serve ``mma-f16`` alone; the
+    sweeps' three such products ran 0.27-0.54x of torch eager with them: "Forty-third
+    session"), or the target lacks it."""
     found = product_axes(node, DType.f16)
     if WGMMA_F16 not in target.tensor_cores or found is None:
         return {}
-    a, b, _, size, (m, n, k) = found
+    a, b, out, size, (m, n, k) = found
     least = LARGE_INTENSITY if 2 * math.prod(node.type.shape) * k >= WIDE_FLOPS else (
         WIDE_INTENSITY)
     if 2 * m * n < least * (m + n):
         return {}
-    return {c: -size[c] % PAD_TO for c in {a[-1], b[-1]} if size[c] % PAD_TO}
+    grow = {c: -size[c] % PAD_TO for c in {a[-1], b[-1]} if size[c] % PAD_TO}
+    summed = {c for c in a if c in b and c not in out}
+    return grow if math.prod(size[c] + grow.get(c, 0) for c in summed) >= WIDE_MIN_K else {}
 
 
 def padded_f16(node: Node, srcs: tuple[Node, ...], grow: dict[str, int],
