@@ -81,6 +81,9 @@ def parse_variant(text: str) -> Variant:
     for part in rest.split(";"):
         if part.strip().startswith("pass:"):
             passes.append(part.strip()[5:])
+            named = [t.partition("{")[0].strip() for t in passes]
+            if named.count(named[-1]) > 1:
+                raise ValueError(f"variant {name}: pass {named[-1]} given twice")
             try:
                 bg.pipeline_text("f32", passes=passes[-1])
             except PipelineError as e:

@@ -112,6 +112,7 @@ def test_a_variant_may_run_a_pass_with_other_options(ab, device, tmp_path: Path)
     ("x=accy.kernels.split_k.FUSED=yes", "not a Python literal"),
     ("x=pass:no-such-pass", "no-such-pass"),
     ("x=pass:contraction-padding{intensity=-1}", "intensity"),
+    ("x=pass:contraction-padding{intensity=9};pass:contraction-padding", "given twice"),
 ])
 def test_bad_variants_are_refused_naming_the_fault(ab, text, says) -> None:
     with pytest.raises(ValueError, match=says):
