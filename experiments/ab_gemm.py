@@ -25,7 +25,7 @@ time, its plan (each kernel's entry and launch geometry) and generators. A modul
 name from another (``from m import X``) keeps its own binding: set the attribute where it is
 read. Prints each product's times, and per variant the geometric mean of base's kernel time
 over its own over the products whose plan it changes, how many and the least; writes every row
-to ``--out``.
+and the target profile's description (what the plans were made for) to ``--out``.
 """
 
 from __future__ import annotations
@@ -247,6 +247,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     result = {
         "benchmark": "ab_gemm", "variants": {v.name: v.texts() for v in args.variants},
         "rounds": args.rounds, "repeat": args.repeat, "accy_device": runtime.info.key,
+        "target": target.describe(),
         "torch_note": torch_note, "rows": rows, "summary": summary,
         "seconds": time.monotonic() - start,
         **provenance(args.device, extra_versions=("torch",),

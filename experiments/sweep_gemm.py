@@ -6,25 +6,25 @@ the shapes where accy's tile choice is worst (a sweep, not a table of special ca
     python experiments/sweep_gemm.py --count 4 --max-side 64 --max-k 256 --no-torch  # PoCL
     python experiments/sweep_gemm.py --compare before.json after.json  # two sweeps' rows
 
-Each product ``(M, K) @ (K, N)`` draws M and N log-uniformly in ``[--min-side, --max-side]``,
-K in ``[--min-k, --max-k]`` and its dtype from ``--dtypes`` (f16 N and K rounded up to even:
-whole pairs of halves); with ``--max-batch`` above 1, a batch of B such products
-``(B, M, K) @ (B, K, N)`` (B log-uniform in ``[1, --max-batch]``; B of 1 an unbatched
-product), otherwise the same draws as without it; products of more than ``--max-macs``
-multiply-adds (all entries') are drawn again.
-Each runs under ``experiments/bench_gpu.py``'s accy side (OpenCL-event kernel time and call
-time, medians of ``--repeat`` after warm-up; generators and kernel count; the float64 check
-of 32 rows within accy's error bounds) and, with torch on CUDA, torch eager's ``matmul``
+Each product ``(M, K) @ (K, N)`` draws M and N log-uniformly in ``[--min-side, --max-side]``, K
+in ``[--min-k, --max-k]`` and its dtype from ``--dtypes`` (f16 N and K rounded up to even:
+whole pairs of halves); with ``--max-batch`` above 1, a batch of B such products ``(B, M, K) @
+(B, K, N)`` (B log-uniform in ``[1, --max-batch]``; B of 1 an unbatched product), otherwise the
+same draws as without it; products of more than ``--max-macs`` multiply-adds (all entries') are
+drawn again. Each runs under ``experiments/bench_gpu.py``'s accy side (OpenCL-event kernel time
+and call time, medians of ``--repeat`` after warm-up; generators and kernel count; the float64
+check of 32 rows within accy's error bounds) and, with torch on CUDA, torch eager's ``matmul``
 (torch.profiler kernel time; TF32 off). Stops after ``--count`` products or ``--minutes``,
 whichever comes first. Prints the ``--show`` worst by speed against torch (accy's kernel time
 over torch's; without torch, the slowest by accy's kernel time a multiply-add) and each shape
-class's geometric mean and least speed (dtype, batched or not, the shorter side's range,
-K's: :func:`by_class`), and writes every row, with the geometric mean and the classes, to
-``--out``. OpenCL events read a few microseconds more than torch.profiler on the same kernel,
-so small products of several kernels read slow by that much: with torch, the sweep first
-times ``bench_gpu.py``'s calibration (``a + b`` on 32 elements both ways; the difference is
-``offset_ms``) and gives each row ``speed_vs_torch_net`` (accy's kernel time less the offset
-for each kernel it launched, :func:`with_net`), each class and the summary its geometric mean.
+class's geometric mean and least speed (dtype, batched or not, the shorter side's range, K's:
+:func:`by_class`), and writes every row, with the geometric mean, the classes and the target
+profile's description, to ``--out``. OpenCL events read a few microseconds more than
+torch.profiler on the same kernel, so small products of several kernels read slow by that much:
+with torch, the sweep first times ``bench_gpu.py``'s calibration (``a + b`` on 32 elements both
+ways; the difference is ``offset_ms``) and gives each row ``speed_vs_torch_net`` (accy's kernel
+time less the offset for each kernel it launched, :func:`with_net`), each class and the summary
+its geometric mean.
 
 ``--compare BEFORE AFTER`` runs nothing: it reads two sweeps' JSON (the same ``--seed`` draws
 the same products, so a sweep before a change and one after time the same ones) and prints,
@@ -320,7 +320,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "minutes": args.minutes, "dtypes": list(args.dtypes), "repeat": args.repeat,
         "sides": [args.min_side, args.max_side], "k": [args.min_k, args.max_k],
         "max_macs": args.max_macs, "max_batch": args.max_batch,
-        "accy_device": runtime.info.key, "torch_note": torch_note,
+        "accy_device": runtime.info.key, "target": target.describe(), "torch_note": torch_note,
         "offset_ms": offset,
         "rows": rows, "classes": by_class(rows),
         "summary": {"products": len(rows), "failed": sum(1 for r in rows if "error" in r),

@@ -55,6 +55,7 @@ def test_a_case_of_four_sizes_is_a_batch(ab, device, tmp_path: Path) -> None:
                       "--out", str(tmp_path / "b.json")])
     (row,) = result["rows"]
     assert row["dims"] == {"B": 3, "M": 40, "N": 50, "K": 61}
+    assert "compute units" in result["target"]  # the profile the plans were made for
     assert all(v["check"]["ok"] for v in row["variants"].values())
 
 
