@@ -28,7 +28,6 @@ Stats: ``padded`` (products padded).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from accy.ir.node import Node
@@ -39,7 +38,7 @@ from accy.kernels.mma_plan import MIN_K, MIN_MN
 from accy.passes.base import Pass, option
 from accy.passes.rebuild import make, rebuild, with_srcs
 from accy.passes.registry import register
-from accy.passes.tensor.dtype_legalization import pad_letters, product_axes
+from accy.passes.tensor.dtype_legalization import pad_letters, product_axes, product_flops
 from accy.target import TF32_MMA, TargetProfile
 
 
@@ -55,8 +54,7 @@ def padded_k(node: Node, srcs: tuple[Node, ...], multiple: int, intensity: int,
     a, b, out, size, (m, n, k) = found
     letter = a[-1]
     grow = -size[letter] % multiple
-    flops = 2 * math.prod(node.type.shape) * k  # every batch entry's
-    if (long_k and k >= long_k) or (large_flops and flops >= large_flops):
+    if (long_k and k >= long_k) or (large_flops and product_flops(node, k) >= large_flops):
         intensity = min(intensity, long_intensity)
     if (not grow or letter not in b or letter in out  # summed, not a batch letter
             or m < MIN_MN or n < MIN_MN or k < MIN_K or 2 * m * n < intensity * (m + n)):

@@ -260,6 +260,13 @@ def padded_product(node: Node, srcs: tuple[Node, ...],
     return padded_f16(node, srcs, grow, slices)
 
 
+def product_flops(node: Node, k: int) -> int:
+    """The flops of product ``node`` summing ``k`` elements an output: ``2 M N K`` times its
+    batch entries (the bound both this pass and ``contraction-padding`` pad large products
+    from)."""
+    return 2 * math.prod(node.type.shape) * k
+
+
 def wide_padding(node: Node, target: TargetProfile) -> dict[str, int]:
     """The last axes of an f16 product ``mma-f16`` takes (:func:`f16_product`) to pad with
     zeros to a multiple of :data:`PAD_TO`, for ``wgmma-f16``, which copies whole 16-byte rows
@@ -279,8 +286,7 @@ def wide_padding(node: Node, target: TargetProfile) -> dict[str, int]:
     if WGMMA_F16 not in target.tensor_cores or found is None:
         return {}
     a, b, out, size, (m, n, k) = found
-    least = LARGE_INTENSITY if 2 * math.prod(node.type.shape) * k >= WIDE_FLOPS else (
-        WIDE_INTENSITY)
+    least = LARGE_INTENSITY if product_flops(node, k) >= WIDE_FLOPS else WIDE_INTENSITY
     if 2 * m * n < least * (m + n):
         return {}
     grow = {c: -size[c] % PAD_TO for c in {a[-1], b[-1]} if size[c] % PAD_TO}
