@@ -18,7 +18,7 @@ import hashlib
 import math
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -221,6 +221,40 @@ class TargetProfile:
                 + (f"; static local arrays up to {self.static_local_bytes} B"
                    if self.static_local_bytes else ""))
 
+    def to_dict(self) -> dict[str, Any]:
+        """The profile as JSON values (sets and tuples as sorted or ordered lists), which
+        :meth:`from_dict` reads back equal: a device's profile saved for planning elsewhere
+        (``experiments/ab_gemm.py --plans-only``), without the device."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, frozenset):
+                value = sorted(v.value if isinstance(v, DType) else v for v in value)
+            elif isinstance(value, tuple):
+                value = list(value)
+            out[f.name] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "target profile"
+                  ) -> TargetProfile:
+        """The profile :meth:`to_dict` wrote (fields left out take their defaults); a
+        ``ValueError`` naming ``where`` and the field for an unknown field or a value of the
+        wrong kind."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"{where}: expected an object of fields, got {type(data).__name__}")
+        known = {f.name: f for f in fields(cls)}
+        values: dict[str, Any] = {}
+        for name, value in data.items():
+            if name not in known:
+                raise ValueError(f"{where}: unknown field {name!r} (known: "
+                                 f"{', '.join(sorted(known))})")
+            try:
+                values[name] = _field_value(str(known[name].type), value)
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"{where}: field {name!r}: {e}") from None
+        return cls(**values)
+
     @property
     def work_item_sizes(self) -> tuple[int, ...]:
         """The most work-items of a work-group per dimension (``max_work_item_sizes``, else
@@ -265,6 +299,31 @@ class TargetProfile:
             out.append(LimitExcess("all buffers of the function (bytes)", total_bytes,
                                    self.global_mem_size))
         return tuple(out)
+
+
+_SCALARS: dict[str, type] = {"int": int, "str": str, "bool": bool, "DType": DType}
+
+
+def _field_value(kind: str, value: Any) -> Any:
+    """``value`` read from JSON as a field annotated ``kind`` (``int``, ``tuple[str, ...]``,
+    ``frozenset[DType]``, ``Literal[...]``...), or a ``TypeError`` / ``ValueError``."""
+    for outer, make in (("tuple[", tuple), ("frozenset[", frozenset)):
+        if kind.startswith(outer):
+            if not isinstance(value, list):
+                raise TypeError(f"expected a list, got {value!r}")
+            inner = kind[len(outer):-1].removesuffix(", ...")
+            return make(_field_value(inner, v) for v in value)
+    if kind.startswith("Literal["):
+        allowed = [a.strip().strip("'\"") for a in kind[8:-1].split(",")]
+        if value not in allowed:
+            raise ValueError(f"expected one of {allowed}, got {value!r}")
+        return value
+    want = _SCALARS[kind]
+    if want is DType:
+        return DType(value)
+    if not isinstance(value, want) or (want is int and isinstance(value, bool)):
+        raise TypeError(f"expected {kind}, got {value!r}")
+    return value
 
 
 class KernelStatus(Enum):

@@ -35,6 +35,7 @@ import ast
 import contextlib
 import gc
 import importlib
+import json
 import random
 import sys
 import time
@@ -50,9 +51,12 @@ import bench_gpu_programs as bp  # noqa: E402
 import bench_gpu_torch as bt  # noqa: E402
 import sweep_gemm  # noqa: E402
 
+import accy  # noqa: E402
 from accy.backends.registry import open_device  # noqa: E402
 from accy.errors import PipelineError  # noqa: E402
 from accy.experiments.records import provenance, write_json  # noqa: E402
+from accy.kernels import tma  # noqa: E402
+from accy.target import TargetProfile  # noqa: E402
 
 Setting = tuple[Any, str, Any]  # (module, attribute, value)
 
@@ -146,6 +150,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=2, help="rounds of every variant in turn")
     p.add_argument("--repeat", type=int, default=6, help="timed calls a product and variant")
     p.add_argument("--no-torch", action="store_true", help="time accy only")
+    p.add_argument("--plans-only", metavar="PROFILE", default=None,
+                   help="no device: plan every product under every variant for the target "
+                        "profile in this JSON file (TargetProfile.to_dict, or a record of this "
+                        "script or sweep_gemm holding one) and list those a variant changes")
     p.add_argument("--out", default="results/ab_gemm.json")
     args = p.parse_args(argv)
     sweep_gemm.check_bounds(p, args)
@@ -164,7 +172,62 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("no products: give --cases or --count")
     if len(args.variants) < 2:
         p.error("give at least one --variant (base is accy as it is)")
+    if args.plans_only is not None:
+        try:
+            args.target = load_profile(args.plans_only)
+        except (OSError, ValueError) as e:
+            p.error(f"--plans-only: {e}")
     return args
+
+
+def load_profile(path: str) -> TargetProfile:
+    """The target profile saved in JSON file ``path``: a profile (``TargetProfile.to_dict``)
+    or a record holding one as ``target_profile`` (this script's and ``sweep_gemm``'s)."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not JSON ({e})") from None
+    if isinstance(data, dict) and "target_profile" in data:
+        data = data["target_profile"]
+    return TargetProfile.from_dict(data, where=path)
+
+
+def plan_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """``--plans-only``: each product's plan (``bench_gpu.plan_record``) under each variant,
+    prepared for ``args.target`` with tensor maps encoded offline (``tma.offline``); nothing
+    runs."""
+    rows = []
+    with tma.offline():
+        for dtype, dims in args.products:
+            spec = sweep_gemm.spec("ab", dtype, dims)
+            row: dict[str, Any] = {"dtype": dtype, "dims": dims, "variants": {}}
+            for v in args.variants:
+                with applied(v.settings):
+                    try:
+                        job = accy.prepare(bp.program(spec, dims), bg.pipeline_text(
+                            "f32", passes=",".join(v.passes)), target=args.target)
+                        row["variants"][v.name] = bg.plan_record(job)
+                    except Exception as e:  # one variant's failure must not end the run
+                        row["variants"][v.name] = {"error": bg._error(e)}
+            rows.append(row)
+            print(f"{dtype:5s} {sweep_gemm.shape(dims)} " + " ".join(
+                f"{n}:{verdict(row, n)}" for n in row["variants"] if n != "base"), flush=True)
+    return rows
+
+
+def verdict(row: dict[str, Any], name: str) -> str:
+    """How variant ``name`` planned ``row``'s product against base: ``changed``, ``same`` or
+    ``error`` (either failed)."""
+    base, mine = row["variants"]["base"], row["variants"][name]
+    if "error" in base or "error" in mine:
+        return "error"
+    return "same" if sweep_gemm.same_plan(base, mine) else "changed"
+
+
+def changed_cases(rows: list[dict[str, Any]], names: list[str]) -> dict[str, list[str]]:
+    """Per variant but base: the products (as ``--cases`` gives them) whose plan it changes."""
+    return {name: [f"{r['dtype']}:{'x'.join(str(r['dims'][a]) for a in 'BMNK' if a in r['dims'])}"
+                   for r in rows if verdict(r, name) == "changed"] for name in names[1:]}
 
 
 def run_product(dtype: str, dims: dict[str, int], args: argparse.Namespace, runtime: Any,
@@ -217,11 +280,24 @@ def summarise(rows: list[dict[str, Any]], names: list[str]) -> dict[str, dict[st
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
+    names = [v.name for v in args.variants]
+    command = [sys.argv[0] if argv is None else "main", *(sys.argv[1:] if argv is None else argv)]
+    if args.plans_only is not None:
+        rows = plan_rows(args)
+        changed = changed_cases(rows, names)
+        for name, cases in changed.items():
+            print(f"{name}: {len(cases)} of {len(rows)} products change plan"
+                  + (f": --cases {','.join(cases)}" if cases else ""))
+        result = {"benchmark": "ab_gemm --plans-only", "variants": {
+            v.name: v.texts() for v in args.variants}, "target": args.target.describe(),
+            "target_profile": args.target.to_dict(), "rows": rows, "changed": changed,
+            **provenance(False, command=command)}
+        write_json(result, args.out)
+        return result
     runtime, target = open_device(args.device)
     torch, torch_note = (None, "--no-torch") if args.no_torch else bt.load_torch()
     if torch is not None:
         bt.configure(torch, False)
-    names = [v.name for v in args.variants]
     rows = []
     start = time.monotonic()
     print(f"{'dtype':5s} {'[B x] M x N x K':>22s} {'torch ms':>9s} " +
@@ -247,12 +323,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     result = {
         "benchmark": "ab_gemm", "variants": {v.name: v.texts() for v in args.variants},
         "rounds": args.rounds, "repeat": args.repeat, "accy_device": runtime.info.key,
-        "target": target.describe(),
+        "target": target.describe(), "target_profile": target.to_dict(),
         "torch_note": torch_note, "rows": rows, "summary": summary,
         "seconds": time.monotonic() - start,
-        **provenance(args.device, extra_versions=("torch",),
-                     command=[sys.argv[0] if argv is None else "main",
-                              *(sys.argv[1:] if argv is None else argv)]),
+        **provenance(args.device, extra_versions=("torch",), command=command),
     }
     write_json(result, args.out)
     return result

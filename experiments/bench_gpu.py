@@ -120,6 +120,14 @@ def pipeline_text(precision: str, disable: str = "", passes: str = "") -> str:
     return (base.replacing(passes) if passes else base).text()
 
 
+def plan_record(job: accy.PreparedJob) -> dict[str, Any]:
+    """A prepared job's plan as the records keep it: its kernel count, generators and each
+    kernel's entry and launch geometry (``plan``)."""
+    return {"kernels": job.kernel_count, "generators": job.generators(),
+            "plan": [[k.entry, list(s.geometry.global_size), list(s.geometry.local_size)]
+                     for k, s in zip(job.kernels, job.kernel_summaries(), strict=True)]}
+
+
 def bench_accy(spec: Spec, dims: dict[str, int], xs: list[np.ndarray], precision: str,
                runtime: Any, target: TargetProfile, repeat: int, check: Checker,
                disable: str = "", passes: str = "") -> dict[str, Any]:
@@ -146,9 +154,7 @@ def bench_accy(spec: Spec, dims: dict[str, int], xs: list[np.ndarray], precision
     del exe, dev, out
     entries = [k.entry for k in job.kernels]
     return {
-        "pipeline": pipeline, "kernels": job.kernel_count, "generators": job.generators(),
-        "plan": [[k.entry, list(s.geometry.global_size), list(s.geometry.local_size)]
-                 for k, s in zip(job.kernels, job.kernel_summaries(), strict=True)],
+        "pipeline": pipeline, **plan_record(job),
         "kernel_ms": statistics.median(sum(c) for c in per_call) / 1e6,
         "call_ms": statistics.median(wall) / 1e6,
         "kernel_ms_each": {f"{i}:{e}": statistics.median(c[i] for c in per_call) / 1e6

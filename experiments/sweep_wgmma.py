@@ -103,21 +103,6 @@ def forced(form: tuple[bool, int, int, bool]):
         wgmma_tf32.WARPGROUPS.update(tf32)
 
 
-@contextlib.contextmanager
-def encodable():
-    """TMA templates encode (as stand-in words) where no CUDA driver does, while inside:
-    ``--plan`` scores the kernels an H200 builds (``wgmma.copies_by_tma``)."""
-    real = tma.template
-    if not isinstance(real(tma.F16, (64, 8), (128,), (64, 8)), str):
-        yield
-        return
-    tma.template = lambda *args, **kw: (0,) * 16
-    try:
-        yield
-    finally:
-        tma.template = real
-
-
 def rebuilt(job: accy.PreparedJob, policy: str, form: tuple[bool, int, int, bool]
             ) -> accy.PreparedJob:
     """``job`` with its product kernel rebuilt by the wgmma generator of ``policy`` in
@@ -240,7 +225,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             ap.error(f"--policies: unknown policy {p!r} (f16, tf32, 3xtf32)")
     rows = []
     if args.plan:
-        with encodable():
+        with tma.offline():
             for text in cases:
                 for policy in policies:
                     rows.append(plan_row(text, policy))

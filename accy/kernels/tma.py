@@ -28,9 +28,11 @@ inline asm, expanded by :func:`expand` for ``.target sm_90a``, PTX ISA 8.3). Mar
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import re
+from collections.abc import Iterator
 
 from accy.kernels.wgmma_ptx import MARK, at_least
 
@@ -59,13 +61,61 @@ def _libcuda() -> tuple[ctypes.CDLL, ctypes.c_void_p] | None:
     return lib, ctx
 
 
-@functools.lru_cache(maxsize=256)
+# Planning without the device (:func:`offline`; experiments/ab_gemm.py --plans-only): where no
+# CUDA driver loads, template() checks the geometry by the driver's documented requirements
+# (refusal) and gives words of zeros for one they allow, so that kernel selection sees the
+# tensor maps a device would have; kernels planned so must never run
+OFFLINE = False
+
+
+@contextlib.contextmanager
+def offline() -> Iterator[None]:
+    """:data:`OFFLINE` inside the block: tensor maps planned without a CUDA driver."""
+    global OFFLINE
+    saved, OFFLINE = OFFLINE, True
+    try:
+        yield
+    finally:
+        OFFLINE = saved
+
+
 def template(dtype: int, dims: tuple[int, ...], strides: tuple[int, ...],
              box: tuple[int, ...], swizzle: int = SWIZZLE_128B) -> tuple[int, ...] | str:
     """The 16 little-endian 64-bit words of a tensor map of a ``dtype`` tensor of ``dims``
     (innermost first) whose dimensions after the first are ``strides`` bytes apart, copied in
     boxes of ``box`` elements, with out-of-bounds elements zero-filled; or why not (no CUDA
-    driver on this machine, or one that refuses the geometry)."""
+    driver on this machine, or one that refuses the geometry). :data:`OFFLINE` without a
+    driver: zeros where :func:`refusal` finds nothing."""
+    if OFFLINE and _libcuda() is None:
+        return refusal(dtype, dims, strides, box, swizzle) or (0,) * 16
+    return _encoded(dtype, dims, strides, box, swizzle)
+
+
+def refusal(dtype: int, dims: tuple[int, ...], strides: tuple[int, ...],
+            box: tuple[int, ...], swizzle: int = SWIZZLE_128B) -> str | None:
+    """Why ``cuTensorMapEncodeTiled`` would refuse the geometry, by its documented
+    requirements (rank 1 to 5; sizes from 1 to 2^32; strides multiples of 16 bytes below
+    2^40; boxes of 1 to 256 elements, the innermost a multiple of 16 bytes and, swizzled by
+    128 bytes, at most 128), or None."""
+    size, rank = ELEMENT_BYTES[dtype], len(dims)
+    why = (f"rank {rank} (1 to 5)" if not 1 <= rank <= 5 else
+           f"{len(strides)} strides and {len(box)} box sizes for rank {rank}"
+           if len(strides) != rank - 1 or len(box) != rank else
+           f"sizes {dims} (1 to 2^32)" if not all(1 <= d <= 1 << 32 for d in dims) else
+           f"strides {strides} (multiples of 16 below 2^40)"
+           if not all(s % 16 == 0 and 0 < s < 1 << 40 for s in strides) else
+           f"box {box} (1 to 256)" if not all(1 <= b <= 256 for b in box) else
+           f"an inner box of {box[0] * size} bytes (a multiple of 16)"
+           if box[0] * size % 16 else
+           f"an inner box of {box[0] * size} bytes swizzled by 128"
+           if swizzle == SWIZZLE_128B and box[0] * size > 128 else None)
+    return None if why is None else f"cuTensorMapEncodeTiled would refuse {why}"
+
+
+@functools.lru_cache(maxsize=256)
+def _encoded(dtype: int, dims: tuple[int, ...], strides: tuple[int, ...],
+             box: tuple[int, ...], swizzle: int) -> tuple[int, ...] | str:
+    """:func:`template` through the driver."""
     found = _libcuda()
     if found is None:
         return "no CUDA driver (libcuda.so.1) to encode a tensor map"

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from accy.kernels import contraction_plan
+from accy.ir.types import DType
+from accy.kernels import contraction_plan, tma
+from accy.target import TENSOR_CORE_SHAPES, TargetProfile
 
 
 @pytest.fixture(scope="module")
@@ -134,3 +136,48 @@ def test_bad_variants_are_refused_naming_the_fault(ab, text, says) -> None:
 def test_bad_arguments_are_refused(ab, argv) -> None:
     with pytest.raises(SystemExit):
         ab.parse_args(argv)
+
+
+H100_LIKE = TargetProfile(device="NVIDIA CUDA / H100-like", dtypes=frozenset(
+    {DType.f32, DType.i32, DType.i64, DType.bool}), max_work_group_size=1024,
+    local_mem_bytes=49152, compute_units=132, tensor_cores=TENSOR_CORE_SHAPES,
+    static_local_bytes=226 * 1024)
+
+
+def test_plans_only_lists_the_products_a_variant_changes_without_a_device(
+        ab, tmp_path: Path, monkeypatch, capsys) -> None:
+    """For a saved profile with every tensor-core probe, no CUDA driver: WIDE_MIN_K 0 pads
+    the K = 62 f16 product again (a plan of its own), not the K = 520 one, which takes
+    wgmma-f16 with its tensor maps planned offline; a record holding the profile serves as
+    one; the offline flag is off after."""
+    monkeypatch.setattr(tma, "_libcuda", lambda: None)
+    profile = tmp_path / "h100.json"
+    profile.write_text(json.dumps(H100_LIKE.to_dict()))
+    out = tmp_path / "plans.json"
+    argv = ["--cases", "f16:3416x2246x62,f16:1000x1030x520", "--variant",
+            "old=accy.passes.tensor.dtype_legalization.WIDE_MIN_K=0", "--out", str(out)]
+    result = ab.main(["--plans-only", str(profile), *argv])
+    assert result["changed"] == {"old": ["f16:3416x2246x62"]}
+    assert result["device"] is None and not tma.OFFLINE
+    assert TargetProfile.from_dict(result["target_profile"]) == H100_LIKE
+    wide = result["rows"][1]["variants"]
+    assert wide["base"]["generators"] == wide["old"]["generators"] == {"wgmma-f16": 1}
+    assert "old: 1 of 2 products change plan: --cases f16:3416x2246x62" in capsys.readouterr().out
+    again = ab.main(["--plans-only", str(out), *argv[:-1], str(tmp_path / "again.json")])
+    assert again["rows"] == result["rows"]
+
+
+@pytest.mark.parametrize("text, words", [
+    (None, ["missing.json"]),
+    ("{", ["is not JSON"]),
+    ('{"target_profile": {"compute_units": "x"}}', ["'compute_units'", "expected int"]),
+])
+def test_plans_only_refuses_a_bad_profile(ab, tmp_path: Path, capsys, text, words) -> None:
+    path = tmp_path / "missing.json"
+    if text is not None:
+        path.write_text(text)
+    with pytest.raises(SystemExit):
+        ab.main(["--plans-only", str(path), "--cases", "f32:64x64x64", "--variant",
+                 "x=accy.kernels.mma_plan.MAX_PADDING=2"])
+    err = capsys.readouterr().err
+    assert "--plans-only" in err and all(w in err for w in words)

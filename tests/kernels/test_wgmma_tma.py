@@ -477,3 +477,32 @@ def test_walked_tiles_cover_the_product_once(pipe, m, n, k, batch):
         seen.add((*map(_value, mma_plan.batch_of(c, t, idx(tile))), _value(tm), _value(tn)))
     assert seen == {(*b, i, j) for b in itertools.product(*(range(d.size) for d in c.batch))
                     for i in range(tiles_m) for j in range(tiles_n)}
+
+
+@pytest.mark.parametrize("geometry, why", [
+    ((tma.F16, (1024, 512), (2048,), (64, 128)), None),
+    ((tma.TF32, (520, 1000, 3), (2080, 2080000), (32, 128, 1)), None),
+    ((tma.F16, (1030, 512), (2060,), (64, 128)), "strides (2060,)"),
+    ((tma.F16, (1024, 512), (2048,), (64, 257)), "box (64, 257)"),
+    ((tma.F16, (1024, 512), (2048,), (72, 128)), "inner box of 144 bytes swizzled"),
+    ((tma.F16, (1024, 512), (2048,), (60, 128)), "inner box of 120 bytes (a multiple"),
+    ((tma.F16, (1 << 33, 2), (1 << 34,), (64, 2)), "sizes"),
+    ((tma.F16, (64,) * 6, (128,) * 5, (64,) * 6), "rank 6"),
+    ((tma.F16, (64, 64), (), (64, 64)), "0 strides"),
+])
+def test_refusal_states_the_drivers_documented_requirements(geometry, why) -> None:
+    found = tma.refusal(*geometry)
+    assert (found is None) if why is None else (why in found and "would refuse" in found)
+
+
+def test_offline_templates_are_zeros_where_the_geometry_encodes(monkeypatch) -> None:
+    """Without a driver, only inside tma.offline(): zeros for a geometry refusal allows, its
+    reason otherwise; the driver's reason outside (and the flag restored)."""
+    monkeypatch.setattr(tma, "_libcuda", lambda: None)
+    tma._encoded.cache_clear()
+    good, bad = (tma.F16, (64, 8), (128,), (64, 8)), (tma.F16, (64, 8), (130,), (64, 8))
+    assert "CUDA driver" in tma.template(*good)
+    with tma.offline():
+        assert tma.template(*good) == (0,) * 16
+        assert "strides (130,)" in tma.template(*bad)
+    assert not tma.OFFLINE and "CUDA driver" in tma.template(*good)
