@@ -167,7 +167,7 @@ def plan_row(text: str, policy: str) -> dict[str, Any]:
     for t, rate, per_unit in tilings:
         row[f"w{t.bm}x{t.bn}"] = {"tiles": tile_groups(c, t.bm, t.bn), "rate": rate,
                                   "per_unit": per_unit, "stages": t.stages,
-                                  "score": wgmma.wgmma_score(c, t, units * per_unit, rate)}
+                                  "score": wgmma.wgmma_score(c, t, units, rate, per_unit)}
     return row
 
 

@@ -132,6 +132,11 @@ MIN_K = 128
 # the mma kernels there though they pad more (measured: papers/kernels.md, "Thirty-ninth
 # session")
 PADDED = 2.0
+# A tiling a compute unit holds several work-groups of (wgmma_ss's 128x128 tiles in three
+# stages, two a unit), whose work-groups number no more than the units, has one alone on each
+# unit: it runs at LONE of the tiling's rate (its stores no longer hidden behind another's
+# products), not at a share of the rate by the slots filled (1 / work-groups a unit)
+LONE = 0.75
 # one 16-byte load of global memory into four registers, and where ``%5`` is 0 zeros instead
 LD_V4 = "ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
 LD_V4_IF = ("{ .reg .pred p; setp.ne.b32 p, %5, 0; @p ld.global.v4.u32 {%0, %1, %2, %3}, "
@@ -488,7 +493,7 @@ def plan_for(group: FusionGroup, target: TargetProfile, capability: str, dtype: 
             why = f"a work-group of {t.threads} work-items"
         elif padded(c, t.bm, t.bn) > PADDED * c.m.size * c.n.size:
             why = f"{c.m.size}x{c.n.size} pads {t.bm}x{t.bn} tiles by over {PADDED}"
-        elif (mine := wgmma_score(c, t, units * per_unit, rate) * padding_share(c, t)
+        elif (mine := wgmma_score(c, t, units, rate, per_unit) * padding_share(c, t)
               ) <= to_beat:
             why = (f"{tile_groups(c, t.bm, t.bn)} tiles of {t.bm}x{t.bn} on {units} compute "
                    f"units score {mine:.2f}, the mma kernels' {theirs.bm}x{theirs.bn} "
@@ -511,10 +516,16 @@ def score(groups: int, units: int, rate: float) -> float:
     return rate * balance(groups, units)
 
 
-def wgmma_score(c: Contraction, t: MmaTiles, units: int, rate: float) -> float:
-    """The :func:`score` of wgmma tiles ``t`` at ``rate`` on ``c`` (``units``: slots for
-    work-groups, compute units times those each holds; K split: its groups too)."""
-    return score(tile_groups(c, t.bm, t.bn) * t.split, units, rate)
+def wgmma_score(c: Contraction, t: MmaTiles, units: int, rate: float, per_unit: int = 1
+                ) -> float:
+    """The :func:`score` of wgmma tiles ``t`` at ``rate`` on ``c`` (K split: its groups too)
+    on ``units`` compute units holding ``per_unit`` work-groups each; where the tiles that a
+    unit holds several of number no more than the units, a work-group alone on its unit at
+    :data:`LONE` of the rate."""
+    groups = tile_groups(c, t.bm, t.bn) * t.split
+    if per_unit > 1 and groups <= units:
+        return rate * LONE * groups / units
+    return score(groups, units * per_unit, rate)
 
 
 def mma_score(c: Contraction, t: MmaTiles, units: int) -> float:

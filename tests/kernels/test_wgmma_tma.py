@@ -230,6 +230,23 @@ def test_selection_scores_the_forms_of_the_kernel_with_a_copied(pipe, used, enco
         assert src.count("@@TMA2") == 3 * (2 + (1 if walking else 2))  # its two
 
 
+def test_tiles_alone_on_their_units_score_their_lone_rate(pipe, used, encodes, monkeypatch):
+    """768x1536x1024: 72 tiles of 128x128 (two work-groups a unit) on 132 units, one alone on
+    each, score ``LONE`` of their rate: above the mma kernels' 216 split work-groups and 36
+    tiles of 128x256. On the H100 they ran 1.92x faster than the mma kernels' split
+    (papers/kernels.md, "Forty-fourth session"); scored by the slots they fill (a half, as
+    ``LONE`` 0.5 scores them), the mma kernels took the product."""
+    def picked() -> dict[str, int]:
+        job = prepare(matmul16(768, 1536, 1024), "ieee", ROOMY_H200, pipe)
+        assert job.kernel_count == 1 or "wgmma-f16" not in used(job)
+        assert "wgmma-f16" not in used(job) or "@@SSTEP128" in job.kernel_source(0)
+        return used(job)
+
+    assert set(picked()) == {"wgmma-f16"}
+    monkeypatch.setattr(wgmma, "LONE", 0.5)
+    assert set(picked()) == {"mma-f16"}
+
+
 def test_f16_tilings_of_many_waves_are_scored_as_full_waves(pipe, encodes, monkeypatch):
     """7220x3396x4096: 57 x 14 = 798 tiles of 128x256 (6.05 waves of one a unit) against 1596
     of 128x128 filling their 7 waves of two a unit better. By the waves' balance 128x128
