@@ -123,6 +123,13 @@ MANY_WAVES = 5
 # "Thirty-eighth session"). 0: three stages.
 SPLIT_STAGES = 6
 SPLIT_GAIN = 1.1
+# an f16 B whose rows fit no tensor map is transposed first (reads) for products of at least
+# TRANSPOSE_MIN_M rows; fewer rows read B about once, so the transpose's read and write of B
+# cost more than the copies of mma-f16 (4-byte ones) it saves. H100, f16 products of 79-273
+# rows and K 600-30000: the fit set's 11 and the held-out set's 11 all faster without the
+# transpose (1.34x, 1.20x); from 285 rows mixed (0.48-2.08x, 0.95x in geometric mean):
+# papers/kernels.md, "Forty-fourth session"
+TRANSPOSE_MIN_M = 256
 C_ROWS = 16  # rows of the tile a pass of the walking form's stores (one warp's fragment row)
 
 
@@ -299,10 +306,12 @@ def reads(c: Contraction, dtype: int = tma.F16) -> Contraction:
     """``c`` as the kernel of operands ``dtype`` copies it: as stored, or with B first
     transposed (:func:`transpose_b`) where B is stored along N and TF32's wgmma needs it
     K-major, or where an f16 B's rows fit no tensor map (rows of N halves not a multiple of 16
-    bytes, as ``1000 x 1030 x 520``) and the transposed rows (K halves) do."""
+    bytes, as ``1000 x 1030 x 520``) and the transposed rows (K halves) do, in a product of at
+    least :data:`TRANSPOSE_MIN_M` rows (fewer: as stored, which no form then takes)."""
     if along_k(c, "y"):
         return c
-    if dtype == tma.F16 and not isinstance(geometries(c, 64, 64), str):
+    if dtype == tma.F16 and (not isinstance(geometries(c, 64, 64), str)
+                             or c.m.size < TRANSPOSE_MIN_M):
         return c
     return b_transposed(c)
 

@@ -421,6 +421,7 @@ def test_b_rows_fitting_no_tensor_map_are_transposed_first(device, pipe, used, m
     monkeypatch.setitem(wgmma_ss.MIN_K, tma.F16, 32)  # short K keeps the emulation quick
     monkeypatch.setattr(wgmma_ss, "FORMS", ((2, 128, 3),))
     monkeypatch.setitem(wgmma_ss.RATES, tma.F16, {(2, 128, 3): (2.0, 2.0)})
+    monkeypatch.setattr(wgmma_ss, "TRANSPOSE_MIN_M", 0)  # (250 rows: partial tiles)
     job = prepare(matmul16(m, n, k, batch), "ieee", ROOMY, pipe)
     first, product = job.kernels
     assert used(job) == {"wgmma-f16": 1} and "@@SSTEP128_4_2_2_0" in job.kernel_source(1)
@@ -432,6 +433,23 @@ def test_b_rows_fitting_no_tensor_map_are_transposed_first(device, pipe, used, m
                                     for i in range(2)], m, n, k, batch, False, seed=5)
     monkeypatch.setattr(wgmma_ss, "ENABLED", False)
     assert used(prepare(matmul16(m, n, k, batch), "ieee", ROOMY, pipe)) == {"mma-f16": 1}
+
+
+def test_b_is_transposed_first_only_for_products_of_many_rows(pipe, used, encodes,
+                                                              monkeypatch):
+    """B rows of 1030 halves fit no tensor map: 1000 x 1030 x 4096 transposes B first for
+    wgmma_ss; 200 x 1030 x 4096 (under ``TRANSPOSE_MIN_M`` rows, which read B about once)
+    runs on mma-f16 as stored, measured faster below 256 rows (papers/kernels.md,
+    "Forty-fourth session"); with no bound it is transposed too."""
+    def transposed(m: int) -> bool:
+        job = prepare(matmul16(m, 1030, 4096), "ieee", ROOMY_H200, pipe)
+        first = [a.name for a in job.kernels[0].args][-1] == wgmma_ss.TRANSPOSED_B
+        assert set(used(job)) == {"wgmma-f16" if first else "mma-f16"}
+        return first
+
+    assert transposed(1000) and not transposed(200)
+    monkeypatch.setattr(wgmma_ss, "TRANSPOSE_MIN_M", 0)
+    assert transposed(200)
 
 
 @pytest.mark.skipif(not (shutil.which("clang-15") and shutil.which("ptxas")),
