@@ -92,6 +92,9 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
     if (args.file is None) == (args.load is None):
         raise InputFileError("give a program file or --load JOB (a job saved with --save), "
                              "not both")
+    if args.target is not None and (args.device is not None or args.build or args.load):
+        raise InputFileError("--target plans for a saved profile: not with --device, --build "
+                             "or --load")
     timing, stats = TimingReport(), Statistics()
     instruments = [timing, stats] + ([PrintIRAfterAll()] if args.print_ir_after_all else [])
     with timing.measure():
@@ -104,7 +107,7 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
             with timing.phase("parsing the pipeline (loads every pass module)"):
                 pipeline = parse_pipeline(args.pipeline)
             job = prepare(program, pipeline, device=args.device, backend=args.backend,
-                          until=args.until,
+                          target=_saved_target(args.target), until=args.until,
                           verify_each=not args.no_verify, instruments=instruments)
         if job.product.kernels is not None and (args.emit_source or args.build or args.save):
             with timing.phase("rendering kernel sources"):
@@ -126,6 +129,29 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
     if job.product.kernels is not None and args.emit_source:
         for source in sources:
             print(source)
+    return 0
+
+
+def _saved_target(path: str | None) -> Any:
+    """The target profile saved in ``path`` (``accy target --save``), or None."""
+    from accy.target import TargetProfile
+
+    return None if path is None else TargetProfile.load(path)
+
+
+def _cmd_target(args: argparse.Namespace) -> int:
+    from accy.backends.registry import open_device
+
+    if args.load is not None:
+        if args.device is not None or args.save is not None:
+            raise InputFileError("--load shows a saved profile: not with --device or --save")
+        profile = _saved_target(args.load)
+    else:
+        profile = open_device(args.device, args.backend)[1]
+    print(profile.describe())
+    if args.save is not None:
+        profile.save(args.save)
+        print(f"saved to {args.save} (accy prepare --target, TargetProfile.load)")
     return 0
 
 
@@ -352,6 +378,8 @@ def build_parser() -> argparse.ArgumentParser:
                       "(ACCY_DEVICE or PoCL by default), filling the build caches")
     prep.add_argument("--pipeline", default="accy-default")
     prep.add_argument("--device", help="take the target profile from this OpenCL device")
+    prep.add_argument("--target", metavar="PROFILE", help="plan for the target profile saved "
+                      "in this JSON file (accy target --save), no device")
     prep.add_argument("--backend", help="a registered backend (default: opencl; "
                       "accy.backends.registry)")
     prep.add_argument("--until", type=stage_name, default="target",
@@ -366,6 +394,15 @@ def build_parser() -> argparse.ArgumentParser:
                       help="import this Python file first: the rewrites.Theme rule sets it "
                       "defines may be named in the pipeline")
     prep.set_defaults(run=_cmd_prepare)
+    target = sub.add_parser(
+        "target", help="print a device's target profile (what kernels are planned for), save "
+        "it as JSON for planning elsewhere (accy prepare --target), or check a saved one")
+    target.add_argument("--device", help="OpenCL device selector (default: ACCY_DEVICE or pocl)")
+    target.add_argument("--backend", help="a registered backend (default: opencl)")
+    target.add_argument("--save", metavar="PROFILE", help="write the profile to this JSON file")
+    target.add_argument("--load", metavar="PROFILE", help="read a saved profile (checking every "
+                        "field) and print it instead of a device's")
+    target.set_defaults(run=_cmd_target)
     explain = sub.add_parser(
         "explain", help="show what each rewrite pass (constant-fold, canonicalize, saturate) "
         "did to a program: stop reason, e-graph growth, rules that fired, costs, result")

@@ -81,6 +81,11 @@ class LimitExceededError(CapabilityMismatchError):
         self.limits = tuple(limits)
 
 
+class TargetProfileError(AccyError, ValueError):
+    """A saved target profile that cannot be read: not JSON, an unknown field or a value of
+    the wrong kind (the message names the file and the field)."""
+
+
 class BackendLookupError(AccyError, LookupError):
     """A backend name that no backend is registered under (the message lists those that are)."""
 

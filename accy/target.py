@@ -15,6 +15,7 @@ the device's own limits and the host's free memory again before building or allo
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
 from collections.abc import Iterable, Mapping
@@ -22,7 +23,12 @@ from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Literal
 
-from accy.errors import AccyError, CapabilityMismatchError, LimitExceededError
+from accy.errors import (
+    AccyError,
+    CapabilityMismatchError,
+    LimitExceededError,
+    TargetProfileError,
+)
 from accy.ir.memo import memoized
 from accy.ir.types import DType
 
@@ -239,21 +245,44 @@ class TargetProfile:
     def from_dict(cls, data: Mapping[str, Any], where: str = "target profile"
                   ) -> TargetProfile:
         """The profile :meth:`to_dict` wrote (fields left out take their defaults); a
-        ``ValueError`` naming ``where`` and the field for an unknown field or a value of the
-        wrong kind."""
+        :class:`~accy.errors.TargetProfileError` (a ``ValueError``) naming ``where`` and the
+        field for an unknown field or a value of the wrong kind."""
         if not isinstance(data, Mapping):
-            raise ValueError(f"{where}: expected an object of fields, got {type(data).__name__}")
+            raise TargetProfileError(f"{where}: expected an object of fields, got "
+                                     f"{type(data).__name__}")
         known = {f.name: f for f in fields(cls)}
         values: dict[str, Any] = {}
         for name, value in data.items():
             if name not in known:
-                raise ValueError(f"{where}: unknown field {name!r} (known: "
-                                 f"{', '.join(sorted(known))})")
+                raise TargetProfileError(f"{where}: unknown field {name!r} (known: "
+                                         f"{', '.join(sorted(known))})")
             try:
                 values[name] = _field_value(str(known[name].type), value)
             except (TypeError, ValueError) as e:
-                raise ValueError(f"{where}: field {name!r}: {e}") from None
+                raise TargetProfileError(f"{where}: field {name!r}: {e}") from None
         return cls(**values)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write :meth:`to_dict` to the JSON file ``path`` (:meth:`load` reads it back)."""
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(self.to_dict(), fh, indent=1)
+            fh.write("\n")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> TargetProfile:
+        """The profile saved in the JSON file ``path``: by :meth:`save`, or a record holding
+        one as ``target_profile`` (``experiments/ab_gemm.py``'s and ``sweep_gemm.py``'s); a
+        :class:`~accy.errors.TargetProfileError` naming the file for anything else (an
+        ``OSError`` where it cannot be read)."""
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise TargetProfileError(f"{path}: not JSON ({e})") from None
+        if isinstance(data, dict) and "target_profile" in data:
+            data = data["target_profile"]
+        return cls.from_dict(data, where=str(path))
 
     @property
     def work_item_sizes(self) -> tuple[int, ...]:

@@ -35,7 +35,6 @@ import ast
 import contextlib
 import gc
 import importlib
-import json
 import random
 import sys
 import time
@@ -174,22 +173,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("give at least one --variant (base is accy as it is)")
     if args.plans_only is not None:
         try:
-            args.target = load_profile(args.plans_only)
+            args.target = TargetProfile.load(args.plans_only)
         except (OSError, ValueError) as e:
             p.error(f"--plans-only: {e}")
     return args
-
-
-def load_profile(path: str) -> TargetProfile:
-    """The target profile saved in JSON file ``path``: a profile (``TargetProfile.to_dict``)
-    or a record holding one as ``target_profile`` (this script's and ``sweep_gemm``'s)."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path} is not JSON ({e})") from None
-    if isinstance(data, dict) and "target_profile" in data:
-        data = data["target_profile"]
-    return TargetProfile.from_dict(data, where=path)
 
 
 def plan_rows(args: argparse.Namespace) -> list[dict[str, Any]]:

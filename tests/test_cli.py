@@ -1,4 +1,4 @@
-"""The `accy` command: demo, passes, pipeline, prepare, explain."""
+"""The `accy` command: demo, passes, pipeline, prepare, explain, target."""
 
 import json
 
@@ -8,6 +8,7 @@ from accy.backends.opencl.runtime import select_device
 from accy.cli import main
 from accy.errors import DeviceError
 from accy.passes.registry import all_passes
+from accy.target import CP_ASYNC, TF32_MMA, TF32_SATFINITE, TargetProfile
 
 ADD_MUL = """\
 func @add_mul(%a: f32[4], %b: f32[4], %c: f32[4]) -> (f32[4], f32[4]) {
@@ -164,3 +165,51 @@ def test_bad_until_is_an_argument_error(tmp_path, capsys):
         "accy prepare: error: argument --until: unknown stage 'kernels'; valid stages: "
         "semantic, contract, tensor, dispatch, memory, kernel, target")
     assert main(["prepare", str(path), "--until", "dispatch"]) == 0
+
+
+MATMUL = """\
+func @mm(%a: f32[512,512], %b: f32[512,512]) -> (f32[512,512]) {
+  %0 = einsum(%a, %b) {spec="ij,jk->ik"} : f32[512,512]
+  return %0
+}
+"""
+
+
+def test_target_saves_a_profile_that_prepare_plans_for(tmp_path, capsys):
+    """accy target --save writes the device's profile; --load prints it back the same;
+    prepare --target plans for a saved profile without its device: an H100-like one (TF32
+    tensor cores probed) gives the product mma.sync, the generic profile does not."""
+    saved = tmp_path / "device.json"
+    assert main(["target", "--save", str(saved)]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert main(["target", "--load", str(saved)]) == 0
+    assert capsys.readouterr().out.splitlines() == [first]
+    h100 = tmp_path / "h100.json"
+    TargetProfile(device="H100-like", max_work_group_size=1024, local_mem_bytes=49152,
+                  compute_units=132, tensor_cores=(TF32_MMA, CP_ASYNC, TF32_SATFINITE)
+                  ).save(h100)
+    program = tmp_path / "mm.accy"
+    program.write_text(MATMUL)
+    assert main(["prepare", str(program), "--target", str(h100), "--emit-source"]) == 0
+    assert "mma.sync.aligned" in capsys.readouterr().out
+    assert main(["prepare", str(program), "--emit-source"]) == 0
+    assert "mma.sync" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["target", "--load", "{missing}"], ["missing.json", "No such file"]),
+    (["target", "--load", "{bad}"], ["bad.json", "field 'compute_units'", "expected int"]),
+    (["target", "--load", "{bad}", "--save", "{missing}"], ["not with --device or --save"]),
+    (["prepare", "{program}", "--target", "{bad}"], ["bad.json", "'compute_units'"]),
+    (["prepare", "{program}", "--target", "{bad}", "--device", "pocl"],
+     ["not with --device, --build or --load"]),
+])
+def test_bad_saved_profiles_are_one_error_line(tmp_path, capsys, argv, words):
+    paths = {"missing": tmp_path / "missing.json", "bad": tmp_path / "bad.json",
+             "program": tmp_path / "mm.accy"}
+    paths["bad"].write_text('{"compute_units": "132"}')
+    paths["program"].write_text(MATMUL)
+    assert main([a.format(**paths) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"accy {argv[0]}: error: ") and len(err.splitlines()) == 1
+    assert all(w in err for w in words), err

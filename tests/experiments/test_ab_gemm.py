@@ -169,7 +169,7 @@ def test_plans_only_lists_the_products_a_variant_changes_without_a_device(
 
 @pytest.mark.parametrize("text, words", [
     (None, ["missing.json"]),
-    ("{", ["is not JSON"]),
+    ("{", ["missing.json: not JSON"]),
     ('{"target_profile": {"compute_units": "x"}}', ["'compute_units'", "expected int"]),
 ])
 def test_plans_only_refuses_a_bad_profile(ab, tmp_path: Path, capsys, text, words) -> None:
