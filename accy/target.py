@@ -229,8 +229,8 @@ class TargetProfile:
 
     def to_dict(self) -> dict[str, Any]:
         """The profile as JSON values (sets and tuples as sorted or ordered lists), which
-        :meth:`from_dict` reads back equal: a device's profile saved for planning elsewhere
-        (``experiments/ab_gemm.py --plans-only``), without the device."""
+        :meth:`from_dict` reads back equal: a device's profile saved for planning elsewhere,
+        without the device (:meth:`save`, ``accy target --save``)."""
         out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)

@@ -9,6 +9,8 @@ attributes of accy (thresholds, tile tables, switches), interleaved, against tor
         --variant narrow=accy.kernels.contraction_plan.STREAM_VECTORS=1  # PoCL's CPU tiles
     python experiments/ab_gemm.py --device nvidia --cases f32:1298x445x8643 \
         --variant "pad=pass:contraction-padding{intensity=384}"  # a pass's options
+    python experiments/ab_gemm.py --plans-only papers/data/h100_profile.json --count 400 \
+        --dtypes f16 --variant old=accy.kernels.wgmma.LONE=0.5  # which plans change, no GPU
 
 The products: ``--cases`` (``dtype:MxNxK``, or ``dtype:BxMxNxK`` for a batch of B, comma
 separated) and/or ``--count`` products drawn with ``--seed`` by ``experiments/sweep_gemm.py``'s
@@ -25,7 +27,10 @@ time, its plan (each kernel's entry and launch geometry) and generators. A modul
 name from another (``from m import X``) keeps its own binding: set the attribute where it is
 read. Prints each product's times, and per variant the geometric mean of base's kernel time
 over its own over the products whose plan it changes, how many and the least; writes every row
-and the target profile's description (what the plans were made for) to ``--out``.
+and the target profile (what the plans were made for) to ``--out``. ``--plans-only PROFILE``
+times nothing: it plans each product under each variant for a saved profile (tensor maps
+planned offline, ``accy.kernels.tma.offline``) and lists, as ``--cases``, the products whose
+plan each variant changes: the device run's cases.
 """
 
 from __future__ import annotations
@@ -151,7 +156,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-torch", action="store_true", help="time accy only")
     p.add_argument("--plans-only", metavar="PROFILE", default=None,
                    help="no device: plan every product under every variant for the target "
-                        "profile in this JSON file (TargetProfile.to_dict, or a record of this "
+                        "profile in this JSON file (accy target --save, or a record of this "
                         "script or sweep_gemm holding one) and list those a variant changes")
     p.add_argument("--out", default="results/ab_gemm.json")
     args = p.parse_args(argv)

@@ -519,9 +519,9 @@ def score(groups: int, units: int, rate: float) -> float:
 def wgmma_score(c: Contraction, t: MmaTiles, units: int, rate: float, per_unit: int = 1
                 ) -> float:
     """The :func:`score` of wgmma tiles ``t`` at ``rate`` on ``c`` (K split: its groups too)
-    on ``units`` compute units holding ``per_unit`` work-groups each; where the tiles that a
-    unit holds several of number no more than the units, a work-group alone on its unit at
-    :data:`LONE` of the rate."""
+    on ``units`` compute units holding ``per_unit`` work-groups each; where they hold several
+    and the work-groups are no more than the units, each alone on its unit at :data:`LONE` of
+    the rate."""
     groups = tile_groups(c, t.bm, t.bn) * t.split
     if per_unit > 1 and groups <= units:
         return rate * LONE * groups / units

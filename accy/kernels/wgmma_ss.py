@@ -127,8 +127,8 @@ SPLIT_GAIN = 1.1
 # TRANSPOSE_MIN_M rows; fewer rows read B about once, so the transpose's read and write of B
 # cost more than the copies of mma-f16 (4-byte ones) it saves. H100, f16 products of 79-273
 # rows and K 600-30000: the fit set's 11 and the held-out set's 11 all faster without the
-# transpose (1.34x, 1.20x); from 285 rows mixed (0.48-2.08x, 0.95x in geometric mean):
-# papers/kernels.md, "Forty-fourth session"
+# transpose (1.34x, 1.20x); from 285 rows either way (0.48-2.08x), transposing 1.02x and
+# 1.10x better in geometric mean: papers/kernels.md, "Forty-fourth session"
 TRANSPOSE_MIN_M = 256
 C_ROWS = 16  # rows of the tile a pass of the walking form's stores (one warp's fragment row)
 
