@@ -9,8 +9,10 @@ Like tinygrad's process replay: a change that alters generated kernels shows up 
 softmax, a matmul, a gather/scatter, a cross-entropy, a broadcasted chain) are prepared with
 ``accy-default`` for the generic :class:`~accy.target.TargetProfile`, and a product under
 each tensor-core policy for a written-down NVIDIA profile (``TENSOR_CORES``), so the text does
-not depend on the machine; it needs no OpenCL device. A program that fails to prepare prints its
-error in place of its kernels, so a fix or a regression shows up in the diff too.
+not depend on the machine; it needs no OpenCL device. Last, the plans (generators, kernels'
+entries and launch geometry; no source) of ``bench_gpu``'s default set for an H100's saved
+profile (:func:`plans`): a rule that moves them shows too. A program that fails to prepare
+prints its error in place of its kernels, so a fix or a regression shows up in the diff too.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import numpy as np
 import accy
 from accy.builder import Builder, cross_entropy, einsum, gather, scatter_add, trace
 from accy.ir.types import DType
+from accy.kernels import tma
 from accy.passes.spec import parse_pipeline
 from accy.target import TENSOR_CORE_SHAPES, TargetProfile
 
@@ -175,6 +178,37 @@ TENSOR_CORE_PROGRAMS: tuple[tuple[str, Callable[[], accy.Program], str], ...] = 
 )
 
 
+# bench_gpu's default set at its full size, planned for an H100's saved profile (the one
+# ab_gemm --plans-only reads), tensor maps planned offline: each program's generators and its
+# kernels' entries and launch geometry (no source), so that a rule moving the GPU's plans of
+# those programs shows in review
+PLAN_PROFILE = Path(__file__).resolve().parents[1] / "papers" / "data" / "h100_profile.json"
+
+
+def plans() -> list[str]:
+    """The plans section: a header line a program, a line a kernel."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import bench_gpu_programs as bp
+
+    target = TargetProfile.load(PLAN_PROFILE)
+    lines = [f"# {len(bp.PROGRAMS)} programs of bench_gpu's default set planned for "
+             f"{target.device} ({PLAN_PROFILE.name}; tensor maps planned offline)", ""]
+    with tma.offline():
+        for name, spec in bp.PROGRAMS.items():
+            dims = " ".join(f"{a}={n}" for a, n in spec.full.items())
+            head = f"=== {name} ({spec.dtype}, {dims})"
+            try:
+                job = accy.prepare(bp.program(spec, spec.full), PIPELINE, target=target)
+            except accy.AccyError as exc:  # shown, not raised, as render_program does
+                lines += [head, f"!!! {type(exc).__name__}: {str(exc).strip()[:200]}"]
+                continue
+            lines.append(f"{head}: " + ", ".join(
+                f"{g} {n}" for g, n in sorted(job.generators().items())))
+            lines += [f"--- kernel {k.index}: {k.entry}, global {list(k.geometry.global_size)}, "
+                      f"local {list(k.geometry.local_size)}" for k in job.kernel_summaries()]
+    return [*lines, ""]
+
+
 def render_program(name: str, make: Callable[[], accy.Program],
                    target: TargetProfile | None = None, pipeline: str = PIPELINE
                    ) -> list[str]:
@@ -207,7 +241,7 @@ def generate() -> str:
     lines += [f"# {len(TENSOR_CORE_PROGRAMS)} programs for target {TENSOR_CORES.device}", ""]
     for name, make, pipeline in TENSOR_CORE_PROGRAMS:
         lines.extend(render_program(f"{name} ({pipeline})", make, TENSOR_CORES, pipeline))
-    return "\n".join(lines)
+    return "\n".join([*lines, *plans()])
 
 
 def check(path: Path = SNAPSHOT, text: str | None = None) -> tuple[bool, str]:

@@ -1,4 +1,5 @@
-"""The kernel-diff gate script: deterministic output, check and update against a snapshot.
+"""The kernel-diff gate script: deterministic output, check and update against a snapshot;
+the plans of bench_gpu's default set for a saved H100 profile.
 
 Kernels change often while the backend is built, so this test compares the generated text with
 itself (twice in a row must be identical) and with snapshots it writes; only the script's
@@ -28,7 +29,9 @@ def test_generation_is_deterministic(kernel_diff, text: str) -> None:
 
 def test_every_program_has_a_section(kernel_diff, text: str) -> None:
     sections = [line for line in text.splitlines() if line.startswith("=== ")]
-    assert [s.split(":")[0][4:] for s in sections] == [n for n, _ in kernel_diff.PROGRAMS] + [
+    kernels = len(kernel_diff.PROGRAMS) + len(kernel_diff.TENSOR_CORE_PROGRAMS)
+    assert [s.split(":")[0][4:] for s in sections[:kernels]] == [
+        n for n, _ in kernel_diff.PROGRAMS] + [
         f"{n} ({p})" for n, _, p in kernel_diff.TENSOR_CORE_PROGRAMS]
     names = {"seed-add", "reduction", "softmax", "matmul", "gather-scatter", "cross-entropy",
              "broadcast-chain"}
@@ -44,6 +47,20 @@ def test_the_tensor_core_kernels_are_in_the_snapshot(kernel_diff, text: str) -> 
     for shape in ("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32",
                   "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", "cp.async"):
         assert shape in gemms
+
+
+def test_the_default_sets_plans_for_a_saved_h100_profile(kernel_diff, text: str,
+                                                         monkeypatch) -> None:
+    """Every bench_gpu program planned for papers/data/h100_profile.json, as a line a kernel
+    (no source), wgmma's TMA kernels among them: the same text without a CUDA driver (the
+    tensor maps planned offline) and the offline flag off after."""
+    before, plans = text.split(" programs of bench_gpu's default set planned for")
+    heads = [line for line in plans.splitlines() if line.startswith("=== ")]
+    assert len(heads) == int(before.rsplit("# ", 1)[1]) >= 20
+    assert "!!!" not in plans and "__kernel" not in plans
+    assert "=== gemm_between_f16 (f16, M=1000 N=1030 K=520): wgmma-f16 1" in plans
+    monkeypatch.setattr(kernel_diff.tma, "_libcuda", lambda: None)
+    assert "\n".join(kernel_diff.plans()) in text and not kernel_diff.tma.OFFLINE
 
 
 def test_check_passes_on_its_own_snapshot_and_shows_a_diff_otherwise(
