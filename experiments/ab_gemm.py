@@ -27,7 +27,9 @@ time, its plan (each kernel's entry and launch geometry) and generators. A modul
 name from another (``from m import X``) keeps its own binding: set the attribute where it is
 read. Prints each product's times, and per variant the geometric mean of base's kernel time
 over its own over the products whose plan it changes, how many and the least; writes every row
-and the target profile (what the plans were made for) to ``--out``. ``--plans-only PROFILE``
+and the target profile (what the plans were made for) to ``--out``, rewritten after every
+product (``complete`` false until the end, the products left as ``not_run``: a run killed by
+its time limit keeps its rows); ``--minutes`` starts no product past it. ``--plans-only PROFILE``
 times nothing: it plans each product under each variant for a saved profile (tensor maps
 planned offline, ``accy.kernels.tma.offline``) and lists, as ``--cases``, the products whose
 plan each variant changes: the device run's cases.
@@ -40,6 +42,7 @@ import ast
 import contextlib
 import gc
 import importlib
+import json
 import random
 import sys
 import time
@@ -58,7 +61,7 @@ import sweep_gemm  # noqa: E402
 import accy  # noqa: E402
 from accy.backends.registry import open_device  # noqa: E402
 from accy.errors import PipelineError  # noqa: E402
-from accy.experiments.records import provenance, write_json  # noqa: E402
+from accy.experiments.records import atomic_write, provenance, write_json  # noqa: E402
 from accy.kernels import tma  # noqa: E402
 from accy.target import TargetProfile  # noqa: E402
 
@@ -154,6 +157,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=2, help="rounds of every variant in turn")
     p.add_argument("--repeat", type=int, default=6, help="timed calls a product and variant")
     p.add_argument("--no-torch", action="store_true", help="time accy only")
+    p.add_argument("--minutes", type=float, default=0.0,
+                   help="start no product past this many minutes (0: no bound); the record, "
+                        "rewritten after every product, lists those not run")
     p.add_argument("--plans-only", metavar="PROFILE", default=None,
                    help="no device: plan every product under every variant for the target "
                         "profile in this JSON file (accy target --save, or a record of this "
@@ -168,8 +174,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error(str(e))
     if len({v.name for v in args.variants}) != len(args.variants):
         p.error("--variant: names must differ")
-    if args.count < 0 or args.rounds < 1 or args.repeat < 1:
-        p.error("--count must be at least 0, --rounds and --repeat at least 1")
+    if args.count < 0 or args.rounds < 1 or args.repeat < 1 or not args.minutes >= 0:
+        p.error("--count and --minutes must be at least 0, --rounds and --repeat at least 1")
     rng = random.Random(args.seed)
     args.products += [sweep_gemm.draw(rng, args) for _ in range(args.count)]
     if not args.products:
@@ -290,13 +296,30 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     torch, torch_note = (None, "--no-torch") if args.no_torch else bt.load_torch()
     if torch is not None:
         bt.configure(torch, False)
-    rows = []
+    rows: list[dict[str, Any]] = []
     start = time.monotonic()
+    head = {"benchmark": "ab_gemm", "variants": {v.name: v.texts() for v in args.variants},
+            "rounds": args.rounds, "repeat": args.repeat, "accy_device": runtime.info.key,
+            "target": target.describe(), "target_profile": target.to_dict(),
+            "torch_note": torch_note,
+            **provenance(args.device, extra_versions=("torch",), command=command)}
+
+    def record(complete: bool) -> dict[str, Any]:
+        return {**head, "rows": rows, "summary": summarise(rows, names), "complete": complete,
+                "not_run": [f"{d}:{sweep_gemm.shape(x).strip()}"
+                            for d, x in args.products[len(rows):]],
+                "seconds": time.monotonic() - start}
+
     print(f"{'dtype':5s} {'[B x] M x N x K':>22s} {'torch ms':>9s} " +
           " ".join(f"{n[:12]:>14s}" for n in names))
     for dtype, dims in args.products:
+        if args.minutes and time.monotonic() - start >= 60 * args.minutes:
+            print(f"--minutes {args.minutes:g} spent: {len(args.products) - len(rows)} "
+                  "products not run (the record lists them)")
+            break
         row = run_product(dtype, dims, args, runtime, target, torch)
         rows.append(row)
+        atomic_write(args.out, json.dumps(record(False), indent=2) + "\n")  # kept if killed
         cells = []
         for n in names:
             v = row["variants"][n]
@@ -306,20 +329,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         t = row["torch_ms"]
         print(f"{dtype:5s} {sweep_gemm.shape(dims)} "
               f"{'-' if t is None else f'{t:.4f}':>9s} " + " ".join(cells), flush=True)
-    summary = summarise(rows, names)
-    for name, s in summary.items():
+    result = record(True)
+    for name, s in result["summary"].items():
         gm = "-" if s["geomean_speedup"] is None else f"{s['geomean_speedup']:.3f}x"
         least = "-" if s["least"] is None else f"{s['least']:.2f}x"
         print(f"{name}: {s['changed']} products changed plan, geometric mean {gm} of base's "
               f"kernel time, least {least}; wrong {s['wrong']}")
-    result = {
-        "benchmark": "ab_gemm", "variants": {v.name: v.texts() for v in args.variants},
-        "rounds": args.rounds, "repeat": args.repeat, "accy_device": runtime.info.key,
-        "target": target.describe(), "target_profile": target.to_dict(),
-        "torch_note": torch_note, "rows": rows, "summary": summary,
-        "seconds": time.monotonic() - start,
-        **provenance(args.device, extra_versions=("torch",), command=command),
-    }
     write_json(result, args.out)
     return result
 

@@ -49,6 +49,41 @@ def test_variants_run_in_turn_and_the_changed_plans_are_summed_up(ab, device,
     assert summary["least"] > 0 and summary["geomean_speedup"] > 0
 
 
+def test_the_record_is_kept_after_every_product_and_minutes_bound_the_run(
+        ab, device, tmp_path: Path, monkeypatch) -> None:
+    """A run killed after its first product leaves that row in --out (complete false, the
+    rest listed as not run); --minutes spent starts no further product and says which were
+    not run (a clock that has run past it after the first)."""
+    out = tmp_path / "ab.json"
+    argv = ["--cases", "f32:40x50x60,f32:30x20x10,f32:2x16x8x12", "--no-torch", "--rounds",
+            "1", "--repeat", "1", "--variant", "narrow=accy.kernels.contraction_plan."
+            "STREAM_VECTORS=1", "--out", str(out)]
+    real = ab.run_product
+
+    def killed_after_one(*args, **kwargs):
+        if json.loads(out.read_text())["rows"] if out.exists() else False:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ab, "run_product", killed_after_one)
+    with pytest.raises(KeyboardInterrupt):
+        ab.main(argv)
+    kept = json.loads(out.read_text())
+    assert not kept["complete"] and len(kept["rows"]) == 1
+    assert kept["not_run"] == ["f32:30x20x10", "f32:2x16x8x12"]
+    ran = []
+
+    def timed(*args, **kwargs):
+        ran.append(args[:2])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ab, "run_product", timed)  # ten minutes pass with the first product
+    monkeypatch.setattr(ab.time, "monotonic", lambda: 600.0 if ran else 0.0)
+    result = ab.main([*argv, "--minutes", "5"])
+    assert result["complete"] and len(result["rows"]) == 1
+    assert result["not_run"] == ["f32:30x20x10", "f32:2x16x8x12"]
+
+
 def test_a_case_of_four_sizes_is_a_batch(ab, device, tmp_path: Path) -> None:
     """``f32:BxMxNxK``: B products of MxNxK, run as one batched product and checked."""
     assert ab.parse_case("f16:3x40x50x62") == ("f16", {"B": 3, "M": 40, "N": 50, "K": 62})
@@ -132,6 +167,8 @@ def test_bad_variants_are_refused_naming_the_fault(ab, text, says) -> None:
     ["--cases", "f32:4x4x4", "--variant", "x=accy.kernels.split_k.FUSED=True",
      "--variant", "x=accy.kernels.split_k.FUSED=False"],  # a name twice
     ["--cases", "f32:4x4x4", "--variant", "x=accy.kernels.split_k.FUSED=1", "--rounds", "0"],
+    ["--cases", "f32:4x4x4", "--variant", "x=accy.kernels.split_k.FUSED=1", "--minutes", "-1"],
+    ["--cases", "f32:4x4x4", "--variant", "x=accy.kernels.split_k.FUSED=1", "--minutes", "nan"],
 ])
 def test_bad_arguments_are_refused(ab, argv) -> None:
     with pytest.raises(SystemExit):
