@@ -187,7 +187,9 @@ PLAN_PROFILE = Path(__file__).resolve().parents[1] / "papers" / "data" / "h100_p
 
 def plans() -> list[str]:
     """The plans section: a header line a program, a line a kernel."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    here = str(Path(__file__).resolve().parent)
+    if here not in sys.path:
+        sys.path.insert(0, here)
     import bench_gpu_programs as bp
 
     target = TargetProfile.load(PLAN_PROFILE)
