@@ -19,7 +19,8 @@ whichever comes first. Prints the ``--show`` worst by speed against torch (accy'
 over torch's; without torch, the slowest by accy's kernel time a multiply-add) and each shape
 class's geometric mean and least speed (dtype, batched or not, the shorter side's range, K's:
 :func:`by_class`), and writes every row, with the geometric mean, the classes and the target
-profile's description, to ``--out``. OpenCL events read a few microseconds more than
+profile, to ``--out``, rewritten after every product (``complete`` false until the end, so a
+sweep killed by its time limit keeps its rows). OpenCL events read a few microseconds more than
 torch.profiler on the same kernel, so small products of several kernels read slow by that much:
 with torch, the sweep first times ``bench_gpu.py``'s calibration (``a + b`` on 32 elements both
 ways; the difference is ``offset_ms``) and gives each row ``speed_vs_torch_net`` (accy's kernel
@@ -54,7 +55,7 @@ import bench_gpu_programs as bp  # noqa: E402
 import bench_gpu_torch as bt  # noqa: E402
 
 from accy.backends.registry import open_device  # noqa: E402
-from accy.experiments.records import provenance, write_json  # noqa: E402
+from accy.experiments.records import atomic_write, provenance, write_json  # noqa: E402
 
 DTYPES = ("f32", "f16")
 
@@ -304,6 +305,30 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     rng = random.Random(args.seed)
     rows: list[dict[str, Any]] = []
     start = time.monotonic()
+    prov = provenance(args.device, extra_versions=("torch",), command=[
+        sys.argv[0] if argv is None else "main", *(sys.argv[1:] if argv is None else argv)])
+
+    def record(complete: bool) -> dict[str, Any]:
+        with_net(rows, offset)
+        speeds = [r["speed_vs_torch"] for r in rows if r.get("speed_vs_torch")]
+        nets = [r["speed_vs_torch_net"] for r in rows if r.get("speed_vs_torch_net")]
+        wrong = [r for r in rows if r.get("accy") and not r["accy"]["check"]["ok"]]
+        return {
+            "benchmark": "sweep_gemm", "seed": args.seed, "count": args.count,
+            "minutes": args.minutes, "dtypes": list(args.dtypes), "repeat": args.repeat,
+            "sides": [args.min_side, args.max_side], "k": [args.min_k, args.max_k],
+            "max_macs": args.max_macs, "max_batch": args.max_batch,
+            "accy_device": runtime.info.key, "target": target.describe(),
+            "target_profile": target.to_dict(), "torch_note": torch_note,
+            "offset_ms": offset, "complete": complete,
+            "rows": rows, "classes": by_class(rows),
+            "summary": {"products": len(rows), "failed": sum(1 for r in rows if "error" in r),
+                        "wrong": len(wrong), "geomean_vs_torch": bg.geomean(speeds),
+                        "geomean_vs_torch_net": bg.geomean(nets),
+                        "below_0.5": sum(s < 0.5 for s in speeds)},
+            **prov,
+        }
+
     while len(rows) < args.count and time.monotonic() - start < 60 * args.minutes:
         dtype, dims = draw(rng, args)
         try:
@@ -311,27 +336,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         except Exception as e:  # one product must not end the sweep
             rows.append({"dtype": dtype, "dims": dims, "accy": None, "error": bg._error(e)})
         gc.collect()
-    with_net(rows, offset)
-    speeds = [r["speed_vs_torch"] for r in rows if r.get("speed_vs_torch")]
-    nets = [r["speed_vs_torch_net"] for r in rows if r.get("speed_vs_torch_net")]
-    wrong = [r for r in rows if r.get("accy") and not r["accy"]["check"]["ok"]]
-    result = {
-        "benchmark": "sweep_gemm", "seed": args.seed, "count": args.count,
-        "minutes": args.minutes, "dtypes": list(args.dtypes), "repeat": args.repeat,
-        "sides": [args.min_side, args.max_side], "k": [args.min_k, args.max_k],
-        "max_macs": args.max_macs, "max_batch": args.max_batch,
-        "accy_device": runtime.info.key, "target": target.describe(),
-        "target_profile": target.to_dict(), "torch_note": torch_note,
-        "offset_ms": offset,
-        "rows": rows, "classes": by_class(rows),
-        "summary": {"products": len(rows), "failed": sum(1 for r in rows if "error" in r),
-                    "wrong": len(wrong), "geomean_vs_torch": bg.geomean(speeds),
-                    "geomean_vs_torch_net": bg.geomean(nets),
-                    "below_0.5": sum(s < 0.5 for s in speeds)},
-        **provenance(args.device, extra_versions=("torch",),
-                     command=[sys.argv[0] if argv is None else "main",
-                              *(sys.argv[1:] if argv is None else argv)]),
-    }
+        atomic_write(args.out, json.dumps(record(False), indent=2) + "\n")  # kept if killed
+    result = record(True)
     print(f"{len(rows)} products on {runtime.info.key}; torch: {torch_note or 'eager'}")
     print(f"{'dtype':5s} {'[B x] M x N x K':>22s} {'kernels':>7s} {'accy ms':>9s} {'torch ms':>9s} "
           f"{'speed':>6s}  generators")

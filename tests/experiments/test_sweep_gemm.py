@@ -32,6 +32,28 @@ def test_sweep_runs_checks_and_writes_json(sweep, device, tmp_path: Path) -> Non
         assert row["speed_vs_torch_net"] is None
         assert 4 <= row["dims"]["M"] <= 40 and 8 <= row["dims"]["K"] <= 300 + 1
     assert result["torch_note"] == "--no-torch" and result["classes"] == {}  # none timed
+    assert result["complete"]
+
+
+def test_the_record_is_kept_after_every_product(sweep, device, tmp_path: Path,
+                                               monkeypatch) -> None:
+    """A sweep killed during its second product leaves the first row in --out, marked
+    incomplete."""
+    out = tmp_path / "s.json"
+    real, calls = sweep.measure, []
+
+    def killed_at_the_second(*args, **kwargs):
+        calls.append(args)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sweep, "measure", killed_at_the_second)
+    with pytest.raises(KeyboardInterrupt):
+        sweep.main(["--count", "3", "--max-side", "40", "--max-k", "300", "--no-torch",
+                    "--repeat", "1", "--seed", "3", "--out", str(out)])
+    kept = json.loads(out.read_text())
+    assert not kept["complete"] and kept["summary"]["products"] == len(kept["rows"]) == 1
 
 
 def test_draws_stay_in_bounds_and_f16_rows_are_whole_pairs(sweep) -> None:
