@@ -209,7 +209,8 @@ def plan_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
                         row["variants"][v.name] = {"error": bg._error(e)}
             rows.append(row)
             print(f"{dtype:5s} {sweep_gemm.shape(dims)} " + " ".join(
-                f"{n}:{verdict(row, n)}" for n in row["variants"] if n != "base"), flush=True)
+                f"{n}:{verdict(row, n)}{moved(row, n)}" for n in row["variants"] if n != "base"),
+                flush=True)
     return rows
 
 
@@ -220,6 +221,14 @@ def verdict(row: dict[str, Any], name: str) -> str:
     if "error" in base or "error" in mine:
         return "error"
     return "same" if sweep_gemm.same_plan(base, mine) else "changed"
+
+
+def moved(row: dict[str, Any], name: str) -> str:
+    """`` (BASE'S -> VARIANT'S generators)`` where variant ``name`` changed them, else ``""``."""
+    base, mine = row["variants"]["base"], row["variants"][name]
+    if verdict(row, name) != "changed" or base["generators"] == mine["generators"]:
+        return ""
+    return f" ({'+'.join(base['generators'])} -> {'+'.join(mine['generators'])})"
 
 
 def changed_cases(rows: list[dict[str, Any]], names: list[str]) -> dict[str, list[str]]:

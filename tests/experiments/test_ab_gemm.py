@@ -199,7 +199,9 @@ def test_plans_only_lists_the_products_a_variant_changes_without_a_device(
     assert TargetProfile.from_dict(result["target_profile"]) == H100_LIKE
     wide = result["rows"][1]["variants"]
     assert wide["base"]["generators"] == wide["old"]["generators"] == {"wgmma-f16": 1}
-    assert "old: 1 of 2 products change plan: --cases f16:3416x2246x62" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "old: 1 of 2 products change plan: --cases f16:3416x2246x62" in printed
+    assert "old:changed (mma-f16 -> row-movement+mma-f16)" in printed  # the pads: two kernels
     again = ab.main(["--plans-only", str(out), *argv[:-1], str(tmp_path / "again.json")])
     assert again["rows"] == result["rows"]
 
