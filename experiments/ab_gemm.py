@@ -42,7 +42,6 @@ import ast
 import contextlib
 import gc
 import importlib
-import json
 import random
 import sys
 import time
@@ -61,7 +60,7 @@ import sweep_gemm  # noqa: E402
 import accy  # noqa: E402
 from accy.backends.registry import open_device  # noqa: E402
 from accy.errors import PipelineError  # noqa: E402
-from accy.experiments.records import atomic_write, provenance, write_json  # noqa: E402
+from accy.experiments.records import provenance, write_json  # noqa: E402
 from accy.kernels import tma  # noqa: E402
 from accy.target import TargetProfile  # noqa: E402
 
@@ -231,10 +230,15 @@ def moved(row: dict[str, Any], name: str) -> str:
     return f" ({'+'.join(base['generators'])} -> {'+'.join(mine['generators'])})"
 
 
+def case_text(dtype: str, dims: dict[str, int]) -> str:
+    """A product as ``--cases`` gives it (:func:`parse_case`'s inverse)."""
+    return f"{dtype}:{sweep_gemm.shape(dims).strip()}"
+
+
 def changed_cases(rows: list[dict[str, Any]], names: list[str]) -> dict[str, list[str]]:
     """Per variant but base: the products (as ``--cases`` gives them) whose plan it changes."""
-    return {name: [f"{r['dtype']}:{'x'.join(str(r['dims'][a]) for a in 'BMNK' if a in r['dims'])}"
-                   for r in rows if verdict(r, name) == "changed"] for name in names[1:]}
+    return {name: [case_text(r["dtype"], r["dims"]) for r in rows
+                   if verdict(r, name) == "changed"] for name in names[1:]}
 
 
 def run_product(dtype: str, dims: dict[str, int], args: argparse.Namespace, runtime: Any,
@@ -315,8 +319,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     def record(complete: bool) -> dict[str, Any]:
         return {**head, "rows": rows, "summary": summarise(rows, names), "complete": complete,
-                "not_run": [f"{d}:{sweep_gemm.shape(x).strip()}"
-                            for d, x in args.products[len(rows):]],
+                "not_run": [case_text(d, x) for d, x in args.products[len(rows):]],
                 "seconds": time.monotonic() - start}
 
     print(f"{'dtype':5s} {'[B x] M x N x K':>22s} {'torch ms':>9s} " +
@@ -328,7 +331,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             break
         row = run_product(dtype, dims, args, runtime, target, torch)
         rows.append(row)
-        atomic_write(args.out, json.dumps(record(False), indent=2) + "\n")  # kept if killed
+        write_json(record(False), args.out, quiet=True)  # kept if killed
         cells = []
         for n in names:
             v = row["variants"][n]

@@ -55,7 +55,7 @@ import bench_gpu_programs as bp  # noqa: E402
 import bench_gpu_torch as bt  # noqa: E402
 
 from accy.backends.registry import open_device  # noqa: E402
-from accy.experiments.records import atomic_write, provenance, write_json  # noqa: E402
+from accy.experiments.records import provenance, write_json  # noqa: E402
 
 DTYPES = ("f32", "f16")
 
@@ -336,7 +336,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         except Exception as e:  # one product must not end the sweep
             rows.append({"dtype": dtype, "dims": dims, "accy": None, "error": bg._error(e)})
         gc.collect()
-        atomic_write(args.out, json.dumps(record(False), indent=2) + "\n")  # kept if killed
+        write_json(record(False), args.out, quiet=True)  # kept if killed
     result = record(True)
     print(f"{len(rows)} products on {runtime.info.key}; torch: {torch_note or 'eager'}")
     print(f"{'dtype':5s} {'[B x] M x N x K':>22s} {'kernels':>7s} {'accy ms':>9s} {'torch ms':>9s} "

@@ -257,11 +257,12 @@ def write_results(result: Mapping[str, Any], out_dir: str | Path,
     return json_path, csv_path
 
 
-def write_json(result: Mapping[str, Any], path: str | Path) -> Path:
+def write_json(result: Mapping[str, Any], path: str | Path, quiet: bool = False) -> Path:
     """Write a benchmark script's ``result`` to ``path`` as indented JSON (making its folder),
-    and say where."""
+    and say where (``quiet``: not; a partial record rewritten as a run goes on)."""
     path = atomic_write(path, json.dumps(result, indent=2) + "\n")
-    print(f"\nwrote {path}")
+    if not quiet:
+        print(f"\nwrote {path}")
     return path
 
 

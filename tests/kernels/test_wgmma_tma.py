@@ -236,15 +236,15 @@ def test_tiles_alone_on_their_units_score_their_lone_rate(pipe, used, encodes, m
     tiles of 128x256. On the H100 they ran 1.92x faster than the mma kernels' split
     (papers/kernels.md, "Forty-fourth session"); scored by the slots they fill (a half, as
     ``LONE`` 0.5 scores them), the mma kernels took the product."""
-    def picked() -> dict[str, int]:
-        job = prepare(matmul16(768, 1536, 1024), "ieee", ROOMY_H200, pipe)
-        assert job.kernel_count == 1 or "wgmma-f16" not in used(job)
-        assert "wgmma-f16" not in used(job) or "@@SSTEP128" in job.kernel_source(0)
-        return used(job)
+    def prepared():
+        return prepare(matmul16(768, 1536, 1024), "ieee", ROOMY_H200, pipe)
 
-    assert set(picked()) == {"wgmma-f16"}
+    job = prepared()  # one kernel of 128x128 tiles
+    assert set(used(job)) == {"wgmma-f16"} and job.kernel_count == 1
+    assert "@@SSTEP128" in job.kernel_source(0)
     monkeypatch.setattr(wgmma, "LONE", 0.5)
-    assert set(picked()) == {"mma-f16"}
+    job = prepared()  # K split, the partial sums a second kernel
+    assert set(used(job)) == {"mma-f16"} and job.kernel_count == 2
 
 
 def test_f16_tilings_of_many_waves_are_scored_as_full_waves(pipe, encodes, monkeypatch):
