@@ -66,7 +66,9 @@ lack f16 has its f16 programs recorded as ``skipped: <reason>``.
 Prints a table (speed vs compile = torch.compile kernel ms / accy kernel ms; > 1: accy is
 faster), the geometric mean against torch.compile and each shape class's minimum per precision
 policy, and writes JSON (rows, summary, device, torch, provenance: versions, git commit,
-machine, time) to ``--out``. Exit status 1 when an accy result fails its check or a program
+machine, time) to ``--out``, rewritten after every program (``complete`` false until the
+end, the programs left as ``not_run``: a run killed by its time limit keeps its rows). Exit
+status 1 when an accy result fails its check or a program
 fails to run.
 """
 
@@ -408,32 +410,14 @@ def run(args: argparse.Namespace, argv: list[str] | None) -> dict[str, Any]:
               f"elements minus torch eager's); a + b on 2^25: accy {add['accy']['kernel_ms']:.4f}"
               f" ms, net {_ms(add['accy']['kernel_ms_net'])}, eager "
               f"{_ms(add['torch_eager'] and add['torch_eager']['kernel_ms'])}", flush=True)
-    rows: list[dict[str, Any]] = []
-    rng = np.random.default_rng(args.seed)
-    for name in args.programs:
-        spec = PROGRAMS[name]
-        shapes = ([held_out_dims(spec, args.size, rng) for _ in range(args.held_out)]
-                  if args.held_out else [None])
-        new = [r for dims in shapes for r in run_program(spec, args, runtime, target, policies,
-                                                         torch, torch_note, dims)]
-        for r in new:
-            a = r["accy"]
-            print(f"  {name}{' ' + _shape(r['dims']) if r.get('held_out') else ''} "
-                  f"{r['precision']}: {r['status']}"
-                  + (f" accy {a['kernel_ms']:.3f} ms ({a['kernels']} kernels)" if a else "")
-                  + (f" vs compile {r['speed_vs_compile']:.2f}x"
-                     if r.get("speed_vs_compile") else ""), flush=True)
-        rows += new
-    apply_offset(rows, offset)
-    summary = summarise(rows, policies)
-    print()
-    print_table(rows, summary)
-    result = {
+    head = {
         "benchmark": "bench_gpu", "size": args.size, "repeat": args.repeat,
         "policies": list(policies), "tf32": args.tf32, "compile_mode": args.compile_mode,
         "disable": args.disable, "held_out": args.held_out, "seed": args.seed,
         "split_sums": "fixup" if split_k.FUSED else "kernel",
-        "rows": rows, "summary": summary, "calibration": calibration,
+    }
+    tail = {
+        "calibration": calibration,
         "accy_device": {"key": info.key, "platform": info.platform, "name": info.name,
                         "driver": info.driver_version, "compute_units": info.compute_units,
                         "cl_khr_fp16": info.fp16, "tensor_cores": list(target.tensor_cores),
@@ -443,6 +427,32 @@ def run(args: argparse.Namespace, argv: list[str] | None) -> dict[str, Any]:
                      command=[sys.argv[0] if argv is None else "main",
                               *(sys.argv[1:] if argv is None else argv)]),
     }
+    rows: list[dict[str, Any]] = []
+
+    def record(done: int) -> dict[str, Any]:
+        return {**head, "rows": rows, "summary": summarise(rows, policies),
+                "complete": done == len(args.programs), "not_run": args.programs[done:], **tail}
+
+    rng = np.random.default_rng(args.seed)
+    for done, name in enumerate(args.programs):
+        spec = PROGRAMS[name]
+        shapes = ([held_out_dims(spec, args.size, rng) for _ in range(args.held_out)]
+                  if args.held_out else [None])
+        new = [r for dims in shapes for r in run_program(spec, args, runtime, target, policies,
+                                                         torch, torch_note, dims)]
+        apply_offset(new, offset)
+        for r in new:
+            a = r["accy"]
+            print(f"  {name}{' ' + _shape(r['dims']) if r.get('held_out') else ''} "
+                  f"{r['precision']}: {r['status']}"
+                  + (f" accy {a['kernel_ms']:.3f} ms ({a['kernels']} kernels)" if a else "")
+                  + (f" vs compile {r['speed_vs_compile']:.2f}x"
+                     if r.get("speed_vs_compile") else ""), flush=True)
+        rows += new
+        write_json(record(done + 1), args.out, quiet=True)  # kept if killed
+    result = record(len(args.programs))
+    print()
+    print_table(rows, result["summary"])
     write_json(result, args.out)
     return result
 

@@ -51,6 +51,7 @@ def test_bench_gpu_smoke(bench, device, tmp_path: Path) -> None:
     assert isinstance(data["accy_device"]["cl_khr_fp16"], bool)
     assert data["torch"] == {"note": "--no-torch"} and data["policies"] == ["f32"]
     assert [r["program"] for r in data["rows"]] == names
+    assert data["complete"] and data["not_run"] == []
     for row in data["rows"]:
         assert row["status"] == "ok", row
         assert row["dims"] == bench.PROGRAMS[row["program"]].small
@@ -66,6 +67,28 @@ def test_bench_gpu_smoke(bench, device, tmp_path: Path) -> None:
     s = data["summary"]["f32"]
     assert s["programs"] == 3 and s["accy_ok"] == 3 and s["programs_compared"] == 0
     assert s["geomean_vs_compile"] is None
+
+
+def test_bench_gpu_keeps_its_record_when_killed(bench, device, tmp_path: Path,
+                                                monkeypatch) -> None:
+    """A run killed after its first program leaves that program's rows in --out (complete
+    false, the rest listed as not run)."""
+    out = tmp_path / "g.json"
+    real = bench.run_program
+
+    def killed_after_one(*args, **kwargs):
+        if out.exists():
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(bench, "run_program", killed_after_one)
+    with pytest.raises(KeyboardInterrupt):
+        bench.main(["--size", "small", "--no-torch", "--repeat", "1", "--programs",
+                    "chain,softmax,rmsnorm", "--out", str(out)])
+    kept = json.loads(out.read_text())
+    assert not kept["complete"] and kept["not_run"] == ["softmax", "rmsnorm"]
+    assert [r["program"] for r in kept["rows"]] == ["chain"]
+    assert kept["summary"]["f32"]["programs"] == 1 and "git_commit" in kept
 
 
 def test_bench_gpu_check_rejects_a_wrong_result(bench) -> None:
