@@ -75,7 +75,7 @@ from accy.kernels.ir import (
 from accy.kernels.mma_plan import MmaTiles, along_k, balance, batch_of, tile_of
 from accy.kernels.mma_store import STAGE_PAD
 from accy.kernels.split_k import chunk_k
-from accy.kernels.wgmma import _Wgmma, split_tiles, tiles
+from accy.kernels.wgmma import SPLIT_IDLE, _Wgmma, split_tiles, tiles
 from accy.kernels.wgmma_ptx import WAIT0, descriptor_bits, sstep
 from accy.kernels.wgmma_tma import ATOM, Geometry, _WgmmaTma, i32
 from accy.target import TMA_COPY, TMA_TF32, TargetProfile
@@ -123,6 +123,15 @@ MANY_WAVES = 5
 # "Thirty-eighth session"). 0: three stages.
 SPLIT_STAGES = 6
 SPLIT_GAIN = 1.1
+# f16 tilings over a K of at most SPLIT_K_F16 split it (wgmma.split_tiles) only where the
+# forms' most tiles (128x128) would leave at least half the compute units idle too
+# (wgmma.SPLIT_IDLE), not only the tiling's own: where 128x128 tiles unsplit fill more than
+# half, splitting 128x256 tiles in two ran their product kernel no faster (the partial sums'
+# kernel lost), and 2.2-3.9x slower reading a B transposed first. H100, 40 split products of
+# K 1056-4058: unsplit faster at all 33 whose 128x128 tiles filled 72-132 of 132 units
+# (1.02-2.56x), split faster at all 7 that filled 40-66 (1.03-2.2x); over longer K the split
+# held (5504-29298: unsplit 0.47-0.95x). papers/kernels.md, "Forty-fifth session"
+SPLIT_K_F16 = 4096
 # an f16 B whose rows fit no tensor map is transposed first (reads) for products of at least
 # TRANSPOSE_MIN_M rows; fewer rows read B about once, so the transpose's read and write of B
 # cost more than the copies of mma-f16 (4-byte ones) it saves. H100, f16 products of 79-273
@@ -178,16 +187,22 @@ def tilings(c: Contraction, target: TargetProfile, dtype: int = tma.F16, **tiles
     """The tilings of ``c`` in :func:`forms_for`'s forms (``tiles``: fields of their
     MmaTiles replaced), their rates and work-groups a compute unit (:func:`resident`), K split
     where :func:`accy.kernels.wgmma.split_tiles` says (chunks of at least ``MIN_K``, the K a
-    tile pays off from; the form rated at the chunk's K). An f16 tiling of at least
-    :data:`MANY_WAVES` waves has its rate divided by its waves' balance, so that selection
-    (:func:`accy.kernels.wgmma.score`) counts its last wave as full."""
+    tile pays off from; the form rated at the chunk's K; an f16 K of at most
+    :data:`SPLIT_K_F16` only where every form's tiles would leave half the units idle). An
+    f16 tiling of at least :data:`MANY_WAVES` waves has its rate divided by its waves'
+    balance, so that selection (:func:`accy.kernels.wgmma.score`) counts its last wave as
+    full."""
     out = []
-    for f in forms_for(c, target, dtype):
+    forms = forms_for(c, target, dtype)
+    most = max((tile_groups(c, form_tiles(f).bm, form_tiles(f).bn) for f in forms), default=0)
+    splits = (dtype != tma.F16 or c.k.size > SPLIT_K_F16
+              or SPLIT_IDLE * most <= target.compute_units)
+    for f in forms:
         t = dataclasses.replace(form_tiles(f), **tiles)
         walking = walks(c, t, target, dtype)
         per_unit = resident(t, target, walking)
         gain = 1.0
-        if not walking:
+        if not walking and splits:
             t = split_tiles(c, t, target, per_unit, MIN_K[dtype])
             if t.split > 1 and dtype == tma.F16 and t.bn == 128:
                 deep = deepened(c, t, target)

@@ -394,6 +394,7 @@ def test_k_split_over_work_groups_in_emulation(device, pipe, used, monkeypatch, 
         pytest.skip("the emulation is checked on PoCL")
     monkeypatch.setitem(wgmma_ss.MIN_K, tma.F16, 64)  # chunks of 64 or more: quick emulation
     monkeypatch.setattr(wgmma, "SPLIT_K", 256)  # (split past it)
+    monkeypatch.setattr(wgmma_ss, "SPLIT_K_F16", 256)
     monkeypatch.setattr(wgmma_ss, "FORMS", ((2, 128, 3),))
     monkeypatch.setitem(wgmma_ss.RATES, tma.F16, {(2, 128, 3): (2.0, 2.0)})
     target = dataclasses.replace(ROOMY_H200, compute_units=8)
@@ -450,6 +451,23 @@ def test_b_is_transposed_first_only_for_products_of_many_rows(pipe, used, encode
     assert transposed(1000) and not transposed(200)
     monkeypatch.setattr(wgmma_ss, "TRANSPOSE_MIN_M", 0)
     assert transposed(200)
+
+
+def test_a_short_f16_k_splits_only_where_128x128_tiles_leave_half_the_units_idle(
+        pipe, encodes, monkeypatch):
+    """Over a K of at most ``SPLIT_K_F16``: 608 x 2464 x 1968 (100 tiles of 128x128 on 132
+    units) runs unsplit on 128x128 tiles, where 128x256 tiles split in two had been chosen
+    (measured 1.31x faster unsplit); 300 x 1000 x 2000 (24 of them) still splits, as does any
+    K past the bound; without it the first splits too (papers/kernels.md, "Forty-fifth
+    session")."""
+    def split(m: int, n: int, k: int) -> bool:
+        job = prepare(matmul16(m, n, k), "ieee", ROOMY_H200, pipe)
+        assert set(job.generators()) == {"wgmma-f16"}
+        return job.kernels[0].entry.endswith("_partials")
+
+    assert not split(608, 2464, 1968) and split(300, 1000, 2000) and split(608, 2464, 8192)
+    monkeypatch.setattr(wgmma_ss, "SPLIT_K_F16", 1024)
+    assert split(608, 2464, 1968)
 
 
 @pytest.mark.skipif(not (shutil.which("clang-15") and shutil.which("ptxas")),
