@@ -68,8 +68,7 @@ faster), the geometric mean against torch.compile and each shape class's minimum
 policy, and writes JSON (rows, summary, device, torch, provenance: versions, git commit,
 machine, time) to ``--out``, rewritten after every program (``complete`` false until the
 end, the programs left as ``not_run``: a run killed by its time limit keeps its rows). Exit
-status 1 when an accy result fails its check or a program
-fails to run.
+status 1 when an accy result fails its check or a program fails to run.
 """
 
 from __future__ import annotations

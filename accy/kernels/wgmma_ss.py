@@ -42,7 +42,7 @@ import dataclasses
 import math
 
 from accy.ir.types import DType
-from accy.kernels import loopnest, tma
+from accy.kernels import loopnest, tma, wgmma
 from accy.kernels.contraction_plan import Contraction, tile_groups
 from accy.kernels.ir import (
     INDEX,
@@ -75,7 +75,7 @@ from accy.kernels.ir import (
 from accy.kernels.mma_plan import MmaTiles, along_k, balance, batch_of, tile_of
 from accy.kernels.mma_store import STAGE_PAD
 from accy.kernels.split_k import chunk_k
-from accy.kernels.wgmma import SPLIT_IDLE, _Wgmma, split_tiles, tiles
+from accy.kernels.wgmma import _Wgmma, split_tiles, tiles
 from accy.kernels.wgmma_ptx import WAIT0, descriptor_bits, sstep
 from accy.kernels.wgmma_tma import ATOM, Geometry, _WgmmaTma, i32
 from accy.target import TMA_COPY, TMA_TF32, TargetProfile
@@ -196,7 +196,7 @@ def tilings(c: Contraction, target: TargetProfile, dtype: int = tma.F16, **tiles
     forms = forms_for(c, target, dtype)
     most = max((tile_groups(c, form_tiles(f).bm, form_tiles(f).bn) for f in forms), default=0)
     splits = (dtype != tma.F16 or c.k.size > SPLIT_K_F16
-              or SPLIT_IDLE * most <= target.compute_units)
+              or wgmma.SPLIT_IDLE * most <= target.compute_units)
     for f in forms:
         t = dataclasses.replace(form_tiles(f), **tiles)
         walking = walks(c, t, target, dtype)
