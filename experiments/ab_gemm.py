@@ -13,8 +13,10 @@ attributes of accy (thresholds, tile tables, switches), interleaved, against tor
         --dtypes f16 --variant old=accy.kernels.wgmma.LONE=0.5  # which plans change, no GPU
 
 The products: ``--cases`` (``dtype:MxNxK``, or ``dtype:BxMxNxK`` for a batch of B, comma
-separated) and/or ``--count`` products drawn with ``--seed`` by ``experiments/sweep_gemm.py``'s
-draw and bounds (``--dtypes``, ``--min-side`` ... ``--max-macs``, ``--max-batch``). The
+separated; ``:nt`` after the sizes: B stored N x K, ``x @ W.T`` as ``torch.nn.Linear`` keeps
+W, where B is otherwise K x N) and/or ``--count`` products drawn with ``--seed`` by
+``experiments/sweep_gemm.py``'s draw and bounds (``--dtypes``, ``--min-side`` ...
+``--max-macs``, ``--max-batch``), B laid out as ``--layout`` says. The
 variants: ``base`` (accy as it is) first, then each ``--variant NAME=SETTING[;SETTING...]``, a
 setting either ``MODULE.ATTR=VALUE`` (a Python literal: numbers, True/False/None, strings,
 tuples; the attribute must exist) or ``pass:PASS{OPTIONS}``, pipeline text of a pass of
@@ -132,14 +134,19 @@ def applied(settings: list[Setting]) -> Iterator[None]:
             setattr(module, attr, value)
 
 
-def parse_case(text: str) -> tuple[str, dict[str, int]]:
-    dtype, _, dims = text.strip().partition(":")
+Product = tuple[str, dict[str, int], str]  # dtype, sizes, B's layout (sweep_gemm.LAYOUTS)
+
+
+def parse_case(text: str) -> Product:
+    dtype, _, rest = text.strip().partition(":")
+    dims, _, layout = rest.partition(":")
     sizes = dims.split("x")
-    if dtype not in sweep_gemm.DTYPES or len(sizes) not in (3, 4) or not all(
-            s.isdigit() and int(s) > 0 for s in sizes):
-        raise ValueError(f"case {text!r}: want DTYPE:MxNxK or DTYPE:BxMxNxK with DTYPE one "
-                         f"of {', '.join(sweep_gemm.DTYPES)} and positive sizes")
-    return dtype, dict(zip("BMNK"[-len(sizes):], map(int, sizes), strict=True))
+    if (dtype not in sweep_gemm.DTYPES or len(sizes) not in (3, 4) or not all(
+            s.isdigit() and int(s) > 0 for s in sizes) or layout not in ("", "nt")):
+        raise ValueError(f"case {text!r}: want DTYPE:MxNxK or DTYPE:BxMxNxK (then :nt for a B "
+                         f"stored N x K) with DTYPE one of {', '.join(sweep_gemm.DTYPES)} and "
+                         "positive sizes")
+    return dtype, dict(zip("BMNK"[-len(sizes):], map(int, sizes), strict=True)), layout or "nn"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -149,6 +156,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="DTYPE:MxNxK (or DTYPE:BxMxNxK) products, comma separated")
     p.add_argument("--count", type=int, default=0, help="products drawn as sweep_gemm draws")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--layout", choices=sweep_gemm.LAYOUTS, default="nn",
+                   help="B of the drawn products: K x N (nn) or N x K (nt, x @ W.T)")
     sweep_gemm.add_bounds(p)
     p.add_argument("--variant", action="append", default=[], metavar="NAME=SETTING",
                    help="a variant (repeatable; settings MODULE.ATTR=VALUE or "
@@ -176,7 +185,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.count < 0 or args.rounds < 1 or args.repeat < 1 or not args.minutes >= 0:
         p.error("--count and --minutes must be at least 0, --rounds and --repeat at least 1")
     rng = random.Random(args.seed)
-    args.products += [sweep_gemm.draw(rng, args) for _ in range(args.count)]
+    args.products += [(*sweep_gemm.draw(rng, args), args.layout) for _ in range(args.count)]
     if not args.products:
         p.error("no products: give --cases or --count")
     if len(args.variants) < 2:
@@ -195,9 +204,10 @@ def plan_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
     runs."""
     rows = []
     with tma.offline():
-        for dtype, dims in args.products:
-            spec = sweep_gemm.spec("ab", dtype, dims)
-            row: dict[str, Any] = {"dtype": dtype, "dims": dims, "variants": {}}
+        for dtype, dims, layout in args.products:
+            spec = sweep_gemm.spec("ab", dtype, dims, layout)
+            row: dict[str, Any] = {"dtype": dtype, "dims": dims, "layout": layout,
+                                   "variants": {}}
             for v in args.variants:
                 with applied(v.settings):
                     try:
@@ -207,7 +217,7 @@ def plan_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
                     except Exception as e:  # one variant's failure must not end the run
                         row["variants"][v.name] = {"error": bg._error(e)}
             rows.append(row)
-            print(f"{dtype:5s} {sweep_gemm.shape(dims)} " + " ".join(
+            print(f"{dtype:5s} {shape(dims, layout)} " + " ".join(
                 f"{n}:{verdict(row, n)}{moved(row, n)}" for n in row["variants"] if n != "base"),
                 flush=True)
     return rows
@@ -230,21 +240,27 @@ def moved(row: dict[str, Any], name: str) -> str:
     return f" ({'+'.join(base['generators'])} -> {'+'.join(mine['generators'])})"
 
 
-def case_text(dtype: str, dims: dict[str, int]) -> str:
+def case_text(dtype: str, dims: dict[str, int], layout: str) -> str:
     """A product as ``--cases`` gives it (:func:`parse_case`'s inverse)."""
-    return f"{dtype}:{sweep_gemm.shape(dims).strip()}"
+    return f"{dtype}:{shape(dims, layout).strip()}"
+
+
+def shape(dims: dict[str, int], layout: str) -> str:
+    """``sweep_gemm.shape``'s cell, ``:nt`` after it where B is stored N x K."""
+    return sweep_gemm.shape(dims) + (":nt" if layout == "nt" else "   ")
 
 
 def changed_cases(rows: list[dict[str, Any]], names: list[str]) -> dict[str, list[str]]:
     """Per variant but base: the products (as ``--cases`` gives them) whose plan it changes."""
-    return {name: [case_text(r["dtype"], r["dims"]) for r in rows
+    return {name: [case_text(r["dtype"], r["dims"], r["layout"]) for r in rows
                    if verdict(r, name) == "changed"] for name in names[1:]}
 
 
-def run_product(dtype: str, dims: dict[str, int], args: argparse.Namespace, runtime: Any,
-                target: Any, torch: Any) -> dict[str, Any]:
+def run_product(product: Product, args: argparse.Namespace, runtime: Any, target: Any,
+                torch: Any) -> dict[str, Any]:
     """One product's row: each variant's least kernel ms over the rounds and its record."""
-    spec = sweep_gemm.spec("ab", dtype, dims)
+    dtype, dims, layout = product
+    spec = sweep_gemm.spec("ab", dtype, dims, layout)
     xs = bp.inputs(spec, dims)
     check = bp.Checker(spec, dims, xs)
     runs: dict[str, list[dict[str, Any]]] = {v.name: [] for v in args.variants}
@@ -258,7 +274,8 @@ def run_product(dtype: str, dims: dict[str, int], args: argparse.Namespace, runt
                 except Exception as e:  # one variant's failure must not end the run
                     runs[v.name].append({"error": bg._error(e)})
             gc.collect()
-    row: dict[str, Any] = {"dtype": dtype, "dims": dims, "torch_ms": None, "variants": {}}
+    row: dict[str, Any] = {"dtype": dtype, "dims": dims, "layout": layout, "torch_ms": None,
+                           "variants": {}}
     for name, records in runs.items():
         ok = [r for r in records if "error" not in r]
         if not ok:
@@ -319,17 +336,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     def record(complete: bool) -> dict[str, Any]:
         return {**head, "rows": rows, "summary": summarise(rows, names), "complete": complete,
-                "not_run": [case_text(d, x) for d, x in args.products[len(rows):]],
+                "not_run": [case_text(*p) for p in args.products[len(rows):]],
                 "seconds": time.monotonic() - start}
 
-    print(f"{'dtype':5s} {'[B x] M x N x K':>22s} {'torch ms':>9s} " +
+    print(f"{'dtype':5s} {'[B x] M x N x K':>25s} {'torch ms':>9s} " +
           " ".join(f"{n[:12]:>14s}" for n in names))
-    for dtype, dims in args.products:
+    for product in args.products:
         if args.minutes and time.monotonic() - start >= 60 * args.minutes:
             print(f"--minutes {args.minutes:g} spent: {len(args.products) - len(rows)} "
                   "products not run (the record lists them)")
             break
-        row = run_product(dtype, dims, args, runtime, target, torch)
+        row = run_product(product, args, runtime, target, torch)
         rows.append(row)
         write_json(record(False), args.out, quiet=True)  # kept if killed
         cells = []
@@ -339,7 +356,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                          f"{v['kernel_ms']:>9.4f} ({v['kernels']})"
                          f"{'' if v['check']['ok'] else '!'}")
         t = row["torch_ms"]
-        print(f"{dtype:5s} {sweep_gemm.shape(dims)} "
+        print(f"{row['dtype']:5s} {shape(row['dims'], row['layout'])} "
               f"{'-' if t is None else f'{t:.4f}':>9s} " + " ".join(cells), flush=True)
     result = record(True)
     for name, s in result["summary"].items():

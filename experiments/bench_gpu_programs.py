@@ -40,6 +40,10 @@ KINDS: dict[str, Kind] = {
     "gemm": Kind((("M", "K"), ("K", "N")), ("M", "N"), {"M": CHECK_ROWS}),
     "bgemm": Kind((("B", "M", "K"), ("B", "K", "N")), ("B", "M", "N"),
                   {"B": 2, "M": CHECK_ROWS}),
+    # B stored N x K (x @ W.T, as torch.nn.Linear keeps W): B read along K
+    "gemm_nt": Kind((("M", "K"), ("N", "K")), ("M", "N"), {"M": CHECK_ROWS}),
+    "bgemm_nt": Kind((("B", "M", "K"), ("B", "N", "K")), ("B", "M", "N"),
+                     {"B": 2, "M": CHECK_ROWS}),
     "attention": Kind((("B", "H", "Sq", "D"), ("B", "H", "Sk", "D"), ("B", "H", "Sk", "D")),
                       ("B", "H", "Sq", "D"), {"B": 1, "H": 1, "Sq": CHECK_ROWS}),
     "layernorm": Kind((("R", "C"), ("C",), ("C",)), ("R", "C"), {"R": CHECK_ROWS}),
@@ -138,6 +142,10 @@ def accy_function(kind: str, dims: dict[str, int]):
         return lambda a, b: einsum("mk,kn->mn", a, b)
     if kind == "bgemm":
         return lambda a, b: einsum("bmk,bkn->bmn", a, b)
+    if kind == "gemm_nt":
+        return lambda a, b: einsum("mk,nk->mn", a, b)
+    if kind == "bgemm_nt":
+        return lambda a, b: einsum("bmk,bnk->bmn", a, b)
     if kind == "attention":
         scale = 1.0 / math.sqrt(dims["D"])
 
@@ -192,6 +200,8 @@ def numpy_reference(kind: str, dims: dict[str, int], xs: list[np.ndarray]) -> np
     x = [a.astype(np.float64) for a in xs]
     if kind in ("gemm", "bgemm"):
         return x[0] @ x[1]
+    if kind in ("gemm_nt", "bgemm_nt"):
+        return x[0] @ np.swapaxes(x[1], -1, -2)
     def softmax(s: np.ndarray) -> np.ndarray:
         e = np.exp(s - s.max(-1, keepdims=True))
         return e / e.sum(-1, keepdims=True)

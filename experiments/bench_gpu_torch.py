@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-KINDS = ("gemm", "bgemm", "attention", "layernorm", "rmsnorm", "softmax", "mlp", "chain",
-         "add")
+KINDS = ("gemm", "bgemm", "gemm_nt", "bgemm_nt", "attention", "layernorm", "rmsnorm", "softmax",
+         "mlp", "chain", "add")
 WARMUP = 3
 LN_EPS, RMS_EPS = 1e-5, 1e-6
 GPU_WORK = ("kernel", "gpu_memset", "gpu_memcpy")  # Kineto activity types of GPU work
@@ -70,6 +70,9 @@ def torch_fn(kind: str, dims: dict[str, int], torch: Any) -> Callable[..., Any]:
     if kind in ("gemm", "bgemm"):
         def f(a, b):
             return torch.matmul(a, b)
+    elif kind in ("gemm_nt", "bgemm_nt"):
+        def f(a, b):
+            return torch.matmul(a, b.transpose(-2, -1))
     elif kind == "attention":
         scale = 1.0 / math.sqrt(dims["D"])
 

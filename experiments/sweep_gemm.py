@@ -139,9 +139,14 @@ def draw(rng: random.Random, args: argparse.Namespace) -> tuple[str, dict[str, i
             return dtype, {"B": b, "M": m, "N": n, "K": k} if b > 1 else {"M": m, "N": n, "K": k}
 
 
-def spec(name: str, dtype: str, dims: dict[str, int]) -> bp.Spec:
-    """The bench_gpu program of a drawn product: ``bgemm`` where ``dims`` has a batch."""
-    return bp.Spec(name, "bgemm" if "B" in dims else "gemm", name, dims, dims, dtype)
+LAYOUTS = ("nn", "nt")  # B stored K x N (x @ W) or N x K (x @ W.T)
+
+
+def spec(name: str, dtype: str, dims: dict[str, int], layout: str = "nn") -> bp.Spec:
+    """The bench_gpu program of a drawn product: ``bgemm`` where ``dims`` has a batch,
+    ``..._nt`` where B is stored N x K (``layout`` "nt")."""
+    kind = ("bgemm" if "B" in dims else "gemm") + ("_nt" if layout == "nt" else "")
+    return bp.Spec(name, kind, name, dims, dims, dtype)
 
 
 def shape(dims: dict[str, int]) -> str:

@@ -86,7 +86,8 @@ def test_the_record_is_kept_after_every_product_and_minutes_bound_the_run(
 
 def test_a_case_of_four_sizes_is_a_batch(ab, device, tmp_path: Path) -> None:
     """``f32:BxMxNxK``: B products of MxNxK, run as one batched product and checked."""
-    assert ab.parse_case("f16:3x40x50x62") == ("f16", {"B": 3, "M": 40, "N": 50, "K": 62})
+    assert ab.parse_case("f16:3x40x50x62") == ("f16", {"B": 3, "M": 40, "N": 50, "K": 62},
+                                               "nn")
     result = ab.main(["--cases", "f32:3x40x50x61", "--no-torch", "--rounds", "1",
                       "--repeat", "1", "--variant", "x=accy.kernels.split_k.FUSED=True",
                       "--out", str(tmp_path / "b.json")])
@@ -94,6 +95,23 @@ def test_a_case_of_four_sizes_is_a_batch(ab, device, tmp_path: Path) -> None:
     assert row["dims"] == {"B": 3, "M": 40, "N": 50, "K": 61}
     assert "compute units" in result["target"]  # the profile the plans were made for
     assert all(v["check"]["ok"] for v in row["variants"].values())
+
+
+def test_a_case_ending_nt_reads_b_stored_n_by_k(ab, device, tmp_path: Path) -> None:
+    """``f32:MxNxK:nt``: B stored N x K (``x @ W.T``), checked against float64 as such; the
+    record keeps the layout and lists the case as given; ``--layout nt`` draws them so."""
+    assert ab.parse_case("f32:2x30x20x10:nt") == ("f32", {"B": 2, "M": 30, "N": 20, "K": 10},
+                                                  "nt")
+    result = ab.main(["--cases", "f32:40x50x61:nt,f32:2x30x20x10:nt", "--no-torch",
+                      "--rounds", "1", "--repeat", "1", "--variant",
+                      "x=accy.kernels.split_k.FUSED=True", "--out", str(tmp_path / "t.json")])
+    for row in result["rows"]:
+        assert row["layout"] == "nt"
+        assert all(v["check"]["ok"] for v in row["variants"].values())
+    assert ab.case_text("f32", {"M": 40, "N": 50, "K": 61}, "nt") == "f32:40x50x61:nt"
+    args = ab.parse_args(["--count", "2", "--layout", "nt", "--variant",
+                          "x=accy.kernels.split_k.FUSED=True"])
+    assert [p[2] for p in args.products] == ["nt", "nt"]
 
 
 def test_summary_counts_changed_plans_and_wrong_results(ab) -> None:
@@ -162,6 +180,8 @@ def test_bad_variants_are_refused_naming_the_fault(ab, text, says) -> None:
     ["--cases", "f32:1x2", "--variant", "x=accy.kernels.split_k.FUSED=True"],
     ["--cases", "f32:1x2x3x4x5", "--variant", "x=accy.kernels.split_k.FUSED=True"],
     ["--cases", "f32:0x2x3", "--variant", "x=accy.kernels.split_k.FUSED=True"],
+    ["--cases", "f32:4x4x4:tn", "--variant", "x=accy.kernels.split_k.FUSED=True"],
+    ["--count", "1", "--layout", "tn", "--variant", "x=accy.kernels.split_k.FUSED=True"],
     ["--variant", "x=accy.kernels.split_k.FUSED=True"],  # no products
     ["--cases", "f32:4x4x4"],  # no variant
     ["--cases", "f32:4x4x4", "--variant", "x=accy.kernels.split_k.FUSED=True",
