@@ -156,8 +156,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="DTYPE:MxNxK (or DTYPE:BxMxNxK) products, comma separated")
     p.add_argument("--count", type=int, default=0, help="products drawn as sweep_gemm draws")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--layout", choices=sweep_gemm.LAYOUTS, default="nn",
-                   help="B of the drawn products: K x N (nn) or N x K (nt, x @ W.T)")
     sweep_gemm.add_bounds(p)
     p.add_argument("--variant", action="append", default=[], metavar="NAME=SETTING",
                    help="a variant (repeatable; settings MODULE.ATTR=VALUE or "

@@ -10,10 +10,11 @@ Each product ``(M, K) @ (K, N)`` draws M and N log-uniformly in ``[--min-side, -
 in ``[--min-k, --max-k]`` and its dtype from ``--dtypes`` (f16 N and K rounded up to even:
 whole pairs of halves); with ``--max-batch`` above 1, a batch of B such products ``(B, M, K) @
 (B, K, N)`` (B log-uniform in ``[1, --max-batch]``; B of 1 an unbatched product), otherwise the
-same draws as without it; products of more than ``--max-macs`` multiply-adds (all entries') are
-drawn again. Each runs under ``experiments/bench_gpu.py``'s accy side (OpenCL-event kernel time
-and call time, medians of ``--repeat`` after warm-up; generators and kernel count; the float64
-check of 32 rows within accy's error bounds) and, with torch on CUDA, torch eager's ``matmul``
+same draws as without it; ``--layout nt`` stores each B as N x K (``x @ W.T``) instead;
+products of more than ``--max-macs`` multiply-adds (all entries') are drawn again. Each runs
+under ``experiments/bench_gpu.py``'s accy side (OpenCL-event kernel time and call time,
+medians of ``--repeat`` after warm-up; generators and kernel count; the float64 check of 32
+rows within accy's error bounds) and, with torch on CUDA, torch eager's ``matmul``
 (torch.profiler kernel time; TF32 off). Stops after ``--count`` products or ``--minutes``,
 whichever comes first. Prints the ``--show`` worst by speed against torch (accy's kernel time
 over torch's; without torch, the slowest by accy's kernel time a multiply-add) and each shape
@@ -103,6 +104,8 @@ def add_bounds(p: argparse.ArgumentParser) -> None:
                    help="products of more multiply-adds are drawn again")
     p.add_argument("--max-batch", type=int, default=1,
                    help="batches of up to this many products (1: unbatched)")
+    p.add_argument("--layout", choices=LAYOUTS, default="nn",
+                   help="B stored K x N (nn) or N x K (nt: x @ W.T, nn.Linear's W)")
 
 
 def check_bounds(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -155,9 +158,10 @@ def shape(dims: dict[str, int]) -> str:
 
 
 def measure(dtype: str, dims: dict[str, int], runtime: Any, target: Any, torch: Any,
-            repeat: int) -> dict[str, Any]:
+            repeat: int, layout: str = "nn") -> dict[str, Any]:
     """One product's row: accy's record (bench_gpu.bench_accy) and torch eager's kernel ms."""
-    return timed(spec("sweep", dtype, dims), dims, runtime, target, torch, repeat)
+    return {**timed(spec("sweep", dtype, dims, layout), dims, runtime, target, torch, repeat),
+            "layout": layout}
 
 
 def timed(spec: bp.Spec, dims: dict[str, int], runtime: Any, target: Any, torch: Any,
@@ -225,7 +229,7 @@ def compare(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     """Two sweeps' products in common: those whose plan changed (slowest first, each with
     BEFORE's kernel ms over AFTER's), and geometric means (see the module)."""
     def key(r: dict[str, Any]) -> tuple[Any, ...]:
-        return r["dtype"], *(r["dims"].get(a, 1) for a in "BMNK")
+        return r["dtype"], r.get("layout", "nn"), *(r["dims"].get(a, 1) for a in "BMNK")
 
     def plan(r: dict[str, Any]) -> tuple[Any, ...]:
         return r["accy"]["generators"], r["accy"]["kernels"]
@@ -322,7 +326,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "benchmark": "sweep_gemm", "seed": args.seed, "count": args.count,
             "minutes": args.minutes, "dtypes": list(args.dtypes), "repeat": args.repeat,
             "sides": [args.min_side, args.max_side], "k": [args.min_k, args.max_k],
-            "max_macs": args.max_macs, "max_batch": args.max_batch,
+            "max_macs": args.max_macs, "max_batch": args.max_batch, "layout": args.layout,
             "accy_device": runtime.info.key, "target": target.describe(),
             "target_profile": target.to_dict(), "torch_note": torch_note,
             "offset_ms": offset, "complete": complete,
@@ -337,9 +341,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     while len(rows) < args.count and time.monotonic() - start < 60 * args.minutes:
         dtype, dims = draw(rng, args)
         try:
-            rows.append(measure(dtype, dims, runtime, target, torch, args.repeat))
+            rows.append(measure(dtype, dims, runtime, target, torch, args.repeat, args.layout))
         except Exception as e:  # one product must not end the sweep
-            rows.append({"dtype": dtype, "dims": dims, "accy": None, "error": bg._error(e)})
+            rows.append({"dtype": dtype, "dims": dims, "layout": args.layout, "accy": None,
+                         "error": bg._error(e)})
         gc.collect()
         write_json(record(False), args.out, quiet=True)  # kept if killed
     result = record(True)

@@ -32,7 +32,17 @@ def test_sweep_runs_checks_and_writes_json(sweep, device, tmp_path: Path) -> Non
         assert row["speed_vs_torch_net"] is None
         assert 4 <= row["dims"]["M"] <= 40 and 8 <= row["dims"]["K"] <= 300 + 1
     assert result["torch_note"] == "--no-torch" and result["classes"] == {}  # none timed
-    assert result["complete"]
+    assert result["complete"] and {r["layout"] for r in result["rows"]} == {"nn"}
+
+
+def test_layout_nt_stores_b_n_by_k(sweep, device, tmp_path: Path) -> None:
+    """``--layout nt``: each B stored N x K (``x @ W.T``), checked against float64 as such."""
+    result = sweep.main(["--count", "2", "--min-side", "4", "--max-side", "40", "--min-k", "8",
+                         "--max-k", "300", "--no-torch", "--repeat", "1", "--seed", "5",
+                         "--layout", "nt", "--out", str(tmp_path / "n.json")])
+    assert result["layout"] == "nt"
+    for row in result["rows"]:
+        assert row["layout"] == "nt" and row["accy"]["check"]["ok"]
 
 
 def test_the_record_is_kept_after_every_product(sweep, device, tmp_path: Path,
@@ -105,7 +115,7 @@ def test_worst_first_by_speed_else_by_time_a_multiply_add(sweep) -> None:
                                   ["--min-k", "0"], ["--count", "0"],
                                   ["--max-macs", "10", "--min-side", "16"],
                                   ["--max-macs", "27", "--min-side", "3", "--min-k", "3"],
-                                  ["--max-batch", "0"]])
+                                  ["--max-batch", "0"], ["--layout", "tn"]])
 def test_bad_arguments_are_refused(sweep, argv) -> None:
     with pytest.raises(SystemExit):
         sweep.parse_args(argv)
