@@ -348,7 +348,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         gc.collect()
         write_json(record(False), args.out, quiet=True)  # kept if killed
     result = record(True)
-    print(f"{len(rows)} products on {runtime.info.key}; torch: {torch_note or 'eager'}")
+    print(f"{len(rows)} products on {runtime.info.key}"
+          f"{' (B stored N x K)' if args.layout == 'nt' else ''}; torch: {torch_note or 'eager'}")
     print(f"{'dtype':5s} {'[B x] M x N x K':>22s} {'kernels':>7s} {'accy ms':>9s} {'torch ms':>9s} "
           f"{'speed':>6s}  generators")
     for r in worst(rows, args.show):
