@@ -21,7 +21,7 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin, get_type_hints
 
 from accy.errors import (
     AccyError,
@@ -250,14 +250,14 @@ class TargetProfile:
         if not isinstance(data, Mapping):
             raise TargetProfileError(f"{where}: expected an object of fields, got "
                                      f"{type(data).__name__}")
-        known = {f.name: f for f in fields(cls)}
+        known = get_type_hints(cls)
         values: dict[str, Any] = {}
         for name, value in data.items():
             if name not in known:
                 raise TargetProfileError(f"{where}: unknown field {name!r} (known: "
                                          f"{', '.join(sorted(known))})")
             try:
-                values[name] = _field_value(str(known[name].type), value)
+                values[name] = _field_value(known[name], value)
             except (TypeError, ValueError) as e:
                 raise TargetProfileError(f"{where}: field {name!r}: {e}") from None
         return cls(**values)
@@ -330,28 +330,23 @@ class TargetProfile:
         return tuple(out)
 
 
-_SCALARS: dict[str, type] = {"int": int, "str": str, "bool": bool, "DType": DType}
-
-
-def _field_value(kind: str, value: Any) -> Any:
-    """``value`` read from JSON as a field annotated ``kind`` (``int``, ``tuple[str, ...]``,
-    ``frozenset[DType]``, ``Literal[...]``...), or a ``TypeError`` / ``ValueError``."""
-    for outer, make in (("tuple[", tuple), ("frozenset[", frozenset)):
-        if kind.startswith(outer):
-            if not isinstance(value, list):
-                raise TypeError(f"expected a list, got {value!r}")
-            inner = kind[len(outer):-1].removesuffix(", ...")
-            return make(_field_value(inner, v) for v in value)
-    if kind.startswith("Literal["):
-        allowed = [a.strip().strip("'\"") for a in kind[8:-1].split(",")]
-        if value not in allowed:
-            raise ValueError(f"expected one of {allowed}, got {value!r}")
+def _field_value(kind: Any, value: Any) -> Any:
+    """``value`` read from JSON as a field of type ``kind`` (resolved by
+    :func:`typing.get_type_hints`: ``int``, ``tuple[str, ...]``, ``frozenset[DType]``,
+    ``Literal[...]``...), or a ``TypeError`` / ``ValueError``."""
+    origin, args = get_origin(kind), get_args(kind)
+    if origin in (tuple, frozenset):
+        if not isinstance(value, list):
+            raise TypeError(f"expected a list, got {value!r}")
+        return origin(_field_value(args[0], v) for v in value)
+    if origin is Literal:
+        if value not in args:
+            raise ValueError(f"expected one of {list(args)}, got {value!r}")
         return value
-    want = _SCALARS[kind]
-    if want is DType:
+    if kind is DType:
         return DType(value)
-    if not isinstance(value, want) or (want is int and isinstance(value, bool)):
-        raise TypeError(f"expected {kind}, got {value!r}")
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise TypeError(f"expected {kind.__name__}, got {value!r}")
     return value
 
 

@@ -194,7 +194,7 @@ def tilings(c: Contraction, target: TargetProfile, dtype: int = tma.F16, **tiles
     full."""
     out = []
     forms = forms_for(c, target, dtype)
-    most = max((tile_groups(c, form_tiles(f).bm, form_tiles(f).bn) for f in forms), default=0)
+    most = max((tile_groups(c, t.bm, t.bn) for t in map(form_tiles, forms)), default=0)
     splits = (dtype != tma.F16 or c.k.size > SPLIT_K_F16
               or wgmma.SPLIT_IDLE * most <= target.compute_units)
     for f in forms:
