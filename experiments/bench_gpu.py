@@ -122,11 +122,14 @@ def pipeline_text(precision: str, disable: str = "", passes: str = "") -> str:
 
 
 def plan_record(job: accy.PreparedJob) -> dict[str, Any]:
-    """A prepared job's plan as the records keep it: its kernel count, generators and each
-    kernel's entry and launch geometry (``plan``)."""
+    """A prepared job's plan as the records keep it: its kernel count, generators, each
+    kernel's entry and launch geometry (``plan``) and its body's fingerprint's first 16 hex
+    digits (``bodies``: a plan whose kernels differ only within, as in their stages)."""
+    summaries = job.kernel_summaries()
     return {"kernels": job.kernel_count, "generators": job.generators(),
-            "plan": [[k.entry, list(s.geometry.global_size), list(s.geometry.local_size)]
-                     for k, s in zip(job.kernels, job.kernel_summaries(), strict=True)]}
+            "plan": [[s.entry, list(s.geometry.global_size), list(s.geometry.local_size)]
+                     for s in summaries],
+            "bodies": [s.body_fingerprint[:16] for s in summaries]}
 
 
 def bench_accy(spec: Spec, dims: dict[str, int], xs: list[np.ndarray], precision: str,

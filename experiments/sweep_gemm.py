@@ -187,9 +187,11 @@ def torch_ms(spec: bp.Spec, dims: dict[str, int], xs: list[Any], torch: Any,
 
 def same_plan(before: dict[str, Any], after: dict[str, Any]) -> bool:
     """Whether two accy records (``bench_gpu.bench_accy``) ran one plan: the same generators
-    and, where both recorded them, the same kernels' launches (``plan``), else as many
-    kernels."""
+    and, where both recorded them, the same kernel bodies (``bodies``) and launches
+    (``plan``), else as many kernels."""
     if before["generators"] != after["generators"]:
+        return False
+    if "bodies" in before and "bodies" in after and before["bodies"] != after["bodies"]:
         return False
     if "plan" in before and "plan" in after:
         return before["plan"] == after["plan"]

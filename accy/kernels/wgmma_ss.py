@@ -123,6 +123,11 @@ MANY_WAVES = 5
 # "Thirty-eighth session"). 0: three stages.
 SPLIT_STAGES = 6
 SPLIT_GAIN = 1.1
+# f16 128x128 tiles unsplit and no more work-groups than compute units (each alone on its
+# unit, no second work-group's products to hide its copies' latency behind) take as many
+# stages as one work-group a unit holds, up to LONE_STAGES; 0 (the default until timed): the
+# form's three. Scored alike either way (wgmma.LONE)
+LONE_STAGES = 0
 # f16 tilings over a K of at most SPLIT_K_F16 split it (wgmma.split_tiles) only where the
 # forms' most tiles (128x128) would leave at least half the compute units idle too
 # (wgmma.SPLIT_IDLE), not only the tiling's own: where 128x128 tiles unsplit fill more than
@@ -208,6 +213,9 @@ def tilings(c: Contraction, target: TargetProfile, dtype: int = tma.F16, **tiles
                 deep = deepened(c, t, target)
                 if deep.stages > t.stages and deep.split > 1:  # (unmeasured unsplit)
                     t, per_unit, gain = deep, 1, SPLIT_GAIN
+        if (dtype == tma.F16 and t.split == 1 and t.bn == 128
+                and tile_groups(c, t.bm, t.bn) <= target.compute_units):
+            t = deepest(t, target, LONE_STAGES)
         k = chunk_k(c.k.size, t.split, ROW // tma.ELEMENT_BYTES[dtype]) if t.split > 1 \
             else c.k.size
         r, groups = rate(f, k, dtype) * gain, tile_groups(c, t.bm, t.bn) * t.split
@@ -221,14 +229,20 @@ def deepened(c: Contraction, t: MmaTiles, target: TargetProfile) -> MmaTiles:
     """Split-K tiles ``t`` with as many stages as one work-group a unit holds, at most
     :data:`SPLIT_STAGES` (none more than ``t`` has: ``t``), and K split for one a unit (which
     may leave it unsplit: the caller keeps ``t`` then)."""
+    deep = deepest(t, target, SPLIT_STAGES)
+    if deep.stages == t.stages:
+        return t
+    return split_tiles(c, dataclasses.replace(deep, split=1), target, 1, MIN_K[tma.F16])
+
+
+def deepest(t: MmaTiles, target: TargetProfile, most: int) -> MmaTiles:
+    """``t`` with as many stages as one work-group a unit holds, up to ``most`` (never fewer
+    than it has)."""
     stages = t.stages
-    while stages < SPLIT_STAGES and local_bytes(
+    while stages < most and local_bytes(
             dataclasses.replace(t, stages=stages + 1)) <= target.group_local_bytes:
         stages += 1
-    if stages == t.stages:
-        return t
-    return split_tiles(c, dataclasses.replace(t, stages=stages, split=1), target, 1,
-                       MIN_K[tma.F16])
+    return dataclasses.replace(t, stages=stages)
 
 
 def forms_for(c: Contraction, target: TargetProfile, dtype: int = tma.F16

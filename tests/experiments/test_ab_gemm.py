@@ -226,6 +226,20 @@ def test_plans_only_lists_the_products_a_variant_changes_without_a_device(
     assert again["rows"] == result["rows"]
 
 
+def test_plans_only_sees_a_change_within_the_kernels(ab, tmp_path: Path, monkeypatch) -> None:
+    """A variant that changes a kernel's body but not its launch (more stages for 128x128
+    tiles alone on their units) changes the plan: the records' kernel fingerprints differ."""
+    monkeypatch.setattr(tma, "_libcuda", lambda: None)
+    profile = tmp_path / "h100.json"
+    profile.write_text(json.dumps(H100_LIKE.to_dict()))
+    result = ab.main(["--plans-only", str(profile), "--cases", "f16:608x2464x1968",
+                      "--variant", "lone=accy.kernels.wgmma_ss.LONE_STAGES=6",
+                      "--out", str(tmp_path / "plans.json")])
+    assert result["changed"] == {"lone": ["f16:608x2464x1968"]}
+    base, lone = result["rows"][0]["variants"]["base"], result["rows"][0]["variants"]["lone"]
+    assert base["plan"] == lone["plan"] and base["bodies"] != lone["bodies"]
+
+
 @pytest.mark.parametrize("text, words", [
     (None, ["missing.json"]),
     ("{", ["missing.json: not JSON"]),

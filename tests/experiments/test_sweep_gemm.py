@@ -152,6 +152,16 @@ def test_compare_reads_two_sweeps_and_lists_changed_plans_slowest_first(sweep, t
     (tmp_path / "a.json").write_text(json.dumps(after))
     assert [r["dims"]["M"] for r in sweep.main(["--compare", *paths])["changed"]] == [2, 3, 1]
     assert "3 products in both; 2 changed plan" in capsys.readouterr().out
+    # the same launches with other kernel bodies (stages, say) have changed too
+    after["rows"][2]["accy"]["plan"] = before["rows"][2]["accy"]["plan"]
+    before["rows"][2]["accy"]["bodies"], after["rows"][2]["accy"]["bodies"] = ["ab"], ["cd"]
+    (tmp_path / "b.json").write_text(json.dumps(before))
+    (tmp_path / "a.json").write_text(json.dumps(after))
+    assert [r["dims"]["M"] for r in sweep.main(["--compare", *paths])["changed"]] == [2, 3, 1]
+    after["rows"][2]["accy"]["bodies"] = ["ab"]
+    (tmp_path / "a.json").write_text(json.dumps(after))
+    assert [r["dims"]["M"] for r in sweep.main(["--compare", *paths])["changed"]] == [2, 1]
+    capsys.readouterr()
     (tmp_path / "bad.json").write_text('{"benchmark": "bench_gpu"}')
     (tmp_path / "broken.json").write_text("{")
     for other in ("missing.json", "bad.json", "broken.json"):

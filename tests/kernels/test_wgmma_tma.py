@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import operator
+import re
 import shutil
 
 import numpy as np
@@ -355,6 +356,22 @@ def test_k_split_where_tiles_leave_most_units_idle_over_a_long_k(pipe, encodes, 
         monkeypatch.setattr(wgmma_ss, "SPLIT_STAGES", 0)
         src = prepare(matmul16(m, n, k), "ieee", ROOMY_H200, pipe).kernel_source(0)
         assert "tma_bar[24]" not in src and f"k0 = (chunk * {chunk_k // 2}L)" in src
+
+
+@pytest.mark.parametrize("stages, bars", [(0, 12), (4, 16), (6, 24)])
+def test_tiles_alone_on_their_units_take_lone_stages(pipe, encodes, monkeypatch, stages, bars):
+    """``LONE_STAGES``: 128x128 tiles unsplit, no more work-groups than units (1024^3: 64),
+    take that many stages (0: the form's three); tiles walked two a unit (4096x4096x1024) and
+    split ones (their own ``SPLIT_STAGES``) keep theirs."""
+    monkeypatch.setattr(wgmma_ss, "LONE_STAGES", stages)
+
+    def barriers(m, n, k):
+        src = prepare(matmul16(m, n, k), "ieee", ROOMY_H200, pipe).kernel_source(0)
+        assert "@@SSTEP128" in src
+        return next(int(b) for b in re.findall(r"tma_bar\[(\d+)\]", src))
+
+    assert barriers(1024, 1024, 1024) == bars
+    assert barriers(4096, 4096, 1024) == 12 and barriers(1024, 1024, 8192) == 24
 
 
 @pytest.mark.parametrize("m, n, k, f16, gen", [
