@@ -62,7 +62,7 @@ import sweep_gemm  # noqa: E402
 import accy  # noqa: E402
 from accy.backends.registry import open_device  # noqa: E402
 from accy.errors import PipelineError  # noqa: E402
-from accy.experiments.records import provenance, write_json  # noqa: E402
+from accy.experiments.records import command_line, provenance, write_json  # noqa: E402
 from accy.kernels import tma  # noqa: E402
 from accy.target import TargetProfile  # noqa: E402
 
@@ -307,7 +307,7 @@ def summarise(rows: list[dict[str, Any]], names: list[str]) -> dict[str, dict[st
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     names = [v.name for v in args.variants]
-    command = [sys.argv[0] if argv is None else "main", *(sys.argv[1:] if argv is None else argv)]
+    command = command_line(argv)
     if args.plans_only is not None:
         rows = plan_rows(args)
         changed = changed_cases(rows, names)

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 from typing import Any
 
 import numpy as np
@@ -35,7 +34,7 @@ from accy.backends.opencl.device_array import DeviceArray
 from accy.backends.registry import get_backend
 from accy.builder import einsum, trace
 from accy.experiments.peers import cuda_torch
-from accy.experiments.records import median_ms, provenance, write_json
+from accy.experiments.records import command_line, median_ms, provenance, write_json
 from accy.passes.spec import parse_pipeline
 
 VARIANTS = {"fused": ("fusion-planning{attention=always}",),
@@ -208,8 +207,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
               f"{row.get('torch_compile_ms')}  ok={ok}", flush=True)
     result = {"rows": rows, "repeat": args.repeat,
               **provenance(args.device, ("pyopencl", "torch"),
-                           [sys.argv[0] if argv is None else "main",
-                            *(sys.argv[1:] if argv is None else argv)])}
+                           command_line(argv))}
     write_json(result, args.out)
     return result
 

@@ -21,7 +21,6 @@ import dataclasses
 import os
 import platform
 import statistics
-import sys
 import time
 from typing import Any
 
@@ -30,7 +29,7 @@ import numpy as np
 import accy
 from accy.builder import einsum
 from accy.experiments.peers import cuda_torch
-from accy.experiments.records import git_commit, timestamp, write_json
+from accy.experiments.records import command_line, git_commit, timestamp, write_json
 from accy.ir.program import Stage
 from accy.ir.shapes import parse_einsum
 from accy.job import PreparedJob
@@ -317,8 +316,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print_size(res)
     result: dict[str, Any] = {
         "spec": args.spec, "dtype": args.dtype, "repeat": args.repeat, "sizes": sizes,
-        "command": [sys.argv[0] if argv is None else "main",
-                    *(sys.argv[1:] if argv is None else argv)],
+        "command": command_line(argv),
         "device": runtime.info.key, "device_type": target.device_type,
         "target": target.describe(),
         "versions": {"accy": accy.__version__, "numpy": np.__version__,

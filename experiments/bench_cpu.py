@@ -42,7 +42,7 @@ import bench_gpu_torch as bt  # noqa: E402
 import accy  # noqa: E402
 from accy.backends.opencl.device_array import DeviceArray  # noqa: E402
 from accy.backends.registry import open_device  # noqa: E402
-from accy.experiments.records import provenance, write_json  # noqa: E402
+from accy.experiments.records import command_line, provenance, write_json  # noqa: E402
 
 # CPU-sized shapes of bench_gpu's programs (f32): each takes milliseconds on two cores
 PROGRAMS: dict[str, tuple[str, dict[str, int]]] = {
@@ -230,8 +230,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                         "all_ok": all(r["accy"]["check"]["ok"] and
                                                       r["ort_check"]["ok"] for r in rows)},
               **provenance(args.device, extra_versions=("onnxruntime",),
-                           command=[sys.argv[0] if argv is None else "main",
-                                    *(sys.argv[1:] if argv is None else argv)])}
+                           command=command_line(argv))}
     write_json(result, args.out)
     return result
 

@@ -88,7 +88,7 @@ import numpy as np
 import accy
 from accy.backends.opencl.device_array import DeviceArray
 from accy.backends.registry import open_device
-from accy.experiments.records import provenance, write_json
+from accy.experiments.records import command_line, provenance, write_json
 from accy.ir.types import DType
 from accy.kernels import split_k
 from accy.passes.spec import parse_pipeline
@@ -426,8 +426,7 @@ def run(args: argparse.Namespace, argv: list[str] | None) -> dict[str, Any]:
                         "target": target.describe()},
         "torch": torch_info,
         **provenance(args.device, extra_versions=("torch", "triton"),
-                     command=[sys.argv[0] if argv is None else "main",
-                              *(sys.argv[1:] if argv is None else argv)]),
+                     command=command_line(argv)),
     }
     rows: list[dict[str, Any]] = []
 

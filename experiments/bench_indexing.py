@@ -27,7 +27,6 @@ egglog is not installed.
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 import numpy as np
@@ -38,7 +37,7 @@ from accy.backends.opencl.runtime import Runtime
 from accy.backends.registry import get_backend, open_device
 from accy.builder import gather, scatter_add, trace
 from accy.experiments.kernels import copy_bandwidth
-from accy.experiments.records import median_ms, provenance, write_json
+from accy.experiments.records import command_line, median_ms, provenance, write_json
 
 FRONT = "shape-layout-propagation,dtype-legalization,indexing-lowering{{{options}}}"
 BACK = "accy-dispatch,accy-memory,accy-kernel,accy-target"
@@ -155,7 +154,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                          copy["GBps"])
                for name, (program, nbytes) in programs(rows, args.cols, m).items()
                for label, n in blocks.items()]
-    command = [sys.argv[0] if argv is None else "main", *(sys.argv[1:] if argv is None else argv)]
+    command = command_line(argv)
     result: dict[str, Any] = {
         "results": results, "copy": copy, "rows": rows, "cols": args.cols, "indices": m,
         "repeat": args.repeat, "compute_units": units,

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import platform
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -39,7 +38,7 @@ from accy.backends.opencl.runtime import Runtime
 from accy.backends.registry import get_backend, open_device
 from accy.builder import Value, cross_entropy, trace
 from accy.experiments.kernels import copy_bandwidth
-from accy.experiments.records import git_commit, median_ms, timestamp, write_json
+from accy.experiments.records import command_line, git_commit, median_ms, timestamp, write_json
 from accy.passes.spec import parse_pipeline
 
 # fraction of copy bandwidth (H200)
@@ -219,8 +218,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "device": {"key": info.key, "platform": info.platform, "name": info.name,
                    "driver": info.driver_version, "compute_units": info.compute_units,
                    "cpu": is_cpu},
-        "command": [sys.argv[0] if argv is None else "main",
-                    *(sys.argv[1:] if argv is None else argv)],
+        "command": command_line(argv),
         "versions": {"accy": accy.__version__, "numpy": np.__version__,
                      "pyopencl": cl.VERSION_TEXT, "python": platform.python_version()},
         "git_commit": git_commit(),

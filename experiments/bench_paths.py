@@ -24,7 +24,6 @@ import math
 import os
 import platform
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -35,7 +34,7 @@ import opt_einsum
 import accy
 from accy.contraction import STRATEGIES, ContractionError, PathOptions, path_cost
 from accy.experiments.networks import FAMILIES, instances
-from accy.experiments.records import git_commit, timestamp, write_json
+from accy.experiments.records import command_line, git_commit, timestamp, write_json
 
 ACCY_METHODS = ("exact", "exact-connected", "beam", "greedy", "auto")
 OE_METHODS = ("dp", "greedy", "auto", "branch-2")
@@ -307,8 +306,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "instances": rows,
         "defaults": {k: v for k, v in vars(PathOptions()).items()},
         "args": {k: v for k, v in vars(args).items()},
-        "command": [sys.argv[0] if argv is None else "main",
-                    *(sys.argv[1:] if argv is None else argv)],
+        "command": command_line(argv),
         "seed": args.seed,
         "versions": {"accy": accy.__version__, "numpy": np.__version__,
                      "opt_einsum": opt_einsum.__version__, "python": platform.python_version()},

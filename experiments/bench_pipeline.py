@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -24,7 +23,7 @@ import pyopencl
 import accy
 from accy.builder import FunctionBuilder, Value, trace
 from accy.errors import DeviceError
-from accy.experiments.records import git_commit, median_ms, timestamp, write_json
+from accy.experiments.records import command_line, git_commit, median_ms, timestamp, write_json
 
 PREPARE_TARGET_MS_PER_OP = 2.0  # at the largest size
 CHAIN_TARGET_SPEEDUP = 3.0
@@ -192,8 +191,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print_chain(chain, reason)
     result: dict[str, Any] = {
         "pipeline": pipeline, "chain": chain, "chain_skipped": reason,
-        "command": [sys.argv[0] if argv is None else "main", *(sys.argv[1:] if argv is None
-                                                                 else argv)],
+        "command": command_line(argv),
         "versions": {"accy": accy.__version__, "numpy": np.__version__,
                      "pyopencl": pyopencl.VERSION_TEXT, "python": platform.python_version()},
         "device": chain["device"] if chain else None, "git_commit": git_commit(),

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import platform
-import sys
 from typing import Any
 
 import numpy as np
@@ -33,7 +32,7 @@ from accy.backends.registry import get_backend, open_device
 from accy.builder import trace
 from accy.experiments.kernels import copy_bandwidth
 from accy.experiments.peers import cuda_torch
-from accy.experiments.records import git_commit, median_ms, timestamp, write_json
+from accy.experiments.records import command_line, git_commit, median_ms, timestamp, write_json
 from accy.ir.ops import Op
 from accy.ir.types import DType
 from accy.passes.spec import parse_pipeline
@@ -234,8 +233,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "rows": results, "copy": copy, "repeat": args.repeat,
         "device": {"key": info.key, "platform": info.platform, "name": info.name,
                    "driver": info.driver_version, "compute_units": info.compute_units},
-        "command": [sys.argv[0] if argv is None else "main",
-                    *(sys.argv[1:] if argv is None else argv)],
+        "command": command_line(argv),
         "versions": {"accy": accy.__version__, "numpy": np.__version__,
                      "pyopencl": cl.VERSION_TEXT, "python": platform.python_version()},
         "git_commit": git_commit(), "timestamp": timestamp(),

@@ -56,7 +56,7 @@ import bench_gpu_programs as bp  # noqa: E402
 import bench_gpu_torch as bt  # noqa: E402
 
 from accy.backends.registry import open_device  # noqa: E402
-from accy.experiments.records import provenance, write_json  # noqa: E402
+from accy.experiments.records import command_line, provenance, write_json  # noqa: E402
 
 DTYPES = ("f32", "f16")
 
@@ -316,8 +316,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     rng = random.Random(args.seed)
     rows: list[dict[str, Any]] = []
     start = time.monotonic()
-    prov = provenance(args.device, extra_versions=("torch",), command=[
-        sys.argv[0] if argv is None else "main", *(sys.argv[1:] if argv is None else argv)])
+    prov = provenance(args.device, extra_versions=("torch",), command=command_line(argv))
 
     def record(complete: bool) -> dict[str, Any]:
         with_net(rows, offset)

@@ -33,6 +33,7 @@ import os
 import platform
 import statistics
 import subprocess
+import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -166,6 +167,12 @@ def provenance(device: str | None | bool = None, extra_versions: Sequence[str] =
     if command is not None:
         out["command"] = list(command)
     return out
+
+
+def command_line(argv: Sequence[str] | None) -> list[str]:
+    """The command a record keeps: ``sys.argv`` where a script's ``main`` read it (``argv``
+    None), else ``"main"`` and the ``argv`` it was called with."""
+    return list(sys.argv) if argv is None else ["main", *argv]
 
 
 def median_ms(samples_ns: Iterable[int | float]) -> float:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -75,3 +76,9 @@ def test_max_rel_error() -> None:
     assert max_rel_error([np.float32([1, 2.5])], [np.float64([1, 2])]) == 0.25
     assert max_rel_error([np.float32([np.nan])], [np.float64([1])]) == float("inf")
     assert max_rel_error([np.zeros(2)], [np.zeros(3)]) == float("inf")
+
+
+def test_command_line_is_the_shells_or_main_and_its_arguments(monkeypatch) -> None:
+    monkeypatch.setattr(sys, "argv", ["experiments/bench_gpu.py", "--repeat", "3"])
+    assert records.command_line(None) == ["experiments/bench_gpu.py", "--repeat", "3"]
+    assert records.command_line(["--out", "x.json"]) == ["main", "--out", "x.json"]
