@@ -369,12 +369,18 @@ class _Wgmma(_Builder):
         ops = ", ".join(f"%{i}" for i in range(len(acc) + len(a) + len(rest)))
         out.append(InlineAsm(f"{marker} {ops}", acc, (*a, *rest), True, ("memory",)))
         nxt = add(kt, idx(self.stages() - 1))
-        out += self.by_tail(nxt, self.span,
-                            lambda tail: self.copy(nxt, mod(nxt, self.stages()), tail))
-        out += self.commit()
+        copies = self.by_tail(nxt, self.span,
+                              lambda tail: self.copy(nxt, mod(nxt, self.stages()), tail))
+        return out + self.after_issue(kt, stage, copies + self.commit(), a)
+
+    def after_issue(self, kt: Expr, stage: Expr, copies: list[Stmt],
+                    a: tuple[tuple[str, Expr], ...] = ()) -> list[Stmt]:
+        """What follows step ``kt``'s wgmma (reading ``stage`` and A registers ``a``): the
+        ``copies`` ahead, the wait for the products, the stage given back."""
+        acc = tuple(("+f", name) for name in self.acc)
         held = ", ".join(f"%{i}" for i in range(len(acc) + len(a)))
-        out.append(InlineAsm(f"{WAIT0} {held}", acc, a, True, ("memory",)))
-        return out + self.released(stage)
+        return [*copies, InlineAsm(f"{WAIT0} {held}", acc, a, True, ("memory",)),
+                *self.released(stage)]
 
     def a_operands(self, regs: str, n: int) -> tuple[list[Stmt], tuple[tuple[str, Expr], ...]]:
         """What prepares the step's A operands from register set ``regs``, and the operands."""

@@ -31,6 +31,8 @@ Markers (the operands the comment lists, in order):
   form TF32 has).
 - ``WAIT0``: ``wgmma.wait_group 0``; its operands (the accumulators, the A registers) are the
   registers the waited-for wgmma read or write, kept live until here.
+- ``WAIT1``: ``wgmma.wait_group 1``: all but the last step's wgmma done (operands as
+  ``WAIT0``'s).
 - ``PROXY``: ``fence.proxy.async.shared::cta``: copies into local memory made visible to the
   asynchronous proxy wgmma reads it through.
 
@@ -135,8 +137,10 @@ def tf32_instructions(n: int, steps: int, products: int, ops: list[str]) -> str:
 
 
 WAIT0 = f"{MARK}WAIT0"
+WAIT1 = f"{MARK}WAIT1"
 PROXY = f"{MARK}PROXY"
 _FIXED = {"WAIT0": "wgmma.wait_group.sync.aligned 0;",
+          "WAIT1": "wgmma.wait_group.sync.aligned 1;",
           "PROXY": "fence.proxy.async.shared::cta;"}
 
 

@@ -76,7 +76,7 @@ from accy.kernels.mma_plan import MmaTiles, along_k, balance, batch_of, tile_of
 from accy.kernels.mma_store import STAGE_PAD
 from accy.kernels.split_k import chunk_k
 from accy.kernels.wgmma import _Wgmma, split_tiles, tiles
-from accy.kernels.wgmma_ptx import WAIT0, descriptor_bits, sstep
+from accy.kernels.wgmma_ptx import WAIT0, WAIT1, descriptor_bits, sstep
 from accy.kernels.wgmma_tma import ATOM, Geometry, _WgmmaTma, i32
 from accy.target import TMA_COPY, TMA_TF32, TargetProfile
 
@@ -123,11 +123,12 @@ MANY_WAVES = 5
 # "Thirty-eighth session"). 0: three stages.
 SPLIT_STAGES = 6
 SPLIT_GAIN = 1.1
-# f16 128x128 tiles unsplit and no more work-groups than compute units (each alone on its
-# unit, no second work-group's products to hide its copies' latency behind) take as many
-# stages as one work-group a unit holds, up to LONE_STAGES; 0 (the default until timed): the
-# form's three. Scored alike either way (wgmma.LONE)
+# f16 128x128 tiles unsplit, no more work-groups than units (each alone on its unit) take as
+# many stages as one a unit holds, up to LONE_STAGES; 0 (until timed): three. Scored alike
 LONE_STAGES = 0
+# each step's wgmma left in flight while the next's are issued (wait_group 1, as CUTLASS's
+# mainloops); False (until timed): each step waits for its own (wait_group 0)
+OVERLAP = False
 # f16 tilings over a K of at most SPLIT_K_F16 split it (wgmma.split_tiles) only where the
 # forms' most tiles (128x128) would leave at least half the compute units idle too
 # (wgmma.SPLIT_IDLE), not only the tiling's own: where 128x128 tiles unsplit fill more than
@@ -476,15 +477,34 @@ class _WgmmaSs(_WgmmaTma):
         acc = tuple(("+f", name) for name in self.acc)
         marker, rest = self.issue(self.b_desc(step, stage, 0))
         ops = ", ".join(f"%{i}" for i in range(len(acc) + len(rest)))
-        step += [InlineAsm(f"{marker} {ops}", acc, rest, True, ("memory",)),
-                 ahead(add(gs, idx(ring - 1))),
-                 InlineAsm(f"{WAIT0} {', '.join(f'%{i}' for i in range(len(acc)))}", acc, (),
-                           True, ("memory",)), *self.released(stage)]
+        step.append(InlineAsm(f"{marker} {ops}", acc, rest, True, ("memory",)))
+        step += self.after_issue(gs, stage, [ahead(add(gs, idx(ring - 1)))])
         self.body.append(For("kt", idx(0), idx(steps), tuple(step)))
         self.stores(m0, n0, wm, wn, g, tt)
         loop, self.body = self.body, outer
         self.body.append(For("ti", idx(0), mine, tuple(loop)))
         return self.kernel(workers)
+
+    def after_issue(self, kt: Expr, stage: Expr, copies: list[Stmt],
+                    a: tuple[tuple[str, Expr], ...] = ()) -> list[Stmt]:
+        """Under :data:`OVERLAP`, step ``kt``'s products left in flight: the wait for the step
+        before's (``WAIT1``), that step's stage given back, then the ``copies`` ahead (into
+        that stage)."""
+        if not OVERLAP:
+            return super().after_issue(kt, stage, copies, a)
+        before = mod(add(kt, idx(self.stages() - 1)), self.stages())
+        return [self.wait_products(WAIT1),
+                If(Bin(">=", kt, idx(1)), tuple(self.released(before))), *copies]
+
+    def wait_products(self, marker: str) -> Stmt:
+        acc = tuple(("+f", name) for name in self.acc)
+        return InlineAsm(f"{marker} {', '.join(f'%{i}' for i in range(len(acc)))}", acc, (),
+                         True, ("memory",))
+
+    def stores(self, m0: Expr, n0: Expr, wm: Expr, wn: Expr, g: Expr, tt: Expr) -> None:
+        """The tile's stores, after its last products (in flight under :data:`OVERLAP`)."""
+        self.body += [self.wait_products(WAIT0)] if OVERLAP else []
+        super().stores(m0, n0, wm, wn, g, tt)
 
     def c_row_words(self) -> int:
         """Words of a row of the walking form's store buffer, padded as the staged stores

@@ -267,35 +267,44 @@ def test_f16_tilings_of_many_waves_are_scored_as_full_waves(pipe, encodes, monke
 
 
 @pytest.mark.skipif(cl is None, reason="needs pyopencl")
-@pytest.mark.parametrize("m, n, k, batch, bias, warpgroups, bn, stages, bt, walk", [
-    (500, 248, 160, 0, True, 4, 128, 4, False, True),  # 256x128 tiles walked, edges, bias
-    (250, 488, 200, 0, False, 2, 256, 4, False, None),  # 128x256 tiles, four K steps
-    (250, 248, 96, 2, False, 2, 128, 3, False, None),  # batched: the batch a coordinate of
-    # both maps
-    (250, 488, 200, 0, True, 2, 256, 4, True, True),  # B along K: K-major, one box a step
-    (250, 248, 400, 0, False, 2, 128, 3, True, None),  # 7 K steps through 3 stages
-    (250, 248, 64, 3, True, 2, 128, 3, False, True),  # walking batched, one K step a tile:
-    # the ring two tiles ahead, batch coordinates of tiles ahead, bias
-    (250, 248, 400, 0, False, 2, 128, 3, True, False),  # a tile a work-group (not walking)
+@pytest.mark.parametrize("m, n, k, batch, bias, warpgroups, bn, stages, bt, walk, overlap", [
+    (500, 248, 160, 0, True, 4, 128, 4, False, True, False),  # 256x128 walked, edges, bias
+    (250, 488, 200, 0, False, 2, 256, 4, False, None, False),  # 128x256 tiles, 4 K steps
+    (250, 248, 96, 2, False, 2, 128, 3, False, None, False),  # batched: the batch a
+    # coordinate of both maps
+    (250, 488, 200, 0, True, 2, 256, 4, True, True, False),  # B along K: K-major, one box
+    (250, 248, 400, 0, False, 2, 128, 3, True, None, False),  # 7 K steps through 3 stages
+    (250, 248, 64, 3, True, 2, 128, 3, False, True, False),  # walking batched, one K step a
+    # tile: the ring two tiles ahead, batch coordinates of tiles ahead, bias
+    (250, 248, 400, 0, False, 2, 128, 3, True, False, False),  # a tile a work-group
+    (250, 248, 400, 0, True, 2, 128, 3, False, False, True),  # OVERLAP: 7 steps, 3 stages
+    (250, 248, 160, 3, True, 2, 128, 3, False, True, True),  # OVERLAP walking, 3 steps a tile
 ], ids=["edges-bias", "wide", "batched", "b-along-k", "three-stages", "short-k",
-        "not-walking"])
+        "not-walking", "overlap", "overlap-walking"])
 def test_kernel_with_a_copied_computes_the_product_in_emulation(
         device, pipe, used, monkeypatch, encodes, m, n, k, batch, bias, warpgroups, bn, stages,
-        bt, walk):
+        bt, walk, overlap):
     """wgmma_ss: A and B both copied by TMA into the static local memory's deep stages, a tile
     a work-group (partial tiles at the edges: :func:`wgmma_ss.walks` says no) or walking
-    tiles where ``walk`` forces it."""
+    tiles where ``walk`` forces it; under ``OVERLAP`` each step waits for the step before's
+    products (``WAIT1``), gives that step's stage back, then copies ahead, and the stores wait
+    for all (``WAIT0``). (The emulation runs each wgmma when issued: it checks the ring's
+    stages and steps, not the hardware's wait.)"""
     if "Portable Computing Language" not in device.info.platform:
         pytest.skip("the emulation is checked on PoCL")
     monkeypatch.setattr(wgmma_ss, "PERSISTENT", walk)
+    monkeypatch.setattr(wgmma_ss, "OVERLAP", overlap)
     monkeypatch.setattr(wgmma, "MIN_K", 32)
     monkeypatch.setitem(wgmma_ss.MIN_K, tma.F16, 32)  # short K keeps the emulation quick
     monkeypatch.setattr(wgmma_ss, "FORMS", ((warpgroups, bn, stages),))
     monkeypatch.setitem(wgmma_ss.RATES, tma.F16, {(warpgroups, bn, stages): (2.0, 2.0)})
     job = prepare(matmul16(m, n, k, batch, bias, b_transposed=bt), "ieee", ROOMY, pipe)
     assert used(job) == {"wgmma-f16": 1} and "@@SSTEP" in job.kernel_source(0)
-    assert ("c_stage" in job.kernel_source(0)) == bool(walk)
-    check_f16_product(device, job, emulated_wgmma(job.kernel_source(0), "eager"), m, n, k,
+    src = job.kernel_source(0)
+    assert ("c_stage" in src) == bool(walk)
+    waits = (True, 1) if overlap else (False, 1 if walk else 2)  # (the K loop unrolled twice)
+    assert ("@@WAIT1" in src, src.count("@@WAIT0")) == waits
+    check_f16_product(device, job, emulated_wgmma(src, "eager"), m, n, k,
                       batch, bias, seed=7, b_transposed=bt)
 
 
