@@ -24,7 +24,10 @@ def test_bench_attention_smoke(experiment_script, device, tmp_path: Path) -> Non
             assert row[variant]["kernel_ms"] > 0
         assert row["fused"]["generators"] == {"fused-attention": 1}
         assert "fused-attention" not in row["unfused"]["generators"]
-        assert row["unfused"]["kernel_count"] == 3
+        # two products and the softmax, each a generator's; on some CPUs (PoCL on an AMD EPYC)
+        # a product reads K through a K-contiguous copy, a kernel of its own (``_yt``)
+        assert sum(row["unfused"]["generators"].values()) == 3
+        assert row["unfused"]["kernel_count"] in (3, 4)
 
 
 def test_bench_attention_f16_variants(experiment_script, device, tmp_path: Path) -> None:
