@@ -497,6 +497,7 @@ class _WgmmaSs(_WgmmaTma):
                 If(Bin(">=", kt, idx(1)), tuple(self.released(before))), *copies]
 
     def wait_products(self, marker: str) -> Stmt:
+        """The wait ``marker`` (``WAIT0``, ``WAIT1``) holding the accumulators live."""
         acc = tuple(("+f", name) for name in self.acc)
         return InlineAsm(f"{marker} {', '.join(f'%{i}' for i in range(len(acc)))}", acc, (),
                          True, ("memory",))
