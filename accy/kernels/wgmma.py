@@ -377,10 +377,14 @@ class _Wgmma(_Builder):
                     a: tuple[tuple[str, Expr], ...] = ()) -> list[Stmt]:
         """What follows step ``kt``'s wgmma (reading ``stage`` and A registers ``a``): the
         ``copies`` ahead, the wait for the products, the stage given back."""
+        return [*copies, self.wait_products(WAIT0, a), *self.released(stage)]
+
+    def wait_products(self, marker: str, a: tuple[tuple[str, Expr], ...] = ()) -> Stmt:
+        """The wait ``marker`` (``WAIT0``, ``WAIT1``) holding the accumulators (and A
+        registers ``a``) live."""
         acc = tuple(("+f", name) for name in self.acc)
         held = ", ".join(f"%{i}" for i in range(len(acc) + len(a)))
-        return [*copies, InlineAsm(f"{WAIT0} {held}", acc, a, True, ("memory",)),
-                *self.released(stage)]
+        return InlineAsm(f"{marker} {held}", acc, a, True, ("memory",))
 
     def a_operands(self, regs: str, n: int) -> tuple[list[Stmt], tuple[tuple[str, Expr], ...]]:
         """What prepares the step's A operands from register set ``regs``, and the operands."""

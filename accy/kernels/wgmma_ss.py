@@ -496,12 +496,6 @@ class _WgmmaSs(_WgmmaTma):
         return [self.wait_products(WAIT1),
                 If(Bin(">=", kt, idx(1)), tuple(self.released(before))), *copies]
 
-    def wait_products(self, marker: str) -> Stmt:
-        """The wait ``marker`` (``WAIT0``, ``WAIT1``) holding the accumulators live."""
-        acc = tuple(("+f", name) for name in self.acc)
-        return InlineAsm(f"{marker} {', '.join(f'%{i}' for i in range(len(acc)))}", acc, (),
-                         True, ("memory",))
-
     def stores(self, m0: Expr, n0: Expr, wm: Expr, wn: Expr, g: Expr, tt: Expr) -> None:
         """The tile's stores, after its last products (in flight under :data:`OVERLAP`)."""
         self.body += [self.wait_products(WAIT0)] if OVERLAP else []
