@@ -213,13 +213,18 @@ class _Builder:
         lanes = lanes or s.lanes
         f, k = add(f0, rf), add(kt, rk)
         overlap = self.t.overlap and s is self.sy and lanes > 1
-        if overlap:  # the row's last vector moved back to end at N (Tiles.overlap)
+        # streamed (CPUs): a tile's rows or vectors past the operand's end read its last one,
+        # not a zero behind a branch at every load (their outputs are never stored), and
+        # vectors load at their element offset, not through a signed division by the lanes
+        clamp = self.stream and s.extent % s.tile > 0 and s.extent % lanes == 0
+        if overlap or clamp:  # (overlap: the row's last vector moved back to end at N)
             f = Call("min", (f, idx(s.extent - lanes)))
         at = add(s.base, add(mul(f, idx(s.free_stride)), mul(k, idx(s.k_stride))))
-        value = (Load(s.arg, at) if lanes == 1 else VectorLoadAt(s.arg, at, lanes) if overlap
-                 else VectorLoad(s.arg, div(at, lanes), lanes))
+        value = (Load(s.arg, at) if lanes == 1 else VectorLoadAt(s.arg, at, lanes)
+                 if overlap or self.stream else VectorLoad(s.arg, div(at, lanes), lanes))
         guard = all_of(([Bin("<", f, idx(s.extent))]
-                        if s.extent % s.tile and not (inside and self.whole(s)) and not overlap
+                        if s.extent % s.tile and not (inside and self.whole(s))
+                        and not (overlap or clamp)
                         else [])
                        + ([Bin("<", k, idx(self.c.k.size))] if self.k_guard and not inside
                           else []))

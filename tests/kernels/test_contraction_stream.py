@@ -92,6 +92,17 @@ def test_cpu_tiles_of_k_contiguous_operands_sum_along_k():
     assert (t.dot, t.vn) == (0, 1) and t.bk > 0
 
 
+def test_streamed_tiles_past_the_edges_read_the_last_row_or_vector_unguarded(cpu):
+    """Rows past M and vectors past N (67 rows in tiles of 24, 160 columns in tiles of 64)
+    load the operand's last row or vector instead of a zero behind a branch at every load
+    (their outputs are never stored); vectors load at their element offset, not at a vector
+    index divided out of it (a signed division on every load)."""
+    src = accy.prepare(program("ik,kj->ij", [(67, 45), (45, 160)]), target=cpu).kernel_source(0)
+    assert "in0[((min((m0 + (ty * 2L)), 66L) * 45L)" in src
+    assert "vload16(0, in1 + (min((n0 + (tx * 16L)), 144L)" in src
+    assert "?" not in src
+
+
 def test_streamed_kernels_have_no_local_tiles_or_barriers(cpu, profiles):
     prog = program("ik,kj->ij", [(67, 45), (45, 160)])
     src = accy.prepare(prog, target=cpu).kernel_source(0)
