@@ -29,21 +29,22 @@ tiles that would leave units idle split K instead (``Tiles.split``, chunks of at
 :mod:`accy.kernels.split_k` sums them in a fixed order, with the epilogue); 64x64 and 32x32
 tiles are taken when K is too short for that, or larger tiles would pad more than 25%, and
 split a K of at least ``LONG_K`` where they leave units idle too (of ``SHORT_K`` where they
-fill at most half the units; chunks of at least 64). Tiles
-filled by a transposing copy have their rows padded against bank conflicts
+fill at most half the units; chunks of at least 64). Tiles filled by a transposing copy have
+their rows padded against bank conflicts
 (:func:`~accy.kernels.contraction_plan.bank_padding`), which layout-planning reports. CPUs get
 groups of up to 4 work-items, each with 24 vector accumulators (12 without AVX-512-wide
 registers) as wide as the device prefers, in the register-block shape that pads least, the
 operands read where the outer products use them (``Tiles.stream``): X a row (or a vector of
 rows, where M is contiguous) at a time, Y as vectors along N; no local memory or barriers,
-which on PoCL cost more than the caches they stand in for; K past the last whole step one
-index at a time after the steps. Y rows of no whole vectors stream unaligned, each row's last
-vector moved back to end at N (``Tiles.overlap``); rows shorter than a vector are staged; a
-K-contiguous Y is first copied N-contiguous (:mod:`accy.kernels.contraction_cpu`) or, over
-few rows, with X K-contiguous too, each output sums a vector along K (``Tiles.dot``). A
-product of fewer than 4 rows (GEMV-like) takes them all in one tile, its columns spread over
-at least 2 groups a compute unit. An f32 or f16 product with M or N at most 32 takes a tile
-that short and 128 long, K split until each compute unit has 3 groups
+which on PoCL cost more than the caches they stand in for; rows and vectors past M and N
+read the last ones (unguarded); K past the last whole step one index at a time. Y rows of no
+whole vectors stream unaligned, each row's last vector moved back to end at N
+(``Tiles.overlap``); rows shorter than a vector are staged; a K-contiguous Y is first copied
+N-contiguous (:mod:`accy.kernels.contraction_cpu`) or, over few rows, with X K-contiguous
+too, each output sums a vector along K (``Tiles.dot``). A product of fewer than 4 rows
+(GEMV-like) takes them all in one tile, its columns spread over at least 2 groups a compute
+unit. An f32 or f16 product with M or N at most 32 takes a tile that short and 128 long, K
+split until each compute unit has 3 groups
 (``contraction_plan.skinny``: GEMV-like products stream the long operand; f16 as halves).
 """
 
@@ -207,25 +208,20 @@ class _Builder:
 
     def load(self, s: _Side, f0: Expr, rf: Expr, kt: Expr, rk: Expr, lanes: int = 0,
              inside: bool = False) -> Expr:
-        """The tile element(s) at (rf, rk) of the K step at ``kt``, zero outside the operand:
-        ``lanes`` of them (``s.lanes`` unless given) from there on. ``inside``: the caller
-        knows the step is inside K, and the tile inside the operand where :meth:`whole`."""
+        """``lanes`` (else ``s.lanes``) elements from (rf, rk) of the K step at ``kt``, zero
+        outside the operand (streamed: its last row or vector, never stored, not a branch at
+        every load). ``inside``: the step is inside K, the tile inside where :meth:`whole`."""
         lanes = lanes or s.lanes
         f, k = add(f0, rf), add(kt, rk)
         overlap = self.t.overlap and s is self.sy and lanes > 1
-        # streamed (CPUs): a tile's rows or vectors past the operand's end read its last one,
-        # not a zero behind a branch at every load (their outputs are never stored), and
-        # vectors load at their element offset, not through a signed division by the lanes
-        clamp = self.stream and s.extent % s.tile > 0 and s.extent % lanes == 0
-        if overlap or clamp:  # (overlap: the row's last vector moved back to end at N)
-            f = Call("min", (f, idx(s.extent - lanes)))
+        edge = overlap or self.stream and s.extent % s.tile > 0 and s.extent % lanes == 0
+        f = Call("min", (f, idx(s.extent - lanes))) if edge else f
         at = add(s.base, add(mul(f, idx(s.free_stride)), mul(k, idx(s.k_stride))))
+        # streamed vectors load at their element offset, not through a signed division
         value = (Load(s.arg, at) if lanes == 1 else VectorLoadAt(s.arg, at, lanes)
                  if overlap or self.stream else VectorLoad(s.arg, div(at, lanes), lanes))
-        guard = all_of(([Bin("<", f, idx(s.extent))]
-                        if s.extent % s.tile and not (inside and self.whole(s))
-                        and not (overlap or clamp)
-                        else [])
+        free = s.extent % s.tile and not (inside and self.whole(s)) and not edge
+        guard = all_of(([Bin("<", f, idx(s.extent))] if free else [])
                        + ([Bin("<", k, idx(self.c.k.size))] if self.k_guard and not inside
                           else []))
         return value if guard is None else Cond(guard, value, self.zero(lanes))
