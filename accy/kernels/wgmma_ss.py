@@ -123,11 +123,11 @@ MANY_WAVES = 5
 # "Thirty-eighth session"). 0: three stages.
 SPLIT_STAGES = 6
 SPLIT_GAIN = 1.1
-# f16 128x128 tiles unsplit, no more work-groups than units (each alone on its unit) take as
-# many stages as one a unit holds, up to LONE_STAGES; 0 (until timed): three. Scored alike
+# f16 128x128 tiles unsplit, no more work-groups than units (alone on their units) take as
+# many stages as one a unit holds, up to LONE_STAGES (0: three); H100, 6: 1.01x, held out too
 LONE_STAGES = 0
-# each step's wgmma left in flight while the next's are issued (wait_group 1, as CUTLASS's
-# mainloops); False (until timed): each step waits for its own (wait_group 0)
+# each step's wgmma left in flight while the next's are issued (wait_group 1, CUTLASS's way);
+# False: each waits for its own. H100: 0.99x on lone tiles, 0.82x on many (4096^2x1024: 0.58x)
 OVERLAP = False
 # f16 tilings over a K of at most SPLIT_K_F16 split it (wgmma.split_tiles) only where the
 # forms' most tiles (128x128) would leave at least half the compute units idle too
@@ -138,6 +138,9 @@ OVERLAP = False
 # (1.02-2.56x), split faster at all 7 that filled 40-66 (1.03-2.2x); over longer K the split
 # held (5504-29298: unsplit 0.47-0.95x). papers/kernels.md, "Forty-fifth session"
 SPLIT_K_F16 = 4096
+# f16 128x256 tiles split over K behind a K-major B (stored N x K, or transposed first): taken
+# (True) or not (False: the 128x128 form's tiling only, itself split or not)
+SPLIT_WIDE_KMAJOR = True
 # an f16 B whose rows fit no tensor map is transposed first (reads) for products of at least
 # TRANSPOSE_MIN_M rows; fewer rows read B about once, so the transpose's read and write of B
 # cost more than the copies of mma-f16 (4-byte ones) it saves. H100, f16 products of 79-273
@@ -210,6 +213,9 @@ def tilings(c: Contraction, target: TargetProfile, dtype: int = tma.F16, **tiles
         gain = 1.0
         if not walking and splits:
             t = split_tiles(c, t, target, per_unit, MIN_K[dtype])
+            if (t.split > 1 and t.bn == 256 and dtype == tma.F16 and not SPLIT_WIDE_KMAJOR
+                    and along_k(reads(c, dtype), "y")):
+                continue
             if t.split > 1 and dtype == tma.F16 and t.bn == 128:
                 deep = deepened(c, t, target)
                 if deep.stages > t.stages and deep.split > 1:  # (unmeasured unsplit)

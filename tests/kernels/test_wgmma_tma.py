@@ -496,6 +496,24 @@ def test_a_short_f16_k_splits_only_where_128x128_tiles_leave_half_the_units_idle
     assert split(608, 2464, 1968)
 
 
+def test_k_split_behind_a_k_major_b_takes_128x128_tiles(pipe, encodes, monkeypatch):
+    """828 x 870 x 2464 splits K. Behind a K-major B (stored N x K, or transposed first: rows
+    of 870 halves fit no tensor map) without ``SPLIT_WIDE_KMAJOR`` it takes 98 work-groups of
+    128x128 tiles (49 split in two), not 112 of 128x256 (28 split in four), which ran 1.1-3.2x
+    slower there (papers/kernels.md, "Forty-seventh session"); B along N as stored (872
+    columns) takes the wide split either way."""
+    def groups(n: int, bt: bool) -> int:
+        job = prepare(matmul16(828, n, 2464, b_transposed=bt), "ieee", ROOMY_H200, pipe)
+        partials = [g for g in job.kernels if g.entry.endswith("_partials")]
+        assert set(job.generators()) == {"wgmma-f16"} and len(partials) == 1
+        return partials[0].geometry.global_size[0] // 256
+
+    for wide, kmajor in ((True, 112), (False, 98)):
+        monkeypatch.setattr(wgmma_ss, "SPLIT_WIDE_KMAJOR", wide)
+        assert (groups(870, True), groups(870, False), groups(872, False)) == (kmajor, kmajor,
+                                                                               112)
+
+
 @pytest.mark.skipif(not (shutil.which("clang-15") and shutil.which("ptxas")),
                     reason="needs clang-15 and CUDA's ptxas")
 @pytest.mark.parametrize("m, k, batch, bt, roomy", [
@@ -585,3 +603,4 @@ def test_offline_templates_are_zeros_where_the_geometry_encodes(monkeypatch) -> 
         assert tma.template(*good) == (0,) * 16
         assert "strides (130,)" in tma.template(*bad)
     assert not tma.OFFLINE and "CUDA driver" in tma.template(*good)
+
