@@ -62,7 +62,6 @@ from accy.kernels.contraction_plan import (
     Tiles,
     analyse,
     choose_tiles,
-    dot_aligned,
     dot_lanes,
     output_coords,
     rows_apart,
@@ -405,9 +404,9 @@ class _Builder:
     def dot_product(self, m0: Expr, n0: Expr, bases: dict[str, Expr]) -> list[list[Var]]:
         """Each output of the tile as a vector of ``t.dot`` partial sums along K (both
         operands K-contiguous, read where used), its lanes summed after the loop, then K past
-        the last whole vector added one index at a time; vectors that do not start at a
-        multiple of their width are loaded unaligned. Rows and columns past the product read
-        the last one (computed, not stored)."""
+        the last whole vector added one index at a time; vectors load at their element
+        offset (aligned or not: no signed division at every load, 2.2x faster on PoCL). Rows
+        and columns past the product read the last one (computed, not stored)."""
         c, t, dt, lanes = self.c, self.t, self.dtype, self.t.dot
         rows = [add(m0, idx(i)) if c.m.size % t.bm == 0 else
                 Call("min", (add(m0, idx(i)), idx(c.m.size - 1))) for i in range(t.sm)]
@@ -415,15 +414,13 @@ class _Builder:
                 Call("min", (add(n0, idx(w)), idx(c.n.size - 1))) for w in range(t.sn)]
         starts = ([add(bases["x"], mul(r, idx(c.m.x))) for r in rows],
                   [add(bases["y"], mul(col, idx(c.n.y))) for col in cols])
-        aligned = dot_aligned(c, lanes)
 
         def loads(kt: Var, width: int) -> list[Stmt]:
             out: list[Stmt] = []
             for name, arg, begins in (("a", self.x_arg, starts[0]), ("b", self.y_arg, starts[1])):
                 for i, begin in enumerate(begins):
                     at = add(begin, kt)
-                    value = (Load(arg, at) if width == 1 else VectorLoad(arg, div(at, width),
-                             width) if aligned else VectorLoadAt(arg, at, width))
+                    value = Load(arg, at) if width == 1 else VectorLoadAt(arg, at, width)
                     out.append(Let(f"{name}_{i}", dt, value, lanes=width))
             return out
 

@@ -393,12 +393,6 @@ def dot_lanes(c: Contraction, most: int) -> int:
     return most if c.k.x == 1 and c.k.y == 1 and c.dtype in FLOATS else 0
 
 
-def dot_aligned(c: Contraction, lanes: int) -> bool:
-    """Whether every K vector of ``lanes`` starts at a multiple of ``lanes`` elements."""
-    strides = (c.k.size, c.m.x, c.n.y, *(d.x for d in c.batch), *(d.y for d in c.batch))
-    return not any(v % lanes for v in strides)
-
-
 def vector_lanes(dtype: DType, target: TargetProfile) -> int:
     """The lanes of the CPU tiles' widest vector of ``dtype``: the device's preferred width."""
     return _pow2_at_most(max(1, target.native_vector_bytes // dtype.itemsize), 16)
