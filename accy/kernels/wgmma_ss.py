@@ -138,9 +138,9 @@ OVERLAP = False
 # (1.02-2.56x), split faster at all 7 that filled 40-66 (1.03-2.2x); over longer K the split
 # held (5504-29298: unsplit 0.47-0.95x). papers/kernels.md, "Forty-fifth session"
 SPLIT_K_F16 = 4096
-# f16 128x256 tiles split over K behind a K-major B (stored N x K, or transposed first): taken
-# (True) or not (False: the 128x128 form's tiling only, itself split or not)
-SPLIT_WIDE_KMAJOR = True
+# f16 128x256 tiles split over K behind a K-major B (stored N x K or transposed first): not
+# taken (H100: 128x128 1.13-3.2x faster, 9 of 9; papers/kernels.md, 45th and 47th sessions)
+SPLIT_WIDE_KMAJOR = False
 # an f16 B whose rows fit no tensor map is transposed first (reads) for products of at least
 # TRANSPOSE_MIN_M rows; fewer rows read B about once, so the transpose's read and write of B
 # cost more than the copies of mma-f16 (4-byte ones) it saves. H100, f16 products of 79-273
