@@ -508,11 +508,9 @@ def test_k_split_behind_a_k_major_b_takes_128x128_tiles(pipe, encodes, monkeypat
         assert set(job.generators()) == {"wgmma-f16"} and len(partials) == 1
         return partials[0].geometry.global_size[0] // 256
 
-    for wide, kmajor in ((False, 98), (True, 112)):
-        assert wgmma_ss.SPLIT_WIDE_KMAJOR == wide
-        assert (groups(870, True), groups(870, False), groups(872, False)) == (kmajor, kmajor,
-                                                                               112)
-        monkeypatch.setattr(wgmma_ss, "SPLIT_WIDE_KMAJOR", True)
+    assert (groups(870, True), groups(870, False), groups(872, False)) == (98, 98, 112)
+    monkeypatch.setattr(wgmma_ss, "SPLIT_WIDE_KMAJOR", True)
+    assert (groups(870, True), groups(870, False), groups(872, False)) == (112, 112, 112)
 
 
 @pytest.mark.skipif(not (shutil.which("clang-15") and shutil.which("ptxas")),
@@ -604,4 +602,3 @@ def test_offline_templates_are_zeros_where_the_geometry_encodes(monkeypatch) -> 
         assert tma.template(*good) == (0,) * 16
         assert "strides (130,)" in tma.template(*bad)
     assert not tma.OFFLINE and "CUDA driver" in tma.template(*good)
-
