@@ -219,8 +219,8 @@ class _Builder:
         # streamed vectors load at their element offset, not through a signed division
         value = (Load(s.arg, at) if lanes == 1 else VectorLoadAt(s.arg, at, lanes)
                  if overlap or self.stream else VectorLoad(s.arg, div(at, lanes), lanes))
-        free = s.extent % s.tile and not (inside and self.whole(s)) and not edge
-        guard = all_of(([Bin("<", f, idx(s.extent))] if free else [])
+        past = s.extent % s.tile and not (inside and self.whole(s)) and not edge
+        guard = all_of(([Bin("<", f, idx(s.extent))] if past else [])
                        + ([Bin("<", k, idx(self.c.k.size))] if self.k_guard and not inside
                           else []))
         return value if guard is None else Cond(guard, value, self.zero(lanes))

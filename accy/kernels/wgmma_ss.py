@@ -206,6 +206,7 @@ def tilings(c: Contraction, target: TargetProfile, dtype: int = tma.F16, **tiles
     most = max((tile_groups(c, t.bm, t.bn) for t in map(form_tiles, forms)), default=0)
     splits = (dtype != tma.F16 or c.k.size > SPLIT_K_F16
               or wgmma.SPLIT_IDLE * most <= target.compute_units)
+    narrow_split = dtype == tma.F16 and not SPLIT_WIDE_KMAJOR and along_k(reads(c, dtype), "y")
     for f in forms:
         t = dataclasses.replace(form_tiles(f), **tiles)
         walking = walks(c, t, target, dtype)
@@ -213,8 +214,7 @@ def tilings(c: Contraction, target: TargetProfile, dtype: int = tma.F16, **tiles
         gain = 1.0
         if not walking and splits:
             t = split_tiles(c, t, target, per_unit, MIN_K[dtype])
-            if (t.split > 1 and t.bn == 256 and dtype == tma.F16 and not SPLIT_WIDE_KMAJOR
-                    and along_k(reads(c, dtype), "y")):
+            if narrow_split and t.split > 1 and t.bn == 256:
                 continue
             if t.split > 1 and dtype == tma.F16 and t.bn == 128:
                 deep = deepened(c, t, target)
