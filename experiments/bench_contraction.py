@@ -33,7 +33,7 @@ from accy.experiments.records import command_line, git_commit, timestamp, write_
 from accy.ir.program import Stage
 from accy.ir.shapes import parse_einsum
 from accy.job import PreparedJob
-from accy.kernels import contraction
+from accy.kernels import contraction, contraction_plan
 from accy.passes.kernel.kernelization import with_spaces
 from accy.target import TargetProfile
 
@@ -188,7 +188,7 @@ def bench_size(size: tuple[int, int, int], args: argparse.Namespace, runtime,
            if args.check else None)
     job = build_job(args.spec, shapes, dtype, target)
     form = contraction.analyse(job.product.fusion.groups[0])
-    heuristic = None if isinstance(form, str) else contraction.choose_tiles(form[1], target)
+    heuristic = None if isinstance(form, str) else contraction_plan.choose_tiles(form[1], target)
     configs: list[tuple[str, PreparedJob, contraction.Tiles | None]] = [
         ("heuristic", job, heuristic)]
     for override in args.tiles if heuristic is not None else []:

@@ -41,11 +41,12 @@ read the last ones (unguarded); K past the last whole step one index at a time. 
 whole vectors stream unaligned, each row's last vector moved back to end at N
 (``Tiles.overlap``); rows shorter than a vector are staged; a K-contiguous Y is first copied
 N-contiguous (:mod:`accy.kernels.contraction_cpu`) or, over few rows, with X K-contiguous
-too, each output sums a vector along K (``Tiles.dot``). A product of fewer than 4 rows
-(GEMV-like) takes them all in one tile, its columns spread over at least 2 groups a compute
-unit. An f32 or f16 product with M or N at most 32 takes a tile that short and 128 long, K
-split until each compute unit has 3 groups
-(``contraction_plan.skinny``: GEMV-like products stream the long operand; f16 as halves).
+too, each output sums a vector along K (``Tiles.dot``); over many rows and tiles of N, Y is
+first copied into panels a tile wide, each read contiguously by its tiles. A product of
+fewer than 4 rows (GEMV-like) takes them all in one tile, its columns spread over at least 2
+groups a compute unit. An f32 or f16 product with M or N at most 32 takes a tile that short
+and 128 long, K split until each compute unit has 3 groups (``contraction_plan.skinny``:
+GEMV-like products stream the long operand; f16 as halves).
 """
 
 from __future__ import annotations
@@ -61,7 +62,6 @@ from accy.kernels.contraction_plan import (
     Contraction,
     Tiles,
     analyse,
-    choose_tiles,
     dot_lanes,
     output_coords,
     rows_apart,
@@ -144,7 +144,8 @@ class _Builder:
         self.scratch = KernelArg("scratch0", self.dtype, True, -1,
                                  self.chunks * einsum.type.size)
         self.k_guard = bool(c.k.size % tiles.bk)  # loads guarded against K
-        self.extra: list[KernelArg] = []  # scratch read (Y's transposed copy)
+        self.extra: list[KernelArg] = []  # scratch read (Y's copy)
+        self.panel = 0  # the copy's panel width, where each tile reads its own (K x bn)
 
     def let(self, name: str, e: Expr, dtype: DType = INDEX, lanes: int = 1,
             mutable: bool = False) -> Var:
@@ -212,14 +213,16 @@ class _Builder:
         every load). ``inside``: the step is inside K, the tile inside where :meth:`whole`."""
         lanes = lanes or s.lanes
         f, k = add(f0, rf), add(kt, rk)
+        panel = s is self.sy and self.panel > 0  # a tile's panel: K x bn, padded past N
         overlap = self.t.overlap and s is self.sy and lanes > 1
         edge = overlap or self.stream and s.extent % s.tile > 0 and s.extent % lanes == 0
-        f = Call("min", (f, idx(s.extent - lanes))) if edge else f
-        at = add(s.base, add(mul(f, idx(s.free_stride)), mul(k, idx(s.k_stride))))
+        f = Call("min", (f, idx(s.extent - lanes))) if edge and not panel else f
+        at = add(s.base, add(add(mul(f0, idx(self.c.k.size)), rf) if panel else mul(
+            f, idx(s.free_stride)), mul(k, idx(s.k_stride))))
         # streamed vectors load at their element offset, not through a signed division
         value = (Load(s.arg, at) if lanes == 1 else VectorLoadAt(s.arg, at, lanes)
                  if overlap or self.stream else VectorLoad(s.arg, div(at, lanes), lanes))
-        past = s.extent % s.tile and not (inside and self.whole(s)) and not edge
+        past = s.extent % s.tile and not (inside and self.whole(s) or edge or panel)
         guard = all_of(([Bin("<", f, idx(s.extent))] if past else [])
                        + ([Bin("<", k, idx(self.c.k.size))] if self.k_guard and not inside
                           else []))
@@ -563,15 +566,14 @@ def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
     if isinstance(found, str):
         raise ValueError(f"tiled-contraction cannot take this group: {found}")
     einsum, form = found
-    reads = (contraction_cpu.transposed(form, target)
-             if tiles is None and contraction_cpu.pays(form, target) else form)
-    chosen = tiles or choose_tiles(reads, target)
+    reads, chosen, width = contraction_cpu.layout(form, target, tiles)
     b = _Builder(group, outline, kind, einsum, reads, chosen, target)
     first: tuple[Kernel, ...] = ()
-    if reads is not form:  # Y copied N-contiguous first (contraction_cpu), read from the copy
+    if width:  # Y copied into panels first (contraction_cpu), read from the copy
         y = next(a for a in b.epi.args if a.name == b.y_arg)
-        copy, reader = contraction_cpu.copy_kernel(form, y, group, outline, kind, target)
+        copy, reader = contraction_cpu.copy_kernel(form, y, width, group, outline, kind, target)
         first, b.y_arg, b.extra = (copy,), reader.name, [reader]
+        b.panel = width if width == chosen.bn < form.n.size else 0  # (else one panel: rows)
     return first + with_sums(b.build(), group, outline, kind, einsum, b.scratch, b.chunks,
                              chosen, target)
 

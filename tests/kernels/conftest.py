@@ -81,6 +81,14 @@ def profiles(device) -> dict[str, TargetProfile]:
     return {"device": real, "gpu-tiles": gpu_like}
 
 
+@pytest.fixture(scope="module")
+def cpu(profiles) -> TargetProfile:
+    """The device's profile as a CPU with AVX-512-wide vectors and 2 compute units (the
+    streamed CPU products' tests)."""
+    return dataclasses.replace(profiles["device"], device_type="cpu", native_vector_bytes=64,
+                               compute_units=2)
+
+
 @pytest.fixture
 def encodes(monkeypatch) -> list[tuple]:
     """Tensor-map templates encode (as stand-in words) without a CUDA driver; the geometries

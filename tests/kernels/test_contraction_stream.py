@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-import pytest
 from contraction_support import AVX512, program
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -32,13 +31,6 @@ def tiles(spec: str, shapes, target=AVX512, dtype: DType = DType.f32):
     f = b.begin_function("f", [TensorType(s, dtype) for s in shapes])
     node = einsum(spec, *(f.param(i) for i in range(len(shapes)))).node
     return choose_tiles(classify(node), target)
-
-
-@pytest.fixture(scope="module")
-def cpu(profiles):
-    """The device's profile as a CPU with AVX-512-wide vectors and 2 compute units."""
-    return dataclasses.replace(profiles["device"], device_type="cpu", native_vector_bytes=64,
-                               compute_units=2)
 
 
 def test_cpu_tiles_stream_where_y_gives_vectors_of_half_the_native_width():
