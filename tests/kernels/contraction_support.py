@@ -42,3 +42,21 @@ def check(device, prog: accy.Program, target: TargetProfile, reference, seed: in
         assert out.shape == ref.shape and out.dtype == fn.params[0].type.dtype.numpy
         scale = max(1.0, float(np.abs(ref).max()))
         np.testing.assert_allclose(out, ref, rtol=tol, atol=tol * scale * 8)
+
+
+def operand_shapes(form: str, size: dict[str, int]) -> list[tuple[int, ...]]:
+    """The shapes of an einsum ``form``'s two operands at letter sizes ``size``."""
+    return [tuple(size[c] for c in side) for side in form.split("->")[0].split(",")]
+
+
+def matches_twice(device, job, spec: str, shapes, relu: bool, dtype: DType = DType.f32,
+                  seed: int = 4) -> None:
+    """``job`` (the einsum ``spec``, a relu epilogue or none) against numpy in float64 on
+    ``device``, called twice with new inputs (scratch copies are rewritten each call)."""
+    rng = np.random.default_rng(seed)
+    for _ in range(2):
+        x, y = (rng.standard_normal(s).astype(dtype.numpy) for s in shapes)
+        (out,) = job.run(x, y, device=device)
+        ref = np.einsum(spec, x.astype(np.float64), y.astype(np.float64))
+        ref = np.maximum(ref, 0) if relu else ref
+        np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * max(1.0, np.abs(ref).max()))

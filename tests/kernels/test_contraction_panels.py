@@ -10,7 +10,7 @@ import contextlib
 import dataclasses
 
 import numpy as np
-from contraction_support import AVX512, program
+from contraction_support import AVX512, matches_twice, operand_shapes, program
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -89,10 +89,6 @@ def paneled(draw):
     return form, operand_shapes(form, size)
 
 
-def operand_shapes(form: str, size: dict[str, int]) -> list[tuple[int, ...]]:
-    return [tuple(size[c] for c in side) for side in form.split("->")[0].split(",")]
-
-
 @settings(max_examples=25, deadline=None)
 @given(case=paneled(), relu=st.booleans())
 def test_products_reading_panels_match_numpy(device, cpu, case, relu):
@@ -104,13 +100,7 @@ def test_products_reading_panels_match_numpy(device, cpu, case, relu):
     rows_n = shapes[1][-1] if spec.split(",")[1].startswith(("k", "bk")) else None
     if rows_n is not None and rows_n > bn:  # N-contiguous Y past one tile: in panels
         assert width == bn and job.kernels[0].entry.endswith("_yt")
-    rng = np.random.default_rng(5)
-    for _ in range(2):  # the scratch copy is rewritten each call
-        x, y = (rng.standard_normal(s).astype(np.float32) for s in shapes)
-        (out,) = job.run(x, y, device=device)
-        ref = np.einsum(spec, x.astype(np.float64), y.astype(np.float64))
-        ref = np.maximum(ref, 0) if relu else ref
-        np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * max(1.0, np.abs(ref).max()))
+    matches_twice(device, job, spec, shapes, relu, seed=5)
 
 
 def test_a_traced_product_of_many_rows_reads_y_from_panels(device, cpu):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-from contraction_support import AVX512, program
+from contraction_support import AVX512, matches_twice, operand_shapes, program
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -117,11 +117,6 @@ def test_streamed_kernels_have_no_local_tiles_or_barriers(cpu, profiles):
         tail.kernel_source(0))
     staged = accy.prepare(program("ik,jk->ij", [(20, 45), (160, 45)]), target=cpu)
     assert staged.kernel_count == 1 and "y_tile" in staged.kernel_source(0)
-
-
-def operand_shapes(form: str, size: dict[str, int]) -> list[tuple[int, ...]]:
-    """The shapes of an einsum ``form``'s two operands at letter sizes ``size``."""
-    return [tuple(size[c] for c in side) for side in form.split("->")[0].split(",")]
 
 
 @st.composite
@@ -283,13 +278,7 @@ def test_products_reading_y_transposed_match_numpy(device, cpu, case, relu):
     prog = program(spec, shapes, dtype, epilogue=(lambda out: accy.relu(out)) if relu else None)
     job = accy.prepare(prog, target=cpu)
     assert job.kernels[0].entry.endswith("_yt") and job.kernel_count == 2
-    rng = np.random.default_rng(4)
-    for _ in range(2):  # the scratch copy is rewritten each call
-        x, y = (rng.standard_normal(s).astype(dtype.numpy) for s in shapes)
-        (out,) = job.run(x, y, device=device)
-        ref = np.einsum(spec, x.astype(np.float64), y.astype(np.float64))
-        ref = np.maximum(ref, 0) if relu else ref
-        np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * max(1.0, np.abs(ref).max()))
+    matches_twice(device, job, spec, shapes, relu, dtype)
 
 
 def test_a_traced_product_with_a_transposed_weight_reads_it_transposed(device, cpu):
