@@ -42,11 +42,12 @@ whole vectors stream unaligned, each row's last vector moved back to end at N
 (``Tiles.overlap``); rows shorter than a vector are staged; a K-contiguous Y is first copied
 N-contiguous (:mod:`accy.kernels.contraction_cpu`) or, over few rows, with X K-contiguous
 too, each output sums a vector along K (``Tiles.dot``); over many rows and tiles of N, Y is
-first copied into panels a tile wide, each read contiguously by its tiles. A product of
-fewer than 4 rows (GEMV-like) takes them all in one tile, its columns spread over at least 2
-groups a compute unit. An f32 or f16 product with M or N at most 32 takes a tile that short
-and 128 long, K split until each compute unit has 3 groups (``contraction_plan.skinny``:
-GEMV-like products stream the long operand; f16 as halves).
+first copied into panels a tile wide (``contraction_cpu.layout``). A product of fewer than 4
+rows (GEMV-like) takes them all in one tile, its columns spread over 2 groups a compute unit
+or more. An f32 or f16 product with M or N at most 32 takes a tile that short and 128 long, K
+split until each compute unit has 3 groups (``contraction_plan.skinny``: GEMV-like products
+stream the long operand; f16 as halves). A streamed tile short of vector registers loads
+each B vector just before its FMAs (``register_bound``).
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ from accy.kernels.contraction_plan import (
     analyse,
     dot_lanes,
     output_coords,
+    register_bound,
     rows_apart,
     transposing,
 )
@@ -268,6 +270,7 @@ class _Builder:
         kk = Var("kk") if unroll < bk else idx(0)
         # streamed X: vm rows as one vector where they are contiguous and aligned, else apart
         x_vector = t.vm > 1 and sx.mode == "free" and sx.lanes % t.vm == 0
+        columnwise = self.stream and t.vn > 1 and register_bound(t, self.target)
         out: list[Stmt] = []
         for u in range(unroll):
             k = add(kk, idx(u))
@@ -287,15 +290,13 @@ class _Builder:
                                                                 1)))
                     a[s].append(Var(f"{name}_{r}"))
             b = [Var(f"b{u}_{w}") for w in range(t.sn)]
-            for w in range(t.sn):
-                out.append(Let(b[w].name, dt, self.operand(sy, self.n0, w * t.wx, tx, k, t.vn),
-                               lanes=t.vn))
-            for s in range(t.sm):
-                for r in range(t.vm):
-                    av = a[s][r] if t.vn == 1 else Splat(dt, t.vn, a[s][r])
-                    for w in range(t.sn):
-                        cur = acc[s * t.vm + r][w]
-                        out.append(Assign(cur.name, Call("fma", (av, b[w], cur))))
+            fmas = [Assign(acc[s * t.vm + r][w].name, Call("fma", (a[s][r] if t.vn == 1 else Splat(
+                dt, t.vn, a[s][r]), b[w], acc[s * t.vm + r][w])))
+                for s in range(t.sm) for r in range(t.vm) for w in range(t.sn)]
+            for w in range(t.sn):  # (columnwise: column w's FMAs right after its B vector)
+                out += [Let(b[w].name, dt, self.operand(sy, self.n0, w * t.wx, tx, k, t.vn),
+                            lanes=t.vn), *(fmas[w::t.sn] if columnwise else [])]
+            out += [] if columnwise else fmas
         if unroll < bk:
             return [For("kk", idx(0), idx(bk), tuple(out), step=unroll)]
         return out

@@ -387,6 +387,21 @@ def _streamed_lanes(c: Contraction, most: int) -> int:
     return lanes
 
 
+# A streamed CPU tile whose accumulators, one K step's B vectors and a broadcast element of A
+# outnumber the vector registers (3 rows x 4 vectors on AVX2: 17 of 16) loads each B vector
+# just before its FMAs, not all of them first: PoCL then spills no accumulator at each step
+# (AMD EPYC VM, PoCL: 1.42x over 5 products, 1.40x over 8 held out; papers/kernels.md,
+# "Forty-eighth session"). False: row by row always, as before.
+COLUMNWISE = True
+
+
+def register_bound(t: Tiles, target: TargetProfile) -> bool:
+    """Whether :data:`COLUMNWISE` applies to tiles ``t`` on ``target`` (32 vector registers
+    with AVX-512's 64-byte vectors, else 16)."""
+    return COLUMNWISE and t.vm * t.sm * t.sn + t.sn + 1 > (
+        32 if target.native_vector_bytes >= 64 else 16)
+
+
 def dot_lanes(c: Contraction, most: int) -> int:
     """``most`` where both operands are K-contiguous floats (each output can be summed along
     K in vectors of that many lanes), else 0."""

@@ -119,6 +119,32 @@ def test_streamed_kernels_have_no_local_tiles_or_barriers(cpu, profiles):
     assert staged.kernel_count == 1 and "y_tile" in staged.kernel_source(0)
 
 
+def test_tiles_short_of_registers_load_each_b_vector_just_before_its_fmas(device):
+    """AVX2 (16 vector registers): 3 rows x 4 vectors (12 accumulators, 4 B vectors and a
+    broadcast: 17) interleave each B vector's load with its column's FMAs; 4 rows x 3 vectors
+    (16) and AVX-512's 6 x 4 (29 of 32) load a step's B vectors first. Right on the device."""
+    def loop(shapes, target):  # the job, and the names its K loop's first lines assign
+        job = accy.prepare(program("ik,kj->ij", shapes), target=target)
+        src = job.kernel_source(job.kernel_count - 1)
+        return job, [line.split(" = ")[0].split()[-1] for line in
+                     src[src.index("for (long kk"):].splitlines()[1:30] if " = " in line]
+
+    def b_first(order):  # the step's second B vector loaded before its first FMA
+        return order.index("b0_1") < next(i for i, n in enumerate(order) if "acc" in n)
+
+    shapes = [(60, 200), (200, 320)]
+    assert (tiles("ik,kj->ij", shapes, AVX2).sm, tiles("ik,kj->ij", shapes, AVX2).sn) == (3, 4)
+    job, order = loop(shapes, AVX2)
+    assert order[3:11] == ["b0_0", "acc_0_0", "acc_1_0", "acc_2_0", "b0_1", "acc_0_1",
+                           "acc_1_1", "acc_2_1"]
+    rng = np.random.default_rng(7)
+    x, y = rng.standard_normal(shapes[0]), rng.standard_normal(shapes[1])
+    (out,) = job.run(x.astype(np.float32), y.astype(np.float32), device=device)
+    np.testing.assert_allclose(out, x @ y, rtol=1e-4, atol=1e-4 * np.abs(x @ y).max())
+    assert b_first(loop([(64, 200), (200, 96)], AVX2)[1])  # 4 x 3
+    assert b_first(loop(shapes, AVX512)[1])
+
+
 @st.composite
 def streamed(draw):
     """A product that streams: plain, X transposed, batched, or Y shared by a batch of X; N a
