@@ -93,8 +93,8 @@ def transposed(c: Contraction, target: TargetProfile, width: int = 0) -> Contrac
     """``c`` with Y as :func:`copy_kernel` writes it: Y's batch dimensions outside (row-major
     in their order), then panels of ``width`` columns (default: one, N padded to whole
     vectors), each K rows of ``width`` contiguous elements."""
-    width = width or -(-c.n.size // vector_lanes(c.dtype, target)) * vector_lanes(
-        c.dtype, target)
+    lanes = vector_lanes(c.dtype, target)
+    width = width or -(-c.n.size // lanes) * lanes
     stride, batch = -(-c.n.size // width) * width * c.k.size, []
     for d in reversed(c.batch):
         batch.append(dataclasses.replace(d, y=stride) if d.y else d)
@@ -107,11 +107,12 @@ def transposed(c: Contraction, target: TargetProfile, width: int = 0) -> Contrac
 def layout(c: Contraction, target: TargetProfile, tiles: Tiles | None
            ) -> tuple[Contraction, Tiles, int]:
     """The contraction the product of ``c`` reads, its tiles (``tiles``, else chosen) and the
-    width of the panels :func:`copy_kernel` copies Y into first (0: none, Y read as stored):
-    a streamed product of at least :data:`PANEL_ROWS` rows and more than :data:`PANEL_TILES`
-    tiles of N whose Y is K-contiguous (:func:`pays`) or N-contiguous in whole vectors
-    copies it in panels a tile wide (where that is whole vectors of the copy); else one whose
-    Y is K-contiguous and :func:`pays` copies it in one panel, N padded to whole vectors."""
+    width of the panels :func:`copy_kernel` copies Y into first (0: none, Y read as stored).
+    A streamed product of more than :data:`PANEL_TILES` tiles of N copies Y into panels a
+    tile wide (where that is whole vectors of the copy) where Y is K-contiguous and
+    :func:`pays` for its copy anyway, or is N-contiguous in whole vectors and the product has
+    at least :data:`PANEL_ROWS` rows; else a K-contiguous Y that :func:`pays` is copied into
+    one panel, N padded to whole vectors."""
     if tiles is not None:
         return c, tiles, 0
     lanes = vector_lanes(c.dtype, target)
