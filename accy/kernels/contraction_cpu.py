@@ -68,10 +68,8 @@ TRANSPOSED_Y = "scratch_yt"  # the scratch memory copy_kernel writes
 COPY_ITEMS = 64
 # rows (M) and tiles of N a streamed product needs for Y to be copied into panels a tile wide
 # first (PANEL_ROWS None: never): each tile then reads its K x bn panel contiguously, not bn
-# of every row of Y (PoCL, 512^3: 1.35x, the copy 3% of it); over fewer rows the copy costs
-# about what the panels save, over a narrow N they save nothing (A/Bs on a 2-core AVX2 VM:
-# 1.18x over 25 products of 384 rows or more, 1.10x over 18 and 1.15x over 6 held out of
-# 256-383 rows; papers/kernels.md, "Forty-eighth session")
+# of every row of Y; over fewer rows the copy costs about what the panels save, over a
+# narrow N they save nothing (A/Bs on PoCL: papers/kernels.md, "Forty-eighth session")
 PANEL_ROWS: int | None = 256
 PANEL_TILES = 4
 

@@ -390,8 +390,8 @@ def _streamed_lanes(c: Contraction, most: int) -> int:
 # A streamed CPU tile whose accumulators, one K step's B vectors and a broadcast element of A
 # outnumber the vector registers (3 rows x 4 vectors on AVX2: 17 of 16) loads each B vector
 # just before its FMAs, not all of them first: PoCL then spills no accumulator at each step
-# (AMD EPYC VM, PoCL: 1.42x over 5 products, 1.40x over 8 held out; papers/kernels.md,
-# "Forty-eighth session"). False: row by row always, as before.
+# (timed on PoCL, fit and held out: papers/kernels.md, "Forty-eighth session"). False: row by
+# row always, as before.
 COLUMNWISE = True
 
 

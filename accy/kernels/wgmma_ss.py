@@ -139,7 +139,7 @@ OVERLAP = False
 # held (5504-29298: unsplit 0.47-0.95x). papers/kernels.md, "Forty-fifth session"
 SPLIT_K_F16 = 4096
 # f16 128x256 tiles split over K behind a K-major B (stored N x K or transposed first): not
-# taken (H100: 128x128 1.13-3.2x faster, 8 of 9; H200, 16 held out: 1.63x; papers 45th-48th)
+# taken, the 128x128 form's tiling is (timed faster: papers/kernels.md, 45th-48th sessions)
 SPLIT_WIDE_KMAJOR = False
 # an f16 B whose rows fit no tensor map is transposed first (reads) for products of at least
 # TRANSPOSE_MIN_M rows; fewer rows read B about once, so the transpose's read and write of B
