@@ -47,7 +47,7 @@ rows (GEMV-like) takes them all in one tile, its columns spread over 2 groups a 
 or more. An f32 or f16 product with M or N at most 32 takes a tile that short and 128 long, K
 split until each compute unit has 3 groups (``contraction_plan.skinny``: GEMV-like products
 stream the long operand; f16 as halves). A streamed tile short of vector registers loads
-each B vector just before its FMAs (``register_bound``).
+each B vector just before its FMAs (``columnwise``).
 """
 
 from __future__ import annotations
@@ -63,9 +63,9 @@ from accy.kernels.contraction_plan import (
     Contraction,
     Tiles,
     analyse,
+    columnwise,
     dot_lanes,
     output_coords,
-    register_bound,
     rows_apart,
     transposing,
 )
@@ -270,7 +270,7 @@ class _Builder:
         kk = Var("kk") if unroll < bk else idx(0)
         # streamed X: vm rows as one vector where they are contiguous and aligned, else apart
         x_vector = t.vm > 1 and sx.mode == "free" and sx.lanes % t.vm == 0
-        columnwise = self.stream and t.vn > 1 and register_bound(t, self.target)
+        by_column = self.stream and t.vn > 1 and columnwise(t, self.target)
         out: list[Stmt] = []
         for u in range(unroll):
             k = add(kk, idx(u))
@@ -293,10 +293,10 @@ class _Builder:
             fmas = [Assign(acc[s * t.vm + r][w].name, Call("fma", (a[s][r] if t.vn == 1 else Splat(
                 dt, t.vn, a[s][r]), b[w], acc[s * t.vm + r][w])))
                 for s in range(t.sm) for r in range(t.vm) for w in range(t.sn)]
-            for w in range(t.sn):  # (columnwise: column w's FMAs right after its B vector)
+            for w in range(t.sn):  # (by_column: column w's FMAs right after its B vector)
                 out += [Let(b[w].name, dt, self.operand(sy, self.n0, w * t.wx, tx, k, t.vn),
-                            lanes=t.vn), *(fmas[w::t.sn] if columnwise else [])]
-            out += [] if columnwise else fmas
+                            lanes=t.vn), *(fmas[w::t.sn] if by_column else [])]
+            out += [] if by_column else fmas
         if unroll < bk:
             return [For("kk", idx(0), idx(bk), tuple(out), step=unroll)]
         return out

@@ -395,8 +395,9 @@ def _streamed_lanes(c: Contraction, most: int) -> int:
 COLUMNWISE = True
 
 
-def register_bound(t: Tiles, target: TargetProfile) -> bool:
-    """Whether :data:`COLUMNWISE` applies to tiles ``t`` on ``target`` (32 vector registers
+def columnwise(t: Tiles, target: TargetProfile) -> bool:
+    """Whether a streamed CPU tile ``t`` loads each B vector just before its FMAs
+    (:data:`COLUMNWISE`): where its registers outnumber ``target``'s (32 vector registers
     with AVX-512's 64-byte vectors, else 16)."""
     return COLUMNWISE and t.vm * t.sm * t.sn + t.sn + 1 > (
         32 if target.native_vector_bytes >= 64 else 16)
