@@ -92,7 +92,6 @@ from accy.kernels.ir import (
 from accy.kernels.mma_copies import Copies
 from accy.kernels.mma_frags import VectorLoads
 from accy.kernels.mma_plan import (
-    VECTOR,
     MmaTiles,
     a_lane_base,
     a_offset,
@@ -170,14 +169,13 @@ class _Builder(Copies, VectorLoads, Stores):
         # place; 3xtf32's (scalar fragment loads) split there, the small parts into a second
         # tile of the same layout (:meth:`Copies.round_copies`)
         self.round_tile = (tiles.rounding == "tile" and self.pipelined
-                           and widths == {"x": VECTOR, "y": VECTOR}
                            and (policy == "tf32" or policy == "3xtf32"
                                 and not tiles.vector_loads))
         if self.round_tile and policy == "3xtf32" and 2 * tiles.local_bytes() > \
-                target.local_mem_bytes:
+                target.group_local_bytes:
             raise ValueError(f"tiles {tiles.text()}: splitting 3xtf32 operands in local memory "
                              f"doubles the tiles to {2 * tiles.local_bytes()} bytes, over the "
-                             f"target's {target.local_mem_bytes}")
+                             f"target's {target.group_local_bytes}")
         self.f16 = tiles.f16
         self.epi = loopnest.EpilogueBuilder(group, outline, einsum)
         self.arg = {"x": self.epi.arg_of[einsum.srcs[c.x]],
@@ -385,7 +383,24 @@ def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
     if (policy == "f16") != (c.dtype is DType.f16):
         raise ValueError(f"mma kind {policy!r} does not take a {c.dtype.value} product")
     einsum, _ = analyse(group)  # type: ignore[misc]  (plan accepted it)
-    return _Builder(group, outline, kind, einsum, c, tiles or chosen, policy, target).kernels()
+    tiles = tiles or split_once(chosen, c, policy, target)
+    return _Builder(group, outline, kind, einsum, c, tiles, policy, target).kernels()
+
+
+# 3xtf32 operands split into big and small parts once, in local memory, by the work-item that
+# copied them (``MmaTiles.rounding == "tile"``), not at every fragment load by every warp
+# that reads the value: where both operands are copied by cp.async and local memory holds the
+# small parts' tiles too. False: split at the fragment loads.
+SPLIT_ONCE = False
+
+
+def split_once(t: MmaTiles, c: Contraction, policy: str, target: TargetProfile) -> MmaTiles:
+    """Tiles ``t`` with the 3xtf32 split made in local memory where :data:`SPLIT_ONCE` and
+    the kernel allow it (scalar fragment loads, cp.async copies, twice the local memory)."""
+    if (SPLIT_ONCE and policy == "3xtf32" and t.rounding == "fragment" and not t.vector_loads
+            and pipelined(c, target) and 2 * t.local_bytes() <= target.group_local_bytes):
+        return replace(t, rounding="tile")
+    return t
 
 
 def accepts(group: FusionGroup, target: TargetProfile, dtype: DType = DType.f32) -> bool:

@@ -255,7 +255,8 @@ class Copies:
         return out
 
     def round_copies(self, stage: Expr) -> list[Stmt]:
-        """Round the 16-byte chunks this work-item copied into ``stage`` to TF32 in place
+        """Round the chunks this work-item copied into ``stage`` (16 bytes, or 8 or 4 where
+        rows are not whole 16-byte vectors: :attr:`width`) to TF32 in place
         (``MmaTiles.rounding == "tile"``): each element once, before the barrier that shows
         them to the warps. Under 3xtf32 the rounding is the split's big part, and the small
         part goes to the same place of ``a_small`` / ``b_small`` (sides exact in TF32 are
@@ -266,17 +267,25 @@ class Copies:
             if split and not self.split[reg]:
                 continue
             buf, size = ("a_tile", self.t.a_size) if side == "x" else ("b_tile", self.t.b_size)
+            width = self.width[side]
             for i in range(self.slots(side)):
-                at = div(add(mul(stage, idx(size)), Var(f"{side}_l{i}")), VECTOR)
+                at = add(mul(stage, idx(size)), Var(f"{side}_l{i}"))
                 raw = f"{side}_o{i}"
-                out.append(Let(raw, DType.f32, VectorLoad(buf, at, VECTOR), lanes=VECTOR))
-                names = [f"{side}_t{i}_{j}" for j in range(VECTOR)]
-                for j, name in enumerate(names):
-                    out += tf32_registers(name, Lane(Var(raw), j), self.policy, self.big_cvt)
+                names = [f"{side}_t{i}_{j}" for j in range(width)]
+                if width == 1:
+                    out.append(Let(raw, DType.f32, Load(buf, at)))
+                    out += tf32_registers(names[0], Var(raw), self.policy, self.big_cvt)
+                else:
+                    at = div(at, width)
+                    out.append(Let(raw, DType.f32, VectorLoad(buf, at, width), lanes=width))
+                    for j, name in enumerate(names):
+                        out += tf32_registers(name, Lane(Var(raw), j), self.policy,
+                                              self.big_cvt)
                 for target, suffix in (((buf, ""), (f"{reg}_small", "_s")) if split
                                        else ((buf, ""),)):
-                    out.append(VectorStore(target, at, DType.f32, tuple(
-                        Call("bitcast_f32", (Var(name + suffix),)) for name in names)))
+                    values = tuple(Call("bitcast_f32", (Var(name + suffix),)) for name in names)
+                    out.append(Store(target, at, values[0]) if width == 1 else
+                               VectorStore(target, at, DType.f32, values))
         return out
 
     def async_loop(self, origin: dict[str, Expr]) -> list[Stmt]:

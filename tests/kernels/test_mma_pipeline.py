@@ -269,6 +269,19 @@ def test_3xtf32_operands_split_once_in_local_memory(pipe, experiment_script):
             job, parse_tiles("128x128x16:2x2:2:round=tile"), "3xtf32")
 
 
+@pytest.mark.parametrize("split_once", [True, False])
+def test_split_once_switch_splits_3xtf32_operands_in_local_memory(pipe, monkeypatch,
+                                                                   split_once):
+    """``mma.SPLIT_ONCE``: 3xtf32 tiles take ``round=tile`` where local memory holds the
+    small parts' tiles too, B rows of 1030 floats (copied 8 bytes at a time) included; tf32
+    tiles keep rounding at the fragments."""
+    monkeypatch.setattr(mma, "SPLIT_ONCE", split_once)
+    src = prepare(matmul(1000, 1030, 520), "3xtf32", ASYNC, pipe).kernel_source(0)
+    assert ("__local float b_small[" in src) == split_once
+    assert ("(__local float2*)b_small)" in src.split("for (long kt")[1]) == split_once  # 8 bytes
+    assert "b_small" not in prepare(matmul(1000, 1030, 520), "tf32", ASYNC, pipe).kernel_source(0)
+
+
 def test_copied_operands_stay_in_global_memory(pipe):
     """cp.async reads global addresses: operands small enough for constant memory stay global
     in the pipelined kernel (``Kernel.global_args``); the bias, read plainly, may go there."""

@@ -46,9 +46,14 @@ needs_pocl = pytest.mark.skipif(cl is None, reason="needs pyopencl")
     # 3xtf32 split once in local memory (small parts in a second tile), edges in M and K
     (130, 96, 40, 0, True, "3xtf32", "64x32x16:2x2:3:round=tile"),
     (96, 64, 48, 2, False, "tf32", "64x64x16:2x2:3:round=tile"),  # tf32 rounded in place
+    # split once where rows are copied 8 or 4 bytes at a time: each chunk of 2 or 1
+    (66, 70, 40, 2, True, "3xtf32", "32x16x8:1x1:3:round=tile"),
+    (64, 65, 33, 0, False, "3xtf32", "64x32x16:2x2:3:round=tile"),
+    (64, 65, 33, 0, False, "tf32", "64x64x16:2x2:2:round=tile"),
     (20, 24, 100, 0, True, "3xtf32", None),  # a small product (mma_plan.SMALL_MN): edges
 ], ids=["bias-tf32-3", "batched-3xtf32-2", "tf32-4", "3xtf32-bk8-3", "8-byte", "4-byte",
-        "3xtf32-tile-split", "tf32-tile-round", "small"])
+        "3xtf32-tile-split", "tf32-tile-round", "8-byte-split", "4-byte-split",
+        "4-byte-round", "small"])
 def test_pipelined_kernels_compute_the_product_in_emulation(device, pipe, used, experiment_script,
                                                             mode, m, n, k, batch, bias,
                                                             precision, tiles):
@@ -61,6 +66,8 @@ def test_pipelined_kernels_compute_the_product_in_emulation(device, pipe, used, 
     source = job.kernel_source(0)
     assert "cp.async" in source and (
         tiles is None or f"wait_group {int(tiles.split(':')[2]) - 2};" in source)
+    # split in local memory: the small parts' tiles
+    assert ("round=tile" in (tiles or "") and precision == "3xtf32") == ("b_small" in source)
     rng = np.random.default_rng(7)
     lead = (batch,) if batch else ()
     a = rng.uniform(-1, 1, (*lead, m, k)).astype(np.float32)
