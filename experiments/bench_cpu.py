@@ -18,7 +18,11 @@ time is the wall clock of ``InferenceSession.run`` with numpy inputs (its only f
 ``speed_vs_ort`` (> 1: accy faster) compares accy's call time with it. Medians over
 ``--repeat`` calls after a warm-up, the two sides called in turn (a busy spell of a shared
 machine falls on both; on the 2-core development VM single timings of either side still move
-by 2x between runs, so compare rows of one run). ``--scale`` multiplies every axis.
+by 2x between runs, so compare rows of one run). Before and after the programs it records
+how much of the device's parallelism short kernels get (:func:`parallel_ratio`, ``parallel``
+in the JSON): on that VM PoCL's two worker threads run them one after the other for spells,
+which moves accy's timings (onnxruntime's threads spin between calls). ``--scale``
+multiplies every axis.
 """
 
 from __future__ import annotations
@@ -170,6 +174,39 @@ def measure(a: Accy, o: Ort, repeat: int) -> dict[str, float]:
             "ort_ms": statistics.median(ort_ms)}
 
 
+# one work-item's chain of FMAs on four float8 values, about a millisecond of a core's time
+# (PARALLEL_STEPS): a work-group of it alone, then two at once (parallel_ratio)
+PARALLEL_SOURCE = """__kernel void fmas(__global float* out, int steps) {
+  float8 a = (float8)(get_group_id(0)), d = a + 1, e = a + 2, f = a + 3;
+  const float8 b = (float8)(1.0001f), c = (float8)(0.5f);
+  for (int i = 0; i < steps; i++) {
+    a = fma(a, b, c); d = fma(d, b, c); e = fma(e, b, c); f = fma(f, b, c); }
+  out[get_group_id(0)] = a.s0 + d.s1 + e.s2 + f.s3; }"""
+PARALLEL_STEPS = 600_000
+PARALLEL_LAUNCHES = 11
+
+
+def parallel_ratio(runtime) -> dict[str, float]:
+    """How much of the device's parallelism short kernels get now: the median OpenCL-event
+    time of one work-group of :data:`PARALLEL_SOURCE` over that of two (2 on two cores both
+    running them, 1 where the two ran one after the other). On the 2-core development VM it
+    moves between about 1 and 2 for spells of seconds (papers/kernels.md, "Forty-ninth
+    session"), and accy's CPU timings with it."""
+    import pyopencl as cl
+
+    kernel = runtime.kernel(PARALLEL_SOURCE, "fmas")
+    out = cl.Buffer(runtime.context, cl.mem_flags.READ_WRITE, size=64)
+    ms = {}
+    for groups in (1, 2):
+        times = []
+        for _ in range(PARALLEL_LAUNCHES):
+            event = runtime.launch(kernel, (groups,), (1,), [out, np.int32(PARALLEL_STEPS)])
+            event.wait()
+            times.append((event.profile.end - event.profile.start) / 1e6)
+        ms[groups] = statistics.median(times)
+    return {"one_group_ms": ms[1], "two_groups_ms": ms[2], "ratio": 2 * ms[1] / ms[2]}
+
+
 def scaled(dims: dict[str, int], scale: float) -> dict[str, int]:
     return {a: max(1, round(n * scale)) for a, n in dims.items()}
 
@@ -196,6 +233,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         p.error("onnxruntime is not installed (pip install onnxruntime; it is a test "
                 "dependency of accy)")
     runtime, target = open_device(args.device)
+    parallel = {"before": parallel_ratio(runtime)}
     rows = []
     print(f"{'program':14s} {'shape':22s} {'accy kernel ms':>14s} {'accy call ms':>12s} "
           f"{'ort ms':>8s} {'speed':>6s} kernels  check")
@@ -224,8 +262,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     speeds = [r["speed_vs_ort"] for r in rows]
     geomean = math.exp(statistics.fmean(math.log(x) for x in speeds))
     print(f"geometric mean speed against onnxruntime (accy's call time): {geomean:.2f}x")
+    parallel["after"] = parallel_ratio(runtime)
+    print("two work-groups against one (2: both cores at once; parallel_ratio): "
+          f"{parallel['before']['ratio']:.2f}x before, {parallel['after']['ratio']:.2f}x after")
     result = {"benchmark": "bench_cpu", "repeat": args.repeat, "scale": args.scale,
-              "rows": rows, "summary": {"geomean_speed_vs_ort": geomean,
+              "rows": rows, "parallel": parallel,
+              "summary": {"geomean_speed_vs_ort": geomean,
                                         "programs": len(rows),
                                         "all_ok": all(r["accy"]["check"]["ok"] and
                                                       r["ort_check"]["ok"] for r in rows)},
