@@ -28,8 +28,10 @@ def test_bench_cpu_smoke(bench, device, tmp_path: Path) -> None:
         assert row["ort_check"]["ok"], row  # onnxruntime computed the same maths
         assert row["ort_ms"] > 0 and row["speed_vs_ort"] > 0
     assert data["summary"]["programs"] == len(bench.PROGRAMS) and data["summary"]["all_ok"]
-    for when in ("before", "after"):  # two work-groups against one: 1 (in turn) to 2 (at once)
-        assert 0.5 < data["parallel"][when]["ratio"] < 2.5, data["parallel"]
+    for when in ("before", "after"):  # two work-groups against one (no bound: machine speed)
+        probe = data["parallel"][when]
+        assert probe["one_group_ms"] > 0 and probe["two_groups_ms"] > 0, probe
+        assert probe["ratio"] == 2 * probe["one_group_ms"] / probe["two_groups_ms"]
     assert "onnxruntime" in data["versions"] and data["git_commit"]
 
 
