@@ -48,8 +48,9 @@ flight, passes one barrier, issues step ``kt + S - 1`` into the buffer step ``kt
 then runs its mma.sync. Under ``tf32`` the operands are then rounded at fragment load, or
 (``MmaTiles.rounding == "tile"``) by the work-item that copied them, in local memory, before
 the barrier; under ``3xtf32`` split there the same way (the big part in place, the small part
-into ``a_small`` / ``b_small``; an opt-in for sweeps: ``bench_mma --rounding tile``). The
-copied operands stay in global memory (``Kernel.global_args``).
+into ``a_small`` / ``b_small``; an opt-in: ``bench_mma --rounding tile`` for sweeps, and
+:data:`SPLIT_ONCE` for the chosen 3xtf32 tiles). The copied operands stay in global memory
+(``Kernel.global_args``).
 
 ``mma-f16``: f16 products (f16 x f16 is exact in f32, sums f32, as every f16 contraction
 kernel computes, so any policy takes them) on ``mma.sync.m16n8k16.f16`` with f32
@@ -397,8 +398,8 @@ SPLIT_ONCE = False
 def split_once(t: MmaTiles, c: Contraction, policy: str, target: TargetProfile) -> MmaTiles:
     """Tiles ``t`` with the 3xtf32 split made in local memory where :data:`SPLIT_ONCE` and
     the kernel allow it (scalar fragment loads, cp.async copies, twice the local memory)."""
-    if (SPLIT_ONCE and policy == "3xtf32" and t.rounding == "fragment" and not t.vector_loads
-            and pipelined(c, target) and 2 * t.local_bytes() <= target.group_local_bytes):
+    if (SPLIT_ONCE and policy == "3xtf32" and not t.vector_loads and pipelined(c, target)
+            and 2 * t.local_bytes() <= target.group_local_bytes):
         return replace(t, rounding="tile")
     return t
 
