@@ -3,16 +3,17 @@ kernels with the fused-attention generators and without them, against torch wher
 
     python experiments/bench_attention.py [--device nvidia] [--batch 1] [--heads 8]
         [--seqs 512,1024] [--head-dim 64] [--causal] [--dtype f32|f16]
-        [--variants fused,unfused[,wgmma]] [--repeat 10]
+        [--variants fused,unfused[,mma,wgmma]] [--repeat 10]
         [--out results/bench_attention.json] [--no-torch]
 
 Each shape is prepared for the device's own :class:`~accy.target.TargetProfile` once per
 variant: ``fused``, ``fusion-planning{attention=always}`` (one kernel with an online softmax:
 ``fused-attention``, or on tensor cores ``mma-attention-*``), ``unfused``, ``attention=off``
 (the scores, the softmax and P V as separate kernels, the scores and probabilities through
-memory), and ``wgmma``, ``fused`` with ``kernelization{disable=mma-attention-f16}`` (f16 on
-Hopper: ``wgmma-attention-f16``). ``--dtype f16`` makes Q, K, V and the output f16. Inputs and
-output stay on the device (as ``bench_gpu.py`` times); kernel time is the sum of the OpenCL
+memory), and for f16 on Hopper (where ``fused`` takes ``tma-attention-f16``) ``mma``, ``fused``
+with ``kernelization{disable=tma-attention-f16}`` (``mma-attention-f16``), and ``wgmma``, with
+``mma-attention-f16`` disabled too (``wgmma-attention-f16``). ``--dtype f16`` makes Q, K, V
+and the output f16. Inputs and output stay on the device (as ``bench_gpu.py`` times); kernel time is the sum of the OpenCL
 profiling events of one call, median over ``--repeat`` calls after a warm-up; the variants
 are timed in turn, so a busy machine slows them alike. Outputs are checked against numpy in
 f64 (f32: within 1e-4; f16: 4e-3, a few f16 roundings of values near 1). When torch with CUDA
@@ -39,8 +40,10 @@ from accy.passes.spec import parse_pipeline
 
 VARIANTS = {"fused": ("fusion-planning{attention=always}",),
             "unfused": ("fusion-planning{attention=off}",),
+            "mma": ("fusion-planning{attention=always}",
+                    "kernelization{disable=tma-attention-f16}"),
             "wgmma": ("fusion-planning{attention=always}",
-                      "kernelization{disable=mma-attention-f16}")}
+                      "kernelization{disable=tma-attention-f16,mma-attention-f16}")}
 DTYPES = {"f32": (accy.f32, np.float32, 1e-4), "f16": (accy.f16, np.float16, 4e-3)}
 
 

@@ -191,7 +191,7 @@ class _Builder(RegisterCopies, _AttentionBuilder):
         lid = self.let(body, "lid", Id("local", 0))
         lane = self.let(body, "lane", mod(lid, 32))
         g, tt = self.let(body, "g", div(lane, 4)), self.let(body, "t", mod(lane, 4))
-        grp = self.let(body, "grp", Id("group", 0))
+        grp = self.grp = self.let(body, "grp", Id("group", 0))
         bh = div(grp, tiles_q)
         q0 = self.let(body, "q0", mul(mod(grp, tiles_q), idx(t.queries)))
         bcoords = self.batch_coords(body, bh)

@@ -71,6 +71,8 @@ NAME = "wgmma-attention-f16"
 class _WgBuilder(_Builder):
     """The kernel; see the module docstring."""
 
+    v_advance = 16  # 16-byte units a k16 step of V moves on: two core matrices
+
     def layout(self) -> None:
         a, t = self.a, self.t
         self.sizes = {"k": t.bk * a.d // 2, "v": t.bk * a.dv // 2}  # words
@@ -120,17 +122,22 @@ class _WgBuilder(_Builder):
         return self.let(out, f"{side}desc",
                         matrix_descriptor(address, descriptor_bits(CORE, self.sbo[side])))
 
-    def wgmma(self, out: list[Stmt], n: int, steps: int, trans: int, acc: list[str],
-              a: list[str], desc: Var) -> InlineAsm:
-        """Appends ``steps`` wgmma ``m64n{n}k16`` into accumulators ``acc`` from A registers
-        ``a`` and B's descriptor ``desc``; returns their wait (naming the registers they read
-        and write)."""
+    def wgmma(self, out: list[Stmt], n: int, trans: int, acc: list[str],
+              parts: list[tuple[list[str], Var, int, int]]) -> InlineAsm:
+        """Appends, for each (A registers, B's descriptor, steps, advance) of ``parts``,
+        ``steps`` wgmma ``m64n{n}k16`` into accumulators ``acc``, B's descriptor ``advance``
+        16-byte units on a step; returns their wait (naming the registers they read and
+        write)."""
         accs = tuple(("+f", name) for name in acc)
-        ins = (*(("r", Var(name)) for name in a), ("l", desc), ("r", Lit(1, DType.i32)))
-        ops = ", ".join(f"%{i}" for i in range(len(accs) + len(ins)))
-        held = ", ".join(f"%{i}" for i in range(len(accs) + len(a)))
-        out.append(InlineAsm(f"{rstep(n, steps, trans)} {ops}", accs, ins, True, ("memory",)))
-        return InlineAsm(f"{WAIT0} {held}", accs, ins[:len(a)], True, ("memory",))
+        held: list[tuple[str, Expr]] = []
+        for a, desc, steps, advance in parts:
+            ins = (*(("r", Var(name)) for name in a), ("l", desc), ("r", Lit(1, DType.i32)))
+            ops = ", ".join(f"%{i}" for i in range(len(accs) + len(ins)))
+            out.append(InlineAsm(f"{rstep(n, steps, trans, advance)} {ops}", accs, ins, True,
+                                 ("memory",)))
+            held += ins[:len(a)]
+        names = ", ".join(f"%{i}" for i in range(len(accs) + len(held)))
+        return InlineAsm(f"{WAIT0} {names}", accs, tuple(held), True, ("memory",))
 
     def score_tile(self, out: list[Stmt], prefix: str, stage: Expr) -> InlineAsm:
         """Appends ``S = Q Kᵀ`` of the K tile in buffer ``stage`` into ``{prefix}0_{j}_{r}``
@@ -138,9 +145,9 @@ class _WgBuilder(_Builder):
         a, t = self.a, self.t
         names = [f"{prefix}0_{j}_{r}" for j in range(t.bk // 8) for r in range(4)]
         out += [Let(name, F32, ZERO, True) for name in names]
-        return self.wgmma(out, t.bk, a.d // 16, 0, names,
-                          [f"fa_q0_{kk}_{r}" for kk in range(a.d // 16) for r in range(4)],
-                          self.descriptor(out, "k", stage))
+        return self.wgmma(out, t.bk, 0, names, [(
+            [f"fa_q0_{kk}_{r}" for kk in range(a.d // 16) for r in range(4)],
+            self.descriptor(out, "k", stage), a.d // 16, 16)])
 
     def lead_in(self) -> list[Stmt]:
         """Tile 0's scores, before the loop."""
@@ -163,9 +170,9 @@ class _WgBuilder(_Builder):
         """``O += P V``; where ``lead``, then the next tile's scores become this loop's."""
         a, t, out = self.a, self.t, []
         pa = [name for kk in range(t.bk // 16) for name in self.p_operands(out, p, kk)[0]]
-        out.append(self.wgmma(out, a.dv, t.bk // 16, 1,
+        out.append(self.wgmma(out, a.dv, 1,
                               [f"fa_o0_{n}_{r}" for n in range(a.dv // 8) for r in range(4)],
-                              pa, self.descriptor(out, "v", cur)))
+                              [(pa, self.descriptor(out, "v", cur), t.bk // 16, self.v_advance)]))
         if self.lead:
             out.append(self.pending)
             out += [Assign(f"fa_s0_{j}_{r}", Var(f"fa_n0_{j}_{r}"))

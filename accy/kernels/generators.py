@@ -38,9 +38,10 @@ GENERATORS: dict[str, Generator] = {}
 PRIORITY: tuple[str, ...] = (
     "vector-flat", "row-movement", "row-fused", "tree-reduction", "row-softmax",
     "mma-attention-tf32", "mma-attention-3xtf32",  # under their policy, before the work-group
-    # f16 attention on wgmma: after mma.sync's, which timed faster (an opt-in:
-    # kernelization{disable=mma-attention-f16})
-    "mma-attention-f16", "wgmma-attention-f16", "fused-attention",
+    # f16 attention: wgmma with the key tiles copied by TMA (features multiples of 64), then
+    # mma.sync's, then wgmma's with cp.async (slower than both: an opt-in,
+    # kernelization{disable=tma-attention-f16,mma-attention-f16})
+    "tma-attention-f16", "mma-attention-f16", "wgmma-attention-f16", "fused-attention",
     # f32 products under the tf32 / 3xtf32 policies: Hopper's wgmma (A along K, tiles
     # scoring above mma's: wgmma.plan_for), else mma.sync; before the f32 tiles
     "wgmma-tf32", "wgmma-3xtf32", "mma-tf32", "mma-3xtf32",
@@ -55,7 +56,8 @@ name must be registered once the modules of :data:`BUILT_IN` are loaded (:func:`
 checks)."""
 
 BUILT_IN = ("flat", "rowmove", "reduction", "rowwise", "rowfused", "attention", "attention_mma",
-            "attention_wgmma", "mma", "wgmma", "wgmma_tf32", "contraction", "indexed", "conv")
+            "attention_wgmma", "attention_tma", "mma", "wgmma", "wgmma_tf32", "contraction",
+            "indexed", "conv")
 """The modules of accy.kernels whose generators register themselves (in any order)."""
 
 

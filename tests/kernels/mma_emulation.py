@@ -161,8 +161,9 @@ def run_kernels(device, job, sources: list[str], args: list[np.ndarray], shape, 
 # of each warpgroup's 64 rows exchanged through local memory (mma.sync m16n8k16's A layout per
 # warp), B's halves read at the core-matrix address the descriptor gives (start: the 18-bit
 # local address >> 4, made relative to b_tile; leading offset between K-adjacent core
-# matrices, stride between N-adjacent ones; 256 bytes further per wgmma); the waits and fences
-# have nothing to do
+# matrices, stride between N-adjacent ones; 256 bytes further per wgmma; swizzled by 128
+# bytes: MN-major as TMA lands wgmma-f16's B, K-major as it lands tma-attention-f16's K, 64 K
+# a 128-byte row); the waits and fences have nothing to do
 _RSTEP = re.compile(r'asm volatile\("// @@RSTEP(\d+)_(\d+)_([01])(?:_(?P<adv>\d+))? [^"]*" : '
                     r'(?P<outs>[^:]*) : '
                     r'(?P<ins>[^:]*), "l"\((?P<desc>\w+)\), "r"\([^:]*\) : "memory"\);')
@@ -191,9 +192,13 @@ WGMMA_STEP = r"""{
       const int row_ = 16 * w_ + g_ + 8 * (r_ / 2), col_ = 8 * j_ + 2 * t_ + r_ % 2;
       float sum_ = 0.0f;
       for (int k_ = 0; k_ < 16; k_++) {
-        const int at_ = swizzled_  /* MN-major, 128-byte swizzle: 64 columns a 128-byte row */
+        const int at_ = swizzled_ && @TRANS@  /* MN-major, 128-byte swizzle: 64 columns a
+                                                 128-byte row */
           ? base_ + 16 * @ADV@ * s_ + (col_ / 64) * lbo_ + (k_ / 8) * sbo_ + (k_ % 8) * 128
             + ((((col_ % 64) / 8) ^ (k_ % 8)) * 16) + (col_ % 8) * 2
+          : swizzled_  /* K-major, 128-byte swizzle: a column's 64 K a row, steps inside it */
+          ? base_ + (col_ / 8) * sbo_ + (col_ % 8) * 128
+            + ((((16 * @ADV@ * s_ + 2 * k_) / 16) ^ (col_ % 8)) * 16) + (2 * k_) % 16
           : base_ + 16 * @ADV@ * s_ + (col_ / 8) * sbo_ + (k_ / 8) * lbo_ + (@TRANS@
                         ? (k_ % 8) * 16 + (col_ % 8) * 2 : (col_ % 8) * 16 + (k_ % 8) * 2);
         sum_ += emu_wa[wg_][row_][k_] * accy_h(((__local const ushort *)b_tile)[at_ / 2]);

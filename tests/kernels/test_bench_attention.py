@@ -31,16 +31,17 @@ def test_bench_attention_smoke(experiment_script, device, tmp_path: Path) -> Non
 
 
 def test_bench_attention_f16_variants(experiment_script, device, tmp_path: Path) -> None:
-    """f16 operands and the variants chosen (``wgmma``: fused, mma-attention-f16 switched
-    off); an unknown variant is an error naming the choices."""
+    """f16 operands and the variants chosen (``mma``: fused, tma-attention-f16 switched off;
+    ``wgmma``: mma-attention-f16 too); an unknown variant is an error naming the choices."""
     bench = experiment_script("bench_attention")
     out = tmp_path / "a.json"
     result = bench.main(["--seqs", "24", "--heads", "2", "--head-dim", "16", "--repeat", "2",
-                         "--dtype", "f16", "--variants", "fused,wgmma", "--no-torch",
+                         "--dtype", "f16", "--variants", "fused,mma,wgmma", "--no-torch",
                          "--out", str(out)])
     (row,) = result["rows"]
     assert row["dtype"] == "f16" and "unfused" not in row and "fusion_speedup" not in row
-    assert row["fused"]["matches"] and row["wgmma"]["matches"], row
-    assert "disable=mma-attention-f16" in row["wgmma"]["pipeline"]
+    assert all(row[v]["matches"] for v in ("fused", "mma", "wgmma")), row
+    assert "disable=tma-attention-f16}" in row["mma"]["pipeline"]
+    assert "disable=tma-attention-f16,mma-attention-f16" in row["wgmma"]["pipeline"]
     with pytest.raises(SystemExit):
         bench.main(["--variants", "fused,tiled", "--no-torch", "--out", str(out)])

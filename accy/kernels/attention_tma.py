@@ -1,0 +1,305 @@
+"""tma-attention-f16: ``wgmma-attention-f16``'s kernel with the K and V tiles copied by TMA, each
+stage handed on by ``mbarrier`` arrivals instead of a work-group barrier a tile.
+
+The kernel (:class:`accy.kernels.attention_wgmma._WgBuilder`: warpgroups of 64 queries, their
+fragments in registers, both products register-A ``wgmma``, the online softmax on the scores'
+registers) takes its key tiles as FlashAttention-3 does: one ``cp.async.bulk.tensor`` a box
+(:mod:`accy.kernels.tma`) of 64 features by ``bk`` keys, landed 128-byte swizzled, so that no
+work-item computes a copy's address and the two warpgroups of a work-group meet no barrier in
+the loop. Each stage (``stages`` of them, 1024-byte aligned in ``b_tile``) holds K's tile then
+V's, as 64-feature column blocks of ``bk`` rows of 128 bytes:
+
+- ``S = Q Kᵀ`` reads K K-major (trans-b 0): 8-key atoms 1024 bytes apart (the descriptor's
+  stride offset), each k16 step 32 bytes on inside a block; a block of 64 features is one
+  ``RSTEP`` of four steps, so ``d / 64`` of them.
+- ``O += P V`` reads V MN-major (trans-b 1): value blocks ``bk * 128`` bytes apart (the leading
+  offset), 8-key atoms 1024, each k16 step two atoms on (the layout ``wgmma-f16`` reads B
+  copied by TMA in, :mod:`accy.kernels.wgmma_tma`).
+
+Each stage has a *full* barrier (work-item 0 arrives expecting the stage's bytes, then issues
+its boxes; the copies complete it) and an *empty* one (each warp's lane 0 arrives once its
+``P V`` of the stage was waited for). Tiles ``0 .. stages - 2`` are issued before the loop;
+iteration ``kt`` has work-item 0 wait until every warp gave back the stage of tile ``kt - 1``
+and issue tile ``kt + stages - 1`` into it, then waits for its own tile (with ``lead``, the
+next one: its scores are issued before this tile's softmax). Keys past the end are zero-filled
+by the copies and masked as the other kernels mask them. The tensor maps are templates encoded
+when the kernel is built (one for K, one for V, over the features, the keys and the batch
+dimensions K or V is not broadcast along), written with the operand's address into each
+work-group's 256 bytes of scratch at run time.
+
+Taken where the probe ran TMA copies (``TMA_COPY``) and ``wgmma-attention-f16`` would take
+the group, with head and value features multiples of 64 (a box row is 128 bytes) and
+:data:`STAGES` stages of a key tile (:func:`key_tile`) in the target's static local memory.
+It comes first of the f16 attention kernels: at 64 and 128 features it timed 1.2-1.6x faster
+than ``mma-attention-f16`` (papers/kernels.md, "Fiftieth session").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from accy.ir.types import DType
+from accy.kernels import tma
+from accy.kernels.attention_mma import F32, ZERO
+from accy.kernels.attention_mma_plan import Tiles, registers
+from accy.kernels.attention_mma_plan import plan as mma_plan
+from accy.kernels.attention_plan import Attention, Side
+from accy.kernels.attention_wgmma import _WgBuilder
+from accy.kernels.ir import (
+    INDEX,
+    Barrier,
+    Bin,
+    Cast,
+    Expr,
+    For,
+    If,
+    InlineAsm,
+    Kernel,
+    KernelArg,
+    Let,
+    Lit,
+    LocalArray,
+    Stmt,
+    Var,
+    add,
+    div,
+    idx,
+    mod,
+    mul,
+)
+from accy.kernels.wgmma import matrix_descriptor
+from accy.kernels.wgmma_ptx import descriptor_bits
+from accy.kernels.wgmma_tma import ATOM
+from accy.plans import FusionGroup, KernelOutline, ScheduleKind
+from accy.target import TMA_COPY, TargetProfile
+
+NAME = "tma-attention-f16"
+MAP_ARG = "tmaps0"
+ROW = 128  # bytes of a box row: 64 features
+KEYS = (128, 64)  # keys a tile, largest first (key_tile)
+STAGES = 3
+UNIT_REGISTERS = 65536  # a Hopper multiprocessor's 32-bit registers
+# registers ptxas gives a lane beyond its fragments' (the softmax's temporaries, addresses): 124
+# for 112 at 64 features and 64-key tiles one ahead
+TEMPORARIES = 16
+
+
+def i32(v: int) -> Lit:
+    return Lit(v, DType.i32)
+
+
+def geometry(a: Attention, side: Side, features: int, bk: int
+             ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """(dims, strides, box, batch dimensions) of ``side``'s tensor map: features, keys, then
+    the batch dimensions it is not broadcast along (their indexes into ``a.batch``)."""
+    batch = tuple(i for i, s in enumerate(side.batch) if s)
+    return ((features, a.nk, *(a.batch[i] for i in batch)),
+            (2 * side.seq, *(2 * side.batch[i] for i in batch)),
+            (64, bk, *(1,) * len(batch)), batch)
+
+
+def leads(stages: int, bk: int) -> bool:
+    """Whether the loop runs one tile ahead (``lead``: a third buffer holds the next tile,
+    and tiles of 64 keys or more leave its copies time to land)."""
+    return stages >= 3 and bk >= 64
+
+
+def key_tile(a: Attention, t: Tiles, target: TargetProfile) -> int | None:
+    """Of :data:`KEYS` whose :data:`STAGES` stages fit the target's static local memory, the
+    largest whose registers let two work-groups share a multiprocessor, else the largest; None
+    where none fits. A lane holds its fragments (:func:`registers`, and the next tile's scores
+    where :func:`leads`) and :data:`TEMPORARIES`."""
+    fits = [bk for bk in KEYS
+            if STAGES * 2 * bk * (a.d + a.dv) + ATOM <= target.group_local_bytes]
+
+    def lane(bk: int) -> int:
+        ahead = 4 * (bk // 8) if leads(STAGES, bk) else 0
+        return registers(a, "f16", bk, 1) + ahead + TEMPORARIES
+
+    return next((bk for bk in fits if 2 * t.threads * lane(bk) <= UNIT_REGISTERS),
+                fits[0] if fits else None)
+
+
+def plan(group: FusionGroup, target: TargetProfile) -> tuple[Attention, Tiles] | str:
+    """``wgmma-attention-f16``'s attention and tiles with this kernel's key tile and stages,
+    or why it cannot take the group."""
+    found = mma_plan(group, target, "f16", wgmma=True)
+    if isinstance(found, str):
+        return found
+    a, t = found
+    if TMA_COPY not in target.tensor_cores:
+        return "TMA attention needs the probe's TMA copies (TMA_COPY)"
+    if a.d % 64 or a.dv % 64:
+        return f"head and value features {a.d}, {a.dv}: TMA boxes of 64 need multiples of 64"
+    bk = key_tile(a, t, target)
+    if bk is None:
+        return f"{STAGES} stages of {KEYS[-1]} keys do not fit the target's local memory"
+    for side, features in ((a.k, a.d), (a.v, a.dv)):
+        dims, strides, box, _ = geometry(a, side, features, bk)
+        words = tma.template(tma.F16, dims, strides, box)
+        if isinstance(words, str):
+            return words
+    return a, dataclasses.replace(t, bk=bk, stages=STAGES, lazy=a.dv > bk)
+
+
+class _TmaBuilder(_WgBuilder):
+    """The kernel; see the module docstring."""
+
+    v_advance = 2 * ATOM // 16  # a k16 step of V: two atoms
+
+    def layout(self) -> None:
+        a, t = self.a, self.t
+        self.bytes = {"k": t.bk * 2 * a.d, "v": t.bk * 2 * a.dv}  # a stage's
+        self.lead = int(leads(t.stages, t.bk))
+
+    def stage_bytes(self) -> int:
+        return self.bytes["k"] + self.bytes["v"]
+
+    def local_arrays(self) -> list[Stmt]:
+        """The stages (an atom more, for their 1024-byte alignment) and their barriers."""
+        return [LocalArray("b_tile", DType.i32, (self.t.stages * self.stage_bytes() + ATOM) // 4,
+                           128),
+                LocalArray("tma_bar", DType.i32, 4 * self.t.stages, 8)]
+
+    def address(self, side: str, stage: Expr, block: int) -> Expr:
+        """The local address of 64-feature block ``block`` of ``side``'s tile in ``stage``."""
+        at = (self.bytes["k"] if side == "v" else 0) + block * self.t.bk * ROW
+        first = Bin("+", self.b_base, Cast(DType.i32, mul(stage, idx(self.stage_bytes()))))
+        return Bin("+", first, i32(at)) if at else first
+
+    def bar(self, stage: Expr, empty: int = 0) -> Expr:
+        """The local address of ``stage``'s full (or ``empty``) mbarrier."""
+        at = add(mul(stage, idx(2)), idx(2 * self.t.stages * empty))
+        return Cast(DType.i32, Cast(INDEX, Bin("+", Var("tma_bar"), at)))
+
+    def wait(self, bar: Expr, phase: Expr) -> Stmt:
+        return InlineAsm(f"{tma.MBWAIT} %0, %1", (), (("r", bar), ("r", Cast(DType.i32, phase))),
+                         True, ("memory",))
+
+    def maps(self) -> list[tuple[str, Side, int, int]]:
+        """(side, operand, features, byte offset) of the work-group's two tensor maps."""
+        a = self.a
+        return [("k", a.k, a.d, 0), ("v", a.v, a.dv, tma.MAP_BYTES)]
+
+    def map_at(self, at: int) -> Expr:
+        return Bin("+", self.map, Lit(at, INDEX)) if at else self.map
+
+    def setup(self) -> list[Stmt]:
+        """``b_base``, the work-group's tensor maps and the barriers (work-item 0), a barrier."""
+        out: list[Stmt] = []
+        base = Cast(DType.i32, Cast(INDEX, Var("b_tile")))
+        self.b_base = self.let(out, "b_base", Bin("&", Bin("+", base, i32(ATOM - 1)),
+                                                  i32(-ATOM)), DType.i32)
+        self.map = self.let(out, "tma_map", Bin("+", Cast(INDEX, Var(MAP_ARG)), mul(
+            self.grp, idx(2 * tma.MAP_BYTES))))
+        init: list[Stmt] = []
+        for _, side, features, at in self.maps():
+            dims, strides, box, _ = geometry(self.a, side, features, self.t.bk)
+            words = tma.template(tma.F16, dims, strides, box)
+            assert not isinstance(words, str), words  # (plan checked it)
+            init.append(InlineAsm(tma.tmap(words), (), (
+                ("l", self.map_at(at)),
+                ("l", Cast(INDEX, Var(self.scores.arg_of[side.node])))), True, ("memory",)))
+        init += [InlineAsm(f"{tma.mbinit(count)} %0", (), (("r", self.bar(idx(s), empty)),),
+                           True, ("memory",))
+                 for s in range(self.t.stages) for empty, count in ((0, 1), (1, self.t.warps))]
+        return [*out, If(Bin("==", self.lid, idx(0)), tuple(init)), Barrier()]
+
+    def issue(self, stage: Expr, tile: Expr) -> list[Stmt]:
+        """Work-item 0's copies of key tile ``tile`` into ``stage``: where the stage was used
+        (tile ``stages`` on), its wait for every warp's arrival on the stage's empty barrier;
+        its arrival expecting the tile's bytes; the boxes."""
+        t, out = self.t, []
+        if not (isinstance(tile, Lit) and tile.value < t.stages):
+            out.append(If(Bin(">=", tile, idx(t.stages)), (self.wait(
+                self.bar(stage, 1), mod(add(div(tile, t.stages), idx(1)), 2)),)))
+        out.append(InlineAsm(f"{tma.mbexpect(self.stage_bytes())} %0", (),
+                             (("r", self.bar(stage)),), True, ("memory",)))
+        for side, s, features, at in self.maps():
+            dims, strides, box, batch = geometry(self.a, s, features, t.bk)
+            rank = len(box)
+            text = (f"{tma.tma(rank)} {', '.join(f'%{i}' for i in range(rank + 3))} ; "
+                    f"{tma.geometry_text(dims, strides, box)}")
+            for block in range(features // 64):
+                coords = [idx(64 * block), mul(tile, idx(t.bk)),
+                          *(self.bcoords[i] for i in batch)]
+                out.append(InlineAsm(text, (), (
+                    ("r", self.address(side, stage, block)), ("l", self.map_at(at)),
+                    *(("r", Cast(DType.i32, c)) for c in coords), ("r", self.bar(stage))),
+                    True, ("memory",)))
+        return [If(Bin("==", self.lid, idx(0)), tuple(out))]
+
+    def landed_wait(self, tile: Expr) -> Stmt:
+        """The wait for key tile ``tile``'s copies (its stage's full barrier, its phase)."""
+        t = self.t
+        return self.wait(self.bar(mod(tile, t.stages)), mod(div(tile, t.stages), 2))
+
+    def async_loop(self) -> list[Stmt]:
+        """The stages handed on by the barriers (module docstring)."""
+        t, body = self.t, self.setup()
+        count = self.tile_count(body)
+        for s in range(t.stages - 1):
+            body.append(If(Bin("<", idx(s), count), tuple(self.issue(idx(s), idx(s)))))
+        if self.lead:
+            body += [self.landed_wait(idx(0)), *self.lead_in()]
+        kt = Var("kt")
+        nxt = add(kt, idx(t.stages - 1))
+        ahead = add(kt, idx(self.lead))
+        loop: list[Stmt] = [
+            If(Bin("<", nxt, count), tuple(self.issue(mod(nxt, t.stages), nxt))),
+            If(Bin("<", ahead, count), (self.landed_wait(ahead),)) if self.lead
+            else self.landed_wait(kt)]
+        cur = mod(kt, t.stages)
+        loop += self.tile(mul(kt, idx(t.bk)), cur)
+        loop.append(If(Bin("==", mod(self.lid, 32), idx(0)), (InlineAsm(
+            f"{tma.MBARRIVE} %0", (), (("r", self.bar(cur, 1)),), True, ("memory",)),)))
+        body.append(For("kt", idx(0), count, tuple(loop)))
+        return body
+
+    def descriptor(self, out: list[Stmt], side: str, cur: Expr, block: int = 0) -> Var:
+        """The descriptor of ``side``'s block ``block`` in buffer ``cur``: K K-major (atoms
+        1024 bytes apart), V MN-major (value blocks ``bk * 128`` bytes apart, atoms 1024)."""
+        lbo = self.t.bk * ROW if side == "v" else 16
+        return self.let(out, f"{side}desc", matrix_descriptor(
+            self.address(side, cur, block), descriptor_bits(lbo, ATOM, True)))
+
+    def score_tile(self, out: list[Stmt], prefix: str, stage: Expr) -> InlineAsm:
+        """``S = Q Kᵀ`` of the K tile in ``stage`` into ``{prefix}0_{j}_{r}`` (declared zero),
+        four k16 steps (32 bytes each) a 64-feature block; returns its wait."""
+        a, t = self.a, self.t
+        names = [f"{prefix}0_{j}_{r}" for j in range(t.bk // 8) for r in range(4)]
+        out += [Let(name, F32, ZERO, True) for name in names]
+        return self.wgmma(out, t.bk, 0, names, [(
+            [f"fa_q0_{kk}_{r}" for kk in range(4 * block, 4 * block + 4) for r in range(4)],
+            self.descriptor(out, "k", stage, block), 4, 2) for block in range(a.d // 64)])
+
+    def build(self, kind: ScheduleKind) -> Kernel:
+        """The kernel, with the work-groups' tensor maps as scratch."""
+        k = super().build(kind)
+        groups = math.prod(self.a.batch) * -(-self.a.nq // self.t.queries)
+        maps = KernelArg(MAP_ARG, DType.i64, True, -1, groups * 2 * tma.MAP_BYTES // 8)
+        return dataclasses.replace(k, args=(*k.args, maps))
+
+
+def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
+          target: TargetProfile) -> tuple[Kernel, ...]:
+    found = plan(group, target)
+    if isinstance(found, str):
+        raise ValueError(f"the {NAME} generator cannot take this group: {found}")
+    a, t = found
+    return (_TmaBuilder(group, outline, a, t, "f16", target).build(kind),)
+
+
+def _register() -> None:
+    from accy.kernels.generators import Generator, register_generator
+
+    register_generator(Generator(
+        NAME,
+        "f16 attention as wgmma-attention-f16's kernel with the K and V tiles copied by TMA "
+        "and handed on by mbarriers (no work-group barrier a tile); features multiples of 64",
+        lambda group, target: not isinstance(plan(group, target), str),
+        build))
+
+
+_register()

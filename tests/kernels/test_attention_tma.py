@@ -1,0 +1,104 @@
+"""tma-attention-f16 (accy/kernels/attention_tma.py) without a GPU: when it is taken (first of
+the f16 attention kernels, where the probe ran TMA copies and the features are multiples of
+64), its key tiles, what its source holds, and whole kernels on PoCL with TMA, wgmma, shuffles
+and ex2 emulated (mma_emulation.py, test_attention_mma.py) against the interpreter's f16."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+
+import pytest
+from test_attention_mma import KEEP_F16, NV, f16_heads, run_emulated
+from test_attention_wgmma import _HALF_BUILTINS, HOPPER16
+from test_wgmma import _NVPTX_BUILTINS, assembled
+
+import accy
+from accy.kernels import attention_tma, tma
+from accy.passes.spec import parse_pipeline
+from accy.target import TMA_COPY
+
+WITH_TMA = dataclasses.replace(HOPPER16, tensor_cores=(*HOPPER16.tensor_cores, TMA_COPY),
+                               static_local_bytes=227 * 1024)
+WITHOUT = parse_pipeline(KEEP_F16).replacing(
+    "kernelization{disable=tma-attention-f16}").text()
+
+
+def test_taken_first_with_tma_and_64_features(rng, encodes):
+    prog, _ = f16_heads(rng, 2, 3, ((256, 64), (300, 64), (300, 128)), 0.125)
+    assert accy.prepare(prog, WITHOUT, target=WITH_TMA).generators() == {
+        "mma-attention-f16": 1}
+    job = accy.prepare(prog, KEEP_F16, target=WITH_TMA)
+    assert job.generators() == {"tma-attention-f16": 1}
+    src = job.kernel_source(0)
+    # K's map over (features, keys, batch, heads), boxes of 64 features by 128 keys; V's of
+    # 128 value features two boxes a tile; three stages: two tiles before the loop
+    assert encodes[:2] == [((64, 300, 2, 3), (128, 115200, 38400), (64, 128, 1, 1), tma.F16),
+                           ((128, 300, 2, 3), (256, 230400, 76800), (64, 128, 1, 1), tma.F16)]
+    assert src.count("@@TMA4 ") == 3 * 3 and "cp.async" not in src and "barrier(" in src
+    loop = src[src.index("for (long kt"):]
+    assert "barrier(" not in loop.split("out0")[0]  # no work-group barrier a tile
+    assert "@@MBEXPECT49152 " in src and src.count("@@MBINIT") == 6
+    # S: 4 k16 steps 32 bytes apart; P V: 8 of 128 value features, 2048 bytes apart
+    assert "@@RSTEP128_4_0_2 " in loop and "@@RSTEP128_8_1_128 " in loop
+    # two maps (128 bytes each) for each of 2 x 3 x 2 work-groups (128 queries each)
+    assert job.kernels[0].args[-1].scratch_elems == 2 * 3 * 2 * 2 * 128 // 8
+    # no TMA copies in the probe, or 48 head features: another kernel
+    prog48, _ = f16_heads(rng, 1, 1, ((256, 48), (256, 48), (256, 64)), 0.125)
+    for p, target in ((prog, HOPPER16), (prog48, WITH_TMA)):
+        assert "tma-attention-f16" not in accy.prepare(p, KEEP_F16, target=target).generators()
+
+
+def test_key_tiles_two_work_groups_a_unit_where_registers_allow_else_the_largest(rng, encodes):
+    """64 features: 64-key tiles (128 keys' scores would keep a second work-group off the
+    multiprocessor); 128 features: 128 keys (neither lets two share one); 4 warps: 128 keys;
+    128 keys that do not fit the local memory: 64."""
+    def steps(b, n, d, target=WITH_TMA):
+        prog, _ = f16_heads(rng, b, 2, ((n, d), (n, d), (n, d)), 0.125)
+        src = accy.prepare(prog, KEEP_F16, target=target).kernel_source(0)
+        return src[src.index("@@RSTEP") + 7:].split(" ")[0], "(256" in src
+
+    assert steps(2, 512, 64) == ("64_4_0_2", True)
+    assert steps(2, 512, 128) == ("128_4_0_2", True)
+    assert steps(1, 100, 64) == ("128_4_0_2", False)
+    small = dataclasses.replace(WITH_TMA, static_local_bytes=160 * 1024)
+    assert steps(2, 512, 128, small) == ("64_4_0_2", True)
+
+
+@pytest.mark.parametrize("shapes, heads, keys, stages", [
+    (((140, 64), (200, 64), (200, 64)), 1, 128, 3),  # two work-groups, the second's rows
+    # clamped; keys past a partial tile (zero-filled); one tile ahead
+    (((64, 128), (300, 128), (300, 64)), 2, 64, 3),  # two K blocks a tile, five tiles
+    (((64, 64), (260, 64), (260, 128)), 1, 64, 2),  # two stages: not one tile ahead
+], ids=["ragged", "blocks", "two-stages"])
+def test_emulated_kernel_matches_the_interpreter(device, rng, encodes, monkeypatch, shapes,
+                                                 heads, keys, stages):
+    monkeypatch.setattr(attention_tma, "KEYS", (keys,))
+    monkeypatch.setattr(attention_tma, "STAGES", stages)
+    prog, inputs = f16_heads(rng, 2, heads, shapes, 0.25)
+    src = run_emulated(device, prog, inputs, KEEP_F16, WITH_TMA, "f16", "eager",
+                       "tma-attention-f16")
+    assert "@@TMA4" in src and ("fa_n0_" in src) == (stages == 3)
+
+
+def test_emulated_promoted_f16_with_the_scale_folded(device, rng, encodes):
+    """As the H100 runs it: f16 stored, the scale and softmax in f32, the scale folded."""
+    storage = dataclasses.replace(WITH_TMA, dtypes=NV.dtypes)
+    prog, inputs = f16_heads(rng, 1, 2, ((130, 64), (200, 64), (200, 64)), 0.125)
+    src = run_emulated(device, prog, inputs, "accy-default", storage, "f16", "eager",
+                       "tma-attention-f16")
+    assert "0.180336877" in src and "@@TMA4" in src
+
+
+@pytest.mark.skipif(not (shutil.which("clang-15") and shutil.which("ptxas")),
+                    reason="needs clang-15 and CUDA's ptxas")
+def test_expanded_ptx_assembles_for_sm_90a_without_spills(rng, encodes, tmp_path):
+    """The bench shape as the H100 runs it (64-key tiles one ahead: registers for two
+    work-groups a multiprocessor)."""
+    storage = dataclasses.replace(WITH_TMA, dtypes=NV.dtypes)
+    prog, _ = f16_heads(rng, 8, 16, ((2048, 64), (2048, 64), (2048, 64)), 0.125)
+    src = accy.prepare(prog, "accy-default", target=storage).kernel_source(0)
+    log = assembled(_NVPTX_BUILTINS + _HALF_BUILTINS + src, tmp_path)
+    assert "0 bytes spill stores" in log, log[-2000:]
+    used = int(log.split(" registers")[0].rsplit("Used ", 1)[1])
+    assert 2 * 256 * used <= 65536, log[-500:]
