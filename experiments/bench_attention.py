@@ -15,10 +15,10 @@ with ``kernelization{disable=tma-attention-f16}`` (``mma-attention-f16``), and `
 ``mma-attention-f16`` disabled too (``wgmma-attention-f16``). ``--dtype f16`` makes Q, K, V
 and the output f16. Inputs and output stay on the device (as ``bench_gpu.py`` times); kernel
 time is the sum of the OpenCL profiling events of one call, median over ``--repeat`` calls
-after a warm-up; the variants are timed in turn, so a busy machine slows them alike. Outputs are checked against numpy in
-f64 (f32: within 1e-4; f16: 4e-3, a few f16 roundings of values near 1). When torch with CUDA
-is importable, the same attention runs in torch eager (the math spelling),
-``scaled_dot_product_attention`` and torch.compile of the math spelling, in the same dtype,
+after a warm-up; the variants are timed in turn, so a busy machine slows them alike. Outputs
+are checked against numpy in f64 (f32: within 1e-4; f16: 4e-3, a few f16 roundings of values
+near 1). When torch with CUDA is importable, the same attention runs in torch eager (the math
+spelling), ``scaled_dot_product_attention`` and torch.compile of the math spelling, in the same dtype,
 timed with CUDA events; otherwise those fields are null with the reason.
 """
 
