@@ -18,8 +18,8 @@ time is the sum of the OpenCL profiling events of one call, median over ``--repe
 after a warm-up; the variants are timed in turn, so a busy machine slows them alike. Outputs
 are checked against numpy in f64 (f32: within 1e-4; f16: 4e-3, a few f16 roundings of values
 near 1). When torch with CUDA is importable, the same attention runs in torch eager (the math
-spelling), ``scaled_dot_product_attention`` and torch.compile of the math spelling, in the same dtype,
-timed with CUDA events; otherwise those fields are null with the reason.
+spelling), ``scaled_dot_product_attention`` and torch.compile of the math spelling, in the
+same dtype, timed with CUDA events; otherwise those fields are null with the reason.
 """
 
 from __future__ import annotations
