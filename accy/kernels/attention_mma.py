@@ -42,6 +42,7 @@ kernelization's precision takes this form (:func:`~accy.passes.dispatch.attentio
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -62,7 +63,7 @@ from accy.kernels.attention_mma_plan import (
     plan,
     split_rows,
 )
-from accy.kernels.attention_plan import Attention
+from accy.kernels.attention_plan import Attention, triangle
 from accy.kernels.ir import (
     INDEX,
     Assign,
@@ -130,6 +131,9 @@ class _Builder(RegisterCopies, _AttentionBuilder):
         self.step = 16 if self.f16 else 8  # the K of one mma
         self.d = padded_features(a.d, self.f16)  # head features as tiles and registers hold
         self.scale = folded_scale(a) if self.f16 else None
+        # a causal mask compared by the indices (triangle), the chain then its selected value
+        self.tri = triangle(a)
+        self.chain = a.softmax.srcs[0] if self.tri is None else a.softmax.srcs[0].srcs[1]
         self.coef = LOG2E * (self.scale or 1.0)  # log2 e a score, in units of S where folded
         # how far a row's maximum (in the units of its scores) rises before it moves if lazy
         self.rise = exprs.const(RESCALE / self.coef, F32)
@@ -193,7 +197,7 @@ class _Builder(RegisterCopies, _AttentionBuilder):
         g, tt = self.let(body, "g", div(lane, 4)), self.let(body, "t", mod(lane, 4))
         grp = self.grp = self.let(body, "grp", Id("group", 0))
         bh = div(grp, tiles_q)
-        q0 = self.let(body, "q0", mul(mod(grp, tiles_q), idx(t.queries)))
+        q0 = self.q0 = self.let(body, "q0", mul(mod(grp, tiles_q), idx(t.queries)))
         bcoords = self.batch_coords(body, bh)
         # each fragment row's two rows of queries (g and g + 8), and the same clamped into the
         # queries: rows[2 i + h] is row g + 8 h of fragment row i
@@ -359,9 +363,20 @@ class _Builder(RegisterCopies, _AttentionBuilder):
             InlineAsm(CP_WAIT.format(t.stages - 2 - self.lead), (), (), True, ("memory",)),
             *self.landed(), Barrier(),
             If(Bin("<", nxt, count), tuple(self.issue(mod(nxt, t.stages), nxt))), commit]
-        loop += self.tile(mul(kt, idx(t.bk)), mod(kt, t.stages))
-        body.append(For("kt", idx(0), count, tuple(loop)))
-        return body
+        return body + self.key_tiles(count, lambda masked: [
+            *loop, *self.tile(mul(kt, idx(t.bk)), mod(kt, t.stages), masked)])
+
+    def key_tiles(self, count: Expr, make: Callable[[bool], list[Stmt]]) -> list[Stmt]:
+        """The loop over key tiles ``kt`` of ``make(masked)``'s body. Where the causal mask is
+        compared by the indices (``tri``), the tiles whose keys every query of the work-group
+        sees run first without the comparison, then the rest with it."""
+        if self.tri is None:
+            return [For("kt", idx(0), count, tuple(make(False)))]
+        out: list[Stmt] = []
+        seen = Call("max", (add(self.q0, idx(self.tri + 1)), idx(0)))  # keys the first sees
+        whole = self.let(out, "whole", Call("min", (count, div(seen, self.t.bk))))
+        return [*out, For("kt", idx(0), whole, tuple(make(False))),
+                For("kt", whole, count, tuple(make(True)))]
 
     def landed(self) -> list[Stmt]:
         """What each work-item does once its copies of a tile landed, before the barrier."""
@@ -372,9 +387,10 @@ class _Builder(RegisterCopies, _AttentionBuilder):
         return []
 
     # one key tile ---------------------------------------------------------------------
-    def tile(self, k0: Expr, cur: Expr) -> list[Stmt]:
+    def tile(self, k0: Expr, cur: Expr, masked: bool = True) -> list[Stmt]:
         """One key tile for each of the warp's fragment rows ``i``: each K and V fragment is
-        loaded once and taken by every row's mma."""
+        loaded once and taken by every row's mma (``masked``: the causal mask compared, where
+        ``tri``)."""
         a, t = self.a, self.t
         frags, fr = t.bk // 8, range(t.rows)
         out = self.score_products(cur)
@@ -390,8 +406,11 @@ class _Builder(RegisterCopies, _AttentionBuilder):
                     at["q"], at["k"] = self.clamped[2 * i + r // 2], (
                         Call("min", (key, idx(a.nk - 1))) if a.nk % t.bk else key)
                     v = Var(f"fa_s{i}_{j}_{r}") if self.scale else self.through(
-                        self.scores, out, Var(f"fa_s{i}_{j}_{r}"), a.softmax.srcs[0],
+                        self.scores, out, Var(f"fa_s{i}_{j}_{r}"), self.chain,
                         tuple(at[role] for role in a.score_roles))
+                    if self.tri is not None and masked:  # the causal mask, by the indices
+                        v = Cond(Bin("<=", key, add(at["q"], idx(self.tri))), v,
+                                 exprs.const(-np.inf, F32))
                     if a.nk % t.bk:
                         v = Cond(Bin("<", key, idx(a.nk)), v, exprs.const(-np.inf, F32))
                     x[i, j, r] = self.let(out, "x", v, F32)

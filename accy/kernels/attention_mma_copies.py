@@ -15,7 +15,6 @@ from accy.kernels.ir import (
     Bin,
     Cond,
     Expr,
-    For,
     If,
     Lane,
     Let,
@@ -172,8 +171,6 @@ class RegisterCopies:
         self.fetch(prefetch, add(k0, idx(t.bk)), first=False)
         store: list[Stmt] = []
         self.put(store, Bin("-", idx(1), Var("cur")))
-        loop: list[Stmt] = [Let("cur", INDEX, mod(kt, 2)), If(more, tuple(prefetch))]
-        loop += self.tile(k0, Var("cur"))
-        loop += [If(more, tuple(store)), Barrier()]
-        body.append(For("kt", idx(0), count, tuple(loop)))
-        return body
+        first: list[Stmt] = [Let("cur", INDEX, mod(kt, 2)), If(more, tuple(prefetch))]
+        return body + self.key_tiles(count, lambda masked: [
+            *first, *self.tile(k0, Var("cur"), masked), If(more, tuple(store)), Barrier()])

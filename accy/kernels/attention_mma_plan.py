@@ -12,7 +12,7 @@ import numpy as np
 
 from accy.ir.ops import Op
 from accy.ir.types import DType
-from accy.kernels.attention_plan import Attention, Side, analyse
+from accy.kernels.attention_plan import Attention, Side, analyse, triangle
 from accy.plans import FusionGroup, ScheduleKind
 from accy.target import (
     CP_ASYNC,
@@ -206,6 +206,8 @@ def folded_scale(a: Attention) -> float | None:
     maxima in units of S: ``c`` > 0 keeps their order), one multiply a score fewer. None for
     any other chain (masks, biases, an f16 product), which is evaluated as it is."""
     x = a.softmax.srcs[0]
+    if triangle(a) is not None:  # the causal mask as an index comparison: its x
+        x = x.srcs[1]
     if x.op is not Op.MUL or x.type.dtype is not DType.f32:
         return None
     for s, c in (x.srcs, x.srcs[::-1]):

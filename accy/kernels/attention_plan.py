@@ -249,3 +249,27 @@ def key_stop(a: Attention, block: int) -> int | None:
     if all(s == min(a.nk, max(0, t * block + block + offset)) for t, s in enumerate(stops)):
         return offset if stops != [a.nk] * len(stops) else None
     return None
+
+
+def triangle(a: Attention) -> int | None:
+    """``o`` where the scores are ``where(C, x, -inf)`` with ``C`` the constant causal mask
+    ``key <= query + o`` at every batch index (``np.tri``), so that a kernel can compare the
+    indices instead of reading ``C``; else None."""
+    sel = a.softmax.srcs[0]
+    if sel.op is not Op.SELECT:
+        return None
+    cond, _, fill = sel.srcs
+    if (cond.op is not Op.CONSTANT or fill.op is not Op.CONSTANT or fill.type.size != 1
+            or not np.isneginf(fill.value).all()):
+        return None
+    allowed = np.broadcast_to(np.asarray(cond.value, dtype=bool).reshape(cond.type.shape),
+                              a.scores.type.shape)
+    qa, ka = a.score_roles.index("q"), a.score_roles.index("k")
+    allowed = np.moveaxis(allowed, (qa, ka), (-2, -1)).reshape(-1, a.nq, a.nk)
+    # the diagonal's offset, from the first query's allowed keys (none: -1; a diagonal further
+    # down is not recognised)
+    first = int(np.argmin(allowed[0, 0])) - 1 if not allowed[0, 0].all() else a.nk - 1
+    if np.array_equal(allowed, np.broadcast_to(np.tri(a.nq, a.nk, first, dtype=bool),
+                                               allowed.shape)):
+        return first
+    return None

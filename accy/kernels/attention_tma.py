@@ -52,7 +52,6 @@ from accy.kernels.ir import (
     Bin,
     Cast,
     Expr,
-    For,
     If,
     InlineAsm,
     Kernel,
@@ -251,11 +250,10 @@ class _TmaBuilder(_WgBuilder):
             If(Bin("<", ahead, count), (self.landed_wait(ahead),)) if self.lead
             else self.landed_wait(kt)]
         cur = mod(kt, t.stages)
-        loop += self.tile(mul(kt, idx(t.bk)), cur)
-        loop.append(If(Bin("==", mod(self.lid, 32), idx(0)), (InlineAsm(
-            f"{tma.MBARRIVE} %0", (), (("r", self.bar(cur, 1)),), True, ("memory",)),)))
-        body.append(For("kt", idx(0), count, tuple(loop)))
-        return body
+        given = If(Bin("==", mod(self.lid, 32), idx(0)), (InlineAsm(
+            f"{tma.MBARRIVE} %0", (), (("r", self.bar(cur, 1)),), True, ("memory",)),))
+        return body + self.key_tiles(count, lambda masked: [
+            *loop, *self.tile(mul(kt, idx(t.bk)), cur, masked), given])
 
     def descriptor(self, out: list[Stmt], side: str, cur: Expr, block: int = 0) -> Var:
         """The descriptor of ``side``'s block ``block`` in buffer ``cur``: K K-major (atoms

@@ -152,6 +152,35 @@ def test_causal_skips_masked_key_tiles(check, rng, sq, sk, target) -> None:
     want = None if sk == 1 else max(0, sk - sq)
     assert attention_plan.key_stop(a, block) == want
     assert ("kstop" in job.kernel_source(job.kernel_count - 1)) == (want is not None)
+    # key <= query + offset (a mask allowing every key is gone before kernelization)
+    assert attention_plan.triangle(a) == (None if sk == 1 else max(0, sk - sq))
+
+
+def _mask_attention(mask: np.ndarray, b: int = 2) -> attention_plan.Attention:
+    """The attention analysis of causal-style attention through ``where(mask, s, -inf)``."""
+    sq, sk = mask.shape[-2:]
+
+    def f(q, k, v):
+        s = accy.where(accy.constant(mask), einsum("bhqd,bhkd->bhqk", q, k) * 0.25, -np.inf)
+        return einsum("bhqk,bhkd->bhqd", accy.softmax(s, -1), v)
+
+    prog = trace(f, f32[b, 1, sq, 8], f32[b, 1, sk, 8], f32[b, 1, sk, 8], name="attn")
+    job = accy.prepare(prog, ALWAYS, target=GPU)
+    return attention.plan(job.product.fusion.groups[0], job.target)[0]
+
+
+def test_triangle_only_for_the_same_lower_triangle_everywhere() -> None:
+    """The causal mask a kernel may compare by indices: ``np.tri`` at an offset from -1 up,
+    the same at every batch index; not a mask with a hole, one that differs along the batch,
+    nor a diagonal further down."""
+    for offset in (-1, 0, 3, 10):
+        assert attention_plan.triangle(_mask_attention(np.tri(9, 12, offset, dtype=bool))) \
+            == offset
+    holed = np.tri(9, 12, 0, dtype=bool)
+    holed[5, 2] = False
+    varies = np.stack([np.tri(9, 12, 0, dtype=bool), np.tri(9, 12, 1, dtype=bool)])[:, None]
+    for mask in (holed, varies, np.tri(9, 12, -2, dtype=bool)):
+        assert attention_plan.triangle(_mask_attention(mask)) is None
 
 
 @pytest.mark.parametrize("target", [None, CPU], ids=["generic", "cpu"])

@@ -193,7 +193,8 @@ def test_warps_of_two_fragment_rows(device, rng, monkeypatch, policy, form):
         inputs = data(rng, prog)
         src = run_emulated(device, prog, inputs, precision(policy, "always"),
                            SAT if policy == "3xtf32" else NV, policy)
-        per_tile = 2 * (4 + 4 * 2) * (3 if policy == "3xtf32" else 1)  # S 4 x 1, P V 4 x 2
+        # S 4 x 1, P V 4 x 2; twice: the loops of whole tiles and of those the mask cuts
+        per_tile = 2 * 2 * (4 + 4 * 2) * (3 if policy == "3xtf32" else 1)
     assert src.count("mma.sync") == per_tile
     assert f"reqd_work_group_size({32 * form[0]}, 1, 1)" in src
 
@@ -212,8 +213,9 @@ def test_key_tiles_split_as_copied_where_they_fit_the_same_key_tile(device, rng,
     assert ("__local int k_tile" in src) is split
     assert ("__local float k_tile" in src) is not split
     # split: one 16-byte load a B fragment (its big and small register pairs); per tile of 32
-    # keys S takes 4 x 8 K fragments, P V 4 x 8 V fragments
-    assert len(re.findall(r"int4 fa_[kv]\d+_\d+_g = ", src)) == (64 if split else 0)
+    # keys S takes 4 x 8 K fragments, P V 4 x 8 V fragments, in each of the causal mask's two
+    # loops (whole tiles, then those it cuts)
+    assert len(re.findall(r"int4 fa_[kv]\d+_\d+_g = ", src)) == (2 * 64 if split else 0)
 
 
 def test_eight_warps_of_one_row_with_split_tiles(device, rng):
@@ -314,17 +316,18 @@ def test_lazy_only_where_the_rescale_outweighs_the_exponentials(rng):
 
 def test_f16_scale_folded_into_the_exponent(rng):
     """Promoted f16 (the scale and softmax in f32, as on the H200): a positive constant scale
-    goes into the exponent's coefficient, no multiply a score; a negative one, an f16 multiply
-    (native f16) or a mask after it is evaluated as written."""
+    goes into the exponent's coefficient, no multiply a score, through a causal mask (compared
+    by the indices); a negative one, an f16 multiply (native f16) or another constant mask
+    after it is evaluated as written."""
     storage = dataclasses.replace(F16, dtypes=NV.dtypes)
     coef = "0.180336877"  # 0.125 log2(e)
 
-    def source(scale, target=storage, pipeline="accy-default", mask=False):
+    def source(scale, target=storage, pipeline="accy-default", mask=None):
         prog, _ = f16_heads(rng, 1, 2, ((130, 32), (96, 32), (96, 64)), scale)
-        if mask:
+        if mask is not None:
             def f(q, k, v):
                 s = einsum("bhqd,bhkd->bhqk", q, k) * scale
-                s = accy.where(accy.constant(np.tril(np.ones((130, 96), bool))), s, -np.inf)
+                s = accy.where(accy.constant(mask), s, -np.inf)
                 return einsum("bhqk,bhkd->bhqd", accy.softmax(s, -1), v)
 
             prog = trace(f, *[p.type for p in prog.functions[0].params], name="masked16")
@@ -336,7 +339,10 @@ def test_f16_scale_folded_into_the_exponent(rng):
     assert coef in src and "* 0.125f)" not in src
     assert coef not in source(-0.125) and "* -0.125f)" in source(-0.125)
     assert coef not in source(0.125, F16, KEEP_F16)  # f16 scores, rounded after the scale
-    assert coef not in source(0.125, mask=True)
+    causal = np.tril(np.ones((130, 96), bool))
+    assert coef in source(0.125, mask=causal)
+    causal[7, 3] = False
+    assert coef not in source(0.125, mask=causal)
 
 
 def test_auto_fuses_where_the_default_policy_takes_tensor_cores():

@@ -8,12 +8,15 @@ from __future__ import annotations
 import dataclasses
 import shutil
 
+import numpy as np
 import pytest
 from test_attention_mma import KEEP_F16, NV, f16_heads, run_emulated
 from test_attention_wgmma import _HALF_BUILTINS, HOPPER16
 from test_wgmma import _NVPTX_BUILTINS, assembled
 
 import accy
+from accy.builder import einsum, trace
+from accy.ir.types import DType, TensorType
 from accy.kernels import attention_tma, tma
 from accy.passes.spec import parse_pipeline
 from accy.target import TMA_COPY
@@ -79,6 +82,26 @@ def test_emulated_kernel_matches_the_interpreter(device, rng, encodes, monkeypat
     src = run_emulated(device, prog, inputs, KEEP_F16, WITH_TMA, "f16", "eager",
                        "tma-attention-f16")
     assert "@@TMA4" in src and ("fa_n0_" in src) == (stages == 3)
+
+
+def test_emulated_causal_mask_by_indices_with_the_scale_folded(device, rng, encodes):
+    """A constant causal mask (diagonal 70 keys on: more keys than queries) compared by the
+    indices, the scale folded into the exponent through it, the key tiles past the diagonal
+    skipped: as the interpreter computes it."""
+    storage = dataclasses.replace(WITH_TMA, dtypes=NV.dtypes)
+    sq, sk = 130, 200
+
+    def f(q, k, v):
+        tri = accy.constant(np.tril(np.ones((sq, sk), dtype=bool), sk - sq))
+        s = accy.where(tri, einsum("bhqd,bhkd->bhqk", q, k) * 0.125, -np.inf)
+        return einsum("bhqk,bhkd->bhqd", accy.softmax(s, -1), v)
+
+    prog = trace(f, *[TensorType((1, 2, n, 64), DType.f16) for n in (sq, sk, sk)], name="c")
+    inputs = [rng.standard_normal(p.type.shape).astype(np.float16)
+              for p in prog.functions[0].params]
+    src = run_emulated(device, prog, inputs, "accy-default", storage, "f16", "eager",
+                       "tma-attention-f16")
+    assert "0.180336877" in src and "kstop" in src and " <= " in src
 
 
 def test_emulated_promoted_f16_with_the_scale_folded(device, rng, encodes):
