@@ -30,8 +30,8 @@ work-group's 256 bytes of scratch at run time.
 Taken where the probe ran TMA copies (``TMA_COPY``) and ``wgmma-attention-f16`` would take
 the group, with head and value features multiples of 64 (a box row is 128 bytes) and
 :data:`STAGES` stages of a key tile (:func:`key_tile`) in the target's static local memory.
-It comes first of the f16 attention kernels: at 64 and 128 features it timed 1.2-1.6x faster
-than ``mma-attention-f16`` (papers/kernels.md, "Fiftieth session").
+It comes first of the f16 attention kernels: it timed faster than ``mma-attention-f16`` at
+every shape tried (papers/kernels.md, "Fiftieth session").
 """
 
 from __future__ import annotations
@@ -79,8 +79,8 @@ ROW = 128  # bytes of a box row: 64 features
 KEYS = (128, 64)  # keys a tile, largest first (key_tile)
 STAGES = 3
 UNIT_REGISTERS = 65536  # a Hopper multiprocessor's 32-bit registers
-# registers ptxas gives a lane beyond its fragments' (the softmax's temporaries, addresses): 124
-# for 112 at 64 features and 64-key tiles one ahead
+# registers ptxas gives a lane beyond its fragments' (the softmax's temporaries, addresses),
+# as read from its output for the kernel at 64 features (papers/kernels.md, "Fiftieth session")
 TEMPORARIES = 16
 
 
