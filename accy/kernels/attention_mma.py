@@ -366,12 +366,17 @@ class _Builder(RegisterCopies, _AttentionBuilder):
         return body + self.key_tiles(count, lambda masked: [
             *loop, *self.tile(mul(kt, idx(t.bk)), mod(kt, t.stages), masked)])
 
+    # where the causal mask is compared by the indices, the tiles it leaves whole in a loop of
+    # their own (key_tiles)
+    split_masked = True
+
     def key_tiles(self, count: Expr, make: Callable[[bool], list[Stmt]]) -> list[Stmt]:
         """The loop over key tiles ``kt`` of ``make(masked)``'s body. Where the causal mask is
-        compared by the indices (``tri``), the tiles whose keys every query of the work-group
-        sees run first without the comparison, then the rest with it."""
-        if self.tri is None:
-            return [For("kt", idx(0), count, tuple(make(False)))]
+        compared by the indices (``tri``) and ``split_masked``, the tiles whose keys every
+        query of the work-group sees run first without the comparison, then the rest with
+        it."""
+        if self.tri is None or not self.split_masked:
+            return [For("kt", idx(0), count, tuple(make(self.tri is not None)))]
         out: list[Stmt] = []
         seen = Call("max", (add(self.q0, idx(self.tri + 1)), idx(0)))  # keys the first sees
         whole = self.let(out, "whole", Call("min", (count, div(seen, self.t.bk))))

@@ -104,20 +104,22 @@ def leads(stages: int, bk: int) -> bool:
     return stages >= 3 and bk >= 64
 
 
+def shares_unit(a: Attention, threads: int, bk: int) -> bool:
+    """Whether two work-groups of ``threads`` with ``bk``-key tiles share a multiprocessor by
+    their registers: a lane holds its fragments (:func:`registers`, and the next tile's scores
+    where :func:`leads`) and :data:`TEMPORARIES`."""
+    ahead = 4 * (bk // 8) if leads(STAGES, bk) else 0
+    lane = registers(a, "f16", bk, 1) + ahead + TEMPORARIES
+    return 2 * threads * lane <= UNIT_REGISTERS
+
+
 def key_tile(a: Attention, t: Tiles, target: TargetProfile) -> int | None:
     """Of :data:`KEYS` whose :data:`STAGES` stages fit the target's static local memory, the
-    largest whose registers let two work-groups share a multiprocessor, else the largest; None
-    where none fits. A lane holds its fragments (:func:`registers`, and the next tile's scores
-    where :func:`leads`) and :data:`TEMPORARIES`."""
+    largest that lets two work-groups share a multiprocessor (:func:`shares_unit`), else the
+    largest; None where none fits."""
     fits = [bk for bk in KEYS
             if STAGES * 2 * bk * (a.d + a.dv) + ATOM <= target.group_local_bytes]
-
-    def lane(bk: int) -> int:
-        ahead = 4 * (bk // 8) if leads(STAGES, bk) else 0
-        return registers(a, "f16", bk, 1) + ahead + TEMPORARIES
-
-    return next((bk for bk in fits if 2 * t.threads * lane(bk) <= UNIT_REGISTERS),
-                fits[0] if fits else None)
+    return next((bk for bk in fits if shares_unit(a, t.threads, bk)), fits[0] if fits else None)
 
 
 def plan(group: FusionGroup, target: TargetProfile) -> tuple[Attention, Tiles] | str:
@@ -151,6 +153,9 @@ class _TmaBuilder(_WgBuilder):
         a, t = self.a, self.t
         self.bytes = {"k": t.bk * 2 * a.d, "v": t.bk * 2 * a.dv}  # a stage's
         self.lead = int(leads(t.stages, t.bk))
+        # a causal mask's second loop gives ptxas more registers than two work-groups a
+        # multiprocessor leave: one loop where they share one (papers/kernels.md)
+        self.split_masked = not shares_unit(a, t.threads, t.bk)
 
     def stage_bytes(self) -> int:
         return self.bytes["k"] + self.bytes["v"]
