@@ -223,13 +223,9 @@ def _letters(scores: Node, sm: Node, values: Node, p_pos: int, v_node: Node,
         sizes[query], sizes[key], d, dv)
 
 
-def key_stop(a: Attention, block: int) -> int | None:
-    """Where the scores are ``where(C, x, -inf)`` with ``C`` a constant (a causal mask), a
-    block of ``block`` queries from query ``q0`` needs only the keys before
-    ``min(nk, q0 + block + offset)``: the returned ``offset``. The keys after it are masked
-    for every query of the block, so they add exactly nothing (exp(-inf - shift) = 0, and a
-    block masked throughout stays 0 / 0). None where the mask has no such bound (or there is
-    none, or it masks no key tail)."""
+def _constant_mask(a: Attention) -> np.ndarray | None:
+    """Where the scores are ``where(C, x, -inf)`` with ``C`` a constant: ``C`` broadcast over
+    the scores as (batch, queries, keys), the batch flattened; else None."""
     sel = a.softmax.srcs[0]
     if sel.op is not Op.SELECT:
         return None
@@ -237,11 +233,23 @@ def key_stop(a: Attention, block: int) -> int | None:
     if (cond.op is not Op.CONSTANT or fill.op is not Op.CONSTANT or fill.type.size != 1
             or not np.isneginf(fill.value).all()):
         return None
-    shape = a.scores.type.shape
     allowed = np.broadcast_to(np.asarray(cond.value, dtype=bool).reshape(cond.type.shape),
-                              shape)
+                              a.scores.type.shape)
     qa, ka = a.score_roles.index("q"), a.score_roles.index("k")
-    allowed = np.moveaxis(allowed, (qa, ka), (-2, -1)).reshape(-1, a.nq, a.nk).any(axis=0)
+    return np.moveaxis(allowed, (qa, ka), (-2, -1)).reshape(-1, a.nq, a.nk)
+
+
+def key_stop(a: Attention, block: int) -> int | None:
+    """Where the scores are ``where(C, x, -inf)`` with ``C`` a constant (a causal mask), a
+    block of ``block`` queries from query ``q0`` needs only the keys before
+    ``min(nk, q0 + block + offset)``: the returned ``offset``. The keys after it are masked
+    for every query of the block, so they add exactly nothing (exp(-inf - shift) = 0, and a
+    block masked throughout stays 0 / 0). None where the mask has no such bound (or there is
+    none, or it masks no key tail)."""
+    mask = _constant_mask(a)
+    if mask is None:
+        return None
+    allowed = mask.any(axis=0)
     # one past the last allowed key of each query (0: none)
     ends = np.where(allowed.any(axis=1), a.nk - np.argmax(allowed[:, ::-1], axis=1), 0)
     stops = [int(ends[t:t + block].max()) for t in range(0, a.nq, block)]
@@ -255,17 +263,9 @@ def triangle(a: Attention) -> int | None:
     """``o`` where the scores are ``where(C, x, -inf)`` with ``C`` the constant causal mask
     ``key <= query + o`` at every batch index (``np.tri``), so that a kernel can compare the
     indices instead of reading ``C``; else None."""
-    sel = a.softmax.srcs[0]
-    if sel.op is not Op.SELECT:
+    allowed = _constant_mask(a)
+    if allowed is None:
         return None
-    cond, _, fill = sel.srcs
-    if (cond.op is not Op.CONSTANT or fill.op is not Op.CONSTANT or fill.type.size != 1
-            or not np.isneginf(fill.value).all()):
-        return None
-    allowed = np.broadcast_to(np.asarray(cond.value, dtype=bool).reshape(cond.type.shape),
-                              a.scores.type.shape)
-    qa, ka = a.score_roles.index("q"), a.score_roles.index("k")
-    allowed = np.moveaxis(allowed, (qa, ka), (-2, -1)).reshape(-1, a.nq, a.nk)
     # the diagonal's offset, from the first query's allowed keys (none: -1; a diagonal further
     # down is not recognised)
     first = int(np.argmin(allowed[0, 0])) - 1 if not allowed[0, 0].all() else a.nk - 1

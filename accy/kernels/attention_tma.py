@@ -45,7 +45,7 @@ from accy.kernels.attention_mma import F32, ZERO
 from accy.kernels.attention_mma_plan import Tiles, registers
 from accy.kernels.attention_mma_plan import plan as mma_plan
 from accy.kernels.attention_plan import Attention, Side
-from accy.kernels.attention_wgmma import _WgBuilder
+from accy.kernels.attention_wgmma import _WgBuilder, register
 from accy.kernels.ir import (
     INDEX,
     Barrier,
@@ -69,8 +69,8 @@ from accy.kernels.ir import (
 )
 from accy.kernels.wgmma import matrix_descriptor
 from accy.kernels.wgmma_ptx import descriptor_bits
-from accy.kernels.wgmma_tma import ATOM
-from accy.plans import FusionGroup, KernelOutline, ScheduleKind
+from accy.kernels.wgmma_tma import ATOM, i32
+from accy.plans import FusionGroup, ScheduleKind
 from accy.target import TMA_COPY, TargetProfile
 
 NAME = "tma-attention-f16"
@@ -82,10 +82,6 @@ UNIT_REGISTERS = 65536  # a Hopper multiprocessor's 32-bit registers
 # registers ptxas gives a lane beyond its fragments' (the softmax's temporaries, addresses),
 # as read from its output for the kernel at 64 features (papers/kernels.md, "Fiftieth session")
 TEMPORARIES = 16
-
-
-def i32(v: int) -> Lit:
-    return Lit(v, DType.i32)
 
 
 def geometry(a: Attention, side: Side, features: int, bk: int
@@ -285,24 +281,6 @@ class _TmaBuilder(_WgBuilder):
         return dataclasses.replace(k, args=(*k.args, maps))
 
 
-def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
-          target: TargetProfile) -> tuple[Kernel, ...]:
-    found = plan(group, target)
-    if isinstance(found, str):
-        raise ValueError(f"the {NAME} generator cannot take this group: {found}")
-    a, t = found
-    return (_TmaBuilder(group, outline, a, t, "f16", target).build(kind),)
-
-
-def _register() -> None:
-    from accy.kernels.generators import Generator, register_generator
-
-    register_generator(Generator(
-        NAME,
-        "f16 attention as wgmma-attention-f16's kernel with the K and V tiles copied by TMA "
-        "and handed on by mbarriers (no work-group barrier a tile); features multiples of 64",
-        lambda group, target: not isinstance(plan(group, target), str),
-        build))
-
-
-_register()
+register(NAME, "f16 attention as wgmma-attention-f16's kernel with the K and V tiles copied by "
+         "TMA and handed on by mbarriers (no work-group barrier a tile); features multiples of "
+         "64", plan, _TmaBuilder)

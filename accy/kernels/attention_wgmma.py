@@ -38,9 +38,12 @@ session").
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from accy.ir.types import DType
 from accy.kernels.attention_mma import F32, ZERO, _Builder
-from accy.kernels.attention_mma_plan import plan
+from accy.kernels.attention_mma_plan import Tiles, plan
+from accy.kernels.attention_plan import Attention
 from accy.kernels.ir import (
     INDEX,
     Assign,
@@ -180,25 +183,26 @@ class _WgBuilder(_Builder):
         return out
 
 
-def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
-          target: TargetProfile) -> tuple[Kernel, ...]:
-    found = plan(group, target, "f16", wgmma=True)
-    if isinstance(found, str):
-        raise ValueError(f"the {NAME} generator cannot take this group: {found}")
-    a, t = found
-    return (_WgBuilder(group, outline, a, t, "f16", target).build(kind),)
-
-
-def _register() -> None:
+def register(name: str, summary: str,
+             found: Callable[[FusionGroup, TargetProfile], tuple[Attention, Tiles] | str],
+             builder: type[_WgBuilder]) -> None:
+    """Registers the f16 attention generator ``name``: ``builder``'s kernel of the attention
+    and tiles ``found`` gives a group (or why it cannot take it)."""
     from accy.kernels.generators import Generator, register_generator
 
+    def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
+              target: TargetProfile) -> tuple[Kernel, ...]:
+        got = found(group, target)
+        if isinstance(got, str):
+            raise ValueError(f"the {name} generator cannot take this group: {got}")
+        a, t = got
+        return (builder(group, outline, a, t, "f16", target).build(kind),)
+
     register_generator(Generator(
-        NAME,
-        "f16 attention as one kernel on Hopper's wgmma (register A: the query fragments, then "
-        "the probabilities; K and V tiles by descriptor), the scores in registers; after "
-        "mma-attention-f16 (kernelization{disable=mma-attention-f16} takes it)",
-        lambda group, target: not isinstance(plan(group, target, "f16", wgmma=True), str),
-        build))
+        name, summary, lambda group, target: not isinstance(found(group, target), str), build))
 
 
-_register()
+register(NAME, "f16 attention as one kernel on Hopper's wgmma (register A: the query fragments, "
+         "then the probabilities; K and V tiles by descriptor), the scores in registers; after "
+         "mma-attention-f16 (kernelization{disable=tma-attention-f16,mma-attention-f16} takes "
+         "it)", lambda group, target: plan(group, target, "f16", wgmma=True), _WgBuilder)
