@@ -3,7 +3,7 @@ kernels with the fused-attention generators and without them, against torch wher
 
     python experiments/bench_attention.py [--device nvidia] [--batch 1] [--heads 8]
         [--seqs 512,1024] [--head-dim 64] [--causal] [--dtype f32|f16]
-        [--variants fused,unfused[,mma,wgmma]] [--repeat 10]
+        [--variants fused,unfused[,mma,wgmma]] [--variant NAME=MODULE.ATTR=VALUE] [--repeat 10]
         [--out results/bench_attention.json] [--no-torch]
 
 Each shape is prepared for the device's own :class:`~accy.target.TargetProfile` once per
@@ -12,7 +12,9 @@ variant: ``fused``, ``fusion-planning{attention=always}`` (one kernel with an on
 (the scores, the softmax and P V as separate kernels, the scores and probabilities through
 memory), and for f16 on Hopper (where ``fused`` takes ``tma-attention-f16``) ``mma``, ``fused``
 with ``kernelization{disable=tma-attention-f16}`` (``mma-attention-f16``), and ``wgmma``, with
-``mma-attention-f16`` disabled too (``wgmma-attention-f16``). ``--dtype f16`` makes Q, K, V
+``mma-attention-f16`` disabled too (``wgmma-attention-f16``); ``--variant`` adds ``fused`` with
+module attributes set while it is prepared (a generator's knobs: e.g.
+``nolead=accy.kernels.attention_tma.LEAD=False``). ``--dtype f16`` makes Q, K, V
 and the output f16. Inputs and output stay on the device (as ``bench_gpu.py`` times); kernel
 time is the sum of the OpenCL profiling events of one call, median over ``--repeat`` calls
 after a warm-up; the variants are timed in turn, so a busy machine slows them alike. Outputs
@@ -26,17 +28,23 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-import accy
-from accy.backends.opencl.device_array import DeviceArray
-from accy.backends.registry import get_backend
-from accy.builder import einsum, trace
-from accy.experiments.peers import cuda_torch
-from accy.experiments.records import command_line, median_ms, provenance, write_json
-from accy.passes.spec import parse_pipeline
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from ab_gemm import Variant, applied, parse_variant  # noqa: E402
+
+import accy  # noqa: E402
+from accy.backends.opencl.device_array import DeviceArray  # noqa: E402
+from accy.backends.registry import get_backend  # noqa: E402
+from accy.builder import einsum, trace  # noqa: E402
+from accy.experiments.peers import cuda_torch  # noqa: E402
+from accy.experiments.records import command_line, median_ms, provenance, write_json  # noqa: E402
+from accy.passes.spec import parse_pipeline  # noqa: E402
 
 VARIANTS = {"fused": ("fusion-planning{attention=always}",),
             "unfused": ("fusion-planning{attention=off}",),
@@ -47,10 +55,12 @@ VARIANTS = {"fused": ("fusion-planning{attention=always}",),
 DTYPES = {"f32": (accy.f32, np.float32, 1e-4), "f16": (accy.f16, np.float16, 4e-3)}
 
 
-def pipeline(variant: str) -> str:
-    """accy's default pipeline with ``variant``'s passes (:data:`VARIANTS`) in place."""
+def pipeline(variant: str, custom: dict[str, Variant] | None = None) -> str:
+    """accy's default pipeline with ``variant``'s passes (:data:`VARIANTS`) in place; a
+    ``--variant`` (in ``custom``) is ``fused``'s with its own passes after."""
+    own = (custom or {}).get(variant)
     spec = parse_pipeline("accy-default")
-    for passes in VARIANTS[variant]:
+    for passes in (*VARIANTS["fused"], *own.passes) if own else VARIANTS[variant]:
         spec = spec.replacing(passes)
     return spec.text()
 
@@ -127,14 +137,17 @@ def bench_torch(xs: list[np.ndarray], causal: bool, repeat: int) -> dict[str, An
 
 def bench_shape(b: int, h: int, s: int, d: int, causal: bool, runtime: Any,
                 repeat: int, dtype: str = "f32",
-                variants: tuple[str, ...] = ("fused", "unfused")) -> dict[str, Any]:
+                variants: tuple[str, ...] = ("fused", "unfused"),
+                custom: dict[str, Variant] | None = None) -> dict[str, Any]:
     target = get_backend().target_profile(runtime)
     prog = program(b, h, s, d, causal, dtype)
     xs = inputs(b, h, s, d, dtype)
     want = reference(xs, causal)
     jobs, exes, samples, outs = {}, {}, {}, {}
     for variant in variants:
-        jobs[variant] = accy.prepare(prog, pipeline(variant), target=target)
+        own = (custom or {}).get(variant)
+        with applied(own.settings if own else []):  # (the kernels are generated here)
+            jobs[variant] = accy.prepare(prog, pipeline(variant, custom), target=target)
         exes[variant] = jobs[variant].executable(device=runtime)
         outs[variant] = DeviceArray.empty(runtime, (b, h, s, d), xs[0].dtype)
         samples[variant] = []
@@ -152,7 +165,9 @@ def bench_shape(b: int, h: int, s: int, d: int, causal: bool, runtime: Any,
     for variant in variants:
         ms = median_ms(samples[variant])
         got = outs[variant].get().astype(np.float64)
-        row[variant] = {"pipeline": pipeline(variant), "kernel_count": jobs[variant].kernel_count,
+        row[variant] = {"pipeline": pipeline(variant, custom),
+                        "settings": custom[variant].texts() if variant in (custom or {}) else [],
+                        "kernel_count": jobs[variant].kernel_count,
                         "generators": jobs[variant].generators(), "kernel_ms": ms,
                         "GFLOPs": flops / (ms * 1e6),
                         "max_abs_error": float(np.max(np.abs(got - want))),
@@ -173,6 +188,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--dtype", choices=tuple(DTYPES), default="f32", help="Q, K, V and output")
     p.add_argument("--variants", default="fused,unfused",
                    help="comma-separated accy pipelines: " + ",".join(VARIANTS))
+    p.add_argument("--variant", action="append", default=[], metavar="NAME=SETTING",
+                   help="another variant (repeatable): fused with module attributes set while "
+                        "it is prepared (MODULE.ATTR=VALUE) and passes (pass:PASS{OPTIONS}), "
+                        "';'-separated, as ab_gemm.py's")
     p.add_argument("--repeat", type=int, default=10)
     p.add_argument("--no-torch", action="store_true")
     p.add_argument("--out", default="results/bench_attention.json")
@@ -188,6 +207,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if bad or not args.variant_list:
         p.error(f"--variants: unknown {', '.join(bad) or '(none given)'}; choose from "
                 f"{','.join(VARIANTS)}")
+    args.custom = {}
+    for text in args.variant:
+        try:
+            v = parse_variant(text)
+        except ValueError as e:
+            p.error(f"--variant: {e}")
+        if v.name in VARIANTS or v.name in args.custom:
+            p.error(f"--variant: {v.name} is taken (by --variants' names or another --variant)")
+        args.custom[v.name] = v
+    args.variant_list += tuple(args.custom)
     return args
 
 
@@ -197,7 +226,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     rows = []
     for s in args.seq_list:
         row = bench_shape(args.batch, args.heads, s, args.head_dim, args.causal, runtime,
-                          args.repeat, args.dtype, args.variant_list)
+                          args.repeat, args.dtype, args.variant_list, args.custom)
         if not args.no_torch:
             row.update(bench_torch(inputs(args.batch, args.heads, s, args.head_dim, args.dtype),
                                    args.causal, args.repeat))

@@ -78,6 +78,10 @@ MAP_ARG = "tmaps0"
 ROW = 128  # bytes of a box row: 64 features
 KEYS = (128, 64)  # keys a tile, largest first (key_tile)
 STAGES = 3
+LEAD = True  # the next tile's scores in flight through this tile's softmax, where leads()
+# a causal mask's tiles left whole in a loop of their own: None where the registers allow
+# (not shares_unit: papers/kernels.md, "Fiftieth session"), else as set
+SPLIT: bool | None = None
 UNIT_REGISTERS = 65536  # a Hopper multiprocessor's 32-bit registers
 # registers ptxas gives a lane beyond its fragments' (the softmax's temporaries, addresses),
 # as read from its output for the kernel at 64 features (papers/kernels.md, "Fiftieth session")
@@ -96,8 +100,8 @@ def geometry(a: Attention, side: Side, features: int, bk: int
 
 def leads(stages: int, bk: int) -> bool:
     """Whether the loop runs one tile ahead (``lead``: a third buffer holds the next tile,
-    and tiles of 64 keys or more leave its copies time to land)."""
-    return stages >= 3 and bk >= 64
+    and tiles of 64 keys or more leave its copies time to land; :data:`LEAD`)."""
+    return LEAD and stages >= 3 and bk >= 64
 
 
 def shares_unit(a: Attention, threads: int, bk: int) -> bool:
@@ -151,7 +155,7 @@ class _TmaBuilder(_WgBuilder):
         self.lead = int(leads(t.stages, t.bk))
         # a causal mask's second loop gives ptxas more registers than two work-groups a
         # multiprocessor leave: one loop where they share one (papers/kernels.md)
-        self.split_masked = not shares_unit(a, t.threads, t.bk)
+        self.split_masked = not shares_unit(a, t.threads, t.bk) if SPLIT is None else SPLIT
 
     def stage_bytes(self) -> int:
         return self.bytes["k"] + self.bytes["v"]

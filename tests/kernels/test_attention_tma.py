@@ -84,13 +84,17 @@ def test_emulated_kernel_matches_the_interpreter(device, rng, encodes, monkeypat
     assert "@@TMA4" in src and ("fa_n0_" in src) == (stages == 3)
 
 
-@pytest.mark.parametrize("d", [64, 128])
-def test_emulated_causal_mask_by_indices_with_the_scale_folded(device, rng, encodes, d):
+@pytest.mark.parametrize("d, lead", [(64, True), (128, True), (64, False)])
+def test_emulated_causal_mask_by_indices_with_the_scale_folded(device, rng, encodes,
+                                                               monkeypatch, d, lead):
     """A constant causal mask (diagonal 70 keys on: more keys than queries) compared by the
     indices, the scale folded into the exponent through it, the key tiles past the diagonal
     skipped: as the interpreter computes it. At 128 features the tiles the mask leaves whole
     run in a loop of their own; at 64, where two work-groups share a multiprocessor, in the
-    one loop (a second would take more registers)."""
+    one loop (a second would take more registers); without the lead (``LEAD``) and the loops
+    split (``SPLIT``) as set."""
+    monkeypatch.setattr(attention_tma, "LEAD", lead)
+    monkeypatch.setattr(attention_tma, "SPLIT", None if lead else True)
     storage = dataclasses.replace(WITH_TMA, dtypes=NV.dtypes)
     sq, sk = 130, 200
 
@@ -105,7 +109,8 @@ def test_emulated_causal_mask_by_indices_with_the_scale_folded(device, rng, enco
     src = run_emulated(device, prog, inputs, "accy-default", storage, "f16", "eager",
                        "tma-attention-f16")
     assert "0.180336877" in src and "kstop" in src and " <= " in src
-    assert src.count("for (long kt") == d // 64
+    assert src.count("for (long kt") == (d // 64 if lead else 2)
+    assert ("fa_n0_" in src) == lead
 
 
 def test_emulated_promoted_f16_with_the_scale_folded(device, rng, encodes):

@@ -45,3 +45,22 @@ def test_bench_attention_f16_variants(experiment_script, device, tmp_path: Path)
     assert "disable=tma-attention-f16,mma-attention-f16" in row["wgmma"]["pipeline"]
     with pytest.raises(SystemExit):
         bench.main(["--variants", "fused,tiled", "--no-torch", "--out", str(out)])
+
+
+def test_bench_attention_module_variants(experiment_script, device, tmp_path: Path) -> None:
+    """``--variant NAME=MODULE.ATTR=VALUE``: fused prepared with the attribute set (recorded
+    in the row), restored after; a taken name or a setting that is not one is an error."""
+    from accy.kernels import attention_tma
+
+    bench = experiment_script("bench_attention")
+    out = tmp_path / "v.json"
+    result = bench.main(["--seqs", "24", "--heads", "2", "--head-dim", "16", "--repeat", "2",
+                         "--variants", "fused", "--no-torch", "--out", str(out),
+                         "--variant", "nolead=accy.kernels.attention_tma.LEAD=False"])
+    (row,) = result["rows"]
+    assert row["nolead"]["matches"] and row["nolead"]["pipeline"] == row["fused"]["pipeline"]
+    assert row["nolead"]["settings"] == ["accy.kernels.attention_tma.LEAD=False"]
+    assert row["fused"]["settings"] == [] and attention_tma.LEAD is True
+    for bad in ("fused=accy.kernels.attention_tma.LEAD=False", "x=accy.kernels.nope.A=1"):
+        with pytest.raises(SystemExit):
+            bench.main(["--variant", bad, "--no-torch", "--out", str(out)])
