@@ -21,8 +21,11 @@ registers: TF32 lane ``4g + t`` holds keys ``2t, 2t + 1`` of rows ``g, g + 8``, 
 f16 packs the pairs (``cvt.rn.f16x2``) into m16n8k16 A registers as they are, exp is one fma
 and ``ex2.approx`` (a positive scale of f32 scores folded into its coefficient:
 :func:`~accy.kernels.attention_mma_plan.folded_scale`). A maximum that is not finite shifts by
-0 (as the row softmax). ``O / l`` goes through the epilogue; queries past the end compute the
-last query's row and store nothing.
+0 (as the row softmax). A constant causal mask equal to ``key <= query + o``
+(:func:`~accy.kernels.attention_plan.triangle`) is compared by the indices instead of read
+(f16: the scale folded through it), and where ``split_masked`` only in the key tiles it cuts
+(:meth:`_Builder.key_tiles`); the tiles past it are skipped (``kstop``). ``O / l`` goes
+through the epilogue; queries past the end compute the last query's row and store nothing.
 
 ``tf32`` rounds the operands to TF32; ``3xtf32`` (the default ``f32`` policy's, where the
 saturating rounding was found) splits Q, K, P and V into big and small parts, three products

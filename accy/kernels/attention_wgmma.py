@@ -29,11 +29,12 @@ as FlashAttention-3 overlaps within a warpgroup): tile 0's scores come before th
 iteration ``kt`` issues tile ``kt + 1``'s scores (``fa_n``) before its softmax of tile ``kt``
 and waits for them after its ``P V``, so the tensor cores work through the softmax.
 
-Taken where ``mma-attention-f16`` is not (it is tried first, and
-``kernelization{disable=mma-attention-f16}`` picks this one), on targets whose probe ran wgmma
-(``WGMMA_F16``); the runtime builds the expanded PTX for ``sm_90a``. It comes second because
-``mma-attention-f16`` timed faster at every sequence length (papers/kernels.md, "Twenty-third
-session").
+Taken where ``tma-attention-f16`` and ``mma-attention-f16`` are not (they are tried first, and
+``kernelization{disable=tma-attention-f16,mma-attention-f16}`` picks this one), on targets
+whose probe ran wgmma (``WGMMA_F16``); the runtime builds the expanded PTX for ``sm_90a``. It
+comes after them because both timed faster at every sequence length (papers/kernels.md,
+"Twenty-third session", "Fiftieth session"). ``tma-attention-f16``
+(:mod:`accy.kernels.attention_tma`) is this kernel with its tiles copied by TMA.
 """
 
 from __future__ import annotations
