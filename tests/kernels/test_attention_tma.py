@@ -134,3 +134,20 @@ def test_expanded_ptx_assembles_for_sm_90a_without_spills(rng, encodes, tmp_path
     assert "0 bytes spill stores" in log, log[-2000:]
     used = int(log.split(" registers")[0].rsplit("Used ", 1)[1])
     assert 2 * 256 * used <= 65536, log[-500:]
+
+
+def test_emulated_sequence_major_layout(device, rng, encodes):
+    """Q, K and V stored (batch, sequence, head, feature), as many models keep them: the maps'
+    strides are the keys' (heads x features) and the batch's and heads' as stored."""
+    def f(q, k, v):
+        s = einsum("bqhd,bkhd->bhqk", q, k) * 0.125
+        return einsum("bhqk,bkhd->bqhd", accy.softmax(s, -1), v)
+
+    prog = trace(f, *[TensorType((2, n, 3, 64), DType.f16) for n in (130, 200, 200)],
+                 name="bshd")
+    inputs = [rng.standard_normal(p.type.shape).astype(np.float16)
+              for p in prog.functions[0].params]
+    storage = dataclasses.replace(WITH_TMA, dtypes=NV.dtypes)
+    run_emulated(device, prog, inputs, "accy-default", storage, "f16", "eager",
+                 "tma-attention-f16")
+    assert encodes[0] == ((64, 200, 2, 3), (384, 76800, 128), (64, 64, 1, 1), tma.F16)
