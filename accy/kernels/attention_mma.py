@@ -60,6 +60,7 @@ from accy.kernels.attention_mma_plan import (
     RESCALE,
     Tiles,
     folded_scale,
+    group_order,
     local_row,
     local_row16,
     padded_features,
@@ -199,8 +200,8 @@ class _Builder(RegisterCopies, _AttentionBuilder):
         lane = self.let(body, "lane", mod(lid, 32))
         g, tt = self.let(body, "g", div(lane, 4)), self.let(body, "t", mod(lane, 4))
         grp = self.grp = self.let(body, "grp", Id("group", 0))
-        bh = div(grp, tiles_q)
-        q0 = self.q0 = self.let(body, "q0", mul(mod(grp, tiles_q), idx(t.queries)))
+        bh, qt = group_order(grp, math.prod(a.batch), tiles_q, self.tri is not None)
+        q0 = self.q0 = self.let(body, "q0", mul(qt, idx(t.queries)))
         bcoords = self.batch_coords(body, bh)
         # each fragment row's two rows of queries (g and g + 8), and the same clamped into the
         # queries: rows[2 i + h] is row g + 8 h of fragment row i

@@ -13,6 +13,7 @@ import numpy as np
 from accy.ir.ops import Op
 from accy.ir.types import DType
 from accy.kernels.attention_plan import Attention, Side, analyse, triangle
+from accy.kernels.ir import Bin, Expr, div, idx, mod
 from accy.plans import FusionGroup, ScheduleKind
 from accy.target import (
     CP_ASYNC,
@@ -217,3 +218,17 @@ def folded_scale(a: Attention) -> float | None:
             value = float(np.asarray(c.value).reshape(-1)[0])
             return value if 0 < value < math.inf else None
     return None
+
+
+# causal attention's query blocks heaviest first (the last queries read the most keys), all
+# batches' at once, so the grid's tail is the lightest blocks; off until timed
+HEAVY_FIRST = False
+
+
+def group_order(grp: Expr, batches: int, tiles_q: int, causal: bool) -> tuple[Expr, Expr]:
+    """(flat batch index, query block) of work-group ``grp`` of ``batches x tiles_q``: the
+    query blocks of one batch index in turn, or where ``causal`` and :data:`HEAVY_FIRST` the
+    last query block of every batch index first."""
+    if causal and HEAVY_FIRST:
+        return mod(grp, batches), Bin("-", idx(tiles_q - 1), div(grp, batches))
+    return div(grp, tiles_q), mod(grp, tiles_q)

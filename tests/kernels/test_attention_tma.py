@@ -17,7 +17,7 @@ from test_wgmma import _NVPTX_BUILTINS, assembled
 import accy
 from accy.builder import einsum, trace
 from accy.ir.types import DType, TensorType
-from accy.kernels import attention_tma, tma
+from accy.kernels import attention_mma_plan, attention_tma, tma
 from accy.passes.spec import parse_pipeline
 from accy.target import TMA_COPY
 
@@ -84,15 +84,17 @@ def test_emulated_kernel_matches_the_interpreter(device, rng, encodes, monkeypat
     assert "@@TMA4" in src and ("fa_n0_" in src) == (stages == 3)
 
 
-@pytest.mark.parametrize("d, lead", [(64, True), (128, True), (64, False)])
+@pytest.mark.parametrize("d, lead, heavy", [(64, True, False), (128, True, True),
+                                            (64, False, False)])
 def test_emulated_causal_mask_by_indices_with_the_scale_folded(device, rng, encodes,
-                                                               monkeypatch, d, lead):
+                                                               monkeypatch, d, lead, heavy):
     """A constant causal mask (diagonal 70 keys on: more keys than queries) compared by the
     indices, the scale folded into the exponent through it, the key tiles past the diagonal
     skipped: as the interpreter computes it. At 128 features the tiles the mask leaves whole
     run in a loop of their own; at 64, where two work-groups share a multiprocessor, in the
     one loop (a second would take more registers); without the lead (``LEAD``) and the loops
-    split (``SPLIT``) as set."""
+    split (``SPLIT``) as set; ``HEAVY_FIRST``: the last query blocks first."""
+    monkeypatch.setattr(attention_mma_plan, "HEAVY_FIRST", heavy)
     monkeypatch.setattr(attention_tma, "LEAD", lead)
     monkeypatch.setattr(attention_tma, "SPLIT", None if lead else True)
     storage = dataclasses.replace(WITH_TMA, dtypes=NV.dtypes)
@@ -111,6 +113,7 @@ def test_emulated_causal_mask_by_indices_with_the_scale_folded(device, rng, enco
     assert "0.180336877" in src and "kstop" in src and " <= " in src
     assert src.count("for (long kt") == (d // 64 if lead else 2)
     assert ("fa_n0_" in src) == lead
+    assert ("(1L - (grp" in src) == heavy  # two query blocks, the last first
 
 
 def test_emulated_promoted_f16_with_the_scale_folded(device, rng, encodes):
