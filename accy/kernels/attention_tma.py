@@ -37,7 +37,6 @@ every shape tried (papers/kernels.md, "Fiftieth session").
 from __future__ import annotations
 
 import dataclasses
-import math
 
 from accy.ir.types import DType
 from accy.kernels import tma
@@ -46,6 +45,7 @@ from accy.kernels.attention_mma_plan import Tiles, registers
 from accy.kernels.attention_mma_plan import plan as mma_plan
 from accy.kernels.attention_plan import Attention, Side
 from accy.kernels.attention_wgmma import _WgBuilder, register
+from accy.kernels.attention_wgmma import leads as wgmma_leads
 from accy.kernels.ir import (
     INDEX,
     Barrier,
@@ -99,9 +99,9 @@ def geometry(a: Attention, side: Side, features: int, bk: int
 
 
 def leads(stages: int, bk: int) -> bool:
-    """Whether the loop runs one tile ahead (``lead``: a third buffer holds the next tile,
-    and tiles of 64 keys or more leave its copies time to land; :data:`LEAD`)."""
-    return LEAD and stages >= 3 and bk >= 64
+    """Whether the loop runs one tile ahead: where ``wgmma-attention-f16``'s would
+    (:func:`accy.kernels.attention_wgmma.leads`) and :data:`LEAD`."""
+    return LEAD and wgmma_leads(stages, bk)
 
 
 def shares_unit(a: Attention, threads: int, bk: int) -> bool:
@@ -164,22 +164,13 @@ class _TmaBuilder(_WgBuilder):
         """The stages (an atom more, for their 1024-byte alignment) and their barriers."""
         return [LocalArray("b_tile", DType.i32, (self.t.stages * self.stage_bytes() + ATOM) // 4,
                            128),
-                LocalArray("tma_bar", DType.i32, 4 * self.t.stages, 8)]
+                LocalArray(tma.BARRIERS, DType.i32, 4 * self.t.stages, 8)]
 
     def address(self, side: str, stage: Expr, block: int) -> Expr:
         """The local address of 64-feature block ``block`` of ``side``'s tile in ``stage``."""
         at = (self.bytes["k"] if side == "v" else 0) + block * self.t.bk * ROW
         first = Bin("+", self.b_base, Cast(DType.i32, mul(stage, idx(self.stage_bytes()))))
         return Bin("+", first, i32(at)) if at else first
-
-    def bar(self, stage: Expr, empty: int = 0) -> Expr:
-        """The local address of ``stage``'s full (or ``empty``) mbarrier."""
-        at = add(mul(stage, idx(2)), idx(2 * self.t.stages * empty))
-        return Cast(DType.i32, Cast(INDEX, Bin("+", Var("tma_bar"), at)))
-
-    def wait(self, bar: Expr, phase: Expr) -> Stmt:
-        return InlineAsm(f"{tma.MBWAIT} %0, %1", (), (("r", bar), ("r", Cast(DType.i32, phase))),
-                         True, ("memory",))
 
     def maps(self) -> list[tuple[str, Side, int, int]]:
         """(side, operand, features, byte offset) of the work-group's two tensor maps."""
@@ -202,11 +193,9 @@ class _TmaBuilder(_WgBuilder):
             dims, strides, box, _ = geometry(self.a, side, features, self.t.bk)
             words = tma.template(tma.F16, dims, strides, box)
             assert not isinstance(words, str), words  # (plan checked it)
-            init.append(InlineAsm(tma.tmap(words), (), (
-                ("l", self.map_at(at)),
-                ("l", Cast(INDEX, Var(self.scores.arg_of[side.node])))), True, ("memory",)))
-        init += [InlineAsm(f"{tma.mbinit(count)} %0", (), (("r", self.bar(idx(s), empty)),),
-                           True, ("memory",))
+            init.append(tma.write_map(words, self.map_at(at),
+                                      Cast(INDEX, Var(self.scores.arg_of[side.node]))))
+        init += [tma.init(tma.barrier(idx(s), self.t.stages, empty), count)
                  for s in range(self.t.stages) for empty, count in ((0, 1), (1, self.t.warps))]
         return [*out, If(Bin("==", self.lid, idx(0)), tuple(init)), Barrier()]
 
@@ -214,30 +203,21 @@ class _TmaBuilder(_WgBuilder):
         """Work-item 0's copies of key tile ``tile`` into ``stage``: where the stage was used
         (tile ``stages`` on), its wait for every warp's arrival on the stage's empty barrier;
         its arrival expecting the tile's bytes; the boxes."""
-        t, out = self.t, []
-        if not (isinstance(tile, Lit) and tile.value < t.stages):
-            out.append(If(Bin(">=", tile, idx(t.stages)), (self.wait(
-                self.bar(stage, 1), mod(add(div(tile, t.stages), idx(1)), 2)),)))
-        out.append(InlineAsm(f"{tma.mbexpect(self.stage_bytes())} %0", (),
-                             (("r", self.bar(stage)),), True, ("memory",)))
+        t = self.t
+        out = tma.refill(tile, stage, t.stages, self.stage_bytes())
         for side, s, features, at in self.maps():
             dims, strides, box, batch = geometry(self.a, s, features, t.bk)
-            rank = len(box)
-            text = (f"{tma.tma(rank)} {', '.join(f'%{i}' for i in range(rank + 3))} ; "
-                    f"{tma.geometry_text(dims, strides, box)}")
             for block in range(features // 64):
                 coords = [idx(64 * block), mul(tile, idx(t.bk)),
                           *(self.bcoords[i] for i in batch)]
-                out.append(InlineAsm(text, (), (
-                    ("r", self.address(side, stage, block)), ("l", self.map_at(at)),
-                    *(("r", Cast(DType.i32, c)) for c in coords), ("r", self.bar(stage))),
-                    True, ("memory",)))
+                out.append(tma.copy(dims, strides, box, tma.F16, self.address(side, stage, block),
+                                    self.map_at(at), coords, tma.barrier(stage, t.stages)))
         return [If(Bin("==", self.lid, idx(0)), tuple(out))]
 
     def landed_wait(self, tile: Expr) -> Stmt:
         """The wait for key tile ``tile``'s copies (its stage's full barrier, its phase)."""
         t = self.t
-        return self.wait(self.bar(mod(tile, t.stages)), mod(div(tile, t.stages), 2))
+        return tma.wait(tma.barrier(mod(tile, t.stages), t.stages), mod(div(tile, t.stages), 2))
 
     def async_loop(self) -> list[Stmt]:
         """The stages handed on by the barriers (module docstring)."""
@@ -255,8 +235,8 @@ class _TmaBuilder(_WgBuilder):
             If(Bin("<", ahead, count), (self.landed_wait(ahead),)) if self.lead
             else self.landed_wait(kt)]
         cur = mod(kt, t.stages)
-        given = If(Bin("==", mod(self.lid, 32), idx(0)), (InlineAsm(
-            f"{tma.MBARRIVE} %0", (), (("r", self.bar(cur, 1)),), True, ("memory",)),))
+        given = If(Bin("==", mod(self.lid, 32), idx(0)), (tma.arrive(
+            tma.barrier(cur, t.stages, 1)),))
         return body + self.key_tiles(count, lambda masked: [
             *loop, *self.tile(mul(kt, idx(t.bk)), cur, masked), given])
 
@@ -280,7 +260,7 @@ class _TmaBuilder(_WgBuilder):
     def build(self, kind: ScheduleKind) -> Kernel:
         """The kernel, with the work-groups' tensor maps as scratch."""
         k = super().build(kind)
-        groups = math.prod(self.a.batch) * -(-self.a.nq // self.t.queries)
+        groups = k.geometry.global_size[0] // self.t.threads
         maps = KernelArg(MAP_ARG, DType.i64, True, -1, groups * 2 * tma.MAP_BYTES // 8)
         return dataclasses.replace(k, args=(*k.args, maps))
 

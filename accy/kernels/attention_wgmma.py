@@ -72,6 +72,14 @@ from accy.target import TargetProfile
 NAME = "wgmma-attention-f16"
 
 
+def leads(stages: int, bk: int) -> bool:
+    """Whether the loop runs one tile ahead (``lead``: the next tile's scores behind this
+    one's softmax): where a third buffer holds that tile and a tile has 64 keys or more. Its
+    copies are issued one iteration ahead, and shorter iterations leave them too little time
+    to land (papers/kernels.md, "Twenty-third session")."""
+    return stages >= 3 and bk >= 64
+
+
 class _WgBuilder(_Builder):
     """The kernel; see the module docstring."""
 
@@ -83,11 +91,7 @@ class _WgBuilder(_Builder):
         # bytes between core matrices adjacent in N: K's along its keys, V's along its
         # value features (adjacent ones along the products' K are CORE bytes apart)
         self.sbo = {"k": a.d // 8 * CORE, "v": t.bk // 8 * CORE}
-        # the next tile's scores behind this one's softmax, where a third buffer holds that
-        # tile and a tile has 64 keys or more: its copies are issued one iteration ahead, and
-        # shorter iterations leave them too little time to land (papers/kernels.md,
-        # "Twenty-third session")
-        self.lead = int(t.stages >= 3 and t.bk >= 64)
+        self.lead = int(leads(t.stages, t.bk))
 
     def local_arrays(self) -> list[Stmt]:
         """One array, ``b_tile`` as wgmma-f16's: each stage K's tile, then V's."""

@@ -34,6 +34,23 @@ import functools
 import re
 from collections.abc import Iterator
 
+from accy.ir.types import DType
+from accy.kernels.ir import (
+    INDEX,
+    Bin,
+    Cast,
+    Expr,
+    If,
+    InlineAsm,
+    Lit,
+    Stmt,
+    Var,
+    add,
+    div,
+    idx,
+    mod,
+    mul,
+)
 from accy.kernels.wgmma_ptx import MARK, at_least
 
 F16 = 6  # CU_TENSOR_MAP_DATA_TYPE_FLOAT16
@@ -196,3 +213,61 @@ def expand(ptx: str) -> str:
     if not _MARKER.search(ptx):
         return ptx
     return at_least(_MARKER.sub(lambda m: _instructions(m.group(1), m.group(2)), ptx), (8, 3))
+
+
+# the markers as kernel IR statements, for the generators that copy by TMA (wgmma_tma,
+# wgmma_ss, attention_tma): each work-group's maps in scratch, a full and an empty mbarrier a
+# stage in the local i32 array BARRIERS
+BARRIERS = "tma_bar"
+
+
+def _asm(text: str, *ins: tuple[str, Expr]) -> Stmt:
+    return InlineAsm(text, (), ins, True, ("memory",))
+
+
+def barrier(stage: Expr, stages: int, empty: int = 0) -> Expr:
+    """The local address of ``stage``'s full mbarrier (its copies landed) or ``empty`` one
+    (every warp read it), of ``stages`` each in :data:`BARRIERS`."""
+    at = add(mul(stage, idx(2)), idx(2 * stages * empty))
+    return Cast(DType.i32, Cast(INDEX, Bin("+", Var(BARRIERS), at)))
+
+
+def write_map(words: tuple[int, ...], at: Expr, address: Expr) -> Stmt:
+    """The tensor map at global ``at``: template ``words`` with the operand's ``address``."""
+    return _asm(tmap(words), ("l", at), ("l", address))
+
+
+def init(bar: Expr, count: int) -> Stmt:
+    return _asm(f"{mbinit(count)} %0", ("r", bar))
+
+
+def wait(bar: Expr, phase: Expr) -> Stmt:
+    """Wait until ``bar``'s phase of parity ``phase`` completed."""
+    return _asm(f"{MBWAIT} %0, %1", ("r", bar), ("r", Cast(DType.i32, phase)))
+
+
+def arrive(bar: Expr) -> Stmt:
+    return _asm(f"{MBARRIVE} %0", ("r", bar))
+
+
+def refill(step: Expr, stage: Expr, stages: int, nbytes: int) -> list[Stmt]:
+    """The issuing work-item's wait for every warp to give ``stage`` back (where step
+    ``step`` is not the stage's first use), then its arrival on the stage's full barrier
+    expecting the step's ``nbytes``."""
+    out: list[Stmt] = []
+    if not (isinstance(step, Lit) and step.value < stages):  # the stage was used
+        out.append(If(Bin(">=", step, idx(stages)), (wait(
+            barrier(stage, stages, 1), mod(add(div(step, stages), idx(1)), 2)),)))
+    out.append(_asm(f"{mbexpect(nbytes)} %0", ("r", barrier(stage, stages))))
+    return out
+
+
+def copy(dims: tuple[int, ...], strides: tuple[int, ...], box: tuple[int, ...], dtype: int,
+         dst: Expr, at: Expr, coords: list[Expr], bar: Expr) -> Stmt:
+    """The box of the map at global ``at`` (of ``dims``, ``strides``, ``box``, ``dtype``) at
+    ``coords`` into local address ``dst``, completing on ``bar``."""
+    rank = len(box)
+    text = (f"{tma(rank)} {', '.join(f'%{i}' for i in range(rank + 3))} ; "
+            f"{geometry_text(dims, strides, box, dtype)}")
+    return _asm(text, ("r", dst), ("l", at), *(("r", Cast(DType.i32, c)) for c in coords),
+                ("r", bar))

@@ -41,7 +41,6 @@ from accy.kernels.ir import (
     Cast,
     Expr,
     If,
-    InlineAsm,
     Kernel,
     KernelArg,
     Lit,
@@ -137,18 +136,16 @@ class _WgmmaTma(_Wgmma):
         tile = next(s for s in self.body if isinstance(s, LocalArray) and s.name == "b_tile")
         self.body[self.body.index(tile)] = LocalArray(
             "b_tile", tile.dtype, tile.size + ATOM // 4, 128)
-        self.body.append(LocalArray("tma_bar", DType.i32, 4 * self.stages(), 8))
+        self.body.append(LocalArray(tma.BARRIERS, DType.i32, 4 * self.stages(), 8))
         base = Cast(DType.i32, Cast(INDEX, Var("b_tile")))
         self.let("b_base", Bin("&", Bin("+", base, i32(ATOM - 1)), i32(-ATOM)), DType.i32)
         maps = self.tensor_maps()
         self.map = self.let("tma_map", Bin("+", Cast(INDEX, Var(MAP_ARG)),
                                            mul(Var("grp"), idx(len(maps) * tma.MAP_BYTES))))
-        init: list[Stmt] = [InlineAsm(tma.tmap(words), (), (
-            ("l", self.map_at(at)), ("l", Cast(INDEX, Var(self.arg[side])))), True,
-            ("memory",)) for words, side, at in maps]
+        init = [tma.write_map(words, self.map_at(at), Cast(INDEX, Var(self.arg[side])))
+                for words, side, at in maps]
         warps = self.t.threads // 32
-        init += [InlineAsm(f"{tma.mbinit(count)} %0", (), (("r", self.bar(idx(s), empty)),),
-                           True, ("memory",))
+        init += [tma.init(self.bar(idx(s), empty), count)
                  for s in range(self.stages()) for empty, count in ((0, 1), (1, warps))]
         self.body += [If(Bin("==", Var("tid"), idx(0)), tuple(init)), Barrier()]
         return []
@@ -156,12 +153,7 @@ class _WgmmaTma(_Wgmma):
     def bar(self, stage: Expr, empty: int = 0) -> Expr:
         """The local address of ``stage``'s mbarrier: full (its copies landed) or ``empty``
         (every warp's wgmma read it)."""
-        at = add(mul(stage, idx(2)), idx(2 * self.stages() * empty))
-        return Cast(DType.i32, Cast(INDEX, Bin("+", Var("tma_bar"), at)))
-
-    def wait(self, bar: Expr, phase: Expr) -> Stmt:
-        return InlineAsm(f"{tma.MBWAIT} %0, %1", (), (("r", bar), ("r", Cast(DType.i32, phase))),
-                         True, ("memory",))
+        return tma.barrier(stage, self.stages(), empty)
 
     def tensor_maps(self) -> list[tuple[tuple[int, ...], str, int]]:
         """(template words, operand, byte offset) of each of a work-group's tensor maps."""
@@ -190,27 +182,16 @@ class _WgmmaTma(_Wgmma):
     def refill(self, step: Expr, stage: Expr, nbytes: int) -> list[Stmt]:
         """Work-item 0's wait for every warp to have read ``stage`` (where step ``step`` is
         not its first use), then its arrival expecting the step's ``nbytes``."""
-        out: list[Stmt] = []
-        if not (isinstance(step, Lit) and step.value < self.stages()):  # the stage was used
-            out.append(If(Bin(">=", step, idx(self.stages())), (self.wait(
-                self.bar(stage, 1), mod(add(div(step, self.stages()), idx(1)), 2)),)))
-        out.append(InlineAsm(f"{tma.mbexpect(nbytes)} %0", (), (("r", self.bar(stage)),),
-                             True, ("memory",)))
-        return out
+        return tma.refill(step, stage, self.stages(), nbytes)
 
     def box(self, g: Geometry, dst: Expr, at: int, coords: list[Expr], stage: Expr,
             bcoords: list[Expr] | None = None) -> Stmt:
         """The copy of the box of map ``g`` (``at`` bytes into the work-group's maps) at
         ``coords`` (and batch ``bcoords``, default the tile's) to local address ``dst``,
         completing on ``stage``'s full barrier."""
-        rank = len(g.box)
-        text = (f"{tma.tma(rank)} {', '.join(f'%{i}' for i in range(rank + 3))} ; "
-                f"{tma.geometry_text(g.dims, g.strides, g.box, g.dtype)}")
         batch = self.bcoords if bcoords is None else bcoords
-        coords = [*coords, *(batch[i] for i in g.batch)]
-        return InlineAsm(text, (), (
-            ("r", dst), ("l", self.map_at(at)), *(("r", Cast(DType.i32, e)) for e in coords),
-            ("r", self.bar(stage))), True, ("memory",))
+        return tma.copy(g.dims, g.strides, g.box, g.dtype, dst, self.map_at(at),
+                        [*coords, *(batch[i] for i in g.batch)], self.bar(stage))
 
     def commit(self) -> list[Stmt]:
         return []
@@ -218,12 +199,11 @@ class _WgmmaTma(_Wgmma):
     def arrived(self, stage: Var, kt: Expr, n: int) -> list[Stmt]:
         """Wait on the stage's full barrier for its phase of step ``kt`` (no work-group
         barrier: the stages are given back by :meth:`released`)."""
-        return [self.wait(self.bar(stage), mod(div(kt, self.stages()), 2))]
+        return [tma.wait(self.bar(stage), mod(div(kt, self.stages()), 2))]
 
     def released(self, stage: Var) -> list[Stmt]:
         """Each warp's arrival on the stage's empty barrier once its wgmma read it."""
-        return [If(Bin("==", Var("lane"), idx(0)), (InlineAsm(
-            f"{tma.MBARRIVE} %0", (), (("r", self.bar(stage, 1)),), True, ("memory",)),))]
+        return [If(Bin("==", Var("lane"), idx(0)), (tma.arrive(self.bar(stage, 1)),))]
 
     def stage_address(self, stage: Expr) -> Expr:
         """In the 1024-byte aligned stages (``b_base``)."""
