@@ -229,6 +229,7 @@ int4 __attribute__((overloadable)) vload4(size_t i, const __local int *p) {
 void __attribute__((overloadable)) vstore4(int4 v, size_t i, __global int *p) {
   ((__global int4 *)p)[i] = v; }
 long __attribute__((overloadable)) min(long a, long b) { return a < b ? a : b; }
+long __attribute__((overloadable)) max(long a, long b) { return a > b ? a : b; }
 void __attribute__((overloadable)) vstore_half2(float2 v, size_t i, __private half *p) {
   ((__private uint *)p)[i] = as_uint(v.x) ^ (as_uint(v.y) << 16); }
 """
