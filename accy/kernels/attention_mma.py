@@ -69,10 +69,12 @@ from accy.kernels.attention_mma_plan import (
 )
 from accy.kernels.attention_plan import Attention, triangle
 from accy.kernels.ir import (
+    INDEX,
     Assign,
     Barrier,
     Bin,
     Call,
+    Cast,
     Cond,
     Expr,
     For,
@@ -107,6 +109,7 @@ from accy.kernels.mma_ptx import (
     MMA_F16,
     SHFL_BFLY,
     TF32_BIG_SAT,
+    cp_async,
     tf32_products,
     tf32_registers,
 )
@@ -305,6 +308,28 @@ class _Builder(RegisterCopies, _AttentionBuilder):
         end = idx(self.a.nk) if self.kstop is None else self.kstop
         return self.let(body, "tiles", div(add(end, idx(self.t.bk - 1)), self.t.bk))
 
+    def issue(self, stage: Expr, tile: Expr) -> list[Stmt]:
+        """f16: the ``cp.async`` copies of key tile ``tile``'s K and V rows into buffer
+        ``stage``, 16 bytes each (keys past the end zero-filled)."""
+        a, t, out = self.a, self.t, []
+        for side, s, feats in (("k", a.k, self.d), ("v", a.v, a.dv)):
+            per_row = feats // 8  # K's chunks past its features zero-filled; V's unread
+            chunks = t.bk * per_row
+            arg = self.scores.arg_of[s.node]
+            for i in range(-(-chunks // t.threads)):
+                slot = add(self.lid, idx(i * t.threads))
+                key, c = div(slot, per_row), mul(mod(slot, per_row), idx(8))
+                row = add(mul(tile, idx(t.bk)), key)
+                dst = Cast(DType.i32, Cast(INDEX, Bin("+", Var(self.array(side)), add(
+                    self.stage_word(side, stage), self.chunk_word(side, key, c)))))
+                at = add(self.kb if side == "k" else self.vb, add(mul(row, idx(s.seq)), c))
+                real = [Bin("<", row, idx(a.nk))] if a.nk % t.bk else []
+                real += [Bin("<", c, idx(a.d))] if side == "k" and feats > a.d else []
+                stmt = cp_async(dst, arg, at, 2, 16, all_of(real))
+                out.append(If(Bin("<", key, idx(t.bk)), (stmt,)) if chunks % t.threads
+                           else stmt)
+        return out
+
     def array(self, side: str) -> str:
         """The local array of ``side``'s tiles."""
         return f"{side}_tile"
@@ -358,9 +383,7 @@ class _Builder(RegisterCopies, _AttentionBuilder):
             return [For("kt", idx(0), count, tuple(make(self.tri is not None)))]
         out: list[Stmt] = []
         seen = Call("max", (add(self.q0, idx(self.tri + 1)), idx(0)))  # keys the first sees
-        whole = Call("min", (count, div(seen, self.t.bk)))  # (lead: iteration kt's softmax
-        whole = self.let(out, "whole", Call("max", (Bin("-", whole, idx(self.lead)), idx(0)))
-                         if self.lead else whole)  # is tile kt + lead's)
+        whole = self.let(out, "whole", Call("min", (count, div(seen, self.t.bk))))
         return [*out, For("kt", idx(0), whole, tuple(make(False))),
                 For("kt", whole, count, tuple(make(True)))]
 
@@ -377,21 +400,9 @@ class _Builder(RegisterCopies, _AttentionBuilder):
         """One key tile for each of the warp's fragment rows ``i``: each K and V fragment is
         loaded once and taken by every row's mma (``masked``: the causal mask compared, where
         ``tri``)."""
-        out = self.score_products(cur)
-        p, alphas, moved = self.softmax(out, k0, masked)
-        return out + self.rescale(alphas, moved) + self.value_products(cur, p)
-
-    def softmax(self, out: list[Stmt], k0: Expr, masked: bool, live: Expr | None = None
-                ) -> tuple[dict[tuple[int, int, int], Var], list[Var], list[Var | None]]:
-        """Appends the online softmax of the scores of the tile from key ``k0`` (the running
-        maxima and sums updated, where ``live`` holds); returns the probabilities (by
-        fragment row, key fragment, register), each row's rescale factor and (lazy) whether
-        its maximum moved."""
         a, t = self.a, self.t
         frags, fr = t.bk // 8, range(t.rows)
-
-        def kept(new: Expr, old: Expr) -> Expr:
-            return new if live is None else Cond(live, new, old)
+        out = self.score_products(cur)
         # the score chain at each accumulator's (row, key); keys past the end: -inf
         x: dict[tuple[int, int, int], Var] = {}
         for j in range(frags):
@@ -435,21 +446,16 @@ class _Builder(RegisterCopies, _AttentionBuilder):
                     l = self.l[2 * i + h]
                     ps = [p[i, j, r] for j in range(frags) for r in (2 * h, 2 * h + 1)]
                     total = tree(ps, lambda u, w: Bin("+", u, w))
-                    out.append(Assign(l.name, kept(Bin("+", Bin("*", l, alpha), total), l)))
-                out.append(Assign(m.name, kept(m_new, m)))
+                    out.append(Assign(l.name, Bin("+", Bin("*", l, alpha), total)))
+                out.append(Assign(m.name, m_new))
                 alphas.append(alpha)
                 moved.append(up)
-        return p, alphas, moved
-
-    def rescale(self, alphas: list[Expr], moved: list) -> list[Stmt]:
-        """The outputs (and the tensor cores' sums) times their rows' ``alphas``; lazy: only
-        where a row's maximum ``moved``."""
-        a, t = self.a, self.t
-        rescale = [Assign(o, Bin("*", Var(o), alphas[2 * i + r // 2]))
-                   for i in range(t.rows) for o, r in [
+        rescale = [Assign(o, Bin("*", Var(o), alphas[2 * i + r // 2])) for i in fr for o, r in [
             *((f"fa_o{i}_{n}_{r}", r) for n in range(a.dv // 8) for r in range(4)),
             *((f"fa_l{i}_{r}", r) for r in range(4) if t.sums)]]
-        return [If(all_of(moved, "||"), tuple(rescale))] if t.lazy else rescale
+        out += [If(all_of(moved, "||"), tuple(rescale))] if t.lazy else rescale
+        out += self.value_products(cur, p)
+        return out
 
     def score_products(self, cur: Expr) -> list[Stmt]:
         """``S = Q Kᵀ`` of the key tile in buffer ``cur`` into ``fa_s{i}_{j}_{r}``, each

@@ -1,7 +1,6 @@
-"""The attention kernels' key tile copies: f32 (``mma-attention-tf32`` / ``-3xtf32``) through
-registers, each work-item loading its rows of the next key tile while this one computes and
-storing them into the other of two local buffers after it; f16 by ``cp.async``
-(:meth:`RegisterCopies.issue`, pipelined by
+"""The f32 attention kernels' key tiles copied through registers (``mma-attention-tf32`` /
+``-3xtf32``): each work-item loads its rows of the next key tile while this one computes, and
+stores them into the other of two local buffers after it (f16 copies by ``cp.async``:
 :meth:`accy.kernels.attention_mma._Builder.async_loop`)."""
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ from accy.kernels.ir import (
     Assign,
     Barrier,
     Bin,
-    Cast,
     Cond,
     Expr,
     If,
@@ -34,7 +32,7 @@ from accy.kernels.ir import (
     mod,
     mul,
 )
-from accy.kernels.mma_ptx import cp_async, tf32_registers
+from accy.kernels.mma_ptx import tf32_registers
 
 F32 = DType.f32
 ZERO = const(0.0, F32)
@@ -42,30 +40,7 @@ ZERO = const(0.0, F32)
 
 class RegisterCopies:
     """Mixed into the attention builder: needs its ``a``, ``t``, ``lid``, ``kb``, ``vb``,
-    ``scores``, ``ld``, ``sizes``, ``big_cvt``, :meth:`tile` and :meth:`tile_count` (f16:
-    ``d``, :meth:`array`, :meth:`stage_word` and :meth:`chunk_word`)."""
-
-    def issue(self, stage: Expr, tile: Expr) -> list[Stmt]:
-        """f16: the ``cp.async`` copies of key tile ``tile``'s K and V rows into buffer
-        ``stage``, 16 bytes each (keys past the end zero-filled)."""
-        a, t, out = self.a, self.t, []
-        for side, s, feats in (("k", a.k, self.d), ("v", a.v, a.dv)):
-            per_row = feats // 8  # K's chunks past its features zero-filled; V's unread
-            chunks = t.bk * per_row
-            arg = self.scores.arg_of[s.node]
-            for i in range(-(-chunks // t.threads)):
-                slot = add(self.lid, idx(i * t.threads))
-                key, c = div(slot, per_row), mul(mod(slot, per_row), idx(8))
-                row = add(mul(tile, idx(t.bk)), key)
-                dst = Cast(DType.i32, Cast(INDEX, Bin("+", Var(self.array(side)), add(
-                    self.stage_word(side, stage), self.chunk_word(side, key, c)))))
-                at = add(self.kb if side == "k" else self.vb, add(mul(row, idx(s.seq)), c))
-                real = [Bin("<", row, idx(a.nk))] if a.nk % t.bk else []
-                real += [Bin("<", c, idx(a.d))] if side == "k" and feats > a.d else []
-                stmt = cp_async(dst, arg, at, 2, 16, all_of(real))
-                out.append(If(Bin("<", key, idx(t.bk)), (stmt,)) if chunks % t.threads
-                           else stmt)
-        return out
+    ``scores``, ``ld``, ``sizes``, ``big_cvt``, :meth:`tile` and :meth:`tile_count`."""
 
     def slots(self, side: str) -> tuple[Side, int, int, int]:
         """(side, features, lanes, copy slots per work-item) of K ("k") or V ("v"): a slot

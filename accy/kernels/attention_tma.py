@@ -21,11 +21,11 @@ its boxes; the copies complete it) and an *empty* one (each warp's lane 0 arrive
 ``P V`` of the stage was waited for). Tiles ``0 .. stages - 2`` are issued before the loop;
 iteration ``kt`` has work-item 0 wait until every warp gave back the stage of tile ``kt - 1``
 and issue tile ``kt + stages - 1`` into it, then waits for its own tile (with ``lead``, the
-next one: its scores are issued beside this tile's ``P V``; :func:`leads`). Keys past the
-end are zero-filled by the copies and masked as the other kernels mask them. The tensor maps
-are templates encoded when the kernel is built (one for K, one for V, over the features, the
-keys and the batch dimensions K or V is not broadcast along), written with the operand's
-address into each work-group's 256 bytes of scratch at run time.
+next one: its scores are issued before this tile's softmax). Keys past the end are zero-filled
+by the copies and masked as the other kernels mask them. The tensor maps are templates encoded
+when the kernel is built (one for K, one for V, over the features, the keys and the batch
+dimensions K or V is not broadcast along), written with the operand's address into each
+work-group's 256 bytes of scratch at run time.
 
 Taken where the probe ran TMA copies (``TMA_COPY``) and ``wgmma-attention-f16`` would take
 the group, with head and value features multiples of 64 (a box row is 128 bytes) and
@@ -43,7 +43,7 @@ from accy.kernels import tma
 from accy.kernels.attention_mma import F32, ZERO
 from accy.kernels.attention_mma_plan import Tiles, registers
 from accy.kernels.attention_mma_plan import plan as mma_plan
-from accy.kernels.attention_plan import Attention, Side, triangle
+from accy.kernels.attention_plan import Attention, Side
 from accy.kernels.attention_wgmma import _WgBuilder, register
 from accy.kernels.attention_wgmma import leads as wgmma_leads
 from accy.kernels.ir import (
@@ -86,9 +86,6 @@ UNIT_REGISTERS = 65536  # a Hopper multiprocessor's 32-bit registers
 # registers ptxas gives a lane beyond its fragments' (the softmax's temporaries, addresses),
 # as read from its output for the kernel at 64 features (papers/kernels.md, "Fiftieth session")
 TEMPORARIES = 16
-# and those a causal mask's comparisons add to a lane running one tile ahead (as read from
-# ptxas: 149 against 122 at 64 features); MAX_LANE: the registers a lane may have
-MASK_REGISTERS, MAX_LANE = 27, 255
 
 
 def geometry(a: Attention, side: Side, features: int, bk: int
@@ -101,21 +98,17 @@ def geometry(a: Attention, side: Side, features: int, bk: int
             (64, bk, *(1,) * len(batch)), batch)
 
 
-def leads(a: Attention, stages: int, bk: int) -> bool:
+def leads(stages: int, bk: int) -> bool:
     """Whether the loop runs one tile ahead: where ``wgmma-attention-f16``'s would
-    (:func:`accy.kernels.attention_wgmma.leads`), :data:`LEAD`, and a lane holds what that
-    adds without spilling (the next tile's scores beside this one's probabilities; a causal
-    mask's comparisons: :data:`MASK_REGISTERS`)."""
-    lane = registers(a, "f16", bk, 1) + bk // 2 + TEMPORARIES + (
-        MASK_REGISTERS if triangle(a) is not None else 0)
-    return LEAD and wgmma_leads(stages, bk) and lane <= MAX_LANE
+    (:func:`accy.kernels.attention_wgmma.leads`) and :data:`LEAD`."""
+    return LEAD and wgmma_leads(stages, bk)
 
 
 def shares_unit(a: Attention, threads: int, bk: int) -> bool:
     """Whether two work-groups of ``threads`` with ``bk``-key tiles share a multiprocessor by
     their registers: a lane holds its fragments (:func:`registers`, and the next tile's scores
     where :func:`leads`) and :data:`TEMPORARIES`."""
-    ahead = bk // 2 if leads(a, STAGES, bk) else 0
+    ahead = 4 * (bk // 8) if leads(STAGES, bk) else 0
     lane = registers(a, "f16", bk, 1) + ahead + TEMPORARIES
     return 2 * threads * lane <= UNIT_REGISTERS
 
@@ -159,7 +152,7 @@ class _TmaBuilder(_WgBuilder):
     def layout(self) -> None:
         a, t = self.a, self.t
         self.bytes = {"k": t.bk * 2 * a.d, "v": t.bk * 2 * a.dv}  # a stage's
-        self.lead = int(leads(a, t.stages, t.bk))
+        self.lead = int(leads(t.stages, t.bk))
         # a causal mask's second loop gives ptxas more registers than two work-groups a
         # multiprocessor leave: one loop where they share one (papers/kernels.md)
         self.split_masked = not shares_unit(a, t.threads, t.bk) if SPLIT is None else SPLIT

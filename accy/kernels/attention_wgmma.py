@@ -25,14 +25,9 @@ about half the registers of ``mma-attention-f16``'s two-row form (papers/kernels
 before each tile's first step (the marker's accumulate flag holds for all its steps).
 
 With three buffers and key tiles of 64 keys or more the loop runs one tile ahead (``lead``,
-as FlashAttention-3 overlaps within a warpgroup): tile 0's scores and softmax come before the
-loop; iteration ``kt`` rescales the outputs, issues tile ``kt + 1``'s scores and tile ``kt``'s
-``P V`` (its probabilities carried in ``fa_pc``), waits for the scores alone (``WAIT1``),
-computes their softmax while ``P V`` runs, then waits for it and packs the new probabilities
-into ``fa_pc``. The order is the instructions': ptxas serializes every wgmma of a kernel where
-a register one reads may be written while it runs, and moves an issue past independent work
-(issued before the softmax it ran after it: an earlier form of this loop), so the overlap is
-held by the waits.
+as FlashAttention-3 overlaps within a warpgroup): tile 0's scores come before the loop, and
+iteration ``kt`` issues tile ``kt + 1``'s scores (``fa_n``) before its softmax of tile ``kt``
+and waits for them after its ``P V``, so the tensor cores work through the softmax.
 
 Taken where ``tma-attention-f16`` and ``mma-attention-f16`` are not (they are tried first, and
 ``kernelization{disable=tma-attention-f16,mma-attention-f16}`` picks this one), on targets
@@ -44,7 +39,6 @@ comes after them because both timed faster at every sequence length (papers/kern
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 
 from accy.ir.types import DType
@@ -65,14 +59,13 @@ from accy.kernels.ir import (
     Stmt,
     Var,
     add,
-    all_of,
     div,
     idx,
     mod,
     mul,
 )
 from accy.kernels.wgmma import CORE, matrix_descriptor
-from accy.kernels.wgmma_ptx import PROXY, WAIT0, WAIT1, descriptor_bits, rstep
+from accy.kernels.wgmma_ptx import PROXY, WAIT0, descriptor_bits, rstep
 from accy.plans import FusionGroup, KernelOutline, ScheduleKind
 from accy.target import TargetProfile
 
@@ -165,83 +158,34 @@ class _WgBuilder(_Builder):
             self.descriptor(out, "k", stage), a.d // 16, 16)])
 
     def lead_in(self) -> list[Stmt]:
-        """Before the loop, where ``lead``: tile 0's scores and softmax (masked: every
-        tile's comparisons hold), its probabilities packed and its rescale factors into the
-        registers the loop carries."""
-        out = self.carried()
+        """Tile 0's scores, before the loop."""
+        out: list[Stmt] = []
         out.append(self.score_tile(out, "fa_s", idx(0)))
-        return out + self.ahead(idx(0), True)
-
-    def carried(self) -> list[Stmt]:
-        """The registers a tile hands the next: its probabilities packed (``fa_pc``), each
-        row's rescale factor (``fa_al``) and, lazy, whether any row's maximum moved."""
-        t = self.t
-        regs = [Let(f"fa_pc{kk}_{r}", DType.i32, Lit(0, DType.i32), True)
-                for kk in range(t.bk // 16) for r in range(4)]
-        regs += [Let(f"fa_al{h}", F32, ZERO, True) for h in range(2)]
-        return regs + ([Let("fa_mv", DType.bool, Lit(True, DType.bool), True)] if t.lazy else [])
+        return out
 
     def score_products(self, cur: Expr) -> list[Stmt]:
-        """Without ``lead``: this tile's scores, waited for."""
+        """Where ``lead``: the next tile's scores into ``fa_n``, in flight through this tile's
+        softmax (on the last tile they read a stale buffer and are dropped); else this
+        tile's."""
         out: list[Stmt] = []
-        out.append(self.score_tile(out, "fa_s", cur))
+        if not self.lead:
+            out.append(self.score_tile(out, "fa_s", cur))
+            return out
+        self.pending = self.score_tile(out, "fa_n", mod(add(Var("kt"), idx(1)), self.t.stages))
         return out
 
     def value_products(self, cur: Expr, p: dict) -> list[Stmt]:
-        """Without ``lead``: ``O += P V``, waited for."""
-        out: list[Stmt] = []
-        pa = [name for kk in range(self.t.bk // 16) for name in self.p_operands(out, p, kk)[0]]
-        out.append(self.values(out, self.descriptor(out, "v", cur), pa))
+        """``O += P V``; where ``lead``, then the next tile's scores become this loop's."""
+        a, t, out = self.a, self.t, []
+        pa = [name for kk in range(t.bk // 16) for name in self.p_operands(out, p, kk)[0]]
+        out.append(self.wgmma(out, a.dv, 1,
+                              [f"fa_o0_{n}_{r}" for n in range(a.dv // 8) for r in range(4)],
+                              [(pa, self.descriptor(out, "v", cur), t.bk // 16, self.v_advance)]))
+        if self.lead:
+            out.append(self.pending)
+            out += [Assign(f"fa_s0_{j}_{r}", Var(f"fa_n0_{j}_{r}"))
+                    for j in range(t.bk // 8) for r in range(4)]
         return out
-
-    def values(self, out: list[Stmt], vdesc: Var, pa: list[str]) -> InlineAsm:
-        """Appends ``O += P V`` of the V tile of descriptor ``vdesc``, A the packed
-        probabilities ``pa``; returns its wait."""
-        a, t = self.a, self.t
-        return self.wgmma(out, a.dv, 1, [f"fa_o0_{n}_{r}" for n in range(a.dv // 8)
-                                         for r in range(4)],
-                          [(pa, vdesc, t.bk // 16, self.v_advance)])
-
-    def ahead(self, k0: Expr, masked: bool, wait: Stmt | None = None,
-              live: Expr | None = None) -> list[Stmt]:
-        """The softmax of the scores in ``fa_s`` (the tile from key ``k0``; the running
-        maxima and sums kept where ``live`` fails) into the carried registers, the
-        probabilities once ``wait`` (for the ``P V`` reading them) passed."""
-        out: list[Stmt] = []
-        t = self.t
-        p, alphas, moved = self.softmax(out, k0, masked, live)
-        out += [Assign(f"fa_al{h}", alpha) for h, alpha in enumerate(alphas)]
-        out += [Assign("fa_mv", all_of(moved, "||"))] if t.lazy else []
-        # packed after the wait, in order (volatile): ptxas serializes every wgmma where a
-        # register a running one reads may be written
-        pack: list[Stmt] = []
-        packed = [name for kk in range(t.bk // 16) for name in self.p_operands(pack, p, kk)[0]]
-        return [*out, *([wait] if wait else []), *(
-            dataclasses.replace(s, volatile=True) if isinstance(s, InlineAsm) else s
-            for s in pack), *(Assign(f"fa_pc{kk}_{r}", Var(packed[4 * kk + r]))
-                              for kk in range(t.bk // 16) for r in range(4))]
-
-    def tile(self, k0: Expr, cur: Expr, masked: bool = True) -> list[Stmt]:
-        """Where ``lead`` (the module docstring): the outputs rescaled, the next tile's scores
-        issued, this tile's ``P V`` issued from the carried probabilities; once the scores
-        landed the next tile's softmax while ``P V`` runs (on the last tile the scores read a
-        stale buffer, and the softmax keeps the maxima and sums as they were); the wait for
-        ``P V``, then the probabilities into the carried registers."""
-        if not self.lead:
-            return super().tile(k0, cur, masked)
-        t = self.t
-        nxt = add(Var("kt"), idx(1))
-        out = self.rescale([Var(f"fa_al{h}") for h in range(2)], [Var("fa_mv")] if t.lazy else [])
-        vdesc = self.descriptor(out, "v", cur)  # (no wgmma input is defined while one runs)
-        scores = self.score_tile(out, "fa_s", mod(nxt, t.stages))
-        values = self.values(out, vdesc, [f"fa_pc{kk}_{r}" for kk in range(t.bk // 16)
-                                          for r in range(4)])
-        out.append(dataclasses.replace(scores, template=scores.template.replace(WAIT0, WAIT1)))
-        return out + self.ahead(add(k0, idx(t.bk)), masked, values, Bin("<", nxt, self.count))
-
-    def tile_count(self, body: list[Stmt]) -> Var:
-        self.count = super().tile_count(body)
-        return self.count
 
 
 def register(name: str, summary: str,

@@ -48,7 +48,7 @@ EMULATED_SHFL = r"""
 """
 
 
-_F16X2 = re.compile(r'asm(?: volatile)?\("cvt\.rn\.f16x2\.f32 %0, %1, %2;" : "=r"\((\w+)\) : '
+_F16X2 = re.compile(r'asm\("cvt\.rn\.f16x2\.f32 %0, %1, %2;" : "=r"\((\w+)\) : '
                     r'"f"\((.*)\), "f"\((.*)\)\);$', re.M)
 _EX2 = re.compile(r'asm\("ex2\.approx\.ftz\.f32 %0, %1;" : "=f"\((\w+)\) : "f"\((.*)\)\);$',
                   re.M)
