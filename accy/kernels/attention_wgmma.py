@@ -27,7 +27,11 @@ before each tile's first step (the marker's accumulate flag holds for all its st
 With three buffers and key tiles of 64 keys or more the loop runs one tile ahead (``lead``,
 as FlashAttention-3 overlaps within a warpgroup): tile 0's scores come before the loop, and
 iteration ``kt`` issues tile ``kt + 1``'s scores (``fa_n``) before its softmax of tile ``kt``
-and waits for them after its ``P V``, so the tensor cores work through the softmax.
+and waits for them after its ``P V``. ptxas moves that issue past the softmax, next to the
+``P V``, the new scores taking the old ones' registers (``experiments/kernel_asm.py --sass``
+shows it), so the two products run together between softmaxes. FlashAttention-3's order
+held by the waits (the softmax of tile ``kt + 1`` while tile ``kt``'s ``P V`` runs) was built
+and timed slower (papers/kernels.md, "Fifty-first session").
 
 Taken where ``tma-attention-f16`` and ``mma-attention-f16`` are not (they are tried first, and
 ``kernelization{disable=tma-attention-f16,mma-attention-f16}`` picks this one), on targets

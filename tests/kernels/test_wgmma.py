@@ -8,9 +8,7 @@ assembled for sm_90a. Speed and the real instructions: ``experiments/bench_gpu.p
 from __future__ import annotations
 
 import dataclasses
-import re
 import shutil
-import subprocess
 
 import numpy as np
 import pytest
@@ -25,7 +23,7 @@ except ImportError:  # the emulation tests skip without it
     cl = None
 
 import accy
-from accy.backends.opencl import tensor_cores
+from accy.backends.opencl import nvptx_offline, tensor_cores
 from accy.ir.types import DType, TensorType
 from accy.kernels import wgmma, wgmma_ptx
 from accy.kernels.ir import idx
@@ -218,23 +216,6 @@ def test_a_wgmma_probe_that_cannot_expand_leaves_the_device_usable(device, monke
     assert WGMMA_F16 not in found and WGMMA_TF32 not in found
 
 
-# the OpenCL builtins a generated kernel calls, for clang's NVPTX target (no OpenCL library;
-# stand-ins where only the instructions around them matter: the f16 packing)
-_NVPTX_BUILTINS = r"""
-#define get_local_id(i) ((size_t)__nvvm_read_ptx_sreg_tid_x())
-#define get_group_id(i) ((size_t)__nvvm_read_ptx_sreg_ctaid_x())
-#define barrier(f) __nvvm_bar_sync(0)
-int4 __attribute__((overloadable)) vload4(size_t i, const __local int *p) {
-  return ((const __local int4 *)p)[i]; }
-void __attribute__((overloadable)) vstore4(int4 v, size_t i, __global int *p) {
-  ((__global int4 *)p)[i] = v; }
-long __attribute__((overloadable)) min(long a, long b) { return a < b ? a : b; }
-long __attribute__((overloadable)) max(long a, long b) { return a > b ? a : b; }
-void __attribute__((overloadable)) vstore_half2(float2 v, size_t i, __private half *p) {
-  ((__private uint *)p)[i] = as_uint(v.x) ^ (as_uint(v.y) << 16); }
-"""
-
-
 @pytest.mark.skipif(not (shutil.which("clang-15") and shutil.which("ptxas")),
                     reason="needs clang-15 and CUDA's ptxas")
 @pytest.mark.parametrize("b_transposed", [False, True], ids=["b-along-n", "b-along-k"])
@@ -246,21 +227,15 @@ def test_expanded_ptx_assembles_for_sm_90a_without_spills(pipe, tmp_path, b_tran
     markers kept), expanded, assembled by ptxas for sm_90a: the wgmma forms are valid PTX and
     the accumulators, A registers and addresses fit in registers (256- and 128-row tiles)."""
     job = prepare(matmul16(m, n, k, b_transposed=b_transposed), "ieee", HOPPER, pipe)
-    log = assembled(_NVPTX_BUILTINS + job.kernel_source(0), tmp_path)
+    log = assembled(job.kernel_source(0), tmp_path)
     assert "0 bytes spill stores" in log, log[-2000:]
 
 
 def assembled(source: str, tmp_path, *ptxas: str) -> str:
     """ptxas's log of ``source`` through clang's PTX (as NVIDIA's compiler would emit it for
-    sm_90, markers kept), expanded and assembled for sm_90a (``ptxas``: more options);
-    fails the test where ptxas rejects it."""
-    (tmp_path / "k.cl").write_text(source)
-    subprocess.run(["clang-15", "-S", "-x", "cl", "-cl-std=CL1.2", "-O2",
-                    "-target", "nvptx64-nvidia-nvcl", "-march=sm_80", "-Dasm=__asm__",
-                    str(tmp_path / "k.cl"), "-o", str(tmp_path / "k.ptx")], check=True)
-    ptx = re.sub(r"\.target\s+sm_80[^\n]*", ".target sm_90", (tmp_path / "k.ptx").read_text())
-    (tmp_path / "x.ptx").write_text(wgmma_ptx.expand(ptx))
-    done = subprocess.run(["ptxas", "-arch=sm_90a", "-v", *ptxas, str(tmp_path / "x.ptx"),
-                           "-o", str(tmp_path / "x.cubin")], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done.stderr
+    sm_90, markers kept), expanded and assembled for sm_90a (``ptxas``: more options;
+    :mod:`accy.backends.opencl.nvptx_offline`); fails the test where clang or ptxas rejects it."""
+    try:
+        return nvptx_offline.assemble(source, tmp_path, *ptxas)
+    except RuntimeError as e:
+        pytest.fail(str(e))

@@ -19,7 +19,7 @@ from mma_emulation import emulated_wgmma, one_line, run_emulated, run_kernels
 from test_mma_generator import matmul
 from test_mma_generator import prepared as prepare
 from test_mma_precision import cast_matmul
-from test_wgmma import _NVPTX_BUILTINS, HOPPER, assembled
+from test_wgmma import HOPPER, assembled
 
 try:
     import pyopencl as cl
@@ -42,13 +42,6 @@ FEW_UNITS = dataclasses.replace(HOPPER, compute_units=1)  # one tile fills it: s
 TMA_H200 = dataclasses.replace(HOPPER, tensor_cores=(*HOPPER.tensor_cores, TMA_COPY, TMA_TF32),
                                static_local_bytes=226 * 1024)
 POLICIES = ("tf32", "3xtf32")
-# the f32 staged stores' builtins, for clang's NVPTX target (besides test_wgmma's)
-_F32_BUILTINS = _NVPTX_BUILTINS + r"""
-float4 __attribute__((overloadable)) vload4(size_t i, const __local float *p) {
-  return ((const __local float4 *)p)[i]; }
-void __attribute__((overloadable)) vstore4(float4 v, size_t i, __global float *p) {
-  ((__global float4 *)p)[i] = v; }
-"""
 
 
 def test_tf32_step_expands_to_one_run_of_wgmma_per_product():
@@ -264,7 +257,7 @@ def test_expanded_ptx_assembles_for_sm_90a(pipe, tmp_path, policy, shape, items)
     job = prepare(matmul(*shape), policy, HOPPER, pipe)
     assert job.generators() == {f"wgmma-{policy}": 1}
     assert f"reqd_work_group_size({items}, 1, 1)" in job.kernel_source(0)
-    log = assembled(_F32_BUILTINS + job.kernel_source(0), tmp_path, "--maxrregcount",
+    log = assembled(job.kernel_source(0), tmp_path, "--maxrregcount",
                     str(min(255, 65536 // items)))
     assert "wgmma" not in log.lower(), log[-2000:]  # no serialization warning
 
@@ -393,5 +386,5 @@ def test_tf32_ss_kernels_assemble_for_sm_90a_without_spills(pipe, tmp_path, enco
     prog = product_nk(2048, 2048, 1024) if layout == "nk" else matmul(2048, 2048, 1024)
     job = prepare(prog, "tf32", TMA_H200, pipe)
     for i in range(len(job.kernels)):
-        log = assembled(_F32_BUILTINS + job.kernel_source(i), tmp_path)
+        log = assembled(job.kernel_source(i), tmp_path)
         assert "0 bytes spill stores" in log, log[-2000:]

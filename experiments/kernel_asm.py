@@ -1,0 +1,103 @@
+"""What CUDA's assembler makes of accy's tensor-core kernels, without a GPU: registers, spills
+and serialized wgmma, per kernel of bench_gpu's programs planned for a saved NVIDIA profile.
+
+    python experiments/kernel_asm.py    # the default set for papers/data/h100_profile.json
+    python experiments/kernel_asm.py --programs attention_2048_f16 --sass /tmp/sass
+
+Each kernel whose source holds inline PTX goes through clang's NVPTX target, accy's
+expansion of its deferred markers and ``ptxas -arch=sm_90a -v``
+(:mod:`accy.backends.opencl.nvptx_offline`). A row per kernel: registers a lane uses, bytes
+spilled, and whether ptxas serialized the kernel's wgmma (it does so for the whole kernel
+where a register a running wgmma reads may be written before its wait). With ``--sass DIR``
+and ``nvdisasm`` on the PATH (PyPI: ``nvidia-cuda-nvdisasm``), each kernel's SASS is written
+there too: the order the instructions really run in (ptxas moves a wgmma's issue past
+independent work). Needs ``clang-15`` and ``ptxas``; the device's own compiler may allocate
+differently, so the GPU stays the judge of speed. Writes the rows as JSON with ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+import accy  # noqa: E402
+from accy.backends.opencl.nvptx_offline import TOOLS, assemble, available, summary  # noqa: E402
+from accy.kernels import tma  # noqa: E402
+from accy.target import TargetProfile  # noqa: E402
+
+PROFILE = HERE.parent / "papers" / "data" / "h100_profile.json"
+
+
+def rows(names: list[str], profile: Path, sass: Path | None) -> list[dict[str, Any]]:
+    """A row per kernel with inline PTX of bench_gpu's programs ``names``, planned for
+    ``profile`` with tensor maps encoded offline (:func:`accy.kernels.tma.offline`)."""
+    import bench_gpu_programs as bp
+
+    target = TargetProfile.load(profile)
+    disasm = shutil.which("nvdisasm")
+    out = []
+    for name in names:
+        spec = bp.PROGRAMS[name]
+        with tma.offline():
+            job = accy.prepare(bp.program(spec, spec.full), "accy-default", target=target)
+        for summ in job.kernel_summaries():
+            source = job.kernel_source(summ.index)
+            if "asm" not in source:
+                continue
+            row: dict[str, Any] = {"program": name, "kernel": summ.index, "entry": summ.entry,
+                                   "generators": job.generators()}
+            with tempfile.TemporaryDirectory() as tmp:
+                try:
+                    row.update(summary(assemble(source, Path(tmp))))
+                except RuntimeError as e:
+                    row["error"] = str(e)
+                else:
+                    if sass is not None and disasm:
+                        sass.mkdir(parents=True, exist_ok=True)
+                        with open(sass / f"{name}_{summ.index}.sass", "w") as f:
+                            subprocess.run([disasm, "-c", str(Path(tmp) / "x.cubin")],
+                                           stdout=f, check=True)
+            out.append(row)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    import bench_gpu_programs as bp
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--profile", type=Path, default=PROFILE, help="a saved TargetProfile")
+    p.add_argument("--programs", default=",".join(bp.PROGRAMS),
+                   help="bench_gpu programs, comma-separated (default: the default set)")
+    p.add_argument("--sass", type=Path, default=None, help="write each kernel's SASS here")
+    p.add_argument("--out", type=Path, default=None, help="the rows as JSON")
+    args = p.parse_args(argv)
+    if not available():
+        p.error(f"needs {' and '.join(TOOLS)} on the PATH")
+    names = [n for n in args.programs.split(",") if n]
+    if unknown := [n for n in names if n not in bp.PROGRAMS]:
+        p.error(f"unknown programs {unknown}: bench_gpu's are {', '.join(bp.PROGRAMS)}")
+    found = rows(names, args.profile, args.sass)
+    print(f"{'program':22s} {'kernel':>6s} {'registers':>9s} {'spilled':>8s} serialized")
+    for r in found:
+        if "error" in r:
+            print(f"{r['program']:22s} {r['kernel']:6d} {r['error'].splitlines()[0]}")
+        else:
+            print(f"{r['program']:22s} {r['kernel']:6d} {r['registers']:9d} "
+                  f"{r['spill_bytes']:8d} {r['serialized']}")
+    if args.out:
+        args.out.write_text(json.dumps({"profile": str(args.profile), "rows": found}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
