@@ -6,13 +6,12 @@ and ex2 emulated (mma_emulation.py, test_attention_mma.py) against the interpret
 from __future__ import annotations
 
 import dataclasses
-import shutil
 
 import numpy as np
 import pytest
 from test_attention_mma import KEEP_F16, NV, f16_heads, run_emulated
 from test_attention_wgmma import HOPPER16
-from test_wgmma import assembled
+from test_wgmma import NEEDS_PTXAS, assembled
 
 import accy
 from accy.backends.opencl.nvptx_offline import summary
@@ -126,8 +125,7 @@ def test_emulated_promoted_f16_with_the_scale_folded(device, rng, encodes):
     assert "0.180336877" in src and "@@TMA4" in src
 
 
-@pytest.mark.skipif(not (shutil.which("clang-15") and shutil.which("ptxas")),
-                    reason="needs clang-15 and CUDA's ptxas")
+@NEEDS_PTXAS
 @pytest.mark.parametrize("causal", [False, True])
 def test_expanded_ptx_assembles_for_sm_90a_without_spills(rng, encodes, tmp_path, causal):
     """The bench shapes as the H100 runs them (64-key tiles one ahead, a causal mask in the

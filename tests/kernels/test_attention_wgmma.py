@@ -7,11 +7,10 @@ assembled for sm_90a. Speed: papers/kernels.md, "Twenty-third session"."""
 from __future__ import annotations
 
 import dataclasses
-import shutil
 
 import pytest
 from test_attention_mma import F16, KEEP_F16, NV, f16_heads, run_emulated
-from test_wgmma import assembled
+from test_wgmma import NEEDS_PTXAS, assembled
 
 import accy
 from accy.passes.spec import parse_pipeline
@@ -66,8 +65,7 @@ def test_emulated_promoted_f16_with_the_scale_folded(device, rng):
     assert "0.180336877" in src and "fa_n0_" in src
 
 
-@pytest.mark.skipif(not (shutil.which("clang-15") and shutil.which("ptxas")),
-                    reason="needs clang-15 and CUDA's ptxas")
+@NEEDS_PTXAS
 def test_expanded_ptx_assembles_for_sm_90a_without_spills(rng, tmp_path):
     prog, _ = f16_heads(rng, 8, 16, ((2048, 64), (2048, 64), (2048, 64)), 0.125)
     src = accy.prepare(prog, OPT_IN, target=HOPPER16).kernel_source(0)

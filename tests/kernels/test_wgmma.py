@@ -8,7 +8,6 @@ assembled for sm_90a. Speed and the real instructions: ``experiments/bench_gpu.p
 from __future__ import annotations
 
 import dataclasses
-import shutil
 
 import numpy as np
 import pytest
@@ -216,8 +215,12 @@ def test_a_wgmma_probe_that_cannot_expand_leaves_the_device_usable(device, monke
     assert WGMMA_F16 not in found and WGMMA_TF32 not in found
 
 
-@pytest.mark.skipif(not (shutil.which("clang-15") and shutil.which("ptxas")),
-                    reason="needs clang-15 and CUDA's ptxas")
+# the ptxas checks run where clang-15 and CUDA's ptxas are installed
+NEEDS_PTXAS = pytest.mark.skipif(not nvptx_offline.available(),
+                                 reason="needs clang-15 and CUDA's ptxas")
+
+
+@NEEDS_PTXAS
 @pytest.mark.parametrize("b_transposed", [False, True], ids=["b-along-n", "b-along-k"])
 @pytest.mark.parametrize("m, n, k", [(2048, 2048, 1024), (2048, 1024, 512)],
                          ids=["256-rows", "128-rows"])

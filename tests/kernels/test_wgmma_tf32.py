@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import shutil
 from types import SimpleNamespace
 
 import numpy as np
@@ -19,7 +18,7 @@ from mma_emulation import emulated_wgmma, one_line, run_emulated, run_kernels
 from test_mma_generator import matmul
 from test_mma_generator import prepared as prepare
 from test_mma_precision import cast_matmul
-from test_wgmma import HOPPER, assembled
+from test_wgmma import HOPPER, NEEDS_PTXAS, assembled
 
 try:
     import pyopencl as cl
@@ -245,8 +244,7 @@ def test_3xtf32_neither_splits_nor_rounds_operands_exact_in_tf32(device, pipe, u
     check_values(got, a, b, "3xtf32", None)
 
 
-@pytest.mark.skipif(not (shutil.which("clang-15") and shutil.which("ptxas")),
-                    reason="needs clang-15 and CUDA's ptxas")
+@NEEDS_PTXAS
 @pytest.mark.parametrize("policy, shape, items", [
     ("tf32", (4096, 2048, 1024), 512), ("3xtf32", (4096, 2048, 1024), 512),
     ("3xtf32", (2048, 1024, 512), 256)], ids=["tf32", "3xtf32", "3xtf32-128-rows"])
@@ -377,8 +375,7 @@ def test_tma_tf32_probe_expects_rounding_to_nearest(device, encodes):
     assert not tensor_cores.tma_tf32_ok(y, got)
 
 
-@pytest.mark.skipif(not (shutil.which("clang-15") and shutil.which("ptxas")),
-                    reason="needs clang-15 and CUDA's ptxas")
+@NEEDS_PTXAS
 @pytest.mark.parametrize("layout", ["nk", "kn"])
 def test_tf32_ss_kernels_assemble_for_sm_90a_without_spills(pipe, tmp_path, encodes, layout):
     """wgmma_ss's TF32 kernel (and, B along N, the transposing kernel before it) through

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import operator
-import shutil
 
 import numpy as np
 import pytest
@@ -24,7 +23,7 @@ from mma_emulation import (
 )
 from test_mma_generator import prepared as prepare
 from test_mma_pipeline import matmul16
-from test_wgmma import HOPPER, assembled
+from test_wgmma import HOPPER, NEEDS_PTXAS, assembled
 
 try:
     import pyopencl as cl
@@ -345,8 +344,7 @@ def test_b_rows_fitting_no_tensor_map_are_transposed_first(device, pipe, used, m
     assert used(prepare(matmul16(m, n, k, batch), "ieee", ROOMY, pipe)) == {"mma-f16": 1}
 
 
-@pytest.mark.skipif(not (shutil.which("clang-15") and shutil.which("ptxas")),
-                    reason="needs clang-15 and CUDA's ptxas")
+@NEEDS_PTXAS
 @pytest.mark.parametrize("m, k, batch, bt, roomy", [
     (2048, 1024, 0, False, False), (2048, 520, 2, False, False), (2048, 1024, 0, False, True),
     (2048, 1000, 2, True, True), (4096, 256, 2, False, True)],

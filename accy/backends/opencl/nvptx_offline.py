@@ -65,10 +65,10 @@ def assemble(source: str, work: Path, *ptxas: str) -> str:
     PTX, expanded and assembled for sm_90a (``ptxas``: more options) into ``work/x.cubin``;
     a RuntimeError naming the step that failed, with its message."""
     (work / "k.cl").write_text(BUILTINS + source)
-    steps = [["clang-15", "-S", "-x", "cl", "-cl-std=CL1.2", "-O2", "-target",
-              "nvptx64-nvidia-nvcl", "-march=sm_80", "-Dasm=__asm__", str(work / "k.cl"),
-              "-o", str(work / "k.ptx")]]
-    done = subprocess.run(steps[0], capture_output=True, text=True)
+    done = subprocess.run(["clang-15", "-S", "-x", "cl", "-cl-std=CL1.2", "-O2", "-target",
+                           "nvptx64-nvidia-nvcl", "-march=sm_80", "-Dasm=__asm__",
+                           str(work / "k.cl"), "-o", str(work / "k.ptx")],
+                          capture_output=True, text=True)
     if done.returncode:
         raise RuntimeError(f"clang: {done.stderr[-1500:]}")
     ptx = re.sub(r"\.target\s+sm_80[^\n]*", ".target sm_90", (work / "k.ptx").read_text())
