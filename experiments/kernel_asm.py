@@ -40,11 +40,11 @@ PROFILE = HERE.parent / "papers" / "data" / "h100_profile.json"
 
 def rows(names: list[str], profile: Path, sass: Path | None) -> list[dict[str, Any]]:
     """A row per kernel with inline PTX of bench_gpu's programs ``names``, planned for
-    ``profile`` with tensor maps encoded offline (:func:`accy.kernels.tma.offline`)."""
+    ``profile`` with tensor maps encoded offline (:func:`accy.kernels.tma.offline`); each
+    kernel's SASS into ``sass`` (by ``nvdisasm``) where given."""
     import bench_gpu_programs as bp
 
     target = TargetProfile.load(profile)
-    disasm = shutil.which("nvdisasm")
     out = []
     for name in names:
         spec = bp.PROGRAMS[name]
@@ -62,10 +62,10 @@ def rows(names: list[str], profile: Path, sass: Path | None) -> list[dict[str, A
                 except RuntimeError as e:
                     row["error"] = str(e)
                 else:
-                    if sass is not None and disasm:
+                    if sass is not None:
                         sass.mkdir(parents=True, exist_ok=True)
                         with open(sass / f"{name}_{summ.index}.sass", "w") as f:
-                            subprocess.run([disasm, "-c", str(Path(tmp) / "x.cubin")],
+                            subprocess.run(["nvdisasm", "-c", str(Path(tmp) / "x.cubin")],
                                            stdout=f, check=True)
             out.append(row)
     return out
@@ -83,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if not available():
         p.error(f"needs {' and '.join(TOOLS)} on the PATH")
+    if args.sass is not None and not shutil.which("nvdisasm"):
+        p.error("--sass needs nvdisasm on the PATH (PyPI: nvidia-cuda-nvdisasm)")
     names = [n for n in args.programs.split(",") if n]
     if unknown := [n for n in names if n not in bp.PROGRAMS]:
         p.error(f"unknown programs {unknown}: bench_gpu's are {', '.join(bp.PROGRAMS)}")

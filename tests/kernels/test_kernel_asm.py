@@ -4,11 +4,12 @@ bench_gpu's programs through clang and ptxas without a GPU (skipped where they a
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
-from accy.backends.opencl.nvptx_offline import available, summary
+from accy.backends.opencl.nvptx_offline import TOOLS, available, summary
 
 LOG = """ptxas info    : Compiling entry function 'k' for 'sm_90a'
 ptxas info    : (C7513) Potential Performance Loss: wgmma.mma_async instructions are serialized
@@ -21,12 +22,19 @@ def test_summary_reads_registers_spills_and_serialization():
     assert summary("nothing") == {"registers": None, "spill_bytes": None, "serialized": False}
 
 
-def test_unknown_programs_are_named(experiment_script, capsys):
+def test_unknown_programs_and_a_missing_disassembler_are_named(experiment_script, capsys,
+                                                                 monkeypatch):
     if not available():
         pytest.skip("needs clang-15 and CUDA's ptxas")
+    script = experiment_script("kernel_asm")
     with pytest.raises(SystemExit):
-        experiment_script("kernel_asm").main(["--programs", "gemm_between,nope"])
+        script.main(["--programs", "gemm_between,nope"])
     assert "nope" in capsys.readouterr().err
+    monkeypatch.setenv("PATH", ":".join(str(Path(shutil.which(t)).parent) for t in TOOLS))
+    if shutil.which("nvdisasm") is None:
+        with pytest.raises(SystemExit):
+            script.main(["--programs", "gemm_between", "--sass", "sass"])
+        assert "nvdisasm" in capsys.readouterr().err
 
 
 @pytest.mark.skipif(not available(), reason="needs clang-15 and CUDA's ptxas")
