@@ -8,8 +8,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+from test_wgmma import NEEDS_PTXAS
 
-from accy.backends.opencl.nvptx_offline import TOOLS, available, summary
+from accy.backends.opencl.nvptx_offline import TOOLS, summary
 
 LOG = """ptxas info    : Compiling entry function 'k' for 'sm_90a'
 ptxas info    : (C7513) Potential Performance Loss: wgmma.mma_async instructions are serialized
@@ -22,10 +23,9 @@ def test_summary_reads_registers_spills_and_serialization():
     assert summary("nothing") == {"registers": None, "spill_bytes": None, "serialized": False}
 
 
+@NEEDS_PTXAS
 def test_unknown_programs_and_a_missing_disassembler_are_named(experiment_script, capsys,
                                                                  monkeypatch):
-    if not available():
-        pytest.skip("needs clang-15 and CUDA's ptxas")
     script = experiment_script("kernel_asm")
     with pytest.raises(SystemExit):
         script.main(["--programs", "gemm_between,nope"])
@@ -37,7 +37,7 @@ def test_unknown_programs_and_a_missing_disassembler_are_named(experiment_script
         assert "nvdisasm" in capsys.readouterr().err
 
 
-@pytest.mark.skipif(not available(), reason="needs clang-15 and CUDA's ptxas")
+@NEEDS_PTXAS
 def test_bench_kernels_assemble(experiment_script, tmp_path: Path, capsys):
     """f16 attention fits two work-groups a multiprocessor without spills or serialized
     wgmma; the f32 "between" product's mma kernel is listed too."""
