@@ -57,7 +57,6 @@ from accy.kernels.ir import (
     Kernel,
     KernelArg,
     Let,
-    Lit,
     LocalArray,
     Stmt,
     Var,
@@ -177,9 +176,6 @@ class _TmaBuilder(_WgBuilder):
         a = self.a
         return [("k", a.k, a.d, 0), ("v", a.v, a.dv, tma.MAP_BYTES)]
 
-    def map_at(self, at: int) -> Expr:
-        return Bin("+", self.map, Lit(at, INDEX)) if at else self.map
-
     def setup(self) -> list[Stmt]:
         """``b_base``, the work-group's tensor maps and the barriers (work-item 0), a barrier."""
         out: list[Stmt] = []
@@ -187,13 +183,13 @@ class _TmaBuilder(_WgBuilder):
         self.b_base = self.let(out, "b_base", Bin("&", Bin("+", base, i32(ATOM - 1)),
                                                   i32(-ATOM)), DType.i32)
         self.map = self.let(out, "tma_map", Bin("+", Cast(INDEX, Var(MAP_ARG)), mul(
-            self.grp, idx(2 * tma.MAP_BYTES))))
+            self.grp, idx(tma.region(2)))))
         init: list[Stmt] = []
         for _, side, features, at in self.maps():
             dims, strides, box, _ = geometry(self.a, side, features, self.t.bk)
             words = tma.template(tma.F16, dims, strides, box)
             assert not isinstance(words, str), words  # (plan checked it)
-            init.append(tma.write_map(words, self.map_at(at),
+            init.append(tma.write_map(words, self.map, at // tma.MAP_BYTES, 2,
                                       Cast(INDEX, Var(self.scores.arg_of[side.node]))))
         init += [tma.init(tma.barrier(idx(s), self.t.stages, empty), count)
                  for s in range(self.t.stages) for empty, count in ((0, 1), (1, self.t.warps))]
@@ -211,7 +207,7 @@ class _TmaBuilder(_WgBuilder):
                 coords = [idx(64 * block), mul(tile, idx(t.bk)),
                           *(self.bcoords[i] for i in batch)]
                 out.append(tma.copy(dims, strides, box, tma.F16, self.address(side, stage, block),
-                                    self.map_at(at), coords, tma.barrier(stage, t.stages)))
+                                    tma.map_at(self.map, at), coords, tma.barrier(stage, t.stages)))
         return [If(Bin("==", self.lid, idx(0)), tuple(out))]
 
     def landed_wait(self, tile: Expr) -> Stmt:
@@ -261,7 +257,7 @@ class _TmaBuilder(_WgBuilder):
         """The kernel, with the work-groups' tensor maps as scratch."""
         k = super().build(kind)
         groups = k.geometry.global_size[0] // self.t.threads
-        maps = KernelArg(MAP_ARG, DType.i64, True, -1, groups * 2 * tma.MAP_BYTES // 8)
+        maps = KernelArg(MAP_ARG, DType.i64, True, -1, groups * tma.region(2) // 8)
         return dataclasses.replace(k, args=(*k.args, maps))
 
 

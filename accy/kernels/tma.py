@@ -10,13 +10,17 @@ placeholder address: the kernel's geometry is fixed, its buffers are not), the t
 go into the kernel as immediates, and at run time one work-item of each work-group writes them
 to its own 128 bytes of scratch memory, puts the operand's address in with
 ``tensormap.replace`` and fences the tensor-map proxy (marker ``TMAP``): no host code runs per
-launch.
+launch. The scratch lives as long as the executable's frame, so with :data:`KEEP_MAPS` each
+work-group also keeps the address it last wrote (a *tag* after its maps) and, where a later
+launch finds the same address there, only fences the map for its copies: the release fence
+(a GPU-wide memory barrier) runs on a map's first launch and after its operand moved.
 
 The instructions are deferred PTX like ``wgmma`` (:mod:`accy.kernels.wgmma_ptx`: markers in
 inline asm, expanded by :func:`expand` for ``.target sm_90a``, PTX ISA 8.3). Markers:
 
-- ``TMAP`` ``map, address ; w0 .. w15``: the tensor map at global ``map`` from the template's
-  words with global address ``address``.
+- ``TMAP`` ``map, address[, tag] ; w0 .. w15``: the tensor map at global ``map`` from the
+  template's words with global address ``address``; with a ``tag`` (the global address of a
+  64-bit word) only where the tag does not hold ``address`` already, then the tag set to it.
 - ``MBINIT{count}`` ``bar``: ``mbarrier`` at local ``bar`` initialised for ``count``
   arrivals.
 - ``MBEXPECT{bytes}`` ``bar``: the arrival that expects ``bytes`` of copies.
@@ -61,6 +65,9 @@ ELEMENT_BYTES = {F16: 2, TF32: 4}
 SWIZZLE_128B = 3  # CU_TENSOR_MAP_SWIZZLE_128B: 16-byte chunk c of row r at c ^ (r % 8)
 PLACEHOLDER = 1 << 20  # the template's global address (aligned; replaced per launch)
 MAP_BYTES = 128
+# a work-group's maps are kept between launches and rewritten only for operands that moved
+# (tags after the maps, :func:`region`)
+KEEP_MAPS = False
 
 
 @functools.cache
@@ -161,9 +168,10 @@ def geometry_text(dims: tuple[int, ...], strides: tuple[int, ...], box: tuple[in
     return " / ".join(" ".join(map(str, v)) for v in (dims, strides, box, (dtype,)))
 
 
-def tmap(words: tuple[int, ...]) -> str:
-    """The marker text of ``TMAP`` (operands: the map's and the operand's global addresses)."""
-    return f"{MARK}TMAP %0, %1 ; " + " ".join(f"{w:#x}" for w in words)
+def tmap(words: tuple[int, ...], tagged: bool = False) -> str:
+    """The marker text of ``TMAP`` (operands: the map's and the operand's global addresses,
+    and ``tagged``: the tag's)."""
+    return f"{MARK}TMAP %0, %1{', %2' if tagged else ''} ; " + " ".join(f"{w:#x}" for w in words)
 
 
 def mbexpect(nbytes: int) -> str:
@@ -188,8 +196,12 @@ def _instructions(name: str, rest: str) -> str:
     if name == "TMAP":
         stores = " ".join(f"mov.b64 w, {w}; st.global.u64 [{ops[0]}+{8 * i}], w;"
                           for i, w in enumerate(words.split()))
-        return (f"{{ .reg .b64 w; {stores} tensormap.replace.tile.global_address.global.b1024"
-                f".b64 [{ops[0]}], {ops[1]}; fence.proxy.tensormap::generic.release.gpu; "
+        write = (f"{stores} tensormap.replace.tile.global_address.global.b1024"
+                 f".b64 [{ops[0]}], {ops[1]}; fence.proxy.tensormap::generic.release.gpu;")
+        if len(ops) == 3:  # tagged: written only where the tag differs, then tagged
+            write = (f".reg .pred p; ld.global.u64 w, [{ops[2]}]; setp.eq.u64 p, w, {ops[1]}; "
+                     f"@p bra KEPT; {write} st.global.u64 [{ops[2]}], {ops[1]}; KEPT:")
+        return (f"{{ .reg .b64 w; {write} "
                 f"fence.proxy.tensormap::generic.acquire.gpu [{ops[0]}], 128; }}")
     if name.startswith("MBINIT"):
         return (f"mbarrier.init.shared::cta.b64 [{ops[0]}], {name[6:]}; "
@@ -232,9 +244,26 @@ def barrier(stage: Expr, stages: int, empty: int = 0) -> Expr:
     return Cast(DType.i32, Cast(INDEX, Bin("+", Var(BARRIERS), at)))
 
 
-def write_map(words: tuple[int, ...], at: Expr, address: Expr) -> Stmt:
-    """The tensor map at global ``at``: template ``words`` with the operand's ``address``."""
-    return _asm(tmap(words), ("l", at), ("l", address))
+def region(maps: int) -> int:
+    """The bytes of scratch a work-group's ``maps`` tensor maps take (and their tags after
+    them, under :data:`KEEP_MAPS`: a 128-byte block more, keeping the next region aligned)."""
+    return (maps + KEEP_MAPS) * MAP_BYTES
+
+
+def write_map(words: tuple[int, ...], base: Expr, index: int, maps: int,
+              address: Expr) -> Stmt:
+    """Map ``index`` of the ``maps`` in the region at global ``base``: template ``words``
+    with the operand's ``address`` (under :data:`KEEP_MAPS`, only where its tag differs)."""
+    at = map_at(base, index * MAP_BYTES)
+    if not KEEP_MAPS:
+        return _asm(tmap(words), ("l", at), ("l", address))
+    tag = map_at(base, maps * MAP_BYTES + 8 * index)
+    return _asm(tmap(words, True), ("l", at), ("l", address), ("l", tag))
+
+
+def map_at(base: Expr, offset: int) -> Expr:
+    """The global address ``offset`` bytes into the region at ``base``."""
+    return Bin("+", base, Lit(offset, INDEX)) if offset else base
 
 
 def init(bar: Expr, count: int) -> Stmt:

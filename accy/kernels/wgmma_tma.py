@@ -141,9 +141,9 @@ class _WgmmaTma(_Wgmma):
         self.let("b_base", Bin("&", Bin("+", base, i32(ATOM - 1)), i32(-ATOM)), DType.i32)
         maps = self.tensor_maps()
         self.map = self.let("tma_map", Bin("+", Cast(INDEX, Var(MAP_ARG)),
-                                           mul(Var("grp"), idx(len(maps) * tma.MAP_BYTES))))
-        init = [tma.write_map(words, self.map_at(at), Cast(INDEX, Var(self.arg[side])))
-                for words, side, at in maps]
+                                           mul(Var("grp"), idx(tma.region(len(maps))))))
+        init = [tma.write_map(words, self.map, at // tma.MAP_BYTES, len(maps),
+                              Cast(INDEX, Var(self.arg[side]))) for words, side, at in maps]
         warps = self.t.threads // 32
         init += [tma.init(self.bar(idx(s), empty), count)
                  for s in range(self.stages()) for empty, count in ((0, 1), (1, warps))]
@@ -158,9 +158,6 @@ class _WgmmaTma(_Wgmma):
     def tensor_maps(self) -> list[tuple[tuple[int, ...], str, int]]:
         """(template words, operand, byte offset) of each of a work-group's tensor maps."""
         return [(self.words, "y", 0)]
-
-    def map_at(self, at: int) -> Expr:
-        return Bin("+", self.map, Lit(at, INDEX)) if at else self.map
 
     def copy(self, step: Expr, stage: Expr, tail: bool) -> list[Stmt]:
         """Step ``step``'s boxes into ``stage``, issued by work-item 0 once every warp read
@@ -190,7 +187,7 @@ class _WgmmaTma(_Wgmma):
         ``coords`` (and batch ``bcoords``, default the tile's) to local address ``dst``,
         completing on ``stage``'s full barrier."""
         batch = self.bcoords if bcoords is None else bcoords
-        return tma.copy(g.dims, g.strides, g.box, g.dtype, dst, self.map_at(at),
+        return tma.copy(g.dims, g.strides, g.box, g.dtype, dst, tma.map_at(self.map, at),
                         [*coords, *(batch[i] for i in g.batch)], self.bar(stage))
 
     def commit(self) -> list[Stmt]:
@@ -222,5 +219,5 @@ class _WgmmaTma(_Wgmma):
         """The cp.async kernel's, with the work-groups' tensor maps as scratch."""
         k = super().kernel(groups)  # (a work-group's maps: each K chunk's groups too)
         maps = KernelArg(MAP_ARG, DType.i64, True, -1,
-                         self.chunks * groups * len(self.tensor_maps()) * tma.MAP_BYTES // 8)
+                         self.chunks * groups * tma.region(len(self.tensor_maps())) // 8)
         return dataclasses.replace(k, args=(*k.args, maps))

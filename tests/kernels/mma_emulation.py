@@ -296,12 +296,12 @@ WGMMA_TF32_STEP = r"""{
 
 
 # TMA (accy/kernels/tma.py, accy/kernels/wgmma_tma.py): the tensor map's first word holds the
-# operand's address (TMAP), the work-item issuing a copy copies the box at once, 128-byte
-# swizzled (16-byte chunk c of a box row r at c ^ (r % 8)) from the geometry the marker's text
-# gives (dims / strides / box); the mbarriers have nothing to do (the emulated wgmma steps
-# hold every work-item together by their barriers)
+# operand's address (TMAP; under KEEP_MAPS its tag is left alone), the work-item issuing a copy
+# copies the box at once, 128-byte swizzled (16-byte chunk c of a box row r at c ^ (r % 8))
+# from the geometry the marker's text gives (dims / strides / box); the mbarriers have nothing
+# to do (the emulated wgmma steps hold every work-item together by their barriers)
 _TMAP = re.compile(r'asm volatile\("// @@TMAP [^"]*"\s*:\s*:\s*"l"\((?P<map>.*?)\), '
-                   r'"l"\((?P<ptr>.*)\)\s*:\s*"memory"\);$', re.M)
+                   r'"l"\((?P<ptr>.*?)\)(, "l"\(.*\))?\s*:\s*"memory"\);$', re.M)
 _TMA = re.compile(r'asm volatile\("// @@TMA(\d) [^;"]*; (?P<geo>[^"]*)"\s*:\s*:\s*(?P<ins>.*?)'
                   r'\s*:\s*"memory"\);$', re.M)
 TMA_COPY = r"""{

@@ -44,8 +44,8 @@ def test_taken_first_with_tma_and_64_features(rng, encodes):
     assert "@@MBEXPECT49152 " in src and src.count("@@MBINIT") == 6
     # S: 4 k16 steps 32 bytes apart; P V: 8 of 128 value features, 2048 bytes apart
     assert "@@RSTEP128_4_0_2 " in loop and "@@RSTEP128_8_1_128 " in loop
-    # two maps (128 bytes each) for each of 2 x 3 x 2 work-groups (128 queries each)
-    assert job.kernels[0].args[-1].scratch_elems == 2 * 3 * 2 * 2 * 128 // 8
+    # two maps for each of 2 x 3 x 2 work-groups (128 queries each)
+    assert job.kernels[0].args[-1].scratch_elems == 2 * 3 * 2 * tma.region(2) // 8
     # no TMA copies in the probe, or 48 head features: another kernel
     prog48, _ = f16_heads(rng, 1, 1, ((256, 48), (256, 48), (256, 64)), 0.125)
     for p, target in ((prog, HOPPER16), (prog48, WITH_TMA)):
@@ -68,20 +68,23 @@ def test_key_tiles_two_work_groups_a_unit_where_registers_allow_else_the_largest
     assert steps(2, 512, 128, small) == ("64_4_0_2", True)
 
 
-@pytest.mark.parametrize("shapes, heads, keys, stages", [
-    (((140, 64), (200, 64), (200, 64)), 1, 128, 3),  # two work-groups, the second's rows
-    # clamped; keys past a partial tile (zero-filled); one tile ahead
-    (((64, 128), (300, 128), (300, 64)), 2, 64, 3),  # two K blocks a tile, five tiles
-    (((64, 64), (260, 64), (260, 128)), 1, 64, 2),  # two stages: not one tile ahead
-], ids=["ragged", "blocks", "two-stages"])
+@pytest.mark.parametrize("shapes, heads, keys, stages, keep", [
+    (((140, 64), (200, 64), (200, 64)), 1, 128, 3, False),  # two work-groups, the second's
+    # rows clamped; keys past a partial tile (zero-filled); one tile ahead
+    (((64, 128), (300, 128), (300, 64)), 2, 64, 3, False),  # two K blocks a tile, five tiles
+    (((64, 64), (260, 64), (260, 128)), 1, 64, 2, False),  # two stages: not one tile ahead
+    (((64, 64), (260, 64), (260, 128)), 1, 64, 3, True),  # maps kept between launches
+], ids=["ragged", "blocks", "two-stages", "kept-maps"])
 def test_emulated_kernel_matches_the_interpreter(device, rng, encodes, monkeypatch, shapes,
-                                                 heads, keys, stages):
+                                                 heads, keys, stages, keep):
+    monkeypatch.setattr(tma, "KEEP_MAPS", keep)
     monkeypatch.setattr(attention_tma, "KEYS", (keys,))
     monkeypatch.setattr(attention_tma, "STAGES", stages)
     prog, inputs = f16_heads(rng, 2, heads, shapes, 0.25)
     src = run_emulated(device, prog, inputs, KEEP_F16, WITH_TMA, "f16", "eager",
                        "tma-attention-f16")
     assert "@@TMA4" in src and ("fa_n0_" in src) == (stages == 3)
+    assert ("@@TMAP %0, %1, %2 " in src) == keep
 
 
 @pytest.mark.parametrize("d, lead, heavy", [(64, True, False), (128, True, True),
@@ -126,11 +129,13 @@ def test_emulated_promoted_f16_with_the_scale_folded(device, rng, encodes):
 
 
 @NEEDS_PTXAS
-@pytest.mark.parametrize("causal", [False, True])
-def test_expanded_ptx_assembles_for_sm_90a_without_spills(rng, encodes, tmp_path, causal):
+@pytest.mark.parametrize("causal, keep", [(False, False), (True, False), (False, True)])
+def test_expanded_ptx_assembles_for_sm_90a_without_spills(rng, encodes, tmp_path, monkeypatch,
+                                                          causal, keep):
     """The bench shapes as the H100 runs them (64-key tiles one ahead, a causal mask in the
-    one loop): registers for two work-groups a multiprocessor, no spills, no wgmma
-    serialized."""
+    one loop; maps kept between launches): registers for two work-groups a multiprocessor, no
+    spills, no wgmma serialized."""
+    monkeypatch.setattr(tma, "KEEP_MAPS", keep)
     storage = dataclasses.replace(WITH_TMA, dtypes=NV.dtypes)
 
     def f(q, k, v):
@@ -141,6 +146,7 @@ def test_expanded_ptx_assembles_for_sm_90a_without_spills(rng, encodes, tmp_path
 
     prog = trace(f, *[TensorType((8, 16, 2048, 64), DType.f16)] * 3, name="c")
     src = accy.prepare(prog, "accy-default", target=storage).kernel_source(0)
+    assert ("@@TMAP %0, %1, %2 " in src) == keep
     found = summary(assembled(src, tmp_path))
     assert found["spill_bytes"] == 0 and not found["serialized"], found
     assert 2 * 256 * found["registers"] <= 65536, found

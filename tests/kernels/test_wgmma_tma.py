@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import operator
+import re
 
 import numpy as np
 import pytest
@@ -59,6 +60,35 @@ def test_expand_writes_the_copies_and_barriers():
     assert "mbarrier.try_wait.parity.shared::cta.b64 p, [%r1], %r3;" in out
     assert ("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
             "[%r4], [%rd1, {%r5, %r6, %r7}], [%r1];") in out
+
+
+def test_expand_writes_a_kept_map_only_where_its_tag_differs():
+    """KEEP_MAPS: the tag read and compared first; the map written, released and tagged only
+    where it differs; the acquire for the copies either way."""
+    out = wgmma_ptx.expand(".version 8.3\n.target sm_90\n\t// @@TMAP %rd1, %rd2, %rd3 ; 0x1\n")
+    parts = ["ld.global.u64 w, [%rd3]; setp.eq.u64 p, w, %rd2; @p bra KEPT;",
+             "mov.b64 w, 0x1; st.global.u64 [%rd1+0], w;",
+             "tensormap.replace.tile.global_address.global.b1024.b64 [%rd1], %rd2;",
+             "fence.proxy.tensormap::generic.release.gpu; st.global.u64 [%rd3], %rd2; KEPT:",
+             "fence.proxy.tensormap::generic.acquire.gpu [%rd1], 128;"]
+    at = [out.index(p) for p in parts]
+    assert at == sorted(at), out
+
+
+def test_kept_maps_tagged_after_each_work_groups_maps(device, pipe, used, monkeypatch, encodes):
+    """KEEP_MAPS: a work-group's region a block longer, each map's TMAP given its tag (8 bytes
+    a map after the maps); the product unchanged (the emulation writes every map)."""
+    monkeypatch.setattr(tma, "KEEP_MAPS", True)
+    monkeypatch.setattr(wgmma, "MIN_K", 32)  # selection only: short K keeps the emulation quick
+    job = prepare(matmul16(256, 248, 64, 2), "ieee", FEW_UNITS, pipe)
+    src = job.kernel_source(0)
+    assert used(job) == {"wgmma-f16": 1} and tma.region(1) == 2 * tma.MAP_BYTES
+    assert job.kernels[0].args[-1].scratch_elems % (tma.region(1) // 8) == 0
+    assert re.search(r'@@TMAP %0, %1, %2 ;[^"]*" : +: "l"\(tma_map\), "l"\(.*in1.*\), '
+                     r'"l"\(\(tma_map \+ 128L\)\)', src), src
+    if "Portable Computing Language" in device.info.platform:
+        check_f16_product(device, job, emulated_wgmma(src, "eager"), 256, 248, 64, 2, False,
+                          seed=5)
 
 
 def test_expand_writes_both_descriptors_steps():
@@ -119,7 +149,7 @@ def test_taken_with_the_probe_and_a_driver_else_cp_async(pipe, used, encodes, mo
     # 2 blocks a step: 3 steps before the loop, the loop body's 2
     assert src.count("@@TMA5") == 2 * (3 + 2) and "cp.async" not in src
     assert "@@TMAP" in src and "0x10f" in src and "tmaps0" in src
-    assert job.kernels[0].args[-1].scratch_elems == 8 * 16 * 16  # a map a work-group
+    assert job.kernels[0].args[-1].scratch_elems == 8 * 16 * tma.region(1) // 8  # a map a group
     assert set(encodes) == {((2048, 2, 4, 4, 32), (4096, 32768, 8192, 131072), (64, 2, 4, 4, 1),
                              tma.F16)}
     for target in (HOPPER, WITH_TMA):  # no probe entry; no driver (the template's reason)
@@ -187,7 +217,7 @@ def test_a_copied_too_where_static_local_memory_holds_the_stages(pipe, used, enc
     # ahead before the tile loop, one in its K loop, and a store buffer of their own
     assert src.count("@@TMA2") == 5 * (3 + 1) and "c_stage" in src
     assert job.kernels[0].geometry.local_size == (256,)  # 128x256 tiles
-    assert job.kernels[0].args[-1].scratch_elems == 132 * 2 * 16  # two maps a work-group
+    assert job.kernels[0].args[-1].scratch_elems == 132 * tma.region(2) // 8  # two maps a group
     assert ((4096, 4096), (8192,), (64, 128), tma.F16) in encodes  # A: (K, M), 64 x 128 boxes
     assert ((4096, 4096), (8192,), (64, 64), tma.F16) in encodes  # B: (N, K), 64-column blocks
     src = prepare(matmul16(4096, 4096, 4096, b_transposed=True), "ieee", ROOMY_H200,
@@ -345,12 +375,16 @@ def test_b_rows_fitting_no_tensor_map_are_transposed_first(device, pipe, used, m
 
 
 @NEEDS_PTXAS
-@pytest.mark.parametrize("m, k, batch, bt, roomy", [
-    (2048, 1024, 0, False, False), (2048, 520, 2, False, False), (2048, 1024, 0, False, True),
-    (2048, 1000, 2, True, True), (4096, 256, 2, False, True)],
-    ids=["blocks", "atoms-batched", "a-copied", "a-copied-b-along-k", "walking"])
-def test_expanded_ptx_assembles_for_sm_90a_without_spills(pipe, tmp_path, encodes, m, k, batch,
-                                                          bt, roomy):
+@pytest.mark.parametrize("m, k, batch, bt, roomy, keep", [
+    (2048, 1024, 0, False, False, False), (2048, 520, 2, False, False, False),
+    (2048, 1024, 0, False, True, False), (2048, 1000, 2, True, True, False),
+    (4096, 256, 2, False, True, False), (2048, 520, 2, False, False, True),
+    (4096, 256, 2, False, True, True)],
+    ids=["blocks", "atoms-batched", "a-copied", "a-copied-b-along-k", "walking",
+         "atoms-batched-kept", "walking-kept"])
+def test_expanded_ptx_assembles_for_sm_90a_without_spills(pipe, tmp_path, encodes, monkeypatch,
+                                                          m, k, batch, bt, roomy, keep):
+    monkeypatch.setattr(tma, "KEEP_MAPS", keep)
     job = prepare(matmul16(m, 2048, k, batch, b_transposed=bt), "ieee",
                   ROOMY_H200 if roomy else WITH_TMA, pipe)
     assert "@@TMA" in job.kernel_source(0) and ("@@SSTEP" in job.kernel_source(0)) == roomy
