@@ -30,6 +30,8 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
+import bench_gpu_programs as bp  # noqa: E402
+
 import accy  # noqa: E402
 from accy.backends.opencl.nvptx_offline import TOOLS, assemble, available, summary  # noqa: E402
 from accy.kernels import tma  # noqa: E402
@@ -42,8 +44,6 @@ def rows(names: list[str], profile: Path, sass: Path | None) -> list[dict[str, A
     """A row per kernel with inline PTX of bench_gpu's programs ``names``, planned for
     ``profile`` with tensor maps encoded offline (:func:`accy.kernels.tma.offline`); each
     kernel's SASS into ``sass`` (by ``nvdisasm``) where given."""
-    import bench_gpu_programs as bp
-
     target = TargetProfile.load(profile)
     out = []
     for name in names:
@@ -72,8 +72,6 @@ def rows(names: list[str], profile: Path, sass: Path | None) -> list[dict[str, A
 
 
 def main(argv: list[str] | None = None) -> int:
-    import bench_gpu_programs as bp
-
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--profile", type=Path, default=PROFILE, help="a saved TargetProfile")
     p.add_argument("--programs", default=",".join(bp.PROGRAMS),
