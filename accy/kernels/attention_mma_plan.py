@@ -221,8 +221,8 @@ def folded_scale(a: Attention) -> float | None:
 
 
 # causal attention's query blocks heaviest first (the last queries read the most keys), all
-# batches' at once, so the grid's tail is the lightest blocks; off until timed
-HEAVY_FIRST = False
+# batches' at once, so the grid's tail is the lightest blocks
+HEAVY_FIRST = True
 
 
 def group_order(grp: Expr, batches: int, tiles_q: int, causal: bool) -> tuple[Expr, Expr]:

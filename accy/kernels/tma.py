@@ -66,8 +66,8 @@ SWIZZLE_128B = 3  # CU_TENSOR_MAP_SWIZZLE_128B: 16-byte chunk c of row r at c ^ 
 PLACEHOLDER = 1 << 20  # the template's global address (aligned; replaced per launch)
 MAP_BYTES = 128
 # a work-group's maps are kept between launches and rewritten only for operands that moved
-# (tags after the maps, :func:`region`)
-KEEP_MAPS = False
+# (tags after the maps, :func:`region`); off, every launch writes and releases its maps
+KEEP_MAPS = True
 
 
 @functools.cache
