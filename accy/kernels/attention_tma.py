@@ -81,6 +81,9 @@ LEAD = True  # the next tile's scores in flight through this tile's softmax, whe
 # a causal mask's tiles left whole in a loop of their own: None where the registers allow
 # (not shares_unit: papers/kernels.md, "Fiftieth session"), else as set
 SPLIT: bool | None = None
+# the lead also in a causal kernel whose mask's tiles run in a loop of their own (two loops
+# and the next tile's scores: more registers than ptxas has, spills); off: no lead there
+LEAD_SPLIT = False
 UNIT_REGISTERS = 65536  # a Hopper multiprocessor's 32-bit registers
 # registers ptxas gives a lane beyond its fragments' (the softmax's temporaries, addresses),
 # as read from its output for the kernel at 64 features (papers/kernels.md, "Fiftieth session")
@@ -151,10 +154,11 @@ class _TmaBuilder(_WgBuilder):
     def layout(self) -> None:
         a, t = self.a, self.t
         self.bytes = {"k": t.bk * 2 * a.d, "v": t.bk * 2 * a.dv}  # a stage's
-        self.lead = int(leads(t.stages, t.bk))
         # a causal mask's second loop gives ptxas more registers than two work-groups a
         # multiprocessor leave: one loop where they share one (papers/kernels.md)
         self.split_masked = not shares_unit(a, t.threads, t.bk) if SPLIT is None else SPLIT
+        split = self.tri is not None and self.split_masked
+        self.lead = int(leads(t.stages, t.bk) and (LEAD_SPLIT or not split))
 
     def stage_bytes(self) -> int:
         return self.bytes["k"] + self.bytes["v"]
