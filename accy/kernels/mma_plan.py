@@ -62,8 +62,8 @@ LOADS = ("scalar", "vector", "ptx")
 # it is loaded, so once per warp reading it) or "tile" (each work-item rounds the 16-byte
 # chunks it copied, in local memory, once per element, before the step's barrier; 3xtf32's
 # small parts go to a second tile of the same layout, doubling local memory, scalar fragment
-# loads only; fragments then need no cvt)
-ROUNDINGS = ("fragment", "tile")
+# loads only; fragments then need no cvt); "first": by a kernel before the product (wgmma_ss3)
+ROUNDINGS = ("fragment", "tile", "first")
 
 # Selection: tensor cores pay once both tile sides are at least MIN_MN and K at least MIN_K
 # (a 128x128 tile of mostly zeros wastes more than they win). f32 sides of at most SKINNY stay

@@ -27,8 +27,9 @@ Markers (the operands the comment lists, in order):
   from local memory by descriptor (A K-major, B MN-major where ``t`` = 1, else K-major;
   :mod:`accy.kernels.wgmma_ss`): the ``n / 2`` accumulators, A's descriptor, B's, a register
   holding 1; the descriptors advance by ``a`` and ``b`` (16-byte units) per wgmma.
-- ``SSTEPT{n}_{s}_{a}_{b}``: the same in TF32 (``m64n{n}k8``, both operands K-major, the only
-  form TF32 has).
+- ``SSTEPT{n}_{s}_{a}_{b}[x{p}]``: the same in TF32 (``m64n{n}k8``, both operands K-major, the
+  only form TF32 has); with ``x{p}``, ``p`` runs of them, a pair of descriptors a run (3xTF32's
+  products, :mod:`accy.kernels.wgmma_ss3`).
 - ``WAIT0``: ``wgmma.wait_group 0``; its operands (the accumulators, the A registers) are the
   registers the waited-for wgmma read or write, kept live until here.
 - ``WAIT1``: ``wgmma.wait_group 1``: all but the last step's wgmma done (operands as
@@ -59,19 +60,23 @@ def rstep(n: int, steps: int, trans_b: int, advance: int = 16) -> str:
 
 
 def _wgmma_steps(n: int, steps: int, d: list[str], a_of, one: str,
-                 descs: list[tuple[str, str, int]], trans: str | None) -> str:
-    """``steps`` f16 wgmma ``m64n{n}k16`` (TF32 ``m64n{n}k8`` where ``trans`` is None) into
-    accumulators ``d``, fenced before and committed after in one block: step ``i``'s A operand
-    ``a_of(i)``, B's descriptor ``xb``; ``descs`` (register, value, advance in 16-byte units a
-    step) the descriptors held in registers; ``trans`` the immediates after the scales."""
+                 runs: list[list[tuple[str, str, int]]], trans: str | None) -> str:
+    """Runs of ``steps`` f16 wgmma ``m64n{n}k16`` (TF32 ``m64n{n}k8`` where ``trans`` is None)
+    into accumulators ``d``, fenced before and committed after in one block: step ``i``'s A
+    operand ``a_of(i)``, B's descriptor ``xb``; each run's descriptors (register, value,
+    advance in 16-byte units a step) held in registers; ``trans`` the immediates after the
+    scales."""
     shape, imms = ("k8.f32.tf32.tf32", "") if trans is None else ("k16.f32.f16.f16", f", {trans}")
-    text = [f"{{ .reg .pred p; .reg .b64 {', '.join(r for r, _, _ in descs)}; setp.ne.b32 p, "
-            f"{one}, 0;", *(f"mov.b64 {r}, {v};" for r, v, _ in descs), "wgmma.fence.sync.aligned;"]
-    for i in range(steps):
-        if i:
-            text += [f"add.s64 {r}, {r}, {adv};" for r, _, adv in descs]
-        text.append(f"wgmma.mma_async.sync.aligned.m64n{n}{shape} {{{', '.join(d)}}}, "
-                    f"{a_of(i)}, xb, p, 1, 1{imms};")
+    text = [f"{{ .reg .pred p; .reg .b64 {', '.join(r for r, _, _ in runs[0])}; setp.ne.b32 p, "
+            f"{one}, 0;"]
+    for j, descs in enumerate(runs):
+        text += [f"mov.b64 {r}, {v};" for r, v, _ in descs]
+        text += [] if j else ["wgmma.fence.sync.aligned;"]
+        for i in range(steps):
+            if i:
+                text += [f"add.s64 {r}, {r}, {adv};" for r, _, adv in descs]
+            text.append(f"wgmma.mma_async.sync.aligned.m64n{n}{shape} {{{', '.join(d)}}}, "
+                        f"{a_of(i)}, xb, p, 1, 1{imms};")
     return " ".join(text) + " wgmma.commit_group.sync.aligned; }"
 
 
@@ -83,29 +88,34 @@ def step_instructions(n: int, steps: int, trans_b: int, ops: list[str], advance:
     if len(a) != 4 * steps:
         raise ValueError(f"wgmma step marker: {len(ops)} operands for n={n}, {steps} steps")
     return _wgmma_steps(n, steps, d, lambda i: f"{{{', '.join(a[4 * i:4 * i + 4])}}}", one,
-                        [("xb", db, advance)], str(trans_b))
+                        [[("xb", db, advance)]], str(trans_b))
 
 
-def sstep(n: int, steps: int, a_advance: int, b_advance: int, trans_b: int | None) -> str:
+def sstep(n: int, steps: int, a_advance: int, b_advance: int, trans_b: int | None,
+          products: int = 1) -> str:
     """The marker text of :func:`ss_instructions` (operands follow): TF32's where ``trans_b``
-    is None."""
+    is None, of ``products`` runs (TF32 only)."""
     if trans_b is None:
-        return f"{MARK}SSTEPT{n}_{steps}_{a_advance}_{b_advance}"
+        runs = f"x{products}" if products > 1 else ""
+        return f"{MARK}SSTEPT{n}_{steps}_{a_advance}_{b_advance}{runs}"
     return f"{MARK}SSTEP{n}_{steps}_{a_advance}_{b_advance}_{trans_b}"
 
 
 def ss_instructions(n: int, steps: int, a_advance: int, b_advance: int, trans_b: int | None,
-                    ops: list[str]) -> str:
+                    ops: list[str], products: int = 1) -> str:
     """What marker ``SSTEP{n}_{steps}_{a_advance}_{b_advance}_{trans_b}`` with operands
     ``ops`` expands to: ``steps`` wgmma ``m64n{n}k16`` with A (K-major) and B (MN-major where
     ``trans_b``, else K-major) both from local memory by descriptor, each advanced by its
     ``advance`` (16-byte units) per wgmma; TF32's ``m64n{n}k8`` (``SSTEPT``, both K-major)
-    where ``trans_b`` is None."""
-    if len(ops) != n // 2 + 3:
-        raise ValueError(f"wgmma SS step marker: {len(ops)} operands for n={n}")
-    d, da, db, one = ops[:n // 2], *ops[n // 2:]
+    where ``trans_b`` is None, ``products`` runs of them (``SSTEPT..x{products}``: a pair of
+    descriptors a run, the 3xTF32 products of :mod:`accy.kernels.wgmma_ss3`)."""
+    if len(ops) != n // 2 + 2 * products + 1:
+        raise ValueError(f"wgmma SS step marker: {len(ops)} operands for n={n}, "
+                         f"{products} products")
+    d, descs, one = ops[:n // 2], ops[n // 2:-1], ops[-1]
     return _wgmma_steps(n, steps, d, lambda i: "xa", one,
-                        [("xa", da, a_advance), ("xb", db, b_advance)],
+                        [[("xa", descs[2 * j], a_advance), ("xb", descs[2 * j + 1], b_advance)]
+                         for j in range(products)],
                         None if trans_b is None else f"0, {trans_b}")
 
 
@@ -161,10 +171,11 @@ def expand(ptx: str) -> str:
             return _FIXED[name]
         if tf32 := re.fullmatch(r"TSTEP(\d+)_(\d+)_(\d+)", name):
             return tf32_instructions(int(tf32[1]), int(tf32[2]), int(tf32[3]), ops)
-        if ss := (re.fullmatch(r"SSTEP(\d+)_(\d+)_(\d+)_(\d+)_([01])", name)
-                  or re.fullmatch(r"SSTEPT(\d+)_(\d+)_(\d+)_(\d+)()", name)):  # (TF32)
-            n, steps, a_adv, b_adv = (int(v) for v in ss.groups()[:4])
-            return ss_instructions(n, steps, a_adv, b_adv, int(ss[5]) if ss[5] else None, ops)
+        if ss := (re.fullmatch(r"SSTEP(\d+)_(\d+)_(\d+)_(\d+)_([01])()", name)
+                  or re.fullmatch(r"SSTEPT(\d+)_(\d+)_(\d+)_(\d+)()(?:x(\d+))?", name)):
+            n, steps, a_adv, b_adv = (int(v) for v in ss.groups()[:4])  # (T: TF32)
+            return ss_instructions(n, steps, a_adv, b_adv, int(ss[5]) if ss[5] else None, ops,
+                                   int(ss[6] or 1))
         step = re.fullmatch(r"RSTEP(\d+)_(\d+)_([01])(?:_(\d+))?", name)
         if step is None:
             raise ValueError(f"unknown deferred PTX marker @@{name}")

@@ -33,7 +33,9 @@ step ``kt + STAGES - 1`` issued, the wgmma waited for.
 Under ``tf32``, where the probe found TMA copies that round to TF32 (``TMA_TF32``), B is
 stored along K and the target's static local memory holds the stages, ``wgmma-tf32`` builds
 :mod:`accy.kernels.wgmma_ss`'s kernel instead (A and B both copied by TMA, rounded on the way;
-:func:`tilings`).
+:func:`tilings`). Under ``3xtf32``, :mod:`accy.kernels.wgmma_ss3`'s form (operands split by a
+kernel before the product, where enabled) competes with the register-A tilings, from any
+layout of A.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from accy.ir.types import DType
-from accy.kernels import tma, wgmma, wgmma_ss
+from accy.kernels import tma, wgmma, wgmma_ss, wgmma_ss3
 from accy.kernels.contraction_plan import Contraction, analyse
 from accy.kernels.generators import Generator, register_generator
 from accy.kernels.ir import (
@@ -65,7 +67,7 @@ from accy.kernels.ir import (
     mul,
 )
 from accy.kernels.mma_plan import MmaTiles, along_k, copy_layout
-from accy.kernels.mma_ptx import tf32_registers
+from accy.kernels.mma_ptx import exact_in_tf32, tf32_registers
 from accy.kernels.wgmma import BN, CORE, LD_V4, LD_V4_IF, _Wgmma, plan_for, wrapped
 from accy.kernels.wgmma_ptx import tstep
 from accy.kernels.wgmma_tma import SWIZZLE
@@ -213,15 +215,31 @@ class _WgmmaTf32(_Wgmma):
 def plan(group: FusionGroup, target: TargetProfile, policy: str
          ) -> tuple[Contraction, MmaTiles] | str:
     """The contraction of a group ``wgmma-{policy}`` takes and its tiles, or why not."""
+    def ss3(c: Contraction) -> list[tuple[MmaTiles, float, int]]:
+        return wgmma_ss3.tilings(c, splits(group, c), target) if policy == "3xtf32" else []
+
+    def a_fits(c: Contraction) -> bool:
+        return along_k(c, "x") and copy_layout(c, "x", 4)[1]
+
     def layout(c: Contraction) -> str | None:
-        if along_k(c, "x") and copy_layout(c, "x", 4)[1]:
+        if a_fits(c) or ss3(c):  # (wgmma_ss3 splits A first, from any layout)
             return None
         return "wgmma-tf32 needs A stored along K in whole 16-byte vectors"
 
+    def tiled(c: Contraction) -> list[tuple[MmaTiles, float, int]]:
+        return ss3(c) + (tilings(c, target, policy) if a_fits(c) else [])
+
     tiles_a_stage = 2 if policy == "3xtf32" else 1  # big and small parts (at most)
     return plan_for(group, target, WGMMA_TF32, DType.f32, layout,
-                    STAGES[policy] * tiles_a_stage * TILE_WORDS * 4,
-                    lambda c: tilings(c, target, policy))
+                    STAGES[policy] * tiles_a_stage * TILE_WORDS * 4, tiled)
+
+
+def splits(group: FusionGroup, c: Contraction) -> dict[str, bool]:
+    """Which of ``c``'s operands 3xtf32 splits: those not exact in TF32 (as the mma kernels'
+    ``split``)."""
+    einsum, _ = analyse(group)  # type: ignore[misc]
+    return {"x": not exact_in_tf32(einsum.srcs[c.x]),
+            "y": not exact_in_tf32(einsum.srcs[1 - c.x])}
 
 
 def tilings(c: Contraction, target: TargetProfile, policy: str
@@ -249,6 +267,8 @@ def build(group: FusionGroup, outline: KernelOutline, kind: ScheduleKind,
         raise ValueError(f"the wgmma-{policy} generator cannot take this group: {found}")
     einsum, _ = analyse(group)  # type: ignore[misc]  (plan accepted it)
     c, t = found
+    if t.rounding == wgmma_ss3.ROUNDING:
+        return wgmma_ss3.kernels(group, outline, kind, einsum, c, t, policy, target)
     if policy != "tf32" or not wgmma_ss.forms_for(c, target, tma.TF32):
         return _WgmmaTf32(group, outline, kind, einsum, c, t, policy, target).kernels()
     return wgmma_ss.kernels(wgmma_ss._WgmmaSsTf32, group, outline, kind, einsum, c,

@@ -221,6 +221,9 @@ WGMMA_STEP = r"""{
 _SSTEP = re.compile(r'asm volatile\("// @@SSTEP(?P<tf32>T?)(\d+)_(\d+)_(\d+)_(\d+)(?:_([01]))? '
                     r'[^"]*" : (?P<outs>[^:]*) : "l"\((?P<adesc>.*?)\), '
                     r'"l"\((?P<bdesc>\w+)\), "r"\([^:]*\) : "memory"\);')
+# SSTEPT..x{p} (accy/kernels/wgmma_ss3.py): p runs of the TF32 step, a pair of descriptors a run
+_SSTEP_RUNS = re.compile(r'asm volatile\("// @@SSTEPT(\d+)_(\d+)_(\d+)_(\d+)x(\d+) [^"]*" : '
+                         r'(?P<outs>[^:]*) : (?P<ins>"l"\(.*?), "r"\([^:]*\) : "memory"\);')
 WGMMA_SS_STEP = r"""{
   const int l_ = get_local_id(0) % 128, w_ = l_ / 32;
   const int g_ = (l_ % 32) / 4, t_ = l_ % 4;
@@ -384,19 +387,30 @@ def emulated_wgmma(src: str, mode: str) -> str:
             text = text.replace(key, value)
         return text
 
-    def ss_step(m: re.Match) -> str:
-        outs = re.findall(r'"\+f"\((\w+)\)', m["outs"])
-        assert len(outs) == int(m[2]) // 2, m[0][:200]
-        tf32 = bool(m["tf32"])
+    def ss_block(outs: list[str], adesc: str, bdesc: str, steps: str, a_adv: str, b_adv: str,
+                 trans: str, tf32: bool) -> str:
         text = WGMMA_SS_STEP.replace("@EL(aat_)@", element("aat_", tf32)).replace(
             "@EL(at_)@", element("at_", tf32))
         for key, value in (("@ND@", str(len(outs))), ("@D@", ", ".join(outs)),
-                           ("@ADESC@", m["adesc"]), ("@DESC@", m["bdesc"]), ("@S@", m[3]),
-                           ("@AADV@", m[4]), ("@BADV@", m[5]), ("@TRANS@", m[6] or "0"),
+                           ("@ADESC@", adesc), ("@DESC@", bdesc), ("@S@", steps),
+                           ("@AADV@", a_adv), ("@BADV@", b_adv), ("@TRANS@", trans),
                            ("@E@", "4" if tf32 else "2"),
                            ("@OUT@", " ".join(f"{o} = d_[{i}];" for i, o in enumerate(outs)))):
             text = text.replace(key, value)
         return text
+
+    def ss_step(m: re.Match) -> str:
+        outs = re.findall(r'"\+f"\((\w+)\)', m["outs"])
+        assert len(outs) == int(m[2]) // 2, m[0][:200]
+        return ss_block(outs, m["adesc"], m["bdesc"], m[3], m[4], m[5], m[6] or "0",
+                        bool(m["tf32"]))
+
+    def ss_runs(m: re.Match) -> str:
+        outs = re.findall(r'"\+f"\((\w+)\)', m["outs"])
+        descs = [d.rstrip(", ")[:-1] for d in m["ins"].split('"l"(')[1:]]
+        assert len(outs) == int(m[1]) // 2 and len(descs) == 2 * int(m[5]), m[0][-400:]
+        return "\n".join(ss_block(outs, descs[2 * j], descs[2 * j + 1], m[2], m[3], m[4], "0",
+                                   True) for j in range(int(m[5])))
 
     def load(m: re.Match) -> str:
         regs = m.groups()[:4]
@@ -408,7 +422,7 @@ def emulated_wgmma(src: str, mode: str) -> str:
     src = _TMA.sub(tma_copy, _TMAP.sub(lambda m: f"*(__global ulong *)({m['map']}) = "
                                        f"(ulong)({m['ptr']});", src))
     src = _LD_V4.sub(load, _WG_NOP.sub(";", _TSTEP.sub(tstep, _RSTEP.sub(step, src))))
-    src = _SSTEP.sub(ss_step, src)
+    src = _SSTEP.sub(ss_step, _SSTEP_RUNS.sub(ss_runs, src))
     assert "@@" not in src and "ld.global" not in src, src
     lines = src.splitlines()
     at = next(i for i, line in enumerate(lines) if line.startswith("__kernel"))

@@ -31,7 +31,7 @@ import accy
 from accy.backends.opencl import tensor_cores
 from accy.builder import einsum
 from accy.ir.types import DType, TensorType
-from accy.kernels import tma, wgmma, wgmma_ptx, wgmma_ss, wgmma_tf32
+from accy.kernels import tma, wgmma, wgmma_ptx, wgmma_ss, wgmma_ss3, wgmma_tf32
 from accy.kernels.ir import idx
 from accy.kernels.wgmma_tf32 import BK, position
 from accy.target import TMA_COPY, TMA_TF32, WGMMA_TF32
@@ -290,12 +290,14 @@ def test_tf32_ss_step_expands_to_k8_wgmma_from_two_descriptors():
             wgmma_ptx.expand(f"\t// @@{bad} {ops}, %rd1, %rd2, %r1\n")
 
 
-def test_tf32_copies_both_operands_by_tma(pipe, used, encodes):
+def test_tf32_copies_both_operands_by_tma(pipe, used, encodes, monkeypatch):
     """Under tf32, the probe's TF32-rounding TMA and room for the stages: wgmma_ss's kernel, A
     and B by TFLOAT32 tensor maps (boxes of 32 f32 along K); B stored N x K as it is, B
     stored K x N transposed into scratch by a first kernel (TF32 wgmma reads B only K-major).
-    Not under 3xtf32 (its split needs the values in registers), not without the probe's
-    TMA_TF32, not for K below wgmma_ss.MIN_K."""
+    Not under 3xtf32 (its split needs the values in registers, or a kernel before:
+    wgmma_ss3, off here), not without the probe's TMA_TF32, not for K below
+    wgmma_ss.MIN_K."""
+    monkeypatch.setattr(wgmma_ss3, "ENABLED", False)
     job = prepare(product_nk(4096, 4096, 4096), "tf32", TMA_H200, pipe)
     src = job.kernel_source(0)
     assert used(job) == {"wgmma-tf32": 1} and "@@SSTEPT256_4_2_2 " in src
