@@ -26,7 +26,8 @@ for each case the regret of ``auto`` (its time over the fastest variant's).
 
 ``--plan`` needs no device: it prepares each case for an H200-like profile with the wgmma
 probes' entries and its static local memory, and prints what selection picks and why (the mma
-kernels' tiles, each wgmma tiling's score), for setting beside the timings.
+kernels' tiles, each wgmma tiling's score: ``w`` rows the register-A or TMA ones, ``s`` rows
+3xtf32's form splitting both operands first, wgmma_ss3), for setting beside the timings.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ import accy  # noqa: E402
 from accy.backends.registry import open_device  # noqa: E402
 from accy.experiments.records import git_commit, timestamp, write_json  # noqa: E402
 from accy.ir.program import Stage  # noqa: E402
-from accy.kernels import mma_plan, tma, wgmma, wgmma_ss, wgmma_tf32  # noqa: E402
+from accy.kernels import mma_plan, tma, wgmma, wgmma_ss, wgmma_ss3, wgmma_tf32  # noqa: E402
 from accy.kernels.contraction_plan import tile_groups  # noqa: E402
 from accy.passes.kernel.kernelization import with_spaces  # noqa: E402
 from accy.target import TMA_COPY, TMA_TF32, WGMMA_F16, WGMMA_TF32  # noqa: E402
@@ -164,8 +165,11 @@ def plan_row(text: str, policy: str) -> dict[str, Any]:
                   "score": wgmma.mma_score(c, theirs, units)}
     tilings = (wgmma.tilings(c, PLAN_TARGET) if policy == "f16" else
                wgmma_tf32.tilings(c, PLAN_TARGET, policy))
+    if policy == "3xtf32":  # the split-first form's (key s...)
+        tilings = wgmma_ss3.tilings(c, wgmma_tf32.splits(group, c), PLAN_TARGET) + tilings
     for t, rate, per_unit in tilings:
-        row[f"w{t.bm}x{t.bn}"] = {"tiles": tile_groups(c, t.bm, t.bn), "rate": rate,
+        key = "s" if t.rounding == wgmma_ss3.ROUNDING else "w"
+        row[f"{key}{t.bm}x{t.bn}"] = {"tiles": tile_groups(c, t.bm, t.bn), "rate": rate,
                                   "per_unit": per_unit, "stages": t.stages,
                                   "score": wgmma.wgmma_score(c, t, units, rate, per_unit)}
     return row

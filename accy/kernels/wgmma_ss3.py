@@ -34,7 +34,7 @@ import math
 
 from accy.ir.types import DType
 from accy.kernels import loopnest, tma
-from accy.kernels.contraction_plan import Contraction
+from accy.kernels.contraction_plan import Contraction, Dim
 from accy.kernels.ir import (
     INDEX,
     Barrier,
@@ -90,7 +90,7 @@ def padded_k(c: Contraction) -> int:
     return -(-c.k.size // 4) * 4
 
 
-def side_dims(c: Contraction, side: str) -> tuple[object, int, int, list[int]]:
+def side_dims(c: Contraction, side: str) -> tuple[Dim, int, int, list[int]]:
     """(the rows' Dim, their element stride, K's element stride, the batch dimensions the
     operand spans: indexes into ``c.batch``) of operand ``side`` as stored."""
     rows = c.m if side == "x" else c.n
@@ -128,10 +128,11 @@ def unusable(c: Contraction, split: dict[str, bool], target: TargetProfile) -> s
         return "an operand is exact in TF32: the register forms skip its small products"
     if c.k.size < MIN_K:
         return f"K = {c.k.size} is below {MIN_K}"
-    if (need := local_bytes(form_tiles(FORM))) > target.group_local_bytes:
+    t = form_tiles(FORM)
+    if (need := local_bytes(t)) > target.group_local_bytes:
         return f"{need} bytes of local memory"
-    for side in "xy":
-        g = geometry(c, side, 128)
+    for side, rows in (("x", t.bm), ("y", t.bn)):
+        g = geometry(c, side, rows)
         if len(g.dims) > 5:
             return f"{'AB'[side == 'y']} has more than two batch dimensions"
         if isinstance(why := tma.template(g.dtype, g.dims, g.strides, g.box), str):
@@ -213,8 +214,9 @@ def split_kernel(c: Contraction, operands: dict[str, KernelArg], entry: str, wor
         first += kb * rb * copies
         outs[side] = out
     body.append(If(Bin("<", Var("grp"), idx(branches[1][0])), branches[0][1], branches[1][1]))
+    inputs = tuple({a.name: a for a in operands.values()}.values())  # (x @ x.T: one)
     kernel = Kernel(f"{entry}_split", work_item, kind, domain,
-                    (operands["x"], operands["y"], outs["x"], outs["y"]), tuple(body),
+                    (*inputs, outs["x"], outs["y"]), tuple(body),
                     LaunchGeometry((256 * first,), (256,)), ops, fixed_local_size=True)
     return kernel, {s: dataclasses.replace(a, is_output=False) for s, a in outs.items()}
 

@@ -28,10 +28,12 @@ def test_plan_reports_picks_and_scores(sweep, tmp_path: Path) -> None:
     # tf32: A and B both copied by TMA rounding to TF32 (wgmma_ss), in its two forms
     assert rows["2048x1024x512", "tf32"]["picked"] == {"wgmma-tf32": 1}
     assert {"w128x128", "w128x256"} <= set(rows["2048x1024x512", "tf32"])
-    # 36 tiles of 256 rows: the mma kernels' 64x32 tiles under 3xtf32; under tf32 the
-    # kernel copying A and B scores above them even at 72 tiles (B transposed first)
+    # 36 tiles of 256 rows lose to the mma kernels' 64x32 tiles under 3xtf32, but the form
+    # splitting both operands first scores above them at 72 tiles of 128x128; under tf32 the
+    # kernel copying A and B does too (B transposed first)
     row = rows["1000x1030x520", "3xtf32"]
-    assert row["picked"] == {"mma-3xtf32": 1} and "score" in row["why_not_wgmma"]
+    assert row["picked"] == {"wgmma-3xtf32": 1} and "why_not_wgmma" not in row
+    assert row["s128x128"]["score"] > row["mma"]["score"] > row["w256x128"]["score"]
     assert rows["1000x1030x520", "tf32"]["picked"] == {"wgmma-tf32": 1}
     # f16 rows of 1,030 halves fit no tensor map: B is transposed first (rows of K halves)
     assert rows["1000x1030x520", "f16"]["picked"] == {"wgmma-f16": 1}

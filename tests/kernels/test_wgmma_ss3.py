@@ -86,7 +86,9 @@ def test_taken_under_3xtf32_where_the_probe_rounds_by_tma(pipe, used, encodes, m
     (250, 248, 200, 0, "kn"),  # B along N: transposed by the split; edges in M, N; 7 steps
     (250, 248, 150, 0, "nk"),  # B stored N x K; K not a multiple of 4 (rows padded to 152)
     (120, 120, 72, 2, "kn"),  # batched
-], ids=["b-along-n", "b-along-k-odd-k", "batched"])
+    (250, 248, 96, 0, "bias"),  # B along N, a bias and relu epilogue
+    (250, 250, 64, 0, "gram"),  # x @ x.T: one argument split as both operands
+], ids=["b-along-n", "b-along-k-odd-k", "batched", "epilogue", "gram"])
 def test_split_and_product_compute_3xtf32_in_emulation(device, pipe, used, encodes, enabled,
                                                        monkeypatch, m, n, k, batch, layout):
     """The split kernel (its roundings as the mma kernels' emulation computes them) and the
@@ -95,22 +97,31 @@ def test_split_and_product_compute_3xtf32_in_emulation(device, pipe, used, encod
     if "Portable Computing Language" not in device.info.platform:
         pytest.skip("the emulation is checked on PoCL")
     monkeypatch.setattr(wgmma_ss3, "MIN_K", 32)  # short K keeps the emulation quick
-    prog = product_nk(m, n, k) if layout == "nk" else matmul(m, n, k, batch)
+    prog = (product_nk(m, n, k) if layout == "nk" else gram(m, k) if layout == "gram" else
+            matmul(m, n, k, batch, layout == "bias"))
     job = prepare(prog, "3xtf32", dataclasses.replace(TMA_H200, compute_units=1), pipe)
     assert used(job) == {"wgmma-3xtf32": 1} and len(job.kernels) == 2
     assert MARKER in job.kernel_source(1)
     rng = np.random.default_rng(9)
     lead = (batch,) if batch else ()
     a = rng.uniform(-1, 1, (*lead, m, k)).astype(np.float32)
-    b = rng.uniform(-1, 1, (*lead, k, n)).astype(np.float32)
+    b = rng.uniform(-1, 1, (*lead, k, n)).astype(np.float32) if layout != "gram" else a.T
     args = [a, np.ascontiguousarray(np.swapaxes(b, -1, -2)) if layout == "nk" else b]
+    args = args[:1] if layout == "gram" else args
+    bias = rng.uniform(-1, 1, n).astype(np.float32) if layout == "bias" else None
     sources = [emulated_wgmma(job.kernel_source(i), "eager") for i in range(2)]
-    got = run_kernels(device, job, sources, args, (*lead, m, n), np.float32)
-    check_values(got, a, b, "3xtf32")
+    got = run_kernels(device, job, sources, args + ([bias] if layout == "bias" else []),
+                      (*lead, m, n), np.float32)
+    check_values(got, a, b, "3xtf32", bias)
     tf32 = [(x.view(np.uint32) + np.uint32(0x1000) & np.uint32(0xFFFFE000)).view(np.float32)
             for x in (a, b)]
     with pytest.raises(AssertionError):  # TF32 products alone: outside the bound
         check_values(tf32[0].astype(np.float64) @ tf32[1], a, b, "3xtf32")
+
+
+def gram(m: int, k: int) -> accy.Program:
+    """``X @ X.T`` in f32."""
+    return trace(lambda x: einsum("ik,jk->ij", x, x), TensorType((m, k), DType.f32), name="g")
 
 
 @NEEDS_PTXAS
