@@ -138,8 +138,8 @@ OVERLAP = False
 # (1.02-2.56x), split faster at all 7 that filled 40-66 (1.03-2.2x); over longer K the split
 # held (5504-29298: unsplit 0.47-0.95x). papers/kernels.md, "Forty-fifth session"
 SPLIT_K_F16 = 4096
-# f16 128x256 tiles split over K behind a K-major B (stored N x K or transposed first): not
-# taken, the 128x128 form's tiling is (timed faster: papers/kernels.md, 45th-48th sessions)
+# 128x256 tiles split over K behind a K-major B (f16 stored N x K or transposed first; TF32
+# always): not taken, the 128x128 form's tiling is (timed faster: papers/kernels.md, 45-53rd)
 SPLIT_WIDE_KMAJOR = False
 # an f16 B whose rows fit no tensor map is transposed first (reads) for products of at least
 # TRANSPOSE_MIN_M rows; fewer rows read B about once, so the transpose's read and write of B
@@ -206,7 +206,7 @@ def tilings(c: Contraction, target: TargetProfile, dtype: int = tma.F16, **tiles
     most = max((tile_groups(c, t.bm, t.bn) for t in map(form_tiles, forms)), default=0)
     splits = (dtype != tma.F16 or c.k.size > SPLIT_K_F16
               or wgmma.SPLIT_IDLE * most <= target.compute_units)
-    narrow_split = dtype == tma.F16 and not SPLIT_WIDE_KMAJOR and along_k(reads(c, dtype), "y")
+    narrow_split = not SPLIT_WIDE_KMAJOR and along_k(reads(c, dtype), "y")  # (TF32: always)
     for f in forms:
         t = dataclasses.replace(form_tiles(f), **tiles)
         walking = walks(c, t, target, dtype)
