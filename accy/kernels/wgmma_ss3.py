@@ -65,7 +65,7 @@ from accy.kernels.mma_plan import MmaTiles
 from accy.kernels.mma_ptx import CVT_TF32, TF32_BIG_SAT, tf32_registers
 from accy.kernels.wgmma import _Wgmma
 from accy.kernels.wgmma_ptx import sstep
-from accy.kernels.wgmma_ss import K_MAJOR, ROW, WG_ROWS, _WgmmaSsTf32, form_tiles
+from accy.kernels.wgmma_ss import ROW, WG_ROWS, _WgmmaSsTf32, form_tiles
 from accy.kernels.wgmma_tma import ATOM, Geometry, i32
 from accy.target import TF32_SATFINITE, TMA_TF32, TargetProfile
 
@@ -238,6 +238,8 @@ class _WgmmaSs3(_WgmmaSsTf32):
         self.ga, self.g = geometry(self.c, "x", self.t.bm), geometry(self.c, "y", self.t.bn)
         self.maps = tuple(tma.template(g.dtype, g.dims, g.strides, g.box)
                           for g in (self.ga, self.g))
+        if bad := [w for w in self.maps if isinstance(w, str)]:
+            raise ValueError(f"wgmma-3xtf32 cannot copy the split operands by TMA: {bad[0]}")
         self.kmajor, self.walking = True, False
         return _Wgmma.build(self)
 
@@ -275,9 +277,6 @@ class _WgmmaSs3(_WgmmaSsTf32):
         pairs = ((asmall, bdesc), (abig, bsmall), (abig, bdesc))
         return (sstep(t.bn, ROW // 32, 2, 2, None, len(pairs)),
                 (*(("l", d) for pair in pairs for d in pair), ("r", i32(1))))
-
-    def descriptor(self) -> int:
-        return K_MAJOR
 
 
 def kernels(group, outline, kind, einsum, c: Contraction, t: MmaTiles, policy: str,
