@@ -565,7 +565,7 @@ class _WgmmaSs(_WgmmaTma):
 
     def a_address(self, stage: Expr) -> Expr:
         """A's part of ``stage``: its first ``BM`` rows."""
-        return Bin("+", Var("b_base"), Cast(DType.i32, mul(stage, idx(stage_bytes(self.t)))))
+        return Bin("+", Var("b_base"), Cast(DType.i32, mul(stage, idx(4 * self.stage_words()))))
 
     def stage_address(self, stage: Expr) -> Expr:
         """B's part of ``stage``, after A's."""

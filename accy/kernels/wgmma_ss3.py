@@ -40,7 +40,6 @@ from accy.kernels.ir import (
     Barrier,
     Bin,
     Call,
-    Cast,
     Expr,
     Id,
     If,
@@ -245,9 +244,6 @@ class _WgmmaSs3(_WgmmaSsTf32):
 
     def stage_words(self) -> int:
         return stage_bytes(self.t) // 4
-
-    def a_address(self, stage: Expr) -> Expr:
-        return Bin("+", Var("b_base"), Cast(DType.i32, mul(stage, idx(stage_bytes(self.t)))))
 
     def stage_address(self, stage: Expr) -> Expr:
         """B's big part, after A's two."""
