@@ -27,22 +27,6 @@ when the kernel is built (one for K, one for V, over the features, the keys and 
 dimensions K or V is not broadcast along), written with the operand's address into each
 work-group's 256 bytes of scratch at run time.
 
-Two forms of the loop, each a module setting:
-
-- :data:`PINGPONG` (FlashAttention-3's ping-pong): where a work-group holds two warpgroups
-  and the loop leads, each issues a tile's products (the next tile's scores, then ``P V``)
-  only in its turn: ``bar.sync`` on named barrier ``1 + wg`` (256 work-items: its own 128
-  and the other warpgroup's hand-on), then ``bar.arrive`` on ``2 - wg`` once issued.
-  Warpgroup 1 hands warpgroup 0 the first turn before the loop and warpgroup 0 takes the
-  last after it, so every barrier's phases complete. The tensor cores then take the two
-  warpgroups' products in turn, one's softmax running while the other's products do,
-  instead of both waiting for their products at once and then contending for the
-  exponential units.
-- :data:`SUMS`: each row's sum of probabilities as ``mma-attention-f16``'s: a wgmma
-  ``m64n8k16`` a key step of the packed probabilities against a tile of f16 ones (256 bytes
-  after the stages, written before the loop), its four accumulators rescaled with O, in
-  place of an f32 add a score.
-
 Taken where the probe ran TMA copies (``TMA_COPY``) and ``wgmma-attention-f16`` would take
 the group, with head and value features multiples of 64 (a box row is 128 bytes) and
 :data:`STAGES` stages of a key tile (:func:`key_tile`) in the target's static local memory.
@@ -53,11 +37,10 @@ every shape tried (papers/kernels.md, "Fiftieth session").
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 
 from accy.ir.types import DType
 from accy.kernels import tma
-from accy.kernels.attention_mma import F32, ONES_F16X2, ZERO
+from accy.kernels.attention_mma import F32, ZERO
 from accy.kernels.attention_mma_plan import Tiles, registers
 from accy.kernels.attention_mma_plan import plan as mma_plan
 from accy.kernels.attention_plan import Attention, Side
@@ -74,10 +57,8 @@ from accy.kernels.ir import (
     Kernel,
     KernelArg,
     Let,
-    Lit,
     LocalArray,
     Stmt,
-    Store,
     Var,
     add,
     div,
@@ -85,8 +66,8 @@ from accy.kernels.ir import (
     mod,
     mul,
 )
-from accy.kernels.wgmma import CORE, matrix_descriptor
-from accy.kernels.wgmma_ptx import PROXY, descriptor_bits
+from accy.kernels.wgmma import matrix_descriptor
+from accy.kernels.wgmma_ptx import descriptor_bits
 from accy.kernels.wgmma_tma import ATOM, i32
 from accy.plans import FusionGroup, ScheduleKind
 from accy.target import TMA_COPY, TargetProfile
@@ -103,14 +84,6 @@ SPLIT: bool | None = None
 # the lead also in a causal kernel whose mask's tiles run in a loop of their own (two loops
 # and the next tile's scores: more registers than ptxas has, spills); off: no lead there
 LEAD_SPLIT = False
-# FlashAttention-3's ping-pong: where a work-group holds two warpgroups and the loop leads,
-# they take turns issuing a tile's products (named barriers), so that one's softmax runs
-# while the other's products do (:meth:`_TmaBuilder.turn`)
-PINGPONG = False
-# each row's sum of probabilities by the tensor cores (P against a local tile of f16 ones, one
-# wgmma m64n8k16 a key step, as mma-attention-f16's sums) in place of an add a score
-SUMS = False
-ONES_BYTES = 2 * CORE  # the sums' B: 16 keys by 8 columns of f16 ones
 UNIT_REGISTERS = 65536  # a Hopper multiprocessor's 32-bit registers
 # registers ptxas gives a lane beyond its fragments' (the softmax's temporaries, addresses),
 # as read from its output for the kernel at 64 features (papers/kernels.md, "Fiftieth session")
@@ -170,7 +143,7 @@ def plan(group: FusionGroup, target: TargetProfile) -> tuple[Attention, Tiles] |
         words = tma.template(tma.F16, dims, strides, box)
         if isinstance(words, str):
             return words
-    return a, dataclasses.replace(t, bk=bk, stages=STAGES, lazy=a.dv > bk, sums=SUMS)
+    return a, dataclasses.replace(t, bk=bk, stages=STAGES, lazy=a.dv > bk)
 
 
 class _TmaBuilder(_WgBuilder):
@@ -186,17 +159,14 @@ class _TmaBuilder(_WgBuilder):
         self.split_masked = not shares_unit(a, t.threads, t.bk) if SPLIT is None else SPLIT
         split = self.tri is not None and self.split_masked
         self.lead = int(leads(t.stages, t.bk) and (LEAD_SPLIT or not split))
-        self.pingpong = PINGPONG and bool(self.lead) and t.warps == 8
 
     def stage_bytes(self) -> int:
         return self.bytes["k"] + self.bytes["v"]
 
     def local_arrays(self) -> list[Stmt]:
-        """The stages (an atom more, for their 1024-byte alignment; where ``sums``, then the
-        tile of ones) and their barriers."""
-        ones = ONES_BYTES if self.t.sums else 0
-        return [LocalArray("b_tile", DType.i32,
-                           (self.t.stages * self.stage_bytes() + ATOM + ones) // 4, 128),
+        """The stages (an atom more, for their 1024-byte alignment) and their barriers."""
+        return [LocalArray("b_tile", DType.i32, (self.t.stages * self.stage_bytes() + ATOM) // 4,
+                           128),
                 LocalArray(tma.BARRIERS, DType.i32, 4 * self.t.stages, 8)]
 
     def address(self, side: str, stage: Expr, block: int) -> Expr:
@@ -216,7 +186,6 @@ class _TmaBuilder(_WgBuilder):
         base = Cast(DType.i32, Cast(INDEX, Var("b_tile")))
         self.b_base = self.let(out, "b_base", Bin("&", Bin("+", base, i32(ATOM - 1)),
                                                   i32(-ATOM)), DType.i32)
-        self.wg = self.let(out, "wg", div(self.lid, 128))
         self.map = self.let(out, "tma_map", Bin("+", Cast(INDEX, Var(MAP_ARG)), mul(
             self.grp, idx(tma.region(2)))))
         init: list[Stmt] = []
@@ -228,16 +197,7 @@ class _TmaBuilder(_WgBuilder):
                                       Cast(INDEX, Var(self.scores.arg_of[side.node]))))
         init += [tma.init(tma.barrier(idx(s), self.t.stages, empty), count)
                  for s in range(self.t.stages) for empty, count in ((0, 1), (1, self.t.warps))]
-        out.append(If(Bin("==", self.lid, idx(0)), tuple(init)))
-        if self.t.sums:  # B of the sums' wgmma: K-major f16 ones, two core matrices along K
-            ones = Bin("+", self.b_base, i32(self.t.stages * self.stage_bytes()))
-            self.ones = self.let(out, "onesdesc", matrix_descriptor(
-                ones, descriptor_bits(CORE, 2 * CORE)))
-            word = add(div(Cast(INDEX, Bin("-", ones, base)), 4), self.lid)
-            out.append(If(Bin("<", self.lid, idx(ONES_BYTES // 4)), (
-                Store("b_tile", word, Lit(ONES_F16X2, DType.i32)),
-                InlineAsm(PROXY, (), (), True, ("memory",)))))
-        return [*out, Barrier()]
+        return [*out, If(Bin("==", self.lid, idx(0)), tuple(init)), Barrier()]
 
     def issue(self, stage: Expr, tile: Expr) -> list[Stmt]:
         """Work-item 0's copies of key tile ``tile`` into ``stage``: where the stage was used
@@ -267,8 +227,6 @@ class _TmaBuilder(_WgBuilder):
             body.append(If(Bin("<", idx(s), count), tuple(self.issue(idx(s), idx(s)))))
         if self.lead:
             body += [self.landed_wait(idx(0)), *self.lead_in()]
-        if self.pingpong:  # warpgroup 0 takes the first turn
-            body.append(If(Bin("==", self.wg, idx(1)), (self.named("arrive", idx(1)),)))
         kt = Var("kt")
         nxt = add(kt, idx(t.stages - 1))
         ahead = add(kt, idx(self.lead))
@@ -279,33 +237,8 @@ class _TmaBuilder(_WgBuilder):
         cur = mod(kt, t.stages)
         given = If(Bin("==", mod(self.lid, 32), idx(0)), (tma.arrive(
             tma.barrier(cur, t.stages, 1)),))
-        body += self.key_tiles(count, lambda masked: [
+        return body + self.key_tiles(count, lambda masked: [
             *loop, *self.tile(mul(kt, idx(t.bk)), cur, masked), given])
-        if self.pingpong:  # warpgroup 1's last turn handed on, so barrier 1 completes
-            body.append(If(Bin("==", self.wg, idx(0)), (self.named("sync", idx(1)),)))
-        return body
-
-    def named(self, op: str, barrier: Expr) -> Stmt:
-        """PTX ``bar.{op}`` (``sync``: arrive and wait; ``arrive``) on named barrier
-        ``barrier`` for the work-group's two warpgroups (256 work-items)."""
-        return InlineAsm(f"bar.{op} %0, 256;", (), (("r", Cast(DType.i32, barrier)),), True,
-                         ("memory",))
-
-    def score_products(self, cur: Expr) -> list[Stmt]:
-        """Ping-pong: none here, the next tile's scores are issued in :meth:`turn`."""
-        return [] if self.pingpong else super().score_products(cur)
-
-    def turn(self, out: list[Stmt], issue: Callable[[], list[InlineAsm]]) -> list[InlineAsm]:
-        """Ping-pong: the warpgroup's turn (named barrier ``1 + wg``, which the other
-        warpgroup's last turn arrived at), the next tile's scores and ``issue()``'s products,
-        then the other's turn handed on (``2 - wg``); else ``issue()``."""
-        if not self.pingpong:
-            return issue()
-        out.append(self.named("sync", add(self.wg, idx(1))))
-        self.pending = self.score_tile(out, "fa_n", mod(add(Var("kt"), idx(1)), self.t.stages))
-        waits = issue()
-        out.append(self.named("arrive", Bin("-", idx(2), self.wg)))
-        return waits
 
     def descriptor(self, out: list[Stmt], side: str, cur: Expr, block: int = 0) -> Var:
         """The descriptor of ``side``'s block ``block`` in buffer ``cur``: K K-major (atoms

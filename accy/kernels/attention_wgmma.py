@@ -179,32 +179,17 @@ class _WgBuilder(_Builder):
         return out
 
     def value_products(self, cur: Expr, p: dict) -> list[Stmt]:
-        """``O += P V``; where ``lead``, then the next tile's scores become this loop's.
-        Between the probabilities' packing and the wait, :meth:`turn` (the TMA kernel's
-        ping-pong: its products issued in its warpgroup's turn)."""
+        """``O += P V``; where ``lead``, then the next tile's scores become this loop's."""
         a, t, out = self.a, self.t, []
         pa = [name for kk in range(t.bk // 16) for name in self.p_operands(out, p, kk)[0]]
-
-        def issue() -> list[InlineAsm]:
-            waits = [self.wgmma(
-                out, a.dv, 1, [f"fa_o0_{n}_{r}" for n in range(a.dv // 8) for r in range(4)],
-                [(pa, self.descriptor(out, "v", cur), t.bk // 16, self.v_advance)])]
-            if t.sums:  # the row sums: P against B = the TMA kernel's tile of ones
-                waits.append(self.wgmma(out, 8, 0, [f"fa_l0_{r}" for r in range(4)],
-                                        [(pa, self.ones, t.bk // 16, 0)]))
-            return waits
-
-        out += self.turn(out, issue)
+        out.append(self.wgmma(out, a.dv, 1,
+                              [f"fa_o0_{n}_{r}" for n in range(a.dv // 8) for r in range(4)],
+                              [(pa, self.descriptor(out, "v", cur), t.bk // 16, self.v_advance)]))
         if self.lead:
             out.append(self.pending)
             out += [Assign(f"fa_s0_{j}_{r}", Var(f"fa_n0_{j}_{r}"))
                     for j in range(t.bk // 8) for r in range(4)]
         return out
-
-
-    def turn(self, out: list[Stmt], issue: Callable[[], list[InlineAsm]]) -> list[InlineAsm]:
-        """Appends ``issue()``'s products; returns their waits."""
-        return issue()
 
 
 def register(name: str, summary: str,

@@ -163,12 +163,12 @@ def run_kernels(device, job, sources: list[str], args: list[np.ndarray], shape, 
 # local address >> 4, made relative to b_tile; leading offset between K-adjacent core
 # matrices, stride between N-adjacent ones; 256 bytes further per wgmma; swizzled by 128
 # bytes: MN-major as TMA lands wgmma-f16's B, K-major as it lands tma-attention-f16's K, 64 K
-# a 128-byte row); the waits, fences and named barriers (ping-pong turns) have nothing to do
+# a 128-byte row); the waits and fences have nothing to do
 _RSTEP = re.compile(r'asm volatile\("// @@RSTEP(\d+)_(\d+)_([01])(?:_(?P<adv>\d+))? [^"]*" : '
                     r'(?P<outs>[^:]*) : '
                     r'(?P<ins>[^:]*), "l"\((?P<desc>\w+)\), "r"\([^:]*\) : "memory"\);')
-_WG_NOP = re.compile(r'asm volatile\("(?:// @@(?:WAIT[01]|PROXY|MBINIT\d+|MBEXPECT\d+|MBARRIVE'
-                     r'|MBWAIT)|bar\.(?:sync|arrive) %0, )[^"]*" :[^;]*;')
+_WG_NOP = re.compile(r'asm volatile\("// @@(?:WAIT[01]|PROXY|MBINIT\d+|MBEXPECT\d+|MBARRIVE|MBWAIT)'
+                     r'[^"]*" :[^;]*;')
 _LD_V4 = re.compile(r'asm volatile\("(?:\{ \.reg \.pred p; setp\.ne\.b32 p, %5, 0; @p )?'
                     r'ld\.global\.v4\.u32 [^"]*" : '
                     + ", ".join([r'"=r"\((\w+)\)'] * 4)
