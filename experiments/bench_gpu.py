@@ -4,6 +4,7 @@ every contraction shape class, attention, row reductions, an MLP and an elementw
     python experiments/bench_gpu.py --device nvidia [--programs gemm_4096,layernorm,...]
         [--size full|small] [--repeat 20] [--policies f32,ieee,...] [--tf32]
         [--compile-mode default] [--no-torch] [--no-calibration] [--disable GENERATORS]
+        [--set MODULE.ATTR=VALUE[;...]]
         [--held-out N [--seed S]] [--out results/bench_gpu.json]
 
 Programs (``--programs``, defined in ``bench_gpu_programs.py``; the shapes of ``--size full``,
@@ -15,6 +16,11 @@ the default; ``--size small`` runs tiny shapes of the same programs, for PoCL an
 (8192x8192), ``mlp_gelu`` (4096 tokens, 1024 -> 4096 -> 1024, erf GELU, biases), ``chain``
 (max((a+b)*b-b, b) on 2^28 elements), and f16 variants (``*_f16``) of every GEMM class
 (square, skinny, small K, long K, batched, between), attention, layernorm, softmax and the MLP.
+
+Module knobs (``--set MODULE.ATTR=VALUE[;...]``, Python literals as ``ab_gemm.py``'s
+variants take them): held for the whole run and restored after it, recorded as ``set`` in the
+JSON; a knob of accy's kernels against torch.compile in one run (``ab_gemm.py`` and
+``bench_attention.py --variant`` compare knobs with each other).
 
 Held-out shapes (``--held-out N``): each program runs instead at N shapes of its class drawn
 at random (``--seed``; ``bench_gpu_programs.held_out_dims``: each axis log-uniformly within a
@@ -191,6 +197,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="K split's partial sums added by a second kernel, or in the product "
                         "kernel by each tile's last work-group where split_k.fused allows "
                         "(default: accy's, split_k.FUSED)")
+    p.add_argument("--set", default="", metavar="MODULE.ATTR=VALUE[;...]",
+                   help="module attributes held for the whole run, ';'-separated Python "
+                        "literals as ab_gemm.py's variants take them (e.g. "
+                        "accy.kernels.attention_tma.LEAD=False): a knob against torch in one "
+                        "run; restored after it")
     p.add_argument("--no-torch", action="store_true", help="time accy only")
     p.add_argument("--no-calibration", action="store_true",
                    help="skip the timer calibration (no net times)")
@@ -203,6 +214,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("--repeat must be at least 1")
     if args.held_out < 0:
         p.error("--held-out must be at least 0")
+    args.settings = []
+    if args.set.strip():
+        from ab_gemm import parse_variant  # (ab_gemm imports this module)
+        try:
+            found = parse_variant(f"set={args.set}")
+        except ValueError as e:
+            p.error(f"--set: {e}")
+        if found.passes:
+            p.error("--set: module attributes only (generators: --disable)")
+        args.settings = found.settings
     args.programs = [n.strip() for n in args.programs.split(",") if n.strip()]
     unknown = [n for n in args.programs if n not in PROGRAMS]
     if unknown or not args.programs:
@@ -385,12 +406,15 @@ def print_table(rows: list[dict[str, Any]], summary: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
+    from ab_gemm import applied  # (ab_gemm imports this module)
+
     args = parse_args(argv)
     kept = split_k.FUSED
     if args.split_sums is not None:
         split_k.FUSED = args.split_sums == "fixup"
     try:
-        return run(args, argv)
+        with applied(args.settings):
+            return run(args, argv)
     finally:
         split_k.FUSED = kept
 
@@ -415,7 +439,7 @@ def run(args: argparse.Namespace, argv: list[str] | None) -> dict[str, Any]:
     head = {
         "benchmark": "bench_gpu", "size": args.size, "repeat": args.repeat,
         "policies": list(policies), "tf32": args.tf32, "compile_mode": args.compile_mode,
-        "disable": args.disable, "held_out": args.held_out, "seed": args.seed,
+        "disable": args.disable, "set": args.set, "held_out": args.held_out, "seed": args.seed,
         "split_sums": "fixup" if split_k.FUSED else "kernel",
     }
     tail = {

@@ -124,6 +124,42 @@ def test_bench_gpu_options_are_checked(bench) -> None:
     assert bench.parse_args([]).split_sums is None
     with pytest.raises(SystemExit):
         bench.parse_args(["--split-sums", "atomic"])
+    # --set: module attributes for the whole run (checked as ab_gemm's variants are)
+    from accy.kernels import attention_tma, tma
+
+    got = bench.parse_args(["--set", "accy.kernels.tma.KEEP_MAPS=False; "
+                            "accy.kernels.attention_tma.KEYS=(64,)"]).settings
+    assert got == [(tma, "KEEP_MAPS", False), (attention_tma, "KEYS", (64,))]
+    assert bench.parse_args([]).settings == []
+    for bad in ("accy.kernels.tma.NOPE=1", "accy.kernels.tma.KEEP_MAPS=off",
+                "pass:kernelization{precision=tf32}"):
+        with pytest.raises(SystemExit):
+            bench.parse_args(["--set", bad])
+
+
+def test_bench_gpu_set_holds_for_the_run_and_is_restored(bench, device, tmp_path: Path) -> None:
+    """``--set``: the attribute has its value while programs run, its own after, and the JSON
+    records the text."""
+    from accy.kernels import tma
+
+    kept, seen = tma.KEEP_MAPS, []
+    real = bench.run_program
+
+    def spy(*a, **k):
+        seen.append(tma.KEEP_MAPS)
+        return real(*a, **k)
+
+    bench.run_program = spy
+    try:
+        result = bench.main(["--size", "small", "--no-torch", "--no-calibration", "--repeat",
+                             "1", "--programs", "softmax", "--set",
+                             f"accy.kernels.tma.KEEP_MAPS={not kept}",
+                             "--out", str(tmp_path / "s.json")])
+    finally:
+        bench.run_program = real
+    assert seen == [not kept] and tma.KEEP_MAPS == kept
+    assert result["set"] == f"accy.kernels.tma.KEEP_MAPS={not kept}"
+    assert result["rows"][0]["status"] == "ok"
 
 
 def test_bench_gpu_torch_side_needs_neither_torch_nor_accy(tmp_path: Path) -> None:
