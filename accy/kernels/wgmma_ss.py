@@ -155,9 +155,9 @@ def stage_bytes(t: MmaTiles) -> int:
     return (t.bm + t.bn) * ROW
 
 
-def local_bytes(t: MmaTiles) -> int:
-    """The local memory the kernel declares: its stages, an atom to align them, barriers."""
-    return t.stages * stage_bytes(t) + ATOM + 16 * t.stages
+def local_bytes(t: MmaTiles, stage: int | None = None) -> int:
+    """Declared local memory: the stages (``stage`` bytes each), an aligning atom, barriers."""
+    return t.stages * (stage_bytes(t) if stage is None else stage) + ATOM + 16 * t.stages
 
 
 def form_tiles(form: tuple[int, int, int]) -> MmaTiles:

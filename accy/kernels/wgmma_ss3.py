@@ -33,7 +33,7 @@ import dataclasses
 import math
 
 from accy.ir.types import DType
-from accy.kernels import loopnest, tma
+from accy.kernels import loopnest, tma, wgmma_ss
 from accy.kernels.contraction_plan import Contraction, Dim
 from accy.kernels.ir import (
     INDEX,
@@ -65,7 +65,7 @@ from accy.kernels.mma_ptx import CVT_TF32, TF32_BIG_SAT, tf32_registers
 from accy.kernels.wgmma import _Wgmma
 from accy.kernels.wgmma_ptx import sstep
 from accy.kernels.wgmma_ss import ROW, WG_ROWS, _WgmmaSsTf32, form_tiles
-from accy.kernels.wgmma_tma import ATOM, Geometry, i32
+from accy.kernels.wgmma_tma import Geometry, i32
 from accy.target import TF32_SATFINITE, TMA_TF32, TargetProfile
 
 # off: the register-A and mma 3xTF32 kernels everywhere (ablations)
@@ -128,7 +128,7 @@ def unusable(c: Contraction, split: dict[str, bool], target: TargetProfile) -> s
     if c.k.size < MIN_K:
         return f"K = {c.k.size} is below {MIN_K}"
     t = form_tiles(FORM)
-    if (need := local_bytes(t)) > target.group_local_bytes:
+    if (need := wgmma_ss.local_bytes(t, stage_bytes(t))) > target.group_local_bytes:
         return f"{need} bytes of local memory"
     for side, rows in (("x", t.bm), ("y", t.bn)):
         g = geometry(c, side, rows)
@@ -140,11 +140,8 @@ def unusable(c: Contraction, split: dict[str, bool], target: TargetProfile) -> s
 
 
 def stage_bytes(t: MmaTiles) -> int:
-    return PARTS * (t.bm + t.bn) * ROW
-
-
-def local_bytes(t: MmaTiles) -> int:
-    return t.stages * stage_bytes(t) + ATOM + 16 * t.stages
+    """A stage: the big and small parts of wgmma_ss's boxes."""
+    return PARTS * wgmma_ss.stage_bytes(t)
 
 
 def tilings(c: Contraction, split: dict[str, bool], target: TargetProfile
