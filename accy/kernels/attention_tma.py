@@ -57,8 +57,10 @@ from accy.kernels.ir import (
     Kernel,
     KernelArg,
     Let,
+    Lit,
     LocalArray,
     Stmt,
+    Store,
     Var,
     add,
     div,
@@ -67,7 +69,7 @@ from accy.kernels.ir import (
     mul,
 )
 from accy.kernels.wgmma import matrix_descriptor
-from accy.kernels.wgmma_ptx import descriptor_bits
+from accy.kernels.wgmma_ptx import WAIT0, descriptor_bits, sstep
 from accy.kernels.wgmma_tma import ATOM, i32
 from accy.plans import FusionGroup, ScheduleKind
 from accy.target import TMA_COPY, TargetProfile
@@ -84,6 +86,13 @@ SPLIT: bool | None = None
 # the lead also in a causal kernel whose mask's tiles run in a loop of their own (two loops
 # and the next tile's scores: more registers than ptxas has, spills); off: no lead there
 LEAD_SPLIT = False
+# the lazy rescale (Tiles.lazy, FlashAttention-4's): None where the value features outnumber
+# the key tile's keys (as mma_plan decides it), else as set
+LAZY: bool | None = None
+# the queries through local memory: each lane stores its fragments once (128-byte swizzled, as
+# the K tiles land), and S = Q Kᵀ reads both operands by descriptor (wgmma SS), freeing the
+# fragments' registers
+QLOCAL = False
 UNIT_REGISTERS = 65536  # a Hopper multiprocessor's 32-bit registers
 # registers ptxas gives a lane beyond its fragments' (the softmax's temporaries, addresses),
 # as read from its output for the kernel at 64 features (papers/kernels.md, "Fiftieth session")
@@ -119,8 +128,9 @@ def key_tile(a: Attention, t: Tiles, target: TargetProfile) -> int | None:
     """Of :data:`KEYS` whose :data:`STAGES` stages fit the target's static local memory, the
     largest that lets two work-groups share a multiprocessor (:func:`shares_unit`), else the
     largest; None where none fits."""
+    queries = t.threads * a.d if QLOCAL else 0  # 64 queries of 2-byte features a warpgroup
     fits = [bk for bk in KEYS
-            if STAGES * 2 * bk * (a.d + a.dv) + ATOM <= target.group_local_bytes]
+            if STAGES * 2 * bk * (a.d + a.dv) + queries + ATOM <= target.group_local_bytes]
     return next((bk for bk in fits if shares_unit(a, t.threads, bk)), fits[0] if fits else None)
 
 
@@ -143,7 +153,8 @@ def plan(group: FusionGroup, target: TargetProfile) -> tuple[Attention, Tiles] |
         words = tma.template(tma.F16, dims, strides, box)
         if isinstance(words, str):
             return words
-    return a, dataclasses.replace(t, bk=bk, stages=STAGES, lazy=a.dv > bk)
+    lazy = a.dv > bk if LAZY is None else LAZY
+    return a, dataclasses.replace(t, bk=bk, stages=STAGES, lazy=lazy)
 
 
 class _TmaBuilder(_WgBuilder):
@@ -163,10 +174,15 @@ class _TmaBuilder(_WgBuilder):
     def stage_bytes(self) -> int:
         return self.bytes["k"] + self.bytes["v"]
 
+    def query_bytes(self) -> int:
+        """Local bytes of the work-group's queries after the stages (:data:`QLOCAL`)."""
+        return self.t.threads * self.a.d if QLOCAL else 0
+
     def local_arrays(self) -> list[Stmt]:
-        """The stages (an atom more, for their 1024-byte alignment) and their barriers."""
-        return [LocalArray("b_tile", DType.i32, (self.t.stages * self.stage_bytes() + ATOM) // 4,
-                           128),
+        """The stages (an atom more, for their 1024-byte alignment; :data:`QLOCAL`: the
+        queries after them) and their barriers."""
+        words = (self.t.stages * self.stage_bytes() + self.query_bytes() + ATOM) // 4
+        return [LocalArray("b_tile", DType.i32, words, 128),
                 LocalArray(tma.BARRIERS, DType.i32, 4 * self.t.stages, 8)]
 
     def address(self, side: str, stage: Expr, block: int) -> Expr:
@@ -197,7 +213,35 @@ class _TmaBuilder(_WgBuilder):
                                       Cast(INDEX, Var(self.scores.arg_of[side.node]))))
         init += [tma.init(tma.barrier(idx(s), self.t.stages, empty), count)
                  for s in range(self.t.stages) for empty, count in ((0, 1), (1, self.t.warps))]
+        if QLOCAL:
+            out += self.store_queries(base)
         return [*out, If(Bin("==", self.lid, idx(0)), tuple(init)), Barrier()]
+
+    def query_address(self, block: int) -> Expr:
+        """The local address of the warpgroup's 64-feature block ``block`` of its queries:
+        64 rows of 128 bytes (:data:`QLOCAL`)."""
+        group = mul(div(self.lid, 128), idx(64 * 2 * self.a.d))
+        at = self.t.stages * self.stage_bytes() + block * 64 * ROW
+        return Bin("+", Bin("+", self.b_base, Cast(DType.i32, group)), i32(at))
+
+    def store_queries(self, base: Expr) -> list[Stmt]:
+        """Each lane's query fragments into local memory (``base``: ``b_tile``'s address),
+        128-byte swizzled as TMA lands the K tiles (row ``16 w + g + 8 (r % 2)`` of the
+        warpgroup, 16-byte chunk ``2 kk + r / 2`` of its block XOR ``g``), then fenced for
+        wgmma's proxy."""
+        out: list[Stmt] = []
+        lane = mod(self.lid, 32)
+        g, tt = div(lane, 4), mod(lane, 4)
+        row = add(mul(mod(div(self.lid, 32), 4), idx(16)), g)
+        for kk in range(self.a.d // 16):
+            for r in range(4):
+                chunk = Bin("^", idx(2 * (kk % 4) + r // 2), g)
+                at = add(mul(add(row, idx(8 * (r % 2))), idx(ROW)),
+                         add(mul(chunk, idx(16)), mul(tt, idx(4))))
+                word = Bin("-", self.query_address(kk // 4), base)
+                out.append(Store("b_tile", div(add(Cast(INDEX, word), at), 4),
+                                 Var(f"fa_q0_{kk}_{r}")))
+        return [*out, *self.landed()]
 
     def issue(self, stage: Expr, tile: Expr) -> list[Stmt]:
         """Work-item 0's copies of key tile ``tile`` into ``stage``: where the stage was used
@@ -253,9 +297,26 @@ class _TmaBuilder(_WgBuilder):
         a, t = self.a, self.t
         names = [f"{prefix}0_{j}_{r}" for j in range(t.bk // 8) for r in range(4)]
         out += [Let(name, F32, ZERO, True) for name in names]
+        if QLOCAL:
+            return self.local_scores(out, names, stage)
         return self.wgmma(out, t.bk, 0, names, [(
             [f"fa_q0_{kk}_{r}" for kk in range(4 * block, 4 * block + 4) for r in range(4)],
             self.descriptor(out, "k", stage, block), 4, 2) for block in range(a.d // 64)])
+
+    def local_scores(self, out: list[Stmt], names: list[str], stage: Expr) -> InlineAsm:
+        """``S = Q Kᵀ`` into ``names`` with both operands by descriptor (:data:`QLOCAL`): per
+        64-feature block four k16 steps, each 32 bytes on in Q's and K's blocks."""
+        accs = tuple(("+f", name) for name in names)
+        bits = descriptor_bits(16, ATOM, True)
+        for block in range(self.a.d // 64):
+            qdesc = self.let(out, "qdesc", matrix_descriptor(self.query_address(block), bits))
+            ins = (("l", qdesc), ("l", self.descriptor(out, "k", stage, block)),
+                   ("r", Lit(1, DType.i32)))
+            ops = ", ".join(f"%{i}" for i in range(len(accs) + len(ins)))
+            out.append(InlineAsm(f"{sstep(self.t.bk, 4, 2, 2, 0)} {ops}", accs, ins, True,
+                                 ("memory",)))
+        names_ops = ", ".join(f"%{i}" for i in range(len(accs)))
+        return InlineAsm(f"{WAIT0} {names_ops}", accs, (), True, ("memory",))
 
     def build(self, kind: ScheduleKind) -> Kernel:
         """The kernel, with the work-groups' tensor maps as scratch."""

@@ -69,11 +69,16 @@ from accy.kernels.ir import (
     mul,
 )
 from accy.kernels.wgmma import CORE, matrix_descriptor
-from accy.kernels.wgmma_ptx import PROXY, WAIT0, descriptor_bits, rstep
+from accy.kernels.wgmma_ptx import HOLD, PROXY, WAIT0, descriptor_bits, rstep
 from accy.plans import FusionGroup, KernelOutline, ScheduleKind
 from accy.target import TargetProfile
 
 NAME = "wgmma-attention-f16"
+# a fence (``fence.acq_rel.cta``, MEMBAR.ALL.CTA) after the next tile's scores are issued, where
+# ``lead``: ptxas then keeps that issue ahead of the softmax instead of moving it next to the
+# ``P V`` (more registers: the two tiles' scores live together)
+PIN = False
+FENCE = "fence.acq_rel.cta;"
 
 
 def leads(stages: int, bk: int) -> bool:
@@ -176,6 +181,8 @@ class _WgBuilder(_Builder):
             out.append(self.score_tile(out, "fa_s", cur))
             return out
         self.pending = self.score_tile(out, "fa_n", mod(add(Var("kt"), idx(1)), self.t.stages))
+        if PIN:
+            out.append(InlineAsm(HOLD, (), (), True, ("memory",)))
         return out
 
     def value_products(self, cur: Expr, p: dict) -> list[Stmt]:

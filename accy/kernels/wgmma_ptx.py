@@ -149,9 +149,13 @@ def tf32_instructions(n: int, steps: int, products: int, ops: list[str]) -> str:
 WAIT0 = f"{MARK}WAIT0"
 WAIT1 = f"{MARK}WAIT1"
 PROXY = f"{MARK}PROXY"
+# a fence (MEMBAR.ALL.CTA) ptxas moves no wgmma issue across: a wgmma issued before it stays
+# ahead of the work after it (accy.kernels.attention_wgmma.PIN)
+HOLD = f"{MARK}HOLD"
 _FIXED = {"WAIT0": "wgmma.wait_group.sync.aligned 0;",
           "WAIT1": "wgmma.wait_group.sync.aligned 1;",
-          "PROXY": "fence.proxy.async.shared::cta;"}
+          "PROXY": "fence.proxy.async.shared::cta;",
+          "HOLD": "fence.acq_rel.cta;"}
 
 
 def descriptor_bits(lbo: int, sbo: int, swizzle_128b: bool = False) -> int:

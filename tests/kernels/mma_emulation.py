@@ -167,8 +167,8 @@ def run_kernels(device, job, sources: list[str], args: list[np.ndarray], shape, 
 _RSTEP = re.compile(r'asm volatile\("// @@RSTEP(\d+)_(\d+)_([01])(?:_(?P<adv>\d+))? [^"]*" : '
                     r'(?P<outs>[^:]*) : '
                     r'(?P<ins>[^:]*), "l"\((?P<desc>\w+)\), "r"\([^:]*\) : "memory"\);')
-_WG_NOP = re.compile(r'asm volatile\("// @@(?:WAIT[01]|PROXY|MBINIT\d+|MBEXPECT\d+|MBARRIVE|MBWAIT)'
-                     r'[^"]*" :[^;]*;')
+_WG_NOP = re.compile(r'asm volatile\("// @@(?:WAIT[01]|PROXY|HOLD|MBINIT\d+|MBEXPECT\d+|'
+                     r'MBARRIVE|MBWAIT)[^"]*" :[^;]*;')
 _LD_V4 = re.compile(r'asm volatile\("(?:\{ \.reg \.pred p; setp\.ne\.b32 p, %5, 0; @p )?'
                     r'ld\.global\.v4\.u32 [^"]*" : '
                     + ", ".join([r'"=r"\((\w+)\)'] * 4)

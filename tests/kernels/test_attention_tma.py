@@ -17,7 +17,7 @@ import accy
 from accy.backends.opencl.nvptx_offline import summary
 from accy.builder import einsum, trace
 from accy.ir.types import DType, TensorType
-from accy.kernels import attention_mma_plan, attention_tma, tma
+from accy.kernels import attention_mma_plan, attention_tma, attention_wgmma, tma
 from accy.passes.spec import parse_pipeline
 from accy.target import TMA_COPY
 
@@ -85,6 +85,30 @@ def test_emulated_kernel_matches_the_interpreter(device, rng, encodes, monkeypat
                        "tma-attention-f16")
     assert "@@TMA4" in src and ("fa_n0_" in src) == (stages == 3)
     assert ("@@TMAP %0, %1, %2 " in src) == keep
+
+
+@pytest.mark.parametrize("shapes, pin, local", [
+    (((140, 64), (200, 64), (200, 64)), True, False),  # the next scores' issue held (PIN)
+    (((140, 64), (200, 64), (200, 64)), False, True),  # the queries in local memory
+    (((140, 128), (300, 128), (300, 64)), True, True),  # both; two 64-feature blocks
+], ids=["pin", "local", "both-blocks"])
+def test_emulated_pinned_lead_and_local_queries(device, rng, encodes, monkeypatch, shapes, pin,
+                                                local):
+    """The next tile's scores held ahead of the softmax by a fence (``attention_wgmma.PIN``)
+    and the queries stored once into local memory after the stages, S read by descriptor
+    (``QLOCAL``): as the interpreter computes it, the stages' array sized for 64 queries
+    a warpgroup of ``d`` two-byte features."""
+    monkeypatch.setattr(attention_wgmma, "PIN", pin)
+    monkeypatch.setattr(attention_tma, "QLOCAL", local)
+    monkeypatch.setattr(attention_tma, "KEYS", (64,))
+    prog, inputs = f16_heads(rng, 2, 1, shapes, 0.25)
+    src = run_emulated(device, prog, inputs, KEEP_F16, WITH_TMA, "f16", "eager",
+                       "tma-attention-f16")
+    d, dv = shapes[0][1], shapes[2][1]
+    assert ("@@HOLD" in src) == pin and ("@@SSTEP64_4_2_2_0 " in src) == local
+    assert ("@@RSTEP64_4_0_2 " in src) != local
+    words = int(src.split("__local int b_tile[")[1].split("]")[0])
+    assert 4 * words == 3 * 2 * 64 * (d + dv) + local * 256 * d + 1024
 
 
 @pytest.mark.parametrize("d, lead, heavy", [(64, True, False), (128, True, True),
