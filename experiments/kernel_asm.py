@@ -3,6 +3,8 @@ and serialized wgmma, per kernel of bench_gpu's programs planned for a saved NVI
 
     python experiments/kernel_asm.py    # the default set for papers/data/h100_profile.json
     python experiments/kernel_asm.py --programs attention_2048_f16 --sass /tmp/sass
+    python experiments/kernel_asm.py --programs attention_2048_f16 \
+        --set "accy.kernels.attention_wgmma.PIN=True"
 
 Each kernel whose source holds inline PTX goes through clang's NVPTX target, accy's
 expansion of its deferred markers and ``ptxas -arch=sm_90a -v``
@@ -11,8 +13,13 @@ spilled, and whether ptxas serialized the kernel's wgmma (it does so for the who
 where a register a running wgmma reads may be written before its wait). With ``--sass DIR``
 and ``nvdisasm`` on the PATH (PyPI: ``nvidia-cuda-nvdisasm``), each kernel's SASS is written
 there too: the order the instructions really run in (ptxas moves a wgmma's issue past
-independent work). Needs ``clang-15`` and ``ptxas``; the device's own compiler may allocate
-differently, so the GPU stays the judge of speed. Writes the rows as JSON with ``--out``.
+independent work), and the row's ``order`` gives the runs of wgmma (``H``) and exponentials
+(``E``, ``MUFU.EX2``) in it (f16 attention's ``H4 E34 H8``: tile 0's scores, the loop's
+softmax, then the next tile's scores issued beside ``P V``; ``H8 E34 H4`` where they are held
+ahead of the softmax). ``--set MODULE.ATTR=VALUE;...`` holds generator knobs while the kernels
+are planned (as ``bench_gpu.py --set``). Needs ``clang-15`` and ``ptxas``; the device's own
+compiler may allocate differently, so the GPU stays the judge of speed. Writes the rows as
+JSON with ``--out``.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 import bench_gpu_programs as bp  # noqa: E402
+from ab_gemm import applied, parse_variant  # noqa: E402
 
 import accy  # noqa: E402
 from accy.backends.opencl.nvptx_offline import TOOLS, assemble, available, summary  # noqa: E402
@@ -38,6 +46,19 @@ from accy.kernels import tma  # noqa: E402
 from accy.target import TargetProfile  # noqa: E402
 
 PROFILE = HERE.parent / "papers" / "data" / "h100_profile.json"
+
+
+def order(sass: str) -> str:
+    """The runs of wgmma (``H``) and ``MUFU.EX2`` (``E``) instructions in SASS text, in order,
+    each with its length: ``H4 E34 H8``."""
+    runs: list[list] = []
+    for line in sass.splitlines():
+        kind = "H" if "HGMMA" in line else "E" if "MUFU.EX2" in line else None
+        if kind and runs and runs[-1][0] == kind:
+            runs[-1][1] += 1
+        elif kind:
+            runs.append([kind, 1])
+    return " ".join(f"{k}{n}" for k, n in runs)
 
 
 def rows(names: list[str], profile: Path, sass: Path | None) -> list[dict[str, Any]]:
@@ -64,9 +85,10 @@ def rows(names: list[str], profile: Path, sass: Path | None) -> list[dict[str, A
                 else:
                     if sass is not None:
                         sass.mkdir(parents=True, exist_ok=True)
-                        with open(sass / f"{name}_{summ.index}.sass", "w") as f:
-                            subprocess.run(["nvdisasm", "-c", str(Path(tmp) / "x.cubin")],
-                                           stdout=f, check=True)
+                        text = subprocess.run(["nvdisasm", "-c", str(Path(tmp) / "x.cubin")],
+                                              capture_output=True, text=True, check=True).stdout
+                        (sass / f"{name}_{summ.index}.sass").write_text(text)
+                        row["order"] = order(text)
             out.append(row)
     return out
 
@@ -77,8 +99,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--programs", default=",".join(bp.PROGRAMS),
                    help="bench_gpu programs, comma-separated (default: the default set)")
     p.add_argument("--sass", type=Path, default=None, help="write each kernel's SASS here")
+    p.add_argument("--set", default="", metavar="MODULE.ATTR=VALUE[;...]",
+                   help="generator knobs held while the kernels are planned")
     p.add_argument("--out", type=Path, default=None, help="the rows as JSON")
     args = p.parse_args(argv)
+    settings = []
+    if args.set.strip():
+        try:
+            found = parse_variant(f"set={args.set}")
+        except ValueError as e:
+            p.error(f"--set: {e}")
+        if found.passes:
+            p.error("--set: module attributes only")
+        settings = found.settings
     if not available():
         p.error(f"needs {' and '.join(TOOLS)} on the PATH")
     if args.sass is not None and not shutil.which("nvdisasm"):
@@ -86,16 +119,18 @@ def main(argv: list[str] | None = None) -> int:
     names = [n for n in args.programs.split(",") if n]
     if unknown := [n for n in names if n not in bp.PROGRAMS]:
         p.error(f"unknown programs {unknown}: bench_gpu's are {', '.join(bp.PROGRAMS)}")
-    found = rows(names, args.profile, args.sass)
-    print(f"{'program':22s} {'kernel':>6s} {'registers':>9s} {'spilled':>8s} serialized")
+    with applied(settings):
+        found = rows(names, args.profile, args.sass)
+    print(f"{'program':22s} {'kernel':>6s} {'registers':>9s} {'spilled':>8s} serialized  order")
     for r in found:
         if "error" in r:
             print(f"{r['program']:22s} {r['kernel']:6d} {r['error'].splitlines()[0]}")
         else:
             print(f"{r['program']:22s} {r['kernel']:6d} {r['registers']:9d} "
-                  f"{r['spill_bytes']:8d} {r['serialized']}")
+                  f"{r['spill_bytes']:8d} {str(r['serialized']):10s}  {r.get('order', '')}")
     if args.out:
-        args.out.write_text(json.dumps({"profile": str(args.profile), "rows": found}, indent=1))
+        args.out.write_text(json.dumps({"profile": str(args.profile), "set": args.set,
+                                        "rows": found}, indent=1))
     return 0
 
 

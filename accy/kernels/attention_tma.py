@@ -27,6 +27,11 @@ when the kernel is built (one for K, one for V, over the features, the keys and 
 dimensions K or V is not broadcast along), written with the operand's address into each
 work-group's 256 bytes of scratch at run time.
 
+With :data:`QLOCAL` each lane stores its query fragments once, after the stages in
+``b_tile`` (a warpgroup's 64 queries as 64-feature blocks of 64 rows of 128 bytes, swizzled
+as TMA lands K), and ``S = Q Kᵀ`` reads both operands by descriptor (wgmma SS) instead of
+holding the fragments in registers.
+
 Taken where the probe ran TMA copies (``TMA_COPY``) and ``wgmma-attention-f16`` would take
 the group, with head and value features multiples of 64 (a box row is 128 bytes) and
 :data:`STAGES` stages of a key tile (:func:`key_tile`) in the target's static local memory.
@@ -91,7 +96,7 @@ LEAD_SPLIT = False
 LAZY: bool | None = None
 # the queries through local memory: each lane stores its fragments once (128-byte swizzled, as
 # the K tiles land), and S = Q Kᵀ reads both operands by descriptor (wgmma SS), freeing the
-# fragments' registers
+# fragments' registers. Off until timed on a device (papers/kernels.md, "Fifty-fifth session")
 QLOCAL = False
 UNIT_REGISTERS = 65536  # a Hopper multiprocessor's 32-bit registers
 # registers ptxas gives a lane beyond its fragments' (the softmax's temporaries, addresses),

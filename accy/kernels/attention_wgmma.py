@@ -29,7 +29,11 @@ as FlashAttention-3 overlaps within a warpgroup): tile 0's scores come before th
 iteration ``kt`` issues tile ``kt + 1``'s scores (``fa_n``) before its softmax of tile ``kt``
 and waits for them after its ``P V``. ptxas moves that issue past the softmax, next to the
 ``P V``, the new scores taking the old ones' registers (``experiments/kernel_asm.py --sass``
-shows it), so the two products run together between softmaxes. FlashAttention-3's order
+shows it), so the two products run together between softmaxes. With :data:`PIN` a fence
+after the issue (marker ``HOLD``: ``fence.acq_rel.cta``, which ptxas moves no wgmma across)
+keeps it ahead of the softmax, the two tiles' scores in registers together (ptxas for the bench
+shape at 64 features: 150 registers against 124; with ``tma-attention-f16``'s queries in local
+memory, ``QLOCAL``, 128). FlashAttention-3's order
 held by the waits (the softmax of tile ``kt + 1`` while tile ``kt``'s ``P V`` runs) was built
 and timed slower (papers/kernels.md, "Fifty-first session").
 
@@ -74,11 +78,11 @@ from accy.plans import FusionGroup, KernelOutline, ScheduleKind
 from accy.target import TargetProfile
 
 NAME = "wgmma-attention-f16"
-# a fence (``fence.acq_rel.cta``, MEMBAR.ALL.CTA) after the next tile's scores are issued, where
-# ``lead``: ptxas then keeps that issue ahead of the softmax instead of moving it next to the
-# ``P V`` (more registers: the two tiles' scores live together)
+# a fence (marker HOLD) after the next tile's scores are issued, where ``lead``: ptxas then
+# keeps that issue ahead of the softmax instead of moving it next to the ``P V`` (more
+# registers: the two tiles' scores live together). Off until timed on a device
+# (papers/kernels.md, "Fifty-fifth session")
 PIN = False
-FENCE = "fence.acq_rel.cta;"
 
 
 def leads(stages: int, bk: int) -> bool:

@@ -51,3 +51,39 @@ def test_bench_kernels_assemble(experiment_script, tmp_path: Path, capsys):
     assert 2 * 256 * attention["registers"] <= 65536
     assert rows["gemm_between"]["registers"] > 0
     assert "attention_2048_f16" in capsys.readouterr().out
+
+
+def test_order_gives_the_runs_of_wgmma_and_exponentials(experiment_script):
+    sass = "\n".join(["  /*0100*/ HGMMA.64x64x16.F32 R24, R100, gdesc[UR4], RZ, !UPT ;"] * 2
+                     + ["  /*0200*/ FMNMX R8, R88, R89, !PT ;"]
+                     + ["  /*0300*/ MUFU.EX2 R104, R104 ;"] * 3
+                     + ["  /*0400*/ HGMMA.64x64x16.F32 R56, R104, gdesc[UR4].tnspB, R56 ;"])
+    order = experiment_script("kernel_asm").order
+    assert order(sass) == "H2 E3 H1" and order("") == ""
+
+
+def test_set_is_checked_before_anything_is_planned(experiment_script, capsys):
+    script = experiment_script("kernel_asm")
+    for bad in ("nope", "accy.kernels.attention_wgmma.NOPE=1", "pass:kernelization"):
+        with pytest.raises(SystemExit):
+            script.main(["--programs", "attention_2048_f16", "--set", bad])
+        assert "--set" in capsys.readouterr().err
+
+
+@NEEDS_PTXAS
+def test_set_holds_knobs_while_the_kernels_are_planned(experiment_script, tmp_path: Path):
+    """The next tile's scores held ahead of the softmax (``PIN``) with the queries in local
+    memory (``QLOCAL``): two work-groups a multiprocessor still fit, no spills; the knobs are
+    restored after."""
+    from accy.kernels import attention_tma, attention_wgmma
+
+    out = tmp_path / "asm.json"
+    knobs = "accy.kernels.attention_wgmma.PIN=True;accy.kernels.attention_tma.QLOCAL=True"
+    assert experiment_script("kernel_asm").main(
+        ["--programs", "attention_2048_f16", "--set", knobs, "--out", str(out)]) == 0
+    found = json.loads(out.read_text())
+    row = found["rows"][0]
+    assert found["set"] == knobs and row["generators"] == {"tma-attention-f16": 1}
+    assert row["spill_bytes"] == 0 and not row["serialized"]
+    assert 2 * 256 * row["registers"] <= 65536
+    assert attention_wgmma.PIN is False and attention_tma.QLOCAL is False

@@ -36,14 +36,14 @@ FEW_UNITS = dataclasses.replace(HOPPER, compute_units=1)  # one tile fills it: s
 def test_expand_replaces_markers_and_targets_sm_90a():
     ptx = (".version 7.8\n.target sm_90\n"
            "\t// @@RSTEP16_1_1 %f1, %f2, %f3, %f4, %f5, %f6, %f7, %f8, %r1, %r2, %r3, %r4, "
-           "%rd1, %r5\n\t// @@WAIT0 %f1\n\t// @@WAIT1 %f1\n\t// @@PROXY\n")
+           "%rd1, %r5\n\t// @@WAIT0 %f1\n\t// @@WAIT1 %f1\n\t// @@PROXY\n\t// @@HOLD\n")
     out = wgmma_ptx.expand(ptx)
     assert ".version 8.0" in out and ".target sm_90a" in out and "@@" not in out
     assert ("wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%f1, %f2, %f3, %f4, %f5, %f6, "
             "%f7, %f8}, {%r1, %r2, %r3, %r4}, xb, p, 1, 1, 1;") in out
     assert "setp.ne.b32 p, %r5, 0; mov.b64 xb, %rd1;" in out
     assert "wgmma.wait_group.sync.aligned 0;" in out and "wgmma.wait_group.sync.aligned 1;" in out
-    assert "fence.proxy.async.shared::cta;" in out
+    assert "fence.proxy.async.shared::cta;" in out and "fence.acq_rel.cta;" in out
     assert wgmma_ptx.expand(".version 8.3\n.target sm_90\n").startswith(".version 8.3")
     with pytest.raises(ValueError, match="unknown deferred PTX marker @@NOPE"):
         wgmma_ptx.expand("// @@NOPE %r1\n")
