@@ -121,6 +121,15 @@ def parse_variant(text: str) -> Variant:
     return Variant(name, settings, tuple(passes))
 
 
+def settings_of(text: str) -> list[Setting]:
+    """``MODULE.ATTR=VALUE[;...]`` (a script's ``--set``) as settings; a ValueError naming
+    what is wrong, passes included (a pipeline option's work, not a knob's)."""
+    found = parse_variant(f"set={text}")
+    if found.passes:
+        raise ValueError("module attributes only (passes: the script's pipeline options)")
+    return found.settings
+
+
 @contextlib.contextmanager
 def applied(settings: list[Setting]) -> Iterator[None]:
     """The variant's attributes set for the block, restored after it (even on an error)."""

@@ -216,14 +216,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("--held-out must be at least 0")
     args.settings = []
     if args.set.strip():
-        from ab_gemm import parse_variant  # (ab_gemm imports this module)
+        from ab_gemm import settings_of  # (ab_gemm imports this module)
         try:
-            found = parse_variant(f"set={args.set}")
+            args.settings = settings_of(args.set)
         except ValueError as e:
             p.error(f"--set: {e}")
-        if found.passes:
-            p.error("--set: module attributes only (generators: --disable)")
-        args.settings = found.settings
     args.programs = [n.strip() for n in args.programs.split(",") if n.strip()]
     unknown = [n for n in args.programs if n not in PROGRAMS]
     if unknown or not args.programs:

@@ -38,7 +38,7 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 import bench_gpu_programs as bp  # noqa: E402
-from ab_gemm import applied, parse_variant  # noqa: E402
+from ab_gemm import applied, settings_of  # noqa: E402
 
 import accy  # noqa: E402
 from accy.backends.opencl.nvptx_offline import TOOLS, assemble, available, summary  # noqa: E402
@@ -103,15 +103,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="generator knobs held while the kernels are planned")
     p.add_argument("--out", type=Path, default=None, help="the rows as JSON")
     args = p.parse_args(argv)
-    settings = []
-    if args.set.strip():
-        try:
-            found = parse_variant(f"set={args.set}")
-        except ValueError as e:
-            p.error(f"--set: {e}")
-        if found.passes:
-            p.error("--set: module attributes only")
-        settings = found.settings
+    try:
+        settings = settings_of(args.set) if args.set.strip() else []
+    except ValueError as e:
+        p.error(f"--set: {e}")
     if not available():
         p.error(f"needs {' and '.join(TOOLS)} on the PATH")
     if args.sass is not None and not shutil.which("nvdisasm"):
