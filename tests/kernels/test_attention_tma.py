@@ -87,6 +87,16 @@ def test_emulated_kernel_matches_the_interpreter(device, rng, encodes, monkeypat
     assert ("@@TMAP %0, %1, %2 " in src) == keep
 
 
+def test_lazy_rescale_as_set(rng, encodes, monkeypatch):
+    """``LAZY``: None leaves 64 features' tiles rescaled every time (the plan's rule), True
+    skips a warp's rescale where no row's maximum rose far (a branch on the rows' flags)."""
+    prog, _ = f16_heads(rng, 1, 2, ((130, 64), (200, 64), (200, 64)), 0.125)
+    for lazy, branch in ((None, False), (True, True), (False, False)):
+        monkeypatch.setattr(attention_tma, "LAZY", lazy)
+        src = accy.prepare(prog, KEEP_F16, target=WITH_TMA).kernel_source(0)
+        assert ("if ((up" in src) == branch, lazy
+
+
 @pytest.mark.parametrize("shapes, pin, local", [
     (((140, 64), (200, 64), (200, 64)), True, False),  # the next scores' issue held (PIN)
     (((140, 64), (200, 64), (200, 64)), False, True),  # the queries in local memory
