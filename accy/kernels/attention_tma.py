@@ -129,11 +129,17 @@ def shares_unit(a: Attention, threads: int, bk: int) -> bool:
     return 2 * threads * lane <= UNIT_REGISTERS
 
 
+def query_bytes(a: Attention, threads: int) -> int:
+    """Local bytes of the queries of ``threads`` work-items where :data:`QLOCAL` (64 queries of
+    ``d`` two-byte features a warpgroup of 128), else 0."""
+    return threads * a.d if QLOCAL else 0
+
+
 def key_tile(a: Attention, t: Tiles, target: TargetProfile) -> int | None:
     """Of :data:`KEYS` whose :data:`STAGES` stages fit the target's static local memory, the
     largest that lets two work-groups share a multiprocessor (:func:`shares_unit`), else the
     largest; None where none fits."""
-    queries = t.threads * a.d if QLOCAL else 0  # 64 queries of 2-byte features a warpgroup
+    queries = query_bytes(a, t.threads)
     fits = [bk for bk in KEYS
             if STAGES * 2 * bk * (a.d + a.dv) + queries + ATOM <= target.group_local_bytes]
     return next((bk for bk in fits if shares_unit(a, t.threads, bk)), fits[0] if fits else None)
@@ -179,14 +185,11 @@ class _TmaBuilder(_WgBuilder):
     def stage_bytes(self) -> int:
         return self.bytes["k"] + self.bytes["v"]
 
-    def query_bytes(self) -> int:
-        """Local bytes of the work-group's queries after the stages (:data:`QLOCAL`)."""
-        return self.t.threads * self.a.d if QLOCAL else 0
-
     def local_arrays(self) -> list[Stmt]:
         """The stages (an atom more, for their 1024-byte alignment; :data:`QLOCAL`: the
         queries after them) and their barriers."""
-        words = (self.t.stages * self.stage_bytes() + self.query_bytes() + ATOM) // 4
+        words = (self.t.stages * self.stage_bytes() + query_bytes(self.a, self.t.threads)
+                 + ATOM) // 4
         return [LocalArray("b_tile", DType.i32, words, 128),
                 LocalArray(tma.BARRIERS, DType.i32, 4 * self.t.stages, 8)]
 
@@ -225,7 +228,7 @@ class _TmaBuilder(_WgBuilder):
     def query_address(self, block: int) -> Expr:
         """The local address of the warpgroup's 64-feature block ``block`` of its queries:
         64 rows of 128 bytes (:data:`QLOCAL`)."""
-        group = mul(div(self.lid, 128), idx(64 * 2 * self.a.d))
+        group = mul(div(self.lid, 128), idx(query_bytes(self.a, 128)))
         at = self.t.stages * self.stage_bytes() + block * 64 * ROW
         return Bin("+", Bin("+", self.b_base, Cast(DType.i32, group)), i32(at))
 
