@@ -16,7 +16,8 @@ there too: the order the instructions really run in (ptxas moves a wgmma's issue
 independent work), and the row's ``order`` gives the runs of wgmma (``H``) and exponentials
 (``E``, ``MUFU.EX2``) in it (f16 attention's ``H4 E34 H8``: tile 0's scores, the loop's
 softmax, then the next tile's scores issued beside ``P V``; ``H8 E34 H4`` where they are held
-ahead of the softmax). ``--set MODULE.ATTR=VALUE;...`` holds generator knobs while the kernels
+ahead of the softmax), and ``loop``, ``moves``, ``exps`` count the innermost loop around a
+wgmma (:func:`loop`). ``--set MODULE.ATTR=VALUE;...`` holds generator knobs while the kernels
 are planned (as ``bench_gpu.py --set``). Needs ``clang-15`` and ``ptxas``; the device's own
 compiler may allocate differently, so the GPU stays the judge of speed. Writes the rows as
 JSON with ``--out``.
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -61,6 +63,34 @@ def order(sass: str) -> str:
     return " ".join(f"{k}{n}" for k, n in runs)
 
 
+INSTRUCTION = re.compile(r"\s*/\*([0-9a-f]+)\*/\s+([^;]*);")
+LABEL = re.compile(r"\s*\.L_x_(\d+):")
+MOVE = re.compile(r"(?:@!?U?P\w+\s+)?(?:MOV R\d+,|IMAD\.MOV\.U32 R\d+, RZ, RZ,) R\d+")
+
+
+def loop(sass: str) -> dict[str, int]:
+    """Of the innermost loop (a backward branch's span) that holds a wgmma: ``loop``, its
+    instructions, ``moves`` (register-to-register moves), ``exps`` (``MUFU.EX2``); {} where
+    none holds one."""
+    code, labels, at = [], {}, None
+    for line in sass.splitlines():
+        if m := LABEL.match(line):
+            at = m.group(1)
+        elif m := INSTRUCTION.match(line):
+            code.append(m.group(2).strip())
+            if at is not None:
+                labels[at], at = len(code) - 1, None
+    spans = [(labels[m.group(1)], i) for i, text in enumerate(code)
+             if (m := re.search(r"BRA.*\.L_x_(\d+)", text)) and labels.get(m.group(1), i) < i]
+    spans = [(a, b) for a, b in spans if any("HGMMA" in t for t in code[a:b + 1])]
+    if not spans:
+        return {}
+    first, last = min(spans, key=lambda s: s[1] - s[0])
+    body = code[first:last + 1]
+    return {"loop": len(body), "moves": sum(bool(MOVE.fullmatch(t)) for t in body),
+            "exps": sum("MUFU.EX2" in t for t in body)}
+
+
 def rows(names: list[str], profile: Path, sass: Path | None) -> list[dict[str, Any]]:
     """A row per kernel with inline PTX of bench_gpu's programs ``names``, planned for
     ``profile`` with tensor maps encoded offline (:func:`accy.kernels.tma.offline`); each
@@ -88,7 +118,7 @@ def rows(names: list[str], profile: Path, sass: Path | None) -> list[dict[str, A
                         text = subprocess.run(["nvdisasm", "-c", str(Path(tmp) / "x.cubin")],
                                               capture_output=True, text=True, check=True).stdout
                         (sass / f"{name}_{summ.index}.sass").write_text(text)
-                        row["order"] = order(text)
+                        row.update(order=order(text), **loop(text))
             out.append(row)
     return out
 
@@ -116,13 +146,16 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unknown programs {unknown}: bench_gpu's are {', '.join(bp.PROGRAMS)}")
     with applied(settings):
         found = rows(names, args.profile, args.sass)
-    print(f"{'program':22s} {'kernel':>6s} {'registers':>9s} {'spilled':>8s} serialized  order")
+    print(f"{'program':22s} {'kernel':>6s} {'registers':>9s} {'spilled':>8s} serialized "
+          f"{'loop':>5s} {'moves':>5s} {'exps':>5s}  order")
     for r in found:
         if "error" in r:
             print(f"{r['program']:22s} {r['kernel']:6d} {r['error'].splitlines()[0]}")
         else:
             print(f"{r['program']:22s} {r['kernel']:6d} {r['registers']:9d} "
-                  f"{r['spill_bytes']:8d} {str(r['serialized']):10s}  {r.get('order', '')}")
+                  f"{r['spill_bytes']:8d} {str(r['serialized']):10s} "
+                  + "".join(f"{r.get(k, ''):>5} " for k in ("loop", "moves", "exps"))
+                  + f" {r.get('order', '')}")
     if args.out:
         args.out.write_text(json.dumps({"profile": str(args.profile), "set": args.set,
                                         "rows": found}, indent=1))

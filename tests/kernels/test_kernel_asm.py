@@ -62,6 +62,27 @@ def test_order_gives_the_runs_of_wgmma_and_exponentials(experiment_script):
     assert order(sass) == "H2 E3 H1" and order("") == ""
 
 
+def test_loop_counts_the_innermost_loop_holding_a_wgmma(experiment_script):
+    """Of two loops, the one with the wgmma; its moves (not a move of an immediate) and
+    exponentials; none without a loop around a wgmma."""
+    sass = """
+        /*0000*/                   HGMMA.64x64x16.F32 R24, gdesc[UR8], RZ, !UPT ;
+.L_x_1:
+        /*0010*/                   IADD3 R1, R1, 0x1, RZ ;
+        /*0020*/              @P0 BRA `(.L_x_1) ;
+.L_x_2:
+        /*0030*/                   HGMMA.64x64x16.F32 R24, gdesc[UR8], RZ, !UPT ;
+        /*0040*/                   MUFU.EX2 R8, R8 ;
+        /*0050*/                   IMAD.MOV.U32 R24, RZ, RZ, R88 ;
+        /*0060*/                   IMAD.MOV.U32 R7, RZ, RZ, 0x4 ;
+        /*0070*/              @!P1 MOV R25, R89 ;
+        /*0080*/              @P0 BRA `(.L_x_2) ;
+        /*0090*/                   EXIT ;"""
+    loop = experiment_script("kernel_asm").loop
+    assert loop(sass) == {"loop": 6, "moves": 2, "exps": 1}
+    assert loop(sass.replace("BRA `(.L_x_2)", "NOP")) == {}
+
+
 def test_set_is_checked_before_anything_is_planned(experiment_script, capsys):
     script = experiment_script("kernel_asm")
     for bad in ("nope", "accy.kernels.attention_wgmma.NOPE=1", "pass:kernelization"):
