@@ -63,7 +63,7 @@ def order(sass: str) -> str:
     return " ".join(f"{k}{n}" for k, n in runs)
 
 
-INSTRUCTION = re.compile(r"\s*/\*([0-9a-f]+)\*/\s+([^;]*);")
+INSTRUCTION = re.compile(r"\s*/\*[0-9a-f]+\*/\s+([^;]*);")
 LABEL = re.compile(r"\s*\.L_x_(\d+):")
 MOVE = re.compile(r"(?:@!?U?P\w+\s+)?(?:MOV R\d+,|IMAD\.MOV\.U32 R\d+, RZ, RZ,) R\d+")
 
@@ -77,7 +77,7 @@ def loop(sass: str) -> dict[str, int]:
         if m := LABEL.match(line):
             at = m.group(1)
         elif m := INSTRUCTION.match(line):
-            code.append(m.group(2).strip())
+            code.append(m.group(1).strip())
             if at is not None:
                 labels[at], at = len(code) - 1, None
     spans = [(labels[m.group(1)], i) for i, text in enumerate(code)
