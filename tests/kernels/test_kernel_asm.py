@@ -63,9 +63,11 @@ def test_order_gives_the_runs_of_wgmma_and_exponentials(experiment_script):
 
 
 def test_loop_counts_the_innermost_loop_holding_a_wgmma(experiment_script):
-    """Of two loops, the one with the wgmma; its moves (not a move of an immediate) and
-    exponentials; none without a loop around a wgmma."""
+    """Of the loops, the innermost with a wgmma (not the one without, not the one around it);
+    its moves (not a move of an immediate) and exponentials; none without a loop around a
+    wgmma."""
     sass = """
+.L_x_0:
         /*0000*/                   HGMMA.64x64x16.F32 R24, gdesc[UR8], RZ, !UPT ;
 .L_x_1:
         /*0010*/                   IADD3 R1, R1, 0x1, RZ ;
@@ -77,10 +79,12 @@ def test_loop_counts_the_innermost_loop_holding_a_wgmma(experiment_script):
         /*0060*/                   IMAD.MOV.U32 R7, RZ, RZ, 0x4 ;
         /*0070*/              @!P1 MOV R25, R89 ;
         /*0080*/              @P0 BRA `(.L_x_2) ;
-        /*0090*/                   EXIT ;"""
+        /*0090*/              @P1 BRA `(.L_x_0) ;
+        /*00a0*/                   EXIT ;"""
     loop = experiment_script("kernel_asm").loop
     assert loop(sass) == {"loop": 6, "moves": 2, "exps": 1}
-    assert loop(sass.replace("BRA `(.L_x_2)", "NOP")) == {}
+    assert loop(sass.replace("BRA `(.L_x_2)", "NOP")) == {"loop": 10, "moves": 2, "exps": 1}
+    assert loop(sass.replace("BRA `(.L_x_2)", "NOP").replace("BRA `(.L_x_0)", "NOP")) == {}
 
 
 def test_set_is_checked_before_anything_is_planned(experiment_script, capsys):
